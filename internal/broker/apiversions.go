@@ -1,0 +1,18 @@
+package broker
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/wire"
+)
+
+func init() { register(kmsg.ApiVersions, 0, 4, (*Broker).handleApiVersions) }
+
+func (b *Broker) handleApiVersions(_ context.Context, r *wire.Request) wire.Reply {
+	req := r.Body.(*kmsg.ApiVersionsRequest)
+	resp := req.ResponseKind().(*kmsg.ApiVersionsResponse)
+	resp.ApiKeys = wire.SupportedKeys(b)
+	return wire.Respond(resp)
+}

@@ -1,0 +1,164 @@
+// Package broker turns Kafka requests into responses. Each API lives in its
+// own file (produce.go, fetch.go, ...) and registers its handler and served
+// versions in an init function; this file holds the Broker, the dispatch and
+// the shared helpers.
+package broker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/controller"
+	"holdfast/internal/group"
+	"holdfast/internal/partition"
+	"holdfast/internal/storage"
+	"holdfast/internal/wire"
+)
+
+// Config is the broker's configuration. Kafka's broker config names are in
+// the comments; cmd/holdfast maps flags and HOLDFAST_* variables onto it.
+type Config struct {
+	NodeID         int32  // node.id
+	DataDir        string // log.dirs
+	AdvertisedHost string // advertised.listeners host
+	AdvertisedPort int32  // advertised.listeners port
+	Rack           string // broker.rack
+
+	AutoCreateTopics       bool  // auto.create.topics.enable (default true)
+	NumPartitions          int32 // num.partitions (default 1)
+	OffsetsTopicPartitions int32 // offsets.topic.num.partitions (default 50)
+
+	// LogDefaults are the topic config defaults (log.segment.bytes,
+	// log.retention.ms, message.max.bytes, log.flush policy ...).
+	LogDefaults storage.Config
+
+	Logger *slog.Logger
+	FS     storage.FS // nil: the OS filesystem
+}
+
+// DefaultConfig is what `holdfast serve` runs with no flags.
+func DefaultConfig() Config {
+	return Config{
+		NodeID:                 1,
+		DataDir:                "./data",
+		AdvertisedHost:         "localhost",
+		AdvertisedPort:         9092,
+		AutoCreateTopics:       true,
+		NumPartitions:          1,
+		OffsetsTopicPartitions: 50,
+		LogDefaults:            storage.DefaultConfig(),
+	}
+}
+
+// Broker serves the Kafka APIs of one node.
+type Broker struct {
+	cfg    Config
+	log    *slog.Logger
+	syncer *storage.Syncer
+	meta   *controller.Store
+	parts  *partition.Manager
+	groups *group.Coordinator
+
+	// closers run in reverse order on Close; each subsystem that New starts
+	// registers its own.
+	closers []func() error
+}
+
+// New opens (or creates) the node's state under cfg.DataDir and starts every
+// subsystem registered with onStart.
+func New(cfg Config) (*Broker, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.FS == nil {
+		cfg.FS = storage.OSFS()
+	}
+	b := &Broker{cfg: cfg, log: cfg.Logger}
+	for _, h := range startHooks {
+		if err := h.fn(b); err != nil {
+			b.Close()
+			return nil, fmt.Errorf("starting %s: %w", h.name, err)
+		}
+	}
+	return b, nil
+}
+
+// Close stops every subsystem, newest first.
+func (b *Broker) Close() error {
+	var first error
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		if err := b.closers[i](); err != nil && first == nil {
+			first = err
+		}
+	}
+	b.closers = nil
+	return first
+}
+
+// Config returns the configuration the broker runs with.
+func (b *Broker) Config() Config { return b.cfg }
+
+// startHook is one subsystem's start-up step. Hooks run in order of their
+// rank, so storage opens before the coordinators that read from it.
+type startHook struct {
+	rank int
+	name string
+	fn   func(*Broker) error
+}
+
+var startHooks []startHook
+
+// onStart registers a start-up step; lower ranks run first.
+func onStart(rank int, name string, fn func(*Broker) error) {
+	startHooks = append(startHooks, startHook{rank, name, fn})
+	sort.SliceStable(startHooks, func(i, j int) bool { return startHooks[i].rank < startHooks[j].rank })
+}
+
+// Start-up ranks.
+const (
+	rankStorage     = 10 // syncer, metadata store, partitions
+	rankCoordinator = 20 // group and transaction coordinators (replay internal topics)
+)
+
+// handlerFunc serves one API. It runs on the connection's reader goroutine
+// in request order: it does what must be ordered and returns a Reply for the
+// rest (see wire.Handler).
+type handlerFunc func(b *Broker, ctx context.Context, req *wire.Request) wire.Reply
+
+type api struct {
+	min, max int16
+	fn       handlerFunc
+}
+
+var apis = map[int16]api{}
+
+// register serves key at versions min..max with fn. Called from each API
+// file's init.
+func register(key kmsg.Key, min, max int16, fn handlerFunc) {
+	if _, dup := apis[key.Int16()]; dup {
+		panic(fmt.Sprintf("broker: %s registered twice", kmsg.NameForKey(key.Int16())))
+	}
+	if req := kmsg.RequestForKey(key.Int16()); req == nil || max > req.MaxVersion() {
+		panic(fmt.Sprintf("broker: %s v%d is beyond what kmsg encodes", kmsg.NameForKey(key.Int16()), max))
+	}
+	apis[key.Int16()] = api{min, max, fn}
+}
+
+// Versions implements wire.Handler.
+func (b *Broker) Versions(key int16) (min, max int16, ok bool) {
+	a, ok := apis[key]
+	return a.min, a.max, ok
+}
+
+// Handle implements wire.Handler.
+func (b *Broker) Handle(ctx context.Context, req *wire.Request) wire.Reply {
+	a, ok := apis[req.Key]
+	if !ok { // wire only passes keys that Versions reports
+		panic("broker: unregistered key reached Handle")
+	}
+	return a.fn(b, ctx, req)
+}

@@ -1,0 +1,137 @@
+// Package brokertest starts real in-process Holdfast brokers on free
+// loopback ports for integration tests, and restarts them on the same data
+// directory and port.
+package brokertest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"holdfast/internal/broker"
+	"holdfast/internal/wire"
+)
+
+// Node is one running broker.
+type Node struct {
+	t      testing.TB
+	Cfg    broker.Config
+	Limits wire.Limits
+	Addr   string // host:port clients bootstrap from
+
+	B   *broker.Broker
+	srv *wire.Server
+	ln  net.Listener
+}
+
+// Start starts a broker with a fresh data directory; opts adjust the config.
+// The broker is closed when the test ends.
+func Start(t testing.TB, opts ...func(*broker.Config, *wire.Limits)) *Node {
+	t.Helper()
+	cfg := broker.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.OffsetsTopicPartitions = 3 // keep start-up quick in tests
+	cfg.Logger = testLogger()
+	limits := wire.DefaultLimits()
+	for _, o := range opts {
+		o(&cfg, &limits)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	cfg.AdvertisedHost, cfg.AdvertisedPort = "127.0.0.1", int32(port)
+	n := &Node{t: t, Cfg: cfg, Limits: limits, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	n.start(ln)
+	t.Cleanup(n.Stop)
+	return n
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("HOLDFAST_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func (n *Node) start(ln net.Listener) {
+	n.t.Helper()
+	b, err := broker.New(n.Cfg)
+	if err != nil {
+		ln.Close()
+		n.t.Fatalf("broker.New: %v", err)
+	}
+	n.B, n.ln = b, ln
+	n.srv = wire.NewServer(b, n.Limits, n.Cfg.Logger)
+	go n.srv.Serve(ln)
+}
+
+// Stop closes the listener, every connection and the broker (a clean
+// shutdown). Safe to call twice.
+func (n *Node) Stop() {
+	if n.srv == nil {
+		return
+	}
+	n.srv.Close()
+	if err := n.B.Close(); err != nil {
+		n.t.Errorf("broker close: %v", err)
+	}
+	n.srv, n.B = nil, nil
+}
+
+// Restart stops the broker and starts a new one on the same data directory
+// and port, as a process restart would.
+func (n *Node) Restart() {
+	n.t.Helper()
+	n.Stop()
+	var ln net.Listener
+	var err error
+	for i := 0; i < 100; i++ { // the old listener's port may take a moment to free
+		if ln, err = net.Listen("tcp", n.Addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		n.t.Fatalf("re-listen on %s: %v", n.Addr, err)
+	}
+	n.start(ln)
+}
+
+// Client returns a franz-go client for the node, closed at test end.
+func (n *Node) Client(opts ...kgo.Opt) *kgo.Client {
+	n.t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(n.Addr)}, opts...)...)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.t.Cleanup(cl.Close)
+	return cl
+}
+
+// Admin returns a kadm client for the node.
+func (n *Node) Admin() *kadm.Client { return kadm.NewClient(n.Client()) }
+
+// CreateTopic creates a topic and fails the test on error.
+func (n *Node) CreateTopic(topic string, partitions int32, configs map[string]*string) {
+	n.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := n.Admin().CreateTopics(ctx, partitions, 1, configs, topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		n.t.Fatal(fmt.Errorf("create topic %s: %w", topic, err))
+	}
+}

@@ -1,0 +1,522 @@
+// Package wire runs the Kafka connection loop: it reads length-prefixed
+// frames, decodes the request header and body with kmsg, hands each request
+// to a Handler in arrival order, and writes the replies back in that same
+// order. It knows nothing about what the requests mean.
+//
+// Per connection there are two goroutines. The reader decodes a request and
+// calls Handler.Handle, which does the part of the work that must happen in
+// order (an append, say) and returns a Reply. The writer calls the Replies in
+// order and writes what they return, so a reply that waits (an fsync, a
+// long-poll fetch) delays only the responses queued behind it on the same
+// connection - which is what Kafka clients expect.
+package wire
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Limits bound what one client can make the server hold. Names in comments
+// are Kafka's broker config names.
+type Limits struct {
+	MaxRequestBytes int32         // socket.request.max.bytes: a larger frame closes the connection
+	MaxConnections  int           // max.connections: further connections are closed at accept
+	MaxInFlight     int           // requests decoded but not yet answered, per connection
+	MaxQueuedBytes  int64         // queued.max.request.bytes: request bytes held across all connections
+	IdleTimeout     time.Duration // connections.max.idle.ms: no request for this long closes the connection
+	ReadTimeout     time.Duration // a started frame must arrive completely within this
+	WriteTimeout    time.Duration // a response must be written within this
+}
+
+// DefaultLimits are Kafka's defaults where Kafka has one, and bounds that keep
+// a single node inside a few hundred MiB otherwise.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxRequestBytes: 100 << 20,
+		MaxConnections:  10000,
+		MaxInFlight:     64,
+		MaxQueuedBytes:  256 << 20,
+		IdleTimeout:     10 * time.Minute,
+		ReadTimeout:     30 * time.Second,
+		WriteTimeout:    30 * time.Second,
+	}
+}
+
+// Request is one decoded request.
+type Request struct {
+	Key           int16
+	Version       int16
+	CorrelationID int32
+	ClientID      string
+	Body          kmsg.Request // version already set
+	Conn          *Conn
+}
+
+// Reply produces the response for a request. It runs on the connection's
+// writer goroutine, in request order, and may block (fsync, long poll); ctx
+// is cancelled when the connection closes. A nil response sends nothing
+// (acks=0 produce).
+type Reply func(ctx context.Context) kmsg.Response
+
+// Respond is a Reply that is already known.
+func Respond(resp kmsg.Response) Reply {
+	return func(context.Context) kmsg.Response { return resp }
+}
+
+// Handler is what the server serves.
+type Handler interface {
+	// Versions reports the versions served for an API key; ok is false for
+	// keys not served at all.
+	Versions(key int16) (min, max int16, ok bool)
+	// Handle is called on the connection's reader goroutine in arrival
+	// order. It must not wait for anything slow; the slow part goes in the
+	// returned Reply.
+	Handle(ctx context.Context, req *Request) Reply
+}
+
+// Conn is what a handler may know about the connection a request came on.
+type Conn struct {
+	ID     uint64
+	Remote net.Addr
+	Local  net.Addr
+}
+
+// Stats are the server's counters, read by metrics.
+type Stats struct {
+	Accepted, Rejected, Open atomic.Int64
+	Requests, BadFrames      atomic.Int64
+	BytesIn, BytesOut        atomic.Int64
+}
+
+// Server accepts Kafka connections.
+type Server struct {
+	h      Handler
+	limits Limits
+	log    *slog.Logger
+	budget *budget
+
+	Stats Stats
+
+	mu     sync.Mutex
+	lns    []net.Listener
+	conns  map[*serverConn]struct{}
+	nextID atomic.Uint64
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// NewServer returns a server that dispatches to h.
+func NewServer(h Handler, limits Limits, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.Default()
+	}
+	def := DefaultLimits()
+	if limits.MaxRequestBytes <= 0 {
+		limits.MaxRequestBytes = def.MaxRequestBytes
+	}
+	if limits.MaxConnections <= 0 {
+		limits.MaxConnections = def.MaxConnections
+	}
+	if limits.MaxInFlight <= 0 {
+		limits.MaxInFlight = def.MaxInFlight
+	}
+	if limits.MaxQueuedBytes <= 0 {
+		limits.MaxQueuedBytes = def.MaxQueuedBytes
+	}
+	if limits.MaxQueuedBytes < int64(limits.MaxRequestBytes) {
+		// One maximal request must always fit, or it would wait forever.
+		limits.MaxQueuedBytes = int64(limits.MaxRequestBytes)
+	}
+	if limits.IdleTimeout <= 0 {
+		limits.IdleTimeout = def.IdleTimeout
+	}
+	if limits.ReadTimeout <= 0 {
+		limits.ReadTimeout = def.ReadTimeout
+	}
+	if limits.WriteTimeout <= 0 {
+		limits.WriteTimeout = def.WriteTimeout
+	}
+	return &Server{h: h, limits: limits, log: log, budget: newBudget(limits.MaxQueuedBytes), conns: map[*serverConn]struct{}{}}
+}
+
+// Serve accepts connections on ln until Close. It returns nil after Close.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.lns = append(s.lns, ln)
+	s.mu.Unlock()
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				// Out of file descriptors or similar: back off instead of spinning.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept failed; backing off", "err", err, "backoff", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		s.accept(nc)
+	}
+}
+
+func (s *Server) accept(nc net.Conn) {
+	s.mu.Lock()
+	if s.closed || len(s.conns) >= s.limits.MaxConnections {
+		s.mu.Unlock()
+		s.Stats.Rejected.Add(1)
+		s.log.Warn("connection refused: max.connections reached", "peer", nc.RemoteAddr().String(), "limit", s.limits.MaxConnections)
+		nc.Close()
+		return
+	}
+	c := &serverConn{
+		s:       s,
+		nc:      nc,
+		info:    &Conn{ID: s.nextID.Add(1), Remote: nc.RemoteAddr(), Local: nc.LocalAddr()},
+		pending: make(chan pending, s.limits.MaxInFlight),
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	s.conns[c] = struct{}{}
+	s.wg.Add(2)
+	s.mu.Unlock()
+	s.Stats.Accepted.Add(1)
+	s.Stats.Open.Add(1)
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	go c.readLoop()
+	go c.writeLoop()
+}
+
+// Close stops accepting, closes every connection and waits for their
+// goroutines. Replies still waiting see their context cancelled.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	for _, ln := range s.lns {
+		ln.Close()
+	}
+	for c := range s.conns {
+		c.close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+type pending struct {
+	req   *Request
+	reply Reply
+	size  int64 // bytes held in the budget until the reply is written
+}
+
+type serverConn struct {
+	s       *Server
+	nc      net.Conn
+	info    *Conn
+	pending chan pending
+	ctx     context.Context
+	cancel  context.CancelFunc
+	once    sync.Once
+}
+
+func (c *serverConn) close() {
+	c.once.Do(func() {
+		c.cancel()
+		c.nc.Close()
+	})
+}
+
+// drop closes the connection because of what the peer sent. It is logged once
+// per connection (the connection is gone after it).
+func (c *serverConn) drop(reason string, args ...any) {
+	c.s.Stats.BadFrames.Add(1)
+	c.s.log.Warn("closing connection: "+reason, append([]any{"peer", c.info.Remote.String()}, args...)...)
+	c.close()
+}
+
+func (c *serverConn) readLoop() {
+	defer c.s.wg.Done()
+	defer close(c.pending)
+	var sizeBuf [4]byte
+	for {
+		c.nc.SetReadDeadline(time.Now().Add(c.s.limits.IdleTimeout))
+		if _, err := io.ReadFull(c.nc, sizeBuf[:]); err != nil {
+			if c.ctx.Err() == nil && !errors.Is(err, io.EOF) {
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					c.s.log.Info("closing idle connection", "peer", c.info.Remote.String(), "idle", c.s.limits.IdleTimeout)
+				}
+			}
+			c.close()
+			return
+		}
+		size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
+		if size < 8 || size > c.s.limits.MaxRequestBytes {
+			// 8 = api key + version + correlation id: nothing smaller is a request.
+			c.drop("bad frame size", "size", size, "max", c.s.limits.MaxRequestBytes)
+			return
+		}
+		if !c.s.budget.acquire(c.ctx, int64(size)) {
+			return
+		}
+		buf := make([]byte, size)
+		c.nc.SetReadDeadline(time.Now().Add(c.s.limits.ReadTimeout))
+		if _, err := io.ReadFull(c.nc, buf); err != nil {
+			c.s.budget.release(int64(size))
+			if c.ctx.Err() == nil {
+				c.drop("truncated frame", "size", size, "err", err)
+			}
+			return
+		}
+		c.s.Stats.BytesIn.Add(int64(size) + 4)
+		req, err := c.decode(buf)
+		if err != nil {
+			c.s.budget.release(int64(size))
+			c.drop("undecodable request", "err", err)
+			return
+		}
+		c.s.Stats.Requests.Add(1)
+		var reply Reply
+		if req.Body == nil {
+			reply = c.unsupportedApiVersions(req)
+		} else {
+			reply = c.s.h.Handle(c.ctx, req)
+		}
+		select {
+		case c.pending <- pending{req: req, reply: reply, size: int64(size)}:
+		case <-c.ctx.Done():
+			c.s.budget.release(int64(size))
+			return
+		}
+	}
+}
+
+var errUnsupported = errors.New("unsupported")
+
+// decode parses the request header and body. A request for an ApiVersions
+// version the server lacks comes back with a nil Body: Kafka answers it with
+// a v0 response listing what it supports (KIP-511's downgrade).
+func (c *serverConn) decode(buf []byte) (*Request, error) {
+	key := int16(binary.BigEndian.Uint16(buf[0:]))
+	version := int16(binary.BigEndian.Uint16(buf[2:]))
+	req := &Request{Key: key, Version: version, CorrelationID: int32(binary.BigEndian.Uint32(buf[4:])), Conn: c.info}
+	rest := buf[8:]
+	// Header v1+ has a nullable client id (int16 length), every version we
+	// serve has it.
+	if len(rest) < 2 {
+		return nil, fmt.Errorf("key %d: header truncated", key)
+	}
+	n := int16(binary.BigEndian.Uint16(rest))
+	rest = rest[2:]
+	if n > 0 {
+		if int(n) > len(rest) {
+			return nil, fmt.Errorf("key %d: client id runs past the frame", key)
+		}
+		req.ClientID = string(rest[:n])
+		rest = rest[n:]
+	} else if n < -1 {
+		return nil, fmt.Errorf("key %d: client id length %d", key, n)
+	}
+
+	minV, maxV, ok := c.s.h.Versions(key)
+	body := kmsg.RequestForKey(key)
+	if !ok || body == nil {
+		return nil, fmt.Errorf("api key %d (%s) not served: %w", key, kmsg.NameForKey(key), errUnsupported)
+	}
+	if version < minV || version > maxV || version > body.MaxVersion() {
+		if key == kmsg.ApiVersions.Int16() {
+			return req, nil
+		}
+		return nil, fmt.Errorf("%s v%d not served (v%d-v%d): %w", kmsg.NameForKey(key), version, minV, maxV, errUnsupported)
+	}
+	body.SetVersion(version)
+	if body.IsFlexible() {
+		var err error
+		if rest, err = skipTags(rest); err != nil {
+			return nil, fmt.Errorf("%s v%d header tags: %w", kmsg.NameForKey(key), version, err)
+		}
+	}
+	if err := body.ReadFrom(rest); err != nil {
+		return nil, fmt.Errorf("%s v%d body: %w", kmsg.NameForKey(key), version, err)
+	}
+	req.Body = body
+	return req, nil
+}
+
+// unsupportedApiVersions answers an ApiVersions request whose version the
+// server lacks with a v0 response that lists the supported ranges, so the
+// client can retry with one of them.
+func (c *serverConn) unsupportedApiVersions(req *Request) Reply {
+	resp := kmsg.NewPtrApiVersionsResponse()
+	resp.ErrorCode = kerr.UnsupportedVersion.Code
+	resp.ApiKeys = SupportedKeys(c.s.h)
+	req.Version = 0
+	return Respond(resp)
+}
+
+// SupportedKeys lists the served API keys and versions for an ApiVersions
+// response.
+func SupportedKeys(h Handler) []kmsg.ApiVersionsResponseApiKey {
+	var keys []kmsg.ApiVersionsResponseApiKey
+	for k := int16(0); k <= kmsg.MaxKey; k++ {
+		minV, maxV, ok := h.Versions(k)
+		if !ok {
+			continue
+		}
+		keys = append(keys, kmsg.ApiVersionsResponseApiKey{ApiKey: k, MinVersion: minV, MaxVersion: maxV})
+	}
+	return keys
+}
+
+func (c *serverConn) writeLoop() {
+	defer c.s.wg.Done()
+	defer func() {
+		c.s.mu.Lock()
+		delete(c.s.conns, c)
+		c.s.mu.Unlock()
+		c.s.Stats.Open.Add(-1)
+	}()
+	var out []byte
+	for p := range c.pending {
+		resp := c.run(p)
+		c.s.budget.release(p.size)
+		if resp == nil || c.ctx.Err() != nil {
+			continue
+		}
+		out = appendResponse(out[:0], p.req, resp)
+		c.nc.SetWriteDeadline(time.Now().Add(c.s.limits.WriteTimeout))
+		if _, err := c.nc.Write(out); err != nil {
+			c.close()
+			continue // drain pending so their budget is released
+		}
+		c.s.Stats.BytesOut.Add(int64(len(out)))
+		if cap(out) > 1<<20 {
+			out = nil // don't pin one huge fetch response's buffer forever
+		}
+	}
+	c.close()
+}
+
+// run calls a reply; a panicking handler closes only its own connection.
+func (c *serverConn) run(p pending) (resp kmsg.Response) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.s.log.Error("handler panic; closing connection", "peer", c.info.Remote.String(),
+				"api", kmsg.NameForKey(p.req.Key), "version", p.req.Version, "panic", r)
+			c.close()
+			resp = nil
+		}
+	}()
+	if c.ctx.Err() != nil {
+		return nil
+	}
+	return p.reply(c.ctx)
+}
+
+// appendResponse frames resp: size, correlation id, header tags for flexible
+// versions (never for ApiVersions, whose response header is always v0).
+func appendResponse(dst []byte, req *Request, resp kmsg.Response) []byte {
+	resp.SetVersion(req.Version)
+	dst = append(dst, 0, 0, 0, 0)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(req.CorrelationID))
+	if resp.IsFlexible() && req.Key != kmsg.ApiVersions.Int16() {
+		dst = append(dst, 0)
+	}
+	dst = resp.AppendTo(dst)
+	binary.BigEndian.PutUint32(dst, uint32(len(dst)-4))
+	return dst
+}
+
+// skipTags skips a tagged-field section (uvarint count, then uvarint tag,
+// uvarint size, bytes); the request header defines no tags we use.
+func skipTags(b []byte) ([]byte, error) {
+	n, used := binary.Uvarint(b)
+	if used <= 0 {
+		return nil, errors.New("bad tag count")
+	}
+	b = b[used:]
+	for i := uint64(0); i < n; i++ {
+		if _, used = binary.Uvarint(b); used <= 0 {
+			return nil, errors.New("bad tag")
+		}
+		b = b[used:]
+		size, used := binary.Uvarint(b)
+		if used <= 0 || size > uint64(len(b)-used) {
+			return nil, errors.New("bad tag size")
+		}
+		b = b[used+int(size):]
+	}
+	return b, nil
+}
+
+// budget is a byte semaphore over all connections' queued requests
+// (queued.max.request.bytes), so many slow clients cannot grow memory without
+// bound: readers wait for room before allocating a frame.
+type budget struct {
+	mu    sync.Mutex
+	cond  *sync.Cond
+	avail int64
+}
+
+func newBudget(n int64) *budget {
+	b := &budget{avail: n}
+	b.cond = sync.NewCond(&b.mu)
+	return b
+}
+
+func (b *budget) acquire(ctx context.Context, n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.avail >= n {
+		b.avail -= n
+		return true
+	}
+	stop := context.AfterFunc(ctx, func() {
+		b.mu.Lock()
+		b.cond.Broadcast()
+		b.mu.Unlock()
+	})
+	defer stop()
+	for b.avail < n {
+		if ctx.Err() != nil {
+			return false
+		}
+		b.cond.Wait()
+	}
+	b.avail -= n
+	return true
+}
+
+func (b *budget) release(n int64) {
+	b.mu.Lock()
+	b.avail += n
+	b.cond.Broadcast()
+	b.mu.Unlock()
+}
