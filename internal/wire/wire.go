@@ -108,6 +108,9 @@ type Server struct {
 	budget *budget
 
 	Stats Stats
+	// OnReply, if set before Serve, is told of each answered request: its
+	// key and how long it took from decode to written response.
+	OnReply func(key int16, took time.Duration)
 
 	mu     sync.Mutex
 	lns    []net.Listener
@@ -234,6 +237,7 @@ type pending struct {
 	req   *Request
 	reply Reply
 	size  int64 // bytes held in the budget until the reply is written
+	start time.Time
 }
 
 type serverConn struct {
@@ -303,6 +307,7 @@ func (c *serverConn) readLoop() {
 			return
 		}
 		c.s.Stats.Requests.Add(1)
+		start := time.Now()
 		var reply Reply
 		if req.Body == nil {
 			reply = c.unsupportedApiVersions(req)
@@ -310,7 +315,7 @@ func (c *serverConn) readLoop() {
 			reply = c.s.h.Handle(c.ctx, req)
 		}
 		select {
-		case c.pending <- pending{req: req, reply: reply, size: int64(size)}:
+		case c.pending <- pending{req: req, reply: reply, size: int64(size), start: start}:
 		case <-c.ctx.Done():
 			c.s.budget.release(int64(size))
 			return
@@ -417,6 +422,9 @@ func (c *serverConn) writeLoop() {
 			continue // drain pending so their budget is released
 		}
 		c.s.Stats.BytesOut.Add(int64(len(out)))
+		if c.s.OnReply != nil {
+			c.s.OnReply(p.req.Key, time.Since(p.start))
+		}
 		if cap(out) > 1<<20 {
 			out = nil // don't pin one huge fetch response's buffer forever
 		}
