@@ -1,0 +1,121 @@
+package storage
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// FlushMode says when appended data is fsynced.
+type FlushMode int
+
+const (
+	// FlushSync: fsync (group commit) before an append is acknowledged.
+	FlushSync FlushMode = iota
+	// FlushInterval: fsync at most Interval after an append.
+	FlushInterval
+	// FlushOS: leave it to the page cache (Kafka's default); fsync only on
+	// segment roll, Close, or an explicit Sync/WaitDurable.
+	FlushOS
+)
+
+// FlushPolicy is a log's durability policy.
+type FlushPolicy struct {
+	Mode     FlushMode
+	Interval time.Duration // FlushInterval only
+}
+
+// ParseFlushPolicy parses "sync", "interval:100ms" or "os".
+func ParseFlushPolicy(s string) (FlushPolicy, error) {
+	switch {
+	case s == "sync" || s == "":
+		return FlushPolicy{Mode: FlushSync}, nil
+	case s == "os":
+		return FlushPolicy{Mode: FlushOS}, nil
+	case strings.HasPrefix(s, "interval:"):
+		d, err := time.ParseDuration(strings.TrimPrefix(s, "interval:"))
+		if err != nil {
+			return FlushPolicy{}, fmt.Errorf("storage: flush policy %q: %w", s, err)
+		}
+		if d <= 0 || d > time.Hour {
+			return FlushPolicy{}, fmt.Errorf("storage: flush policy %q: interval must be in (0, 1h]", s)
+		}
+		return FlushPolicy{Mode: FlushInterval, Interval: d}, nil
+	}
+	return FlushPolicy{}, fmt.Errorf("storage: flush policy %q: want sync, interval:<duration> or os", s)
+}
+
+func (p FlushPolicy) String() string {
+	switch p.Mode {
+	case FlushSync:
+		return "sync"
+	case FlushInterval:
+		return "interval:" + p.Interval.String()
+	case FlushOS:
+		return "os"
+	}
+	return fmt.Sprintf("flush(%d)", int(p.Mode))
+}
+
+// Config is a log's configuration, named after Kafka's topic configs.
+type Config struct {
+	SegmentBytes       int64         // segment.bytes
+	SegmentMs          time.Duration // segment.ms
+	RetentionBytes     int64         // retention.bytes (-1 unlimited)
+	RetentionMs        time.Duration // retention.ms (<0 unlimited)
+	MaxMessageBytes    int           // max.message.bytes
+	IndexIntervalBytes int           // index.interval.bytes
+	Flush              FlushPolicy
+}
+
+// Limits applied by normalize so a bad config cannot break an invariant.
+const (
+	minSegmentBytes = 1024
+	// Index positions are uint32; keep segments below 2 GiB as Kafka does.
+	maxSegmentBytes       = 1<<31 - 1
+	maxMaxMessageBytes    = 64 << 20
+	maxIndexEntries       = 1 << 20 // per segment; the segment rolls when full
+	defaultMaxMessageSize = 1048588
+)
+
+// DefaultConfig returns Kafka's defaults with flush=sync.
+func DefaultConfig() Config {
+	return Config{
+		SegmentBytes:       1 << 30,
+		SegmentMs:          7 * 24 * time.Hour,
+		RetentionBytes:     -1,
+		RetentionMs:        7 * 24 * time.Hour,
+		MaxMessageBytes:    defaultMaxMessageSize,
+		IndexIntervalBytes: 4096,
+		Flush:              FlushPolicy{Mode: FlushSync},
+	}
+}
+
+// normalize fills zero values with defaults and clamps to the limits.
+func (c Config) normalize() Config {
+	d := DefaultConfig()
+	if c.SegmentBytes <= 0 {
+		c.SegmentBytes = d.SegmentBytes
+	}
+	c.SegmentBytes = min(max(c.SegmentBytes, minSegmentBytes), maxSegmentBytes)
+	if c.SegmentMs <= 0 {
+		c.SegmentMs = d.SegmentMs
+	}
+	if c.RetentionBytes == 0 {
+		c.RetentionBytes = d.RetentionBytes
+	}
+	if c.RetentionMs == 0 {
+		c.RetentionMs = d.RetentionMs
+	}
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = d.MaxMessageBytes
+	}
+	c.MaxMessageBytes = min(c.MaxMessageBytes, maxMaxMessageBytes)
+	if c.IndexIntervalBytes <= 0 {
+		c.IndexIntervalBytes = d.IndexIntervalBytes
+	}
+	if c.Flush.Mode == FlushInterval && c.Flush.Interval <= 0 {
+		c.Flush.Interval = time.Second
+	}
+	return c
+}
