@@ -1,0 +1,399 @@
+// Package controller holds the node's durable cluster metadata: the cluster
+// id, the topics (name, id, partition count, config overrides) and dynamic
+// broker configs. On a single node it is a small file rewritten atomically
+// on every change; in a cluster it becomes the metadata Raft group's state
+// machine, with the same methods.
+package controller
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"maps"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+
+	"holdfast/internal/storage"
+)
+
+// Errors returned by the Store's mutations. Callers map them onto Kafka
+// error codes.
+var (
+	ErrTopicExists    = errors.New("controller: topic already exists")
+	ErrUnknownTopic   = errors.New("controller: unknown topic")
+	ErrInvalidCount   = errors.New("controller: invalid partition count")
+	ErrDeletePending  = errors.New("controller: topic is being deleted")
+	errCorruptMetaDoc = errors.New("controller: metadata file is corrupt")
+)
+
+// Topic is one topic's metadata.
+type Topic struct {
+	Name       string
+	ID         [16]byte
+	Partitions int32
+	Configs    map[string]string // dynamic topic config overrides only
+	Internal   bool
+}
+
+// IDString is the topic id as Kafka prints it (URL-safe base64, no padding).
+func (t Topic) IDString() string { return base64.RawURLEncoding.EncodeToString(t.ID[:]) }
+
+func (t Topic) clone() Topic {
+	t.Configs = maps.Clone(t.Configs)
+	if t.Configs == nil {
+		t.Configs = map[string]string{}
+	}
+	return t
+}
+
+// state is what is persisted. Field names are part of the on-disk format.
+type state struct {
+	Version       int               `json:"version"`
+	ClusterID     string            `json:"cluster_id"`
+	Topics        []Topic           `json:"topics"`
+	BrokerConfigs map[string]string `json:"broker_configs,omitempty"`
+	// Deleting are topics removed from Topics whose data may still be on
+	// disk: a crash between "forget the topic" and "remove its logs" must
+	// not let a later topic of the same name reopen the old data.
+	Deleting []Topic `json:"deleting,omitempty"`
+}
+
+const stateVersion = 1
+
+// Store is the node's metadata. Safe for concurrent use; every mutation is
+// on disk (fsynced) before it returns and before readers can see it.
+type Store struct {
+	dir string
+	fs  storage.FS
+	log *slog.Logger
+
+	mu     sync.RWMutex
+	st     state
+	byName map[string]int // index into st.Topics
+	byID   map[[16]byte]int
+}
+
+const (
+	fileName = "cluster.json"
+	tmpName  = "cluster.json.tmp"
+)
+
+// Open loads the metadata under dir, creating it (with a fresh cluster id)
+// if there is none.
+func Open(dir string, fs storage.FS, log *slog.Logger) (*Store, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Store{dir: dir, fs: fs, log: log}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	// The directory itself may be new: make its entry durable too.
+	if err := fs.SyncDir(filepath.Dir(dir)); err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	data, err := readFile(fs, join(dir, fileName))
+	switch {
+	case err == nil:
+		st, err := decode(data)
+		if err != nil {
+			return nil, fmt.Errorf("controller: %s: %w", join(dir, fileName), err)
+		}
+		s.st = st
+	case isNotExist(err):
+		// A leftover temp file is an interrupted first write: nothing was
+		// ever acknowledged from it.
+		s.st = state{Version: stateVersion, ClusterID: newClusterID()}
+		if err := s.persist(s.st); err != nil {
+			return nil, err
+		}
+		log.Info("created cluster metadata", "cluster_id", s.st.ClusterID, "dir", dir)
+	default:
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	s.reindex()
+	return s, nil
+}
+
+func (s *Store) reindex() {
+	s.byName = make(map[string]int, len(s.st.Topics))
+	s.byID = make(map[[16]byte]int, len(s.st.Topics))
+	for i, t := range s.st.Topics {
+		s.byName[t.Name] = i
+		s.byID[t.ID] = i
+	}
+}
+
+// ClusterID is the cluster's id, generated once and persisted.
+func (s *Store) ClusterID() string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.st.ClusterID
+}
+
+// Topic returns the named topic.
+func (s *Store) Topic(name string) (Topic, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	i, ok := s.byName[name]
+	if !ok {
+		return Topic{}, false
+	}
+	return s.st.Topics[i].clone(), true
+}
+
+// TopicByID returns the topic with the given id.
+func (s *Store) TopicByID(id [16]byte) (Topic, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	i, ok := s.byID[id]
+	if !ok {
+		return Topic{}, false
+	}
+	return s.st.Topics[i].clone(), true
+}
+
+// Topics returns every topic, sorted by name.
+func (s *Store) Topics() []Topic {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]Topic, len(s.st.Topics))
+	for i, t := range s.st.Topics {
+		out[i] = t.clone()
+	}
+	return out
+}
+
+// Deleting returns the topics that were deleted but whose data may still
+// be on disk; the caller removes the data and calls FinishDelete.
+func (s *Store) Deleting() []Topic {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]Topic, len(s.st.Deleting))
+	for i, t := range s.st.Deleting {
+		out[i] = t.clone()
+	}
+	return out
+}
+
+// CreateTopic adds a topic with a fresh id. Name and config validation is
+// the caller's job; the store only guards uniqueness and counts.
+func (s *Store) CreateTopic(name string, partitions int32, configs map[string]string, internal bool) (Topic, error) {
+	if partitions <= 0 {
+		return Topic{}, ErrInvalidCount
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.byName[name]; ok {
+		return Topic{}, ErrTopicExists
+	}
+	for _, d := range s.st.Deleting {
+		if d.Name == name {
+			return Topic{}, ErrDeletePending
+		}
+	}
+	t := Topic{Name: name, Partitions: partitions, Configs: maps.Clone(configs), Internal: internal}
+	if t.Configs == nil {
+		t.Configs = map[string]string{}
+	}
+	for {
+		t.ID = newTopicID()
+		if _, dup := s.byID[t.ID]; !dup {
+			break
+		}
+	}
+	next := s.st
+	next.Topics = append(slices.Clone(s.st.Topics), t)
+	sort.Slice(next.Topics, func(i, j int) bool { return next.Topics[i].Name < next.Topics[j].Name })
+	if err := s.commit(next); err != nil {
+		return Topic{}, err
+	}
+	return t.clone(), nil
+}
+
+// DeleteTopic forgets a topic and records it as being deleted, so its data
+// is removed even across a crash; see Deleting and FinishDelete.
+func (s *Store) DeleteTopic(name string) (Topic, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i, ok := s.byName[name]
+	if !ok {
+		return Topic{}, ErrUnknownTopic
+	}
+	t := s.st.Topics[i]
+	next := s.st
+	next.Topics = slices.Delete(slices.Clone(s.st.Topics), i, i+1)
+	next.Deleting = append(slices.Clone(s.st.Deleting), t)
+	if err := s.commit(next); err != nil {
+		return Topic{}, err
+	}
+	return t.clone(), nil
+}
+
+// FinishDelete drops the deletion record of the topic with id, once its
+// data is gone from disk.
+func (s *Store) FinishDelete(id [16]byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := slices.IndexFunc(s.st.Deleting, func(t Topic) bool { return t.ID == id })
+	if i < 0 {
+		return nil
+	}
+	next := s.st
+	next.Deleting = slices.Delete(slices.Clone(s.st.Deleting), i, i+1)
+	return s.commit(next)
+}
+
+// AddPartitions raises a topic's partition count to total. Kafka never
+// lowers it: total must be greater than the current count.
+func (s *Store) AddPartitions(name string, total int32) (Topic, error) {
+	return s.update(name, func(t *Topic) error {
+		if total <= t.Partitions {
+			return ErrInvalidCount
+		}
+		t.Partitions = total
+		return nil
+	})
+}
+
+// SetTopicConfigs replaces a topic's config overrides with configs.
+func (s *Store) SetTopicConfigs(name string, configs map[string]string) (Topic, error) {
+	return s.update(name, func(t *Topic) error {
+		t.Configs = maps.Clone(configs)
+		if t.Configs == nil {
+			t.Configs = map[string]string{}
+		}
+		return nil
+	})
+}
+
+func (s *Store) update(name string, fn func(*Topic) error) (Topic, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i, ok := s.byName[name]
+	if !ok {
+		return Topic{}, ErrUnknownTopic
+	}
+	t := s.st.Topics[i].clone()
+	if err := fn(&t); err != nil {
+		return Topic{}, err
+	}
+	next := s.st
+	next.Topics = slices.Clone(s.st.Topics)
+	next.Topics[i] = t
+	if err := s.commit(next); err != nil {
+		return Topic{}, err
+	}
+	return t.clone(), nil
+}
+
+// BrokerConfigs returns the dynamic broker config overrides.
+func (s *Store) BrokerConfigs() map[string]string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return maps.Clone(s.st.BrokerConfigs)
+}
+
+// SetBrokerConfigs replaces the dynamic broker config overrides.
+func (s *Store) SetBrokerConfigs(configs map[string]string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := s.st
+	next.BrokerConfigs = maps.Clone(configs)
+	return s.commit(next)
+}
+
+// commit persists next and only then makes it visible. Called with mu held.
+func (s *Store) commit(next state) error {
+	if err := s.persist(next); err != nil {
+		return err
+	}
+	s.st = next
+	s.reindex()
+	return nil
+}
+
+// The file is the JSON state followed by a line with its CRC-32C, so a
+// torn or bit-rotted file is detected instead of silently misread.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func encode(st state) ([]byte, error) {
+	body, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	body = append(body, '\n')
+	return fmt.Appendf(body, "crc32c %08x\n", crc32.Checksum(body, castagnoli)), nil
+}
+
+func decode(data []byte) (state, error) {
+	// The trailer is exactly "crc32c xxxxxxxx\n" (16 bytes).
+	const trailer = 16
+	if len(data) < trailer {
+		return state{}, errCorruptMetaDoc
+	}
+	body, tail := data[:len(data)-trailer], data[len(data)-trailer:]
+	var sum uint32
+	if _, err := fmt.Sscanf(string(tail), "crc32c %08x\n", &sum); err != nil || sum != crc32.Checksum(body, castagnoli) {
+		return state{}, errCorruptMetaDoc
+	}
+	var st state
+	if err := json.Unmarshal(body, &st); err != nil {
+		return state{}, fmt.Errorf("%w: %v", errCorruptMetaDoc, err)
+	}
+	if st.Version != stateVersion {
+		return state{}, fmt.Errorf("controller: unsupported metadata version %d", st.Version)
+	}
+	if st.ClusterID == "" {
+		return state{}, errCorruptMetaDoc
+	}
+	return st, nil
+}
+
+// persist writes st atomically: temp file, fsync, rename over the old
+// file, fsync the directory. A crash at any point leaves either the old or
+// the new file, never a mix.
+func (s *Store) persist(st state) error {
+	data, err := encode(st)
+	if err != nil {
+		return fmt.Errorf("controller: encoding metadata: %w", err)
+	}
+	if err := writeFileAtomic(s.fs, s.dir, fileName, tmpName, data); err != nil {
+		return fmt.Errorf("controller: persisting metadata: %w", err)
+	}
+	return nil
+}
+
+// newClusterID returns a Kafka-style cluster id: 16 random bytes in URL-safe
+// base64 without padding (22 characters).
+func newClusterID() string {
+	id := newTopicID()
+	return base64.RawURLEncoding.EncodeToString(id[:])
+}
+
+// newTopicID returns a random UUID as Kafka makes them: not the zero id, not
+// the reserved metadata-topic id (0...01), and not one whose string form
+// starts with '-' (it would read as a command-line flag).
+func newTopicID() [16]byte {
+	for {
+		var id [16]byte
+		if _, err := rand.Read(id[:]); err != nil {
+			panic(err) // crypto/rand never fails on supported platforms
+		}
+		id[6] = id[6]&0x0f | 0x40 // version 4
+		id[8] = id[8]&0x3f | 0x80 // variant
+		if id == ([16]byte{}) || id == ([16]byte{15: 1}) {
+			continue
+		}
+		if base64.RawURLEncoding.EncodeToString(id[:])[0] == '-' {
+			continue
+		}
+		return id
+	}
+}
