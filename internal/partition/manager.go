@@ -1,0 +1,183 @@
+// Package partition is a partition of a topic on this node: its log, its
+// watermarks and its idempotent-producer state. On a single node the high
+// watermark is what is durable (flush=sync) or what is appended (other flush
+// policies); replication will move it to "committed by a Raft majority".
+package partition
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"holdfast/internal/storage"
+)
+
+// deleteSuffix marks a directory renamed aside by DeleteTopic (Kafka uses
+// the same suffix). Such directories are removed on start-up if a crash
+// interrupted the removal.
+const deleteSuffix = "-delete"
+
+type key struct {
+	topic string
+	index int32
+}
+
+// Manager opens and tracks the partitions of this node under one root
+// directory, one directory per partition named <topic>-<index>.
+type Manager struct {
+	root string
+	opts storage.Options
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	parts  map[key]*Partition
+	closed bool
+}
+
+// NewManager returns a manager for the partitions under root. It removes
+// directories left behind by an interrupted DeleteTopic.
+func NewManager(root string, opts storage.Options) *Manager {
+	if opts.FS == nil {
+		opts.FS = storage.OSFS()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	m := &Manager{root: root, opts: opts, log: opts.Logger, parts: map[key]*Partition{}}
+	if names, err := opts.FS.ReadDir(root); err == nil {
+		for _, n := range names {
+			if strings.HasSuffix(n, deleteSuffix) {
+				if err := opts.FS.RemoveAll(filepath.Join(root, n)); err != nil {
+					m.log.Warn("removing deleted partition directory", "dir", n, "err", err)
+				}
+			}
+		}
+	}
+	return m
+}
+
+// Dir is the directory of a partition's log.
+func (m *Manager) Dir(topic string, index int32) string {
+	return filepath.Join(m.root, topic+"-"+strconv.Itoa(int(index)))
+}
+
+// Open opens (creating if needed) a partition and rebuilds its producer
+// state from the log. Opening a partition that is already open returns it.
+func (m *Manager) Open(topic string, topicID [16]byte, index int32, cfg storage.Config) (*Partition, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, storage.ErrClosed
+	}
+	k := key{topic, index}
+	if p := m.parts[k]; p != nil {
+		return p, nil
+	}
+	dir := m.Dir(topic, index)
+	if err := m.opts.FS.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("partition %s-%d: %w", topic, index, err)
+	}
+	l, err := storage.Open(dir, cfg, m.opts)
+	if err != nil {
+		return nil, fmt.Errorf("partition %s-%d: %w", topic, index, err)
+	}
+	p, err := newPartition(topic, topicID, index, dir, l, m.opts)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	m.parts[k] = p
+	return p, nil
+}
+
+// Get returns an open partition, or nil.
+func (m *Manager) Get(topic string, index int32) *Partition {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.parts[key{topic, index}]
+}
+
+// Partitions returns every open partition of topic ("" for all).
+func (m *Manager) Partitions(topic string) []*Partition {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*Partition
+	for k, p := range m.parts {
+		if topic == "" || k.topic == topic {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// DeleteTopic closes every partition of topic and removes its data. The
+// directories are first renamed aside, so a topic of the same name can be
+// created as soon as this returns.
+func (m *Manager) DeleteTopic(topic string) error {
+	m.mu.Lock()
+	var victims []*Partition
+	for k, p := range m.parts {
+		if k.topic == topic {
+			victims = append(victims, p)
+			delete(m.parts, k)
+		}
+	}
+	m.mu.Unlock()
+	var errs []error
+	fsys := m.opts.FS
+	for _, p := range victims {
+		if err := p.close(false); err != nil {
+			errs = append(errs, err)
+		}
+		var r [4]byte
+		rand.Read(r[:])
+		aside := p.dir + "." + hex.EncodeToString(r[:]) + deleteSuffix
+		if err := fsys.Rename(p.dir, aside); err != nil {
+			errs = append(errs, fmt.Errorf("partition %s-%d: rename aside: %w", p.topic, p.index, err))
+			continue
+		}
+		if err := fsys.SyncDir(m.root); err != nil {
+			errs = append(errs, err)
+		}
+		if err := fsys.RemoveAll(aside); err != nil {
+			// Left for the next start-up to remove.
+			m.log.Warn("removing deleted partition", "topic", p.topic, "partition", p.index, "err", err)
+		}
+	}
+	// Directories of partitions that were never opened in this process.
+	if names, err := fsys.ReadDir(m.root); err == nil {
+		for _, n := range names {
+			if idx, ok := strings.CutPrefix(n, topic+"-"); ok {
+				if _, err := strconv.ParseInt(idx, 10, 32); err == nil {
+					if err := fsys.RemoveAll(filepath.Join(m.root, n)); err != nil {
+						errs = append(errs, err)
+					}
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close closes every partition, writing producer-state snapshots so the
+// next Open need not rescan the logs.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	parts := m.parts
+	m.parts = map[key]*Partition{}
+	m.closed = true
+	m.mu.Unlock()
+	var errs []error
+	for _, p := range parts {
+		if err := p.close(true); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,359 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"holdfast/internal/records"
+	"holdfast/internal/storage"
+)
+
+// Errors that are not Kafka error codes. Every other error from Append is,
+// or wraps, a *kerr.Error the broker answers as is.
+var (
+	// ErrOffsetOutOfRange: a read below the log start or above the log end.
+	ErrOffsetOutOfRange = storage.ErrOffsetOutOfRange
+	// ErrStorage wraps an I/O failure. After one, the partition refuses
+	// appends, so nothing that may not be on disk is acknowledged.
+	ErrStorage = errors.New("partition: storage failure")
+)
+
+// AppendResult describes an appended (or deduplicated) batch.
+type AppendResult struct {
+	BaseOffset, LastOffset int64
+	LogAppendTime          int64 // -1 unless the topic uses LogAppendTime
+	LogStartOffset         int64
+	// Duplicate: the batch was a retry of one already in the log; nothing
+	// was written and the offsets are the original ones.
+	Duplicate bool
+}
+
+// ReadResult is what a fetch gets.
+type ReadResult struct {
+	Records          []byte // whole stored batches, possibly empty
+	HighWatermark    int64
+	LastStableOffset int64
+	LogStartOffset   int64
+}
+
+// Partition is one open partition.
+type Partition struct {
+	topic string
+	id    [16]byte
+	index int32
+	dir   string
+	log   *storage.Log
+	fs    storage.FS
+	lg    *slog.Logger
+	now   func() time.Time
+
+	// epoch is the leader epoch. A single node is leader of epoch 0 forever;
+	// replication will make it the Raft term.
+	epoch atomic.Int32
+	// logAppendTime: message.timestamp.type=LogAppendTime.
+	logAppendTime atomic.Bool
+
+	// appendMu serializes appends and guards producers.
+	appendMu  sync.Mutex
+	producers map[int64]*producer
+	failed    atomic.Pointer[error]
+
+	hwMu   sync.Mutex
+	hw     int64
+	hwCh   chan struct{} // closed when hw next advances
+	closed bool
+
+	// wake tells the durability loop there is something new to wait for.
+	wake   chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newPartition(topic string, id [16]byte, index int32, dir string, l *storage.Log, opts storage.Options) (*Partition, error) {
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	p := &Partition{
+		topic: topic, id: id, index: index, dir: dir, log: l,
+		fs: opts.FS, lg: opts.Logger.With("topic", topic, "partition", index), now: now,
+		producers: map[int64]*producer{},
+		hwCh:      make(chan struct{}),
+		wake:      make(chan struct{}, 1),
+		done:      make(chan struct{}),
+	}
+	if err := p.loadProducers(); err != nil {
+		return nil, fmt.Errorf("partition %s-%d: rebuilding producer state: %w", topic, index, err)
+	}
+	if p.syncMode() {
+		p.hw = l.DurableOffset()
+	} else {
+		p.hw = l.EndOffset()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	go p.durabilityLoop(ctx)
+	return p, nil
+}
+
+func (p *Partition) Topic() string      { return p.topic }
+func (p *Partition) Index() int32       { return p.index }
+func (p *Partition) TopicID() [16]byte  { return p.id }
+func (p *Partition) LeaderEpoch() int32 { return p.epoch.Load() }
+func (p *Partition) Log() *storage.Log  { return p.log }
+
+// SetLogAppendTime switches the topic's message.timestamp.type: with true,
+// the broker stamps each batch with its append time.
+func (p *Partition) SetLogAppendTime(on bool) { p.logAppendTime.Store(on) }
+
+// Failed returns the I/O error that stopped the partition, if any.
+func (p *Partition) Failed() error {
+	if e := p.failed.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+func (p *Partition) fail(err error) error {
+	err = fmt.Errorf("%w: %w", ErrStorage, err)
+	if p.failed.CompareAndSwap(nil, &err) {
+		p.lg.Error("partition storage failure; refusing appends", "err", err)
+	}
+	return err
+}
+
+func (p *Partition) syncMode() bool { return p.log.Config().Flush.Mode == storage.FlushSync }
+
+// Append validates batch (one v2 record batch as a producer sent it),
+// deduplicates idempotent retries and appends it to the page cache. It
+// does not wait for durability; see WaitCommitted. The batch is modified in
+// place (offsets, leader epoch, append time).
+func (p *Partition) Append(batch []byte) (AppendResult, error) {
+	maxBytes := p.log.Config().MaxMessageBytes
+	h, err := records.Validate(batch, maxBytes)
+	if err != nil {
+		return AppendResult{}, validationError(err)
+	}
+	if h.Codec() != records.CodecNone || h.NumRecords > 0 {
+		// Decoding every record catches what the CRC cannot: a producer
+		// that computed the CRC over garbage, or a bad compressed body.
+		if err := records.ValidateRecords(batch); err != nil {
+			return AppendResult{}, validationError(err)
+		}
+	}
+	if h.IsControl() {
+		// Control batches are written by the transaction coordinator only.
+		return AppendResult{}, fmt.Errorf("control batch from a producer: %w", kerr.InvalidRecord)
+	}
+	if h.IsTransactional() {
+		// Transactions are issue 5; until the coordinator exists no
+		// producer can have a transactional id, so this is a client bug.
+		return AppendResult{}, fmt.Errorf("transactional produce is not supported yet: %w", kerr.InvalidTxnState)
+	}
+
+	p.appendMu.Lock()
+	defer p.appendMu.Unlock()
+	if err := p.Failed(); err != nil {
+		return AppendResult{}, err
+	}
+	dup, err := p.checkProducer(h)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	if dup != nil {
+		lat := int64(-1)
+		if p.logAppendTime.Load() {
+			lat = dup.appendTime
+		}
+		return AppendResult{BaseOffset: dup.baseOffset, LastOffset: dup.lastOffset, LogAppendTime: lat,
+			LogStartOffset: p.log.StartOffset(), Duplicate: true}, nil
+	}
+	lat := int64(-1)
+	if p.logAppendTime.Load() {
+		lat = p.now().UnixMilli()
+		records.SetLogAppendTime(batch, lat)
+	}
+	info, err := p.log.Append(batch, p.epoch.Load())
+	if err != nil {
+		if errors.Is(err, storage.ErrClosed) {
+			return AppendResult{}, fmt.Errorf("partition %s-%d closed: %w", p.topic, p.index, kerr.NotLeaderForPartition)
+		}
+		if verr := validationError(err); verr != err {
+			return AppendResult{}, verr // storage validated it differently: still not an I/O error
+		}
+		return AppendResult{}, p.fail(err)
+	}
+	h.BaseOffset = info.BaseOffset
+	p.recordProducer(h, lat, p.now().UnixMilli())
+	if !p.syncMode() {
+		p.advance(p.log.EndOffset())
+	} else {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+	return AppendResult{BaseOffset: info.BaseOffset, LastOffset: info.LastOffset, LogAppendTime: lat,
+		LogStartOffset: p.log.StartOffset()}, nil
+}
+
+// validationError maps a records error onto the Kafka code for it; other
+// errors come back unchanged.
+func validationError(err error) error {
+	switch {
+	case errors.Is(err, records.ErrTooLarge):
+		return fmt.Errorf("%w: %w", kerr.MessageTooLarge, err)
+	case errors.Is(err, records.ErrUnsupportedMagic):
+		return fmt.Errorf("%w: %w", kerr.UnsupportedForMessageFormat, err)
+	case errors.Is(err, records.ErrCorrupt), errors.Is(err, records.ErrTruncated):
+		return fmt.Errorf("%w: %w", kerr.CorruptMessage, err)
+	}
+	return err
+}
+
+// WaitCommitted returns when every offset below end is committed: fsynced
+// under flush=sync, at once under the other policies (their whole point is
+// not to wait). It fails if the log fails or ctx ends first.
+func (p *Partition) WaitCommitted(ctx context.Context, end int64) error {
+	if err := p.Failed(); err != nil {
+		return err
+	}
+	if !p.syncMode() {
+		return nil
+	}
+	if err := p.log.WaitDurable(ctx, end); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return p.fail(err)
+	}
+	p.advance(end)
+	return nil
+}
+
+// durabilityLoop advances the high watermark under flush=sync for appends
+// that nobody waits for (acks=0): one WaitDurable per group-commit round.
+func (p *Partition) durabilityLoop(ctx context.Context) {
+	defer close(p.done)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.wake:
+		}
+		end := p.log.EndOffset()
+		if p.HighWatermark() >= end || !p.syncMode() {
+			continue
+		}
+		if err := p.log.WaitDurable(ctx, end); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			p.fail(err)
+			return
+		}
+		p.advance(end)
+	}
+}
+
+// advance raises the high watermark to hw and wakes long polls.
+func (p *Partition) advance(hw int64) {
+	p.hwMu.Lock()
+	defer p.hwMu.Unlock()
+	if hw <= p.hw || p.closed {
+		return
+	}
+	p.hw = hw
+	close(p.hwCh)
+	p.hwCh = make(chan struct{})
+}
+
+// HighWatermark is the end of what consumers may see.
+func (p *Partition) HighWatermark() int64 {
+	p.hwMu.Lock()
+	defer p.hwMu.Unlock()
+	return p.hw
+}
+
+// LastStableOffset equals the high watermark until transactions exist.
+func (p *Partition) LastStableOffset() int64 { return p.HighWatermark() }
+func (p *Partition) LogStartOffset() int64   { return p.log.StartOffset() }
+func (p *Partition) LogEndOffset() int64     { return p.log.EndOffset() }
+func (p *Partition) DurableOffset() int64    { return p.log.DurableOffset() }
+
+// Notify returns a channel closed when the high watermark next advances (or
+// the partition closes). Take it before checking the watermark.
+func (p *Partition) Notify() <-chan struct{} {
+	p.hwMu.Lock()
+	defer p.hwMu.Unlock()
+	return p.hwCh
+}
+
+// Read returns whole batches starting with the one holding offset, up to
+// the high watermark (the last stable offset with readCommitted), at most
+// maxBytes unless the first batch alone is larger (KIP-74). An offset
+// between the high watermark and the log end reads nothing; outside
+// [log start, log end] it is ErrOffsetOutOfRange.
+func (p *Partition) Read(offset int64, maxBytes int, readCommitted bool) (ReadResult, error) {
+	hw := p.HighWatermark()
+	res := ReadResult{HighWatermark: hw, LastStableOffset: hw, LogStartOffset: p.log.StartOffset()}
+	limit := hw
+	if readCommitted {
+		limit = res.LastStableOffset
+	}
+	if offset < res.LogStartOffset || offset > p.log.EndOffset() {
+		return res, ErrOffsetOutOfRange
+	}
+	if offset >= limit {
+		return res, nil
+	}
+	s, err := p.log.Read(offset, limit, maxBytes)
+	if err != nil {
+		if errors.Is(err, storage.ErrOffsetOutOfRange) {
+			return res, ErrOffsetOutOfRange
+		}
+		return res, fmt.Errorf("%w: %w", ErrStorage, err)
+	}
+	defer s.Release()
+	b, err := s.Bytes()
+	if err != nil {
+		return res, fmt.Errorf("%w: %w", ErrStorage, err)
+	}
+	res.Records = b
+	return res, nil
+}
+
+// Scan calls fn for every batch from offset on.
+func (p *Partition) Scan(from int64, fn func(h records.Header, batch []byte) error) error {
+	return p.log.Scan(from, fn)
+}
+
+// close stops the partition; with snapshot, it also saves the producer
+// state so the next open does not rescan the log.
+func (p *Partition) close(snapshot bool) error {
+	p.cancel()
+	<-p.done
+	p.hwMu.Lock()
+	if !p.closed {
+		p.closed = true
+		close(p.hwCh) // wake long polls; they find the partition gone
+	}
+	p.hwMu.Unlock()
+	p.appendMu.Lock()
+	defer p.appendMu.Unlock()
+	end := p.log.EndOffset()
+	err := p.log.Close()
+	if snapshot && err == nil && p.Failed() == nil {
+		if serr := p.writeSnapshot(end); serr != nil {
+			p.lg.Warn("writing producer state snapshot", "err", serr)
+		}
+	}
+	return err
+}

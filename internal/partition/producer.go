@@ -1,0 +1,304 @@
+package partition
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"holdfast/internal/records"
+)
+
+// Idempotent-producer state, per partition: for each producer id its epoch
+// and its last few batches. Kafka keeps five because a producer has at most
+// five requests in flight per partition, so any retry it can send is one of
+// them.
+const maxCachedBatches = 5
+
+// producerExpiry is producer.id.expiration.ms's default: the state of a
+// producer that has not written for this long is forgotten.
+const producerExpiry = 24 * time.Hour
+
+// sweepEvery: the state is swept of expired producers each time this many
+// producer ids have been added.
+const sweepEvery = 1024
+
+type batchMeta struct {
+	FirstSeq   int32
+	LastSeq    int32
+	baseOffset int64
+	lastOffset int64
+	appendTime int64
+}
+
+// batchJSON is batchMeta's snapshot form.
+type batchJSON struct {
+	FirstSeq   int32 `json:"first_seq"`
+	LastSeq    int32 `json:"last_seq"`
+	BaseOffset int64 `json:"base_offset"`
+	LastOffset int64 `json:"last_offset"`
+	AppendTime int64 `json:"append_time"`
+}
+
+type producer struct {
+	epoch   int16
+	batches []batchMeta // oldest first, at most maxCachedBatches
+	last    int64       // unix ms of the last write, for expiry
+}
+
+// lastSeq is the sequence of a batch's last record; sequences wrap from
+// MaxInt32 to 0.
+func lastSeq(first, delta int32) int32 {
+	return int32((int64(first) + int64(delta)) % (math.MaxInt32 + 1))
+}
+
+func nextSeq(s int32) int32 {
+	if s == math.MaxInt32 {
+		return 0
+	}
+	return s + 1
+}
+
+// seqBefore reports whether a comes before b in the wrapping sequence
+// space (within half of it).
+func seqBefore(a, b int32) bool {
+	d := (int64(b) - int64(a) + (math.MaxInt32 + 1)) % (math.MaxInt32 + 1)
+	return d > 0 && d < (math.MaxInt32+1)/2
+}
+
+// checkProducer decides what to do with a batch by its producer id, epoch
+// and sequence: nil, nil to append it; a cached batch when it is a retry of
+// one already written; or the Kafka error. Called with appendMu held.
+func (p *Partition) checkProducer(h records.Header) (*batchMeta, error) {
+	if h.ProducerID < 0 {
+		return nil, nil // not idempotent
+	}
+	if h.BaseSequence < 0 || h.ProducerEpoch < 0 {
+		return nil, fmt.Errorf("producer %d: epoch %d sequence %d: %w", h.ProducerID, h.ProducerEpoch, h.BaseSequence, kerr.InvalidRecord)
+	}
+	first, last := h.BaseSequence, lastSeq(h.BaseSequence, h.LastOffsetDelta)
+	e := p.producers[h.ProducerID]
+	if e == nil {
+		// Nothing known of this producer (new, or expired). A first batch
+		// starts at 0; anything else may follow batches we no longer know,
+		// so accepting it could write a duplicate: the client resets its
+		// sequence (KIP-360) and retries.
+		if first != 0 {
+			return nil, fmt.Errorf("producer %d unknown, sequence %d: %w", h.ProducerID, first, kerr.UnknownProducerID)
+		}
+		return nil, nil
+	}
+	switch {
+	case h.ProducerEpoch < e.epoch:
+		return nil, fmt.Errorf("producer %d epoch %d, current %d: %w", h.ProducerID, h.ProducerEpoch, e.epoch, kerr.InvalidProducerEpoch)
+	case h.ProducerEpoch > e.epoch:
+		if first != 0 {
+			return nil, fmt.Errorf("producer %d new epoch %d starts at sequence %d: %w", h.ProducerID, h.ProducerEpoch, first, kerr.OutOfOrderSequenceNumber)
+		}
+		return nil, nil
+	}
+	for i := range e.batches {
+		if b := &e.batches[i]; b.FirstSeq == first && b.LastSeq == last {
+			return b, nil
+		}
+	}
+	if len(e.batches) == 0 {
+		return nil, nil
+	}
+	newest := e.batches[len(e.batches)-1]
+	if first == nextSeq(newest.LastSeq) {
+		return nil, nil
+	}
+	if oldest := e.batches[0]; seqBefore(last, oldest.FirstSeq) {
+		// Written long ago (before the cached batches), so a retry of data
+		// already in the log whose offset we no longer know. Clients treat
+		// this code as success.
+		return nil, fmt.Errorf("producer %d sequence %d..%d precedes %d: %w", h.ProducerID, first, last, oldest.FirstSeq, kerr.DuplicateSequenceNumber)
+	}
+	return nil, fmt.Errorf("producer %d epoch %d: sequence %d, expected %d: %w", h.ProducerID, h.ProducerEpoch, first, nextSeq(newest.LastSeq), kerr.OutOfOrderSequenceNumber)
+}
+
+// recordProducer remembers an appended batch (h.BaseOffset set), written at
+// seenMs (unix ms). Called with appendMu held, and while rebuilding the
+// state from the log.
+func (p *Partition) recordProducer(h records.Header, appendTime, seenMs int64) {
+	if h.ProducerID < 0 || h.IsControl() {
+		return
+	}
+	e := p.producers[h.ProducerID]
+	if e == nil {
+		e = &producer{epoch: h.ProducerEpoch, last: seenMs}
+		p.producers[h.ProducerID] = e
+		if len(p.producers)%sweepEvery == 0 {
+			p.sweepProducers()
+		}
+	}
+	if h.ProducerEpoch != e.epoch {
+		e.epoch, e.batches = h.ProducerEpoch, e.batches[:0]
+	}
+	if len(e.batches) == maxCachedBatches {
+		copy(e.batches, e.batches[1:])
+		e.batches = e.batches[:maxCachedBatches-1]
+	}
+	e.batches = append(e.batches, batchMeta{
+		FirstSeq: h.BaseSequence, LastSeq: lastSeq(h.BaseSequence, h.LastOffsetDelta),
+		baseOffset: h.BaseOffset, lastOffset: h.LastOffset(), appendTime: appendTime,
+	})
+	e.last = max(e.last, seenMs)
+}
+
+// sweepProducers forgets producers idle for longer than producerExpiry.
+func (p *Partition) sweepProducers() {
+	cutoff := p.now().Add(-producerExpiry).UnixMilli()
+	for id, e := range p.producers {
+		if e.last < cutoff {
+			delete(p.producers, id)
+		}
+	}
+}
+
+// snapshotFile holds the producer state as of a clean close.
+const snapshotFile = "producer.snapshot"
+
+type snapshot struct {
+	Version   int                        `json:"version"`
+	End       int64                      `json:"end_offset"` // the log end the state covers
+	Producers map[int64]snapshotProducer `json:"producers"`
+}
+
+type snapshotProducer struct {
+	Epoch   int16       `json:"epoch"`
+	Last    int64       `json:"last_ms"`
+	Batches []batchJSON `json:"batches"`
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// writeSnapshot saves the producer state for a log whose end is end: CRC-32C
+// then JSON, written to a temporary file, fsynced and renamed into place.
+func (p *Partition) writeSnapshot(end int64) error {
+	s := snapshot{Version: 1, End: end, Producers: make(map[int64]snapshotProducer, len(p.producers))}
+	for id, e := range p.producers {
+		sp := snapshotProducer{Epoch: e.epoch, Last: e.last}
+		for _, b := range e.batches {
+			sp.Batches = append(sp.Batches, batchJSON{b.FirstSeq, b.LastSeq, b.baseOffset, b.lastOffset, b.appendTime})
+		}
+		s.Producers[id] = sp
+	}
+	body, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	data := binary.BigEndian.AppendUint32(nil, crc32.Checksum(body, castagnoli))
+	data = append(data, body...)
+	name := filepath.Join(p.dir, snapshotFile)
+	tmp := name + ".tmp"
+	f, err := p.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = p.fs.Rename(tmp, name)
+	}
+	if err == nil {
+		err = p.fs.SyncDir(p.dir)
+	}
+	return err
+}
+
+// readSnapshot loads the snapshot if there is a valid one.
+func (p *Partition) readSnapshot() (*snapshot, error) {
+	f, err := p.fs.OpenFile(filepath.Join(p.dir, snapshotFile), os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	n, err := f.Size()
+	if err != nil {
+		return nil, err
+	}
+	if n < 4 || n > 256<<20 {
+		return nil, nil
+	}
+	data := make([]byte, n)
+	if _, err := f.ReadAt(data, 0); err != nil && err != io.EOF {
+		return nil, err
+	}
+	if binary.BigEndian.Uint32(data) != crc32.Checksum(data[4:], castagnoli) {
+		return nil, nil
+	}
+	var s snapshot
+	if err := json.Unmarshal(data[4:], &s); err != nil || s.Version != 1 {
+		return nil, nil
+	}
+	return &s, nil
+}
+
+// loadProducers rebuilds the producer state: from the snapshot of a clean
+// close when it matches the log, otherwise by scanning the log. The
+// snapshot is removed once read, so after a crash a stale one is never
+// trusted - the scan is the source of truth.
+func (p *Partition) loadProducers() error {
+	s, err := p.readSnapshot()
+	if err != nil {
+		p.lg.Warn("reading producer state snapshot; rescanning the log", "err", err)
+		s = nil
+	}
+	end := p.log.EndOffset()
+	from := p.log.StartOffset()
+	if s != nil && s.End <= end && s.End >= from {
+		for id, sp := range s.Producers {
+			e := &producer{epoch: sp.Epoch, last: sp.Last}
+			for _, b := range sp.Batches {
+				e.batches = append(e.batches, batchMeta{FirstSeq: b.FirstSeq, LastSeq: b.LastSeq, baseOffset: b.BaseOffset, lastOffset: b.LastOffset, appendTime: b.AppendTime})
+			}
+			p.producers[id] = e
+		}
+		from = s.End
+	}
+	if s != nil || err != nil {
+		if rerr := p.fs.Remove(filepath.Join(p.dir, snapshotFile)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			return rerr
+		}
+		if err := p.fs.SyncDir(p.dir); err != nil {
+			return err
+		}
+	}
+	if from >= end {
+		return nil
+	}
+	start := time.Now()
+	n := 0
+	err = p.log.Scan(from, func(h records.Header, _ []byte) error {
+		n++
+		lat := int64(-1)
+		if h.LogAppendTime() {
+			lat = h.MaxTimestamp
+		}
+		// The batch's own timestamp is the best guess of when it was
+		// written; expiry is advisory, so a skewed clock only matters late.
+		p.recordProducer(h, lat, h.MaxTimestamp)
+		return nil
+	})
+	p.lg.Debug("rebuilt producer state from the log", "from", from, "batches", n, "producers", len(p.producers), "took", time.Since(start))
+	return err
+}
