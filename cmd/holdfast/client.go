@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The client subcommands talk to any Kafka-compatible broker with franz-go.
+
+func bootstrapFlag(fs *flag.FlagSet) *string {
+	return fs.String("bootstrap", "localhost:9092", "comma-separated broker addresses")
+}
+
+func newClient(bootstrap string, opts ...kgo.Opt) (*kgo.Client, error) {
+	return kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(strings.Split(bootstrap, ",")...)}, opts...)...)
+}
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+}
+
+func topicCommand(args []string) error {
+	const synopsis = "topic create|list|describe|delete [flags] [TOPIC...]"
+	if len(args) == 0 {
+		return fmt.Errorf("usage: holdfast %s", synopsis)
+	}
+	sub, args := args[0], args[1:]
+	fs := flag.NewFlagSet("topic "+sub, flag.ContinueOnError)
+	fs.Usage = flagUsage(fs, synopsis)
+	bootstrap := bootstrapFlag(fs)
+	partitions := fs.Int("partitions", 1, "partitions (create)")
+	rf := fs.Int("replication-factor", -1, "replicas per partition, -1 for the broker default (create)")
+	var configs kvFlag
+	fs.Var(&configs, "config", "topic config key=value, repeatable (create), e.g. retention.ms=3600000")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cl, err := newClient(*bootstrap)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	topics := fs.Args()
+	switch sub {
+	case "create":
+		if len(topics) == 0 {
+			return errors.New("name at least one topic")
+		}
+		resp, err := adm.CreateTopics(ctx, int32(*partitions), int16(*rf), configs.m, topics...)
+		if err != nil {
+			return err
+		}
+		for _, r := range resp.Sorted() {
+			if r.Err != nil {
+				return fmt.Errorf("%s: %w %s", r.Topic, r.Err, r.ErrMessage)
+			}
+			fmt.Printf("created %s (%d partitions)\n", r.Topic, r.NumPartitions)
+		}
+	case "delete":
+		if len(topics) == 0 {
+			return errors.New("name at least one topic")
+		}
+		resp, err := adm.DeleteTopics(ctx, topics...)
+		if err != nil {
+			return err
+		}
+		for _, r := range resp.Sorted() {
+			if r.Err != nil {
+				return fmt.Errorf("%s: %w", r.Topic, r.Err)
+			}
+			fmt.Printf("deleted %s\n", r.Topic)
+		}
+	case "list", "describe":
+		details, err := adm.ListTopicsWithInternal(ctx, topics...)
+		if err != nil {
+			return err
+		}
+		if sub == "list" {
+			for _, t := range details.Sorted() {
+				fmt.Printf("%s\t%d partitions\n", t.Topic, len(t.Partitions))
+			}
+			return nil
+		}
+		start, _ := adm.ListStartOffsets(ctx, topics...)
+		end, _ := adm.ListEndOffsets(ctx, topics...)
+		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "TOPIC\tPARTITION\tLEADER\tEPOCH\tSTART\tHIGH-WATERMARK\tERROR")
+		for _, t := range details.Sorted() {
+			for _, p := range t.Partitions.Sorted() {
+				s, _ := start.Lookup(t.Topic, p.Partition)
+				e, _ := end.Lookup(t.Topic, p.Partition)
+				errs := ""
+				if p.Err != nil {
+					errs = p.Err.Error()
+				}
+				fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", t.Topic, p.Partition, p.Leader, p.LeaderEpoch, s.Offset, e.Offset, errs)
+			}
+		}
+		return w.Flush()
+	default:
+		return fmt.Errorf("unknown topic command %q; usage: holdfast %s", sub, synopsis)
+	}
+	return nil
+}
+
+// kvFlag collects repeated key=value flags.
+type kvFlag struct{ m map[string]*string }
+
+func (f *kvFlag) String() string { return "" }
+func (f *kvFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want key=value, got %q", s)
+	}
+	if f.m == nil {
+		f.m = map[string]*string{}
+	}
+	f.m[k] = &v
+	return nil
+}
+
+func produceCommand(args []string) error {
+	fs := flag.NewFlagSet("produce", flag.ContinueOnError)
+	fs.Usage = flagUsage(fs, "produce [flags] TOPIC < lines")
+	bootstrap := bootstrapFlag(fs)
+	acks := fs.String("acks", "all", "all, 1 or 0")
+	keySep := fs.String("key-separator", "", "split each line into key and value at the first occurrence of this string")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("name one topic")
+	}
+	topic := fs.Arg(0)
+	opts := []kgo.Opt{kgo.DefaultProduceTopic(topic)}
+	switch *acks {
+	case "all", "-1":
+		opts = append(opts, kgo.RequiredAcks(kgo.AllISRAcks()))
+	case "1":
+		opts = append(opts, kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite())
+	case "0":
+		opts = append(opts, kgo.RequiredAcks(kgo.NoAck()), kgo.DisableIdempotentWrite())
+	default:
+		return fmt.Errorf("acks %q: want all, 1 or 0", *acks)
+	}
+	cl, err := newClient(*bootstrap, opts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := signalContext()
+	defer cancel()
+	sc := bufio.NewScanner(os.Stdin)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	var n int
+	errc := make(chan error, 1)
+	for sc.Scan() {
+		line := sc.Text()
+		r := &kgo.Record{Value: []byte(line)}
+		if *keySep != "" {
+			if k, v, ok := strings.Cut(line, *keySep); ok {
+				r.Key, r.Value = []byte(k), []byte(v)
+			}
+		}
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				select {
+				case errc <- err:
+				default:
+				}
+			}
+		})
+		n++
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return err
+	}
+	select {
+	case err := <-errc:
+		return err
+	default:
+	}
+	fmt.Fprintf(os.Stderr, "produced %d records to %s (acks=%s)\n", n, topic, *acks)
+	return sc.Err()
+}
+
+func consumeCommand(args []string) error {
+	fs := flag.NewFlagSet("consume", flag.ContinueOnError)
+	fs.Usage = flagUsage(fs, "consume [flags] TOPIC")
+	bootstrap := bootstrapFlag(fs)
+	from := fs.String("from", "earliest", "earliest or latest (without --group, or for a group with no commit)")
+	group := fs.String("group", "", "consume in this consumer group, committing offsets")
+	count := fs.Int("n", 0, "stop after this many records (0: run until interrupted)")
+	committed := fs.Bool("read-committed", false, "read only committed transactional records")
+	verbose := fs.Bool("v", false, "print partition, offset, timestamp and key before each value")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("name one topic")
+	}
+	reset := kgo.NewOffset().AtStart()
+	if *from == "latest" {
+		reset = kgo.NewOffset().AtEnd()
+	} else if *from != "earliest" {
+		return fmt.Errorf("--from %q: want earliest or latest", *from)
+	}
+	opts := []kgo.Opt{kgo.ConsumeTopics(fs.Arg(0)), kgo.ConsumeResetOffset(reset)}
+	if *group != "" {
+		opts = append(opts, kgo.ConsumerGroup(*group))
+	}
+	if *committed {
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	cl, err := newClient(*bootstrap, opts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := signalContext()
+	defer cancel()
+	out := bufio.NewWriter(os.Stdout)
+	defer out.Flush()
+	seen := 0
+	for {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var errs []string
+		fetches.EachError(func(t string, p int32, err error) { errs = append(errs, fmt.Sprintf("%s[%d]: %v", t, p, err)) })
+		sort.Strings(errs)
+		for _, e := range errs {
+			fmt.Fprintln(os.Stderr, e)
+		}
+		for it := fetches.RecordIter(); !it.Done(); {
+			r := it.Next()
+			if *verbose {
+				fmt.Fprintf(out, "%d\t%d\t%s\t%s\t", r.Partition, r.Offset, r.Timestamp.UTC().Format(time.RFC3339Nano), r.Key)
+			}
+			out.Write(r.Value)
+			out.WriteByte('\n')
+			seen++
+			if *count > 0 && seen >= *count {
+				return nil
+			}
+		}
+		out.Flush()
+	}
+}

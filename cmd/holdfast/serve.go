@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"holdfast/internal/broker"
+	"holdfast/internal/metrics"
+	"holdfast/internal/storage"
+	"holdfast/internal/wire"
+)
+
+func serveCommand(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.Usage = flagUsage(fs, "serve [flags]")
+	def := broker.DefaultConfig()
+	lim := wire.DefaultLimits()
+	var (
+		configFile  = fs.String("config", "", "optional config file of `key = value` lines with these flag names")
+		listen      = fs.String("listen", "localhost:9092", "Kafka listener address (listeners)")
+		advertised  = fs.String("advertised", "", "address given to clients (advertised.listeners); default: the listen address")
+		dataDir     = fs.String("data-dir", def.DataDir, "where logs and metadata live (log.dirs)")
+		nodeID      = fs.Int("node-id", int(def.NodeID), "this node's id (node.id)")
+		rack        = fs.String("rack", "", "rack of this node (broker.rack)")
+		flush       = fs.String("flush", "sync", "durability: sync (fsync before ack, group commit), interval:<duration>, or os (page cache only, Kafka's default)")
+		autoCreate  = fs.Bool("auto-create-topics", def.AutoCreateTopics, "create topics on first metadata request (auto.create.topics.enable)")
+		numParts    = fs.Int("num-partitions", int(def.NumPartitions), "partitions of auto-created topics (num.partitions)")
+		offsetParts = fs.Int("offsets-partitions", int(def.OffsetsTopicPartitions), "partitions of __consumer_offsets (offsets.topic.num.partitions)")
+		segBytes    = fs.Int64("segment-bytes", def.LogDefaults.SegmentBytes, "default segment size (log.segment.bytes)")
+		retention   = fs.Duration("retention", def.LogDefaults.RetentionMs, "default retention time, negative for unlimited (log.retention.ms)")
+		retBytes    = fs.Int64("retention-bytes", def.LogDefaults.RetentionBytes, "default retention size per partition, -1 unlimited (log.retention.bytes)")
+		maxMsg      = fs.Int("max-message-bytes", def.LogDefaults.MaxMessageBytes, "largest record batch accepted (message.max.bytes)")
+		maxReq      = fs.Int("max-request-bytes", int(lim.MaxRequestBytes), "largest request frame (socket.request.max.bytes)")
+		maxConns    = fs.Int("max-connections", lim.MaxConnections, "connection limit (max.connections)")
+		maxQueued   = fs.Int64("max-queued-bytes", lim.MaxQueuedBytes, "request bytes held in memory across all connections (queued.max.request.bytes)")
+		idle        = fs.Duration("idle-timeout", lim.IdleTimeout, "close connections idle this long (connections.max.idle.ms)")
+		metricsAddr = fs.String("metrics-listen", "localhost:9095", "Prometheus /metrics and /healthz address; empty to disable")
+		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
+		logFormat   = fs.String("log-format", "text", "text or json")
+	)
+	if err := parseLayered(fs, args, "config"); err != nil {
+		return err
+	}
+
+	logger, err := newLogger(*logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
+	policy, err := storage.ParseFlushPolicy(*flush)
+	if err != nil {
+		return err
+	}
+	adv := *advertised
+	if adv == "" {
+		adv = *listen
+	}
+	advHost, advPortStr, err := net.SplitHostPort(adv)
+	if err != nil {
+		return fmt.Errorf("advertised address %q: %w", adv, err)
+	}
+	advPort, err := strconv.Atoi(advPortStr)
+	if err != nil || advPort <= 0 || advPort > 65535 {
+		return fmt.Errorf("advertised address %q: bad port", adv)
+	}
+	if advHost == "" || advHost == "0.0.0.0" || advHost == "::" {
+		return fmt.Errorf("advertised address %q: clients cannot connect to a wildcard host; set --advertised", adv)
+	}
+
+	cfg := def
+	cfg.NodeID = int32(*nodeID)
+	cfg.DataDir = *dataDir
+	cfg.Rack = *rack
+	cfg.AdvertisedHost, cfg.AdvertisedPort = advHost, int32(advPort)
+	cfg.AutoCreateTopics = *autoCreate
+	cfg.NumPartitions = int32(*numParts)
+	cfg.OffsetsTopicPartitions = int32(*offsetParts)
+	cfg.LogDefaults.SegmentBytes = *segBytes
+	cfg.LogDefaults.RetentionMs = *retention
+	cfg.LogDefaults.RetentionBytes = *retBytes
+	cfg.LogDefaults.MaxMessageBytes = *maxMsg
+	cfg.LogDefaults.Flush = policy
+	cfg.Logger = logger
+
+	lim.MaxRequestBytes = int32(*maxReq)
+	lim.MaxConnections = *maxConns
+	lim.MaxQueuedBytes = *maxQueued
+	lim.IdleTimeout = *idle
+
+	start := time.Now()
+	logger.Info("starting", "version", version, "node", cfg.NodeID, "data_dir", cfg.DataDir, "flush", policy.String())
+	b, err := broker.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	srv := wire.NewServer(b, lim, logger)
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(ln) }()
+
+	var hs *http.Server
+	if *metricsAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(metrics.New(b, srv), promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		hs = &http.Server{Addr: *metricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		mln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			srv.Close()
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+		go func() { errc <- hs.Serve(mln) }()
+	}
+	logger.Info("ready", "listen", ln.Addr().String(), "advertised", adv, "metrics", *metricsAddr, "startup", time.Since(start).Round(time.Millisecond))
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	select {
+	case s := <-sig:
+		logger.Info("shutting down", "signal", s.String())
+	case err = <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		logger.Error("listener failed", "err", err)
+	}
+	if hs != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		hs.Shutdown(ctx)
+		cancel()
+	}
+	srv.Close()
+	if cerr := b.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	logger.Info("stopped")
+	return err
+}
+
+func newLogger(level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: %w", level, err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("log format %q: want text or json", format)
+}
