@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -32,6 +34,10 @@ type Config struct {
 	NumPartitions          int32 // num.partitions (default 1)
 	OffsetsTopicPartitions int32 // offsets.topic.num.partitions (default 50)
 
+	// RetentionCheckInterval is log.retention.check.interval.ms (default 5
+	// minutes): how often retention runs over every log (state.go).
+	RetentionCheckInterval time.Duration
+
 	// LogDefaults are the topic config defaults (log.segment.bytes,
 	// log.retention.ms, message.max.bytes, log.flush policy ...).
 	LogDefaults storage.Config
@@ -50,6 +56,7 @@ func DefaultConfig() Config {
 		AutoCreateTopics:       true,
 		NumPartitions:          1,
 		OffsetsTopicPartitions: 50,
+		RetentionCheckInterval: 5 * time.Minute,
 		LogDefaults:            storage.DefaultConfig(),
 	}
 }
@@ -62,6 +69,10 @@ type Broker struct {
 	meta   *controller.Store
 	parts  *partition.Manager
 	groups *group.Coordinator
+
+	// topicsMu serializes topic creation, deletion and partition changes
+	// with opening and removing their logs (topics.go).
+	topicsMu sync.Mutex
 
 	// closers run in reverse order on Close; each subsystem that New starts
 	// registers its own.

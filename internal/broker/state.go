@@ -1,0 +1,90 @@
+package broker
+
+import (
+	"errors"
+	"path/filepath"
+	"time"
+
+	"holdfast/internal/controller"
+	"holdfast/internal/partition"
+	"holdfast/internal/storage"
+)
+
+func init() { onStart(rankStorage, "storage", (*Broker).startStorage) }
+
+// startStorage opens the node's metadata and every partition it lists, and
+// starts the retention loop. Closers run in reverse: retention stops first,
+// then the partitions close (final fsyncs through the syncer), then the
+// syncer.
+func (b *Broker) startStorage() error {
+	b.syncer = storage.NewSyncer(b.log)
+	b.closers = append(b.closers, b.syncer.Close)
+
+	meta, err := controller.Open(filepath.Join(b.cfg.DataDir, "meta"), b.cfg.FS, b.log)
+	if err != nil {
+		return err
+	}
+	b.meta = meta
+
+	b.parts = partition.NewManager(b.cfg.DataDir, storage.Options{FS: b.cfg.FS, Syncer: b.syncer, Logger: b.log})
+	b.closers = append(b.closers, b.parts.Close)
+
+	// Finish deletions a crash interrupted before opening anything, so no
+	// deleted data is ever served again.
+	for _, d := range meta.Deleting() {
+		if err := b.finishPendingDelete(d.Name); err != nil {
+			return err
+		}
+	}
+	for _, t := range meta.Topics() {
+		if err := b.openPartitions(t, 0); err != nil {
+			return err
+		}
+	}
+	b.log.Info("storage open", "cluster_id", meta.ClusterID(), "topics", len(meta.Topics()), "dir", b.cfg.DataDir)
+
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go b.retentionLoop(stop, done)
+	b.closers = append(b.closers, func() error {
+		close(stop)
+		<-done
+		return nil
+	})
+	return nil
+}
+
+// retentionLoop applies retention.ms / retention.bytes to every open log
+// every log.retention.check.interval.ms, as Kafka's log manager does.
+func (b *Broker) retentionLoop(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	every := b.cfg.RetentionCheckInterval
+	if every <= 0 {
+		every = 5 * time.Minute
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			b.enforceRetention()
+		}
+	}
+}
+
+// enforceRetention runs one retention pass over every open partition.
+func (b *Broker) enforceRetention() {
+	for _, p := range b.parts.Partitions("") {
+		n, err := p.Log().EnforceRetention()
+		switch {
+		case errors.Is(err, storage.ErrClosed):
+			// Deleted or shutting down meanwhile.
+		case err != nil:
+			b.log.Warn("retention", "topic", p.Topic(), "partition", p.Index(), "err", err)
+		case n > 0:
+			b.log.Info("retention deleted segments", "topic", p.Topic(), "partition", p.Index(), "segments", n, "log_start_offset", p.LogStartOffset())
+		}
+	}
+}
