@@ -1,0 +1,60 @@
+package broker
+
+import (
+	"context"
+	"errors"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/storage"
+	"holdfast/internal/wire"
+)
+
+func init() { register(kmsg.DeleteRecords, 0, 2, (*Broker).handleDeleteRecords) }
+
+// handleDeleteRecords moves log start offsets up. The new start is made
+// durable before the answer, so it runs in the Reply.
+func (b *Broker) handleDeleteRecords(_ context.Context, r *wire.Request) wire.Reply {
+	req := r.Body.(*kmsg.DeleteRecordsRequest)
+	return func(context.Context) kmsg.Response {
+		resp := req.ResponseKind().(*kmsg.DeleteRecordsResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewDeleteRecordsResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewDeleteRecordsResponseTopicPartition()
+				sp.Partition, sp.LowWatermark = rp.Partition, -1
+				p := b.parts.Get(rt.Topic, rp.Partition)
+				if p == nil {
+					sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+					st.Partitions = append(st.Partitions, sp)
+					continue
+				}
+				off, hw := rp.Offset, p.HighWatermark()
+				if off == -1 { // "everything so far"
+					off = hw
+				}
+				switch {
+				case off < 0 || off > hw:
+					sp.ErrorCode = kerr.OffsetOutOfRange.Code
+				case off > p.LogStartOffset():
+					if err := p.Log().DeleteBefore(off); err != nil {
+						if errors.Is(err, storage.ErrOffsetOutOfRange) {
+							sp.ErrorCode = kerr.OffsetOutOfRange.Code
+						} else {
+							b.log.Error("delete records", "topic", rt.Topic, "partition", rp.Partition, "offset", off, "err", err)
+							sp.ErrorCode = kerr.KafkaStorageError.Code
+						}
+					} else {
+						b.log.Info("deleted records", "topic", rt.Topic, "partition", rp.Partition, "offset", off)
+					}
+				}
+				sp.LowWatermark = p.LogStartOffset()
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp
+	}
+}

@@ -1,0 +1,168 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/partition"
+	"holdfast/internal/wire"
+)
+
+// Fetch v4+ (isolation level); v13+ names topics by id; v15 moves the
+// replica id into ReplicaState. v17/v18 only add replica-side fields
+// (KIP-853, KIP-1166) that a single node has no use for.
+func init() { register(kmsg.Fetch, 4, 16, (*Broker).handleFetch) }
+
+// maxFetchWait bounds MaxWaitMillis so a request cannot park a connection's
+// writer for longer than clients' own request timeouts.
+const maxFetchWait = 5 * time.Minute
+
+// leaderEpochCode checks a client's current leader epoch (KIP-320); -1
+// means the client does not know it and skips the check.
+func leaderEpochCode(p *partition.Partition, current int32) int16 {
+	switch epoch := p.LeaderEpoch(); {
+	case current < 0 || current == epoch:
+		return 0
+	case current < epoch:
+		return kerr.FencedLeaderEpoch.Code
+	default:
+		return kerr.UnknownLeaderEpoch.Code
+	}
+}
+
+// handleFetch answers in the Reply: a fetch only reads, so it need not be
+// ordered with other requests' Handle, and it may long-poll.
+//
+// Fetch sessions (KIP-227) are declined: every response has SessionID 0,
+// which tells the client to keep sending full fetch requests. A client
+// that names a session we could not have created gets
+// FETCH_SESSION_ID_NOT_FOUND and falls back to a full fetch.
+func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
+	req := r.Body.(*kmsg.FetchRequest)
+	if req.SessionID != 0 && req.SessionEpoch > 0 {
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
+		return wire.Respond(resp)
+	}
+	wait := min(time.Duration(req.MaxWaitMillis)*time.Millisecond, maxFetchWait)
+	return func(ctx context.Context) kmsg.Response {
+		var deadline <-chan time.Time
+		for {
+			resp, ready, notify := b.fetchOnce(req)
+			if ready || wait <= 0 || len(notify) == 0 {
+				return resp
+			}
+			if deadline == nil {
+				t := time.NewTimer(wait)
+				defer t.Stop()
+				deadline = t.C
+			}
+			// Sleep until one of the partitions' high watermarks moves, the
+			// wait is over, or the connection closes.
+			cases := make([]reflect.SelectCase, 0, len(notify)+2)
+			cases = append(cases,
+				reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+				reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(deadline)})
+			for _, ch := range notify {
+				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+			}
+			switch i, _, _ := reflect.Select(cases); i {
+			case 0:
+				return resp // connection gone; not written
+			case 1:
+				resp, _, _ = b.fetchOnce(req)
+				return resp
+			}
+		}
+	}
+}
+
+// fetchOnce reads every requested partition once. ready reports whether the
+// response should go now (MinBytes reached, or an error to report);
+// otherwise notify holds the channels that signal new data.
+//
+// The records are the stored batches as they are. They are copied out of
+// the page cache into the response: kmsg encodes a whole response into one
+// buffer, so there is no place for sendfile without a hand-written encoder.
+func (b *Broker) fetchOnce(req *kmsg.FetchRequest) (resp *kmsg.FetchResponse, ready bool, notify []<-chan struct{}) {
+	resp = req.ResponseKind().(*kmsg.FetchResponse)
+	readCommitted := req.IsolationLevel == 1
+	remaining := int(req.MaxBytes)
+	if remaining <= 0 {
+		remaining = 1 << 30
+	}
+	total := 0
+	byID := req.Version >= 13
+	for _, rt := range req.Topics {
+		st := kmsg.NewFetchResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		name, topicCode := rt.Topic, int16(0)
+		if byID {
+			if t, ok := b.meta.TopicByID(rt.TopicID); ok {
+				name = t.Name
+			} else {
+				topicCode = kerr.UnknownTopicID.Code
+			}
+		}
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewFetchResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = -1, -1, -1
+			var p *partition.Partition
+			if topicCode == 0 {
+				p = b.parts.Get(name, rp.Partition)
+			}
+			switch {
+			case topicCode != 0:
+				sp.ErrorCode = topicCode
+			case p == nil:
+				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			default:
+				sp.ErrorCode = leaderEpochCode(p, rp.CurrentLeaderEpoch)
+			}
+			if sp.ErrorCode != 0 {
+				ready = true
+				st.Partitions = append(st.Partitions, sp)
+				continue
+			}
+			notify = append(notify, p.Notify())
+			maxBytes := min(int(rp.PartitionMaxBytes), remaining)
+			if total > 0 && maxBytes <= 0 {
+				// The response is full; report watermarks only.
+				hw := p.HighWatermark()
+				sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = hw, p.LastStableOffset(), p.LogStartOffset()
+				st.Partitions = append(st.Partitions, sp)
+				continue
+			}
+			res, err := p.Read(rp.FetchOffset, max(maxBytes, 1), readCommitted)
+			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = res.HighWatermark, res.LastStableOffset, res.LogStartOffset
+			switch {
+			case errors.Is(err, partition.ErrOffsetOutOfRange):
+				sp.ErrorCode = kerr.OffsetOutOfRange.Code
+				ready = true
+			case err != nil:
+				b.log.Error("fetch: reading log", "topic", name, "partition", rp.Partition, "offset", rp.FetchOffset, "err", err)
+				sp.ErrorCode = kerr.KafkaStorageError.Code
+				ready = true
+			case total > 0 && len(res.Records) > maxBytes:
+				// Only the first partition with data may exceed the limits
+				// (KIP-74); the others wait for the next fetch.
+			default:
+				sp.RecordBatches = res.Records
+				total += len(res.Records)
+				remaining -= len(res.Records)
+			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	if total >= int(req.MinBytes) && total > 0 || req.MinBytes <= 0 {
+		ready = true
+	}
+	return resp, ready, notify
+}

@@ -1,0 +1,84 @@
+package broker
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/wire"
+)
+
+// ListOffsets v1+ (v0's offset arrays are long gone from clients). v9 adds
+// -5 (latest tiered), v10 a timeout for remote lookups: with no tiered
+// storage both are trivial. v11's -6 (KIP-1023) waits for a client that
+// sends it.
+func init() { register(kmsg.ListOffsets, 1, 10, (*Broker).handleListOffsets) }
+
+// Special timestamps of ListOffsets.
+const (
+	offsetLatest         = -1
+	offsetEarliest       = -2
+	offsetMaxTimestamp   = -3 // KIP-734
+	offsetEarliestLocal  = -4 // KIP-405: no tiered storage, so the log start
+	offsetLatestTiered   = -5 // KIP-1005: nothing is tiered
+	isolationReadCommitd = 1
+)
+
+func (b *Broker) handleListOffsets(_ context.Context, r *wire.Request) wire.Reply {
+	req := r.Body.(*kmsg.ListOffsetsRequest)
+	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+	for _, rt := range req.Topics {
+		st := kmsg.NewListOffsetsResponseTopic()
+		st.Topic = rt.Topic
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewListOffsetsResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.Timestamp, sp.Offset, sp.LeaderEpoch = -1, -1, -1
+			p := b.parts.Get(rt.Topic, rp.Partition)
+			if p == nil {
+				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				st.Partitions = append(st.Partitions, sp)
+				continue
+			}
+			if sp.ErrorCode = leaderEpochCode(p, rp.CurrentLeaderEpoch); sp.ErrorCode != 0 {
+				st.Partitions = append(st.Partitions, sp)
+				continue
+			}
+			sp.LeaderEpoch = p.LeaderEpoch()
+			// What a consumer of this isolation level may read.
+			visible := p.HighWatermark()
+			if req.IsolationLevel == isolationReadCommitd {
+				visible = p.LastStableOffset()
+			}
+			switch ts := rp.Timestamp; ts {
+			case offsetLatest:
+				sp.Offset = visible
+			case offsetEarliest, offsetEarliestLocal:
+				sp.Offset = p.LogStartOffset()
+			case offsetLatestTiered:
+				// Nothing is in remote storage: Kafka answers -1.
+			case offsetMaxTimestamp:
+				if mts, off := p.Log().MaxTimestamp(); off >= 0 && off < visible {
+					sp.Timestamp, sp.Offset = mts, off
+				}
+			default:
+				if ts < 0 {
+					sp.ErrorCode = kerr.InvalidRequest.Code
+					break
+				}
+				off, fts, err := p.Log().OffsetForTimestamp(ts)
+				switch {
+				case err != nil:
+					b.log.Error("list offsets: by timestamp", "topic", rt.Topic, "partition", rp.Partition, "timestamp", ts, "err", err)
+					sp.ErrorCode = kerr.KafkaStorageError.Code
+				case off >= 0 && off < visible:
+					sp.Timestamp, sp.Offset = fts, off
+				}
+			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return wire.Respond(resp)
+}

@@ -1,0 +1,158 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/partition"
+	"holdfast/internal/records"
+	"holdfast/internal/wire"
+)
+
+// Produce v3+ carries record batch v2 only. v12 (KIP-890 server-side
+// transaction verification) and v13 (topic ids) wait for issue 5.
+func init() { register(kmsg.Produce, 3, 11, (*Broker).handleProduce) }
+
+// committedWait is one appended batch whose acknowledgement waits for it to
+// be committed.
+type committedWait struct {
+	p      *partition.Partition
+	end    int64 // every offset below end must be committed
+	ti, pi int   // the response entry
+}
+
+// handleProduce appends in Handle (so appends from one connection keep
+// their order) and waits for durability in the Reply. On a single node
+// acks=1 and acks=-1 both wait for the fsync under flush=sync: "on the
+// leader's disk" and "on every in-sync replica's disk" are the same disk.
+func (b *Broker) handleProduce(_ context.Context, r *wire.Request) wire.Reply {
+	req := r.Body.(*kmsg.ProduceRequest)
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	acksOK := req.Acks == -1 || req.Acks == 0 || req.Acks == 1
+	var waits []committedWait
+	for ti, rt := range req.Topics {
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic = rt.Topic
+		t, topicOK := b.meta.Topic(rt.Topic)
+		st.Partitions = make([]kmsg.ProduceResponseTopicPartition, 0, len(rt.Partitions))
+		for pi, rp := range rt.Partitions {
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = -1, -1, -1
+			var p *partition.Partition
+			if topicOK {
+				p = b.parts.Get(rt.Topic, rp.Partition)
+			}
+			switch {
+			case !acksOK:
+				sp.ErrorCode = kerr.InvalidRequiredAcks.Code
+			case p == nil:
+				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			case req.Acks == -1 && b.topicMinInsyncReplicas(t) > 1:
+				// One node is one in-sync replica; Kafka refuses before
+				// appending, so nothing is written.
+				sp.ErrorCode = kerr.NotEnoughReplicas.Code
+			default:
+				p.SetLogAppendTime(b.topicLogAppendTime(t))
+				end, err := b.produceOne(p, rp.Records, &sp)
+				if err == nil && req.Acks != 0 {
+					waits = append(waits, committedWait{p: p, end: end, ti: ti, pi: pi})
+				}
+			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	if req.Acks == 0 {
+		// Nobody reads a response to acks=0, so none is written.
+		return func(context.Context) kmsg.Response { return nil }
+	}
+	if len(waits) == 0 {
+		return wire.Respond(resp)
+	}
+	timeout := time.Duration(req.TimeoutMillis) * time.Millisecond
+	return func(ctx context.Context) kmsg.Response {
+		wctx := ctx
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			wctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		for _, w := range waits {
+			sp := &resp.Topics[w.ti].Partitions[w.pi]
+			err := w.p.WaitCommitted(wctx, w.end)
+			switch {
+			case err == nil:
+				continue
+			case ctx.Err() != nil:
+				return resp // the connection is gone; nothing is written
+			case errors.Is(err, context.DeadlineExceeded):
+				// Appended but not yet durable: the producer retries, and
+				// the idempotent check answers the retry with these offsets.
+				sp.ErrorCode = kerr.RequestTimedOut.Code
+			default:
+				b.log.Error("produce: waiting for durability", "topic", w.p.Topic(), "partition", w.p.Index(), "err", err)
+				sp.ErrorCode = kerr.KafkaStorageError.Code
+			}
+			sp.BaseOffset, sp.LogAppendTime = -1, -1
+		}
+		return resp
+	}
+}
+
+// produceOne appends one partition's records and fills sp. It returns the
+// end offset to wait for.
+func (b *Broker) produceOne(p *partition.Partition, recs []byte, sp *kmsg.ProduceResponseTopicPartition) (int64, error) {
+	// v3+ carries exactly one batch per partition (Kafka refuses more, and
+	// so do we: one batch is one unit of deduplication and of atomicity).
+	batch, rest, err := records.Next(recs)
+	if err == nil && len(rest) != 0 {
+		err = errInvalidRecord
+	}
+	if err == nil {
+		var res partition.AppendResult
+		res, err = p.Append(batch)
+		if err == nil {
+			sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = res.BaseOffset, res.LogAppendTime, res.LogStartOffset
+			return res.LastOffset + 1, nil
+		}
+	}
+	if len(recs) == 0 {
+		err = errInvalidRecord
+	}
+	code := produceErrorCode(err)
+	sp.ErrorCode = code
+	msg := err.Error()
+	sp.ErrorMessage = &msg
+	sp.LogStartOffset = p.LogStartOffset()
+	if code == kerr.KafkaStorageError.Code || code == kerr.UnknownServerError.Code {
+		b.log.Error("produce failed", "topic", p.Topic(), "partition", p.Index(), "err", err)
+	} else {
+		b.log.Debug("produce refused", "topic", p.Topic(), "partition", p.Index(), "err", err)
+	}
+	return 0, err
+}
+
+var errInvalidRecord = errors.Join(kerr.InvalidRecord, errors.New("produce v3+ needs exactly one record batch per partition"))
+
+// produceErrorCode maps an append error to its Kafka code.
+func produceErrorCode(err error) int16 {
+	var ke *kerr.Error
+	switch {
+	case errors.As(err, &ke):
+		return ke.Code
+	case errors.Is(err, records.ErrUnsupportedMagic):
+		return kerr.UnsupportedForMessageFormat.Code
+	case errors.Is(err, records.ErrCorrupt), errors.Is(err, records.ErrTruncated):
+		return kerr.CorruptMessage.Code
+	case errors.Is(err, records.ErrTooLarge):
+		return kerr.MessageTooLarge.Code
+	case errors.Is(err, partition.ErrStorage):
+		return kerr.KafkaStorageError.Code
+	}
+	return kerr.UnknownServerError.Code
+}
