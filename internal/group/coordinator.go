@@ -1,6 +1,262 @@
-// Package group is the consumer group coordinator for Kafka's classic
-// group protocol.
+// Package group is the consumer group coordinator for Kafka's classic group
+// protocol (JoinGroup / SyncGroup / Heartbeat / LeaveGroup) and the committed
+// offsets of every group.
+//
+// State lives in memory and is persisted, in Kafka's own record formats, to
+// the partitions of __consumer_offsets: a group is owned by partition
+// abs(javaHashCode(group)) % N. At start-up each partition is replayed to
+// rebuild the groups it owns; until then requests for those groups get
+// COORDINATOR_LOAD_IN_PROGRESS.
+//
+// Handlers are split the way the wire package wants: the method called on
+// the connection's reader goroutine does the ordered part (state transition,
+// append to the log) and returns a Reply that does the waiting (for the
+// rebalance to complete, for the leader's assignment, for the fsync).
 package group
 
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/records"
+)
+
+// Reply produces a response; it may block until ctx is done. It has the
+// shape of wire.Reply so the broker can return it as is.
+type Reply = func(ctx context.Context) kmsg.Response
+
+// Log is one partition of __consumer_offsets as the coordinator uses it.
+type Log interface {
+	// Append writes one record batch (the ordered part, no fsync wait) and
+	// returns the offset after it.
+	Append(batch []byte) (end int64, err error)
+	// WaitCommitted returns when every offset below end is committed
+	// (fsynced under flush=sync).
+	WaitCommitted(ctx context.Context, end int64) error
+	// Scan calls fn for every batch from the start of the log.
+	Scan(fn func(batch []byte) error) error
+}
+
+// Config holds the coordinator's settings; Kafka's broker config names are in
+// the comments.
+type Config struct {
+	InitialRebalanceDelay  time.Duration // group.initial.rebalance.delay.ms
+	MinSessionTimeout      time.Duration // group.min.session.timeout.ms
+	MaxSessionTimeout      time.Duration // group.max.session.timeout.ms
+	MaxSize                int           // group.max.size
+	OffsetRetention        time.Duration // offsets.retention.minutes
+	RetentionCheckInterval time.Duration // offsets.retention.check.interval.ms
+	MaxMetadataBytes       int           // offset.metadata.max.bytes
+}
+
+// DefaultConfig is Kafka's defaults.
+func DefaultConfig() Config {
+	return Config{
+		InitialRebalanceDelay:  3 * time.Second,
+		MinSessionTimeout:      6 * time.Second,
+		MaxSessionTimeout:      30 * time.Minute,
+		MaxSize:                math.MaxInt32,
+		OffsetRetention:        7 * 24 * time.Hour,
+		RetentionCheckInterval: 10 * time.Minute,
+		MaxMetadataBytes:       4096,
+	}
+}
+
+// Options are the coordinator's collaborators.
+type Options struct {
+	Logger *slog.Logger
+	// Partitions reports how many partitions a topic has, or -1 if the topic
+	// does not exist (for UNKNOWN_TOPIC_OR_PARTITION on commit).
+	Partitions func(topic string) int32
+	// Now is the clock (time.Now if nil); timers still use real time.
+	Now func() time.Time
+}
+
 // Coordinator runs every consumer group of this node.
-type Coordinator struct{}
+type Coordinator struct {
+	cfg  Config
+	opts Options
+	log  *slog.Logger
+	logs []Log
+
+	loaded []atomic.Bool // per offsets partition: replay finished
+
+	// mu guards every group. One lock keeps the state machine simple; the
+	// slow parts (fsync waits, long joins) run outside it in Replies.
+	mu     sync.Mutex
+	groups map[string]*group
+	closed bool
+
+	expiry *time.Timer
+	wg     sync.WaitGroup
+}
+
+// New returns a coordinator over the partitions of __consumer_offsets. Call
+// Load to replay them; until a partition is loaded its groups answer
+// COORDINATOR_LOAD_IN_PROGRESS.
+func New(cfg Config, logs []Log, opts Options) *Coordinator {
+	def := DefaultConfig()
+	if cfg.MinSessionTimeout <= 0 {
+		cfg.MinSessionTimeout = def.MinSessionTimeout
+	}
+	if cfg.MaxSessionTimeout <= 0 {
+		cfg.MaxSessionTimeout = def.MaxSessionTimeout
+	}
+	if cfg.MaxSize <= 0 {
+		cfg.MaxSize = def.MaxSize
+	}
+	if cfg.OffsetRetention <= 0 {
+		cfg.OffsetRetention = def.OffsetRetention
+	}
+	if cfg.RetentionCheckInterval <= 0 {
+		cfg.RetentionCheckInterval = def.RetentionCheckInterval
+	}
+	if cfg.MaxMetadataBytes <= 0 {
+		cfg.MaxMetadataBytes = def.MaxMetadataBytes
+	}
+	if cfg.InitialRebalanceDelay < 0 {
+		cfg.InitialRebalanceDelay = 0
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Partitions == nil {
+		opts.Partitions = func(string) int32 { return -1 }
+	}
+	if len(logs) == 0 {
+		panic("group: no __consumer_offsets partitions")
+	}
+	c := &Coordinator{
+		cfg:    cfg,
+		opts:   opts,
+		log:    opts.Logger,
+		logs:   logs,
+		loaded: make([]atomic.Bool, len(logs)),
+		groups: map[string]*group{},
+	}
+	return c
+}
+
+// Load replays every partition (in the background when async is set) and
+// starts the offset-expiry timer.
+func (c *Coordinator) Load(async bool) error {
+	var first error
+	var mu sync.Mutex
+	for i := range c.logs {
+		run := func() {
+			if err := c.replay(int32(i)); err != nil {
+				c.log.Error("replaying __consumer_offsets failed", "partition", i, "err", err)
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}
+		if async {
+			c.wg.Add(1)
+			go func() { defer c.wg.Done(); run() }()
+		} else {
+			run()
+		}
+	}
+	c.mu.Lock()
+	if !c.closed {
+		c.expiry = time.AfterFunc(c.cfg.RetentionCheckInterval, c.expireLoop)
+	}
+	c.mu.Unlock()
+	return first
+}
+
+// Close stops the timers. Waiting Replies end with their connections.
+func (c *Coordinator) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	if c.expiry != nil {
+		c.expiry.Stop()
+	}
+	for _, g := range c.groups {
+		if g.timer != nil {
+			g.timer.Stop()
+		}
+		g.failWaiters(errCoordinatorNotAvailable)
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+	return nil
+}
+
+// PartitionFor is the __consumer_offsets partition that owns group: Kafka's
+// Utils.abs(groupId.hashCode()) % partitions, so the placement matches.
+func PartitionFor(group string, partitions int) int32 {
+	h := javaStringHash(group)
+	if h == math.MinInt32 {
+		h = 0
+	} else if h < 0 {
+		h = -h
+	}
+	return h % int32(partitions)
+}
+
+// javaStringHash is Java's String.hashCode: over UTF-16 code units.
+func javaStringHash(s string) int32 {
+	var h int32
+	for _, r := range s {
+		if r >= 0x10000 {
+			r -= 0x10000
+			h = 31*h + int32(0xD800+(r>>10))
+			h = 31*h + int32(0xDC00+(r&0x3FF))
+			continue
+		}
+		h = 31*h + int32(r)
+	}
+	return h
+}
+
+func (c *Coordinator) partition(group string) int32 { return PartitionFor(group, len(c.logs)) }
+
+// Loading reports whether the partition that owns group is still replaying.
+func (c *Coordinator) Loading(group string) bool { return !c.loaded[c.partition(group)].Load() }
+
+var errCoordinatorNotAvailable = errors.New("coordinator not available")
+
+func newMemberID(prefix string) string {
+	var b [16]byte
+	rand.Read(b[:])
+	var u [36]byte
+	hex.Encode(u[0:8], b[0:4])
+	u[8] = '-'
+	hex.Encode(u[9:13], b[4:6])
+	u[13] = '-'
+	hex.Encode(u[14:18], b[6:8])
+	u[18] = '-'
+	hex.Encode(u[19:23], b[8:10])
+	u[23] = '-'
+	hex.Encode(u[24:], b[10:])
+	return prefix + "-" + string(u[:])
+}
+
+// buildBatch encodes key/value pairs as one batch for __consumer_offsets; a
+// nil value is a tombstone.
+func buildBatch(now time.Time, kvs []kv) ([]byte, error) {
+	recs := make([]records.Record, len(kvs))
+	ts := now.UnixMilli()
+	for i, p := range kvs {
+		recs[i] = records.Record{Timestamp: ts, Key: p.key, Value: p.value}
+	}
+	return records.Build(records.Batch{ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1}, recs)
+}
+
+type kv struct{ key, value []byte }
