@@ -34,6 +34,9 @@ type Config struct {
 	NumPartitions          int32 // num.partitions (default 1)
 	OffsetsTopicPartitions int32 // offsets.topic.num.partitions (default 50)
 
+	// Groups is the group coordinator's config (group.* and offsets.*).
+	Groups group.Config
+
 	// RetentionCheckInterval is log.retention.check.interval.ms (default 5
 	// minutes): how often retention runs over every log (state.go).
 	RetentionCheckInterval time.Duration
@@ -56,6 +59,7 @@ func DefaultConfig() Config {
 		AutoCreateTopics:       true,
 		NumPartitions:          1,
 		OffsetsTopicPartitions: 50,
+		Groups:                 group.DefaultConfig(),
 		RetentionCheckInterval: 5 * time.Minute,
 		LogDefaults:            storage.DefaultConfig(),
 	}
