@@ -1,0 +1,57 @@
+package broker
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/wire"
+)
+
+// v6 adds share groups (KIP-932), which are not served.
+func init() { register(kmsg.FindCoordinator, 0, 5, (*Broker).handleFindCoordinator) }
+
+// Coordinator key types.
+const (
+	coordinatorGroup       = 0
+	coordinatorTransaction = 1
+)
+
+// handleFindCoordinator answers with this node for every group and
+// transactional id: a single node coordinates everything.
+func (b *Broker) handleFindCoordinator(_ context.Context, r *wire.Request) wire.Reply {
+	req := r.Body.(*kmsg.FindCoordinatorRequest)
+	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
+	keys := req.CoordinatorKeys
+	if req.Version < 4 {
+		keys = []string{req.CoordinatorKey}
+	}
+	for _, key := range keys {
+		c := kmsg.NewFindCoordinatorResponseCoordinator()
+		c.Key = key
+		c.NodeID, c.Host, c.Port = -1, "", -1
+		var msg string
+		switch {
+		case req.CoordinatorType != coordinatorGroup && req.CoordinatorType != coordinatorTransaction:
+			c.ErrorCode, msg = kerr.InvalidRequest.Code, "unknown coordinator type"
+		case req.CoordinatorType == coordinatorTransaction && key == "":
+			c.ErrorCode, msg = kerr.InvalidRequest.Code, "empty transactional id"
+		case req.CoordinatorType == coordinatorGroup && b.groups.Loading(key):
+			c.ErrorCode = kerr.CoordinatorLoadInProgress.Code
+		default:
+			c.NodeID, c.Host, c.Port = b.cfg.NodeID, b.cfg.AdvertisedHost, b.cfg.AdvertisedPort
+		}
+		if msg != "" {
+			c.ErrorMessage = &msg
+		}
+		resp.Coordinators = append(resp.Coordinators, c)
+	}
+	if req.Version < 4 {
+		c := resp.Coordinators[0]
+		resp.Coordinators = nil
+		resp.ErrorCode, resp.ErrorMessage = c.ErrorCode, c.ErrorMessage
+		resp.NodeID, resp.Host, resp.Port = c.NodeID, c.Host, c.Port
+	}
+	return wire.Respond(resp)
+}
