@@ -1,9 +1,19 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"holdfast/internal/records"
@@ -14,21 +24,26 @@ var (
 	ErrOffsetOutOfRange = errors.New("storage: offset out of range")
 	ErrNotBoundary      = errors.New("storage: offset is not a batch boundary")
 	ErrClosed           = errors.New("storage: log closed")
+	// ErrStaleEpoch: an append carries a leader epoch below the log's latest.
+	ErrStaleEpoch = errors.New("storage: leader epoch older than the log's latest")
+	// ErrFailed wraps the sticky error of a log whose fsync failed.
+	ErrFailed = errors.New("storage: log failed")
 )
 
-var errNotImplemented = errors.New("storage: not implemented yet")
+const (
+	epochCheckpoint = "leader-epoch-checkpoint"
+	startCheckpoint = "log-start-offset-checkpoint"
+	maxEpochEntries = 1 << 16 // bounds the checkpoint file and the cache
+	// recoverMaxBatch bounds a batch read during recovery, whatever
+	// max.message.bytes was when it was written.
+	recoverMaxBatch = maxMaxMessageBytes + records.HeaderSize
+)
 
-// Syncer runs group-commit fsync cycles for all logs of a node.
-type Syncer struct{}
-
-func NewSyncer(logger *slog.Logger) *Syncer { return &Syncer{} }
-func (s *Syncer) Close() error            { return nil }
-
-// Options are a log's collaborators.
+// Options are a log's collaborators; zero values get defaults.
 type Options struct {
-	FS     FS
-	Syncer *Syncer
-	Logger *slog.Logger
+	FS     FS           // default OSFS()
+	Syncer *Syncer      // default: one shared process-wide Syncer
+	Logger *slog.Logger // default slog.Default()
 	Now    func() time.Time
 }
 
@@ -39,50 +54,1311 @@ type AppendInfo struct {
 	Size                   int
 }
 
-// Log is one partition's segmented log.
-type Log struct{}
+type epochEntry struct {
+	epoch int32
+	start int64
+}
 
-func Open(dir string, cfg Config, opts Options) (*Log, error) { return nil, errNotImplemented }
+// Log is one partition's segmented log. All methods are safe for concurrent
+// use; appends are serialized.
+type Log struct {
+	dir    string
+	fs     FS
+	syncer *Syncer
+	logger *slog.Logger
+	now    func() time.Time
+
+	maxMessage atomic.Int64 // copy of cfg.MaxMessageBytes for lock-free validation
+	durable    atomic.Int64 // every offset below it is fsynced
+
+	mu       sync.RWMutex
+	cfg      Config
+	segs     []*segment // ascending base; the last one is active
+	start    int64
+	end      int64
+	epochs   []epochEntry
+	failed   error // sticky: set when an fsync failed
+	closed   bool
+	truncGen uint64 // bumped by Truncate: a sync cycle begun before it claims nothing
+
+	waitMu sync.Mutex
+	waitCh chan struct{} // closed and replaced when durable/failed changes
+
+	timerArmed atomic.Bool // interval policy: a sync is scheduled
+}
+
+// Open opens (creating if missing) the log in dir and recovers it: the
+// active segment is scanned from its last index entry, every batch's CRC
+// checked, and a torn or corrupt tail truncated.
+func Open(dir string, cfg Config, opts Options) (*Log, error) {
+	if opts.FS == nil {
+		opts.FS = OSFS()
+	}
+	if opts.Syncer == nil {
+		opts.Syncer = defaultSyncer()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	l := &Log{
+		dir:    filepath.Clean(dir),
+		fs:     opts.FS,
+		syncer: opts.Syncer,
+		logger: opts.Logger.With("dir", dir),
+		now:    opts.Now,
+		cfg:    cfg.normalize(),
+		waitCh: make(chan struct{}),
+	}
+	l.maxMessage.Store(int64(l.cfg.MaxMessageBytes))
+	if err := l.recover(); err != nil {
+		for _, s := range l.segs {
+			s.closeFiles()
+		}
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *Log) cfgIndexInterval() int { return l.cfg.IndexIntervalBytes }
+
+func (l *Log) recover() error {
+	if err := l.fs.MkdirAll(l.dir, 0o755); err != nil {
+		return fmt.Errorf("storage: open %s: %w", l.dir, err)
+	}
+	names, err := l.fs.ReadDir(l.dir)
+	if err != nil {
+		return fmt.Errorf("storage: open %s: %w", l.dir, err)
+	}
+	logs := map[int64]bool{}
+	var indexes []string
+	haveEpochs, haveStart := false, false
+	for _, name := range names {
+		base, suf, ok := parseSegmentName(name)
+		switch {
+		case ok && suf == logSuffix:
+			logs[base] = true
+		case ok:
+			indexes = append(indexes, name)
+		case name == epochCheckpoint:
+			haveEpochs = true
+		case name == startCheckpoint:
+			haveStart = true
+		case strings.HasSuffix(name, ".tmp"):
+			// An interrupted atomic write: the old file is still intact.
+			if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil {
+				return fmt.Errorf("storage: open %s: remove leftover %s: %w", l.dir, name, err)
+			}
+		default:
+			return fmt.Errorf("storage: open %s: unexpected file %q (not a segment, index or checkpoint of a log)", l.dir, name)
+		}
+	}
+	for _, name := range indexes {
+		if base, _, _ := parseSegmentName(name); !logs[base] {
+			// Left behind by a segment deletion that crashed halfway.
+			l.logger.Warn("storage: removing orphan index", "file", name)
+			if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil {
+				return fmt.Errorf("storage: open %s: remove orphan %s: %w", l.dir, name, err)
+			}
+		}
+	}
+	if haveStart {
+		b, err := readFile(l.fs, filepath.Join(l.dir, startCheckpoint), 64)
+		if err != nil {
+			return fmt.Errorf("storage: open %s: read %s: %w", l.dir, startCheckpoint, err)
+		}
+		v, err := parseStartCheckpoint(b)
+		if err != nil {
+			return fmt.Errorf("storage: open %s: damaged %s: %w", l.dir, startCheckpoint, err)
+		}
+		l.start = v
+	}
+	bases := make([]int64, 0, len(logs))
+	for b := range logs {
+		bases = append(bases, b)
+	}
+	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
+	for i, base := range bases {
+		s, err := l.openSegment(base, false)
+		if err != nil {
+			return err
+		}
+		last := i == len(bases)-1
+		if !last {
+			if s.size == 0 {
+				// Nothing to lose; an empty sealed segment only confuses lookups.
+				l.logger.Warn("storage: removing empty sealed segment", "file", s.f.Name())
+				s.closeFiles()
+				if err := l.removeSegmentFiles(s); err != nil {
+					return err
+				}
+				continue
+			}
+			h, err := readHeader(s.f, 0)
+			if err == nil && (h.Magic != 2 || h.BaseOffset != base) {
+				err = fmt.Errorf("first batch has magic %d offset %d: %w", h.Magic, h.BaseOffset, records.ErrCorrupt)
+			}
+			if err != nil {
+				l.segs = append(l.segs, s)
+				return fmt.Errorf("storage: open %s: damaged segment %s: %w", l.dir, s.f.Name(), err)
+			}
+			if n := len(l.segs); n > 0 {
+				l.segs[n-1].next = base
+			}
+		}
+		l.segs = append(l.segs, s)
+	}
+	if len(l.segs) == 0 {
+		s, err := l.createSegment(l.start)
+		if err != nil {
+			return err
+		}
+		l.segs = append(l.segs, s)
+	} else {
+		n := len(l.segs)
+		if n > 1 {
+			l.segs[n-2].next = l.segs[n-1].base
+		}
+		if err := l.recoverActive(l.segs[n-1]); err != nil {
+			return err
+		}
+	}
+	act := l.active()
+	l.end = act.next
+	if l.start < l.segs[0].base {
+		l.start = l.segs[0].base
+	}
+	if l.start > l.end {
+		// DeleteBefore moved the start past data lost in the crash; the
+		// offsets below start are gone by request, so restart there.
+		l.logger.Warn("storage: log start beyond recovered end, resetting", "start", l.start, "end", l.end)
+		if err := l.resetLocked(l.start); err != nil {
+			return err
+		}
+	}
+	if haveEpochs {
+		b, err := readFile(l.fs, filepath.Join(l.dir, epochCheckpoint), 64+int64(maxEpochEntries)*32)
+		if err == nil {
+			l.epochs, err = parseEpochCheckpoint(b)
+		}
+		if err != nil {
+			l.logger.Warn("storage: damaged leader epoch checkpoint, rebuilding", "file", epochCheckpoint, "err", err)
+			haveEpochs = false
+		}
+	}
+	if !haveEpochs && l.end > l.segs[0].base {
+		if err := l.rebuildEpochs(); err != nil {
+			return err
+		}
+	}
+	l.truncateEpochsLocked(l.end)
+	if err := l.scanTailEpochs(act); err != nil {
+		return err
+	}
+	// What recovery kept is durable from here on; fsync it in case it was
+	// only in the page cache (a process crash, not a power loss).
+	if err := act.f.Sync(); err != nil {
+		return fmt.Errorf("storage: open %s: sync %s: %w", l.dir, act.f.Name(), err)
+	}
+	act.idxMu.Lock()
+	if err := act.persistLocked(l, act.size, false); err != nil {
+		l.logger.Warn("storage: index write failed", "file", act.path(indexSuffix), "err", err)
+	}
+	act.idxMu.Unlock()
+	l.durable.Store(l.end)
+	return nil
+}
+
+func (l *Log) openSegment(base int64, create bool) (*segment, error) {
+	s := &segment{dir: l.dir, base: base, next: base, firstTS: -1, maxTS: -1, maxTSOff: -1}
+	flag := os.O_RDWR | os.O_APPEND
+	if create {
+		flag |= os.O_CREATE | os.O_EXCL
+	}
+	f, err := l.fs.OpenFile(s.path(logSuffix), flag, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("storage: open segment %s: %w", s.path(logSuffix), err)
+	}
+	s.f = f
+	size, err := f.Size()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("storage: open segment %s: %w", s.path(logSuffix), err)
+	}
+	if size > maxSegmentBytes {
+		f.Close()
+		return nil, fmt.Errorf("storage: open segment %s: size %d exceeds %d", s.path(logSuffix), size, int64(maxSegmentBytes))
+	}
+	s.size = size
+	s.refs.Store(1)
+	return s, nil
+}
+
+// createSegment creates an empty segment and makes its name durable.
+func (l *Log) createSegment(base int64) (*segment, error) {
+	s, err := l.openSegment(base, true)
+	if err != nil {
+		return nil, err
+	}
+	s.loaded = true
+	if err := l.fs.SyncDir(l.dir); err != nil {
+		s.closeFiles()
+		return nil, fmt.Errorf("storage: create segment %s: sync dir: %w", s.path(logSuffix), err)
+	}
+	return s, nil
+}
+
+// recoverActive validates the active segment from its last trustworthy
+// index entry to the end and truncates whatever follows the last good batch.
+func (l *Log) recoverActive(s *segment) error {
+	s.idxMu.Lock()
+	defer s.idxMu.Unlock()
+	if err := s.loadIndexesLocked(l, true); err != nil {
+		return fmt.Errorf("storage: open %s: %w", l.dir, err)
+	}
+	// Trust the last entry whose batch checks out; drop the ones after it.
+	keep := len(s.offIdx)
+	for keep > 0 {
+		e := s.offIdx[keep-1]
+		if _, err := l.checkBatchAt(s, int64(e.pos), s.base+int64(e.rel)); err == nil {
+			break
+		}
+		keep--
+	}
+	var pos, next int64 = 0, s.base
+	if keep > 0 {
+		// The scan below re-adds this entry.
+		pos, next = int64(s.offIdx[keep-1].pos), s.base+int64(s.offIdx[keep-1].rel)
+	}
+	if err := s.truncateIndexLocked(l, next); err != nil {
+		return fmt.Errorf("storage: open %s: truncate index: %w", l.dir, err)
+	}
+	s.sinceIndex = l.cfg.IndexIntervalBytes // index the first scanned batch
+	var reason error
+	for pos < s.size {
+		h, err := l.checkBatchAt(s, pos, -1)
+		if err == nil && h.BaseOffset < next {
+			err = fmt.Errorf("batch at %d has offset %d, expected >= %d: %w", pos, h.BaseOffset, next, records.ErrCorrupt)
+		}
+		if err == nil && (h.LastOffset()-s.base > math.MaxUint32 || len(s.offIdx) >= maxIndexEntries) {
+			err = fmt.Errorf("batch at %d does not fit the segment's index", pos)
+		}
+		if err != nil {
+			reason = err
+			break
+		}
+		s.indexBatchLocked(l.cfg.IndexIntervalBytes, h, pos)
+		pos += int64(h.Size())
+		next = h.LastOffset() + 1
+	}
+	if pos > 0 {
+		s.firstTS = l.now().UnixMilli()
+	}
+	if reason != nil {
+		l.logger.Warn("storage: truncating torn or corrupt tail", "file", s.f.Name(), "position", pos, "size", s.size, "reason", reason)
+		if err := s.f.Truncate(pos); err != nil {
+			return fmt.Errorf("storage: open %s: truncate %s at %d: %w", l.dir, s.f.Name(), pos, err)
+		}
+		if err := s.f.Sync(); err != nil {
+			return fmt.Errorf("storage: open %s: sync %s: %w", l.dir, s.f.Name(), err)
+		}
+		s.size = pos
+	}
+	s.next = next
+	s.loaded = true
+	return nil
+}
+
+// checkBatchAt reads and fully validates (CRC) the batch at pos; want >= 0
+// also requires that base offset.
+func (l *Log) checkBatchAt(s *segment, pos, want int64) (records.Header, error) {
+	h, err := readHeader(s.f, pos)
+	if err != nil {
+		return h, err
+	}
+	if h.Length < records.HeaderSize-12 || int64(h.Size()) > s.size-pos || h.Size() > recoverMaxBatch {
+		return h, fmt.Errorf("batch at %d: length %d runs past the file: %w", pos, h.Length, records.ErrTruncated)
+	}
+	b := make([]byte, h.Size())
+	if n, err := s.f.ReadAt(b, pos); n < len(b) {
+		return h, fmt.Errorf("batch at %d: read: %w", pos, err)
+	}
+	if _, err := records.Validate(b, 0); err != nil {
+		return h, fmt.Errorf("batch at %d: %w", pos, err)
+	}
+	if want >= 0 && h.BaseOffset != want {
+		return h, fmt.Errorf("batch at %d: offset %d, index says %d: %w", pos, h.BaseOffset, want, records.ErrCorrupt)
+	}
+	return h, nil
+}
+
+func (l *Log) active() *segment { return l.segs[len(l.segs)-1] }
+
+// checkWritableLocked is the precondition of every mutation.
+func (l *Log) checkWritableLocked() error {
+	if l.closed {
+		return ErrClosed
+	}
+	if l.failed != nil {
+		return fmt.Errorf("%w: %s: %w", ErrFailed, l.dir, l.failed)
+	}
+	return nil
+}
+
+// Append validates batch (framing, size, CRC), assigns it the next offsets,
+// stamps leaderEpoch, and writes it to the active segment. It rewrites
+// baseOffset and partitionLeaderEpoch of batch in place. It does not wait
+// for fsync: call WaitDurable with info.LastOffset+1 for that.
 func (l *Log) Append(batch []byte, leaderEpoch int32) (AppendInfo, error) {
-	return AppendInfo{}, errNotImplemented
+	h, err := records.Validate(batch, int(l.maxMessage.Load()))
+	if err != nil {
+		return AppendInfo{}, fmt.Errorf("storage: append to %s: %w", l.dir, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.checkWritableLocked(); err != nil {
+		return AppendInfo{}, err
+	}
+	records.SetBaseOffset(batch, l.end)
+	records.SetLeaderEpoch(batch, leaderEpoch)
+	h.BaseOffset, h.PartitionLeaderEpoch = l.end, leaderEpoch
+	return l.appendLocked(batch, h)
 }
-func (l *Log) AppendReplicated(batch []byte) (AppendInfo, error) {
-	return AppendInfo{}, errNotImplemented
-}
-func (l *Log) WaitDurable(ctx context.Context, offset int64) error { return errNotImplemented }
-func (l *Log) Sync() error                                         { return errNotImplemented }
-func (l *Log) StartOffset() int64                                  { return 0 }
-func (l *Log) EndOffset() int64                                    { return 0 }
-func (l *Log) DurableOffset() int64                                { return 0 }
 
-// Slice is a byte range of whole batches in a segment file.
+// AppendReplicated appends a batch as the leader wrote it: its baseOffset
+// must equal EndOffset() and its epoch is kept.
+func (l *Log) AppendReplicated(batch []byte) (AppendInfo, error) {
+	h, err := records.Validate(batch, int(l.maxMessage.Load()))
+	if err != nil {
+		return AppendInfo{}, fmt.Errorf("storage: append to %s: %w", l.dir, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.checkWritableLocked(); err != nil {
+		return AppendInfo{}, err
+	}
+	if h.BaseOffset != l.end {
+		return AppendInfo{}, fmt.Errorf("storage: append replicated to %s: batch offset %d, log end %d: %w", l.dir, h.BaseOffset, l.end, ErrOffsetOutOfRange)
+	}
+	return l.appendLocked(batch, h)
+}
+
+func (l *Log) appendLocked(batch []byte, h records.Header) (AppendInfo, error) {
+	var newEpoch bool
+	if h.PartitionLeaderEpoch >= 0 {
+		if n := len(l.epochs); n > 0 && h.PartitionLeaderEpoch < l.epochs[n-1].epoch {
+			return AppendInfo{}, fmt.Errorf("storage: append to %s: epoch %d < %d: %w", l.dir, h.PartitionLeaderEpoch, l.epochs[n-1].epoch, ErrStaleEpoch)
+		}
+		newEpoch = len(l.epochs) == 0 || h.PartitionLeaderEpoch > l.epochs[len(l.epochs)-1].epoch
+	}
+	s := l.active()
+	if l.shouldRollLocked(s, h) {
+		if err := l.rollLocked(h.BaseOffset); err != nil {
+			return AppendInfo{}, err
+		}
+		s = l.active()
+	}
+	if newEpoch {
+		if len(l.epochs) >= maxEpochEntries {
+			return AppendInfo{}, fmt.Errorf("storage: append to %s: more than %d leader epochs", l.dir, maxEpochEntries)
+		}
+		// Persist the epoch before the batch: recovery drops epochs beyond
+		// the end, but cannot invent one it never saw.
+		l.epochs = append(l.epochs, epochEntry{h.PartitionLeaderEpoch, h.BaseOffset})
+		if err := l.writeEpochsLocked(); err != nil {
+			l.epochs = l.epochs[:len(l.epochs)-1]
+			return AppendInfo{}, fmt.Errorf("storage: append to %s: %w", l.dir, err)
+		}
+	}
+	pos := s.size
+	n, err := s.f.Write(batch)
+	if err != nil || n != len(batch) {
+		if err == nil {
+			err = fmt.Errorf("short write of %d/%d bytes", n, len(batch))
+		}
+		if newEpoch {
+			l.epochs = l.epochs[:len(l.epochs)-1] // the checkpoint's extra entry is dropped on recovery
+		}
+		if n > 0 {
+			// Cut the partial batch so the file stays a sequence of whole batches.
+			if terr := s.f.Truncate(pos); terr != nil {
+				l.failLocked(fmt.Errorf("truncate after failed write of %s: %w", s.f.Name(), terr))
+			}
+		}
+		return AppendInfo{}, fmt.Errorf("storage: append to %s: write %s: %w", l.dir, s.f.Name(), err)
+	}
+	s.idxMu.Lock()
+	s.indexBatchLocked(l.cfg.IndexIntervalBytes, h, pos)
+	s.idxMu.Unlock()
+	if s.firstTS < 0 {
+		s.firstTS = l.now().UnixMilli()
+	}
+	s.size += int64(n)
+	l.end = h.LastOffset() + 1
+	s.next = l.end
+	if l.cfg.Flush.Mode == FlushInterval && l.timerArmed.CompareAndSwap(false, true) {
+		time.AfterFunc(l.cfg.Flush.Interval, func() {
+			l.timerArmed.Store(false)
+			l.syncer.request(l)
+		})
+	}
+	return AppendInfo{BaseOffset: h.BaseOffset, LastOffset: h.LastOffset(), MaxTimestamp: h.MaxTimestamp, Size: n}, nil
+}
+
+func (l *Log) shouldRollLocked(s *segment, h records.Header) bool {
+	if s.size == 0 {
+		return false
+	}
+	if s.size+int64(h.Size()) > l.cfg.SegmentBytes {
+		return true
+	}
+	if h.LastOffset()-s.base > math.MaxUint32 {
+		return true
+	}
+	s.idxMu.Lock()
+	full := len(s.offIdx) >= maxIndexEntries || len(s.timeIdx) >= maxIndexEntries
+	s.idxMu.Unlock()
+	if full {
+		return true
+	}
+	// segment.ms counts from the wall-clock time of the segment's first
+	// append in this process, not from a client timestamp (which may be
+	// years old and would roll every batch).
+	return s.firstTS >= 0 && l.now().UnixMilli()-s.firstTS >= l.cfg.SegmentMs.Milliseconds()
+}
+
+// rollLocked seals the active segment — fsyncs its data and indexes, so
+// that every sealed segment is durable and recovery need only scan the
+// last — and starts a new one at base.
+func (l *Log) rollLocked(base int64) error {
+	old := l.active()
+	if err := old.f.Sync(); err != nil {
+		l.failLocked(fmt.Errorf("sync %s at roll: %w", old.f.Name(), err))
+		return fmt.Errorf("storage: roll %s: %w", l.dir, err)
+	}
+	old.idxMu.Lock()
+	old.finishTimeIndexLocked()
+	if err := old.persistLocked(l, old.size, true); err != nil {
+		// A sealed segment must not keep a partial index: remove it, so
+		// the lazy load rebuilds it.
+		l.logger.Warn("storage: index write at roll failed, removing it", "file", old.path(indexSuffix), "err", err)
+		var rerr error
+		for _, suf := range []string{indexSuffix, timeIndexSuffix} {
+			if e := l.fs.Remove(old.path(suf)); e != nil && !errors.Is(e, os.ErrNotExist) {
+				rerr = errors.Join(rerr, e)
+			}
+		}
+		if rerr != nil {
+			old.idxMu.Unlock()
+			return fmt.Errorf("storage: roll %s: %w", l.dir, errors.Join(err, rerr))
+		}
+	}
+	old.idxMu.Unlock()
+	s, err := l.createSegment(base)
+	if err != nil {
+		return fmt.Errorf("storage: roll %s: %w", l.dir, err)
+	}
+	old.next = base
+	l.segs = append(l.segs, s)
+	l.advanceDurableLocked(base)
+	return nil
+}
+
+func (l *Log) failLocked(err error) {
+	if l.failed == nil {
+		l.failed = err
+		l.logger.Error("storage: log failed; refusing appends until truncated to the durable offset or reopened", "err", err, "durable", l.durable.Load())
+	}
+	l.wake()
+}
+
+func (l *Log) advanceDurableLocked(off int64) {
+	if off > l.durable.Load() {
+		l.durable.Store(off)
+		l.wake()
+	}
+}
+
+// wake releases every WaitDurable to re-check.
+func (l *Log) wake() {
+	l.waitMu.Lock()
+	close(l.waitCh)
+	l.waitCh = make(chan struct{})
+	l.waitMu.Unlock()
+}
+
+// syncOnce fsyncs the active segment and advances the durable offset to the
+// end captured before the fsync. Appends continue while it runs.
+func (l *Log) syncOnce() error {
+	l.mu.RLock()
+	if err := l.checkWritableLocked(); err != nil {
+		l.mu.RUnlock()
+		return err
+	}
+	end := l.end
+	if end <= l.durable.Load() {
+		l.mu.RUnlock()
+		return nil
+	}
+	s := l.active()
+	size, gen := s.size, l.truncGen
+	s.ref()
+	l.mu.RUnlock()
+
+	err := s.f.Sync()
+	s.unref()
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if gen != l.truncGen || l.closed {
+		return nil // Truncate/Close synced on their own; this cycle claims nothing
+	}
+	if err != nil {
+		err = fmt.Errorf("sync %s: %w", s.f.Name(), err)
+		l.failLocked(err)
+		return fmt.Errorf("%w: %s: %w", ErrFailed, l.dir, err)
+	}
+	l.advanceDurableLocked(end)
+	if s == l.active() {
+		s.idxMu.Lock()
+		if perr := s.persistLocked(l, size, false); perr != nil {
+			l.logger.Warn("storage: index write failed", "file", s.path(indexSuffix), "err", perr)
+		}
+		s.idxMu.Unlock()
+	}
+	return nil
+}
+
+// WaitDurable returns once every offset below offset is fsynced, asking the
+// Syncer for a cycle. It returns the fsync error if the cycle failed.
+func (l *Log) WaitDurable(ctx context.Context, offset int64) error {
+	requested := false
+	for {
+		if l.durable.Load() >= offset {
+			return nil
+		}
+		l.waitMu.Lock()
+		ch := l.waitCh
+		l.waitMu.Unlock()
+		l.mu.RLock()
+		err := l.checkWritableLocked()
+		end := l.end
+		l.mu.RUnlock()
+		if l.durable.Load() >= offset {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if offset > end {
+			return fmt.Errorf("storage: wait durable %d beyond end %d of %s: %w", offset, end, l.dir, ErrOffsetOutOfRange)
+		}
+		if !requested || l.syncer.isIdle(l) {
+			l.syncer.request(l)
+			requested = true
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Sync fsyncs everything appended so far.
+func (l *Log) Sync() error {
+	return l.WaitDurable(context.Background(), l.EndOffset())
+}
+
+// StartOffset is the first readable offset.
+func (l *Log) StartOffset() int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.start
+}
+
+// EndOffset is the next offset to assign.
+func (l *Log) EndOffset() int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.end
+}
+
+// DurableOffset: every offset below it is fsynced.
+func (l *Log) DurableOffset() int64 { return l.durable.Load() }
+
+// Slice is a range of whole batches in one segment file, for sendfile or
+// Bytes. It holds a reference on the segment: the file stays open (and on
+// Linux readable) even if the segment is deleted, until Release. A Truncate
+// over the range may change the bytes it reads.
 type Slice struct {
 	File File
 	Pos  int64
 	Size int
+	// BaseOffset and LastOffset bound the offsets of the batches (0, -1 if empty).
+	BaseOffset, LastOffset int64
+	ref                    *sliceRef
 }
 
-func (s Slice) Bytes() ([]byte, error) { return nil, errNotImplemented }
-func (s Slice) Release()               {}
+type sliceRef struct {
+	once sync.Once
+	seg  *segment
+}
 
+// Bytes reads the range.
+func (s Slice) Bytes() ([]byte, error) {
+	if s.Size == 0 {
+		return nil, nil
+	}
+	b := make([]byte, s.Size)
+	n, err := s.File.ReadAt(b, s.Pos)
+	if n < len(b) {
+		return nil, fmt.Errorf("storage: read %s at %d: %w", s.File.Name(), s.Pos, err)
+	}
+	return b, nil
+}
+
+// Release drops the Slice's hold on the segment; idempotent.
+func (s Slice) Release() {
+	if s.ref != nil {
+		s.ref.once.Do(s.ref.seg.unref)
+	}
+}
+
+// segmentFor returns the index of the segment that holds offset.
+func (l *Log) segmentFor(offset int64) int {
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].base > offset })
+	return max(i-1, 0)
+}
+
+// Read returns whole batches starting with the one containing offset, with
+// BaseOffset < maxOffset, up to maxBytes but always at least one batch if
+// one qualifies (KIP-74). It uses the sparse index: at most about
+// index.interval.bytes are walked to find the start and the end.
 func (l *Log) Read(offset, maxOffset int64, maxBytes int) (Slice, error) {
-	return Slice{}, errNotImplemented
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return Slice{}, ErrClosed
+	}
+	if offset < l.start || offset > l.end {
+		return Slice{}, fmt.Errorf("storage: read %s at %d, log has [%d, %d): %w", l.dir, offset, l.start, l.end, ErrOffsetOutOfRange)
+	}
+	if offset == l.end || offset >= maxOffset {
+		return Slice{BaseOffset: 0, LastOffset: -1}, nil
+	}
+	for i := l.segmentFor(offset); i < len(l.segs); i++ {
+		s := l.segs[i]
+		if err := s.ensureLoaded(l); err != nil {
+			return Slice{}, err
+		}
+		s.idxMu.Lock()
+		pos := s.lookupLocked(offset)
+		s.idxMu.Unlock()
+		// Walk to the batch containing offset.
+		var h records.Header
+		found := false
+		for pos < s.size {
+			var err error
+			if h, err = l.batchHeader(s, pos); err != nil {
+				return Slice{}, err
+			}
+			if h.LastOffset() >= offset {
+				found = true
+				break
+			}
+			pos += int64(h.Size())
+		}
+		if !found {
+			continue // offset is past this segment's last batch
+		}
+		if h.BaseOffset >= maxOffset {
+			return Slice{BaseOffset: 0, LastOffset: -1}, nil
+		}
+		first := pos
+		endPos := pos + int64(h.Size())
+		last := h.LastOffset()
+		// Jump with the index as far as maxBytes allows, then walk.
+		s.idxMu.Lock()
+		jump := s.farthestLocked(endPos, first+int64(maxBytes), maxOffset)
+		s.idxMu.Unlock()
+		if jump > endPos {
+			endPos = jump
+			last = -1 // known below from the last walked header
+		}
+		for endPos < s.size {
+			nh, err := l.batchHeader(s, endPos)
+			if err != nil {
+				return Slice{}, err
+			}
+			if nh.BaseOffset >= maxOffset || endPos+int64(nh.Size())-first > int64(maxBytes) {
+				break
+			}
+			endPos += int64(nh.Size())
+			last = nh.LastOffset()
+		}
+		if last < 0 {
+			// Stopped right at the index entry: the batch before it ends at
+			// endPos; its last offset is one below the entry's batch base.
+			nh, err := l.batchHeader(s, endPos)
+			if err != nil {
+				return Slice{}, err
+			}
+			last = nh.BaseOffset - 1
+		}
+		s.ref()
+		return Slice{File: s.f, Pos: first, Size: int(endPos - first), BaseOffset: h.BaseOffset, LastOffset: last, ref: &sliceRef{seg: s}}, nil
+	}
+	return Slice{BaseOffset: 0, LastOffset: -1}, nil
 }
-func (l *Log) OffsetForTimestamp(ts int64) (int64, int64, error) { return -1, -1, errNotImplemented }
-func (l *Log) MaxTimestamp() (timestamp, offset int64)          { return -1, -1 }
-func (l *Log) Truncate(offset int64) error                      { return errNotImplemented }
-func (l *Log) DeleteBefore(offset int64) error                  { return errNotImplemented }
-func (l *Log) EnforceRetention() (int, error)                   { return 0, errNotImplemented }
-func (l *Log) SetConfig(cfg Config)                             {}
-func (l *Log) Config() Config                                   { return Config{} }
-func (l *Log) EndOffsetForEpoch(epoch int32) (int32, int64)     { return -1, -1 }
+
+// batchHeader reads and sanity-checks the header at pos in s.
+func (l *Log) batchHeader(s *segment, pos int64) (records.Header, error) {
+	h, err := readHeader(s.f, pos)
+	if err == nil && (h.Length < records.HeaderSize-12 || int64(h.Size()) > s.size-pos) {
+		err = fmt.Errorf("batch at %d has length %d past the segment's %d bytes: %w", pos, h.Length, s.size, records.ErrCorrupt)
+	}
+	if err != nil {
+		return h, fmt.Errorf("storage: read %s: %w", s.f.Name(), err)
+	}
+	return h, nil
+}
+
+// OffsetForTimestamp returns the first offset whose batch MaxTimestamp >= ts
+// and that batch's MaxTimestamp, found through the time index; (-1, -1) if none.
+func (l *Log) OffsetForTimestamp(ts int64) (int64, int64, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return -1, -1, ErrClosed
+	}
+	for _, s := range l.segs {
+		segMax, _, err := s.maxTimestamp(l)
+		if err != nil {
+			return -1, -1, err
+		}
+		if segMax < ts || s.next <= l.start {
+			continue
+		}
+		if err := s.ensureLoaded(l); err != nil {
+			return -1, -1, err
+		}
+		s.idxMu.Lock()
+		pos := s.lookupLocked(s.timeLookupLocked(ts))
+		s.idxMu.Unlock()
+		for pos < s.size {
+			h, err := l.batchHeader(s, pos)
+			if err != nil {
+				return -1, -1, err
+			}
+			if h.MaxTimestamp >= ts && h.LastOffset() >= l.start {
+				return max(h.BaseOffset, l.start), h.MaxTimestamp, nil
+			}
+			pos += int64(h.Size())
+		}
+	}
+	return -1, -1, nil
+}
+
+// MaxTimestamp returns the largest batch timestamp in the log and the base
+// offset of its batch, (-1, -1) for an empty log.
+func (l *Log) MaxTimestamp() (timestamp, offset int64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	timestamp, offset = -1, -1
+	for _, s := range l.segs {
+		ts, off, err := s.maxTimestamp(l)
+		if err != nil {
+			l.logger.Warn("storage: max timestamp", "file", s.f.Name(), "err", err)
+			continue
+		}
+		if ts > timestamp {
+			timestamp, offset = ts, off
+		}
+	}
+	return timestamp, offset
+}
+
+// Truncate drops every batch with offsets >= offset, which must be a batch
+// boundary (or EndOffset). It is durable when it returns. Truncating to at
+// most DurableOffset also clears a failed state: what remains is synced.
+func (l *Log) Truncate(offset int64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	if offset < l.start || offset > l.end {
+		return fmt.Errorf("storage: truncate %s to %d, log has [%d, %d]: %w", l.dir, offset, l.start, l.end, ErrOffsetOutOfRange)
+	}
+	if offset == l.end && l.failed == nil {
+		return nil
+	}
+	i := l.segmentFor(offset)
+	s := l.segs[i]
+	var pos int64
+	if offset != s.base {
+		if err := s.ensureLoaded(l); err != nil {
+			return err
+		}
+		s.idxMu.Lock()
+		pos = s.lookupLocked(offset)
+		s.idxMu.Unlock()
+		for {
+			if pos >= s.size {
+				if offset == s.next {
+					break
+				}
+				return fmt.Errorf("storage: truncate %s to %d: %w", l.dir, offset, ErrNotBoundary)
+			}
+			h, err := l.batchHeader(s, pos)
+			if err != nil {
+				return err
+			}
+			if h.BaseOffset == offset {
+				break
+			}
+			if h.BaseOffset > offset || h.LastOffset() >= offset {
+				return fmt.Errorf("storage: truncate %s to %d: inside batch [%d, %d]: %w", l.dir, offset, h.BaseOffset, h.LastOffset(), ErrNotBoundary)
+			}
+			pos += int64(h.Size())
+		}
+	}
+	wasDurable := offset <= l.durable.Load()
+	removed := l.segs[i+1:]
+	l.segs = l.segs[:i+1]
+	var errs []error
+	for _, r := range removed {
+		errs = append(errs, l.removeSegmentFiles(r))
+		r.unref()
+	}
+	s.idxMu.Lock()
+	s.loaded = true
+	errs = append(errs, s.truncateIndexLocked(l, offset))
+	s.idxMu.Unlock()
+	if err := s.f.Truncate(pos); err != nil {
+		errs = append(errs, err)
+	} else {
+		s.size = pos
+	}
+	if pos == 0 {
+		s.firstTS = -1
+	}
+	s.next = offset
+	l.end = offset
+	l.truncGen++
+	if l.durable.Load() > offset {
+		l.durable.Store(offset)
+	}
+	errs = append(errs, s.f.Sync())
+	if len(removed) > 0 {
+		errs = append(errs, l.fs.SyncDir(l.dir))
+	}
+	if l.truncateEpochsLocked(offset) {
+		errs = append(errs, l.writeEpochsLocked())
+	}
+	if err := errors.Join(errs...); err != nil {
+		l.failLocked(fmt.Errorf("truncate to %d: %w", offset, err))
+		return fmt.Errorf("storage: truncate %s to %d: %w", l.dir, offset, err)
+	}
+	if l.failed != nil && wasDurable {
+		l.logger.Info("storage: log recovered by truncation", "offset", offset)
+		l.failed = nil
+	}
+	l.wake()
+	return nil
+}
+
+// TruncateFullyAndStartAt drops the whole log and restarts it empty at
+// offset (a follower far behind, a Raft snapshot install).
+func (l *Log) TruncateFullyAndStartAt(offset int64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	if offset < 0 {
+		return fmt.Errorf("storage: reset %s to %d: %w", l.dir, offset, ErrOffsetOutOfRange)
+	}
+	if err := l.resetLocked(offset); err != nil {
+		l.failLocked(err)
+		return err
+	}
+	l.failed = nil
+	l.wake()
+	return nil
+}
+
+func (l *Log) resetLocked(offset int64) error {
+	if err := writeFileAtomic(l.fs, filepath.Join(l.dir, startCheckpoint), formatStartCheckpoint(offset)); err != nil {
+		return fmt.Errorf("storage: reset %s: %w", l.dir, err)
+	}
+	var errs []error
+	for _, s := range l.segs {
+		errs = append(errs, l.removeSegmentFiles(s))
+		s.unref()
+	}
+	l.segs = nil
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("storage: reset %s: %w", l.dir, err)
+	}
+	s, err := l.createSegment(offset)
+	if err != nil {
+		return err
+	}
+	l.segs = []*segment{s}
+	l.start, l.end = offset, offset
+	l.truncGen++
+	l.durable.Store(offset)
+	l.epochs = nil
+	return l.writeEpochsLocked()
+}
+
+// removeSegmentFiles removes a segment's files (the caller drops its ref).
+func (l *Log) removeSegmentFiles(s *segment) error {
+	var errs []error
+	for _, suf := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+		if err := l.fs.Remove(s.path(suf)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DeleteBefore advances the log start offset (DeleteRecords) to offset and
+// removes the segments wholly below it. The start offset is checkpointed.
+func (l *Log) DeleteBefore(offset int64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	if offset > l.end {
+		return fmt.Errorf("storage: delete %s before %d beyond end %d: %w", l.dir, offset, l.end, ErrOffsetOutOfRange)
+	}
+	if offset <= l.start {
+		return nil
+	}
+	if err := writeFileAtomic(l.fs, filepath.Join(l.dir, startCheckpoint), formatStartCheckpoint(offset)); err != nil {
+		return fmt.Errorf("storage: delete %s before %d: %w", l.dir, offset, err)
+	}
+	l.start = offset
+	_, err := l.deleteOldestLocked(func(s *segment) bool { return s.next <= offset })
+	return err
+}
+
+// deleteOldestLocked removes sealed segments from the front while del says so.
+func (l *Log) deleteOldestLocked(del func(*segment) bool) (int, error) {
+	n := 0
+	var errs []error
+	for len(l.segs) > 1 && del(l.segs[0]) {
+		s := l.segs[0]
+		l.segs = l.segs[1:]
+		errs = append(errs, l.removeSegmentFiles(s))
+		s.unref()
+		n++
+	}
+	if n > 0 {
+		l.start = max(l.start, l.segs[0].base)
+		l.truncateEpochsFromStartLocked(l.start)
+		errs = append(errs, l.fs.SyncDir(l.dir))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return n, fmt.Errorf("storage: delete segments of %s: %w", l.dir, err)
+	}
+	return n, nil
+}
+
+// EnforceRetention deletes sealed segments past retention.ms (by their
+// largest timestamp) or beyond retention.bytes. The active segment stays.
+func (l *Log) EnforceRetention() (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return 0, ErrClosed
+	}
+	var total int64
+	for _, s := range l.segs {
+		total += s.size
+	}
+	nowMs := l.now().UnixMilli()
+	var lerr error
+	n, err := l.deleteOldestLocked(func(s *segment) bool {
+		if l.cfg.RetentionBytes >= 0 && total-s.size >= l.cfg.RetentionBytes {
+			total -= s.size
+			return true
+		}
+		if l.cfg.RetentionMs >= 0 {
+			ts, _, err := s.maxTimestamp(l)
+			if err != nil {
+				lerr = err
+				return false
+			}
+			if ts < nowMs-l.cfg.RetentionMs.Milliseconds() {
+				total -= s.size
+				return true
+			}
+		}
+		return false
+	})
+	return n, errors.Join(err, lerr)
+}
+
+// SetConfig changes the configuration; it applies to later operations.
+func (l *Log) SetConfig(cfg Config) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cfg = cfg.normalize()
+	l.maxMessage.Store(int64(l.cfg.MaxMessageBytes))
+}
+
+// Config returns the (normalized) configuration.
+func (l *Log) Config() Config {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.cfg
+}
+
+// EndOffsetForEpoch answers OffsetForLeaderEpoch: the largest epoch <= epoch
+// in the log, and the start offset of the next higher epoch (or EndOffset
+// if it is the latest); (-1, -1) if no epoch <= epoch is known.
+func (l *Log) EndOffsetForEpoch(epoch int32) (int32, int64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	i := sort.Search(len(l.epochs), func(i int) bool { return l.epochs[i].epoch > epoch })
+	if i == 0 {
+		return -1, -1
+	}
+	if i == len(l.epochs) {
+		return l.epochs[i-1].epoch, l.end
+	}
+	return l.epochs[i-1].epoch, l.epochs[i].start
+}
+
+// Epochs returns the leader epoch cache: (epoch, start offset) pairs.
+func (l *Log) Epochs() [][2]int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	out := make([][2]int64, len(l.epochs))
+	for i, e := range l.epochs {
+		out[i] = [2]int64{int64(e.epoch), e.start}
+	}
+	return out
+}
+
+// Scan calls fn for every batch from the one containing from to the end
+// (as of the call), in order. The batch slice is only valid during fn.
 func (l *Log) Scan(from int64, fn func(h records.Header, batch []byte) error) error {
-	return errNotImplemented
+	end := l.EndOffset()
+	if st := l.StartOffset(); from < st {
+		from = st
+	}
+	for from < end {
+		s, err := l.Read(from, end, 1<<20)
+		if err != nil {
+			return err
+		}
+		if s.Size == 0 {
+			return nil
+		}
+		buf, err := s.Bytes()
+		s.Release()
+		if err != nil {
+			return err
+		}
+		for len(buf) > 0 {
+			b, rest, err := records.Next(buf)
+			if err != nil {
+				return fmt.Errorf("storage: scan %s at %d: %w", l.dir, from, err)
+			}
+			h, err := records.ParseHeader(b)
+			if err != nil {
+				return err
+			}
+			if err := fn(h, b); err != nil {
+				return err
+			}
+			from = h.LastOffset() + 1
+			buf = rest
+		}
+	}
+	return nil
 }
-func (l *Log) Close() error  { return nil }
-func (l *Log) Delete() error { return errNotImplemented }
 
-// CrashFS is an in-memory FS that can forget what was not fsynced.
-type CrashFS struct{ osFS }
+// Close syncs (unless failed) and closes the log; waiters get ErrClosed.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	var errs []error
+	if l.failed == nil {
+		s := l.active()
+		if err := s.f.Sync(); err != nil {
+			errs = append(errs, err)
+		} else {
+			l.advanceDurableLocked(l.end)
+			s.idxMu.Lock()
+			errs = append(errs, s.persistLocked(l, s.size, true))
+			s.idxMu.Unlock()
+		}
+	}
+	l.closed = true
+	for _, s := range l.segs {
+		s.unref()
+	}
+	l.wake()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("storage: close %s: %w", l.dir, err)
+	}
+	return nil
+}
 
-func NewCrashFS(seed int64) *CrashFS { return &CrashFS{} }
+// Delete closes the log and removes its directory (topic deletion).
+func (l *Log) Delete() error {
+	l.mu.Lock()
+	if !l.closed {
+		l.closed = true
+		for _, s := range l.segs {
+			s.unref()
+		}
+		l.wake()
+	}
+	l.mu.Unlock()
+	if err := l.fs.RemoveAll(l.dir); err != nil {
+		return fmt.Errorf("storage: delete %s: %w", l.dir, err)
+	}
+	return nil
+}
+
+// Dir returns the log's directory.
+func (l *Log) Dir() string { return l.dir }
+
+// Segments returns the number of segments (for tests and metrics).
+func (l *Log) Segments() int {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return len(l.segs)
+}
+
+// --- leader epoch cache and checkpoints ---
+
+// truncateEpochsLocked drops epochs starting at or after end.
+func (l *Log) truncateEpochsLocked(end int64) bool {
+	n := len(l.epochs)
+	for n > 0 && l.epochs[n-1].start >= end {
+		n--
+	}
+	changed := n != len(l.epochs)
+	l.epochs = l.epochs[:n]
+	return changed
+}
+
+// truncateEpochsFromStartLocked drops epochs wholly below start.
+func (l *Log) truncateEpochsFromStartLocked(start int64) {
+	for len(l.epochs) > 1 && l.epochs[1].start <= start {
+		l.epochs = l.epochs[1:]
+	}
+	if len(l.epochs) > 0 && l.epochs[0].start < start {
+		l.epochs[0].start = start
+	}
+}
+
+func (l *Log) writeEpochsLocked() error {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "0\n%d\n", len(l.epochs))
+	for _, e := range l.epochs {
+		fmt.Fprintf(&b, "%d %d\n", e.epoch, e.start)
+	}
+	if err := writeFileAtomic(l.fs, filepath.Join(l.dir, epochCheckpoint), b.Bytes()); err != nil {
+		return fmt.Errorf("write %s: %w", epochCheckpoint, err)
+	}
+	return nil
+}
+
+func parseEpochCheckpoint(b []byte) ([]epochEntry, error) {
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) < 2 || lines[0] != "0" {
+		return nil, errors.New("bad version line")
+	}
+	n, err := strconv.Atoi(lines[1])
+	if err != nil || n < 0 || n != len(lines)-2 || n > maxEpochEntries {
+		return nil, fmt.Errorf("bad entry count %q", lines[1])
+	}
+	out := make([]epochEntry, 0, n)
+	for _, ln := range lines[2:] {
+		var e epochEntry
+		if _, err := fmt.Sscanf(ln, "%d %d", &e.epoch, &e.start); err != nil {
+			return nil, fmt.Errorf("bad entry %q", ln)
+		}
+		if k := len(out); e.epoch < 0 || e.start < 0 || (k > 0 && (e.epoch <= out[k-1].epoch || e.start < out[k-1].start)) {
+			return nil, fmt.Errorf("entry %q out of order", ln)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+func formatStartCheckpoint(off int64) []byte { return fmt.Appendf(nil, "0\n%d\n", off) }
+
+func parseStartCheckpoint(b []byte) (int64, error) {
+	var v int64
+	if _, err := fmt.Sscanf(string(b), "0\n%d\n", &v); err != nil || v < 0 {
+		return 0, fmt.Errorf("content %q", b)
+	}
+	return v, nil
+}
+
+// noteEpochLocked extends the cache with a batch's epoch (recovery).
+func (l *Log) noteEpochLocked(epoch int32, base int64) {
+	if epoch < 0 {
+		return
+	}
+	if n := len(l.epochs); n == 0 || epoch > l.epochs[n-1].epoch {
+		if len(l.epochs) < maxEpochEntries {
+			l.epochs = append(l.epochs, epochEntry{epoch, base})
+		}
+	}
+}
+
+// rebuildEpochs walks every batch header of the log (checkpoint missing).
+func (l *Log) rebuildEpochs() error {
+	l.epochs = nil
+	for _, s := range l.segs {
+		for pos := int64(0); pos < s.size; {
+			h, err := l.batchHeader(s, pos)
+			if err != nil {
+				return fmt.Errorf("storage: open %s: rebuild leader epochs: %w", l.dir, err)
+			}
+			l.noteEpochLocked(h.PartitionLeaderEpoch, h.BaseOffset)
+			pos += int64(h.Size())
+		}
+	}
+	return l.writeEpochsLocked()
+}
+
+// scanTailEpochs adds epochs seen in the recovered tail of the active segment.
+func (l *Log) scanTailEpochs(s *segment) error {
+	s.idxMu.Lock()
+	pos := int64(0)
+	if n := len(s.offIdx); n > 0 {
+		pos = int64(s.offIdx[n-1].pos)
+	}
+	s.idxMu.Unlock()
+	before := len(l.epochs)
+	for pos < s.size {
+		h, err := l.batchHeader(s, pos)
+		if err != nil {
+			return fmt.Errorf("storage: open %s: %w", l.dir, err)
+		}
+		l.noteEpochLocked(h.PartitionLeaderEpoch, h.BaseOffset)
+		pos += int64(h.Size())
+	}
+	if len(l.epochs) != before {
+		return l.writeEpochsLocked()
+	}
+	return nil
+}

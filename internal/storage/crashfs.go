@@ -1,0 +1,428 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// CrashFS is an in-memory FS for tests that models what survives a power
+// loss, strictly: file contents survive only up to the last Sync of that
+// file, and creations, renames and removals only once the parent directory
+// was synced (SyncDir). Crash drops everything else; CrashTorn additionally
+// keeps a random prefix of each file's unsynced appended bytes (a torn write).
+//
+// Errors can be injected per operation and path substring, and a capacity
+// makes writes fail with ENOSPC once the total size would exceed it.
+type CrashFS struct {
+	mu       sync.Mutex
+	rng      *rand.Rand
+	names    map[string]*memNode // current namespace
+	durable  map[string]*memNode // namespace as of the last SyncDir of each dir
+	dirs     map[string]bool
+	gen      int // bumped by a crash; older handles are dead
+	capacity int64
+	inject   []injected
+	delay    time.Duration // added to every Sync, to model device latency
+}
+
+type memNode struct {
+	data   []byte // what reads see
+	synced []byte // content as of the last Sync
+}
+
+type injected struct {
+	op, path string
+	err      error
+}
+
+// NewCrashFS returns an empty CrashFS; seed drives torn-write lengths.
+func NewCrashFS(seed int64) *CrashFS {
+	return &CrashFS{
+		rng:      rand.New(rand.NewSource(seed)),
+		names:    map[string]*memNode{},
+		durable:  map[string]*memNode{},
+		dirs:     map[string]bool{},
+		capacity: -1,
+	}
+}
+
+// Ops accepted by InjectError.
+const (
+	OpOpen     = "open"
+	OpWrite    = "write"
+	OpRead     = "read"
+	OpSync     = "sync"
+	OpTruncate = "truncate"
+	OpRemove   = "remove"
+	OpRename   = "rename"
+	OpSyncDir  = "syncdir"
+)
+
+// InjectError makes op on every path containing pathSubstr fail with err
+// until ClearErrors.
+func (fs *CrashFS) InjectError(op, pathSubstr string, err error) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.inject = append(fs.inject, injected{op, pathSubstr, err})
+}
+
+// ClearErrors removes all injected errors and the capacity limit.
+func (fs *CrashFS) ClearErrors() {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.inject = nil
+	fs.capacity = -1
+}
+
+// SetSyncDelay makes every file Sync take d (group commit tests).
+func (fs *CrashFS) SetSyncDelay(d time.Duration) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.delay = d
+}
+
+// SetCapacity limits the total bytes of all files (<0: unlimited).
+func (fs *CrashFS) SetCapacity(bytes int64) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.capacity = bytes
+}
+
+func (fs *CrashFS) injectedErr(op, path string) error {
+	for _, in := range fs.inject {
+		if in.op == op && strings.Contains(path, in.path) {
+			return &os.PathError{Op: op, Path: path, Err: in.err}
+		}
+	}
+	return nil
+}
+
+// Crash simulates a power loss: unsynced data and namespace changes vanish
+// and every open handle becomes unusable.
+func (fs *CrashFS) Crash() { fs.crash(false) }
+
+// CrashTorn is Crash, but each file keeps a random prefix of the bytes
+// appended after its last Sync, the last of which may be garbage.
+func (fs *CrashFS) CrashTorn() { fs.crash(true) }
+
+func (fs *CrashFS) crash(torn bool) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.gen++
+	names := map[string]*memNode{}
+	keys := make([]string, 0, len(fs.durable))
+	for k := range fs.durable {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // deterministic use of rng
+	for _, name := range keys {
+		n := fs.durable[name]
+		data := append([]byte(nil), n.synced...)
+		if torn && len(n.data) > len(n.synced) && string(n.data[:len(n.synced)]) == string(n.synced) {
+			extra := n.data[len(n.synced):]
+			k := fs.rng.Intn(len(extra) + 1)
+			data = append(data, extra[:k]...)
+			if k > 0 && fs.rng.Intn(2) == 0 {
+				data[len(data)-1] ^= byte(1 + fs.rng.Intn(255))
+			}
+		}
+		nn := &memNode{data: data, synced: append([]byte(nil), data...)}
+		names[name] = nn
+	}
+	fs.names = names
+	fs.durable = map[string]*memNode{}
+	for k, v := range names {
+		fs.durable[k] = v
+	}
+}
+
+func (fs *CrashFS) used() int64 {
+	var n int64
+	for _, f := range fs.names {
+		n += int64(len(f.data))
+	}
+	return n
+}
+
+// OpenFile supports O_RDONLY, O_RDWR, O_WRONLY, O_CREATE, O_EXCL, O_TRUNC and
+// O_APPEND; writes always append.
+func (fs *CrashFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	name = filepath.Clean(name)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if err := fs.injectedErr(OpOpen, name); err != nil {
+		return nil, err
+	}
+	if !fs.dirs[filepath.Dir(name)] {
+		return nil, &os.PathError{Op: "open", Path: name, Err: os.ErrNotExist}
+	}
+	n, ok := fs.names[name]
+	switch {
+	case ok && flag&os.O_CREATE != 0 && flag&os.O_EXCL != 0:
+		return nil, &os.PathError{Op: "open", Path: name, Err: os.ErrExist}
+	case !ok && flag&os.O_CREATE == 0:
+		return nil, &os.PathError{Op: "open", Path: name, Err: os.ErrNotExist}
+	case !ok:
+		n = &memNode{}
+		fs.names[name] = n
+	}
+	if flag&os.O_TRUNC != 0 {
+		n.data = nil
+	}
+	return &memFile{fs: fs, node: n, name: name, gen: fs.gen, writable: flag&(os.O_RDWR|os.O_WRONLY) != 0}, nil
+}
+
+// Remove removes a file (open handles keep working, as on Linux).
+func (fs *CrashFS) Remove(name string) error {
+	name = filepath.Clean(name)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if err := fs.injectedErr(OpRemove, name); err != nil {
+		return err
+	}
+	if _, ok := fs.names[name]; !ok {
+		return &os.PathError{Op: "remove", Path: name, Err: os.ErrNotExist}
+	}
+	delete(fs.names, name)
+	return nil
+}
+
+func (fs *CrashFS) Rename(oldname, newname string) error {
+	oldname, newname = filepath.Clean(oldname), filepath.Clean(newname)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if err := fs.injectedErr(OpRename, oldname); err != nil {
+		return err
+	}
+	n, ok := fs.names[oldname]
+	if !ok {
+		return &os.PathError{Op: "rename", Path: oldname, Err: os.ErrNotExist}
+	}
+	delete(fs.names, oldname)
+	fs.names[newname] = n
+	return nil
+}
+
+// MkdirAll creates directories; they are durable at once (a simplification).
+func (fs *CrashFS) MkdirAll(dir string, perm os.FileMode) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		fs.dirs[d] = true
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
+}
+
+func (fs *CrashFS) ReadDir(dir string) ([]string, error) {
+	dir = filepath.Clean(dir)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if !fs.dirs[dir] {
+		return nil, &os.PathError{Op: "readdir", Path: dir, Err: os.ErrNotExist}
+	}
+	var out []string
+	for name := range fs.names {
+		if filepath.Dir(name) == dir {
+			out = append(out, filepath.Base(name))
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// RemoveAll removes dir and everything below it, durably (a simplification).
+func (fs *CrashFS) RemoveAll(dir string) error {
+	dir = filepath.Clean(dir)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	prefix := dir + string(filepath.Separator)
+	for _, m := range []map[string]*memNode{fs.names, fs.durable} {
+		for name := range m {
+			if strings.HasPrefix(name, prefix) {
+				delete(m, name)
+			}
+		}
+	}
+	for d := range fs.dirs {
+		if d == dir || strings.HasPrefix(d, prefix) {
+			delete(fs.dirs, d)
+		}
+	}
+	return nil
+}
+
+// SyncDir makes the current entries of dir durable.
+func (fs *CrashFS) SyncDir(dir string) error {
+	dir = filepath.Clean(dir)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if err := fs.injectedErr(OpSyncDir, dir); err != nil {
+		return err
+	}
+	for name := range fs.durable {
+		if filepath.Dir(name) == dir {
+			delete(fs.durable, name)
+		}
+	}
+	for name, n := range fs.names {
+		if filepath.Dir(name) == dir {
+			fs.durable[name] = n
+		}
+	}
+	return nil
+}
+
+// Sizes returns the current size of every file (for tests).
+func (fs *CrashFS) Sizes() map[string]int {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	m := map[string]int{}
+	for k, v := range fs.names {
+		m[k] = len(v.data)
+	}
+	return m
+}
+
+// WriteFileForTest replaces a file's content, durably (for damage tests).
+func (fs *CrashFS) WriteFileForTest(name string, data []byte) {
+	name = filepath.Clean(name)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	n := &memNode{data: append([]byte(nil), data...), synced: append([]byte(nil), data...)}
+	fs.names[name] = n
+	fs.durable[name] = n
+}
+
+// ReadFileForTest returns a file's current content.
+func (fs *CrashFS) ReadFileForTest(name string) ([]byte, bool) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	n, ok := fs.names[filepath.Clean(name)]
+	if !ok {
+		return nil, false
+	}
+	return append([]byte(nil), n.data...), true
+}
+
+var errCrashed = errors.New("crashfs: handle from before a crash")
+
+type memFile struct {
+	fs       *CrashFS
+	node     *memNode
+	name     string
+	gen      int
+	writable bool
+	closed   bool
+}
+
+func (f *memFile) check(op string) error {
+	if f.closed {
+		return &os.PathError{Op: op, Path: f.name, Err: os.ErrClosed}
+	}
+	if f.gen != f.fs.gen {
+		return &os.PathError{Op: op, Path: f.name, Err: errCrashed}
+	}
+	return f.fs.injectedErr(op, f.name)
+}
+
+func (f *memFile) ReadAt(p []byte, off int64) (int, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check(OpRead); err != nil {
+		return 0, err
+	}
+	if off < 0 {
+		return 0, fmt.Errorf("crashfs: negative offset")
+	}
+	if off >= int64(len(f.node.data)) {
+		return 0, io.EOF
+	}
+	n := copy(p, f.node.data[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (f *memFile) Write(p []byte) (int, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check(OpWrite); err != nil {
+		return 0, err
+	}
+	if !f.writable {
+		return 0, &os.PathError{Op: "write", Path: f.name, Err: os.ErrPermission}
+	}
+	if f.fs.capacity >= 0 {
+		room := max(f.fs.capacity-f.fs.used(), 0)
+		if int64(len(p)) > room {
+			// A partial write, then ENOSPC, like a real full disk.
+			f.node.data = append(f.node.data, p[:room]...)
+			return int(room), &os.PathError{Op: "write", Path: f.name, Err: syscall.ENOSPC}
+		}
+	}
+	f.node.data = append(f.node.data, p...)
+	return len(p), nil
+}
+
+func (f *memFile) Close() error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if f.closed {
+		return &os.PathError{Op: "close", Path: f.name, Err: os.ErrClosed}
+	}
+	f.closed = true
+	return nil
+}
+
+func (f *memFile) Sync() error {
+	f.fs.mu.Lock()
+	d := f.fs.delay
+	f.fs.mu.Unlock()
+	if d > 0 {
+		time.Sleep(d)
+	}
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check(OpSync); err != nil {
+		return err
+	}
+	f.node.synced = append(f.node.synced[:0:0], f.node.data...)
+	return nil
+}
+
+func (f *memFile) Truncate(size int64) error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check(OpTruncate); err != nil {
+		return err
+	}
+	if size < 0 || size > int64(len(f.node.data)) {
+		return &os.PathError{Op: "truncate", Path: f.name, Err: os.ErrInvalid}
+	}
+	f.node.data = f.node.data[:size:size]
+	return nil
+}
+
+func (f *memFile) Size() (int64, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check("size"); err != nil {
+		return 0, err
+	}
+	return int64(len(f.node.data)), nil
+}
+
+func (f *memFile) Name() string { return f.name }
+func (f *memFile) Fd() uintptr  { return 0 }

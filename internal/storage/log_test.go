@@ -1,0 +1,548 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"holdfast/internal/records"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// batch builds a valid batch of n records with value size vsize at ts.
+func batch(t testing.TB, n, vsize int, ts int64) []byte {
+	t.Helper()
+	recs := make([]records.Record, n)
+	for i := range recs {
+		v := make([]byte, vsize)
+		for j := range v {
+			v[j] = byte(i + j)
+		}
+		recs[i] = records.Record{Timestamp: ts, Value: v}
+	}
+	b, err := records.Build(records.Batch{ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1}, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func testConfig() Config {
+	c := DefaultConfig()
+	c.SegmentBytes = 4096
+	c.IndexIntervalBytes = 256
+	return c
+}
+
+func openLog(t testing.TB, fs FS, dir string, cfg Config, sy *Syncer, now func() time.Time) *Log {
+	t.Helper()
+	l, err := Open(dir, cfg, Options{FS: fs, Syncer: sy, Logger: quiet, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func newSyncer(t testing.TB) *Syncer {
+	s := NewSyncer(quiet)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func readAll(t testing.TB, l *Log, from int64) [][]byte {
+	t.Helper()
+	var out [][]byte
+	err := l.Scan(from, func(h records.Header, b []byte) error {
+		out = append(out, append([]byte(nil), b...))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestAppendReadRoll(t *testing.T) {
+	for _, name := range []string{"crashfs", "osfs"} {
+		t.Run(name, func(t *testing.T) {
+			var fs FS = NewCrashFS(1)
+			dir := "/data/p0"
+			if name == "osfs" {
+				fs, dir = OSFS(), filepath.Join(t.TempDir(), "p0")
+			}
+			sy := newSyncer(t)
+			l := openLog(t, fs, dir, testConfig(), sy, nil)
+			var want [][]byte
+			var next int64
+			for i := 0; i < 200; i++ {
+				b := batch(t, 1+i%5, 10+i*3%200, int64(1000+i))
+				info, err := l.Append(b, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if info.BaseOffset != next || info.LastOffset != next+int64(1+i%5)-1 || info.Size != len(b) {
+					t.Fatalf("append %d: %+v", i, info)
+				}
+				next = info.LastOffset + 1
+				want = append(want, b)
+			}
+			if l.EndOffset() != next {
+				t.Fatalf("end %d want %d", l.EndOffset(), next)
+			}
+			if l.Segments() < 5 {
+				t.Fatalf("only %d segments: no roll", l.Segments())
+			}
+			if err := l.WaitDurable(context.Background(), next); err != nil {
+				t.Fatal(err)
+			}
+			if l.DurableOffset() != next {
+				t.Fatalf("durable %d", l.DurableOffset())
+			}
+			got := readAll(t, l, 0)
+			if len(got) != len(want) {
+				t.Fatalf("%d batches, want %d", len(got), len(want))
+			}
+			for i := range got {
+				if !bytes.Equal(got[i], want[i]) {
+					t.Fatalf("batch %d differs", i)
+				}
+			}
+			// Every offset reads from the batch containing it.
+			for off := int64(0); off < next; off++ {
+				s, err := l.Read(off, next, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := s.Bytes()
+				s.Release()
+				if err != nil {
+					t.Fatal(err)
+				}
+				h, err := records.Validate(b, 0)
+				if err != nil {
+					t.Fatalf("offset %d: %v", off, err)
+				}
+				if h.BaseOffset > off || h.LastOffset() < off || s.BaseOffset != h.BaseOffset || s.LastOffset != h.LastOffset() {
+					t.Fatalf("offset %d read batch [%d,%d] slice [%d,%d]", off, h.BaseOffset, h.LastOffset(), s.BaseOffset, s.LastOffset)
+				}
+			}
+			// Reopen: same content, indexes loaded lazily.
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			l = openLog(t, fs, dir, testConfig(), sy, nil)
+			defer l.Close()
+			if l.EndOffset() != next || l.StartOffset() != 0 || l.DurableOffset() != next {
+				t.Fatalf("reopen: end %d start %d durable %d", l.EndOffset(), l.StartOffset(), l.DurableOffset())
+			}
+			got = readAll(t, l, 0)
+			if len(got) != len(want) {
+				t.Fatalf("reopen: %d batches", len(got))
+			}
+			for i := range got {
+				if !bytes.Equal(got[i], want[i]) {
+					t.Fatalf("reopen: batch %d differs", i)
+				}
+			}
+		})
+	}
+}
+
+func TestReadLimits(t *testing.T) {
+	fs := NewCrashFS(1)
+	cfg := testConfig()
+	cfg.SegmentBytes = 1 << 20
+	l := openLog(t, fs, "/d", cfg, newSyncer(t), nil)
+	defer l.Close()
+	var sizes []int
+	for i := 0; i < 100; i++ {
+		b := batch(t, 2, 50, 1)
+		sizes = append(sizes, len(b))
+		if _, err := l.Append(b, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		name                 string
+		off, maxOff          int64
+		maxBytes             int
+		wantFirst, wantCount int
+	}{
+		{"one batch even if larger than maxBytes", 0, 200, 1, 0, 1},
+		{"offset inside a batch", 7, 200, 1, 3, 1},
+		{"maxBytes whole batches", 0, 200, sizes[0]*10 + 5, 0, 10},
+		{"maxOffset cuts", 10, 20, 1 << 20, 5, 5},
+		{"maxOffset inside a batch keeps it", 10, 21, 1 << 20, 5, 6},
+		{"everything", 0, 1 << 40, 1 << 20, 0, 100},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := l.Read(c.off, c.maxOff, c.maxBytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Release()
+			if s.Size != sizes[0]*c.wantCount {
+				t.Fatalf("size %d, want %d batches (%d)", s.Size, c.wantCount, sizes[0]*c.wantCount)
+			}
+			if s.BaseOffset != int64(c.wantFirst*2) || s.LastOffset != int64((c.wantFirst+c.wantCount)*2-1) {
+				t.Fatalf("offsets [%d,%d]", s.BaseOffset, s.LastOffset)
+			}
+		})
+	}
+	if s, err := l.Read(200, 1<<40, 100); err != nil || s.Size != 0 {
+		t.Fatalf("read at end: %v %d", err, s.Size)
+	}
+	if s, err := l.Read(10, 10, 100); err != nil || s.Size != 0 {
+		t.Fatalf("read at maxOffset: %v %d", err, s.Size)
+	}
+	if _, err := l.Read(201, 1<<40, 100); !errors.Is(err, ErrOffsetOutOfRange) {
+		t.Fatalf("beyond end: %v", err)
+	}
+	if _, err := l.Read(-1, 1<<40, 100); !errors.Is(err, ErrOffsetOutOfRange) {
+		t.Fatalf("negative: %v", err)
+	}
+}
+
+func TestAppendRejects(t *testing.T) {
+	fs := NewCrashFS(1)
+	cfg := testConfig()
+	cfg.MaxMessageBytes = 2000
+	l := openLog(t, fs, "/d", cfg, newSyncer(t), nil)
+	defer l.Close()
+	good := batch(t, 3, 10, 1)
+	bad := append([]byte(nil), good...)
+	bad[len(bad)-1] ^= 0xff
+	magic := append([]byte(nil), good...)
+	magic[16] = 1
+	cases := []struct {
+		name string
+		b    []byte
+		want error
+	}{
+		{"crc", bad, records.ErrCorrupt},
+		{"magic", magic, records.ErrUnsupportedMagic},
+		{"truncated", good[:len(good)-1], records.ErrTruncated},
+		{"too large", batch(t, 1, 3000, 1), records.ErrTooLarge},
+	}
+	for _, c := range cases {
+		if _, err := l.Append(c.b, 0); !errors.Is(err, c.want) {
+			t.Fatalf("%s: got %v want %v", c.name, err, c.want)
+		}
+	}
+	if l.EndOffset() != 0 {
+		t.Fatal("a refused batch advanced the log")
+	}
+	if _, err := l.Append(good, 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(batch(t, 1, 1, 1), 4); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("stale epoch: %v", err)
+	}
+	rb := batch(t, 1, 1, 1)
+	records.SetBaseOffset(rb, 7)
+	if _, err := l.AppendReplicated(rb); !errors.Is(err, ErrOffsetOutOfRange) {
+		t.Fatalf("replicated gap: %v", err)
+	}
+	records.SetBaseOffset(rb, 3)
+	records.SetLeaderEpoch(rb, 6)
+	if info, err := l.AppendReplicated(rb); err != nil || info.BaseOffset != 3 {
+		t.Fatalf("replicated: %v %+v", err, info)
+	}
+	if e, off := l.EndOffsetForEpoch(5); e != 5 || off != 3 {
+		t.Fatalf("epoch 5: %d %d", e, off)
+	}
+}
+
+func TestTruncate(t *testing.T) {
+	fs := NewCrashFS(1)
+	sy := newSyncer(t)
+	l := openLog(t, fs, "/d", testConfig(), sy, nil)
+	var bounds []int64
+	for i := 0; i < 100; i++ {
+		bounds = append(bounds, l.EndOffset())
+		if _, err := l.Append(batch(t, 3, 40, int64(i)), int32(i/10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	segs := l.Segments()
+	if err := l.Truncate(bounds[50] + 1); !errors.Is(err, ErrNotBoundary) {
+		t.Fatalf("inside batch: %v", err)
+	}
+	if err := l.Truncate(bounds[50]); err != nil {
+		t.Fatal(err)
+	}
+	if l.EndOffset() != bounds[50] || l.Segments() >= segs {
+		t.Fatalf("end %d segs %d->%d", l.EndOffset(), segs, l.Segments())
+	}
+	if e, off := l.EndOffsetForEpoch(9); e != 4 || off != bounds[50] {
+		t.Fatalf("epochs after truncate: %d %d", e, off)
+	}
+	if e, off := l.EndOffsetForEpoch(3); e != 3 || off != bounds[40] {
+		t.Fatalf("epoch 3: %d %d", e, off)
+	}
+	// Appending continues at the truncation point, with a new epoch.
+	info, err := l.Append(batch(t, 1, 1, 1), 20)
+	if err != nil || info.BaseOffset != bounds[50] {
+		t.Fatalf("append after truncate: %v %+v", err, info)
+	}
+	if got := len(readAll(t, l, 0)); got != 51 {
+		t.Fatalf("%d batches", got)
+	}
+	l.Close()
+	l = openLog(t, fs, "/d", testConfig(), sy, nil)
+	defer l.Close()
+	if got := len(readAll(t, l, 0)); got != 51 || l.EndOffset() != bounds[50]+1 {
+		t.Fatalf("reopen: %d batches end %d", got, l.EndOffset())
+	}
+	if e, off := l.EndOffsetForEpoch(19); e != 4 || off != bounds[50] {
+		t.Fatalf("reopen epochs: %d %d", e, off)
+	}
+	if e, off := l.EndOffsetForEpoch(-1); e != -1 || off != -1 {
+		t.Fatalf("no epoch: %d %d", e, off)
+	}
+	// Truncate to 0 drops everything.
+	if err := l.Truncate(0); err != nil || l.EndOffset() != 0 || l.Segments() != 1 {
+		t.Fatalf("truncate 0: %v end %d segs %d", err, l.EndOffset(), l.Segments())
+	}
+}
+
+func TestDeleteBeforeAndRetention(t *testing.T) {
+	fs := NewCrashFS(1)
+	sy := newSyncer(t)
+	clk := &clock{t: time.UnixMilli(1_000_000)}
+	cfg := testConfig()
+	cfg.RetentionMs = 10 * time.Second
+	l := openLog(t, fs, "/d", cfg, sy, clk.now)
+	for i := 0; i < 100; i++ {
+		if _, err := l.Append(batch(t, 2, 40, 1_000_000+int64(i)*1000), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.DeleteBefore(31); err != nil {
+		t.Fatal(err)
+	}
+	if l.StartOffset() != 31 {
+		t.Fatalf("start %d", l.StartOffset())
+	}
+	if _, err := l.Read(30, 1<<40, 100); !errors.Is(err, ErrOffsetOutOfRange) {
+		t.Fatalf("read below start: %v", err)
+	}
+	s, err := l.Read(31, 1<<40, 1)
+	if err != nil || s.BaseOffset != 30 {
+		t.Fatalf("read at start: %v %d", err, s.BaseOffset)
+	}
+	s.Release()
+	segsBefore := l.Segments()
+	l.Close()
+	l = openLog(t, fs, "/d", cfg, sy, clk.now)
+	if l.StartOffset() != 31 || l.Segments() != segsBefore {
+		t.Fatalf("reopen: start %d segs %d/%d", l.StartOffset(), l.Segments(), segsBefore)
+	}
+	// Time: batches are 1 s apart; at 1_000_000+100 s with retention 10 s
+	// everything but ~the last 10 s (and the active segment) goes.
+	clk.t = time.UnixMilli(1_000_000 + 100_000)
+	n, err := l.EnforceRetention()
+	if err != nil || n == 0 {
+		t.Fatalf("retention.ms: %d %v", n, err)
+	}
+	if st := l.StartOffset(); st < 150 || st > 190 {
+		t.Fatalf("start after time retention %d", st)
+	}
+	// Bytes: keep at most ~2 segments' worth.
+	for i := 0; i < 100; i++ {
+		if _, err := l.Append(batch(t, 2, 40, clk.t.UnixMilli()), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg.RetentionBytes = 8192
+	cfg.RetentionMs = -1
+	l.SetConfig(cfg)
+	if _, err := l.EnforceRetention(); err != nil {
+		t.Fatal(err)
+	}
+	if l.Segments() > 3 {
+		t.Fatalf("%d segments left under retention.bytes", l.Segments())
+	}
+	got := readAll(t, l, l.StartOffset())
+	if len(got) == 0 || l.EndOffset() != 400 {
+		t.Fatalf("%d batches, end %d", len(got), l.EndOffset())
+	}
+	l.Close()
+}
+
+func TestOffsetForTimestamp(t *testing.T) {
+	fs := NewCrashFS(1)
+	sy := newSyncer(t)
+	l := openLog(t, fs, "/d", testConfig(), sy, nil)
+	for i := 0; i < 200; i++ {
+		if _, err := l.Append(batch(t, 1, 30, 10*int64(i)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(l *Log) {
+		for _, c := range []struct{ ts, off, gotTS int64 }{
+			{-5, 0, 0}, {0, 0, 0}, {1, 1, 10}, {10, 1, 10}, {995, 100, 1000}, {1990, 199, 1990}, {1991, -1, -1},
+		} {
+			off, ts, err := l.OffsetForTimestamp(c.ts)
+			if err != nil || off != c.off || ts != c.gotTS {
+				t.Fatalf("ts %d: got (%d,%d,%v) want (%d,%d)", c.ts, off, ts, err, c.off, c.gotTS)
+			}
+		}
+		if ts, off := l.MaxTimestamp(); ts != 1990 || off != 199 {
+			t.Fatalf("max timestamp %d at %d", ts, off)
+		}
+	}
+	check(l)
+	l.Close()
+	l = openLog(t, fs, "/d", testConfig(), sy, nil)
+	defer l.Close()
+	check(l)
+}
+
+func TestForeignAndDamagedFiles(t *testing.T) {
+	fs := NewCrashFS(1)
+	sy := newSyncer(t)
+	l := openLog(t, fs, "/d", testConfig(), sy, nil)
+	for i := 0; i < 60; i++ {
+		l.Append(batch(t, 1, 100, 1), 0)
+	}
+	l.Close()
+	fs.WriteFileForTest("/d/notes.txt", []byte("hi"))
+	if _, err := Open("/d", testConfig(), Options{FS: fs, Syncer: sy, Logger: quiet}); err == nil || !bytes.Contains([]byte(err.Error()), []byte("notes.txt")) {
+		t.Fatalf("foreign file: %v", err)
+	}
+	fs.Remove("/d/notes.txt")
+	// Damage the first sealed segment's header.
+	name := "/d/" + segmentName(0, logSuffix)
+	b, _ := fs.ReadFileForTest(name)
+	b[16] = 9
+	fs.WriteFileForTest(name, b)
+	if _, err := Open("/d", testConfig(), Options{FS: fs, Syncer: sy, Logger: quiet}); err == nil || !bytes.Contains([]byte(err.Error()), []byte(segmentName(0, logSuffix))) {
+		t.Fatalf("damaged segment: %v", err)
+	}
+	b[16] = 2
+	fs.WriteFileForTest(name, b)
+	// A damaged index is rebuilt on first use.
+	fs.WriteFileForTest("/d/"+segmentName(0, indexSuffix), []byte("garbage"))
+	fs.Remove("/d/" + segmentName(0, timeIndexSuffix))
+	l = openLog(t, fs, "/d", testConfig(), sy, nil)
+	defer l.Close()
+	if got := len(readAll(t, l, 0)); got != 60 {
+		t.Fatalf("%d batches after index rebuild", got)
+	}
+	if off, _, err := l.OffsetForTimestamp(1); err != nil || off != 0 {
+		t.Fatalf("time lookup after rebuild: %d %v", off, err)
+	}
+}
+
+func TestFlushPolicyParse(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want string
+		err  bool
+	}{
+		{"sync", "sync", false}, {"os", "os", false}, {"interval:100ms", "interval:100ms", false},
+		{"interval:0s", "", true}, {"interval:x", "", true}, {"never", "", true},
+	} {
+		p, err := ParseFlushPolicy(c.in)
+		if (err != nil) != c.err || (err == nil && p.String() != c.want) {
+			t.Fatalf("%q: %v %v", c.in, p, err)
+		}
+	}
+}
+
+func TestIntervalFlush(t *testing.T) {
+	fs := NewCrashFS(1)
+	cfg := testConfig()
+	cfg.Flush = FlushPolicy{Mode: FlushInterval, Interval: 5 * time.Millisecond}
+	l := openLog(t, fs, "/d", cfg, newSyncer(t), nil)
+	defer l.Close()
+	info, err := l.Append(batch(t, 1, 1, 1), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for l.DurableOffset() <= info.LastOffset {
+		if time.Now().After(deadline) {
+			t.Fatal("interval flush never happened")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestSliceSurvivesDeletion(t *testing.T) {
+	fs := NewCrashFS(1)
+	l := openLog(t, fs, "/d", testConfig(), newSyncer(t), nil)
+	defer l.Close()
+	for i := 0; i < 100; i++ {
+		l.Append(batch(t, 1, 100, 1), 0)
+	}
+	s, err := l.Read(0, 1<<40, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := s.Bytes()
+	if err := l.DeleteBefore(90); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Bytes()
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("slice after deletion: %v", err)
+	}
+	s.Release()
+	s.Release() // idempotent
+}
+
+func TestGroupCommitSharesCycles(t *testing.T) {
+	fs := NewCrashFS(1)
+	fs.SetSyncDelay(2 * time.Millisecond)
+	sy := newSyncer(t)
+	var logs []*Log
+	for i := 0; i < 8; i++ {
+		l := openLog(t, fs, fmt.Sprintf("/d/%d", i), testConfig(), sy, nil)
+		defer l.Close()
+		logs = append(logs, l)
+	}
+	before := sy.Stats()
+	const writers, each = 32, 20
+	errc := make(chan error, writers)
+	for w := 0; w < writers; w++ {
+		go func() {
+			l := logs[w%len(logs)]
+			for i := 0; i < each; i++ {
+				info, err := l.Append(batch(t, 1, 10, 1), 0)
+				if err == nil {
+					err = l.WaitDurable(context.Background(), info.LastOffset+1)
+				}
+				if err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for w := 0; w < writers; w++ {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := sy.Stats()
+	cycles := st.Cycles - before.Cycles
+	t.Logf("%d durable appends in %d cycles, %d fsyncs", writers*each, cycles, st.Fsyncs-before.Fsyncs)
+	if cycles >= writers*each {
+		t.Fatalf("no sharing: %d cycles for %d appends", cycles, writers*each)
+	}
+}

@@ -1,0 +1,452 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"holdfast/internal/records"
+)
+
+// On-disk names: <20-digit base offset>.log / .index / .timeindex.
+const (
+	logSuffix       = ".log"
+	indexSuffix     = ".index"
+	timeIndexSuffix = ".timeindex"
+	offEntrySize    = 8  // relative offset uint32, position uint32
+	timeEntrySize   = 12 // timestamp int64, relative offset uint32
+)
+
+func segmentName(base int64, suffix string) string {
+	return fmt.Sprintf("%020d%s", base, suffix)
+}
+
+// parseSegmentName returns the base offset and suffix of a segment file name.
+func parseSegmentName(name string) (int64, string, bool) {
+	for _, suf := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+		if strings.HasSuffix(name, suf) {
+			digits := strings.TrimSuffix(name, suf)
+			if len(digits) != 20 {
+				return 0, "", false
+			}
+			v, err := strconv.ParseInt(digits, 10, 64)
+			if err != nil || v < 0 {
+				return 0, "", false
+			}
+			return v, suf, true
+		}
+	}
+	return 0, "", false
+}
+
+type offEntry struct {
+	rel uint32 // batch base offset - segment base
+	pos uint32 // byte position of the batch
+}
+
+type timeEntry struct {
+	ts  int64  // running max timestamp of the segment at this batch
+	rel uint32 // relative offset of the batch holding ts
+	pos uint32 // position of that batch (memory only: decides persistence)
+}
+
+// segment is one <base>.log file with its sparse indexes.
+//
+// Index files are written only for batches already fsynced (after a sync
+// cycle, at roll, at Close), and never fsynced except at roll and Close. So
+// an entry found on disk always points into durable data, and recovery can
+// trust the last valid entry of the active segment and scan on from it.
+type segment struct {
+	dir  string
+	base int64
+	f    File
+
+	// Guarded by Log.mu: written with it held exclusively.
+	size    int64 // bytes of whole batches in f
+	next    int64 // offset after the last batch (exact for the active segment)
+	firstTS int64 // wall-clock ms of the first append, for segment.ms (-1: none)
+
+	refs atomic.Int32 // 1 for the log + 1 per outstanding Slice/sync
+
+	idxMu         sync.Mutex // guards everything below
+	loaded        bool
+	offIdx        []offEntry
+	timeIdx       []timeEntry
+	offPersisted  int // entries of offIdx written to the .index file
+	timePersisted int
+	idxFile       File
+	timeFile      File
+	sinceIndex    int   // bytes appended since the last index entry
+	maxTS         int64 // largest batch MaxTimestamp (-1 if none)
+	maxTSOff      int64 // base offset of the batch holding maxTS
+	maxTSKnown    bool  // maxTS valid without loading the indexes
+	maxTSPos      int64 // position of the batch holding maxTS
+}
+
+func (s *segment) path(suffix string) string {
+	return filepath.Join(s.dir, segmentName(s.base, suffix))
+}
+
+func (s *segment) ref() { s.refs.Add(1) }
+
+// unref drops a reference; the last one closes the files.
+func (s *segment) unref() {
+	n := s.refs.Add(-1)
+	if n < 0 {
+		panic("storage: segment reference count below zero")
+	}
+	if n == 0 {
+		s.closeFiles()
+	}
+}
+
+func (s *segment) closeFiles() error {
+	var errs []error
+	if s.f != nil {
+		errs = append(errs, s.f.Close())
+	}
+	s.idxMu.Lock()
+	if s.idxFile != nil {
+		errs = append(errs, s.idxFile.Close())
+		s.idxFile = nil
+	}
+	if s.timeFile != nil {
+		errs = append(errs, s.timeFile.Close())
+		s.timeFile = nil
+	}
+	s.idxMu.Unlock()
+	return errors.Join(errs...)
+}
+
+func readHeader(f File, pos int64) (records.Header, error) {
+	var buf [records.HeaderSize]byte
+	n, err := f.ReadAt(buf[:], pos)
+	if n < len(buf) {
+		if err == nil || err == io.EOF {
+			err = records.ErrTruncated
+		}
+		return records.Header{}, fmt.Errorf("read header at %d: %w", pos, err)
+	}
+	return records.ParseHeader(buf[:])
+}
+
+// ensureLoaded loads the indexes of a sealed segment on first use,
+// rebuilding them from the log if they are missing or damaged.
+func (s *segment) ensureLoaded(l *Log) error {
+	s.idxMu.Lock()
+	defer s.idxMu.Unlock()
+	if s.loaded {
+		return nil
+	}
+	if err := s.loadIndexesLocked(l, false); err != nil {
+		l.logger.Warn("storage: rebuilding damaged index", "file", s.path(indexSuffix), "err", err)
+		if err := s.rebuildLocked(l); err != nil {
+			return err
+		}
+	}
+	s.loaded = true
+	return nil
+}
+
+// loadIndexesLocked reads both index files. strict: any inconsistency is an
+// error; otherwise (the active segment in recovery) the valid prefix is kept.
+func (s *segment) loadIndexesLocked(l *Log, lenient bool) error {
+	s.offIdx, s.timeIdx = nil, nil
+	s.maxTS, s.maxTSOff = -1, -1
+	ib, err := readFile(l.fs, s.path(indexSuffix), int64(maxIndexEntries)*offEntrySize)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("read %s: %w", s.path(indexSuffix), err)
+	}
+	missing := errors.Is(err, os.ErrNotExist)
+	if len(ib)%offEntrySize != 0 && !lenient {
+		return fmt.Errorf("%s: size %d is not a multiple of %d", s.path(indexSuffix), len(ib), offEntrySize)
+	}
+	for i := 0; i+offEntrySize <= len(ib); i += offEntrySize {
+		e := offEntry{rel: binary.BigEndian.Uint32(ib[i:]), pos: binary.BigEndian.Uint32(ib[i+4:])}
+		if n := len(s.offIdx); int64(e.pos) >= s.size || (n > 0 && (e.rel <= s.offIdx[n-1].rel || e.pos <= s.offIdx[n-1].pos)) {
+			if lenient {
+				break
+			}
+			return fmt.Errorf("%s: entry %d (%d,%d) out of order or past the log", s.path(indexSuffix), i/offEntrySize, e.rel, e.pos)
+		}
+		s.offIdx = append(s.offIdx, e)
+	}
+	if missing && s.size > 0 && !lenient {
+		return fmt.Errorf("%s missing", s.path(indexSuffix))
+	}
+	tb, err := readFile(l.fs, s.path(timeIndexSuffix), int64(maxIndexEntries+1)*timeEntrySize)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("read %s: %w", s.path(timeIndexSuffix), err)
+	}
+	if errors.Is(err, os.ErrNotExist) && s.size > 0 && !lenient {
+		return fmt.Errorf("%s missing", s.path(timeIndexSuffix))
+	}
+	if len(tb)%timeEntrySize != 0 && !lenient {
+		return fmt.Errorf("%s: size %d is not a multiple of %d", s.path(timeIndexSuffix), len(tb), timeEntrySize)
+	}
+	for i := 0; i+timeEntrySize <= len(tb); i += timeEntrySize {
+		e := timeEntry{ts: int64(binary.BigEndian.Uint64(tb[i:])), rel: binary.BigEndian.Uint32(tb[i+8:])}
+		if n := len(s.timeIdx); n > 0 && (e.ts <= s.timeIdx[n-1].ts || e.rel <= s.timeIdx[n-1].rel) {
+			if lenient {
+				break
+			}
+			return fmt.Errorf("%s: entry %d out of order", s.path(timeIndexSuffix), i/timeEntrySize)
+		}
+		// The position is only needed for unpersisted entries; persisted
+		// ones are durable by construction.
+		s.timeIdx = append(s.timeIdx, e)
+	}
+	if !lenient && s.size > 0 && len(s.timeIdx) == 0 {
+		return fmt.Errorf("%s: empty for a non-empty segment", s.path(timeIndexSuffix))
+	}
+	s.offPersisted, s.timePersisted = len(s.offIdx), len(s.timeIdx)
+	if n := len(s.timeIdx); n > 0 {
+		s.maxTS, s.maxTSOff = s.timeIdx[n-1].ts, s.base+int64(s.timeIdx[n-1].rel)
+		s.maxTSKnown = true
+	}
+	return nil
+}
+
+// rebuildLocked recreates both indexes of a sealed segment by walking its
+// batch headers, and rewrites the index files.
+func (s *segment) rebuildLocked(l *Log) error {
+	s.offIdx, s.timeIdx = nil, nil
+	s.maxTS, s.maxTSOff, s.sinceIndex = -1, -1, 0
+	var pos int64
+	for pos < s.size {
+		h, err := readHeader(s.f, pos)
+		if err == nil && (h.Length < records.HeaderSize-12 || pos+int64(h.Size()) > s.size || h.BaseOffset < s.base || h.LastOffset()-s.base > 1<<32-1) {
+			err = fmt.Errorf("batch at %d: bad header: %w", pos, records.ErrCorrupt)
+		}
+		if err != nil {
+			return fmt.Errorf("storage: rebuild index of %s: %w", s.f.Name(), err)
+		}
+		s.indexBatchLocked(l.cfgIndexInterval(), h, pos)
+		pos += int64(h.Size())
+	}
+	s.finishTimeIndexLocked()
+	s.offPersisted, s.timePersisted = 0, 0
+	for _, suf := range []string{indexSuffix, timeIndexSuffix} {
+		if err := l.fs.Remove(s.path(suf)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("storage: rebuild index of %s: %w", s.f.Name(), err)
+		}
+	}
+	if s.idxFile != nil {
+		s.idxFile.Close()
+		s.idxFile = nil
+	}
+	if s.timeFile != nil {
+		s.timeFile.Close()
+		s.timeFile = nil
+	}
+	// Best effort: a failure only means the rebuild happens again next time.
+	if err := s.persistLocked(l, s.size, true); err != nil {
+		l.logger.Warn("storage: could not write rebuilt index", "file", s.path(indexSuffix), "err", err)
+	}
+	return nil
+}
+
+// indexBatchLocked records the batch h at pos in the in-memory indexes.
+func (s *segment) indexBatchLocked(interval int, h records.Header, pos int64) {
+	rel := uint32(h.BaseOffset - s.base)
+	if len(s.offIdx) == 0 || s.sinceIndex >= interval {
+		s.offIdx = append(s.offIdx, offEntry{rel: rel, pos: uint32(pos)})
+		s.sinceIndex = 0
+		// The time index gets an entry where the offset index does, if the
+		// running maximum grew since the last one.
+		if s.maxTS >= 0 {
+			s.maybeTimeEntryLocked()
+		}
+	}
+	s.sinceIndex += h.Size()
+	if h.MaxTimestamp > s.maxTS {
+		s.maxTS, s.maxTSOff = h.MaxTimestamp, h.BaseOffset
+		s.maxTSPos = pos
+	}
+	s.maxTSKnown = true
+}
+
+func (s *segment) maybeTimeEntryLocked() {
+	if n := len(s.timeIdx); n == 0 || s.maxTS > s.timeIdx[n-1].ts {
+		rel := uint32(s.maxTSOff - s.base)
+		if n > 0 && rel <= s.timeIdx[n-1].rel {
+			return
+		}
+		s.timeIdx = append(s.timeIdx, timeEntry{ts: s.maxTS, rel: rel, pos: uint32(s.maxTSPos)})
+	}
+}
+
+// finishTimeIndexLocked makes the last time entry the segment's maximum (at seal).
+func (s *segment) finishTimeIndexLocked() {
+	if s.maxTS >= 0 {
+		s.maybeTimeEntryLocked()
+	}
+}
+
+// persistLocked appends the index entries for batches below synced bytes to
+// the index files; sync also fsyncs them (at roll and Close).
+func (s *segment) persistLocked(l *Log, synced int64, sync bool) error {
+	var ob, tb []byte
+	n := s.offPersisted
+	for n < len(s.offIdx) && int64(s.offIdx[n].pos) < synced {
+		e := s.offIdx[n]
+		ob = binary.BigEndian.AppendUint32(ob, e.rel)
+		ob = binary.BigEndian.AppendUint32(ob, e.pos)
+		n++
+	}
+	m := s.timePersisted
+	for m < len(s.timeIdx) && int64(s.timeIdx[m].pos) < synced {
+		e := s.timeIdx[m]
+		tb = binary.BigEndian.AppendUint64(tb, uint64(e.ts))
+		tb = binary.BigEndian.AppendUint32(tb, e.rel)
+		m++
+	}
+	if len(ob) == 0 && len(tb) == 0 && !sync {
+		return nil
+	}
+	if err := s.openIndexFilesLocked(l); err != nil {
+		return err
+	}
+	if err := writeEntries(s.idxFile, ob, int64(s.offPersisted)*offEntrySize); err != nil {
+		return err
+	}
+	s.offPersisted = n
+	if err := writeEntries(s.timeFile, tb, int64(s.timePersisted)*timeEntrySize); err != nil {
+		return err
+	}
+	s.timePersisted = m
+	if sync {
+		if err := s.idxFile.Sync(); err != nil {
+			return err
+		}
+		if err := s.timeFile.Sync(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeEntries appends b; on a short write it cuts the file back to prev so
+// no torn entry stays behind.
+func writeEntries(f File, b []byte, prev int64) error {
+	if len(b) == 0 {
+		return nil
+	}
+	if _, err := f.Write(b); err != nil {
+		if terr := f.Truncate(prev); terr != nil {
+			return errors.Join(err, terr)
+		}
+		return err
+	}
+	return nil
+}
+
+// lookupLocked returns the position of the last index entry at or below offset.
+func (s *segment) lookupLocked(offset int64) int64 {
+	rel := offset - s.base
+	i := sort.Search(len(s.offIdx), func(i int) bool { return int64(s.offIdx[i].rel) > rel })
+	if i == 0 {
+		return 0
+	}
+	return int64(s.offIdx[i-1].pos)
+}
+
+// farthestLocked returns the position of the last index entry whose position
+// is at most limitPos and whose offset is below maxOffset: every batch
+// before it is whole and qualifies. Returns -1 if none beyond from.
+func (s *segment) farthestLocked(from, limitPos, maxOffset int64) int64 {
+	i := sort.Search(len(s.offIdx), func(i int) bool {
+		e := s.offIdx[i]
+		return int64(e.pos) > limitPos || s.base+int64(e.rel) >= maxOffset
+	})
+	if i == 0 || int64(s.offIdx[i-1].pos) <= from {
+		return -1
+	}
+	return int64(s.offIdx[i-1].pos)
+}
+
+// timeLookupLocked returns the offset of the last time entry below ts, or
+// the segment base.
+func (s *segment) timeLookupLocked(ts int64) int64 {
+	i := sort.Search(len(s.timeIdx), func(i int) bool { return s.timeIdx[i].ts >= ts })
+	if i == 0 {
+		return s.base
+	}
+	return s.base + int64(s.timeIdx[i-1].rel)
+}
+
+// maxTimestamp returns the segment's largest timestamp and its offset,
+// reading only the time index when the segment is sealed.
+func (s *segment) maxTimestamp(l *Log) (int64, int64, error) {
+	s.idxMu.Lock()
+	known := s.maxTSKnown
+	ts, off := s.maxTS, s.maxTSOff
+	s.idxMu.Unlock()
+	if known {
+		return ts, off, nil
+	}
+	if err := s.ensureLoaded(l); err != nil {
+		return -1, -1, err
+	}
+	s.idxMu.Lock()
+	defer s.idxMu.Unlock()
+	return s.maxTS, s.maxTSOff, nil
+}
+
+// openIndexFilesLocked opens (creating) both index files for appending.
+func (s *segment) openIndexFilesLocked(l *Log) error {
+	var err error
+	if s.idxFile == nil {
+		if s.idxFile, err = l.fs.OpenFile(s.path(indexSuffix), os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644); err != nil {
+			return err
+		}
+	}
+	if s.timeFile == nil {
+		if s.timeFile, err = l.fs.OpenFile(s.path(timeIndexSuffix), os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// truncateIndexLocked drops entries for offsets >= offset, in memory and in
+// the files (which may also hold a torn or invalid tail after a crash).
+func (s *segment) truncateIndexLocked(l *Log, offset int64) error {
+	rel := offset - s.base
+	i := sort.Search(len(s.offIdx), func(i int) bool { return int64(s.offIdx[i].rel) >= rel })
+	s.offIdx = s.offIdx[:i]
+	j := sort.Search(len(s.timeIdx), func(i int) bool { return int64(s.timeIdx[i].rel) >= rel })
+	s.timeIdx = s.timeIdx[:j]
+	s.offPersisted = min(s.offPersisted, i)
+	s.timePersisted = min(s.timePersisted, j)
+	var errs []error
+	if err := s.openIndexFilesLocked(l); err != nil {
+		errs = append(errs, err)
+	} else {
+		for _, c := range []struct {
+			f    File
+			want int64
+		}{{s.idxFile, int64(s.offPersisted) * offEntrySize}, {s.timeFile, int64(s.timePersisted) * timeEntrySize}} {
+			if n, err := c.f.Size(); err != nil {
+				errs = append(errs, err)
+			} else if n > c.want {
+				errs = append(errs, c.f.Truncate(c.want))
+			}
+		}
+	}
+	s.maxTS, s.maxTSOff, s.maxTSPos = -1, -1, 0
+	if j > 0 {
+		e := s.timeIdx[j-1]
+		s.maxTS, s.maxTSOff, s.maxTSPos = e.ts, s.base+int64(e.rel), int64(e.pos)
+	}
+	s.sinceIndex = 0
+	return errors.Join(errs...)
+}
