@@ -1,16 +1,22 @@
 package broker
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"math"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/controller"
 	"holdfast/internal/storage"
+	"holdfast/internal/wire"
 )
 
 // configSpec describes one topic config: its Kafka name and type, the
@@ -356,4 +362,418 @@ func validateTopicConfigs(configs map[string]string) error {
 		}
 	}
 	return nil
+}
+
+func init() {
+	register(kmsg.DescribeConfigs, 0, 4, (*Broker).handleDescribeConfigs)
+	register(kmsg.AlterConfigs, 0, 2, (*Broker).handleAlterConfigs)
+	register(kmsg.IncrementalAlterConfigs, 0, 1, (*Broker).handleIncrementalAlterConfigs)
+}
+
+// describedConfig is one config entry before it is shaped for a response.
+type describedConfig = kmsg.DescribeConfigsResponseResourceConfig
+
+func strp(s string) *string { return &s }
+
+func (b *Broker) handleDescribeConfigs(_ context.Context, r *wire.Request) wire.Reply {
+	req := r.Body.(*kmsg.DescribeConfigsRequest)
+	resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
+	synonyms := req.Version >= 1 && req.IncludeSynonyms
+	docs := req.Version >= 3 && req.IncludeDocumentation
+	for _, rr := range req.Resources {
+		res := kmsg.NewDescribeConfigsResponseResource()
+		res.ResourceType, res.ResourceName = rr.ResourceType, rr.ResourceName
+		var err error
+		switch rr.ResourceType {
+		case kmsg.ConfigResourceTypeTopic:
+			var t controller.Topic
+			if t, err = b.lookupConfigTopic(rr.ResourceName); err == nil {
+				res.Configs = b.describeTopicConfigs(t, rr.ConfigNames, synonyms, docs)
+			}
+		case kmsg.ConfigResourceTypeBroker:
+			var cluster bool
+			if cluster, err = b.checkBrokerResource(rr.ResourceName); err == nil && !cluster {
+				res.Configs = b.describeBrokerConfigs(rr.ConfigNames, synonyms, docs)
+			}
+			// The cluster-wide default resource ("") lists dynamic defaults
+			// only, and there are none.
+		default:
+			err = errCode(kerr.InvalidRequest, "Unsupported resource type %s for DescribeConfigs", rr.ResourceType)
+		}
+		if err != nil {
+			res.ErrorCode, res.ErrorMessage = kafkaError(err)
+			res.Configs = nil
+		}
+		if req.Version == 0 {
+			for i := range res.Configs {
+				res.Configs[i].IsDefault = res.Configs[i].Source == kmsg.ConfigSourceDefaultConfig
+			}
+		}
+		resp.Resources = append(resp.Resources, res)
+	}
+	return wire.Respond(resp)
+}
+
+func (b *Broker) lookupConfigTopic(name string) (controller.Topic, error) {
+	if err := validateTopicName(name); err != nil {
+		return controller.Topic{}, errCode(kerr.InvalidTopicException, "%v", err)
+	}
+	t, ok := b.meta.Topic(name)
+	if !ok {
+		return t, errCode(kerr.UnknownTopicOrPartition, "Topic '%s' does not exist.", name)
+	}
+	return t, nil
+}
+
+// checkBrokerResource accepts this node's id, or "" for the cluster-wide
+// defaults (cluster is then true).
+func (b *Broker) checkBrokerResource(name string) (cluster bool, err error) {
+	if name == "" {
+		return true, nil
+	}
+	id, perr := strconv.ParseInt(name, 10, 32)
+	if perr != nil {
+		return false, errCode(kerr.InvalidRequest, "Broker id must be an integer, but it is: %s", name)
+	}
+	if int32(id) != b.cfg.NodeID {
+		return false, errCode(kerr.InvalidRequest, "Unexpected broker id, expected %d, but received %s", b.cfg.NodeID, name)
+	}
+	return false, nil
+}
+
+// describeTopicConfigs lists t's configs (only names, if non-nil), sorted
+// by name, with Kafka's sources: DYNAMIC_TOPIC_CONFIG for an override,
+// STATIC_BROKER_CONFIG where the broker's setting differs from Kafka's
+// default, DEFAULT_CONFIG otherwise.
+func (b *Broker) describeTopicConfigs(t controller.Topic, names []string, synonyms, docs bool) []describedConfig {
+	var out []describedConfig
+	for _, name := range slices.Sorted(maps.Keys(topicConfigs)) {
+		if names != nil && !slices.Contains(names, name) {
+			continue
+		}
+		spec := topicConfigs[name]
+		var chain []kmsg.DescribeConfigsResponseResourceConfigConfigSynonym
+		add := func(n, v string, src kmsg.ConfigSource) {
+			syn := kmsg.NewDescribeConfigsResponseResourceConfigConfigSynonym()
+			syn.Name, syn.Value, syn.Source = n, strp(v), src
+			chain = append(chain, syn)
+		}
+		if v, ok := t.Configs[name]; ok {
+			add(name, v, kmsg.ConfigSourceDynamicTopicConfig)
+		}
+		if bv := spec.brokerValue(b); bv != spec.kafkaDefault {
+			add(spec.brokerName, bv, kmsg.ConfigSourceStaticBrokerConfig)
+		}
+		add(spec.brokerName, spec.kafkaDefault, kmsg.ConfigSourceDefaultConfig)
+
+		c := kmsg.NewDescribeConfigsResponseResourceConfig()
+		c.Name = name
+		c.Value = chain[0].Value
+		c.Source = chain[0].Source
+		c.ConfigType = spec.typ
+		if synonyms {
+			c.ConfigSynonyms = chain
+		}
+		if docs {
+			c.Documentation = strp(spec.doc)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// brokerConfig is one broker config DescribeConfigs reports. Broker configs
+// are static (flags, environment): none is dynamically alterable yet.
+type brokerConfig struct {
+	name, kafkaDefault string
+	typ                kmsg.ConfigType
+	doc                string
+	value              func(b *Broker) *string
+}
+
+func val(f func(b *Broker) string) func(*Broker) *string {
+	return func(b *Broker) *string { return strp(f(b)) }
+}
+
+var brokerConfigs = []brokerConfig{
+	{name: "node.id", typ: kmsg.ConfigTypeInt, kafkaDefault: "-1", doc: "This node's id.",
+		value: val(func(b *Broker) string { return strconv.Itoa(int(b.cfg.NodeID)) })},
+	{name: "broker.id", typ: kmsg.ConfigTypeInt, kafkaDefault: "-1", doc: "This node's id (the same as node.id).",
+		value: val(func(b *Broker) string { return strconv.Itoa(int(b.cfg.NodeID)) })},
+	{name: "log.dirs", typ: kmsg.ConfigTypeString, doc: "The data directory: partition logs and the node's metadata.",
+		value: val(func(b *Broker) string { return b.cfg.DataDir })},
+	{name: "advertised.listeners", typ: kmsg.ConfigTypeString, doc: "The address clients are told to connect to.",
+		value: val(func(b *Broker) string {
+			return "PLAINTEXT://" + net.JoinHostPort(b.cfg.AdvertisedHost, strconv.Itoa(int(b.cfg.AdvertisedPort)))
+		})},
+	{name: "broker.rack", typ: kmsg.ConfigTypeString, doc: "The node's rack.",
+		value: func(b *Broker) *string {
+			if b.cfg.Rack == "" {
+				return nil
+			}
+			return strp(b.cfg.Rack)
+		}},
+	{name: "auto.create.topics.enable", typ: kmsg.ConfigTypeBoolean, kafkaDefault: "true", doc: "Whether Metadata requests create unknown topics (when the client allows it).",
+		value: val(func(b *Broker) string { return strconv.FormatBool(b.cfg.AutoCreateTopics) })},
+	{name: "num.partitions", typ: kmsg.ConfigTypeInt, kafkaDefault: "1", doc: "Partitions of auto-created topics and of CreateTopics with -1.",
+		value: val(func(b *Broker) string { return strconv.Itoa(int(b.cfg.NumPartitions)) })},
+	{name: "default.replication.factor", typ: kmsg.ConfigTypeInt, kafkaDefault: "1", doc: "A single node keeps one replica of every partition.",
+		value: val(fixed("1"))},
+	{name: "offsets.topic.num.partitions", typ: kmsg.ConfigTypeInt, kafkaDefault: "50", doc: "Partitions of __consumer_offsets.",
+		value: val(func(b *Broker) string { return strconv.Itoa(int(b.cfg.OffsetsTopicPartitions)) })},
+	{name: "delete.topic.enable", typ: kmsg.ConfigTypeBoolean, kafkaDefault: "true", doc: "Topics can be deleted.",
+		value: val(fixed("true"))},
+	{name: "log.retention.check.interval.ms", typ: kmsg.ConfigTypeLong, kafkaDefault: "300000", doc: "How often retention runs over every log.",
+		value: val(func(b *Broker) string { return msString(b.retentionInterval()) })},
+}
+
+// retentionInterval is log.retention.check.interval.ms with its default.
+func (b *Broker) retentionInterval() time.Duration {
+	if b.cfg.RetentionCheckInterval > 0 {
+		return b.cfg.RetentionCheckInterval
+	}
+	return 5 * time.Minute
+}
+
+// describeBrokerConfigs lists the node's configs: the ones above plus the
+// broker-level defaults of every topic config.
+func (b *Broker) describeBrokerConfigs(names []string, synonyms, docs bool) []describedConfig {
+	all := slices.Clone(brokerConfigs)
+	seen := map[string]bool{}
+	for _, c := range all {
+		seen[c.name] = true
+	}
+	for _, name := range slices.Sorted(maps.Keys(topicConfigs)) {
+		spec := topicConfigs[name]
+		if seen[spec.brokerName] {
+			continue
+		}
+		seen[spec.brokerName] = true
+		all = append(all, brokerConfig{name: spec.brokerName, typ: spec.typ, kafkaDefault: spec.kafkaDefault,
+			doc: "The default of the topic config " + spec.name + ". " + spec.doc, value: val(spec.brokerValue)})
+	}
+	all = append(all, brokerConfig{name: "holdfast.flush.policy", typ: kmsg.ConfigTypeString, kafkaDefault: "sync",
+		doc:   "Holdfast's durability policy: sync (fsync with group commit before every acknowledgement), interval:<duration>, or os (page cache only, Kafka's behaviour).",
+		value: val(func(b *Broker) string { return b.cfg.LogDefaults.Flush.String() })})
+	slices.SortFunc(all, func(x, y brokerConfig) int { return strings.Compare(x.name, y.name) })
+
+	var out []describedConfig
+	for _, bc := range all {
+		if names != nil && !slices.Contains(names, bc.name) {
+			continue
+		}
+		c := kmsg.NewDescribeConfigsResponseResourceConfig()
+		c.Name = bc.name
+		c.Value = bc.value(b)
+		c.ReadOnly = true
+		c.ConfigType = bc.typ
+		c.Source = kmsg.ConfigSourceStaticBrokerConfig
+		if c.Value != nil && *c.Value == bc.kafkaDefault {
+			c.Source = kmsg.ConfigSourceDefaultConfig
+		}
+		if synonyms {
+			syn := kmsg.NewDescribeConfigsResponseResourceConfigConfigSynonym()
+			syn.Name, syn.Value, syn.Source = c.Name, c.Value, c.Source
+			c.ConfigSynonyms = append(c.ConfigSynonyms, syn)
+		}
+		if docs {
+			c.Documentation = strp(bc.doc)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// resourceKey identifies a config resource within one request.
+type resourceKey struct {
+	typ  kmsg.ConfigResourceType
+	name string
+}
+
+func (b *Broker) handleAlterConfigs(_ context.Context, r *wire.Request) wire.Reply {
+	req := r.Body.(*kmsg.AlterConfigsRequest)
+	resp := req.ResponseKind().(*kmsg.AlterConfigsResponse)
+	dup := map[resourceKey]int{}
+	for _, rr := range req.Resources {
+		dup[resourceKey{rr.ResourceType, rr.ResourceName}]++
+	}
+	for _, rr := range req.Resources {
+		res := kmsg.NewAlterConfigsResponseResource()
+		res.ResourceType, res.ResourceName = rr.ResourceType, rr.ResourceName
+		var err error
+		if dup[resourceKey{rr.ResourceType, rr.ResourceName}] > 1 {
+			err = errCode(kerr.InvalidRequest, "Error due to duplicate resources in the request")
+		} else {
+			err = b.alterConfigs(rr, req.ValidateOnly)
+		}
+		res.ErrorCode, res.ErrorMessage = kafkaError(err)
+		resp.Resources = append(resp.Resources, res)
+	}
+	return wire.Respond(resp)
+}
+
+// alterConfigs replaces a resource's whole set of overrides (the legacy,
+// non-incremental AlterConfigs: anything not listed reverts to default).
+func (b *Broker) alterConfigs(rr kmsg.AlterConfigsRequestResource, validateOnly bool) error {
+	configs := map[string]string{}
+	for _, c := range rr.Configs {
+		if _, dup := configs[c.Name]; dup {
+			return errCode(kerr.InvalidRequest, "Error due to duplicate config keys")
+		}
+		if c.Value == nil {
+			return errCode(kerr.InvalidRequest, "Null value not supported for : %s", c.Name)
+		}
+		configs[c.Name] = *c.Value
+	}
+	switch rr.ResourceType {
+	case kmsg.ConfigResourceTypeTopic:
+		if _, err := b.lookupConfigTopic(rr.ResourceName); err != nil {
+			return err
+		}
+		return b.applyTopicConfigs(rr.ResourceName, configs, validateOnly)
+	case kmsg.ConfigResourceTypeBroker:
+		return b.alterBrokerConfigs(rr.ResourceName, slices.Sorted(maps.Keys(configs)))
+	}
+	return errCode(kerr.InvalidRequest, "Unsupported resource type %s for AlterConfigs", rr.ResourceType)
+}
+
+// alterBrokerConfigs refuses every change: broker configs are static.
+func (b *Broker) alterBrokerConfigs(name string, names []string) error {
+	if _, err := b.checkBrokerResource(name); err != nil {
+		return err
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return errCode(kerr.InvalidConfig, "Cannot update these configs dynamically: %s (Holdfast broker configs are set by flags and HOLDFAST_* variables)", strings.Join(names, ", "))
+}
+
+// applyTopicConfigs validates configs as the topic's complete override set
+// and, unless validateOnly, stores it and applies it to the open logs.
+func (b *Broker) applyTopicConfigs(name string, configs map[string]string, validateOnly bool) error {
+	if err := validateTopicConfigs(configs); err != nil {
+		return errCode(kerr.InvalidConfig, "%v", err)
+	}
+	if validateOnly {
+		return nil
+	}
+	_, err := b.setTopicConfigs(name, configs)
+	return err
+}
+
+func (b *Broker) handleIncrementalAlterConfigs(_ context.Context, r *wire.Request) wire.Reply {
+	req := r.Body.(*kmsg.IncrementalAlterConfigsRequest)
+	resp := req.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
+	dup := map[resourceKey]int{}
+	for _, rr := range req.Resources {
+		dup[resourceKey{rr.ResourceType, rr.ResourceName}]++
+	}
+	for _, rr := range req.Resources {
+		res := kmsg.NewIncrementalAlterConfigsResponseResource()
+		res.ResourceType, res.ResourceName = rr.ResourceType, rr.ResourceName
+		var err error
+		if dup[resourceKey{rr.ResourceType, rr.ResourceName}] > 1 {
+			err = errCode(kerr.InvalidRequest, "Error due to duplicate resources in the request")
+		} else {
+			err = b.incrementalAlterConfigs(rr, req.ValidateOnly)
+		}
+		res.ErrorCode, res.ErrorMessage = kafkaError(err)
+		resp.Resources = append(resp.Resources, res)
+	}
+	return wire.Respond(resp)
+}
+
+func (b *Broker) incrementalAlterConfigs(rr kmsg.IncrementalAlterConfigsRequestResource, validateOnly bool) error {
+	seen := map[string]bool{}
+	for _, c := range rr.Configs {
+		if seen[c.Name] {
+			return errCode(kerr.InvalidRequest, "Error due to duplicate config keys")
+		}
+		seen[c.Name] = true
+		if c.Op < kmsg.IncrementalAlterConfigOpSet || c.Op > kmsg.IncrementalAlterConfigOpSubtract {
+			return errCode(kerr.InvalidRequest, "Unknown alter config operation %d for %s", int8(c.Op), c.Name)
+		}
+	}
+	switch rr.ResourceType {
+	case kmsg.ConfigResourceTypeTopic:
+	case kmsg.ConfigResourceTypeBroker:
+		return b.alterBrokerConfigs(rr.ResourceName, slices.Sorted(maps.Keys(seen)))
+	default:
+		return errCode(kerr.InvalidRequest, "Unsupported resource type %s for IncrementalAlterConfigs", rr.ResourceType)
+	}
+
+	// Read, modify and write under topicsMu so concurrent incremental
+	// changes to one topic do not lose each other's updates.
+	b.topicsMu.Lock()
+	defer b.topicsMu.Unlock()
+	t, err := b.lookupConfigTopic(rr.ResourceName)
+	if err != nil {
+		return err
+	}
+	configs := maps.Clone(t.Configs)
+	for _, c := range rr.Configs {
+		spec, known := topicConfigs[c.Name]
+		if c.Op != kmsg.IncrementalAlterConfigOpDelete && !known {
+			return errCode(kerr.InvalidConfig, "Unknown topic config name: %s", c.Name)
+		}
+		switch c.Op {
+		case kmsg.IncrementalAlterConfigOpSet:
+			if c.Value == nil {
+				return errCode(kerr.InvalidRequest, "Null value not supported for : %s", c.Name)
+			}
+			configs[c.Name] = *c.Value
+		case kmsg.IncrementalAlterConfigOpDelete:
+			delete(configs, c.Name)
+		case kmsg.IncrementalAlterConfigOpAppend, kmsg.IncrementalAlterConfigOpSubtract:
+			if spec.typ != kmsg.ConfigTypeList {
+				return errCode(kerr.InvalidConfig, "Config value append is not allowed for config key: %s", c.Name)
+			}
+			if c.Value == nil {
+				return errCode(kerr.InvalidRequest, "Null value not supported for : %s", c.Name)
+			}
+			cur, ok := configs[c.Name]
+			if !ok {
+				cur = spec.brokerValue(b)
+			}
+			configs[c.Name] = editList(cur, *c.Value, c.Op == kmsg.IncrementalAlterConfigOpAppend)
+		}
+	}
+	if err := validateTopicConfigs(configs); err != nil {
+		return errCode(kerr.InvalidConfig, "%v", err)
+	}
+	if validateOnly {
+		return nil
+	}
+	t, err = b.meta.SetTopicConfigs(t.Name, configs)
+	if err != nil {
+		return err
+	}
+	b.applyLogConfigs(t)
+	b.log.Info("altered topic configs", "topic", t.Name, "configs", configs)
+	return nil
+}
+
+// editList appends the items of delta missing from the comma-separated
+// list cur, or subtracts them from it.
+func editList(cur, delta string, add bool) string {
+	split := func(s string) []string {
+		var out []string
+		for _, p := range strings.Split(s, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	items := split(cur)
+	for _, d := range split(delta) {
+		i := slices.Index(items, d)
+		switch {
+		case add && i < 0:
+			items = append(items, d)
+		case !add && i >= 0:
+			items = slices.Delete(items, i, i+1)
+		}
+	}
+	return strings.Join(items, ",")
 }

@@ -91,7 +91,7 @@ func kafkaError(err error) (int16, *string) {
 	case errors.Is(err, controller.ErrInvalidCount):
 		return kerr.InvalidPartitions.Code, &msg
 	case errors.Is(err, controller.ErrDeletePending):
-		return kerr.TopicDeletionDisabled.Code, &msg
+		return kerr.TopicAlreadyExists.Code, &msg
 	}
 	var ke *kerr.Error
 	if errors.As(err, &ke) {
@@ -107,13 +107,27 @@ func (b *Broker) ensureTopic(name string, partitions int32, configs map[string]s
 	if t, ok := b.meta.Topic(name); ok {
 		return t, b.openPartitions(t, 0)
 	}
-	if err := validateTopicName(name); err != nil {
-		return controller.Topic{}, errCode(kerr.InvalidTopicException, "%v", err)
-	}
 	b.topicsMu.Lock()
 	defer b.topicsMu.Unlock()
+	return b.createTopicLocked(name, partitions, configs, internal, false)
+}
+
+// createNewTopic creates a topic that must not exist yet (CreateTopics).
+func (b *Broker) createNewTopic(name string, partitions int32, configs map[string]string) (controller.Topic, error) {
+	b.topicsMu.Lock()
+	defer b.topicsMu.Unlock()
+	return b.createTopicLocked(name, partitions, configs, false, true)
+}
+
+func (b *Broker) createTopicLocked(name string, partitions int32, configs map[string]string, internal, mustBeNew bool) (controller.Topic, error) {
 	if t, ok := b.meta.Topic(name); ok {
+		if mustBeNew {
+			return controller.Topic{}, errCode(kerr.TopicAlreadyExists, "Topic '%s' already exists.", name)
+		}
 		return t, b.openPartitions(t, 0)
+	}
+	if err := validateTopicName(name); err != nil {
+		return controller.Topic{}, errCode(kerr.InvalidTopicException, "%v", err)
 	}
 	if other, ok := b.topicCollision(name); ok {
 		return controller.Topic{}, errCode(kerr.InvalidTopicException, "Topic '%s' collides with existing topic: %s", name, other)
@@ -204,15 +218,21 @@ func (b *Broker) setTopicConfigs(name string, configs map[string]string) (contro
 	if err != nil {
 		return t, err
 	}
+	b.applyLogConfigs(t)
+	b.log.Info("altered topic configs", "topic", name, "configs", configs)
+	return t, nil
+}
+
+// applyLogConfigs pushes t's effective config to its open partitions.
+func (b *Broker) applyLogConfigs(t controller.Topic) {
 	cfg := b.topicLogConfig(t)
+	lat := b.topicLogAppendTime(t)
 	for i := int32(0); i < t.Partitions; i++ {
 		if p := b.parts.Get(t.Name, i); p != nil {
 			p.Log().SetConfig(cfg)
-			p.SetLogAppendTime(b.topicLogAppendTime(t))
+			p.SetLogAppendTime(lat)
 		}
 	}
-	b.log.Info("altered topic configs", "topic", name, "configs", configs)
-	return t, nil
 }
 
 // topicLogConfig is the log configuration of t's partitions: the broker's

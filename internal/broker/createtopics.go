@@ -1,0 +1,187 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/controller"
+	"holdfast/internal/wire"
+)
+
+func init() { register(kmsg.CreateTopics, 0, 7, (*Broker).handleCreateTopics) }
+
+// maxPartitionsPerTopic bounds what one request can make the node open:
+// every partition holds files and goroutines. Kafka has no such limit; a
+// request beyond it is refused as a policy violation.
+const maxPartitionsPerTopic = 10000
+
+func (b *Broker) handleCreateTopics(_ context.Context, r *wire.Request) wire.Reply {
+	req := r.Body.(*kmsg.CreateTopicsRequest)
+	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
+
+	count := map[string]int{}
+	for _, rt := range req.Topics {
+		count[rt.Topic]++
+	}
+	var dups []string
+	for n, c := range count {
+		if c > 1 {
+			dups = append(dups, n)
+		}
+	}
+	sort.Strings(dups)
+
+	for _, rt := range req.Topics {
+		st := kmsg.NewCreateTopicsResponseTopic()
+		st.Topic = rt.Topic
+		st.NumPartitions, st.ReplicationFactor = -1, -1
+		if count[rt.Topic] > 1 {
+			st.ErrorCode = kerr.InvalidRequest.Code
+			msg := fmt.Sprintf("Create topics request from client `%s` contains multiple entries for the following topics: %s", r.ClientID, joinNames(dups))
+			st.ErrorMessage = &msg
+			resp.Topics = append(resp.Topics, st)
+			continue
+		}
+		t, err := b.createTopic(rt, req.ValidateOnly)
+		if err != nil {
+			st.ErrorCode, st.ErrorMessage = kafkaError(err)
+			if req.Version == 0 {
+				st.ErrorMessage = nil
+			}
+			b.log.Info("create topic refused", "topic", rt.Topic, "err", err)
+			resp.Topics = append(resp.Topics, st)
+			continue
+		}
+		st.TopicID = t.ID // zero when validate-only, as Kafka answers
+		st.NumPartitions = t.Partitions
+		st.ReplicationFactor = 1
+		if req.Version >= 5 {
+			for _, c := range b.describeTopicConfigs(t, nil, false, false) {
+				rc := kmsg.NewCreateTopicsResponseTopicConfig()
+				rc.Name = c.Name
+				rc.Value = c.Value
+				rc.ReadOnly = c.ReadOnly
+				rc.Source = int8(c.Source)
+				rc.IsSensitive = c.IsSensitive
+				st.Configs = append(st.Configs, rc)
+			}
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return wire.Respond(resp)
+}
+
+func joinNames(names []string) string {
+	out := ""
+	for i, n := range names {
+		if i > 0 {
+			out += ", "
+		}
+		out += n
+	}
+	return out
+}
+
+// createTopic validates one topic of a CreateTopics request in Kafka's
+// order and creates it unless validateOnly. The returned topic has a zero
+// id when validateOnly.
+func (b *Broker) createTopic(rt kmsg.CreateTopicsRequestTopic, validateOnly bool) (controller.Topic, error) {
+	name := rt.Topic
+	if err := validateTopicName(name); err != nil {
+		return controller.Topic{}, errCode(kerr.InvalidTopicException, "%v", err)
+	}
+	if _, ok := b.meta.Topic(name); ok {
+		return controller.Topic{}, errCode(kerr.TopicAlreadyExists, "Topic '%s' already exists.", name)
+	}
+	if other, ok := b.topicCollision(name); ok {
+		return controller.Topic{}, errCode(kerr.InvalidTopicException, "Topic '%s' collides with existing topic: %s", name, other)
+	}
+	if isInternalTopic(name) {
+		// Their coordinators create them with the partition count and
+		// configs they depend on.
+		return controller.Topic{}, errCode(kerr.InvalidRequest, "Topic '%s' is an internal topic; it is created by the broker", name)
+	}
+
+	configs := make(map[string]string, len(rt.Configs))
+	for _, c := range rt.Configs {
+		if c.Value == nil {
+			return controller.Topic{}, errCode(kerr.InvalidConfig, "Null value not supported for topic configs: %s", c.Name)
+		}
+		configs[c.Name] = *c.Value
+	}
+	if err := validateTopicConfigs(configs); err != nil {
+		return controller.Topic{}, errCode(kerr.InvalidConfig, "%v", err)
+	}
+
+	partitions := rt.NumPartitions
+	if len(rt.ReplicaAssignment) > 0 {
+		if rt.ReplicationFactor != -1 {
+			return controller.Topic{}, errCode(kerr.InvalidRequest, "A manual partition assignment was specified, but replication factor was not set to -1.")
+		}
+		if rt.NumPartitions != -1 {
+			return controller.Topic{}, errCode(kerr.InvalidRequest, "A manual partition assignment was specified, but numPartitions was not set to -1.")
+		}
+		seen := map[int32]bool{}
+		for _, a := range rt.ReplicaAssignment {
+			if seen[a.Partition] {
+				return controller.Topic{}, errCode(kerr.InvalidReplicaAssignment, "Found multiple manual partition assignments for partition %d", a.Partition)
+			}
+			seen[a.Partition] = true
+			if err := b.validateAssignment(a.Replicas); err != nil {
+				return controller.Topic{}, err
+			}
+		}
+		n := int32(len(rt.ReplicaAssignment))
+		for i := int32(0); i < n; i++ {
+			if !seen[i] {
+				return controller.Topic{}, errCode(kerr.InvalidReplicaAssignment, "Partitions must be numbered 0 to %d with no gaps; partition %d has no assignment", n-1, i)
+			}
+		}
+		partitions = n
+	} else {
+		if rt.ReplicationFactor < -1 || rt.ReplicationFactor == 0 {
+			return controller.Topic{}, errCode(kerr.InvalidReplicationFactor, "Replication factor was set to an invalid non-positive value.")
+		}
+		if rt.NumPartitions < -1 || rt.NumPartitions == 0 {
+			return controller.Topic{}, errCode(kerr.InvalidPartitions, "Number of partitions was set to an invalid non-positive value.")
+		}
+		if rt.ReplicationFactor > 1 {
+			return controller.Topic{}, errCode(kerr.InvalidReplicationFactor,
+				"Unable to replicate the partition %d time(s): The target replication factor of %d cannot be reached because only 1 broker(s) are registered.",
+				rt.ReplicationFactor, rt.ReplicationFactor)
+		}
+		if partitions == -1 {
+			partitions = b.cfg.NumPartitions
+		}
+	}
+	if partitions > maxPartitionsPerTopic {
+		return controller.Topic{}, errCode(kerr.PolicyViolation, "Holdfast allows at most %d partitions per topic; %d were requested", maxPartitionsPerTopic, partitions)
+	}
+
+	if validateOnly {
+		return controller.Topic{Name: name, Partitions: partitions, Configs: configs}, nil
+	}
+	return b.createNewTopic(name, partitions, configs)
+}
+
+// validateAssignment checks a manual replica list: on a single node the
+// only broker is this one, once.
+func (b *Broker) validateAssignment(replicas []int32) error {
+	if len(replicas) == 0 {
+		return errCode(kerr.InvalidReplicaAssignment, "The manual partition assignment includes an empty replica list.")
+	}
+	for i, r := range replicas {
+		if r != b.cfg.NodeID {
+			return errCode(kerr.InvalidReplicaAssignment, "The manual partition assignment includes broker %d, but no broker with that ID is registered.", r)
+		}
+		if slices.Contains(replicas[:i], r) {
+			return errCode(kerr.InvalidReplicaAssignment, "The manual partition assignment includes the partition replica %d more than once.", r)
+		}
+	}
+	return nil
+}

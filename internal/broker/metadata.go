@@ -1,0 +1,185 @@
+package broker
+
+import (
+	"context"
+	"errors"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/controller"
+	"holdfast/internal/wire"
+)
+
+// Metadata v13 only adds a top-level error code (REBOOTSTRAP_REQUIRED,
+// KIP-1102), which a single node never needs; v10+ carry topic ids and v12
+// allows asking by id.
+func init() { register(kmsg.Metadata, 0, 13, (*Broker).handleMetadata) }
+
+// Authorized-operation bitfields (KIP-430). Without ACLs every supported
+// operation is allowed.
+const (
+	aclRead            = 3
+	aclWrite           = 4
+	aclCreate          = 5
+	aclDelete          = 6
+	aclAlter           = 7
+	aclDescribe        = 8
+	aclClusterAction   = 9
+	aclDescribeConfigs = 10
+	aclAlterConfigs    = 11
+	aclIdempotentWrite = 12
+
+	topicAuthorizedOps = 1<<aclRead | 1<<aclWrite | 1<<aclCreate | 1<<aclDelete | 1<<aclAlter |
+		1<<aclDescribe | 1<<aclDescribeConfigs | 1<<aclAlterConfigs
+	clusterAuthorizedOps = 1<<aclCreate | 1<<aclAlter | 1<<aclDescribe | 1<<aclClusterAction |
+		1<<aclDescribeConfigs | 1<<aclAlterConfigs | 1<<aclIdempotentWrite
+)
+
+func (b *Broker) handleMetadata(_ context.Context, r *wire.Request) wire.Reply {
+	req := r.Body.(*kmsg.MetadataRequest)
+	resp := req.ResponseKind().(*kmsg.MetadataResponse)
+	v := req.Version
+
+	resp.Brokers = []kmsg.MetadataResponseBroker{b.brokerEntry()}
+	cid := b.meta.ClusterID()
+	resp.ClusterID = &cid
+	resp.ControllerID = b.cfg.NodeID
+	if v >= 8 && v <= 10 && req.IncludeClusterAuthorizedOperations {
+		resp.AuthorizedOperations = clusterAuthorizedOps
+	}
+
+	// A null list (v1+), or an empty one in v0, asks for every topic.
+	if req.Topics == nil || v == 0 && len(req.Topics) == 0 {
+		for _, t := range b.meta.Topics() {
+			resp.Topics = append(resp.Topics, b.topicMetadata(req, t))
+		}
+		return wire.Respond(resp)
+	}
+
+	// Before v4 there is no flag: the broker's setting alone decides.
+	autoCreate := b.cfg.AutoCreateTopics && (v < 4 || req.AllowAutoTopicCreation)
+	seen := make(map[string]bool, len(req.Topics))
+	for _, rt := range req.Topics {
+		if rt.Topic == nil {
+			resp.Topics = append(resp.Topics, b.topicMetadataByID(req, rt.TopicID))
+			continue
+		}
+		name := *rt.Topic
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		if rt.TopicID != ([16]byte{}) && v >= 10 {
+			// Kafka: a name and an id together is not a valid question.
+			resp.Topics = append(resp.Topics, metadataError(name, rt.TopicID, kerr.InvalidRequest))
+			continue
+		}
+		if t, ok := b.meta.Topic(name); ok {
+			resp.Topics = append(resp.Topics, b.topicMetadata(req, t))
+			continue
+		}
+		if err := validateTopicName(name); err != nil {
+			resp.Topics = append(resp.Topics, metadataError(name, [16]byte{}, kerr.InvalidTopicException))
+			continue
+		}
+		if !autoCreate || isInternalTopic(name) {
+			resp.Topics = append(resp.Topics, metadataError(name, [16]byte{}, kerr.UnknownTopicOrPartition))
+			continue
+		}
+		t, err := b.ensureTopic(name, b.cfg.NumPartitions, nil, false)
+		if err != nil {
+			code, _ := kafkaError(err)
+			b.log.Warn("auto-creating topic", "topic", name, "err", err)
+			if errors.Is(err, controller.ErrTopicExists) {
+				code = kerr.LeaderNotAvailable.Code // a racing create: retry sees it
+			}
+			mt := metadataError(name, [16]byte{}, kerr.ErrorForCode(code).(*kerr.Error))
+			resp.Topics = append(resp.Topics, mt)
+			continue
+		}
+		resp.Topics = append(resp.Topics, b.topicMetadata(req, t))
+	}
+	return wire.Respond(resp)
+}
+
+// brokerEntry is this node as Metadata lists it.
+func (b *Broker) brokerEntry() kmsg.MetadataResponseBroker {
+	br := kmsg.NewMetadataResponseBroker()
+	br.NodeID = b.cfg.NodeID
+	br.Host = b.cfg.AdvertisedHost
+	br.Port = b.cfg.AdvertisedPort
+	if b.cfg.Rack != "" {
+		rack := b.cfg.Rack
+		br.Rack = &rack
+	}
+	return br
+}
+
+func isInternalTopic(name string) bool { return name == offsetsTopic || name == transactionTopic }
+
+func metadataError(name string, id [16]byte, code *kerr.Error) kmsg.MetadataResponseTopic {
+	mt := kmsg.NewMetadataResponseTopic()
+	if name != "" {
+		mt.Topic = &name
+	}
+	mt.TopicID = id
+	mt.ErrorCode = code.Code
+	return mt
+}
+
+func (b *Broker) topicMetadataByID(req *kmsg.MetadataRequest, id [16]byte) kmsg.MetadataResponseTopic {
+	if req.Version < 12 {
+		return metadataError("", id, kerr.InvalidRequest) // names are required before v12
+	}
+	if id == ([16]byte{}) {
+		return metadataError("", id, kerr.InvalidRequest)
+	}
+	t, ok := b.meta.TopicByID(id)
+	if !ok {
+		return metadataError("", id, kerr.UnknownTopicID)
+	}
+	return b.topicMetadata(req, t)
+}
+
+// topicMetadata describes every partition of t as led by this node.
+func (b *Broker) topicMetadata(req *kmsg.MetadataRequest, t controller.Topic) kmsg.MetadataResponseTopic {
+	mt := kmsg.NewMetadataResponseTopic()
+	name := t.Name
+	mt.Topic = &name
+	mt.TopicID = t.ID
+	mt.IsInternal = t.Internal
+	if req.Version >= 8 && req.IncludeTopicAuthorizedOperations {
+		mt.AuthorizedOperations = topicAuthorizedOps
+	}
+	node := b.cfg.NodeID
+	mt.Partitions = make([]kmsg.MetadataResponseTopicPartition, 0, t.Partitions)
+	for i := int32(0); i < t.Partitions; i++ {
+		mp := kmsg.NewMetadataResponseTopicPartition()
+		mp.Partition = i
+		mp.Replicas = []int32{node}
+		p := b.parts.Get(t.Name, i)
+		switch {
+		case p == nil:
+			// Not open (failed at start-up or mid-create): no leader.
+			mp.ErrorCode = kerr.LeaderNotAvailable.Code
+			mp.Leader = -1
+			mp.LeaderEpoch = -1
+			mp.ISR = []int32{}
+			mp.OfflineReplicas = []int32{node}
+		case p.Failed() != nil:
+			mp.ErrorCode = kerr.KafkaStorageError.Code
+			mp.Leader = -1
+			mp.LeaderEpoch = p.LeaderEpoch()
+			mp.ISR = []int32{}
+			mp.OfflineReplicas = []int32{node}
+		default:
+			mp.Leader = node
+			mp.LeaderEpoch = p.LeaderEpoch()
+			mp.ISR = []int32{node}
+			mp.OfflineReplicas = []int32{}
+		}
+		mt.Partitions = append(mt.Partitions, mp)
+	}
+	return mt
+}
