@@ -39,12 +39,13 @@ func readFile(fsys storage.FS, name string) ([]byte, error) {
 }
 
 // writeFileAtomic replaces dir/name with data: write dir/tmp, fsync it,
-// rename it over dir/name, fsync dir.
-func writeFileAtomic(fsys storage.FS, dir, name, tmp string, data []byte) error {
+// rename it over dir/name, fsync dir. renamed reports whether the new file
+// replaced the old one (it may be durable even if err is not nil).
+func writeFileAtomic(fsys storage.FS, dir, name, tmp string, data []byte) (renamed bool, err error) {
 	tmpPath := join(dir, tmp)
 	f, err := fsys.OpenFile(tmpPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
 	if err != nil {
-		return err
+		return false, err
 	}
 	_, err = f.Write(data)
 	if err == nil {
@@ -54,10 +55,10 @@ func writeFileAtomic(fsys storage.FS, dir, name, tmp string, data []byte) error 
 		err = cerr
 	}
 	if err != nil {
-		return errors.Join(err, fsys.Remove(tmpPath))
+		return false, errors.Join(err, fsys.Remove(tmpPath))
 	}
 	if err := fsys.Rename(tmpPath, join(dir, name)); err != nil {
-		return err
+		return false, err
 	}
-	return fsys.SyncDir(dir)
+	return true, fsys.SyncDir(dir)
 }

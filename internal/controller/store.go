@@ -110,7 +110,7 @@ func Open(dir string, fs storage.FS, log *slog.Logger) (*Store, error) {
 		// A leftover temp file is an interrupted first write: nothing was
 		// ever acknowledged from it.
 		s.st = state{Version: stateVersion, ClusterID: newClusterID()}
-		if err := s.persist(s.st); err != nil {
+		if _, err := s.persist(s.st); err != nil {
 			return nil, err
 		}
 		log.Info("created cluster metadata", "cluster_id", s.st.ClusterID, "dir", dir)
@@ -310,13 +310,17 @@ func (s *Store) SetBrokerConfigs(configs map[string]string) error {
 }
 
 // commit persists next and only then makes it visible. Called with mu held.
+// If the new file replaced the old one but the directory sync failed, the
+// change may or may not survive a power cut; memory follows what a restart
+// without one would read, and the error tells the caller the outcome is
+// unknown.
 func (s *Store) commit(next state) error {
-	if err := s.persist(next); err != nil {
-		return err
+	renamed, err := s.persist(next)
+	if renamed {
+		s.st = next
+		s.reindex()
 	}
-	s.st = next
-	s.reindex()
-	return nil
+	return err
 }
 
 // The file is the JSON state followed by a line with its CRC-32C, so a
@@ -359,15 +363,16 @@ func decode(data []byte) (state, error) {
 // persist writes st atomically: temp file, fsync, rename over the old
 // file, fsync the directory. A crash at any point leaves either the old or
 // the new file, never a mix.
-func (s *Store) persist(st state) error {
+func (s *Store) persist(st state) (renamed bool, err error) {
 	data, err := encode(st)
 	if err != nil {
-		return fmt.Errorf("controller: encoding metadata: %w", err)
+		return false, fmt.Errorf("controller: encoding metadata: %w", err)
 	}
-	if err := writeFileAtomic(s.fs, s.dir, fileName, tmpName, data); err != nil {
-		return fmt.Errorf("controller: persisting metadata: %w", err)
+	renamed, err = writeFileAtomic(s.fs, s.dir, fileName, tmpName, data)
+	if err != nil {
+		return renamed, fmt.Errorf("controller: persisting metadata: %w", err)
 	}
-	return nil
+	return renamed, nil
 }
 
 // newClusterID returns a Kafka-style cluster id: 16 random bytes in URL-safe

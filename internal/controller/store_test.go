@@ -1,0 +1,152 @@
+package controller
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"holdfast/internal/storage"
+)
+
+func open(t *testing.T, fs storage.FS, dir string) *Store {
+	t.Helper()
+	s, err := Open(dir, fs, nil)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return s
+}
+
+func TestStoreSurvivesReopen(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "meta")
+	fs := storage.OSFS()
+	s := open(t, fs, dir)
+	cid := s.ClusterID()
+	if len(cid) != 22 {
+		t.Fatalf("cluster id %q: want 22 characters of base64", cid)
+	}
+	a, err := s.CreateTopic("a", 3, map[string]string{"retention.ms": "1000"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateTopic("a", 1, nil, false); !errors.Is(err, ErrTopicExists) {
+		t.Fatalf("duplicate create: %v, want ErrTopicExists", err)
+	}
+	if _, err := s.CreateTopic("__consumer_offsets", 5, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AddPartitions("a", 3); !errors.Is(err, ErrInvalidCount) {
+		t.Fatalf("AddPartitions to the same count: %v, want ErrInvalidCount", err)
+	}
+	if _, err := s.AddPartitions("a", 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetTopicConfigs("a", map[string]string{"segment.bytes": "4096"}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := s.CreateTopic("b", 1, nil, false)
+	if _, err := s.DeleteTopic("b"); err != nil {
+		t.Fatal(err)
+	}
+
+	s = open(t, fs, dir)
+	if s.ClusterID() != cid {
+		t.Fatalf("cluster id changed across reopen: %q -> %q", cid, s.ClusterID())
+	}
+	got, ok := s.Topic("a")
+	if !ok || got.ID != a.ID || got.Partitions != 5 || len(got.Configs) != 1 || got.Configs["segment.bytes"] != "4096" {
+		t.Fatalf("topic a after reopen: %+v, want id %x, 5 partitions, segment.bytes=4096 only", got, a.ID)
+	}
+	if byID, ok := s.TopicByID(a.ID); !ok || byID.Name != "a" {
+		t.Fatalf("TopicByID: %+v %v", byID, ok)
+	}
+	if off, _ := s.Topic("__consumer_offsets"); !off.Internal {
+		t.Fatal("internal flag lost")
+	}
+	if _, ok := s.Topic("b"); ok {
+		t.Fatal("deleted topic b is back")
+	}
+	if d := s.Deleting(); len(d) != 1 || d[0].ID != b.ID {
+		t.Fatalf("Deleting = %+v, want b pending", d)
+	}
+	if _, err := s.CreateTopic("b", 1, nil, false); !errors.Is(err, ErrDeletePending) {
+		t.Fatalf("create while delete pending: %v", err)
+	}
+	if err := s.FinishDelete(b.ID); err != nil {
+		t.Fatal(err)
+	}
+	nb, err := s.CreateTopic("b", 1, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nb.ID == b.ID {
+		t.Fatal("recreated topic reused the old id")
+	}
+}
+
+// Every mutation is durable when it returns, and a power cut at any point
+// leaves the old or the new state, never a torn one.
+func TestStoreCrashAtomicity(t *testing.T) {
+	fs := storage.NewCrashFS(1)
+	dir := "/data/meta"
+	s := open(t, fs, dir)
+	cid := s.ClusterID()
+	for i, name := range []string{"t0", "t1", "t2", "t3"} {
+		if _, err := s.CreateTopic(name, int32(i+1), nil, false); err != nil {
+			t.Fatal(err)
+		}
+		fs.CrashTorn()
+		s = open(t, fs, dir)
+		if s.ClusterID() != cid {
+			t.Fatalf("cluster id changed after crash")
+		}
+		if n := len(s.Topics()); n != i+1 {
+			t.Fatalf("after crash: %d topics, want %d (acknowledged creates lost)", n, i+1)
+		}
+	}
+
+	// A failed write (disk full) changes nothing, in memory or on disk.
+	fs.SetCapacity(0)
+	if _, err := s.CreateTopic("full", 1, nil, false); err == nil {
+		t.Fatal("create succeeded on a full disk")
+	}
+	fs.ClearErrors()
+	if _, ok := s.Topic("full"); ok {
+		t.Fatal("failed create is visible")
+	}
+	fs.InjectError(storage.OpRename, "cluster.json", syscall.EIO)
+	if _, err := s.DeleteTopic("t0"); err == nil {
+		t.Fatal("delete succeeded although the rename failed")
+	}
+	fs.ClearErrors()
+	if _, ok := s.Topic("t0"); !ok {
+		t.Fatal("failed delete took effect in memory")
+	}
+	fs.Crash()
+	s = open(t, fs, dir)
+	if _, ok := s.Topic("t0"); !ok || len(s.Topics()) != 4 {
+		t.Fatalf("after failed writes and a crash: %d topics", len(s.Topics()))
+	}
+}
+
+func TestStoreDetectsCorruption(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, storage.OSFS(), dir)
+	if _, err := s.CreateTopic("x", 1, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, fileName)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0x20
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, storage.OSFS(), nil); err == nil {
+		t.Fatal("Open accepted a corrupted metadata file")
+	}
+}
