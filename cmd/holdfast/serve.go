@@ -27,8 +27,8 @@ func serveCommand(args []string) error {
 	fs.Usage = flagUsage(fs, "serve [flags]")
 	def := broker.DefaultConfig()
 	lim := wire.DefaultLimits()
+	fs.String("config", "", "optional config file of `key = value` lines with these flag names (read by parseLayered)")
 	var (
-		configFile  = fs.String("config", "", "optional config file of `key = value` lines with these flag names")
 		listen      = fs.String("listen", "localhost:9092", "Kafka listener address (listeners)")
 		advertised  = fs.String("advertised", "", "address given to clients (advertised.listeners); default: the listen address")
 		dataDir     = fs.String("data-dir", def.DataDir, "where logs and metadata live (log.dirs)")
