@@ -3,8 +3,12 @@ package broker_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand"
+	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -224,7 +228,9 @@ func TestMessageSizeLimit(t *testing.T) {
 	if err := cl.ProduceSync(ctx, near).FirstErr(); err != nil {
 		t.Fatalf("record just below max.message.bytes: %v", err)
 	}
-	over := &kgo.Record{Topic: "sized", Value: bytes.Repeat([]byte("y"), 200_000)}
+	big := make([]byte, 200_000)
+	rand.Read(big) // incompressible: franz-go compresses by default
+	over := &kgo.Record{Topic: "sized", Value: big}
 	if err := cl.ProduceSync(ctx, over).FirstErr(); !errors.Is(err, kerr.MessageTooLarge) {
 		t.Fatalf("record above max.message.bytes: err %v, want MESSAGE_TOO_LARGE", err)
 	}
@@ -317,7 +323,6 @@ func TestCorruptBatchRefused(t *testing.T) {
 func TestInvalidAcksAndUnknownPartition(t *testing.T) {
 	n := brokertest.Start(t)
 	n.CreateTopic("acks", 1, nil)
-	cl := n.Client()
 	req := kmsg.NewPtrProduceRequest()
 	req.Acks, req.TimeoutMillis = 2, 10_000
 	rt := kmsg.NewProduceRequestTopic()
@@ -328,25 +333,55 @@ func TestInvalidAcksAndUnknownPartition(t *testing.T) {
 	rp.Partition = 7
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	br := cl.Broker(int(n.Cfg.NodeID))
-	resp, err := br.Request(testCtx(t), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range resp.(*kmsg.ProduceResponse).Topics[0].Partitions {
+	// franz-go rewrites Acks to its own setting, so this goes over a raw
+	// connection.
+	req.Version = 8
+	resp := rawRequest(t, n, req).(*kmsg.ProduceResponse)
+	for _, p := range resp.Topics[0].Partitions {
 		if p.ErrorCode != kerr.InvalidRequiredAcks.Code {
 			t.Fatalf("acks=2 partition %d: %v", p.Partition, kerr.ErrorForCode(p.ErrorCode))
 		}
 	}
 	req.Acks = -1
-	resp, err = br.Request(testCtx(t), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps := resp.(*kmsg.ProduceResponse).Topics[0].Partitions
+	ps := rawRequest(t, n, req).(*kmsg.ProduceResponse).Topics[0].Partitions
 	if ps[0].ErrorCode != 0 || ps[1].ErrorCode != kerr.UnknownTopicOrPartition.Code {
 		t.Fatalf("acks=-1: %v / %v", kerr.ErrorForCode(ps[0].ErrorCode), kerr.ErrorForCode(ps[1].ErrorCode))
 	}
+	if end := endOffset(t, n, "acks", 0); end != 1 {
+		t.Fatalf("end offset %d: the acks=2 request must not have been written", end)
+	}
+}
+
+// rawRequest sends req (a non-flexible version) on a fresh connection and
+// decodes the answer.
+func rawRequest(t *testing.T, n *brokertest.Node, req kmsg.Request) kmsg.Response {
+	t.Helper()
+	if req.IsFlexible() {
+		t.Fatal("rawRequest handles only non-flexible versions")
+	}
+	conn, err := net.Dial("tcp", n.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(30 * time.Second))
+	frame := kmsg.NewRequestFormatter(kmsg.FormatterClientID("raw")).AppendRequest(nil, req, 1)
+	if _, err := conn.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	var size [4]byte
+	if _, err := io.ReadFull(conn, size[:]); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, binary.BigEndian.Uint32(size[:]))
+	if _, err := io.ReadFull(conn, body); err != nil {
+		t.Fatal(err)
+	}
+	resp := req.ResponseKind()
+	if err := resp.ReadFrom(body[4:]); err != nil { // after the correlation id
+		t.Fatal(err)
+	}
+	return resp
 }
 
 func TestLongPollReturnsWhenDataArrives(t *testing.T) {
@@ -357,7 +392,7 @@ func TestLongPollReturnsWhenDataArrives(t *testing.T) {
 	req.MaxWaitMillis, req.MinBytes, req.MaxBytes = 30_000, 1, 1<<20
 	req.SessionEpoch = -1 // sessionless
 	rt := kmsg.NewFetchRequestTopic()
-	rt.Topic = "poll"
+	rt.Topic, rt.TopicID = "poll", topicID(t, n, "poll")
 	rp := kmsg.NewFetchRequestTopicPartition()
 	rp.PartitionMaxBytes = 1 << 20
 	rt.Partitions = append(rt.Partitions, rp)
@@ -388,6 +423,16 @@ func TestLongPollReturnsWhenDataArrives(t *testing.T) {
 	if err != nil || len(recs) != 3 {
 		t.Fatalf("long poll returned %d records (%v)", len(recs), err)
 	}
+}
+
+// topicID looks a topic's id up (fetch v13+ names topics by id).
+func topicID(t *testing.T, n *brokertest.Node, topic string) [16]byte {
+	t.Helper()
+	td, err := n.Admin().ListTopics(testCtx(t), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return td[topic].ID
 }
 
 func TestFetchSessionsDeclined(t *testing.T) {
@@ -470,7 +515,7 @@ func TestIdempotentProducer(t *testing.T) {
 		t.Fatalf("end offset %d, want 11", end)
 	}
 
-	// After an unclean stop (no snapshot) the state is rebuilt from the log.
+	// And across a second restart (the snapshot of the first was consumed).
 	n.Restart()
 	cl = n.Client()
 	expect("retry after second restart", produceRaw(t, cl, "idem", rawBatch(t, pid, epoch2, 0, 1, records.CodecNone)), nil, 10)
@@ -540,7 +585,7 @@ func TestDeleteRecords(t *testing.T) {
 		req := kmsg.NewPtrFetchRequest()
 		req.MaxBytes, req.SessionEpoch = 1<<20, -1
 		rt := kmsg.NewFetchRequestTopic()
-		rt.Topic = "trim"
+		rt.Topic, rt.TopicID = "trim", topicID(t, n, "trim")
 		rp := kmsg.NewFetchRequestTopicPartition()
 		rp.FetchOffset, rp.PartitionMaxBytes = off, 1<<20
 		rt.Partitions = append(rt.Partitions, rp)

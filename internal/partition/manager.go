@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"path/filepath"
 	"strconv"
@@ -67,6 +68,10 @@ func (m *Manager) Dir(topic string, index int32) string {
 	return filepath.Join(m.root, topic+"-"+strconv.Itoa(int(index)))
 }
 
+func (m *Manager) snapshotPath(topic string, index int32) string {
+	return filepath.Join(m.root, snapshotDir, topic+"-"+strconv.Itoa(int(index))+".snapshot")
+}
+
 // Open opens (creating if needed) a partition and rebuilds its producer
 // state from the log. Opening a partition that is already open returns it.
 func (m *Manager) Open(topic string, topicID [16]byte, index int32, cfg storage.Config) (*Partition, error) {
@@ -87,7 +92,7 @@ func (m *Manager) Open(topic string, topicID [16]byte, index int32, cfg storage.
 	if err != nil {
 		return nil, fmt.Errorf("partition %s-%d: %w", topic, index, err)
 	}
-	p, err := newPartition(topic, topicID, index, dir, l, m.opts)
+	p, err := newPartition(topic, topicID, index, dir, m.snapshotPath(topic, index), l, m.opts)
 	if err != nil {
 		l.Close()
 		return nil, err
@@ -145,6 +150,9 @@ func (m *Manager) DeleteTopic(topic string) error {
 		if err := fsys.SyncDir(m.root); err != nil {
 			errs = append(errs, err)
 		}
+		if err := fsys.Remove(p.snapPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
 		if err := fsys.RemoveAll(aside); err != nil {
 			// Left for the next start-up to remove.
 			m.log.Warn("removing deleted partition", "topic", p.topic, "partition", p.index, "err", err)
@@ -154,8 +162,11 @@ func (m *Manager) DeleteTopic(topic string) error {
 	if names, err := fsys.ReadDir(m.root); err == nil {
 		for _, n := range names {
 			if idx, ok := strings.CutPrefix(n, topic+"-"); ok {
-				if _, err := strconv.ParseInt(idx, 10, 32); err == nil {
+				if i, err := strconv.ParseInt(idx, 10, 32); err == nil {
 					if err := fsys.RemoveAll(filepath.Join(m.root, n)); err != nil {
+						errs = append(errs, err)
+					}
+					if err := fsys.Remove(m.snapshotPath(topic, int32(i))); err != nil && !errors.Is(err, fs.ErrNotExist) {
 						errs = append(errs, err)
 					}
 				}

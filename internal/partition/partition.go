@@ -49,10 +49,12 @@ type Partition struct {
 	id    [16]byte
 	index int32
 	dir   string
-	log   *storage.Log
-	fs    storage.FS
-	lg    *slog.Logger
-	now   func() time.Time
+	// snapPath is the producer state snapshot file (producer.go).
+	snapPath string
+	log      *storage.Log
+	fs       storage.FS
+	lg       *slog.Logger
+	now      func() time.Time
 
 	// epoch is the leader epoch. A single node is leader of epoch 0 forever;
 	// replication will make it the Raft term.
@@ -76,13 +78,13 @@ type Partition struct {
 	done   chan struct{}
 }
 
-func newPartition(topic string, id [16]byte, index int32, dir string, l *storage.Log, opts storage.Options) (*Partition, error) {
+func newPartition(topic string, id [16]byte, index int32, dir, snapPath string, l *storage.Log, opts storage.Options) (*Partition, error) {
 	now := opts.Now
 	if now == nil {
 		now = time.Now
 	}
 	p := &Partition{
-		topic: topic, id: id, index: index, dir: dir, log: l,
+		topic: topic, id: id, index: index, dir: dir, snapPath: snapPath, log: l,
 		fs: opts.FS, lg: opts.Logger.With("topic", topic, "partition", index), now: now,
 		producers: map[int64]*producer{},
 		hwCh:      make(chan struct{}),

@@ -166,11 +166,14 @@ func (p *Partition) sweepProducers() {
 	}
 }
 
-// snapshotFile holds the producer state as of a clean close.
-const snapshotFile = "producer.snapshot"
+// snapshotDir, under the manager's root, holds one file per partition with
+// its producer state as of a clean close. It lives outside the partition's
+// directory, which belongs to the storage package alone.
+const snapshotDir = "producer-snapshots"
 
 type snapshot struct {
 	Version   int                        `json:"version"`
+	TopicID   [16]byte                   `json:"topic_id"`   // a same-named new topic must not inherit it
 	End       int64                      `json:"end_offset"` // the log end the state covers
 	Producers map[int64]snapshotProducer `json:"producers"`
 }
@@ -186,7 +189,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // writeSnapshot saves the producer state for a log whose end is end: CRC-32C
 // then JSON, written to a temporary file, fsynced and renamed into place.
 func (p *Partition) writeSnapshot(end int64) error {
-	s := snapshot{Version: 1, End: end, Producers: make(map[int64]snapshotProducer, len(p.producers))}
+	s := snapshot{Version: 1, TopicID: p.id, End: end, Producers: make(map[int64]snapshotProducer, len(p.producers))}
 	for id, e := range p.producers {
 		sp := snapshotProducer{Epoch: e.epoch, Last: e.last}
 		for _, b := range e.batches {
@@ -200,7 +203,10 @@ func (p *Partition) writeSnapshot(end int64) error {
 	}
 	data := binary.BigEndian.AppendUint32(nil, crc32.Checksum(body, castagnoli))
 	data = append(data, body...)
-	name := filepath.Join(p.dir, snapshotFile)
+	name := p.snapPath
+	if err := p.fs.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+		return err
+	}
 	tmp := name + ".tmp"
 	f, err := p.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
 	if err != nil {
@@ -217,14 +223,14 @@ func (p *Partition) writeSnapshot(end int64) error {
 		err = p.fs.Rename(tmp, name)
 	}
 	if err == nil {
-		err = p.fs.SyncDir(p.dir)
+		err = p.fs.SyncDir(filepath.Dir(name))
 	}
 	return err
 }
 
 // readSnapshot loads the snapshot if there is a valid one.
 func (p *Partition) readSnapshot() (*snapshot, error) {
-	f, err := p.fs.OpenFile(filepath.Join(p.dir, snapshotFile), os.O_RDONLY, 0)
+	f, err := p.fs.OpenFile(p.snapPath, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -265,7 +271,7 @@ func (p *Partition) loadProducers() error {
 	}
 	end := p.log.EndOffset()
 	from := p.log.StartOffset()
-	if s != nil && s.End <= end && s.End >= from {
+	if s != nil && s.TopicID == p.id && s.End <= end && s.End >= from {
 		for id, sp := range s.Producers {
 			e := &producer{epoch: sp.Epoch, last: sp.Last}
 			for _, b := range sp.Batches {
@@ -276,10 +282,10 @@ func (p *Partition) loadProducers() error {
 		from = s.End
 	}
 	if s != nil || err != nil {
-		if rerr := p.fs.Remove(filepath.Join(p.dir, snapshotFile)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		if rerr := p.fs.Remove(p.snapPath); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 			return rerr
 		}
-		if err := p.fs.SyncDir(p.dir); err != nil {
+		if err := p.fs.SyncDir(filepath.Dir(p.snapPath)); err != nil {
 			return err
 		}
 	}
