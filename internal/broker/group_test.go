@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
+	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -211,5 +213,371 @@ func TestGroupFranzGoSharesPartitionsExactlyOnce(t *testing.T) {
 	}
 }
 
-var _ = kerr.UnknownMemberID
-var _ = kmsg.NewPtrJoinGroupRequest
+// checkOnce fails unless values 0..total-1 were each delivered exactly once
+// and every member got some.
+func checkOnce(t *testing.T, total int, members []map[string]int) {
+	t.Helper()
+	seen := map[string]int{}
+	for i, m := range members {
+		if len(m) == 0 {
+			t.Errorf("member %d consumed nothing", i)
+		}
+		for v, k := range m {
+			seen[v] += k
+		}
+	}
+	for i := 0; i < total; i++ {
+		if k := seen[strconv.Itoa(i)]; k != 1 {
+			t.Errorf("record %d delivered %d times", i, k)
+		}
+	}
+}
+
+type saramaHandler struct {
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+func (h *saramaHandler) Setup(sarama.ConsumerGroupSession) error   { return nil }
+func (h *saramaHandler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
+func (h *saramaHandler) ConsumeClaim(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) error {
+	for m := range c.Messages() {
+		h.mu.Lock()
+		h.seen[string(m.Value)]++
+		h.mu.Unlock()
+		s.MarkMessage(m, "")
+	}
+	return nil
+}
+
+func (h *saramaHandler) snapshot() map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range h.seen {
+		out[k] = v
+	}
+	return out
+}
+
+func TestGroupSaramaSharesPartitionsExactlyOnce(t *testing.T) {
+	n := startGroups(t, 500*time.Millisecond)
+	n.CreateTopic("sshare", 6, nil)
+	cfg := sarama.NewConfig()
+	cfg.Version = sarama.V2_8_0_0
+	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
+	cfg.Consumer.Offsets.AutoCommit.Interval = 100 * time.Millisecond
+	cfg.Consumer.Group.Session.Timeout = 600 * time.Millisecond
+	cfg.Consumer.Group.Heartbeat.Interval = 100 * time.Millisecond
+	cfg.Consumer.Group.Rebalance.Timeout = 3 * time.Second
+	cfg.Consumer.MaxWaitTime = 200 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var hs []*saramaHandler
+	for i := 0; i < 3; i++ {
+		cg, err := sarama.NewConsumerGroup([]string{n.Addr}, "g-sarama", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := &saramaHandler{seen: map[string]int{}}
+		hs = append(hs, h)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if err := cg.Consume(ctx, []string{"sshare"}, h); err != nil && ctx.Err() == nil {
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+			cg.Close()
+		}()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	waitStable(t, n, "g-sarama", 3, 6)
+	const total = 300
+	produceN(t, n, "sshare", 0, total)
+	var snaps []map[string]int
+	waitFor(t, 30*time.Second, "all records consumed", func() bool {
+		snaps = snaps[:0]
+		s := 0
+		for _, h := range hs {
+			m := h.snapshot()
+			snaps = append(snaps, m)
+			for _, k := range m {
+				s += k
+			}
+		}
+		return s >= total
+	})
+	checkOnce(t, total, snaps)
+}
+
+func TestGroupKafkaGoSharesPartitionsExactlyOnce(t *testing.T) {
+	n := startGroups(t, 500*time.Millisecond)
+	n.CreateTopic("kgshare", 6, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	seen := make([]map[string]int, 3)
+	for i := range seen {
+		seen[i] = map[string]int{}
+		r := kafkago.NewReader(kafkago.ReaderConfig{
+			Brokers:           []string{n.Addr},
+			GroupID:           "g-kafkago",
+			Topic:             "kgshare",
+			MinBytes:          1,
+			MaxBytes:          1 << 20,
+			MaxWait:           200 * time.Millisecond,
+			SessionTimeout:    time.Second,
+			HeartbeatInterval: 100 * time.Millisecond,
+			RebalanceTimeout:  3 * time.Second,
+			JoinGroupBackoff:  100 * time.Millisecond,
+			CommitInterval:    100 * time.Millisecond,
+			StartOffset:       kafkago.FirstOffset,
+		})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer r.Close()
+			for {
+				m, err := r.ReadMessage(ctx)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				seen[i][string(m.Value)]++
+				mu.Unlock()
+			}
+		}()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	waitStable(t, n, "g-kafkago", 3, 6)
+	const total = 300
+	produceN(t, n, "kgshare", 0, total)
+	waitFor(t, 30*time.Second, "all records consumed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		s := 0
+		for _, m := range seen {
+			for _, k := range m {
+				s += k
+			}
+		}
+		return s >= total
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	checkOnce(t, total, seen)
+}
+
+// owners maps each partition of the group's assignment to its member id.
+func owners(g kadm.DescribedGroup) map[int32]string {
+	out := map[int32]string{}
+	for _, m := range g.Members {
+		for p := range assigned(m) {
+			out[p] = m.MemberID
+		}
+	}
+	return out
+}
+
+func TestGroupMemberJoinsAndKilledMemberPartitionsMove(t *testing.T) {
+	n := startGroups(t, 200*time.Millisecond)
+	n.CreateTopic("move", 6, nil)
+	a := startConsumer(t, n, groupOpts("g-move", "move")...)
+	waitStable(t, n, "g-move", 1, 6)
+	_, genA := a.cl.GroupMetadata()
+
+	// A second (static) member joins: the group rebalances and splits.
+	b := startConsumer(t, n, append(groupOpts("g-move", "move"), kgo.InstanceID("b"))...)
+	g := waitStable(t, n, "g-move", 2, 6)
+	for _, m := range g.Members {
+		if len(assigned(m)) == 0 {
+			t.Fatalf("member %s got nothing after the join", m.MemberID)
+		}
+	}
+	if _, gen := a.cl.GroupMetadata(); gen <= genA {
+		t.Fatalf("generation %d after a join, was %d", gen, genA)
+	}
+	bID, _ := b.cl.GroupMetadata()
+
+	// b dies without leaving (a static member's close sends no
+	// LeaveGroup): after its session times out, a owns everything.
+	b.stop()
+	g = waitStable(t, n, "g-move", 1, 6)
+	for _, m := range g.Members {
+		if m.MemberID == bID {
+			t.Fatalf("dead member %s still in the group", bID)
+		}
+	}
+	produceN(t, n, "move", 0, 60)
+	waitFor(t, 20*time.Second, "survivor consumes every partition", func() bool { return a.count() >= 60 })
+}
+
+func TestGroupStaticMemberRestartKeepsAssignment(t *testing.T) {
+	n := startGroups(t, 200*time.Millisecond)
+	n.CreateTopic("static", 6, nil)
+	// A long session so the restart happens well inside it.
+	opts := func(id string) []kgo.Opt {
+		return append(groupOpts("g-static", "static"), kgo.InstanceID(id), kgo.SessionTimeout(10*time.Second), kgo.HeartbeatInterval(200*time.Millisecond))
+	}
+	a := startConsumer(t, n, opts("a")...)
+	b := startConsumer(t, n, opts("b")...)
+	g := waitStable(t, n, "g-static", 2, 6)
+	_, genBefore := a.cl.GroupMetadata()
+	var before map[int32]bool
+	for _, m := range g.Members {
+		if m.InstanceID != nil && *m.InstanceID == "b" {
+			before = assigned(m)
+		}
+	}
+	oldID, _ := b.cl.GroupMetadata()
+	b.stop()
+	b2 := startConsumer(t, n, opts("b")...)
+	waitFor(t, 20*time.Second, "restarted static member rejoins", func() bool {
+		id, _ := b2.cl.GroupMetadata()
+		return id != "" && id != oldID
+	})
+	g = waitStable(t, n, "g-static", 2, 6)
+	for _, m := range g.Members {
+		if m.InstanceID != nil && *m.InstanceID == "b" {
+			after := assigned(m)
+			if fmt.Sprint(after) != fmt.Sprint(before) {
+				t.Fatalf("static member's assignment changed: %v -> %v", before, after)
+			}
+		}
+	}
+	if _, gen := a.cl.GroupMetadata(); gen != genBefore {
+		t.Fatalf("generation moved %d -> %d: the restart caused a rebalance", genBefore, gen)
+	}
+}
+
+// consumeManual polls with a group member that commits only what the
+// caller says, until want records arrived; it returns them in order per
+// partition. The client is closed on return (leaving the group).
+func consumeManual(t *testing.T, n *brokertest.Node, group, topic string, want int, onRecord func(cl *kgo.Client, r *kgo.Record)) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(n.Addr), kgo.DisableAutoCommit()}, groupOpts(group, topic)...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := gctx(t, 30*time.Second)
+	var got []*kgo.Record
+	for len(got) < want {
+		fs := cl.PollRecords(ctx, want-len(got))
+		if ctx.Err() != nil {
+			t.Fatalf("consumed %d of %d", len(got), want)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			got = append(got, r)
+			if onRecord != nil {
+				onRecord(cl, r)
+			}
+		})
+	}
+	return got
+}
+
+func commit(t *testing.T, cl *kgo.Client, r *kgo.Record, next int64) {
+	t.Helper()
+	err := cl.CommitRecords(gctx(t, 10*time.Second), &kgo.Record{Topic: r.Topic, Partition: r.Partition, Offset: next - 1, LeaderEpoch: r.LeaderEpoch})
+	if err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+}
+
+func TestGroupResumeFromCommittedOffsetsAfterBrokerRestart(t *testing.T) {
+	n := startGroups(t, 0)
+	n.CreateTopic("resume", 1, nil)
+	produceN(t, n, "resume", 0, 100)
+	first := consumeManual(t, n, "g-resume", "resume", 40, nil)
+	commit(t, kgoClient(t, n, "g-resume"), first[len(first)-1], first[len(first)-1].Offset+1)
+
+	n.Restart()
+	produceN(t, n, "resume", 100, 50)
+	rest := consumeManual(t, n, "g-resume", "resume", 110, nil)
+	if rest[0].Offset != first[len(first)-1].Offset+1 {
+		t.Fatalf("resumed at offset %d, committed %d", rest[0].Offset, first[len(first)-1].Offset+1)
+	}
+	all := append(first, rest...)
+	for i, r := range all {
+		if string(r.Value) != strconv.Itoa(i) {
+			t.Fatalf("record %d is %q: skipped or duplicated", i, r.Value)
+		}
+	}
+	// The offsets are in __consumer_offsets, not just memory: a second
+	// restart with no consumer in between still reports them.
+	n.Restart()
+	offs, err := n.Admin().FetchOffsets(gctx(t, 10*time.Second), "g-resume")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := offs.Lookup("resume", 0); o.At != 40 {
+		t.Fatalf("committed offset after restart %d, want 40 (rest was never committed)", o.At)
+	}
+}
+
+// kgoClient is a plain group-less client used for explicit commits on
+// behalf of a group (generation -1 commits to an empty group).
+func kgoClient(t *testing.T, n *brokertest.Node, group string) *kgo.Client {
+	return n.Client(kgo.ConsumerGroup(group), kgo.DisableAutoCommit())
+}
+
+// TestGroupAtMostOnceTrap shows why offsets are committed after processing:
+// commit-then-crash loses the record, process-then-commit redelivers it.
+func TestGroupAtMostOnceTrap(t *testing.T) {
+	n := startGroups(t, 0)
+	n.CreateTopic("trap", 1, nil)
+	produceN(t, n, "trap", 0, 2)
+	adm := n.Admin()
+	ctx := gctx(t, 20*time.Second)
+
+	// Commit before processing, then crash before processing: record 0 is
+	// never processed by anyone.
+	processed := map[string]bool{}
+	got := consumeManual(t, n, "g-amo", "trap", 1, nil)
+	os := kadm.Offsets{}
+	os.Add(kadm.Offset{Topic: "trap", Partition: 0, At: got[0].Offset + 1, LeaderEpoch: -1})
+	if _, err := adm.CommitOffsets(ctx, "g-amo", os); err != nil {
+		t.Fatal(err)
+	}
+	// (crash: processing never happens)
+	got = consumeManual(t, n, "g-amo", "trap", 1, nil)
+	processed[string(got[0].Value)] = true
+	if processed["0"] || !processed["1"] {
+		t.Fatalf("commit-before-process: processed %v; record 0 should be lost", processed)
+	}
+
+	// Process, then crash before committing: record 0 comes back.
+	got = consumeManual(t, n, "g-alo", "trap", 1, nil)
+	first := string(got[0].Value)
+	// (crash: the commit never happens)
+	got = consumeManual(t, n, "g-alo", "trap", 1, nil)
+	if first != "0" || string(got[0].Value) != "0" {
+		t.Fatalf("process-then-commit: got %q then %q, want record 0 redelivered", first, got[0].Value)
+	}
+}
+
+var errCode = func(code int16) error { return kerr.ErrorForCode(code) }
+
+// raw sends req to the node and returns the response.
+func raw[R kmsg.Response](t *testing.T, cl *kgo.Client, req kmsg.Request) R {
+	t.Helper()
+	resp, err := cl.Request(gctx(t, 10*time.Second), req)
+	if err != nil {
+		t.Fatalf("%T: %v", req, err)
+	}
+	return resp.(R)
+}
+
+func wantCode(t *testing.T, what string, got int16, want *kerr.Error) {
+	t.Helper()
+	var wantCode int16
+	if want != nil {
+		wantCode = want.Code
+	}
+	if got != wantCode {
+		t.Errorf("%s: got %v, want %v", what, errCode(got), want)
+	}
+}
