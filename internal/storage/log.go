@@ -237,6 +237,7 @@ func (l *Log) recover() error {
 		if err := l.resetLocked(l.start); err != nil {
 			return err
 		}
+		act = l.active()
 	}
 	if haveEpochs {
 		b, err := readFile(l.fs, filepath.Join(l.dir, epochCheckpoint), 64+int64(maxEpochEntries)*32)

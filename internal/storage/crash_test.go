@@ -1,0 +1,328 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"holdfast/internal/records"
+)
+
+// model is what the test knows was appended: batches by base offset.
+type model struct {
+	batches [][]byte // in offset order, contiguous
+}
+
+func (m *model) truncate(off int64) {
+	for i, b := range m.batches {
+		h, _ := records.ParseHeader(b)
+		if h.BaseOffset >= off {
+			m.batches = m.batches[:i]
+			return
+		}
+	}
+}
+
+// verify checks the recovered log against the model: every batch below
+// durable is there byte for byte, and whatever else is there is a prefix of
+// what was appended.
+func (m *model) verify(t *testing.T, l *Log, durable int64) {
+	t.Helper()
+	if l.EndOffset() < durable {
+		t.Fatalf("end %d below durable %d: acknowledged data lost", l.EndOffset(), durable)
+	}
+	got := readAll(t, l, l.StartOffset())
+	i := 0
+	for ; i < len(m.batches); i++ {
+		h, _ := records.ParseHeader(m.batches[i])
+		if h.LastOffset() >= l.StartOffset() {
+			break
+		}
+	}
+	for j, b := range got {
+		if _, err := records.Validate(b, 0); err != nil {
+			t.Fatalf("recovered a corrupt batch: %v", err)
+		}
+		if i+j >= len(m.batches) || !bytes.Equal(b, m.batches[i+j]) {
+			h, _ := records.ParseHeader(b)
+			t.Fatalf("recovered batch %d at offset %d differs from what was appended", j, h.BaseOffset)
+		}
+	}
+	m.batches = m.batches[i : i+len(got)]
+	if n := len(m.batches); n > 0 {
+		h, _ := records.ParseHeader(m.batches[n-1])
+		if h.LastOffset()+1 != l.EndOffset() {
+			t.Fatalf("end %d, last batch ends at %d", l.EndOffset(), h.LastOffset()+1)
+		}
+	}
+}
+
+func TestCrashRecovery(t *testing.T) {
+	seeds := 300
+	if testing.Short() {
+		seeds = 10
+	}
+	for seed := int64(1); seed <= int64(seeds); seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		fs := NewCrashFS(seed)
+		sy := newSyncer(t)
+		cfg := testConfig()
+		cfg.SegmentBytes = int64(1024 + rng.Intn(4096))
+		cfg.IndexIntervalBytes = 64 + rng.Intn(512)
+		if rng.Intn(3) == 0 {
+			cfg.Flush = FlushPolicy{Mode: FlushOS}
+		}
+		l := openLog(t, fs, "/d", cfg, sy, nil)
+		m := &model{}
+		epoch := int32(0)
+		for round := 0; round < 6; round++ {
+			ops := rng.Intn(80)
+			for op := 0; op < ops; op++ {
+				switch r := rng.Intn(20); {
+				case r < 14:
+					b := batch(t, 1+rng.Intn(4), rng.Intn(300), int64(op))
+					if _, err := l.Append(b, epoch); err != nil {
+						t.Fatalf("seed %d: append: %v", seed, err)
+					}
+					m.batches = append(m.batches, b)
+				case r < 18:
+					if err := l.WaitDurable(context.Background(), l.EndOffset()); err != nil {
+						t.Fatalf("seed %d: wait: %v", seed, err)
+					}
+				case r < 19 && len(m.batches) > 0:
+					// A follower dropping its tail after a leader change.
+					k := rng.Intn(len(m.batches))
+					h, _ := records.ParseHeader(m.batches[k])
+					if h.BaseOffset <= l.StartOffset() {
+						continue
+					}
+					if err := l.Truncate(h.BaseOffset); err != nil {
+						t.Fatalf("seed %d: truncate: %v", seed, err)
+					}
+					m.truncate(h.BaseOffset)
+					epoch++
+				default:
+					if end := l.EndOffset(); end > 0 && rng.Intn(3) == 0 {
+						if err := l.DeleteBefore(rng.Int63n(end)); err != nil {
+							t.Fatalf("seed %d: delete before: %v", seed, err)
+						}
+					}
+				}
+			}
+			durable := l.DurableOffset()
+			if rng.Intn(2) == 0 {
+				fs.Crash()
+			} else {
+				fs.CrashTorn()
+			}
+			var err error
+			l, err = Open("/d", cfg, Options{FS: fs, Syncer: sy, Logger: quiet})
+			if err != nil {
+				t.Fatalf("seed %d round %d: reopen: %v", seed, round, err)
+			}
+			m.verify(t, l, durable)
+			// Writable again.
+			b := batch(t, 1, 10, 1)
+			if _, err := l.Append(b, epoch); err != nil {
+				t.Fatalf("seed %d: append after crash: %v", seed, err)
+			}
+			m.batches = append(m.batches, b)
+		}
+		l.Close()
+	}
+}
+
+func TestENOSPC(t *testing.T) {
+	fs := NewCrashFS(1)
+	sy := newSyncer(t)
+	l := openLog(t, fs, "/d", testConfig(), sy, nil)
+	var want [][]byte
+	for i := 0; i < 20; i++ {
+		b := batch(t, 1, 100, 1)
+		if _, err := l.Append(b, 0); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, b)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	used := int64(0)
+	for _, n := range fs.Sizes() {
+		used += int64(n)
+	}
+	fs.SetCapacity(used + 300)
+	var sawENOSPC bool
+	for i := 0; i < 10; i++ {
+		b := batch(t, 1, 100, 1)
+		_, err := l.Append(b, 0)
+		if err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("want ENOSPC, got %v", err)
+			}
+			sawENOSPC = true
+			continue
+		}
+		want = append(want, b)
+	}
+	if !sawENOSPC {
+		t.Fatal("no ENOSPC")
+	}
+	got := readAll(t, l, 0)
+	if len(got) != len(want) {
+		t.Fatalf("%d batches readable, want %d", len(got), len(want))
+	}
+	fs.ClearErrors()
+	b := batch(t, 1, 100, 1)
+	if _, err := l.Append(b, 0); err != nil {
+		t.Fatalf("append after space freed: %v", err)
+	}
+	want = append(want, b)
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l = openLog(t, fs, "/d", testConfig(), sy, nil)
+	defer l.Close()
+	got = readAll(t, l, 0)
+	for i := range want {
+		if i >= len(got) || !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("batch %d lost or different after ENOSPC", i)
+		}
+	}
+}
+
+func TestFsyncErrorFailsWaitersAndBlocksAppends(t *testing.T) {
+	fs := NewCrashFS(1)
+	fs.SetSyncDelay(time.Millisecond)
+	sy := newSyncer(t)
+	l := openLog(t, fs, "/d", testConfig(), sy, nil)
+	defer l.Close()
+	if _, err := l.Append(batch(t, 1, 10, 1), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	durable := l.DurableOffset()
+	fs.InjectError(OpSync, ".log", syscall.EIO)
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		info, err := l.Append(batch(t, 1, 10, 1), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = l.WaitDurable(context.Background(), info.LastOffset+1)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, syscall.EIO) || !errors.Is(err, ErrFailed) {
+			t.Fatalf("waiter %d: %v", i, err)
+		}
+	}
+	if l.DurableOffset() != durable {
+		t.Fatal("durable offset advanced over a failed fsync")
+	}
+	if _, err := l.Append(batch(t, 1, 10, 1), 0); !errors.Is(err, ErrFailed) {
+		t.Fatalf("append on failed log: %v", err)
+	}
+	// Still readable.
+	if got := len(readAll(t, l, 0)); got != 9 {
+		t.Fatalf("%d batches readable", got)
+	}
+	fs.ClearErrors()
+	if err := l.Truncate(durable); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(batch(t, 1, 10, 1), 0); err != nil {
+		t.Fatalf("append after truncating the failed tail: %v", err)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWriteErrorFailsOnlyThatAppend(t *testing.T) {
+	fs := NewCrashFS(1)
+	l := openLog(t, fs, "/d", testConfig(), newSyncer(t), nil)
+	defer l.Close()
+	if _, err := l.Append(batch(t, 1, 10, 1), 0); err != nil {
+		t.Fatal(err)
+	}
+	fs.InjectError(OpWrite, ".log", syscall.EIO)
+	if _, err := l.Append(batch(t, 1, 10, 1), 0); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("want EIO: %v", err)
+	}
+	fs.ClearErrors()
+	if info, err := l.Append(batch(t, 1, 10, 1), 0); err != nil || info.BaseOffset != 1 {
+		t.Fatalf("append after write error: %v %+v", err, info)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func FuzzRecovery(f *testing.F) {
+	var seg []byte
+	for i := 0; i < 5; i++ {
+		b := batch(f, 1+i, 20, int64(i))
+		records.SetBaseOffset(b, int64(i*(i+1)/2))
+		seg = append(seg, b...)
+	}
+	f.Add(seg, []byte{})
+	f.Add(seg[:len(seg)-7], []byte{0, 0, 0, 0, 0, 0, 0, 9})
+	f.Add([]byte("garbage"), []byte("idx"))
+	f.Fuzz(func(t *testing.T, data, index []byte) {
+		if len(data) > 1<<20 {
+			return
+		}
+		fs := NewCrashFS(1)
+		fs.MkdirAll("/d", 0o755)
+		fs.WriteFileForTest("/d/"+segmentName(0, logSuffix), data)
+		if len(index) > 0 {
+			fs.WriteFileForTest("/d/"+segmentName(0, indexSuffix), index)
+		}
+		sy := NewSyncer(quiet)
+		defer sy.Close()
+		l, err := Open("/d", testConfig(), Options{FS: fs, Syncer: sy, Logger: quiet})
+		if err != nil {
+			return
+		}
+		defer l.Close()
+		var prev int64 = -1
+		err = l.Scan(0, func(h records.Header, b []byte) error {
+			if _, err := records.Validate(b, 0); err != nil {
+				t.Fatalf("recovery kept a corrupt batch: %v", err)
+			}
+			if h.BaseOffset <= prev {
+				t.Fatalf("offsets not increasing: %d after %d", h.BaseOffset, prev)
+			}
+			prev = h.LastOffset()
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		epoch := int32(0)
+		if e := l.Epochs(); len(e) > 0 {
+			epoch = int32(e[len(e)-1][0])
+		}
+		info, err := l.Append(batch(t, 1, 1, 1), epoch)
+		if err != nil {
+			t.Fatalf("append after recovery: %v", err)
+		}
+		if info.BaseOffset != prev+1 && !(prev == -1 && info.BaseOffset == 0) {
+			t.Fatalf("append at %d after last %d", info.BaseOffset, prev)
+		}
+	})
+}
