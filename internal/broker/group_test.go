@@ -581,3 +581,146 @@ func wantCode(t *testing.T, what string, got int16, want *kerr.Error) {
 		t.Errorf("%s: got %v, want %v", what, errCode(got), want)
 	}
 }
+
+func joinReq(group, member string, instance *string, protocols ...string) *kmsg.JoinGroupRequest {
+	req := kmsg.NewPtrJoinGroupRequest()
+	req.Group = group
+	req.MemberID = member
+	req.InstanceID = instance
+	req.SessionTimeoutMillis = 30000
+	req.RebalanceTimeoutMillis = 1000
+	req.ProtocolType = "consumer"
+	for _, p := range protocols {
+		req.Protocols = append(req.Protocols, kmsg.JoinGroupRequestProtocol{Name: p, Metadata: []byte{0, 0, 0, 0, 0, 0}})
+	}
+	return req
+}
+
+// TestGroupErrorCodes drives the protocol by hand and checks Kafka's error
+// code for each bad request, and that other groups are not disturbed.
+func TestGroupErrorCodes(t *testing.T) {
+	n := startGroups(t, 0)
+	n.CreateTopic("codes", 2, nil)
+	cl := n.Client()
+
+	// KIP-394: the first join gets an id and MEMBER_ID_REQUIRED.
+	j := raw[*kmsg.JoinGroupResponse](t, cl, joinReq("g", "", nil, "range"))
+	wantCode(t, "first join", j.ErrorCode, kerr.MemberIDRequired)
+	id := j.MemberID
+	j = raw[*kmsg.JoinGroupResponse](t, cl, joinReq("g", id, nil, "range"))
+	wantCode(t, "second join", j.ErrorCode, nil)
+	if j.LeaderID != id || j.Generation != 1 || len(j.Members) != 1 {
+		t.Fatalf("join: leader %q gen %d members %d", j.LeaderID, j.Generation, len(j.Members))
+	}
+	wantCode(t, "join unknown member", raw[*kmsg.JoinGroupResponse](t, cl, joinReq("g", "nobody", nil, "range")).ErrorCode, kerr.UnknownMemberID)
+	wantCode(t, "join empty group id", raw[*kmsg.JoinGroupResponse](t, cl, joinReq("", "", nil, "range")).ErrorCode, kerr.InvalidGroupID)
+	bad := joinReq("g", "", nil, "roundrobin")
+	wantCode(t, "no common protocol", raw[*kmsg.JoinGroupResponse](t, cl, bad).ErrorCode, kerr.InconsistentGroupProtocol)
+	bad = joinReq("g2", "", nil, "range")
+	bad.SessionTimeoutMillis = 10
+	wantCode(t, "session timeout too small", raw[*kmsg.JoinGroupResponse](t, cl, bad).ErrorCode, kerr.InvalidSessionTimeout)
+
+	sync := kmsg.NewPtrSyncGroupRequest()
+	sync.Group, sync.MemberID, sync.Generation = "g", id, 99
+	wantCode(t, "sync stale generation", raw[*kmsg.SyncGroupResponse](t, cl, sync).ErrorCode, kerr.IllegalGeneration)
+	sync.Generation = 1
+	sync.GroupAssignment = []kmsg.SyncGroupRequestGroupAssignment{{MemberID: id, MemberAssignment: []byte("a")}}
+	s := raw[*kmsg.SyncGroupResponse](t, cl, sync)
+	wantCode(t, "leader sync", s.ErrorCode, nil)
+	if string(s.MemberAssignment) != "a" {
+		t.Fatalf("assignment %q", s.MemberAssignment)
+	}
+
+	hb := kmsg.NewPtrHeartbeatRequest()
+	hb.Group, hb.MemberID, hb.Generation = "g", id, 1
+	wantCode(t, "heartbeat", raw[*kmsg.HeartbeatResponse](t, cl, hb).ErrorCode, nil)
+	hb.Generation = 0
+	wantCode(t, "heartbeat stale generation", raw[*kmsg.HeartbeatResponse](t, cl, hb).ErrorCode, kerr.IllegalGeneration)
+	hb.Generation, hb.MemberID = 1, "nobody"
+	wantCode(t, "heartbeat unknown member", raw[*kmsg.HeartbeatResponse](t, cl, hb).ErrorCode, kerr.UnknownMemberID)
+
+	commit := func(group, member string, gen int32, topic string, md string) int16 {
+		req := kmsg.NewPtrOffsetCommitRequest()
+		req.Group, req.MemberID, req.Generation = group, member, gen
+		p := kmsg.NewOffsetCommitRequestTopicPartition()
+		p.Partition, p.Offset, p.Metadata = 0, 5, &md
+		req.Topics = []kmsg.OffsetCommitRequestTopic{{Topic: topic, Partitions: []kmsg.OffsetCommitRequestTopicPartition{p}}}
+		return raw[*kmsg.OffsetCommitResponse](t, cl, req).Topics[0].Partitions[0].ErrorCode
+	}
+	wantCode(t, "member commit", commit("g", id, 1, "codes", ""), nil)
+	wantCode(t, "commit stale generation", commit("g", id, 7, "codes", ""), kerr.IllegalGeneration)
+	wantCode(t, "commit unknown member", commit("g", "nobody", 1, "codes", ""), kerr.UnknownMemberID)
+	wantCode(t, "simple commit to a live group", commit("g", "", -1, "codes", ""), kerr.UnknownMemberID)
+	wantCode(t, "commit unknown topic", commit("g", id, 1, "nope", ""), kerr.UnknownTopicOrPartition)
+	wantCode(t, "commit huge metadata", commit("g", id, 1, "codes", string(make([]byte, 5000))), kerr.OffsetMetadataTooLarge)
+	wantCode(t, "simple commit", commit("simple", "", -1, "codes", "m"), nil)
+	wantCode(t, "commit for a group that does not exist", commit("ghost", "m", 3, "codes", ""), kerr.IllegalGeneration)
+
+	// A second member's join puts the group into a rebalance: the first
+	// member's heartbeat says so.
+	j2 := raw[*kmsg.JoinGroupResponse](t, cl, joinReq("g", "", nil, "range"))
+	wantCode(t, "second member first join", j2.ErrorCode, kerr.MemberIDRequired)
+	cl2 := n.Client()
+	joined := make(chan *kmsg.JoinGroupResponse, 1)
+	go func() {
+		resp, err := cl2.Request(context.Background(), joinReq("g", j2.MemberID, nil, "range"))
+		if err != nil {
+			joined <- nil
+			return
+		}
+		joined <- resp.(*kmsg.JoinGroupResponse)
+	}()
+	waitFor(t, 10*time.Second, "rebalance to start", func() bool { return describe(t, n, "g").State == "PreparingRebalance" })
+	hb.MemberID = id
+	wantCode(t, "heartbeat during rebalance", raw[*kmsg.HeartbeatResponse](t, cl, hb).ErrorCode, kerr.RebalanceInProgress)
+	// The first member never rejoins: after the rebalance timeout it is
+	// dropped and the second completes the join alone.
+	r2 := <-joined
+	if r2 == nil || r2.ErrorCode != 0 || r2.Generation != 2 || r2.LeaderID != j2.MemberID {
+		t.Fatalf("second member's join: %+v", r2)
+	}
+
+	// Static membership: a newer incarnation fences the old member id.
+	inst := "i1"
+	sj := raw[*kmsg.JoinGroupResponse](t, cl, joinReq("static", "", &inst, "range"))
+	wantCode(t, "static join", sj.ErrorCode, nil)
+	sj2 := raw[*kmsg.JoinGroupResponse](t, cl, joinReq("static", "", &inst, "range"))
+	wantCode(t, "static rejoin", sj2.ErrorCode, nil)
+	hb = kmsg.NewPtrHeartbeatRequest()
+	hb.Group, hb.MemberID, hb.Generation, hb.InstanceID = "static", sj.MemberID, sj.Generation, &inst
+	wantCode(t, "fenced static member", raw[*kmsg.HeartbeatResponse](t, cl, hb).ErrorCode, kerr.FencedInstanceID)
+
+	// Deleting: unknown, non-empty and empty groups.
+	del := kmsg.NewPtrDeleteGroupsRequest()
+	del.Groups = []string{"ghost", "g", "simple"}
+	d := raw[*kmsg.DeleteGroupsResponse](t, cl, del)
+	wantCode(t, "delete unknown group", d.Groups[0].ErrorCode, kerr.GroupIDNotFound)
+	wantCode(t, "delete live group", d.Groups[1].ErrorCode, kerr.NonEmptyGroup)
+	wantCode(t, "delete empty group", d.Groups[2].ErrorCode, nil)
+	od := kmsg.NewPtrOffsetDeleteRequest()
+	od.Group = "simple"
+	wantCode(t, "offset delete in a deleted group", raw[*kmsg.OffsetDeleteResponse](t, cl, od).ErrorCode, kerr.GroupIDNotFound)
+
+	lg := kmsg.NewPtrListGroupsRequest()
+	lg.StatesFilter = []string{"Stable", "CompletingRebalance"}
+	l := raw[*kmsg.ListGroupsResponse](t, cl, lg)
+	for _, g := range l.Groups {
+		if g.Group == "simple" || g.GroupState == "Empty" {
+			t.Errorf("state filter let through %s (%s)", g.Group, g.GroupState)
+		}
+	}
+
+	// Group max size.
+	m := startGroupsMax(t)
+	mc := m.Client()
+	a := raw[*kmsg.JoinGroupResponse](t, mc, joinReq("tiny", "", nil, "range"))
+	raw[*kmsg.JoinGroupResponse](t, mc, joinReq("tiny", a.MemberID, nil, "range"))
+	wantCode(t, "join a full group", raw[*kmsg.JoinGroupResponse](t, mc, joinReq("tiny", "", nil, "range")).ErrorCode, kerr.GroupMaxSizeReached)
+}
+
+func startGroupsMax(t testing.TB) *brokertest.Node {
+	return brokertest.Start(t, func(c *broker.Config, _ *wire.Limits) {
+		c.Groups.InitialRebalanceDelay = 0
+		c.Groups.MaxSize = 1
+	})
+}
