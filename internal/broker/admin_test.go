@@ -87,7 +87,7 @@ func TestAdminCreateListDeleteTopics(t *testing.T) {
 		{"bad-value", 1, 1, map[string]*string{"retention.ms": kadm.StringPtr("soon")}, kerr.InvalidConfig},
 		{"bad-enum", 1, 1, map[string]*string{"message.timestamp.type": kadm.StringPtr("Now")}, kerr.InvalidConfig},
 		{"bad-policy", 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("delete,shred")}, kerr.InvalidConfig},
-		{"orders.x", 1, 1, nil, nil}, // control: legal
+		{"orders.x", 1, 1, nil, nil},                        // control: legal
 		{"orders_x", 1, 1, nil, kerr.InvalidTopicException}, // collides with orders.x
 	} {
 		_, err := adm.CreateTopic(ctx, tc.partitions, tc.rf, tc.configs, tc.name)
