@@ -10,6 +10,7 @@ import (
 	"math/rand"
 	"net"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,8 +21,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
 	"holdfast/internal/records"
+	"holdfast/internal/storage"
+	"holdfast/internal/wire"
 )
 
 func testCtx(t *testing.T) context.Context {
@@ -689,5 +693,76 @@ func TestSaramaAndKafkaGo(t *testing.T) {
 		if m.Offset != int64(i) || string(m.Value) != vals[i] {
 			t.Fatalf("kafka-go message %d: offset %d value %q, want %q", i, m.Offset, m.Value, vals[i])
 		}
+	}
+}
+
+// TestStorageErrorNotAcknowledged: when fsync fails, the produce is answered
+// KAFKA_STORAGE_ERROR, the partition refuses further appends, and
+// consumers never see the unpersisted records.
+func TestStorageErrorNotAcknowledged(t *testing.T) {
+	fsys := storage.NewCrashFS(1)
+	n := brokertest.Start(t, func(c *broker.Config, _ *wire.Limits) { c.FS = fsys })
+	n.CreateTopic("failing", 1, nil)
+	n.CreateTopic("healthy", 1, nil)
+	cl := n.Client()
+	fsys.InjectError(storage.OpSync, "failing-0", syscall.EIO)
+	if p := produceRaw(t, cl, "failing", rawBatch(t, -1, -1, -1, 2, records.CodecNone)); p.ErrorCode != kerr.KafkaStorageError.Code {
+		t.Fatalf("produce with failing fsync: %v, want KAFKA_STORAGE_ERROR", kerr.ErrorForCode(p.ErrorCode))
+	}
+	fsys.ClearErrors()
+	if p := produceRaw(t, cl, "failing", rawBatch(t, -1, -1, -1, 2, records.CodecNone)); p.ErrorCode != kerr.KafkaStorageError.Code {
+		t.Fatalf("produce after a storage failure: %v, want KAFKA_STORAGE_ERROR", kerr.ErrorForCode(p.ErrorCode))
+	}
+	// Metadata now reports the partition's storage error, so clients will
+	// not route to it; ask over a raw connection.
+	lreq := kmsg.NewPtrListOffsetsRequest()
+	lreq.Version = 4
+	lt := kmsg.NewListOffsetsRequestTopic()
+	lt.Topic = "failing"
+	lp := kmsg.NewListOffsetsRequestTopicPartition()
+	lp.Timestamp = -1
+	lt.Partitions = append(lt.Partitions, lp)
+	lreq.Topics = append(lreq.Topics, lt)
+	if p := rawRequest(t, n, lreq).(*kmsg.ListOffsetsResponse).Topics[0].Partitions[0]; p.Offset != 0 {
+		t.Fatalf("high watermark %d (%v): unpersisted records are visible", p.Offset, kerr.ErrorForCode(p.ErrorCode))
+	}
+	// Other partitions keep working.
+	if p := produceRaw(t, cl, "healthy", rawBatch(t, -1, -1, -1, 2, records.CodecNone)); p.ErrorCode != 0 {
+		t.Fatalf("healthy partition: %v", kerr.ErrorForCode(p.ErrorCode))
+	}
+}
+
+// TestProduceTimeoutThenIdempotentRetry: a produce whose fsync outlasts
+// timeout_ms gets REQUEST_TIMED_OUT; its retry is recognised and answered
+// with the original offset once durable.
+func TestProduceTimeoutThenIdempotentRetry(t *testing.T) {
+	fsys := storage.NewCrashFS(2)
+	n := brokertest.Start(t, func(c *broker.Config, _ *wire.Limits) { c.FS = fsys })
+	n.CreateTopic("slow", 1, nil)
+	cl := n.Client()
+	pid, epoch := initProducerID(t, cl, -1, -1)
+	b := rawBatch(t, pid, epoch, 0, 3, records.CodecNone)
+	fsys.SetSyncDelay(3 * time.Second)
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks, req.TimeoutMillis = -1, 50
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = "slow"
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = bytes.Clone(b)
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(testCtx(t), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := resp.Topics[0].Partitions[0]; p.ErrorCode != kerr.RequestTimedOut.Code {
+		t.Fatalf("slow fsync: %v, want REQUEST_TIMED_OUT", kerr.ErrorForCode(p.ErrorCode))
+	}
+	fsys.SetSyncDelay(0)
+	if p := produceRaw(t, cl, "slow", bytes.Clone(b)); p.ErrorCode != 0 || p.BaseOffset != 0 {
+		t.Fatalf("retry: %v base %d", kerr.ErrorForCode(p.ErrorCode), p.BaseOffset)
+	}
+	if end := endOffset(t, n, "slow", 0); end != 3 {
+		t.Fatalf("end offset %d, want 3 (one copy)", end)
 	}
 }
