@@ -724,3 +724,81 @@ func startGroupsMax(t testing.TB) *brokertest.Node {
 		c.Groups.MaxSize = 1
 	})
 }
+
+// BenchmarkGroupRebalance measures join-to-stable for 10 franz-go members
+// over 60 partitions: from starting the members until the group is Stable
+// with every partition assigned (no initial rebalance delay).
+func BenchmarkGroupRebalance10x60(b *testing.B) {
+	n := startGroups(b, 0)
+	n.CreateTopic("bench-rebalance", 60, nil)
+	var total time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		group := fmt.Sprintf("bench-%d", i)
+		start := time.Now()
+		var cs []*consumer
+		for j := 0; j < 10; j++ {
+			opts := groupOpts(group, "bench-rebalance")
+			cs = append(cs, startConsumer(b, n, append(opts, kgo.SessionTimeout(10*time.Second), kgo.HeartbeatInterval(time.Second))...))
+		}
+		waitStable(b, n, group, 10, 60)
+		total += time.Since(start)
+		b.StopTimer()
+		for _, c := range cs {
+			c.stop()
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/rebalance")
+}
+
+// BenchmarkOffsetCommit measures one-partition offset commits acknowledged
+// after fsync (flush=sync): sequential (latency) and from 16 goroutines
+// (throughput, group commit).
+func BenchmarkOffsetCommit(b *testing.B) {
+	n := startGroups(b, 0)
+	n.CreateTopic("bench-commit", 16, nil)
+	adm := n.Admin()
+	commitOne := func(group string, p int32, at int64) {
+		os := kadm.Offsets{}
+		os.Add(kadm.Offset{Topic: "bench-commit", Partition: p, At: at, LeaderEpoch: -1})
+		resp, err := adm.CommitOffsets(context.Background(), group, os)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("sequential", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			commitOne("bench-seq", 0, int64(i))
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
+	})
+	b.Run("parallel16", func(b *testing.B) {
+		var next atomicInt
+		b.SetParallelism(8) // 8 x GOMAXPROCS(2) = 16 committers
+		b.RunParallel(func(pb *testing.PB) {
+			id := next.add()
+			i := int64(0)
+			for pb.Next() {
+				i++
+				commitOne(fmt.Sprintf("bench-par-%d", id), int32(id%16), i)
+			}
+		})
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
+	})
+}
+
+type atomicInt struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (a *atomicInt) add() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.n++
+	return a.n
+}
