@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"errors"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -89,12 +88,11 @@ func (b *Broker) handleMetadata(_ context.Context, r *wire.Request) wire.Reply {
 		}
 		t, err := b.ensureTopic(name, b.cfg.NumPartitions, nil, false)
 		if err != nil {
-			code, _ := kafkaError(err)
 			b.log.Warn("auto-creating topic", "topic", name, "err", err)
-			if errors.Is(err, controller.ErrTopicExists) {
-				code = kerr.LeaderNotAvailable.Code // a racing create: retry sees it
+			mt := metadataError(name, [16]byte{}, kerr.LeaderNotAvailable) // retriable: the client asks again
+			if code, _ := kafkaError(err); code == kerr.InvalidTopicException.Code {
+				mt.ErrorCode = code // a name colliding with another topic's
 			}
-			mt := metadataError(name, [16]byte{}, kerr.ErrorForCode(code).(*kerr.Error))
 			resp.Topics = append(resp.Topics, mt)
 			continue
 		}

@@ -104,9 +104,11 @@ func kafkaError(err error) (int16, *string) {
 // if it does not exist. Configs must already be validated. Idempotent, and
 // safe to call concurrently: every partition of the returned topic is open.
 func (b *Broker) ensureTopic(name string, partitions int32, configs map[string]string, internal bool) (controller.Topic, error) {
-	if t, ok := b.meta.Topic(name); ok {
-		return t, b.openPartitions(t, 0)
+	if t, ok := b.meta.Topic(name); ok && b.allOpen(t) {
+		return t, nil
 	}
+	// Opening happens under topicsMu only, so a concurrent delete cannot
+	// be undone by reopening the logs it just removed.
 	b.topicsMu.Lock()
 	defer b.topicsMu.Unlock()
 	return b.createTopicLocked(name, partitions, configs, internal, false)
@@ -141,6 +143,16 @@ func (b *Broker) createTopicLocked(name string, partitions int32, configs map[st
 	}
 	b.log.Info("created topic", "topic", name, "partitions", partitions, "topic_id", t.IDString(), "configs", configs)
 	return t, b.openPartitions(t, 0)
+}
+
+// allOpen reports whether every partition of t is open.
+func (b *Broker) allOpen(t controller.Topic) bool {
+	for i := int32(0); i < t.Partitions; i++ {
+		if b.parts.Get(t.Name, i) == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // openPartitions opens partitions from..t.Partitions-1 of t (Open is
