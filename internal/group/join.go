@@ -351,10 +351,11 @@ func (c *Coordinator) SyncGroup(req *kmsg.SyncGroupRequest) Reply {
 		return await(ch)
 	}
 	log := c.logs[c.partition(g.name)]
+	wait := max(g.maxRebalanceTimeout(), 30*time.Second)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), max(g.maxRebalanceTimeout(), 30*time.Second))
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		err := log.WaitCommitted(ctx, end)
 		cancel()
 		c.mu.Lock()
