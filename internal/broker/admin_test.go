@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
+	"holdfast/internal/storage"
 	"holdfast/internal/wire"
 )
 
@@ -640,4 +643,116 @@ func TestSaramaClusterAdmin(t *testing.T) {
 	mustNil(t, "delete", ca.DeleteTopic("sarama-t"))
 	err = ca.DeleteTopic("sarama-t")
 	wantErr(t, "delete twice", err, sarama.ErrUnknownTopicOrPartition)
+}
+
+// A compact-only topic keeps every segment whatever retention says: it
+// relies on compaction, which would be the only thing allowed to drop
+// records from it.
+func TestRetentionSkipsCompactedTopics(t *testing.T) {
+	n := brokertest.Start(t, func(c *broker.Config, _ *wire.Limits) { c.RetentionCheckInterval = 20 * time.Millisecond })
+	adm := n.Admin()
+	ctx := adminCtx(t)
+	small := map[string]*string{"segment.bytes": kadm.StringPtr("1024"), "retention.bytes": kadm.StringPtr("1024")}
+	compact := map[string]*string{"segment.bytes": kadm.StringPtr("1024"), "retention.bytes": kadm.StringPtr("1024"), "cleanup.policy": kadm.StringPtr("compact")}
+	n.CreateTopic("deleting", 1, small)
+	n.CreateTopic("compacted", 1, compact)
+	cl := n.Client()
+	for i := 0; i < 30; i++ {
+		for _, topic := range []string{"compacted", "deleting"} {
+			mustNil(t, "produce", cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("k"), Value: make([]byte, 200)}).FirstErr())
+		}
+	}
+	// Once retention has trimmed the delete topic, it has run over the
+	// compacted one too.
+	for {
+		starts, err := adm.ListStartOffsets(ctx, "deleting", "compacted")
+		mustNil(t, "start offsets", err)
+		if o, _ := starts.Lookup("deleting", 0); o.Offset > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("retention never ran")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// Another full pass after the first one.
+	time.Sleep(100 * time.Millisecond)
+	starts, err := adm.ListStartOffsets(ctx, "compacted")
+	mustNil(t, "start offsets", err)
+	if o, _ := starts.Lookup("compacted", 0); o.Offset != 0 {
+		t.Fatalf("retention deleted from a compact-only topic: log start %d", o.Offset)
+	}
+}
+
+// removalFailingFS fails every rename and removal of paths containing
+// match while fail is set, so a topic's data cannot be removed.
+type removalFailingFS struct {
+	storage.FS
+	match string
+	fail  atomic.Bool
+}
+
+func (f *removalFailingFS) blocked(path string) bool {
+	return f.fail.Load() && strings.Contains(path, f.match)
+}
+
+func (f *removalFailingFS) Rename(oldname, newname string) error {
+	if f.blocked(oldname) {
+		return &os.PathError{Op: "rename", Path: oldname, Err: syscall.EIO}
+	}
+	return f.FS.Rename(oldname, newname)
+}
+
+func (f *removalFailingFS) RemoveAll(dir string) error {
+	if f.blocked(dir) {
+		return &os.PathError{Op: "removeall", Path: dir, Err: syscall.EIO}
+	}
+	return f.FS.RemoveAll(dir)
+}
+
+func (f *removalFailingFS) Remove(name string) error {
+	if f.blocked(name) {
+		return &os.PathError{Op: "remove", Path: name, Err: syscall.EIO}
+	}
+	return f.FS.Remove(name)
+}
+
+// A delete whose data removal fails is finished later: before a topic of
+// the same name is created, and at start-up. The old records never come
+// back.
+func TestDeleteFinishesInterruptedDataRemoval(t *testing.T) {
+	fsys := &removalFailingFS{FS: storage.OSFS(), match: "victim-0"}
+	n := brokertest.Start(t, func(c *broker.Config, _ *wire.Limits) { c.FS = fsys })
+	adm := n.Admin()
+	ctx := adminCtx(t)
+	n.CreateTopic("victim", 1, nil)
+	cl := n.Client()
+	for i := 0; i < 5; i++ {
+		mustNil(t, "produce", cl.ProduceSync(ctx, &kgo.Record{Topic: "victim", Value: []byte("old")}).FirstErr())
+	}
+	fsys.fail.Store(true)
+	_, err := adm.DeleteTopic(ctx, "victim")
+	mustNil(t, "delete (metadata is removed even if the data is not yet)", err)
+	if mt := topicMeta(t, n, "victim"); mt.ErrorCode != kerr.UnknownTopicOrPartition.Code {
+		t.Fatalf("deleted topic still listed (code %d)", mt.ErrorCode)
+	}
+	if _, err := os.Stat(filepath.Join(n.Cfg.DataDir, "victim-0")); err != nil {
+		t.Fatalf("the injected failure did not keep the data: %v", err)
+	}
+	_, err = adm.CreateTopic(ctx, 1, 1, nil, "victim")
+	wantErr(t, "recreate while the old data cannot be removed", err, kerr.KafkaStorageError)
+
+	fsys.fail.Store(false)
+	n.Restart() // start-up finishes the removal
+	if _, err := os.Stat(filepath.Join(n.Cfg.DataDir, "victim-0")); !os.IsNotExist(err) {
+		t.Fatalf("deleted topic's data still on disk after restart: %v", err)
+	}
+	_, err = n.Admin().CreateTopic(ctx, 1, 1, nil, "victim")
+	mustNil(t, "recreate after restart", err)
+	ends, err := n.Admin().ListEndOffsets(ctx, "victim")
+	mustNil(t, "end offsets", err)
+	if o, _ := ends.Lookup("victim", 0); o.Err != nil || o.Offset != 0 {
+		t.Fatalf("recreated topic ends at %d (%v): the deleted records came back", o.Offset, o.Err)
+	}
 }

@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"holdfast/internal/controller"
@@ -74,17 +75,40 @@ func (b *Broker) retentionLoop(stop <-chan struct{}, done chan<- struct{}) {
 	}
 }
 
-// enforceRetention runs one retention pass over every open partition.
+// enforceRetention runs one retention pass over every open partition of
+// every topic whose cleanup.policy includes delete. A compact-only topic
+// (__consumer_offsets) keeps its segments whatever their age: it relies on
+// compaction, which Holdfast does not do yet, so nothing is ever deleted
+// from it.
 func (b *Broker) enforceRetention() {
-	for _, p := range b.parts.Partitions("") {
-		n, err := p.Log().EnforceRetention()
-		switch {
-		case errors.Is(err, storage.ErrClosed):
-			// Deleted or shutting down meanwhile.
-		case err != nil:
-			b.log.Warn("retention", "topic", p.Topic(), "partition", p.Index(), "err", err)
-		case n > 0:
-			b.log.Info("retention deleted segments", "topic", p.Topic(), "partition", p.Index(), "segments", n, "log_start_offset", p.LogStartOffset())
+	for _, t := range b.meta.Topics() {
+		if !cleanupDeletes(b.topicConfigValue(t, "cleanup.policy")) {
+			continue
+		}
+		for i := int32(0); i < t.Partitions; i++ {
+			p := b.parts.Get(t.Name, i)
+			if p == nil {
+				continue
+			}
+			n, err := p.Log().EnforceRetention()
+			switch {
+			case errors.Is(err, storage.ErrClosed):
+				// Deleted or shutting down meanwhile.
+			case err != nil:
+				b.log.Warn("retention", "topic", t.Name, "partition", i, "err", err)
+			case n > 0:
+				b.log.Info("retention deleted segments", "topic", t.Name, "partition", i, "segments", n, "log_start_offset", p.LogStartOffset())
+			}
 		}
 	}
+}
+
+// cleanupDeletes reports whether a cleanup.policy list includes delete.
+func cleanupDeletes(policy string) bool {
+	for _, p := range strings.Split(policy, ",") {
+		if strings.TrimSpace(p) == "delete" {
+			return true
+		}
+	}
+	return false
 }

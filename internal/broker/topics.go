@@ -179,7 +179,7 @@ func (b *Broker) finishPendingDelete(name string) error {
 			continue
 		}
 		if err := b.parts.DeleteTopic(d.Name); err != nil {
-			return fmt.Errorf("removing data of deleted topic %s: %w", d.Name, err)
+			return errCode(kerr.KafkaStorageError, "removing the data of deleted topic %s: %v", d.Name, err)
 		}
 		if err := b.meta.FinishDelete(d.ID); err != nil {
 			return err
