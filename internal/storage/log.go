@@ -85,6 +85,7 @@ type Log struct {
 	waitCh chan struct{} // closed and replaced when durable/failed changes
 
 	timerArmed atomic.Bool // interval policy: a sync is scheduled
+	dev        uint64      // device of the files, for syncfs grouping (0: none)
 }
 
 // Open opens (creating if missing) the log in dir and recovers it: the
@@ -269,6 +270,9 @@ func (l *Log) recover() error {
 	}
 	act.idxMu.Unlock()
 	l.durable.Store(l.end)
+	if syncfsReportsErrors() {
+		l.dev = fileDevice(act.f)
+	}
 	return nil
 }
 
@@ -590,30 +594,39 @@ func (l *Log) wake() {
 	l.waitMu.Unlock()
 }
 
-// syncOnce fsyncs the active segment and advances the durable offset to the
-// end captured before the fsync. Appends continue while it runs.
-func (l *Log) syncOnce() error {
+// syncTicket is one log's part of a sync cycle: what was written when the
+// cycle began, and so what the fsync makes durable.
+type syncTicket struct {
+	l         *Log
+	s         *segment
+	size, end int64
+	gen       uint64
+}
+
+// syncBegin captures the active segment and end offset for a cycle; ok is
+// false if there is nothing to sync (or the log cannot be synced: err).
+func (l *Log) syncBegin() (t syncTicket, ok bool, err error) {
 	l.mu.RLock()
+	defer l.mu.RUnlock()
 	if err := l.checkWritableLocked(); err != nil {
-		l.mu.RUnlock()
-		return err
+		return t, false, err
 	}
-	end := l.end
-	if end <= l.durable.Load() {
-		l.mu.RUnlock()
-		return nil
+	if l.end <= l.durable.Load() {
+		return t, false, nil
 	}
 	s := l.active()
-	size, gen := s.size, l.truncGen
-	s.ref()
-	l.mu.RUnlock()
+	s.ref() // the file stays open even if a Truncate removes the segment
+	return syncTicket{l: l, s: s, size: s.size, end: l.end, gen: l.truncGen}, true, nil
+}
 
-	err := s.f.Sync()
-	s.unref()
-
+// syncEnd records the outcome of the fsync covering t: advance the durable
+// offset and persist index entries, or fail the log.
+func (t syncTicket) syncEnd(err error) error {
+	l, s := t.l, t.s
+	defer s.unref()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if gen != l.truncGen || l.closed {
+	if t.gen != l.truncGen || l.closed {
 		return nil // Truncate/Close synced on their own; this cycle claims nothing
 	}
 	if err != nil {
@@ -621,15 +634,25 @@ func (l *Log) syncOnce() error {
 		l.failLocked(err)
 		return fmt.Errorf("%w: %s: %w", ErrFailed, l.dir, err)
 	}
-	l.advanceDurableLocked(end)
+	l.advanceDurableLocked(t.end)
 	if s == l.active() {
 		s.idxMu.Lock()
-		if perr := s.persistLocked(l, size, false); perr != nil {
+		if perr := s.persistLocked(l, t.size, false); perr != nil {
 			l.logger.Warn("storage: index write failed", "file", s.path(indexSuffix), "err", perr)
 		}
 		s.idxMu.Unlock()
 	}
 	return nil
+}
+
+// syncOnce fsyncs the active segment and advances the durable offset to the
+// end captured before the fsync. Appends continue while it runs.
+func (l *Log) syncOnce() error {
+	t, ok, err := l.syncBegin()
+	if !ok {
+		return err
+	}
+	return t.syncEnd(t.s.f.Sync())
 }
 
 // WaitDurable returns once every offset below offset is fsynced, asking the

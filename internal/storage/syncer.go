@@ -24,14 +24,24 @@ type Syncer struct {
 	done    chan struct{}
 	wg      sync.WaitGroup
 
-	cycles, fsyncs, requests atomic.Int64
+	noSyncfs bool
+
+	cycles, fsyncs, syncfs, requests atomic.Int64
 }
+
+// syncfsMinLogs: from this many logs of one filesystem in a cycle, one
+// syncfs replaces their fdatasyncs.
+const syncfsMinLogs = 4
 
 // SyncerStats counts the Syncer's work: Requests/Cycles shows how many
 // waiters one fsync cycle served.
 type SyncerStats struct {
-	Cycles, Fsyncs, Requests int64
+	Cycles, Fsyncs, Syncfs, Requests int64
 }
+
+// DisableSyncfs makes every cycle use one fdatasync per log (for
+// comparison, or a filesystem where syncfs is slow). Call before use.
+func (s *Syncer) DisableSyncfs() { s.noSyncfs = true }
 
 // NewSyncer starts a Syncer.
 func NewSyncer(logger *slog.Logger) *Syncer {
@@ -62,7 +72,7 @@ func defaultSyncer() *Syncer {
 
 // Stats returns the counters.
 func (s *Syncer) Stats() SyncerStats {
-	return SyncerStats{Cycles: s.cycles.Load(), Fsyncs: s.fsyncs.Load(), Requests: s.requests.Load()}
+	return SyncerStats{Cycles: s.cycles.Load(), Fsyncs: s.fsyncs.Load(), Syncfs: s.syncfs.Load(), Requests: s.requests.Load()}
 }
 
 // request queues l for the next cycle. After Close it syncs inline, so
@@ -119,30 +129,73 @@ func (s *Syncer) loop() {
 	}
 }
 
-// cycle fsyncs every log of batch, in parallel, and returns when all are done.
+// cycle fsyncs every log of batch, in parallel, and returns when all are
+// done. Logs sharing a filesystem are covered by one syncfs when there are
+// enough of them.
 func (s *Syncer) cycle(batch map[*Log]struct{}) {
 	s.cycles.Add(1)
-	s.fsyncs.Add(int64(len(batch)))
-	if len(batch) == 1 {
-		for l := range batch {
-			s.syncLog(l)
+	var jobs []func()
+	groups := map[uint64][]*Log{}
+	for l := range batch {
+		if l.dev != 0 && !s.noSyncfs {
+			groups[l.dev] = append(groups[l.dev], l)
+			continue
 		}
+		jobs = append(jobs, func() { s.syncLog(l) })
+	}
+	for _, ls := range groups {
+		if len(ls) < syncfsMinLogs {
+			for _, l := range ls {
+				jobs = append(jobs, func() { s.syncLog(l) })
+			}
+			continue
+		}
+		jobs = append(jobs, func() { s.syncGroup(ls) })
+	}
+	if len(jobs) == 1 {
+		jobs[0]()
 		return
 	}
 	sem := make(chan struct{}, maxParallelSyncs)
 	var wg sync.WaitGroup
-	for l := range batch {
+	for _, job := range jobs {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			s.syncLog(l)
+			job()
 		}()
 	}
 	wg.Wait()
 }
 
+// syncGroup makes every log of ls durable with one syncfs: the ends are
+// captured first, so whatever was written before is covered.
+func (s *Syncer) syncGroup(ls []*Log) {
+	var tickets []syncTicket
+	for _, l := range ls {
+		t, ok, err := l.syncBegin()
+		if err != nil {
+			s.logger.Debug("storage: sync", "dir", l.dir, "err", err)
+		}
+		if ok {
+			tickets = append(tickets, t)
+		}
+	}
+	if len(tickets) == 0 {
+		return
+	}
+	s.syncfs.Add(1)
+	err := syncfs(tickets[0].s.f.Fd())
+	for _, t := range tickets {
+		if e := t.syncEnd(err); e != nil {
+			s.logger.Warn("storage: fsync cycle failed", "dir", t.l.dir, "err", e)
+		}
+	}
+}
+
 func (s *Syncer) syncLog(l *Log) {
+	s.fsyncs.Add(1)
 	// syncOnce wakes the log's waiters itself, with success or the error.
 	if err := l.syncOnce(); err != nil {
 		s.logger.Warn("storage: fsync cycle failed", "dir", l.dir, "err", err)

@@ -1,0 +1,197 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Run on the real disk, e.g.:
+//   go test ./internal/storage -run '^$' -bench . -benchtime 3s
+// Benchmarks measure; nothing here asserts a speed.
+
+func reportLatencies(b *testing.B, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+// BenchmarkRawDisk: what the device gives without the log: a sequential
+// write of b.N chunks with one fdatasync at the end, and the latency of a
+// small write + fdatasync in a loop.
+func BenchmarkRawDisk(b *testing.B) {
+	for _, size := range []int{1 << 10, 64 << 10} {
+		b.Run(fmt.Sprintf("seqwrite+fdatasync/chunk=%dKiB", size>>10), func(b *testing.B) {
+			f, err := os.OpenFile(filepath.Join(b.TempDir(), "raw"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			buf := make([]byte, size)
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := f.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+	b.Run("write4KiB+fdatasync-loop", func(b *testing.B) {
+		f, err := os.OpenFile(filepath.Join(b.TempDir(), "raw"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		buf := make([]byte, 4096)
+		lat := make([]time.Duration, 0, b.N)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
+			if _, err := f.Write(buf); err != nil {
+				b.Fatal(err)
+			}
+			if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		b.StopTimer()
+		reportLatencies(b, lat)
+	})
+}
+
+// BenchmarkAppendSync: append + WaitDurable (flush=sync) from N concurrent
+// appenders spread over 8 logs sharing one Syncer.
+func BenchmarkAppendSync(b *testing.B) {
+	for _, size := range []int{1 << 10, 64 << 10} {
+		for _, appenders := range []int{1, 8, 64} {
+			b.Run(fmt.Sprintf("batch=%dKiB/appenders=%d", size>>10, appenders), func(b *testing.B) {
+				benchAppend(b, size, appenders, 8, false)
+			})
+		}
+		// The same with one fdatasync per log per cycle instead of syncfs.
+		b.Run(fmt.Sprintf("batch=%dKiB/appenders=64/fdatasync-only", size>>10), func(b *testing.B) {
+			benchAppend(b, size, 64, 8, true)
+		})
+	}
+}
+
+func benchAppend(b *testing.B, size, appenders, nlogs int, noSyncfs bool) {
+	dir := b.TempDir()
+	sy := NewSyncer(quiet)
+	if noSyncfs {
+		sy.DisableSyncfs()
+	}
+	defer sy.Close()
+	logs := make([]*Log, nlogs)
+	for i := range logs {
+		l, err := Open(filepath.Join(dir, fmt.Sprint(i)), DefaultConfig(), Options{Syncer: sy, Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		logs[i] = l
+	}
+	// One record whose value makes the batch about size bytes.
+	proto := batch(b, 1, size-61-10, time.Now().UnixMilli())
+	var next atomic.Int64
+	lats := make([][]time.Duration, appenders)
+	before := sy.Stats()
+	b.SetBytes(int64(len(proto)))
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for w := 0; w < appenders; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := logs[w%nlogs]
+			buf := make([]byte, len(proto))
+			for next.Add(1) <= int64(b.N) {
+				copy(buf, proto)
+				t0 := time.Now()
+				info, err := l.Append(buf, 0)
+				if err == nil {
+					err = l.WaitDurable(context.Background(), info.LastOffset+1)
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				lats[w] = append(lats[w], time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "batches/s")
+	st := sy.Stats()
+	if c := st.Cycles - before.Cycles; c > 0 {
+		b.ReportMetric(float64(b.N)/float64(c), "acks/cycle")
+	}
+	reportLatencies(b, slices.Concat(lats...))
+}
+
+// BenchmarkRead: reads of 1 MiB from the page cache, copied out (Bytes) or
+// only located (the sendfile path).
+func BenchmarkRead(b *testing.B) {
+	dir := b.TempDir()
+	cfg := DefaultConfig()
+	cfg.Flush = FlushPolicy{Mode: FlushOS}
+	l, err := Open(dir, cfg, Options{Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	proto := batch(b, 1, 16<<10, 1)
+	const total = 128 << 20
+	for n := 0; n < total; n += len(proto) {
+		buf := append([]byte(nil), proto...)
+		if _, err := l.Append(buf, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	end := l.EndOffset()
+	for _, copyOut := range []bool{true, false} {
+		name := "locate"
+		if copyOut {
+			name = "bytes"
+		}
+		b.Run(name+"/max=1MiB", func(b *testing.B) {
+			var read int64
+			off := int64(0)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				s, err := l.Read(off, end, 1<<20)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if copyOut {
+					if _, err := s.Bytes(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				s.Release()
+				read += int64(s.Size)
+				off = s.LastOffset + 1
+				if off >= end {
+					off = 0
+				}
+			}
+			b.ReportMetric(float64(read)/b.Elapsed().Seconds()/1e9, "GB/s")
+		})
+	}
+}
