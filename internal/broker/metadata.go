@@ -60,7 +60,8 @@ func (b *Broker) handleMetadata(_ context.Context, r *wire.Request) wire.Reply {
 	autoCreate := b.cfg.AutoCreateTopics && (v < 4 || req.AllowAutoTopicCreation)
 	seen := make(map[string]bool, len(req.Topics))
 	for _, rt := range req.Topics {
-		if rt.Topic == nil {
+		// An id, when given, is the question (Kafka ignores the name then).
+		if rt.Topic == nil || rt.TopicID != ([16]byte{}) {
 			resp.Topics = append(resp.Topics, b.topicMetadataByID(req, rt.TopicID))
 			continue
 		}
@@ -69,11 +70,6 @@ func (b *Broker) handleMetadata(_ context.Context, r *wire.Request) wire.Reply {
 			continue
 		}
 		seen[name] = true
-		if rt.TopicID != ([16]byte{}) && v >= 10 {
-			// Kafka: a name and an id together is not a valid question.
-			resp.Topics = append(resp.Topics, metadataError(name, rt.TopicID, kerr.InvalidRequest))
-			continue
-		}
 		if t, ok := b.meta.Topic(name); ok {
 			resp.Topics = append(resp.Topics, b.topicMetadata(req, t))
 			continue
@@ -127,10 +123,8 @@ func metadataError(name string, id [16]byte, code *kerr.Error) kmsg.MetadataResp
 }
 
 func (b *Broker) topicMetadataByID(req *kmsg.MetadataRequest, id [16]byte) kmsg.MetadataResponseTopic {
-	if req.Version < 12 {
-		return metadataError("", id, kerr.InvalidRequest) // names are required before v12
-	}
-	if id == ([16]byte{}) {
+	if req.Version < 12 || id == ([16]byte{}) {
+		// Before v12 a name is required and ids are not accepted.
 		return metadataError("", id, kerr.InvalidRequest)
 	}
 	t, ok := b.meta.TopicByID(id)
