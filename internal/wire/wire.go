@@ -413,15 +413,19 @@ func (c *serverConn) writeLoop() {
 		resp := c.run(p)
 		c.s.budget.release(p.size)
 		if resp == nil || c.ctx.Err() != nil {
+			if sp, ok := resp.(*Spliced); ok && sp.Release != nil {
+				sp.Release() // never written: let its files go
+			}
 			continue
 		}
 		out = appendResponse(out[:0], p.req, resp)
 		c.nc.SetWriteDeadline(time.Now().Add(c.s.limits.WriteTimeout))
-		if _, err := c.nc.Write(out); err != nil {
+		n, err := c.write(out, p.req, resp)
+		c.s.Stats.BytesOut.Add(n)
+		if err != nil {
 			c.close()
 			continue // drain pending so their budget is released
 		}
-		c.s.Stats.BytesOut.Add(int64(len(out)))
 		if c.s.OnReply != nil {
 			c.s.OnReply(p.req.Key, time.Since(p.start))
 		}
@@ -430,6 +434,25 @@ func (c *serverConn) writeLoop() {
 		}
 	}
 	c.close()
+}
+
+// write sends one framed response; a Spliced one goes out in parts, its file
+// ranges by sendfile.
+func (c *serverConn) write(frame []byte, req *Request, resp kmsg.Response) (int64, error) {
+	sp, ok := resp.(*Spliced)
+	if !ok {
+		n, err := c.nc.Write(frame)
+		return int64(n), err
+	}
+	if sp.Release != nil {
+		defer sp.Release()
+	}
+	parts, err := splice(frame, sp, sp.IsFlexible())
+	if err != nil {
+		c.s.log.Error("cannot splice response; closing connection", "peer", c.info.Remote.String(), "api", kmsg.NameForKey(req.Key), "err", err)
+		return 0, err
+	}
+	return writeParts(c.nc, parts)
 }
 
 // run calls a reply; a panicking handler closes only its own connection.

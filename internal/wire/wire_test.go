@@ -55,14 +55,20 @@ func (h testHandler) Handle(_ context.Context, r *Request) Reply {
 
 func startServer(t *testing.T, lim Limits) (*Server, string) {
 	t.Helper()
+	s := NewServer(testHandler{}, lim, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return s, serve(t, s)
+}
+
+// serve runs s on a free loopback port until the test ends.
+func serve(t *testing.T, s *Server) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := NewServer(testHandler{}, lim, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	go s.Serve(ln)
 	t.Cleanup(func() { s.Close() })
-	return s, ln.Addr().String()
+	return ln.Addr().String()
 }
 
 // frame encodes a request the way a client does: size, header v1/v2, body.
