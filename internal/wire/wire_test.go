@@ -141,11 +141,11 @@ func expectServing(t *testing.T, addr string) {
 
 func TestBadFramesCloseOnlyThatConnection(t *testing.T) {
 	cases := map[string][]byte{
-		"oversized":       {0x7f, 0xff, 0xff, 0xff},
-		"negative length": {0xff, 0xff, 0xff, 0xfe},
-		"too short":       {0, 0, 0, 3, 1, 2, 3},
-		"unknown api key": append([]byte{0, 0, 0, 10, 0x7f, 0x00, 0, 0, 0, 0, 0, 1}, 0xff, 0xff),
-		"garbage body":    append([]byte{0, 0, 0, 16, 0, 3, 0, 12, 0, 0, 0, 1, 0, 0}, 0xde, 0xad, 0xbe, 0xef, 0xff, 0xff),
+		"oversized":                    {0x7f, 0xff, 0xff, 0xff},
+		"negative length":              {0xff, 0xff, 0xff, 0xfe},
+		"too short":                    {0, 0, 0, 3, 1, 2, 3},
+		"unknown api key":              append([]byte{0, 0, 0, 10, 0x7f, 0x00, 0, 0, 0, 0, 0, 1}, 0xff, 0xff),
+		"garbage body":                 append([]byte{0, 0, 0, 16, 0, 3, 0, 12, 0, 0, 0, 1, 0, 0}, 0xde, 0xad, 0xbe, 0xef, 0xff, 0xff),
 		"unsupported metadata version": append([]byte{0, 0, 0, 10, 0, 3, 0x10, 0, 0, 0, 0, 1}, 0xff, 0xff),
 		"client id past frame":         append([]byte{0, 0, 0, 10, 0, 18, 0, 0, 0, 0, 0, 1}, 0x7f, 0xff),
 	}
