@@ -1161,6 +1161,23 @@ func (l *Log) EndOffsetForEpoch(epoch int32) (int32, int64) {
 	return l.epochs[i-1].epoch, l.epochs[i].start
 }
 
+// EpochAt returns the leader epoch of the batch holding offset, from the
+// epoch cache (Raft's Term(i)); -1 if offset is outside [start-1, end) or
+// no epoch covers it. The epoch of StartOffset()-1 stays known, as Raft
+// needs the term of the entry before its first index.
+func (l *Log) EpochAt(offset int64) int32 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if offset < l.start-1 || offset >= l.end {
+		return -1
+	}
+	i := sort.Search(len(l.epochs), func(i int) bool { return l.epochs[i].start > offset })
+	if i == 0 {
+		return -1
+	}
+	return l.epochs[i-1].epoch
+}
+
 // Epochs returns the leader epoch cache: (epoch, start offset) pairs.
 func (l *Log) Epochs() [][2]int64 {
 	l.mu.RLock()
@@ -1281,13 +1298,11 @@ func (l *Log) truncateEpochsLocked(end int64) bool {
 	return changed
 }
 
-// truncateEpochsFromStartLocked drops epochs wholly below start.
+// truncateEpochsFromStartLocked drops epochs wholly below start-1 (the
+// epoch of start-1 is kept: Raft asks for the term before its first index).
 func (l *Log) truncateEpochsFromStartLocked(start int64) {
-	for len(l.epochs) > 1 && l.epochs[1].start <= start {
+	for len(l.epochs) > 1 && l.epochs[1].start <= start-1 {
 		l.epochs = l.epochs[1:]
-	}
-	if len(l.epochs) > 0 && l.epochs[0].start < start {
-		l.epochs[0].start = start
 	}
 }
 

@@ -594,3 +594,61 @@ func TestGroupCommitOSFS(t *testing.T) {
 		}
 	}
 }
+
+func TestEpochAt(t *testing.T) {
+	l := openLog(t, NewCrashFS(1), "/d", testConfig(), newSyncer(t), nil)
+	defer l.Close()
+	for i := 0; i < 30; i++ {
+		if _, err := l.Append(batch(t, 2, 10, 1), int32(i/10)*2); err != nil { // epochs 0, 2, 4
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		off  int64
+		want int32
+	}{{0, 0}, {19, 0}, {20, 2}, {59, 4}, {60, -1}, {-1, -1}} {
+		if got := l.EpochAt(c.off); got != c.want {
+			t.Fatalf("EpochAt(%d) = %d, want %d", c.off, got, c.want)
+		}
+	}
+	if e, off := l.EndOffsetForEpoch(3); e != 2 || off != 40 {
+		t.Fatalf("EndOffsetForEpoch(3) = %d, %d", e, off)
+	}
+	if err := l.DeleteBefore(45); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.EpochAt(44); got != 4 {
+		t.Fatalf("epoch before start: %d", got)
+	}
+}
+
+// Opening a log with many segments reads no sealed index: they load lazily.
+func TestLazyIndexLoad(t *testing.T) {
+	fs := NewCrashFS(1)
+	sy := newSyncer(t)
+	cfg := testConfig()
+	cfg.SegmentBytes = minSegmentBytes
+	l := openLog(t, fs, "/d", cfg, sy, nil)
+	for i := 0; i < 3000; i++ {
+		if _, err := l.Append(batch(t, 1, 300, int64(i)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+	start := time.Now()
+	l = openLog(t, fs, "/d", cfg, sy, nil)
+	defer l.Close()
+	t.Logf("opened %d segments in %v", l.Segments(), time.Since(start))
+	loaded := 0
+	for _, s := range l.segs[:len(l.segs)-1] {
+		if s.loaded {
+			loaded++
+		}
+	}
+	if loaded != 0 {
+		t.Fatalf("%d sealed indexes loaded at open", loaded)
+	}
+	if s, err := l.Read(1500, 1<<40, 1); err != nil || s.BaseOffset != 1500 {
+		t.Fatalf("read: %v %d", err, s.BaseOffset)
+	}
+}
