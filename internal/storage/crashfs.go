@@ -32,6 +32,14 @@ type CrashFS struct {
 	capacity int64
 	inject   []injected
 	delay    time.Duration // added to every Sync, to model device latency
+	reads    int64         // ReadAt calls, to prove lookups use the index
+}
+
+// Reads returns the number of ReadAt calls so far.
+func (fs *CrashFS) Reads() int64 {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.reads
 }
 
 type memNode struct {
@@ -339,6 +347,7 @@ func (f *memFile) check(op string) error {
 func (f *memFile) ReadAt(p []byte, off int64) (int, error) {
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
+	f.fs.reads++
 	if err := f.check(OpRead); err != nil {
 		return 0, err
 	}

@@ -280,7 +280,9 @@ func (l *Log) openSegment(base int64, create bool) (*segment, error) {
 	s := &segment{dir: l.dir, base: base, next: base, firstTS: -1, maxTS: -1, maxTSOff: -1}
 	flag := os.O_RDWR | os.O_APPEND
 	if create {
-		flag |= os.O_CREATE | os.O_EXCL
+		// Not O_EXCL: an empty file left by a roll whose directory sync
+		// failed is reused (checked to be empty below).
+		flag |= os.O_CREATE
 	}
 	f, err := l.fs.OpenFile(s.path(logSuffix), flag, 0o644)
 	if err != nil {
@@ -295,6 +297,10 @@ func (l *Log) openSegment(base int64, create bool) (*segment, error) {
 	if size > maxSegmentBytes {
 		f.Close()
 		return nil, fmt.Errorf("storage: open segment %s: size %d exceeds %d", s.path(logSuffix), size, int64(maxSegmentBytes))
+	}
+	if create && size != 0 {
+		f.Close()
+		return nil, fmt.Errorf("storage: create segment %s: already exists with %d bytes", s.path(logSuffix), size)
 	}
 	s.size = size
 	s.refs.Store(1)
@@ -420,6 +426,11 @@ func (l *Log) Append(batch []byte, leaderEpoch int32) (AppendInfo, error) {
 	h, err := records.Validate(batch, int(l.maxMessage.Load()))
 	if err != nil {
 		return AppendInfo{}, fmt.Errorf("storage: append to %s: %w", l.dir, err)
+	}
+	if h.NumRecords == 0 {
+		// Only compaction makes empty batches; from a producer it would
+		// consume offsets for nothing.
+		return AppendInfo{}, fmt.Errorf("storage: append to %s: batch without records: %w", l.dir, records.ErrCorrupt)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -1120,7 +1131,9 @@ func (l *Log) EnforceRetention() (int, error) {
 				lerr = err
 				return false
 			}
-			if ts < nowMs-l.cfg.RetentionMs.Milliseconds() {
+			// A segment without timestamps (producers may send -1) is kept
+			// by time; retention.bytes still applies.
+			if ts >= 0 && ts < nowMs-l.cfg.RetentionMs.Milliseconds() {
 				total -= s.size
 				return true
 			}

@@ -3,11 +3,13 @@ package storage
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -651,4 +653,111 @@ func TestLazyIndexLoad(t *testing.T) {
 	if s, err := l.Read(1500, 1<<40, 1); err != nil || s.BaseOffset != 1500 {
 		t.Fatalf("read: %v %d", err, s.BaseOffset)
 	}
+}
+
+// A lookup walks at most about index.interval.bytes of headers.
+func TestReadUsesIndex(t *testing.T) {
+	fs := NewCrashFS(1)
+	cfg := DefaultConfig()
+	cfg.IndexIntervalBytes = 4096
+	l := openLog(t, fs, "/d", cfg, newSyncer(t), nil)
+	defer l.Close()
+	b := batch(t, 1, 40, 1)
+	for i := 0; i < 20000; i++ {
+		if _, err := l.Append(append([]byte(nil), b...), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	walk := int64(4096/len(b) + 4)
+	for _, off := range []int64{0, 777, 10000, 19999} {
+		before := fs.Reads()
+		s, err := l.Read(off, 1<<40, 64<<10)
+		if err != nil || s.BaseOffset != off {
+			t.Fatalf("read %d: %v %d", off, err, s.BaseOffset)
+		}
+		s.Release()
+		if n := fs.Reads() - before; n > 2*walk {
+			t.Fatalf("read at %d took %d reads: not using the index", off, n)
+		}
+		before = fs.Reads()
+		if got, _, err := l.OffsetForTimestamp(1); err != nil || got != 0 {
+			t.Fatalf("time lookup: %d %v", got, err)
+		}
+		if n := fs.Reads() - before; n > 2*walk {
+			t.Fatalf("time lookup took %d reads", n)
+		}
+	}
+}
+
+func TestSegmentMsRoll(t *testing.T) {
+	clk := &clock{t: time.UnixMilli(1_000_000)}
+	cfg := testConfig()
+	cfg.SegmentBytes = 1 << 20
+	cfg.SegmentMs = time.Minute
+	l := openLog(t, NewCrashFS(1), "/d", cfg, newSyncer(t), clk.now)
+	defer l.Close()
+	// Ancient client timestamps must not roll every batch.
+	for i := 0; i < 10; i++ {
+		l.Append(batch(t, 1, 10, 1), 0)
+	}
+	if l.Segments() != 1 {
+		t.Fatalf("%d segments before segment.ms", l.Segments())
+	}
+	clk.t = clk.t.Add(time.Minute)
+	l.Append(batch(t, 1, 10, 1), 0)
+	if l.Segments() != 2 {
+		t.Fatalf("%d segments after segment.ms", l.Segments())
+	}
+}
+
+func TestRollSurvivesDirSyncFailure(t *testing.T) {
+	fs := NewCrashFS(1)
+	l := openLog(t, fs, "/d", testConfig(), newSyncer(t), nil)
+	defer l.Close()
+	if _, err := l.Append(batch(t, 1, 100, 1), 0); err != nil {
+		t.Fatal(err)
+	}
+	fs.InjectError(OpSyncDir, "/d", syscall.EIO)
+	failed := false
+	for i := 0; i < 100 && !failed; i++ {
+		_, err := l.Append(batch(t, 1, 100, 1), 0)
+		failed = err != nil
+	}
+	if !failed || l.Segments() != 1 {
+		t.Fatalf("roll did not fail: %v, %d segments", failed, l.Segments())
+	}
+	fs.ClearErrors()
+	if _, err := l.Append(batch(t, 1, 100, 1), 0); err != nil {
+		t.Fatalf("append after a failed roll: %v", err)
+	}
+	if err := l.Sync(); err != nil || l.Segments() != 2 {
+		t.Fatalf("sync %v, %d segments", err, l.Segments())
+	}
+}
+
+func TestRetentionKeepsUntimestampedSegments(t *testing.T) {
+	clk := &clock{t: time.UnixMilli(10_000_000)}
+	cfg := testConfig()
+	cfg.RetentionMs = time.Second
+	l := openLog(t, NewCrashFS(1), "/d", cfg, newSyncer(t), clk.now)
+	defer l.Close()
+	for i := 0; i < 100; i++ {
+		l.Append(batch(t, 1, 100, -1), 0)
+	}
+	if n, err := l.EnforceRetention(); err != nil || n != 0 {
+		t.Fatalf("deleted %d segments without timestamps: %v", n, err)
+	}
+	if _, err := l.Append(emptyBatch(t), 0); !errors.Is(err, records.ErrCorrupt) {
+		t.Fatalf("empty batch: %v", err)
+	}
+}
+
+func emptyBatch(t *testing.T) []byte {
+	b := batch(t, 1, 0, 1)
+	b = b[:records.HeaderSize]
+	binary.BigEndian.PutUint32(b[8:], uint32(len(b)-12))
+	binary.BigEndian.PutUint32(b[23:], 0)
+	binary.BigEndian.PutUint32(b[57:], 0)
+	binary.BigEndian.PutUint32(b[17:], records.Checksum(b))
+	return b
 }
