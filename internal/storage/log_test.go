@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -760,4 +762,93 @@ func emptyBatch(t *testing.T) []byte {
 	binary.BigEndian.PutUint32(b[57:], 0)
 	binary.BigEndian.PutUint32(b[17:], records.Checksum(b))
 	return b
+}
+
+// Appenders, readers, waiters and deleters at once (run with -race): every
+// read returns valid batches holding the requested offset.
+func TestConcurrentStress(t *testing.T) {
+	fs := NewCrashFS(1)
+	fs.SetSyncDelay(100 * time.Microsecond)
+	cfg := testConfig()
+	cfg.RetentionBytes = 64 << 10
+	l := openLog(t, fs, "/d", cfg, newSyncer(t), nil)
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 16)
+	run := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if err := f(); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	for w := 0; w < 4; w++ {
+		run(func() error {
+			info, err := l.Append(batch(t, 1+w, 50, 1), 0)
+			if err != nil {
+				return err
+			}
+			return l.WaitDurable(context.Background(), info.LastOffset+1)
+		})
+	}
+	for r := 0; r < 2; r++ {
+		rng := rand.New(rand.NewSource(int64(r)))
+		run(func() error {
+			start, end := l.StartOffset(), l.EndOffset()
+			if end == start {
+				return nil
+			}
+			off := start + rng.Int63n(end-start)
+			s, err := l.Read(off, end, 4096)
+			if errors.Is(err, ErrOffsetOutOfRange) {
+				return nil // retention moved the start meanwhile
+			}
+			if err != nil {
+				return err
+			}
+			defer s.Release()
+			b, err := s.Bytes()
+			if err != nil {
+				return err
+			}
+			first := true
+			for len(b) > 0 {
+				var one []byte
+				if one, b, err = records.Next(b); err != nil {
+					return err
+				}
+				h, err := records.Validate(one, 0)
+				if err != nil {
+					return err
+				}
+				if first && (h.BaseOffset > off || h.LastOffset() < off) {
+					return fmt.Errorf("read %d got batch [%d,%d]", off, h.BaseOffset, h.LastOffset())
+				}
+				first = false
+			}
+			return nil
+		})
+	}
+	run(func() error {
+		if _, err := l.EnforceRetention(); err != nil {
+			return err
+		}
+		time.Sleep(time.Millisecond)
+		return nil
+	})
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	if l.DurableOffset() > l.EndOffset() || l.StartOffset() > l.EndOffset() {
+		t.Fatalf("start %d durable %d end %d", l.StartOffset(), l.DurableOffset(), l.EndOffset())
+	}
 }
