@@ -113,6 +113,9 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest) (resp *kmsg.FetchResponse, re
 			sp := kmsg.NewFetchResponseTopicPartition()
 			sp.Partition = rp.Partition
 			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = -1, -1, -1
+			// Kafka sends empty records, never null: librdkafka rejects a
+			// null (size -1) records field as a protocol error.
+			sp.RecordBatches = []byte{}
 			var p *partition.Partition
 			if topicCode == 0 {
 				p = b.parts.Get(name, rp.Partition)
@@ -152,7 +155,7 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest) (resp *kmsg.FetchResponse, re
 			case total > 0 && len(res.Records) > maxBytes:
 				// Only the first partition with data may exceed the limits
 				// (KIP-74); the others wait for the next fetch.
-			default:
+			case len(res.Records) > 0:
 				sp.RecordBatches = res.Records
 				total += len(res.Records)
 				remaining -= len(res.Records)
