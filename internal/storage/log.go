@@ -965,13 +965,27 @@ func (l *Log) Truncate(offset int64) error {
 	removed := l.segs[i+1:]
 	l.segs = l.segs[:i+1]
 	var errs []error
-	for _, r := range removed {
-		errs = append(errs, l.removeSegmentFiles(r))
-		r.unref()
+	// Newest first, and durable before the remaining segment is cut: a
+	// crash in between must leave a contiguous log (a suffix removed), never
+	// a gap with stale segments after it.
+	for j := len(removed) - 1; j >= 0; j-- {
+		errs = append(errs, l.removeSegmentFiles(removed[j]))
+		removed[j].unref()
+	}
+	if len(removed) > 0 {
+		errs = append(errs, l.fs.SyncDir(l.dir))
 	}
 	s.idxMu.Lock()
 	s.loaded = true
 	errs = append(errs, s.truncateIndexLocked(l, offset))
+	// The cut index must be durable before new batches land where the old
+	// ones were: a stale entry that came back would point mid-batch.
+	if s.idxFile != nil {
+		errs = append(errs, s.idxFile.Sync())
+	}
+	if s.timeFile != nil {
+		errs = append(errs, s.timeFile.Sync())
+	}
 	s.idxMu.Unlock()
 	if err := s.f.Truncate(pos); err != nil {
 		errs = append(errs, err)
@@ -988,9 +1002,6 @@ func (l *Log) Truncate(offset int64) error {
 		l.durable.Store(offset)
 	}
 	errs = append(errs, s.f.Sync())
-	if len(removed) > 0 {
-		errs = append(errs, l.fs.SyncDir(l.dir))
-	}
 	if l.truncateEpochsLocked(offset) {
 		errs = append(errs, l.writeEpochsLocked())
 	}
