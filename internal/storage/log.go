@@ -1252,6 +1252,45 @@ func (l *Log) Scan(from int64, fn func(h records.Header, batch []byte) error) er
 	return nil
 }
 
+// ScanHeaders calls fn with the header of every batch from the one
+// containing from to the end, reading only the 61-byte headers (rebuilding
+// offset maps, e.g. Raft index -> offset, without reading the data). It
+// holds the log's read lock: appends wait until it returns.
+func (l *Log) ScanHeaders(from int64, fn func(h records.Header) error) error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return ErrClosed
+	}
+	from = max(from, l.start)
+	if from > l.end {
+		return fmt.Errorf("storage: scan %s from %d beyond end %d: %w", l.dir, from, l.end, ErrOffsetOutOfRange)
+	}
+	for i := l.segmentFor(from); i < len(l.segs); i++ {
+		s := l.segs[i]
+		if err := s.ensureLoaded(l); err != nil {
+			return err
+		}
+		s.idxMu.Lock()
+		pos := s.lookupLocked(from)
+		s.idxMu.Unlock()
+		for pos < s.size {
+			h, err := l.batchHeader(s, pos)
+			if err != nil {
+				return err
+			}
+			pos += int64(h.Size())
+			if h.LastOffset() < from {
+				continue
+			}
+			if err := fn(h); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Close syncs (unless failed) and closes the log; waiters get ErrClosed.
 func (l *Log) Close() error {
 	l.mu.Lock()

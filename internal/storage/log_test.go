@@ -852,3 +852,21 @@ func TestConcurrentStress(t *testing.T) {
 		t.Fatalf("start %d durable %d end %d", l.StartOffset(), l.DurableOffset(), l.EndOffset())
 	}
 }
+
+func TestScanHeaders(t *testing.T) {
+	l := openLog(t, NewCrashFS(1), "/d", testConfig(), newSyncer(t), nil)
+	defer l.Close()
+	for i := 0; i < 100; i++ {
+		l.Append(batch(t, 3, 50, 1), 0)
+	}
+	var bases []int64
+	if err := l.ScanHeaders(100, func(h records.Header) error {
+		bases = append(bases, h.BaseOffset)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(bases) != 67 || bases[0] != 99 || bases[66] != 297 {
+		t.Fatalf("%d headers, first %d last %d", len(bases), bases[0], bases[len(bases)-1])
+	}
+}
