@@ -34,6 +34,9 @@ const (
 	epochCheckpoint = "leader-epoch-checkpoint"
 	startCheckpoint = "log-start-offset-checkpoint"
 	maxEpochEntries = 1 << 16 // bounds the checkpoint file and the cache
+	// maxIndexRecoveryTries bounds the index entries recovery checks
+	// before it rescans the active segment from its start.
+	maxIndexRecoveryTries = 8
 	// recoverMaxBatch bounds a batch read during recovery, whatever
 	// max.message.bytes was when it was written.
 	recoverMaxBatch = maxMaxMessageBytes + records.HeaderSize
@@ -330,8 +333,15 @@ func (l *Log) recoverActive(s *segment) error {
 		return fmt.Errorf("storage: open %s: %w", l.dir, err)
 	}
 	// Trust the last entry whose batch checks out; drop the ones after it.
+	// Only a torn tail of the index can be bad (invariant 2), so a few tries
+	// suffice; past that, scanning the segment from 0 is linear, while
+	// checking every entry of a garbage index could be quadratic.
 	keep := len(s.offIdx)
-	for keep > 0 {
+	for tries := 0; keep > 0; tries++ {
+		if tries == maxIndexRecoveryTries {
+			keep = 0
+			break
+		}
 		e := s.offIdx[keep-1]
 		if _, err := l.checkBatchAt(s, int64(e.pos), s.base+int64(e.rel)); err == nil {
 			break
