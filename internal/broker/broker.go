@@ -18,6 +18,7 @@ import (
 	"holdfast/internal/group"
 	"holdfast/internal/partition"
 	"holdfast/internal/storage"
+	"holdfast/internal/txn"
 	"holdfast/internal/wire"
 )
 
@@ -36,6 +37,8 @@ type Config struct {
 
 	// Groups is the group coordinator's config (group.* and offsets.*).
 	Groups group.Config
+	// Txn is the transaction coordinator's config (transaction.*).
+	Txn txn.Config
 
 	// RetentionCheckInterval is log.retention.check.interval.ms (default 5
 	// minutes): how often retention runs over every log (state.go).
@@ -60,6 +63,7 @@ func DefaultConfig() Config {
 		NumPartitions:          1,
 		OffsetsTopicPartitions: 50,
 		Groups:                 group.DefaultConfig(),
+		Txn:                    txn.DefaultConfig(),
 		RetentionCheckInterval: 5 * time.Minute,
 		LogDefaults:            storage.DefaultConfig(),
 	}
@@ -73,6 +77,7 @@ type Broker struct {
 	meta   *controller.Store
 	parts  *partition.Manager
 	groups *group.Coordinator
+	txn    txnState // producer ids and the transaction coordinator (txn.go)
 
 	// topicsMu serializes topic creation, deletion and partition changes
 	// with opening and removing their logs (topics.go).

@@ -157,6 +157,15 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest) (resp *kmsg.FetchResponse, re
 				// (KIP-74); the others wait for the next fetch.
 			case len(res.Records) > 0:
 				sp.RecordBatches = res.Records
+				if readCommitted {
+					// Where the consumer skips aborted transactions' records.
+					sp.AbortedTransactions = make([]kmsg.FetchResponseTopicPartitionAbortedTransaction, 0, len(res.Aborted))
+					for _, a := range res.Aborted {
+						at := kmsg.NewFetchResponseTopicPartitionAbortedTransaction()
+						at.ProducerID, at.FirstOffset = a.ProducerID, a.FirstOffset
+						sp.AbortedTransactions = append(sp.AbortedTransactions, at)
+					}
+				}
 				total += len(res.Records)
 				remaining -= len(res.Records)
 			}

@@ -95,6 +95,7 @@ type Coordinator struct {
 	mu     sync.Mutex
 	groups map[string]*group
 	closed bool
+	txn    pendingTxn // transactional offsets awaiting their marker (txn.go)
 
 	expiry *time.Timer
 	wg     sync.WaitGroup

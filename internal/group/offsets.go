@@ -247,6 +247,9 @@ func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) Reply {
 				topics = append(topics, fetchTopic{t.Topic, t.Partitions})
 			}
 			code, fts := c.fetchOffsets(rg.Group, topics, rg.Topics == nil)
+			if code == 0 && req.RequireStable && c.HasPendingTxn(rg.Group) {
+				code, fts = kerr.UnstableOffsetCommit.Code, nil // KIP-447: retry after the marker
+			}
 			out := kmsg.NewOffsetFetchResponseGroup()
 			out.Group = rg.Group
 			out.ErrorCode = code
@@ -271,6 +274,9 @@ func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) Reply {
 	}
 	all := req.Topics == nil && req.Version >= 2
 	code, fts := c.fetchOffsets(req.Group, topics, all)
+	if code == 0 && req.Version >= 7 && req.RequireStable && c.HasPendingTxn(req.Group) {
+		code = kerr.UnstableOffsetCommit.Code
+	}
 	if code != 0 {
 		if req.Version >= 2 {
 			resp.ErrorCode = code

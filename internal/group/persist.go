@@ -100,16 +100,15 @@ func (c *Coordinator) replay(p int32) error {
 	}
 	metas := map[string]*meta{}
 	offsets := map[string]map[topicPartition]offset{}
+	pending := pendingTxn{}
 	n := 0
 	err := c.logs[p].Scan(func(batch []byte) error {
 		h, err := records.ParseHeader(batch)
 		if err != nil {
 			return err
 		}
-		// Control batches carry no offsets; transactional offset commits
-		// belong to the transaction coordinator, which is not built yet.
 		if h.IsControl() || h.IsTransactional() {
-			return nil
+			return c.replayTxnBatch(p, h, batch, pending, offsets) // txn.go
 		}
 		recs, err := records.Records(batch)
 		if err != nil {
@@ -169,6 +168,7 @@ func (c *Coordinator) replay(p int32) error {
 	now := c.opts.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.keepPending(pending)
 	restored := 0
 	for name, m := range metas {
 		g := newGroup(name, now)

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"holdfast/internal/storage"
 )
@@ -39,6 +40,8 @@ type Manager struct {
 	mu     sync.Mutex
 	parts  map[key]*Partition
 	closed bool
+
+	verify atomic.Pointer[Verifier] // txn.go
 }
 
 // NewManager returns a manager for the partitions under root. It removes
@@ -92,7 +95,7 @@ func (m *Manager) Open(topic string, topicID [16]byte, index int32, cfg storage.
 	if err != nil {
 		return nil, fmt.Errorf("partition %s-%d: %w", topic, index, err)
 	}
-	p, err := newPartition(topic, topicID, index, dir, m.snapshotPath(topic, index), l, m.opts)
+	p, err := newPartition(topic, topicID, index, dir, m.snapshotPath(topic, index), l, m.opts, &m.verify)
 	if err != nil {
 		l.Close()
 		return nil, err

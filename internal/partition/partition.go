@@ -41,6 +41,9 @@ type ReadResult struct {
 	HighWatermark    int64
 	LastStableOffset int64
 	LogStartOffset   int64
+	// Aborted lists, for read_committed reads, the aborted transactions
+	// that overlap the records returned.
+	Aborted []AbortedTxn
 }
 
 // Partition is one open partition.
@@ -67,6 +70,11 @@ type Partition struct {
 	producers map[int64]*producer
 	failed    atomic.Pointer[error]
 
+	// txnMu guards txn (txn.go); verify checks transactional appends.
+	txnMu  sync.Mutex
+	txn    txnState
+	verify *atomic.Pointer[Verifier]
+
 	hwMu   sync.Mutex
 	hw     int64
 	hwCh   chan struct{} // closed when hw next advances
@@ -78,7 +86,7 @@ type Partition struct {
 	done   chan struct{}
 }
 
-func newPartition(topic string, id [16]byte, index int32, dir, snapPath string, l *storage.Log, opts storage.Options) (*Partition, error) {
+func newPartition(topic string, id [16]byte, index int32, dir, snapPath string, l *storage.Log, opts storage.Options, verify *atomic.Pointer[Verifier]) (*Partition, error) {
 	now := opts.Now
 	if now == nil {
 		now = time.Now
@@ -87,6 +95,8 @@ func newPartition(topic string, id [16]byte, index int32, dir, snapPath string, 
 		topic: topic, id: id, index: index, dir: dir, snapPath: snapPath, log: l,
 		fs: opts.FS, lg: opts.Logger.With("topic", topic, "partition", index), now: now,
 		producers: map[int64]*producer{},
+		txn:       txnState{open: map[int64]int64{}},
+		verify:    verify,
 		hwCh:      make(chan struct{}),
 		wake:      make(chan struct{}, 1),
 		done:      make(chan struct{}),
@@ -154,10 +164,8 @@ func (p *Partition) Append(batch []byte) (AppendResult, error) {
 		// Control batches are written by the transaction coordinator only.
 		return AppendResult{}, fmt.Errorf("control batch from a producer: %w", kerr.InvalidRecord)
 	}
-	if h.IsTransactional() {
-		// Transactions are issue 5; until the coordinator exists no
-		// producer can have a transactional id, so this is a client bug.
-		return AppendResult{}, fmt.Errorf("transactional produce is not supported yet: %w", kerr.InvalidTxnState)
+	if h.IsTransactional() && h.ProducerID < 0 {
+		return AppendResult{}, fmt.Errorf("transactional batch without a producer id: %w", kerr.InvalidRecord)
 	}
 
 	p.appendMu.Lock()
@@ -177,33 +185,56 @@ func (p *Partition) Append(batch []byte) (AppendResult, error) {
 		return AppendResult{BaseOffset: dup.baseOffset, LastOffset: dup.lastOffset, LogAppendTime: lat,
 			LogStartOffset: p.log.StartOffset(), Duplicate: true}, nil
 	}
+	if h.IsTransactional() {
+		// Only into a transaction the coordinator knows this partition is
+		// part of: a batch after the marker would hang the LSO forever.
+		v := p.verify.Load()
+		if v == nil {
+			return AppendResult{}, fmt.Errorf("no transaction coordinator: %w", kerr.InvalidTxnState)
+		}
+		if err := (*v)(p.topic, p.index, h.ProducerID, h.ProducerEpoch); err != nil {
+			return AppendResult{}, err
+		}
+	}
 	lat := int64(-1)
 	if p.logAppendTime.Load() {
 		lat = p.now().UnixMilli()
 		records.SetLogAppendTime(batch, lat)
 	}
-	info, err := p.log.Append(batch, p.epoch.Load())
+	base, err := p.appendLocked(batch)
 	if err != nil {
-		if errors.Is(err, storage.ErrClosed) {
-			return AppendResult{}, fmt.Errorf("partition %s-%d closed: %w", p.topic, p.index, kerr.NotLeaderForPartition)
-		}
-		if verr := validationError(err); verr != err {
-			return AppendResult{}, verr // storage validated it differently: still not an I/O error
-		}
-		return AppendResult{}, p.fail(err)
+		return AppendResult{}, err
 	}
-	h.BaseOffset = info.BaseOffset
+	h.BaseOffset = base
 	p.recordProducer(h, lat, p.now().UnixMilli())
+	if h.IsTransactional() {
+		p.noteTxnBatch(h.ProducerID, base)
+	}
+	p.afterAppend()
+	return AppendResult{BaseOffset: base, LastOffset: h.LastOffset(), LogAppendTime: lat,
+		LogStartOffset: p.log.StartOffset()}, nil
+}
+
+// storageError classifies a failed log append: a closed log is a partition
+// that moved away; anything else stops the partition.
+func (p *Partition) storageError(err error) error {
+	if errors.Is(err, storage.ErrClosed) {
+		return fmt.Errorf("partition %s-%d closed: %w", p.topic, p.index, kerr.NotLeaderForPartition)
+	}
+	return p.fail(err)
+}
+
+// afterAppend moves the high watermark (or wakes the durability loop).
+// Called with appendMu held.
+func (p *Partition) afterAppend() {
 	if !p.syncMode() {
 		p.advance(p.log.EndOffset())
-	} else {
-		select {
-		case p.wake <- struct{}{}:
-		default:
-		}
+		return
 	}
-	return AppendResult{BaseOffset: info.BaseOffset, LastOffset: info.LastOffset, LogAppendTime: lat,
-		LogStartOffset: p.log.StartOffset()}, nil
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
 }
 
 // validationError maps a records error onto the Kafka code for it; other
@@ -284,11 +315,9 @@ func (p *Partition) HighWatermark() int64 {
 	return p.hw
 }
 
-// LastStableOffset equals the high watermark until transactions exist.
-func (p *Partition) LastStableOffset() int64 { return p.HighWatermark() }
-func (p *Partition) LogStartOffset() int64   { return p.log.StartOffset() }
-func (p *Partition) LogEndOffset() int64     { return p.log.EndOffset() }
-func (p *Partition) DurableOffset() int64    { return p.log.DurableOffset() }
+func (p *Partition) LogStartOffset() int64 { return p.log.StartOffset() }
+func (p *Partition) LogEndOffset() int64   { return p.log.EndOffset() }
+func (p *Partition) DurableOffset() int64  { return p.log.DurableOffset() }
 
 // Notify returns a channel closed when the high watermark next advances (or
 // the partition closes). Take it before checking the watermark.
@@ -305,7 +334,7 @@ func (p *Partition) Notify() <-chan struct{} {
 // [log start, log end] it is ErrOffsetOutOfRange.
 func (p *Partition) Read(offset int64, maxBytes int, readCommitted bool) (ReadResult, error) {
 	hw := p.HighWatermark()
-	res := ReadResult{HighWatermark: hw, LastStableOffset: hw, LogStartOffset: p.log.StartOffset()}
+	res := ReadResult{HighWatermark: hw, LastStableOffset: min(hw, p.LastStableOffset()), LogStartOffset: p.log.StartOffset()}
 	limit := hw
 	if readCommitted {
 		limit = res.LastStableOffset
@@ -329,7 +358,26 @@ func (p *Partition) Read(offset int64, maxBytes int, readCommitted bool) (ReadRe
 		return res, fmt.Errorf("%w: %w", ErrStorage, err)
 	}
 	res.Records = b
+	if readCommitted {
+		res.Aborted = p.abortedIn(offset, lastOffsetIn(b))
+	}
 	return res, nil
+}
+
+// lastOffsetIn is the last offset of the whole batches in b (-1 if none).
+func lastOffsetIn(b []byte) int64 {
+	last := int64(-1)
+	for len(b) > 0 {
+		batch, rest, err := records.Next(b)
+		if err != nil {
+			break
+		}
+		if h, err := records.ParseHeader(batch); err == nil {
+			last = h.LastOffset()
+		}
+		b = rest
+	}
+	return last
 }
 
 // Scan calls fn for every batch from offset on.

@@ -131,8 +131,8 @@ func (p *Partition) checkProducer(h records.Header) (*batchMeta, error) {
 // seenMs (unix ms). Called with appendMu held, and while rebuilding the
 // state from the log.
 func (p *Partition) recordProducer(h records.Header, appendTime, seenMs int64) {
-	if h.ProducerID < 0 || h.IsControl() {
-		return
+	if h.ProducerID < 0 || h.IsControl() || h.BaseSequence < 0 {
+		return // not idempotent, a marker, or a coordinator's batch
 	}
 	e := p.producers[h.ProducerID]
 	if e == nil {
@@ -176,6 +176,10 @@ type snapshot struct {
 	TopicID   [16]byte                   `json:"topic_id"`   // a same-named new topic must not inherit it
 	End       int64                      `json:"end_offset"` // the log end the state covers
 	Producers map[int64]snapshotProducer `json:"producers"`
+	// Transactions (txn.go): absent in snapshots from before they existed,
+	// which is right, since none could be open then.
+	OpenTxns    map[int64]int64 `json:"open_txns,omitempty"`
+	AbortedTxns []AbortedTxn    `json:"aborted_txns,omitempty"`
 }
 
 type snapshotProducer struct {
@@ -197,7 +201,10 @@ func (p *Partition) writeSnapshot(end int64) error {
 		}
 		s.Producers[id] = sp
 	}
+	p.txnMu.Lock()
+	s.OpenTxns, s.AbortedTxns = p.txn.open, p.txn.aborted
 	body, err := json.Marshal(s)
+	p.txnMu.Unlock()
 	if err != nil {
 		return err
 	}
@@ -279,6 +286,10 @@ func (p *Partition) loadProducers() error {
 			}
 			p.producers[id] = e
 		}
+		for id, first := range s.OpenTxns {
+			p.txn.open[id] = first
+		}
+		p.txn.aborted = append(p.txn.aborted, s.AbortedTxns...)
 		from = s.End
 	}
 	if s != nil || err != nil {
@@ -294,8 +305,11 @@ func (p *Partition) loadProducers() error {
 	}
 	start := time.Now()
 	n := 0
-	err = p.log.Scan(from, func(h records.Header, _ []byte) error {
+	err = p.log.Scan(from, func(h records.Header, batch []byte) error {
 		n++
+		if err := p.replayTxn(h, batch); err != nil {
+			return err
+		}
 		lat := int64(-1)
 		if h.LogAppendTime() {
 			lat = h.MaxTimestamp

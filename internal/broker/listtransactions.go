@@ -1,0 +1,60 @@
+package broker
+
+import (
+	"context"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/wire"
+)
+
+// ListTransactions v0-v2 (KIP-664; v1 adds the duration filter, KIP-994;
+// v2 a transactional id regex, KIP-1152).
+func init() { register(kmsg.ListTransactions, 0, 2, (*Broker).handleListTransactions) }
+
+func (b *Broker) handleListTransactions(_ context.Context, r *wire.Request) wire.Reply {
+	req := r.Body.(*kmsg.ListTransactionsRequest)
+	resp := req.ResponseKind().(*kmsg.ListTransactionsResponse)
+	known := kmsg.TransactionStateStrings()
+	var states []string
+	for _, s := range req.StateFilters {
+		if slices.Contains(known, s) {
+			states = append(states, s)
+		} else {
+			resp.UnknownStateFilters = append(resp.UnknownStateFilters, s)
+		}
+	}
+	var re *regexp.Regexp
+	if req.TransactionalIDPattern != nil && *req.TransactionalIDPattern != "" {
+		var err error
+		if re, err = regexp.Compile(*req.TransactionalIDPattern); err != nil {
+			resp.ErrorCode = kerr.InvalidRegularExpression.Code
+			return wire.Respond(resp)
+		}
+	}
+	c := b.coordinator()
+	if c == nil {
+		return wire.Respond(resp)
+	}
+	for _, in := range c.List() {
+		switch {
+		case len(req.StateFilters) > 0 && !slices.Contains(states, in.State.String()):
+			continue
+		case len(req.ProducerIDFilters) > 0 && !slices.Contains(req.ProducerIDFilters, in.ProducerID):
+			continue
+		case req.DurationFilterMillis >= 0 && req.Version >= 1 && (in.Start.IsZero() || time.Since(in.Start).Milliseconds() < req.DurationFilterMillis):
+			// KIP-994: only transactions running for longer than this.
+			continue
+		case re != nil && !re.MatchString(in.ID):
+			continue
+		}
+		st := kmsg.NewListTransactionsResponseTransactionState()
+		st.TransactionalID, st.ProducerID, st.TransactionState = in.ID, in.ProducerID, in.State.String()
+		resp.TransactionStates = append(resp.TransactionStates, st)
+	}
+	return wire.Respond(resp)
+}

@@ -1,0 +1,48 @@
+package broker
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/txn"
+	"holdfast/internal/wire"
+)
+
+// TxnOffsetCommit v0-v3 (v3 carries the member and generation, KIP-447):
+// offsets committed inside a transaction, applied by its commit marker.
+func init() { register(kmsg.TxnOffsetCommit, 0, 3, (*Broker).handleTxnOffsetCommit) }
+
+func (b *Broker) handleTxnOffsetCommit(_ context.Context, r *wire.Request) wire.Reply {
+	req := r.Body.(*kmsg.TxnOffsetCommitRequest)
+	c := b.coordinator()
+	p := b.offsetsPartition(req.Group)
+	var code int16
+	switch {
+	case req.Group == "":
+		code = kerr.InvalidGroupID.Code
+	case c == nil:
+		code = kerr.InvalidProducerIDMapping.Code
+	case p < 0:
+		code = kerr.CoordinatorNotAvailable.Code
+	default:
+		code = txnErrorCode(c.CheckOffsets(req.TransactionalID, req.ProducerID, req.ProducerEpoch,
+			txn.TopicPartition{Topic: offsetsTopic, Partition: p}))
+	}
+	if code == 0 {
+		return b.groups.TxnOffsetCommit(req)
+	}
+	resp := req.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
+	for _, t := range req.Topics {
+		rt := kmsg.NewTxnOffsetCommitResponseTopic()
+		rt.Topic = t.Topic
+		for _, pp := range t.Partitions {
+			rp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = pp.Partition, code
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return wire.Respond(resp)
+}

@@ -1,0 +1,275 @@
+package partition
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/records"
+)
+
+// Transactions as a partition sees them (KIP-98): a transactional producer's
+// batches open a transaction here at their first offset; a control batch
+// (the commit or abort marker the transaction coordinator writes) closes it.
+// While a transaction is open the last stable offset (LSO) stays at its
+// first offset, so read_committed consumers wait. An aborted transaction
+// goes into the aborted index, which fetches hand to read_committed
+// consumers so they skip its records.
+
+// AbortedTxn is one entry of the aborted-transaction index: the records of
+// ProducerID from FirstOffset up to the abort marker at LastOffset are to
+// be skipped by read_committed consumers.
+type AbortedTxn struct {
+	ProducerID  int64 `json:"producer_id"`
+	FirstOffset int64 `json:"first_offset"`
+	LastOffset  int64 `json:"last_offset"` // the abort marker's offset
+}
+
+// Verifier decides whether a transactional batch of producerID at epoch may
+// go to topic/partition: nil if the partition was added to the producer's
+// ongoing transaction; otherwise the Kafka error (INVALID_TXN_STATE,
+// PRODUCER_FENCED, ...). It is the transaction coordinator, asked directly
+// on a single node; called with the partition's append lock held, so a
+// marker cannot slip between the check and the append.
+type Verifier func(topic string, partition int32, producerID int64, epoch int16) error
+
+// ProducerInfo describes an active producer of a partition (DescribeProducers).
+type ProducerInfo struct {
+	ProducerID       int64
+	Epoch            int16
+	LastSequence     int32 // -1 if none known
+	LastTimestamp    int64 // unix ms
+	CurrentTxnOffset int64 // first offset of its open transaction, -1 if none
+}
+
+// txnState is guarded by Partition.txnMu (and changed only with appendMu
+// held too, so appends see a stable view).
+type txnState struct {
+	open    map[int64]int64 // producer id -> first offset of its open transaction
+	aborted []AbortedTxn    // by LastOffset
+}
+
+// markerRecord is the key and value of a transaction marker (Kafka's
+// EndTransactionMarker: key version 0 + type, value version 0 + epoch).
+func markerRecord(commit bool, coordinatorEpoch int32) (key, value []byte) {
+	k := kmsg.NewControlRecordKey()
+	k.Type = kmsg.ControlRecordKeyTypeAbort
+	if commit {
+		k.Type = kmsg.ControlRecordKeyTypeCommit
+	}
+	v := kmsg.NewEndTxnMarker()
+	v.CoordinatorEpoch = coordinatorEpoch
+	return k.AppendTo(nil), v.AppendTo(nil)
+}
+
+// markerType reads a control batch's type: commit, abort, or neither (other
+// control records, which transactions ignore).
+func markerType(batch []byte) (commit, isMarker bool, err error) {
+	recs, err := records.Records(batch)
+	if err != nil {
+		return false, false, err
+	}
+	if len(recs) == 0 || len(recs[0].Key) < 4 {
+		return false, false, nil
+	}
+	switch kmsg.ControlRecordKeyType(binary.BigEndian.Uint16(recs[0].Key[2:])) {
+	case kmsg.ControlRecordKeyTypeCommit:
+		return true, true, nil
+	case kmsg.ControlRecordKeyTypeAbort:
+		return false, true, nil
+	}
+	return false, false, nil
+}
+
+// SetVerifier installs the check for transactional appends on every
+// partition of the manager; without one they get INVALID_TXN_STATE.
+func (m *Manager) SetVerifier(v Verifier) {
+	if v == nil {
+		m.verify.Store(nil)
+		return
+	}
+	m.verify.Store(&v)
+}
+
+// noteTxnBatch records that a transactional data batch at base offset
+// belongs to its producer's open transaction. Called with appendMu held,
+// and while rebuilding from the log.
+func (p *Partition) noteTxnBatch(pid, base int64) {
+	p.txnMu.Lock()
+	defer p.txnMu.Unlock()
+	if _, ok := p.txn.open[pid]; !ok {
+		p.txn.open[pid] = base
+	}
+}
+
+// noteMarker closes pid's open transaction by a marker at offset; an abort
+// enters the aborted index. It returns whether a transaction was open.
+func (p *Partition) noteMarker(pid int64, epoch int16, commit bool, offset int64) {
+	p.txnMu.Lock()
+	first, ok := p.txn.open[pid]
+	delete(p.txn.open, pid)
+	if ok && !commit {
+		p.txn.aborted = append(p.txn.aborted, AbortedTxn{ProducerID: pid, FirstOffset: first, LastOffset: offset})
+	}
+	p.txnMu.Unlock()
+	// A marker of a newer epoch (the coordinator fenced the producer) means
+	// the old epoch's batches are refused from now on, and the new epoch
+	// starts its sequences afresh.
+	if e := p.producers[pid]; e != nil && epoch > e.epoch {
+		e.epoch, e.batches = epoch, e.batches[:0]
+	}
+}
+
+// AppendMarker writes a transaction marker for producerID (commit or
+// abort) as a control batch and closes its transaction here. Only the
+// transaction coordinator calls it. It returns the offset after the marker;
+// wait for it with WaitCommitted.
+func (p *Partition) AppendMarker(producerID int64, epoch int16, commit bool, coordinatorEpoch int32) (int64, error) {
+	key, value := markerRecord(commit, coordinatorEpoch)
+	batch, err := records.Build(records.Batch{
+		ProducerID: producerID, ProducerEpoch: epoch, BaseSequence: -1,
+		Transactional: true, Control: true, PartitionLeaderEpoch: p.epoch.Load(),
+	}, []records.Record{{Timestamp: p.now().UnixMilli(), Key: key, Value: value}})
+	if err != nil {
+		return 0, err
+	}
+	p.appendMu.Lock()
+	defer p.appendMu.Unlock()
+	if err := p.Failed(); err != nil {
+		return 0, err
+	}
+	if e := p.producers[producerID]; e != nil && epoch < e.epoch {
+		return 0, fmt.Errorf("marker for producer %d epoch %d, current %d: %w", producerID, epoch, e.epoch, kerr.InvalidProducerEpoch)
+	}
+	info, err := p.appendLocked(batch)
+	if err != nil {
+		return 0, err
+	}
+	p.noteMarker(producerID, epoch, commit, info)
+	p.afterAppend()
+	return info + 1, nil
+}
+
+// AppendCoordinator appends a transactional batch that a coordinator wrote
+// on a producer's behalf (TxnOffsetCommit into __consumer_offsets): it has
+// no sequence, so there is nothing to deduplicate, but it opens the
+// producer's transaction here like a produced batch would.
+func (p *Partition) AppendCoordinator(batch []byte) (AppendResult, error) {
+	h, err := records.Validate(batch, p.log.Config().MaxMessageBytes)
+	if err != nil {
+		return AppendResult{}, validationError(err)
+	}
+	if !h.IsTransactional() || h.IsControl() || h.ProducerID < 0 {
+		return AppendResult{}, fmt.Errorf("coordinator batch must be transactional data: %w", kerr.InvalidRecord)
+	}
+	p.appendMu.Lock()
+	defer p.appendMu.Unlock()
+	if err := p.Failed(); err != nil {
+		return AppendResult{}, err
+	}
+	if e := p.producers[h.ProducerID]; e != nil && h.ProducerEpoch < e.epoch {
+		return AppendResult{}, fmt.Errorf("producer %d epoch %d, current %d: %w", h.ProducerID, h.ProducerEpoch, e.epoch, kerr.ProducerFenced)
+	}
+	base, err := p.appendLocked(batch)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	p.noteTxnBatch(h.ProducerID, base)
+	p.afterAppend()
+	return AppendResult{BaseOffset: base, LastOffset: base + int64(h.LastOffsetDelta), LogAppendTime: -1,
+		LogStartOffset: p.log.StartOffset()}, nil
+}
+
+// appendLocked writes batch to the log and returns its base offset.
+func (p *Partition) appendLocked(batch []byte) (int64, error) {
+	info, err := p.log.Append(batch, p.epoch.Load())
+	if err != nil {
+		if verr := validationError(err); verr != err {
+			return 0, verr
+		}
+		return 0, p.storageError(err)
+	}
+	return info.BaseOffset, nil
+}
+
+// LastStableOffset is the offset below which every transaction is decided:
+// the high watermark, or the first offset of the earliest open transaction
+// if that is lower.
+func (p *Partition) LastStableOffset() int64 {
+	hw := p.HighWatermark()
+	p.txnMu.Lock()
+	defer p.txnMu.Unlock()
+	for _, first := range p.txn.open {
+		hw = min(hw, first)
+	}
+	return hw
+}
+
+// abortedIn lists the aborted transactions overlapping offsets [from, to].
+func (p *Partition) abortedIn(from, to int64) []AbortedTxn {
+	p.txnMu.Lock()
+	defer p.txnMu.Unlock()
+	a := p.txn.aborted
+	i := sort.Search(len(a), func(i int) bool { return a[i].LastOffset >= from })
+	var out []AbortedTxn
+	for ; i < len(a); i++ {
+		if a[i].FirstOffset <= to {
+			out = append(out, a[i])
+		}
+	}
+	return out
+}
+
+// OpenTransactions returns the producers with an open transaction here and
+// its first offset.
+func (p *Partition) OpenTransactions() map[int64]int64 {
+	p.txnMu.Lock()
+	defer p.txnMu.Unlock()
+	out := make(map[int64]int64, len(p.txn.open))
+	for k, v := range p.txn.open {
+		out[k] = v
+	}
+	return out
+}
+
+// Producers lists the partition's known idempotent and transactional
+// producers.
+func (p *Partition) Producers() []ProducerInfo {
+	open := p.OpenTransactions()
+	p.appendMu.Lock()
+	defer p.appendMu.Unlock()
+	out := make([]ProducerInfo, 0, len(p.producers))
+	for id, e := range p.producers {
+		pi := ProducerInfo{ProducerID: id, Epoch: e.epoch, LastSequence: -1, LastTimestamp: e.last, CurrentTxnOffset: -1}
+		if n := len(e.batches); n > 0 {
+			pi.LastSequence = e.batches[n-1].LastSeq
+		}
+		if first, ok := open[id]; ok {
+			pi.CurrentTxnOffset = first
+		}
+		out = append(out, pi)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ProducerID < out[j].ProducerID })
+	return out
+}
+
+// replayTxn applies one batch read back from the log to the transaction
+// state (at open).
+func (p *Partition) replayTxn(h records.Header, batch []byte) error {
+	if !h.IsTransactional() {
+		return nil
+	}
+	if !h.IsControl() {
+		p.noteTxnBatch(h.ProducerID, h.BaseOffset)
+		return nil
+	}
+	commit, ok, err := markerType(batch)
+	if err != nil || !ok {
+		return err
+	}
+	p.noteMarker(h.ProducerID, h.ProducerEpoch, commit, h.BaseOffset)
+	return nil
+}
