@@ -1,14 +1,23 @@
 package broker_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
+	"holdfast/internal/records"
 	"holdfast/internal/wire"
 )
 
@@ -85,5 +94,513 @@ func TestTxnCommitAbortVisibility(t *testing.T) {
 	// ListOffsets: 3 data + 1 marker, 4 + 1, 2 + 1.
 	if end := endOffset(t, n, "tv", 0); end != 12 {
 		t.Fatalf("end offset %d, want 12", end)
+	}
+}
+
+// TestTxnOpenHoldsLSO: while a transaction is open, read_committed stops at
+// its first offset (LSO); ListOffsets latest answers the LSO under
+// read_committed and the high watermark otherwise.
+func TestTxnOpenHoldsLSO(t *testing.T) {
+	n := txnNode(t)
+	n.CreateTopic("lso", 1, nil)
+	plain := n.Client()
+	ctx := testCtx(t)
+	if err := plain.ProduceSync(ctx, recs("lso", "plain-", 2)...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cl := txnProducer(t, n, "lso-producer")
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, recs("lso", "open-", 3)...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	adm := n.Admin()
+	committed, err := adm.ListCommittedOffsets(ctx, "lso")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, "lso")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := committed.Lookup("lso", 0); o.Offset != 2 {
+		t.Fatalf("read_committed end %d (%v), want the LSO 2", o.Offset, o.Err)
+	}
+	if o, _ := ends.Lookup("lso", 0); o.Offset != 5 {
+		t.Fatalf("read_uncommitted end %d (%v), want 5", o.Offset, o.Err)
+	}
+	// DescribeProducers shows the open transaction's first offset.
+	ps, err := adm.DescribeProducers(ctx, kadmSet("lso", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var start int64 = -2
+	ps.EachProducer(func(p kadm.DescribedProducer) { start = p.CurrentTxnStartOffset })
+	if start != 2 {
+		t.Fatalf("describe producers: txn start %d, want 2", start)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	if got := values(t, n, "lso", true, 5); len(got) != 5 {
+		t.Fatalf("after commit read_committed got %v", got)
+	}
+}
+
+func kadmSet(topic string, ps ...int32) kadm.TopicsSet {
+	s := kadm.TopicsSet{}
+	s.Add(topic, ps...)
+	return s
+}
+
+// TestTxnZombieFenced: a second producer with the same transactional id
+// fences the first; the first's open transaction is aborted and it can
+// neither produce nor commit any more.
+func TestTxnZombieFenced(t *testing.T) {
+	n := txnNode(t)
+	n.CreateTopic("zombie", 2, nil)
+	ctx := testCtx(t)
+	old := txnProducer(t, n, "shared-id", kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err := old.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.ProduceSync(ctx, &kgo.Record{Topic: "zombie", Partition: 0, Value: []byte("zombie-0")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	oldPID, oldEpoch, err := old.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := txnProducer(t, n, "shared-id", kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	produceTxn(t, fresh, true, &kgo.Record{Topic: "zombie", Partition: 1, Value: []byte("fresh-1")})
+
+	// The zombie, to a partition of its (aborted) transaction and to a new one.
+	for _, p := range []int32{0, 1} {
+		err := old.ProduceSync(ctx, &kgo.Record{Topic: "zombie", Partition: p, Value: []byte("zombie-late")}).FirstErr()
+		if !isFenced(err) {
+			t.Fatalf("zombie produce to partition %d: %v, want fenced", p, err)
+		}
+	}
+	// franz-go refuses to commit after failed produces
+	// (OPERATION_NOT_ATTEMPTED), so the zombie's EndTxn is sent raw.
+	if err := old.EndTransaction(ctx, kgo.TryCommit); err == nil {
+		t.Fatal("zombie commit succeeded")
+	}
+	end := kmsg.NewPtrEndTxnRequest()
+	end.TransactionalID, end.ProducerID, end.ProducerEpoch, end.Commit = "shared-id", oldPID, oldEpoch, true
+	if er := rawRequest(t, n, end).(*kmsg.EndTxnResponse); er.ErrorCode != kerr.InvalidProducerEpoch.Code {
+		t.Fatalf("zombie EndTxn: %v, want INVALID_PRODUCER_EPOCH", kerr.ErrorForCode(er.ErrorCode))
+	}
+	// read_committed: only the fresh producer's record, on both partitions.
+	got := values(t, n, "zombie", true, 1)
+	if fmt.Sprint(got) != "[fresh-1]" {
+		t.Fatalf("read_committed %v, want [fresh-1]", got)
+	}
+	in := describeTxn(t, n, "shared-id")
+	if in.State != "CompleteCommit" {
+		t.Fatalf("state %s, want CompleteCommit", in.State)
+	}
+}
+
+func isFenced(err error) bool {
+	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)
+}
+
+func describeTxn(t *testing.T, n *brokertest.Node, id string) kadm.DescribedTransaction {
+	t.Helper()
+	d, err := n.Admin().DescribeTransactions(testCtx(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, ok := d[id]
+	if !ok || in.Err != nil {
+		t.Fatalf("describe %s: %+v", id, in)
+	}
+	return in
+}
+
+// TestTxnCoordinatorRestartCompletesCommit: the coordinator stops right
+// after the PrepareCommit record is durable, before any marker; after a
+// restart, replay writes the markers and the commit is visible.
+func TestTxnCoordinatorRestartCompletesCommit(t *testing.T) {
+	var crashed atomic.Bool
+	hit := make(chan struct{})
+	n := txnNode(t, func(c *broker.Config, _ *wire.Limits) {
+		c.Txn.AfterPrepare = func(id string) bool {
+			if id == "crash-id" && crashed.CompareAndSwap(false, true) {
+				close(hit)
+				return true
+			}
+			return false
+		}
+	})
+	n.CreateTopic("crash", 3, nil)
+	cl := txnProducer(t, n, "crash-id")
+	ctx := testCtx(t)
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for p := int32(0); p < 3; p++ {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "crash", Partition: p, Value: []byte("v" + strconv.Itoa(int(p)))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- cl.EndTransaction(ctx, kgo.TryCommit) }()
+	select {
+	case <-hit:
+	case <-ctx.Done():
+		t.Fatal("prepare hook never ran")
+	}
+	// No marker exists: read_committed sees nothing (the LSO is held).
+	adm := n.Admin()
+	lso, err := adm.ListCommittedOffsets(ctx, "crash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lso.Each(func(o kadm.ListedOffset) {
+		if o.Offset != 0 {
+			t.Fatalf("partition %d LSO %d before the markers, want 0", o.Partition, o.Offset)
+		}
+	})
+	n.Restart()
+	if err := <-ended; err != nil {
+		t.Fatalf("commit across the coordinator restart: %v", err)
+	}
+	if got := values(t, n, "crash", true, 3); len(got) != 3 {
+		t.Fatalf("read_committed after restart: %v", got)
+	}
+	if in := describeTxn(t, n, "crash-id"); in.State != "CompleteCommit" {
+		t.Fatalf("state %s, want CompleteCommit", in.State)
+	}
+}
+
+// TestTxnTimeoutAborts: a transaction left open past its timeout is aborted
+// by the coordinator, and its producer is fenced.
+func TestTxnTimeoutAborts(t *testing.T) {
+	n := txnNode(t, func(c *broker.Config, _ *wire.Limits) { c.Txn.AbortInterval = 50 * time.Millisecond })
+	n.CreateTopic("slow", 1, nil)
+	cl := txnProducer(t, n, "slow-id", kgo.TransactionTimeout(300*time.Millisecond))
+	ctx := testCtx(t)
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, recs("slow", "late-", 2)...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	for describeTxn(t, n, "slow-id").State != "CompleteAbort" {
+		if ctx.Err() != nil {
+			t.Fatal("timed-out transaction never aborted")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); !isFenced(err) {
+		t.Fatalf("commit after the timeout abort: %v, want fenced", err)
+	}
+	// Nothing visible; the LSO moved past the aborted records and marker.
+	committed, err := n.Admin().ListCommittedOffsets(ctx, "slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := committed.Lookup("slow", 0); o.Offset != 3 {
+		t.Fatalf("LSO %d after abort, want 3", o.Offset)
+	}
+	plain := n.Client()
+	if err := plain.ProduceSync(ctx, &kgo.Record{Topic: "slow", Value: []byte("after")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if got := values(t, n, "slow", true, 1); fmt.Sprint(got) != "[after]" {
+		t.Fatalf("read_committed %v, want [after]", got)
+	}
+}
+
+// TestTxnInvalidTimeoutAndUnaddedPartition: raw protocol checks.
+func TestTxnInvalidTimeoutAndUnaddedPartition(t *testing.T) {
+	n := txnNode(t, func(c *broker.Config, _ *wire.Limits) { c.Txn.MaxTimeout = time.Minute })
+	n.CreateTopic("raw", 1, nil)
+	init := kmsg.NewPtrInitProducerIDRequest()
+	id := "raw-id"
+	init.TransactionalID = &id
+	init.TransactionTimeoutMillis = int32((2 * time.Minute).Milliseconds())
+	init.ProducerID, init.ProducerEpoch = -1, -1
+	resp := rawRequest(t, n, init).(*kmsg.InitProducerIDResponse)
+	if resp.ErrorCode != kerr.InvalidTransactionTimeout.Code {
+		t.Fatalf("timeout above max: %v", kerr.ErrorForCode(resp.ErrorCode))
+	}
+	init.TransactionTimeoutMillis = 10000
+	resp = rawRequest(t, n, init).(*kmsg.InitProducerIDResponse)
+	if resp.ErrorCode != 0 || resp.ProducerEpoch != 0 {
+		t.Fatalf("init: %v epoch %d", kerr.ErrorForCode(resp.ErrorCode), resp.ProducerEpoch)
+	}
+	// A transactional batch to a partition never added: INVALID_TXN_STATE,
+	// and nothing is written.
+	cl := n.Client()
+	sp := produceRaw(t, cl, "raw", txnBatch(t, resp.ProducerID, resp.ProducerEpoch, 0, 2))
+	if sp.ErrorCode != kerr.InvalidTxnState.Code {
+		t.Fatalf("unadded partition: %v", kerr.ErrorForCode(sp.ErrorCode))
+	}
+	if end := endOffset(t, n, "raw", 0); end != 0 {
+		t.Fatalf("end offset %d after a refused batch", end)
+	}
+	// EndTxn with nothing ongoing is INVALID_TXN_STATE; a stale epoch fenced.
+	end := kmsg.NewPtrEndTxnRequest()
+	end.TransactionalID, end.ProducerID, end.ProducerEpoch, end.Commit = id, resp.ProducerID, resp.ProducerEpoch, true
+	if er := rawRequest(t, n, end).(*kmsg.EndTxnResponse); er.ErrorCode != kerr.InvalidTxnState.Code {
+		t.Fatalf("end with nothing ongoing: %v", kerr.ErrorForCode(er.ErrorCode))
+	}
+	end.ProducerEpoch = resp.ProducerEpoch - 1
+	if er := rawRequest(t, n, end).(*kmsg.EndTxnResponse); er.ErrorCode != kerr.InvalidProducerEpoch.Code {
+		t.Fatalf("end with a stale epoch: %v", kerr.ErrorForCode(er.ErrorCode))
+	}
+}
+
+func txnBatch(t *testing.T, pid int64, epoch int16, seq int32, n int) []byte {
+	t.Helper()
+	rs := make([]records.Record, n)
+	for i := range rs {
+		rs[i] = records.Record{Timestamp: time.Now().UnixMilli(), Value: []byte("raw")}
+	}
+	b, err := records.Build(records.Batch{ProducerID: pid, ProducerEpoch: epoch, BaseSequence: seq, Transactional: true}, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestTxnSarama: sarama's transactional producer, commit and abort.
+func TestTxnSarama(t *testing.T) {
+	n := txnNode(t)
+	n.CreateTopic("sarama-txn", 1, nil)
+	cfg := sarama.NewConfig()
+	cfg.Version = sarama.V3_0_0_0
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	cfg.Producer.Idempotent = true
+	cfg.Producer.Transaction.ID = "sarama-txn-id"
+	cfg.Net.MaxOpenRequests = 1
+	sp, err := sarama.NewSyncProducer([]string{n.Addr}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	send := func(v string) {
+		t.Helper()
+		if _, _, err := sp.SendMessage(&sarama.ProducerMessage{Topic: "sarama-txn", Value: sarama.StringEncoder(v)}); err != nil {
+			t.Fatalf("send %s: %v", v, err)
+		}
+	}
+	for _, step := range []struct {
+		vals   []string
+		commit bool
+	}{{[]string{"s1", "s2"}, true}, {[]string{"aborted"}, false}, {[]string{"s3"}, true}} {
+		if err := sp.BeginTxn(); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range step.vals {
+			send(v)
+		}
+		if step.commit {
+			err = sp.CommitTxn()
+		} else {
+			err = sp.AbortTxn()
+		}
+		if err != nil {
+			t.Fatalf("end (commit %v): %v", step.commit, err)
+		}
+	}
+	if got := values(t, n, "sarama-txn", true, 3); fmt.Sprint(got) != "[s1 s2 s3]" {
+		t.Fatalf("read_committed %v", got)
+	}
+	if got := values(t, n, "sarama-txn", false, 4); fmt.Sprint(got) != "[s1 s2 aborted s3]" {
+		t.Fatalf("read_uncommitted %v", got)
+	}
+}
+
+// TestTxnExactlyOncePipeline: consume A in a group, transform, produce to B
+// with the offsets in the transaction (kgo.GroupTransactSession), while the
+// broker restarts mid-transaction a few times. B ends with every input
+// exactly once under read_committed.
+func TestTxnExactlyOncePipeline(t *testing.T) {
+	n := txnNode(t, func(c *broker.Config, _ *wire.Limits) { c.Groups.InitialRebalanceDelay = 0 })
+	const total = 400
+	n.CreateTopic("eos-in", 2, nil)
+	n.CreateTopic("eos-out", 1, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	in := n.Client()
+	for i := 0; i < total; i += 50 {
+		batch := recs("eos-in", "", 50)
+		for j, r := range batch {
+			r.Value = []byte(strconv.Itoa(i + j))
+		}
+		if err := in.ProduceSync(ctx, batch...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	s, err := kgo.NewGroupTransactSession(
+		kgo.SeedBrokers(n.Addr),
+		kgo.TransactionalID("eos-pipeline"),
+		kgo.ConsumerGroup("eos-group"),
+		kgo.ConsumeTopics("eos-in"),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.DefaultProduceTopic("eos-out"),
+		kgo.SessionTimeout(6*time.Second),
+		kgo.HeartbeatInterval(200*time.Millisecond),
+		kgo.FetchMaxWait(200*time.Millisecond),
+		kgo.RetryTimeout(time.Minute),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	restartAt := map[int]bool{60: true, 180: true, 300: true}
+	done, txns, aborted := 0, 0, 0
+	for done < total {
+		if ctx.Err() != nil {
+			t.Fatalf("pipeline stuck after %d committed inputs", done)
+		}
+		fs := s.PollRecords(ctx, 40)
+		rs := fs.Records()
+		if len(rs) == 0 {
+			continue
+		}
+		if err := s.Begin(); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			s.Produce(ctx, &kgo.Record{Value: append([]byte("out-"), r.Value...)}, nil)
+		}
+		txns++
+		restart := false
+		for at := range restartAt {
+			if done < at && done+len(rs) >= at {
+				restart = true
+				delete(restartAt, at)
+			}
+		}
+		if restart {
+			// Mid-transaction: records produced (maybe), nothing committed.
+			s.Client().Flush(ctx)
+			n.Restart()
+		}
+		committed, err := s.End(ctx, kgo.TryCommit)
+		if err != nil {
+			t.Logf("end transaction %d: %v (retrying the inputs)", txns, err)
+		}
+		if committed {
+			done += len(rs)
+		} else {
+			aborted++
+		}
+	}
+	t.Logf("%d inputs committed in %d transactions (%d not committed)", done, txns, aborted)
+	if len(restartAt) != 0 {
+		t.Fatalf("restarts not done: %v", restartAt)
+	}
+	seen := map[string]int{}
+	for _, v := range values(t, n, "eos-out", true, total) {
+		seen[v]++
+	}
+	// Anything past the first total records is a duplicate: look for it.
+	tail := n.Client(kgo.ConsumeTopics("eos-out"), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	var all int
+	for all < total {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		fs := tail.PollFetches(pctx)
+		pcancel()
+		if len(fs.Records()) == 0 && all > 0 {
+			break
+		}
+		all += len(fs.Records())
+	}
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		fs := tail.PollFetches(pctx)
+		pcancel()
+		if len(fs.Records()) == 0 {
+			break
+		}
+		all += len(fs.Records())
+	}
+	if all != total {
+		t.Fatalf("output has %d committed records, want %d", all, total)
+	}
+	for i := 0; i < total; i++ {
+		if c := seen["out-"+strconv.Itoa(i)]; c != 1 {
+			t.Fatalf("input %d appears %d times in the output", i, c)
+		}
+	}
+	if len(seen) != total {
+		t.Fatalf("output has %d distinct values, want %d", len(seen), total)
+	}
+}
+
+// BenchmarkIdempotentVsPlainProduce measures acks=all produce throughput of
+// an idempotent producer against a non-idempotent one in the same run and
+// reports the ratio (idempotent / plain).
+func BenchmarkIdempotentVsPlainProduce(b *testing.B) {
+	n := brokertest.Start(b)
+	n.CreateTopic("bench-idem", 1, nil)
+	n.CreateTopic("bench-plain", 1, nil)
+	value := make([]byte, 100)
+	run := func(topic string, opts ...kgo.Opt) float64 {
+		cl := n.Client(append([]kgo.Opt{kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0)}, opts...)...)
+		ctx := context.Background()
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			cl.Produce(ctx, &kgo.Record{Value: value}, func(_ *kgo.Record, err error) {
+				if err != nil {
+					b.Error(err)
+				}
+			})
+		}
+		if err := cl.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+		return float64(b.N) / time.Since(start).Seconds()
+	}
+	b.ResetTimer()
+	plain := run("bench-plain", kgo.DisableIdempotentWrite())
+	idem := run("bench-idem")
+	b.ReportMetric(plain, "plain-rec/s")
+	b.ReportMetric(idem, "idempotent-rec/s")
+	b.ReportMetric(idem/plain, "ratio")
+}
+
+// BenchmarkTransactions: committed transactions per second with one record
+// on each of 1 or 10 partitions.
+func BenchmarkTransactions(b *testing.B) {
+	for _, parts := range []int32{1, 10} {
+		b.Run(fmt.Sprintf("partitions=%d", parts), func(b *testing.B) {
+			n := brokertest.Start(b, func(c *broker.Config, _ *wire.Limits) { c.Txn.StatePartitions = 3 })
+			topic := fmt.Sprintf("bench-txn-%d", parts)
+			n.CreateTopic(topic, parts, nil)
+			cl := n.Client(kgo.TransactionalID(topic), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))
+			ctx := context.Background()
+			value := make([]byte, 100)
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				if err := cl.BeginTransaction(); err != nil {
+					b.Fatal(err)
+				}
+				for p := int32(0); p < parts; p++ {
+					cl.Produce(ctx, &kgo.Record{Partition: p, Value: value}, nil)
+				}
+				if err := cl.Flush(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "txn/s")
+		})
 	}
 }
