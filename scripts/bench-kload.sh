@@ -59,8 +59,8 @@ for peer in holdfast kfake-sync kfake-mem; do
 		n=$(python3 -c "print(int((500000 if $size==100 else 200000)*$scale))")
 		for parts in 1 6; do
 			run $peer $size $parts "$n"
+			run $peer $size $parts "$(python3 -c "print(int(10000*$scale))")" 1000
 		done
 	done
-	run $peer 1024 6 "$(python3 -c "print(int(10000*$scale))")" 1000
 	stop_peer
 done
