@@ -423,7 +423,20 @@ func TestTxnSarama(t *testing.T) {
 // broker restarts mid-transaction a few times. B ends with every input
 // exactly once under read_committed.
 func TestTxnExactlyOncePipeline(t *testing.T) {
-	n := txnNode(t, func(c *broker.Config, _ *wire.Limits) { c.Groups.InitialRebalanceDelay = 0 })
+	// crashNext makes the coordinator abandon the next commit right after
+	// its PrepareCommit is durable, as a crash there would.
+	var crashNext atomic.Bool
+	crashed := make(chan struct{}, 1)
+	n := txnNode(t, func(c *broker.Config, _ *wire.Limits) {
+		c.Groups.InitialRebalanceDelay = 0
+		c.Txn.AfterPrepare = func(string) bool {
+			if crashNext.CompareAndSwap(true, false) {
+				crashed <- struct{}{}
+				return true
+			}
+			return false
+		}
+	})
 	const total = 400
 	n.CreateTopic("eos-in", 2, nil)
 	n.CreateTopic("eos-out", 1, nil)
@@ -459,7 +472,7 @@ func TestTxnExactlyOncePipeline(t *testing.T) {
 	defer s.Close()
 
 	restartAt := map[int]bool{60: true, 180: true, 300: true}
-	done, txns, aborted := 0, 0, 0
+	done, txns, aborted, crashes := 0, 0, 0, 0
 	for done < total {
 		if ctx.Err() != nil {
 			t.Fatalf("pipeline stuck after %d committed inputs", done)
@@ -488,7 +501,35 @@ func TestTxnExactlyOncePipeline(t *testing.T) {
 			s.Client().Flush(ctx)
 			n.Restart()
 		}
-		committed, err := s.End(ctx, kgo.TryCommit)
+		var committed bool
+		var err error
+		switch {
+		case txns%5 == 0:
+			// Processing "failed": the inputs must come round again.
+			committed, err = s.End(ctx, kgo.TryAbort)
+		case txns%4 == 0 && crashes < 2:
+			crashes++
+			crashNext.Store(true)
+			type result struct {
+				ok  bool
+				err error
+			}
+			res := make(chan result, 1)
+			go func() {
+				ok, err := s.End(ctx, kgo.TryCommit)
+				res <- result{ok, err}
+			}()
+			select {
+			case <-crashed:
+			case <-ctx.Done():
+				t.Fatal("the commit never reached PrepareCommit")
+			}
+			n.Restart() // replay completes the commit
+			r := <-res
+			committed, err = r.ok, r.err
+		default:
+			committed, err = s.End(ctx, kgo.TryCommit)
+		}
 		if err != nil {
 			t.Logf("end transaction %d: %v (retrying the inputs)", txns, err)
 		}
@@ -499,8 +540,8 @@ func TestTxnExactlyOncePipeline(t *testing.T) {
 		}
 	}
 	t.Logf("%d inputs committed in %d transactions (%d not committed)", done, txns, aborted)
-	if len(restartAt) != 0 {
-		t.Fatalf("restarts not done: %v", restartAt)
+	if len(restartAt) != 0 || crashes != 2 {
+		t.Fatalf("restarts not done: %v, crashes after prepare %d", restartAt, crashes)
 	}
 	seen := map[string]int{}
 	for _, v := range values(t, n, "eos-out", true, total) {
