@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"math/rand"
+	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -16,6 +18,7 @@ import (
 // model is what the test knows was appended: batches by base offset.
 type model struct {
 	batches [][]byte // in offset order, contiguous
+	ords    []int64  // ordinal of each batch, as Append reported it
 }
 
 func (m *model) truncate(off int64) {
@@ -23,6 +26,7 @@ func (m *model) truncate(off int64) {
 		h, _ := records.ParseHeader(b)
 		if h.BaseOffset >= off {
 			m.batches = m.batches[:i]
+			m.ords = m.ords[:i]
 			return
 		}
 	}
@@ -54,6 +58,23 @@ func (m *model) verify(t *testing.T, l *Log, durable int64) {
 		}
 	}
 	m.batches = m.batches[i : i+len(got)]
+	m.ords = m.ords[i : i+len(got)]
+	// Ordinals survive the crash and stay dense.
+	for j, b := range m.batches {
+		h, _ := records.ParseHeader(b)
+		if ord, err := l.OrdinalOf(max(h.BaseOffset, l.StartOffset())); err != nil || ord != m.ords[j] {
+			t.Fatalf("batch at %d: ordinal %d (%v), appended as %d", h.BaseOffset, ord, err, m.ords[j])
+		}
+		if off, err := l.OffsetOfOrdinal(m.ords[j]); err != nil || off != h.BaseOffset {
+			t.Fatalf("ordinal %d: offset %d (%v), want %d", m.ords[j], off, err, h.BaseOffset)
+		}
+		if j > 0 && m.ords[j] != m.ords[j-1]+1 {
+			t.Fatalf("ordinals not dense: %d after %d", m.ords[j], m.ords[j-1])
+		}
+	}
+	if n := len(m.ords); n > 0 && l.EndOrdinal() != m.ords[n-1]+1 {
+		t.Fatalf("end ordinal %d after last %d", l.EndOrdinal(), m.ords[n-1])
+	}
 	if n := len(m.batches); n > 0 {
 		h, _ := records.ParseHeader(m.batches[n-1])
 		if h.LastOffset()+1 != l.EndOffset() {
@@ -68,6 +89,24 @@ func TestCrashRecovery(t *testing.T) {
 		seeds = 10
 	}
 	for seed := int64(1); seed <= int64(seeds); seed++ {
+		crashSeed(t, seed)
+	}
+}
+
+// debugOrd logs every operation of a seed: STORAGE_CRASH_SEED=n go test -run CrashSeed -v
+var debugOrd bool
+
+func TestCrashSeed(t *testing.T) {
+	seed, _ := strconv.Atoi(os.Getenv("STORAGE_CRASH_SEED"))
+	if seed == 0 {
+		t.Skip("set STORAGE_CRASH_SEED to replay one crash-test seed verbosely")
+	}
+	debugOrd = true
+	crashSeed(t, int64(seed))
+}
+
+func crashSeed(t *testing.T, seed int64) {
+	{
 		rng := rand.New(rand.NewSource(seed))
 		fs := NewCrashFS(seed)
 		sy := newSyncer(t)
@@ -86,10 +125,12 @@ func TestCrashRecovery(t *testing.T) {
 				switch r := rng.Intn(20); {
 				case r < 14:
 					b := batch(t, 1+rng.Intn(4), rng.Intn(300), int64(op))
-					if _, err := l.Append(b, epoch); err != nil {
+					info, err := l.Append(b, epoch)
+					if err != nil {
 						t.Fatalf("seed %d: append: %v", seed, err)
 					}
 					m.batches = append(m.batches, b)
+					m.ords = append(m.ords, info.Ordinal)
 				case r < 18:
 					if err := l.WaitDurable(context.Background(), l.EndOffset()); err != nil {
 						t.Fatalf("seed %d: wait: %v", seed, err)
@@ -101,6 +142,9 @@ func TestCrashRecovery(t *testing.T) {
 					if h.BaseOffset <= l.StartOffset() {
 						continue
 					}
+					if debugOrd {
+						t.Logf("truncate %d (end %d, endord %d)", h.BaseOffset, l.EndOffset(), l.EndOrdinal())
+					}
 					if err := l.Truncate(h.BaseOffset); err != nil {
 						t.Fatalf("seed %d: truncate: %v", seed, err)
 					}
@@ -108,13 +152,22 @@ func TestCrashRecovery(t *testing.T) {
 					epoch++
 				default:
 					if end := l.EndOffset(); end > 0 && rng.Intn(3) == 0 {
-						if err := l.DeleteBefore(rng.Int63n(end)); err != nil {
+						d := rng.Int63n(end)
+						if debugOrd {
+							t.Logf("delete before %d", d)
+						}
+						if err := l.DeleteBefore(d); err != nil {
 							t.Fatalf("seed %d: delete before: %v", seed, err)
 						}
 					}
 				}
 			}
 			durable := l.DurableOffset()
+			if debugOrd {
+				t.Logf("crash: end %d endord %d durable %d segs %d sizes %v", l.EndOffset(), l.EndOrdinal(), durable, l.Segments(), fs.Sizes())
+				b, _ := fs.ReadFileForTest("/d/" + ordinalCheckpoint)
+				t.Logf("ckpt %q", b)
+			}
 			if rng.Intn(2) == 0 {
 				fs.Crash()
 			} else {
@@ -125,13 +178,19 @@ func TestCrashRecovery(t *testing.T) {
 			if err != nil {
 				t.Fatalf("seed %d round %d: reopen: %v", seed, round, err)
 			}
+			if debugOrd {
+				b, _ := fs.ReadFileForTest("/d/" + ordinalCheckpoint)
+				t.Logf("reopened: end %d endord %d start %d segs %d ckpt %q", l.EndOffset(), l.EndOrdinal(), l.StartOffset(), l.Segments(), b)
+			}
 			m.verify(t, l, durable)
 			// Writable again.
 			b := batch(t, 1, 10, 1)
-			if _, err := l.Append(b, epoch); err != nil {
+			info, err := l.Append(b, epoch)
+			if err != nil {
 				t.Fatalf("seed %d: append after crash: %v", seed, err)
 			}
 			m.batches = append(m.batches, b)
+			m.ords = append(m.ords, info.Ordinal)
 		}
 		l.Close()
 	}

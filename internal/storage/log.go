@@ -31,8 +31,10 @@ var (
 )
 
 const (
-	epochCheckpoint = "leader-epoch-checkpoint"
-	startCheckpoint = "log-start-offset-checkpoint"
+	epochCheckpoint   = "leader-epoch-checkpoint"
+	startCheckpoint   = "log-start-offset-checkpoint"
+	ordinalCheckpoint = "segment-ordinal-checkpoint"
+	maxOrdinalCkpt    = 64 << 20 // bytes; ~1.5 M segments
 	maxEpochEntries = 1 << 16 // bounds the checkpoint file and the cache
 	// maxIndexRecoveryTries bounds the index entries recovery checks
 	// before it rescans the active segment from its start.
@@ -55,6 +57,7 @@ type AppendInfo struct {
 	BaseOffset, LastOffset int64
 	MaxTimestamp           int64
 	Size                   int
+	Ordinal                int64 // the batch's ordinal (see EndOrdinal)
 }
 
 type epochEntry struct {
@@ -138,7 +141,7 @@ func (l *Log) recover() error {
 	}
 	logs := map[int64]bool{}
 	var indexes []string
-	haveEpochs, haveStart := false, false
+	haveEpochs, haveStart, haveOrds := false, false, false
 	for _, name := range names {
 		base, suf, ok := parseSegmentName(name)
 		switch {
@@ -150,6 +153,8 @@ func (l *Log) recover() error {
 			haveEpochs = true
 		case name == startCheckpoint:
 			haveStart = true
+		case name == ordinalCheckpoint:
+			haveOrds = true
 		case strings.HasSuffix(name, ".tmp"):
 			// An interrupted atomic write: the old file is still intact.
 			if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil {
@@ -214,7 +219,20 @@ func (l *Log) recover() error {
 		}
 		l.segs = append(l.segs, s)
 	}
+	ords := map[int64]int64{}
+	if haveOrds {
+		b, err := readFile(l.fs, filepath.Join(l.dir, ordinalCheckpoint), maxOrdinalCkpt)
+		if err == nil {
+			ords, err = parseOrdinalCheckpoint(b)
+		}
+		if err != nil {
+			return fmt.Errorf("storage: open %s: damaged %s: %w", l.dir, ordinalCheckpoint, err)
+		}
+	}
 	if len(l.segs) == 0 {
+		if err := l.writeOrdinalsLocked(l.start, 0); err != nil {
+			return fmt.Errorf("storage: open %s: %w", l.dir, err)
+		}
 		s, err := l.createSegment(l.start)
 		if err != nil {
 			return err
@@ -225,8 +243,34 @@ func (l *Log) recover() error {
 		if n > 1 {
 			l.segs[n-2].next = l.segs[n-1].base
 		}
+		rewrite := len(ords) != n
+		for i, s := range l.segs {
+			o, ok := ords[s.base]
+			switch {
+			case ok:
+				s.firstOrd = o
+			case i == 0:
+				// Only a log from before ordinals, or a lost checkpoint.
+				l.logger.Warn("storage: no ordinal for the first segment, assuming 0", "file", s.f.Name())
+				rewrite = true
+			default:
+				// A segment created after the checkpoint was written can
+				// only be the last: count the batches of the one before.
+				c, err := l.segmentBatches(l.segs[i-1])
+				if err != nil {
+					return err
+				}
+				s.firstOrd = l.segs[i-1].firstOrd + c
+				rewrite = true
+			}
+		}
 		if err := l.recoverActive(l.segs[n-1]); err != nil {
 			return err
+		}
+		if rewrite {
+			if err := l.writeOrdinalsLocked(-1, 0); err != nil {
+				return fmt.Errorf("storage: open %s: %w", l.dir, err)
+			}
 		}
 	}
 	act := l.active()
@@ -238,7 +282,7 @@ func (l *Log) recover() error {
 		// DeleteBefore moved the start past data lost in the crash; the
 		// offsets below start are gone by request, so restart there.
 		l.logger.Warn("storage: log start beyond recovered end, resetting", "start", l.start, "end", l.end)
-		if err := l.resetLocked(l.start); err != nil {
+		if err := l.resetLocked(l.start, act.firstOrd+act.nbatches); err != nil {
 			return err
 		}
 		act = l.active()
@@ -348,12 +392,13 @@ func (l *Log) recoverActive(s *segment) error {
 		}
 		keep--
 	}
-	var pos, next int64 = 0, s.base
+	var pos, next, ord int64 = 0, s.base, 0
 	if keep > 0 {
 		// The scan below re-adds this entry.
-		pos, next = int64(s.offIdx[keep-1].pos), s.base+int64(s.offIdx[keep-1].rel)
+		e := s.offIdx[keep-1]
+		pos, next, ord = int64(e.pos), s.base+int64(e.rel), int64(e.ord)
 	}
-	if err := s.truncateIndexLocked(l, next); err != nil {
+	if err := s.truncateIndexLocked(l, next, ord); err != nil {
 		return fmt.Errorf("storage: open %s: truncate index: %w", l.dir, err)
 	}
 	s.sinceIndex = l.cfg.IndexIntervalBytes // index the first scanned batch
@@ -516,6 +561,7 @@ func (l *Log) appendLocked(batch []byte, h records.Header) (AppendInfo, error) {
 		return AppendInfo{}, fmt.Errorf("storage: append to %s: write %s: %w", l.dir, s.f.Name(), err)
 	}
 	s.idxMu.Lock()
+	ord := s.firstOrd + s.nbatches
 	s.indexBatchLocked(l.cfg.IndexIntervalBytes, h, pos)
 	s.idxMu.Unlock()
 	if s.firstTS < 0 {
@@ -530,7 +576,7 @@ func (l *Log) appendLocked(batch []byte, h records.Header) (AppendInfo, error) {
 			l.syncer.request(l)
 		})
 	}
-	return AppendInfo{BaseOffset: h.BaseOffset, LastOffset: h.LastOffset(), MaxTimestamp: h.MaxTimestamp, Size: n}, nil
+	return AppendInfo{BaseOffset: h.BaseOffset, LastOffset: h.LastOffset(), MaxTimestamp: h.MaxTimestamp, Size: n, Ordinal: ord}, nil
 }
 
 func (l *Log) shouldRollLocked(s *segment, h records.Header) bool {
@@ -582,10 +628,16 @@ func (l *Log) rollLocked(base int64) error {
 		}
 	}
 	old.idxMu.Unlock()
+	// The new segment's ordinal is durable before the segment exists.
+	ord := old.firstOrd + old.nbatches
+	if err := l.writeOrdinalsLocked(base, ord); err != nil {
+		return fmt.Errorf("storage: roll %s: %w", l.dir, err)
+	}
 	s, err := l.createSegment(base)
 	if err != nil {
 		return fmt.Errorf("storage: roll %s: %w", l.dir, err)
 	}
+	s.firstOrd = ord
 	old.next = base
 	l.segs = append(l.segs, s)
 	l.advanceDurableLocked(base)
@@ -943,13 +995,13 @@ func (l *Log) Truncate(offset int64) error {
 	}
 	i := l.segmentFor(offset)
 	s := l.segs[i]
-	var pos int64
+	var pos, ord int64
 	if offset != s.base {
 		if err := s.ensureLoaded(l); err != nil {
 			return err
 		}
 		s.idxMu.Lock()
-		pos = s.lookupLocked(offset)
+		pos, ord = s.lookupOrdLocked(offset)
 		s.idxMu.Unlock()
 		for {
 			if pos >= s.size {
@@ -969,6 +1021,7 @@ func (l *Log) Truncate(offset int64) error {
 				return fmt.Errorf("storage: truncate %s to %d: inside batch [%d, %d]: %w", l.dir, offset, h.BaseOffset, h.LastOffset(), ErrNotBoundary)
 			}
 			pos += int64(h.Size())
+			ord++
 		}
 	}
 	wasDurable := offset <= l.durable.Load()
@@ -987,7 +1040,7 @@ func (l *Log) Truncate(offset int64) error {
 	}
 	s.idxMu.Lock()
 	s.loaded = true
-	errs = append(errs, s.truncateIndexLocked(l, offset))
+	errs = append(errs, s.truncateIndexLocked(l, offset, ord))
 	// The cut index must be durable before new batches land where the old
 	// ones were: a stale entry that came back would point mid-batch.
 	if s.idxFile != nil {
@@ -1038,7 +1091,7 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	if offset < 0 {
 		return fmt.Errorf("storage: reset %s to %d: %w", l.dir, offset, ErrOffsetOutOfRange)
 	}
-	if err := l.resetLocked(offset); err != nil {
+	if err := l.resetLocked(offset, l.endOrdinalLocked()); err != nil {
 		l.failLocked(err)
 		return err
 	}
@@ -1047,7 +1100,27 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 	return nil
 }
 
-func (l *Log) resetLocked(offset int64) error {
+// ResetAt is TruncateFullyAndStartAt that also sets the ordinal of the next
+// batch (a Raft snapshot install: ordinal = snapshot index + 1, say).
+func (l *Log) ResetAt(offset, ordinal int64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	if offset < 0 || ordinal < 0 {
+		return fmt.Errorf("storage: reset %s to %d/%d: %w", l.dir, offset, ordinal, ErrOffsetOutOfRange)
+	}
+	if err := l.resetLocked(offset, ordinal); err != nil {
+		l.failLocked(err)
+		return err
+	}
+	l.failed = nil
+	l.wake()
+	return nil
+}
+
+func (l *Log) resetLocked(offset, ordinal int64) error {
 	if err := writeFileAtomic(l.fs, filepath.Join(l.dir, startCheckpoint), formatStartCheckpoint(offset)); err != nil {
 		return fmt.Errorf("storage: reset %s: %w", l.dir, err)
 	}
@@ -1060,10 +1133,14 @@ func (l *Log) resetLocked(offset int64) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("storage: reset %s: %w", l.dir, err)
 	}
+	if err := l.writeOrdinalsLocked(offset, ordinal); err != nil {
+		return fmt.Errorf("storage: reset %s: %w", l.dir, err)
+	}
 	s, err := l.createSegment(offset)
 	if err != nil {
 		return err
 	}
+	s.firstOrd = ordinal
 	l.segs = []*segment{s}
 	l.start, l.end = offset, offset
 	l.truncGen++
@@ -1356,6 +1433,178 @@ func (l *Log) Segments() int {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return len(l.segs)
+}
+
+// --- batch ordinals (the Raft index mapping) ---
+//
+// Every batch has an ordinal: the number of batches before it since the
+// log was created (or ResetAt). Raft indexes are dense, Kafka offsets count
+// records; ordinals bridge the two. Index entries carry the ordinal within
+// the segment and segment-ordinal-checkpoint each segment's first ordinal,
+// written before the segment is created.
+
+// EndOrdinal is the ordinal the next appended batch gets.
+func (l *Log) EndOrdinal() int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.endOrdinalLocked()
+}
+
+func (l *Log) endOrdinalLocked() int64 {
+	a := l.active()
+	return a.firstOrd + a.nbatches
+}
+
+// StartOrdinal is the ordinal of the batch holding StartOffset (EndOrdinal
+// for an empty log).
+func (l *Log) StartOrdinal() (int64, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.start == l.end {
+		return l.endOrdinalLocked(), nil
+	}
+	return l.ordinalOfLocked(l.start)
+}
+
+// OrdinalOf returns the ordinal of the batch holding offset.
+func (l *Log) OrdinalOf(offset int64) (int64, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.ordinalOfLocked(offset)
+}
+
+func (l *Log) ordinalOfLocked(offset int64) (int64, error) {
+	if l.closed {
+		return -1, ErrClosed
+	}
+	if offset < l.start || offset >= l.end {
+		return -1, fmt.Errorf("storage: ordinal of %d in %s, log has [%d, %d): %w", offset, l.dir, l.start, l.end, ErrOffsetOutOfRange)
+	}
+	for i := l.segmentFor(offset); i < len(l.segs); i++ {
+		s := l.segs[i]
+		if err := s.ensureLoaded(l); err != nil {
+			return -1, err
+		}
+		s.idxMu.Lock()
+		pos, ord := s.lookupOrdLocked(offset)
+		s.idxMu.Unlock()
+		for ; pos < s.size; ord++ {
+			h, err := l.batchHeader(s, pos)
+			if err != nil {
+				return -1, err
+			}
+			if h.LastOffset() >= offset {
+				return s.firstOrd + ord, nil
+			}
+			pos += int64(h.Size())
+		}
+	}
+	return -1, fmt.Errorf("storage: ordinal of %d in %s: no batch holds it: %w", offset, l.dir, ErrOffsetOutOfRange)
+}
+
+// OffsetOfOrdinal returns the base offset of batch ord; EndOffset for
+// ord == EndOrdinal.
+func (l *Log) OffsetOfOrdinal(ord int64) (int64, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return -1, ErrClosed
+	}
+	if ord == l.endOrdinalLocked() {
+		return l.end, nil
+	}
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].firstOrd > ord }) - 1
+	if i < 0 || ord > l.endOrdinalLocked() {
+		return -1, fmt.Errorf("storage: ordinal %d in %s beyond [%d, %d]: %w", ord, l.dir, l.segs[0].firstOrd, l.endOrdinalLocked(), ErrOffsetOutOfRange)
+	}
+	s := l.segs[i]
+	if err := s.ensureLoaded(l); err != nil {
+		return -1, err
+	}
+	s.idxMu.Lock()
+	pos, o := s.lookupByOrdLocked(ord - s.firstOrd)
+	s.idxMu.Unlock()
+	for ; pos < s.size; o++ {
+		h, err := l.batchHeader(s, pos)
+		if err != nil {
+			return -1, err
+		}
+		if s.firstOrd+o == ord {
+			if h.LastOffset() < l.start {
+				return -1, fmt.Errorf("storage: ordinal %d in %s is below the start offset %d: %w", ord, l.dir, l.start, ErrOffsetOutOfRange)
+			}
+			return h.BaseOffset, nil
+		}
+		pos += int64(h.Size())
+	}
+	return -1, fmt.Errorf("storage: ordinal %d in %s: segment %s ends first: %w", ord, l.dir, s.f.Name(), records.ErrCorrupt)
+}
+
+// segmentBatches counts the batches of a sealed segment (recovery only).
+func (l *Log) segmentBatches(s *segment) (int64, error) {
+	if err := s.ensureLoaded(l); err != nil {
+		return 0, err
+	}
+	s.idxMu.Lock()
+	pos, ord := int64(0), int64(0)
+	if n := len(s.offIdx); n > 0 {
+		pos, ord = int64(s.offIdx[n-1].pos), int64(s.offIdx[n-1].ord)
+	}
+	s.idxMu.Unlock()
+	for ; pos < s.size; ord++ {
+		h, err := l.batchHeader(s, pos)
+		if err != nil {
+			return 0, err
+		}
+		pos += int64(h.Size())
+	}
+	return ord, nil
+}
+
+// writeOrdinalsLocked persists every segment's first ordinal, plus
+// (newBase, newOrd) for a segment about to be created (newBase < 0: none).
+func (l *Log) writeOrdinalsLocked(newBase, newOrd int64) error {
+	var b bytes.Buffer
+	n := len(l.segs)
+	if newBase >= 0 {
+		n++
+	}
+	fmt.Fprintf(&b, "0\n%d\n", n)
+	for _, s := range l.segs {
+		fmt.Fprintf(&b, "%d %d\n", s.base, s.firstOrd)
+	}
+	if newBase >= 0 {
+		fmt.Fprintf(&b, "%d %d\n", newBase, newOrd)
+	}
+	if b.Len() > maxOrdinalCkpt {
+		return fmt.Errorf("%s: %d segments exceed its size limit", ordinalCheckpoint, n)
+	}
+	if err := writeFileAtomic(l.fs, filepath.Join(l.dir, ordinalCheckpoint), b.Bytes()); err != nil {
+		return fmt.Errorf("write %s: %w", ordinalCheckpoint, err)
+	}
+	return nil
+}
+
+func parseOrdinalCheckpoint(b []byte) (map[int64]int64, error) {
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) < 2 || lines[0] != "0" {
+		return nil, errors.New("bad version line")
+	}
+	n, err := strconv.Atoi(lines[1])
+	if err != nil || n < 0 || n != len(lines)-2 {
+		return nil, fmt.Errorf("bad entry count %q", lines[1])
+	}
+	out := make(map[int64]int64, n)
+	var prevBase, prevOrd int64 = -1, -1
+	for _, ln := range lines[2:] {
+		var base, ord int64
+		if _, err := fmt.Sscanf(ln, "%d %d", &base, &ord); err != nil || base <= prevBase || ord < prevOrd {
+			return nil, fmt.Errorf("bad entry %q", ln)
+		}
+		out[base] = ord
+		prevBase, prevOrd = base, ord
+	}
+	return out, nil
 }
 
 // --- leader epoch cache and checkpoints ---

@@ -870,3 +870,84 @@ func TestScanHeaders(t *testing.T) {
 		t.Fatalf("%d headers, first %d last %d", len(bases), bases[0], bases[len(bases)-1])
 	}
 }
+
+// Ordinals: dense batch numbers for Raft, across rolls, reopen, truncation,
+// DeleteRecords and reset.
+func TestOrdinals(t *testing.T) {
+	fs := NewCrashFS(1)
+	sy := newSyncer(t)
+	l := openLog(t, fs, "/d", testConfig(), sy, nil)
+	var bases []int64
+	for i := 0; i < 300; i++ {
+		info, err := l.Append(batch(t, 1+i%4, 30, 1), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Ordinal != int64(i) {
+			t.Fatalf("batch %d got ordinal %d", i, info.Ordinal)
+		}
+		bases = append(bases, info.BaseOffset)
+	}
+	check := func(l *Log, from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			if off, err := l.OffsetOfOrdinal(int64(i)); err != nil || off != bases[i] {
+				t.Fatalf("OffsetOfOrdinal(%d) = %d, %v; want %d", i, off, err, bases[i])
+			}
+			if ord, err := l.OrdinalOf(bases[i]); err != nil || ord != int64(i) {
+				t.Fatalf("OrdinalOf(%d) = %d, %v; want %d", bases[i], ord, err, i)
+			}
+		}
+		if l.EndOrdinal() != int64(to) {
+			t.Fatalf("EndOrdinal %d, want %d", l.EndOrdinal(), to)
+		}
+		if off, err := l.OffsetOfOrdinal(int64(to)); err != nil || off != l.EndOffset() {
+			t.Fatalf("OffsetOfOrdinal(end) = %d, %v", off, err)
+		}
+		if _, err := l.OffsetOfOrdinal(int64(to + 1)); !errors.Is(err, ErrOffsetOutOfRange) {
+			t.Fatalf("beyond end: %v", err)
+		}
+	}
+	if l.Segments() < 5 {
+		t.Fatalf("%d segments", l.Segments())
+	}
+	check(l, 0, 300)
+	l.Close()
+	l = openLog(t, fs, "/d", testConfig(), sy, nil)
+	check(l, 0, 300)
+	if err := l.Truncate(bases[150]); err != nil {
+		t.Fatal(err)
+	}
+	check(l, 0, 150)
+	if info, err := l.Append(batch(t, 7, 30, 1), 0); err != nil || info.Ordinal != 150 {
+		t.Fatalf("append after truncate: ordinal %d, %v", info.Ordinal, err)
+	}
+	bases = append(bases[:150], bases[150])
+	if err := l.DeleteBefore(bases[101] + 1); err != nil { // inside batch 101
+		t.Fatal(err)
+	}
+	if so, err := l.StartOrdinal(); err != nil || so != 101 {
+		t.Fatalf("StartOrdinal %d, %v", so, err)
+	}
+	if _, err := l.OffsetOfOrdinal(10); !errors.Is(err, ErrOffsetOutOfRange) {
+		t.Fatalf("below start: %v", err)
+	}
+	l.Close()
+	l = openLog(t, fs, "/d", testConfig(), sy, nil)
+	check(l, 102, 151)
+	if ord, err := l.OrdinalOf(l.StartOffset()); err != nil || ord != 101 {
+		t.Fatalf("OrdinalOf(start) = %d, %v", ord, err)
+	}
+	if err := l.ResetAt(5000, 777); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := l.Append(batch(t, 1, 1, 1), 0); err != nil || info.Ordinal != 777 || info.BaseOffset != 5000 {
+		t.Fatalf("after reset: %+v %v", info, err)
+	}
+	l.Close()
+	l = openLog(t, fs, "/d", testConfig(), sy, nil)
+	defer l.Close()
+	if l.EndOrdinal() != 778 || l.StartOffset() != 5000 {
+		t.Fatalf("reopen after reset: ordinal %d start %d", l.EndOrdinal(), l.StartOffset())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -21,9 +22,14 @@ const (
 	logSuffix       = ".log"
 	indexSuffix     = ".index"
 	timeIndexSuffix = ".timeindex"
-	offEntrySize    = 8  // relative offset uint32, position uint32
-	timeEntrySize   = 12 // timestamp int64, relative offset uint32
+	// Entries carry a CRC-32C of their other bytes: a torn or garbage
+	// entry whose offset and position happen to look right must not
+	// smuggle in a wrong ordinal or timestamp.
+	offEntrySize  = 16 // relative offset u32, position u32, batch ordinal in the segment u32, crc u32
+	timeEntrySize = 16 // timestamp i64, relative offset u32, crc u32
 )
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 func segmentName(base int64, suffix string) string {
 	return fmt.Sprintf("%020d%s", base, suffix)
@@ -50,6 +56,7 @@ func parseSegmentName(name string) (int64, string, bool) {
 type offEntry struct {
 	rel uint32 // batch base offset - segment base
 	pos uint32 // byte position of the batch
+	ord uint32 // number of batches before it in the segment (Raft index mapping)
 }
 
 type timeEntry struct {
@@ -70,8 +77,9 @@ type segment struct {
 	f    File
 
 	// Guarded by Log.mu: written with it held exclusively.
-	size    int64 // bytes of whole batches in f
-	next    int64 // offset after the last batch (exact for the active segment)
+	size     int64 // bytes of whole batches in f
+	next     int64 // offset after the last batch (exact for the active segment)
+	firstOrd int64 // log-wide ordinal of the segment's first batch
 	firstTS int64 // wall-clock ms of the first append, for segment.ms (-1: none)
 
 	refs atomic.Int32 // 1 for the log + 1 per outstanding Slice/sync
@@ -85,6 +93,7 @@ type segment struct {
 	idxFile       File
 	timeFile      File
 	sinceIndex    int   // bytes appended since the last index entry
+	nbatches      int64 // batches indexed so far (exact for the active segment)
 	maxTS         int64 // largest batch MaxTimestamp (-1 if none)
 	maxTSOff      int64 // base offset of the batch holding maxTS
 	maxTSKnown    bool  // maxTS valid without loading the indexes
@@ -170,8 +179,12 @@ func (s *segment) loadIndexesLocked(l *Log, lenient bool) error {
 		return fmt.Errorf("%s: size %d is not a multiple of %d", s.path(indexSuffix), len(ib), offEntrySize)
 	}
 	for i := 0; i+offEntrySize <= len(ib); i += offEntrySize {
-		e := offEntry{rel: binary.BigEndian.Uint32(ib[i:]), pos: binary.BigEndian.Uint32(ib[i+4:])}
-		if n := len(s.offIdx); int64(e.pos) >= s.size || (n > 0 && (e.rel <= s.offIdx[n-1].rel || e.pos <= s.offIdx[n-1].pos)) {
+		e := offEntry{rel: binary.BigEndian.Uint32(ib[i:]), pos: binary.BigEndian.Uint32(ib[i+4:]), ord: binary.BigEndian.Uint32(ib[i+8:])}
+		n := len(s.offIdx)
+		bad := crc32.Checksum(ib[i:i+12], castagnoli) != binary.BigEndian.Uint32(ib[i+12:]) ||
+			int64(e.pos) >= s.size || (n == 0 && (e.ord != 0 || e.pos != 0)) ||
+			(n > 0 && (e.rel <= s.offIdx[n-1].rel || e.pos <= s.offIdx[n-1].pos || e.ord <= s.offIdx[n-1].ord))
+		if bad {
 			if lenient {
 				break
 			}
@@ -194,7 +207,8 @@ func (s *segment) loadIndexesLocked(l *Log, lenient bool) error {
 	}
 	for i := 0; i+timeEntrySize <= len(tb); i += timeEntrySize {
 		e := timeEntry{ts: int64(binary.BigEndian.Uint64(tb[i:])), rel: binary.BigEndian.Uint32(tb[i+8:])}
-		if n := len(s.timeIdx); n > 0 && (e.ts <= s.timeIdx[n-1].ts || e.rel <= s.timeIdx[n-1].rel) {
+		badCRC := crc32.Checksum(tb[i:i+12], castagnoli) != binary.BigEndian.Uint32(tb[i+12:])
+		if n := len(s.timeIdx); badCRC || (n > 0 && (e.ts <= s.timeIdx[n-1].ts || e.rel <= s.timeIdx[n-1].rel)) {
 			if lenient {
 				break
 			}
@@ -219,7 +233,7 @@ func (s *segment) loadIndexesLocked(l *Log, lenient bool) error {
 // batch headers, and rewrites the index files.
 func (s *segment) rebuildLocked(l *Log) error {
 	s.offIdx, s.timeIdx = nil, nil
-	s.maxTS, s.maxTSOff, s.sinceIndex = -1, -1, 0
+	s.maxTS, s.maxTSOff, s.sinceIndex, s.nbatches = -1, -1, 0, 0
 	var pos int64
 	for pos < s.size {
 		h, err := readHeader(s.f, pos)
@@ -257,8 +271,10 @@ func (s *segment) rebuildLocked(l *Log) error {
 // indexBatchLocked records the batch h at pos in the in-memory indexes.
 func (s *segment) indexBatchLocked(interval int, h records.Header, pos int64) {
 	rel := uint32(h.BaseOffset - s.base)
+	ord := uint32(s.nbatches)
+	s.nbatches++
 	if len(s.offIdx) == 0 || s.sinceIndex >= interval {
-		s.offIdx = append(s.offIdx, offEntry{rel: rel, pos: uint32(pos)})
+		s.offIdx = append(s.offIdx, offEntry{rel: rel, pos: uint32(pos), ord: ord})
 		s.sinceIndex = 0
 		// The time index gets an entry where the offset index does, if the
 		// running maximum grew since the last one.
@@ -300,6 +316,8 @@ func (s *segment) persistLocked(l *Log, synced int64, sync bool) error {
 		e := s.offIdx[n]
 		ob = binary.BigEndian.AppendUint32(ob, e.rel)
 		ob = binary.BigEndian.AppendUint32(ob, e.pos)
+		ob = binary.BigEndian.AppendUint32(ob, e.ord)
+		ob = binary.BigEndian.AppendUint32(ob, crc32.Checksum(ob[len(ob)-12:], castagnoli))
 		n++
 	}
 	m := s.timePersisted
@@ -307,6 +325,7 @@ func (s *segment) persistLocked(l *Log, synced int64, sync bool) error {
 		e := s.timeIdx[m]
 		tb = binary.BigEndian.AppendUint64(tb, uint64(e.ts))
 		tb = binary.BigEndian.AppendUint32(tb, e.rel)
+		tb = binary.BigEndian.AppendUint32(tb, crc32.Checksum(tb[len(tb)-12:], castagnoli))
 		m++
 	}
 	if len(ob) == 0 && len(tb) == 0 && !sync {
@@ -351,12 +370,29 @@ func writeEntries(f File, b []byte, prev int64) error {
 
 // lookupLocked returns the position of the last index entry at or below offset.
 func (s *segment) lookupLocked(offset int64) int64 {
+	pos, _ := s.lookupOrdLocked(offset)
+	return pos
+}
+
+// lookupOrdLocked is lookupLocked that also returns the entry's ordinal in
+// the segment.
+func (s *segment) lookupOrdLocked(offset int64) (int64, int64) {
 	rel := offset - s.base
 	i := sort.Search(len(s.offIdx), func(i int) bool { return int64(s.offIdx[i].rel) > rel })
 	if i == 0 {
-		return 0
+		return 0, 0
 	}
-	return int64(s.offIdx[i-1].pos)
+	return int64(s.offIdx[i-1].pos), int64(s.offIdx[i-1].ord)
+}
+
+// lookupByOrdLocked returns position and ordinal of the last index entry
+// at or below the segment-relative ordinal ord.
+func (s *segment) lookupByOrdLocked(ord int64) (int64, int64) {
+	i := sort.Search(len(s.offIdx), func(i int) bool { return int64(s.offIdx[i].ord) > ord })
+	if i == 0 {
+		return 0, 0
+	}
+	return int64(s.offIdx[i-1].pos), int64(s.offIdx[i-1].ord)
 }
 
 // farthestLocked returns the position of the last index entry whose position
@@ -419,7 +455,9 @@ func (s *segment) openIndexFilesLocked(l *Log) error {
 
 // truncateIndexLocked drops entries for offsets >= offset, in memory and in
 // the files (which may also hold a torn or invalid tail after a crash).
-func (s *segment) truncateIndexLocked(l *Log, offset int64) error {
+// ord is the segment-relative ordinal of the batch at offset.
+func (s *segment) truncateIndexLocked(l *Log, offset, ord int64) error {
+	s.nbatches = ord
 	rel := offset - s.base
 	i := sort.Search(len(s.offIdx), func(i int) bool { return int64(s.offIdx[i].rel) >= rel })
 	s.offIdx = s.offIdx[:i]
