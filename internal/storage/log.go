@@ -35,7 +35,7 @@ const (
 	startCheckpoint   = "log-start-offset-checkpoint"
 	ordinalCheckpoint = "segment-ordinal-checkpoint"
 	maxOrdinalCkpt    = 64 << 20 // bytes; ~1.5 M segments
-	maxEpochEntries = 1 << 16 // bounds the checkpoint file and the cache
+	maxEpochEntries   = 1 << 16  // bounds the checkpoint file and the cache
 	// maxIndexRecoveryTries bounds the index entries recovery checks
 	// before it rescans the active segment from its start.
 	maxIndexRecoveryTries = 8

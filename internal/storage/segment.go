@@ -80,7 +80,7 @@ type segment struct {
 	size     int64 // bytes of whole batches in f
 	next     int64 // offset after the last batch (exact for the active segment)
 	firstOrd int64 // log-wide ordinal of the segment's first batch
-	firstTS int64 // wall-clock ms of the first append, for segment.ms (-1: none)
+	firstTS  int64 // wall-clock ms of the first append, for segment.ms (-1: none)
 
 	refs atomic.Int32 // 1 for the log + 1 per outstanding Slice/sync
 
