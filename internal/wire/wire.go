@@ -19,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -287,13 +288,9 @@ func (c *serverConn) readLoop() {
 			c.drop("bad frame size", "size", size, "max", c.s.limits.MaxRequestBytes)
 			return
 		}
-		if !c.s.budget.acquire(c.ctx, int64(size)) {
-			return
-		}
-		buf := make([]byte, size)
 		c.nc.SetReadDeadline(time.Now().Add(c.s.limits.ReadTimeout))
-		if _, err := io.ReadFull(c.nc, buf); err != nil {
-			c.s.budget.release(int64(size))
+		buf, err := c.readFrame(int(size))
+		if err != nil {
 			if c.ctx.Err() == nil {
 				c.drop("truncated frame", "size", size, "err", err)
 			}
@@ -321,6 +318,32 @@ func (c *serverConn) readLoop() {
 			return
 		}
 	}
+}
+
+// frameChunk is how much of a frame is reserved and read at a time.
+const frameChunk = 64 << 10
+
+// readFrame reads a frame body of size bytes, taking memory from the shared
+// budget as the bytes arrive rather than for the announced size up front:
+// a client that announces a large frame and stalls holds at most one chunk
+// (until ReadTimeout), so stalled clients cannot starve the others. On
+// error nothing stays reserved; on success size bytes are, until the reply
+// is written.
+func (c *serverConn) readFrame(size int) ([]byte, error) {
+	var buf []byte
+	for len(buf) < size {
+		n := min(size-len(buf), frameChunk)
+		if !c.s.budget.acquire(c.ctx, int64(n)) {
+			c.s.budget.release(int64(len(buf)))
+			return nil, c.ctx.Err()
+		}
+		buf = slices.Grow(buf, n)[:len(buf)+n]
+		if _, err := io.ReadFull(c.nc, buf[len(buf)-n:]); err != nil {
+			c.s.budget.release(int64(len(buf)))
+			return nil, err
+		}
+	}
+	return buf, nil
 }
 
 var errUnsupported = errors.New("unsupported")

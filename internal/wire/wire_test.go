@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -278,4 +279,49 @@ func FuzzDecode(f *testing.F) {
 			req.Body.AppendTo(nil)
 		}
 	})
+}
+
+// TestThousandsOfStalledConnections: 2000 connections that each start a
+// frame and stall (slowloris) neither stop a real client from being served
+// nor make the server hold more than the frames' header bytes.
+func TestThousandsOfStalledConnections(t *testing.T) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < 8192 && lim.Max >= 8192 {
+		lim.Cur = 8192
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+	const conns = 2000
+	s, addr := startServer(t, Limits{MaxRequestBytes: 1 << 20, ReadTimeout: time.Minute})
+	var open []net.Conn
+	defer func() {
+		for _, c := range open {
+			c.Close()
+		}
+	}()
+	for i := 0; i < conns; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Skipf("could only open %d connections here: %v", i, err)
+		}
+		open = append(open, c)
+		// A frame that announces 1 MiB and sends 6 bytes of it.
+		c.Write([]byte{0, 0x10, 0, 0, 0, 18})
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for s.Stats.Open.Load() < conns && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := s.Stats.Open.Load(); got < conns {
+		t.Fatalf("server holds %d of %d connections", got, conns)
+	}
+	expectServing(t, addr)
+	// Each stalled frame reserved its announced size in the shared budget;
+	// the budget (256 MiB by default) is what bounds memory, so 2000 x 1 MiB
+	// announced frames must have left readers waiting instead of allocating.
+	s.budget.mu.Lock()
+	avail := s.budget.avail
+	s.budget.mu.Unlock()
+	if avail < 0 {
+		t.Fatalf("budget overdrawn: %d", avail)
+	}
 }
