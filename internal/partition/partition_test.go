@@ -160,3 +160,116 @@ func TestDeleteTopicThenRecreate(t *testing.T) {
 		t.Fatalf("stale producer on new topic: %v", err)
 	}
 }
+
+func txnBatch(t *testing.T, pid int64, epoch int16, seq int32, n int) []byte {
+	t.Helper()
+	recs := make([]records.Record, n)
+	for i := range recs {
+		recs[i] = records.Record{Timestamp: time.Now().UnixMilli(), Value: []byte("t")}
+	}
+	b, err := records.Build(records.Batch{ProducerID: pid, ProducerEpoch: epoch, BaseSequence: seq, Transactional: true}, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func commitAll(t *testing.T, p *Partition) {
+	t.Helper()
+	if err := p.WaitCommitted(context.Background(), p.LogEndOffset()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTxnLSOAndAbortedIndex: open transactions hold the LSO; an abort
+// enters the aborted index, which a read_committed read returns; the state
+// comes back both from the snapshot (clean close) and by scanning (crash).
+func TestTxnLSOAndAbortedIndex(t *testing.T) {
+	for _, clean := range []bool{true, false} {
+		dir := t.TempDir()
+		m, s := newManager(t, dir)
+		m.SetVerifier(func(string, int32, int64, int16) error { return nil })
+		p, err := m.Open("t", [16]byte{1}, 0, storage.DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustAppend(t, p, batch(t, -1, -1, -1, 2), 0, false)  // 0-1 plain
+		mustAppend(t, p, txnBatch(t, 10, 0, 0, 3), 2, false) // 2-4 pid 10, to be aborted
+		mustAppend(t, p, txnBatch(t, 11, 0, 0, 1), 5, false) // 5 pid 11, stays open
+		if lso := p.LastStableOffset(); lso != 2 {
+			t.Fatalf("LSO %d with pid 10 open from 2", lso)
+		}
+		if _, err := p.AppendMarker(10, 0, false, 0); err != nil { // 6
+			t.Fatal(err)
+		}
+		commitAll(t, p)
+		if lso := p.LastStableOffset(); lso != 5 {
+			t.Fatalf("LSO %d after the abort, want 5 (pid 11 open)", lso)
+		}
+		check := func(p *Partition, when string) {
+			t.Helper()
+			res, err := p.Read(0, 1<<20, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.LastStableOffset != 5 || len(res.Aborted) != 1 || res.Aborted[0] != (AbortedTxn{10, 2, 6}) {
+				t.Fatalf("%s: LSO %d aborted %+v", when, res.LastStableOffset, res.Aborted)
+			}
+			if got := lastOffsetIn(res.Records); got != 4 {
+				t.Fatalf("%s: read_committed read up to %d, want 4", when, got)
+			}
+			// A stale marker epoch is refused.
+			if _, err := p.AppendMarker(11, -1, true, 0); !errors.Is(err, kerr.InvalidProducerEpoch) && p.producers[11] != nil {
+				t.Fatalf("%s: stale marker: %v", when, err)
+			}
+		}
+		check(p, "live")
+		if clean {
+			m.Close()
+		} else {
+			// A crash: no snapshot, the scan rebuilds it.
+			p.cancel()
+			<-p.done
+			p.log.Close()
+		}
+		s.Close()
+		m2, s2 := newManager(t, dir)
+		p2, err := m2.Open("t", [16]byte{1}, 0, storage.DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(p2, map[bool]string{true: "after snapshot", false: "after scan"}[clean])
+		// Committing pid 11 releases the LSO to the end.
+		if _, err := p2.AppendMarker(11, 0, true, 0); err != nil {
+			t.Fatal(err)
+		}
+		commitAll(t, p2)
+		if lso, end := p2.LastStableOffset(), p2.LogEndOffset(); lso != end {
+			t.Fatalf("LSO %d after the last commit, want the end %d", lso, end)
+		}
+		m2.Close()
+		s2.Close()
+	}
+}
+
+// TestTxnBatchNeedsVerifier: without the coordinator's yes, a transactional
+// batch is refused and nothing is written.
+func TestTxnBatchNeedsVerifier(t *testing.T) {
+	m, s := newManager(t, t.TempDir())
+	defer s.Close()
+	defer m.Close()
+	p, err := m.Open("t", [16]byte{2}, 0, storage.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Append(txnBatch(t, 3, 0, 0, 1)); !errors.Is(err, kerr.InvalidTxnState) {
+		t.Fatalf("no verifier: %v", err)
+	}
+	m.SetVerifier(func(string, int32, int64, int16) error { return kerr.ProducerFenced })
+	if _, err := p.Append(txnBatch(t, 3, 0, 0, 1)); !errors.Is(err, kerr.ProducerFenced) {
+		t.Fatalf("refusing verifier: %v", err)
+	}
+	if end := p.LogEndOffset(); end != 0 {
+		t.Fatalf("end offset %d after refused batches", end)
+	}
+}
