@@ -46,8 +46,9 @@ func (b *Broker) handleListTransactions(_ context.Context, r *wire.Request) wire
 			continue
 		case len(req.ProducerIDFilters) > 0 && !slices.Contains(req.ProducerIDFilters, in.ProducerID):
 			continue
-		case req.DurationFilterMillis >= 0 && req.Version >= 1 && (in.Start.IsZero() || time.Since(in.Start).Milliseconds() < req.DurationFilterMillis):
-			// KIP-994: only transactions running for longer than this.
+		case req.Version >= 1 && req.DurationFilterMillis >= 0 && !in.Start.IsZero() && time.Since(in.Start).Milliseconds() < req.DurationFilterMillis:
+			// KIP-994: only transactions running for longer than this
+			// (Kafka counts one with no start, -1, as running forever).
 			continue
 		case re != nil && !re.MatchString(in.ID):
 			continue
