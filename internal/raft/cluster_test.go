@@ -1,0 +1,308 @@
+package raft
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"holdfast/internal/records"
+	"holdfast/internal/storage"
+)
+
+// A test cluster: real Hosts over loopback TCP, real storage.Logs in
+// t.TempDir(), one shared Faults for cutting links.
+type testNode struct {
+	id     uint64
+	dir    string
+	addr   string
+	syncer *storage.Syncer
+	host   *Host
+	logs   map[uint64]*storage.Log
+}
+
+type cluster struct {
+	tb     testing.TB
+	faults *Faults
+	nodes  map[uint64]*testNode
+	ids    []uint64
+	groups []uint64
+	logger *slog.Logger
+	tick   time.Duration
+
+	mu sync.Mutex
+}
+
+func testLogger(tb testing.TB) *slog.Logger {
+	if os.Getenv("RAFT_TEST_LOG") == "" {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+func newCluster(tb testing.TB, n int, groups int) *cluster {
+	c := &cluster{tb: tb, faults: NewFaults(), nodes: map[uint64]*testNode{}, logger: testLogger(tb), tick: 20 * time.Millisecond}
+	for i := 1; i <= n; i++ {
+		c.ids = append(c.ids, uint64(i))
+	}
+	for g := 1; g <= groups; g++ {
+		c.groups = append(c.groups, uint64(g))
+	}
+	root := tb.TempDir()
+	for _, id := range c.ids {
+		c.nodes[id] = &testNode{id: id, dir: filepath.Join(root, fmt.Sprint("node", id)), addr: "127.0.0.1:0"}
+	}
+	for _, id := range c.ids {
+		c.start(id)
+	}
+	tb.Cleanup(func() {
+		for _, id := range c.ids {
+			c.stop(id)
+		}
+	})
+	return c
+}
+
+// start (re)opens a node from its data dir on its old address.
+func (c *cluster) start(id uint64) {
+	c.tb.Helper()
+	nd := c.nodes[id]
+	if nd.host != nil {
+		c.tb.Fatalf("node %d already running", id)
+	}
+	nd.syncer = storage.NewSyncer(c.logger)
+	peers := map[uint64]string{}
+	for _, o := range c.nodes {
+		if o.id != id && o.addr != "127.0.0.1:0" {
+			peers[o.id] = o.addr
+		}
+	}
+	var h *Host
+	var err error
+	// The old port may linger briefly after a stop: retry.
+	for try := 0; try < 50; try++ {
+		h, err = NewHost(Config{
+			ID: id, Dir: nd.dir, Listen: nd.addr, Peers: peers, TickInterval: c.tick,
+			ElectionTicks: 10, Faults: c.faults, Logger: c.logger.With("test_node", id),
+		})
+		if err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		c.tb.Fatalf("start node %d: %v", id, err)
+	}
+	nd.host = h
+	nd.addr = h.Addr()
+	for _, o := range c.nodes {
+		if o.id != id && o.host != nil {
+			o.host.SetPeer(id, nd.addr)
+		}
+	}
+	nd.logs = map[uint64]*storage.Log{}
+	for _, g := range c.groups {
+		l, err := storage.Open(filepath.Join(nd.dir, "logs", fmt.Sprint(g)), storage.DefaultConfig(), storage.Options{Syncer: nd.syncer, Logger: c.logger})
+		if err != nil {
+			c.tb.Fatalf("open log: %v", err)
+		}
+		nd.logs[g] = l
+		if err := h.AddGroup(GroupConfig{ID: g, Log: l, Voters: c.ids}); err != nil {
+			c.tb.Fatalf("node %d add group %d: %v", id, g, err)
+		}
+	}
+}
+
+// stop closes a node's host and logs (like a clean kill: page cache kept).
+func (c *cluster) stop(id uint64) {
+	nd := c.nodes[id]
+	if nd.host == nil {
+		return
+	}
+	nd.host.Close()
+	for _, l := range nd.logs {
+		l.Close()
+	}
+	nd.syncer.Close()
+	nd.host = nil
+}
+
+// wipe deletes a stopped node's data dir.
+func (c *cluster) wipe(id uint64) {
+	if err := os.RemoveAll(c.nodes[id].dir); err != nil {
+		c.tb.Fatal(err)
+	}
+}
+
+func (c *cluster) running() []*testNode {
+	var out []*testNode
+	for _, id := range c.ids {
+		if nd := c.nodes[id]; nd.host != nil {
+			out = append(out, nd)
+		}
+	}
+	return out
+}
+
+// waitFor polls cond until it holds; the timeout is generous (a loaded
+// machine, -race): a failure means it never happened, not that it was slow.
+func waitFor(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// leader returns the node leading g among the given nodes (0 if none).
+func (c *cluster) leader(g uint64, among ...uint64) (uint64, uint64) {
+	if len(among) == 0 {
+		among = c.ids
+	}
+	for _, id := range among {
+		nd := c.nodes[id]
+		if nd.host == nil {
+			continue
+		}
+		if st, err := nd.host.Status(g); err == nil && st.State == "StateLeader" {
+			return id, st.Term
+		}
+	}
+	return 0, 0
+}
+
+func (c *cluster) waitLeader(g uint64, among ...uint64) (uint64, uint64) {
+	c.tb.Helper()
+	var id, term uint64
+	waitFor(c.tb, fmt.Sprintf("a leader of group %d among %v", g, among), func() bool {
+		id, term = c.leader(g, among...)
+		return id != 0
+	})
+	return id, term
+}
+
+func batch(tb testing.TB, value string) []byte {
+	tb.Helper()
+	b, err := records.Build(records.Batch{ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1},
+		[]records.Record{{Timestamp: time.Now().UnixMilli(), Value: []byte(value)}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// propose retries on a node that is not (yet) the leader until the batch is
+// committed; it never proposes the same value twice after a success.
+func (c *cluster) propose(g uint64, value string, among ...uint64) Proposal {
+	c.tb.Helper()
+	b := batch(c.tb, value)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		id, _ := c.leader(g, among...)
+		if id == 0 {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		h := c.nodes[id].host
+		p, err := h.Propose(context.Background(), g, b)
+		if err != nil {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = h.WaitCommitted(ctx, p)
+		cancel()
+		if err == nil {
+			return p
+		}
+		c.tb.Fatalf("proposal %q on node %d not committed: %v", value, id, err)
+	}
+	c.tb.Fatalf("could not propose %q", value)
+	return Proposal{}
+}
+
+// logBytes is the whole stored content of a log from offset from.
+func logBytes(tb testing.TB, l *storage.Log, from int64) []byte {
+	tb.Helper()
+	var out []byte
+	if err := l.Scan(from, func(_ records.Header, b []byte) error {
+		out = append(out, b...)
+		return nil
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+// values returns the record values of a log's data batches, in order, and
+// checks that every batch's epoch is a Raft term (> 0).
+func values(tb testing.TB, l *storage.Log) []string {
+	tb.Helper()
+	var out []string
+	if err := l.Scan(0, func(h records.Header, b []byte) error {
+		if h.PartitionLeaderEpoch <= 0 {
+			return fmt.Errorf("batch at %d has epoch %d", h.BaseOffset, h.PartitionLeaderEpoch)
+		}
+		if h.IsControl() {
+			return nil
+		}
+		recs, err := records.Records(b)
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			out = append(out, string(r.Value))
+		}
+		return nil
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+// waitConverged waits until every running node has the same log end,
+// committed to the end, and then checks the logs are byte-identical from the
+// highest log start.
+func (c *cluster) waitConverged(g uint64) {
+	c.tb.Helper()
+	waitFor(c.tb, fmt.Sprintf("group %d to converge", g), func() bool {
+		nodes := c.running()
+		var end int64 = -1
+		for _, nd := range nodes {
+			st, err := nd.host.Status(g)
+			if err != nil {
+				return false
+			}
+			if end == -1 {
+				end = st.EndOffset
+			}
+			if st.EndOffset != end || st.CommitOffset != end || st.DurableOffset != end {
+				return false
+			}
+		}
+		return end >= 0
+	})
+	nodes := c.running()
+	var from int64
+	for _, nd := range nodes {
+		from = max(from, nd.logs[g].StartOffset())
+	}
+	want := logBytes(c.tb, nodes[0].logs[g], from)
+	for _, nd := range nodes[1:] {
+		if got := logBytes(c.tb, nd.logs[g], from); !bytes.Equal(got, want) {
+			c.tb.Fatalf("group %d: node %d's log (%d bytes) differs from node %d's (%d bytes)", g, nd.id, len(got), nodes[0].id, len(want))
+		}
+	}
+}
+
+func isNotLeader(err error) bool { return errors.Is(err, ErrNotLeader) }

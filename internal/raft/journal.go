@@ -1,0 +1,325 @@
+package raft
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// The hardstate journal: one append-only file per node holding, for every
+// group, its HardState, ConfState and log anchor. One write (and, when a
+// term or vote changed, one fsync) per Ready cycle covers all groups, so a
+// thousand groups do not cost a thousand fsyncs. Replay keeps the last
+// record per group and kind; when the file grows well past the live state
+// it is rewritten (tmp + fsync + rename + fsync dir).
+//
+// Record: u32 body length | u32 CRC-32C(body) | body.
+// Body:   u8 kind | u64 group | payload.
+const (
+	jHardState = 1 // u64 term, u64 vote, u64 commit
+	jAnchor    = 2 // u64 index, u64 term, i64 offset, u8 done
+	jConfState = 3 // protobuf ConfState
+	jRemoved   = 4 // group removed: forget it
+
+	journalName   = "raft-state.journal"
+	maxJournalRec = 1 << 20
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+type groupState struct {
+	hs         *pb.HardState
+	cs         *pb.ConfState
+	anc        anchor
+	ancPending bool // a snapshot install began but did not finish
+}
+
+type journal struct {
+	path   string
+	logger *slog.Logger
+
+	mu     sync.Mutex
+	f      *os.File
+	size   int64
+	buf    []byte
+	dirty  bool // buf holds records that must be fsynced (term, vote, anchor, conf)
+	groups map[uint64]*groupState
+}
+
+func openJournal(dir string, logger *slog.Logger) (*journal, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	j := &journal{path: filepath.Join(dir, journalName), logger: logger, groups: map[uint64]*groupState{}}
+	f, err := os.OpenFile(j.path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	good := j.replay(data)
+	if good < len(data) {
+		logger.Warn("raft: journal has a torn or corrupt tail, cut", "path", j.path, "size", len(data), "kept", good)
+		if err := f.Truncate(int64(good)); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	if _, err := f.Seek(int64(good), io.SeekStart); err != nil {
+		f.Close()
+		return nil, err
+	}
+	j.f, j.size = f, int64(good)
+	return j, nil
+}
+
+// replay applies every whole, valid record and returns the length they cover.
+func (j *journal) replay(data []byte) int {
+	pos := 0
+	for len(data)-pos >= 8 {
+		n := int(binary.BigEndian.Uint32(data[pos:]))
+		if n < 9 || n > maxJournalRec || len(data)-pos-8 < n {
+			break
+		}
+		body := data[pos+8 : pos+8+n]
+		if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(data[pos+4:]) {
+			break
+		}
+		if err := j.apply(body); err != nil {
+			j.logger.Warn("raft: journal record ignored", "err", err)
+			break
+		}
+		pos += 8 + n
+	}
+	return pos
+}
+
+func (j *journal) state(g uint64) *groupState {
+	s := j.groups[g]
+	if s == nil {
+		s = &groupState{}
+		j.groups[g] = s
+	}
+	return s
+}
+
+func (j *journal) apply(body []byte) error {
+	kind, g, p := body[0], binary.BigEndian.Uint64(body[1:9]), body[9:]
+	be := binary.BigEndian
+	switch kind {
+	case jHardState:
+		if len(p) != 24 {
+			return errors.New("bad hardstate record")
+		}
+		j.state(g).hs = &pb.HardState{Term: new(be.Uint64(p)), Vote: new(be.Uint64(p[8:])), Commit: new(be.Uint64(p[16:]))}
+	case jAnchor:
+		if len(p) != 25 {
+			return errors.New("bad anchor record")
+		}
+		s := j.state(g)
+		s.anc = anchor{Index: be.Uint64(p), Term: be.Uint64(p[8:]), Offset: int64(be.Uint64(p[16:]))}
+		s.ancPending = p[24] == 0
+	case jConfState:
+		cs := &pb.ConfState{}
+		if err := proto.Unmarshal(p, cs); err != nil {
+			return err
+		}
+		j.state(g).cs = cs
+	case jRemoved:
+		delete(j.groups, g)
+	default:
+		return fmt.Errorf("unknown journal record kind %d", kind)
+	}
+	return nil
+}
+
+func appendRecord(dst []byte, kind byte, g uint64, payload []byte) []byte {
+	body := make([]byte, 0, 9+len(payload))
+	body = append(body, kind)
+	body = binary.BigEndian.AppendUint64(body, g)
+	body = append(body, payload...)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(body)))
+	dst = binary.BigEndian.AppendUint32(dst, crc32.Checksum(body, castagnoli))
+	return append(dst, body...)
+}
+
+func hsPayload(hs *pb.HardState) []byte {
+	p := binary.BigEndian.AppendUint64(nil, hs.GetTerm())
+	p = binary.BigEndian.AppendUint64(p, hs.GetVote())
+	return binary.BigEndian.AppendUint64(p, hs.GetCommit())
+}
+
+func anchorPayload(a anchor, done bool) []byte {
+	p := binary.BigEndian.AppendUint64(nil, a.Index)
+	p = binary.BigEndian.AppendUint64(p, a.Term)
+	p = binary.BigEndian.AppendUint64(p, uint64(a.Offset))
+	if done {
+		return append(p, 1)
+	}
+	return append(p, 0)
+}
+
+// putHardState buffers a HardState; mustSync when term or vote changed.
+func (j *journal) putHardState(g uint64, hs *pb.HardState) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s := j.state(g)
+	if s.hs == nil || s.hs.GetTerm() != hs.GetTerm() || s.hs.GetVote() != hs.GetVote() {
+		j.dirty = true
+	}
+	s.hs = cloneHS(hs)
+	j.buf = appendRecord(j.buf, jHardState, g, hsPayload(hs))
+}
+
+func (j *journal) putConfState(g uint64, cs *pb.ConfState) error {
+	p, err := proto.Marshal(cs)
+	if err != nil {
+		return err
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.state(g).cs = cloneCS(cs)
+	j.buf = appendRecord(j.buf, jConfState, g, p)
+	j.dirty = true
+	return nil
+}
+
+func (j *journal) putAnchor(g uint64, a anchor, done bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s := j.state(g)
+	s.anc, s.ancPending = a, !done
+	j.buf = appendRecord(j.buf, jAnchor, g, anchorPayload(a, done))
+	j.dirty = true
+}
+
+func (j *journal) remove(g uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	delete(j.groups, g)
+	j.buf = appendRecord(j.buf, jRemoved, g, nil)
+	j.dirty = true
+}
+
+// snapshot returns a copy of a group's persisted state (zero if none).
+func (j *journal) snapshot(g uint64) groupState {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s := j.groups[g]
+	if s == nil {
+		return groupState{}
+	}
+	out := *s
+	if s.hs != nil {
+		out.hs = cloneHS(s.hs)
+	}
+	if s.cs != nil {
+		out.cs = cloneCS(s.cs)
+	}
+	return out
+}
+
+// flush writes the buffered records, fsyncing if any needs it (or force).
+func (j *journal) flush(force bool) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.f == nil {
+		return errors.New("raft: journal closed")
+	}
+	if len(j.buf) > 0 {
+		n, err := j.f.Write(j.buf)
+		j.size += int64(n)
+		if err != nil {
+			return fmt.Errorf("raft: journal write: %w", err)
+		}
+		j.buf = j.buf[:0]
+	}
+	if j.dirty || force {
+		if err := j.f.Sync(); err != nil {
+			return fmt.Errorf("raft: journal fsync: %w", err)
+		}
+		j.dirty = false
+	}
+	if live := int64(len(j.groups)) * 128; j.size > 4<<20 && j.size > 8*live {
+		return j.rewriteLocked()
+	}
+	return nil
+}
+
+// rewriteLocked replaces the file by one holding only the live state.
+func (j *journal) rewriteLocked() error {
+	var b []byte
+	for g, s := range j.groups {
+		if s.hs != nil {
+			b = appendRecord(b, jHardState, g, hsPayload(s.hs))
+		}
+		if s.cs != nil {
+			p, err := proto.Marshal(s.cs)
+			if err != nil {
+				return err
+			}
+			b = appendRecord(b, jConfState, g, p)
+		}
+		b = appendRecord(b, jAnchor, g, anchorPayload(s.anc, !s.ancPending))
+	}
+	tmp := j.path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := os.Rename(tmp, j.path); err != nil {
+		f.Close()
+		return err
+	}
+	if d, err := os.Open(filepath.Dir(j.path)); err == nil {
+		err = d.Sync()
+		d.Close()
+		if err != nil {
+			f.Close()
+			return err
+		}
+	}
+	j.f.Close()
+	j.f, j.size = f, int64(len(b))
+	return nil
+}
+
+func (j *journal) close() error {
+	if err := j.flush(true); err != nil {
+		j.mu.Lock()
+		j.f.Close()
+		j.f = nil
+		j.mu.Unlock()
+		return err
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	err := j.f.Close()
+	j.f = nil
+	return err
+}

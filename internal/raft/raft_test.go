@@ -1,0 +1,522 @@
+package raft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"holdfast/internal/records"
+)
+
+func TestReplicateAndCommit(t *testing.T) {
+	c := newCluster(t, 3, 1)
+	leader, term := c.waitLeader(1)
+	var want []string
+	for i := range 30 {
+		v := fmt.Sprint("v", i)
+		p := c.propose(1, v)
+		if p.Term < term {
+			t.Fatalf("proposal term %d below the first leader's %d", p.Term, term)
+		}
+		want = append(want, v)
+	}
+	// Several in flight at once, from one leader.
+	leader, _ = c.waitLeader(1)
+	h := c.nodes[leader].host
+	var ps []Proposal
+	for i := range 20 {
+		v := fmt.Sprint("w", i)
+		p, err := h.Propose(context.Background(), 1, batch(t, v))
+		if err != nil {
+			t.Skipf("leadership moved during the burst: %v", err) // cannot happen without faults, but never flake
+		}
+		ps = append(ps, p)
+		want = append(want, v)
+	}
+	for _, p := range ps {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := h.WaitCommitted(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+	c.waitConverged(1)
+	for _, nd := range c.running() {
+		if got := values(t, nd.logs[1]); !slices.Equal(got, want) {
+			t.Fatalf("node %d has %v, want %v", nd.id, got, want)
+		}
+	}
+	st, err := h.Status(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Replicas) != 3 {
+		t.Fatalf("leader status lists %d replicas", len(st.Replicas))
+	}
+	for _, r := range st.Replicas {
+		if r.MatchOffset != st.CommitOffset {
+			t.Fatalf("replica %d matched to %d, commit %d", r.ID, r.MatchOffset, st.CommitOffset)
+		}
+	}
+	// The new leader's empty entries are control batches: the first batch
+	// of the log is one, and data batches carry the term as epoch.
+	var first records.Header
+	c.nodes[leader].logs[1].Scan(0, func(h records.Header, _ []byte) error {
+		if first.Magic == 0 {
+			first = h
+		}
+		return nil
+	})
+	if !first.IsControl() {
+		t.Fatalf("first batch is not the leader's control batch: %+v", first)
+	}
+}
+
+func TestProposeOnFollower(t *testing.T) {
+	c := newCluster(t, 3, 1)
+	leader, _ := c.waitLeader(1)
+	c.propose(1, "x")
+	for _, id := range c.ids {
+		if id == leader {
+			continue
+		}
+		_, err := c.nodes[id].host.Propose(context.Background(), 1, batch(t, "y"))
+		var nl *NotLeaderError
+		if !errors.As(err, &nl) || !isNotLeader(err) {
+			t.Fatalf("propose on follower %d: %v", id, err)
+		}
+		if nl.Leader != leader {
+			t.Fatalf("leader hint %d, want %d", nl.Leader, leader)
+		}
+	}
+	ctrl, err := entryBatch(&pb.Entry{Term: new(uint64(3)), Index: new(uint64(1)), Type: pb.EntryType_EntryNormal.Enum()}, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.nodes[leader].host.Propose(context.Background(), 1, ctrl); !errors.Is(err, ErrRaftControl) {
+		t.Fatalf("proposing a Raft control batch: %v", err)
+	}
+}
+
+func TestLeaderStopAndRestart(t *testing.T) {
+	c := newCluster(t, 3, 1)
+	old, oldTerm := c.waitLeader(1)
+	var want []string
+	for i := range 20 {
+		v := fmt.Sprint("a", i)
+		c.propose(1, v)
+		want = append(want, v)
+	}
+	c.stop(old)
+	var rest []uint64
+	for _, id := range c.ids {
+		if id != old {
+			rest = append(rest, id)
+		}
+	}
+	nl, term := c.waitLeader(1, rest...)
+	if term <= oldTerm {
+		t.Fatalf("new leader %d has term %d, old had %d", nl, term, oldTerm)
+	}
+	for i := range 20 {
+		v := fmt.Sprint("b", i)
+		c.propose(1, v, rest...)
+		want = append(want, v)
+	}
+	for _, id := range rest {
+		if got := values(t, c.nodes[id].logs[1]); !slices.Equal(got, want) {
+			t.Fatalf("node %d has %v, want %v", id, got, want)
+		}
+	}
+	c.start(old)
+	c.waitConverged(1)
+	if got := values(t, c.nodes[old].logs[1]); !slices.Equal(got, want) {
+		t.Fatalf("restarted node has %v, want %v", got, want)
+	}
+}
+
+// isolateLeader cuts the leader off, makes it append proposals it cannot
+// commit, and lets the majority elect a new leader and commit.
+func isolateLeader(t *testing.T, c *cluster) (old uint64, lost []Proposal, want []string, rest []uint64) {
+	old, oldTerm := c.waitLeader(1)
+	for i := range 10 {
+		v := fmt.Sprint("a", i)
+		c.propose(1, v)
+		want = append(want, v)
+	}
+	for _, id := range c.ids {
+		if id != old {
+			rest = append(rest, id)
+		}
+	}
+	c.faults.Isolate(old, rest...)
+	h := c.nodes[old].host
+	for i := range 5 {
+		p, err := h.Propose(context.Background(), 1, batch(t, fmt.Sprint("lost", i)))
+		if err != nil {
+			break // already stepped down
+		}
+		lost = append(lost, p)
+	}
+	if len(lost) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		if err := h.WaitCommitted(ctx, lost[0]); err == nil {
+			t.Fatal("an isolated leader committed a proposal")
+		}
+		cancel()
+	}
+	_, term := c.waitLeader(1, rest...)
+	if term <= oldTerm {
+		t.Fatalf("new term %d <= old %d", term, oldTerm)
+	}
+	for i := range 10 {
+		v := fmt.Sprint("b", i)
+		c.propose(1, v, rest...)
+		want = append(want, v)
+	}
+	// CheckQuorum: the isolated leader steps down on its own.
+	waitFor(t, "the isolated leader to step down", func() bool {
+		st, err := h.Status(1)
+		return err == nil && st.State != "StateLeader"
+	})
+	return old, lost, want, rest
+}
+
+func TestPartitionedLeader(t *testing.T) {
+	c := newCluster(t, 3, 1)
+	old, lost, want, _ := isolateLeader(t, c)
+	c.faults.HealAll()
+	c.waitConverged(1)
+	for _, nd := range c.running() {
+		if got := values(t, nd.logs[1]); !slices.Equal(got, want) {
+			t.Fatalf("node %d has %v, want %v", nd.id, got, want)
+		}
+	}
+	for _, p := range lost {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := c.nodes[old].host.WaitCommitted(ctx, p)
+		cancel()
+		if !errors.Is(err, ErrProposalLost) {
+			t.Fatalf("overwritten proposal %+v: %v, want ErrProposalLost", p, err)
+		}
+	}
+}
+
+func TestRestartTruncatesUncommitted(t *testing.T) {
+	c := newCluster(t, 3, 1)
+	old, lost, want, _ := isolateLeader(t, c)
+	if len(lost) == 0 {
+		t.Skip("the leader stepped down before it could append") // not expected; never flake
+	}
+	endBefore := c.nodes[old].logs[1].EndOffset()
+	c.stop(old)
+	c.faults.HealAll()
+	c.start(old)
+	c.waitConverged(1)
+	if got := values(t, c.nodes[old].logs[1]); !slices.Equal(got, want) {
+		t.Fatalf("restarted old leader has %v, want %v (end before restart %d)", got, want, endBefore)
+	}
+}
+
+func TestWipedNodeCatchesUp(t *testing.T) {
+	c := newCluster(t, 3, 1)
+	leader, _ := c.waitLeader(1)
+	var want []string
+	add := func(prefix string, n int) {
+		for i := range n {
+			v := fmt.Sprint(prefix, i)
+			c.propose(1, v)
+			want = append(want, v)
+		}
+	}
+	add("a", 20)
+	// A follower wiped while everything is still in the leader's log:
+	// it catches up by plain entries.
+	f1 := c.ids[0]
+	if f1 == leader {
+		f1 = c.ids[1]
+	}
+	c.stop(f1)
+	c.wipe(f1)
+	c.start(f1)
+	c.waitConverged(1)
+	if got := values(t, c.nodes[f1].logs[1]); !slices.Equal(got, want) {
+		t.Fatalf("wiped node %d has %v", f1, got)
+	}
+
+	// Compact every log (retention): the next wiped node needs a
+	// log-start snapshot.
+	add("b", 20)
+	c.waitConverged(1)
+	leader, _ = c.waitLeader(1)
+	cut := c.nodes[leader].logs[1].EndOffset() - 10
+	for _, nd := range c.running() {
+		if err := nd.host.Compact(1, cut); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, _ := c.nodes[leader].host.Status(1)
+	if st.FirstIndex <= 1 || st.StartOffset != cut {
+		t.Fatalf("after compaction: first index %d, start %d, want start %d", st.FirstIndex, st.StartOffset, cut)
+	}
+	f2 := c.ids[2]
+	if f2 == leader {
+		f2 = c.ids[1]
+	}
+	c.stop(f2)
+	c.wipe(f2)
+	c.start(f2)
+	add("c", 5)
+	c.waitConverged(1)
+	if start := c.nodes[f2].logs[1].StartOffset(); start > cut {
+		t.Fatalf("snapshot-installed log starts at %d, beyond the leader's %d", start, cut)
+	}
+	// Everything from the compaction point is identical (checked by
+	// waitConverged), and the node keeps working after a restart.
+	c.stop(f2)
+	c.start(f2)
+	add("d", 5)
+	c.waitConverged(1)
+	got := values(t, c.nodes[f2].logs[1])
+	if len(got) == 0 || got[len(got)-1] != "d4" {
+		t.Fatalf("restarted snapshot node's values end with %v", got)
+	}
+}
+
+func TestManyGroups(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	before := runtime.NumGoroutine()
+	c := newCluster(t, 3, 200)
+	// A goroutine per group would show here: 3 hosts × 200 groups.
+	if n := runtime.NumGoroutine() - before; n > 100 {
+		t.Fatalf("%d goroutines for 3 hosts with 200 groups", n)
+	}
+	for _, g := range c.groups {
+		c.waitLeader(g)
+	}
+	var wg sync.WaitGroup
+	for _, g := range c.groups {
+		wg.Go(func() { c.propose(g, fmt.Sprint("g", g)) })
+	}
+	wg.Wait()
+	// Idle groups quiesce: they stop ticking and heartbeating.
+	waitFor(t, "idle groups to quiesce", func() bool {
+		for _, g := range c.groups {
+			id, _ := c.leader(g)
+			if id == 0 {
+				return false
+			}
+			if st, _ := c.nodes[id].host.Status(g); !st.Quiesced {
+				return false
+			}
+		}
+		return true
+	})
+	sent := c.nodes[1].host.TransportStats().MessagesSent
+	// A proposal wakes a quiesced group.
+	for _, g := range []uint64{1, 100, 200} {
+		c.propose(g, "again")
+	}
+	for _, g := range []uint64{1, 100, 200} {
+		c.waitConverged(g)
+		for _, nd := range c.running() {
+			if got := values(t, nd.logs[g]); !slices.Equal(got, []string{fmt.Sprint("g", g), "again"}) {
+				t.Fatalf("node %d group %d: %v", nd.id, g, got)
+			}
+		}
+	}
+	t.Logf("node 1 sent %d messages", sent)
+}
+
+// TestRandomFaults: proposals while hosts stop, restart and links are cut;
+// every proposal that was acknowledged (committed) ends up in every log
+// exactly once, in the order acknowledged.
+func TestRandomFaults(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("RAFT_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d (RAFT_SEED=%d to repeat the schedule)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	const groups = 2
+	c := newCluster(t, 3, groups)
+	for _, g := range c.groups {
+		c.waitLeader(g)
+	}
+	var mu sync.Mutex // guards the hosts against start/stop while proposing
+	acked := map[uint64][]string{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, g := range c.groups {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				v := fmt.Sprintf("g%d-%d", g, i)
+				mu.Lock()
+				id, _ := c.leader(g)
+				var h *Host
+				if id != 0 {
+					h = c.nodes[id].host
+				}
+				mu.Unlock()
+				if h == nil {
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				p, err := h.Propose(context.Background(), g, batch(t, v))
+				if err != nil {
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				err = h.WaitCommitted(ctx, p)
+				cancel()
+				if err == nil {
+					mu.Lock()
+					acked[g] = append(acked[g], v)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	down := uint64(0)
+	for step := range 25 {
+		time.Sleep(time.Duration(100+rng.IntN(300)) * time.Millisecond)
+		mu.Lock()
+		switch a := rng.IntN(5); {
+		case a == 0 && down == 0:
+			down = c.ids[rng.IntN(len(c.ids))]
+			t.Logf("step %d: stop %d", step, down)
+			c.stop(down)
+		case a == 1 && down != 0:
+			t.Logf("step %d: restart %d", step, down)
+			c.start(down)
+			down = 0
+		case a == 2:
+			x, y := c.ids[rng.IntN(3)], c.ids[rng.IntN(3)]
+			if x != y {
+				t.Logf("step %d: cut %d-%d", step, x, y)
+				c.faults.Cut(x, y)
+			}
+		case a == 3:
+			x := c.ids[rng.IntN(3)]
+			t.Logf("step %d: isolate %d", step, x)
+			c.faults.Isolate(x, c.ids...)
+		default:
+			t.Logf("step %d: heal", step)
+			c.faults.HealAll()
+		}
+		mu.Unlock()
+	}
+	close(stop)
+	wg.Wait()
+	c.faults.HealAll()
+	if down != 0 {
+		c.start(down)
+	}
+	for _, g := range c.groups {
+		// A final proposal commits only once a leader of the healed
+		// cluster has committed everything before it.
+		c.propose(g, "final")
+		c.waitConverged(g)
+		a := acked[g]
+		if len(a) == 0 {
+			t.Fatalf("group %d: nothing was acknowledged", g)
+		}
+		for _, nd := range c.running() {
+			got := values(t, nd.logs[g])
+			pos := map[string]int{}
+			for i, v := range got {
+				if _, dup := pos[v]; dup {
+					t.Fatalf("node %d group %d: %q twice", nd.id, g, v)
+				}
+				pos[v] = i
+			}
+			last := -1
+			for _, v := range a {
+				i, ok := pos[v]
+				if !ok {
+					t.Fatalf("node %d group %d: acknowledged %q lost", nd.id, g, v)
+				}
+				if i <= last {
+					t.Fatalf("node %d group %d: acknowledged %q out of order", nd.id, g, v)
+				}
+				last = i
+			}
+		}
+		t.Logf("group %d: %d acknowledged", g, len(a))
+	}
+}
+
+func TestJournalReplay(t *testing.T) {
+	dir := t.TempDir()
+	j, err := openJournal(dir, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.putHardState(1, &pb.HardState{Term: new(uint64(5)), Vote: new(uint64(2)), Commit: new(uint64(9))})
+	j.putHardState(2, &pb.HardState{Term: new(uint64(1)), Vote: new(uint64(1)), Commit: new(uint64(1))})
+	j.putHardState(1, &pb.HardState{Term: new(uint64(6)), Vote: new(uint64(3)), Commit: new(uint64(10))})
+	j.putAnchor(1, anchor{Index: 4, Term: 5, Offset: 40}, true)
+	if err := j.putConfState(1, &pb.ConfState{Voters: []uint64{1, 2, 3}}); err != nil {
+		t.Fatal(err)
+	}
+	j.remove(2)
+	if err := j.close(); err != nil {
+		t.Fatal(err)
+	}
+	// A torn record at the end is cut, the rest kept.
+	f, _ := os.OpenFile(dir+"/"+journalName, os.O_WRONLY|os.O_APPEND, 0)
+	f.Write([]byte{0, 0, 0, 40, 1, 2, 3})
+	f.Close()
+	j, err = openJournal(dir, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.close()
+	s := j.snapshot(1)
+	if s.hs.GetTerm() != 6 || s.hs.GetVote() != 3 || s.hs.GetCommit() != 10 {
+		t.Fatalf("hardstate %v", s.hs)
+	}
+	if s.anc != (anchor{4, 5, 40}) || s.ancPending {
+		t.Fatalf("anchor %+v pending %v", s.anc, s.ancPending)
+	}
+	if !slices.Equal(s.cs.Voters, []uint64{1, 2, 3}) {
+		t.Fatalf("conf state %v", s.cs)
+	}
+	if g2 := j.snapshot(2); g2.hs != nil {
+		t.Fatal("removed group came back")
+	}
+	// Rewrite keeps the live state.
+	j.mu.Lock()
+	err = j.rewriteLocked()
+	j.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.putHardState(1, &pb.HardState{Term: new(uint64(7)), Vote: new(uint64(3)), Commit: new(uint64(11))})
+	j.close()
+	j, err = openJournal(dir, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := j.snapshot(1); s.hs.GetTerm() != 7 || s.anc.Offset != 40 || len(s.cs.Voters) != 3 {
+		t.Fatalf("after rewrite: %+v", s)
+	}
+}
