@@ -31,6 +31,7 @@ type Config struct {
 	StatePartitions int32         // transaction.state.log.num.partitions (50)
 	MaxTimeout      time.Duration // transaction.max.timeout.ms (15 minutes)
 	AbortInterval   time.Duration // transaction.abort.timed.out.transaction.cleanup.interval.ms (10 s)
+	IDExpiration    time.Duration // transactional.id.expiration.ms (7 days)
 
 	// AfterPrepare, for tests, runs once a Prepare record is durable and
 	// before any marker is written; returning true abandons the
@@ -40,7 +41,7 @@ type Config struct {
 
 // DefaultConfig is Kafka's defaults.
 func DefaultConfig() Config {
-	return Config{StatePartitions: 50, MaxTimeout: 15 * time.Minute, AbortInterval: 10 * time.Second}
+	return Config{StatePartitions: 50, MaxTimeout: 15 * time.Minute, AbortInterval: 10 * time.Second, IDExpiration: 7 * 24 * time.Hour}
 }
 
 // Log is one partition of __transaction_state.
@@ -80,6 +81,10 @@ type txnMeta struct {
 	parts   map[TopicPartition]struct{}
 	start   time.Time // of the ongoing transaction
 	updated time.Time
+	// timedOut is the epoch the producer had when the coordinator aborted
+	// its transaction for taking too long (-1 if not): that producer is not
+	// a zombie, and may recover with InitProducerId (KIP-360).
+	timedOut int16
 
 	// done is non-nil while markers are being written; closed when the
 	// transaction reaches Complete*.
@@ -112,6 +117,9 @@ func New(cfg Config, logs []Log, opts Options) *Coordinator {
 	}
 	if cfg.AbortInterval <= 0 {
 		cfg.AbortInterval = def.AbortInterval
+	}
+	if cfg.IDExpiration <= 0 {
+		cfg.IDExpiration = def.IDExpiration
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -219,7 +227,7 @@ func (c *Coordinator) replay(p int32, l Log) error {
 			if err := v.ReadFrom(r.Value); err != nil {
 				return fmt.Errorf("offset %d: value: %w", r.Offset, err)
 			}
-			m := &txnMeta{id: k.TransactionalID, pid: v.ProducerID, epoch: v.ProducerEpoch,
+			m := &txnMeta{id: k.TransactionalID, pid: v.ProducerID, epoch: v.ProducerEpoch, timedOut: -1,
 				timeout: time.Duration(v.TimeoutMillis) * time.Millisecond, state: v.State,
 				parts: map[TopicPartition]struct{}{}, start: time.UnixMilli(v.StartTimestamp), updated: time.UnixMilli(v.LastUpdateTimestamp)}
 			for _, t := range v.Topics {
@@ -319,7 +327,7 @@ func (c *Coordinator) InitProducerID(ctx context.Context, id string, timeoutMs i
 				return -1, -1, ctx.Err()
 			}
 		}
-		if m != nil && reqPID >= 0 && (reqPID != m.pid || reqEpoch != m.epoch) {
+		if m != nil && reqPID >= 0 && (reqPID != m.pid || reqEpoch != m.epoch && reqEpoch != m.timedOut) {
 			c.mu.Unlock()
 			return -1, -1, kerr.ProducerFenced
 		}
@@ -355,9 +363,9 @@ func (c *Coordinator) InitProducerID(ctx context.Context, id string, timeoutMs i
 				c.mu.Unlock()
 				return -1, -1, kerr.CoordinatorNotAvailable
 			}
-			delete(c.byPID, m.pid)
 			m.pid, m.epoch = pid, -1
 		}
+		m.timedOut = -1
 		m.epoch++
 		m.timeout = time.Duration(timeoutMs) * time.Millisecond
 		m.state = kmsg.TransactionStateEmpty
@@ -373,6 +381,9 @@ func (c *Coordinator) InitProducerID(ctx context.Context, id string, timeoutMs i
 			}
 			c.log.Warn("writing transaction state failed", "transactional_id", id, "err", err)
 			return -1, -1, kerr.CoordinatorNotAvailable
+		}
+		if prev.pid != m.pid {
+			delete(c.byPID, prev.pid)
 		}
 		c.txns[id] = m
 		c.byPID[m.pid] = m
@@ -620,6 +631,7 @@ func (c *Coordinator) abortTimedOut() {
 			if now.Before(m.start.Add(m.timeout)) {
 				continue
 			}
+			m.timedOut = m.epoch
 			c.prepareLocked(m, false, m.epoch < math.MaxInt16-1, now)
 			if _, _, err := c.persist(m); err != nil {
 				c.log.Warn("aborting timed-out transaction: writing PrepareAbort failed", "transactional_id", m.id, "err", err)
@@ -631,6 +643,9 @@ func (c *Coordinator) abortTimedOut() {
 		case kmsg.TransactionStatePrepareCommit, kmsg.TransactionStatePrepareAbort:
 			m.done = make(chan struct{})
 		default:
+			if now.Sub(m.updated) >= c.cfg.IDExpiration {
+				c.expireLocked(m)
+			}
 			continue
 		}
 		todo = append(todo, m)
@@ -639,6 +654,28 @@ func (c *Coordinator) abortTimedOut() {
 	for _, m := range todo {
 		c.completeAsync(m)
 	}
+}
+
+// expireLocked forgets an idle transactional id
+// (transactional.id.expiration.ms) with a tombstone; its next
+// InitProducerId starts afresh with a new producer id.
+func (c *Coordinator) expireLocked(m *txnMeta) {
+	k := kmsg.NewTxnMetadataKey()
+	k.TransactionalID = m.id
+	batch, err := records.Build(records.Batch{ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1},
+		[]records.Record{{Timestamp: c.opts.Now().UnixMilli(), Key: k.AppendTo(nil)}})
+	if err == nil {
+		_, err = c.logFor(m.id).Append(batch)
+	}
+	if err != nil {
+		c.log.Warn("expiring transactional id failed", "transactional_id", m.id, "err", err)
+		return
+	}
+	delete(c.txns, m.id)
+	if c.byPID[m.pid] == m {
+		delete(c.byPID, m.pid)
+	}
+	c.log.Info("expired idle transactional id", "transactional_id", m.id, "producer_id", m.pid)
 }
 
 // AbortTimedOut runs the timeout pass now (tests, admin tools).

@@ -274,3 +274,51 @@ func TestTimeoutAbortsAndFailedMarkersRetry(t *testing.T) {
 		t.Fatalf("commit by the timed-out producer: %v", err)
 	}
 }
+
+// TestTimedOutProducerRecoversAndIdleIDsExpire: the producer whose
+// transaction timed out is not a zombie - naming its old epoch (KIP-360) it
+// gets a new one; an id idle past transactional.id.expiration.ms is
+// forgotten, also after a replay.
+func TestTimedOutProducerRecoversAndIdleIDsExpire(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	cfg := Config{AbortInterval: time.Hour, IDExpiration: time.Hour}
+	c := r.start(t, cfg, clock)
+	pid, e0, _ := c.InitProducerID(ctx, "late", 1000, -1, -1)
+	c.AddPartitions("late", pid, e0, []TopicPartition{tp0})(ctx)
+	advance(2 * time.Second)
+	c.AbortTimedOut()
+	for {
+		in, _ := c.Describe("late")
+		if in.State == kmsg.TransactionStateCompleteAbort {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	pid2, e2, err := c.InitProducerID(ctx, "late", 1000, pid, e0)
+	if err != nil || pid2 != pid || e2 <= e0+1 {
+		t.Fatalf("recovery of the timed-out producer: %d/%d %v", pid2, e2, err)
+	}
+	if _, _, err := c.InitProducerID(ctx, "late", 1000, pid, e0); !errors.Is(err, kerr.ProducerFenced) {
+		t.Fatalf("the old epoch after recovery: %v", err)
+	}
+
+	advance(2 * time.Hour)
+	c.AbortTimedOut()
+	if _, ok := c.Describe("late"); ok {
+		t.Fatal("idle transactional id not expired")
+	}
+	c.Close()
+	c2 := r.start(t, cfg, clock)
+	if _, ok := c2.Describe("late"); ok {
+		t.Fatal("expired transactional id back after replay")
+	}
+	pid3, e3, err := c2.InitProducerID(ctx, "late", 1000, -1, -1)
+	if err != nil || pid3 == pid || e3 != 0 {
+		t.Fatalf("init after expiry: %d/%d %v, want a new id at epoch 0", pid3, e3, err)
+	}
+}
