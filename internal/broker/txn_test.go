@@ -424,6 +424,35 @@ func TestTxnSarama(t *testing.T) {
 	if got := values(t, n, "sarama-txn", true, 3); fmt.Sprint(got) != "[s1 s2 s3]" {
 		t.Fatalf("read_committed %v", got)
 	}
+	// sarama's read_committed consumer, which skips by AbortedTransactions.
+	ccfg := sarama.NewConfig()
+	ccfg.Version = sarama.V3_0_0_0
+	ccfg.Consumer.IsolationLevel = sarama.ReadCommitted
+	sc, err := sarama.NewConsumer([]string{n.Addr}, ccfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	pc, err := sc.ConsumePartition("sarama-txn", 0, sarama.OffsetOldest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	var sgot []string
+	ctx := testCtx(t)
+	for len(sgot) < 3 {
+		select {
+		case m := <-pc.Messages():
+			sgot = append(sgot, string(m.Value))
+		case err := <-pc.Errors():
+			t.Fatal(err)
+		case <-ctx.Done():
+			t.Fatalf("sarama read_committed got %v", sgot)
+		}
+	}
+	if fmt.Sprint(sgot) != "[s1 s2 s3]" {
+		t.Fatalf("sarama read_committed %v", sgot)
+	}
 	if got := values(t, n, "sarama-txn", false, 4); fmt.Sprint(got) != "[s1 s2 aborted s3]" {
 		t.Fatalf("read_uncommitted %v", got)
 	}

@@ -359,6 +359,7 @@ func (p *Partition) Read(offset int64, maxBytes int, readCommitted bool) (ReadRe
 	}
 	res.Records = b
 	if readCommitted {
+		p.trimAborted(res.LogStartOffset)
 		res.Aborted = p.abortedIn(offset, lastOffsetIn(b))
 	}
 	return res, nil

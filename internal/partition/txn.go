@@ -208,6 +208,17 @@ func (p *Partition) LastStableOffset() int64 {
 	return hw
 }
 
+// trimAborted forgets aborted transactions wholly below the log start
+// (deleted by retention or DeleteRecords): no fetch can overlap them.
+func (p *Partition) trimAborted(logStart int64) {
+	p.txnMu.Lock()
+	defer p.txnMu.Unlock()
+	a := p.txn.aborted
+	if i := sort.Search(len(a), func(i int) bool { return a[i].LastOffset >= logStart }); i > 0 {
+		p.txn.aborted = append([]AbortedTxn(nil), a[i:]...)
+	}
+}
+
 // abortedIn lists the aborted transactions overlapping offsets [from, to].
 func (p *Partition) abortedIn(from, to int64) []AbortedTxn {
 	p.txnMu.Lock()

@@ -186,13 +186,12 @@ func (c *Coordinator) Load() error {
 			resume = append(resume, m)
 		}
 	}
-	c.mu.Unlock()
 	for _, m := range resume {
 		c.log.Info("completing a transaction left prepared", "transactional_id", m.id, "state", m.state.String())
-		c.completeAsync(m)
+		c.completeAsyncLocked(m)
 	}
-	c.wg.Add(1)
-	go c.timeoutLoop()
+	c.spawnLocked(c.timeoutLoop)
+	c.mu.Unlock()
 	return nil
 }
 
@@ -315,7 +314,7 @@ func (c *Coordinator) InitProducerID(ctx context.Context, id string, timeoutMs i
 			// Decided but not finished (a failed marker write): finish it
 			// before anything else happens to this id.
 			m.done = make(chan struct{})
-			c.completeAsync(m)
+			c.completeAsyncLocked(m)
 		}
 		if m != nil && m.done != nil {
 			done := m.done
@@ -536,8 +535,26 @@ func (c *Coordinator) EndTxn(id string, pid int64, epoch int16, commit bool) fun
 }
 
 // finish waits for m's Prepare record (at end of l) to be durable, then
-// completes the transaction.
+// completes the transaction. The work runs in the background on the
+// coordinator's context, so a client that disconnects (ctx) does not leave
+// a decided transaction half-written until the next timeout pass.
 func (c *Coordinator) finish(ctx context.Context, m *txnMeta, l Log, end int64) error {
+	errc := make(chan error, 1)
+	c.mu.Lock()
+	ok := c.spawnLocked(func() { errc <- c.finishNow(c.ctx, m, l, end) })
+	c.mu.Unlock()
+	if !ok {
+		return kerr.CoordinatorNotAvailable // closing; replay finishes it
+	}
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Coordinator) finishNow(ctx context.Context, m *txnMeta, l Log, end int64) error {
 	if err := l.WaitCommitted(ctx, end); err != nil {
 		// Not durable, so not decided: the timeout loop retries it.
 		c.releaseLater(m)
@@ -592,19 +609,33 @@ func (c *Coordinator) complete(ctx context.Context, m *txnMeta) error {
 	return nil
 }
 
-func (c *Coordinator) completeAsync(m *txnMeta) {
+// spawnLocked runs fn in the background unless the coordinator is closed
+// (Close waits for it). Called with mu held.
+func (c *Coordinator) spawnLocked(fn func()) bool {
+	if c.closed {
+		return false
+	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		c.complete(c.ctx, m)
+		fn()
 	}()
+	return true
+}
+
+// completeAsyncLocked completes m (done set) in the background. Called with
+// mu held.
+func (c *Coordinator) completeAsyncLocked(m *txnMeta) {
+	if !c.spawnLocked(func() { c.complete(c.ctx, m) }) {
+		close(m.done) // closing: replay finishes it
+		m.done = nil
+	}
 }
 
 // timeoutLoop aborts transactions open for longer than their timeout
 // (bumping the epoch, so the producer is fenced) and retries completions
 // that failed.
 func (c *Coordinator) timeoutLoop() {
-	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.AbortInterval)
 	defer t.Stop()
 	for {
@@ -650,10 +681,10 @@ func (c *Coordinator) abortTimedOut() {
 		}
 		todo = append(todo, m)
 	}
-	c.mu.Unlock()
 	for _, m := range todo {
-		c.completeAsync(m)
+		c.completeAsyncLocked(m)
 	}
+	c.mu.Unlock()
 }
 
 // expireLocked forgets an idle transactional id
