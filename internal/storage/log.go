@@ -549,9 +549,9 @@ func (l *Log) appendLocked(batch []byte, h records.Header) (AppendInfo, error) {
 		if err == nil {
 			err = fmt.Errorf("short write of %d/%d bytes", n, len(batch))
 		}
-		if newEpoch {
-			l.epochs = l.epochs[:len(l.epochs)-1] // the checkpoint's extra entry is dropped on recovery
-		}
+		// A new epoch entry stays, in memory as in the checkpoint: an epoch
+		// starting at the end offset is consistent, and keeping it means a
+		// later append with an older epoch is refused as stale.
 		if n > 0 {
 			// Cut the partial batch so the file stays a sequence of whole batches.
 			if terr := s.f.Truncate(pos); terr != nil {
