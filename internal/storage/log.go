@@ -91,6 +91,10 @@ type Log struct {
 	waitCh chan struct{} // closed and replaced when durable/failed changes
 
 	timerArmed atomic.Bool // interval policy: a sync is scheduled
+
+	lruMu      sync.Mutex // guards lru and lruEntries; taken after a segment's idxMu
+	lru        []*segment // sealed segments with loaded indexes, least recently used first
+	lruEntries int        // index entries they hold
 	dev        uint64      // device of the files, for syncfs grouping (0: none)
 }
 
@@ -848,10 +852,9 @@ func (l *Log) Read(offset, maxOffset int64, maxBytes int) (Slice, error) {
 	}
 	for i := l.segmentFor(offset); i < len(l.segs); i++ {
 		s := l.segs[i]
-		if err := s.ensureLoaded(l); err != nil {
+		if err := s.lockIndex(l); err != nil {
 			return Slice{}, err
 		}
-		s.idxMu.Lock()
 		pos := s.lookupLocked(offset)
 		s.idxMu.Unlock()
 		// Walk to the batch containing offset.
@@ -878,7 +881,9 @@ func (l *Log) Read(offset, maxOffset int64, maxBytes int) (Slice, error) {
 		endPos := pos + int64(h.Size())
 		last := h.LastOffset()
 		// Jump with the index as far as maxBytes allows, then walk.
-		s.idxMu.Lock()
+		if err := s.lockIndex(l); err != nil {
+			return Slice{}, err
+		}
 		jump := s.farthestLocked(endPos, first+int64(maxBytes), maxOffset)
 		s.idxMu.Unlock()
 		if jump > endPos {
@@ -939,10 +944,9 @@ func (l *Log) OffsetForTimestamp(ts int64) (int64, int64, error) {
 		if segMax < ts || s.next <= l.start {
 			continue
 		}
-		if err := s.ensureLoaded(l); err != nil {
+		if err := s.lockIndex(l); err != nil {
 			return -1, -1, err
 		}
-		s.idxMu.Lock()
 		pos := s.lookupLocked(s.timeLookupLocked(ts))
 		s.idxMu.Unlock()
 		for pos < s.size {
@@ -997,10 +1001,9 @@ func (l *Log) Truncate(offset int64) error {
 	s := l.segs[i]
 	var pos, ord int64
 	if offset != s.base {
-		if err := s.ensureLoaded(l); err != nil {
+		if err := s.lockIndex(l); err != nil {
 			return err
 		}
-		s.idxMu.Lock()
 		pos, ord = s.lookupOrdLocked(offset)
 		s.idxMu.Unlock()
 		for {
@@ -1033,8 +1036,10 @@ func (l *Log) Truncate(offset int64) error {
 	// a gap with stale segments after it.
 	for j := len(removed) - 1; j >= 0; j-- {
 		errs = append(errs, l.removeSegmentFiles(removed[j]))
+		l.lruForget(removed[j])
 		removed[j].unref()
 	}
+	l.lruForget(s) // active again: its index must stay loaded
 	if len(removed) > 0 {
 		errs = append(errs, l.fs.SyncDir(l.dir))
 	}
@@ -1127,6 +1132,7 @@ func (l *Log) resetLocked(offset, ordinal int64) error {
 	var errs []error
 	for _, s := range l.segs {
 		errs = append(errs, l.removeSegmentFiles(s))
+		l.lruForget(s)
 		s.unref()
 	}
 	l.segs = nil
@@ -1190,6 +1196,7 @@ func (l *Log) deleteOldestLocked(del func(*segment) bool) (int, error) {
 		s := l.segs[0]
 		l.segs = l.segs[1:]
 		errs = append(errs, l.removeSegmentFiles(s))
+		l.lruForget(s)
 		s.unref()
 		n++
 	}
@@ -1355,10 +1362,9 @@ func (l *Log) ScanHeaders(from int64, fn func(h records.Header) error) error {
 	}
 	for i := l.segmentFor(from); i < len(l.segs); i++ {
 		s := l.segs[i]
-		if err := s.ensureLoaded(l); err != nil {
+		if err := s.lockIndex(l); err != nil {
 			return err
 		}
-		s.idxMu.Lock()
 		pos := s.lookupLocked(from)
 		s.idxMu.Unlock()
 		for pos < s.size {
@@ -1482,10 +1488,9 @@ func (l *Log) ordinalOfLocked(offset int64) (int64, error) {
 	}
 	for i := l.segmentFor(offset); i < len(l.segs); i++ {
 		s := l.segs[i]
-		if err := s.ensureLoaded(l); err != nil {
+		if err := s.lockIndex(l); err != nil {
 			return -1, err
 		}
-		s.idxMu.Lock()
 		pos, ord := s.lookupOrdLocked(offset)
 		s.idxMu.Unlock()
 		for ; pos < s.size; ord++ {
@@ -1518,10 +1523,9 @@ func (l *Log) OffsetOfOrdinal(ord int64) (int64, error) {
 		return -1, fmt.Errorf("storage: ordinal %d in %s beyond [%d, %d]: %w", ord, l.dir, l.segs[0].firstOrd, l.endOrdinalLocked(), ErrOffsetOutOfRange)
 	}
 	s := l.segs[i]
-	if err := s.ensureLoaded(l); err != nil {
+	if err := s.lockIndex(l); err != nil {
 		return -1, err
 	}
-	s.idxMu.Lock()
 	pos, o := s.lookupByOrdLocked(ord - s.firstOrd)
 	s.idxMu.Unlock()
 	for ; pos < s.size; o++ {
@@ -1542,10 +1546,9 @@ func (l *Log) OffsetOfOrdinal(ord int64) (int64, error) {
 
 // segmentBatches counts the batches of a sealed segment (recovery only).
 func (l *Log) segmentBatches(s *segment) (int64, error) {
-	if err := s.ensureLoaded(l); err != nil {
+	if err := s.lockIndex(l); err != nil {
 		return 0, err
 	}
-	s.idxMu.Lock()
 	pos, ord := int64(0), int64(0)
 	if n := len(s.offIdx); n > 0 {
 		pos, ord = int64(s.offIdx[n-1].pos), int64(s.offIdx[n-1].ord)

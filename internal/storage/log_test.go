@@ -951,3 +951,81 @@ func TestOrdinals(t *testing.T) {
 		t.Fatalf("reopen after reset: ordinal %d start %d", l.EndOrdinal(), l.StartOffset())
 	}
 }
+
+// Sealed indexes beyond the budget are evicted and reloaded on use; reads
+// stay correct while readers race over many segments.
+func TestIndexEviction(t *testing.T) {
+	old := maxLoadedIndexEntries
+	maxLoadedIndexEntries = 20
+	defer func() { maxLoadedIndexEntries = old }()
+	fs := NewCrashFS(1)
+	sy := newSyncer(t)
+	cfg := testConfig()
+	cfg.IndexIntervalBytes = 64
+	l := openLog(t, fs, "/d", cfg, sy, nil)
+	var bases []int64
+	for i := 0; i < 400; i++ {
+		info, err := l.Append(batch(t, 1+i%3, 40, int64(i)), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bases = append(bases, info.BaseOffset)
+	}
+	l.Close()
+	l = openLog(t, fs, "/d", cfg, sy, nil)
+	defer l.Close()
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	for r := 0; r < 4; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(int64(r)))
+			for k := 0; k < 500; k++ {
+				i := rng.Intn(len(bases))
+				s, err := l.Read(bases[i], 1<<40, 1)
+				if err == nil && s.BaseOffset != bases[i] {
+					err = fmt.Errorf("read %d got %d", bases[i], s.BaseOffset)
+				}
+				s.Release()
+				if err == nil {
+					var ord int64
+					if ord, err = l.OrdinalOf(bases[i]); err == nil && ord != int64(i) {
+						err = fmt.Errorf("ordinal of batch %d: %d", i, ord)
+					}
+				}
+				if err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	l.lruMu.Lock()
+	n, entries := len(l.lru), l.lruEntries
+	l.lruMu.Unlock()
+	loaded := 0
+	for _, s := range l.segs[:len(l.segs)-1] {
+		s.idxMu.Lock()
+		if s.loaded {
+			loaded++
+		}
+		s.idxMu.Unlock()
+	}
+	t.Logf("%d segments, %d loaded (%d tracked, %d entries)", l.Segments(), loaded, n, entries)
+	if loaded != n || loaded > 10 {
+		t.Fatalf("%d sealed indexes loaded, %d tracked: eviction not working", loaded, n)
+	}
+	// Truncating into an evicted segment makes it active and loaded again.
+	if err := l.Truncate(bases[10]); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := l.Append(batch(t, 1, 1, 1), 0); err != nil || info.Ordinal != 10 {
+		t.Fatalf("append after truncate: %+v %v", info, err)
+	}
+}

@@ -98,6 +98,8 @@ type segment struct {
 	maxTSOff      int64 // base offset of the batch holding maxTS
 	maxTSKnown    bool  // maxTS valid without loading the indexes
 	maxTSPos      int64 // position of the batch holding maxTS
+	lruTracked    bool  // loaded lazily, listed in Log.lru (may be evicted)
+	lruCount      int   // index entries counted in Log.lruEntries
 }
 
 func (s *segment) path(suffix string) string {
@@ -147,22 +149,94 @@ func readHeader(f File, pos int64) (records.Header, error) {
 	return records.ParseHeader(buf[:])
 }
 
-// ensureLoaded loads the indexes of a sealed segment on first use,
-// rebuilding them from the log if they are missing or damaged.
-func (s *segment) ensureLoaded(l *Log) error {
+// maxLoadedIndexEntries bounds, per log, the index entries of sealed
+// segments kept in memory (~36 B each): beyond it the least recently used
+// segment's indexes are dropped and reloaded on next use. At least one
+// sealed segment stays loaded whatever its size.
+var maxLoadedIndexEntries = 1 << 18
+
+// lockIndex returns with s.idxMu held and the indexes loaded, loading a
+// sealed segment's on first use (rebuilding them from the log if missing or
+// damaged). Holding idxMu keeps an eviction from emptying them under the
+// caller. The caller holds l.mu (shared or exclusive).
+func (s *segment) lockIndex(l *Log) error {
 	s.idxMu.Lock()
-	defer s.idxMu.Unlock()
 	if s.loaded {
+		if s.lruTracked {
+			l.lruTouch(s)
+		}
 		return nil
 	}
 	if err := s.loadIndexesLocked(l, false); err != nil {
 		l.logger.Warn("storage: rebuilding damaged index", "file", s.path(indexSuffix), "err", err)
 		if err := s.rebuildLocked(l); err != nil {
+			s.idxMu.Unlock()
 			return err
 		}
 	}
 	s.loaded = true
+	s.lruTracked = true
+	l.lruAdd(s, len(s.offIdx)+len(s.timeIdx))
 	return nil
+}
+
+// ensureLoaded is lockIndex for callers that only need the side effects.
+func (s *segment) ensureLoaded(l *Log) error {
+	if err := s.lockIndex(l); err != nil {
+		return err
+	}
+	s.idxMu.Unlock()
+	return nil
+}
+
+func (l *Log) lruTouch(s *segment) {
+	l.lruMu.Lock()
+	defer l.lruMu.Unlock()
+	for i := len(l.lru) - 1; i >= 0; i-- { // recent ones are at the end
+		if l.lru[i] == s {
+			copy(l.lru[i:], l.lru[i+1:])
+			l.lru[len(l.lru)-1] = s
+			return
+		}
+	}
+}
+
+// lruAdd records a freshly loaded sealed segment (its idxMu held) and
+// evicts the least recently used others while over budget. Victims are
+// only TryLocked, so two loaders can never wait on each other.
+func (l *Log) lruAdd(s *segment, entries int) {
+	l.lruMu.Lock()
+	defer l.lruMu.Unlock()
+	s.lruCount = entries
+	l.lru = append(l.lru, s)
+	l.lruEntries += entries
+	for i := 0; l.lruEntries > maxLoadedIndexEntries && i < len(l.lru)-1; {
+		v := l.lru[i]
+		if !v.idxMu.TryLock() {
+			i++
+			continue
+		}
+		v.offIdx, v.timeIdx = nil, nil
+		v.loaded, v.lruTracked = false, false
+		v.idxMu.Unlock()
+		l.lruEntries -= v.lruCount
+		l.lru = append(l.lru[:i], l.lru[i+1:]...)
+	}
+}
+
+// lruForget stops tracking s (deleted, or the active segment again after a
+// Truncate). The caller holds l.mu exclusively.
+func (l *Log) lruForget(s *segment) {
+	l.lruMu.Lock()
+	defer l.lruMu.Unlock()
+	for i, v := range l.lru {
+		if v == s {
+			l.lruEntries -= v.lruCount
+			l.lru = append(l.lru[:i], l.lru[i+1:]...)
+			break
+		}
+	}
+	s.lruTracked = false
 }
 
 // loadIndexesLocked reads both index files. strict: any inconsistency is an
