@@ -95,7 +95,7 @@ type Log struct {
 	lruMu      sync.Mutex // guards lru and lruEntries; taken after a segment's idxMu
 	lru        []*segment // sealed segments with loaded indexes, least recently used first
 	lruEntries int        // index entries they hold
-	dev        uint64      // device of the files, for syncfs grouping (0: none)
+	dev        uint64     // device of the files, for syncfs grouping (0: none)
 }
 
 // Open opens (creating if missing) the log in dir and recovers it: the
