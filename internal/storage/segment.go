@@ -153,7 +153,7 @@ func readHeader(f File, pos int64) (records.Header, error) {
 // segments kept in memory (~36 B each): beyond it the least recently used
 // segment's indexes are dropped and reloaded on next use. At least one
 // sealed segment stays loaded whatever its size.
-var maxLoadedIndexEntries = 1 << 18
+var maxLoadedIndexEntries = 1 << 20
 
 // lockIndex returns with s.idxMu held and the indexes loaded, loading a
 // sealed segment's on first use (rebuilding them from the log if missing or
