@@ -48,7 +48,11 @@ func testLogger(tb testing.TB) *slog.Logger {
 }
 
 func newCluster(tb testing.TB, n int, groups int) *cluster {
-	c := &cluster{tb: tb, faults: NewFaults(), nodes: map[uint64]*testNode{}, logger: testLogger(tb), tick: 20 * time.Millisecond}
+	return newClusterTick(tb, n, groups, 20*time.Millisecond)
+}
+
+func newClusterTick(tb testing.TB, n int, groups int, tick time.Duration) *cluster {
+	c := &cluster{tb: tb, faults: NewFaults(), nodes: map[uint64]*testNode{}, logger: testLogger(tb), tick: tick}
 	for i := 1; i <= n; i++ {
 		c.ids = append(c.ids, uint64(i))
 	}
@@ -224,6 +228,9 @@ func (c *cluster) propose(g uint64, value string, among ...uint64) Proposal {
 		cancel()
 		if err == nil {
 			return p
+		}
+		if errors.Is(err, ErrProposalLost) {
+			continue // a new leader overwrote it: not in the log, safe to retry
 		}
 		c.tb.Fatalf("proposal %q on node %d not committed: %v", value, id, err)
 	}

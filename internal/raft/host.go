@@ -9,6 +9,7 @@ package raft
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -110,6 +111,11 @@ type GroupConfig struct {
 	// OnCommit, if set, is called on the Ready loop with newly committed
 	// entries, in order. It must not block.
 	OnCommit func(group uint64, ents []Committed)
+	// Rejoin: the replica's storage was lost (the metadata says it had
+	// data, the log is empty): it grants no votes until it has caught up.
+	// A replica also detects this by itself when a leader's heartbeat shows
+	// the leader remembers entries it lacks.
+	Rejoin bool
 }
 
 // Committed is one committed entry: a batch at [BaseOffset, EndOffset).
@@ -167,10 +173,22 @@ type group struct {
 
 	quiesced   bool
 	quiesceLdr uint64 // follower: the leader that quiesced us
-	idleTicks  int
+
+	// rejoin: this replica lost its storage (wiped disk) while the others
+	// remember what it had acknowledged. Until it has caught up with a
+	// leader's commit index it grants no votes (it cannot vouch for
+	// committed entries) and tells the leader, whose stale progress for it
+	// must be reset.
+	rejoin       bool
+	rejoinTarget uint64
+	reset        bool // leader: recreate the RawNode (fresh progress for every peer)
+	idleTicks    int
 }
 
-var quiesceCtx = []byte("hf-quiesce")
+var (
+	quiesceCtx = []byte("hf-quiesce")
+	rejoinCtx  = []byte("hf-rejoin:") // + u64 last index
+)
 
 // NewHost opens the journal, starts the transport and the loops.
 func NewHost(cfg Config) (*Host, error) {
@@ -251,7 +269,19 @@ func (h *Host) AddGroup(gc GroupConfig) error {
 	if st.hs != nil {
 		applied = st.hs.GetCommit()
 	}
-	rn, err := raft.NewRawNode(&raft.Config{
+	rn, err := h.newRawNode(st, applied)
+	if err != nil {
+		return fmt.Errorf("raft: group %d: %w", gc.ID, err)
+	}
+	end, _ := st.endOf(applied)
+	g := &group{id: gc.ID, cfg: gc, st: st, rn: rn, commitIndex: applied, commitEnd: end, commitCh: make(chan struct{}), rejoin: gc.Rejoin}
+	h.groups[gc.ID] = g
+	h.markDirty(g)
+	return nil
+}
+
+func (h *Host) newRawNode(st *store, applied uint64) (*raft.RawNode, error) {
+	return raft.NewRawNode(&raft.Config{
 		ID:                        h.cfg.ID,
 		ElectionTick:              h.cfg.ElectionTicks,
 		HeartbeatTick:             h.cfg.HeartbeatTicks,
@@ -264,14 +294,20 @@ func (h *Host) AddGroup(gc GroupConfig) error {
 		PreVote:                   true,
 		Logger:                    h.rlog,
 	})
+}
+
+// resetLocked recreates the group's RawNode from what is stored: the node
+// becomes a follower in its persisted term, with fresh progress for every
+// peer. Only between cycles (no Ready outstanding); unstable proposals are
+// dropped (their waiters see ErrProposalLost or time out).
+func (h *Host) resetLocked(g *group) {
+	g.reset = false
+	rn, err := h.newRawNode(g.st, g.commitIndex)
 	if err != nil {
-		return fmt.Errorf("raft: group %d: %w", gc.ID, err)
+		h.log.Error("raft: reset group", "group", g.id, "err", err)
+		return
 	}
-	end, _ := st.endOf(applied)
-	g := &group{id: gc.ID, cfg: gc, st: st, rn: rn, commitIndex: applied, commitEnd: end, commitCh: make(chan struct{})}
-	h.groups[gc.ID] = g
-	h.markDirty(g)
-	return nil
+	g.rn, g.readyTerm = rn, 0
 }
 
 // RemoveGroup stops driving a group and forgets its journal state (the
@@ -615,7 +651,7 @@ func (h *Host) maybeQuiesceLocked(g *group) []*pb.Message {
 		return nil
 	}
 	bs := g.rn.BasicStatus()
-	if bs.RaftState != raft.StateLeader || g.readyTerm != bs.GetTerm() || bs.LeadTransferee != 0 || g.rn.HasReady() {
+	if bs.RaftState != raft.StateLeader || g.readyTerm != bs.GetTerm() || bs.LeadTransferee != 0 {
 		g.idleTicks = 0
 		return nil
 	}
@@ -679,18 +715,28 @@ func (h *Host) receive(from uint64, msgs []outMsg) {
 			continue // not (yet) created here; Raft retransmits
 		}
 		m := om.m
+		typ := m.GetType()
 		quiesce := bytes.Equal(m.Context, quiesceCtx) &&
-			(m.GetType() == pb.MessageType_MsgHeartbeat || m.GetType() == pb.MessageType_MsgHeartbeatResp)
+			(typ == pb.MessageType_MsgHeartbeat || typ == pb.MessageType_MsgHeartbeatResp)
 		g.mu.Lock()
 		if g.failed != nil || g.removed {
 			g.mu.Unlock()
 			continue
 		}
-		if !quiesce {
+		// Anything but a heartbeat response means activity (a heartbeat
+		// response asks nothing of the leader).
+		if !quiesce && typ != pb.MessageType_MsgHeartbeatResp {
 			g.unquiesceLocked()
 		}
+		if !h.checkLostStorageLocked(g, from, m) {
+			g.mu.Unlock()
+			continue
+		}
+		if quiesce && typ == pb.MessageType_MsgHeartbeatResp {
+			m.Context = nil // raft reads a response's context as a ReadIndex position
+		}
 		_ = g.rn.Step(m) // errors: stale or foreign messages, nothing to do
-		if quiesce && m.GetType() == pb.MessageType_MsgHeartbeat {
+		if quiesce && typ == pb.MessageType_MsgHeartbeat {
 			bs := g.rn.BasicStatus()
 			last, _ := g.st.LastIndex()
 			if bs.RaftState == raft.StateFollower && bs.Lead == from && bs.GetCommit() == last && m.GetCommit() == last {
@@ -700,6 +746,60 @@ func (h *Host) receive(from uint64, msgs []outMsg) {
 		g.mu.Unlock()
 		h.markDirty(g)
 	}
+}
+
+// checkLostStorageLocked handles a replica that lost its log: it returns
+// false if m must not be stepped. A heartbeat's commit is min(match, commit)
+// on the leader, so one above our last index means the leader remembers
+// entries we no longer have.
+func (h *Host) checkLostStorageLocked(g *group, from uint64, m *pb.Message) bool {
+	last, _ := g.st.LastIndex()
+	switch m.GetType() {
+	case pb.MessageType_MsgHeartbeat:
+		if m.GetCommit() > last {
+			if !g.rejoin {
+				h.log.Warn("raft: leader remembers entries this replica lacks: storage was lost, rejoining without voting",
+					"group", g.id, "leader", from, "leader_commit", m.GetCommit(), "last_index", last)
+				g.rejoin = true
+			}
+			m.Commit = new(last) // raft would panic: commit beyond the log
+		}
+	case pb.MessageType_MsgVote, pb.MessageType_MsgPreVote:
+		if g.rejoin {
+			return false // no vote until caught up
+		}
+	case pb.MessageType_MsgApp:
+		if g.rejoin {
+			g.rejoinTarget = max(g.rejoinTarget, m.GetCommit())
+		}
+	case pb.MessageType_MsgSnap:
+		if g.rejoin {
+			g.rejoinTarget = max(g.rejoinTarget, m.GetSnapshot().GetMetadata().GetIndex())
+		}
+	case pb.MessageType_MsgHeartbeatResp:
+		if !bytes.HasPrefix(m.Context, rejoinCtx) || len(m.Context) != len(rejoinCtx)+8 {
+			return true
+		}
+		theirLast := binary.BigEndian.Uint64(m.Context[len(rejoinCtx):])
+		m.Context = nil
+		if g.rn.BasicStatus().RaftState != raft.StateLeader || g.reset {
+			return true
+		}
+		g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr trackerProgress) {
+			if id == from && pr.Match > theirLast {
+				// Raft never lowers a Match, so the leader would wait forever
+				// for acks of entries the replica no longer has. A fresh
+				// RawNode has fresh progress for everyone (it costs an election).
+				h.log.Warn("raft: replica lost its log, resetting the group's progress",
+					"group", g.id, "replica", from, "match", pr.Match, "replica_last", theirLast)
+				g.reset = true
+			}
+		})
+		if g.reset {
+			h.markDirty(g)
+		}
+	}
+	return true
 }
 
 func (h *Host) unreachable(peer uint64, groups []uint64) {
@@ -754,14 +854,18 @@ type readyItem struct {
 	err       error
 	emptyTerm uint64 // the term of the last empty (new leader) entry stored
 	sync      bool
+	rejoin    bool
 }
 
 func (h *Host) cycle(gs []*group) {
 	items := make([]*readyItem, 0, len(gs))
 	for _, g := range gs {
 		g.mu.Lock()
+		if g.reset {
+			h.resetLocked(g)
+		}
 		if g.failed == nil && !g.removed && g.rn.HasReady() {
-			items = append(items, &readyItem{g: g, rd: g.rn.Ready()})
+			items = append(items, &readyItem{g: g, rd: g.rn.Ready(), rejoin: g.rejoin})
 		}
 		g.mu.Unlock()
 	}
@@ -794,7 +898,15 @@ func (h *Host) cycle(gs []*group) {
 			h.failGroup(it.g, it.err)
 			continue
 		}
+		var tag []byte
+		if it.rejoin {
+			last, _ := it.g.st.LastIndex()
+			tag = binary.BigEndian.AppendUint64(bytes.Clone(rejoinCtx), last)
+		}
 		for _, m := range it.rd.Messages {
+			if tag != nil && m.GetType() == pb.MessageType_MsgHeartbeatResp {
+				m.Context = tag
+			}
 			h.tr.send(it.g.id, m)
 		}
 	}
@@ -926,6 +1038,10 @@ func (h *Host) apply(it *readyItem) {
 		g.commitIndex, g.commitEnd = last, end
 		close(g.commitCh)
 		g.commitCh = make(chan struct{})
+	}
+	if g.rejoin && g.rejoinTarget > 0 && g.commitIndex >= g.rejoinTarget {
+		g.rejoin = false
+		h.log.Info("raft: replica caught up after losing its storage, voting again", "group", g.id, "index", g.commitIndex)
 	}
 	g.mu.Unlock()
 }
