@@ -39,6 +39,10 @@ type Config struct {
 	AfterPrepare func(transactionalID string) bool
 }
 
+// concurrentWait bounds how long InitProducerId waits for the previous
+// transaction of its id to complete before answering CONCURRENT_TRANSACTIONS.
+const concurrentWait = 5 * time.Second
+
 // DefaultConfig is Kafka's defaults.
 func DefaultConfig() Config {
 	return Config{StatePartitions: 50, MaxTimeout: 15 * time.Minute, AbortInterval: 10 * time.Second, IDExpiration: 7 * 24 * time.Hour}
@@ -302,6 +306,11 @@ func (c *Coordinator) InitProducerID(ctx context.Context, id string, timeoutMs i
 	if timeoutMs <= 0 || time.Duration(timeoutMs)*time.Millisecond > c.cfg.MaxTimeout {
 		return -1, -1, kerr.InvalidTransactionTimeout
 	}
+	// A completion in progress (the previous transaction's markers) is
+	// waited for a while, so the usual case needs no retry; past that the
+	// client hears CONCURRENT_TRANSACTIONS and retries, as with Kafka.
+	patience := time.NewTimer(concurrentWait)
+	defer patience.Stop()
 	for {
 		c.mu.Lock()
 		if c.closed {
@@ -322,6 +331,8 @@ func (c *Coordinator) InitProducerID(ctx context.Context, id string, timeoutMs i
 			select {
 			case <-done:
 				continue
+			case <-patience.C:
+				return -1, -1, kerr.ConcurrentTransactions
 			case <-ctx.Done():
 				return -1, -1, ctx.Err()
 			}
@@ -341,9 +352,8 @@ func (c *Coordinator) InitProducerID(ctx context.Context, id string, timeoutMs i
 				return -1, -1, kerr.CoordinatorNotAvailable
 			}
 			c.log.Info("fencing producer: aborting its ongoing transaction", "transactional_id", id, "producer_id", m.pid, "epoch", m.epoch)
-			if err := c.finish(ctx, m, l, end); err != nil {
-				return -1, -1, err
-			}
+			// The abort completes in the background; the loop waits for it.
+			c.finish(context.Background(), m, l, end, false)
 			continue
 		}
 		isNew := m == nil
@@ -531,20 +541,29 @@ func (c *Coordinator) EndTxn(id string, pid int64, epoch int16, commit bool) fun
 		c.log.Warn("writing transaction state failed", "transactional_id", id, "err", err)
 		return fail(kerr.CoordinatorNotAvailable)
 	}
-	return func(ctx context.Context) error { return c.finish(ctx, m, l, end) }
+	return func(ctx context.Context) error { return c.finish(ctx, m, l, end, true) }
 }
 
 // finish waits for m's Prepare record (at end of l) to be durable, then
 // completes the transaction. The work runs in the background on the
 // coordinator's context, so a client that disconnects (ctx) does not leave
 // a decided transaction half-written until the next timeout pass.
-func (c *Coordinator) finish(ctx context.Context, m *txnMeta, l Log, end int64) error {
+//
+// With wait unset it returns at once.
+func (c *Coordinator) finish(ctx context.Context, m *txnMeta, l Log, end int64, wait bool) error {
 	errc := make(chan error, 1)
 	c.mu.Lock()
 	ok := c.spawnLocked(func() { errc <- c.finishNow(c.ctx, m, l, end) })
+	if !ok && m.done != nil {
+		close(m.done)
+		m.done = nil
+	}
 	c.mu.Unlock()
 	if !ok {
 		return kerr.CoordinatorNotAvailable // closing; replay finishes it
+	}
+	if !wait {
+		return nil
 	}
 	select {
 	case err := <-errc:

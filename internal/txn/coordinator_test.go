@@ -172,6 +172,18 @@ func TestReplayFinishesPrepared(t *testing.T) {
 	if r.markerCount() != 0 {
 		t.Fatal("markers written before the crash point")
 	}
+	// Decided, not complete: everything else about this id must wait.
+	if err := c.AddPartitions("p", pid, epoch, []TopicPartition{{"v", 0}})(ctx); !errors.Is(err, kerr.ConcurrentTransactions) {
+		t.Fatalf("add while prepared: %v", err)
+	}
+	if err := c.EndTxn("p", pid, epoch, true)(ctx); !errors.Is(err, kerr.ConcurrentTransactions) {
+		t.Fatalf("commit retry while prepared: %v", err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, e, err := c.InitProducerID(short, "p", 60000, -1, -1); err == nil {
+		t.Fatalf("init while prepared got epoch %d instead of waiting", e)
+	}
 	c.Close()
 	crash = false
 	c2 := r.start(t, Config{}, nil)
