@@ -2,9 +2,13 @@ package broker_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -727,4 +731,127 @@ func BenchmarkTransactions(b *testing.B) {
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "txn/s")
 		})
 	}
+}
+
+// dropProxy forwards Kafka connections to a broker and, for every
+// dropEvery-th Produce response, closes the connection instead of
+// delivering it: the batch was appended, the client never hears so, and
+// retries.
+type dropProxy struct {
+	ln        net.Listener
+	target    string
+	dropEvery int64
+	frames    atomic.Int64
+	dropped   atomic.Int64
+}
+
+func startDropProxy(t *testing.T, target string, dropEvery int64) *dropProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &dropProxy{ln: ln, target: target, dropEvery: dropEvery}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c)
+		}
+	}()
+	return p
+}
+
+func (p *dropProxy) serve(c net.Conn) {
+	defer c.Close()
+	b, err := net.Dial("tcp", p.target)
+	if err != nil {
+		return
+	}
+	defer b.Close()
+	var produces sync.Map // correlation id of a Produce request -> true
+	go func() {
+		defer b.Close()
+		var size [4]byte
+		for {
+			if _, err := io.ReadFull(c, size[:]); err != nil {
+				return
+			}
+			frame := make([]byte, 4+binary.BigEndian.Uint32(size[:]))
+			copy(frame, size[:])
+			if _, err := io.ReadFull(c, frame[4:]); err != nil || len(frame) < 12 {
+				return
+			}
+			if int16(binary.BigEndian.Uint16(frame[4:])) == kmsg.Produce.Int16() {
+				produces.Store(binary.BigEndian.Uint32(frame[8:]), true)
+			}
+			if _, err := b.Write(frame); err != nil {
+				return
+			}
+		}
+	}()
+	var size [4]byte
+	for {
+		if _, err := io.ReadFull(b, size[:]); err != nil {
+			return
+		}
+		frame := make([]byte, 4+binary.BigEndian.Uint32(size[:]))
+		copy(frame, size[:])
+		if _, err := io.ReadFull(b, frame[4:]); err != nil {
+			return
+		}
+		if _, isProduce := produces.LoadAndDelete(binary.BigEndian.Uint32(frame[4:])); isProduce && p.frames.Add(1)%p.dropEvery == 0 {
+			p.dropped.Add(1)
+			return // the response is lost with the connection
+		}
+		if _, err := c.Write(frame); err != nil {
+			return
+		}
+	}
+}
+
+// TestIdempotentRetryAfterLostResponses: an idempotent producer whose
+// responses are lost (connection reset after the broker appended) retries,
+// and the log holds every record exactly once, in order.
+func TestIdempotentRetryAfterLostResponses(t *testing.T) {
+	n := txnNode(t)
+	n.CreateTopic("lossy", 1, nil)
+	px := startDropProxy(t, n.Addr, 3)
+	var d net.Dialer
+	cl := n.Client(
+		kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, network, px.ln.Addr().String())
+		}),
+		kgo.DefaultProduceTopic("lossy"),
+		kgo.MaxBufferedRecords(50), // many small requests, so many are lost
+		kgo.RecordRetries(100),
+	)
+	ctx := testCtx(t)
+	const total = 600
+	for i := 0; i < total; i++ {
+		cl.Produce(ctx, &kgo.Record{Value: []byte(strconv.Itoa(i))}, func(r *kgo.Record, err error) {
+			if err != nil {
+				t.Errorf("record %s: %v", r.Value, err)
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if px.dropped.Load() == 0 {
+		t.Fatal("the proxy dropped nothing; the test tested nothing")
+	}
+	got := values(t, n, "lossy", false, total)
+	for i, v := range got {
+		if v != strconv.Itoa(i) {
+			t.Fatalf("record %d is %q (duplicate or reordered)", i, v)
+		}
+	}
+	if end := endOffset(t, n, "lossy", 0); end != total {
+		t.Fatalf("log end %d, want %d: duplicates were written", end, total)
+	}
+	t.Logf("%d of %d produce responses dropped", px.dropped.Load(), px.frames.Load())
 }
