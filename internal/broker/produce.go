@@ -13,8 +13,11 @@ import (
 	"holdfast/internal/wire"
 )
 
-// Produce v3+ carries record batch v2 only. v12 (KIP-890 server-side
-// transaction verification) and v13 (topic ids) wait for issue 5.
+// Produce v3+ carries record batch v2 only. v12 must not be served before
+// KIP-890 part 2 (transaction.version 2) is: franz-go reads Produce v12 as
+// "partitions join the transaction implicitly" and stops sending
+// AddPartitionsToTxn, so every transactional batch would be refused. v13
+// (topic ids) comes after it.
 func init() { register(kmsg.Produce, 3, 11, (*Broker).handleProduce) }
 
 // committedWait is one appended batch whose acknowledgement waits for it to
