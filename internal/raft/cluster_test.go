@@ -82,6 +82,9 @@ func (c *cluster) start(id uint64) {
 		c.tb.Fatalf("node %d already running", id)
 	}
 	nd.syncer = storage.NewSyncer(c.logger)
+	if os.Getenv("RAFT_NO_SYNCFS") != "" {
+		nd.syncer.DisableSyncfs()
+	}
 	peers := map[uint64]string{}
 	for _, o := range c.nodes {
 		if o.id != id && o.addr != "127.0.0.1:0" {

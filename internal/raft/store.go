@@ -65,11 +65,17 @@ func openStore(l *storage.Log, anc anchor, hs *pb.HardState, cs *pb.ConfState) (
 	if err != nil {
 		return nil, err
 	}
-	if s.hs != nil && s.hs.GetCommit() > s.lastLocked() {
+	if s.hs == nil && anc.Index > 0 {
+		s.hs = &pb.HardState{Term: new(uint64(0)), Vote: new(uint64(0)), Commit: new(uint64(0))}
+	}
+	if s.hs != nil {
 		// The journal and the logs are fsynced in the same cycle but not
-		// atomically; a commit index is only knowledge (the leader repeats
-		// it), so clamping it is safe. Term and vote are never clamped.
-		s.hs.Commit = new(s.lastLocked())
+		// atomically, and commit-only changes are not fsynced at all: a
+		// commit index is only knowledge (the leader repeats it), so it is
+		// clamped into [anchor, last index]; the anchor is always committed.
+		// Term and vote are never touched.
+		c := min(max(s.hs.GetCommit(), anc.Index), s.lastLocked())
+		s.hs.Commit = new(c)
 	}
 	return s, nil
 }
