@@ -311,6 +311,7 @@ func (c *Coordinator) InitProducerID(ctx context.Context, id string, timeoutMs i
 	// client hears CONCURRENT_TRANSACTIONS and retries, as with Kafka.
 	patience := time.NewTimer(concurrentWait)
 	defer patience.Stop()
+	checked := false // the named producer id/epoch was current once: our own bumps don't fence it
 	for {
 		c.mu.Lock()
 		if c.closed {
@@ -337,15 +338,22 @@ func (c *Coordinator) InitProducerID(ctx context.Context, id string, timeoutMs i
 				return -1, -1, ctx.Err()
 			}
 		}
-		if m != nil && reqPID >= 0 && (reqPID != m.pid || reqEpoch != m.epoch && reqEpoch != m.timedOut) {
-			c.mu.Unlock()
-			return -1, -1, kerr.ProducerFenced
+		if m != nil && reqPID >= 0 && !checked {
+			if reqPID != m.pid || reqEpoch != m.epoch && reqEpoch != m.timedOut {
+				c.mu.Unlock()
+				return -1, -1, kerr.ProducerFenced
+			}
+			checked = true
 		}
 		if m != nil && m.state == kmsg.TransactionStateOngoing {
 			// Fence the old producer: its transaction ends as an abort
 			// with the bumped epoch, then we come round again.
+			prev := *m
 			c.prepareLocked(m, false, true, now)
 			l, end, err := c.persist(m)
+			if err != nil {
+				*m = prev
+			}
 			c.mu.Unlock()
 			if err != nil {
 				c.log.Warn("fencing: writing PrepareAbort failed", "transactional_id", id, "err", err)
@@ -681,12 +689,12 @@ func (c *Coordinator) abortTimedOut() {
 			if now.Before(m.start.Add(m.timeout)) {
 				continue
 			}
+			prev := *m
 			m.timedOut = m.epoch
 			c.prepareLocked(m, false, m.epoch < math.MaxInt16-1, now)
 			if _, _, err := c.persist(m); err != nil {
 				c.log.Warn("aborting timed-out transaction: writing PrepareAbort failed", "transactional_id", m.id, "err", err)
-				close(m.done)
-				m.done = nil
+				*m = prev // still Ongoing; the next pass tries again
 				continue
 			}
 			c.log.Info("aborting timed-out transaction", "transactional_id", m.id, "producer_id", m.pid, "timeout", m.timeout)

@@ -334,3 +334,21 @@ func TestTimedOutProducerRecoversAndIdleIDsExpire(t *testing.T) {
 		t.Fatalf("init after expiry: %d/%d %v, want a new id at epoch 0", pid3, e3, err)
 	}
 }
+
+// TestInitWithCurrentEpochAbortsAndKeepsProducer: KIP-360 recovery by the
+// current producer itself (after an abortable error) aborts its ongoing
+// transaction and hands it a new epoch instead of fencing it.
+func TestInitWithCurrentEpochAbortsAndKeepsProducer(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	c := r.start(t, Config{}, nil)
+	pid, e0, _ := c.InitProducerID(ctx, "self", 60000, -1, -1)
+	c.AddPartitions("self", pid, e0, []TopicPartition{tp0})(ctx)
+	pid1, e1, err := c.InitProducerID(ctx, "self", 60000, pid, e0)
+	if err != nil || pid1 != pid || e1 <= e0 {
+		t.Fatalf("recovery with the current epoch: %d/%d %v", pid1, e1, err)
+	}
+	if m := r.markers; len(m) != 1 || m[0].commit {
+		t.Fatalf("the ongoing transaction was not aborted: %+v", m)
+	}
+}
