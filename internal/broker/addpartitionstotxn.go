@@ -10,22 +10,70 @@ import (
 	"holdfast/internal/wire"
 )
 
-// AddPartitionsToTxn v0-v3: the client path. v4+ (KIP-890's batched,
-// broker-to-broker verification) has no use on a single node, where the
-// partition asks the coordinator directly.
-func init() { register(kmsg.AddPartitionsToTxn, 0, 3, (*Broker).handleAddPartitionsToTxn) }
+// AddPartitionsToTxn v0-v3 is the client path. v4+ is KIP-890's
+// broker-side form: several transactions per request, and VerifyOnly to ask
+// whether partitions are already in a transaction. A single node never
+// needs to send it (partitions ask the coordinator directly), but serves it
+// for tools; clients are pinned to v3 (franz-go, Java).
+func init() { register(kmsg.AddPartitionsToTxn, 0, 5, (*Broker).handleAddPartitionsToTxn) }
 
 func (b *Broker) handleAddPartitionsToTxn(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.AddPartitionsToTxnRequest)
 	resp := req.ResponseKind().(*kmsg.AddPartitionsToTxnResponse)
+	if req.Version < 4 {
+		var topics []kmsg.AddPartitionsToTxnRequestTransactionTopic
+		for _, rt := range req.Topics {
+			topics = append(topics, kmsg.AddPartitionsToTxnRequestTransactionTopic{Topic: rt.Topic, Partitions: rt.Partitions})
+		}
+		res, wait := b.addPartitionsOne(req.TransactionalID, req.ProducerID, req.ProducerEpoch, false, topics)
+		return func(ctx context.Context) kmsg.Response {
+			if !wait(ctx) {
+				return nil
+			}
+			for _, t := range res.Topics {
+				st := kmsg.NewAddPartitionsToTxnResponseTopic()
+				st.Topic = t.Topic
+				for _, p := range t.Partitions {
+					sp := kmsg.NewAddPartitionsToTxnResponseTopicPartition()
+					sp.Partition, sp.ErrorCode = p.Partition, p.ErrorCode
+					st.Partitions = append(st.Partitions, sp)
+				}
+				resp.Topics = append(resp.Topics, st)
+			}
+			return resp
+		}
+	}
+	var results []*kmsg.AddPartitionsToTxnResponseTransaction
+	var waits []func(context.Context) bool
+	for _, t := range req.Transactions {
+		res, wait := b.addPartitionsOne(t.TransactionalID, t.ProducerID, t.ProducerEpoch, t.VerifyOnly, t.Topics)
+		results = append(results, res)
+		waits = append(waits, wait)
+	}
+	return func(ctx context.Context) kmsg.Response {
+		for i, w := range waits {
+			if !w(ctx) {
+				return nil
+			}
+			resp.Transactions = append(resp.Transactions, *results[i])
+		}
+		return resp
+	}
+}
+
+// addPartitionsOne adds (or, with verifyOnly, checks) one transaction's
+// partitions. The returned result is complete once wait returns true;
+// false means the connection is gone.
+func (b *Broker) addPartitionsOne(id string, pid int64, epoch int16, verifyOnly bool, topics []kmsg.AddPartitionsToTxnRequestTransactionTopic) (*kmsg.AddPartitionsToTxnResponseTransaction, func(context.Context) bool) {
+	res := &kmsg.AddPartitionsToTxnResponseTransaction{TransactionalID: id}
 	var parts []txn.TopicPartition
 	unknown := false
-	for _, rt := range req.Topics {
-		st := kmsg.NewAddPartitionsToTxnResponseTopic()
+	for _, rt := range topics {
+		st := kmsg.NewAddPartitionsToTxnResponseTransactionTopic()
 		st.Topic = rt.Topic
 		t, ok := b.meta.Topic(rt.Topic)
 		for _, p := range rt.Partitions {
-			sp := kmsg.NewAddPartitionsToTxnResponseTopicPartition()
+			sp := kmsg.NewAddPartitionsToTxnResponseTransactionTopicPartition()
 			sp.Partition = p
 			if !ok || p < 0 || p >= t.Partitions || t.Internal {
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
@@ -34,34 +82,52 @@ func (b *Broker) handleAddPartitionsToTxn(_ context.Context, r *wire.Request) wi
 			st.Partitions = append(st.Partitions, sp)
 			parts = append(parts, txn.TopicPartition{Topic: rt.Topic, Partition: p})
 		}
-		resp.Topics = append(resp.Topics, st)
+		res.Topics = append(res.Topics, st)
 	}
-	setAll := func(code int16) {
-		for i := range resp.Topics {
-			for j := range resp.Topics[i].Partitions {
-				if sp := &resp.Topics[i].Partitions[j]; sp.ErrorCode == 0 {
-					sp.ErrorCode = code
-				}
+	each := func(fn func(sp *kmsg.AddPartitionsToTxnResponseTransactionTopicPartition, i int)) {
+		i := 0
+		for ti := range res.Topics {
+			for pi := range res.Topics[ti].Partitions {
+				fn(&res.Topics[ti].Partitions[pi], i)
+				i++
 			}
 		}
 	}
-	if unknown {
+	setAll := func(code int16) {
+		each(func(sp *kmsg.AddPartitionsToTxnResponseTransactionTopicPartition, _ int) {
+			if sp.ErrorCode == 0 {
+				sp.ErrorCode = code
+			}
+		})
+	}
+	done := func(context.Context) bool { return true }
+	c := b.coordinator()
+	switch {
+	case unknown:
 		// All or nothing, as Kafka: the rest were not attempted.
 		setAll(kerr.OperationNotAttempted.Code)
-		return wire.Respond(resp)
-	}
-	c := b.coordinator()
-	if c == nil {
+		return res, done
+	case c == nil:
 		setAll(kerr.InvalidProducerIDMapping.Code)
-		return wire.Respond(resp)
+		return res, done
+	case verifyOnly:
+		per, err := c.VerifyPartitions(id, pid, epoch, parts)
+		if err != nil {
+			setAll(txnErrorCode(err))
+		} else {
+			each(func(sp *kmsg.AddPartitionsToTxnResponseTransactionTopicPartition, i int) {
+				sp.ErrorCode = txnErrorCode(per[i])
+			})
+		}
+		return res, done
 	}
-	wait := c.AddPartitions(req.TransactionalID, req.ProducerID, req.ProducerEpoch, parts)
-	return func(ctx context.Context) kmsg.Response {
+	wait := c.AddPartitions(id, pid, epoch, parts)
+	return res, func(ctx context.Context) bool {
 		err := wait(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return false
 		}
 		setAll(txnErrorCode(err))
-		return resp
+		return true
 	}
 }

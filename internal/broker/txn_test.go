@@ -990,3 +990,85 @@ func TestTxnPowerCut(t *testing.T) {
 		t.Fatalf("read_committed after the cut: %v", got)
 	}
 }
+
+// TestTxnAddPartitionsV4: the KIP-890 broker form, batched adds and
+// verify-only checks.
+func TestTxnAddPartitionsV4(t *testing.T) {
+	n := txnNode(t)
+	n.CreateTopic("v4", 2, nil)
+	cl := n.Client()
+	ctx := testCtx(t)
+	type producer struct {
+		id    string
+		pid   int64
+		epoch int16
+	}
+	var ps []producer
+	for _, id := range []string{"v4-a", "v4-b"} {
+		init := kmsg.NewPtrInitProducerIDRequest()
+		init.TransactionalID, init.TransactionTimeoutMillis = &id, 10000
+		resp, err := init.RequestWith(ctx, cl)
+		if err != nil || resp.ErrorCode != 0 {
+			t.Fatalf("init %s: %v %v", id, err, kerr.ErrorForCode(resp.ErrorCode))
+		}
+		ps = append(ps, producer{id, resp.ProducerID, resp.ProducerEpoch})
+	}
+	txnReq := func(p producer, verify bool, parts ...int32) kmsg.AddPartitionsToTxnRequestTransaction {
+		tx := kmsg.NewAddPartitionsToTxnRequestTransaction()
+		tx.TransactionalID, tx.ProducerID, tx.ProducerEpoch, tx.VerifyOnly = p.id, p.pid, p.epoch, verify
+		tt := kmsg.NewAddPartitionsToTxnRequestTransactionTopic()
+		tt.Topic, tt.Partitions = "v4", parts
+		tx.Topics = append(tx.Topics, tt)
+		return tx
+	}
+	send := func(txs ...kmsg.AddPartitionsToTxnRequestTransaction) map[string]map[int32]int16 {
+		t.Helper()
+		req := kmsg.NewPtrAddPartitionsToTxnRequest()
+		req.Transactions = txs
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Version < 4 {
+			t.Fatalf("sent as v%d", resp.Version)
+		}
+		out := map[string]map[int32]int16{}
+		for _, tx := range resp.Transactions {
+			out[tx.TransactionalID] = map[int32]int16{}
+			for _, tt := range tx.Topics {
+				for _, p := range tt.Partitions {
+					out[tx.TransactionalID][p.Partition] = p.ErrorCode
+				}
+			}
+		}
+		return out
+	}
+	if got := send(txnReq(ps[0], false, 0), txnReq(ps[1], false, 1)); got["v4-a"][0] != 0 || got["v4-b"][1] != 0 {
+		t.Fatalf("batched add: %v", got)
+	}
+	stale := ps[1]
+	stale.epoch--
+	got := send(txnReq(ps[0], true, 0, 1), txnReq(stale, true, 1))
+	if got["v4-a"][0] != 0 || got["v4-a"][1] != kerr.InvalidTxnState.Code || got["v4-b"][1] != kerr.InvalidProducerEpoch.Code {
+		t.Fatalf("verify only: %v", got)
+	}
+	// Verify-only added nothing: v4-a may write to partition 0, not 1.
+	for part, want := range map[int32]int16{0: 0, 1: kerr.InvalidTxnState.Code} {
+		req := kmsg.NewPtrProduceRequest()
+		req.Acks, req.TimeoutMillis = -1, 10_000
+		req.TransactionID = &ps[0].id
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic = "v4"
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Partition, rp.Records = part, txnBatch(t, ps[0].pid, ps[0].epoch, 0, 1)
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := resp.Topics[0].Partitions[0].ErrorCode; code != want {
+			t.Fatalf("produce to partition %d: %v, want %v", part, kerr.ErrorForCode(code), kerr.ErrorForCode(want))
+		}
+	}
+}

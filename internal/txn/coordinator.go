@@ -799,3 +799,26 @@ func (c *Coordinator) CheckOffsets(id string, pid int64, epoch int16, tp TopicPa
 	}
 	return nil
 }
+
+// VerifyPartitions answers KIP-890's verify-only AddPartitionsToTxn: for
+// each partition, nil if it is in id's ongoing transaction. err is set
+// instead when the producer itself is wrong (mapping, epoch) or the
+// transaction is completing.
+func (c *Coordinator) VerifyPartitions(id string, pid int64, epoch int16, parts []TopicPartition) (per []error, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, err := c.check(id, pid, epoch)
+	if err != nil {
+		return nil, err
+	}
+	if m.state == kmsg.TransactionStatePrepareCommit || m.state == kmsg.TransactionStatePrepareAbort {
+		return nil, kerr.ConcurrentTransactions
+	}
+	per = make([]error, len(parts))
+	for i, tp := range parts {
+		if _, ok := m.parts[tp]; !ok || m.state != kmsg.TransactionStateOngoing {
+			per[i] = kerr.InvalidTxnState
+		}
+	}
+	return per, nil
+}
