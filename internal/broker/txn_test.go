@@ -471,6 +471,37 @@ func TestTxnSarama(t *testing.T) {
 	if got := values(t, n, "sarama-txn", false, 4); fmt.Sprint(got) != "[s1 s2 aborted s3]" {
 		t.Fatalf("read_uncommitted %v", got)
 	}
+
+	// Offsets in a transaction (AddOffsetsToTxn + TxnOffsetCommit): kept
+	// on commit, dropped on abort.
+	for _, step := range []struct {
+		off    int64
+		commit bool
+	}{{2, true}, {5, false}} {
+		if err := sp.BeginTxn(); err != nil {
+			t.Fatal(err)
+		}
+		send(fmt.Sprintf("with-offset-%d", step.off))
+		offs := map[string][]*sarama.PartitionOffsetMetadata{"sarama-txn": {{Partition: 0, Offset: step.off}}}
+		if err := sp.AddOffsetsToTxn(offs, "sarama-group"); err != nil {
+			t.Fatal(err)
+		}
+		if step.commit {
+			err = sp.CommitTxn()
+		} else {
+			err = sp.AbortTxn()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	fo, err := n.Admin().FetchOffsets(testCtx(t), "sarama-group")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := fo.Lookup("sarama-txn", 0); !ok || o.At != 2 {
+		t.Fatalf("group offset %+v, want 2 (the aborted 5 must not apply)", o)
+	}
 }
 
 // TestTxnExactlyOncePipeline: consume A in a group, transform, produce to B
