@@ -38,6 +38,8 @@ func serveCommand(args []string) error {
 		autoCreate  = fs.Bool("auto-create-topics", def.AutoCreateTopics, "create topics on first metadata request (auto.create.topics.enable)")
 		numParts    = fs.Int("num-partitions", int(def.NumPartitions), "partitions of auto-created topics (num.partitions)")
 		offsetParts = fs.Int("offsets-partitions", int(def.OffsetsTopicPartitions), "partitions of __consumer_offsets (offsets.topic.num.partitions)")
+		txnParts    = fs.Int("txn-partitions", int(def.Txn.StatePartitions), "partitions of __transaction_state (transaction.state.log.num.partitions)")
+		txnMax      = fs.Duration("txn-max-timeout", def.Txn.MaxTimeout, "longest transaction timeout a producer may ask for (transaction.max.timeout.ms)")
 		segBytes    = fs.Int64("segment-bytes", def.LogDefaults.SegmentBytes, "default segment size (log.segment.bytes)")
 		retention   = fs.Duration("retention", def.LogDefaults.RetentionMs, "default retention time, negative for unlimited (log.retention.ms)")
 		retBytes    = fs.Int64("retention-bytes", def.LogDefaults.RetentionBytes, "default retention size per partition, -1 unlimited (log.retention.bytes)")
@@ -86,6 +88,7 @@ func serveCommand(args []string) error {
 	cfg.AutoCreateTopics = *autoCreate
 	cfg.NumPartitions = int32(*numParts)
 	cfg.OffsetsTopicPartitions = int32(*offsetParts)
+	cfg.Txn.StatePartitions, cfg.Txn.MaxTimeout = int32(*txnParts), *txnMax
 	cfg.LogDefaults.SegmentBytes = *segBytes
 	cfg.LogDefaults.RetentionMs = *retention
 	cfg.LogDefaults.RetentionBytes = *retBytes
