@@ -26,6 +26,7 @@ type testNode struct {
 	syncer *storage.Syncer
 	host   *Host
 	logs   map[uint64]*storage.Log
+	fs     *storage.CrashFS // nil: the real filesystem
 }
 
 type cluster struct {
@@ -52,6 +53,12 @@ func newCluster(tb testing.TB, n int, groups int) *cluster {
 }
 
 func newClusterTick(tb testing.TB, n int, groups int, tick time.Duration) *cluster {
+	return newClusterOpts(tb, n, groups, tick, false)
+}
+
+// newClusterOpts: crash gives every node its own in-memory CrashFS (its
+// disk), so a test can cut the power.
+func newClusterOpts(tb testing.TB, n int, groups int, tick time.Duration, crash bool) *cluster {
 	c := &cluster{tb: tb, faults: NewFaults(), nodes: map[uint64]*testNode{}, logger: testLogger(tb), tick: tick}
 	for i := 1; i <= n; i++ {
 		c.ids = append(c.ids, uint64(i))
@@ -62,6 +69,9 @@ func newClusterTick(tb testing.TB, n int, groups int, tick time.Duration) *clust
 	root := tb.TempDir()
 	for _, id := range c.ids {
 		c.nodes[id] = &testNode{id: id, dir: filepath.Join(root, fmt.Sprint("node", id)), addr: "127.0.0.1:0"}
+		if crash {
+			c.nodes[id].fs = storage.NewCrashFS(int64(id))
+		}
 	}
 	for _, id := range c.ids {
 		c.start(id)
@@ -91,13 +101,17 @@ func (c *cluster) start(id uint64) {
 			peers[o.id] = o.addr
 		}
 	}
+	var fsys storage.FS = storage.OSFS()
+	if nd.fs != nil {
+		fsys = nd.fs
+	}
 	var h *Host
 	var err error
 	// The old port may linger briefly after a stop: retry.
 	for try := 0; try < 50; try++ {
 		h, err = NewHost(Config{
 			ID: id, Dir: nd.dir, Listen: nd.addr, Peers: peers, TickInterval: c.tick,
-			ElectionTicks: 10, Faults: c.faults, Logger: c.logger.With("test_node", id),
+			ElectionTicks: 10, Faults: c.faults, Logger: c.logger.With("test_node", id), FS: fsys,
 		})
 		if err == nil {
 			break
@@ -116,7 +130,7 @@ func (c *cluster) start(id uint64) {
 	}
 	nd.logs = map[uint64]*storage.Log{}
 	for _, g := range c.groups {
-		l, err := storage.Open(filepath.Join(nd.dir, "logs", fmt.Sprint(g)), storage.DefaultConfig(), storage.Options{Syncer: nd.syncer, Logger: c.logger})
+		l, err := storage.Open(filepath.Join(nd.dir, "logs", fmt.Sprint(g)), storage.DefaultConfig(), storage.Options{FS: fsys, Syncer: nd.syncer, Logger: c.logger})
 		if err != nil {
 			c.tb.Fatalf("open log: %v", err)
 		}
@@ -143,6 +157,12 @@ func (c *cluster) stop(id uint64) {
 
 // wipe deletes a stopped node's data dir.
 func (c *cluster) wipe(id uint64) {
+	if fs := c.nodes[id].fs; fs != nil {
+		if err := fs.RemoveAll(c.nodes[id].dir); err != nil {
+			c.tb.Fatal(err)
+		}
+		return
+	}
 	if err := os.RemoveAll(c.nodes[id].dir); err != nil {
 		c.tb.Fatal(err)
 	}
@@ -316,3 +336,95 @@ func (c *cluster) waitConverged(g uint64) {
 }
 
 func isNotLeader(err error) bool { return errors.Is(err, ErrNotLeader) }
+
+// acked is a proposal that WaitCommitted confirmed.
+type acked struct {
+	v string
+	p Proposal
+}
+
+// proposeLoop proposes "<prefix>g<group>-<i>" on the current leader of g until stop
+// is closed, recording what was acknowledged (committed). hosts is held
+// while looking up the leader, so nodes can be stopped concurrently.
+func (c *cluster) proposeLoop(prefix string, g uint64, hosts *sync.Mutex, stop <-chan struct{}, out *[]acked, outMu *sync.Mutex) {
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		v := fmt.Sprintf("%sg%d-%d", prefix, g, i)
+		hosts.Lock()
+		id, _ := c.leader(g)
+		var h *Host
+		if id != 0 {
+			h = c.nodes[id].host
+		}
+		hosts.Unlock()
+		if h == nil {
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		p, err := h.Propose(context.Background(), g, batch(c.tb, v))
+		if err != nil {
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err = h.WaitCommitted(ctx, p)
+		cancel()
+		if err == nil {
+			outMu.Lock()
+			*out = append(*out, acked{v, p})
+			outMu.Unlock()
+		}
+	}
+}
+
+// checkAcked: on every running node, every acknowledged batch at or above
+// the node's log start (compaction drops a prefix, differently per node) is
+// there, at the offset it was acknowledged at; no value is stored twice; and
+// acknowledgements came in offset order.
+func (c *cluster) checkAcked(g uint64, a []acked) {
+	c.tb.Helper()
+	if len(a) == 0 {
+		c.tb.Fatalf("group %d: nothing was acknowledged", g)
+	}
+	for _, nd := range c.running() {
+		start := nd.logs[g].StartOffset()
+		at := map[int64]string{}
+		seen := map[string]bool{}
+		if err := nd.logs[g].Scan(start, func(h records.Header, b []byte) error {
+			if h.IsControl() {
+				return nil
+			}
+			recs, err := records.Records(b)
+			if err != nil {
+				return err
+			}
+			for _, r := range recs {
+				if seen[string(r.Value)] {
+					return fmt.Errorf("%q twice", r.Value)
+				}
+				seen[string(r.Value)] = true
+				at[r.Offset] = string(r.Value)
+			}
+			return nil
+		}); err != nil {
+			c.tb.Fatalf("node %d group %d: %v", nd.id, g, err)
+		}
+		var prev int64 = -1
+		for _, k := range a {
+			if k.p.BaseOffset <= prev {
+				c.tb.Fatalf("group %d: %q acknowledged at %d after %d", g, k.v, k.p.BaseOffset, prev)
+			}
+			prev = k.p.BaseOffset
+			if k.p.BaseOffset < start {
+				continue
+			}
+			if got := at[k.p.BaseOffset]; got != k.v {
+				c.tb.Fatalf("node %d group %d: acknowledged %q at %d, log has %q there", nd.id, g, k.v, k.p.BaseOffset, got)
+			}
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -67,7 +68,8 @@ type Config struct {
 	MaxUncommittedBytes uint64 // per group; default 64 MiB
 	QueueLen            int    // per-peer outbound queue, default 8192
 
-	Faults *Faults // fault injection for tests; nil: none
+	FS     storage.FS // for the journal; default storage.OSFS()
+	Faults *Faults    // fault injection for tests; nil: none
 	Logger *slog.Logger
 }
 
@@ -98,6 +100,9 @@ func (c *Config) defaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.FS == nil {
+		c.FS = storage.OSFS()
 	}
 }
 
@@ -197,7 +202,7 @@ func NewHost(cfg Config) (*Host, error) {
 		return nil, errors.New("raft: node id must be > 0")
 	}
 	logger := cfg.Logger.With("node", cfg.ID)
-	j, err := openJournal(cfg.Dir, logger)
+	j, err := openJournal(cfg.FS, cfg.Dir, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -383,7 +388,11 @@ func (h *Host) Propose(ctx context.Context, groupID uint64, batch []byte) (Propo
 	records.SetBaseOffset(data, base)
 	records.SetLeaderEpoch(data, int32(bs.GetTerm()))
 	g.unquiesceLocked()
-	if err := g.rn.Propose(data); err != nil {
+	err = nil
+	if !h.guardLocked(g, func() { err = g.rn.Propose(data) }) {
+		return Proposal{}, g.failed
+	}
+	if err != nil {
 		if errors.Is(err, raft.ErrProposalDropped) {
 			return Proposal{}, fmt.Errorf("%w: group %d", ErrProposalDropped, groupID)
 		}
@@ -463,7 +472,10 @@ func (h *Host) Campaign(groupID uint64) error {
 	}
 	g.mu.Lock()
 	g.unquiesceLocked()
-	err := g.rn.Campaign()
+	var err error
+	if !h.guardLocked(g, func() { err = g.rn.Campaign() }) {
+		err = g.failed
+	}
 	g.mu.Unlock()
 	h.markDirty(g)
 	return err
@@ -477,7 +489,7 @@ func (h *Host) TransferLeader(groupID, target uint64) error {
 	}
 	g.mu.Lock()
 	g.unquiesceLocked()
-	g.rn.TransferLeader(target)
+	h.guardLocked(g, func() { g.rn.TransferLeader(target) })
 	g.mu.Unlock()
 	h.markDirty(g)
 	return nil
@@ -532,6 +544,7 @@ type Status struct {
 	StartOffset, EndOffset    int64
 	DurableOffset             int64 // fsynced locally
 	Quiesced                  bool
+	Failed                    string          // why the group stopped (storage failure), "" if running
 	Replicas                  []ReplicaStatus // on the leader only
 }
 
@@ -555,6 +568,9 @@ func (h *Host) Status(groupID uint64) (Status, error) {
 	s := Status{
 		Group: groupID, Node: h.cfg.ID, Leader: bs.Lead, Term: bs.GetTerm(), State: bs.RaftState.String(),
 		CommitIndex: g.commitIndex, CommitOffset: g.commitEnd, Quiesced: g.quiesced,
+	}
+	if g.failed != nil {
+		s.Failed = g.failed.Error()
 	}
 	if bs.RaftState == raft.StateLeader {
 		g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr trackerProgress) {
@@ -625,10 +641,11 @@ func (h *Host) tickLoop() {
 			}
 			var qmsgs []*pb.Message
 			if !g.quiesced {
-				g.rn.Tick()
+				h.guardLocked(g, func() { g.rn.Tick() })
 				qmsgs = h.maybeQuiesceLocked(g)
 			}
-			ready := g.rn.HasReady()
+			ready := false
+			h.guardLocked(g, func() { ready = g.rn.HasReady() })
 			g.mu.Unlock()
 			// Sent unlocked: a drop reports back into the group.
 			for _, m := range qmsgs {
@@ -735,7 +752,7 @@ func (h *Host) receive(from uint64, msgs []outMsg) {
 		if quiesce && typ == pb.MessageType_MsgHeartbeatResp {
 			m.Context = nil // raft reads a response's context as a ReadIndex position
 		}
-		_ = g.rn.Step(m) // errors: stale or foreign messages, nothing to do
+		h.guardLocked(g, func() { _ = g.rn.Step(m) }) // errors: stale or foreign messages, nothing to do
 		if quiesce && typ == pb.MessageType_MsgHeartbeat {
 			bs := g.rn.BasicStatus()
 			last, _ := g.st.LastIndex()
@@ -806,7 +823,7 @@ func (h *Host) unreachable(peer uint64, groups []uint64) {
 	for _, id := range groups {
 		if g := h.group(id); g != nil {
 			g.mu.Lock()
-			g.rn.ReportUnreachable(peer)
+			h.guardLocked(g, func() { g.rn.ReportUnreachable(peer) })
 			g.mu.Unlock()
 		}
 	}
@@ -822,7 +839,7 @@ func (h *Host) snapshotSent(peer, groupID uint64, ok bool) {
 		st = raft.SnapshotFailure
 	}
 	g.mu.Lock()
-	g.rn.ReportSnapshot(peer, st)
+	h.guardLocked(g, func() { g.rn.ReportSnapshot(peer, st) })
 	g.mu.Unlock()
 	h.markDirty(g)
 }
@@ -864,8 +881,12 @@ func (h *Host) cycle(gs []*group) {
 		if g.reset {
 			h.resetLocked(g)
 		}
-		if g.failed == nil && !g.removed && g.rn.HasReady() {
-			items = append(items, &readyItem{g: g, rd: g.rn.Ready(), rejoin: g.rejoin})
+		if !g.removed {
+			h.guardLocked(g, func() {
+				if g.rn.HasReady() {
+					items = append(items, &readyItem{g: g, rd: g.rn.Ready(), rejoin: g.rejoin})
+				}
+			})
 		}
 		g.mu.Unlock()
 	}
@@ -921,7 +942,10 @@ func (h *Host) cycle(gs []*group) {
 		}
 		g := it.g
 		g.mu.Lock()
-		g.rn.Advance(it.rd)
+		if !h.guardLocked(g, func() { g.rn.Advance(it.rd) }) {
+			g.mu.Unlock()
+			continue
+		}
 		bs := g.rn.BasicStatus()
 		if bs.RaftState == raft.StateLeader {
 			if g.readyTerm != bs.GetTerm() && it.emptyTerm == bs.GetTerm() {
@@ -939,7 +963,8 @@ func (h *Host) cycle(gs []*group) {
 			g.lastLeader = bs.Lead
 			h.log.Info("raft: leader changed", "group", g.id, "leader", bs.Lead, "term", bs.GetTerm())
 		}
-		ready := g.rn.HasReady()
+		ready := false
+		h.guardLocked(g, func() { ready = g.rn.HasReady() })
 		g.mu.Unlock()
 		if ready {
 			h.markDirty(g)
@@ -1063,13 +1088,35 @@ func (h *Host) applyConfChange(g *group, e *pb.Entry) {
 		}
 		cc = c
 	}
+	var cs *pb.ConfState
 	g.mu.Lock()
-	cs := g.rn.ApplyConfChange(cc)
+	h.guardLocked(g, func() { cs = g.rn.ApplyConfChange(cc) })
 	g.mu.Unlock()
+	if cs == nil {
+		return
+	}
 	g.st.setConfState(cs)
 	if err := h.journal.putConfState(g.id, cs); err != nil {
 		h.log.Error("raft: journal conf state", "group", g.id, "err", err)
 	}
+}
+
+// guardLocked runs fn on the group's RawNode, turning a panic into a
+// failed group. etcd raft panics when its Storage returns an I/O error (and
+// on broken invariants): that must cost this group, not the node.
+func (h *Host) guardLocked(g *group, fn func()) (ok bool) {
+	if g.failed != nil {
+		return false
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			h.failLocked(g, fmt.Errorf("raft panicked: %v", r))
+			h.log.Error("raft: group stopped after a panic", "group", g.id, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			ok = false
+		}
+	}()
+	fn()
+	return true
 }
 
 // failGroup stops a group whose storage failed: it sends nothing and
@@ -1078,6 +1125,10 @@ func (h *Host) applyConfChange(g *group, e *pb.Entry) {
 func (h *Host) failGroup(g *group, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	h.failLocked(g, err)
+}
+
+func (h *Host) failLocked(g *group, err error) {
 	if g.failed == nil {
 		g.failed = fmt.Errorf("%w: group %d: %w", ErrGroupFailed, g.id, err)
 		h.log.Error("raft: group failed", "group", g.id, "err", err)

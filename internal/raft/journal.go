@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "go.etcd.io/raft/v3/raftpb"
+
+	"holdfast/internal/storage"
 )
 
 // The hardstate journal: one append-only file per node holding, for every
@@ -46,26 +47,42 @@ type groupState struct {
 
 type journal struct {
 	path   string
+	fs     storage.FS
 	logger *slog.Logger
 
 	mu     sync.Mutex
-	f      *os.File
+	f      storage.File
 	size   int64
 	buf    []byte
 	dirty  bool // buf holds records that must be fsynced (term, vote, anchor, conf)
 	groups map[uint64]*groupState
 }
 
-func openJournal(dir string, logger *slog.Logger) (*journal, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// maxJournalSize bounds what open reads (the live state of 1M groups fits).
+const maxJournalSize = 1 << 30
+
+func openJournal(fsys storage.FS, dir string, logger *slog.Logger) (*journal, error) {
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	j := &journal{path: filepath.Join(dir, journalName), logger: logger, groups: map[uint64]*groupState{}}
-	f, err := os.OpenFile(j.path, os.O_RDWR|os.O_CREATE, 0o644)
+	j := &journal{path: filepath.Join(dir, journalName), fs: fsys, logger: logger, groups: map[uint64]*groupState{}}
+	f, err := fsys.OpenFile(j.path, os.O_RDWR|os.O_APPEND, 0o644)
+	if errors.Is(err, os.ErrNotExist) {
+		if f, err = fsys.OpenFile(j.path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o644); err == nil {
+			err = fsys.SyncDir(dir) // the file itself must survive a power loss
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
-	data, err := io.ReadAll(f)
+	size, err := f.Size()
+	if err == nil && size > maxJournalSize {
+		err = fmt.Errorf("raft: journal %s is %d bytes, over %d", j.path, size, maxJournalSize)
+	}
+	data := make([]byte, max(size, 0))
+	if err == nil && size > 0 {
+		_, err = f.ReadAt(data, 0)
+	}
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -81,10 +98,6 @@ func openJournal(dir string, logger *slog.Logger) (*journal, error) {
 			f.Close()
 			return nil, err
 		}
-	}
-	if _, err := f.Seek(int64(good), io.SeekStart); err != nil {
-		f.Close()
-		return nil, err
 	}
 	j.f, j.size = f, int64(good)
 	return j, nil
@@ -280,29 +293,22 @@ func (j *journal) rewriteLocked() error {
 		b = appendRecord(b, jAnchor, g, anchorPayload(s.anc, !s.ancPending))
 	}
 	tmp := j.path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := j.fs.OpenFile(tmp, os.O_RDWR|os.O_APPEND|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(b); err != nil {
+	if _, err = f.Write(b); err == nil {
+		err = f.Sync()
+	}
+	if err == nil {
+		err = j.fs.Rename(tmp, j.path)
+	}
+	if err == nil {
+		err = j.fs.SyncDir(filepath.Dir(j.path))
+	}
+	if err != nil {
 		f.Close()
 		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := os.Rename(tmp, j.path); err != nil {
-		f.Close()
-		return err
-	}
-	if d, err := os.Open(filepath.Dir(j.path)); err == nil {
-		err = d.Sync()
-		d.Close()
-		if err != nil {
-			f.Close()
-			return err
-		}
 	}
 	j.f.Close()
 	j.f, j.size = f, int64(len(b))
@@ -310,16 +316,16 @@ func (j *journal) rewriteLocked() error {
 }
 
 func (j *journal) close() error {
-	if err := j.flush(true); err != nil {
-		j.mu.Lock()
-		j.f.Close()
-		j.f = nil
-		j.mu.Unlock()
-		return err
+	j.mu.Lock()
+	closed := j.f == nil
+	j.mu.Unlock()
+	if closed {
+		return nil
 	}
+	ferr := j.flush(true)
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	err := j.f.Close()
 	j.f = nil
-	return err
+	return errors.Join(ferr, err)
 }

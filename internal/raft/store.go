@@ -226,6 +226,8 @@ func (s *store) offsetOfLocked(i uint64) (int64, bool) {
 	switch {
 	case i == s.lastLocked()+1:
 		return s.end, true
+	case i > s.lastLocked()+1:
+		return s.end, false
 	case i <= s.anc.Index:
 		if i == s.anc.Index {
 			return s.anc.Offset, true // the end of the anchor entry
