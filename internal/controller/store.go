@@ -81,7 +81,7 @@ type Store struct {
 
 const (
 	fileName = "cluster.json"
-	tmpName  = "cluster.json.tmp"
+	tmpName  = fileName + ".tmp" // what storage.WriteFileAtomic writes first
 )
 
 // Open loads the metadata under dir, creating it (with a fresh cluster id)
@@ -368,7 +368,7 @@ func (s *Store) persist(st state) (renamed bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("controller: encoding metadata: %w", err)
 	}
-	renamed, err = writeFileAtomic(s.fs, s.dir, fileName, tmpName, data)
+	renamed, err = storage.WriteFileAtomic(s.fs, join(s.dir, fileName), data)
 	if err != nil {
 		return renamed, fmt.Errorf("controller: persisting metadata: %w", err)
 	}

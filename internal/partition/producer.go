@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"holdfast/internal/records"
+	"holdfast/internal/storage"
 )
 
 // Idempotent-producer state, per partition: for each producer id its epoch
@@ -214,24 +215,7 @@ func (p *Partition) writeSnapshot(end int64) error {
 	if err := p.fs.MkdirAll(filepath.Dir(name), 0o755); err != nil {
 		return err
 	}
-	tmp := name + ".tmp"
-	f, err := p.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = p.fs.Rename(tmp, name)
-	}
-	if err == nil {
-		err = p.fs.SyncDir(filepath.Dir(name))
-	}
+	_, err = storage.WriteFileAtomic(p.fs, name, data)
 	return err
 }
 

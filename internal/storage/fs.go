@@ -98,13 +98,16 @@ func (osFS) SyncDir(dir string) error {
 	return err
 }
 
-// writeFileAtomic replaces name with data durably: write a temporary file,
-// fsync it, rename it over name, fsync the directory.
-func writeFileAtomic(fsys FS, name string, data []byte) error {
+// WriteFileAtomic replaces name with data durably: write name.tmp, fsync
+// it, rename it over name, fsync the directory. A crash leaves either the old
+// or the new content. renamed reports whether name now holds data, which can
+// be true with an error when only the directory fsync failed (the change
+// may then not survive a power cut, but readers already see it).
+func WriteFileAtomic(fsys FS, name string, data []byte) (renamed bool, err error) {
 	tmp := name + ".tmp"
 	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
 	if err != nil {
-		return err
+		return false, err
 	}
 	_, err = f.Write(data)
 	if err == nil {
@@ -114,16 +117,21 @@ func writeFileAtomic(fsys FS, name string, data []byte) error {
 		err = cerr
 	}
 	if err != nil {
-		return errors.Join(err, fsys.Remove(tmp))
+		return false, errors.Join(err, fsys.Remove(tmp))
 	}
 	if err := fsys.Rename(tmp, name); err != nil {
-		return err
+		return false, err
 	}
-	return fsys.SyncDir(filepath.Dir(name))
+	return true, fsys.SyncDir(filepath.Dir(name))
 }
 
-// readFile reads a whole (small) file, refusing more than limit bytes.
-func readFile(fsys FS, name string, limit int64) ([]byte, error) {
+func writeFileAtomic(fsys FS, name string, data []byte) error {
+	_, err := WriteFileAtomic(fsys, name, data)
+	return err
+}
+
+// ReadFile reads a whole (small) file, refusing more than limit bytes.
+func ReadFile(fsys FS, name string, limit int64) ([]byte, error) {
 	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, err

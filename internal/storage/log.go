@@ -178,7 +178,7 @@ func (l *Log) recover() error {
 		}
 	}
 	if haveStart {
-		b, err := readFile(l.fs, filepath.Join(l.dir, startCheckpoint), 64)
+		b, err := ReadFile(l.fs, filepath.Join(l.dir, startCheckpoint), 64)
 		if err != nil {
 			return fmt.Errorf("storage: open %s: read %s: %w", l.dir, startCheckpoint, err)
 		}
@@ -225,7 +225,7 @@ func (l *Log) recover() error {
 	}
 	ords := map[int64]int64{}
 	if haveOrds {
-		b, err := readFile(l.fs, filepath.Join(l.dir, ordinalCheckpoint), maxOrdinalCkpt)
+		b, err := ReadFile(l.fs, filepath.Join(l.dir, ordinalCheckpoint), maxOrdinalCkpt)
 		if err == nil {
 			ords, err = parseOrdinalCheckpoint(b)
 		}
@@ -292,7 +292,7 @@ func (l *Log) recover() error {
 		act = l.active()
 	}
 	if haveEpochs {
-		b, err := readFile(l.fs, filepath.Join(l.dir, epochCheckpoint), 64+int64(maxEpochEntries)*32)
+		b, err := ReadFile(l.fs, filepath.Join(l.dir, epochCheckpoint), 64+int64(maxEpochEntries)*32)
 		if err == nil {
 			l.epochs, err = parseEpochCheckpoint(b)
 		}

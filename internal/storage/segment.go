@@ -244,7 +244,7 @@ func (l *Log) lruForget(s *segment) {
 func (s *segment) loadIndexesLocked(l *Log, lenient bool) error {
 	s.offIdx, s.timeIdx = nil, nil
 	s.maxTS, s.maxTSOff = -1, -1
-	ib, err := readFile(l.fs, s.path(indexSuffix), int64(maxIndexEntries)*offEntrySize)
+	ib, err := ReadFile(l.fs, s.path(indexSuffix), int64(maxIndexEntries)*offEntrySize)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("read %s: %w", s.path(indexSuffix), err)
 	}
@@ -269,7 +269,7 @@ func (s *segment) loadIndexesLocked(l *Log, lenient bool) error {
 	if missing && s.size > 0 && !lenient {
 		return fmt.Errorf("%s missing", s.path(indexSuffix))
 	}
-	tb, err := readFile(l.fs, s.path(timeIndexSuffix), int64(maxIndexEntries+1)*timeEntrySize)
+	tb, err := ReadFile(l.fs, s.path(timeIndexSuffix), int64(maxIndexEntries+1)*timeEntrySize)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("read %s: %w", s.path(timeIndexSuffix), err)
 	}

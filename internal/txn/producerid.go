@@ -11,7 +11,6 @@ import (
 	"io/fs"
 	"math"
 	"os"
-	"path/filepath"
 	"sync"
 
 	"holdfast/internal/storage"
@@ -81,24 +80,7 @@ func (a *IDAllocator) write(limit int64) error {
 	var b [12]byte
 	binary.BigEndian.PutUint64(b[:8], uint64(limit))
 	binary.BigEndian.PutUint32(b[8:], crc32.Checksum(b[:8], castagnoli))
-	tmp := a.path + ".tmp"
-	f, err := a.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b[:])
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = a.fs.Rename(tmp, a.path)
-	}
-	if err == nil {
-		err = a.fs.SyncDir(filepath.Dir(a.path))
-	}
+	_, err := storage.WriteFileAtomic(a.fs, a.path, b[:])
 	return err
 }
 
