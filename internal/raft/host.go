@@ -872,6 +872,34 @@ type readyItem struct {
 	emptyTerm uint64 // the term of the last empty (new leader) entry stored
 	sync      bool
 	rejoin    bool
+	leader    bool          // leader when the Ready was taken
+	prevHS    *pb.HardState // persisted before this Ready
+}
+
+// sendEarly sends a leader's appends and heartbeats before its own fsync
+// (Raft thesis §10.2.1): followers write and fsync in parallel with the
+// leader, and the leader's own vote for its entries still only counts after
+// its fsync (RawNode steps it at Advance), so "committed" still means a
+// durable majority. Only when term and vote did not change in this Ready:
+// those must be durable before anything that depends on them leaves.
+func (h *Host) sendEarly(it *readyItem) {
+	if !it.leader || len(it.rd.Messages) == 0 {
+		return
+	}
+	if hs := it.rd.HardState; !raft.IsEmptyHardState(hs) &&
+		(it.prevHS == nil || hs.GetTerm() != it.prevHS.GetTerm() || hs.GetVote() != it.prevHS.GetVote()) {
+		return
+	}
+	late := it.rd.Messages[:0:0]
+	for _, m := range it.rd.Messages {
+		switch m.GetType() {
+		case pb.MessageType_MsgApp, pb.MessageType_MsgHeartbeat, pb.MessageType_MsgSnap:
+			h.tr.send(it.g.id, m)
+		default:
+			late = append(late, m)
+		}
+	}
+	it.rd.Messages = late
 }
 
 func (h *Host) cycle(gs []*group) {
@@ -884,7 +912,12 @@ func (h *Host) cycle(gs []*group) {
 		if !g.removed {
 			h.guardLocked(g, func() {
 				if g.rn.HasReady() {
-					items = append(items, &readyItem{g: g, rd: g.rn.Ready(), rejoin: g.rejoin})
+					it := &readyItem{g: g, rd: g.rn.Ready(), rejoin: g.rejoin}
+					it.leader = g.rn.BasicStatus().RaftState == raft.StateLeader
+					g.st.mu.RLock()
+					it.prevHS = g.st.hs
+					g.st.mu.RUnlock()
+					items = append(items, it)
 				}
 			})
 		}
@@ -895,6 +928,9 @@ func (h *Host) cycle(gs []*group) {
 	}
 	for _, it := range items {
 		it.err = h.persist(it)
+		if it.err == nil {
+			h.sendEarly(it)
+		}
 	}
 	// One group-commit round: every log that took entries and the journal,
 	// fsynced concurrently (the Syncer merges the logs into one cycle).
