@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/partition"
+	"holdfast/internal/storage"
 	"holdfast/internal/wire"
 )
 
@@ -57,6 +58,7 @@ func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
 			if ready || wait <= 0 || len(notify) == 0 {
 				return resp
 			}
+			releaseFiles(resp) // this attempt is not sent
 			if deadline == nil {
 				t := time.NewTimer(wait)
 				defer t.Stop()
@@ -73,7 +75,7 @@ func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
 			}
 			switch i, _, _ := reflect.Select(cases); i {
 			case 0:
-				return resp // connection gone; not written
+				return nil // connection gone; nothing to write
 			case 1:
 				resp, _, _ = b.fetchOnce(req)
 				return resp
@@ -86,11 +88,27 @@ func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
 // response should go now (MinBytes reached, or an error to report);
 // otherwise notify holds the channels that signal new data.
 //
-// The records are the stored batches as they are. They are copied out of
-// the page cache into the response: kmsg encodes a whole response into one
-// buffer, so there is no place for sendfile without a hand-written encoder.
-func (b *Broker) fetchOnce(req *kmsg.FetchRequest) (resp *kmsg.FetchResponse, ready bool, notify []<-chan struct{}) {
-	resp = req.ResponseKind().(*kmsg.FetchResponse)
+// The records are the stored batches as they are, and they are not copied:
+// each partition's records are a byte range of a segment file that the
+// connection writer sends with sendfile (wire.Spliced), straight from the
+// page cache. A log on a filesystem without file descriptors (the tests'
+// CrashFS) is read into the response instead.
+func (b *Broker) fetchOnce(req *kmsg.FetchRequest) (out kmsg.Response, ready bool, notify []<-chan struct{}) {
+	resp := req.ResponseKind().(*kmsg.FetchResponse)
+	files := &wire.Spliced{Response: resp}
+	var slices []storage.Slice
+	defer func() {
+		if len(slices) == 0 {
+			out = resp
+			return
+		}
+		files.Release = func() {
+			for _, s := range slices {
+				s.Release()
+			}
+		}
+		out = files
+	}()
 	readCommitted := req.IsolationLevel == 1
 	remaining := int(req.MaxBytes)
 	if remaining <= 0 {
@@ -142,7 +160,7 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest) (resp *kmsg.FetchResponse, re
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}
-			res, err := p.Read(rp.FetchOffset, max(maxBytes, 1), readCommitted)
+			res, slice, err := p.ReadFile(rp.FetchOffset, max(maxBytes, 1), readCommitted)
 			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = res.HighWatermark, res.LastStableOffset, res.LogStartOffset
 			switch {
 			case errors.Is(err, partition.ErrOffsetOutOfRange):
@@ -152,11 +170,22 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest) (resp *kmsg.FetchResponse, re
 				b.log.Error("fetch: reading log", "topic", name, "partition", rp.Partition, "offset", rp.FetchOffset, "err", err)
 				sp.ErrorCode = kerr.KafkaStorageError.Code
 				ready = true
-			case total > 0 && len(res.Records) > maxBytes:
+			case slice.Size == 0:
+			case total > 0 && slice.Size > maxBytes:
 				// Only the first partition with data may exceed the limits
 				// (KIP-74); the others wait for the next fetch.
-			case len(res.Records) > 0:
-				sp.RecordBatches = res.Records
+			default:
+				recs, err := b.fetchRecords(files, &slices, slice)
+				if err != nil {
+					b.log.Error("fetch: reading log", "topic", name, "partition", rp.Partition, "offset", rp.FetchOffset, "err", err)
+					sp.ErrorCode = kerr.KafkaStorageError.Code
+					ready = true
+					break
+				}
+				total += slice.Size
+				remaining -= slice.Size
+				slice = storage.Slice{} // now owned by the response
+				sp.RecordBatches = recs
 				if readCommitted {
 					// Where the consumer skips aborted transactions' records.
 					sp.AbortedTransactions = make([]kmsg.FetchResponseTopicPartitionAbortedTransaction, 0, len(res.Aborted))
@@ -166,9 +195,8 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest) (resp *kmsg.FetchResponse, re
 						sp.AbortedTransactions = append(sp.AbortedTransactions, at)
 					}
 				}
-				total += len(res.Records)
-				remaining -= len(res.Records)
 			}
+			slice.Release() // not sent: an error, empty, or no room
 			st.Partitions = append(st.Partitions, sp)
 		}
 		resp.Topics = append(resp.Topics, st)
@@ -177,4 +205,27 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest) (resp *kmsg.FetchResponse, re
 		ready = true
 	}
 	return resp, ready, notify
+}
+
+// fetchRecords turns a read's file range into what the response carries: a
+// placeholder that the connection writer replaces by the range (sendfile),
+// which then belongs to files; or, for a file without a descriptor, the
+// bytes, and the range is released.
+func (b *Broker) fetchRecords(files *wire.Spliced, slices *[]storage.Slice, s storage.Slice) ([]byte, error) {
+	if fd := s.File.Fd(); fd != 0 {
+		ph := wire.NewPlaceholder()
+		files.Placeholders = append(files.Placeholders, ph)
+		files.Ranges = append(files.Ranges, wire.FileRange{Fd: fd, Off: s.Pos, Len: s.Size, ReadAt: s.File.ReadAt})
+		*slices = append(*slices, s)
+		return ph, nil
+	}
+	defer s.Release()
+	return s.Bytes()
+}
+
+// releaseFiles lets go of the file ranges of a fetch response not sent.
+func releaseFiles(resp kmsg.Response) {
+	if sp, ok := resp.(*wire.Spliced); ok && sp.Release != nil {
+		sp.Release()
+	}
 }

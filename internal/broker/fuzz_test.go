@@ -59,6 +59,9 @@ func FuzzHandlers(f *testing.F) {
 			if resp := reply(ctx); resp != nil {
 				resp.SetVersion(version)
 				resp.AppendTo(nil)
+				if sp, ok := resp.(*wire.Spliced); ok && sp.Release != nil {
+					sp.Release()
+				}
 			}
 		}()
 		// A reply must give up when its connection goes (ctx); one that

@@ -333,52 +333,45 @@ func (p *Partition) Notify() <-chan struct{} {
 // between the high watermark and the log end reads nothing; outside
 // [log start, log end] it is ErrOffsetOutOfRange.
 func (p *Partition) Read(offset int64, maxBytes int, readCommitted bool) (ReadResult, error) {
+	res, s, err := p.ReadFile(offset, maxBytes, readCommitted)
+	if err != nil || s.Size == 0 {
+		return res, err
+	}
+	defer s.Release()
+	if res.Records, err = s.Bytes(); err != nil {
+		return res, fmt.Errorf("%w: %w", ErrStorage, err)
+	}
+	return res, nil
+}
+
+// ReadFile is Read without the copy: the records stay in the segment file,
+// as the byte range s for the server to send as it is (sendfile), and
+// res.Records is nil. The caller must Release s (also when it is empty).
+func (p *Partition) ReadFile(offset int64, maxBytes int, readCommitted bool) (res ReadResult, s storage.Slice, err error) {
 	hw := p.HighWatermark()
-	res := ReadResult{HighWatermark: hw, LastStableOffset: min(hw, p.LastStableOffset()), LogStartOffset: p.log.StartOffset()}
+	res = ReadResult{HighWatermark: hw, LastStableOffset: min(hw, p.LastStableOffset()), LogStartOffset: p.log.StartOffset()}
 	limit := hw
 	if readCommitted {
 		limit = res.LastStableOffset
 	}
 	if offset < res.LogStartOffset || offset > p.log.EndOffset() {
-		return res, ErrOffsetOutOfRange
+		return res, s, ErrOffsetOutOfRange
 	}
 	if offset >= limit {
-		return res, nil
+		return res, s, nil
 	}
-	s, err := p.log.Read(offset, limit, maxBytes)
+	s, err = p.log.Read(offset, limit, maxBytes)
 	if err != nil {
 		if errors.Is(err, storage.ErrOffsetOutOfRange) {
-			return res, ErrOffsetOutOfRange
+			return res, s, ErrOffsetOutOfRange
 		}
-		return res, fmt.Errorf("%w: %w", ErrStorage, err)
+		return res, s, fmt.Errorf("%w: %w", ErrStorage, err)
 	}
-	defer s.Release()
-	b, err := s.Bytes()
-	if err != nil {
-		return res, fmt.Errorf("%w: %w", ErrStorage, err)
-	}
-	res.Records = b
-	if readCommitted {
+	if readCommitted && s.Size > 0 {
 		p.trimAborted(res.LogStartOffset)
-		res.Aborted = p.abortedIn(offset, lastOffsetIn(b))
+		res.Aborted = p.abortedIn(offset, s.LastOffset)
 	}
-	return res, nil
-}
-
-// lastOffsetIn is the last offset of the whole batches in b (-1 if none).
-func lastOffsetIn(b []byte) int64 {
-	last := int64(-1)
-	for len(b) > 0 {
-		batch, rest, err := records.Next(b)
-		if err != nil {
-			break
-		}
-		if h, err := records.ParseHeader(batch); err == nil {
-			last = h.LastOffset()
-		}
-		b = rest
-	}
-	return last
+	return res, s, nil
 }
 
 // Scan calls fn for every batch from offset on.

@@ -273,3 +273,19 @@ func TestTxnBatchNeedsVerifier(t *testing.T) {
 		t.Fatalf("end offset %d after refused batches", end)
 	}
 }
+
+// lastOffsetIn is the last offset of the whole batches in b (-1 if none).
+func lastOffsetIn(b []byte) int64 {
+	last := int64(-1)
+	for len(b) > 0 {
+		batch, rest, err := records.Next(b)
+		if err != nil {
+			break
+		}
+		if h, err := records.ParseHeader(batch); err == nil {
+			last = h.LastOffset()
+		}
+		b = rest
+	}
+	return last
+}
