@@ -86,20 +86,13 @@ func (c *Coordinator) OffsetCommit(req *kmsg.OffsetCommitRequest) Reply {
 		n := c.opts.Partitions(t.Topic)
 		for j, p := range t.Partitions {
 			rp := &resp.Topics[i].Partitions[j]
-			switch {
-			case n < 0 || p.Partition < 0 || p.Partition >= n:
-				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-				continue
-			case p.Metadata != nil && len(*p.Metadata) > c.cfg.MaxMetadataBytes:
-				rp.ErrorCode = kerr.OffsetMetadataTooLarge.Code
-				continue
-			}
-			o := offset{offset: p.Offset, leaderEpoch: p.LeaderEpoch, commitTime: now}
+			epoch := p.LeaderEpoch
 			if req.Version < 6 {
-				o.leaderEpoch = -1
+				epoch = -1
 			}
-			if p.Metadata != nil {
-				o.metadata = *p.Metadata
+			o, code := c.commitOffset(n, p.Partition, p.Offset, epoch, p.Metadata, now)
+			if rp.ErrorCode = code; code != 0 {
+				continue
 			}
 			tp := topicPartition{t.Topic, p.Partition}
 			targets = append(targets, target{i, j, tp, o})
@@ -466,4 +459,22 @@ func (c *Coordinator) ExpireNow() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.expireOffsets(c.opts.Now())
+}
+
+// commitOffset checks one partition of an offset commit (plain or
+// transactional) against its topic's partition count n (-1: no such topic)
+// and builds the offset to store; code is the partition's error, 0 if the
+// commit may go ahead. epoch is -1 for versions without leader epochs.
+func (c *Coordinator) commitOffset(n, partition int32, off int64, epoch int32, metadata *string, now time.Time) (offset, int16) {
+	switch {
+	case n < 0 || partition < 0 || partition >= n:
+		return offset{}, kerr.UnknownTopicOrPartition.Code
+	case metadata != nil && len(*metadata) > c.cfg.MaxMetadataBytes:
+		return offset{}, kerr.OffsetMetadataTooLarge.Code
+	}
+	o := offset{offset: off, leaderEpoch: epoch, commitTime: now}
+	if metadata != nil {
+		o.metadata = *metadata
+	}
+	return o, 0
 }

@@ -108,20 +108,13 @@ func (c *Coordinator) TxnOffsetCommit(req *kmsg.TxnOffsetCommitRequest) Reply {
 		n := c.opts.Partitions(t.Topic)
 		for j, p := range t.Partitions {
 			rp := &resp.Topics[i].Partitions[j]
-			switch {
-			case n < 0 || p.Partition < 0 || p.Partition >= n:
-				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-				continue
-			case p.Metadata != nil && len(*p.Metadata) > c.cfg.MaxMetadataBytes:
-				rp.ErrorCode = kerr.OffsetMetadataTooLarge.Code
-				continue
-			}
-			o := offset{offset: p.Offset, leaderEpoch: p.LeaderEpoch, commitTime: now}
+			epoch := p.LeaderEpoch
 			if req.Version < 2 {
-				o.leaderEpoch = -1
+				epoch = -1
 			}
-			if p.Metadata != nil {
-				o.metadata = *p.Metadata
+			o, code := c.commitOffset(n, p.Partition, p.Offset, epoch, p.Metadata, now)
+			if rp.ErrorCode = code; code != 0 {
+				continue
 			}
 			tp := topicPartition{t.Topic, p.Partition}
 			targets = append(targets, target{i, j, tp, o})
