@@ -51,10 +51,13 @@ func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }
 
 // Config configures a Host; zero values get defaults.
 type Config struct {
-	ID     uint64            // this node's id, > 0
-	Dir    string            // where the hardstate journal lives
-	Listen string            // address for peer traffic, e.g. ":9093" or "127.0.0.1:0"
-	Peers  map[uint64]string // peer id -> address (self is ignored)
+	ID uint64 // this node's id, > 0
+	// ClusterID must be the same on every node of a cluster; frames from
+	// another cluster are refused.
+	ClusterID uint64
+	Dir       string            // where the hardstate journal lives
+	Listen    string            // address for peer traffic, e.g. ":9093" or "127.0.0.1:0"
+	Peers     map[uint64]string // peer id -> address (self is ignored)
 
 	TickInterval   time.Duration // default 100ms
 	ElectionTicks  int           // default 10
@@ -211,7 +214,7 @@ func NewHost(cfg Config) (*Host, error) {
 		groups: map[uint64]*group{}, dirty: map[*group]struct{}{},
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
 	}
-	h.tr, err = newTransport(cfg.ID, cfg.Listen, h, cfg.Faults, logger, cfg.QueueLen, cfg.TickInterval*time.Duration(cfg.HeartbeatTicks))
+	h.tr, err = newTransport(cfg.ID, cfg.ClusterID, cfg.Listen, h, cfg.Faults, logger, cfg.QueueLen, cfg.TickInterval*time.Duration(cfg.HeartbeatTicks))
 	if err != nil {
 		j.close()
 		return nil, err
@@ -464,6 +467,31 @@ func (h *Host) WaitCommitOffset(ctx context.Context, groupID uint64, offset int6
 	}
 }
 
+// CommitNotify returns a channel closed when the group's commit offset
+// next advances (or the group fails or is removed): for long polls on the
+// high watermark.
+func (h *Host) CommitNotify(groupID uint64) (<-chan struct{}, error) {
+	g := h.group(groupID)
+	if g == nil {
+		return nil, fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.commitCh, nil
+}
+
+// CommitOffset is the group's commit offset on this node (the high
+// watermark on the leader; possibly behind on a follower).
+func (h *Host) CommitOffset(groupID uint64) (int64, error) {
+	g := h.group(groupID)
+	if g == nil {
+		return 0, fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.commitEnd, nil
+}
+
 // Campaign makes this node start an election for the group.
 func (h *Host) Campaign(groupID uint64) error {
 	g := h.group(groupID)
@@ -554,7 +582,12 @@ type ReplicaStatus struct {
 	ID          uint64
 	MatchIndex  uint64
 	MatchOffset int64
-	State       string
+	State       string // Probe, Replicate, Snapshot
+	// Active: heard from within the last election timeout (the leader
+	// itself always). For min.insync.replicas: count replicas that are
+	// Active and matched close to the commit offset.
+	Active  bool
+	Learner bool
 }
 
 // Status reports a group's state.
@@ -575,7 +608,10 @@ func (h *Host) Status(groupID uint64) (Status, error) {
 	if bs.RaftState == raft.StateLeader {
 		g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr trackerProgress) {
 			off, _ := g.st.endOf(pr.Match)
-			s.Replicas = append(s.Replicas, ReplicaStatus{ID: id, MatchIndex: pr.Match, MatchOffset: off, State: pr.State.String()})
+			s.Replicas = append(s.Replicas, ReplicaStatus{
+				ID: id, MatchIndex: pr.Match, MatchOffset: off, State: pr.State.String(),
+				Active: pr.RecentActive || id == h.cfg.ID, Learner: pr.IsLearner,
+			})
 		})
 	}
 	g.mu.Unlock()

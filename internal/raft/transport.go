@@ -19,9 +19,11 @@ import (
 
 // Frame on the wire between nodes:
 //
-//	u32 length of the rest | u64 from node | u32 count | count × (u64 group | u32 n | n bytes raftpb.Message)
+//	u32 length of the rest | u64 cluster id | u64 from node | u32 count | count × (u64 group | u32 n | n bytes raftpb.Message)
 //
-// A frame with count 0 is a node-level heartbeat (liveness for quiesced groups).
+// A frame with count 0 is a node-level heartbeat (liveness for quiesced
+// groups). A frame from another cluster closes the connection: a node that
+// was pointed at the wrong peers must not vote in our groups.
 const (
 	maxFrame      = 64 << 20
 	maxFrameBatch = 4 << 20 // a sender stops adding messages to a frame past this
@@ -100,6 +102,7 @@ type TransportStats struct {
 
 type transport struct {
 	id        uint64
+	cluster   uint64
 	ln        net.Listener
 	ev        transportEvents
 	faults    *Faults
@@ -124,13 +127,13 @@ type peer struct {
 	q    chan outMsg
 }
 
-func newTransport(id uint64, listen string, ev transportEvents, faults *Faults, logger *slog.Logger, queueLen int, heartbeat time.Duration) (*transport, error) {
+func newTransport(id, cluster uint64, listen string, ev transportEvents, faults *Faults, logger *slog.Logger, queueLen int, heartbeat time.Duration) (*transport, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, fmt.Errorf("raft: listen %s: %w", listen, err)
 	}
 	t := &transport{
-		id: id, ln: ln, ev: ev, faults: faults, logger: logger, queueLen: queueLen, heartbeat: heartbeat,
+		id: id, cluster: cluster, ln: ln, ev: ev, faults: faults, logger: logger, queueLen: queueLen, heartbeat: heartbeat,
 		peers: map[uint64]*peer{}, conns: map[net.Conn]struct{}{}, done: make(chan struct{}),
 	}
 	t.wg.Add(1)
@@ -288,6 +291,7 @@ func (t *transport) fail(peer uint64, batch []outMsg) {
 
 func (t *transport) encode(batch []outMsg) ([]byte, error) {
 	b := make([]byte, 4, 64)
+	b = binary.BigEndian.AppendUint64(b, t.cluster)
 	b = binary.BigEndian.AppendUint64(b, t.id)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(batch)))
 	for _, m := range batch {
@@ -343,7 +347,7 @@ func (t *transport) read(c net.Conn) {
 			return
 		}
 		n := binary.BigEndian.Uint32(hdr[:])
-		if n < 12 || n > maxFrame {
+		if n < 20 || n > maxFrame {
 			t.logger.Warn("raft: bad frame length, closing connection", "len", n, "remote", c.RemoteAddr().String())
 			return
 		}
@@ -351,7 +355,11 @@ func (t *transport) read(c net.Conn) {
 		if _, err := io.ReadFull(r, buf); err != nil {
 			return
 		}
-		from, msgs, err := decodeFrame(buf)
+		if cl := binary.BigEndian.Uint64(buf); cl != t.cluster {
+			t.logger.Warn("raft: frame from another cluster, closing connection", "cluster", cl, "want", t.cluster, "remote", c.RemoteAddr().String())
+			return
+		}
+		from, msgs, err := decodeFrame(buf[8:])
 		if err != nil {
 			t.logger.Warn("raft: bad frame, closing connection", "err", err, "remote", c.RemoteAddr().String())
 			return
