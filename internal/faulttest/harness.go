@@ -1,0 +1,653 @@
+// Package faulttest runs Holdfast as real child processes, one per node,
+// and injects faults into them: SIGKILL, SIGSTOP, restarts with or without
+// the data directory, and network cuts. As root with `ip` available, every
+// node gets its own network namespace on a private bridge, so a cut is a real
+// link going down; otherwise the nodes share loopback and network faults are
+// skipped.
+package faulttest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Ports inside each node's namespace; in loopback mode free ports are used.
+const (
+	kafkaPort = 9092
+	raftPort  = 9093
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildPath string
+	buildErr  error
+)
+
+// Binary builds ./cmd/holdfast once per test binary and returns its path.
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		out, err := exec.Command("go", "env", "GOMOD").Output()
+		if err != nil {
+			buildErr = fmt.Errorf("go env GOMOD: %w", err)
+			return
+		}
+		root := filepath.Dir(strings.TrimSpace(string(out)))
+		if buildDir, err = os.MkdirTemp("", "holdfast-faulttest"); err != nil {
+			buildErr = err
+			return
+		}
+		buildPath = filepath.Join(buildDir, "holdfast")
+		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/holdfast")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/holdfast: %w\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildPath
+}
+
+// CleanupBinary removes the built binary; call it from TestMain.
+func CleanupBinary() {
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+}
+
+// ClusterModeAvailable reports whether `holdfast serve` knows --peers, and
+// if not, why.
+func ClusterModeAvailable(t testing.TB) (bool, string) {
+	out, _ := exec.Command(Binary(t), "serve", "--help").CombinedOutput()
+	if !bytes.Contains(out, []byte("-peers")) {
+		return false, "`holdfast serve --help` has no --peers flag"
+	}
+	return true, ""
+}
+
+// Options configure a Cluster.
+type Options struct {
+	Nodes int // number of processes; default 1
+	// Cluster passes --node-id and --peers so the nodes form one Raft
+	// cluster; without it each node is an independent single-node broker.
+	Cluster bool
+	Args    []string // extra `serve` flags for every node
+	// Loopback forces the fallback without network namespaces.
+	Loopback bool
+}
+
+// Cluster is a set of holdfast processes.
+type Cluster struct {
+	t     testing.TB
+	opts  Options
+	Nodes []*Node // Nodes[i-1] has node id i
+	net   *netnsNet
+}
+
+// Node is one holdfast process and its data directory, kept across restarts.
+type Node struct {
+	c        *Cluster
+	ID       int
+	Addr     string // Kafka listener, host:port
+	RaftAddr string
+	DataDir  string
+	ns       string // network namespace, empty in loopback mode
+	veth     string // host end of the node's veth
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{}
+	logs   syncBuffer
+	starts int
+}
+
+var runSeq atomic.Int32
+
+// Start starts opts.Nodes processes and waits until each answers ApiVersions.
+// Everything (processes, namespaces, bridge) is removed when the test ends,
+// and the nodes' logs are printed if it failed.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	if opts.Nodes <= 0 {
+		opts.Nodes = 1
+	}
+	if opts.Nodes > 9 {
+		t.Fatalf("faulttest: at most 9 nodes, got %d", opts.Nodes)
+	}
+	bin := Binary(t)
+	_ = bin
+	c := &Cluster{t: t, opts: opts}
+	root := t.TempDir()
+	t.Cleanup(c.cleanup)
+	if !opts.Loopback {
+		if reason := netnsUsable(); reason == "" {
+			n, err := newNetnsNet(opts.Nodes)
+			if err != nil {
+				t.Fatalf("faulttest: network namespaces: %v", err)
+			}
+			c.net = n
+			t.Logf("faulttest: %d node(s) in network namespaces %s..%s on bridge %s, subnet %s.0/24",
+				opts.Nodes, n.ns(1), n.ns(opts.Nodes), n.bridge(), n.subnet)
+		} else {
+			t.Logf("faulttest: no network namespaces (%s): nodes share loopback, network faults are skipped", reason)
+		}
+	}
+	for i := 1; i <= opts.Nodes; i++ {
+		n := &Node{c: c, ID: i, DataDir: filepath.Join(root, "n"+strconv.Itoa(i))}
+		if c.net != nil {
+			ip := c.net.nodeIP(i)
+			n.Addr = net.JoinHostPort(ip, strconv.Itoa(kafkaPort))
+			n.RaftAddr = net.JoinHostPort(ip, strconv.Itoa(raftPort))
+			n.ns, n.veth = c.net.ns(i), c.net.veth(i)
+		} else {
+			n.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+			n.RaftAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+		}
+		c.Nodes = append(c.Nodes, n)
+	}
+	for _, n := range c.Nodes {
+		n.start()
+	}
+	for _, n := range c.Nodes {
+		n.waitReady()
+	}
+	return c
+}
+
+// Netns reports whether nodes run in their own network namespaces.
+func (c *Cluster) Netns() bool { return c.net != nil }
+
+// Node returns the node with id i (1-based).
+func (c *Cluster) Node(i int) *Node {
+	if i < 1 || i > len(c.Nodes) {
+		c.t.Fatalf("faulttest: no node %d", i)
+	}
+	return c.Nodes[i-1]
+}
+
+// Bootstrap is the comma-separated list of every node's Kafka address.
+func (c *Cluster) Bootstrap() string {
+	var s []string
+	for _, n := range c.Nodes {
+		s = append(s, n.Addr)
+	}
+	return strings.Join(s, ",")
+}
+
+// Client returns a franz-go client seeded with every node, closed at test end.
+func (c *Cluster) Client(opts ...kgo.Opt) *kgo.Client {
+	c.t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(strings.Split(c.Bootstrap(), ",")...)}, opts...)...)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(cl.Close)
+	return cl
+}
+
+// Admin returns a kadm client over Client.
+func (c *Cluster) Admin() *kadm.Client { return kadm.NewClient(c.Client()) }
+
+func (c *Cluster) peers() string {
+	var s []string
+	for _, n := range c.Nodes {
+		s = append(s, fmt.Sprintf("%d@%s", n.ID, n.RaftAddr))
+	}
+	return strings.Join(s, ",")
+}
+
+func (c *Cluster) args(n *Node) []string {
+	a := []string{"serve", "--listen", n.Addr, "--data-dir", n.DataDir, "--metrics-listen", ""}
+	if c.opts.Cluster {
+		a = append(a, "--node-id", strconv.Itoa(n.ID), "--peers", c.peers(), "--raft-listen", n.RaftAddr,
+			"--default-replication-factor", strconv.Itoa(min(3, len(c.Nodes))))
+	}
+	return append(a, c.opts.Args...)
+}
+
+func (n *Node) start() {
+	t := n.c.t
+	t.Helper()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd != nil {
+		select {
+		case <-n.done:
+		default:
+			t.Fatalf("faulttest: node %d is already running", n.ID)
+		}
+	}
+	bin, args := Binary(t), n.c.args(n)
+	if n.ns != "" {
+		// ip netns exec execs in place, so the pid is holdfast's own and
+		// signals reach it directly.
+		args = append([]string{"netns", "exec", n.ns, bin}, args...)
+		bin = "ip"
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "HOLDFAST_OFFSETS_PARTITIONS=3", "HOLDFAST_TXN_PARTITIONS=3")
+	// The node dies with the test binary even if cleanup never runs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	n.starts++
+	fmt.Fprintf(&n.logs, "=== faulttest: start #%d: %s %s\n", n.starts, bin, strings.Join(args, " "))
+	cmd.Stdout, cmd.Stderr = &n.logs, &n.logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("faulttest: start node %d: %v", n.ID, err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	n.cmd, n.done = cmd, done
+}
+
+// waitReady waits until the node answers ApiVersions.
+func (n *Node) waitReady() {
+	t := n.c.t
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if Ping(n.Addr) == nil {
+			return
+		}
+		select {
+		case <-n.done:
+			t.Fatalf("faulttest: node %d exited during start-up:\n%s", n.ID, n.logs.tail(8000))
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("faulttest: node %d did not serve on %s within 60s:\n%s", n.ID, n.Addr, n.logs.tail(8000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Ping sends ApiVersions to addr.
+func Ping(addr string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DialTimeout(500*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err = kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
+	return err
+}
+
+func (n *Node) signal(s syscall.Signal) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd != nil && n.cmd.Process != nil {
+		n.cmd.Process.Signal(s)
+	}
+}
+
+// Running reports whether the node's process is alive (possibly stopped).
+func (n *Node) Running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return false
+	}
+	select {
+	case <-n.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Kill sends SIGKILL to node i and waits for it to exit.
+func (c *Cluster) Kill(i int) {
+	n := c.Node(i)
+	fmt.Fprintf(&n.logs, "=== faulttest: SIGKILL\n")
+	n.signal(syscall.SIGCONT) // a stopped process dies on SIGKILL too, but be explicit
+	n.signal(syscall.SIGKILL)
+	n.mu.Lock()
+	done := n.done
+	n.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// Pause stops node i with SIGSTOP: its sockets stay open but nothing runs.
+func (c *Cluster) Pause(i int) {
+	n := c.Node(i)
+	fmt.Fprintf(&n.logs, "=== faulttest: SIGSTOP\n")
+	n.signal(syscall.SIGSTOP)
+}
+
+// Resume continues node i with SIGCONT.
+func (c *Cluster) Resume(i int) {
+	n := c.Node(i)
+	fmt.Fprintf(&n.logs, "=== faulttest: SIGCONT\n")
+	n.signal(syscall.SIGCONT)
+}
+
+// Start starts node i again after Kill (same data directory and address)
+// and waits until it serves.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	n := c.Node(i)
+	if n.Running() {
+		c.Kill(i)
+	}
+	n.start()
+	n.waitReady()
+}
+
+// WipeAndRestart kills node i if it runs, deletes its data directory and
+// starts it again: a replacement disk.
+func (c *Cluster) WipeAndRestart(i int) {
+	c.t.Helper()
+	n := c.Node(i)
+	if n.Running() {
+		c.Kill(i)
+	}
+	fmt.Fprintf(&n.logs, "=== faulttest: data directory wiped\n")
+	if err := os.RemoveAll(n.DataDir); err != nil {
+		c.t.Fatal(err)
+	}
+	n.start()
+	n.waitReady()
+}
+
+// Isolate cuts node i from every other node and from the clients (its link
+// goes down).
+func (c *Cluster) Isolate(i int) {
+	c.t.Helper()
+	c.needNet("Isolate")
+	n := c.Node(i)
+	fmt.Fprintf(&n.logs, "=== faulttest: isolated\n")
+	c.ip("link", "set", n.veth, "down")
+}
+
+// Heal undoes Isolate.
+func (c *Cluster) Heal(i int) {
+	c.t.Helper()
+	c.needNet("Heal")
+	n := c.Node(i)
+	fmt.Fprintf(&n.logs, "=== faulttest: healed\n")
+	c.ip("link", "set", n.veth, "up")
+}
+
+// PartitionPair drops all traffic between nodes i and j (both directions),
+// leaving both reachable by the others and by clients. It uses blackhole
+// routes inside the two namespaces, so it needs neither iptables nor nft.
+func (c *Cluster) PartitionPair(i, j int) {
+	c.t.Helper()
+	c.needNet("PartitionPair")
+	a, b := c.Node(i), c.Node(j)
+	c.ip("-n", a.ns, "route", "add", "blackhole", c.net.nodeIP(j)+"/32")
+	c.ip("-n", b.ns, "route", "add", "blackhole", c.net.nodeIP(i)+"/32")
+}
+
+// HealPair undoes PartitionPair.
+func (c *Cluster) HealPair(i, j int) {
+	c.t.Helper()
+	c.needNet("HealPair")
+	a, b := c.Node(i), c.Node(j)
+	c.ip("-n", a.ns, "route", "del", "blackhole", c.net.nodeIP(j)+"/32")
+	c.ip("-n", b.ns, "route", "del", "blackhole", c.net.nodeIP(i)+"/32")
+}
+
+func (c *Cluster) needNet(op string) {
+	if c.net == nil {
+		c.t.Skipf("faulttest: %s needs network namespaces (run as root with iproute2); nodes share loopback here", op)
+	}
+}
+
+func (c *Cluster) ip(args ...string) {
+	c.t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		c.t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// Logs returns everything node i wrote so far, across restarts.
+func (c *Cluster) Logs(i int) string { return c.Node(i).logs.String() }
+
+func (c *Cluster) cleanup() {
+	for _, n := range c.Nodes {
+		n.signal(syscall.SIGCONT)
+		n.signal(syscall.SIGKILL)
+		n.mu.Lock()
+		done := n.done
+		n.mu.Unlock()
+		if done != nil {
+			<-done
+		}
+	}
+	if c.t.Failed() {
+		for _, n := range c.Nodes {
+			c.t.Logf("---- node %d (%s) log tail ----\n%s", n.ID, n.Addr, n.logs.tail(32<<10))
+		}
+	}
+	if c.net != nil {
+		c.net.remove()
+	}
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// syncBuffer is a log buffer written by the child's stdout and stderr and
+// read by the test; capped so a chatty node cannot exhaust memory.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const maxLogBytes = 8 << 20
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if len(b.buf) > maxLogBytes {
+		b.buf = append([]byte("[...]\n"), b.buf[len(b.buf)-maxLogBytes/2:]...)
+	}
+	return len(p), nil
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
+
+func (b *syncBuffer) tail(n int) string {
+	s := b.String()
+	if len(s) > n {
+		s = "[...]" + s[len(s)-n:]
+	}
+	return s
+}
+
+// ---- network namespaces ----
+
+// netnsNet is one bridge in the root namespace (address .254 of a private
+// /24 in 10.99.0.0/16) and a namespace per node joined to it by a veth whose
+// namespace end is eth0. Names carry the creating pid so leftovers of a
+// killed run can be recognised and removed.
+type netnsNet struct {
+	tag    string // "<pid>x<seq>"
+	subnet string // "10.99.K"
+	n      int
+}
+
+var netnsName = regexp.MustCompile(`^hf[bv]?(\d+)x\d+`)
+
+func netnsUsable() string {
+	if os.Geteuid() != 0 {
+		return "not root"
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return "no ip command"
+	}
+	if os.Getenv("HOLDFAST_FAULTTEST_LOOPBACK") != "" {
+		return "HOLDFAST_FAULTTEST_LOOPBACK is set"
+	}
+	return ""
+}
+
+// setupLock serialises subnet choice between concurrent test binaries.
+func setupLock() (func(), error) {
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "holdfast-faulttest.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+}
+
+func newNetnsNet(nodes int) (_ *netnsNet, err error) {
+	unlock, err := setupLock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	removeStale()
+	subnet, err := freeSubnet()
+	if err != nil {
+		return nil, err
+	}
+	n := &netnsNet{tag: fmt.Sprintf("%dx%d", os.Getpid(), runSeq.Add(1)), subnet: subnet, n: nodes}
+	defer func() {
+		if err != nil {
+			n.remove()
+		}
+	}()
+	br := n.bridge()
+	steps := [][]string{
+		{"link", "add", br, "type", "bridge"},
+		{"addr", "add", subnet + ".254/24", "dev", br},
+		{"link", "set", br, "up"},
+	}
+	for i := 1; i <= nodes; i++ {
+		ns, veth := n.ns(i), n.veth(i)
+		steps = append(steps,
+			[]string{"netns", "add", ns},
+			[]string{"-n", ns, "link", "set", "lo", "up"},
+			[]string{"link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns},
+			[]string{"link", "set", veth, "master", br},
+			[]string{"link", "set", veth, "up"},
+			[]string{"-n", ns, "addr", "add", n.nodeIP(i) + "/24", "dev", "eth0"},
+			[]string{"-n", ns, "link", "set", "eth0", "up"},
+		)
+	}
+	for _, s := range steps {
+		if out, err := exec.Command("ip", s...).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("ip %s: %w: %s", strings.Join(s, " "), err, out)
+		}
+	}
+	// Wait for the bridge to forward (ports go through learning quickly,
+	// but the first dial must not race link-up).
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 1; i <= nodes; i++ {
+		for {
+			out, _ := exec.Command("ip", "-n", n.ns(i), "-o", "link", "show", "eth0").Output()
+			if bytes.Contains(out, []byte("LOWER_UP")) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return n, nil
+}
+
+func (n *netnsNet) bridge() string      { return "hfb" + n.tag }
+func (n *netnsNet) ns(i int) string     { return fmt.Sprintf("hf%sn%d", n.tag, i) }
+func (n *netnsNet) veth(i int) string   { return fmt.Sprintf("hfv%sn%d", n.tag, i) }
+func (n *netnsNet) nodeIP(i int) string { return fmt.Sprintf("%s.%d", n.subnet, i) }
+
+func (n *netnsNet) remove() {
+	for i := 1; i <= n.n; i++ {
+		exec.Command("ip", "netns", "del", n.ns(i)).Run() // takes the veth pair with it
+		exec.Command("ip", "link", "del", n.veth(i)).Run()
+	}
+	exec.Command("ip", "link", "del", n.bridge()).Run()
+}
+
+// freeSubnet picks 10.99.K.0/24 with no .254 on any interface, so that a
+// concurrent run on the same machine never shares a subnet.
+func freeSubnet() (string, error) {
+	out, err := exec.Command("ip", "-o", "-4", "addr", "show").Output()
+	if err != nil {
+		return "", fmt.Errorf("ip addr show: %w", err)
+	}
+	for k := 0; k < 256; k++ {
+		s := fmt.Sprintf("10.99.%d", k)
+		if !bytes.Contains(out, []byte(" "+s+".")) {
+			return s, nil
+		}
+	}
+	return "", errors.New("no free 10.99.K.0/24 subnet")
+}
+
+// removeStale deletes namespaces, veths and bridges left by runs whose
+// process is gone (a killed `go test`).
+func removeStale() {
+	dead := func(name string) bool {
+		m := netnsName.FindStringSubmatch(name)
+		if m == nil {
+			return false
+		}
+		pid, err := strconv.Atoi(m[1])
+		if err != nil || pid <= 0 {
+			return false
+		}
+		return syscall.Kill(pid, 0) == syscall.ESRCH
+	}
+	if out, err := exec.Command("ip", "netns", "list").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) > 0 && dead(f[0]) {
+				exec.Command("ip", "netns", "del", f[0]).Run()
+			}
+		}
+	}
+	if out, err := exec.Command("ip", "-o", "link", "show").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
+			if dead(name) {
+				exec.Command("ip", "link", "del", name).Run()
+			}
+		}
+	}
+}
