@@ -106,9 +106,9 @@ func (c *Checker) parse(v []byte) (ID, bool) {
 
 // Producer writes records to the checker's topic without pause until Stop.
 type Producer struct {
-	c    *Checker
-	id   int
-	cl   *kgo.Client
+	c        *Checker
+	id       int
+	cl       *kgo.Client
 	stop     atomic.Bool
 	done     chan struct{}
 	seq      int64
@@ -393,4 +393,95 @@ func RequireOK(t testing.TB, r Result, err error) {
 	if r.Acked == 0 {
 		t.Fatal("check: nothing was acknowledged, the test proved nothing")
 	}
+}
+
+// GroupConsumer reads the checker's topic in a consumer group while the
+// faults happen, committing as it goes (at-least-once: re-deliveries are
+// allowed, a missed acknowledged record is not).
+type GroupConsumer struct {
+	c    *Checker
+	cl   *kgo.Client
+	mu   sync.Mutex
+	seen map[ID]int
+	errs map[string]int
+	stop context.CancelFunc
+	done chan struct{}
+	once sync.Once
+}
+
+// StartGroupConsumer polls with cl, which must be configured with a
+// consumer group on the checker's topic. The consumer owns cl.
+func (c *Checker) StartGroupConsumer(cl *kgo.Client) *GroupConsumer {
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &GroupConsumer{c: c, cl: cl, seen: map[ID]int{}, errs: map[string]int{}, stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(g.done)
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			g.mu.Lock()
+			fs.EachError(func(_ string, _ int32, err error) {
+				if ctx.Err() == nil && len(g.errs) < 50 {
+					g.errs[err.Error()]++
+				}
+			})
+			fs.EachRecord(func(r *kgo.Record) {
+				if id, ok := c.parse(r.Value); ok {
+					g.seen[id]++
+				}
+			})
+			g.mu.Unlock()
+		}
+	}()
+	c.t.Cleanup(g.Stop)
+	return g
+}
+
+// WaitAll waits up to timeout until the group has read every acknowledged
+// record, and returns how many it has not, a sample of them, and how many
+// records it read more than once.
+func (g *GroupConsumer) WaitAll(timeout time.Duration) (missing int, sample []string, redelivered int) {
+	acks := g.c.Acks()
+	deadline := time.Now().Add(timeout)
+	for {
+		g.mu.Lock()
+		missing, sample, redelivered = 0, nil, 0
+		for id := range acks {
+			if g.seen[id] == 0 {
+				missing++
+				if len(sample) < 10 {
+					sample = append(sample, id.String())
+				}
+			}
+		}
+		for _, n := range g.seen {
+			if n > 1 {
+				redelivered++
+			}
+		}
+		g.mu.Unlock()
+		if missing == 0 || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// Errors returns the fetch errors the group consumer saw.
+func (g *GroupConsumer) Errors() map[string]int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m := map[string]int{}
+	for k, v := range g.errs {
+		m[k] = v
+	}
+	return m
+}
+
+// Stop ends the consumer and closes its client (leaving the group).
+func (g *GroupConsumer) Stop() {
+	g.once.Do(func() {
+		g.stop()
+		<-g.done
+		g.cl.Close()
+	})
 }

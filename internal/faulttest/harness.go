@@ -43,9 +43,14 @@ var (
 )
 
 // Binary builds ./cmd/holdfast once per test binary and returns its path.
+// HOLDFAST_BINARY names a prebuilt binary to use instead.
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
+		if p := os.Getenv("HOLDFAST_BINARY"); p != "" {
+			buildPath = p
+			return
+		}
 		out, err := exec.Command("go", "env", "GOMOD").Output()
 		if err != nil {
 			buildErr = fmt.Errorf("go env GOMOD: %w", err)
