@@ -196,6 +196,9 @@ type group struct {
 var (
 	quiesceCtx = []byte("hf-quiesce")
 	rejoinCtx  = []byte("hf-rejoin:") // + u64 last index
+	// wakeCtx: a group on the sending node stopped (failed or removed);
+	// quiesced replicas must tick again to elect a leader without it.
+	wakeCtx = []byte("hf-wake")
 )
 
 // NewHost opens the journal, starts the transport and the loops.
@@ -330,6 +333,7 @@ func (h *Host) RemoveGroup(id uint64) error {
 	}
 	g.mu.Lock()
 	g.removed = true
+	h.wakePeersLocked(g)
 	close(g.commitCh)
 	g.commitCh = make(chan struct{})
 	g.mu.Unlock()
@@ -677,8 +681,12 @@ func (h *Host) tickLoop() {
 			}
 			var qmsgs []*pb.Message
 			if !g.quiesced {
-				h.guardLocked(g, func() { g.rn.Tick() })
+				// Decide before ticking: a heartbeat from this tick would
+				// reach the followers after the quiescing one.
 				qmsgs = h.maybeQuiesceLocked(g)
+				if !g.quiesced {
+					h.guardLocked(g, func() { g.rn.Tick() })
+				}
 			}
 			ready := false
 			h.guardLocked(g, func() { ready = g.rn.HasReady() })
@@ -776,10 +784,16 @@ func (h *Host) receive(from uint64, msgs []outMsg) {
 			g.mu.Unlock()
 			continue
 		}
-		// Anything but a heartbeat response means activity (a heartbeat
-		// response asks nothing of the leader).
-		if !quiesce && typ != pb.MessageType_MsgHeartbeatResp {
+		// Anything but a heartbeat response, or a plain heartbeat from the
+		// leader that quiesced us in its term, means activity: those carry
+		// nothing new (a late one from before quiescing is common).
+		if !quiesce && typ != pb.MessageType_MsgHeartbeatResp &&
+			(typ != pb.MessageType_MsgHeartbeat || !g.quiesced || from != g.quiesceLdr || m.GetTerm() != g.rn.BasicStatus().GetTerm()) {
 			g.unquiesceLocked()
+		}
+		if bytes.Equal(m.Context, wakeCtx) {
+			g.mu.Unlock() // not a Raft message: waking was all it was for
+			continue
 		}
 		if !h.checkLostStorageLocked(g, from, m) {
 			g.mu.Unlock()
@@ -1206,7 +1220,29 @@ func (h *Host) failLocked(g *group, err error) {
 		h.log.Error("raft: group failed", "group", g.id, "err", err)
 		close(g.commitCh)
 		g.commitCh = make(chan struct{})
+		h.wakePeersLocked(g)
 	}
+}
+
+// wakePeersLocked tells the other replicas that this one stopped: quiesced
+// replicas would otherwise wait for it forever (its node still answers
+// node heartbeats). Sent from a goroutine: a send that fails reports back
+// into the group, whose lock is held here.
+func (h *Host) wakePeersLocked(g *group) {
+	var peers []uint64
+	g.st.mu.RLock()
+	if g.st.cs != nil {
+		peers = append(append(peers, g.st.cs.Voters...), g.st.cs.Learners...)
+	}
+	g.st.mu.RUnlock()
+	id := g.id
+	go func() {
+		for _, p := range peers {
+			if p != h.cfg.ID {
+				h.tr.send(id, &pb.Message{Type: pb.MessageType_MsgHeartbeat.Enum(), To: new(p), From: new(h.cfg.ID), Context: wakeCtx})
+			}
+		}
+	}()
 }
 
 // raftLogger sends etcd raft's logs to slog (its Info is our Debug: it is

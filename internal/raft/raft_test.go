@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -314,14 +315,12 @@ func TestManyGroups(t *testing.T) {
 	}
 	wg.Wait()
 	// Idle groups quiesce: they stop ticking and heartbeating.
-	waitFor(t, "idle groups to quiesce", func() bool {
+	waitFor(t, "every replica of the idle groups to quiesce", func() bool {
 		for _, g := range c.groups {
-			id, _ := c.leader(g)
-			if id == 0 {
-				return false
-			}
-			if st, _ := c.nodes[id].host.Status(g); !st.Quiesced {
-				return false
+			for _, nd := range c.running() {
+				if st, _ := nd.host.Status(g); !st.Quiesced {
+					return false
+				}
 			}
 		}
 		return true
@@ -466,6 +465,55 @@ func TestPowerLoss(t *testing.T) {
 			c.checkAcked(g, *acks[g])
 			t.Logf("round %d group %d: %d acknowledged, all there", round, g, len(*acks[g]))
 		}
+	}
+}
+
+// TestLeaderDiskFailure: the leader's disk starts failing (fsync EIO, then
+// ENOSPC on writes) while the group is quiesced. The leader's group stops
+// (never acknowledging what it could not persist), wakes the followers, and
+// they elect a leader and carry on.
+func TestLeaderDiskFailure(t *testing.T) {
+	for _, op := range []string{storage.OpSync, storage.OpWrite} {
+		t.Run(op, func(t *testing.T) {
+			c := newClusterOpts(t, 3, 1, 20*time.Millisecond, true)
+			old, _ := c.waitLeader(1)
+			c.propose(1, "before")
+			waitFor(t, "every replica to quiesce", func() bool {
+				for _, nd := range c.running() {
+					if st, _ := nd.host.Status(1); !st.Quiesced {
+						return false
+					}
+				}
+				return true
+			})
+			c.nodes[old].fs.InjectError(op, "logs", syscall.EIO)
+			h := c.nodes[old].host
+			if p, err := h.Propose(context.Background(), 1, batch(t, "doomed")); err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				err = h.WaitCommitted(ctx, p)
+				cancel()
+				if !errors.Is(err, ErrGroupFailed) && !errors.Is(err, ErrProposalLost) {
+					t.Fatalf("proposal on the failing leader: %v", err)
+				}
+			}
+			waitFor(t, "the leader's group to fail", func() bool {
+				st, _ := h.Status(1)
+				return st.Failed != ""
+			})
+			var rest []uint64
+			for _, id := range c.ids {
+				if id != old {
+					rest = append(rest, id)
+				}
+			}
+			c.propose(1, "after", rest...)
+			for _, id := range rest {
+				got := values(t, c.nodes[id].logs[1])
+				if len(got) < 2 || got[0] != "before" || got[len(got)-1] != "after" {
+					t.Fatalf("node %d has %v", id, got)
+				}
+			}
+		})
 	}
 }
 
