@@ -264,8 +264,9 @@ func (h *Host) AddGroup(gc GroupConfig) error {
 	}
 	cs := js.cs
 	if cs == nil {
+		// Not fsynced: until a conf change it is re-derived from Voters.
 		cs = &pb.ConfState{Voters: append([]uint64(nil), gc.Voters...)}
-		if err := h.journal.putConfState(gc.ID, cs); err != nil {
+		if err := h.journal.putConfState(gc.ID, cs, 0, false); err != nil {
 			return err
 		}
 	}
@@ -276,9 +277,13 @@ func (h *Host) AddGroup(gc GroupConfig) error {
 	if err != nil {
 		return err
 	}
+	// Raft redelivers committed entries above applied: the journal's applied
+	// index lags a cycle, so a few are redelivered (OnCommit sees them
+	// again), and a conf change applied but not yet journaled is applied
+	// again rather than lost.
 	applied := st.anc.Index
 	if st.hs != nil {
-		applied = st.hs.GetCommit()
+		applied = max(st.anc.Index, min(st.hs.GetCommit(), max(js.applied, js.csIndex)))
 	}
 	rn, err := h.newRawNode(st, applied)
 	if err != nil {
@@ -303,6 +308,7 @@ func (h *Host) newRawNode(st *store, applied uint64) (*raft.RawNode, error) {
 		MaxUncommittedEntriesSize: h.cfg.MaxUncommittedBytes,
 		CheckQuorum:               true,
 		PreVote:                   true,
+		StepDownOnRemoval:         true,
 		Logger:                    h.rlog,
 	})
 }
@@ -1077,7 +1083,7 @@ func (h *Host) persist(it *readyItem) error {
 		}
 		h.journal.putAnchor(g.id, a, true)
 		if cs := md.GetConfState(); cs != nil {
-			if err := h.journal.putConfState(g.id, cs); err != nil {
+			if err := h.journal.putConfState(g.id, cs, a.Index, true); err != nil {
 				return err
 			}
 			g.st.setConfState(cs)
@@ -1106,7 +1112,10 @@ func (h *Host) persist(it *readyItem) error {
 		it.sync = g.st.log.Config().Flush.Mode == storage.FlushSync
 	}
 	if !raft.IsEmptyHardState(rd.HardState) {
-		h.journal.putHardState(g.id, rd.HardState)
+		g.mu.Lock()
+		applied := g.commitIndex
+		g.mu.Unlock()
+		h.journal.putHardState(g.id, rd.HardState, applied)
 		g.st.setHardState(rd.HardState)
 	}
 	return nil
@@ -1182,7 +1191,9 @@ func (h *Host) applyConfChange(g *group, e *pb.Entry) {
 		return
 	}
 	g.st.setConfState(cs)
-	if err := h.journal.putConfState(g.id, cs); err != nil {
+	// Journaled before the next cycle's applied index: a crash in between
+	// makes Raft redeliver (and us reapply) the change.
+	if err := h.journal.putConfState(g.id, cs, e.GetIndex(), true); err != nil {
 		h.log.Error("raft: journal conf state", "group", g.id, "err", err)
 	}
 }

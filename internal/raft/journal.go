@@ -27,9 +27,9 @@ import (
 // Record: u32 body length | u32 CRC-32C(body) | body.
 // Body:   u8 kind | u64 group | payload.
 const (
-	jHardState = 1 // u64 term, u64 vote, u64 commit
+	jHardState = 1 // u64 term, u64 vote, u64 commit, u64 applied
 	jAnchor    = 2 // u64 index, u64 term, i64 offset, u8 done
-	jConfState = 3 // protobuf ConfState
+	jConfState = 3 // u64 index it was applied at, protobuf ConfState
 	jRemoved   = 4 // group removed: forget it
 
 	journalName   = "raft-state.journal"
@@ -40,7 +40,9 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 type groupState struct {
 	hs         *pb.HardState
+	applied    uint64 // every entry up to here was applied (lags by a cycle)
 	cs         *pb.ConfState
+	csIndex    uint64 // the index of the conf change cs results from
 	anc        anchor
 	ancPending bool // a snapshot install began but did not finish
 }
@@ -138,10 +140,12 @@ func (j *journal) apply(body []byte) error {
 	be := binary.BigEndian
 	switch kind {
 	case jHardState:
-		if len(p) != 24 {
+		if len(p) != 32 {
 			return errors.New("bad hardstate record")
 		}
-		j.state(g).hs = &pb.HardState{Term: new(be.Uint64(p)), Vote: new(be.Uint64(p[8:])), Commit: new(be.Uint64(p[16:]))}
+		s := j.state(g)
+		s.hs = &pb.HardState{Term: new(be.Uint64(p)), Vote: new(be.Uint64(p[8:])), Commit: new(be.Uint64(p[16:]))}
+		s.applied = max(s.applied, be.Uint64(p[24:]))
 	case jAnchor:
 		if len(p) != 25 {
 			return errors.New("bad anchor record")
@@ -150,11 +154,15 @@ func (j *journal) apply(body []byte) error {
 		s.anc = anchor{Index: be.Uint64(p), Term: be.Uint64(p[8:]), Offset: int64(be.Uint64(p[16:]))}
 		s.ancPending = p[24] == 0
 	case jConfState:
+		if len(p) < 8 {
+			return errors.New("bad confstate record")
+		}
 		cs := &pb.ConfState{}
-		if err := proto.Unmarshal(p, cs); err != nil {
+		if err := proto.Unmarshal(p[8:], cs); err != nil {
 			return err
 		}
-		j.state(g).cs = cs
+		s := j.state(g)
+		s.cs, s.csIndex = cs, be.Uint64(p)
 	case jRemoved:
 		delete(j.groups, g)
 	default:
@@ -173,10 +181,15 @@ func appendRecord(dst []byte, kind byte, g uint64, payload []byte) []byte {
 	return append(dst, body...)
 }
 
-func hsPayload(hs *pb.HardState) []byte {
+func hsPayload(hs *pb.HardState, applied uint64) []byte {
 	p := binary.BigEndian.AppendUint64(nil, hs.GetTerm())
 	p = binary.BigEndian.AppendUint64(p, hs.GetVote())
-	return binary.BigEndian.AppendUint64(p, hs.GetCommit())
+	p = binary.BigEndian.AppendUint64(p, hs.GetCommit())
+	return binary.BigEndian.AppendUint64(p, applied)
+}
+
+func csPayload(cs *pb.ConfState, index uint64) ([]byte, error) {
+	return proto.MarshalOptions{}.MarshalAppend(binary.BigEndian.AppendUint64(nil, index), cs)
 }
 
 func anchorPayload(a anchor, done bool) []byte {
@@ -189,8 +202,9 @@ func anchorPayload(a anchor, done bool) []byte {
 	return append(p, 0)
 }
 
-// putHardState buffers a HardState; mustSync when term or vote changed.
-func (j *journal) putHardState(g uint64, hs *pb.HardState) {
+// putHardState buffers a HardState and the applied index; mustSync when
+// term or vote changed.
+func (j *journal) putHardState(g uint64, hs *pb.HardState, applied uint64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	s := j.state(g)
@@ -198,19 +212,23 @@ func (j *journal) putHardState(g uint64, hs *pb.HardState) {
 		j.dirty = true
 	}
 	s.hs = cloneHS(hs)
-	j.buf = appendRecord(j.buf, jHardState, g, hsPayload(hs))
+	s.applied = max(s.applied, applied)
+	j.buf = appendRecord(j.buf, jHardState, g, hsPayload(hs, s.applied))
 }
 
-func (j *journal) putConfState(g uint64, cs *pb.ConfState) error {
-	p, err := proto.Marshal(cs)
+// putConfState buffers the ConfState that applying the conf change at
+// index produced; sync: it must be fsynced with the next flush.
+func (j *journal) putConfState(g uint64, cs *pb.ConfState, index uint64, sync bool) error {
+	p, err := csPayload(cs, index)
 	if err != nil {
 		return err
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.state(g).cs = cloneCS(cs)
+	s := j.state(g)
+	s.cs, s.csIndex = cloneCS(cs), index
 	j.buf = appendRecord(j.buf, jConfState, g, p)
-	j.dirty = true
+	j.dirty = j.dirty || sync
 	return nil
 }
 
@@ -281,10 +299,10 @@ func (j *journal) rewriteLocked() error {
 	var b []byte
 	for g, s := range j.groups {
 		if s.hs != nil {
-			b = appendRecord(b, jHardState, g, hsPayload(s.hs))
+			b = appendRecord(b, jHardState, g, hsPayload(s.hs, s.applied))
 		}
 		if s.cs != nil {
-			p, err := proto.Marshal(s.cs)
+			p, err := csPayload(s.cs, s.csIndex)
 			if err != nil {
 				return err
 			}

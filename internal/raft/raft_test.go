@@ -523,11 +523,11 @@ func TestJournalReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j.putHardState(1, &pb.HardState{Term: new(uint64(5)), Vote: new(uint64(2)), Commit: new(uint64(9))})
-	j.putHardState(2, &pb.HardState{Term: new(uint64(1)), Vote: new(uint64(1)), Commit: new(uint64(1))})
-	j.putHardState(1, &pb.HardState{Term: new(uint64(6)), Vote: new(uint64(3)), Commit: new(uint64(10))})
+	j.putHardState(1, &pb.HardState{Term: new(uint64(5)), Vote: new(uint64(2)), Commit: new(uint64(9))}, 8)
+	j.putHardState(2, &pb.HardState{Term: new(uint64(1)), Vote: new(uint64(1)), Commit: new(uint64(1))}, 1)
+	j.putHardState(1, &pb.HardState{Term: new(uint64(6)), Vote: new(uint64(3)), Commit: new(uint64(10))}, 9)
 	j.putAnchor(1, anchor{Index: 4, Term: 5, Offset: 40}, true)
-	if err := j.putConfState(1, &pb.ConfState{Voters: []uint64{1, 2, 3}}); err != nil {
+	if err := j.putConfState(1, &pb.ConfState{Voters: []uint64{1, 2, 3}}, 7, true); err != nil {
 		t.Fatal(err)
 	}
 	j.remove(2)
@@ -547,6 +547,9 @@ func TestJournalReplay(t *testing.T) {
 	if s.hs.GetTerm() != 6 || s.hs.GetVote() != 3 || s.hs.GetCommit() != 10 {
 		t.Fatalf("hardstate %v", s.hs)
 	}
+	if s.applied != 9 || s.csIndex != 7 {
+		t.Fatalf("applied %d, conf state index %d", s.applied, s.csIndex)
+	}
 	if s.anc != (anchor{4, 5, 40}) || s.ancPending {
 		t.Fatalf("anchor %+v pending %v", s.anc, s.ancPending)
 	}
@@ -563,13 +566,13 @@ func TestJournalReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j.putHardState(1, &pb.HardState{Term: new(uint64(7)), Vote: new(uint64(3)), Commit: new(uint64(11))})
+	j.putHardState(1, &pb.HardState{Term: new(uint64(7)), Vote: new(uint64(3)), Commit: new(uint64(11))}, 11)
 	j.close()
 	j, err = openJournal(storage.OSFS(), dir, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := j.snapshot(1); s.hs.GetTerm() != 7 || s.anc.Offset != 40 || len(s.cs.Voters) != 3 {
+	if s := j.snapshot(1); s.hs.GetTerm() != 7 || s.applied != 11 || s.csIndex != 7 || s.anc.Offset != 40 || len(s.cs.Voters) != 3 {
 		t.Fatalf("after rewrite: %+v", s)
 	}
 }
