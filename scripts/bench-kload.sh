@@ -53,14 +53,21 @@ print("| %s | %s B | %s | %s | %.0f | %.1f | %.2f | %.2f | %s | %s |" % (sys.arg
 
 echo "| peer | record | partitions | load | records/s | MB/s | p50 ms | p99 ms | failed | peak RSS MiB |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
-for peer in holdfast kfake-sync kfake-mem; do
-	start_peer $peer
-	for size in 100 1024; do
-		n=$(python3 -c "print(int((500000 if $size==100 else 200000)*$scale))")
-		for parts in 1 6; do
-			run $peer $size $parts "$n"
-			run $peer $size $parts "$(python3 -c "print(int(10000*$scale))")" 1000
+# Peers are interleaved per case so that a change in the machine's load
+# (it is shared) hits all three alike instead of one peer's whole block.
+for size in 100 1024; do
+	n=$(python3 -c "print(int((500000 if $size==100 else 200000)*$scale))")
+	for parts in 1 6; do
+		for rate in 0 1000; do
+			for peer in holdfast kfake-sync kfake-mem; do
+				start_peer $peer
+				if [ "$rate" = 0 ]; then
+					run $peer $size $parts "$n"
+				else
+					run $peer $size $parts "$(python3 -c "print(int(10000*$scale))")" 1000
+				fi
+				stop_peer
+			done
 		done
 	done
-	stop_peer
 done
