@@ -46,6 +46,9 @@ type Checker struct {
 	nextProd int
 
 	ackCount atomic.Int64
+
+	// Pad is the size records are padded to; set it before producing.
+	Pad int
 }
 
 // NewChecker starts a run on topic; records of other runs in the topic are
@@ -53,7 +56,7 @@ type Checker struct {
 func NewChecker(t testing.TB, topic string) *Checker {
 	var b [6]byte
 	rand.Read(b[:])
-	return &Checker{t: t, run: hex.EncodeToString(b[:]), topic: topic, acked: map[ID]Ack{}, failures: map[string]int{}}
+	return &Checker{t: t, run: hex.EncodeToString(b[:]), topic: topic, acked: map[ID]Ack{}, failures: map[string]int{}, Pad: 100}
 }
 
 // Acked is the number of acknowledged records so far.
@@ -86,9 +89,9 @@ func (c *Checker) Failures() map[string]int {
 }
 
 func (c *Checker) value(id ID) []byte {
-	// hf|run|producer|seq| then padding to ~100 bytes, so batches are real.
+	// hf|run|producer|seq| then padding, so batches have a real size.
 	s := fmt.Sprintf("hf|%s|%d|%d|", c.run, id.Producer, id.Seq)
-	return []byte(s + strings.Repeat(".", max(0, 100-len(s))))
+	return []byte(s + strings.Repeat(".", max(0, c.Pad-len(s))))
 }
 
 func (c *Checker) parse(v []byte) (ID, bool) {

@@ -100,6 +100,10 @@ type Options struct {
 	Args    []string // extra `serve` flags for every node
 	// Loopback forces the fallback without network namespaces.
 	Loopback bool
+	// DiskBytes, when positive, puts each node's data directory on its own
+	// tmpfs of that size (root only), so a test can fill the disk; see
+	// ResizeDisk.
+	DiskBytes int64
 }
 
 // Cluster is a set of holdfast processes.
@@ -123,8 +127,9 @@ type Node struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	done   chan struct{}
-	logs   syncBuffer
-	starts int
+	logs    syncBuffer
+	starts  int
+	mounted bool // DataDir is a tmpfs of ours
 }
 
 var runSeq atomic.Int32
@@ -168,6 +173,18 @@ func Start(t testing.TB, opts Options) *Cluster {
 		} else {
 			n.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
 			n.RaftAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+		}
+		if opts.DiskBytes > 0 {
+			if os.Geteuid() != 0 {
+				t.Skip("faulttest: a size-limited data directory needs root (tmpfs mount)")
+			}
+			if err := os.MkdirAll(n.DataDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", opts.DiskBytes), "tmpfs", n.DataDir).CombinedOutput(); err != nil {
+				t.Fatalf("faulttest: mount tmpfs on %s: %v: %s", n.DataDir, err, out)
+			}
+			n.mounted = true
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
@@ -371,7 +388,7 @@ func (c *Cluster) WipeAndRestart(i int) {
 		c.Kill(i)
 	}
 	fmt.Fprintf(&n.logs, "=== faulttest: data directory wiped\n")
-	if err := os.RemoveAll(n.DataDir); err != nil {
+	if err := removeContents(n.DataDir); err != nil {
 		c.t.Fatal(err)
 	}
 	n.start()
@@ -451,6 +468,24 @@ func (c *Cluster) cleanup() {
 	}
 	if c.net != nil {
 		c.net.remove()
+	}
+	for _, n := range c.Nodes {
+		if n.mounted {
+			exec.Command("umount", "-l", n.DataDir).Run()
+		}
+	}
+}
+
+// ResizeDisk changes the size of node i's tmpfs data directory (see
+// Options.DiskBytes), e.g. to free space after filling it.
+func (c *Cluster) ResizeDisk(i int, bytes int64) {
+	c.t.Helper()
+	n := c.Node(i)
+	if !n.mounted {
+		c.t.Fatalf("faulttest: node %d has no size-limited data directory", i)
+	}
+	if out, err := exec.Command("mount", "-o", fmt.Sprintf("remount,size=%d", bytes), n.DataDir).CombinedOutput(); err != nil {
+		c.t.Fatalf("faulttest: resize tmpfs %s: %v: %s", n.DataDir, err, out)
 	}
 }
 
@@ -655,4 +690,21 @@ func removeStale() {
 			}
 		}
 	}
+}
+
+// removeContents empties dir but keeps it (it may be a mount point).
+func removeContents(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
