@@ -124,9 +124,9 @@ type Node struct {
 	ns       string // network namespace, empty in loopback mode
 	veth     string // host end of the node's veth
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	done   chan struct{}
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
 	logs    syncBuffer
 	starts  int
 	mounted bool // DataDir is a tmpfs of ours
