@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -34,9 +35,11 @@ type cluster struct {
 	faults *Faults
 	nodes  map[uint64]*testNode
 	ids    []uint64
+	voters []uint64 // the initial membership every node starts a group with
 	groups []uint64
 	logger *slog.Logger
 	tick   time.Duration
+	root   string
 
 	mu sync.Mutex
 }
@@ -66,7 +69,9 @@ func newClusterOpts(tb testing.TB, n int, groups int, tick time.Duration, crash 
 	for g := 1; g <= groups; g++ {
 		c.groups = append(c.groups, uint64(g))
 	}
+	c.voters = slices.Clone(c.ids)
 	root := tb.TempDir()
+	c.root = root
 	for _, id := range c.ids {
 		c.nodes[id] = &testNode{id: id, dir: filepath.Join(root, fmt.Sprint("node", id)), addr: "127.0.0.1:0"}
 		if crash {
@@ -135,10 +140,18 @@ func (c *cluster) start(id uint64) {
 			c.tb.Fatalf("open log: %v", err)
 		}
 		nd.logs[g] = l
-		if err := h.AddGroup(GroupConfig{ID: g, Log: l, Voters: c.ids}); err != nil {
+		if err := h.AddGroup(GroupConfig{ID: g, Log: l, Voters: c.voters}); err != nil {
 			c.tb.Fatalf("node %d add group %d: %v", id, g, err)
 		}
 	}
+}
+
+// addNode starts a new, empty node that is not a member of any group yet.
+func (c *cluster) addNode(id uint64) {
+	c.tb.Helper()
+	c.nodes[id] = &testNode{id: id, dir: filepath.Join(c.root, fmt.Sprint("node", id)), addr: "127.0.0.1:0"}
+	c.ids = append(c.ids, id)
+	c.start(id)
 }
 
 // stop closes a node's host and logs (like a clean kill: page cache kept).
@@ -427,4 +440,26 @@ func (c *cluster) checkAcked(g uint64, a []acked) {
 			}
 		}
 	}
+}
+
+// changeConf retries a membership change on the current leader.
+func (c *cluster) changeConf(g uint64, fn func(h *Host) error, among ...uint64) {
+	c.tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		id, _ := c.leader(g, among...)
+		if id == 0 {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		err := fn(c.nodes[id].host)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrProposalLost) && !errors.Is(err, ErrConfChangeInProgress) {
+			c.tb.Fatalf("membership change on node %d: %v", id, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.tb.Fatal("membership change did not go through")
 }

@@ -502,6 +502,87 @@ func (h *Host) CommitOffset(groupID uint64) (int64, error) {
 	return g.commitEnd, nil
 }
 
+// AddLearner adds node as a non-voting replica (it receives the log but
+// counts for nothing); promote it with AddVoter once it has caught up.
+// Set the node's address with SetPeer first. Waits until the change is
+// committed.
+func (h *Host) AddLearner(ctx context.Context, groupID, node uint64) error {
+	return h.changeConf(ctx, groupID, pb.ConfChangeType_ConfChangeAddLearnerNode, node)
+}
+
+// AddVoter adds node as a voter, or promotes a learner. One voter change at
+// a time (no joint consensus yet): adding a voter that has not caught up
+// raises the quorum before it can help; add it as a learner first.
+func (h *Host) AddVoter(ctx context.Context, groupID, node uint64) error {
+	return h.changeConf(ctx, groupID, pb.ConfChangeType_ConfChangeAddNode, node)
+}
+
+// RemoveReplica removes a voter or learner. A leader that removes itself
+// steps down once the change is applied.
+func (h *Host) RemoveReplica(ctx context.Context, groupID, node uint64) error {
+	return h.changeConf(ctx, groupID, pb.ConfChangeType_ConfChangeRemoveNode, node)
+}
+
+// ErrConfChangeInProgress: Raft allows one pending membership change.
+var ErrConfChangeInProgress = errors.New("raft: another membership change is in progress")
+
+func (h *Host) changeConf(ctx context.Context, groupID uint64, typ pb.ConfChangeType, node uint64) error {
+	g := h.group(groupID)
+	if g == nil {
+		return fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	if node == 0 {
+		return errors.New("raft: node id must be > 0")
+	}
+	cc := &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{{Type: typ.Enum(), NodeId: new(node)}}}
+	g.mu.Lock()
+	if g.failed != nil {
+		g.mu.Unlock()
+		return g.failed
+	}
+	bs := g.rn.BasicStatus()
+	if bs.RaftState != raft.StateLeader || g.readyTerm != bs.GetTerm() || bs.LeadTransferee != 0 {
+		g.mu.Unlock()
+		return &NotLeaderError{Group: groupID, Leader: bs.Lead, Term: bs.GetTerm()}
+	}
+	base := g.nextOffset
+	var err error
+	g.unquiesceLocked()
+	if !h.guardLocked(g, func() { err = g.rn.ProposeConfChange(cc) }) {
+		err = g.failed
+	}
+	if err != nil {
+		g.mu.Unlock()
+		return err
+	}
+	// Stored as a one-record control batch. If a change is already pending,
+	// Raft stores an empty entry instead: it takes the same offset.
+	g.nextOffset = base + 1
+	p := Proposal{Group: groupID, BaseOffset: base, EndOffset: base + 1, Term: bs.GetTerm()}
+	g.mu.Unlock()
+	h.markDirty(g)
+	if err := h.WaitCommitted(ctx, p); err != nil {
+		return err
+	}
+	sl, err := g.st.log.Read(base, base+1, 1)
+	if err != nil {
+		return err
+	}
+	b, err := sl.Bytes()
+	sl.Release()
+	if err != nil {
+		return err
+	}
+	hdr, err := records.ParseHeader(b)
+	if err != nil {
+		return err
+	}
+	if controlType(hdr, b) != ctrlConfChangeV2 {
+		return ErrConfChangeInProgress
+	}
+	return nil
+}
+
 // Campaign makes this node start an election for the group.
 func (h *Host) Campaign(groupID uint64) error {
 	g := h.group(groupID)
@@ -583,6 +664,7 @@ type Status struct {
 	DurableOffset             int64 // fsynced locally
 	Quiesced                  bool
 	Failed                    string          // why the group stopped (storage failure), "" if running
+	Voters, Learners          []uint64        // the applied membership
 	Replicas                  []ReplicaStatus // on the leader only
 }
 
@@ -627,6 +709,12 @@ func (h *Host) Status(groupID uint64) (Status, error) {
 	g.mu.Unlock()
 	s.LastIndex, _ = g.st.LastIndex()
 	s.FirstIndex, _ = g.st.FirstIndex()
+	g.st.mu.RLock()
+	if g.st.cs != nil {
+		s.Voters = append([]uint64(nil), g.st.cs.Voters...)
+		s.Learners = append([]uint64(nil), g.st.cs.Learners...)
+	}
+	g.st.mu.RUnlock()
 	s.StartOffset, s.EndOffset, s.DurableOffset = g.st.log.StartOffset(), g.st.log.EndOffset(), g.st.log.DurableOffset()
 	return s, nil
 }

@@ -517,6 +517,61 @@ func TestLeaderDiskFailure(t *testing.T) {
 	}
 }
 
+// TestMembershipChange moves a replica: a new node joins as a learner,
+// catches up, is promoted, and the leader removes itself and steps down.
+func TestMembershipChange(t *testing.T) {
+	c := newCluster(t, 3, 1)
+	var want []string
+	add := func(prefix string, n int, among ...uint64) {
+		for i := range n {
+			v := fmt.Sprint(prefix, i)
+			c.propose(1, v, among...)
+			want = append(want, v)
+		}
+	}
+	add("a", 10)
+	c.addNode(4)
+	ctx := context.Background()
+	c.changeConf(1, func(h *Host) error { return h.AddLearner(ctx, 1, 4) })
+	add("b", 5)
+	c.waitConverged(1) // the learner has the whole log
+	c.changeConf(1, func(h *Host) error { return h.AddVoter(ctx, 1, 4) })
+	old, _ := c.waitLeader(1)
+	c.changeConf(1, func(h *Host) error { return h.RemoveReplica(ctx, 1, old) })
+	var rest []uint64
+	for _, id := range c.ids {
+		if id != old {
+			rest = append(rest, id)
+		}
+	}
+	waitFor(t, "the removed leader to step down", func() bool {
+		st, _ := c.nodes[old].host.Status(1)
+		return st.State != "StateLeader"
+	})
+	c.stop(old)
+	add("c", 5, rest...)
+	// Node 4 counts for the quorum now: stop another of the original ones.
+	other := rest[0]
+	if other == 4 {
+		other = rest[1]
+	}
+	c.stop(other)
+	c.start(other)
+	c.stop(4)
+	c.start(4) // its membership comes back from the journal
+	add("d", 5, rest...)
+	c.waitConverged(1)
+	for _, id := range rest {
+		if got := values(t, c.nodes[id].logs[1]); !slices.Equal(got, want) {
+			t.Fatalf("node %d has %v, want %v", id, got, want)
+		}
+		st, _ := c.nodes[id].host.Status(1)
+		if v := slices.Sorted(slices.Values(st.Voters)); !slices.Equal(v, rest) || len(st.Learners) != 0 {
+			t.Fatalf("node %d: voters %v learners %v, want voters %v", id, st.Voters, st.Learners, rest)
+		}
+	}
+}
+
 func TestJournalReplay(t *testing.T) {
 	dir := t.TempDir()
 	j, err := openJournal(storage.OSFS(), dir, testLogger(t))
