@@ -175,6 +175,7 @@ type group struct {
 	commitIndex uint64
 	commitEnd   int64
 	commitCh    chan struct{} // closed and replaced when the commit advances
+	storedCh    chan struct{} // closed and replaced after a cycle stored entries
 	failed      error
 	removed     bool
 	lastLeader  uint64
@@ -290,7 +291,7 @@ func (h *Host) AddGroup(gc GroupConfig) error {
 		return fmt.Errorf("raft: group %d: %w", gc.ID, err)
 	}
 	end, _ := st.endOf(applied)
-	g := &group{id: gc.ID, cfg: gc, st: st, rn: rn, commitIndex: applied, commitEnd: end, commitCh: make(chan struct{}), rejoin: gc.Rejoin}
+	g := &group{id: gc.ID, cfg: gc, st: st, rn: rn, commitIndex: applied, commitEnd: end, commitCh: make(chan struct{}), storedCh: make(chan struct{}), rejoin: gc.Rejoin}
 	h.groups[gc.ID] = g
 	h.markDirty(g)
 	return nil
@@ -342,6 +343,8 @@ func (h *Host) RemoveGroup(id uint64) error {
 	h.wakePeersLocked(g)
 	close(g.commitCh)
 	g.commitCh = make(chan struct{})
+	close(g.storedCh)
+	g.storedCh = make(chan struct{})
 	g.mu.Unlock()
 	h.journal.remove(id)
 	return h.journal.flush(false)
@@ -439,6 +442,44 @@ func (h *Host) WaitCommitted(ctx context.Context, p Proposal) error {
 				return nil
 			}
 			return fmt.Errorf("%w: group %d offsets [%d, %d) term %d", ErrProposalLost, p.Group, p.BaseOffset, p.EndOffset, p.Term)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-h.done:
+			return ErrClosed
+		}
+	}
+}
+
+// WaitLocal returns nil once p is stored on this node: fsynced under
+// flush=sync, written otherwise (acks=1: the leader's disk only; the batch
+// can still be lost in a leader change, as Kafka's acks=1 can).
+// ErrProposalLost if another entry took its offsets here.
+func (h *Host) WaitLocal(ctx context.Context, p Proposal) error {
+	g := h.group(p.Group)
+	if g == nil {
+		return fmt.Errorf("%w: %d", ErrUnknownGroup, p.Group)
+	}
+	for {
+		g.mu.Lock()
+		failed, removed, ch := g.failed, g.removed, g.storedCh
+		g.mu.Unlock()
+		if failed != nil {
+			return failed
+		}
+		if removed {
+			return fmt.Errorf("%w: %d", ErrUnknownGroup, p.Group)
+		}
+		if _, term, base, end, ok := g.st.entryAt(p.EndOffset - 1); ok {
+			if term != p.Term || base != p.BaseOffset || end != p.EndOffset {
+				return fmt.Errorf("%w: group %d offsets [%d, %d) term %d", ErrProposalLost, p.Group, p.BaseOffset, p.EndOffset, p.Term)
+			}
+			l := g.st.log
+			if l.Config().Flush.Mode != storage.FlushSync || l.DurableOffset() >= p.EndOffset {
+				return nil
+			}
 		}
 		select {
 		case <-ch:
@@ -1099,6 +1140,13 @@ func (h *Host) cycle(gs []*group) {
 			h.failGroup(it.g, it.err)
 			continue
 		}
+		if len(it.rd.Entries) > 0 || !raft.IsEmptySnap(it.rd.Snapshot) {
+			g := it.g
+			g.mu.Lock()
+			close(g.storedCh)
+			g.storedCh = make(chan struct{})
+			g.mu.Unlock()
+		}
 		var tag []byte
 		if it.rejoin {
 			last, _ := it.g.st.LastIndex()
@@ -1319,6 +1367,8 @@ func (h *Host) failLocked(g *group, err error) {
 		h.log.Error("raft: group failed", "group", g.id, "err", err)
 		close(g.commitCh)
 		g.commitCh = make(chan struct{})
+		close(g.storedCh)
+		g.storedCh = make(chan struct{})
 		h.wakePeersLocked(g)
 	}
 }
