@@ -386,7 +386,7 @@ func TestRandomFaults(t *testing.T) {
 	for step := range 25 {
 		time.Sleep(time.Duration(100+rng.IntN(300)) * time.Millisecond)
 		mu.Lock()
-		switch a := rng.IntN(6); {
+		switch a := rng.IntN(7); {
 		case a == 0 && down == 0:
 			down = c.ids[rng.IntN(len(c.ids))]
 			t.Logf("step %d: stop %d", step, down)
@@ -405,6 +405,12 @@ func TestRandomFaults(t *testing.T) {
 			x := c.ids[rng.IntN(3)]
 			t.Logf("step %d: isolate %d", step, x)
 			c.faults.Isolate(x, c.ids...)
+		case a == 5:
+			x, y := c.ids[rng.IntN(3)], c.ids[rng.IntN(3)]
+			if x != y {
+				t.Logf("step %d: lossy %d->%d", step, x, y)
+				c.faults.Lose(x, y, 0.3)
+			}
 		case a == 4:
 			// Retention: a node that falls behind later needs a snapshot.
 			t.Logf("step %d: compact", step)

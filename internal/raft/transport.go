@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -29,18 +30,30 @@ const (
 	maxFrameBatch = 4 << 20 // a sender stops adding messages to a frame past this
 )
 
-// Faults is the fault-injection seam: links between node pairs can be cut
-// or delayed. One Faults is shared by the hosts of a test; a message on a
+// Faults is the fault-injection seam: links between node pairs can be cut,
+// delayed or made lossy. One Faults is shared by the hosts of a test; a message on a
 // cut link is dropped by the sender (and counted), as a lossy network would.
 type Faults struct {
 	mu    sync.Mutex
 	cut   map[[2]uint64]bool
 	delay map[[2]uint64]time.Duration
+	loss  map[[2]uint64]float64
+	rng   *rand.Rand
 }
 
 // NewFaults returns a Faults with every link healthy.
 func NewFaults() *Faults {
-	return &Faults{cut: map[[2]uint64]bool{}, delay: map[[2]uint64]time.Duration{}}
+	return &Faults{
+		cut: map[[2]uint64]bool{}, delay: map[[2]uint64]time.Duration{}, loss: map[[2]uint64]float64{},
+		rng: rand.New(rand.NewPCG(1, 2)),
+	}
+}
+
+// Lose drops each frame from a to b with probability p (0 removes it).
+func (f *Faults) Lose(from, to uint64, p float64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.loss[[2]uint64{from, to}] = p
 }
 
 // Cut drops all messages between a and b, both ways.
@@ -72,6 +85,7 @@ func (f *Faults) HealAll() {
 	defer f.mu.Unlock()
 	clear(f.cut)
 	clear(f.delay)
+	clear(f.loss)
 }
 
 func (f *Faults) check(from, to uint64) (cut bool, delay time.Duration) {
@@ -80,7 +94,11 @@ func (f *Faults) check(from, to uint64) (cut bool, delay time.Duration) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.cut[[2]uint64{from, to}], f.delay[[2]uint64{from, to}]
+	k := [2]uint64{from, to}
+	if p := f.loss[k]; p > 0 && f.rng.Float64() < p {
+		return true, 0
+	}
+	return f.cut[k], f.delay[k]
 }
 
 type outMsg struct {
