@@ -1,0 +1,408 @@
+package raft
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"holdfast/internal/records"
+	"holdfast/internal/storage"
+)
+
+// Propose appends batch to the group's Raft log on the leader and returns
+// its offsets. The batch is validated and copied; the copy gets the next
+// offset and the term as leader epoch. It does not wait: use WaitCommitted.
+func (h *Host) Propose(ctx context.Context, groupID uint64, batch []byte) (Proposal, error) {
+	g := h.group(groupID)
+	if g == nil {
+		return Proposal{}, fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	hdr, err := records.Validate(batch, g.st.log.Config().MaxMessageBytes)
+	if err != nil {
+		return Proposal{}, err
+	}
+	if hdr.NumRecords == 0 {
+		return Proposal{}, fmt.Errorf("raft: propose: batch without records: %w", records.ErrCorrupt)
+	}
+	if hdr.IsControl() && isRaftControl(controlType(hdr, batch)) {
+		return Proposal{}, ErrRaftControl
+	}
+	if err := ctx.Err(); err != nil {
+		return Proposal{}, err
+	}
+	data := bytes.Clone(batch)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.failed != nil {
+		return Proposal{}, g.failed
+	}
+	if g.removed {
+		return Proposal{}, fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	bs := g.rn.BasicStatus()
+	if bs.RaftState != raft.StateLeader || g.readyTerm != bs.GetTerm() || bs.LeadTransferee != 0 {
+		return Proposal{}, &NotLeaderError{Group: groupID, Leader: bs.Lead, Term: bs.GetTerm()}
+	}
+	base := g.nextOffset
+	records.SetBaseOffset(data, base)
+	records.SetLeaderEpoch(data, int32(bs.GetTerm()))
+	g.unquiesceLocked()
+	err = nil
+	if !h.guardLocked(g, func() { err = g.rn.Propose(data) }) {
+		return Proposal{}, g.failed
+	}
+	if err != nil {
+		if errors.Is(err, raft.ErrProposalDropped) {
+			return Proposal{}, fmt.Errorf("%w: group %d", ErrProposalDropped, groupID)
+		}
+		return Proposal{}, err
+	}
+	g.nextOffset = base + int64(hdr.LastOffsetDelta) + 1
+	h.markDirty(g)
+	return Proposal{Group: groupID, BaseOffset: base, EndOffset: g.nextOffset, Term: bs.GetTerm()}, nil
+}
+
+// WaitCommitted returns nil once p is committed; ErrProposalLost if a
+// different entry was committed at its offsets (a new leader overwrote it).
+func (h *Host) WaitCommitted(ctx context.Context, p Proposal) error {
+	g := h.group(p.Group)
+	if g == nil {
+		return fmt.Errorf("%w: %d", ErrUnknownGroup, p.Group)
+	}
+	for {
+		g.mu.Lock()
+		failed, removed, end, ch := g.failed, g.removed, g.commitEnd, g.commitCh
+		g.mu.Unlock()
+		if failed != nil {
+			return failed
+		}
+		if removed {
+			return fmt.Errorf("%w: %d", ErrUnknownGroup, p.Group)
+		}
+		if end >= p.EndOffset {
+			_, term, base, e, ok := g.st.entryAt(p.EndOffset - 1)
+			if ok && term == p.Term && base == p.BaseOffset && e == p.EndOffset {
+				return nil
+			}
+			return fmt.Errorf("%w: group %d offsets [%d, %d) term %d", ErrProposalLost, p.Group, p.BaseOffset, p.EndOffset, p.Term)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-h.done:
+			return ErrClosed
+		}
+	}
+}
+
+// WaitLocal returns nil once p is stored on this node: fsynced under
+// flush=sync, written otherwise (acks=1: the leader's disk only; the batch
+// can still be lost in a leader change, as Kafka's acks=1 can).
+// ErrProposalLost if another entry took its offsets here.
+func (h *Host) WaitLocal(ctx context.Context, p Proposal) error {
+	g := h.group(p.Group)
+	if g == nil {
+		return fmt.Errorf("%w: %d", ErrUnknownGroup, p.Group)
+	}
+	for {
+		g.mu.Lock()
+		failed, removed, ch := g.failed, g.removed, g.storedCh
+		g.mu.Unlock()
+		if failed != nil {
+			return failed
+		}
+		if removed {
+			return fmt.Errorf("%w: %d", ErrUnknownGroup, p.Group)
+		}
+		if _, term, base, end, ok := g.st.entryAt(p.EndOffset - 1); ok {
+			if term != p.Term || base != p.BaseOffset || end != p.EndOffset {
+				return fmt.Errorf("%w: group %d offsets [%d, %d) term %d", ErrProposalLost, p.Group, p.BaseOffset, p.EndOffset, p.Term)
+			}
+			l := g.st.log
+			if l.Config().Flush.Mode != storage.FlushSync || l.DurableOffset() >= p.EndOffset {
+				return nil
+			}
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-h.done:
+			return ErrClosed
+		}
+	}
+}
+
+// WaitCommitOffset returns once every offset below offset is committed
+// (whatever entries those are).
+func (h *Host) WaitCommitOffset(ctx context.Context, groupID uint64, offset int64) error {
+	g := h.group(groupID)
+	if g == nil {
+		return fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	for {
+		g.mu.Lock()
+		failed, end, ch := g.failed, g.commitEnd, g.commitCh
+		g.mu.Unlock()
+		if failed != nil {
+			return failed
+		}
+		if end >= offset {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-h.done:
+			return ErrClosed
+		}
+	}
+}
+
+// CommitNotify returns a channel closed when the group's commit offset
+// next advances (or the group fails or is removed): for long polls on the
+// high watermark.
+func (h *Host) CommitNotify(groupID uint64) (<-chan struct{}, error) {
+	g := h.group(groupID)
+	if g == nil {
+		return nil, fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.commitCh, nil
+}
+
+// CommitOffset is the group's commit offset on this node (the high
+// watermark on the leader; possibly behind on a follower).
+func (h *Host) CommitOffset(groupID uint64) (int64, error) {
+	g := h.group(groupID)
+	if g == nil {
+		return 0, fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.commitEnd, nil
+}
+
+// AddLearner adds node as a non-voting replica (it receives the log but
+// counts for nothing); promote it with AddVoter once it has caught up.
+// Set the node's address with SetPeer first. Waits until the change is
+// committed.
+func (h *Host) AddLearner(ctx context.Context, groupID, node uint64) error {
+	return h.changeConf(ctx, groupID, pb.ConfChangeType_ConfChangeAddLearnerNode, node)
+}
+
+// AddVoter adds node as a voter, or promotes a learner. One voter change at
+// a time (no joint consensus yet): adding a voter that has not caught up
+// raises the quorum before it can help; add it as a learner first.
+func (h *Host) AddVoter(ctx context.Context, groupID, node uint64) error {
+	return h.changeConf(ctx, groupID, pb.ConfChangeType_ConfChangeAddNode, node)
+}
+
+// RemoveReplica removes a voter or learner. A leader that removes itself
+// steps down once the change is applied.
+func (h *Host) RemoveReplica(ctx context.Context, groupID, node uint64) error {
+	return h.changeConf(ctx, groupID, pb.ConfChangeType_ConfChangeRemoveNode, node)
+}
+
+// ErrConfChangeInProgress: Raft allows one pending membership change.
+var ErrConfChangeInProgress = errors.New("raft: another membership change is in progress")
+
+func (h *Host) changeConf(ctx context.Context, groupID uint64, typ pb.ConfChangeType, node uint64) error {
+	g := h.group(groupID)
+	if g == nil {
+		return fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	if node == 0 {
+		return errors.New("raft: node id must be > 0")
+	}
+	cc := &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{{Type: typ.Enum(), NodeId: new(node)}}}
+	g.mu.Lock()
+	if g.failed != nil {
+		g.mu.Unlock()
+		return g.failed
+	}
+	bs := g.rn.BasicStatus()
+	if bs.RaftState != raft.StateLeader || g.readyTerm != bs.GetTerm() || bs.LeadTransferee != 0 {
+		g.mu.Unlock()
+		return &NotLeaderError{Group: groupID, Leader: bs.Lead, Term: bs.GetTerm()}
+	}
+	base := g.nextOffset
+	var err error
+	g.unquiesceLocked()
+	if !h.guardLocked(g, func() { err = g.rn.ProposeConfChange(cc) }) {
+		err = g.failed
+	}
+	if err != nil {
+		g.mu.Unlock()
+		return err
+	}
+	// Stored as a one-record control batch. If a change is already pending,
+	// Raft stores an empty entry instead: it takes the same offset.
+	g.nextOffset = base + 1
+	p := Proposal{Group: groupID, BaseOffset: base, EndOffset: base + 1, Term: bs.GetTerm()}
+	g.mu.Unlock()
+	h.markDirty(g)
+	if err := h.WaitCommitted(ctx, p); err != nil {
+		return err
+	}
+	sl, err := g.st.log.Read(base, base+1, 1)
+	if err != nil {
+		return err
+	}
+	b, err := sl.Bytes()
+	sl.Release()
+	if err != nil {
+		return err
+	}
+	hdr, err := records.ParseHeader(b)
+	if err != nil {
+		return err
+	}
+	if controlType(hdr, b) != ctrlConfChangeV2 {
+		return ErrConfChangeInProgress
+	}
+	return nil
+}
+
+// Campaign makes this node start an election for the group.
+func (h *Host) Campaign(groupID uint64) error {
+	g := h.group(groupID)
+	if g == nil {
+		return ErrUnknownGroup
+	}
+	g.mu.Lock()
+	g.unquiesceLocked()
+	var err error
+	if !h.guardLocked(g, func() { err = g.rn.Campaign() }) {
+		err = g.failed
+	}
+	g.mu.Unlock()
+	h.markDirty(g)
+	return err
+}
+
+// TransferLeader asks the leader to hand leadership to target.
+func (h *Host) TransferLeader(groupID, target uint64) error {
+	g := h.group(groupID)
+	if g == nil {
+		return ErrUnknownGroup
+	}
+	g.mu.Lock()
+	g.unquiesceLocked()
+	h.guardLocked(g, func() { g.rn.TransferLeader(target) })
+	g.mu.Unlock()
+	h.markDirty(g)
+	return nil
+}
+
+// Compact drops the log below offset (retention, DeleteRecords), which must
+// be committed. The Raft anchor moves to the entry before the batch holding
+// offset and is journaled first; a follower that needs entries below it gets
+// a log-start snapshot. Front deletion of a Raft log must go through here.
+func (h *Host) Compact(groupID uint64, offset int64) error {
+	g := h.group(groupID)
+	if g == nil {
+		return ErrUnknownGroup
+	}
+	g.mu.Lock()
+	commitEnd, commitIndex := g.commitEnd, g.commitIndex
+	g.mu.Unlock()
+	if offset > commitEnd {
+		return fmt.Errorf("raft: compact group %d to %d beyond commit %d: %w", groupID, offset, commitEnd, storage.ErrOffsetOutOfRange)
+	}
+	idx, _, base, _, ok := g.st.entryAt(offset)
+	if !ok { // offset == end of the log: everything goes
+		idx = commitIndex + 1
+		base = commitEnd
+	}
+	prev := idx - 1
+	term, err := g.st.Term(prev)
+	if err != nil {
+		if errors.Is(err, raft.ErrCompacted) {
+			return g.st.log.DeleteBefore(offset)
+		}
+		return err
+	}
+	a := anchor{Index: prev, Term: term, Offset: base}
+	h.journal.putAnchor(groupID, a, true)
+	if err := h.journal.flush(true); err != nil {
+		return err
+	}
+	if err := g.st.compactTo(a); err != nil {
+		return err
+	}
+	return g.st.log.DeleteBefore(offset)
+}
+
+// Status of a group as this node sees it.
+type Status struct {
+	Group, Node, Leader, Term uint64
+	State                     string
+	CommitIndex, LastIndex    uint64
+	FirstIndex                uint64
+	CommitOffset              int64 // high watermark: offsets below are committed
+	StartOffset, EndOffset    int64
+	DurableOffset             int64 // fsynced locally
+	Quiesced                  bool
+	Failed                    string          // why the group stopped (storage failure), "" if running
+	Voters, Learners          []uint64        // the applied membership
+	Replicas                  []ReplicaStatus // on the leader only
+}
+
+// ReplicaStatus is the leader's view of one replica: MatchOffset is the end
+// of what the replica acknowledged, i.e. fsynced (followers ack after fsync).
+type ReplicaStatus struct {
+	ID          uint64
+	MatchIndex  uint64
+	MatchOffset int64
+	State       string // Probe, Replicate, Snapshot
+	// Active: heard from within the last election timeout (the leader
+	// itself always). For min.insync.replicas: count replicas that are
+	// Active and matched close to the commit offset.
+	Active  bool
+	Learner bool
+}
+
+// Status reports a group's state.
+func (h *Host) Status(groupID uint64) (Status, error) {
+	g := h.group(groupID)
+	if g == nil {
+		return Status{}, ErrUnknownGroup
+	}
+	g.mu.Lock()
+	bs := g.rn.BasicStatus()
+	s := Status{
+		Group: groupID, Node: h.cfg.ID, Leader: bs.Lead, Term: bs.GetTerm(), State: bs.RaftState.String(),
+		CommitIndex: g.commitIndex, CommitOffset: g.commitEnd, Quiesced: g.quiesced,
+	}
+	if g.failed != nil {
+		s.Failed = g.failed.Error()
+	}
+	if bs.RaftState == raft.StateLeader {
+		g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr trackerProgress) {
+			off, _ := g.st.endOf(pr.Match)
+			s.Replicas = append(s.Replicas, ReplicaStatus{
+				ID: id, MatchIndex: pr.Match, MatchOffset: off, State: pr.State.String(),
+				Active: pr.RecentActive || id == h.cfg.ID, Learner: pr.IsLearner,
+			})
+		})
+	}
+	g.mu.Unlock()
+	s.LastIndex, _ = g.st.LastIndex()
+	s.FirstIndex, _ = g.st.FirstIndex()
+	g.st.mu.RLock()
+	if g.st.cs != nil {
+		s.Voters = append([]uint64(nil), g.st.cs.Voters...)
+		s.Learners = append([]uint64(nil), g.st.cs.Learners...)
+	}
+	g.st.mu.RUnlock()
+	s.StartOffset, s.EndOffset, s.DurableOffset = g.st.log.StartOffset(), g.st.log.EndOffset(), g.st.log.DurableOffset()
+	return s, nil
+}

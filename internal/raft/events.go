@@ -1,0 +1,254 @@
+package raft
+
+import (
+	"bytes"
+	"encoding/binary"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+var (
+	quiesceCtx = []byte("hf-quiesce")
+	rejoinCtx  = []byte("hf-rejoin:") // + u64 last index
+	// wakeCtx: a group on the sending node stopped (failed or removed);
+	// quiesced replicas must tick again to elect a leader without it.
+	wakeCtx = []byte("hf-wake")
+)
+
+// tickLoop ticks every group that is not quiesced: one timer for all.
+func (h *Host) tickLoop() {
+	defer h.wg.Done()
+	t := time.NewTicker(h.cfg.TickInterval)
+	defer t.Stop()
+	electionTimeout := h.cfg.TickInterval * time.Duration(h.cfg.ElectionTicks)
+	for {
+		select {
+		case <-h.done:
+			return
+		case <-t.C:
+		}
+		for _, g := range h.snapshotGroups() {
+			g.mu.Lock()
+			if g.failed != nil || g.removed {
+				g.mu.Unlock()
+				continue
+			}
+			if g.quiesced {
+				h.checkQuiescedLocked(g, electionTimeout)
+			}
+			var qmsgs []*pb.Message
+			if !g.quiesced {
+				// Decide before ticking: a heartbeat from this tick would
+				// reach the followers after the quiescing one.
+				qmsgs = h.maybeQuiesceLocked(g)
+				if !g.quiesced {
+					h.guardLocked(g, func() { g.rn.Tick() })
+				}
+			}
+			ready := false
+			h.guardLocked(g, func() { ready = g.rn.HasReady() })
+			g.mu.Unlock()
+			// Sent unlocked: a drop reports back into the group.
+			for _, m := range qmsgs {
+				h.tr.send(g.id, m)
+			}
+			if ready {
+				h.markDirty(g)
+			}
+		}
+	}
+}
+
+// maybeQuiesceLocked: a leader with every voter caught up, everything
+// committed and nothing in flight for QuiesceTicks ticks sends its followers
+// a quiescing heartbeat and stops ticking the group. Node-level heartbeats
+// of the transport then stand in for the group's: a follower that stops
+// hearing from the leader's node wakes up and can elect a new leader.
+func (h *Host) maybeQuiesceLocked(g *group) []*pb.Message {
+	if h.cfg.QuiesceTicks < 0 {
+		return nil
+	}
+	bs := g.rn.BasicStatus()
+	if bs.RaftState != raft.StateLeader || g.readyTerm != bs.GetTerm() || bs.LeadTransferee != 0 {
+		g.idleTicks = 0
+		return nil
+	}
+	last, _ := g.st.LastIndex()
+	idle := bs.GetCommit() == last
+	var followers []uint64
+	g.rn.WithProgress(func(id uint64, typ raft.ProgressType, pr trackerProgress) {
+		if pr.Match != last {
+			idle = false
+		}
+		if id != h.cfg.ID {
+			followers = append(followers, id)
+		}
+	})
+	if !idle {
+		g.idleTicks = 0
+		return nil
+	}
+	g.idleTicks++
+	if g.idleTicks < h.cfg.QuiesceTicks {
+		return nil
+	}
+	var msgs []*pb.Message
+	for _, id := range followers {
+		msgs = append(msgs, &pb.Message{
+			Type: pb.MessageType_MsgHeartbeat.Enum(), To: new(id), From: new(h.cfg.ID),
+			Term: new(bs.GetTerm()), Commit: new(bs.GetCommit()), Context: quiesceCtx,
+		})
+	}
+	g.quiesced = true
+	g.quiesceLdr = h.cfg.ID
+	return msgs
+}
+
+// checkQuiescedLocked wakes a quiesced group when a peer it depends on went
+// silent: for a follower its leader, for a leader any follower.
+func (h *Host) checkQuiescedLocked(g *group, window time.Duration) {
+	if g.quiesceLdr != h.cfg.ID {
+		if !h.tr.heardWithin(g.quiesceLdr, window) {
+			g.unquiesceLocked()
+		}
+		return
+	}
+	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, _ trackerProgress) {
+		if id != h.cfg.ID && !h.tr.heardWithin(id, window) {
+			g.unquiesceLocked()
+		}
+	})
+}
+
+func (g *group) unquiesceLocked() {
+	g.quiesced = false
+	g.idleTicks = 0
+}
+
+// receive implements transportEvents: step every message into its group.
+func (h *Host) receive(from uint64, msgs []outMsg) {
+	for _, om := range msgs {
+		g := h.group(om.group)
+		if g == nil {
+			continue // not (yet) created here; Raft retransmits
+		}
+		m := om.m
+		typ := m.GetType()
+		quiesce := bytes.Equal(m.Context, quiesceCtx) &&
+			(typ == pb.MessageType_MsgHeartbeat || typ == pb.MessageType_MsgHeartbeatResp)
+		g.mu.Lock()
+		if g.failed != nil || g.removed {
+			g.mu.Unlock()
+			continue
+		}
+		// Anything but a heartbeat response, or a plain heartbeat from the
+		// leader that quiesced us in its term, means activity: those carry
+		// nothing new (a late one from before quiescing is common).
+		if !quiesce && typ != pb.MessageType_MsgHeartbeatResp &&
+			(typ != pb.MessageType_MsgHeartbeat || !g.quiesced || from != g.quiesceLdr || m.GetTerm() != g.rn.BasicStatus().GetTerm()) {
+			g.unquiesceLocked()
+		}
+		if bytes.Equal(m.Context, wakeCtx) {
+			g.mu.Unlock() // not a Raft message: waking was all it was for
+			continue
+		}
+		if !h.checkLostStorageLocked(g, from, m) {
+			g.mu.Unlock()
+			continue
+		}
+		if quiesce && typ == pb.MessageType_MsgHeartbeatResp {
+			m.Context = nil // raft reads a response's context as a ReadIndex position
+		}
+		h.guardLocked(g, func() { _ = g.rn.Step(m) }) // errors: stale or foreign messages, nothing to do
+		if quiesce && typ == pb.MessageType_MsgHeartbeat {
+			bs := g.rn.BasicStatus()
+			last, _ := g.st.LastIndex()
+			if bs.RaftState == raft.StateFollower && bs.Lead == from && bs.GetCommit() == last && m.GetCommit() == last {
+				g.quiesced, g.quiesceLdr = true, from
+			}
+		}
+		g.mu.Unlock()
+		h.markDirty(g)
+	}
+}
+
+// checkLostStorageLocked handles a replica that lost its log: it returns
+// false if m must not be stepped. A heartbeat's commit is min(match, commit)
+// on the leader, so one above our last index means the leader remembers
+// entries we no longer have.
+func (h *Host) checkLostStorageLocked(g *group, from uint64, m *pb.Message) bool {
+	last, _ := g.st.LastIndex()
+	switch m.GetType() {
+	case pb.MessageType_MsgHeartbeat:
+		if m.GetCommit() > last {
+			if !g.rejoin {
+				h.log.Warn("raft: leader remembers entries this replica lacks: storage was lost, rejoining without voting",
+					"group", g.id, "leader", from, "leader_commit", m.GetCommit(), "last_index", last)
+				g.rejoin = true
+			}
+			m.Commit = new(last) // raft would panic: commit beyond the log
+		}
+	case pb.MessageType_MsgVote, pb.MessageType_MsgPreVote:
+		if g.rejoin {
+			return false // no vote until caught up
+		}
+	case pb.MessageType_MsgApp:
+		if g.rejoin {
+			g.rejoinTarget = max(g.rejoinTarget, m.GetCommit())
+		}
+	case pb.MessageType_MsgSnap:
+		if g.rejoin {
+			g.rejoinTarget = max(g.rejoinTarget, m.GetSnapshot().GetMetadata().GetIndex())
+		}
+	case pb.MessageType_MsgHeartbeatResp:
+		if !bytes.HasPrefix(m.Context, rejoinCtx) || len(m.Context) != len(rejoinCtx)+8 {
+			return true
+		}
+		theirLast := binary.BigEndian.Uint64(m.Context[len(rejoinCtx):])
+		m.Context = nil
+		if g.rn.BasicStatus().RaftState != raft.StateLeader || g.reset {
+			return true
+		}
+		g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr trackerProgress) {
+			if id == from && pr.Match > theirLast {
+				// Raft never lowers a Match, so the leader would wait forever
+				// for acks of entries the replica no longer has. A fresh
+				// RawNode has fresh progress for everyone (it costs an election).
+				h.log.Warn("raft: replica lost its log, resetting the group's progress",
+					"group", g.id, "replica", from, "match", pr.Match, "replica_last", theirLast)
+				g.reset = true
+			}
+		})
+		if g.reset {
+			h.markDirty(g)
+		}
+	}
+	return true
+}
+
+func (h *Host) unreachable(peer uint64, groups []uint64) {
+	for _, id := range groups {
+		if g := h.group(id); g != nil {
+			g.mu.Lock()
+			h.guardLocked(g, func() { g.rn.ReportUnreachable(peer) })
+			g.mu.Unlock()
+		}
+	}
+}
+
+func (h *Host) snapshotSent(peer, groupID uint64, ok bool) {
+	g := h.group(groupID)
+	if g == nil {
+		return
+	}
+	st := raft.SnapshotFinish
+	if !ok {
+		st = raft.SnapshotFailure
+	}
+	g.mu.Lock()
+	h.guardLocked(g, func() { g.rn.ReportSnapshot(peer, st) })
+	g.mu.Unlock()
+	h.markDirty(g)
+}

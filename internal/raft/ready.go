@@ -1,0 +1,382 @@
+package raft
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"runtime/debug"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"holdfast/internal/storage"
+)
+
+// readyLoop runs cycles: collect Ready from every group with work, persist
+// all of it, one group-commit round, then send, apply and advance.
+func (h *Host) readyLoop() {
+	defer h.wg.Done()
+	for {
+		select {
+		case <-h.done:
+			return
+		case <-h.kick:
+		}
+		h.dirtyMu.Lock()
+		gs := make([]*group, 0, len(h.dirty))
+		for g := range h.dirty {
+			gs = append(gs, g)
+		}
+		clear(h.dirty)
+		h.dirtyMu.Unlock()
+		h.cycle(gs)
+	}
+}
+
+type readyItem struct {
+	g         *group
+	rd        raft.Ready
+	err       error
+	emptyTerm uint64 // the term of the last empty (new leader) entry stored
+	sync      bool
+	rejoin    bool
+	leader    bool          // leader when the Ready was taken
+	prevHS    *pb.HardState // persisted before this Ready
+}
+
+// sendEarly sends a leader's appends and heartbeats before its own fsync
+// (Raft thesis §10.2.1): followers write and fsync in parallel with the
+// leader, and the leader's own vote for its entries still only counts after
+// its fsync (RawNode steps it at Advance), so "committed" still means a
+// durable majority. Only when term and vote did not change in this Ready:
+// those must be durable before anything that depends on them leaves.
+func (h *Host) sendEarly(it *readyItem) {
+	if !it.leader || len(it.rd.Messages) == 0 {
+		return
+	}
+	if hs := it.rd.HardState; !raft.IsEmptyHardState(hs) &&
+		(it.prevHS == nil || hs.GetTerm() != it.prevHS.GetTerm() || hs.GetVote() != it.prevHS.GetVote()) {
+		return
+	}
+	late := it.rd.Messages[:0:0]
+	for _, m := range it.rd.Messages {
+		switch m.GetType() {
+		case pb.MessageType_MsgApp, pb.MessageType_MsgHeartbeat, pb.MessageType_MsgSnap:
+			h.tr.send(it.g.id, m)
+		default:
+			late = append(late, m)
+		}
+	}
+	it.rd.Messages = late
+}
+
+func (h *Host) cycle(gs []*group) {
+	items := make([]*readyItem, 0, len(gs))
+	for _, g := range gs {
+		g.mu.Lock()
+		if g.reset {
+			h.resetLocked(g)
+		}
+		if !g.removed {
+			h.guardLocked(g, func() {
+				if g.rn.HasReady() {
+					it := &readyItem{g: g, rd: g.rn.Ready(), rejoin: g.rejoin}
+					it.leader = g.rn.BasicStatus().RaftState == raft.StateLeader
+					g.st.mu.RLock()
+					it.prevHS = g.st.hs
+					g.st.mu.RUnlock()
+					items = append(items, it)
+				}
+			})
+		}
+		g.mu.Unlock()
+	}
+	if len(items) == 0 {
+		return
+	}
+	for _, it := range items {
+		it.err = h.persist(it)
+		if it.err == nil {
+			h.sendEarly(it)
+		}
+	}
+	// One group-commit round: every log that took entries and the journal,
+	// fsynced concurrently (the Syncer merges the logs into one cycle).
+	var wg sync.WaitGroup
+	for _, it := range items {
+		if it.err == nil && it.sync {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l := it.g.st.log
+				it.err = l.WaitDurable(context.Background(), l.EndOffset())
+			}()
+		}
+	}
+	jerr := h.journal.flush(false)
+	wg.Wait()
+	for _, it := range items {
+		if jerr != nil && it.err == nil {
+			it.err = jerr
+		}
+		if it.err != nil {
+			h.failGroup(it.g, it.err)
+			continue
+		}
+		if len(it.rd.Entries) > 0 || !raft.IsEmptySnap(it.rd.Snapshot) {
+			g := it.g
+			g.mu.Lock()
+			close(g.storedCh)
+			g.storedCh = make(chan struct{})
+			g.mu.Unlock()
+		}
+		var tag []byte
+		if it.rejoin {
+			last, _ := it.g.st.LastIndex()
+			tag = binary.BigEndian.AppendUint64(bytes.Clone(rejoinCtx), last)
+		}
+		for _, m := range it.rd.Messages {
+			if tag != nil && m.GetType() == pb.MessageType_MsgHeartbeatResp {
+				m.Context = tag
+			}
+			h.tr.send(it.g.id, m)
+		}
+	}
+	for _, it := range items {
+		if it.err == nil {
+			h.apply(it)
+		}
+	}
+	for _, it := range items {
+		if it.err != nil {
+			continue
+		}
+		g := it.g
+		g.mu.Lock()
+		if !h.guardLocked(g, func() { g.rn.Advance(it.rd) }) {
+			g.mu.Unlock()
+			continue
+		}
+		bs := g.rn.BasicStatus()
+		if bs.RaftState == raft.StateLeader {
+			if g.readyTerm != bs.GetTerm() && it.emptyTerm == bs.GetTerm() {
+				// Our empty entry of this term is stored and nothing was
+				// proposed since: the log end is where proposals start.
+				g.st.mu.RLock()
+				g.nextOffset = g.st.end
+				g.st.mu.RUnlock()
+				g.readyTerm = bs.GetTerm()
+			}
+		} else {
+			g.readyTerm = 0
+		}
+		if bs.Lead != g.lastLeader {
+			g.lastLeader = bs.Lead
+			h.log.Info("raft: leader changed", "group", g.id, "leader", bs.Lead, "term", bs.GetTerm())
+		}
+		ready := false
+		h.guardLocked(g, func() { ready = g.rn.HasReady() })
+		g.mu.Unlock()
+		if ready {
+			h.markDirty(g)
+		}
+	}
+}
+
+// persist stores one Ready's snapshot, entries and hardstate (no fsync).
+func (h *Host) persist(it *readyItem) error {
+	g, rd := it.g, it.rd
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		md := rd.Snapshot.GetMetadata()
+		off, err := parseSnapshotData(rd.Snapshot.GetData())
+		if err != nil {
+			return err
+		}
+		a := anchor{Index: md.GetIndex(), Term: md.GetTerm(), Offset: off}
+		h.journal.putAnchor(g.id, a, false)
+		if err := h.journal.flush(true); err != nil {
+			return err
+		}
+		if err := g.st.reset(a); err != nil {
+			return err
+		}
+		h.journal.putAnchor(g.id, a, true)
+		if cs := md.GetConfState(); cs != nil {
+			if err := h.journal.putConfState(g.id, cs, a.Index, true); err != nil {
+				return err
+			}
+			g.st.setConfState(cs)
+		}
+		h.log.Info("raft: installed log-start snapshot", "group", g.id, "index", a.Index, "offset", a.Offset)
+		g.mu.Lock()
+		g.commitIndex, g.commitEnd = a.Index, a.Offset
+		g.mu.Unlock()
+		it.sync = true
+	}
+	if len(rd.Entries) > 0 {
+		first := rd.Entries[0].GetIndex()
+		if last, _ := g.st.LastIndex(); first <= last {
+			if err := g.st.truncate(first); err != nil {
+				return err
+			}
+		}
+		for _, e := range rd.Entries {
+			if err := g.st.appendEntry(e); err != nil {
+				return err
+			}
+			if e.GetType() == pb.EntryType_EntryNormal && len(e.Data) == 0 {
+				it.emptyTerm = e.GetTerm()
+			}
+		}
+		it.sync = g.st.log.Config().Flush.Mode == storage.FlushSync
+	}
+	if !raft.IsEmptyHardState(rd.HardState) {
+		g.mu.Lock()
+		applied := g.commitIndex
+		g.mu.Unlock()
+		h.journal.putHardState(g.id, rd.HardState, applied)
+		g.st.setHardState(rd.HardState)
+	}
+	return nil
+}
+
+// apply delivers committed entries and advances the commit offset.
+func (h *Host) apply(it *readyItem) {
+	g := it.g
+	n := len(it.rd.CommittedEntries)
+	if n == 0 {
+		return
+	}
+	var out []Committed
+	for _, e := range it.rd.CommittedEntries {
+		switch e.GetType() {
+		case pb.EntryType_EntryConfChange, pb.EntryType_EntryConfChangeV2:
+			h.applyConfChange(g, e)
+		}
+		if g.cfg.OnCommit != nil {
+			base, _ := g.st.offsetOf(e.GetIndex())
+			end, _ := g.st.endOf(e.GetIndex())
+			c := Committed{Index: e.GetIndex(), Term: e.GetTerm(), BaseOffset: base, EndOffset: end}
+			if e.GetType() == pb.EntryType_EntryNormal && len(e.Data) > 0 {
+				c.Data = e.Data
+			}
+			out = append(out, c)
+		}
+	}
+	last := it.rd.CommittedEntries[n-1].GetIndex()
+	end, ok := g.st.endOf(last)
+	if !ok {
+		h.log.Error("raft: committed entry not in the log", "group", g.id, "index", last)
+		return
+	}
+	if g.cfg.OnCommit != nil {
+		g.cfg.OnCommit(g.id, out)
+	}
+	g.mu.Lock()
+	if last > g.commitIndex {
+		g.commitIndex, g.commitEnd = last, end
+		close(g.commitCh)
+		g.commitCh = make(chan struct{})
+	}
+	if g.rejoin && g.rejoinTarget > 0 && g.commitIndex >= g.rejoinTarget {
+		g.rejoin = false
+		h.log.Info("raft: replica caught up after losing its storage, voting again", "group", g.id, "index", g.commitIndex)
+	}
+	g.mu.Unlock()
+}
+
+func (h *Host) applyConfChange(g *group, e *pb.Entry) {
+	var cc pb.ConfChangeI
+	if e.GetType() == pb.EntryType_EntryConfChange {
+		c := &pb.ConfChange{}
+		if err := proto.Unmarshal(e.Data, c); err != nil {
+			h.log.Error("raft: bad conf change", "group", g.id, "index", e.GetIndex(), "err", err)
+			return
+		}
+		cc = c
+	} else {
+		c := &pb.ConfChangeV2{}
+		if err := proto.Unmarshal(e.Data, c); err != nil {
+			h.log.Error("raft: bad conf change", "group", g.id, "index", e.GetIndex(), "err", err)
+			return
+		}
+		cc = c
+	}
+	var cs *pb.ConfState
+	g.mu.Lock()
+	h.guardLocked(g, func() { cs = g.rn.ApplyConfChange(cc) })
+	g.mu.Unlock()
+	if cs == nil {
+		return
+	}
+	g.st.setConfState(cs)
+	// Journaled before the next cycle's applied index: a crash in between
+	// makes Raft redeliver (and us reapply) the change.
+	if err := h.journal.putConfState(g.id, cs, e.GetIndex(), true); err != nil {
+		h.log.Error("raft: journal conf state", "group", g.id, "err", err)
+	}
+}
+
+// guardLocked runs fn on the group's RawNode, turning a panic into a
+// failed group. etcd raft panics when its Storage returns an I/O error (and
+// on broken invariants): that must cost this group, not the node.
+func (h *Host) guardLocked(g *group, fn func()) (ok bool) {
+	if g.failed != nil {
+		return false
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			h.failLocked(g, fmt.Errorf("raft panicked: %v", r))
+			h.log.Error("raft: group stopped after a panic", "group", g.id, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			ok = false
+		}
+	}()
+	fn()
+	return true
+}
+
+// failGroup stops a group whose storage failed: it sends nothing and
+// acknowledges nothing until the host is restarted (the other replicas carry
+// on without it).
+func (h *Host) failGroup(g *group, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h.failLocked(g, err)
+}
+
+func (h *Host) failLocked(g *group, err error) {
+	if g.failed == nil {
+		g.failed = fmt.Errorf("%w: group %d: %w", ErrGroupFailed, g.id, err)
+		h.log.Error("raft: group failed", "group", g.id, "err", err)
+		close(g.commitCh)
+		g.commitCh = make(chan struct{})
+		close(g.storedCh)
+		g.storedCh = make(chan struct{})
+		h.wakePeersLocked(g)
+	}
+}
+
+// wakePeersLocked tells the other replicas that this one stopped: quiesced
+// replicas would otherwise wait for it forever (its node still answers
+// node heartbeats). Sent from a goroutine: a send that fails reports back
+// into the group, whose lock is held here.
+func (h *Host) wakePeersLocked(g *group) {
+	var peers []uint64
+	g.st.mu.RLock()
+	if g.st.cs != nil {
+		peers = append(append(peers, g.st.cs.Voters...), g.st.cs.Learners...)
+	}
+	g.st.mu.RUnlock()
+	id := g.id
+	go func() {
+		for _, p := range peers {
+			if p != h.cfg.ID {
+				h.tr.send(id, &pb.Message{Type: pb.MessageType_MsgHeartbeat.Enum(), To: new(p), From: new(h.cfg.ID), Context: wakeCtx})
+			}
+		}
+	}()
+}
