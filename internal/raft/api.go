@@ -370,6 +370,29 @@ type ReplicaStatus struct {
 	Learner bool
 }
 
+// Leadership is the cheap part of Status, for hot paths (every produce):
+// the leader this node knows of (0 if none), the term, and whether this
+// node is the leader and accepting proposals.
+type Leadership struct {
+	Leader, Term uint64
+	Proposing    bool
+}
+
+// Leadership returns the group's leadership as this node sees it.
+func (h *Host) Leadership(groupID uint64) (Leadership, error) {
+	g := h.group(groupID)
+	if g == nil {
+		return Leadership{}, fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	bs := g.rn.BasicStatus()
+	return Leadership{
+		Leader: bs.Lead, Term: bs.GetTerm(),
+		Proposing: g.failed == nil && bs.RaftState == raft.StateLeader && g.readyTerm == bs.GetTerm() && bs.LeadTransferee == 0,
+	}, nil
+}
+
 // Status reports a group's state.
 func (h *Host) Status(groupID uint64) (Status, error) {
 	g := h.group(groupID)

@@ -62,6 +62,26 @@ func TestReplicateAndCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Exactly one node proposes, and every node knows which.
+	waitFor(t, "one proposing leader known to all", func() bool {
+		var proposing, lead uint64
+		for _, id := range c.ids {
+			ls, _ := c.nodes[id].host.Leadership(1)
+			if ls.Proposing {
+				if proposing != 0 {
+					return false
+				}
+				proposing = id
+			}
+			if lead == 0 {
+				lead = ls.Leader
+			}
+			if ls.Leader != lead {
+				return false
+			}
+		}
+		return proposing != 0 && proposing == lead
+	})
 	if len(st.Replicas) != 3 {
 		t.Fatalf("leader status lists %d replicas", len(st.Replicas))
 	}
