@@ -615,6 +615,26 @@ func TestMembershipChange(t *testing.T) {
 	}
 }
 
+func TestRefusesNonRaftLog(t *testing.T) {
+	dir := t.TempDir()
+	l, err := storage.Open(dir+"/log", storage.DefaultConfig(), storage.Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.Append(batch(t, "single-node"), 0); err != nil {
+		t.Fatal(err)
+	}
+	h, err := NewHost(Config{ID: 1, Dir: dir, Listen: "127.0.0.1:0", Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.AddGroup(GroupConfig{ID: 1, Log: l, Voters: []uint64{1}}); err == nil {
+		t.Fatal("a log written outside Raft was adopted")
+	}
+}
+
 func TestJournalReplay(t *testing.T) {
 	dir := t.TempDir()
 	j, err := openJournal(storage.OSFS(), dir, testLogger(t))

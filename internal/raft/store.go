@@ -57,6 +57,12 @@ func openStore(l *storage.Log, anc anchor, hs *pb.HardState, cs *pb.ConfState) (
 		if h.BaseOffset != s.end {
 			return fmt.Errorf("raft: log %s: batch at %d, expected %d", l.Dir(), h.BaseOffset, s.end)
 		}
+		if h.PartitionLeaderEpoch < 1 {
+			// Raft terms start at 1. A batch of epoch 0 was written outside
+			// Raft (a single-node log): as a term-0 entry it could be
+			// truncated by the first leader that lacks it.
+			return fmt.Errorf("raft: log %s: batch at %d has leader epoch %d: not written by Raft (converting a single-node log is not supported)", l.Dir(), h.BaseOffset, h.PartitionLeaderEpoch)
+		}
 		s.bases = append(s.bases, h.BaseOffset)
 		s.terms = append(s.terms, uint32(max(h.PartitionLeaderEpoch, 0)))
 		s.end = h.LastOffset() + 1
