@@ -150,6 +150,9 @@ func (c *cluster) start(id uint64) {
 func (c *cluster) addNode(id uint64) {
 	c.tb.Helper()
 	c.nodes[id] = &testNode{id: id, dir: filepath.Join(c.root, fmt.Sprint("node", id)), addr: "127.0.0.1:0"}
+	if c.nodes[c.ids[0]].fs != nil {
+		c.nodes[id].fs = storage.NewCrashFS(int64(id))
+	}
 	c.ids = append(c.ids, id)
 	c.start(id)
 }

@@ -615,6 +615,106 @@ func TestMembershipChange(t *testing.T) {
 	}
 }
 
+// TestMembershipSurvivesPowerLoss: the power goes out on every node right
+// after membership changes commit, before or after the ConfState reaches
+// the journal; after restart every node has the new membership (replayed
+// from the journal, or reapplied from the log).
+func TestMembershipSurvivesPowerLoss(t *testing.T) {
+	c := newClusterOpts(t, 3, 1, 20*time.Millisecond, true)
+	c.propose(1, "a")
+	c.addNode(4)
+	ctx := context.Background()
+	c.changeConf(1, func(h *Host) error { return h.AddLearner(ctx, 1, 4) })
+	// Slow fsyncs keep the journal's latest records unsynced for longer; a
+	// torn crash keeps a random prefix of them (a commit index without the
+	// ConfState written after it is the case the applied index covers).
+	for _, id := range c.ids {
+		c.nodes[id].fs.SetSyncDelay(20 * time.Millisecond)
+	}
+	c.changeConf(1, func(h *Host) error { return h.AddVoter(ctx, 1, 4) })
+	for _, id := range c.ids {
+		c.nodes[id].fs.CrashTorn()
+		c.nodes[id].fs.SetSyncDelay(0)
+	}
+	for _, id := range c.ids {
+		c.stop(id)
+	}
+	for _, id := range c.ids {
+		c.start(id)
+	}
+	c.propose(1, "b")
+	c.waitConverged(1)
+	waitFor(t, "every node to have voters 1-4", func() bool {
+		for _, id := range c.ids {
+			st, _ := c.nodes[id].host.Status(1)
+			if !slices.Equal(slices.Sorted(slices.Values(st.Voters)), []uint64{1, 2, 3, 4}) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestConfChangeReapplied: the journal lost the ConfState record of a
+// committed conf change (written after the HardState that commits it, torn
+// off by a crash). The applied index recorded with the HardState lags, so
+// Raft redelivers the change at open and it is applied again.
+func TestConfChangeReapplied(t *testing.T) {
+	dir := t.TempDir()
+	open := func() (*Host, *storage.Log) {
+		l, err := storage.Open(dir+"/log", storage.DefaultConfig(), storage.Options{Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := NewHost(Config{ID: 1, Dir: dir, Listen: "127.0.0.1:0", TickInterval: 10 * time.Millisecond, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.AddGroup(GroupConfig{ID: 1, Log: l, Voters: []uint64{1}}); err != nil {
+			t.Fatal(err)
+		}
+		return h, l
+	}
+	h, l := open()
+	waitFor(t, "the single node to lead", func() bool {
+		ls, _ := h.Leadership(1)
+		return ls.Proposing
+	})
+	if err := h.AddLearner(context.Background(), 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := h.Status(1)
+	js := h.journal.snapshot(1)
+	h.Close()
+	l.Close()
+	if !slices.Equal(st.Learners, []uint64{2}) || js.csIndex == 0 {
+		t.Fatalf("before: learners %v, conf index %d", st.Learners, js.csIndex)
+	}
+	// Rewrite the journal as the torn crash left it: the commit, but the
+	// ConfState from before the change, and the applied index before it.
+	if err := os.Remove(dir + "/" + journalName); err != nil {
+		t.Fatal(err)
+	}
+	j, err := openJournal(storage.OSFS(), dir, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.putConfState(1, &pb.ConfState{Voters: []uint64{1}}, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	j.putHardState(1, js.hs, js.csIndex-1)
+	if err := j.close(); err != nil {
+		t.Fatal(err)
+	}
+	h, l = open()
+	defer l.Close()
+	defer h.Close()
+	waitFor(t, "the conf change to be applied again", func() bool {
+		st, _ := h.Status(1)
+		return slices.Equal(st.Learners, []uint64{2})
+	})
+}
+
 func TestRefusesNonRaftLog(t *testing.T) {
 	dir := t.TempDir()
 	l, err := storage.Open(dir+"/log", storage.DefaultConfig(), storage.Options{Logger: testLogger(t)})
