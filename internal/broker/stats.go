@@ -29,3 +29,33 @@ func (b *Broker) PartitionStats() []PartitionStats {
 	}
 	return out
 }
+
+// GroupLag is a consumer group's position in one partition.
+type GroupLag struct {
+	Group     string
+	Topic     string
+	Partition int32
+	Members   int
+	Committed int64
+	// Lag is the records between the committed offset and the high
+	// watermark (what the group has yet to consume); -1 if the partition is
+	// not open here.
+	Lag int64
+}
+
+// GroupLags lists the committed offsets of every group this node
+// coordinates, with their lag.
+func (b *Broker) GroupLags() []GroupLag {
+	if b.groups == nil {
+		return nil
+	}
+	var out []GroupLag
+	for _, o := range b.groups.CommittedOffsets() {
+		gl := GroupLag{Group: o.Group, Topic: o.Topic, Partition: o.Partition, Members: o.Members, Committed: o.Offset, Lag: -1}
+		if p := b.parts.Get(o.Topic, o.Partition); p != nil {
+			gl.Lag = max(p.HighWatermark()-o.Offset, 0)
+		}
+		out = append(out, gl)
+	}
+	return out
+}

@@ -51,7 +51,7 @@ func New(b *broker.Broker, srv *wire.Server) *prometheus.Registry {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "holdfast_connections_open", Help: "Open client connections."},
 		func() float64 { return float64(st.Open.Load()) }))
 
-	reg.MustRegister(&partitionCollector{b: b})
+	reg.MustRegister(&partitionCollector{b: b}, &groupCollector{b: b})
 	return reg
 }
 
@@ -80,5 +80,36 @@ func (c *partitionCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descLogEnd, prometheus.GaugeValue, float64(p.LogEnd), l...)
 		ch <- prometheus.MustNewConstMetric(descHW, prometheus.GaugeValue, float64(p.HighWatermark), l...)
 		ch <- prometheus.MustNewConstMetric(descDurable, prometheus.GaugeValue, float64(p.Durable), l...)
+	}
+}
+
+var (
+	groupLabels   = []string{"group", "topic", "partition"}
+	descCommitted = prometheus.NewDesc("holdfast_group_committed_offset", "A consumer group's committed offset.", groupLabels, nil)
+	descLag       = prometheus.NewDesc("holdfast_group_lag", "Records between a group's committed offset and the high watermark.", groupLabels, nil)
+	descMembers   = prometheus.NewDesc("holdfast_group_members", "Members of a consumer group.", []string{"group"}, nil)
+)
+
+// groupCollector reads the groups' committed offsets and lag at scrape time.
+type groupCollector struct{ b *broker.Broker }
+
+func (c *groupCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descCommitted
+	ch <- descLag
+	ch <- descMembers
+}
+
+func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
+	seen := map[string]bool{}
+	for _, g := range c.b.GroupLags() {
+		l := []string{g.Group, g.Topic, strconv.Itoa(int(g.Partition))}
+		ch <- prometheus.MustNewConstMetric(descCommitted, prometheus.GaugeValue, float64(g.Committed), l...)
+		if g.Lag >= 0 {
+			ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(g.Lag), l...)
+		}
+		if !seen[g.Group] {
+			seen[g.Group] = true
+			ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(g.Members), g.Group)
+		}
 	}
 }
