@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -713,6 +714,41 @@ func TestConfChangeReapplied(t *testing.T) {
 		st, _ := h.Status(1)
 		return slices.Equal(st.Learners, []uint64{2})
 	})
+}
+
+func TestScanHeaders(t *testing.T) {
+	cfg := storage.DefaultConfig()
+	cfg.SegmentBytes = 1 << 20 // several segments
+	for _, fsys := range []storage.FS{storage.OSFS(), storage.NewCrashFS(1)} {
+		dir := t.TempDir()
+		fsys.MkdirAll(dir, 0o755)
+		l, err := storage.Open(dir, cfg, storage.Options{FS: fsys, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(1, 1))
+		for i := range 300 {
+			n := rng.IntN(2000)
+			if i%40 == 0 {
+				n = 300 << 10 // larger than a window
+			}
+			if _, err := l.Append(batch(t, strings.Repeat("x", n)), 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if l.Segments() < 2 {
+			t.Fatalf("%d segments", l.Segments())
+		}
+		var want, got []records.Header
+		l.Scan(0, func(h records.Header, _ []byte) error { want = append(want, h); return nil })
+		if err := scanHeaders(l, 0, func(h records.Header) error { got = append(got, h); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("scanHeaders: %d headers, Scan: %d", len(got), len(want))
+		}
+		l.Close()
+	}
 }
 
 func TestRefusesNonRaftLog(t *testing.T) {
