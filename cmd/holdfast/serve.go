@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strconv"
@@ -48,7 +49,10 @@ func serveCommand(args []string) error {
 		maxConns    = fs.Int("max-connections", lim.MaxConnections, "connection limit (max.connections)")
 		maxQueued   = fs.Int64("max-queued-bytes", lim.MaxQueuedBytes, "request bytes held in memory across all connections (queued.max.request.bytes)")
 		idle        = fs.Duration("idle-timeout", lim.IdleTimeout, "close connections idle this long (connections.max.idle.ms)")
-		metricsAddr = fs.String("metrics-listen", "localhost:9095", "Prometheus /metrics and /healthz address; empty to disable")
+		peers       = fs.String("peers", "", "cluster mode: every node's Raft address, id@host:port,... (this node included); empty = single node")
+		raftListen  = fs.String("raft-listen", "", "Raft listener address; default: this node's --peers entry")
+		defaultRF   = fs.Int("default-replication-factor", 0, "replicas of new topics (default.replication.factor); 0 = 1 single-node, min(3, nodes) in a cluster")
+		metricsAddr = fs.String("metrics-listen", "localhost:9095", "Prometheus /metrics, /healthz and /debug/pprof address; empty to disable")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat   = fs.String("log-format", "text", "text or json")
 	)
@@ -95,6 +99,11 @@ func serveCommand(args []string) error {
 	cfg.LogDefaults.MaxMessageBytes = *maxMsg
 	cfg.LogDefaults.Flush = policy
 	cfg.Logger = logger
+	if cfg.Peers, err = parsePeers(*peers); err != nil {
+		return err
+	}
+	cfg.RaftListen = *raftListen
+	cfg.DefaultReplicationFactor = int16(*defaultRF)
 
 	lim.MaxRequestBytes = int32(*maxReq)
 	lim.MaxConnections = *maxConns
@@ -121,6 +130,10 @@ func serveCommand(args []string) error {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(metrics.New(b, srv), promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		// Profiles of a live broker; the listener is localhost by default.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		hs = &http.Server{Addr: *metricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		mln, err := net.Listen("tcp", *metricsAddr)
 		if err != nil {

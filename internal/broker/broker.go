@@ -48,6 +48,14 @@ type Config struct {
 	// log.retention.ms, message.max.bytes, log.flush policy ...).
 	LogDefaults storage.Config
 
+	// Cluster mode (cluster.go); all zero on a single node. Peers maps
+	// every node id (this one included) to its Raft address.
+	Peers      map[int32]string
+	RaftListen string // default: this node's entry in Peers
+	// DefaultReplicationFactor is default.replication.factor: 0 means 1
+	// on a single node, min(3, nodes) in a cluster.
+	DefaultReplicationFactor int16
+
 	Logger *slog.Logger
 	FS     storage.FS // nil: the OS filesystem
 }
@@ -78,6 +86,9 @@ type Broker struct {
 	parts  *partition.Manager
 	groups *group.Coordinator
 	txn    txnState // producer ids and the transaction coordinator (txn.go)
+	// cluster is the Raft side of cluster mode (cluster.go); nil on a
+	// single node.
+	cluster *cluster
 
 	// topicsMu serializes topic creation, deletion and partition changes
 	// with opening and removing their logs (topics.go).

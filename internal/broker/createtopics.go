@@ -119,6 +119,9 @@ func (b *Broker) createTopic(rt kmsg.CreateTopicsRequestTopic, validateOnly bool
 	}
 
 	partitions := rt.NumPartitions
+	if len(rt.ReplicaAssignment) > 0 && b.clusterMode() {
+		return controller.Topic{}, errCode(kerr.InvalidReplicaAssignment, "Manual replica assignment is not supported in cluster mode yet")
+	}
 	if len(rt.ReplicaAssignment) > 0 {
 		if rt.ReplicationFactor != -1 {
 			return controller.Topic{}, errCode(kerr.InvalidRequest, "A manual partition assignment was specified, but replication factor was not set to -1.")
@@ -150,7 +153,7 @@ func (b *Broker) createTopic(rt kmsg.CreateTopicsRequestTopic, validateOnly bool
 		if rt.NumPartitions < -1 || rt.NumPartitions == 0 {
 			return controller.Topic{}, errCode(kerr.InvalidPartitions, "Number of partitions was set to an invalid non-positive value.")
 		}
-		if rt.ReplicationFactor > 1 {
+		if rt.ReplicationFactor > 1 && !b.clusterMode() {
 			return controller.Topic{}, errCode(kerr.InvalidReplicationFactor,
 				"Unable to replicate the partition %d time(s): The target replication factor of %d cannot be reached because only 1 broker(s) are registered.",
 				rt.ReplicationFactor, rt.ReplicationFactor)
@@ -165,6 +168,9 @@ func (b *Broker) createTopic(rt kmsg.CreateTopicsRequestTopic, validateOnly bool
 
 	if validateOnly {
 		return controller.Topic{Name: name, Partitions: partitions, Configs: configs}, nil
+	}
+	if b.clusterMode() {
+		return b.createClusterTopic(name, partitions, rt.ReplicationFactor, configs)
 	}
 	return b.createNewTopic(name, partitions, configs)
 }

@@ -31,6 +31,16 @@ func (b *Broker) handleDeleteRecords(_ context.Context, r *wire.Request) wire.Re
 					st.Partitions = append(st.Partitions, sp)
 					continue
 				}
+				if p.Replicated() {
+					// Raft logs are cut only through Host.Compact, on every
+					// replica; replicating DeleteRecords is not built yet.
+					sp.ErrorCode = kerr.PolicyViolation.Code
+					if !p.IsLeader() {
+						sp.ErrorCode = kerr.NotLeaderForPartition.Code
+					}
+					st.Partitions = append(st.Partitions, sp)
+					continue
+				}
 				off, hw := rp.Offset, p.HighWatermark()
 				if off == -1 { // "everything so far"
 					off = hw

@@ -26,6 +26,9 @@ const maxFetchWait = 5 * time.Minute
 // leaderEpochCode checks a client's current leader epoch (KIP-320); -1
 // means the client does not know it and skips the check.
 func leaderEpochCode(p *partition.Partition, current int32) int16 {
+	if !p.IsLeader() { // cluster mode: only the Raft leader serves
+		return kerr.NotLeaderForPartition.Code
+	}
 	switch epoch := p.LeaderEpoch(); {
 	case current < 0 || current == epoch:
 		return 0

@@ -37,6 +37,11 @@ func (b *Broker) handleFindCoordinator(_ context.Context, r *wire.Request) wire.
 			c.ErrorCode, msg = kerr.InvalidRequest.Code, "unknown coordinator type"
 		case req.CoordinatorType == coordinatorTransaction && key == "":
 			c.ErrorCode, msg = kerr.InvalidRequest.Code, "empty transactional id"
+		case b.clusterMode():
+			// Coordinators are not placed on partition leaders yet
+			// (cluster.go): refuse rather than serve state this node
+			// may not lead.
+			c.ErrorCode, msg = kerr.CoordinatorNotAvailable.Code, "group and transaction coordinators are not available in cluster mode yet"
 		case req.CoordinatorType == coordinatorGroup && b.groups.Loading(key):
 			c.ErrorCode = kerr.CoordinatorLoadInProgress.Code
 		default:

@@ -21,6 +21,9 @@ func (b *Broker) startGroups() error {
 	if n <= 0 {
 		n = 50
 	}
+	if b.clusterMode() {
+		return b.startClusterGroups(n)
+	}
 	t, err := b.ensureTopic(offsetsTopic, n, map[string]string{"cleanup.policy": "compact"}, true)
 	if err != nil {
 		return fmt.Errorf("%s: %w", offsetsTopic, err)

@@ -44,6 +44,9 @@ func (b *Broker) handleMetadata(_ context.Context, r *wire.Request) wire.Reply {
 	cid := b.meta.ClusterID()
 	resp.ClusterID = &cid
 	resp.ControllerID = b.cfg.NodeID
+	if b.cluster != nil {
+		resp.Brokers, resp.ControllerID = b.cluster.brokers(), b.cluster.controllerID()
+	}
 	if v >= 8 && v <= 10 && req.IncludeClusterAuthorizedOperations {
 		resp.AuthorizedOperations = clusterAuthorizedOps
 	}
@@ -147,6 +150,10 @@ func (b *Broker) topicMetadata(req *kmsg.MetadataRequest, t controller.Topic) km
 	node := b.cfg.NodeID
 	mt.Partitions = make([]kmsg.MetadataResponseTopicPartition, 0, t.Partitions)
 	for i := int32(0); i < t.Partitions; i++ {
+		if b.cluster != nil {
+			mt.Partitions = append(mt.Partitions, b.cluster.partitionMetadata(t, i))
+			continue
+		}
 		mp := kmsg.NewMetadataResponseTopicPartition()
 		mp.Partition = i
 		mp.Replicas = []int32{node}

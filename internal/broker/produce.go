@@ -26,6 +26,7 @@ type committedWait struct {
 	p      *partition.Partition
 	end    int64 // every offset below end must be committed
 	ti, pi int   // the response entry
+	local  bool  // acks=1: the leader's own disk is enough (cluster mode)
 }
 
 // handleProduce appends in Handle (so appends from one connection keep
@@ -55,7 +56,13 @@ func (b *Broker) handleProduce(_ context.Context, r *wire.Request) wire.Reply {
 				sp.ErrorCode = kerr.InvalidRequiredAcks.Code
 			case p == nil:
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-			case req.Acks == -1 && b.topicMinInsyncReplicas(t) > 1:
+			case p.Replicated() && !p.IsLeader():
+				sp.ErrorCode = kerr.NotLeaderForPartition.Code
+			case p.Replicated() && req.Acks == -1 && int32(p.InSyncReplicas()) < b.topicMinInsyncReplicas(t):
+				// Kafka refuses before appending when the leader cannot
+				// currently reach min.insync.replicas replicas.
+				sp.ErrorCode = kerr.NotEnoughReplicas.Code
+			case !p.Replicated() && req.Acks == -1 && b.topicMinInsyncReplicas(t) > 1:
 				// One node is one in-sync replica; Kafka refuses before
 				// appending, so nothing is written.
 				sp.ErrorCode = kerr.NotEnoughReplicas.Code
@@ -63,7 +70,7 @@ func (b *Broker) handleProduce(_ context.Context, r *wire.Request) wire.Reply {
 				p.SetLogAppendTime(b.topicLogAppendTime(t))
 				end, err := b.produceOne(p, rp.Records, &sp)
 				if err == nil && req.Acks != 0 {
-					waits = append(waits, committedWait{p: p, end: end, ti: ti, pi: pi})
+					waits = append(waits, committedWait{p: p, end: end, ti: ti, pi: pi, local: req.Acks == 1})
 				}
 			}
 			st.Partitions = append(st.Partitions, sp)
@@ -87,7 +94,13 @@ func (b *Broker) handleProduce(_ context.Context, r *wire.Request) wire.Reply {
 		}
 		for _, w := range waits {
 			sp := &resp.Topics[w.ti].Partitions[w.pi]
-			err := w.p.WaitCommitted(wctx, w.end)
+			var err error
+			if w.local {
+				err = w.p.WaitLocal(wctx, w.end)
+			} else {
+				err = w.p.WaitCommitted(wctx, w.end)
+			}
+			var ke *kerr.Error
 			switch {
 			case err == nil:
 				continue
@@ -97,6 +110,10 @@ func (b *Broker) handleProduce(_ context.Context, r *wire.Request) wire.Reply {
 				// Appended but not yet durable: the producer retries, and
 				// the idempotent check answers the retry with these offsets.
 				sp.ErrorCode = kerr.RequestTimedOut.Code
+			case errors.As(err, &ke) && w.p.Replicated():
+				// Lost leadership before the commit (NOT_LEADER_OR_FOLLOWER):
+				// retriable; an idempotent retry is deduplicated.
+				sp.ErrorCode = ke.Code
 			default:
 				b.log.Error("produce: waiting for durability", "topic", w.p.Topic(), "partition", w.p.Index(), "err", err)
 				sp.ErrorCode = kerr.KafkaStorageError.Code

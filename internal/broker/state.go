@@ -87,7 +87,9 @@ func (b *Broker) enforceRetention() {
 		}
 		for i := int32(0); i < t.Partitions; i++ {
 			p := b.parts.Get(t.Name, i)
-			if p == nil {
+			if p == nil || p.Replicated() {
+				// A Raft log may only be cut through Host.Compact on every
+				// replica; replicated retention is a follow-up.
 				continue
 			}
 			n, err := p.Log().EnforceRetention()

@@ -122,6 +122,9 @@ func (b *Broker) createNewTopic(name string, partitions int32, configs map[strin
 }
 
 func (b *Broker) createTopicLocked(name string, partitions int32, configs map[string]string, internal, mustBeNew bool) (controller.Topic, error) {
+	if b.cluster != nil {
+		return b.cluster.createTopic(name, partitions, -1, configs, internal, mustBeNew)
+	}
 	if t, ok := b.meta.Topic(name); ok {
 		if mustBeNew {
 			return controller.Topic{}, errCode(kerr.TopicAlreadyExists, "Topic '%s' already exists.", name)
@@ -158,6 +161,9 @@ func (b *Broker) allOpen(t controller.Topic) bool {
 // openPartitions opens partitions from..t.Partitions-1 of t (Open is
 // idempotent).
 func (b *Broker) openPartitions(t controller.Topic, from int32) error {
+	if b.cluster != nil {
+		return b.cluster.openReplicas(t, from)
+	}
 	cfg := b.topicLogConfig(t)
 	lat := b.topicLogAppendTime(t)
 	for i := from; i < t.Partitions; i++ {
@@ -190,6 +196,9 @@ func (b *Broker) finishPendingDelete(name string) error {
 
 // deleteTopic forgets the topic and removes its data.
 func (b *Broker) deleteTopic(name string) (controller.Topic, error) {
+	if b.cluster != nil {
+		return b.cluster.deleteTopic(name)
+	}
 	b.topicsMu.Lock()
 	defer b.topicsMu.Unlock()
 	t, err := b.meta.DeleteTopic(name)
@@ -208,6 +217,9 @@ func (b *Broker) deleteTopic(name string) (controller.Topic, error) {
 // addPartitions raises t's partition count to total and opens the new
 // partitions.
 func (b *Broker) addPartitions(name string, total int32) (controller.Topic, error) {
+	if b.cluster != nil {
+		return b.cluster.addPartitions(name, total)
+	}
 	b.topicsMu.Lock()
 	defer b.topicsMu.Unlock()
 	old, ok := b.meta.Topic(name)
@@ -224,6 +236,9 @@ func (b *Broker) addPartitions(name string, total int32) (controller.Topic, erro
 
 // setTopicConfigs replaces t's overrides and applies them to its open logs.
 func (b *Broker) setTopicConfigs(name string, configs map[string]string) (controller.Topic, error) {
+	if b.cluster != nil {
+		return b.cluster.setTopicConfigs(name, configs)
+	}
 	b.topicsMu.Lock()
 	defer b.topicsMu.Unlock()
 	t, err := b.meta.SetTopicConfigs(name, configs)

@@ -63,6 +63,9 @@ func (b *Broker) txnCoordinator() (*txn.Coordinator, error) {
 	if c := b.txn.coord.Load(); c != nil {
 		return c, nil
 	}
+	if b.clusterMode() {
+		return nil, errNoClusterCoordinator
+	}
 	b.txn.mu.Lock()
 	defer b.txn.mu.Unlock()
 	if c := b.txn.coord.Load(); c != nil {

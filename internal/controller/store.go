@@ -39,6 +39,9 @@ type Topic struct {
 	Partitions int32
 	Configs    map[string]string // dynamic topic config overrides only
 	Internal   bool
+	// Replicas lists each partition's replica node ids (cluster mode only;
+	// nil on a single node, where this node holds every partition).
+	Replicas [][]int32 `json:",omitempty"`
 }
 
 // IDString is the topic id as Kafka prints it (URL-safe base64, no padding).
@@ -48,6 +51,13 @@ func (t Topic) clone() Topic {
 	t.Configs = maps.Clone(t.Configs)
 	if t.Configs == nil {
 		t.Configs = map[string]string{}
+	}
+	if t.Replicas != nil {
+		rs := make([][]int32, len(t.Replicas))
+		for i, r := range t.Replicas {
+			rs[i] = slices.Clone(r)
+		}
+		t.Replicas = rs
 	}
 	return t
 }
@@ -62,6 +72,12 @@ type state struct {
 	// disk: a crash between "forget the topic" and "remove its logs" must
 	// not let a later topic of the same name reopen the old data.
 	Deleting []Topic `json:"deleting,omitempty"`
+
+	// Cluster mode (cluster.go): the registered brokers, and the end
+	// offset of the last metadata-log entry applied to this file, so that
+	// replay after a restart starts after it.
+	Brokers []BrokerInfo `json:"brokers,omitempty"`
+	Applied int64        `json:"applied_offset,omitempty"`
 }
 
 const stateVersion = 1

@@ -80,6 +80,9 @@ type Partition struct {
 	hwCh   chan struct{} // closed when hw next advances
 	closed bool
 
+	// rep is set in cluster mode: the log is a Raft group's (replica.go).
+	rep *replica
+
 	// wake tells the durability loop there is something new to wait for.
 	wake   chan struct{}
 	cancel context.CancelFunc
@@ -173,6 +176,11 @@ func (p *Partition) Append(batch []byte) (AppendResult, error) {
 	if err := p.Failed(); err != nil {
 		return AppendResult{}, err
 	}
+	if p.rep != nil {
+		if err := p.leaderCheckLocked(); err != nil {
+			return AppendResult{}, err
+		}
+	}
 	dup, err := p.checkProducer(h)
 	if err != nil {
 		return AppendResult{}, err
@@ -227,6 +235,9 @@ func (p *Partition) storageError(err error) error {
 // afterAppend moves the high watermark (or wakes the durability loop).
 // Called with appendMu held.
 func (p *Partition) afterAppend() {
+	if p.rep != nil {
+		return // the Raft commit moves it
+	}
 	if !p.syncMode() {
 		p.advance(p.log.EndOffset())
 		return
@@ -257,6 +268,9 @@ func validationError(err error) error {
 func (p *Partition) WaitCommitted(ctx context.Context, end int64) error {
 	if err := p.Failed(); err != nil {
 		return err
+	}
+	if p.rep != nil {
+		return p.waitReplicated(ctx, end)
 	}
 	if !p.syncMode() {
 		return nil

@@ -185,6 +185,12 @@ func (p *Partition) AppendCoordinator(batch []byte) (AppendResult, error) {
 
 // appendLocked writes batch to the log and returns its base offset.
 func (p *Partition) appendLocked(batch []byte) (int64, error) {
+	if p.rep != nil {
+		if err := p.leaderCheckLocked(); err != nil {
+			return 0, err
+		}
+		return p.proposeLocked(batch)
+	}
 	info, err := p.log.Append(batch, p.epoch.Load())
 	if err != nil {
 		if verr := validationError(err); verr != err {

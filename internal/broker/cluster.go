@@ -1,0 +1,881 @@
+package broker
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"net"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/controller"
+	"holdfast/internal/group"
+	"holdfast/internal/raft"
+	"holdfast/internal/records"
+	"holdfast/internal/storage"
+	"holdfast/internal/wire"
+)
+
+// Cluster mode (Config.Peers set): one raft.Host per node drives the
+// metadata group (the controller: broker registrations, topics with their
+// replica sets, configs) and one group per partition replica on this node.
+// Single-node mode never builds any of this.
+
+// metadataGroup is the Raft group id of the controller. Partition groups
+// get ids hashed from (topic id, partition) with the top bit set, so they
+// never collide with it.
+const metadataGroup = 1
+
+// metadataLogDir is where the metadata group's Raft log lives, under the
+// data dir (Kafka's KRaft log has the same name).
+const metadataLogDir = "__cluster_metadata-0"
+
+func init() {
+	onStart(rankStorage-5, "raft", (*Broker).startRaft)
+	onStart(rankStorage+5, "cluster metadata", (*Broker).startClusterMeta)
+	register(kmsg.BrokerRegistration, 0, 4, (*Broker).handleBrokerRegistration)
+}
+
+type cluster struct {
+	b       *Broker
+	host    *raft.Host
+	metaLog *storage.Log
+	voters  []uint64
+
+	qmu   sync.Mutex
+	queue []raft.Committed
+	kick  chan struct{}
+
+	amu       sync.Mutex
+	applied   int64 // end offset of the last metadata entry applied (any kind)
+	appliedCh chan struct{}
+	results   map[int64]error // by entry end offset, for the proposer
+	resultQ   []int64
+
+	fwdMu sync.Mutex
+	fwd   *kgo.Client // to other brokers: registration, forwarded creates
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// clusterMode reports whether this node is part of a replicated cluster.
+func (b *Broker) clusterMode() bool { return b.cluster != nil }
+
+func (b *Broker) startRaft() error {
+	if len(b.cfg.Peers) == 0 {
+		return nil
+	}
+	if _, ok := b.cfg.Peers[b.cfg.NodeID]; !ok {
+		return fmt.Errorf("--node-id %d is not in --peers", b.cfg.NodeID)
+	}
+	listen := b.cfg.RaftListen
+	if listen == "" {
+		listen = b.cfg.Peers[b.cfg.NodeID]
+	}
+	if err := b.cfg.FS.MkdirAll(b.cfg.DataDir, 0o755); err != nil {
+		return err
+	}
+	peers := make(map[uint64]string, len(b.cfg.Peers))
+	var voters []uint64
+	for id, addr := range b.cfg.Peers {
+		if id <= 0 || id >= 1<<producerIDNodeBits {
+			return fmt.Errorf("peer id %d: must be in 1..%d", id, 1<<producerIDNodeBits-1)
+		}
+		peers[uint64(id)] = addr
+		voters = append(voters, uint64(id))
+	}
+	slices.Sort(voters)
+	// Frames from a node of another cluster are refused: the id is a hash
+	// of the peer list, which every node of one cluster is given alike.
+	ch := fnv.New64a()
+	for _, id := range voters {
+		fmt.Fprintf(ch, "%d@%s,", id, peers[id])
+	}
+	h, err := raft.NewHost(raft.Config{
+		ID: uint64(b.cfg.NodeID), Dir: b.cfg.DataDir, Listen: listen, Peers: peers, ClusterID: ch.Sum64() | 1,
+		FS: b.cfg.FS, Logger: b.log.With("component", "raft"),
+	})
+	if err != nil {
+		return err
+	}
+	b.cluster = &cluster{b: b, host: h, voters: voters, kick: make(chan struct{}, 1),
+		appliedCh: make(chan struct{}), results: map[int64]error{}, stop: make(chan struct{})}
+	b.closers = append(b.closers, h.Close) // idempotent; the metadata closer closes it earlier
+	b.log.Info("raft host started", "node", b.cfg.NodeID, "raft_listen", h.Addr(), "peers", len(peers))
+	return nil
+}
+
+// startClusterMeta opens the metadata group, replays what the metadata
+// file has not applied yet, and starts registering this broker.
+func (b *Broker) startClusterMeta() error {
+	c := b.cluster
+	if c == nil {
+		return nil
+	}
+	cfg := storage.DefaultConfig()
+	cfg.RetentionMs, cfg.RetentionBytes = -1, -1
+	cfg.Flush = storage.FlushPolicy{Mode: storage.FlushSync}
+	dir := filepath.Join(b.cfg.DataDir, metadataLogDir)
+	if err := b.cfg.FS.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	l, err := storage.Open(dir, cfg, storage.Options{FS: b.cfg.FS, Syncer: b.syncer, Logger: b.log})
+	if err != nil {
+		return err
+	}
+	c.metaLog = l
+	if err := c.host.AddGroup(raft.GroupConfig{ID: metadataGroup, Log: l, Voters: c.voters, OnCommit: c.onMetaCommit}); err != nil {
+		l.Close()
+		return err
+	}
+	c.wg.Add(2)
+	go c.applyLoop()
+	go c.registerLoop()
+	b.closers = append(b.closers, func() error {
+		close(c.stop)
+		c.wg.Wait()
+		c.fwdMu.Lock()
+		if c.fwd != nil {
+			c.fwd.Close()
+		}
+		c.fwdMu.Unlock()
+		err := c.host.Close()
+		return errors.Join(err, l.Close())
+	})
+	return nil
+}
+
+// onMetaCommit runs on the Ready loop: it only queues.
+func (c *cluster) onMetaCommit(_ uint64, ents []raft.Committed) {
+	c.qmu.Lock()
+	c.queue = append(c.queue, ents...)
+	c.qmu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+var errStopScan = errors.New("stop")
+
+func (c *cluster) applyLoop() {
+	defer c.wg.Done()
+	// Entries committed before this start whose effect the metadata file
+	// does not have yet (a crash between commit and apply): Raft does not
+	// deliver them again, so read them from the log.
+	if st, err := c.host.Status(metadataGroup); err == nil {
+		from := c.b.meta.Applied()
+		if from < st.CommitOffset && from < c.metaLog.EndOffset() {
+			err := c.metaLog.Scan(max(from, c.metaLog.StartOffset()), func(h records.Header, batch []byte) error {
+				end := h.LastOffset() + 1
+				if end > st.CommitOffset {
+					return errStopScan
+				}
+				if !h.IsControl() {
+					c.applyBatch(end, batch)
+				}
+				c.setApplied(end, nil)
+				return nil
+			})
+			if err != nil && !errors.Is(err, errStopScan) {
+				c.b.log.Error("replaying the metadata log", "err", err)
+			}
+		}
+	}
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.kick:
+		}
+		c.qmu.Lock()
+		q := c.queue
+		c.queue = nil
+		c.qmu.Unlock()
+		for _, e := range q {
+			var err error
+			if e.Data != nil {
+				err = c.applyBatch(e.EndOffset, e.Data)
+			}
+			c.setApplied(e.EndOffset, err)
+		}
+	}
+}
+
+func (c *cluster) setApplied(end int64, res error) {
+	c.amu.Lock()
+	defer c.amu.Unlock()
+	if end <= c.applied {
+		return
+	}
+	c.applied = end
+	c.results[end] = res
+	c.resultQ = append(c.resultQ, end)
+	if len(c.resultQ) > 1024 { // nobody waits that long for a result
+		delete(c.results, c.resultQ[0])
+		c.resultQ = c.resultQ[1:]
+	}
+	close(c.appliedCh)
+	c.appliedCh = make(chan struct{})
+}
+
+// applyBatch applies the command in one committed metadata batch.
+func (c *cluster) applyBatch(end int64, batch []byte) error {
+	recs, err := records.Records(batch)
+	if err != nil || len(recs) != 1 {
+		c.b.log.Error("undecodable metadata entry", "offset", end-1, "err", err)
+		return fmt.Errorf("bad metadata entry: %w", kerr.UnknownServerError)
+	}
+	cmd, err := controller.DecodeCommand(recs[0].Value)
+	if err != nil {
+		c.b.log.Error("undecodable metadata command", "offset", end-1, "err", err)
+		return fmt.Errorf("%w: %w", kerr.UnknownServerError, err)
+	}
+	return c.apply(end, cmd)
+}
+
+// apply changes the metadata and then this node's replicas to match.
+func (c *cluster) apply(end int64, cmd controller.Command) error {
+	b := c.b
+	b.topicsMu.Lock()
+	defer b.topicsMu.Unlock()
+	if cmd.Op == controller.OpCreateTopic && cmd.Topic != nil {
+		// Node-local: data of a deleted topic of that name goes first.
+		if err := b.finishPendingDelete(cmd.Topic.Name); err != nil {
+			b.log.Warn("removing deleted topic's data", "topic", cmd.Topic.Name, "err", err)
+		}
+	}
+	var old controller.Topic
+	if cmd.Op == controller.OpAddPartitions {
+		old, _ = b.meta.Topic(cmd.Name)
+	}
+	t, err := b.meta.Apply(end, cmd)
+	if err != nil {
+		b.log.Debug("metadata command refused", "op", cmd.Op, "topic", cmd.Name, "err", err)
+		return err
+	}
+	switch cmd.Op {
+	case controller.OpCreateTopic:
+		b.log.Info("created topic", "topic", t.Name, "partitions", t.Partitions, "topic_id", t.IDString(), "replicas", t.Replicas)
+		if err := c.openReplicas(t, 0); err != nil {
+			b.log.Error("opening replicas", "topic", t.Name, "err", err)
+		}
+	case controller.OpAddPartitions:
+		b.log.Info("added partitions", "topic", t.Name, "from", old.Partitions, "to", t.Partitions)
+		if err := c.openReplicas(t, old.Partitions); err != nil {
+			b.log.Error("opening replicas", "topic", t.Name, "err", err)
+		}
+	case controller.OpDeleteTopic:
+		b.log.Info("deleted topic", "topic", t.Name, "topic_id", t.IDString())
+		for i := int32(0); i < t.Partitions; i++ {
+			c.host.RemoveGroup(partitionGroup(t.ID, i))
+		}
+		if err := b.finishPendingDelete(t.Name); err != nil {
+			b.log.Warn("removing deleted topic's data", "topic", t.Name, "err", err)
+		}
+	case controller.OpTopicConfigs:
+		b.applyLogConfigs(t)
+	case controller.OpRegister:
+		b.log.Info("broker registered", "broker", cmd.Broker.ID, "host", cmd.Broker.Host, "port", cmd.Broker.Port, "rack", cmd.Broker.Rack)
+	}
+	return nil
+}
+
+// partitionGroup is the Raft group id of a partition: the same on every
+// node, with no allocation to agree on.
+func partitionGroup(topicID [16]byte, index int32) uint64 {
+	h := fnv.New64a()
+	h.Write(topicID[:])
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], uint32(index))
+	h.Write(b[:])
+	return h.Sum64() | 1<<63
+}
+
+// openReplicas opens this node's replicas of partitions from.. of t, each
+// as a Raft group whose voters are the partition's replicas.
+func (c *cluster) openReplicas(t controller.Topic, from int32) error {
+	b := c.b
+	me := b.cfg.NodeID
+	cfg := b.topicLogConfig(t)
+	lat := b.topicLogAppendTime(t)
+	var errs []error
+	for i := from; i < t.Partitions; i++ {
+		if int(i) >= len(t.Replicas) || !slices.Contains(t.Replicas[i], me) {
+			continue
+		}
+		p, err := b.parts.Open(t.Name, t.ID, i, cfg)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("opening %s-%d: %w", t.Name, i, err))
+			continue
+		}
+		p.SetLogAppendTime(lat)
+		voters := make([]uint64, len(t.Replicas[i]))
+		for j, r := range t.Replicas[i] {
+			voters[j] = uint64(r)
+		}
+		if err := p.Replicate(c.host, partitionGroup(t.ID, i), voters); err != nil {
+			errs = append(errs, fmt.Errorf("replicating %s-%d: %w", t.Name, i, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// controllerID is the metadata group's leader (-1 if unknown).
+func (c *cluster) controllerID() int32 {
+	st, err := c.host.Status(metadataGroup)
+	if err != nil || st.Leader == 0 {
+		return -1
+	}
+	return int32(st.Leader)
+}
+
+func (c *cluster) isController() bool {
+	st, err := c.host.Status(metadataGroup)
+	return err == nil && st.State == "StateLeader"
+}
+
+// propose commits cmd through the metadata group (this node must lead it)
+// and waits until it is applied here; the error is the command's.
+func (c *cluster) propose(ctx context.Context, cmd controller.Command) error {
+	val, err := controller.EncodeCommand(cmd)
+	if err != nil {
+		return err
+	}
+	batch, err := records.Build(records.Batch{ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1},
+		[]records.Record{{Timestamp: time.Now().UnixMilli(), Value: val}})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	p, err := c.host.Propose(ctx, metadataGroup, batch)
+	if err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			return errCode(kerr.NotController, "this node is not the controller")
+		}
+		return errCode(kerr.RequestTimedOut, "metadata proposal: %v", err)
+	}
+	if err := c.host.WaitCommitted(ctx, p); err != nil {
+		if errors.Is(err, raft.ErrProposalLost) {
+			return errCode(kerr.NotController, "lost the controller role before the change committed")
+		}
+		return errCode(kerr.RequestTimedOut, "metadata commit: %v", err)
+	}
+	for {
+		c.amu.Lock()
+		applied, ch := c.applied, c.appliedCh
+		res, ok := c.results[p.EndOffset]
+		c.amu.Unlock()
+		if applied >= p.EndOffset {
+			if !ok {
+				return nil
+			}
+			return res
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return errCode(kerr.RequestTimedOut, "metadata apply: %v", ctx.Err())
+		}
+	}
+}
+
+// notController is the answer of a node that cannot change metadata.
+func notController() error {
+	return errCode(kerr.NotController, "this node is not the controller")
+}
+
+// placeReplicas assigns rf replicas to each of n partitions over the
+// registered brokers: round-robin from a random start over a list that
+// alternates racks, so a partition's replicas land on different racks when
+// there are enough (Kafka's rack-aware assignment, simplified).
+func (c *cluster) placeReplicas(n int32, rf int16) ([][]int32, error) {
+	brokers := c.b.meta.Brokers()
+	if rf <= 0 {
+		rf = c.b.defaultReplicationFactor()
+	}
+	if int(rf) > len(brokers) {
+		return nil, errCode(kerr.InvalidReplicationFactor, "Replication factor: %d larger than available brokers: %d.", rf, len(brokers))
+	}
+	byRack := map[string][]int32{}
+	var racks []string
+	for _, br := range brokers {
+		if _, ok := byRack[br.Rack]; !ok {
+			racks = append(racks, br.Rack)
+		}
+		byRack[br.Rack] = append(byRack[br.Rack], br.ID)
+	}
+	sort.Strings(racks)
+	var order []int32
+	for len(order) < len(brokers) {
+		for _, r := range racks {
+			if len(byRack[r]) > 0 {
+				order = append(order, byRack[r][0])
+				byRack[r] = byRack[r][1:]
+			}
+		}
+	}
+	start := rand.IntN(len(order))
+	out := make([][]int32, n)
+	for i := range out {
+		rs := make([]int32, rf)
+		for j := range rs {
+			rs[j] = order[(start+i+j)%len(order)]
+		}
+		out[i] = rs
+	}
+	return out, nil
+}
+
+// defaultReplicationFactor is default.replication.factor: 1 on a single
+// node, min(3, nodes) in a cluster unless configured.
+func (b *Broker) defaultReplicationFactor() int16 {
+	if b.cfg.DefaultReplicationFactor > 0 {
+		return b.cfg.DefaultReplicationFactor
+	}
+	if b.cluster == nil {
+		return 1
+	}
+	return int16(min(3, len(b.cfg.Peers)))
+}
+
+// createTopicCluster creates a topic through the controller. On the
+// controller it proposes; elsewhere it refuses with NOT_CONTROLLER
+// (CreateTopics: the client goes to the controller) or, for topics the
+// broker creates itself (auto-creation, internal topics), forwards a
+// CreateTopics request to the controller and waits to apply the result.
+// Called with topicsMu held; released while waiting.
+func (c *cluster) createTopic(name string, partitions int32, rf int16, configs map[string]string, internal, mustBeNew bool) (controller.Topic, error) {
+	b := c.b
+	if t, ok := b.meta.Topic(name); ok {
+		if mustBeNew {
+			return controller.Topic{}, errCode(kerr.TopicAlreadyExists, "Topic '%s' already exists.", name)
+		}
+		return t, nil
+	}
+	if err := validateTopicName(name); err != nil {
+		return controller.Topic{}, errCode(kerr.InvalidTopicException, "%v", err)
+	}
+	if other, ok := b.topicCollision(name); ok {
+		return controller.Topic{}, errCode(kerr.InvalidTopicException, "Topic '%s' collides with existing topic: %s", name, other)
+	}
+	if partitions <= 0 {
+		return controller.Topic{}, controller.ErrInvalidCount
+	}
+	// The apply loop takes topicsMu to apply what we propose.
+	b.topicsMu.Unlock()
+	defer b.topicsMu.Lock()
+	if !c.isController() {
+		if mustBeNew {
+			return controller.Topic{}, notController()
+		}
+		if err := c.forwardCreate(name, partitions, configs); err != nil {
+			return controller.Topic{}, err
+		}
+		if t, ok := b.meta.Topic(name); ok {
+			return t, nil
+		}
+		return controller.Topic{}, errCode(kerr.LeaderNotAvailable, "topic %s is being created", name)
+	}
+	reps, err := c.placeReplicas(partitions, rf)
+	if err != nil {
+		return controller.Topic{}, err
+	}
+	t := controller.Topic{Name: name, ID: newTopicID(), Partitions: partitions, Configs: configs, Internal: internal || isInternalTopic(name), Replicas: reps}
+	if err := c.propose(context.Background(), controller.Command{Op: controller.OpCreateTopic, Topic: &t}); err != nil {
+		return controller.Topic{}, err
+	}
+	t, _ = b.meta.Topic(name)
+	return t, nil
+}
+
+// newTopicID is a random UUID (v4) that is not zero or Kafka's reserved id.
+func newTopicID() [16]byte {
+	for {
+		var id [16]byte
+		for i := range id {
+			id[i] = byte(rand.UintN(256))
+		}
+		id[6] = id[6]&0x0f | 0x40
+		id[8] = id[8]&0x3f | 0x80
+		if id != ([16]byte{}) && id != ([16]byte{15: 1}) {
+			return id
+		}
+	}
+}
+
+// forwardCreate asks the controller to create a topic and waits until the
+// result is applied on this node.
+func (c *cluster) forwardCreate(name string, partitions int32, configs map[string]string) error {
+	cl, err := c.forwarder()
+	if err != nil {
+		return errCode(kerr.LeaderNotAvailable, "no controller known yet: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.TimeoutMillis = 10000
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, partitions, -1
+	for k, v := range configs {
+		cfg := kmsg.NewCreateTopicsRequestTopicConfig()
+		cfg.Name, cfg.Value = k, &v
+		rt.Configs = append(rt.Configs, cfg)
+	}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return errCode(kerr.LeaderNotAvailable, "forwarding topic creation: %v", err)
+	}
+	if len(resp.Topics) == 1 && resp.Topics[0].ErrorCode != 0 && resp.Topics[0].ErrorCode != kerr.TopicAlreadyExists.Code {
+		ke := kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+		return fmt.Errorf("forwarded topic creation: %w", ke)
+	}
+	// Wait to apply it here too.
+	for ctx.Err() == nil {
+		if _, ok := c.b.meta.Topic(name); ok {
+			return nil
+		}
+		c.amu.Lock()
+		ch := c.appliedCh
+		c.amu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+	}
+	return errCode(kerr.LeaderNotAvailable, "topic %s not applied here yet", name)
+}
+
+// forwarder is a Kafka client over the registered brokers, for the
+// requests this node sends to the controller.
+func (c *cluster) forwarder() (*kgo.Client, error) {
+	c.fwdMu.Lock()
+	defer c.fwdMu.Unlock()
+	if c.fwd != nil {
+		return c.fwd, nil
+	}
+	var seeds []string
+	for _, br := range c.b.meta.Brokers() {
+		if br.ID != c.b.cfg.NodeID {
+			seeds = append(seeds, net.JoinHostPort(br.Host, strconv.Itoa(int(br.Port))))
+		}
+	}
+	if len(seeds) == 0 {
+		return nil, errors.New("no other broker registered")
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ClientID("holdfast-broker-"+strconv.Itoa(int(c.b.cfg.NodeID))))
+	if err != nil {
+		return nil, err
+	}
+	c.fwd = cl
+	return cl, nil
+}
+
+// registerLoop makes sure the metadata knows this broker: the controller
+// proposes its own registration (and, in a new cluster, the cluster id);
+// other nodes send BrokerRegistration to the controller once its address
+// is known.
+func (c *cluster) registerLoop() {
+	defer c.wg.Done()
+	b := c.b
+	me := controller.BrokerInfo{ID: b.cfg.NodeID, Host: b.cfg.AdvertisedHost, Port: b.cfg.AdvertisedPort, Rack: b.cfg.Rack}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-tick.C:
+		}
+		if cur, ok := b.meta.Broker(me.ID); ok && cur == me {
+			continue // keep checking: a re-registration by an old config must not stick
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var err error
+		if c.isController() {
+			if len(b.meta.Brokers()) == 0 {
+				// A new cluster: every node adopts the first controller's id.
+				err = c.propose(ctx, controller.Command{Op: controller.OpInit, ClusterID: b.meta.ClusterID()})
+			}
+			if err == nil {
+				err = c.propose(ctx, controller.Command{Op: controller.OpRegister, Broker: &me})
+			}
+		} else if leader := c.controllerID(); leader > 0 {
+			if li, ok := b.meta.Broker(leader); ok {
+				err = c.sendRegistration(ctx, li, me)
+			}
+		}
+		cancel()
+		if err != nil {
+			b.log.Debug("broker registration", "err", err)
+		}
+	}
+}
+
+func (c *cluster) sendRegistration(ctx context.Context, to, me controller.BrokerInfo) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(net.JoinHostPort(to.Host, strconv.Itoa(int(to.Port)))))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrBrokerRegistrationRequest()
+	req.BrokerID = me.ID
+	req.ClusterID = c.b.meta.ClusterID()
+	l := kmsg.NewBrokerRegistrationRequestListener()
+	l.Name, l.Host, l.Port, l.SecurityProtocol = "PLAINTEXT", me.Host, uint16(me.Port), 0
+	req.Listeners = append(req.Listeners, l)
+	if me.Rack != "" {
+		req.Rack = &me.Rack
+	}
+	seeds := cl.SeedBrokers()
+	if len(seeds) == 0 {
+		return errors.New("no seed")
+	}
+	kresp, err := seeds[0].Request(ctx, req)
+	if err != nil {
+		return err
+	}
+	if code := kresp.(*kmsg.BrokerRegistrationResponse).ErrorCode; code != 0 {
+		return kerr.ErrorForCode(code)
+	}
+	return nil
+}
+
+// handleBrokerRegistration (KRaft's broker-to-controller API) records a
+// broker's Kafka listener in the metadata. Only the controller accepts it.
+func (b *Broker) handleBrokerRegistration(_ context.Context, r *wire.Request) wire.Reply {
+	req := r.Body.(*kmsg.BrokerRegistrationRequest)
+	resp := req.ResponseKind().(*kmsg.BrokerRegistrationResponse)
+	c := b.cluster
+	switch {
+	case c == nil:
+		resp.ErrorCode = kerr.UnsupportedVersion.Code
+		return wire.Respond(resp)
+	case !c.isController():
+		resp.ErrorCode = kerr.NotController.Code
+		return wire.Respond(resp)
+	case len(req.Listeners) == 0 || b.cfg.Peers[req.BrokerID] == "":
+		resp.ErrorCode = kerr.InvalidRequest.Code
+		return wire.Respond(resp)
+	}
+	info := controller.BrokerInfo{ID: req.BrokerID, Host: req.Listeners[0].Host, Port: int32(req.Listeners[0].Port)}
+	if req.Rack != nil {
+		info.Rack = *req.Rack
+	}
+	return func(ctx context.Context) kmsg.Response {
+		err := c.propose(ctx, controller.Command{Op: controller.OpRegister, Broker: &info})
+		resp.ErrorCode, _ = kafkaError(err)
+		resp.BrokerEpoch = 1
+		return resp
+	}
+}
+
+// createClusterTopic is CreateTopics in cluster mode.
+func (b *Broker) createClusterTopic(name string, partitions int32, rf int16, configs map[string]string) (controller.Topic, error) {
+	b.topicsMu.Lock()
+	defer b.topicsMu.Unlock()
+	return b.cluster.createTopic(name, partitions, rf, configs, false, true)
+}
+
+func (c *cluster) deleteTopic(name string) (controller.Topic, error) {
+	t, ok := c.b.meta.Topic(name)
+	if !ok {
+		return t, controller.ErrUnknownTopic
+	}
+	if !c.isController() {
+		return t, notController()
+	}
+	return t, c.propose(context.Background(), controller.Command{Op: controller.OpDeleteTopic, Name: name})
+}
+
+func (c *cluster) addPartitions(name string, total int32) (controller.Topic, error) {
+	t, ok := c.b.meta.Topic(name)
+	if !ok {
+		return t, controller.ErrUnknownTopic
+	}
+	if !c.isController() {
+		return t, notController()
+	}
+	if total <= t.Partitions {
+		return t, controller.ErrInvalidCount
+	}
+	rf := int16(len(c.b.cfg.Peers))
+	if len(t.Replicas) > 0 {
+		rf = int16(len(t.Replicas[0]))
+	}
+	reps, err := c.placeReplicas(total-t.Partitions, rf)
+	if err != nil {
+		return t, err
+	}
+	if err := c.propose(context.Background(), controller.Command{Op: controller.OpAddPartitions, Name: name, Partitions: total, Replicas: reps}); err != nil {
+		return t, err
+	}
+	t, _ = c.b.meta.Topic(name)
+	return t, nil
+}
+
+func (c *cluster) setTopicConfigs(name string, configs map[string]string) (controller.Topic, error) {
+	t, ok := c.b.meta.Topic(name)
+	if !ok {
+		return t, controller.ErrUnknownTopic
+	}
+	if !c.isController() {
+		return t, notController()
+	}
+	if err := c.propose(context.Background(), controller.Command{Op: controller.OpTopicConfigs, Name: name, Configs: configs}); err != nil {
+		return t, err
+	}
+	t, _ = c.b.meta.Topic(name)
+	return t, nil
+}
+
+// errNoClusterCoordinator: the transaction coordinator needs to live on
+// the leader of its __transaction_state partition, which is not built yet.
+var errNoClusterCoordinator = errors.New("transaction coordinator not available in cluster mode yet")
+
+// startClusterGroups builds a group coordinator that never loads: every
+// group answers COORDINATOR_LOAD_IN_PROGRESS (retriable) and FindCoordinator
+// answers COORDINATOR_NOT_AVAILABLE, so no node serves group state it may
+// not lead. Placing coordinators on __consumer_offsets leaders is the next
+// step (docs/replication.md).
+func (b *Broker) startClusterGroups(n int32) error {
+	logs := make([]group.Log, n)
+	for i := range logs {
+		logs[i] = unavailableLog{}
+	}
+	b.groups = group.New(b.cfg.Groups, logs, group.Options{Logger: b.log.With("component", "groups")})
+	b.closers = append(b.closers, b.groups.Close)
+	return nil
+}
+
+type unavailableLog struct{}
+
+func (unavailableLog) Append([]byte) (int64, error) { return 0, kerr.CoordinatorNotAvailable }
+func (unavailableLog) WaitCommitted(context.Context, int64) error {
+	return kerr.CoordinatorNotAvailable
+}
+func (unavailableLog) Scan(func([]byte) error) error { return nil }
+
+// Producer ids in a cluster: each node allocates from its own durable
+// counter and puts its node id in the low bits, so ids are unique across
+// the cluster without a round trip (a producer keeps its id across leader
+// changes, and the new leader's dedupe must not confuse two producers).
+const producerIDNodeBits = 10
+
+func (b *Broker) clusterProducerID(req *kmsg.InitProducerIDRequest, resp *kmsg.InitProducerIDResponse) kmsg.Response {
+	me := int64(b.cfg.NodeID)
+	alloc := b.txn.ids
+	if req.ProducerID >= 0 && req.ProducerEpoch >= 0 && req.ProducerID&(1<<producerIDNodeBits-1) == me &&
+		alloc.Issued(req.ProducerID>>producerIDNodeBits) && req.ProducerEpoch < 1<<15-2 {
+		resp.ProducerID, resp.ProducerEpoch = req.ProducerID, req.ProducerEpoch+1
+		return resp
+	}
+	id, err := alloc.Next()
+	if err != nil {
+		b.log.Error("allocating a producer id", "err", err)
+		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
+		return resp
+	}
+	resp.ProducerID, resp.ProducerEpoch = id<<producerIDNodeBits|me, 0
+	return resp
+}
+
+// brokers lists every registered broker for Metadata (this one at least,
+// before its registration is applied).
+func (c *cluster) brokers() []kmsg.MetadataResponseBroker {
+	var out []kmsg.MetadataResponseBroker
+	self := false
+	for _, br := range c.b.meta.Brokers() {
+		mb := kmsg.NewMetadataResponseBroker()
+		mb.NodeID, mb.Host, mb.Port = br.ID, br.Host, br.Port
+		if br.Rack != "" {
+			rack := br.Rack
+			mb.Rack = &rack
+		}
+		self = self || br.ID == c.b.cfg.NodeID
+		out = append(out, mb)
+	}
+	if !self {
+		out = append(out, c.b.brokerEntry())
+	}
+	return out
+}
+
+// partitionMetadata describes partition i of t from this node's view: its
+// Raft leader and term when this node is a replica. A node that holds no
+// replica does not know the leader; it names the first replica, and a
+// client sent to the wrong one gets NOT_LEADER_OR_FOLLOWER and asks again.
+func (c *cluster) partitionMetadata(t controller.Topic, i int32) kmsg.MetadataResponseTopicPartition {
+	mp := kmsg.NewMetadataResponseTopicPartition()
+	mp.Partition = i
+	mp.Leader, mp.LeaderEpoch = -1, -1
+	mp.OfflineReplicas = []int32{}
+	if int(i) < len(t.Replicas) {
+		mp.Replicas = slices.Clone(t.Replicas[i])
+	} else {
+		mp.Replicas = []int32{}
+	}
+	mp.ISR = []int32{}
+	p := c.b.parts.Get(t.Name, i)
+	if p == nil || !p.Replicated() {
+		if len(mp.Replicas) == 0 {
+			mp.ErrorCode = kerr.LeaderNotAvailable.Code
+			return mp
+		}
+		mp.Leader, mp.ISR = mp.Replicas[0], slices.Clone(mp.Replicas)
+		return mp
+	}
+	st, err := p.RaftStatus()
+	switch {
+	case err != nil || st.Failed != "":
+		mp.ErrorCode = kerr.KafkaStorageError.Code
+		mp.OfflineReplicas = []int32{c.b.cfg.NodeID}
+		return mp
+	case st.Leader == 0:
+		// An election is running.
+		mp.ErrorCode = kerr.LeaderNotAvailable.Code
+		return mp
+	}
+	mp.Leader = int32(st.Leader)
+	mp.LeaderEpoch = p.LeaderEpoch()
+	if st.State != "StateLeader" {
+		// Followers do not track the others' progress.
+		mp.ISR = slices.Clone(mp.Replicas)
+		return mp
+	}
+	for _, r := range st.Replicas {
+		id := int32(r.ID)
+		switch {
+		case r.ID == st.Node || r.Active && r.State == "StateReplicate":
+			mp.ISR = append(mp.ISR, id)
+		case !r.Active:
+			mp.OfflineReplicas = append(mp.OfflineReplicas, id)
+		}
+	}
+	slices.Sort(mp.ISR)
+	slices.Sort(mp.OfflineReplicas)
+	return mp
+}
+
+// RegisteredBrokers is how many brokers this node's metadata knows (cluster
+// mode; 1 on a single node).
+func (b *Broker) RegisteredBrokers() int {
+	if b.cluster == nil {
+		return 1
+	}
+	return len(b.meta.Brokers())
+}

@@ -1,0 +1,337 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/broker"
+	"holdfast/internal/brokertest"
+	"holdfast/internal/records"
+	"holdfast/internal/wire"
+)
+
+// startCluster starts n in-process brokers on loopback that form one
+// Raft cluster, and waits until every one is registered.
+func startCluster(t *testing.T, n int) []*brokertest.Node {
+	t.Helper()
+	peers := map[int32]string{}
+	for i := 1; i <= n; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		peers[int32(i)] = ln.Addr().String()
+		ln.Close()
+	}
+	nodes := make([]*brokertest.Node, n)
+	for i := range nodes {
+		id := int32(i + 1)
+		nodes[i] = brokertest.Start(t, func(c *broker.Config, _ *wire.Limits) {
+			c.NodeID, c.Peers = id, peers
+		})
+	}
+	awaitCluster(t, "every broker registered everywhere", func() error {
+		for _, node := range nodes {
+			md, err := metadata(node, nil)
+			if err != nil {
+				return err
+			}
+			if len(md.Brokers) != n || md.ControllerID <= 0 || node.B.RegisteredBrokers() != n {
+				return fmt.Errorf("node %d: brokers %d, controller %d", node.Cfg.NodeID, len(md.Brokers), md.ControllerID)
+			}
+		}
+		return nil
+	})
+	return nodes
+}
+
+func awaitCluster(t *testing.T, what string, fn func() error) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// metadata asks one node directly (not through a client's routing).
+func metadata(n *brokertest.Node, topics []string) (*kmsg.MetadataResponse, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(n.Addr))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrMetadataRequest()
+	for _, tp := range topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(tp)
+		req.Topics = append(req.Topics, rt)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := cl.SeedBrokers()[0].Request(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.(*kmsg.MetadataResponse), nil
+}
+
+// leaderOf returns partition 0's leader and epoch as node asks.
+func leaderOf(n *brokertest.Node, topic string) (leader, epoch int32, isr []int32, err error) {
+	md, err := metadata(n, []string{topic})
+	if err != nil {
+		return -1, -1, nil, err
+	}
+	if len(md.Topics) != 1 || len(md.Topics[0].Partitions) == 0 {
+		return -1, -1, nil, errors.New("no partition")
+	}
+	p := md.Topics[0].Partitions[0]
+	if p.ErrorCode != 0 {
+		return -1, -1, nil, kerr.ErrorForCode(p.ErrorCode)
+	}
+	if p.Leader <= 0 || p.LeaderEpoch < 0 {
+		return -1, -1, nil, fmt.Errorf("leader %d epoch %d", p.Leader, p.LeaderEpoch)
+	}
+	return p.Leader, p.LeaderEpoch, p.ISR, nil
+}
+
+func addrs(nodes []*brokertest.Node) []string {
+	var out []string
+	for _, n := range nodes {
+		out = append(out, n.Addr)
+	}
+	return out
+}
+
+func produceRange(t *testing.T, cl *kgo.Client, topic string, from, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: topic, Value: []byte(strconv.Itoa(from + i))}
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+}
+
+// consumeExactly reads partition 0 to its end and checks every value 0..n-1
+// is there exactly once, in order.
+func consumeExactly(t *testing.T, seeds []string, topic string, n int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var got []int
+	for len(got) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("consumed %d of %d records", len(got), n)
+		}
+		fs.EachError(func(_ string, _ int32, err error) { t.Logf("fetch: %v", err) })
+		fs.EachRecord(func(r *kgo.Record) {
+			v, _ := strconv.Atoi(string(r.Value))
+			got = append(got, v)
+		})
+	}
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("record %d is %d: lost, duplicated or reordered (%d records)", i, v, len(got))
+		}
+	}
+	if len(got) != n {
+		t.Fatalf("consumed %d records, want %d", len(got), n)
+	}
+}
+
+func nodeByID(nodes []*brokertest.Node, id int32) *brokertest.Node {
+	for _, n := range nodes {
+		if n.Cfg.NodeID == id {
+			return n
+		}
+	}
+	return nil
+}
+
+// TestClusterFailover: RF=3, acks=all idempotent produce; the leader's
+// broker stops, the client moves to the new leader (higher epoch), and
+// every acknowledged record is there exactly once; the old leader restarts,
+// catches up, and carries the data when the next leader stops.
+func TestClusterFailover(t *testing.T) {
+	nodes := startCluster(t, 3)
+	const topic = "replicated"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := kadmClient(t, addrs(nodes))
+	resp, err := adm.CreateTopics(ctx, 1, 3, nil, topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatalf("create topic: %v", err)
+	}
+	md, err := metadata(nodes[1], []string{topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := md.Topics[0].Partitions[0].Replicas; len(got) != 3 {
+		t.Fatalf("replicas %v, want 3", got)
+	}
+	var leader, epoch int32
+	awaitCluster(t, "a leader", func() (err error) { leader, epoch, _, err = leaderOf(nodes[2], topic); return err })
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs(nodes)...), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RetryTimeout(90*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	produceRange(t, cl, topic, 0, 200)
+
+	old := nodeByID(nodes, leader)
+	old.Stop()
+	var others []*brokertest.Node
+	for _, n := range nodes {
+		if n != old {
+			others = append(others, n)
+		}
+	}
+	produceRange(t, cl, topic, 200, 200)
+	var newLeader, newEpoch int32
+	awaitCluster(t, "a new leader", func() (err error) {
+		newLeader, newEpoch, _, err = leaderOf(others[0], topic)
+		return err
+	})
+	if newLeader == leader || newEpoch <= epoch {
+		t.Fatalf("after failover leader %d epoch %d, before %d epoch %d", newLeader, newEpoch, leader, epoch)
+	}
+	consumeExactly(t, addrs(others), topic, 400)
+
+	// The old leader comes back and catches up: in sync again, and when
+	// the current leader stops it is one of the two holding everything.
+	old.Restart()
+	awaitCluster(t, "the restarted node back in the ISR", func() error {
+		l, _, isr, err := leaderOf(nodeByID(nodes, newLeader), topic)
+		if err != nil {
+			return err
+		}
+		if l != newLeader || len(isr) != 3 {
+			return fmt.Errorf("leader %d isr %v", l, isr)
+		}
+		return nil
+	})
+	produceRange(t, cl, topic, 400, 100)
+	nodeByID(nodes, newLeader).Stop()
+	var rest []string
+	for _, n := range nodes {
+		if n.Cfg.NodeID != newLeader {
+			rest = append(rest, n.Addr)
+		}
+	}
+	consumeExactly(t, rest, topic, 500)
+}
+
+// TestClusterMinInsync: with min.insync.replicas=3 and one replica down,
+// acks=all is refused with NOT_ENOUGH_REPLICAS before appending, while
+// acks=1 still works.
+func TestClusterMinInsync(t *testing.T) {
+	nodes := startCluster(t, 3)
+	const topic = "strict"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	three := "3"
+	resp, err := kadmClient(t, addrs(nodes)).CreateTopics(ctx, 1, 3, map[string]*string{"min.insync.replicas": &three}, topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatalf("create topic: %v", err)
+	}
+	var leader int32
+	awaitCluster(t, "a leader", func() (err error) { leader, _, _, err = leaderOf(nodes[0], topic); return err })
+	ln := nodeByID(nodes, leader)
+	if code := rawProduce(t, ln, topic, -1); code != 0 {
+		t.Fatalf("acks=all with every replica up: %v", kerr.ErrorForCode(code))
+	}
+	for _, n := range nodes {
+		if n != ln {
+			n.Stop()
+			break
+		}
+	}
+	awaitCluster(t, "NOT_ENOUGH_REPLICAS", func() error {
+		if code := rawProduce(t, ln, topic, -1); code != kerr.NotEnoughReplicas.Code {
+			return kerr.ErrorForCode(code)
+		}
+		return nil
+	})
+	if code := rawProduce(t, ln, topic, 1); code != 0 {
+		t.Fatalf("acks=1 with one replica down: %v", kerr.ErrorForCode(code))
+	}
+}
+
+// rawProduce sends one non-idempotent batch straight to node and returns
+// the partition's error code.
+func rawProduce(t *testing.T, n *brokertest.Node, topic string, acks int16) int16 {
+	t.Helper()
+	batch, err := records.Build(records.Batch{ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1},
+		[]records.Record{{Timestamp: time.Now().UnixMilli(), Value: []byte("x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// kgo stamps its own acks setting on every produce request.
+	ack := kgo.AllISRAcks()
+	if acks == 1 {
+		ack = kgo.LeaderAck()
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(n.Addr), kgo.RequiredAcks(ack), kgo.DisableIdempotentWrite())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks, req.TimeoutMillis = acks, 10000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = batch
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := cl.SeedBrokers()[0].Request(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode
+}
+
+func kadmClient(t *testing.T, seeds []string) *kadm.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
+}

@@ -1,0 +1,185 @@
+package controller
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+)
+
+// BrokerInfo is one registered broker (cluster mode): how clients reach it.
+type BrokerInfo struct {
+	ID   int32  `json:"id"`
+	Host string `json:"host"`
+	Port int32  `json:"port"`
+	Rack string `json:"rack,omitempty"`
+}
+
+// Command is one entry of the metadata Raft log. The proposer (the
+// metadata leader) fills in everything that is not deterministic - topic
+// ids, replica placement - so that every node applies the same change.
+type Command struct {
+	Op         string            `json:"op"` // see the Op* constants
+	ClusterID  string            `json:"cluster_id,omitempty"`
+	Broker     *BrokerInfo       `json:"broker,omitempty"`
+	Topic      *Topic            `json:"topic,omitempty"` // OpCreateTopic
+	Name       string            `json:"name,omitempty"`
+	Partitions int32             `json:"partitions,omitempty"`
+	Replicas   [][]int32         `json:"replicas,omitempty"` // OpAddPartitions: the new ones
+	Configs    map[string]string `json:"configs,omitempty"`
+}
+
+// Metadata commands.
+const (
+	OpInit          = "init" // adopt the cluster id
+	OpRegister      = "register"
+	OpCreateTopic   = "create_topic"
+	OpDeleteTopic   = "delete_topic"
+	OpAddPartitions = "add_partitions"
+	OpTopicConfigs  = "topic_configs"
+	OpBrokerConfigs = "broker_configs"
+)
+
+// EncodeCommand and DecodeCommand are the metadata log's record value.
+func EncodeCommand(c Command) ([]byte, error) { return json.Marshal(c) }
+
+func DecodeCommand(b []byte) (Command, error) {
+	var c Command
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("controller: bad metadata command: %w", err)
+	}
+	return c, nil
+}
+
+// Applied is the end offset of the last metadata-log entry applied.
+func (s *Store) Applied() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.st.Applied
+}
+
+// Brokers returns the registered brokers by id.
+func (s *Store) Brokers() []BrokerInfo {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Clone(s.st.Brokers)
+}
+
+// Broker returns one registered broker.
+func (s *Store) Broker(id int32) (BrokerInfo, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, b := range s.st.Brokers {
+		if b.ID == id {
+			return b, true
+		}
+	}
+	return BrokerInfo{}, false
+}
+
+// Apply applies one committed metadata command whose log entry ends at
+// end. The change and the applied offset are persisted together, so a
+// restart replays exactly the entries after it. An entry at or below the
+// applied offset is skipped. A command that cannot apply (a topic created
+// twice by racing proposals) still advances the applied offset, and fails
+// the same way on every node: the state stays identical everywhere.
+func (s *Store) Apply(end int64, c Command) (Topic, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if end <= s.st.Applied {
+		return Topic{}, nil
+	}
+	next := s.st
+	var t Topic
+	err := s.applyTo(&next, c, &t)
+	if err != nil {
+		next = s.st // only the applied offset moves
+	}
+	next.Applied = end
+	if cerr := s.commit(next); cerr != nil {
+		return Topic{}, cerr
+	}
+	return t.clone(), err
+}
+
+func (s *Store) applyTo(next *state, c Command, out *Topic) error {
+	find := func(name string) int {
+		return slices.IndexFunc(next.Topics, func(t Topic) bool { return t.Name == name })
+	}
+	switch c.Op {
+	case OpInit:
+		if c.ClusterID == "" {
+			return fmt.Errorf("controller: init without a cluster id")
+		}
+		next.ClusterID = c.ClusterID
+	case OpRegister:
+		if c.Broker == nil {
+			return fmt.Errorf("controller: register without a broker")
+		}
+		bs := slices.DeleteFunc(slices.Clone(next.Brokers), func(b BrokerInfo) bool { return b.ID == c.Broker.ID })
+		bs = append(bs, *c.Broker)
+		sort.Slice(bs, func(i, j int) bool { return bs[i].ID < bs[j].ID })
+		next.Brokers = bs
+	case OpCreateTopic:
+		t := c.Topic
+		if t == nil || t.Partitions <= 0 || len(t.Replicas) != int(t.Partitions) {
+			return ErrInvalidCount
+		}
+		if find(t.Name) >= 0 {
+			return ErrTopicExists
+		}
+		if _, dup := s.byID[t.ID]; dup {
+			return ErrTopicExists
+		}
+		for _, d := range next.Deleting {
+			if d.Name == t.Name {
+				return ErrDeletePending
+			}
+		}
+		nt := t.clone()
+		next.Topics = append(slices.Clone(next.Topics), nt)
+		sort.Slice(next.Topics, func(i, j int) bool { return next.Topics[i].Name < next.Topics[j].Name })
+		*out = nt
+	case OpDeleteTopic:
+		i := find(c.Name)
+		if i < 0 {
+			return ErrUnknownTopic
+		}
+		*out = next.Topics[i]
+		next.Topics = slices.Delete(slices.Clone(next.Topics), i, i+1)
+		next.Deleting = append(slices.Clone(next.Deleting), *out)
+	case OpAddPartitions:
+		i := find(c.Name)
+		if i < 0 {
+			return ErrUnknownTopic
+		}
+		t := next.Topics[i].clone()
+		if c.Partitions <= t.Partitions || int(c.Partitions-t.Partitions) != len(c.Replicas) {
+			return ErrInvalidCount
+		}
+		t.Partitions = c.Partitions
+		t.Replicas = append(t.Replicas, c.Replicas...)
+		next.Topics = slices.Clone(next.Topics)
+		next.Topics[i] = t
+		*out = t
+	case OpTopicConfigs:
+		i := find(c.Name)
+		if i < 0 {
+			return ErrUnknownTopic
+		}
+		t := next.Topics[i].clone()
+		t.Configs = maps.Clone(c.Configs)
+		if t.Configs == nil {
+			t.Configs = map[string]string{}
+		}
+		next.Topics = slices.Clone(next.Topics)
+		next.Topics[i] = t
+		*out = t
+	case OpBrokerConfigs:
+		next.BrokerConfigs = maps.Clone(c.Configs)
+	default:
+		return fmt.Errorf("controller: unknown metadata command %q", c.Op)
+	}
+	return nil
+}

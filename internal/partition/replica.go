@@ -1,0 +1,259 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"holdfast/internal/raft"
+	"holdfast/internal/records"
+)
+
+// replica is a partition's replicated mode (cluster mode): the log is a
+// Raft group's log. Appends on the leader become proposals, the high
+// watermark is the Raft commit offset, and the leader epoch is the term.
+type replica struct {
+	host  *raft.Host
+	group uint64
+
+	// readyTerm is the term in which this node leads and has rebuilt its
+	// producer and transaction state from the committed log (appendMu).
+	readyTerm uint64
+
+	mu      sync.Mutex
+	pending map[int64]raft.Proposal // by end offset, until its waiter takes it
+}
+
+// maxPending bounds proposals nobody waits for (acks=0).
+const maxPending = 4096
+
+// Replicate turns p into a replica of Raft group id with the given voters
+// (the partition's replica set). Idempotent.
+func (p *Partition) Replicate(h *raft.Host, group uint64, voters []uint64) error {
+	p.appendMu.Lock()
+	defer p.appendMu.Unlock()
+	if p.rep != nil {
+		return nil
+	}
+	rep := &replica{host: h, group: group, pending: map[int64]raft.Proposal{}}
+	// Consumers see only what Raft committed: start from the log start
+	// and let the commit callback raise the watermark.
+	p.hwMu.Lock()
+	p.hw = p.log.StartOffset()
+	p.hwMu.Unlock()
+	if err := h.AddGroup(raft.GroupConfig{ID: group, Log: p.log, Voters: voters, OnCommit: p.onCommit}); err != nil {
+		return err
+	}
+	p.rep = rep
+	if st, err := h.Status(group); err == nil {
+		p.advance(st.CommitOffset)
+	}
+	return nil
+}
+
+// Replicated reports whether p is a Raft replica.
+func (p *Partition) Replicated() bool { return p.rep != nil }
+
+// RaftGroup is the partition's Raft group id (0 on a single node).
+func (p *Partition) RaftGroup() uint64 {
+	if p.rep == nil {
+		return 0
+	}
+	return p.rep.group
+}
+
+// onCommit runs on the Raft Ready loop: raise the watermark and the epoch.
+func (p *Partition) onCommit(_ uint64, ents []raft.Committed) {
+	if len(ents) == 0 {
+		return
+	}
+	last := ents[len(ents)-1]
+	if t := int32(last.Term); t > p.epoch.Load() {
+		p.epoch.Store(t)
+	}
+	p.advance(last.EndOffset)
+}
+
+// RaftStatus is the partition's Raft status on this node.
+func (p *Partition) RaftStatus() (raft.Status, error) {
+	if p.rep == nil {
+		return raft.Status{}, errors.New("partition: not replicated")
+	}
+	return p.rep.host.Status(p.rep.group)
+}
+
+// IsLeader reports whether this node may serve the partition: always on a
+// single node; in a cluster when it is the Raft leader.
+func (p *Partition) IsLeader() bool {
+	if p.rep == nil {
+		return true
+	}
+	st, err := p.rep.host.Status(p.rep.group)
+	return err == nil && st.State == "StateLeader"
+}
+
+// InSyncReplicas counts the replicas the leader currently hears from and
+// that are being replicated to (itself included); 0 on a follower.
+func (p *Partition) InSyncReplicas() int {
+	if p.rep == nil {
+		return 1
+	}
+	st, err := p.rep.host.Status(p.rep.group)
+	if err != nil || st.State != "StateLeader" {
+		return 0
+	}
+	n := 0
+	for _, r := range st.Replicas {
+		if r.ID == st.Node || r.Active && r.State == "StateReplicate" && !r.Learner {
+			n++
+		}
+	}
+	return n
+}
+
+var errNotLeader = fmt.Errorf("not the partition leader: %w", kerr.NotLeaderForPartition)
+
+// leaderCheckLocked refuses appends on a follower, and on a new leader
+// until everything earlier terms left in its log is committed: only then
+// is the producer state (rebuilt here from the committed log) complete, so
+// a retry of a batch written under the old leader is found as a duplicate.
+// Called with appendMu held.
+func (p *Partition) leaderCheckLocked() error {
+	rep := p.rep
+	st, err := rep.host.Status(rep.group)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errNotLeader, err)
+	}
+	if st.State != "StateLeader" {
+		return errNotLeader
+	}
+	if rep.readyTerm == st.Term {
+		return nil
+	}
+	if st.CommitOffset < st.EndOffset {
+		return fmt.Errorf("new leader still committing earlier entries: %w", kerr.NotLeaderForPartition)
+	}
+	if err := p.rebuildLocked(); err != nil {
+		return p.fail(err)
+	}
+	rep.readyTerm = st.Term
+	p.lg.Info("leading partition", "epoch", st.Term, "log_end_offset", st.EndOffset)
+	return nil
+}
+
+// rebuildLocked recomputes producer and transaction state from the whole
+// log. Cost: one scan per leadership change (follow-up: followers keep it
+// up to date from committed entries and snapshots).
+func (p *Partition) rebuildLocked() error {
+	start := time.Now()
+	p.producers = map[int64]*producer{}
+	p.txnMu.Lock()
+	p.txn = txnState{open: map[int64]int64{}}
+	p.txnMu.Unlock()
+	n := 0
+	err := p.log.Scan(p.log.StartOffset(), func(h records.Header, batch []byte) error {
+		n++
+		if err := p.replayTxn(h, batch); err != nil {
+			return err
+		}
+		lat := int64(-1)
+		if h.LogAppendTime() {
+			lat = h.MaxTimestamp
+		}
+		p.recordProducer(h, lat, h.MaxTimestamp)
+		return nil
+	})
+	p.lg.Debug("rebuilt producer state for leadership", "batches", n, "producers", len(p.producers), "took", time.Since(start))
+	return err
+}
+
+// proposeLocked is appendLocked in replicated mode.
+func (p *Partition) proposeLocked(batch []byte) (int64, error) {
+	rep := p.rep
+	prop, err := rep.host.Propose(context.Background(), rep.group, batch)
+	if err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			return 0, errNotLeader
+		}
+		if errors.Is(err, raft.ErrProposalDropped) {
+			return 0, fmt.Errorf("%v: %w", err, kerr.NotEnoughReplicas)
+		}
+		if verr := validationError(err); verr != err {
+			return 0, verr
+		}
+		return 0, fmt.Errorf("%w: %w", kerr.NotLeaderForPartition, err)
+	}
+	// The host proposed a copy with offsets and epoch stamped; make the
+	// caller's batch match, as a local append would.
+	records.SetBaseOffset(batch, prop.BaseOffset)
+	records.SetLeaderEpoch(batch, int32(prop.Term))
+	rep.mu.Lock()
+	rep.pending[prop.EndOffset] = prop
+	if len(rep.pending) > maxPending {
+		commit := p.HighWatermark()
+		for end := range rep.pending {
+			if end <= commit {
+				delete(rep.pending, end)
+			}
+		}
+	}
+	rep.mu.Unlock()
+	return prop.BaseOffset, nil
+}
+
+// waitReplicated is WaitCommitted in replicated mode: the batch ending at
+// end is committed by a majority (each fsynced under flush=sync).
+func (p *Partition) waitReplicated(ctx context.Context, end int64) error {
+	rep := p.rep
+	rep.mu.Lock()
+	prop, ok := rep.pending[end]
+	delete(rep.pending, end)
+	rep.mu.Unlock()
+	var err error
+	if ok {
+		err = rep.host.WaitCommitted(ctx, prop)
+	} else {
+		// A deduplicated retry: its original is in the log.
+		err = rep.host.WaitCommitOffset(ctx, rep.group, end)
+	}
+	switch {
+	case err == nil:
+		p.advance(end)
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, raft.ErrProposalLost), errors.Is(err, raft.ErrNotLeader),
+		errors.Is(err, raft.ErrUnknownGroup), errors.Is(err, raft.ErrClosed):
+		return fmt.Errorf("%v: %w", err, kerr.NotLeaderForPartition)
+	}
+	return p.fail(err)
+}
+
+// WaitLocal waits until every offset below end is on this node's disk
+// (acks=1 in a cluster: the leader's local durability only).
+func (p *Partition) WaitLocal(ctx context.Context, end int64) error {
+	if p.rep == nil || !p.syncMode() {
+		return p.WaitCommitted(ctx, end)
+	}
+	// The Raft loop appends the proposal shortly; wait for that first.
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for p.log.EndOffset() < end {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	if err := p.log.WaitDurable(ctx, end); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%v: %w", err, kerr.NotLeaderForPartition)
+	}
+	return nil
+}
