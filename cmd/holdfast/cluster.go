@@ -1,9 +1,27 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/broker"
+	"holdfast/internal/storage"
+	"holdfast/internal/wire"
 )
 
 // parsePeers reads --peers: "1@host:port,2@host:port,...".
@@ -24,4 +42,165 @@ func parsePeers(s string) (map[int32]string, error) {
 		out[int32(n)] = addr
 	}
 	return out, nil
+}
+
+func init() {
+	commands["cluster"] = command{"show a cluster's nodes, leaders and per-replica offsets (cluster status)", clusterCommand}
+	commands["dev-cluster"] = command{"run a local N-node cluster in one process for development", devClusterCommand}
+}
+
+func clusterCommand(args []string) error {
+	if len(args) == 0 || args[0] != "status" {
+		return fmt.Errorf("usage: holdfast cluster status [--bootstrap host:port]")
+	}
+	fs := flag.NewFlagSet("cluster status", flag.ContinueOnError)
+	fs.Usage = flagUsage(fs, "cluster status [flags]")
+	bootstrap := bootstrapFlag(fs)
+	if err := parseLayered(fs, args[1:], ""); err != nil {
+		return err
+	}
+	cl, err := newClient(*bootstrap)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	md, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "cluster %s, controller %d\n\nNODE\tHOST\tPORT\tRACK\n", deref(md.ClusterID), md.ControllerID)
+	sort.Slice(md.Brokers, func(i, j int) bool { return md.Brokers[i].NodeID < md.Brokers[j].NodeID })
+	for _, b := range md.Brokers {
+		fmt.Fprintf(w, "%d\t%s\t%d\t%s\n", b.NodeID, b.Host, b.Port, deref(b.Rack))
+	}
+	fmt.Fprintf(w, "\nTOPIC\tPARTITION\tLEADER\tEPOCH\tREPLICAS\tISR\tHW\tREPLICA OFFSETS (acked = fsynced; leader: fsynced)\n")
+	sort.Slice(md.Topics, func(i, j int) bool { return deref(md.Topics[i].Topic) < deref(md.Topics[j].Topic) })
+	for _, t := range md.Topics {
+		name := deref(t.Topic)
+		sort.Slice(t.Partitions, func(i, j int) bool { return t.Partitions[i].Partition < t.Partitions[j].Partition })
+		for _, p := range t.Partitions {
+			hw, offs := "-", "-"
+			if p.Leader >= 0 {
+				if q, err := describeQuorum(ctx, cl, p.Leader, name, p.Partition); err == nil && q.ErrorCode == 0 {
+					hw = strconv.FormatInt(q.HighWatermark, 10)
+					var parts []string
+					for _, v := range q.CurrentVoters {
+						parts = append(parts, fmt.Sprintf("%d:%d", v.ReplicaID, v.LogEndOffset))
+					}
+					offs = strings.Join(parts, " ")
+				}
+			}
+			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%v\t%v\t%s\t%s\n", name, p.Partition, p.Leader, p.LeaderEpoch, p.Replicas, p.ISR, hw, offs)
+		}
+	}
+	return w.Flush()
+}
+
+func describeQuorum(ctx context.Context, cl *kgo.Client, leader int32, topic string, partition int32) (kmsg.DescribeQuorumResponseTopicPartition, error) {
+	req := kmsg.NewPtrDescribeQuorumRequest()
+	rt := kmsg.NewDescribeQuorumRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewDescribeQuorumRequestTopicPartition()
+	rp.Partition = partition
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	kresp, err := cl.Broker(int(leader)).Request(ctx, req)
+	if err != nil {
+		return kmsg.DescribeQuorumResponseTopicPartition{}, err
+	}
+	resp := kresp.(*kmsg.DescribeQuorumResponse)
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return kmsg.DescribeQuorumResponseTopicPartition{}, errors.New("malformed DescribeQuorum response")
+	}
+	return resp.Topics[0].Partitions[0], nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// devClusterCommand runs N brokers in this process on 127.0.0.1: Kafka on
+// base-port+i-1, Raft on base-port+100+i-1, data under dir/node-i. It
+// prints the bootstrap string and stops cleanly on SIGINT/SIGTERM.
+func devClusterCommand(args []string) error {
+	fs := flag.NewFlagSet("dev-cluster", flag.ContinueOnError)
+	fs.Usage = flagUsage(fs, "dev-cluster [flags]")
+	nodes := fs.Int("nodes", 3, "number of nodes")
+	dir := fs.String("dir", "./dev-cluster", "data directory (one sub-directory per node)")
+	basePort := fs.Int("base-port", 19092, "Kafka port of node 1; node i listens on base-port+i-1, its Raft on base-port+100+i-1")
+	flush := fs.String("flush", "sync", "durability policy (as serve --flush)")
+	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
+	if err := parseLayered(fs, args, ""); err != nil {
+		return err
+	}
+	if *nodes < 1 || *nodes > 99 {
+		return fmt.Errorf("--nodes %d: want 1..99", *nodes)
+	}
+	logger, err := newLogger(*logLevel, "text")
+	if err != nil {
+		return err
+	}
+	policy, err := storage.ParseFlushPolicy(*flush)
+	if err != nil {
+		return err
+	}
+	peers := map[int32]string{}
+	for i := 1; i <= *nodes; i++ {
+		peers[int32(i)] = net.JoinHostPort("127.0.0.1", strconv.Itoa(*basePort+100+i-1))
+	}
+	type running struct {
+		b   *broker.Broker
+		srv *wire.Server
+	}
+	var rs []running
+	defer func() {
+		for i := len(rs) - 1; i >= 0; i-- {
+			rs[i].srv.Close()
+			rs[i].b.Close()
+		}
+	}()
+	var boot []string
+	errc := make(chan error, *nodes)
+	for i := 1; i <= *nodes; i++ {
+		cfg := broker.DefaultConfig()
+		cfg.NodeID = int32(i)
+		cfg.DataDir = filepath.Join(*dir, "node-"+strconv.Itoa(i))
+		cfg.AdvertisedHost, cfg.AdvertisedPort = "127.0.0.1", int32(*basePort+i-1)
+		cfg.LogDefaults.Flush = policy
+		cfg.Logger = logger.With("node", i)
+		if *nodes > 1 {
+			cfg.Peers = peers
+		}
+		addr := net.JoinHostPort(cfg.AdvertisedHost, strconv.Itoa(int(cfg.AdvertisedPort)))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return err
+		}
+		b, err := broker.New(cfg)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("node %d: %w", i, err)
+		}
+		srv := wire.NewServer(b, wire.DefaultLimits(), cfg.Logger)
+		go func() { errc <- srv.Serve(ln) }()
+		rs = append(rs, running{b, srv})
+		boot = append(boot, addr)
+	}
+	fmt.Println(strings.Join(boot, ","))
+	os.Stdout.Sync()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	select {
+	case s := <-sig:
+		logger.Warn("dev-cluster stopping", "signal", s.String())
+	case err := <-errc:
+		return err
+	}
+	return nil
 }

@@ -191,13 +191,19 @@ func TestClusterFailover(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create topic: %v", err)
 	}
-	md, err := metadata(nodes[1], []string{topic})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := md.Topics[0].Partitions[0].Replicas; len(got) != 3 {
-		t.Fatalf("replicas %v, want 3", got)
-	}
+	// Every node applies the creation (not only the controller).
+	awaitCluster(t, "3 replicas in every node's metadata", func() error {
+		for _, n := range nodes {
+			md, err := metadata(n, []string{topic})
+			if err != nil {
+				return err
+			}
+			if len(md.Topics) != 1 || len(md.Topics[0].Partitions) != 1 || len(md.Topics[0].Partitions[0].Replicas) != 3 {
+				return fmt.Errorf("node %d: %+v", n.Cfg.NodeID, md.Topics)
+			}
+		}
+		return nil
+	})
 	var leader, epoch int32
 	awaitCluster(t, "a leader", func() (err error) { leader, epoch, _, err = leaderOf(nodes[2], topic); return err })
 
