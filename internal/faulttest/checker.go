@@ -113,6 +113,8 @@ type Producer struct {
 	id       int
 	cl       *kgo.Client
 	stop     atomic.Bool
+	ctx      context.Context // canceled by Stop: unblocks a Produce waiting for buffer space
+	cancel   context.CancelFunc
 	done     chan struct{}
 	seq      int64
 	stopOnce sync.Once
@@ -125,6 +127,7 @@ type Producer struct {
 func (c *Checker) StartProducer(cl *kgo.Client, rate int) *Producer {
 	c.mu.Lock()
 	p := &Producer{c: c, id: c.nextProd, cl: cl, done: make(chan struct{})}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
 	c.nextProd++
 	c.mu.Unlock()
 	go p.loop(rate)
@@ -148,14 +151,22 @@ func (p *Producer) loop(rate int) {
 			id := ID{p.id, p.seq}
 			p.seq++
 			r := &kgo.Record{Topic: p.c.topic, Value: p.c.value(id)}
-			// A background context: the record's fate is the broker's
-			// answer or the client's own timeouts, never our stop.
-			p.cl.Produce(context.Background(), r, func(r *kgo.Record, err error) { p.c.result(id, r, err) })
+			// Once Stop cancels ctx, a record still waiting for buffer
+			// space or not yet sent fails: it counts as unacknowledged.
+			p.cl.Produce(p.ctx, r, func(r *kgo.Record, err error) { p.c.result(id, r, err) })
 		}
 		if rate > 0 {
 			time.Sleep(tick)
 		}
 	}
+}
+
+// Pause stops adding records and returns once the loop has ended; records
+// waiting for buffer space fail. Stop still has to be called.
+func (p *Producer) Pause() {
+	p.stop.Store(true)
+	p.cancel()
+	<-p.done
 }
 
 func (c *Checker) result(id ID, r *kgo.Record, err error) {
@@ -172,13 +183,12 @@ func (c *Checker) result(id ID, r *kgo.Record, err error) {
 	c.ackCount.Add(1)
 }
 
-// Stop ends the producer: no new records, then up to flush for the buffered
-// ones to be answered. Records still unanswered are failed by closing the
-// client and count as unacknowledged.
+// Stop ends the producer: no new records, then up to flush for those in
+// flight to be answered. Records not answered (or never sent) fail and
+// count as unacknowledged.
 func (p *Producer) Stop(flush time.Duration) {
 	p.stopOnce.Do(func() {
-		p.stop.Store(true)
-		<-p.done
+		p.Pause()
 		if flush > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), flush)
 			p.cl.Flush(ctx)
