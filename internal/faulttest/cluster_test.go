@@ -107,7 +107,8 @@ func clusterProducer(t testing.TB, c *Cluster, topic string, opts ...kgo.Opt) *k
 // the leader of a partition is killed with SIGKILL and restarted; a leader
 // is frozen with SIGSTOP for longer than an election timeout and resumed
 // (it must not acknowledge what it cannot commit); a node is cut from the
-// network and healed; a node is restarted on an empty data directory.
+// network and healed; the link between a leader and one follower is cut and
+// restored; a node is restarted on an empty data directory.
 // Between faults the producers must make progress. At the end nothing
 // acknowledged may be lost, doubled or reordered, and the group must have
 // read every acknowledged record.
@@ -165,6 +166,19 @@ func TestClusterFaultSchedule(t *testing.T) {
 		c.Heal(l)
 		step("healed node %d", l)
 		ch.WaitAcked(progress, recover, "after healing")
+		waitReplicasInSync(t, c, topic, 30*time.Second)
+
+		// 3b. Cut one link only: the leader of partition 3 and one of its
+		// followers cannot talk, both still reach the third node.
+		l = leaderOf(t, c, topic, 3)
+		f := 1 + (l % len(c.Nodes))
+		step("cut the link between node %d (leader of partition 3) and node %d", l, f)
+		c.PartitionPair(l, f)
+		ch.WaitAcked(progress, recover, "with one link cut")
+		time.Sleep(3 * time.Second)
+		c.HealPair(l, f)
+		step("link %d-%d restored", l, f)
+		ch.WaitAcked(progress, recover, "after restoring the link")
 		waitReplicasInSync(t, c, topic, 30*time.Second)
 	} else {
 		t.Log("network isolation skipped: no network namespaces here")
