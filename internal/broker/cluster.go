@@ -20,7 +20,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/controller"
-	"holdfast/internal/group"
 	"holdfast/internal/raft"
 	"holdfast/internal/records"
 	"holdfast/internal/storage"
@@ -746,29 +745,6 @@ func (c *cluster) setTopicConfigs(name string, configs map[string]string) (contr
 // errNoClusterCoordinator: the transaction coordinator needs to live on
 // the leader of its __transaction_state partition, which is not built yet.
 var errNoClusterCoordinator = errors.New("transaction coordinator not available in cluster mode yet")
-
-// startClusterGroups builds a group coordinator that never loads: every
-// group answers COORDINATOR_LOAD_IN_PROGRESS (retriable) and FindCoordinator
-// answers COORDINATOR_NOT_AVAILABLE, so no node serves group state it may
-// not lead. Placing coordinators on __consumer_offsets leaders is the next
-// step (docs/replication.md).
-func (b *Broker) startClusterGroups(n int32) error {
-	logs := make([]group.Log, n)
-	for i := range logs {
-		logs[i] = unavailableLog{}
-	}
-	b.groups = group.New(b.cfg.Groups, logs, group.Options{Logger: b.log.With("component", "groups")})
-	b.closers = append(b.closers, b.groups.Close)
-	return nil
-}
-
-type unavailableLog struct{}
-
-func (unavailableLog) Append([]byte) (int64, error) { return 0, kerr.CoordinatorNotAvailable }
-func (unavailableLog) WaitCommitted(context.Context, int64) error {
-	return kerr.CoordinatorNotAvailable
-}
-func (unavailableLog) Scan(func([]byte) error) error { return nil }
 
 // Producer ids in a cluster: each node allocates from its own durable
 // counter and puts its node id in the low bits, so ids are unique across

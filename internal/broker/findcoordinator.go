@@ -19,9 +19,18 @@ const (
 )
 
 // handleFindCoordinator answers with this node for every group and
-// transactional id: a single node coordinates everything.
+// transactional id on a single node. In a cluster a group's coordinator is
+// the leader of its __consumer_offsets partition; finding it may create
+// that topic first, so the answer is built in the Reply, off the reader.
 func (b *Broker) handleFindCoordinator(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.FindCoordinatorRequest)
+	if b.clusterMode() {
+		return func(context.Context) kmsg.Response { return b.findCoordinators(req) }
+	}
+	return wire.Respond(b.findCoordinators(req))
+}
+
+func (b *Broker) findCoordinators(req *kmsg.FindCoordinatorRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
 	keys := req.CoordinatorKeys
 	if req.Version < 4 {
@@ -37,11 +46,13 @@ func (b *Broker) handleFindCoordinator(_ context.Context, r *wire.Request) wire.
 			c.ErrorCode, msg = kerr.InvalidRequest.Code, "unknown coordinator type"
 		case req.CoordinatorType == coordinatorTransaction && key == "":
 			c.ErrorCode, msg = kerr.InvalidRequest.Code, "empty transactional id"
+		case b.clusterMode() && req.CoordinatorType == coordinatorTransaction:
+			// The transaction coordinator writes markers and verifies
+			// transactional produce locally, which needs every partition
+			// of the transaction on its node: refuse rather than half work.
+			c.ErrorCode, msg = kerr.CoordinatorNotAvailable.Code, "transaction coordinators are not available in cluster mode yet"
 		case b.clusterMode():
-			// Coordinators are not placed on partition leaders yet
-			// (cluster.go): refuse rather than serve state this node
-			// may not lead.
-			c.ErrorCode, msg = kerr.CoordinatorNotAvailable.Code, "group and transaction coordinators are not available in cluster mode yet"
+			c.NodeID, c.Host, c.Port, c.ErrorCode, msg = b.groupCoordinatorNode(key)
 		case req.CoordinatorType == coordinatorGroup && b.groups.Loading(key):
 			c.ErrorCode = kerr.CoordinatorLoadInProgress.Code
 		default:
@@ -58,5 +69,5 @@ func (b *Broker) handleFindCoordinator(_ context.Context, r *wire.Request) wire.
 		resp.ErrorCode, resp.ErrorMessage = c.ErrorCode, c.ErrorMessage
 		resp.NodeID, resp.Host, resp.Port = c.NodeID, c.Host, c.Port
 	}
-	return wire.Respond(resp)
+	return resp
 }

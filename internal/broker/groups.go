@@ -22,7 +22,7 @@ func (b *Broker) startGroups() error {
 		n = 50
 	}
 	if b.clusterMode() {
-		return b.startClusterGroups(n)
+		return b.startGroupsCluster(n) // coordinators_cluster.go
 	}
 	t, err := b.ensureTopic(offsetsTopic, n, map[string]string{"cleanup.policy": "compact"}, true)
 	if err != nil {

@@ -29,8 +29,8 @@ func (c *Coordinator) DescribeGroups(req *kmsg.DescribeGroupsRequest) Reply {
 		switch {
 		case name == "":
 			d.ErrorCode = kerr.InvalidGroupID.Code
-		case c.Loading(name):
-			d.ErrorCode = kerr.CoordinatorLoadInProgress.Code
+		case c.Unavailable(name) != 0:
+			d.ErrorCode = c.Unavailable(name)
 		case g == nil:
 			d.State = string(Dead) // Kafka's answer for an unknown group before v6
 		default:
@@ -64,7 +64,8 @@ func (c *Coordinator) DescribeGroups(req *kmsg.DescribeGroupsRequest) Reply {
 func (c *Coordinator) ListGroups(req *kmsg.ListGroupsRequest) Reply {
 	resp := req.ResponseKind().(*kmsg.ListGroupsResponse)
 	for i := range c.loaded {
-		if !c.loaded[i].Load() {
+		// Partitions another node leads are not ours to list.
+		if !c.loaded[i].Load() && !c.unowned[i].Load() {
 			resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
 		}
 	}
@@ -115,8 +116,8 @@ func (c *Coordinator) DeleteGroups(req *kmsg.DeleteGroupsRequest) Reply {
 		switch {
 		case name == "":
 			d.ErrorCode = kerr.InvalidGroupID.Code
-		case c.Loading(name):
-			d.ErrorCode = kerr.CoordinatorLoadInProgress.Code
+		case c.Unavailable(name) != 0:
+			d.ErrorCode = c.Unavailable(name)
 		case c.closed:
 			d.ErrorCode = kerr.CoordinatorNotAvailable.Code
 		case g == nil || g.state == Dead:

@@ -18,13 +18,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"log/slog"
 	"math"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/records"
@@ -79,6 +79,9 @@ type Options struct {
 	Partitions func(topic string) int32
 	// Now is the clock (time.Now if nil); timers still use real time.
 	Now func() time.Time
+	// Unowned starts every partition as led elsewhere (cluster mode): its
+	// groups answer NOT_COORDINATOR until LoadPartition.
+	Unowned bool
 }
 
 // Coordinator runs every consumer group of this node.
@@ -88,7 +91,9 @@ type Coordinator struct {
 	log  *slog.Logger
 	logs []Log
 
-	loaded []atomic.Bool // per offsets partition: replay finished
+	loaded  []atomic.Bool   // per offsets partition: replay finished
+	unowned []atomic.Bool   // per offsets partition: another node leads it
+	gens    []atomic.Uint64 // per offsets partition: bumped by Load/UnloadPartition
 
 	// mu guards every group. One lock keeps the state machine simple; the
 	// slow parts (fsync waits, long joins) run outside it in Replies.
@@ -140,12 +145,19 @@ func New(cfg Config, logs []Log, opts Options) *Coordinator {
 		panic("group: no __consumer_offsets partitions")
 	}
 	c := &Coordinator{
-		cfg:    cfg,
-		opts:   opts,
-		log:    opts.Logger,
-		logs:   logs,
-		loaded: make([]atomic.Bool, len(logs)),
-		groups: map[string]*group{},
+		cfg:     cfg,
+		opts:    opts,
+		log:     opts.Logger,
+		logs:    logs,
+		loaded:  make([]atomic.Bool, len(logs)),
+		unowned: make([]atomic.Bool, len(logs)),
+		gens:    make([]atomic.Uint64, len(logs)),
+		groups:  map[string]*group{},
+	}
+	if opts.Unowned {
+		for i := range c.unowned {
+			c.unowned[i].Store(true)
+		}
 	}
 	return c
 }
@@ -157,7 +169,7 @@ func (c *Coordinator) Load(async bool) error {
 	var mu sync.Mutex
 	for i := range c.logs {
 		run := func() {
-			if err := c.replay(int32(i)); err != nil {
+			if err := c.replay(int32(i), c.gens[i].Load()); err != nil {
 				c.log.Error("replaying __consumer_offsets failed", "partition", i, "err", err)
 				mu.Lock()
 				if first == nil {
@@ -192,7 +204,7 @@ func (c *Coordinator) Close() error {
 		if g.timer != nil {
 			g.timer.Stop()
 		}
-		g.failWaiters(errCoordinatorNotAvailable)
+		g.failWaiters(kerr.CoordinatorNotAvailable.Code)
 	}
 	c.mu.Unlock()
 	c.wg.Wait()
@@ -231,7 +243,85 @@ func (c *Coordinator) partition(group string) int32 { return PartitionFor(group,
 // Loading reports whether the partition that owns group is still replaying.
 func (c *Coordinator) Loading(group string) bool { return !c.loaded[c.partition(group)].Load() }
 
-var errCoordinatorNotAvailable = errors.New("coordinator not available")
+// Unavailable is the error code for a request about group on this node:
+// NOT_COORDINATOR if another node leads its partition,
+// COORDINATOR_LOAD_IN_PROGRESS while it replays, else 0.
+func (c *Coordinator) Unavailable(group string) int16 {
+	p := c.partition(group)
+	switch {
+	case c.unowned[p].Load():
+		return kerr.NotCoordinator.Code
+	case !c.loaded[p].Load():
+		return kerr.CoordinatorLoadInProgress.Code
+	}
+	return 0
+}
+
+// Owns reports whether this node coordinates the groups of partition p
+// (loaded or loading).
+func (c *Coordinator) Owns(p int32) bool { return !c.unowned[p].Load() }
+
+// LoadPartition makes this node the coordinator of partition p's groups
+// (it became the partition's leader): they answer
+// COORDINATOR_LOAD_IN_PROGRESS while p is replayed in the background. The
+// caller makes sure the log holds everything committed before.
+func (c *Coordinator) LoadPartition(p int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.dropLocked(p, kerr.NotCoordinator.Code)
+	gen := c.gens[p].Add(1)
+	c.loaded[p].Store(false)
+	c.unowned[p].Store(false)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if err := c.replay(p, gen); err != nil {
+			// Stays loading: the next leadership change retries.
+			c.log.Error("replaying __consumer_offsets failed", "partition", p, "err", err)
+		}
+	}()
+}
+
+// UnloadPartition drops partition p's groups (this node no longer leads
+// it): waiting joins and syncs answer NOT_COORDINATOR, later requests too,
+// and the clients find the new coordinator.
+func (c *Coordinator) UnloadPartition(p int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gens[p].Add(1)
+	c.unowned[p].Store(true)
+	c.loaded[p].Store(false)
+	c.dropLocked(p, kerr.NotCoordinator.Code)
+	c.log.Info("unloaded __consumer_offsets partition", "partition", p)
+}
+
+// dropLocked forgets the groups of partition p and their pending
+// transactional offsets.
+func (c *Coordinator) dropLocked(p int32, code int16) {
+	for name, g := range c.groups {
+		if c.partition(name) != p {
+			continue
+		}
+		if g.timer != nil {
+			g.timer.Stop()
+		}
+		g.failWaiters(code)
+		delete(c.groups, name)
+	}
+	for pid, groups := range c.txn {
+		for name := range groups {
+			if c.partition(name) == p {
+				delete(groups, name)
+			}
+		}
+		if len(groups) == 0 {
+			delete(c.txn, pid)
+		}
+	}
+}
 
 func newMemberID(prefix string) string {
 	var b [16]byte
@@ -261,3 +351,7 @@ func buildBatch(now time.Time, kvs []kv) ([]byte, error) {
 }
 
 type kv struct{ key, value []byte }
+
+// NumPartitions is the number of __consumer_offsets partitions the
+// coordinator places groups over.
+func (c *Coordinator) NumPartitions() int { return len(c.logs) }

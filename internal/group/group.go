@@ -268,19 +268,20 @@ func (g *group) removeMember(id string) {
 	}
 }
 
-// failWaiters answers every waiting join and sync (at shutdown).
-func (g *group) failWaiters(error) {
+// failWaiters answers every waiting join and sync with code (at shutdown,
+// or NOT_COORDINATOR when this node stops leading the group's partition).
+func (g *group) failWaiters(code int16) {
 	for _, m := range g.members {
 		if m.join != nil {
 			r := kmsg.NewPtrJoinGroupResponse()
-			r.ErrorCode = kerr.CoordinatorNotAvailable.Code
+			r.ErrorCode = code
 			r.MemberID = m.id
 			m.join <- r
 			m.join = nil
 		}
 		if m.sync != nil {
 			r := kmsg.NewPtrSyncGroupResponse()
-			r.ErrorCode = kerr.CoordinatorNotAvailable.Code
+			r.ErrorCode = code
 			m.sync <- r
 			m.sync = nil
 		}

@@ -36,8 +36,8 @@ func (c *Coordinator) JoinGroup(req *kmsg.JoinGroupRequest, clientID, clientHost
 	if req.Group == "" {
 		return fail(kerr.InvalidGroupID.Code)
 	}
-	if c.Loading(req.Group) {
-		return fail(kerr.CoordinatorLoadInProgress.Code)
+	if code := c.Unavailable(req.Group); code != 0 {
+		return fail(code)
 	}
 	session := ms(req.SessionTimeoutMillis)
 	if session < c.cfg.MinSessionTimeout || session > c.cfg.MaxSessionTimeout {
@@ -288,8 +288,8 @@ func (c *Coordinator) SyncGroup(req *kmsg.SyncGroupRequest) Reply {
 	if req.Group == "" {
 		return fail(kerr.InvalidGroupID.Code)
 	}
-	if c.Loading(req.Group) {
-		return fail(kerr.CoordinatorLoadInProgress.Code)
+	if code := c.Unavailable(req.Group); code != 0 {
+		return fail(code)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -400,8 +400,8 @@ func (c *Coordinator) heartbeat(req *kmsg.HeartbeatRequest) int16 {
 	if req.Group == "" {
 		return kerr.InvalidGroupID.Code
 	}
-	if c.Loading(req.Group) {
-		return kerr.CoordinatorLoadInProgress.Code
+	if code := c.Unavailable(req.Group); code != 0 {
+		return code
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -449,8 +449,8 @@ func (c *Coordinator) LeaveGroup(req *kmsg.LeaveGroupRequest) Reply {
 	if req.Group == "" {
 		return top(kerr.InvalidGroupID.Code)
 	}
-	if c.Loading(req.Group) {
-		return top(kerr.CoordinatorLoadInProgress.Code)
+	if code := c.Unavailable(req.Group); code != 0 {
+		return top(code)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -38,8 +38,8 @@ func (c *Coordinator) OffsetCommit(req *kmsg.OffsetCommitRequest) Reply {
 		setAll(kerr.InvalidGroupID.Code)
 		return respond(resp)
 	}
-	if c.Loading(req.Group) {
-		setAll(kerr.CoordinatorLoadInProgress.Code)
+	if code := c.Unavailable(req.Group); code != 0 {
+		setAll(code)
 		return respond(resp)
 	}
 	generation := req.Generation
@@ -182,8 +182,8 @@ func (c *Coordinator) fetchOffsets(name string, topics []fetchTopic, all bool) (
 	if name == "" {
 		return kerr.InvalidGroupID.Code, nil
 	}
-	if c.Loading(name) {
-		return kerr.CoordinatorLoadInProgress.Code, nil
+	if code := c.Unavailable(name); code != 0 {
+		return code, nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -311,8 +311,8 @@ func (c *Coordinator) OffsetDelete(req *kmsg.OffsetDeleteRequest) Reply {
 	if req.Group == "" {
 		return top(kerr.InvalidGroupID.Code)
 	}
-	if c.Loading(req.Group) {
-		return top(kerr.CoordinatorLoadInProgress.Code)
+	if code := c.Unavailable(req.Group); code != 0 {
+		return top(code)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

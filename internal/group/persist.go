@@ -91,8 +91,9 @@ func (c *Coordinator) persistGroup(g *group, now time.Time) (end int64, ok bool)
 }
 
 // replay rebuilds the groups owned by partition p from its log: the last
-// value per key wins, tombstones delete.
-func (c *Coordinator) replay(p int32) error {
+// value per key wins, tombstones delete. The result is dropped if the
+// partition was loaded or unloaded again since gen.
+func (c *Coordinator) replay(p int32, gen uint64) error {
 	start := time.Now()
 	type meta struct {
 		v   kmsg.GroupMetadataValue
@@ -168,6 +169,9 @@ func (c *Coordinator) replay(p int32) error {
 	now := c.opts.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.gens[p].Load() != gen || c.closed {
+		return nil
+	}
 	c.keepPending(pending)
 	restored := 0
 	for name, m := range metas {

@@ -65,8 +65,8 @@ func (c *Coordinator) TxnOffsetCommit(req *kmsg.TxnOffsetCommitRequest) Reply {
 	if req.Group == "" {
 		return setAll(kerr.InvalidGroupID.Code)
 	}
-	if c.Loading(req.Group) {
-		return setAll(kerr.CoordinatorLoadInProgress.Code)
+	if code := c.Unavailable(req.Group); code != 0 {
+		return setAll(code)
 	}
 	log := c.logs[c.partition(req.Group)]
 	tl, ok := log.(TxnLog)

@@ -1,0 +1,307 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"holdfast/internal/broker"
+	"holdfast/internal/brokertest"
+	"holdfast/internal/wire"
+)
+
+// startGroupCluster is startCluster with a small __consumer_offsets (fewer
+// Raft groups to elect on a small machine) and no initial rebalance delay.
+func startGroupCluster(t *testing.T, n int) []*brokertest.Node {
+	t.Helper()
+	peers := map[int32]string{}
+	for i := 1; i <= n; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		peers[int32(i)] = ln.Addr().String()
+		ln.Close()
+	}
+	nodes := make([]*brokertest.Node, n)
+	for i := range nodes {
+		id := int32(i + 1)
+		nodes[i] = brokertest.Start(t, func(c *broker.Config, _ *wire.Limits) {
+			c.NodeID, c.Peers = id, peers
+			c.OffsetsTopicPartitions = 4
+			c.Groups.InitialRebalanceDelay = 0
+		})
+	}
+	awaitCluster(t, "every broker registered everywhere", func() error {
+		for _, node := range nodes {
+			md, err := metadata(node, nil)
+			if err != nil {
+				return err
+			}
+			if len(md.Brokers) != n || md.ControllerID <= 0 || node.B.RegisteredBrokers() != n {
+				return fmt.Errorf("node %d: brokers %d, controller %d", node.Cfg.NodeID, len(md.Brokers), md.ControllerID)
+			}
+		}
+		return nil
+	})
+	return nodes
+}
+
+// groupMember consumes in a group and commits synchronously after each
+// poll, recording every value it reads.
+type groupMember struct {
+	cl       *kgo.Client
+	mu       sync.Mutex
+	seen     map[int]int
+	assigned int
+	errs     []error
+}
+
+func startMember(t *testing.T, seeds []string, topic, group string) *groupMember {
+	t.Helper()
+	m := &groupMember{seen: map[int]int{}}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(),
+		kgo.MetadataMinAge(100*time.Millisecond), kgo.RetryTimeout(90*time.Second),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, a map[string][]int32) {
+			m.mu.Lock()
+			m.assigned += len(a[topic])
+			m.mu.Unlock()
+		}),
+		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, r map[string][]int32) {
+			m.mu.Lock()
+			m.assigned -= len(r[topic])
+			m.mu.Unlock()
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, l map[string][]int32) {
+			m.mu.Lock()
+			m.assigned -= len(l[topic])
+			m.mu.Unlock()
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.cl = cl
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done; cl.Close() })
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			recs := fs.Records()
+			m.mu.Lock()
+			fs.EachError(func(_ string, _ int32, err error) {
+				if ctx.Err() == nil {
+					m.errs = append(m.errs, err)
+				}
+			})
+			for _, r := range recs {
+				v, err := strconv.Atoi(string(r.Value))
+				if err != nil {
+					m.errs = append(m.errs, err)
+					continue
+				}
+				m.seen[v]++
+			}
+			m.mu.Unlock()
+			if len(recs) > 0 {
+				// Failures here are retried by the next commit; a
+				// record whose commit never lands may be read again
+				// after a rebalance (at least once), never skipped.
+				_ = cl.CommitRecords(ctx, recs...)
+			}
+		}
+	}()
+	return m
+}
+
+// TestClusterConsumerGroup: two members of a franz-go consumer group share
+// a 6-partition RF=3 topic on a 3-node cluster and read it exactly once,
+// committing as they go. The broker leading the group's __consumer_offsets
+// partition (the coordinator) stops; the members find the new coordinator,
+// which replayed the partition, and go on from the committed offsets: no
+// record skipped, none of the committed ones read again.
+func TestClusterConsumerGroup(t *testing.T) {
+	nodes := startGroupCluster(t, 3)
+	const topic, group = "orders", "billing"
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	adm := kadmClient(t, addrs(nodes))
+	resp, err := adm.CreateTopics(ctx, 6, 3, nil, topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatalf("create topic: %v", err)
+	}
+	awaitCluster(t, "leaders for every partition", func() error {
+		for _, n := range nodes {
+			md, err := metadata(n, []string{topic})
+			if err != nil {
+				return err
+			}
+			if len(md.Topics) != 1 || len(md.Topics[0].Partitions) != 6 {
+				return fmt.Errorf("node %d: %+v", n.Cfg.NodeID, md.Topics)
+			}
+			for _, p := range md.Topics[0].Partitions {
+				if p.ErrorCode != 0 || p.Leader <= 0 {
+					return fmt.Errorf("node %d partition %d: leader %d code %d", n.Cfg.NodeID, p.Partition, p.Leader, p.ErrorCode)
+				}
+			}
+		}
+		return nil
+	})
+
+	members := []*groupMember{startMember(t, addrs(nodes), topic, group), startMember(t, addrs(nodes), topic, group)}
+	// Produce only once both members hold partitions, so no rebalance
+	// hands over uncommitted records in the first phase.
+	awaitCluster(t, "both members assigned", func() error {
+		total := 0
+		for i, m := range members {
+			m.mu.Lock()
+			a := m.assigned
+			m.mu.Unlock()
+			if a == 0 {
+				return fmt.Errorf("member %d has no partitions", i)
+			}
+			total += a
+		}
+		if total != 6 {
+			return fmt.Errorf("%d partitions assigned", total)
+		}
+		return nil
+	})
+
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(addrs(nodes)...), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RetryTimeout(90*time.Second), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcl.Close()
+	const n = 600
+	produceRange(t, pcl, topic, 0, n)
+	seenAll := func(upTo int) error {
+		got := map[int]int{}
+		for _, m := range members {
+			m.mu.Lock()
+			for v, c := range m.seen {
+				got[v] += c
+			}
+			m.mu.Unlock()
+		}
+		for v := 0; v < upTo; v++ {
+			if got[v] == 0 {
+				return fmt.Errorf("value %d not read yet (%d distinct read)", v, len(got))
+			}
+		}
+		return nil
+	}
+	awaitCluster(t, "the first records read", func() error { return seenAll(n) })
+	awaitCluster(t, "the first records committed", func() error { return committedToEnd(ctx, t, nodes, topic, group) })
+	for v := 0; v < n; v++ {
+		total := 0
+		for _, m := range members {
+			m.mu.Lock()
+			total += m.seen[v]
+			m.mu.Unlock()
+		}
+		if total != 1 {
+			t.Fatalf("value %d read %d times before failover", v, total)
+		}
+	}
+
+	fc := adm.FindGroupCoordinators(ctx, group)
+	if err := fc.Error(); err != nil {
+		t.Fatalf("find coordinator: %v", err)
+	}
+	var coord int32 = -1
+	for _, c := range fc {
+		coord = c.NodeID
+	}
+	old := nodeByID(nodes, coord)
+	if old == nil {
+		t.Fatalf("coordinator %d is not a node", coord)
+	}
+	old.Stop()
+	var rest []*brokertest.Node
+	for _, nd := range nodes {
+		if nd != old {
+			rest = append(rest, nd)
+		}
+	}
+
+	produceRange(t, pcl, topic, n, n)
+	awaitCluster(t, "every record read after the coordinator stopped", func() error { return seenAll(2 * n) })
+	for v := 0; v < n; v++ {
+		total := 0
+		for _, m := range members {
+			m.mu.Lock()
+			total += m.seen[v]
+			m.mu.Unlock()
+		}
+		if total != 1 {
+			t.Fatalf("committed value %d read %d times: offsets were lost in the failover", v, total)
+		}
+	}
+	awaitCluster(t, "every record committed at the new coordinator", func() error {
+		return committedToEnd(ctx, t, rest, topic, group)
+	})
+	fc = kadmClient(t, addrs(rest)).FindGroupCoordinators(ctx, group)
+	for _, c := range fc {
+		if c.Err != nil || c.NodeID == coord {
+			t.Fatalf("coordinator after failover: node %d, err %v", c.NodeID, c.Err)
+		}
+	}
+	for i, m := range members {
+		m.mu.Lock()
+		if len(m.errs) > 0 {
+			t.Logf("member %d fetch errors (retried): %v", i, m.errs)
+		}
+		m.mu.Unlock()
+	}
+}
+
+// committedToEnd checks that group's committed offset on every partition
+// of topic is the partition's end offset (every record read and committed),
+// as the cluster's current coordinator answers. Offsets are compared to the
+// end, not counted: a Raft leader's empty entry also takes an offset.
+func committedToEnd(ctx context.Context, t *testing.T, nodes []*brokertest.Node, topic, group string) error {
+	t.Helper()
+	adm := kadmClient(t, addrs(nodes))
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ends, err := adm.ListEndOffsets(cctx, topic)
+	if err != nil {
+		return err
+	}
+	offs, err := adm.FetchOffsets(cctx, group)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	ends.Each(func(e kadm.ListedOffset) {
+		if e.Err != nil {
+			errs = append(errs, e.Err)
+			return
+		}
+		o, ok := offs.Lookup(topic, e.Partition)
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("partition %d: nothing committed", e.Partition))
+		case o.Err != nil:
+			errs = append(errs, fmt.Errorf("partition %d: %w", e.Partition, o.Err))
+		case o.At != e.Offset:
+			errs = append(errs, fmt.Errorf("partition %d: committed %d, end %d", e.Partition, o.At, e.Offset))
+		}
+	})
+	return errors.Join(errs...)
+}
