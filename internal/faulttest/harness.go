@@ -145,8 +145,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if opts.Nodes > 9 {
 		t.Fatalf("faulttest: at most 9 nodes, got %d", opts.Nodes)
 	}
-	bin := Binary(t)
-	_ = bin
+	Binary(t) // build before any namespace exists
 	c := &Cluster{t: t, opts: opts}
 	root := t.TempDir()
 	t.Cleanup(c.cleanup)
@@ -367,8 +366,8 @@ func (c *Cluster) Resume(i int) {
 	n.signal(syscall.SIGCONT)
 }
 
-// Start starts node i again after Kill (same data directory and address)
-// and waits until it serves.
+// Restart kills node i if it runs, starts it again on the same data
+// directory and address, and waits until it serves.
 func (c *Cluster) Restart(i int) {
 	c.t.Helper()
 	n := c.Node(i)
@@ -583,7 +582,9 @@ func newNetnsNet(nodes int) (_ *netnsNet, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &netnsNet{tag: fmt.Sprintf("%dx%d", os.Getpid(), runSeq.Add(1)), subnet: subnet, n: nodes}
+	// Interface names have at most 15 bytes: "hfv" + 7-digit pid + "x" +
+	// 2-digit sequence + "n" + node.
+	n := &netnsNet{tag: fmt.Sprintf("%dx%d", os.Getpid(), runSeq.Add(1)%100), subnet: subnet, n: nodes}
 	defer func() {
 		if err != nil {
 			n.remove()
