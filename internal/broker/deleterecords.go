@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -17,7 +18,12 @@ func init() { register(kmsg.DeleteRecords, 0, 2, (*Broker).handleDeleteRecords) 
 // durable before the answer, so it runs in the Reply.
 func (b *Broker) handleDeleteRecords(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.DeleteRecordsRequest)
-	return func(context.Context) kmsg.Response {
+	return func(ctx context.Context) kmsg.Response {
+		if req.TimeoutMillis > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMillis)*time.Millisecond)
+			defer cancel()
+		}
 		resp := req.ResponseKind().(*kmsg.DeleteRecordsResponse)
 		for _, rt := range req.Topics {
 			st := kmsg.NewDeleteRecordsResponseTopic()
@@ -31,13 +37,8 @@ func (b *Broker) handleDeleteRecords(_ context.Context, r *wire.Request) wire.Re
 					st.Partitions = append(st.Partitions, sp)
 					continue
 				}
-				if p.Replicated() {
-					// Raft logs are cut only through Host.Compact, on every
-					// replica; replicating DeleteRecords is not built yet.
-					sp.ErrorCode = kerr.PolicyViolation.Code
-					if !p.IsLeader() {
-						sp.ErrorCode = kerr.NotLeaderForPartition.Code
-					}
+				if p.Replicated() && !p.IsLeader() {
+					sp.ErrorCode = kerr.NotLeaderForPartition.Code
 					st.Partitions = append(st.Partitions, sp)
 					continue
 				}
@@ -48,6 +49,16 @@ func (b *Broker) handleDeleteRecords(_ context.Context, r *wire.Request) wire.Re
 				switch {
 				case off < 0 || off > hw:
 					sp.ErrorCode = kerr.OffsetOutOfRange.Code
+				case off > p.LogStartOffset() && p.Replicated():
+					// Through the partition's Raft log, so every replica
+					// moves its start (cluster_compact.go); answered once
+					// committed and applied here.
+					if err := b.replicateLogStart(ctx, p, off); err != nil {
+						b.log.Warn("delete records", "topic", rt.Topic, "partition", rp.Partition, "offset", off, "err", err)
+						sp.ErrorCode = logStartErrorCode(err)
+					} else {
+						b.log.Info("deleted records", "topic", rt.Topic, "partition", rp.Partition, "offset", off)
+					}
 				case off > p.LogStartOffset():
 					if err := p.Log().DeleteBefore(off); err != nil {
 						if errors.Is(err, storage.ErrOffsetOutOfRange) {

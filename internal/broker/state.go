@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -87,9 +88,11 @@ func (b *Broker) enforceRetention() {
 		}
 		for i := int32(0); i < t.Partitions; i++ {
 			p := b.parts.Get(t.Name, i)
-			if p == nil || p.Replicated() {
-				// A Raft log may only be cut through Host.Compact on every
-				// replica; replicated retention is a follow-up.
+			if p == nil {
+				continue
+			}
+			if p.Replicated() {
+				b.replicatedRetention(t.Name, p)
 				continue
 			}
 			n, err := p.Log().EnforceRetention()
@@ -113,4 +116,32 @@ func cleanupDeletes(policy string) bool {
 		}
 	}
 	return false
+}
+
+// replicatedRetention is retention on a Raft log: only the leader decides,
+// from its own segments and clock, and replicates the new log start
+// (cluster_compact.go); followers never cut their logs by themselves.
+func (b *Broker) replicatedRetention(topic string, p *partition.Partition) {
+	if !p.IsLeader() {
+		return
+	}
+	point, err := p.Log().RetentionPoint()
+	if err != nil {
+		if !errors.Is(err, storage.ErrClosed) {
+			b.log.Warn("retention", "topic", topic, "partition", p.Index(), "err", err)
+		}
+		return
+	}
+	// Only committed offsets may be compacted away.
+	point = min(point, p.HighWatermark())
+	if point <= p.LogStartOffset() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.replicateLogStart(ctx, p, point); err != nil {
+		b.log.Warn("retention", "topic", topic, "partition", p.Index(), "offset", point, "err", err)
+		return
+	}
+	b.log.Info("retention moved the log start", "topic", topic, "partition", p.Index(), "log_start_offset", p.LogStartOffset())
 }

@@ -40,12 +40,13 @@ type store struct {
 // openStore rebuilds the index from the log, starting at the anchor.
 func openStore(l *storage.Log, anc anchor, hs *pb.HardState, cs *pb.ConfState) (*store, error) {
 	s := &store{log: l, anc: anc, end: anc.Offset, hs: hs, cs: cs}
-	if start := l.StartOffset(); start > anc.Offset && l.EndOffset() > start {
+	mid := midBatchStart(l, anc)
+	if start := l.StartOffset(); start > anc.Offset && l.EndOffset() > start && !mid {
 		// Someone deleted the front of the log without going through
 		// Host.Compact: the Raft indexes of what is left are unknown.
 		return nil, fmt.Errorf("raft: log %s starts at %d, after the Raft anchor %d (front deleted behind Raft's back)", l.Dir(), start, anc.Offset)
 	}
-	if l.EndOffset() < anc.Offset || l.StartOffset() > anc.Offset {
+	if l.EndOffset() < anc.Offset || l.StartOffset() > anc.Offset && !mid {
 		if err := l.TruncateFullyAndStartAt(anc.Offset); err != nil {
 			return nil, err
 		}
@@ -84,6 +85,23 @@ func openStore(l *storage.Log, anc anchor, hs *pb.HardState, cs *pb.ConfState) (
 		s.hs.Commit = new(c)
 	}
 	return s, nil
+}
+
+// midBatchStart reports whether the log starts inside the batch at the
+// anchor: Compact to an offset inside a batch (DeleteRecords may name any
+// offset) keeps that batch as the first entry and moves the log start past
+// the anchor's offset.
+func midBatchStart(l *storage.Log, anc anchor) bool {
+	start, end := l.StartOffset(), l.EndOffset()
+	if start <= anc.Offset || end <= start {
+		return false
+	}
+	sl, err := l.Read(start, end, 1)
+	if err != nil {
+		return false
+	}
+	defer sl.Release()
+	return sl.Size > 0 && sl.BaseOffset == anc.Offset
 }
 
 // scanHeaders calls fn with the header of every batch from the one holding
