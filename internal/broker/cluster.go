@@ -742,10 +742,6 @@ func (c *cluster) setTopicConfigs(name string, configs map[string]string) (contr
 	return t, nil
 }
 
-// errNoClusterCoordinator: the transaction coordinator needs to live on
-// the leader of its __transaction_state partition, which is not built yet.
-var errNoClusterCoordinator = errors.New("transaction coordinator not available in cluster mode yet")
-
 // Producer ids in a cluster: each node allocates from its own durable
 // counter and puts its node id in the low bits, so ids are unique across
 // the cluster without a round trip (a producer keeps its id across leader

@@ -38,6 +38,7 @@ func startGroupCluster(t *testing.T, n int) []*brokertest.Node {
 			c.NodeID, c.Peers = id, peers
 			c.OffsetsTopicPartitions = 4
 			c.Groups.InitialRebalanceDelay = 0
+			c.Txn.StatePartitions = 4
 		})
 	}
 	awaitCluster(t, "every broker registered everywhere", func() error {
@@ -304,4 +305,195 @@ func committedToEnd(ctx context.Context, t *testing.T, nodes []*brokertest.Node,
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// TestClusterTransactions: a transactional producer on a 3-node cluster
+// commits, aborts and commits again over a 3-partition RF=3 topic; its
+// coordinator (the leader of its __transaction_state partition) writes the
+// markers on each partition's leader. read_committed sees exactly the
+// committed records; read_uncommitted sees the aborted ones too.
+func TestClusterTransactions(t *testing.T) {
+	nodes := startGroupCluster(t, 3)
+	const topic = "ledger"
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	adm := kadmClient(t, addrs(nodes))
+	resp, err := adm.CreateTopics(ctx, 3, 3, nil, topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatalf("create topic: %v", err)
+	}
+	awaitCluster(t, "leaders for every partition", func() error {
+		for _, n := range nodes {
+			md, err := metadata(n, []string{topic})
+			if err != nil {
+				return err
+			}
+			if len(md.Topics) != 1 || len(md.Topics[0].Partitions) != 3 {
+				return fmt.Errorf("node %d: %+v", n.Cfg.NodeID, md.Topics)
+			}
+			for _, p := range md.Topics[0].Partitions {
+				if p.ErrorCode != 0 || p.Leader <= 0 {
+					return fmt.Errorf("node %d partition %d: leader %d", n.Cfg.NodeID, p.Partition, p.Leader)
+				}
+			}
+		}
+		return nil
+	})
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(addrs(nodes)...), kgo.TransactionalID("ledger-writer"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RetryTimeout(90*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcl.Close()
+	txnOf := func(prefix string, n int, commit bool) {
+		t.Helper()
+		if err := pcl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		var recs []*kgo.Record
+		for i := 0; i < n; i++ {
+			recs = append(recs, &kgo.Record{Topic: topic, Partition: int32(i % 3), Value: []byte(prefix + strconv.Itoa(i))})
+		}
+		if err := pcl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatalf("produce %s: %v", prefix, err)
+		}
+		if err := pcl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+			t.Fatalf("end transaction %s (commit %v): %v", prefix, commit, err)
+		}
+	}
+	txnOf("committed-", 9, true)
+	txnOf("aborted-", 9, false)
+	txnOf("last-", 3, true) // one on each partition, after the aborted ones
+
+	lastAt := map[int32]int64{} // offset of the "last-" record per partition
+	read := func(level kgo.IsolationLevel, want int) map[string]int {
+		t.Helper()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addrs(nodes)...), kgo.ConsumeTopics(topic),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(level))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		got := map[string]int{}
+		last := 0
+		for last < 3 {
+			fs := cl.PollFetches(ctx)
+			if ctx.Err() != nil {
+				t.Fatalf("reading: %v; got %v", ctx.Err(), got)
+			}
+			fs.EachError(func(_ string, _ int32, err error) { t.Logf("fetch: %v", err) })
+			for _, r := range fs.Records() {
+				got[string(r.Value)]++
+				if len(r.Value) > 5 && string(r.Value[:5]) == "last-" {
+					last++
+					lastAt[r.Partition] = r.Offset
+				}
+			}
+		}
+		total := 0
+		for _, c := range got {
+			total += c
+		}
+		if total != want {
+			t.Errorf("isolation %v: read %d records, want %d: %v", level, total, want, got)
+		}
+		return got
+	}
+	committed := read(kgo.ReadCommitted(), 12)
+	for v, c := range committed {
+		if c != 1 || len(v) >= 8 && v[:8] == "aborted-" {
+			t.Fatalf("read_committed read %q %d times", v, c)
+		}
+	}
+	uncommitted := read(kgo.ReadUncommitted(), 21)
+	if uncommitted["aborted-0"] != 1 {
+		t.Fatalf("read_uncommitted did not see the aborted records: %v", uncommitted)
+	}
+
+	// Consume-transform-produce: a group transact session reads the
+	// committed records and copies them, its offsets committed in the same
+	// transactions (TxnOffsetCommit at the group coordinator, markers on
+	// __consumer_offsets from the transaction coordinator).
+	const copyTopic = "ledger-copy"
+	if resp, err := adm.CreateTopics(ctx, 3, 3, nil, copyTopic); err != nil || resp.Error() != nil {
+		t.Fatalf("create topic: %v %v", err, resp.Error())
+	}
+	sess, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(addrs(nodes)...), kgo.TransactionalID("ledger-copier"),
+		kgo.ConsumerGroup("copier"), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RequireStableFetchOffsets(), kgo.RetryTimeout(90*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	copied := 0
+	for copied < 12 {
+		fs := sess.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("copying: %v after %d", ctx.Err(), copied)
+		}
+		recs := fs.Records()
+		if len(recs) == 0 {
+			continue
+		}
+		if err := sess.Begin(); err != nil {
+			t.Fatal(err)
+		}
+		var out []*kgo.Record
+		for _, r := range recs {
+			out = append(out, &kgo.Record{Topic: copyTopic, Partition: r.Partition, Value: r.Value})
+		}
+		if err := sess.ProduceSync(ctx, out...).FirstErr(); err != nil {
+			t.Fatalf("copy: %v", err)
+		}
+		ok, err := sess.End(ctx, kgo.TryCommit)
+		if err != nil {
+			t.Fatalf("end copy transaction: %v", err)
+		}
+		if ok {
+			copied += len(recs)
+		}
+	}
+	if copied != 12 {
+		t.Fatalf("copied %d records, want 12", copied)
+	}
+	offs, err := adm.FetchOffsets(ctx, "copier")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The committed offset of each partition is right after its last
+	// record (the group read everything, and said so in its last
+	// transaction).
+	for p, at := range lastAt {
+		o, ok := offs.Lookup(topic, p)
+		if !ok || o.Err != nil || o.At != at+1 {
+			t.Fatalf("copier's committed offset on partition %d: %+v (found %v), want %d", p, o, ok, at+1)
+		}
+	}
+	if len(lastAt) != 3 {
+		t.Fatalf("last records on %d partitions", len(lastAt))
+	}
+	copies := 0
+	ccl, err := kgo.NewClient(kgo.SeedBrokers(addrs(nodes)...), kgo.ConsumeTopics(copyTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ccl.Close()
+	seen := map[string]bool{}
+	for copies < 12 {
+		fs := ccl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading copies: %v after %d", ctx.Err(), copies)
+		}
+		for _, r := range fs.Records() {
+			copies++
+			if committed[string(r.Value)] != 1 || seen[string(r.Value)] {
+				t.Fatalf("copy %q: not a committed original, or copied twice", r.Value)
+			}
+			seen[string(r.Value)] = true
+		}
+	}
 }

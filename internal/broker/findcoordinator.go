@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -25,12 +26,15 @@ const (
 func (b *Broker) handleFindCoordinator(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.FindCoordinatorRequest)
 	if b.clusterMode() {
-		return func(context.Context) kmsg.Response { return b.findCoordinators(req) }
+		forwarded := strings.HasPrefix(r.ClientID, forwarderClientPrefix)
+		return func(context.Context) kmsg.Response { return b.findCoordinators(req, forwarded) }
 	}
-	return wire.Respond(b.findCoordinators(req))
+	return wire.Respond(b.findCoordinators(req, false))
 }
 
-func (b *Broker) findCoordinators(req *kmsg.FindCoordinatorRequest) kmsg.Response {
+// findCoordinators answers req; forwarded is set when another broker asks
+// (coordinators_cluster.go).
+func (b *Broker) findCoordinators(req *kmsg.FindCoordinatorRequest, forwarded bool) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
 	keys := req.CoordinatorKeys
 	if req.Version < 4 {
@@ -47,12 +51,9 @@ func (b *Broker) findCoordinators(req *kmsg.FindCoordinatorRequest) kmsg.Respons
 		case req.CoordinatorType == coordinatorTransaction && key == "":
 			c.ErrorCode, msg = kerr.InvalidRequest.Code, "empty transactional id"
 		case b.clusterMode() && req.CoordinatorType == coordinatorTransaction:
-			// The transaction coordinator writes markers and verifies
-			// transactional produce locally, which needs every partition
-			// of the transaction on its node: refuse rather than half work.
-			c.ErrorCode, msg = kerr.CoordinatorNotAvailable.Code, "transaction coordinators are not available in cluster mode yet"
+			c.NodeID, c.Host, c.Port, c.ErrorCode, msg = b.txnCoordinatorNode(key, forwarded)
 		case b.clusterMode():
-			c.NodeID, c.Host, c.Port, c.ErrorCode, msg = b.groupCoordinatorNode(key)
+			c.NodeID, c.Host, c.Port, c.ErrorCode, msg = b.groupCoordinatorNode(key, forwarded)
 		case req.CoordinatorType == coordinatorGroup && b.groups.Loading(key):
 			c.ErrorCode = kerr.CoordinatorLoadInProgress.Code
 		default:

@@ -22,6 +22,10 @@ func (b *Broker) handleTxnOffsetCommit(_ context.Context, r *wire.Request) wire.
 	switch {
 	case req.Group == "":
 		code = kerr.InvalidGroupID.Code
+	case b.clusterMode():
+		// The transaction's coordinator is usually another node and is
+		// not asked (no round trip yet); its marker decides whether
+		// these offsets apply.
 	case c == nil:
 		code = kerr.InvalidProducerIDMapping.Code
 	case p < 0:

@@ -7,6 +7,7 @@ import (
 	"math"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -71,7 +72,21 @@ type Options struct {
 	IDs     *IDAllocator
 	Markers MarkerWriter
 	Now     func() time.Time
+	// NextID, if set, allocates producer ids instead of IDs (cluster mode
+	// puts the node id in the low bits).
+	NextID func() (int64, error)
+	// Unowned starts every partition as led by another node (cluster
+	// mode): its transactional ids answer NOT_COORDINATOR until
+	// LoadPartition.
+	Unowned bool
 }
+
+// Partition states of a coordinator.
+const (
+	partLoaded  = 0 // ours and replayed
+	partUnowned = 1 // another node leads it
+	partLoading = 2 // ours, replaying
+)
 
 // State is a transaction's state (Kafka's TransactionState numbering).
 type State = kmsg.TransactionState
@@ -110,6 +125,10 @@ type Coordinator struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	parts   []atomic.Int32  // per __transaction_state partition: part* state
+	gens    []atomic.Uint64 // per partition: bumped by Load/UnloadPartition
+	looping bool            // the timeout loop runs (mu)
 }
 
 // New returns a coordinator over the partitions of __transaction_state.
@@ -131,11 +150,20 @@ func New(cfg Config, logs []Log, opts Options) *Coordinator {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if len(logs) == 0 || opts.IDs == nil || opts.Markers == nil {
+	if len(logs) == 0 || (opts.IDs == nil && opts.NextID == nil) || opts.Markers == nil {
 		panic("txn: coordinator needs logs, an id allocator and a marker writer")
 	}
 	c := &Coordinator{cfg: cfg, opts: opts, log: opts.Logger, logs: logs,
-		txns: map[string]*txnMeta{}, byPID: map[int64]*txnMeta{}}
+		txns: map[string]*txnMeta{}, byPID: map[int64]*txnMeta{},
+		parts: make([]atomic.Int32, len(logs)), gens: make([]atomic.Uint64, len(logs))}
+	if opts.NextID == nil {
+		c.opts.NextID = opts.IDs.Next
+	}
+	if opts.Unowned {
+		for i := range c.parts {
+			c.parts[i].Store(partUnowned)
+		}
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c
 }
@@ -194,10 +222,92 @@ func (c *Coordinator) Load() error {
 		c.log.Info("completing a transaction left prepared", "transactional_id", m.id, "state", m.state.String())
 		c.completeAsyncLocked(m)
 	}
-	c.spawnLocked(c.timeoutLoop)
+	c.looping = c.spawnLocked(c.timeoutLoop)
 	c.mu.Unlock()
 	return nil
 }
+
+// ownerErr is NOT_COORDINATOR for an id whose partition another node
+// leads, COORDINATOR_LOAD_IN_PROGRESS while it replays, else nil.
+func (c *Coordinator) ownerErr(id string) error {
+	switch c.parts[PartitionFor(id, len(c.logs))].Load() {
+	case partUnowned:
+		return kerr.NotCoordinator
+	case partLoading:
+		return kerr.CoordinatorLoadInProgress
+	}
+	return nil
+}
+
+// LoadPartition makes this node the coordinator of partition p's
+// transactional ids (it became the partition's leader; the caller makes
+// sure the log holds everything committed before): p is replayed in the
+// background, and transactions it left prepared are completed.
+func (c *Coordinator) LoadPartition(p int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.dropLocked(p)
+	gen := c.gens[p].Add(1)
+	c.parts[p].Store(partLoading)
+	c.spawnLocked(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.gens[p].Load() != gen || c.closed {
+			return
+		}
+		// Under mu: the partition's ids are not served meanwhile anyway,
+		// and replay fills the shared maps.
+		if err := c.replay(p, c.logs[p]); err != nil {
+			c.log.Error("replaying __transaction_state failed; stays loading until the next leadership change", "partition", p, "err", err)
+			return
+		}
+		for _, m := range c.txns {
+			if PartitionFor(m.id, len(c.logs)) != p || m.done != nil {
+				continue
+			}
+			if m.state == kmsg.TransactionStatePrepareCommit || m.state == kmsg.TransactionStatePrepareAbort {
+				c.log.Info("completing a transaction left prepared", "transactional_id", m.id, "state", m.state.String())
+				m.done = make(chan struct{})
+				c.completeAsyncLocked(m)
+			}
+		}
+		if !c.looping {
+			c.looping = c.spawnLocked(c.timeoutLoop)
+		}
+		c.parts[p].Store(partLoaded)
+		c.log.Info("loaded __transaction_state partition", "partition", p)
+	})
+}
+
+// UnloadPartition drops partition p's transactional ids: this node no
+// longer leads it, and their requests answer NOT_COORDINATOR. A completion
+// in flight finishes its marker writes (harmless: the new leader replays
+// the Prepare record and writes them again) but cannot record itself.
+func (c *Coordinator) UnloadPartition(p int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gens[p].Add(1)
+	c.parts[p].Store(partUnowned)
+	c.dropLocked(p)
+	c.log.Info("unloaded __transaction_state partition", "partition", p)
+}
+
+func (c *Coordinator) dropLocked(p int32) {
+	for id, m := range c.txns {
+		if PartitionFor(id, len(c.logs)) == p {
+			delete(c.txns, id)
+			if c.byPID[m.pid] == m {
+				delete(c.byPID, m.pid)
+			}
+		}
+	}
+}
+
+// NumPartitions is the number of __transaction_state partitions.
+func (c *Coordinator) NumPartitions() int { return len(c.logs) }
 
 func (c *Coordinator) replay(p int32, l Log) error {
 	n := 0
@@ -318,6 +428,10 @@ func (c *Coordinator) InitProducerID(ctx context.Context, id string, timeoutMs i
 			c.mu.Unlock()
 			return -1, -1, kerr.CoordinatorNotAvailable
 		}
+		if err := c.ownerErr(id); err != nil {
+			c.mu.Unlock()
+			return -1, -1, err
+		}
 		now := c.opts.Now()
 		m := c.txns[id]
 		if m != nil && m.done == nil && (m.state == kmsg.TransactionStatePrepareCommit || m.state == kmsg.TransactionStatePrepareAbort) {
@@ -366,7 +480,7 @@ func (c *Coordinator) InitProducerID(ctx context.Context, id string, timeoutMs i
 		}
 		isNew := m == nil
 		if isNew {
-			pid, err := c.opts.IDs.Next()
+			pid, err := c.opts.NextID()
 			if err != nil {
 				c.mu.Unlock()
 				return -1, -1, kerr.CoordinatorNotAvailable
@@ -375,7 +489,7 @@ func (c *Coordinator) InitProducerID(ctx context.Context, id string, timeoutMs i
 		}
 		prev := *m
 		if m.epoch >= math.MaxInt16-1 {
-			pid, err := c.opts.IDs.Next()
+			pid, err := c.opts.NextID()
 			if err != nil {
 				c.mu.Unlock()
 				return -1, -1, kerr.CoordinatorNotAvailable
@@ -417,6 +531,9 @@ func (c *Coordinator) InitProducerID(ctx context.Context, id string, timeoutMs i
 func (c *Coordinator) check(id string, pid int64, epoch int16) (*txnMeta, error) {
 	if c.closed {
 		return nil, kerr.CoordinatorNotAvailable
+	}
+	if err := c.ownerErr(id); err != nil {
+		return nil, err
 	}
 	m := c.txns[id]
 	switch {
