@@ -90,13 +90,13 @@ func markerTarget(h records.Header, batch []byte) (int64, bool) {
 // proposes the marker on the leader (this node), waits for the commit, and
 // compacts the local log. Followers compact when their loop finds the
 // marker. Errors carry a kerr code.
-func (b *Broker) replicateLogStart(ctx context.Context, p *partition.Partition, start int64) error {
+func (b *Broker) replicateLogStart(ctx context.Context, p *partition.Partition, group uint64, start int64) error {
 	batch, err := logStartMarker(start)
 	if err != nil {
 		return fmt.Errorf("%w: %w", kerr.UnknownServerError, err)
 	}
 	h := b.cluster.host
-	prop, err := h.Propose(ctx, p.RaftGroup(), batch)
+	prop, err := h.Propose(ctx, group, batch)
 	if err != nil {
 		if errors.Is(err, raft.ErrProposalDropped) {
 			return fmt.Errorf("%w: %w", kerr.NotEnoughReplicas, err)
@@ -109,7 +109,7 @@ func (b *Broker) replicateLogStart(ctx context.Context, p *partition.Partition, 
 		}
 		return fmt.Errorf("%w: %w", kerr.NotLeaderForPartition, err)
 	}
-	if err := b.compactReplica(p, start); err != nil {
+	if err := b.compactReplica(p, group, start); err != nil {
 		return fmt.Errorf("%w: %w", kerr.KafkaStorageError, err)
 	}
 	return nil
@@ -117,7 +117,7 @@ func (b *Broker) replicateLogStart(ctx context.Context, p *partition.Partition, 
 
 // compactReplica cuts the local replica's log below start, if it is not
 // already. start must be committed.
-func (b *Broker) compactReplica(p *partition.Partition, start int64) error {
+func (b *Broker) compactReplica(p *partition.Partition, group uint64, start int64) error {
 	compactMu.Lock()
 	defer compactMu.Unlock()
 	// Never call Compact at or below the current start: the anchor would
@@ -125,7 +125,7 @@ func (b *Broker) compactReplica(p *partition.Partition, start int64) error {
 	if start <= p.LogStartOffset() {
 		return nil
 	}
-	if err := b.cluster.host.Compact(p.RaftGroup(), start); err != nil {
+	if err := b.cluster.host.Compact(group, start); err != nil {
 		return err
 	}
 	b.log.Info("log start moved", "topic", p.Topic(), "partition", p.Index(), "log_start_offset", p.LogStartOffset())
@@ -150,15 +150,18 @@ func (b *Broker) compactLoop(stop <-chan struct{}, done chan<- struct{}) {
 		seen := map[uint64]bool{}
 		for _, t := range b.meta.Topics() {
 			for i := int32(0); i < t.Partitions; i++ {
+				// In cluster mode every open partition is a replica. Its
+				// group is named by the metadata, not read from the
+				// partition, which may not have joined it yet.
 				p := b.parts.Get(t.Name, i)
-				if p == nil || !p.Replicated() {
+				if p == nil {
 					continue
 				}
-				g := p.RaftGroup()
+				g := partitionGroup(t.ID, i)
 				seen[g] = true
-				next, err := b.applyMarkers(p, cursors[g])
+				next, err := b.applyMarkers(p, g, cursors[g])
 				switch {
-				case errors.Is(err, storage.ErrClosed):
+				case errors.Is(err, storage.ErrClosed), errors.Is(err, raft.ErrUnknownGroup):
 				case err != nil:
 					b.log.Warn("applying log start markers", "topic", t.Name, "partition", i, "err", err)
 				}
@@ -173,11 +176,14 @@ func (b *Broker) compactLoop(stop <-chan struct{}, done chan<- struct{}) {
 	}
 }
 
-// applyMarkers searches p's committed log in [from, HW) for markers and
+// applyMarkers searches p's committed log in [from, commit) for markers and
 // compacts to the highest start they name; it returns where it got to.
-func (b *Broker) applyMarkers(p *partition.Partition, from int64) (int64, error) {
+func (b *Broker) applyMarkers(p *partition.Partition, group uint64, from int64) (int64, error) {
 	l := p.Log()
-	hw := p.HighWatermark()
+	hw, err := b.cluster.host.CommitOffset(group)
+	if err != nil {
+		return from, err
+	}
 	from = max(from, l.StartOffset())
 	target := int64(-1)
 	var hdr [records.HeaderSize]byte
@@ -230,7 +236,7 @@ func (b *Broker) applyMarkers(p *partition.Partition, from int64) (int64, error)
 		}
 	}
 	if target > l.StartOffset() {
-		if err := b.compactReplica(p, target); err != nil {
+		if err := b.compactReplica(p, group, target); err != nil {
 			return from, err
 		}
 	}
@@ -245,4 +251,11 @@ func logStartErrorCode(err error) int16 {
 		return ke.Code
 	}
 	return kerr.KafkaStorageError.Code
+}
+
+// leadsGroup reports whether this node leads the Raft group and accepts
+// proposals in it.
+func (b *Broker) leadsGroup(group uint64) bool {
+	l, err := b.cluster.host.Leadership(group)
+	return err == nil && l.Proposing
 }

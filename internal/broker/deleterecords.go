@@ -37,7 +37,18 @@ func (b *Broker) handleDeleteRecords(_ context.Context, r *wire.Request) wire.Re
 					st.Partitions = append(st.Partitions, sp)
 					continue
 				}
-				if p.Replicated() && !p.IsLeader() {
+				var group uint64
+				if b.clusterMode() {
+					// Every partition of a cluster node is a Raft replica.
+					t, ok := b.meta.Topic(rt.Topic)
+					if !ok { // deleted meanwhile
+						sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+						st.Partitions = append(st.Partitions, sp)
+						continue
+					}
+					group = partitionGroup(t.ID, rp.Partition)
+				}
+				if group != 0 && !b.leadsGroup(group) {
 					sp.ErrorCode = kerr.NotLeaderForPartition.Code
 					st.Partitions = append(st.Partitions, sp)
 					continue
@@ -49,11 +60,11 @@ func (b *Broker) handleDeleteRecords(_ context.Context, r *wire.Request) wire.Re
 				switch {
 				case off < 0 || off > hw:
 					sp.ErrorCode = kerr.OffsetOutOfRange.Code
-				case off > p.LogStartOffset() && p.Replicated():
+				case off > p.LogStartOffset() && group != 0:
 					// Through the partition's Raft log, so every replica
 					// moves its start (cluster_compact.go); answered once
 					// committed and applied here.
-					if err := b.replicateLogStart(ctx, p, off); err != nil {
+					if err := b.replicateLogStart(ctx, p, group, off); err != nil {
 						b.log.Warn("delete records", "topic", rt.Topic, "partition", rp.Partition, "offset", off, "err", err)
 						sp.ErrorCode = logStartErrorCode(err)
 					} else {

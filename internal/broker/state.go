@@ -91,8 +91,9 @@ func (b *Broker) enforceRetention() {
 			if p == nil {
 				continue
 			}
-			if p.Replicated() {
-				b.replicatedRetention(t.Name, p)
+			if b.clusterMode() {
+				// Every partition of a cluster node is a Raft replica.
+				b.replicatedRetention(t.Name, p, partitionGroup(t.ID, i))
 				continue
 			}
 			n, err := p.Log().EnforceRetention()
@@ -121,8 +122,8 @@ func cleanupDeletes(policy string) bool {
 // replicatedRetention is retention on a Raft log: only the leader decides,
 // from its own segments and clock, and replicates the new log start
 // (cluster_compact.go); followers never cut their logs by themselves.
-func (b *Broker) replicatedRetention(topic string, p *partition.Partition) {
-	if !p.IsLeader() {
+func (b *Broker) replicatedRetention(topic string, p *partition.Partition, group uint64) {
+	if !b.leadsGroup(group) {
 		return
 	}
 	point, err := p.Log().RetentionPoint()
@@ -133,13 +134,17 @@ func (b *Broker) replicatedRetention(topic string, p *partition.Partition) {
 		return
 	}
 	// Only committed offsets may be compacted away.
-	point = min(point, p.HighWatermark())
+	commit, err := b.cluster.host.CommitOffset(group)
+	if err != nil {
+		return
+	}
+	point = min(point, commit)
 	if point <= p.LogStartOffset() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := b.replicateLogStart(ctx, p, point); err != nil {
+	if err := b.replicateLogStart(ctx, p, group, point); err != nil {
 		b.log.Warn("retention", "topic", topic, "partition", p.Index(), "offset", point, "err", err)
 		return
 	}
