@@ -81,7 +81,9 @@ type Partition struct {
 	closed bool
 
 	// rep is set in cluster mode: the log is a Raft group's (replica.go).
-	rep *replica
+	// rep is set once, when the partition joins its Raft group; read
+	// without appendMu by metadata and leadership checks, hence atomic.
+	rep atomic.Pointer[replica]
 
 	// wake tells the durability loop there is something new to wait for.
 	wake   chan struct{}
@@ -176,7 +178,7 @@ func (p *Partition) Append(batch []byte) (AppendResult, error) {
 	if err := p.Failed(); err != nil {
 		return AppendResult{}, err
 	}
-	if p.rep != nil {
+	if p.rep.Load() != nil {
 		if err := p.leaderCheckLocked(); err != nil {
 			return AppendResult{}, err
 		}
@@ -235,7 +237,7 @@ func (p *Partition) storageError(err error) error {
 // afterAppend moves the high watermark (or wakes the durability loop).
 // Called with appendMu held.
 func (p *Partition) afterAppend() {
-	if p.rep != nil {
+	if p.rep.Load() != nil {
 		return // the Raft commit moves it
 	}
 	if !p.syncMode() {
@@ -269,7 +271,7 @@ func (p *Partition) WaitCommitted(ctx context.Context, end int64) error {
 	if err := p.Failed(); err != nil {
 		return err
 	}
-	if p.rep != nil {
+	if p.rep.Load() != nil {
 		return p.waitReplicated(ctx, end)
 	}
 	if !p.syncMode() {

@@ -36,7 +36,7 @@ const maxPending = 4096
 func (p *Partition) Replicate(h *raft.Host, group uint64, voters []uint64) error {
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
-	if p.rep != nil {
+	if p.rep.Load() != nil {
 		return nil
 	}
 	rep := &replica{host: h, group: group, pending: map[int64]raft.Proposal{}}
@@ -48,7 +48,7 @@ func (p *Partition) Replicate(h *raft.Host, group uint64, voters []uint64) error
 	if err := h.AddGroup(raft.GroupConfig{ID: group, Log: p.log, Voters: voters, OnCommit: p.onCommit}); err != nil {
 		return err
 	}
-	p.rep = rep
+	p.rep.Store(rep)
 	if st, err := h.Status(group); err == nil {
 		p.advance(st.CommitOffset)
 	}
@@ -56,14 +56,15 @@ func (p *Partition) Replicate(h *raft.Host, group uint64, voters []uint64) error
 }
 
 // Replicated reports whether p is a Raft replica.
-func (p *Partition) Replicated() bool { return p.rep != nil }
+func (p *Partition) Replicated() bool { return p.rep.Load() != nil }
 
 // RaftGroup is the partition's Raft group id (0 on a single node).
 func (p *Partition) RaftGroup() uint64 {
-	if p.rep == nil {
+	rep := p.rep.Load()
+	if rep == nil {
 		return 0
 	}
-	return p.rep.group
+	return rep.group
 }
 
 // onCommit runs on the Raft Ready loop: raise the watermark and the epoch.
@@ -80,29 +81,32 @@ func (p *Partition) onCommit(_ uint64, ents []raft.Committed) {
 
 // RaftStatus is the partition's Raft status on this node.
 func (p *Partition) RaftStatus() (raft.Status, error) {
-	if p.rep == nil {
+	rep := p.rep.Load()
+	if rep == nil {
 		return raft.Status{}, errors.New("partition: not replicated")
 	}
-	return p.rep.host.Status(p.rep.group)
+	return rep.host.Status(rep.group)
 }
 
 // IsLeader reports whether this node may serve the partition: always on a
 // single node; in a cluster when it is the Raft leader.
 func (p *Partition) IsLeader() bool {
-	if p.rep == nil {
+	rep := p.rep.Load()
+	if rep == nil {
 		return true
 	}
-	st, err := p.rep.host.Status(p.rep.group)
+	st, err := rep.host.Status(rep.group)
 	return err == nil && st.State == "StateLeader"
 }
 
 // InSyncReplicas counts the replicas the leader currently hears from and
 // that are being replicated to (itself included); 0 on a follower.
 func (p *Partition) InSyncReplicas() int {
-	if p.rep == nil {
+	rep := p.rep.Load()
+	if rep == nil {
 		return 1
 	}
-	st, err := p.rep.host.Status(p.rep.group)
+	st, err := rep.host.Status(rep.group)
 	if err != nil || st.State != "StateLeader" {
 		return 0
 	}
@@ -123,7 +127,7 @@ var errNotLeader = fmt.Errorf("not the partition leader: %w", kerr.NotLeaderForP
 // a retry of a batch written under the old leader is found as a duplicate.
 // Called with appendMu held.
 func (p *Partition) leaderCheckLocked() error {
-	rep := p.rep
+	rep := p.rep.Load()
 	st, err := rep.host.Status(rep.group)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errNotLeader, err)
@@ -173,7 +177,7 @@ func (p *Partition) rebuildLocked() error {
 
 // proposeLocked is appendLocked in replicated mode.
 func (p *Partition) proposeLocked(batch []byte) (int64, error) {
-	rep := p.rep
+	rep := p.rep.Load()
 	prop, err := rep.host.Propose(context.Background(), rep.group, batch)
 	if err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
@@ -208,7 +212,7 @@ func (p *Partition) proposeLocked(batch []byte) (int64, error) {
 // waitReplicated is WaitCommitted in replicated mode: the batch ending at
 // end is committed by a majority (each fsynced under flush=sync).
 func (p *Partition) waitReplicated(ctx context.Context, end int64) error {
-	rep := p.rep
+	rep := p.rep.Load()
 	rep.mu.Lock()
 	prop, ok := rep.pending[end]
 	delete(rep.pending, end)
@@ -236,7 +240,7 @@ func (p *Partition) waitReplicated(ctx context.Context, end int64) error {
 // WaitLocal waits until every offset below end is on this node's disk
 // (acks=1 in a cluster: the leader's local durability only).
 func (p *Partition) WaitLocal(ctx context.Context, end int64) error {
-	if p.rep == nil || !p.syncMode() {
+	if p.rep.Load() == nil || !p.syncMode() {
 		return p.WaitCommitted(ctx, end)
 	}
 	// The Raft loop appends the proposal shortly; wait for that first.

@@ -185,7 +185,7 @@ func (p *Partition) AppendCoordinator(batch []byte) (AppendResult, error) {
 
 // appendLocked writes batch to the log and returns its base offset.
 func (p *Partition) appendLocked(batch []byte) (int64, error) {
-	if p.rep != nil {
+	if p.rep.Load() != nil {
 		if err := p.leaderCheckLocked(); err != nil {
 			return 0, err
 		}
