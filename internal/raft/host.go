@@ -311,6 +311,11 @@ func (h *Host) resetLocked(g *group) {
 		return
 	}
 	g.rn, g.readyTerm = rn, 0
+	// The fresh RawNode is a follower that must tick to elect a leader;
+	// left quiesced (a reset leader of an idle group usually is), it never
+	// would, and with the other replicas quiesced too the group would stay
+	// leaderless while every node names the old leader.
+	g.unquiesceLocked()
 }
 
 // RemoveGroup stops driving a group and forgets its journal state (the

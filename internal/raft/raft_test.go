@@ -830,3 +830,41 @@ func TestJournalReplay(t *testing.T) {
 		t.Fatalf("after rewrite: %+v", s)
 	}
 }
+
+// TestResetQuiescedLeader: the leader of an idle (quiesced) group resets its
+// RawNode - which it does when a heartbeat response shows a replica lost its
+// log, and heartbeat responses do not wake a quiesced group. The reset node
+// is a follower and must tick, or nobody campaigns: the other replicas are
+// quiesced too (found by the fault suite after a wiped node rejoined: every
+// node kept naming the reset leader, which answered NOT_LEADER_OR_FOLLOWER).
+func TestResetQuiescedLeader(t *testing.T) {
+	c := newCluster(t, 3, 1)
+	leader, _ := c.waitLeader(1)
+	for i := range 5 {
+		c.propose(1, fmt.Sprint("v", i))
+	}
+	waitFor(t, "every replica to quiesce", func() bool {
+		for _, nd := range c.running() {
+			if st, _ := nd.host.Status(1); !st.Quiesced {
+				return false
+			}
+		}
+		return true
+	})
+	h := c.nodes[leader].host
+	g := h.group(1)
+	g.mu.Lock()
+	g.reset = true // what checkLostStorageLocked sets
+	g.mu.Unlock()
+	h.markDirty(g)
+	// Nothing but the reset: no proposal (a proposal would wake the group
+	// and hide the bug) - a leader must emerge on its own, as it must for
+	// a client that only reads.
+	waitFor(t, "the reset leader to step down", func() bool {
+		st, _ := h.Status(1)
+		return st.State != "StateLeader"
+	})
+	c.waitLeader(1)
+	c.propose(1, "after")
+	c.waitConverged(1)
+}
