@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -14,39 +13,7 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
-	"holdfast/internal/wire"
 )
-
-// startClusterWith is startCluster with extra broker options.
-func startClusterWith(t *testing.T, n int, opt func(*broker.Config)) []*brokertest.Node {
-	t.Helper()
-	peers := map[int32]string{}
-	for i := 1; i <= n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		peers[int32(i)] = ln.Addr().String()
-		ln.Close()
-	}
-	nodes := make([]*brokertest.Node, n)
-	for i := range nodes {
-		id := int32(i + 1)
-		nodes[i] = brokertest.Start(t, func(c *broker.Config, _ *wire.Limits) {
-			c.NodeID, c.Peers = id, peers
-			opt(c)
-		})
-	}
-	awaitCluster(t, "every broker registered everywhere", func() error {
-		for _, node := range nodes {
-			if node.B.RegisteredBrokers() != n {
-				return fmt.Errorf("node %d: %d brokers", node.Cfg.NodeID, node.B.RegisteredBrokers())
-			}
-		}
-		return nil
-	})
-	return nodes
-}
 
 // createReplicated creates topic with one partition on all nodes and waits
 // for its leader.
@@ -119,7 +86,7 @@ func deleteRecords(t *testing.T, nodes []*brokertest.Node, topic string, at int6
 // follower's restart and a failover; -1 means the high watermark, beyond
 // it is OFFSET_OUT_OF_RANGE.
 func TestClusterDeleteRecords(t *testing.T) {
-	nodes := startClusterWith(t, 3, func(*broker.Config) {})
+	nodes := startCluster(t, 3, func(*broker.Config) {})
 	const topic = "deleted"
 	seg := "1024"
 	createReplicated(t, nodes, topic, map[string]*string{"segment.bytes": &seg})
@@ -233,7 +200,7 @@ func consumeFrom(t *testing.T, seeds []string, topic string, from, n int) {
 // decided by the leader and applied on every replica alike; a restarted
 // replica still opens its Raft log.
 func TestClusterRetention(t *testing.T) {
-	nodes := startClusterWith(t, 3, func(c *broker.Config) { c.RetentionCheckInterval = 100 * time.Millisecond })
+	nodes := startCluster(t, 3, func(c *broker.Config) { c.RetentionCheckInterval = 100 * time.Millisecond })
 	const topic = "retained"
 	seg, keep := "1024", "4096"
 	createReplicated(t, nodes, topic, map[string]*string{"segment.bytes": &seg, "retention.bytes": &keep})

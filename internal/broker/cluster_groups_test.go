@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -15,45 +14,17 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
-	"holdfast/internal/wire"
 )
 
 // startGroupCluster is startCluster with a small __consumer_offsets (fewer
 // Raft groups to elect on a small machine) and no initial rebalance delay.
 func startGroupCluster(t *testing.T, n int) []*brokertest.Node {
 	t.Helper()
-	peers := map[int32]string{}
-	for i := 1; i <= n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		peers[int32(i)] = ln.Addr().String()
-		ln.Close()
-	}
-	nodes := make([]*brokertest.Node, n)
-	for i := range nodes {
-		id := int32(i + 1)
-		nodes[i] = brokertest.Start(t, func(c *broker.Config, _ *wire.Limits) {
-			c.NodeID, c.Peers = id, peers
-			c.OffsetsTopicPartitions = 4
-			c.Groups.InitialRebalanceDelay = 0
-			c.Txn.StatePartitions = 4
-		})
-	}
-	awaitCluster(t, "every broker registered everywhere", func() error {
-		for _, node := range nodes {
-			md, err := metadata(node, nil)
-			if err != nil {
-				return err
-			}
-			if len(md.Brokers) != n || md.ControllerID <= 0 || node.B.RegisteredBrokers() != n {
-				return fmt.Errorf("node %d: brokers %d, controller %d", node.Cfg.NodeID, len(md.Brokers), md.ControllerID)
-			}
-		}
-		return nil
+	return startCluster(t, n, func(c *broker.Config) {
+		c.OffsetsTopicPartitions = 4
+		c.Groups.InitialRebalanceDelay = 0
+		c.Txn.StatePartitions = 4
 	})
-	return nodes
 }
 
 // groupMember consumes in a group and commits synchronously after each

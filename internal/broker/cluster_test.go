@@ -21,8 +21,9 @@ import (
 )
 
 // startCluster starts n in-process brokers on loopback that form one
-// Raft cluster, and waits until every one is registered.
-func startCluster(t *testing.T, n int) []*brokertest.Node {
+// Raft cluster, with opts applied to each broker's config, and waits until
+// every one is registered everywhere.
+func startCluster(t *testing.T, n int, opts ...func(*broker.Config)) []*brokertest.Node {
 	t.Helper()
 	peers := map[int32]string{}
 	for i := 1; i <= n; i++ {
@@ -38,6 +39,9 @@ func startCluster(t *testing.T, n int) []*brokertest.Node {
 		id := int32(i + 1)
 		nodes[i] = brokertest.Start(t, func(c *broker.Config, _ *wire.Limits) {
 			c.NodeID, c.Peers = id, peers
+			for _, o := range opts {
+				o(c)
+			}
 		})
 	}
 	awaitCluster(t, "every broker registered everywhere", func() error {
