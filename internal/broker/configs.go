@@ -593,23 +593,38 @@ type resourceKey struct {
 func (b *Broker) handleAlterConfigs(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.AlterConfigsRequest)
 	resp := req.ResponseKind().(*kmsg.AlterConfigsResponse)
+	alterEach(req.Resources,
+		func(rr kmsg.AlterConfigsRequestResource) resourceKey {
+			return resourceKey{rr.ResourceType, rr.ResourceName}
+		},
+		func(rr kmsg.AlterConfigsRequestResource) error { return b.alterConfigs(rr, req.ValidateOnly) },
+		func(rr kmsg.AlterConfigsRequestResource, err error) {
+			res := kmsg.NewAlterConfigsResponseResource()
+			res.ResourceType, res.ResourceName = rr.ResourceType, rr.ResourceName
+			res.ErrorCode, res.ErrorMessage = kafkaError(err)
+			resp.Resources = append(resp.Resources, res)
+		})
+	return wire.Respond(resp)
+}
+
+// alterEach runs alter for every resource of an AlterConfigs or
+// IncrementalAlterConfigs request and reports each result in order; a
+// resource named twice in one request is refused, as Kafka does, since
+// which of the two should win is undefined.
+func alterEach[R any](resources []R, key func(R) resourceKey, alter func(R) error, report func(R, error)) {
 	dup := map[resourceKey]int{}
-	for _, rr := range req.Resources {
-		dup[resourceKey{rr.ResourceType, rr.ResourceName}]++
+	for _, rr := range resources {
+		dup[key(rr)]++
 	}
-	for _, rr := range req.Resources {
-		res := kmsg.NewAlterConfigsResponseResource()
-		res.ResourceType, res.ResourceName = rr.ResourceType, rr.ResourceName
+	for _, rr := range resources {
 		var err error
-		if dup[resourceKey{rr.ResourceType, rr.ResourceName}] > 1 {
+		if dup[key(rr)] > 1 {
 			err = errCode(kerr.InvalidRequest, "Error due to duplicate resources in the request")
 		} else {
-			err = b.alterConfigs(rr, req.ValidateOnly)
+			err = alter(rr)
 		}
-		res.ErrorCode, res.ErrorMessage = kafkaError(err)
-		resp.Resources = append(resp.Resources, res)
+		report(rr, err)
 	}
-	return wire.Respond(resp)
 }
 
 // alterConfigs replaces a resource's whole set of overrides (the legacy,
@@ -664,22 +679,19 @@ func (b *Broker) applyTopicConfigs(name string, configs map[string]string, valid
 func (b *Broker) handleIncrementalAlterConfigs(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.IncrementalAlterConfigsRequest)
 	resp := req.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
-	dup := map[resourceKey]int{}
-	for _, rr := range req.Resources {
-		dup[resourceKey{rr.ResourceType, rr.ResourceName}]++
-	}
-	for _, rr := range req.Resources {
-		res := kmsg.NewIncrementalAlterConfigsResponseResource()
-		res.ResourceType, res.ResourceName = rr.ResourceType, rr.ResourceName
-		var err error
-		if dup[resourceKey{rr.ResourceType, rr.ResourceName}] > 1 {
-			err = errCode(kerr.InvalidRequest, "Error due to duplicate resources in the request")
-		} else {
-			err = b.incrementalAlterConfigs(rr, req.ValidateOnly)
-		}
-		res.ErrorCode, res.ErrorMessage = kafkaError(err)
-		resp.Resources = append(resp.Resources, res)
-	}
+	alterEach(req.Resources,
+		func(rr kmsg.IncrementalAlterConfigsRequestResource) resourceKey {
+			return resourceKey{rr.ResourceType, rr.ResourceName}
+		},
+		func(rr kmsg.IncrementalAlterConfigsRequestResource) error {
+			return b.incrementalAlterConfigs(rr, req.ValidateOnly)
+		},
+		func(rr kmsg.IncrementalAlterConfigsRequestResource, err error) {
+			res := kmsg.NewIncrementalAlterConfigsResponseResource()
+			res.ResourceType, res.ResourceName = rr.ResourceType, rr.ResourceName
+			res.ErrorCode, res.ErrorMessage = kafkaError(err)
+			resp.Resources = append(resp.Resources, res)
+		})
 	return wire.Respond(resp)
 }
 
