@@ -27,10 +27,8 @@ func (c *Coordinator) DescribeGroups(req *kmsg.DescribeGroupsRequest) Reply {
 		}
 		g := c.groups[name]
 		switch {
-		case name == "":
-			d.ErrorCode = kerr.InvalidGroupID.Code
-		case c.Unavailable(name) != 0:
-			d.ErrorCode = c.Unavailable(name)
+		case c.admit(name) != 0:
+			d.ErrorCode = c.admit(name)
 		case g == nil:
 			d.State = string(Dead) // Kafka's answer for an unknown group before v6
 		default:
@@ -114,10 +112,8 @@ func (c *Coordinator) DeleteGroups(req *kmsg.DeleteGroupsRequest) Reply {
 		d.Group = name
 		g := c.groups[name]
 		switch {
-		case name == "":
-			d.ErrorCode = kerr.InvalidGroupID.Code
-		case c.Unavailable(name) != 0:
-			d.ErrorCode = c.Unavailable(name)
+		case c.admit(name) != 0:
+			d.ErrorCode = c.admit(name)
 		case c.closed:
 			d.ErrorCode = kerr.CoordinatorNotAvailable.Code
 		case g == nil || g.state == Dead:

@@ -257,6 +257,15 @@ func (c *Coordinator) Unavailable(group string) int16 {
 	return 0
 }
 
+// admit is the first check of every request about one group: a valid
+// name whose partition this node coordinates and has loaded.
+func (c *Coordinator) admit(group string) int16 {
+	if group == "" {
+		return kerr.InvalidGroupID.Code
+	}
+	return c.Unavailable(group)
+}
+
 // Owns reports whether this node coordinates the groups of partition p
 // (loaded or loading).
 func (c *Coordinator) Owns(p int32) bool { return !c.unowned[p].Load() }

@@ -33,10 +33,7 @@ func (c *Coordinator) JoinGroup(req *kmsg.JoinGroupRequest, clientID, clientHost
 		resp.ErrorCode = code
 		return respond(resp)
 	}
-	if req.Group == "" {
-		return fail(kerr.InvalidGroupID.Code)
-	}
-	if code := c.Unavailable(req.Group); code != 0 {
+	if code := c.admit(req.Group); code != 0 {
 		return fail(code)
 	}
 	session := ms(req.SessionTimeoutMillis)
@@ -285,10 +282,7 @@ func (c *Coordinator) SyncGroup(req *kmsg.SyncGroupRequest) Reply {
 		resp.ErrorCode = code
 		return respond(resp)
 	}
-	if req.Group == "" {
-		return fail(kerr.InvalidGroupID.Code)
-	}
-	if code := c.Unavailable(req.Group); code != 0 {
+	if code := c.admit(req.Group); code != 0 {
 		return fail(code)
 	}
 	c.mu.Lock()
@@ -397,10 +391,7 @@ func (c *Coordinator) Heartbeat(req *kmsg.HeartbeatRequest) Reply {
 }
 
 func (c *Coordinator) heartbeat(req *kmsg.HeartbeatRequest) int16 {
-	if req.Group == "" {
-		return kerr.InvalidGroupID.Code
-	}
-	if code := c.Unavailable(req.Group); code != 0 {
+	if code := c.admit(req.Group); code != 0 {
 		return code
 	}
 	c.mu.Lock()
@@ -446,10 +437,7 @@ func (c *Coordinator) LeaveGroup(req *kmsg.LeaveGroupRequest) Reply {
 		resp.ErrorCode = code
 		return respond(resp)
 	}
-	if req.Group == "" {
-		return top(kerr.InvalidGroupID.Code)
-	}
-	if code := c.Unavailable(req.Group); code != 0 {
+	if code := c.admit(req.Group); code != 0 {
 		return top(code)
 	}
 	c.mu.Lock()

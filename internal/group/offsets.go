@@ -34,11 +34,7 @@ func (c *Coordinator) OffsetCommit(req *kmsg.OffsetCommitRequest) Reply {
 			}
 		}
 	}
-	if req.Group == "" {
-		setAll(kerr.InvalidGroupID.Code)
-		return respond(resp)
-	}
-	if code := c.Unavailable(req.Group); code != 0 {
+	if code := c.admit(req.Group); code != 0 {
 		setAll(code)
 		return respond(resp)
 	}
@@ -179,10 +175,7 @@ type fetchedTopic struct {
 // fetchOffsets returns a group's committed offsets for topics (all of them
 // when topics is nil), or a group-level error code.
 func (c *Coordinator) fetchOffsets(name string, topics []fetchTopic, all bool) (int16, []fetchedTopic) {
-	if name == "" {
-		return kerr.InvalidGroupID.Code, nil
-	}
-	if code := c.Unavailable(name); code != 0 {
+	if code := c.admit(name); code != 0 {
 		return code, nil
 	}
 	c.mu.Lock()
@@ -308,10 +301,7 @@ func (c *Coordinator) OffsetDelete(req *kmsg.OffsetDeleteRequest) Reply {
 		resp.ErrorCode = code
 		return respond(resp)
 	}
-	if req.Group == "" {
-		return top(kerr.InvalidGroupID.Code)
-	}
-	if code := c.Unavailable(req.Group); code != 0 {
+	if code := c.admit(req.Group); code != 0 {
 		return top(code)
 	}
 	c.mu.Lock()

@@ -62,10 +62,7 @@ func (c *Coordinator) TxnOffsetCommit(req *kmsg.TxnOffsetCommitRequest) Reply {
 		}
 		return respond(resp)
 	}
-	if req.Group == "" {
-		return setAll(kerr.InvalidGroupID.Code)
-	}
-	if code := c.Unavailable(req.Group); code != 0 {
+	if code := c.admit(req.Group); code != 0 {
 		return setAll(code)
 	}
 	log := c.logs[c.partition(req.Group)]
