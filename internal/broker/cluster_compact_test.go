@@ -15,29 +15,6 @@ import (
 	"holdfast/internal/brokertest"
 )
 
-// createReplicated creates topic with one partition on all nodes and waits
-// for its leader.
-func createReplicated(t *testing.T, nodes []*brokertest.Node, topic string, configs map[string]*string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := kadmClient(t, addrs(nodes)).CreateTopics(ctx, 1, int16(len(nodes)), configs, topic)
-	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil {
-		t.Fatalf("create topic: %v", err)
-	}
-	awaitCluster(t, "a leader on every node", func() error {
-		for _, n := range nodes {
-			if _, _, _, err := leaderOf(n, topic); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
 // logStarts is each live node's log start offset of topic-0 (-1: not open).
 func logStarts(nodes []*brokertest.Node, topic string) []int64 {
 	var out []int64
@@ -89,7 +66,7 @@ func TestClusterDeleteRecords(t *testing.T) {
 	nodes := startCluster(t, 3, func(*broker.Config) {})
 	const topic = "deleted"
 	seg := "1024"
-	createReplicated(t, nodes, topic, map[string]*string{"segment.bytes": &seg})
+	createClusterTopic(t, nodes, topic, 1, len(nodes), map[string]*string{"segment.bytes": &seg})
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs(nodes)...), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RetryTimeout(90*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -203,7 +180,7 @@ func TestClusterRetention(t *testing.T) {
 	nodes := startCluster(t, 3, func(c *broker.Config) { c.RetentionCheckInterval = 100 * time.Millisecond })
 	const topic = "retained"
 	seg, keep := "1024", "4096"
-	createReplicated(t, nodes, topic, map[string]*string{"segment.bytes": &seg, "retention.bytes": &keep})
+	createClusterTopic(t, nodes, topic, 1, len(nodes), map[string]*string{"segment.bytes": &seg, "retention.bytes": &keep})
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs(nodes)...), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RetryTimeout(90*time.Second))
 	if err != nil {
 		t.Fatal(err)

@@ -112,30 +112,7 @@ func TestClusterConsumerGroup(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	adm := kadmClient(t, addrs(nodes))
-	resp, err := adm.CreateTopics(ctx, 6, 3, nil, topic)
-	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil {
-		t.Fatalf("create topic: %v", err)
-	}
-	awaitCluster(t, "leaders for every partition", func() error {
-		for _, n := range nodes {
-			md, err := metadata(n, []string{topic})
-			if err != nil {
-				return err
-			}
-			if len(md.Topics) != 1 || len(md.Topics[0].Partitions) != 6 {
-				return fmt.Errorf("node %d: %+v", n.Cfg.NodeID, md.Topics)
-			}
-			for _, p := range md.Topics[0].Partitions {
-				if p.ErrorCode != 0 || p.Leader <= 0 {
-					return fmt.Errorf("node %d partition %d: leader %d code %d", n.Cfg.NodeID, p.Partition, p.Leader, p.ErrorCode)
-				}
-			}
-		}
-		return nil
-	})
+	createClusterTopic(t, nodes, topic, 6, 3, nil)
 
 	members := []*groupMember{startMember(t, addrs(nodes), topic, group), startMember(t, addrs(nodes), topic, group)}
 	// Produce only once both members hold partitions, so no rebalance
@@ -293,30 +270,7 @@ func TestClusterTransactions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	adm := kadmClient(t, addrs(nodes))
-	resp, err := adm.CreateTopics(ctx, 3, 3, nil, topic)
-	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil {
-		t.Fatalf("create topic: %v", err)
-	}
-	awaitCluster(t, "leaders for every partition", func() error {
-		for _, n := range nodes {
-			md, err := metadata(n, []string{topic})
-			if err != nil {
-				return err
-			}
-			if len(md.Topics) != 1 || len(md.Topics[0].Partitions) != 3 {
-				return fmt.Errorf("node %d: %+v", n.Cfg.NodeID, md.Topics)
-			}
-			for _, p := range md.Topics[0].Partitions {
-				if p.ErrorCode != 0 || p.Leader <= 0 {
-					return fmt.Errorf("node %d partition %d: leader %d", n.Cfg.NodeID, p.Partition, p.Leader)
-				}
-			}
-		}
-		return nil
-	})
+	createClusterTopic(t, nodes, topic, 3, 3, nil)
 	pcl, err := kgo.NewClient(kgo.SeedBrokers(addrs(nodes)...), kgo.TransactionalID("ledger-writer"),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RetryTimeout(90*time.Second))
 	if err != nil {

@@ -74,6 +74,38 @@ func awaitCluster(t *testing.T, what string, fn func() error) {
 	}
 }
 
+// createClusterTopic creates topic with rf replicas per partition and waits
+// until every node's metadata has all its partitions, each with a leader.
+func createClusterTopic(t *testing.T, nodes []*brokertest.Node, topic string, partitions, rf int, configs map[string]*string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := kadmClient(t, addrs(nodes)).CreateTopics(ctx, int32(partitions), int16(rf), configs, topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+	awaitCluster(t, "a leader for every partition of "+topic+" on every node", func() error {
+		for _, n := range nodes {
+			md, err := metadata(n, []string{topic})
+			if err != nil {
+				return err
+			}
+			if len(md.Topics) != 1 || len(md.Topics[0].Partitions) != partitions {
+				return fmt.Errorf("node %d: %+v", n.Cfg.NodeID, md.Topics)
+			}
+			for _, p := range md.Topics[0].Partitions {
+				if p.ErrorCode != 0 || p.Leader <= 0 || len(p.Replicas) != rf {
+					return fmt.Errorf("node %d partition %d: leader %d replicas %v code %d", n.Cfg.NodeID, p.Partition, p.Leader, p.Replicas, p.ErrorCode)
+				}
+			}
+		}
+		return nil
+	})
+}
+
 // metadata asks one node directly (not through a client's routing).
 func metadata(n *brokertest.Node, topics []string) (*kmsg.MetadataResponse, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(n.Addr))
@@ -185,29 +217,7 @@ func nodeByID(nodes []*brokertest.Node, id int32) *brokertest.Node {
 func TestClusterFailover(t *testing.T) {
 	nodes := startCluster(t, 3)
 	const topic = "replicated"
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	adm := kadmClient(t, addrs(nodes))
-	resp, err := adm.CreateTopics(ctx, 1, 3, nil, topic)
-	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil {
-		t.Fatalf("create topic: %v", err)
-	}
-	// Every node applies the creation (not only the controller).
-	awaitCluster(t, "3 replicas in every node's metadata", func() error {
-		for _, n := range nodes {
-			md, err := metadata(n, []string{topic})
-			if err != nil {
-				return err
-			}
-			if len(md.Topics) != 1 || len(md.Topics[0].Partitions) != 1 || len(md.Topics[0].Partitions[0].Replicas) != 3 {
-				return fmt.Errorf("node %d: %+v", n.Cfg.NodeID, md.Topics)
-			}
-		}
-		return nil
-	})
+	createClusterTopic(t, nodes, topic, 1, 3, nil)
 	var leader, epoch int32
 	awaitCluster(t, "a leader", func() (err error) { leader, epoch, _, err = leaderOf(nodes[2], topic); return err })
 
@@ -267,16 +277,8 @@ func TestClusterFailover(t *testing.T) {
 func TestClusterMinInsync(t *testing.T) {
 	nodes := startCluster(t, 3)
 	const topic = "strict"
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	three := "3"
-	resp, err := kadmClient(t, addrs(nodes)).CreateTopics(ctx, 1, 3, map[string]*string{"min.insync.replicas": &three}, topic)
-	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil {
-		t.Fatalf("create topic: %v", err)
-	}
+	createClusterTopic(t, nodes, topic, 1, 3, map[string]*string{"min.insync.replicas": &three})
 	var leader int32
 	awaitCluster(t, "a leader", func() (err error) { leader, _, _, err = leaderOf(nodes[0], topic); return err })
 	ln := nodeByID(nodes, leader)
