@@ -193,3 +193,18 @@ func (b *Broker) Handle(ctx context.Context, req *wire.Request) wire.Reply {
 	}
 	return a.fn(b, ctx, req)
 }
+
+// goLoop runs loop in its own goroutine until the returned stop is called;
+// stop returns once loop has. Background work (retention, leadership
+// watches) is started this way so Close never leaves one running.
+func goLoop(loop func(stop <-chan struct{})) (stop func()) {
+	stopCh, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		loop(stopCh)
+	}()
+	return func() {
+		close(stopCh)
+		<-done
+	}
+}

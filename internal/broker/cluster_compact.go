@@ -50,14 +50,8 @@ func (b *Broker) startClusterCompact() error {
 	if !b.clusterMode() {
 		return nil
 	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go b.compactLoop(stop, done)
-	b.closers = append(b.closers, func() error {
-		close(stop)
-		<-done
-		return nil
-	})
+	stop := goLoop(b.compactLoop)
+	b.closers = append(b.closers, func() error { stop(); return nil })
 	return nil
 }
 
@@ -136,8 +130,7 @@ func (b *Broker) compactReplica(p *partition.Partition, group uint64, start int6
 // is the offset up to which each group's committed log was searched; after
 // a restart each log is searched once from its start (headers only, apart
 // from the markers themselves).
-func (b *Broker) compactLoop(stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
+func (b *Broker) compactLoop(stop <-chan struct{}) {
 	cursors := map[uint64]int64{}
 	tick := time.NewTicker(compactEvery)
 	defer tick.Stop()

@@ -47,28 +47,21 @@ func (b *Broker) startGroupsCluster(n int32) error {
 		},
 		Unowned: true,
 	})
-	stop, done := make(chan struct{}), make(chan struct{})
-	go b.watchGroupLeadership(n, stop, done)
+	stop := goLoop(func(stop <-chan struct{}) {
+		b.watchLeadership(offsetsTopic, n, b.groups.LoadPartition, b.groups.UnloadPartition, stop)
+	})
 	b.closers = append(b.closers, func() error {
-		close(stop)
-		<-done
+		stop()
 		return b.groups.Close()
 	})
 	return nil
-}
-
-// watchGroupLeadership loads and unloads __consumer_offsets partitions as
-// this node gains and loses their leadership.
-func (b *Broker) watchGroupLeadership(n int32, stop <-chan struct{}, done chan<- struct{}) {
-	b.watchLeadership(offsetsTopic, n, b.groups.LoadPartition, b.groups.UnloadPartition, stop, done)
 }
 
 // watchLeadership calls load when this node becomes the leader of a
 // partition of topic, and unload when it stops leading it. A partition is
 // loaded per term: leading again in a later term reloads it, since another
 // leader may have written in between.
-func (b *Broker) watchLeadership(topic string, n int32, load, unload func(int32), stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
+func (b *Broker) watchLeadership(topic string, n int32, load, unload func(int32), stop <-chan struct{}) {
 	owned := make([]uint64, n) // the term in which partition i was loaded, 0 if not ours
 	tick := time.NewTicker(leadershipPoll)
 	defer tick.Stop()
@@ -306,9 +299,9 @@ func (b *Broker) newClusterTxnCoordinator(n int32) *txn.Coordinator {
 		Markers: b.writeMarkersCluster,
 		Unowned: true,
 	})
-	stop, done := make(chan struct{}), make(chan struct{})
-	go b.watchLeadership(txnStateTopic, n, c.LoadPartition, c.UnloadPartition, stop, done)
-	b.txn.stopWatch = func() { close(stop); <-done }
+	b.txn.stopWatch = goLoop(func(stop <-chan struct{}) {
+		b.watchLeadership(txnStateTopic, n, c.LoadPartition, c.UnloadPartition, stop)
+	})
 	return c
 }
 

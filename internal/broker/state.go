@@ -45,21 +45,14 @@ func (b *Broker) startStorage() error {
 	}
 	b.log.Info("storage open", "cluster_id", meta.ClusterID(), "topics", len(meta.Topics()), "dir", b.cfg.DataDir)
 
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go b.retentionLoop(stop, done)
-	b.closers = append(b.closers, func() error {
-		close(stop)
-		<-done
-		return nil
-	})
+	stop := goLoop(b.retentionLoop)
+	b.closers = append(b.closers, func() error { stop(); return nil })
 	return nil
 }
 
 // retentionLoop applies retention.ms / retention.bytes to every open log
 // every log.retention.check.interval.ms, as Kafka's log manager does.
-func (b *Broker) retentionLoop(stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
+func (b *Broker) retentionLoop(stop <-chan struct{}) {
 	every := b.cfg.RetentionCheckInterval
 	if every <= 0 {
 		every = 5 * time.Minute
