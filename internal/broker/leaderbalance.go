@@ -144,6 +144,9 @@ func (b *Broker) controlledShutdown() {
 	b.log.Info("controlled shutdown: moving leadership", "groups", total, "max_wait", b.cfg.ControlledShutdownMaxWait)
 	deadline := start.Add(b.cfg.ControlledShutdownMaxWait)
 	for {
+		// A group with a transfer under way, or one that can start now;
+		// without any (the last node of a quorum) waiting is pointless.
+		hope := false
 		for g, at := range asked {
 			st, err := h.Status(g)
 			if err != nil || st.State != "StateLeader" {
@@ -151,14 +154,16 @@ func (b *Broker) controlledShutdown() {
 				continue
 			}
 			if time.Since(at) < transferRetry {
+				hope = true
 				continue
 			}
 			if to := transferTarget(st, prefs[g]); to != 0 {
 				h.TransferLeader(g, to)
 				asked[g] = time.Now()
+				hope = true
 			}
 		}
-		if len(asked) == 0 || time.Now().After(deadline) {
+		if len(asked) == 0 || !hope || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(electPoll)
