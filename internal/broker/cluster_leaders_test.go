@@ -38,17 +38,27 @@ func createLedTopic(t *testing.T, nodes []*brokertest.Node, topic string, partit
 			if n.B == nil {
 				continue
 			}
-			if _, err := leaders(n, topic); err != nil {
+			ls, err := leaders(n, topic)
+			if err != nil {
 				return err
+			}
+			for p, l := range ls {
+				// Every node replicates every partition: wait for its
+				// own view, not the guess of a node that has not opened
+				// the replica yet.
+				if int(rf) == len(nodes) && l.epoch < 0 {
+					return fmt.Errorf("node %d: partition %d not open yet", n.Cfg.NodeID, p)
+				}
 			}
 		}
 		return nil
 	})
 }
 
-// partitionLeader is one partition's leader and preferred (first) replica
-// as one node sees them.
-type partitionLeader struct{ leader, preferred int32 }
+// partitionLeader is one partition's leader, its epoch and the preferred
+// (first) replica as one node sees them. Epoch -1: the node has no replica
+// open and only names the first replica.
+type partitionLeader struct{ leader, epoch, preferred int32 }
 
 // leaders asks n for every partition's leader.
 func leaders(n *brokertest.Node, topic string) (map[int32]partitionLeader, error) {
@@ -64,7 +74,7 @@ func leaders(n *brokertest.Node, topic string) (map[int32]partitionLeader, error
 		if p.ErrorCode != 0 || p.Leader <= 0 || len(p.Replicas) == 0 {
 			return nil, fmt.Errorf("node %d: partition %d: leader %d, %v", n.Cfg.NodeID, p.Partition, p.Leader, kerr.ErrorForCode(p.ErrorCode))
 		}
-		out[p.Partition] = partitionLeader{p.Leader, p.Replicas[0]}
+		out[p.Partition] = partitionLeader{p.Leader, p.LeaderEpoch, p.Replicas[0]}
 	}
 	return out, nil
 }
@@ -77,8 +87,8 @@ func allPreferred(n *brokertest.Node, topic string) error {
 		return err
 	}
 	for p, l := range ls {
-		if l.leader != l.preferred {
-			return fmt.Errorf("partition %d led by %d, preferred %d", p, l.leader, l.preferred)
+		if l.epoch < 0 || l.leader != l.preferred {
+			return fmt.Errorf("node %d: partition %d led by %d (epoch %d), preferred %d", n.Cfg.NodeID, p, l.leader, l.epoch, l.preferred)
 		}
 	}
 	return nil
@@ -302,17 +312,20 @@ func TestClusterElectLeadersErrors(t *testing.T) {
 	// RF=1 on node X: another node has no replica and forwards to X,
 	// whose only replica leads.
 	createLedTopic(t, nodes, "single", 1, 1)
-	ls, err := leaders(nodes[0], "single")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Nodes without a replica name the first replica; ask the replica.
+	// Nodes without a replica (or that have not opened it yet) name the
+	// first replica: ask that one whether it leads.
+	var host int32
 	awaitCluster(t, "the single replica leads", func() error {
-		_, _, _, err := leaderOf(nodeByID(nodes, ls[0].leader), "single")
+		ls, err := leaders(nodes[0], "single")
+		if err != nil {
+			return err
+		}
+		host = ls[0].preferred
+		_, _, _, err = leaderOf(nodeByID(nodes, host), "single")
 		return err
 	})
 	for _, n := range nodes {
-		if n.Cfg.NodeID != ls[0].leader {
+		if n.Cfg.NodeID != host {
 			codes, _ = electRaw(t, n, 0, "single", 5*time.Second, 0)
 			wantCodes(t, fmt.Sprintf("forwarded by node %d", n.Cfg.NodeID), codes, map[int32]*kerr.Error{0: kerr.ElectionNotNeeded})
 		}
@@ -320,7 +333,7 @@ func TestClusterElectLeadersErrors(t *testing.T) {
 
 	// The preferred replica of partition 0 down: not available; once
 	// another broker also stops there is no leader at all.
-	ls, err = leaders(nodes[0], topic)
+	ls, err := leaders(nodes[0], topic)
 	if err != nil {
 		t.Fatal(err)
 	}
