@@ -71,9 +71,13 @@ func (b *Broker) handleElectLeaders(_ context.Context, r *wire.Request) wire.Rep
 			}
 		}
 	} else {
+		seen := map[topicPartition]bool{} // a partition named twice is elected once
 		for _, rt := range req.Topics {
 			for _, p := range rt.Partitions {
-				tps = append(tps, topicPartition{rt.Topic, p})
+				if tp := (topicPartition{rt.Topic, p}); !seen[tp] {
+					seen[tp] = true
+					tps = append(tps, tp)
+				}
 			}
 		}
 	}
