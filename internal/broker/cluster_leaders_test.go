@@ -178,7 +178,18 @@ func TestClusterElectLeaders(t *testing.T) {
 	stopAndAwaitMoved(t, nodes, victim, topic)
 	victim.Restart()
 	awaitFullISR(t, nodes, topic, 3)
-	if err := allPreferred(nodes[0], topic); err == nil {
+	// What the election must change, seen from one node just before it
+	// (a spurious election under load may still move a partition, so only
+	// the partitions away from their preferred replica are pinned down).
+	var before map[int32]partitionLeader
+	awaitCluster(t, "every partition led", func() (err error) { before, err = leaders(nodes[0], topic); return err })
+	moved := 0
+	for _, l := range before {
+		if l.leader != l.preferred {
+			moved++
+		}
+	}
+	if moved == 0 {
 		t.Fatal("leadership went back to the restarted broker without an election")
 	}
 
@@ -191,12 +202,9 @@ func TestClusterElectLeaders(t *testing.T) {
 		switch {
 		case r.Err == nil:
 			elected++
-			if ls[p].preferred != victim.Cfg.NodeID {
-				t.Errorf("partition %d: elected, but its preferred %d was not the restarted broker", p, ls[p].preferred)
-			}
 		case errors.Is(r.Err, kerr.ElectionNotNeeded):
-			if ls[p].preferred == victim.Cfg.NodeID {
-				t.Errorf("partition %d: ELECTION_NOT_NEEDED, but its preferred broker %d was restarted", p, ls[p].preferred)
+			if before[p].leader != before[p].preferred {
+				t.Errorf("partition %d: ELECTION_NOT_NEEDED, but broker %d led it, not the preferred %d", p, before[p].leader, before[p].preferred)
 			}
 		default:
 			t.Errorf("partition %d: %v (%s)", p, r.Err, r.ErrMessage)
