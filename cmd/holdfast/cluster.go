@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -45,13 +47,16 @@ func parsePeers(s string) (map[int32]string, error) {
 }
 
 func init() {
-	commands["cluster"] = command{"show a cluster's nodes, leaders and per-replica offsets (cluster status)", clusterCommand}
+	commands["cluster"] = command{"cluster status: nodes, leaders, per-replica offsets; cluster elect-leaders: move leadership to preferred replicas", clusterCommand}
 	commands["dev-cluster"] = command{"run a local N-node cluster in one process for development", devClusterCommand}
 }
 
 func clusterCommand(args []string) error {
+	if len(args) > 0 && args[0] == "elect-leaders" {
+		return electLeadersCommand(args[1:])
+	}
 	if len(args) == 0 || args[0] != "status" {
-		return fmt.Errorf("usage: holdfast cluster status [--bootstrap host:port]")
+		return fmt.Errorf("usage: holdfast cluster status [--bootstrap host:port]\n       holdfast cluster elect-leaders [--bootstrap host:port] [--topic T [--partition P]] [--election preferred|unclean]")
 	}
 	fs := flag.NewFlagSet("cluster status", flag.ContinueOnError)
 	fs.Usage = flagUsage(fs, "cluster status [flags]")
@@ -97,6 +102,109 @@ func clusterCommand(args []string) error {
 		}
 	}
 	return w.Flush()
+}
+
+// electLeadersCommand sends ElectLeaders (kafka-leader-election.sh): a
+// preferred election moves each partition's leadership to its first
+// replica. Without --topic it covers every partition and prints only those
+// that changed or failed.
+func electLeadersCommand(args []string) error {
+	fs := flag.NewFlagSet("cluster elect-leaders", flag.ContinueOnError)
+	fs.Usage = flagUsage(fs, "cluster elect-leaders [flags]\n\nMoves leadership of partitions back to their preferred (first) replica, as\nkafka-leader-election.sh does. Without --topic: every partition. Exits non-zero\nif an election failed (ELECTION_NOT_NEEDED is not a failure).")
+	bootstrap := bootstrapFlag(fs)
+	topic := fs.String("topic", "", "only this topic (default: every partition of every topic)")
+	partition := fs.Int("partition", -1, "only this partition of --topic (default: all of them)")
+	election := fs.String("election", "preferred", "preferred, or unclean (Raft never elects an unclean leader: answers ELECTION_NOT_NEEDED or ELIGIBLE_LEADERS_NOT_AVAILABLE)")
+	timeout := fs.Duration("timeout", 30*time.Second, "how long the brokers wait for the transfers")
+	if err := parseLayered(fs, args, ""); err != nil {
+		return err
+	}
+	req := kmsg.NewPtrElectLeadersRequest()
+	switch *election {
+	case "preferred":
+		req.ElectionType = 0
+	case "unclean":
+		req.ElectionType = 1
+	default:
+		return fmt.Errorf("--election %q: want preferred or unclean", *election)
+	}
+	if *partition >= 0 && *topic == "" {
+		return errors.New("--partition needs --topic")
+	}
+	req.TimeoutMillis = int32(timeout.Milliseconds())
+	cl, err := newClient(*bootstrap)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout+15*time.Second)
+	defer cancel()
+	if *topic != "" {
+		rt := kmsg.NewElectLeadersRequestTopic()
+		rt.Topic = *topic
+		if *partition >= 0 {
+			rt.Partitions = []int32{int32(*partition)}
+		} else {
+			mreq := kmsg.NewPtrMetadataRequest()
+			mt := kmsg.NewMetadataRequestTopic()
+			mt.Topic = topic
+			mreq.Topics = append(mreq.Topics, mt)
+			md, err := mreq.RequestWith(ctx, cl)
+			if err != nil {
+				return err
+			}
+			if len(md.Topics) != 1 || md.Topics[0].ErrorCode != 0 {
+				return fmt.Errorf("topic %s: %v", *topic, kerrFor(md.Topics))
+			}
+			for _, p := range md.Topics[0].Partitions {
+				rt.Partitions = append(rt.Partitions, p.Partition)
+			}
+			slices.Sort(rt.Partitions)
+		}
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return err
+	}
+	if resp.ErrorCode != 0 {
+		return fmt.Errorf("elect leaders: %w", kerr.ErrorForCode(resp.ErrorCode))
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "TOPIC\tPARTITION\tRESULT\n")
+	failed := 0
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			res := "elected"
+			if p.ErrorCode != 0 {
+				res = kerr.ErrorForCode(p.ErrorCode).Error()
+				if ke, ok := kerr.ErrorForCode(p.ErrorCode).(*kerr.Error); ok {
+					res = ke.Message // the code's name; the broker's message says why
+				}
+				if p.ErrorMessage != nil {
+					res += ": " + *p.ErrorMessage
+				}
+				if p.ErrorCode != kerr.ElectionNotNeeded.Code {
+					failed++
+				}
+			}
+			fmt.Fprintf(w, "%s\t%d\t%s\n", t.Topic, p.Partition, res)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d elections failed", failed)
+	}
+	return nil
+}
+
+func kerrFor(ts []kmsg.MetadataResponseTopic) error {
+	if len(ts) != 1 {
+		return errors.New("malformed metadata response")
+	}
+	return kerr.ErrorForCode(ts[0].ErrorCode)
 }
 
 func describeQuorum(ctx context.Context, cl *kgo.Client, leader int32, topic string, partition int32) (kmsg.DescribeQuorumResponseTopicPartition, error) {

@@ -52,6 +52,11 @@ func serveCommand(args []string) error {
 		peers       = fs.String("peers", "", "cluster mode: every node's Raft address, id@host:port,... (this node included); empty = single node")
 		raftListen  = fs.String("raft-listen", "", "Raft listener address; default: this node's --peers entry")
 		defaultRF   = fs.Int("default-replication-factor", 0, "replicas of new topics (default.replication.factor); 0 = 1 single-node, min(3, nodes) in a cluster")
+		rebalance   = fs.Bool("auto-leader-rebalance", def.AutoLeaderRebalance, "cluster: move leadership back to preferred replicas by itself (auto.leader.rebalance.enable)")
+		imbalanceIv = fs.Duration("leader-imbalance-check-interval", def.LeaderImbalanceCheckInterval, "cluster: how often to check leader balance (leader.imbalance.check.interval.seconds)")
+		imbalancePc = fs.Int("leader-imbalance-per-broker-percentage", def.LeaderImbalancePerBrokerPct, "cluster: share of a broker's preferred partitions it may not lead before they move back (leader.imbalance.per.broker.percentage)")
+		ctrlShut    = fs.Bool("controlled-shutdown", def.ControlledShutdown, "cluster: on stop, hand this node's leaderships to caught-up replicas first (controlled.shutdown.enable)")
+		ctrlShutMax = fs.Duration("controlled-shutdown-max-wait", def.ControlledShutdownMaxWait, "cluster: longest wait for those transfers before stopping anyway")
 		metricsAddr = fs.String("metrics-listen", "localhost:9095", "Prometheus /metrics, /healthz and /debug/pprof address; empty to disable")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat   = fs.String("log-format", "text", "text or json")
@@ -104,6 +109,17 @@ func serveCommand(args []string) error {
 	}
 	cfg.RaftListen = *raftListen
 	cfg.DefaultReplicationFactor = int16(*defaultRF)
+	if *imbalancePc < 0 || *imbalancePc > 100 {
+		return fmt.Errorf("--leader-imbalance-per-broker-percentage %d: want 0..100", *imbalancePc)
+	}
+	if *rebalance && *imbalanceIv <= 0 {
+		return fmt.Errorf("--leader-imbalance-check-interval %v: must be positive", *imbalanceIv)
+	}
+	if *ctrlShutMax < 0 {
+		return fmt.Errorf("--controlled-shutdown-max-wait %v: must not be negative", *ctrlShutMax)
+	}
+	cfg.AutoLeaderRebalance, cfg.LeaderImbalanceCheckInterval, cfg.LeaderImbalancePerBrokerPct = *rebalance, *imbalanceIv, *imbalancePc
+	cfg.ControlledShutdown, cfg.ControlledShutdownMaxWait = *ctrlShut, *ctrlShutMax
 
 	lim.MaxRequestBytes = int32(*maxReq)
 	lim.MaxConnections = *maxConns

@@ -55,6 +55,21 @@ type Config struct {
 	// DefaultReplicationFactor is default.replication.factor: 0 means 1
 	// on a single node, min(3, nodes) in a cluster.
 	DefaultReplicationFactor int16
+	// Leadership (leaderbalance.go). AutoLeaderRebalance is
+	// auto.leader.rebalance.enable (default true): every
+	// LeaderImbalanceCheckInterval (leader.imbalance.check.interval.seconds,
+	// default 300 s) a node hands partitions back to their preferred
+	// replica when that broker's share of partitions it does not lead
+	// exceeds LeaderImbalancePerBrokerPct
+	// (leader.imbalance.per.broker.percentage, default 10).
+	AutoLeaderRebalance          bool
+	LeaderImbalanceCheckInterval time.Duration
+	LeaderImbalancePerBrokerPct  int
+	// ControlledShutdown is controlled.shutdown.enable (default true):
+	// Close first moves every leadership this node holds to a caught-up
+	// replica, waiting at most ControlledShutdownMaxWait (default 5 s).
+	ControlledShutdown        bool
+	ControlledShutdownMaxWait time.Duration
 
 	Logger *slog.Logger
 	FS     storage.FS // nil: the OS filesystem
@@ -74,6 +89,12 @@ func DefaultConfig() Config {
 		Txn:                    txn.DefaultConfig(),
 		RetentionCheckInterval: 5 * time.Minute,
 		LogDefaults:            storage.DefaultConfig(),
+
+		AutoLeaderRebalance:          true,
+		LeaderImbalanceCheckInterval: 300 * time.Second,
+		LeaderImbalancePerBrokerPct:  10,
+		ControlledShutdown:           true,
+		ControlledShutdownMaxWait:    5 * time.Second,
 	}
 }
 

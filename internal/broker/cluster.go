@@ -576,7 +576,7 @@ func (c *cluster) forwarder() (*kgo.Client, error) {
 	if len(seeds) == 0 {
 		return nil, errors.New("no other broker registered")
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ClientID("holdfast-broker-"+strconv.Itoa(int(c.b.cfg.NodeID))))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ClientID(brokerClientPrefix+strconv.Itoa(int(c.b.cfg.NodeID))))
 	if err != nil {
 		return nil, err
 	}

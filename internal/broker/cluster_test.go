@@ -215,7 +215,9 @@ func nodeByID(nodes []*brokertest.Node, id int32) *brokertest.Node {
 // every acknowledged record is there exactly once; the old leader restarts,
 // catches up, and carries the data when the next leader stops.
 func TestClusterFailover(t *testing.T) {
-	nodes := startCluster(t, 3)
+	// Without controlled shutdown a clean stop is a crash for Raft: this
+	// test is about the election (TestClusterRollingRestart has both).
+	nodes := startCluster(t, 3, func(c *broker.Config) { c.ControlledShutdown = false })
 	const topic = "replicated"
 	createClusterTopic(t, nodes, topic, 1, 3, nil)
 	var leader, epoch int32
