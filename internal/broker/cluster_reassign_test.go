@@ -515,4 +515,3 @@ func rawReassign(t *testing.T, n *brokertest.Node, topic string, replicas []int3
 	}
 	return resp.(*kmsg.AlterPartitionAssignmentsResponse).ErrorCode
 }
-
