@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -61,6 +62,10 @@ type cluster struct {
 	appliedCh chan struct{}
 	results   map[int64]error // by entry end offset, for the proposer
 	resultQ   []int64
+
+	// gone: this broker-only node applied its own unregistration; it
+	// stops re-registering (the operator stops it next).
+	gone atomic.Bool
 
 	fwdMu sync.Mutex
 	fwd   *kgo.Client // to other brokers: registration, forwarded creates
@@ -319,6 +324,10 @@ func (c *cluster) apply(end int64, cmd controller.Command) error {
 		}
 	case controller.OpUnregister:
 		b.log.Info("broker unregistered", "broker", cmd.BrokerID)
+		if cmd.BrokerID == b.cfg.NodeID {
+			c.gone.Store(true)
+			b.log.Warn("this broker was unregistered from the cluster: stop it (restarting it registers it again)")
+		}
 	case controller.OpReassign, controller.OpReassignDone:
 		if t.Name == "" {
 			break // applied before (a redelivered entry); start-up opened and cleaned up
@@ -680,7 +689,7 @@ func (c *cluster) registerLoop() {
 			return
 		case <-tick.C:
 		}
-		if cur, ok := b.meta.Broker(me.ID); ok && cur == me {
+		if cur, ok := b.meta.Broker(me.ID); ok && cur == me || c.gone.Load() {
 			continue // keep checking: a re-registration by an old config must not stick
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -370,6 +370,81 @@ func TestClusterReassign(t *testing.T) {
 	produceRange(t, cl, moved, acked, 50)
 	nodes[0].Stop()
 	consumeExactly(t, addrs(rest), moved, acked+50)
+
+	// Removing the broker-only node: refused while it holds a replica;
+	// after moving its replica away, it leaves the registered brokers and
+	// the metadata group.
+	nodes[0].Restart()
+	for _, c := range []struct {
+		id   int32
+		want *kerr.Error
+	}{{4, kerr.InvalidRequest}, {1, kerr.InvalidRequest}, {9, kerr.BrokerIDNotRegistered}} {
+		if code := rawUnregister(t, nodes[1], c.id); code != c.want.Code {
+			t.Fatalf("unregister %d: %v, want %v", c.id, kerr.ErrorForCode(code), c.want)
+		}
+	}
+	if err := alter(t, adm, moved, []int32{1, 2, 3}); err != nil {
+		t.Fatalf("reassign back: %v", err)
+	}
+	replicasEverywhere(t, all, moved, []int32{1, 2, 3})
+	awaitCluster(t, "node 4's copy deleted", func() error {
+		if _, err := os.Stat(filepath.Join(n4.Cfg.DataDir, moved+"-0")); !os.IsNotExist(err) {
+			return fmt.Errorf("moved-0 on node 4: %v", err)
+		}
+		return nil
+	})
+	if code := rawUnregister(t, notControllerNode(t, nodes), 4); code != 0 {
+		t.Fatalf("unregister 4 through a non-controller: %v", kerr.ErrorForCode(code))
+	}
+	awaitCluster(t, "node 4 gone from the metadata and its group", func() error {
+		for _, n := range nodes {
+			if got := n.B.RegisteredBrokers(); got != 3 {
+				return fmt.Errorf("node %d knows %d brokers", n.Cfg.NodeID, got)
+			}
+		}
+		v, o, err := quorum(nodes, "__cluster_metadata")
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(v, []int32{1, 2, 3}) || len(o) != 0 {
+			return fmt.Errorf("metadata voters %v observers %v", v, o)
+		}
+		return nil
+	})
+	n4.Stop()
+	consumeExactly(t, addrs(nodes), moved, acked+50)
+}
+
+// rawUnregister sends UnregisterBroker to n and returns its error code,
+// retrying while the controller role moves (after restarts).
+func rawUnregister(t *testing.T, n *brokertest.Node, id int32) int16 {
+	t.Helper()
+	var code int16
+	awaitCluster(t, "a controller answering UnregisterBroker", func() error {
+		if code = unregisterOnce(t, n, id); code == kerr.NotController.Code {
+			return kerr.NotController
+		}
+		return nil
+	})
+	return code
+}
+
+func unregisterOnce(t *testing.T, n *brokertest.Node, id int32) int16 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(n.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrUnregisterBrokerRequest()
+	req.BrokerID = id
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := cl.SeedBrokers()[0].Request(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.(*kmsg.UnregisterBrokerResponse).ErrorCode
 }
 
 // TestClusterReassignTime measures (logs, never asserts) how long moving

@@ -52,7 +52,7 @@ func (c *cluster) reassignLoop() {
 			return
 		case <-tick.C:
 		}
-		c.addMetadataLearners()
+		c.syncMetadataLearners()
 		seen := map[uint64]bool{}
 		for _, t := range c.b.meta.Topics() {
 			for _, r := range t.Reassigning {
@@ -252,14 +252,28 @@ func (b *Broker) handleAlterPartition(_ context.Context, r *wire.Request) wire.R
 	}
 }
 
-// addMetadataLearners, on the controller, adds every registered
+// syncMetadataLearners, on the controller, adds every registered
 // broker-only node (one with its own Raft address, not a metadata voter)
-// to the metadata group as a learner: it receives the metadata log and
-// never votes. One per round.
-func (c *cluster) addMetadataLearners() {
+// to the metadata group as a learner - it receives the metadata log and
+// never votes - and removes the learners that were unregistered. One
+// change per round.
+func (c *cluster) syncMetadataLearners() {
 	st, err := c.host.Status(metadataGroup)
 	if err != nil || st.State != "StateLeader" {
 		return
+	}
+	for _, l := range st.Learners {
+		if _, ok := c.b.meta.Broker(int32(l)); !ok {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := c.host.RemoveReplica(ctx, metadataGroup, l)
+			cancel()
+			if err != nil && !errors.Is(err, raft.ErrConfChangeInProgress) {
+				c.b.log.Warn("removing an unregistered broker from the metadata group", "broker", l, "err", err)
+			} else if err == nil {
+				c.b.log.Info("unregistered broker removed from the metadata group", "broker", l)
+			}
+			return
+		}
 	}
 	for _, br := range c.b.meta.Brokers() {
 		id := uint64(br.ID)
