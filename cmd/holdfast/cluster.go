@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -45,13 +46,16 @@ func parsePeers(s string) (map[int32]string, error) {
 }
 
 func init() {
-	commands["cluster"] = command{"show a cluster's nodes, leaders and per-replica offsets (cluster status)", clusterCommand}
+	commands["cluster"] = command{"show a cluster's nodes, leaders and per-replica offsets (cluster status); remove a broker-only node (cluster unregister)", clusterCommand}
 	commands["dev-cluster"] = command{"run a local N-node cluster in one process for development", devClusterCommand}
 }
 
 func clusterCommand(args []string) error {
+	if len(args) > 0 && args[0] == "unregister" {
+		return unregisterCommand(args[1:])
+	}
 	if len(args) == 0 || args[0] != "status" {
-		return fmt.Errorf("usage: holdfast cluster status [--bootstrap host:port]")
+		return fmt.Errorf("usage: holdfast cluster status|unregister [--bootstrap host:port] [--id N]")
 	}
 	fs := flag.NewFlagSet("cluster status", flag.ContinueOnError)
 	fs.Usage = flagUsage(fs, "cluster status [flags]")
@@ -202,5 +206,38 @@ func devClusterCommand(args []string) error {
 	case err := <-errc:
 		return err
 	}
+	return nil
+}
+
+// unregisterCommand is `cluster unregister --id N`: UnregisterBroker for a
+// broker-only node whose replicas were moved away (topic reassign).
+func unregisterCommand(args []string) error {
+	fs := flag.NewFlagSet("cluster unregister", flag.ContinueOnError)
+	fs.Usage = flagUsage(fs, "cluster unregister --id N [flags]")
+	bootstrap := bootstrapFlag(fs)
+	id := fs.Int("id", -1, "the broker-only node to remove (move its replicas away first; stop it afterwards)")
+	if err := parseLayered(fs, args, ""); err != nil {
+		return err
+	}
+	if *id <= 0 {
+		return errors.New("--id: name the broker to unregister")
+	}
+	cl, err := newClient(*bootstrap)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrUnregisterBrokerRequest()
+	req.BrokerID = int32(*id)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return err
+	}
+	if resp.ErrorCode != 0 {
+		return fmt.Errorf("broker %d: %w %s", *id, kerr.ErrorForCode(resp.ErrorCode), deref(resp.ErrorMessage))
+	}
+	fmt.Printf("unregistered broker %d; stop it now\n", *id)
 	return nil
 }
