@@ -2,8 +2,10 @@ package broker_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -480,9 +482,15 @@ func TestClusterReassignTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	val := make([]byte, 16<<10)
+	// Random values: kgo compresses batches, and zeros would shrink to
+	// nothing on disk.
+	rng := rand.New(rand.NewPCG(1, 2))
 	recs := make([]*kgo.Record, mb*64)
 	for i := range recs {
+		val := make([]byte, 16<<10)
+		for j := 0; j < len(val); j += 8 {
+			binary.LittleEndian.PutUint64(val[j:], rng.Uint64())
+		}
 		recs[i] = &kgo.Record{Topic: topic, Value: val}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
