@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -33,7 +34,7 @@ func signalContext() (context.Context, context.CancelFunc) {
 }
 
 func topicCommand(args []string) error {
-	const synopsis = "topic create|list|describe|delete [flags] [TOPIC...]"
+	const synopsis = "topic create|list|describe|delete|reassign [flags] [TOPIC...]"
 	if len(args) == 0 {
 		return fmt.Errorf("usage: holdfast %s", synopsis)
 	}
@@ -45,6 +46,10 @@ func topicCommand(args []string) error {
 	rf := fs.Int("replication-factor", -1, "replicas per partition, -1 for the broker default (create)")
 	var configs kvFlag
 	fs.Var(&configs, "config", "topic config key=value, repeatable (create), e.g. retention.ms=3600000")
+	partition := fs.Int("partition", 0, "partition to move (reassign)")
+	replicas := fs.String("replicas", "", "reassign: the partition's new replica broker ids, e.g. 2,3,4 (the partition leader adds each new one as a Raft learner, promotes it once caught up, then removes the old ones)")
+	cancelMove := fs.Bool("cancel", false, "reassign: cancel the partition's move (back to its original replicas)")
+	list := fs.Bool("list", false, "reassign: list the moves in progress of the named topics (all topics if none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -113,8 +118,69 @@ func topicCommand(args []string) error {
 			}
 		}
 		return w.Flush()
+	case "reassign":
+		return reassign(ctx, adm, topics, int32(*partition), *replicas, *cancelMove, *list)
 	default:
 		return fmt.Errorf("unknown topic command %q; usage: holdfast %s", sub, synopsis)
+	}
+	return nil
+}
+
+// reassign is `topic reassign`: start (--replicas) or cancel (--cancel)
+// moving one partition, or --list the moves in progress.
+func reassign(ctx context.Context, adm *kadm.Client, topics []string, partition int32, replicas string, cancelMove, list bool) error {
+	if list {
+		set := kadm.TopicsSet{}
+		details, err := adm.ListTopicsWithInternal(ctx, topics...) // none: every topic
+		if err != nil {
+			return err
+		}
+		for _, t := range details {
+			for p := range t.Partitions {
+				set.Add(t.Topic, p)
+			}
+		}
+		resp, err := adm.ListPartitionReassignments(ctx, set)
+		if err != nil {
+			return err
+		}
+		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "TOPIC\tPARTITION\tREPLICAS\tADDING\tREMOVING")
+		for _, r := range resp.Sorted() {
+			fmt.Fprintf(w, "%s\t%d\t%v\t%v\t%v\n", r.Topic, r.Partition, r.Replicas, r.AddingReplicas, r.RemovingReplicas)
+		}
+		return w.Flush()
+	}
+	if len(topics) != 1 || (replicas == "") == !cancelMove {
+		return errors.New("reassign: name one topic and give either --replicas ids or --cancel (or use --list)")
+	}
+	var req kadm.AlterPartitionAssignmentsReq
+	if cancelMove {
+		req.CancelAssign(topics[0], partition)
+	} else {
+		var ids []int32
+		for _, f := range strings.Split(replicas, ",") {
+			id, err := strconv.ParseInt(strings.TrimSpace(f), 10, 32)
+			if err != nil {
+				return fmt.Errorf("--replicas: %q is not a broker id", f)
+			}
+			ids = append(ids, int32(id))
+		}
+		req.Assign(topics[0], partition, ids)
+	}
+	resp, err := adm.AlterPartitionAssignments(ctx, req)
+	if err != nil {
+		return err
+	}
+	for _, r := range resp.Sorted() {
+		if r.Err != nil {
+			return fmt.Errorf("%s-%d: %w %s", r.Topic, r.Partition, r.Err, r.ErrMessage)
+		}
+		if cancelMove {
+			fmt.Printf("cancelling the move of %s-%d\n", r.Topic, r.Partition)
+		} else {
+			fmt.Printf("moving %s-%d to %s (see: holdfast topic reassign --list %s)\n", r.Topic, r.Partition, replicas, r.Topic)
+		}
 	}
 	return nil
 }

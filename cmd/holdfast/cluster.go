@@ -47,16 +47,18 @@ func parsePeers(s string) (map[int32]string, error) {
 }
 
 func init() {
-	commands["cluster"] = command{"cluster status: nodes, leaders, per-replica offsets; cluster elect-leaders: move leadership to preferred replicas", clusterCommand}
+	commands["cluster"] = command{"cluster status: nodes, leaders, per-replica offsets; cluster elect-leaders: move leadership to preferred replicas; cluster unregister: remove a broker-only node", clusterCommand}
 	commands["dev-cluster"] = command{"run a local N-node cluster in one process for development", devClusterCommand}
 }
 
 func clusterCommand(args []string) error {
-	if len(args) > 0 && args[0] == "elect-leaders" {
+	switch {
+	case len(args) > 0 && args[0] == "elect-leaders":
 		return electLeadersCommand(args[1:])
-	}
-	if len(args) == 0 || args[0] != "status" {
-		return fmt.Errorf("usage: holdfast cluster status [--bootstrap host:port]\n       holdfast cluster elect-leaders [--bootstrap host:port] [--topic T [--partition P]] [--election preferred|unclean]")
+	case len(args) > 0 && args[0] == "unregister":
+		return unregisterCommand(args[1:])
+	case len(args) == 0 || args[0] != "status":
+		return fmt.Errorf("usage: holdfast cluster status [--bootstrap host:port]\n       holdfast cluster elect-leaders [--bootstrap host:port] [--topic T [--partition P]] [--election preferred|unclean]\n       holdfast cluster unregister [--bootstrap host:port] --id N")
 	}
 	fs := flag.NewFlagSet("cluster status", flag.ContinueOnError)
 	fs.Usage = flagUsage(fs, "cluster status [flags]")
@@ -310,5 +312,38 @@ func devClusterCommand(args []string) error {
 	case err := <-errc:
 		return err
 	}
+	return nil
+}
+
+// unregisterCommand is `cluster unregister --id N`: UnregisterBroker for a
+// broker-only node whose replicas were moved away (topic reassign).
+func unregisterCommand(args []string) error {
+	fs := flag.NewFlagSet("cluster unregister", flag.ContinueOnError)
+	fs.Usage = flagUsage(fs, "cluster unregister --id N [flags]")
+	bootstrap := bootstrapFlag(fs)
+	id := fs.Int("id", -1, "the broker-only node to remove (move its replicas away first; stop it afterwards)")
+	if err := parseLayered(fs, args, ""); err != nil {
+		return err
+	}
+	if *id <= 0 {
+		return errors.New("--id: name the broker to unregister")
+	}
+	cl, err := newClient(*bootstrap)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrUnregisterBrokerRequest()
+	req.BrokerID = int32(*id)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return err
+	}
+	if resp.ErrorCode != 0 {
+		return fmt.Errorf("broker %d: %w %s", *id, kerr.ErrorForCode(resp.ErrorCode), deref(resp.ErrorMessage))
+	}
+	fmt.Printf("unregistered broker %d; stop it now\n", *id)
 	return nil
 }

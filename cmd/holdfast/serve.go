@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -50,7 +51,8 @@ func serveCommand(args []string) error {
 		maxQueued   = fs.Int64("max-queued-bytes", lim.MaxQueuedBytes, "request bytes held in memory across all connections (queued.max.request.bytes)")
 		idle        = fs.Duration("idle-timeout", lim.IdleTimeout, "close connections idle this long (connections.max.idle.ms)")
 		peers       = fs.String("peers", "", "cluster mode: every node's Raft address, id@host:port,... (this node included); empty = single node")
-		raftListen  = fs.String("raft-listen", "", "Raft listener address; default: this node's --peers entry")
+		raftListen  = fs.String("raft-listen", "", "Raft listener address; default: this node's --peers entry (required on a broker-only node)")
+		join        = fs.String("join", "", "broker-only node (--node-id not in --peers, which then lists the controller quorum): Kafka addresses of running brokers to register through, host:port,...")
 		defaultRF   = fs.Int("default-replication-factor", 0, "replicas of new topics (default.replication.factor); 0 = 1 single-node, min(3, nodes) in a cluster")
 		rebalance   = fs.Bool("auto-leader-rebalance", def.AutoLeaderRebalance, "cluster: move leadership back to preferred replicas by itself (auto.leader.rebalance.enable)")
 		imbalanceIv = fs.Duration("leader-imbalance-check-interval", def.LeaderImbalanceCheckInterval, "cluster: how often to check leader balance (leader.imbalance.check.interval.seconds)")
@@ -108,6 +110,9 @@ func serveCommand(args []string) error {
 		return err
 	}
 	cfg.RaftListen = *raftListen
+	if *join != "" {
+		cfg.Join = strings.Split(*join, ",")
+	}
 	cfg.DefaultReplicationFactor = int16(*defaultRF)
 	if *imbalancePc < 0 || *imbalancePc > 100 {
 		return fmt.Errorf("--leader-imbalance-per-broker-percentage %d: want 0..100", *imbalancePc)

@@ -52,6 +52,11 @@ type Config struct {
 	// every node id (this one included) to its Raft address.
 	Peers      map[int32]string
 	RaftListen string // default: this node's entry in Peers
+	// A node whose id is not in Peers is a broker-only node: Peers is the
+	// controller quorum (metadata voters), RaftListen is required (and
+	// advertised to the others in its registration), and Join lists Kafka
+	// addresses of running brokers to register through.
+	Join []string
 	// DefaultReplicationFactor is default.replication.factor: 0 means 1
 	// on a single node, min(3, nodes) in a cluster.
 	DefaultReplicationFactor int16

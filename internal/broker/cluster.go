@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -62,6 +63,10 @@ type cluster struct {
 	results   map[int64]error // by entry end offset, for the proposer
 	resultQ   []int64
 
+	// gone: this broker-only node applied its own unregistration; it
+	// stops re-registering (the operator stops it next).
+	gone atomic.Bool
+
 	fwdMu sync.Mutex
 	fwd   *kgo.Client // to other brokers: registration, forwarded creates
 
@@ -72,14 +77,32 @@ type cluster struct {
 // clusterMode reports whether this node is part of a replicated cluster.
 func (b *Broker) clusterMode() bool { return b.cluster != nil }
 
+// brokerOnly reports whether this node is a broker-only node: in a cluster,
+// but not one of the metadata voters in --peers.
+func (b *Broker) brokerOnly() bool {
+	_, voter := b.cfg.Peers[b.cfg.NodeID]
+	return len(b.cfg.Peers) > 0 && !voter
+}
+
+// raftListenerName names the extra listener in a broker-only node's
+// BrokerRegistration that carries its Raft address.
+const raftListenerName = "RAFT"
+
 func (b *Broker) startRaft() error {
 	if len(b.cfg.Peers) == 0 {
 		return nil
 	}
-	if _, ok := b.cfg.Peers[b.cfg.NodeID]; !ok {
-		return fmt.Errorf("--node-id %d is not in --peers", b.cfg.NodeID)
-	}
 	listen := b.cfg.RaftListen
+	if _, ok := b.cfg.Peers[b.cfg.NodeID]; !ok {
+		// A broker-only node: it joins through a running broker and gets
+		// the metadata log as a learner.
+		if listen == "" || len(b.cfg.Join) == 0 {
+			return fmt.Errorf("--node-id %d is not in --peers: a broker-only node needs --raft-listen and --join", b.cfg.NodeID)
+		}
+		if b.cfg.NodeID <= 0 || b.cfg.NodeID >= 1<<producerIDNodeBits {
+			return fmt.Errorf("--node-id %d: must be in 1..%d", b.cfg.NodeID, 1<<producerIDNodeBits-1)
+		}
+	}
 	if listen == "" {
 		listen = b.cfg.Peers[b.cfg.NodeID]
 	}
@@ -112,7 +135,7 @@ func (b *Broker) startRaft() error {
 	b.cluster = &cluster{b: b, host: h, voters: voters, kick: make(chan struct{}, 1),
 		appliedCh: make(chan struct{}), results: map[int64]error{}, stop: make(chan struct{})}
 	b.closers = append(b.closers, h.Close) // idempotent; the metadata closer closes it earlier
-	b.log.Info("raft host started", "node", b.cfg.NodeID, "raft_listen", h.Addr(), "peers", len(peers))
+	b.log.Info("raft host started", "node", b.cfg.NodeID, "raft_listen", h.Addr(), "peers", len(peers), "broker_only", b.brokerOnly())
 	return nil
 }
 
@@ -139,9 +162,17 @@ func (b *Broker) startClusterMeta() error {
 		l.Close()
 		return err
 	}
-	c.wg.Add(2)
+	// Broker-only nodes are not in --peers: their Raft addresses come
+	// from their registrations.
+	for _, br := range b.meta.Brokers() {
+		if br.RaftAddr != "" && br.ID != b.cfg.NodeID {
+			c.host.SetPeer(uint64(br.ID), br.RaftAddr)
+		}
+	}
+	c.wg.Add(3)
 	go c.applyLoop()
 	go c.registerLoop()
+	go c.reassignLoop()
 	b.closers = append(b.closers, func() error {
 		close(c.stop)
 		c.wg.Wait()
@@ -287,7 +318,33 @@ func (c *cluster) apply(end int64, cmd controller.Command) error {
 	case controller.OpTopicConfigs:
 		b.applyLogConfigs(t)
 	case controller.OpRegister:
-		b.log.Info("broker registered", "broker", cmd.Broker.ID, "host", cmd.Broker.Host, "port", cmd.Broker.Port, "rack", cmd.Broker.Rack)
+		b.log.Info("broker registered", "broker", cmd.Broker.ID, "host", cmd.Broker.Host, "port", cmd.Broker.Port, "rack", cmd.Broker.Rack, "raft_addr", cmd.Broker.RaftAddr)
+		if cmd.Broker.RaftAddr != "" && cmd.Broker.ID != b.cfg.NodeID {
+			c.host.SetPeer(uint64(cmd.Broker.ID), cmd.Broker.RaftAddr)
+		}
+	case controller.OpUnregister:
+		b.log.Info("broker unregistered", "broker", cmd.BrokerID)
+		if cmd.BrokerID == b.cfg.NodeID {
+			c.gone.Store(true)
+			b.log.Warn("this broker was unregistered from the cluster: stop it (restarting it registers it again)")
+		}
+	case controller.OpReassign, controller.OpReassignDone:
+		if t.Name == "" {
+			break // applied before (a redelivered entry); start-up opened and cleaned up
+		}
+		if cmd.Op == controller.OpReassignDone {
+			b.log.Info("reassignment complete", "topic", t.Name, "partition", cmd.Partition, "replicas", t.Replicas[cmd.Partition])
+			if err := c.dropMovedReplicas(t); err != nil {
+				b.log.Error("removing moved replicas", "topic", t.Name, "err", err)
+			}
+			break
+		}
+		if r, ok := t.Reassignment(cmd.Partition); ok {
+			b.log.Info("reassigning partition", "topic", t.Name, "partition", cmd.Partition, "target", r.Target, "replicas", t.Replicas[cmd.Partition])
+		}
+		if err := c.openReplicas(t, 0); err != nil {
+			b.log.Error("opening replicas", "topic", t.Name, "err", err)
+		}
 	}
 	return nil
 }
@@ -304,32 +361,56 @@ func partitionGroup(topicID [16]byte, index int32) uint64 {
 }
 
 // openReplicas opens this node's replicas of partitions from.. of t, each
-// as a Raft group whose voters are the partition's replicas.
+// as a Raft group bootstrapped with the partition's initial voters.
 func (c *cluster) openReplicas(t controller.Topic, from int32) error {
 	b := c.b
 	me := b.cfg.NodeID
 	cfg := b.topicLogConfig(t)
 	lat := b.topicLogAppendTime(t)
 	var errs []error
+	var onDisk []string // read once, only for topics that were ever reassigned
 	for i := from; i < t.Partitions; i++ {
-		if int(i) >= len(t.Replicas) || !slices.Contains(t.Replicas[i], me) {
+		if int(i) >= len(t.Replicas) {
 			continue
 		}
-		p, err := b.parts.Open(t.Name, t.ID, i, cfg)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("opening %s-%d: %w", t.Name, i, err))
+		if !slices.Contains(t.Replicas[i], me) {
+			if t.Initial == nil || b.parts.Get(t.Name, i) != nil {
+				continue
+			}
+			if onDisk == nil {
+				onDisk, _ = b.cfg.FS.ReadDir(b.cfg.DataDir)
+			}
+			if slices.Contains(onDisk, filepath.Base(b.parts.Dir(t.Name, i))) {
+				// A replica moved away whose removal a crash interrupted:
+				// open it (so its Raft journal state is found) and drop it.
+				errs = append(errs, c.openReplica(t, i, cfg, lat), c.dropReplica(t, i))
+			}
 			continue
 		}
-		p.SetLogAppendTime(lat)
-		voters := make([]uint64, len(t.Replicas[i]))
-		for j, r := range t.Replicas[i] {
-			voters[j] = uint64(r)
-		}
-		if err := p.Replicate(c.host, partitionGroup(t.ID, i), voters); err != nil {
-			errs = append(errs, fmt.Errorf("replicating %s-%d: %w", t.Name, i, err))
-		}
+		errs = append(errs, c.openReplica(t, i, cfg, lat))
 	}
 	return errors.Join(errs...)
+}
+
+// openReplica opens partition i of t and its Raft group.
+func (c *cluster) openReplica(t controller.Topic, i int32, cfg storage.Config, lat bool) error {
+	p, err := c.b.parts.Open(t.Name, t.ID, i, cfg)
+	if err != nil {
+		return fmt.Errorf("opening %s-%d: %w", t.Name, i, err)
+	}
+	p.SetLogAppendTime(lat)
+	// The bootstrap voters, not the current replicas: a replica opened by
+	// a reassignment replays the membership changes from the log (or gets
+	// them in a snapshot) as every other replica did.
+	initial := t.InitialReplicas(i)
+	voters := make([]uint64, len(initial))
+	for j, r := range initial {
+		voters[j] = uint64(r)
+	}
+	if err := p.Replicate(c.host, partitionGroup(t.ID, i), voters); err != nil {
+		return fmt.Errorf("replicating %s-%d: %w", t.Name, i, err)
+	}
+	return nil
 }
 
 // controllerID is the metadata group's leader (-1 if unknown).
@@ -592,6 +673,14 @@ func (c *cluster) registerLoop() {
 	defer c.wg.Done()
 	b := c.b
 	me := controller.BrokerInfo{ID: b.cfg.NodeID, Host: b.cfg.AdvertisedHost, Port: b.cfg.AdvertisedPort, Rack: b.cfg.Rack}
+	if b.brokerOnly() {
+		me.RaftAddr = c.host.Addr() // the bound address: --raft-listen may say port 0
+		if host, port, err := net.SplitHostPort(me.RaftAddr); err == nil {
+			if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+				me.RaftAddr = net.JoinHostPort(b.cfg.AdvertisedHost, port)
+			}
+		}
+	}
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -600,7 +689,7 @@ func (c *cluster) registerLoop() {
 			return
 		case <-tick.C:
 		}
-		if cur, ok := b.meta.Broker(me.ID); ok && cur == me {
+		if cur, ok := b.meta.Broker(me.ID); ok && cur == me || c.gone.Load() {
 			continue // keep checking: a re-registration by an old config must not stick
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -613,10 +702,12 @@ func (c *cluster) registerLoop() {
 			if err == nil {
 				err = c.propose(ctx, controller.Command{Op: controller.OpRegister, Broker: &me})
 			}
-		} else if leader := c.controllerID(); leader > 0 {
-			if li, ok := b.meta.Broker(leader); ok {
-				err = c.sendRegistration(ctx, li, me)
-			}
+		} else if li, ok := b.meta.Broker(c.controllerID()); ok {
+			err = c.sendRegistration(ctx, []string{net.JoinHostPort(li.Host, strconv.Itoa(int(li.Port)))}, me)
+		} else if len(b.cfg.Join) > 0 {
+			// A broker-only node that has no metadata yet: the join
+			// addresses lead it to the controller.
+			err = c.sendRegistration(ctx, b.cfg.Join, me)
 		}
 		cancel()
 		if err != nil {
@@ -625,8 +716,10 @@ func (c *cluster) registerLoop() {
 	}
 }
 
-func (c *cluster) sendRegistration(ctx context.Context, to, me controller.BrokerInfo) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(net.JoinHostPort(to.Host, strconv.Itoa(int(to.Port)))))
+// sendRegistration sends BrokerRegistration to the controller, found
+// through seeds.
+func (c *cluster) sendRegistration(ctx context.Context, seeds []string, me controller.BrokerInfo) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {
 		return err
 	}
@@ -637,18 +730,36 @@ func (c *cluster) sendRegistration(ctx context.Context, to, me controller.Broker
 	l := kmsg.NewBrokerRegistrationRequestListener()
 	l.Name, l.Host, l.Port, l.SecurityProtocol = "PLAINTEXT", me.Host, uint16(me.Port), 0
 	req.Listeners = append(req.Listeners, l)
+	if me.RaftAddr != "" {
+		host, port, err := net.SplitHostPort(me.RaftAddr)
+		if err != nil {
+			return err
+		}
+		pn, err := strconv.ParseUint(port, 10, 16)
+		if err != nil {
+			return err
+		}
+		rl := kmsg.NewBrokerRegistrationRequestListener()
+		rl.Name, rl.Host, rl.Port = raftListenerName, host, uint16(pn)
+		req.Listeners = append(req.Listeners, rl)
+	}
 	if me.Rack != "" {
 		req.Rack = &me.Rack
 	}
-	seeds := cl.SeedBrokers()
-	if len(seeds) == 0 {
-		return errors.New("no seed")
-	}
-	kresp, err := seeds[0].Request(ctx, req)
+	// BrokerRegistration is not an admin request to kgo: find the
+	// controller with Metadata and send it there.
+	md, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
 	if err != nil {
 		return err
 	}
-	if code := kresp.(*kmsg.BrokerRegistrationResponse).ErrorCode; code != 0 {
+	if md.ControllerID < 0 {
+		return errors.New("no controller known yet")
+	}
+	kresp, err := req.RequestWith(ctx, cl.Broker(int(md.ControllerID)))
+	if err != nil {
+		return err
+	}
+	if code := kresp.ErrorCode; code != 0 {
 		return kerr.ErrorForCode(code)
 	}
 	return nil
@@ -667,13 +778,28 @@ func (b *Broker) handleBrokerRegistration(_ context.Context, r *wire.Request) wi
 	case !c.isController():
 		resp.ErrorCode = kerr.NotController.Code
 		return wire.Respond(resp)
-	case len(req.Listeners) == 0 || b.cfg.Peers[req.BrokerID] == "":
+	case len(req.Listeners) == 0 || req.BrokerID <= 0 || req.BrokerID >= 1<<producerIDNodeBits:
 		resp.ErrorCode = kerr.InvalidRequest.Code
 		return wire.Respond(resp)
 	}
 	info := controller.BrokerInfo{ID: req.BrokerID, Host: req.Listeners[0].Host, Port: int32(req.Listeners[0].Port)}
 	if req.Rack != nil {
 		info.Rack = *req.Rack
+	}
+	if b.cfg.Peers[req.BrokerID] == "" {
+		// A broker-only node must say where its Raft host listens.
+		i := slices.IndexFunc(req.Listeners, func(l kmsg.BrokerRegistrationRequestListener) bool { return l.Name == raftListenerName })
+		if i < 0 || req.Listeners[i].Host == "" || req.Listeners[i].Port == 0 {
+			resp.ErrorCode = kerr.InvalidRequest.Code
+			return wire.Respond(resp)
+		}
+		info.RaftAddr = net.JoinHostPort(req.Listeners[i].Host, strconv.Itoa(int(req.Listeners[i].Port)))
+	}
+	if cur, ok := b.meta.Broker(info.ID); ok && cur == info {
+		// A node repeats its registration until its metadata shows it
+		// (a new broker-only node: once it has the metadata log).
+		resp.BrokerEpoch = 1
+		return wire.Respond(resp)
 	}
 	return func(ctx context.Context) kmsg.Response {
 		err := c.propose(ctx, controller.Command{Op: controller.OpRegister, Broker: &info})
@@ -832,6 +958,9 @@ func (c *cluster) partitionMetadata(t controller.Topic, i int32) kmsg.MetadataRe
 	for _, r := range st.Replicas {
 		id := int32(r.ID)
 		switch {
+		case r.Learner:
+			// A replica being added by a reassignment: not in sync
+			// until it votes.
 		case r.ID == st.Node || r.Active && r.State == "StateReplicate":
 			mp.ISR = append(mp.ISR, id)
 		case !r.Active:
@@ -902,7 +1031,11 @@ func (b *Broker) handleDescribeQuorum(_ context.Context, r *wire.Request) wire.R
 					if rep.Active {
 						v.LastFetchTimestamp = time.Now().UnixMilli()
 					}
-					sp.CurrentVoters = append(sp.CurrentVoters, v)
+					if rep.Learner {
+						sp.Observers = append(sp.Observers, v) // a replica being added
+					} else {
+						sp.CurrentVoters = append(sp.CurrentVoters, v)
+					}
 				}
 			}
 			st.Partitions = append(st.Partitions, sp)

@@ -92,6 +92,18 @@ func kafkaError(err error) (int16, *string) {
 		return kerr.InvalidPartitions.Code, &msg
 	case errors.Is(err, controller.ErrDeletePending):
 		return kerr.TopicAlreadyExists.Code, &msg
+	case errors.Is(err, controller.ErrUnknownPartition):
+		return kerr.UnknownTopicOrPartition.Code, &msg
+	case errors.Is(err, controller.ErrInvalidAssignment):
+		return kerr.InvalidReplicaAssignment.Code, &msg
+	case errors.Is(err, controller.ErrNoReassignment):
+		return kerr.NoReassignmentInProgress.Code, &msg
+	case errors.Is(err, controller.ErrReassignInProgress):
+		return kerr.ReassignmentInProgress.Code, &msg
+	case errors.Is(err, controller.ErrStaleReassignFinish):
+		return kerr.InvalidRequest.Code, &msg
+	case errors.Is(err, controller.ErrBrokerInUse):
+		return kerr.InvalidRequest.Code, &msg
 	}
 	var ke *kerr.Error
 	if errors.As(err, &ke) {

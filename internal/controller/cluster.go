@@ -2,6 +2,7 @@ package controller
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -14,6 +15,9 @@ type BrokerInfo struct {
 	Host string `json:"host"`
 	Port int32  `json:"port"`
 	Rack string `json:"rack,omitempty"`
+	// RaftAddr is the Raft address of a broker-only node (one not in
+	// --peers, which the others cannot know from their config).
+	RaftAddr string `json:"raft_addr,omitempty"`
 }
 
 // Command is one entry of the metadata Raft log. The proposer (the
@@ -28,6 +32,12 @@ type Command struct {
 	Partitions int32             `json:"partitions,omitempty"`
 	Replicas   [][]int32         `json:"replicas,omitempty"` // OpAddPartitions: the new ones
 	Configs    map[string]string `json:"configs,omitempty"`
+	// OpReassign / OpReassignDone: the partition and its target replicas
+	// (OpReassign with no target cancels).
+	Partition int32   `json:"partition,omitempty"`
+	Target    []int32 `json:"target,omitempty"`
+	// OpUnregister: the broker id.
+	BrokerID int32 `json:"broker_id,omitempty"`
 }
 
 // Metadata commands.
@@ -39,7 +49,13 @@ const (
 	OpAddPartitions = "add_partitions"
 	OpTopicConfigs  = "topic_configs"
 	OpBrokerConfigs = "broker_configs"
+	OpReassign      = "reassign"      // reassign.go
+	OpReassignDone  = "reassign_done" // reassign.go
+	OpUnregister    = "unregister"    // a broker-only node leaves
 )
+
+// ErrBrokerInUse refuses unregistering a broker that still holds replicas.
+var ErrBrokerInUse = errors.New("controller: the broker still holds replicas")
 
 // EncodeCommand and DecodeCommand are the metadata log's record value.
 func EncodeCommand(c Command) ([]byte, error) { return json.Marshal(c) }
@@ -178,6 +194,33 @@ func (s *Store) applyTo(next *state, c Command, out *Topic) error {
 		*out = t
 	case OpBrokerConfigs:
 		next.BrokerConfigs = maps.Clone(c.Configs)
+	case OpReassign, OpReassignDone:
+		i := find(c.Name)
+		if i < 0 {
+			return ErrUnknownTopic
+		}
+		t := next.Topics[i].clone()
+		var err error
+		if c.Op == OpReassign {
+			err = applyReassign(next, &t, c)
+		} else {
+			err = applyReassignDone(&t, c)
+		}
+		if err != nil {
+			return err
+		}
+		next.Topics = slices.Clone(next.Topics)
+		next.Topics[i] = t
+		*out = t
+	case OpUnregister:
+		for _, t := range next.Topics {
+			for _, rs := range t.Replicas {
+				if slices.Contains(rs, c.BrokerID) {
+					return ErrBrokerInUse
+				}
+			}
+		}
+		next.Brokers = slices.DeleteFunc(slices.Clone(next.Brokers), func(b BrokerInfo) bool { return b.ID == c.BrokerID })
 	default:
 		return fmt.Errorf("controller: unknown metadata command %q", c.Op)
 	}

@@ -40,8 +40,18 @@ type Topic struct {
 	Configs    map[string]string // dynamic topic config overrides only
 	Internal   bool
 	// Replicas lists each partition's replica node ids (cluster mode only;
-	// nil on a single node, where this node holds every partition).
+	// nil on a single node, where this node holds every partition). While
+	// a partition is reassigned it is the union of the original and the
+	// target replicas (reassign.go).
 	Replicas [][]int32 `json:",omitempty"`
+	// Initial is each partition's replica set at creation: the voters its
+	// Raft group was bootstrapped with. A replica opened later (on a node
+	// added by a reassignment) must bootstrap with the same voters and
+	// replay the membership changes from the log. nil: equal to Replicas
+	// (never reassigned; also every file written before reassignment).
+	Initial [][]int32 `json:",omitempty"`
+	// Reassigning are the partitions being moved, by partition.
+	Reassigning []Reassignment `json:",omitempty"`
 }
 
 // IDString is the topic id as Kafka prints it (URL-safe base64, no padding).
@@ -52,14 +62,27 @@ func (t Topic) clone() Topic {
 	if t.Configs == nil {
 		t.Configs = map[string]string{}
 	}
-	if t.Replicas != nil {
-		rs := make([][]int32, len(t.Replicas))
-		for i, r := range t.Replicas {
-			rs[i] = slices.Clone(r)
+	t.Replicas = cloneSets(t.Replicas)
+	t.Initial = cloneSets(t.Initial)
+	if t.Reassigning != nil {
+		ra := make([]Reassignment, len(t.Reassigning))
+		for i, r := range t.Reassigning {
+			ra[i] = Reassignment{Partition: r.Partition, Target: slices.Clone(r.Target), Original: slices.Clone(r.Original)}
 		}
-		t.Replicas = rs
+		t.Reassigning = ra
 	}
 	return t
+}
+
+func cloneSets(in [][]int32) [][]int32 {
+	if in == nil {
+		return nil
+	}
+	out := make([][]int32, len(in))
+	for i, r := range in {
+		out[i] = slices.Clone(r)
+	}
+	return out
 }
 
 // state is what is persisted. Field names are part of the on-disk format.

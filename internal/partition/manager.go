@@ -140,26 +140,7 @@ func (m *Manager) DeleteTopic(topic string) error {
 	var errs []error
 	fsys := m.opts.FS
 	for _, p := range victims {
-		if err := p.close(false); err != nil {
-			errs = append(errs, err)
-		}
-		var r [4]byte
-		rand.Read(r[:])
-		aside := p.dir + "." + hex.EncodeToString(r[:]) + deleteSuffix
-		if err := fsys.Rename(p.dir, aside); err != nil {
-			errs = append(errs, fmt.Errorf("partition %s-%d: rename aside: %w", p.topic, p.index, err))
-			continue
-		}
-		if err := fsys.SyncDir(m.root); err != nil {
-			errs = append(errs, err)
-		}
-		if err := fsys.Remove(p.snapPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
-		}
-		if err := fsys.RemoveAll(aside); err != nil {
-			// Left for the next start-up to remove.
-			m.log.Warn("removing deleted partition", "topic", p.topic, "partition", p.index, "err", err)
-		}
+		errs = append(errs, m.removeData(p))
 	}
 	// Directories of partitions that were never opened in this process.
 	if names, err := fsys.ReadDir(m.root); err == nil {
@@ -175,6 +156,47 @@ func (m *Manager) DeleteTopic(topic string) error {
 				}
 			}
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// Remove closes one partition and removes its data (a replica moved away
+// by a reassignment). Removing a partition that is not open is a no-op.
+func (m *Manager) Remove(topic string, index int32) error {
+	m.mu.Lock()
+	p := m.parts[key{topic, index}]
+	delete(m.parts, key{topic, index})
+	m.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	return m.removeData(p)
+}
+
+// removeData closes p and removes its directory and producer snapshot.
+// The directory is renamed aside first, so a partition of the same name
+// can be opened as soon as this returns.
+func (m *Manager) removeData(p *Partition) error {
+	fsys := m.opts.FS
+	var errs []error
+	if err := p.close(false); err != nil {
+		errs = append(errs, err)
+	}
+	var r [4]byte
+	rand.Read(r[:])
+	aside := p.dir + "." + hex.EncodeToString(r[:]) + deleteSuffix
+	if err := fsys.Rename(p.dir, aside); err != nil {
+		return errors.Join(append(errs, fmt.Errorf("partition %s-%d: rename aside: %w", p.topic, p.index, err))...)
+	}
+	if err := fsys.SyncDir(m.root); err != nil {
+		errs = append(errs, err)
+	}
+	if err := fsys.Remove(p.snapPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	if err := fsys.RemoveAll(aside); err != nil {
+		// Left for the next start-up to remove.
+		m.log.Warn("removing deleted partition", "topic", p.topic, "partition", p.index, "err", err)
 	}
 	return errors.Join(errs...)
 }

@@ -1,0 +1,57 @@
+package broker
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/controller"
+	"holdfast/internal/wire"
+)
+
+func init() { register(kmsg.UnregisterBroker, 0, 0, (*Broker).handleUnregisterBroker) }
+
+// handleUnregisterBroker (KIP-500) removes a broker-only node from the
+// cluster: from the registered brokers and, as a learner, from the
+// metadata group. Its replicas must have been moved away first (else
+// INVALID_REQUEST); the controller quorum (--peers) cannot be
+// unregistered. Any broker accepts it and forwards it to the controller.
+func (b *Broker) handleUnregisterBroker(_ context.Context, r *wire.Request) wire.Reply {
+	req := r.Body.(*kmsg.UnregisterBrokerRequest)
+	resp := req.ResponseKind().(*kmsg.UnregisterBrokerResponse)
+	c := b.cluster
+	switch {
+	case c == nil:
+		resp.ErrorCode = kerr.UnsupportedVersion.Code
+		return wire.Respond(resp)
+	case b.cfg.Peers[req.BrokerID] != "":
+		resp.ErrorCode = kerr.InvalidRequest.Code
+		resp.ErrorMessage = kmsg.StringPtr("a controller quorum member (in --peers) cannot be unregistered")
+		return wire.Respond(resp)
+	}
+	if _, ok := b.meta.Broker(req.BrokerID); !ok {
+		resp.ErrorCode = kerr.BrokerIDNotRegistered.Code
+		return wire.Respond(resp)
+	}
+	return func(ctx context.Context) kmsg.Response {
+		if !c.isController() {
+			id := c.controllerID()
+			cl, err := c.forwarder()
+			if err != nil || id < 0 {
+				b.log.Debug("forwarding UnregisterBroker: no controller", "controller", id, "err", err)
+				resp.ErrorCode = kerr.NotController.Code
+				return resp
+			}
+			fresp, err := req.RequestWith(ctx, cl.Broker(int(id)))
+			if err != nil {
+				b.log.Debug("forwarding UnregisterBroker", "controller", id, "err", err)
+				resp.ErrorCode = kerr.NotController.Code
+				return resp
+			}
+			return fresp
+		}
+		resp.ErrorCode, resp.ErrorMessage = kafkaError(c.propose(ctx, controller.Command{Op: controller.OpUnregister, BrokerID: req.BrokerID}))
+		return resp
+	}
+}
