@@ -52,6 +52,8 @@ func serveCommand(args []string) error {
 		peers       = fs.String("peers", "", "cluster mode: every node's Raft address, id@host:port,... (this node included); empty = single node")
 		raftListen  = fs.String("raft-listen", "", "Raft listener address; default: this node's --peers entry")
 		defaultRF   = fs.Int("default-replication-factor", 0, "replicas of new topics (default.replication.factor); 0 = 1 single-node, min(3, nodes) in a cluster")
+		hbInterval  = fs.Duration("broker-heartbeat-interval", def.BrokerHeartbeatInterval, "cluster mode: how often a broker heartbeats the controller (broker.heartbeat.interval.ms)")
+		session     = fs.Duration("broker-session-timeout", def.BrokerSessionTimeout, "cluster mode: the controller fences a broker not heard from this long (broker.session.timeout.ms)")
 		metricsAddr = fs.String("metrics-listen", "localhost:9095", "Prometheus /metrics, /healthz and /debug/pprof address; empty to disable")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat   = fs.String("log-format", "text", "text or json")
@@ -104,6 +106,10 @@ func serveCommand(args []string) error {
 	}
 	cfg.RaftListen = *raftListen
 	cfg.DefaultReplicationFactor = int16(*defaultRF)
+	cfg.BrokerHeartbeatInterval, cfg.BrokerSessionTimeout = *hbInterval, *session
+	if *hbInterval <= 0 || *session <= *hbInterval {
+		return fmt.Errorf("--broker-session-timeout (%v) must be longer than --broker-heartbeat-interval (%v), both positive", *session, *hbInterval)
+	}
 
 	lim.MaxRequestBytes = int32(*maxReq)
 	lim.MaxConnections = *maxConns
@@ -155,6 +161,13 @@ func serveCommand(args []string) error {
 		}
 		logger.Error("listener failed", "err", err)
 	}
+	// Fenced first, so the controller stops naming this broker to clients
+	// now rather than after its session expires.
+	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if ferr := b.FenceForShutdown(fctx); ferr != nil {
+		logger.Warn("fencing this broker before shutdown", "err", ferr)
+	}
+	fcancel()
 	if hs != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		hs.Shutdown(ctx)

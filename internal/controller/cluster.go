@@ -28,6 +28,7 @@ type Command struct {
 	Partitions int32             `json:"partitions,omitempty"`
 	Replicas   [][]int32         `json:"replicas,omitempty"` // OpAddPartitions: the new ones
 	Configs    map[string]string `json:"configs,omitempty"`
+	IDs        []int32           `json:"ids,omitempty"` // OpFence, OpUnfence: broker ids
 }
 
 // Metadata commands.
@@ -39,6 +40,12 @@ const (
 	OpAddPartitions = "add_partitions"
 	OpTopicConfigs  = "topic_configs"
 	OpBrokerConfigs = "broker_configs"
+	// A fenced broker's session with the controller expired (or it shut
+	// down cleanly): it is left out of Metadata and never named as leader
+	// or coordinator until a heartbeat unfences it. Committed, so every
+	// node agrees on who is fenced.
+	OpFence   = "fence"
+	OpUnfence = "unfence"
 )
 
 // EncodeCommand and DecodeCommand are the metadata log's record value.
@@ -64,6 +71,20 @@ func (s *Store) Brokers() []BrokerInfo {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return slices.Clone(s.st.Brokers)
+}
+
+// Fenced reports whether broker id is fenced.
+func (s *Store) Fenced(id int32) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Contains(s.st.Fenced, id)
+}
+
+// FencedBrokers returns the fenced broker ids, sorted.
+func (s *Store) FencedBrokers() []int32 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Clone(s.st.Fenced)
 }
 
 // Broker returns one registered broker.
@@ -178,6 +199,17 @@ func (s *Store) applyTo(next *state, c Command, out *Topic) error {
 		*out = t
 	case OpBrokerConfigs:
 		next.BrokerConfigs = maps.Clone(c.Configs)
+	case OpFence, OpUnfence:
+		if len(c.IDs) == 0 {
+			return fmt.Errorf("controller: %s without broker ids", c.Op)
+		}
+		fenced := slices.DeleteFunc(slices.Clone(next.Fenced), func(id int32) bool { return slices.Contains(c.IDs, id) })
+		if c.Op == OpFence {
+			fenced = append(fenced, c.IDs...)
+			slices.Sort(fenced)
+			fenced = slices.Compact(fenced)
+		}
+		next.Fenced = fenced
 	default:
 		return fmt.Errorf("controller: unknown metadata command %q", c.Op)
 	}
