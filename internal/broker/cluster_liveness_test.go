@@ -1,10 +1,12 @@
 package broker_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -193,7 +195,7 @@ func TestClusterTxnCoordinatorFailover(t *testing.T) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs(nodes)...), kgo.TransactionalID(txnID),
 		kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.TransactionTimeout(20*time.Second), kgo.RetryTimeout(60*time.Second),
-		kgo.WithLogger(kgo.BasicLogger(testLogWriter{t}, kgo.LogLevelInfo, func() string { return "kgo: " })))
+		kgo.WithLogger(kgo.BasicLogger(testLogWriter{t, new(atomic.Int64)}, kgo.LogLevelInfo, func() string { return "kgo: " })))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,12 +209,30 @@ func TestClusterTxnCoordinatorFailover(t *testing.T) {
 		unknown   = "unknown"
 	)
 	outcome := map[int]string{}
-	const perTxn, before, after = 3, 5, 10
-	stopped := false
-	var coordinator *brokertest.Node
-	for i, done := 0, 0; done < before+after; i++ {
+	// Two failovers: the coordinator stops between transactions (the next
+	// one starts with AddPartitionsToTxn to it), then - after it is back -
+	// the next coordinator stops between a transaction's records and its
+	// commit (EndTxn to it).
+	const perTxn, firstStop, restart, secondStop, total = 3, 5, 10, 12, 20
+	var down *brokertest.Node
+	stop := func(i int) {
+		t.Helper()
+		down = txnCoordinator(t, nodes, txnID)
+		t.Logf("stopping broker %d, the transaction coordinator, at transaction %d", down.Cfg.NodeID, i)
+		down.Stop()
+	}
+	for i, done := 0, 0; done < total; i++ {
 		if ctx.Err() != nil {
 			t.Fatalf("transaction %d: out of time; outcomes %v", i, outcome)
+		}
+		switch {
+		case done == firstStop && down == nil:
+			stop(i)
+		case done == restart && down != nil:
+			t.Logf("restarting broker %d", down.Cfg.NodeID)
+			down.Restart()
+			down = nil
+			awaitBrokers(t, nodes, []int32{1, 2, 3})
 		}
 		if err := cl.BeginTransaction(); err != nil {
 			t.Fatalf("begin %d: %v", i, err)
@@ -222,12 +242,8 @@ func TestClusterTxnCoordinatorFailover(t *testing.T) {
 			recs = append(recs, &kgo.Record{Partition: int32(j), Value: fmt.Appendf(nil, "t%d-%d", i, j)})
 		}
 		err := cl.ProduceSync(ctx, recs...).FirstErr()
-		if err == nil && done == before && !stopped {
-			// Mid-transaction: records are in, the commit is not.
-			coordinator = txnCoordinator(t, nodes, txnID)
-			t.Logf("stopping broker %d, the transaction coordinator, inside transaction %d", coordinator.Cfg.NodeID, i)
-			coordinator.Stop()
-			stopped = true
+		if err == nil && done == secondStop && down == nil {
+			stop(i)
 		}
 		if err == nil {
 			err = cl.EndTransaction(ctx, kgo.TryCommit)
@@ -257,12 +273,12 @@ func TestClusterTxnCoordinatorFailover(t *testing.T) {
 			}
 		}
 	}
-	if !stopped {
-		t.Fatal("the coordinator was never stopped")
+	if down == nil {
+		t.Fatal("the second coordinator was never stopped")
 	}
 	t.Logf("outcomes: %v", outcome)
 
-	survivors := without(nodes, coordinator)
+	survivors := without(nodes, down)
 	rd, err := kgo.NewClient(kgo.SeedBrokers(addrs(survivors)...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
@@ -339,10 +355,17 @@ func txnCoordinator(t *testing.T, nodes []*brokertest.Node, id string) *brokerte
 	return n
 }
 
-// testLogWriter sends a client's log lines to the test log.
-type testLogWriter struct{ t *testing.T }
+// testLogWriter sends a client's log lines to the test log, only the first
+// warnings: a client retrying a dead broker warns thousands of times.
+type testLogWriter struct {
+	t     *testing.T
+	warns *atomic.Int64
+}
 
 func (w testLogWriter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("[WARN]")) && w.warns.Add(1) > 30 {
+		return len(p), nil
+	}
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
