@@ -369,3 +369,84 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// TestClusterAddOffsetsToTxnCreatesOffsetsTopic: a transaction's
+// AddOffsetsToTxn before any group lookup created __consumer_offsets
+// creates it (as FindCoordinator does) instead of answering
+// COORDINATOR_NOT_AVAILABLE until someone else does; the offsets then
+// commit with the transaction.
+func TestClusterAddOffsetsToTxnCreatesOffsetsTopic(t *testing.T) {
+	nodes := startCluster(t, 3, fastLiveness)
+	const topic, group = "aot", "aot-group"
+	adm := kadmClient(t, addrs(nodes))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if resp, err := adm.CreateTopics(ctx, 1, 3, nil, topic); err != nil || resp.Error() != nil {
+		t.Fatalf("create topic: %v %v", err, resp.Error())
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs(nodes)...), kgo.TransactionalID("aot-txn"), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("v")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	pid, epoch, err := cl.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if md, err := metadata(n, []string{"__consumer_offsets"}); err != nil || md.Topics[0].ErrorCode == 0 {
+			t.Fatalf("node %d: __consumer_offsets exists before the test asks for it (%v)", n.Cfg.NodeID, err)
+		}
+	}
+	// Only AddOffsetsToTxn: nothing else looks the group up. Retriable
+	// answers are retried, as clients do.
+	awaitCluster(t, "AddOffsetsToTxn accepted", func() error {
+		req := kmsg.NewPtrAddOffsetsToTxnRequest()
+		req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Group = "aot-txn", pid, epoch, group
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return err
+		}
+		if resp.ErrorCode != 0 {
+			return kerr.ErrorForCode(resp.ErrorCode)
+		}
+		return nil
+	})
+	awaitCluster(t, "TxnOffsetCommit accepted", func() error {
+		req := kmsg.NewPtrTxnOffsetCommitRequest()
+		req.TransactionalID, req.Group, req.ProducerID, req.ProducerEpoch = "aot-txn", group, pid, epoch
+		rt := kmsg.NewTxnOffsetCommitRequestTopic()
+		rt.Topic = topic
+		rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+		rp.Partition, rp.Offset = 0, 1
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return err
+		}
+		if code := resp.Topics[0].Partitions[0].ErrorCode; code != 0 {
+			return kerr.ErrorForCode(code)
+		}
+		return nil
+	})
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	awaitCluster(t, "the transaction's offset committed", func() error {
+		offs, err := adm.FetchOffsets(ctx, group)
+		if err != nil {
+			return err
+		}
+		if o, ok := offs.Lookup(topic, 0); !ok || o.At != 1 {
+			return fmt.Errorf("offsets %+v", offs)
+		}
+		return nil
+	})
+}
