@@ -78,12 +78,15 @@ func clusterCommand(args []string) error {
 		return err
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "cluster %s, controller %d\n\nNODE\tHOST\tPORT\tRACK\n", deref(md.ClusterID), md.ControllerID)
-	sort.Slice(md.Brokers, func(i, j int) bool { return md.Brokers[i].NodeID < md.Brokers[j].NodeID })
-	for _, b := range md.Brokers {
-		fmt.Fprintf(w, "%d\t%s\t%d\t%s\n", b.NodeID, b.Host, b.Port, deref(b.Rack))
+	fmt.Fprintf(w, "cluster %s, controller %d\n\nNODE\tHOST\tPORT\tRACK\tSTATE\n", deref(md.ClusterID), md.ControllerID)
+	for _, b := range clusterBrokers(ctx, cl, md) {
+		state := "alive"
+		if b.IsFenced {
+			state = "fenced (no heartbeat within broker.session.timeout.ms, or shut down)"
+		}
+		fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\n", b.NodeID, b.Host, b.Port, deref(b.Rack), state)
 	}
-	fmt.Fprintf(w, "\nTOPIC\tPARTITION\tLEADER\tEPOCH\tREPLICAS\tISR\tHW\tREPLICA OFFSETS (acked = fsynced; leader: fsynced)\n")
+	fmt.Fprintf(w, "\nTOPIC\tPARTITION\tLEADER\tEPOCH\tREPLICAS\tISR\tOFFLINE\tHW\tREPLICA OFFSETS (acked = fsynced; leader: fsynced)\n")
 	sort.Slice(md.Topics, func(i, j int) bool { return deref(md.Topics[i].Topic) < deref(md.Topics[j].Topic) })
 	for _, t := range md.Topics {
 		name := deref(t.Topic)
@@ -100,7 +103,7 @@ func clusterCommand(args []string) error {
 					offs = strings.Join(parts, " ")
 				}
 			}
-			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%v\t%v\t%s\t%s\n", name, p.Partition, p.Leader, p.LeaderEpoch, p.Replicas, p.ISR, hw, offs)
+			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%v\t%v\t%v\t%s\t%s\n", name, p.Partition, p.Leader, p.LeaderEpoch, p.Replicas, p.ISR, p.OfflineReplicas, hw, offs)
 		}
 	}
 	return w.Flush()
@@ -207,6 +210,26 @@ func kerrFor(ts []kmsg.MetadataResponseTopic) error {
 		return errors.New("malformed metadata response")
 	}
 	return kerr.ErrorForCode(ts[0].ErrorCode)
+}
+
+// clusterBrokers lists the brokers with the fenced ones (DescribeCluster v2,
+// KIP-1073); Metadata leaves fenced brokers out, so it is only the
+// fallback for a broker that cannot answer that.
+func clusterBrokers(ctx context.Context, cl *kgo.Client, md *kmsg.MetadataResponse) []kmsg.DescribeClusterResponseBroker {
+	req := kmsg.NewPtrDescribeClusterRequest()
+	req.IncludeFencedBrokers = true
+	var out []kmsg.DescribeClusterResponseBroker
+	if resp, err := req.RequestWith(ctx, cl); err == nil && resp.ErrorCode == 0 {
+		out = resp.Brokers
+	} else {
+		for _, b := range md.Brokers {
+			db := kmsg.NewDescribeClusterResponseBroker()
+			db.NodeID, db.Host, db.Port, db.Rack = b.NodeID, b.Host, b.Port, b.Rack
+			out = append(out, db)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
+	return out
 }
 
 func describeQuorum(ctx context.Context, cl *kgo.Client, leader int32, topic string, partition int32) (kmsg.DescribeQuorumResponseTopicPartition, error) {

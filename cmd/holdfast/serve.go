@@ -59,6 +59,8 @@ func serveCommand(args []string) error {
 		imbalancePc = fs.Int("leader-imbalance-per-broker-percentage", def.LeaderImbalancePerBrokerPct, "cluster: share of a broker's preferred partitions it may not lead before they move back (leader.imbalance.per.broker.percentage)")
 		ctrlShut    = fs.Bool("controlled-shutdown", def.ControlledShutdown, "cluster: on stop, hand this node's leaderships to caught-up replicas first (controlled.shutdown.enable)")
 		ctrlShutMax = fs.Duration("controlled-shutdown-max-wait", def.ControlledShutdownMaxWait, "cluster: longest wait for those transfers before stopping anyway")
+		hbInterval  = fs.Duration("broker-heartbeat-interval", def.BrokerHeartbeatInterval, "cluster mode: how often a broker heartbeats the controller (broker.heartbeat.interval.ms)")
+		session     = fs.Duration("broker-session-timeout", def.BrokerSessionTimeout, "cluster mode: the controller fences a broker not heard from this long (broker.session.timeout.ms)")
 		metricsAddr = fs.String("metrics-listen", "localhost:9095", "Prometheus /metrics, /healthz and /debug/pprof address; empty to disable")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat   = fs.String("log-format", "text", "text or json")
@@ -125,6 +127,10 @@ func serveCommand(args []string) error {
 	}
 	cfg.AutoLeaderRebalance, cfg.LeaderImbalanceCheckInterval, cfg.LeaderImbalancePerBrokerPct = *rebalance, *imbalanceIv, *imbalancePc
 	cfg.ControlledShutdown, cfg.ControlledShutdownMaxWait = *ctrlShut, *ctrlShutMax
+	cfg.BrokerHeartbeatInterval, cfg.BrokerSessionTimeout = *hbInterval, *session
+	if *hbInterval <= 0 || *session <= *hbInterval {
+		return fmt.Errorf("--broker-session-timeout (%v) must be longer than --broker-heartbeat-interval (%v), both positive", *session, *hbInterval)
+	}
 
 	lim.MaxRequestBytes = int32(*maxReq)
 	lim.MaxConnections = *maxConns
@@ -176,6 +182,13 @@ func serveCommand(args []string) error {
 		}
 		logger.Error("listener failed", "err", err)
 	}
+	// Fenced first, so the controller stops naming this broker to clients
+	// now rather than after its session expires.
+	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if ferr := b.FenceForShutdown(fctx); ferr != nil {
+		logger.Warn("fencing this broker before shutdown", "err", ferr)
+	}
+	fcancel()
 	if hs != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		hs.Shutdown(ctx)

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/group"
 	"holdfast/internal/txn"
 	"holdfast/internal/wire"
 )
@@ -19,16 +20,37 @@ func (b *Broker) handleAddOffsetsToTxn(_ context.Context, r *wire.Request) wire.
 	req := r.Body.(*kmsg.AddOffsetsToTxnRequest)
 	resp := req.ResponseKind().(*kmsg.AddOffsetsToTxnResponse)
 	c := b.coordinator()
-	p := b.offsetsPartition(req.Group)
 	switch {
 	case req.Group == "":
 		resp.ErrorCode = kerr.InvalidGroupID.Code
 	case c == nil:
 		resp.ErrorCode = kerr.InvalidProducerIDMapping.Code
-	case p < 0:
-		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
 	}
 	if resp.ErrorCode != 0 {
+		return wire.Respond(resp)
+	}
+	p := b.offsetsPartition(req.Group)
+	if p >= 0 || !b.clusterMode() {
+		return b.addOffsetsPartition(c, req, resp, p)
+	}
+	return func(ctx context.Context) kmsg.Response {
+		// A transaction may commit offsets before any group lookup
+		// created __consumer_offsets: create it as FindCoordinator does
+		// (through the controller; that may block, so not on the reader).
+		if t, err := b.createCoordinatorTopic(offsetsTopic, b.groups.NumPartitions(), coordinatorGroup, req.Group, false); err == nil {
+			p = group.PartitionFor(req.Group, int(t.Partitions))
+		}
+		return b.addOffsetsPartition(c, req, resp, p)(ctx)
+	}
+}
+
+// addOffsetsPartition adds __consumer_offsets partition p (-1: not known
+// yet) to the transaction. The add is registered when this is called - on
+// the reader when the topic exists - so it is ordered before the
+// connection's next request.
+func (b *Broker) addOffsetsPartition(c *txn.Coordinator, req *kmsg.AddOffsetsToTxnRequest, resp *kmsg.AddOffsetsToTxnResponse, p int32) wire.Reply {
+	if p < 0 {
+		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
 		return wire.Respond(resp)
 	}
 	wait := c.AddPartitions(req.TransactionalID, req.ProducerID, req.ProducerEpoch,

@@ -75,6 +75,12 @@ type Config struct {
 	// replica, waiting at most ControlledShutdownMaxWait (default 5 s).
 	ControlledShutdown        bool
 	ControlledShutdownMaxWait time.Duration
+	// BrokerHeartbeatInterval (broker.heartbeat.interval.ms, default 2 s)
+	// is how often a broker heartbeats the controller; the controller
+	// fences a broker it has not heard from for BrokerSessionTimeout
+	// (broker.session.timeout.ms, default 9 s). Zero means the default.
+	BrokerHeartbeatInterval time.Duration
+	BrokerSessionTimeout    time.Duration
 
 	Logger *slog.Logger
 	FS     storage.FS // nil: the OS filesystem
@@ -83,17 +89,19 @@ type Config struct {
 // DefaultConfig is what `holdfast serve` runs with no flags.
 func DefaultConfig() Config {
 	return Config{
-		NodeID:                 1,
-		DataDir:                "./data",
-		AdvertisedHost:         "localhost",
-		AdvertisedPort:         9092,
-		AutoCreateTopics:       true,
-		NumPartitions:          1,
-		OffsetsTopicPartitions: 50,
-		Groups:                 group.DefaultConfig(),
-		Txn:                    txn.DefaultConfig(),
-		RetentionCheckInterval: 5 * time.Minute,
-		LogDefaults:            storage.DefaultConfig(),
+		NodeID:                  1,
+		DataDir:                 "./data",
+		AdvertisedHost:          "localhost",
+		AdvertisedPort:          9092,
+		AutoCreateTopics:        true,
+		NumPartitions:           1,
+		OffsetsTopicPartitions:  50,
+		Groups:                  group.DefaultConfig(),
+		Txn:                     txn.DefaultConfig(),
+		RetentionCheckInterval:  5 * time.Minute,
+		LogDefaults:             storage.DefaultConfig(),
+		BrokerHeartbeatInterval: defaultHeartbeatInterval,
+		BrokerSessionTimeout:    defaultSessionTimeout,
 
 		AutoLeaderRebalance:          true,
 		LeaderImbalanceCheckInterval: 300 * time.Second,

@@ -70,6 +70,8 @@ type cluster struct {
 	fwdMu sync.Mutex
 	fwd   *kgo.Client // to other brokers: registration, forwarded creates
 
+	live *liveness // heartbeats and fencing (liveness.go)
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
@@ -479,11 +481,11 @@ func notController() error {
 }
 
 // placeReplicas assigns rf replicas to each of n partitions over the
-// registered brokers: round-robin from a random start over a list that
+// registered brokers that are not fenced: round-robin from a random start over a list that
 // alternates racks, so a partition's replicas land on different racks when
 // there are enough (Kafka's rack-aware assignment, simplified).
 func (c *cluster) placeReplicas(n int32, rf int16) ([][]int32, error) {
-	brokers := c.b.meta.Brokers()
+	brokers := c.b.unfencedBrokers()
 	if rf <= 0 {
 		rf = c.b.defaultReplicationFactor()
 	}
@@ -892,12 +894,13 @@ func (b *Broker) clusterProducerID(req *kmsg.InitProducerIDRequest, resp *kmsg.I
 	return resp
 }
 
-// brokers lists every registered broker for Metadata (this one at least,
-// before its registration is applied).
+// brokers lists the registered brokers that are not fenced for Metadata
+// (this one at least, before its registration is applied, or when every
+// broker is fenced: a client must be able to reach somebody).
 func (c *cluster) brokers() []kmsg.MetadataResponseBroker {
 	var out []kmsg.MetadataResponseBroker
 	self := false
-	for _, br := range c.b.meta.Brokers() {
+	for _, br := range c.b.unfencedBrokers() {
 		mb := kmsg.NewMetadataResponseBroker()
 		mb.NodeID, mb.Host, mb.Port = br.ID, br.Host, br.Port
 		if br.Rack != "" {
@@ -907,7 +910,7 @@ func (c *cluster) brokers() []kmsg.MetadataResponseBroker {
 		self = self || br.ID == c.b.cfg.NodeID
 		out = append(out, mb)
 	}
-	if !self {
+	if _, registered := c.b.meta.Broker(c.b.cfg.NodeID); !self && (!registered || len(out) == 0) {
 		out = append(out, c.b.brokerEntry())
 	}
 	return out
@@ -928,13 +931,19 @@ func (c *cluster) partitionMetadata(t controller.Topic, i int32) kmsg.MetadataRe
 		mp.Replicas = []int32{}
 	}
 	mp.ISR = []int32{}
+	for _, r := range mp.Replicas {
+		if c.b.fenced(r) {
+			mp.OfflineReplicas = append(mp.OfflineReplicas, r)
+		}
+	}
+	live := slices.DeleteFunc(slices.Clone(mp.Replicas), c.b.fenced)
 	p := c.b.parts.Get(t.Name, i)
 	if p == nil || !p.Replicated() {
-		if len(mp.Replicas) == 0 {
+		if len(live) == 0 {
 			mp.ErrorCode = kerr.LeaderNotAvailable.Code
 			return mp
 		}
-		mp.Leader, mp.ISR = mp.Replicas[0], slices.Clone(mp.Replicas)
+		mp.Leader, mp.ISR = live[0], live
 		return mp
 	}
 	st, err := p.RaftStatus()
@@ -943,8 +952,9 @@ func (c *cluster) partitionMetadata(t controller.Topic, i int32) kmsg.MetadataRe
 		mp.ErrorCode = kerr.KafkaStorageError.Code
 		mp.OfflineReplicas = []int32{c.b.cfg.NodeID}
 		return mp
-	case st.Leader == 0:
-		// An election is running.
+	case st.Leader == 0 || c.b.fenced(int32(st.Leader)):
+		// An election is running, or the leader we last heard of is
+		// fenced: clients must not be sent to it.
 		mp.ErrorCode = kerr.LeaderNotAvailable.Code
 		return mp
 	}
@@ -952,7 +962,7 @@ func (c *cluster) partitionMetadata(t controller.Topic, i int32) kmsg.MetadataRe
 	mp.LeaderEpoch = p.LeaderEpoch()
 	if st.State != "StateLeader" {
 		// Followers do not track the others' progress.
-		mp.ISR = slices.Clone(mp.Replicas)
+		mp.ISR = live
 		return mp
 	}
 	for _, r := range st.Replicas {
@@ -961,6 +971,7 @@ func (c *cluster) partitionMetadata(t controller.Topic, i int32) kmsg.MetadataRe
 		case r.Learner:
 			// A replica being added by a reassignment: not in sync
 			// until it votes.
+		case c.b.fenced(id):
 		case r.ID == st.Node || r.Active && r.State == "StateReplicate":
 			mp.ISR = append(mp.ISR, id)
 		case !r.Active:

@@ -237,15 +237,7 @@ func (b *Broker) groupCoordinatorNode(key string, forwarded bool) (node int32, h
 	if int(t.Partitions) != b.groups.NumPartitions() {
 		return -1, "", -1, kerr.CoordinatorNotAvailable.Code, offsetsTopic + " partition count changed; restart the broker"
 	}
-	mp := b.cluster.partitionMetadata(t, group.PartitionFor(key, int(t.Partitions)))
-	if mp.ErrorCode != 0 || mp.Leader < 0 {
-		return -1, "", -1, kerr.CoordinatorNotAvailable.Code, "the group's " + offsetsTopic + " partition has no leader"
-	}
-	br, ok := b.meta.Broker(mp.Leader)
-	if !ok {
-		return -1, "", -1, kerr.CoordinatorNotAvailable.Code, "the coordinator is not registered yet"
-	}
-	return br.ID, br.Host, br.Port, 0, ""
+	return b.coordinatorAt(t, group.PartitionFor(key, int(t.Partitions)))
 }
 
 // txnCoordinatorNode is FindCoordinator's answer for a transactional id in
@@ -265,13 +257,23 @@ func (b *Broker) txnCoordinatorNode(key string, forwarded bool) (node int32, hos
 	if int(t.Partitions) != c.NumPartitions() {
 		return -1, "", -1, kerr.CoordinatorNotAvailable.Code, txnStateTopic + " partition count changed; restart the broker"
 	}
-	mp := b.cluster.partitionMetadata(t, txn.PartitionFor(key, int(t.Partitions)))
+	return b.coordinatorAt(t, txn.PartitionFor(key, int(t.Partitions)))
+}
+
+// coordinatorAt is the broker leading partition i of the coordinator topic
+// t, as FindCoordinator answers it. A leader that is not registered yet or
+// is fenced is no answer: COORDINATOR_NOT_AVAILABLE, which clients retry.
+func (b *Broker) coordinatorAt(t controller.Topic, i int32) (node int32, host string, port int32, code int16, msg string) {
+	mp := b.cluster.partitionMetadata(t, i)
 	if mp.ErrorCode != 0 || mp.Leader < 0 {
-		return -1, "", -1, kerr.CoordinatorNotAvailable.Code, "the id's " + txnStateTopic + " partition has no leader"
+		return -1, "", -1, kerr.CoordinatorNotAvailable.Code, fmt.Sprintf("%s-%d has no leader", t.Name, i)
 	}
 	br, ok := b.meta.Broker(mp.Leader)
-	if !ok {
+	switch {
+	case !ok:
 		return -1, "", -1, kerr.CoordinatorNotAvailable.Code, "the coordinator is not registered yet"
+	case b.fenced(br.ID):
+		return -1, "", -1, kerr.CoordinatorNotAvailable.Code, "the coordinator's broker is fenced"
 	}
 	return br.ID, br.Host, br.Port, 0, ""
 }

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -34,12 +35,39 @@ func (b *Broker) handleDescribeCluster(_ context.Context, r *wire.Request) wire.
 	}
 	resp.ClusterID = b.meta.ClusterID()
 	resp.ControllerID = b.cfg.NodeID
-	br := kmsg.NewDescribeClusterResponseBroker()
-	me := b.brokerEntry()
-	br.NodeID, br.Host, br.Port, br.Rack = me.NodeID, me.Host, me.Port, me.Rack
-	resp.Brokers = []kmsg.DescribeClusterResponseBroker{br}
+	if b.cluster != nil {
+		resp.ControllerID = b.cluster.controllerID()
+		// Fenced brokers are left out, as from Metadata, unless v2's
+		// IncludeFencedBrokers (KIP-1073) asks for them.
+		for _, mb := range b.cluster.brokers() {
+			resp.Brokers = append(resp.Brokers, describeClusterBroker(mb, false))
+		}
+		if req.IncludeFencedBrokers {
+			for _, id := range b.meta.FencedBrokers() {
+				info, ok := b.meta.Broker(id)
+				listed := slices.ContainsFunc(resp.Brokers, func(br kmsg.DescribeClusterResponseBroker) bool { return br.NodeID == id })
+				if !ok || listed {
+					continue
+				}
+				mb := kmsg.NewMetadataResponseBroker()
+				mb.NodeID, mb.Host, mb.Port = info.ID, info.Host, info.Port
+				if info.Rack != "" {
+					mb.Rack = &info.Rack
+				}
+				resp.Brokers = append(resp.Brokers, describeClusterBroker(mb, true))
+			}
+		}
+	} else {
+		resp.Brokers = []kmsg.DescribeClusterResponseBroker{describeClusterBroker(b.brokerEntry(), false)}
+	}
 	if req.IncludeClusterAuthorizedOperations {
 		resp.ClusterAuthorizedOperations = clusterAuthorizedOps
 	}
 	return wire.Respond(resp)
+}
+
+func describeClusterBroker(mb kmsg.MetadataResponseBroker, fenced bool) kmsg.DescribeClusterResponseBroker {
+	br := kmsg.NewDescribeClusterResponseBroker()
+	br.NodeID, br.Host, br.Port, br.Rack, br.IsFenced = mb.NodeID, mb.Host, mb.Port, mb.Rack, fenced
+	return br
 }

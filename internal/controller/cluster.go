@@ -37,7 +37,8 @@ type Command struct {
 	Partition int32   `json:"partition,omitempty"`
 	Target    []int32 `json:"target,omitempty"`
 	// OpUnregister: the broker id.
-	BrokerID int32 `json:"broker_id,omitempty"`
+	BrokerID int32   `json:"broker_id,omitempty"`
+	IDs      []int32 `json:"ids,omitempty"` // OpFence, OpUnfence: broker ids
 }
 
 // Metadata commands.
@@ -52,6 +53,12 @@ const (
 	OpReassign      = "reassign"      // reassign.go
 	OpReassignDone  = "reassign_done" // reassign.go
 	OpUnregister    = "unregister"    // a broker-only node leaves
+	// A fenced broker's session with the controller expired (or it shut
+	// down cleanly): it is left out of Metadata and never named as leader
+	// or coordinator until a heartbeat unfences it. Committed, so every
+	// node agrees on who is fenced.
+	OpFence   = "fence"
+	OpUnfence = "unfence"
 )
 
 // ErrBrokerInUse refuses unregistering a broker that still holds replicas.
@@ -80,6 +87,20 @@ func (s *Store) Brokers() []BrokerInfo {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return slices.Clone(s.st.Brokers)
+}
+
+// Fenced reports whether broker id is fenced.
+func (s *Store) Fenced(id int32) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Contains(s.st.Fenced, id)
+}
+
+// FencedBrokers returns the fenced broker ids, sorted.
+func (s *Store) FencedBrokers() []int32 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Clone(s.st.Fenced)
 }
 
 // Broker returns one registered broker.
@@ -221,6 +242,17 @@ func (s *Store) applyTo(next *state, c Command, out *Topic) error {
 			}
 		}
 		next.Brokers = slices.DeleteFunc(slices.Clone(next.Brokers), func(b BrokerInfo) bool { return b.ID == c.BrokerID })
+	case OpFence, OpUnfence:
+		if len(c.IDs) == 0 {
+			return fmt.Errorf("controller: %s without broker ids", c.Op)
+		}
+		fenced := slices.DeleteFunc(slices.Clone(next.Fenced), func(id int32) bool { return slices.Contains(c.IDs, id) })
+		if c.Op == OpFence {
+			fenced = append(fenced, c.IDs...)
+			slices.Sort(fenced)
+			fenced = slices.Compact(fenced)
+		}
+		next.Fenced = fenced
 	default:
 		return fmt.Errorf("controller: unknown metadata command %q", c.Op)
 	}

@@ -101,6 +101,8 @@ type state struct {
 	// replay after a restart starts after it.
 	Brokers []BrokerInfo `json:"brokers,omitempty"`
 	Applied int64        `json:"applied_offset,omitempty"`
+	// Fenced are the brokers whose controller session expired (sorted).
+	Fenced []int32 `json:"fenced,omitempty"`
 }
 
 const stateVersion = 1

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 
@@ -148,5 +149,40 @@ func TestStoreDetectsCorruption(t *testing.T) {
 	}
 	if _, err := Open(dir, storage.OSFS(), nil); err == nil {
 		t.Fatal("Open accepted a corrupted metadata file")
+	}
+}
+
+// Fencing is replicated state: applied in log order, persisted, and a
+// malformed command changes nothing but the applied offset.
+func TestStoreFencing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "meta")
+	fs := storage.OSFS()
+	s := open(t, fs, dir)
+	apply := func(end int64, op string, ids ...int32) error {
+		t.Helper()
+		_, err := s.Apply(end, Command{Op: op, IDs: ids})
+		return err
+	}
+	if err := apply(1, OpFence, 3, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := apply(2, OpFence, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := apply(3, OpUnfence); err == nil {
+		t.Fatal("unfence without ids applied")
+	}
+	if got := s.FencedBrokers(); !slices.Equal(got, []int32{2, 3}) {
+		t.Fatalf("fenced %v, want [2 3]", got)
+	}
+	if err := apply(4, OpUnfence, 3); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, fs, dir)
+	if got := s.FencedBrokers(); !slices.Equal(got, []int32{2}) || !s.Fenced(2) || s.Fenced(3) || s.Applied() != 4 {
+		t.Fatalf("after reopen: fenced %v, applied %d; want [2], 4", got, s.Applied())
+	}
+	if err := apply(4, OpUnfence, 2); err != nil || !s.Fenced(2) {
+		t.Fatalf("an entry at the applied offset was applied again (err %v)", err)
 	}
 }
