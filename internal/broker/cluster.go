@@ -475,6 +475,19 @@ func (c *cluster) propose(ctx context.Context, cmd controller.Command) error {
 	}
 }
 
+// controllerOnly is the error code of a broker-to-controller request
+// (registration, AlterPartition) arriving here: such requests exist only in
+// cluster mode and only the controller serves them. c may be nil.
+func (c *cluster) controllerOnly() int16 {
+	switch {
+	case c == nil:
+		return kerr.UnsupportedVersion.Code
+	case !c.isController():
+		return kerr.NotController.Code
+	}
+	return 0
+}
+
 // notController is the answer of a node that cannot change metadata.
 func notController() error {
 	return errCode(kerr.NotController, "this node is not the controller")
@@ -774,11 +787,8 @@ func (b *Broker) handleBrokerRegistration(_ context.Context, r *wire.Request) wi
 	resp := req.ResponseKind().(*kmsg.BrokerRegistrationResponse)
 	c := b.cluster
 	switch {
-	case c == nil:
-		resp.ErrorCode = kerr.UnsupportedVersion.Code
-		return wire.Respond(resp)
-	case !c.isController():
-		resp.ErrorCode = kerr.NotController.Code
+	case c.controllerOnly() != 0:
+		resp.ErrorCode = c.controllerOnly()
 		return wire.Respond(resp)
 	case len(req.Listeners) == 0 || req.BrokerID <= 0 || req.BrokerID >= 1<<producerIDNodeBits:
 		resp.ErrorCode = kerr.InvalidRequest.Code

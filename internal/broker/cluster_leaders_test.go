@@ -20,41 +20,6 @@ import (
 
 func noAutoBalance(c *broker.Config) { c.AutoLeaderRebalance = false }
 
-// createLedTopic creates topic with rf replicas per partition and waits
-// until every node has applied it and every partition has a leader.
-func createLedTopic(t *testing.T, nodes []*brokertest.Node, topic string, partitions int32, rf int16) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := kadmClient(t, addrs(nodes)).CreateTopics(ctx, partitions, rf, nil, topic)
-	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil {
-		t.Fatalf("create topic %s: %v", topic, err)
-	}
-	awaitCluster(t, "every partition of "+topic+" led, on every node", func() error {
-		for _, n := range nodes {
-			if n.B == nil {
-				continue
-			}
-			ls, err := leaders(n, topic)
-			if err != nil {
-				return err
-			}
-			for p, l := range ls {
-				// Every node replicates every partition: wait for its
-				// own view, not the guess of a node that has not opened
-				// the replica yet.
-				if int(rf) == len(nodes) && l.epoch < 0 {
-					return fmt.Errorf("node %d: partition %d not open yet", n.Cfg.NodeID, p)
-				}
-			}
-		}
-		return nil
-	})
-}
-
 // partitionLeader is one partition's leader, its epoch and the preferred
 // (first) replica as one node sees them. Epoch -1: the node has no replica
 // open and only names the first replica.
@@ -159,7 +124,7 @@ func stopAndAwaitMoved(t *testing.T, nodes []*brokertest.Node, victim *brokertes
 func TestClusterElectLeaders(t *testing.T) {
 	nodes := startCluster(t, 3, noAutoBalance)
 	const topic = "elect"
-	createLedTopic(t, nodes, topic, 6, 3)
+	createClusterTopic(t, nodes, topic, 6, 3, nil)
 	adm := kadmClient(t, addrs(nodes))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -301,7 +266,7 @@ func TestClusterElectLeadersErrors(t *testing.T) {
 
 	nodes := startCluster(t, 3, noAutoBalance)
 	const topic = "errs"
-	createLedTopic(t, nodes, topic, 3, 3)
+	createClusterTopic(t, nodes, topic, 3, 3, nil)
 	codes, _ := electRaw(t, nodes[0], 0, "no-such-topic", 2*time.Second, 0)
 	wantCodes(t, "unknown topic", codes, map[int32]*kerr.Error{0: kerr.UnknownTopicOrPartition})
 	codes, _ = electRaw(t, nodes[0], 0, topic, 2*time.Second, 7, -1)
@@ -319,7 +284,7 @@ func TestClusterElectLeadersErrors(t *testing.T) {
 
 	// RF=1 on node X: another node has no replica and forwards to X,
 	// whose only replica leads.
-	createLedTopic(t, nodes, "single", 1, 1)
+	createClusterTopic(t, nodes, "single", 1, 1, nil)
 	// Nodes without a replica (or that have not opened it yet) name the
 	// first replica: ask that one whether it leads.
 	var host int32
@@ -376,7 +341,7 @@ func TestClusterElectLeadersErrors(t *testing.T) {
 func TestClusterLeaderBalancing(t *testing.T) {
 	nodes := startCluster(t, 3, func(c *broker.Config) { c.LeaderImbalanceCheckInterval = 300 * time.Millisecond })
 	const topic = "balanced"
-	createLedTopic(t, nodes, topic, 6, 3)
+	createClusterTopic(t, nodes, topic, 6, 3, nil)
 	awaitCluster(t, "preferred leaders", func() error { return allPreferred(nodes[0], topic) })
 	ls, err := leaders(nodes[0], topic)
 	if err != nil {
@@ -406,7 +371,7 @@ func TestClusterRollingRestart(t *testing.T) {
 func rollingRestart(t *testing.T, controlled bool) {
 	nodes := startCluster(t, 3, noAutoBalance, func(c *broker.Config) { c.ControlledShutdown = controlled })
 	const topic = "rolling"
-	createLedTopic(t, nodes, topic, 1, 3)
+	createClusterTopic(t, nodes, topic, 1, 3, nil)
 	// A short metadata age and retry backoff, so that the stall measures
 	// the cluster rather than the client's defaults (metadata refreshed at
 	// most every 5 s, backoff from 250 ms).

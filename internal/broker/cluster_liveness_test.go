@@ -450,3 +450,15 @@ func TestClusterAddOffsetsToTxnCreatesOffsetsTopic(t *testing.T) {
 		return nil
 	})
 }
+
+// TestClusterBrokerOnlyNodeStaysLive: a broker-only node (not in --peers)
+// heartbeats like the others, so it is still listed, unfenced, after
+// several sessions have passed.
+func TestClusterBrokerOnlyNodeStaysLive(t *testing.T) {
+	nodes := startCluster(t, 3, fastLiveness)
+	n4 := startBrokerOnly(t, nodes, 4, fastLiveness)
+	all := append(slices.Clone(nodes), n4)
+	awaitBrokers(t, all, []int32{1, 2, 3, 4})
+	time.Sleep(2 * 3 * time.Second) // two sessions: a node without heartbeats would be fenced by now
+	awaitBrokers(t, all, []int32{1, 2, 3, 4})
+}

@@ -29,7 +29,7 @@ import (
 // node: not a metadata voter (not in --peers), with its own Raft listener,
 // joining through the existing brokers. It waits until every node,
 // itself included, lists it.
-func startBrokerOnly(t *testing.T, nodes []*brokertest.Node, id int32) *brokertest.Node {
+func startBrokerOnly(t *testing.T, nodes []*brokertest.Node, id int32, opts ...func(*broker.Config)) *brokertest.Node {
 	t.Helper()
 	// A fixed port, as in production: the others learn the address from
 	// the registration, and a new one after a restart needs the
@@ -44,6 +44,9 @@ func startBrokerOnly(t *testing.T, nodes []*brokertest.Node, id int32) *brokerte
 		c.NodeID, c.Peers = id, nodes[0].Cfg.Peers
 		c.RaftListen = raftAddr
 		c.Join = addrs(nodes)
+		for _, o := range opts {
+			o(c)
+		}
 	})
 	all := append(slices.Clone(nodes), n)
 	awaitCluster(t, "the broker-only node registered everywhere", func() error {

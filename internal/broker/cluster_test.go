@@ -89,6 +89,9 @@ func createClusterTopic(t *testing.T, nodes []*brokertest.Node, topic string, pa
 	}
 	awaitCluster(t, "a leader for every partition of "+topic+" on every node", func() error {
 		for _, n := range nodes {
+			if n.B == nil {
+				continue // stopped
+			}
 			md, err := metadata(n, []string{topic})
 			if err != nil {
 				return err
@@ -99,6 +102,11 @@ func createClusterTopic(t *testing.T, nodes []*brokertest.Node, topic string, pa
 			for _, p := range md.Topics[0].Partitions {
 				if p.ErrorCode != 0 || p.Leader <= 0 || len(p.Replicas) != rf {
 					return fmt.Errorf("node %d partition %d: leader %d replicas %v code %d", n.Cfg.NodeID, p.Partition, p.Leader, p.Replicas, p.ErrorCode)
+				}
+				// A node replicating every partition must answer from its
+				// own replica, not the guess of one not open yet.
+				if rf == len(nodes) && p.LeaderEpoch < 0 {
+					return fmt.Errorf("node %d partition %d: replica not open yet", n.Cfg.NodeID, p.Partition)
 				}
 			}
 		}

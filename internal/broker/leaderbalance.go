@@ -26,15 +26,12 @@ func (b *Broker) startLeadership() error {
 	if !b.clusterMode() {
 		return nil
 	}
-	stop, done := make(chan struct{}), make(chan struct{})
+	stop := func() {}
 	if b.cfg.AutoLeaderRebalance && b.cfg.LeaderImbalanceCheckInterval > 0 {
-		go b.balanceLoop(stop, done)
-	} else {
-		close(done)
+		stop = goLoop(b.balanceLoop)
 	}
 	b.closers = append(b.closers, func() error {
-		close(stop)
-		<-done
+		stop()
 		if b.cfg.ControlledShutdown && b.cfg.ControlledShutdownMaxWait > 0 {
 			b.controlledShutdown()
 		}
@@ -43,8 +40,7 @@ func (b *Broker) startLeadership() error {
 	return nil
 }
 
-func (b *Broker) balanceLoop(stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
+func (b *Broker) balanceLoop(stop <-chan struct{}) {
 	tick := time.NewTicker(b.cfg.LeaderImbalanceCheckInterval)
 	defer tick.Stop()
 	for {

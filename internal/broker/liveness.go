@@ -67,11 +67,9 @@ func (b *Broker) startLiveness() error {
 		lv.session = defaultSessionTimeout
 	}
 	c.live = lv
-	stop, done := make(chan struct{}), make(chan struct{})
-	go c.livenessLoop(stop, done)
+	stop := goLoop(c.livenessLoop)
 	b.closers = append(b.closers, func() error {
-		close(stop)
-		<-done
+		stop()
 		if lv.hb != nil {
 			lv.hb.Close()
 		}
@@ -89,8 +87,7 @@ func (lv *liveness) sessions(term uint64) map[int32]time.Time {
 	return lv.lastSeen
 }
 
-func (c *cluster) livenessLoop(stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
+func (c *cluster) livenessLoop(stop <-chan struct{}) {
 	lv := c.live
 	tick := time.NewTicker(lv.interval)
 	defer tick.Stop()
@@ -205,6 +202,11 @@ func (lv *liveness) client(addr string, me int32) (*kgo.Client, error) {
 	return cl, nil
 }
 
+func (b *Broker) registered(id int32) bool {
+	_, ok := b.meta.Broker(id)
+	return ok
+}
+
 // FenceForShutdown fences this broker at once, as Kafka's controlled
 // shutdown does, so that clients stop being sent to it before its session
 // would expire. It does nothing on a single node. Call it before Close.
@@ -239,7 +241,9 @@ func (b *Broker) handleBrokerHeartbeat(_ context.Context, r *wire.Request) wire.
 	case err != nil || !l.Proposing:
 		resp.ErrorCode = kerr.NotController.Code
 		return wire.Respond(resp)
-	case b.cfg.Peers[req.BrokerID] == "":
+	case !b.registered(req.BrokerID):
+		// Any registered broker: the controller quorum (--peers) and
+		// broker-only nodes alike.
 		resp.ErrorCode = kerr.InvalidRequest.Code
 		return wire.Respond(resp)
 	}

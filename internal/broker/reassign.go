@@ -212,11 +212,8 @@ func (b *Broker) handleAlterPartition(_ context.Context, r *wire.Request) wire.R
 	resp := req.ResponseKind().(*kmsg.AlterPartitionResponse)
 	c := b.cluster
 	switch {
-	case c == nil:
-		resp.ErrorCode = kerr.UnsupportedVersion.Code
-		return wire.Respond(resp)
-	case !c.isController():
-		resp.ErrorCode = kerr.NotController.Code
+	case c.controllerOnly() != 0:
+		resp.ErrorCode = c.controllerOnly()
 		return wire.Respond(resp)
 	}
 	return func(ctx context.Context) kmsg.Response {
