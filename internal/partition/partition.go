@@ -158,6 +158,11 @@ func (p *Partition) Append(batch []byte) (AppendResult, error) {
 	if err != nil {
 		return AppendResult{}, validationError(err)
 	}
+	if !records.Dense(h) {
+		// What a producer sends has a record per offset; only the log
+		// cleaner leaves gaps.
+		return AppendResult{}, validationError(fmt.Errorf("records: lastOffsetDelta %d with %d records: %w", h.LastOffsetDelta, h.NumRecords, records.ErrCorrupt))
+	}
 	if h.Codec() != records.CodecNone || h.NumRecords > 0 {
 		// Decoding every record catches what the CRC cannot: a producer
 		// that computed the CRC over garbage, or a bad compressed body.
