@@ -83,3 +83,57 @@ func flagUsage(fs *flag.FlagSet, synopsis string) func() {
 		fs.PrintDefaults()
 	}
 }
+
+// unknownEnv lists the HOLDFAST_* variables of the environment that set
+// none of fs's flags, each with the closest flag's variable when one is
+// near (a likely typo). serve reports them at start-up, as Kafka reports
+// supplied configs that are not known ones: silently ignoring a setting
+// is worse than saying so.
+func unknownEnv(fs *flag.FlagSet, environ []string) []string {
+	known := map[string]bool{}
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) {
+		known[envName(f.Name)] = true
+		names = append(names, envName(f.Name))
+	})
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "HOLDFAST_") || known[name] {
+			continue
+		}
+		msg := name + " matches no setting of holdfast serve and is ignored"
+		best, dist := "", 4
+		for _, n := range names {
+			if d := editDistance(name, n); d < dist {
+				best, dist = n, d
+			}
+		}
+		if best != "" {
+			msg += "; did you mean " + best + "?"
+		}
+		out = append(out, msg)
+	}
+	return out
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			c := prev[j-1]
+			if a[i-1] != b[j-1] {
+				c++
+			}
+			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -61,6 +61,14 @@ func serveCommand(args []string) error {
 		ctrlShutMax = fs.Duration("controlled-shutdown-max-wait", def.ControlledShutdownMaxWait, "cluster: longest wait for those transfers before stopping anyway")
 		hbInterval  = fs.Duration("broker-heartbeat-interval", def.BrokerHeartbeatInterval, "cluster mode: how often a broker heartbeats the controller (broker.heartbeat.interval.ms)")
 		session     = fs.Duration("broker-session-timeout", def.BrokerSessionTimeout, "cluster mode: the controller fences a broker not heard from this long (broker.session.timeout.ms)")
+		cleanerOn   = fs.Bool("log-cleaner-enable", def.LogCleaner.Enable, "compact cleanup.policy=compact topics, __consumer_offsets and __transaction_state included (log.cleaner.enable)")
+		cleanerThr  = fs.Int("log-cleaner-threads", def.LogCleaner.Threads, "partitions compacted at once (log.cleaner.threads)")
+		cleanerMem  = fs.Int64("log-cleaner-dedupe-buffer-size", def.LogCleaner.DedupeBufferSize, "bytes of the cleaner's offset maps, shared by its threads (log.cleaner.dedupe.buffer.size)")
+		cleanerIOB  = fs.Int("log-cleaner-io-buffer-size", def.LogCleaner.IOBufferSize, "read and write buffer per cleaner thread (log.cleaner.io.buffer.size)")
+		cleanerRate = fs.Float64("log-cleaner-io-max-bytes-per-second", 0, "cleaner read+write rate, all threads together; 0 = unlimited (log.cleaner.io.max.bytes.per.second)")
+		cleanerBack = fs.Duration("log-cleaner-backoff", def.LogCleaner.Backoff, "idle cleaner threads look for dirty logs this often (log.cleaner.backoff.ms)")
+		offsetsSeg  = fs.Int64("offsets-segment-bytes", def.OffsetsTopicSegmentBytes, "segment.bytes of __consumer_offsets at creation (offsets.topic.segment.bytes)")
+		txnSeg      = fs.Int64("txn-segment-bytes", def.TxnTopicSegmentBytes, "segment.bytes of __transaction_state at creation (transaction.state.log.segment.bytes)")
 		metricsAddr = fs.String("metrics-listen", "localhost:9095", "Prometheus /metrics, /healthz and /debug/pprof address; empty to disable")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat   = fs.String("log-format", "text", "text or json")
@@ -72,6 +80,9 @@ func serveCommand(args []string) error {
 	logger, err := newLogger(*logLevel, *logFormat)
 	if err != nil {
 		return err
+	}
+	for _, msg := range unknownEnv(fs, os.Environ()) {
+		logger.Warn(msg)
 	}
 	policy, err := storage.ParseFlushPolicy(*flush)
 	if err != nil {
@@ -107,6 +118,20 @@ func serveCommand(args []string) error {
 	cfg.LogDefaults.RetentionBytes = *retBytes
 	cfg.LogDefaults.MaxMessageBytes = *maxMsg
 	cfg.LogDefaults.Flush = policy
+	cfg.LogCleaner = broker.CleanerConfig{Enable: *cleanerOn, Threads: *cleanerThr, DedupeBufferSize: *cleanerMem,
+		IOBufferSize: *cleanerIOB, IOMaxBytesPerSecond: *cleanerRate, Backoff: *cleanerBack}
+	if err := cfg.LogCleaner.Validate(); err != nil {
+		return err
+	}
+	if *cleanerRate < 0 {
+		return fmt.Errorf("--log-cleaner-io-max-bytes-per-second %g: must not be negative", *cleanerRate)
+	}
+	for name, v := range map[string]int64{"--offsets-segment-bytes": *offsetsSeg, "--txn-segment-bytes": *txnSeg} {
+		if v < 1024 || v > 1<<31-1 {
+			return fmt.Errorf("%s %d: want 1024..%d", name, v, 1<<31-1)
+		}
+	}
+	cfg.OffsetsTopicSegmentBytes, cfg.TxnTopicSegmentBytes = *offsetsSeg, *txnSeg
 	cfg.Logger = logger
 	if cfg.Peers, err = parsePeers(*peers); err != nil {
 		return err

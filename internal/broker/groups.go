@@ -24,7 +24,7 @@ func (b *Broker) startGroups() error {
 	if b.clusterMode() {
 		return b.startGroupsCluster(n) // coordinators_cluster.go
 	}
-	t, err := b.ensureTopic(offsetsTopic, n, map[string]string{"cleanup.policy": "compact"}, true)
+	t, err := b.ensureTopic(offsetsTopic, n, b.internalTopicConfigs(offsetsTopic), true)
 	if err != nil {
 		return fmt.Errorf("%s: %w", offsetsTopic, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -163,12 +164,16 @@ func (p *Partition) Append(batch []byte) (AppendResult, error) {
 		// cleaner leaves gaps.
 		return AppendResult{}, validationError(fmt.Errorf("records: lastOffsetDelta %d with %d records: %w", h.LastOffsetDelta, h.NumRecords, records.ErrCorrupt))
 	}
-	if h.Codec() != records.CodecNone || h.NumRecords > 0 {
-		// Decoding every record catches what the CRC cannot: a producer
-		// that computed the CRC over garbage, or a bad compressed body.
-		if err := records.ValidateRecords(batch); err != nil {
-			return AppendResult{}, validationError(err)
+	// Decoding every record catches what the CRC cannot: a producer that
+	// computed the CRC over garbage, or a bad compressed body.
+	if p.log.Config().Compact {
+		// Kafka refuses records without a key on a compacted topic: the
+		// cleaner could only drop them.
+		if err := p.checkKeys(batch); err != nil {
+			return AppendResult{}, err
 		}
+	} else if err := records.ValidateRecords(batch); err != nil {
+		return AppendResult{}, validationError(err)
 	}
 	if h.IsControl() {
 		// Control batches are written by the transaction coordinator only.
@@ -228,6 +233,42 @@ func (p *Partition) Append(batch []byte) (AppendResult, error) {
 	p.afterAppend()
 	return AppendResult{BaseOffset: base, LastOffset: h.LastOffset(), LogAppendTime: lat,
 		LogStartOffset: p.log.StartOffset()}, nil
+}
+
+// InvalidRecordError is INVALID_RECORD with Kafka's per-record detail
+// (Produce v8+ record_errors): the batch indexes of the refused records.
+type InvalidRecordError struct {
+	Indexes []int32
+	Reason  string // the message of each record error
+	Msg     string // the partition-level message
+}
+
+func (e *InvalidRecordError) Error() string { return e.Msg }
+func (e *InvalidRecordError) Unwrap() error { return kerr.InvalidRecord }
+
+// checkKeys decodes batch and refuses it if a record has no key.
+func (p *Partition) checkKeys(batch []byte) error {
+	var bad []int32
+	i := int32(0)
+	err := records.Each(batch, func(r records.Record) {
+		if r.Key == nil {
+			bad = append(bad, i)
+		}
+		i++
+	})
+	if err != nil {
+		return validationError(err)
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	reason := fmt.Sprintf("Compacted topic cannot accept message without key in topic partition %s-%d.", p.topic, p.index)
+	shown := make([]string, 0, 3)
+	for _, b := range bad[:min(len(bad), 3)] {
+		shown = append(shown, fmt.Sprintf("RecordError(batchIndex=%d, message='%s')", b, reason))
+	}
+	return &InvalidRecordError{Indexes: bad, Reason: reason,
+		Msg: fmt.Sprintf("One or more records have been rejected due to %d record errors in total, and only showing the first three errors at most: [%s]", len(bad), strings.Join(shown, ", "))}
 }
 
 // storageError classifies a failed log append: a closed log is a partition

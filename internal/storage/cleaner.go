@@ -134,8 +134,10 @@ type Cleanable struct {
 	CleanBytes, DirtyBytes int64   // segment bytes below and in the dirty section
 	Ratio                  float64 // DirtyBytes / (CleanBytes + DirtyBytes)
 	// MaxLagExceeded: the oldest dirty record is older than
-	// max.compaction.lag.ms, so the log is due whatever its ratio.
-	MaxLagExceeded bool
+	// max.compaction.lag.ms, so the log is due whatever its ratio;
+	// CompactionDelay is by how much.
+	MaxLagExceeded  bool
+	CompactionDelay time.Duration
 	// HorizonDue: a delete horizon set by an earlier pass has passed.
 	HorizonDue bool
 	// Due: worth a pass now.
@@ -202,6 +204,9 @@ func (l *Log) CleanableState(committed int64) (Cleanable, error) {
 					return c, fmt.Errorf("storage: %s: %w", s.f.Name(), err)
 				}
 				c.MaxLagExceeded = h.MaxTimestamp >= 0 && h.MaxTimestamp < now-lag
+				if c.MaxLagExceeded {
+					c.CompactionDelay = time.Duration(now-lag-h.MaxTimestamp) * time.Millisecond
+				}
 			}
 			break
 		}
