@@ -244,12 +244,7 @@ func (lc *logCleaner) clean(id int, p *partition.Partition, m *storage.OffsetMap
 		delete(lc.busy, l)
 		lc.mu.Unlock()
 	}()
-	committed, keepEmpty, removeBelow := p.CleanLimits()
-	res, err := l.Clean(storage.CleanOptions{
-		Committed: committed, KeepEmpty: keepEmpty, RemoveBelow: removeBelow,
-		ProducerExpiry: partition.ProducerExpiry,
-		Map:            m, Throttle: lc.throttle, IOBuffer: lc.cfg.IOBufferSize, Stop: stop,
-	})
+	res, err := p.Clean(storage.CleanOptions{Map: m, Throttle: lc.throttle, IOBuffer: lc.cfg.IOBufferSize, Stop: stop})
 	lg := lc.b.log.With("topic", p.Topic(), "partition", p.Index())
 	lc.mu.Lock()
 	defer lc.mu.Unlock()

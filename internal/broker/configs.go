@@ -143,7 +143,7 @@ func init() {
 				c.DeleteRetention = msDuration(n)
 				return err
 			},
-			brokerValue:  fixed("86400000"),
+			brokerValue:  func(b *Broker) string { return msString(b.cfg.LogDefaults.DeleteRetention) },
 			kafkaDefault: "86400000",
 		},
 		{
@@ -191,7 +191,13 @@ func init() {
 				}
 				return err
 			},
-			brokerValue: fixed(strconv.FormatInt(maxLong, 10)), kafkaDefault: strconv.FormatInt(maxLong, 10),
+			brokerValue: func(b *Broker) string {
+				if d := b.cfg.LogDefaults.MaxCompactionLag; d > 0 {
+					return msString(d)
+				}
+				return strconv.FormatInt(maxLong, 10)
+			},
+			kafkaDefault: strconv.FormatInt(maxLong, 10),
 		},
 		{
 			name: "max.message.bytes", typ: kmsg.ConfigTypeInt, brokerName: "message.max.bytes",
@@ -221,7 +227,10 @@ func init() {
 				c.MinCleanableRatio = f
 				return err
 			},
-			brokerValue: fixed("0.5"), kafkaDefault: "0.5",
+			brokerValue: func(b *Broker) string {
+				return strconv.FormatFloat(b.cfg.LogDefaults.MinCleanableRatio, 'g', -1, 64)
+			},
+			kafkaDefault: "0.5",
 		},
 		{
 			name: "min.compaction.lag.ms", typ: kmsg.ConfigTypeLong, brokerName: "log.cleaner.min.compaction.lag.ms",
@@ -232,7 +241,7 @@ func init() {
 				c.MinCompactionLag = msDuration(n)
 				return err
 			},
-			brokerValue: fixed("0"), kafkaDefault: "0",
+			brokerValue: func(b *Broker) string { return msString(b.cfg.LogDefaults.MinCompactionLag) }, kafkaDefault: "0",
 		},
 		{
 			name: "min.insync.replicas", typ: kmsg.ConfigTypeInt, brokerName: "min.insync.replicas",
@@ -273,7 +282,7 @@ func init() {
 		},
 		{
 			name: "segment.bytes", typ: kmsg.ConfigTypeInt, brokerName: "log.segment.bytes",
-			doc:      "The size at which a segment file is rolled. Holdfast's minimum is 1024.",
+			doc:      "The size at which a segment file is rolled (at least 14, Kafka's minimum: a segment then holds one batch each).",
 			validate: intRange(minSegmentBytes, math.MaxInt32),
 			apply: func(c *storage.Config, v string) error {
 				n, err := parseInt(v, minSegmentBytes, math.MaxInt32)
@@ -303,7 +312,7 @@ func init() {
 				c.SegmentJitter = msDuration(n)
 				return err
 			},
-			brokerValue: fixed("0"), kafkaDefault: "0",
+			brokerValue: func(b *Broker) string { return msString(b.cfg.LogDefaults.SegmentJitter) }, kafkaDefault: "0",
 		},
 		{
 			name: "segment.ms", typ: kmsg.ConfigTypeLong, brokerName: "log.roll.ms",
@@ -330,7 +339,7 @@ func init() {
 // Storage limits that config validation reports instead of letting the
 // storage clamp silently.
 const (
-	minSegmentBytes        = 1024
+	minSegmentBytes        = 14
 	storageMaxMessageBytes = 64 << 20
 )
 

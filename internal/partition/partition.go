@@ -422,6 +422,10 @@ func (p *Partition) ReadFile(offset int64, maxBytes int, readCommitted bool) (re
 	if offset >= limit {
 		return res, s, nil
 	}
+	if p.log.Config().Compact {
+		res.Records, err = p.readCompacted(offset, limit, maxBytes, &res, readCommitted)
+		return res, s, err
+	}
 	s, err = p.log.Read(offset, limit, maxBytes)
 	if err != nil {
 		if errors.Is(err, storage.ErrOffsetOutOfRange) {
@@ -434,6 +438,61 @@ func (p *Partition) ReadFile(offset int64, maxBytes int, readCommitted bool) (re
 		res.Aborted = p.abortedIn(offset, s.LastOffset)
 	}
 	return res, s, nil
+}
+
+// maxEmptyScan bounds the bytes of empty batches one read of a compacted
+// log skips before it returns the last of them as it is.
+const maxEmptyScan = 16 << 20
+
+// readCompacted is ReadFile on a compacted log: the batches are copied,
+// without the empty ones the cleaner leaves (segmentio/kafka-go stops at
+// an empty batch; every client steps over the gap instead). If the range
+// read holds only empty batches it reads on, so a consumer always gets
+// past them; after maxEmptyScan of them it returns the last one, which
+// every client but kafka-go steps over.
+func (p *Partition) readCompacted(offset, limit int64, maxBytes int, res *ReadResult, readCommitted bool) ([]byte, error) {
+	var lastEmpty []byte
+	scanned := 0
+	for from := offset; from < limit; {
+		s, err := p.log.Read(from, limit, maxBytes)
+		if err != nil {
+			if errors.Is(err, storage.ErrOffsetOutOfRange) {
+				return nil, ErrOffsetOutOfRange
+			}
+			return nil, fmt.Errorf("%w: %w", ErrStorage, err)
+		}
+		if s.Size == 0 {
+			s.Release()
+			break
+		}
+		buf, err := s.Bytes()
+		s.Release()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrStorage, err)
+		}
+		scanned += len(buf)
+		kept, last, err := records.DropEmpty(buf)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrStorage, err)
+		}
+		if len(kept) > 0 {
+			if readCommitted {
+				p.trimAborted(res.LogStartOffset)
+				res.Aborted = p.abortedIn(offset, last)
+			}
+			return kept, nil
+		}
+		for rest := buf; len(rest) > 0; {
+			if lastEmpty, rest, err = records.Next(rest); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrStorage, err)
+			}
+		}
+		if scanned >= maxEmptyScan {
+			return lastEmpty, nil
+		}
+		from = last + 1
+	}
+	return nil, nil
 }
 
 // Scan calls fn for every batch from offset on.

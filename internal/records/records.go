@@ -215,6 +215,31 @@ func Next(buf []byte) (batch, rest []byte, err error) {
 	return buf[:size:size], buf[size:], nil
 }
 
+// DropEmpty removes, in place, the batches without records from buf (whole
+// batches, as a log stores them) and returns what is left and the last
+// offset of the last batch it saw (-1 if none). The log cleaner leaves
+// empty batches where a batch must keep its place; some clients
+// (segmentio/kafka-go) stop at one, while every client steps over a gap.
+func DropEmpty(buf []byte) (kept []byte, last int64, err error) {
+	kept, last = buf[:0], -1
+	for rest := buf; len(rest) > 0; {
+		b, r, err := Next(rest)
+		if err != nil {
+			return nil, -1, err
+		}
+		h, err := ParseHeader(b)
+		if err != nil {
+			return nil, -1, err
+		}
+		last = h.LastOffset()
+		if h.NumRecords > 0 {
+			kept = append(kept, b...) // never ahead of b: kept is a prefix of buf
+		}
+		rest = r
+	}
+	return kept, last, nil
+}
+
 // SetBaseOffset rewrites the batch's baseOffset in place (not covered by the CRC).
 func SetBaseOffset(b []byte, off int64) {
 	binary.BigEndian.PutUint64(b[offBaseOffset:], uint64(off))

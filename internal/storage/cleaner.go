@@ -123,6 +123,13 @@ type CleanResult struct {
 	Tombstones      int64 // tombstones removed
 	Markers         int64 // transaction markers removed
 	MapKeys         int   // keys in the offset map
+	// CleanedEnd: every aborted transaction whose marker is below it has no
+	// record left (set as each segment group is swapped in, so also on a
+	// pass that failed half way). The partition prunes its aborted index
+	// with it: a read_committed consumer told of an aborted transaction
+	// skips that producer's records until it meets the marker, which the
+	// cleaner may remove.
+	CleanedEnd int64
 	MapUtilization  float64
 	Took            time.Duration
 }
@@ -802,6 +809,7 @@ func (p *pass) cleanGroup(g []cleanSeg, gen uint64, at *abortTracker) error {
 		return err
 	}
 	ok = true
+	p.res.CleanedEnd = max(p.res.CleanedEnd, min(ns.next, p.mapEnd))
 	p.res.Segments += len(g)
 	p.res.SegmentsAfter++
 	p.res.BytesAfter += ns.size

@@ -91,7 +91,7 @@ type Config struct {
 
 // Limits applied by normalize so a bad config cannot break an invariant.
 const (
-	minSegmentBytes = 1024
+	minSegmentBytes = 14 // Kafka's (LegacyRecord.RECORD_OVERHEAD_V0): a segment then holds one batch
 	// Index positions are uint32; keep segments below 2 GiB as Kafka does.
 	maxSegmentBytes       = 1<<31 - 1
 	maxMaxMessageBytes    = 64 << 20
