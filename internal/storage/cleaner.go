@@ -129,9 +129,9 @@ type CleanResult struct {
 	// with it: a read_committed consumer told of an aborted transaction
 	// skips that producer's records until it meets the marker, which the
 	// cleaner may remove.
-	CleanedEnd int64
-	MapUtilization  float64
-	Took            time.Duration
+	CleanedEnd     int64
+	MapUtilization float64
+	Took           time.Duration
 }
 
 // Cleanable is what the scheduler needs to pick a log: its dirty ratio.
