@@ -188,8 +188,8 @@ func (lc *logCleaner) pick() (*partition.Partition, bool) {
 			}
 			l := p.Log()
 			open[l] = true
-			committed, _, _ := p.CleanLimits()
-			c, err := l.CleanableState(committed)
+			committed, _, removeBelow := p.CleanLimits()
+			c, err := l.CleanableState(committed, removeBelow)
 			if err != nil {
 				continue
 			}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand"
 	"os"
 	"os/exec"
@@ -52,6 +53,12 @@ type changelog struct {
 // writeChangelog produces n updates over keys keys with franz-go, one in
 // twenty a delete (tombstone), in batches of many records.
 func writeChangelog(t *testing.T, cl *kgo.Client, topic string, n, keys int, seed int64, cl0 *changelog) *changelog {
+	return writeChangelogChunks(t, cl, topic, n, keys, seed, cl0, 5000)
+}
+
+// writeChangelogChunks is writeChangelog producing chunk records at a time
+// (small chunks: many small batches, many of them emptied by the cleaner).
+func writeChangelogChunks(t *testing.T, cl *kgo.Client, topic string, n, keys int, seed int64, cl0 *changelog, chunk int) *changelog {
 	t.Helper()
 	c := cl0
 	if c == nil {
@@ -60,7 +67,6 @@ func writeChangelog(t *testing.T, cl *kgo.Client, topic string, n, keys int, see
 	rng := rand.New(rand.NewSource(seed))
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	const chunk = 5000
 	for from := 0; from < n; from += chunk {
 		recs := make([]*kgo.Record, 0, chunk)
 		for i := from; i < min(n, from+chunk); i++ {
@@ -255,7 +261,7 @@ func compactedEverywhere(t *testing.T, nodes []*brokertest.Node, topic string, t
 				return fmt.Errorf("node %d: no log", n.Cfg.NodeID)
 			}
 			fd := l.FirstDirtyOffset()
-			c, err := l.CleanableState(l.EndOffset())
+			c, err := l.CleanableState(l.EndOffset(), math.MaxInt64)
 			if err != nil {
 				return err
 			}
@@ -595,7 +601,7 @@ func compactedEverywhereTopic(t *testing.T, n *brokertest.Node, topic string) {
 	t.Helper()
 	awaitCluster(t, topic+" cleaned", func() error {
 		l := n.B.PartitionLog(topic, 0)
-		c, err := l.CleanableState(l.EndOffset())
+		c, err := l.CleanableState(l.EndOffset(), math.MaxInt64)
 		if err != nil {
 			return err
 		}

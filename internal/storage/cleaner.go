@@ -145,7 +145,9 @@ type Cleanable struct {
 	// CompactionDelay is by how much.
 	MaxLagExceeded  bool
 	CompactionDelay time.Duration
-	// HorizonDue: a delete horizon set by an earlier pass has passed.
+	// HorizonDue: a delete horizon set by an earlier pass has passed, or
+	// a tombstone or marker kept past its horizon only because a replica
+	// lacked it (removeBelow) may now go.
 	HorizonDue bool
 	// Due: worth a pass now.
 	Due bool
@@ -159,8 +161,9 @@ func (l *Log) FirstDirtyOffset() int64 {
 }
 
 // CleanableState computes the log's dirty ratio for a pass bounded by
-// committed. A log that is not compacted is never due.
-func (l *Log) CleanableState(committed int64) (Cleanable, error) {
+// committed and removeBelow (CleanOptions). A log that is not compacted is
+// never due.
+func (l *Log) CleanableState(committed, removeBelow int64) (Cleanable, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	var c Cleanable
@@ -218,7 +221,7 @@ func (l *Log) CleanableState(committed int64) (Cleanable, error) {
 			break
 		}
 	}
-	c.HorizonDue = l.nextHorizon > 0 && now >= l.nextHorizon
+	c.HorizonDue = l.nextHorizon > 0 && now >= l.nextHorizon || l.blockedRemoval >= 0 && l.blockedRemoval < removeBelow
 	dirty := c.Limit > c.FirstDirty && c.DirtyBytes > 0
 	c.Due = dirty && (c.Ratio >= l.cfg.MinCleanableRatio || c.MaxLagExceeded) || c.HorizonDue
 	return c, nil
@@ -259,6 +262,7 @@ type pass struct {
 	now      int64
 	horizon  int64 // delete horizon given in this pass
 	nextHzn  int64 // earliest future delete horizon seen
+	blocked  int64 // least offset of a tombstone or marker past its horizon kept for RemoveBelow (-1: none)
 	mapEnd   int64
 	m        *OffsetMap
 	info     txnInfo
@@ -301,7 +305,7 @@ func (l *Log) Clean(opts CleanOptions) (CleanResult, error) {
 			cs.s.unref()
 		}
 	}()
-	p := &pass{l: l, opts: opts, cfg: l.cfg, now: l.now().UnixMilli(), m: opts.Map, liveTxn: map[int64]bool{}}
+	p := &pass{l: l, opts: opts, cfg: l.cfg, now: l.now().UnixMilli(), m: opts.Map, liveTxn: map[int64]bool{}, blocked: -1}
 	gen := l.truncGen
 	firstDirty := min(max(l.firstDirty, l.start), l.end)
 	limit := min(l.active().base, opts.Committed, l.end)
@@ -367,8 +371,8 @@ func (l *Log) Clean(opts CleanOptions) (CleanResult, error) {
 	l.mu.Lock()
 	if l.truncGen == gen && !l.closed {
 		l.firstDirty = max(l.firstDirty, p.mapEnd)
-		l.nextHorizon = p.nextHzn
-		err = writeFileAtomic(l.fs, filepath.Join(l.dir, cleanerCheckpoint), formatStartCheckpoint(l.firstDirty))
+		l.nextHorizon, l.blockedRemoval = p.nextHzn, p.blocked
+		err = l.writeCleanerCheckpointLocked()
 	}
 	l.mu.Unlock()
 	p.res.Took = time.Since(started)
@@ -859,6 +863,8 @@ func (p *pass) cleanBatch(w *segWriter, at *abortTracker, h records.Header, b []
 		case p.now >= hzn && h.BaseOffset < p.opts.RemoveBelow:
 			p.res.Markers++
 			return w.emptyOrDrop(h, b, first)
+		case p.now >= hzn:
+			p.noteBlocked(h.BaseOffset)
 		}
 		p.noteHorizon(hzn)
 		return w.add(b)
@@ -884,6 +890,9 @@ func (p *pass) cleanBatch(w *segWriter, at *abortTracker, h records.Header, b []
 			if hasHzn && p.now >= hzn && r.Offset < p.opts.RemoveBelow {
 				p.res.Tombstones++
 				return
+			}
+			if hasHzn && p.now >= hzn {
+				p.noteBlocked(r.Offset)
 			}
 			if !hasHzn {
 				needHzn = true
@@ -930,6 +939,15 @@ func hasTombstone(recs []records.Record) bool {
 		}
 	}
 	return false
+}
+
+// noteBlocked remembers a tombstone or marker past its horizon that stays
+// only for RemoveBelow (a replica that has not stored it yet, or this
+// replica is a follower): the log is due again once RemoveBelow passes it.
+func (p *pass) noteBlocked(off int64) {
+	if p.blocked < 0 || off < p.blocked {
+		p.blocked = off
+	}
 }
 
 // noteHorizon remembers the earliest delete horizon still in the future,
@@ -1149,7 +1167,31 @@ func lastOffsetOf(fsys FS, name string) (int64, error) {
 	return last, nil
 }
 
-func parseCleanerCheckpoint(b []byte) (int64, error) { return parseStartCheckpoint(b) }
+// The cleaner checkpoint: version 1, then the first dirty offset, the
+// next delete horizon (unix ms, 0 none) and the least blocked removal
+// offset (-1 none), so that a restart neither recleans the clean section
+// nor forgets tombstones waiting to go. Version 0 held the offset only.
+func (l *Log) writeCleanerCheckpointLocked() error {
+	b := fmt.Appendf(nil, "1\n%d\n%d\n%d\n", l.firstDirty, l.nextHorizon, l.blockedRemoval)
+	if err := writeFileAtomic(l.fs, filepath.Join(l.dir, cleanerCheckpoint), b); err != nil {
+		return fmt.Errorf("write %s: %w", cleanerCheckpoint, err)
+	}
+	return nil
+}
+
+func (l *Log) parseCleanerCheckpoint(b []byte) error {
+	var dirty, hzn, blocked int64
+	if _, err := fmt.Sscanf(string(b), "1\n%d\n%d\n%d\n", &dirty, &hzn, &blocked); err == nil && dirty >= 0 && blocked >= -1 {
+		l.firstDirty, l.nextHorizon, l.blockedRemoval = dirty, hzn, blocked
+		return nil
+	}
+	dirty, err := parseStartCheckpoint(b)
+	if err != nil {
+		return err
+	}
+	l.firstDirty = dirty
+	return nil
+}
 
 // resetCleanedLocked moves the cleaner checkpoint back to offset (a
 // truncation or reset below it), durably: what is appended from there on
@@ -1157,8 +1199,6 @@ func parseCleanerCheckpoint(b []byte) (int64, error) { return parseStartCheckpoi
 // (whose tombstones it removes, trusting older values to be gone).
 func (l *Log) resetCleanedLocked(offset int64) error {
 	l.firstDirty = offset
-	if err := writeFileAtomic(l.fs, filepath.Join(l.dir, cleanerCheckpoint), formatStartCheckpoint(offset)); err != nil {
-		return fmt.Errorf("write %s: %w", cleanerCheckpoint, err)
-	}
-	return nil
+	l.blockedRemoval = min(l.blockedRemoval, offset)
+	return l.writeCleanerCheckpointLocked()
 }

@@ -264,7 +264,7 @@ func TestCleanTombstonesAfterDeleteRetention(t *testing.T) {
 	if tomb != 1 {
 		t.Fatalf("%d tombstones of a, want 1 (kept until delete.retention.ms)", tomb)
 	}
-	c, _ := l.CleanableState(l.EndOffset())
+	c, _ := l.CleanableState(l.EndOffset(), math.MaxInt64)
 	if c.HorizonDue {
 		t.Fatal("horizon due at once")
 	}
@@ -276,7 +276,7 @@ func TestCleanTombstonesAfterDeleteRetention(t *testing.T) {
 	}
 	// A replica that has not stored it yet (RemoveBelow) keeps it too.
 	clk.t = clk.t.Add(cfg.DeleteRetention)
-	if c, _ := l.CleanableState(l.EndOffset()); !c.HorizonDue || !c.Due {
+	if c, _ := l.CleanableState(l.EndOffset(), math.MaxInt64); !c.HorizonDue || !c.Due {
 		t.Fatalf("horizon passed but not due: %+v", c)
 	}
 	o := cleanOpts(l)
@@ -284,6 +284,17 @@ func TestCleanTombstonesAfterDeleteRetention(t *testing.T) {
 	mustClean(t, l, o)
 	if n := countKey(logRecords(t, l), "a"); n != 1 {
 		t.Fatalf("tombstone removed above RemoveBelow: %d", n)
+	}
+	// Due again as soon as every replica has it, and not before; a
+	// restart remembers.
+	l.Close()
+	l = openLog(t, l.fs, "/d", cfg, newSyncer(t), clk.now)
+	defer l.Close()
+	if c, _ := l.CleanableState(l.EndOffset(), 1); c.Due {
+		t.Fatalf("due while still blocked: %+v", c)
+	}
+	if c, _ := l.CleanableState(l.EndOffset(), math.MaxInt64); !c.Due || !c.HorizonDue {
+		t.Fatalf("not due once unblocked: %+v", c)
 	}
 	res := mustClean(t, l, cleanOpts(l))
 	if n := countKey(logRecords(t, l), "a"); n != 0 || res.Tombstones != 1 {
@@ -484,16 +495,16 @@ func TestCleanableState(t *testing.T) {
 	for i := 0; i < 200; i++ {
 		l.Append(keyed(t, records.Batch{}, clk.t.UnixMilli(), kv{k(fmt.Sprint(i % 5)), bytes.Repeat(k("v"), 50)}), 0)
 	}
-	c, err := l.CleanableState(l.EndOffset())
+	c, err := l.CleanableState(l.EndOffset(), math.MaxInt64)
 	if err != nil || !c.Due || c.Ratio != 1 || c.FirstDirty != 0 {
 		t.Fatalf("fresh log: %+v, %v", c, err)
 	}
 	// Nothing committed: nothing cleanable.
-	if c, _ := l.CleanableState(0); c.Due {
+	if c, _ := l.CleanableState(0, math.MaxInt64); c.Due {
 		t.Fatalf("uncommitted log due: %+v", c)
 	}
 	mustClean(t, l, cleanOpts(l))
-	c, _ = l.CleanableState(l.EndOffset())
+	c, _ = l.CleanableState(l.EndOffset(), math.MaxInt64)
 	if c.Due || c.DirtyBytes != 0 {
 		t.Fatalf("just cleaned: %+v", c)
 	}
@@ -503,7 +514,7 @@ func TestCleanableState(t *testing.T) {
 	for i := 0; i < 200; i++ {
 		l.Append(keyed(t, records.Batch{}, clk.t.UnixMilli(), kv{k(fmt.Sprint(i % 5)), bytes.Repeat(k("v"), 50)}), 0)
 	}
-	if c, _ := l.CleanableState(l.EndOffset()); c.Due || c.DirtyBytes != 0 {
+	if c, _ := l.CleanableState(l.EndOffset(), math.MaxInt64); c.Due || c.DirtyBytes != 0 {
 		t.Fatalf("records younger than min.compaction.lag.ms cleanable: %+v", c)
 	}
 	res := mustClean(t, l, cleanOpts(l))
@@ -511,7 +522,7 @@ func TestCleanableState(t *testing.T) {
 		t.Fatalf("pass cleaned young records: %+v", res)
 	}
 	clk.t = clk.t.Add(2 * time.Hour)
-	if c, _ := l.CleanableState(l.EndOffset()); !c.Due {
+	if c, _ := l.CleanableState(l.EndOffset(), math.MaxInt64); !c.Due {
 		t.Fatalf("after the lag: %+v", c)
 	}
 	// max.compaction.lag.ms makes a log due whatever its ratio.
@@ -519,7 +530,7 @@ func TestCleanableState(t *testing.T) {
 	cfg.MinCleanableRatio = 1
 	cfg.MaxCompactionLag = time.Minute
 	l.SetConfig(cfg)
-	c, _ = l.CleanableState(l.EndOffset())
+	c, _ = l.CleanableState(l.EndOffset(), math.MaxInt64)
 	if !c.MaxLagExceeded || !c.Due {
 		t.Fatalf("past max.compaction.lag.ms: %+v", c)
 	}
@@ -554,7 +565,7 @@ func TestCleanSmallMap(t *testing.T) {
 			t.Fatalf("map over full: %+v", res)
 		}
 		sameMap(t, fmt.Sprint("pass ", passes), live(logRecords(t, l)), want)
-		if c, _ := l.CleanableState(l.EndOffset()); c.DirtyBytes == 0 {
+		if c, _ := l.CleanableState(l.EndOffset(), math.MaxInt64); c.DirtyBytes == 0 {
 			break
 		}
 		if passes > 10 {

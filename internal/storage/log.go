@@ -92,9 +92,10 @@ type Log struct {
 	// Compaction (cleaner.go): the cleaner checkpoint (first dirty offset,
 	// persisted in cleaner-offset-checkpoint), the earliest delete horizon
 	// a pass left for later (0: none), and whether a pass runs.
-	firstDirty  int64
-	nextHorizon int64
-	cleaning    atomic.Bool
+	firstDirty     int64
+	nextHorizon    int64
+	blockedRemoval int64 // see pass.blocked; -1 none
+	cleaning       atomic.Bool
 
 	waitMu sync.Mutex
 	waitCh chan struct{} // closed and replaced when durable/failed changes
@@ -131,6 +132,8 @@ func Open(dir string, cfg Config, opts Options) (*Log, error) {
 		now:    opts.Now,
 		cfg:    cfg.normalize(),
 		waitCh: make(chan struct{}),
+
+		blockedRemoval: -1,
 	}
 	l.maxMessage.Store(int64(l.cfg.MaxMessageBytes))
 	if err := l.recover(); err != nil {
@@ -209,13 +212,13 @@ func (l *Log) recover() error {
 	if haveCleaner {
 		// Only a hint: a missing or damaged one means the next pass
 		// cleans from the start again.
-		b, err := ReadFile(l.fs, filepath.Join(l.dir, cleanerCheckpoint), 64)
+		b, err := ReadFile(l.fs, filepath.Join(l.dir, cleanerCheckpoint), 128)
 		if err == nil {
-			l.firstDirty, err = parseCleanerCheckpoint(b)
+			err = l.parseCleanerCheckpoint(b)
 		}
 		if err != nil {
 			l.logger.Warn("storage: ignoring damaged cleaner checkpoint", "err", err)
-			l.firstDirty = 0
+			l.firstDirty, l.nextHorizon, l.blockedRemoval = 0, 0, -1
 		}
 	}
 	bases := make([]int64, 0, len(logs))
