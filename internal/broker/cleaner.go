@@ -127,8 +127,7 @@ func (b *Broker) startCleaner() error {
 	}
 	lc.throttle = storage.NewThrottle(cfg.IOMaxBytesPerSecond)
 	for i := 0; i < cfg.Threads; i++ {
-		m := storage.NewOffsetMap(int(cfg.DedupeBufferSize / int64(cfg.Threads)))
-		stop := goLoop(func(stop <-chan struct{}) { lc.thread(i, m, stop) })
+		stop := goLoop(func(stop <-chan struct{}) { lc.thread(i, stop) })
 		b.closers = append(b.closers, func() error { stop(); return nil })
 	}
 	return nil
@@ -146,7 +145,8 @@ func (b *Broker) KickCleaner() {
 	}
 }
 
-func (lc *logCleaner) thread(id int, m *storage.OffsetMap, stop <-chan struct{}) {
+func (lc *logCleaner) thread(id int, stop <-chan struct{}) {
+	var m *storage.OffsetMap // allocated at the first pass: a node without dirty compacted logs never pays for it
 	for {
 		select {
 		case <-stop:
@@ -165,6 +165,9 @@ func (lc *logCleaner) thread(id int, m *storage.OffsetMap, stop <-chan struct{})
 			}
 			t.Stop()
 			continue
+		}
+		if m == nil {
+			m = storage.NewOffsetMap(int(lc.cfg.DedupeBufferSize / int64(lc.cfg.Threads)))
 		}
 		lc.clean(id, p, m, stop)
 	}

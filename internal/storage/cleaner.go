@@ -230,9 +230,10 @@ func (l *Log) CleanableState(committed, removeBelow int64) (Cleanable, error) {
 // txnInfo is what a pass needs to know of transactions and producers,
 // gathered by scanning every batch header of the log.
 type txnInfo struct {
-	aborted   []abortedTxn // by first offset
-	firstOpen int64        // first offset of the earliest transaction open at the committed offset
-	retain    map[int64]bool
+	dirtyRecords int64        // records of data batches from the first dirty offset on: at most that many keys
+	aborted      []abortedTxn // by first offset
+	firstOpen    int64        // first offset of the earliest transaction open at the committed offset
+	retain       map[int64]bool
 }
 
 type abortedTxn struct {
@@ -271,6 +272,7 @@ type pass struct {
 	ioBuf    int
 	readBuf  []byte
 	writeBuf []byte
+	kept     []records.Record // reused by cleanBatch
 }
 
 // Clean runs one cleaning pass (see the top of this file). It returns
@@ -340,7 +342,7 @@ func (l *Log) Clean(opts CleanOptions) (CleanResult, error) {
 	p.res.FirstDirty = firstDirty
 
 	var err error
-	if p.info, err = p.scanTxns(segs, opts.Committed); err != nil {
+	if p.info, err = p.scanTxns(segs, opts.Committed, firstDirty); err != nil {
 		return p.res, err
 	}
 	limit = min(limit, p.info.firstOpen)
@@ -486,7 +488,7 @@ func markerKind(b []byte) int {
 // scanTxns reads every batch header of the log (and the transaction
 // markers) to find the aborted transactions, the earliest transaction
 // still open at committed, and the batches that carry producer state.
-func (p *pass) scanTxns(segs []cleanSeg, committed int64) (txnInfo, error) {
+func (p *pass) scanTxns(segs []cleanSeg, committed, firstDirty int64) (txnInfo, error) {
 	info := txnInfo{firstOpen: math.MaxInt64}
 	open := map[int64]int64{}
 	producers := map[int64]*producerScan{}
@@ -499,6 +501,9 @@ func (p *pass) scanTxns(segs []cleanSeg, committed int64) (txnInfo, error) {
 			}
 			if !ok {
 				break
+			}
+			if !h.IsControl() && h.LastOffset() >= firstDirty {
+				info.dirtyRecords += int64(h.NumRecords)
 			}
 			if h.ProducerID >= 0 {
 				ps := producers[h.ProducerID]
@@ -593,7 +598,7 @@ func (t *abortTracker) marker(h records.Header) {
 // buildMap fills the offset map from the dirty section [from, limit) and
 // sets mapEnd where it stopped.
 func (p *pass) buildMap(segs []cleanSeg, from, limit int64) error {
-	p.m.Reset()
+	p.m.Reset(int(min(p.info.dirtyRecords, math.MaxInt32)))
 	p.mapEnd = from
 	if limit <= from {
 		return nil
@@ -876,7 +881,8 @@ func (p *pass) cleanBatch(w *segWriter, at *abortTracker, h records.Header, b []
 	if h.NumRecords == 0 {
 		return w.emptyOrDrop(h, b, first)
 	}
-	var kept []records.Record
+	kept := p.kept[:0]
+	defer func() { p.kept = kept[:0] }()
 	needHzn := false
 	err := records.Each(b, func(r records.Record) {
 		switch {

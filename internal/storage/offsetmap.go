@@ -17,6 +17,7 @@ import (
 type OffsetMap struct {
 	s1, s2  maphash.Seed
 	slots   []mapSlot
+	active  []mapSlot // the slots in use since Reset
 	mask    uint64
 	n       int // used slots
 	maxUsed int // Kafka's log.cleaner.io.buffer.load.factor (0.9) of the slots
@@ -42,17 +43,34 @@ func NewOffsetMap(bytes int) *OffsetMap {
 	for n*2*OffsetMapSlotBytes <= bytes {
 		n *= 2
 	}
-	return &OffsetMap{s1: maphash.MakeSeed(), s2: maphash.MakeSeed(), slots: make([]mapSlot, n), mask: uint64(n - 1), maxUsed: n * 9 / 10}
+	m := &OffsetMap{slots: make([]mapSlot, n)}
+	m.Reset(0)
+	return m
 }
 
-// Reset empties the map (and draws new seeds).
-func (m *OffsetMap) Reset() {
-	clear(m.slots)
+// Reset empties the map (and draws new seeds) for at most keys keys: it
+// then uses (and clears) only as many slots as that needs, so a pass over
+// a small dirty section touches little memory. keys <= 0: all of it.
+func (m *OffsetMap) Reset(keys int) {
+	n := len(m.slots)
+	if keys > 0 {
+		want := keys/9*10 + 11 // keys at 90% load
+		k := 1024
+		for k < want && k < n {
+			k *= 2
+		}
+		n = min(k, n)
+	}
+	m.active = m.slots[:n]
+	clear(m.active)
+	m.mask = uint64(n - 1)
+	m.maxUsed = n * 9 / 10
 	m.n = 0
 	m.s1, m.s2 = maphash.MakeSeed(), maphash.MakeSeed()
 }
 
-// Len is the number of keys in the map; Cap how many it can take.
+// Len is the number of keys in the map; Cap how many it can take (since
+// the last Reset).
 func (m *OffsetMap) Len() int { return m.n }
 func (m *OffsetMap) Cap() int { return m.maxUsed }
 
@@ -62,7 +80,7 @@ func (m *OffsetMap) Bytes() int { return len(m.slots) * OffsetMapSlotBytes }
 func (m *OffsetMap) find(key []byte) (*mapSlot, uint64, uint64) {
 	h1, h2 := maphash.Bytes(m.s1, key), maphash.Bytes(m.s2, key)
 	for i := h1 & m.mask; ; i = (i + 1) & m.mask {
-		s := &m.slots[i]
+		s := &m.active[i]
 		if s.off == 0 || s.h1 == h1 && s.h2 == h2 {
 			return s, h1, h2
 		}
