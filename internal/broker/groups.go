@@ -81,3 +81,18 @@ func clientHost(c *wire.Conn) string {
 	}
 	return "/" + host
 }
+
+// GroupsLoaded reports whether the group coordinator has replayed every
+// __consumer_offsets partition this node hosts (readiness; start-up
+// replay measurements).
+func (b *Broker) GroupsLoaded() bool {
+	if b.groups == nil {
+		return false
+	}
+	for p := 0; p < b.groups.NumPartitions(); p++ {
+		if lg := b.parts.Get(offsetsTopic, int32(p)); lg != nil && (!lg.Replicated() || lg.IsLeader()) && !b.groups.Loaded(int32(p)) {
+			return false
+		}
+	}
+	return true
+}
