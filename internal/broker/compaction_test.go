@@ -611,3 +611,58 @@ func compactedEverywhereTopic(t *testing.T, n *brokertest.Node, topic string) {
 		return nil
 	})
 }
+
+// TestCompactionConfigsEnforcedOrRefused: the configs that were accepted
+// and ignored now act or are refused with INVALID_CONFIG saying why.
+func TestCompactionConfigsEnforcedOrRefused(t *testing.T) {
+	n := brokertest.Start(t)
+	adm := n.Admin()
+	ctx := testCtx(t)
+	create := func(name string, cfg map[string]*string) error {
+		t.Helper()
+		resp, err := adm.CreateTopics(ctx, 1, 1, cfg, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp[name].Err
+	}
+	for _, c := range []struct {
+		name, value, why string
+	}{
+		{"preallocate", "true", "does not preallocate"},
+		{"file.delete.delay.ms", "60000", "removes a deleted segment's files at once"},
+		{"min.compaction.lag.ms", "5000", "min.compaction.lag.ms (5000) > max.compaction.lag.ms (1000)"},
+	} {
+		cfg := map[string]*string{c.name: kadm.StringPtr(c.value)}
+		if c.name == "min.compaction.lag.ms" {
+			cfg["max.compaction.lag.ms"] = kadm.StringPtr("1000")
+		}
+		err := create("refused-"+strings.ReplaceAll(c.name, ".", "-"), cfg)
+		var ke *kerr.Error
+		if !errors.As(err, &ke) || ke != kerr.InvalidConfig {
+			t.Fatalf("%s=%s: %v, want INVALID_CONFIG", c.name, c.value, err)
+		}
+		resp, _ := adm.CreateTopics(ctx, 1, 1, cfg, "refused-again")
+		if msg := resp["refused-again"].ErrMessage; !strings.Contains(msg, c.why) {
+			t.Fatalf("%s=%s refused with %q, want it to say %q", c.name, c.value, msg, c.why)
+		}
+	}
+	// Accepted ones act on the log.
+	ok := map[string]*string{
+		"cleanup.policy": kadm.StringPtr("compact,delete"), "delete.retention.ms": kadm.StringPtr("1234"),
+		"min.compaction.lag.ms": kadm.StringPtr("10"), "max.compaction.lag.ms": kadm.StringPtr("60000"),
+		"min.cleanable.dirty.ratio": kadm.StringPtr("0.25"), "segment.jitter.ms": kadm.StringPtr("500"),
+		"segment.index.bytes": kadm.StringPtr("8192"), "flush.messages": kadm.StringPtr("100"),
+		"flush.ms": kadm.StringPtr("1000"), "preallocate": kadm.StringPtr("false"), "file.delete.delay.ms": kadm.StringPtr("0"),
+		"segment.bytes": kadm.StringPtr("200"),
+	}
+	if err := create("acted-on", ok); err != nil {
+		t.Fatalf("valid configs refused: %v", err)
+	}
+	got := n.B.PartitionLog("acted-on", 0).Config()
+	if !got.Compact || got.DeleteRetention != 1234*time.Millisecond || got.MinCompactionLag != 10*time.Millisecond ||
+		got.MaxCompactionLag != time.Minute || got.MinCleanableRatio != 0.25 || got.SegmentJitter != 500*time.Millisecond ||
+		got.IndexMaxEntries != 1024 || got.FlushMessages != 100 || got.SegmentBytes != 200 {
+		t.Fatalf("log config %+v", got)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -1012,5 +1013,187 @@ func checkSegments(t testing.TB, l *Log) {
 			prev = h.LastOffset()
 			pos += int64(h.Size())
 		}
+	}
+}
+
+// Appends, reads, cleaning passes and front deletions (DeleteRecords,
+// retention) at once (run with -race): every read returns valid batches,
+// the segments stay well formed, and the view from the log start is the
+// model's for the records at or above it.
+func TestCleanConcurrent(t *testing.T) {
+	clk := &clock{t: time.UnixMilli(1_000_000)}
+	cfg := compactConfig()
+	cfg.SegmentBytes = 2048
+	cfg.DeleteRetention = 0
+	fs := NewCrashFS(1)
+	l := openLog(t, fs, "/d", cfg, newSyncer(t), clk.now)
+	defer l.Close()
+	var mu sync.Mutex
+	written := map[int64]rec{}
+	swapped, aborted := 0, 0
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // appender
+		defer wg.Done()
+		defer close(done)
+		rng := rand.New(rand.NewSource(1))
+		for i := 0; i < 3000; i++ {
+			key := k(fmt.Sprint("k", rng.Intn(40)))
+			var val []byte
+			if rng.Intn(10) > 0 {
+				val = k(fmt.Sprint("v", i))
+			}
+			info, err := l.Append(keyed(t, records.Batch{}, 1, kv{key, val}), 0)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			written[info.BaseOffset] = rec{info.BaseOffset, key, val, 1}
+			mu.Unlock()
+		}
+	}()
+	for _, fn := range []func(rng *rand.Rand){
+		func(rng *rand.Rand) { // cleaner
+			o := cleanOpts(l)
+			o.Committed = l.EndOffset()
+			res, err := l.Clean(o)
+			if err != nil && !errors.Is(err, ErrCleanAborted) {
+				t.Error(err)
+			}
+			mu.Lock()
+			swapped += res.Segments
+			if errors.Is(err, ErrCleanAborted) {
+				aborted++
+			}
+			mu.Unlock()
+		},
+		func(rng *rand.Rand) { // reader
+			end := l.EndOffset()
+			s, err := l.Read(l.StartOffset()+rng.Int63n(max(end-l.StartOffset(), 1)), end, 512)
+			if errors.Is(err, ErrOffsetOutOfRange) {
+				return
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			b, err := s.Bytes()
+			s.Release()
+			for len(b) > 0 && err == nil {
+				var one []byte
+				if one, b, err = records.Next(b); err == nil {
+					_, err = records.Validate(one, 0)
+				}
+			}
+			if err != nil {
+				t.Errorf("read: %v", err)
+			}
+		},
+		func(rng *rand.Rand) { // DeleteRecords now and then
+			if rng.Intn(10) == 0 {
+				l.DeleteBefore(l.StartOffset() + rng.Int63n(max(l.EndOffset()-l.StartOffset(), 1)/4+1))
+			}
+			time.Sleep(time.Millisecond)
+		},
+	} {
+		wg.Add(1)
+		go func(fn func(*rand.Rand)) {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(2))
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				fn(rng)
+			}
+		}(fn)
+	}
+	wg.Wait()
+	t.Logf("%d segments swapped, %d passes aborted", swapped, aborted)
+	if swapped == 0 {
+		t.Fatal("no pass swapped anything in")
+	}
+	mustClean(t, l, cleanOpts(l))
+	checkSegments(t, l)
+	got := logRecords(t, l)
+	subsetOf(t, got, written)
+	var above []rec
+	for off, r := range written {
+		if off >= l.StartOffset() {
+			above = append(above, r)
+		}
+	}
+	sort.Slice(above, func(i, j int) bool { return above[i].off < above[j].off })
+	sameMap(t, "after the storm", live(got), live(above))
+}
+
+// flush.messages under a non-sync policy starts an fsync every N records.
+func TestFlushMessages(t *testing.T) {
+	cfg := testConfig()
+	cfg.Flush = FlushPolicy{Mode: FlushOS}
+	cfg.FlushMessages = 10
+	l := openLog(t, NewCrashFS(1), "/d", cfg, newSyncer(t), nil)
+	defer l.Close()
+	for i := 0; i < 9; i++ {
+		l.Append(batch(t, 1, 10, 1), 0)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if d := l.DurableOffset(); d != 0 {
+		t.Fatalf("fsynced to %d before flush.messages records", d)
+	}
+	l.Append(batch(t, 1, 10, 1), 0)
+	deadline := time.Now().Add(10 * time.Second)
+	for l.DurableOffset() < 10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no fsync after flush.messages records: durable %d", l.DurableOffset())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// segment.index.bytes bounds a segment's offset index; segment.jitter.ms
+// rolls a segment up to that much before segment.ms.
+func TestIndexBoundAndJitter(t *testing.T) {
+	clk := &clock{t: time.UnixMilli(1_000_000)}
+	cfg := testConfig()
+	cfg.SegmentBytes = 1 << 20
+	cfg.IndexIntervalBytes = 1
+	cfg.IndexMaxEntries = 8
+	l := openLog(t, NewCrashFS(1), "/d", cfg, newSyncer(t), clk.now)
+	for i := 0; i < 20; i++ {
+		l.Append(batch(t, 1, 10, 1), 0)
+	}
+	if n := l.Segments(); n != 3 {
+		t.Fatalf("%d segments with 8 index entries each for 20 batches", n)
+	}
+	l.Close()
+	// 45 minutes into a one-hour segment.ms, a segment with up to 30
+	// minutes of jitter has rolled about half the time; without, never.
+	cfg = testConfig()
+	cfg.SegmentMs = time.Hour
+	early := 0
+	for _, jitter := range []time.Duration{0, 30 * time.Minute} {
+		cfg.SegmentJitter = jitter
+		for i := 0; i < 20; i++ {
+			clk := &clock{t: time.UnixMilli(1_000_000)}
+			l := openLog(t, NewCrashFS(int64(i)), "/d", cfg, newSyncer(t), clk.now)
+			l.Append(batch(t, 1, 10, 1), 0)
+			clk.t = clk.t.Add(45 * time.Minute)
+			l.Append(batch(t, 1, 10, 1), 0)
+			if l.Segments() == 2 {
+				if jitter == 0 {
+					t.Fatal("rolled before segment.ms without jitter")
+				}
+				early++
+			}
+			l.Close()
+		}
+	}
+	if early == 0 {
+		t.Fatal("jitter never rolls early")
 	}
 }
