@@ -34,6 +34,7 @@ const (
 	jRemoved   = 4 // group removed: forget it
 	jEntry     = 5 // a side entry: u64 index, u64 term, i64 offset, u8 type, data
 	jTruncate  = 6 // u64 index: forget side entries at and above it
+	jTrusted   = 7 // the replica caught up in this directory: it may vote
 
 	journalName   = "raft-state.journal"
 	maxJournalRec = 1 << 20
@@ -49,6 +50,9 @@ type groupState struct {
 	anc        anchor
 	ancPending bool        // a snapshot install began but did not finish
 	side       []sideEntry // by index, all above anc.Index
+	// trusted: this replica caught up with a leader after opening as a
+	// rejoining one (a replaced disk): it votes from now on.
+	trusted bool
 }
 
 // sideEntry is a Raft entry that is not a record batch, and the offset it
@@ -211,6 +215,8 @@ func (j *journal) apply(body []byte) error {
 			Type: pb.EntryType(p[24]), Data: append([]byte(nil), p[25:]...)}
 		s := j.state(g)
 		s.side = append(truncateSide(s.side, e.Index), e)
+	case jTrusted:
+		j.state(g).trusted = true
 	case jTruncate:
 		if len(p) != 8 {
 			return errors.New("bad truncate record")
@@ -314,6 +320,15 @@ func (j *journal) putEntry(g uint64, e sideEntry) {
 	j.dirty = true
 }
 
+// putTrusted records that the group's replica caught up after rejoining.
+func (j *journal) putTrusted(g uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.state(g).trusted = true
+	j.buf = appendRecord(j.buf, jTrusted, g, nil)
+	j.dirty = true
+}
+
 // putTruncate buffers "forget side entries at and above index".
 func (j *journal) putTruncate(g uint64, index uint64) {
 	j.mu.Lock()
@@ -406,6 +421,9 @@ func (j *journal) rewriteLocked() error {
 		b = appendRecord(b, jAnchor, g, anchorPayload(s.anc, !s.ancPending))
 		for _, e := range s.side {
 			b = appendRecord(b, jEntry, g, entryPayload(e))
+		}
+		if s.trusted {
+			b = appendRecord(b, jTrusted, g, nil)
 		}
 	}
 	tmp := j.path + ".tmp"
