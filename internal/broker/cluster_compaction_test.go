@@ -159,7 +159,9 @@ func TestClusterCompactionChangelog(t *testing.T) {
 			}
 		}
 		t.Logf("node %d: %d batches, %d records of 100000 left, %d bytes", n.Cfg.NodeID, len(heads), nrecs, n.B.PartitionLog(topic, 0).Size())
-		if empty := emptyBatches(t, n, topic, hw); empty < len(heads)/2 {
+		empty := emptyBatches(t, n, topic, hw)
+		t.Logf("node %d: %d empty batches", n.Cfg.NodeID, empty)
+		if empty < len(heads)/2 {
 			t.Fatalf("node %d: %d of %d batches empty: the test does not exercise empty batches", n.Cfg.NodeID, empty, len(heads))
 		}
 		// Raft's view of the log is the same everywhere: the same batches

@@ -33,8 +33,10 @@ type replica struct {
 const maxPending = 4096
 
 // Replicate turns p into a replica of Raft group id with the given voters
-// (the partition's replica set). Idempotent.
-func (p *Partition) Replicate(h *raft.Host, group uint64, voters []uint64) error {
+// (the partition's replica set). rejoin: this node's data for the
+// partition was lost (a replaced disk): it catches up before it votes.
+// Idempotent.
+func (p *Partition) Replicate(h *raft.Host, group uint64, voters []uint64, rejoin bool) error {
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
 	if p.rep.Load() != nil {
@@ -46,7 +48,7 @@ func (p *Partition) Replicate(h *raft.Host, group uint64, voters []uint64) error
 	p.hwMu.Lock()
 	p.hw = p.log.StartOffset()
 	p.hwMu.Unlock()
-	if err := h.AddGroup(raft.GroupConfig{ID: group, Log: p.log, Voters: voters, OnCommit: p.onCommit}); err != nil {
+	if err := h.AddGroup(raft.GroupConfig{ID: group, Log: p.log, Voters: voters, OnCommit: p.onCommit, Rejoin: rejoin}); err != nil {
 		return err
 	}
 	p.rep.Store(rep)
@@ -96,28 +98,18 @@ func (p *Partition) IsLeader() bool {
 	if rep == nil {
 		return true
 	}
-	st, err := rep.host.Status(rep.group)
-	return err == nil && st.State == "StateLeader"
+	l, err := rep.host.Leadership(rep.group)
+	return err == nil && l.Leading
 }
 
-// InSyncReplicas counts the replicas the leader currently hears from and
+// InSyncReplicas counts the voters the leader currently hears from and
 // that are being replicated to (itself included); 0 on a follower.
 func (p *Partition) InSyncReplicas() int {
 	rep := p.rep.Load()
 	if rep == nil {
 		return 1
 	}
-	st, err := rep.host.Status(rep.group)
-	if err != nil || st.State != "StateLeader" {
-		return 0
-	}
-	n := 0
-	for _, r := range st.Replicas {
-		if r.ID == st.Node || r.Active && r.State == "StateReplicate" && !r.Learner {
-			n++
-		}
-	}
-	return n
+	return rep.host.InSync(rep.group)
 }
 
 var errNotLeader = fmt.Errorf("not the partition leader: %w", kerr.NotLeaderForPartition)
@@ -129,24 +121,29 @@ var errNotLeader = fmt.Errorf("not the partition leader: %w", kerr.NotLeaderForP
 // Called with appendMu held.
 func (p *Partition) leaderCheckLocked() error {
 	rep := p.rep.Load()
-	st, err := rep.host.Status(rep.group)
+	l, err := rep.host.Leadership(rep.group)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errNotLeader, err)
 	}
-	if st.State != "StateLeader" {
+	if !l.Leading {
 		return errNotLeader
 	}
-	if rep.readyTerm == st.Term {
+	if rep.readyTerm == l.Term {
 		return nil
 	}
-	if st.CommitOffset < st.EndOffset {
+	commit, err := rep.host.CommitOffset(rep.group)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errNotLeader, err)
+	}
+	end := p.log.EndOffset()
+	if commit < end {
 		return fmt.Errorf("new leader still committing earlier entries: %w", kerr.NotLeaderForPartition)
 	}
 	if err := p.rebuildLocked(); err != nil {
 		return p.fail(err)
 	}
-	rep.readyTerm = st.Term
-	p.lg.Info("leading partition", "epoch", st.Term, "log_end_offset", st.EndOffset)
+	rep.readyTerm = l.Term
+	p.lg.Info("leading partition", "epoch", l.Term, "log_end_offset", end)
 	return nil
 }
 
@@ -239,28 +236,31 @@ func (p *Partition) waitReplicated(ctx context.Context, end int64) error {
 }
 
 // WaitLocal waits until every offset below end is on this node's disk
-// (acks=1 in a cluster: the leader's local durability only).
+// (acks=1 in a cluster: the leader's local durability only). It waits for
+// the Raft host to store the proposal (an event, not a poll); a retry whose
+// original is already in the log waits for the log's durable offset.
 func (p *Partition) WaitLocal(ctx context.Context, end int64) error {
-	if p.rep.Load() == nil || !p.syncMode() {
+	rep := p.rep.Load()
+	if rep == nil || !p.syncMode() {
 		return p.WaitCommitted(ctx, end)
 	}
-	// The Raft loop appends the proposal shortly; wait for that first.
-	t := time.NewTicker(time.Millisecond)
-	defer t.Stop()
-	for p.log.EndOffset() < end {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
+	rep.mu.Lock()
+	prop, ok := rep.pending[end]
+	delete(rep.pending, end)
+	rep.mu.Unlock()
+	var err error
+	if ok {
+		err = rep.host.WaitLocal(ctx, prop)
+	} else {
+		err = p.log.WaitDurable(ctx, end)
 	}
-	if err := p.log.WaitDurable(ctx, end); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%v: %w", err, kerr.NotLeaderForPartition)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
 	}
-	return nil
+	return fmt.Errorf("%v: %w", err, kerr.NotLeaderForPartition)
 }
 
 // CleanLimits bounds a log cleaning pass on p (storage.CleanOptions):
