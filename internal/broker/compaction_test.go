@@ -583,6 +583,12 @@ func TestOffsetsTopicCompacted(t *testing.T) {
 		t.Fatalf("__consumer_offsets not compacted: %d of %d records left", left, groups*rounds*4)
 	}
 	n.Restart()
+	awaitCluster(t, "__consumer_offsets replayed", func() error {
+		if !n.B.GroupsLoaded() {
+			return errors.New("loading")
+		}
+		return nil
+	})
 	for g := 0; g < groups; g++ {
 		resp, err := n.Admin().FetchOffsets(ctx, fmt.Sprintf("group-%02d", g))
 		if err != nil {
