@@ -290,6 +290,9 @@ func (b *Broker) applyLogConfigs(t controller.Topic) {
 			p.SetLogAppendTime(lat)
 		}
 	}
+	if cfg.Compact {
+		b.KickCleaner() // a compaction config changed: look now, not after the backoff
+	}
 }
 
 // topicLogConfig is the log configuration of t's partitions: the broker's

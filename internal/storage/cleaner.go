@@ -367,6 +367,14 @@ func (l *Log) Clean(opts CleanOptions) (CleanResult, error) {
 	for _, g := range p.group(todo) {
 		if err := p.cleanGroup(g, gen, at); err != nil {
 			p.res.Took = time.Since(started)
+			l.mu.RLock()
+			gone := l.closed || l.truncGen != gen
+			l.mu.RUnlock()
+			if gone && !errors.Is(err, ErrCleanAborted) {
+				// Closed, deleted or reset under the pass: its errors
+				// (files renamed away) are that, not a cleaner failure.
+				err = fmt.Errorf("%w: %w", ErrCleanAborted, err)
+			}
 			return p.res, err
 		}
 	}
@@ -841,7 +849,7 @@ func (p *pass) cleanBatch(w *segWriter, at *abortTracker, h records.Header, b []
 	if h.IsControl() {
 		at.marker(h)
 		if !h.IsTransactional() || h.ProducerID < 0 {
-			return w.add(b) // Raft's and Holdfast's own control batches
+			return w.add(b) // not a transaction marker: kept as it is
 		}
 		live := p.liveTxn[h.ProducerID]
 		delete(p.liveTxn, h.ProducerID)
