@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -17,7 +16,6 @@ import (
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
 	"holdfast/internal/records"
-	"holdfast/internal/wire"
 )
 
 // startCluster starts n in-process brokers on loopback that form one
@@ -25,38 +23,7 @@ import (
 // every one is registered everywhere.
 func startCluster(t *testing.T, n int, opts ...func(*broker.Config)) []*brokertest.Node {
 	t.Helper()
-	peers := map[int32]string{}
-	for i := 1; i <= n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		peers[int32(i)] = ln.Addr().String()
-		ln.Close()
-	}
-	nodes := make([]*brokertest.Node, n)
-	for i := range nodes {
-		id := int32(i + 1)
-		nodes[i] = brokertest.Start(t, func(c *broker.Config, _ *wire.Limits) {
-			c.NodeID, c.Peers = id, peers
-			for _, o := range opts {
-				o(c)
-			}
-		})
-	}
-	awaitCluster(t, "every broker registered everywhere", func() error {
-		for _, node := range nodes {
-			md, err := metadata(node, nil)
-			if err != nil {
-				return err
-			}
-			if len(md.Brokers) != n || md.ControllerID <= 0 || node.B.RegisteredBrokers() != n {
-				return fmt.Errorf("node %d: brokers %d, controller %d", node.Cfg.NodeID, len(md.Brokers), md.ControllerID)
-			}
-		}
-		return nil
-	})
-	return nodes
+	return brokertest.StartCluster(t, n, opts...)
 }
 
 func awaitCluster(t *testing.T, what string, fn func() error) {

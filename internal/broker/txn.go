@@ -27,7 +27,10 @@ func init() { onStart(rankCoordinator+1, "transactions", (*Broker).startTxn) }
 // InitProducerId (as Kafka creates the topic lazily), so brokers that never
 // see a transaction never open its partitions.
 type txnState struct {
-	ids   *txn.IDAllocator
+	ids *txn.IDAllocator // single node: the durable local counter
+	// blocks (cluster mode) hands out ids from blocks the controller
+	// committed to this broker (producerids.go).
+	blocks *txn.BlockAllocator
 	mu    sync.Mutex // serializes building the coordinator
 	coord atomic.Pointer[txn.Coordinator]
 	// stopWatch stops the cluster leadership watcher (nil on one node).
@@ -35,11 +38,19 @@ type txnState struct {
 }
 
 func (b *Broker) startTxn() error {
-	a, err := txn.OpenIDAllocator(b.cfg.FS, filepath.Join(b.cfg.DataDir, "producer-ids"))
+	a, err := txn.OpenIDAllocator(b.cfg.FS, filepath.Join(b.cfg.DataDir, producerIDsFile))
 	if err != nil {
 		return err
 	}
-	b.txn.ids = a
+	if b.clusterMode() {
+		if err := checkLegacyProducerIDs(a); err != nil {
+			return err
+		}
+		b.txn.blocks = txn.NewBlockAllocator(b.cluster.reserveProducerIDs)
+		b.closers = append(b.closers, func() error { b.txn.blocks.Close(); return nil })
+	} else {
+		b.txn.ids = a
+	}
 	b.parts.SetVerifier(b.verifyTxn)
 	b.closers = append(b.closers, func() error {
 		b.txn.mu.Lock()

@@ -94,18 +94,7 @@ func (n *Node) Stop() {
 func (n *Node) Restart() {
 	n.t.Helper()
 	n.Stop()
-	var ln net.Listener
-	var err error
-	for i := 0; i < 100; i++ { // the old listener's port may take a moment to free
-		if ln, err = net.Listen("tcp", n.Addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		n.t.Fatalf("re-listen on %s: %v", n.Addr, err)
-	}
-	n.start(ln)
+	n.Start()
 }
 
 // Client returns a franz-go client for the node, closed at test end.

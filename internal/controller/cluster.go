@@ -39,6 +39,14 @@ type Command struct {
 	// OpUnregister: the broker id.
 	BrokerID int32   `json:"broker_id,omitempty"`
 	IDs      []int32 `json:"ids,omitempty"` // OpFence, OpUnfence: broker ids
+	// OpAllocateProducerIDs: the block [ProducerIDStart,
+	// ProducerIDStart+ProducerIDLen) goes to BrokerID (producerids.go).
+	ProducerIDStart int64 `json:"producer_id_start,omitempty"`
+	ProducerIDLen   int64 `json:"producer_id_len,omitempty"`
+	// OpInit: this cluster hands out producer ids in blocks through the
+	// metadata log from its start (a cluster formed by an earlier version
+	// does not say so; producerids.go).
+	ProducerIDBlocks bool `json:"producer_id_blocks,omitempty"`
 }
 
 // Metadata commands.
@@ -59,6 +67,9 @@ const (
 	// node agrees on who is fenced.
 	OpFence   = "fence"
 	OpUnfence = "unfence"
+	// OpAllocateProducerIDs gives a broker a block of producer ids
+	// (Kafka's AllocateProducerIds / ProducerIdsRecord).
+	OpAllocateProducerIDs = "allocate_producer_ids"
 )
 
 // ErrBrokerInUse refuses unregistering a broker that still holds replicas.
@@ -150,6 +161,7 @@ func (s *Store) applyTo(next *state, c Command, out *Topic) error {
 			return fmt.Errorf("controller: init without a cluster id")
 		}
 		next.ClusterID = c.ClusterID
+		next.ProducerIDBlocks = c.ProducerIDBlocks
 	case OpRegister:
 		if c.Broker == nil {
 			return fmt.Errorf("controller: register without a broker")
@@ -253,6 +265,8 @@ func (s *Store) applyTo(next *state, c Command, out *Topic) error {
 			fenced = slices.Compact(fenced)
 		}
 		next.Fenced = fenced
+	case OpAllocateProducerIDs:
+		return applyProducerIDs(next, c)
 	default:
 		return fmt.Errorf("controller: unknown metadata command %q", c.Op)
 	}

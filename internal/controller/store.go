@@ -103,6 +103,11 @@ type state struct {
 	Applied int64        `json:"applied_offset,omitempty"`
 	// Fenced are the brokers whose controller session expired (sorted).
 	Fenced []int32 `json:"fenced,omitempty"`
+	// NextProducerID is the first producer id no broker has been given a
+	// block of (producerids.go); ProducerIDBlocks, set by OpInit, says the
+	// cluster allocated every producer id this way from its start.
+	NextProducerID   int64 `json:"next_producer_id,omitempty"`
+	ProducerIDBlocks bool  `json:"producer_id_blocks,omitempty"`
 }
 
 const stateVersion = 1
