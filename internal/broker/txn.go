@@ -31,8 +31,8 @@ type txnState struct {
 	// blocks (cluster mode) hands out ids from blocks the controller
 	// committed to this broker (producerids.go).
 	blocks *txn.BlockAllocator
-	mu    sync.Mutex // serializes building the coordinator
-	coord atomic.Pointer[txn.Coordinator]
+	mu     sync.Mutex // serializes building the coordinator
+	coord  atomic.Pointer[txn.Coordinator]
 	// stopWatch stops the cluster leadership watcher (nil on one node).
 	stopWatch func()
 }

@@ -422,7 +422,7 @@ func (c *Coordinator) InitProducerID(ctx context.Context, id string, timeoutMs i
 	// client hears CONCURRENT_TRANSACTIONS and retries, as with Kafka.
 	patience := time.NewTimer(concurrentWait)
 	defer patience.Stop()
-	checked := false // the named producer id/epoch was current once: our own bumps don't fence it
+	checked := false   // the named producer id/epoch was current once: our own bumps don't fence it
 	spare := int64(-1) // a fresh producer id, allocated without the lock held
 	for {
 		c.mu.Lock()
