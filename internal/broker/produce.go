@@ -36,11 +36,20 @@ type committedWait struct {
 // their order) and waits for durability in the Reply. On a single node
 // acks=1 and acks=-1 both wait for the fsync under flush=sync: "on the
 // leader's disk" and "on every in-sync replica's disk" are the same disk.
-func (b *Broker) handleProduce(_ context.Context, r *wire.Request) wire.Reply {
+func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.ProduceRequest)
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 	acksOK := req.Acks == -1 || req.Acks == 0 || req.Acks == 1
 	var waits []committedWait
+	// KIP-890: in a cluster, transactional batches are verified with
+	// their transaction coordinator first (txnverify.go).
+	verify := make([][]int16, len(req.Topics))
+	for ti, rt := range req.Topics {
+		verify[ti] = make([]int16, len(rt.Partitions))
+	}
+	if b.clusterMode() && acksOK {
+		b.verifyProduce(ctx, req, verify)
+	}
 	for ti, rt := range req.Topics {
 		st := kmsg.NewProduceResponseTopic()
 		st.Topic = rt.Topic
@@ -69,6 +78,10 @@ func (b *Broker) handleProduce(_ context.Context, r *wire.Request) wire.Reply {
 				// One node is one in-sync replica; Kafka refuses before
 				// appending, so nothing is written.
 				sp.ErrorCode = kerr.NotEnoughReplicas.Code
+			case verify[ti][pi] != 0:
+				sp.ErrorCode = verify[ti][pi]
+				msg := "transactional batch refused by the transaction coordinator's verification (KIP-890)"
+				sp.ErrorMessage = &msg
 			default:
 				p.SetLogAppendTime(b.topicLogAppendTime(t))
 				res, err := b.produceOne(p, rp.Records, &sp)

@@ -126,9 +126,9 @@ func (b *Broker) txnCoordinator() (*txn.Coordinator, error) {
 // verifyTxn is the partitions' check of transactional appends.
 func (b *Broker) verifyTxn(topic string, p int32, pid int64, epoch int16) error {
 	if b.clusterMode() {
-		// The coordinator is usually another node; this check would need
-		// a round trip to it (KIP-890's verification), not done yet.
-		return nil
+		// Verified before the append, with the coordinator wherever it
+		// is (txnverify.go); reaching here means it was not.
+		return verifyTxnCluster(topic, p, pid, epoch)
 	}
 	c := b.coordinator()
 	if c == nil {

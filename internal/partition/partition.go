@@ -198,9 +198,10 @@ func (p *Partition) Append(batch []byte) (AppendResult, error) {
 			LogStartOffset: p.log.StartOffset(), Duplicate: true,
 			dup: dupOf{pid: h.ProducerID, epoch: h.ProducerEpoch, seq: h.BaseSequence}}, nil
 	}
-	if h.IsTransactional() {
+	if h.IsTransactional() && !p.txnAdmittedLocked(h.ProducerID, h.ProducerEpoch) {
 		// Only into a transaction the coordinator knows this partition is
 		// part of: a batch after the marker would hang the LSO forever.
+		// Known here already (txnAdmittedLocked), or asked now.
 		v := p.verify.Load()
 		if v == nil {
 			return AppendResult{}, fmt.Errorf("no transaction coordinator: %w", kerr.InvalidTxnState)
