@@ -245,7 +245,24 @@ func TestClusterGroupTransactAcrossCoordinatorMove(t *testing.T) {
 	adm := kadmClient(t, addrs(nodes))
 	committedInputs := func() int {
 		var last error
+		since := time.Now()
 		for ctx.Err() == nil {
+			if time.Since(since) > 20*time.Second {
+				// Stuck: say what the live nodes answer for the group.
+				for _, n := range nodes {
+					if n.B == nil {
+						continue
+					}
+					req := kmsg.NewPtrFindCoordinatorRequest()
+					req.CoordinatorKeys = []string{group}
+					r, err := n.Request(req)
+					if err == nil {
+						c := r.(*kmsg.FindCoordinatorResponse).Coordinators[0]
+						t.Logf("node %d: group coordinator %d (code %d %v)", n.Cfg.NodeID, c.NodeID, c.ErrorCode, c.ErrorMessage)
+					}
+				}
+				since = time.Now()
+			}
 			os, err := adm.FetchOffsets(ctx, group)
 			if err == nil {
 				err = os.Error()
