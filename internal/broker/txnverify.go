@@ -113,6 +113,8 @@ func (b *Broker) verifyProduce(ctx context.Context, req *kmsg.ProduceRequest, co
 			code := produceVerifyCode(res[i])
 			if code == 0 {
 				v.p.CompleteTxnVerification(v.pid, v.guard)
+			} else {
+				v.p.DropTxnVerification(v.pid, v.guard)
 			}
 			*v.code = code
 		}
@@ -136,10 +138,12 @@ func (b *Broker) verifyOffsetsPartition(ctx context.Context, id string, pid int6
 	}
 	res := b.verifyWithCoordinator(ctx, id, pid, epoch, []txn.TopicPartition{{Topic: offsetsTopic, Partition: index}})
 	code := produceVerifyCode(res[0])
-	switch code {
-	case 0:
+	if code == 0 {
 		p.CompleteTxnVerification(pid, guard)
-	case kerr.NotEnoughReplicas.Code:
+		return 0
+	}
+	p.DropTxnVerification(pid, guard)
+	if code == kerr.NotEnoughReplicas.Code {
 		code = kerr.CoordinatorNotAvailable.Code // retriable for TxnOffsetCommit clients
 	}
 	return code

@@ -6,6 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"holdfast/internal/records"
 	"holdfast/internal/storage"
 )
 
@@ -108,5 +109,63 @@ func TestConfirmStored(t *testing.T) {
 	shifted.BaseOffset, shifted.LastOffset = 1, 3
 	if err := p.confirmStored(shifted); !errors.Is(err, kerr.NotLeaderForPartition) {
 		t.Fatalf("offsets that do not start a batch: %v", err)
+	}
+}
+
+// TestTxnVerificationGuard: KIP-890's guard. A verified producer's batch is
+// admitted; a marker drops the verification, so a verification that was
+// in flight when the marker came admits nothing.
+func TestTxnVerificationGuard(t *testing.T) {
+	m, s := newManager(t, t.TempDir())
+	defer s.Close()
+	defer m.Close()
+	// As in a cluster: the partition's own check refuses what was not
+	// verified beforehand.
+	m.SetVerifier(func(string, int32, int64, int16) error { return kerr.InvalidTxnState })
+	p, err := m.Open("guard", [16]byte{7}, 0, storage.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := func(seq int32) []byte {
+		b, err := records.Build(records.Batch{ProducerID: 7, ProducerEpoch: 0, BaseSequence: seq, Transactional: true},
+			[]records.Record{{Timestamp: 1, Value: []byte("v")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if _, err := p.Append(tb(0)); !errors.Is(err, kerr.InvalidTxnState) {
+		t.Fatalf("unverified: %v", err)
+	}
+	guard, needed, err := p.BeginTxnVerification(7, 0)
+	if err != nil || !needed {
+		t.Fatalf("begin: needed %v err %v", needed, err)
+	}
+	p.CompleteTxnVerification(7, guard)
+	mustAppend(t, p, tb(0), 0, false)
+	if _, needed, _ := p.BeginTxnVerification(7, 0); needed {
+		t.Fatal("a producer with an open transaction here needs no verification")
+	}
+	mustAppend(t, p, tb(1), 1, false)
+	if _, err := p.AppendMarker(7, 0, true, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Append(tb(2)); !errors.Is(err, kerr.InvalidTxnState) {
+		t.Fatalf("after the marker: %v, want INVALID_TXN_STATE", err)
+	}
+	// The race: verification begins, the marker lands, the yes arrives.
+	guard, needed, _ = p.BeginTxnVerification(7, 0)
+	if !needed {
+		t.Fatal("no verification needed after the marker")
+	}
+	if _, err := p.AppendMarker(7, 0, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	p.CompleteTxnVerification(7, guard)
+	if _, err := p.Append(tb(2)); !errors.Is(err, kerr.InvalidTxnState) {
+		t.Fatalf("a verification that raced a marker admitted a batch: %v", err)
+	}
+	if lso, hw := p.LastStableOffset(), p.HighWatermark(); lso != hw {
+		t.Fatalf("last stable offset %d, high watermark %d: a transaction hangs", lso, hw)
 	}
 }

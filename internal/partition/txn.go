@@ -160,6 +160,16 @@ func (p *Partition) CompleteTxnVerification(pid int64, guard uint64) {
 	}
 }
 
+// DropTxnVerification forgets a verification the coordinator refused, so
+// refused producers leave nothing behind.
+func (p *Partition) DropTxnVerification(pid int64, guard uint64) {
+	p.txnMu.Lock()
+	defer p.txnMu.Unlock()
+	if v := p.txn.verified[pid]; v != nil && v.guard == guard && !v.ok {
+		delete(p.txn.verified, pid)
+	}
+}
+
 // txnAdmittedLocked reports whether a transactional batch of pid/epoch
 // needs no (further) verification: its transaction is open here at that
 // epoch, or was verified since the last marker. Called with appendMu held.
