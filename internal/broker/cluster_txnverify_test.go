@@ -242,7 +242,19 @@ func TestClusterGroupTransactAcrossCoordinatorMove(t *testing.T) {
 	}
 	s := newSession()
 	defer func() { s.Close() }()
-	adm := kadmClient(t, addrs(nodes))
+	// The group's committed offsets, asked through the running nodes only
+	// and by a fresh client each time: a kgo client kept across the stop
+	// was seen retrying the stopped node for minutes while every live node
+	// named another coordinator (a client-side stall, not the cluster's).
+	running := func() []*brokertest.Node {
+		var out []*brokertest.Node
+		for _, n := range nodes {
+			if n.B != nil {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
 	committedInputs := func() int {
 		var last error
 		since := time.Now()
@@ -263,7 +275,14 @@ func TestClusterGroupTransactAcrossCoordinatorMove(t *testing.T) {
 				}
 				since = time.Now()
 			}
-			os, err := adm.FetchOffsets(ctx, group)
+			cl, err := kgo.NewClient(kgo.SeedBrokers(addrs(running())...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
+			os, err := kadm.NewClient(cl).FetchOffsets(fctx, group)
+			fcancel()
+			cl.Close()
 			if err == nil {
 				err = os.Error()
 			}
