@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/controller"
+	"holdfast/internal/datadir"
 	"holdfast/internal/raft"
 	"holdfast/internal/records"
 	"holdfast/internal/storage"
@@ -121,17 +122,15 @@ func (b *Broker) startRaft() error {
 		voters = append(voters, uint64(id))
 	}
 	slices.Sort(voters)
-	// Frames from a node of another cluster are refused: the id is a hash
-	// of the peer list, which every node of one cluster is given alike.
-	ch := fnv.New64a()
-	for _, id := range voters {
-		fmt.Fprintf(ch, "%d@%s,", id, peers[id])
-	}
 	h, err := raft.NewHost(raft.Config{
-		ID: uint64(b.cfg.NodeID), Dir: b.cfg.DataDir, Listen: listen, Peers: peers, ClusterID: ch.Sum64() | 1,
+		ID: uint64(b.cfg.NodeID), Dir: b.cfg.DataDir, Listen: listen, Peers: peers, Identity: b.raftIdentity(),
 		FS: b.cfg.FS, Logger: b.log.With("component", "raft"),
 	})
 	if err != nil {
+		return err
+	}
+	if err := b.joinCluster(h); err != nil {
+		h.Close()
 		return err
 	}
 	b.cluster = &cluster{b: b, host: h, voters: voters, kick: make(chan struct{}, 1),
@@ -160,7 +159,10 @@ func (b *Broker) startClusterMeta() error {
 		return err
 	}
 	c.metaLog = l
-	if err := c.host.AddGroup(raft.GroupConfig{ID: metadataGroup, Log: l, Voters: c.voters, OnCommit: c.onMetaCommit}); err != nil {
+	// A directory the cluster was not formed with has lost whatever this
+	// node acknowledged before: it catches up before it votes.
+	rejoin := !b.ident.BootstrapMember()
+	if err := c.host.AddGroup(raft.GroupConfig{ID: metadataGroup, Log: l, Voters: c.voters, OnCommit: c.onMetaCommit, Rejoin: rejoin}); err != nil {
 		l.Close()
 		return err
 	}
@@ -409,7 +411,7 @@ func (c *cluster) openReplica(t controller.Topic, i int32, cfg storage.Config, l
 	for j, r := range initial {
 		voters[j] = uint64(r)
 	}
-	if err := p.Replicate(c.host, partitionGroup(t.ID, i), voters); err != nil {
+	if err := p.Replicate(c.host, partitionGroup(t.ID, i), voters, c.b.replicaRejoins(t, i)); err != nil {
 		return fmt.Errorf("replicating %s-%d: %w", t.Name, i, err)
 	}
 	return nil
@@ -687,7 +689,7 @@ func (c *cluster) forwarder() (*kgo.Client, error) {
 func (c *cluster) registerLoop() {
 	defer c.wg.Done()
 	b := c.b
-	me := controller.BrokerInfo{ID: b.cfg.NodeID, Host: b.cfg.AdvertisedHost, Port: b.cfg.AdvertisedPort, Rack: b.cfg.Rack}
+	me := controller.BrokerInfo{ID: b.cfg.NodeID, Host: b.cfg.AdvertisedHost, Port: b.cfg.AdvertisedPort, Rack: b.cfg.Rack, DirID: b.ident.DirectoryID.String()}
 	if b.brokerOnly() {
 		me.RaftAddr = c.host.Addr() // the bound address: --raft-listen may say port 0
 		if host, port, err := net.SplitHostPort(me.RaftAddr); err == nil {
@@ -712,7 +714,7 @@ func (c *cluster) registerLoop() {
 		if c.isController() {
 			if len(b.meta.Brokers()) == 0 {
 				// A new cluster: every node adopts the first controller's id.
-				err = c.propose(ctx, controller.Command{Op: controller.OpInit, ClusterID: b.meta.ClusterID(), ProducerIDBlocks: true})
+				err = c.propose(ctx, controller.Command{Op: controller.OpInit, ClusterID: b.meta.ClusterID()})
 			}
 			if err == nil {
 				err = c.propose(ctx, controller.Command{Op: controller.OpRegister, Broker: &me})
@@ -761,6 +763,9 @@ func (c *cluster) sendRegistration(ctx context.Context, seeds []string, me contr
 	if me.Rack != "" {
 		req.Rack = &me.Rack
 	}
+	if d, err := datadir.ParseUUID(me.DirID); err == nil {
+		req.LogDirs = [][16]byte{d}
+	}
 	// BrokerRegistration is not an admin request to kgo: find the
 	// controller with Metadata and send it there.
 	md, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
@@ -794,7 +799,14 @@ func (b *Broker) handleBrokerRegistration(_ context.Context, r *wire.Request) wi
 		resp.ErrorCode = kerr.InvalidRequest.Code
 		return wire.Respond(resp)
 	}
+	if req.ClusterID != b.meta.ClusterID() {
+		resp.ErrorCode = kerr.InconsistentClusterID.Code
+		return wire.Respond(resp)
+	}
 	info := controller.BrokerInfo{ID: req.BrokerID, Host: req.Listeners[0].Host, Port: int32(req.Listeners[0].Port)}
+	if len(req.LogDirs) > 0 {
+		info.DirID = datadir.UUID(req.LogDirs[0]).String()
+	}
 	if req.Rack != nil {
 		info.Rack = *req.Rack
 	}
@@ -880,9 +892,9 @@ func (c *cluster) setTopicConfigs(name string, configs map[string]string) (contr
 	return t, nil
 }
 
-// producerIDNodeBits: node ids are 1..1023. The producer ids of clusters
-// formed before the metadata log allocated them carried the node id in
-// their low 10 bits (producerids.go keeps new ids clear of them).
+// producerIDNodeBits: node ids are 1..1023 (once the low bits of
+// per-node producer ids; those now come from the metadata log,
+// producerids.go).
 const producerIDNodeBits = 10
 
 // brokers lists the registered brokers that are not fenced for Metadata

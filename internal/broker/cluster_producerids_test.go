@@ -89,6 +89,7 @@ func TestClusterProducerIDsNeverRepeat(t *testing.T) {
 	collect("after node 2 restarted")
 
 	nodes[2].Wipe()
+	nodes[2].Restart()
 	brokertest.Await(t, "the wiped node registered again", func() error {
 		if nodes[2].B.RegisteredBrokers() != 3 {
 			return fmt.Errorf("node 3 knows %d brokers", nodes[2].B.RegisteredBrokers())

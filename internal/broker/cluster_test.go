@@ -16,6 +16,7 @@ import (
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
 	"holdfast/internal/records"
+	"holdfast/internal/wire"
 )
 
 // startCluster starts n in-process brokers on loopback that form one
@@ -23,7 +24,24 @@ import (
 // every one is registered everywhere.
 func startCluster(t *testing.T, n int, opts ...func(*broker.Config)) []*brokertest.Node {
 	t.Helper()
-	return brokertest.StartCluster(t, n, opts...)
+	nodes := brokertest.StartCluster(t, n, func(c *broker.Config, _ *wire.Limits) {
+		for _, o := range opts {
+			o(c)
+		}
+	})
+	awaitCluster(t, "every broker registered everywhere", func() error {
+		for _, node := range nodes {
+			md, err := metadata(node, nil)
+			if err != nil {
+				return err
+			}
+			if len(md.Brokers) != n || md.ControllerID <= 0 || node.B.RegisteredBrokers() != n {
+				return fmt.Errorf("node %d: brokers %d, controller %d", node.Cfg.NodeID, len(md.Brokers), md.ControllerID)
+			}
+		}
+		return nil
+	})
+	return nodes
 }
 
 func awaitCluster(t *testing.T, what string, fn func() error) {

@@ -30,16 +30,6 @@ const producerIDsFile = "producer-ids"
 
 func init() { register(kmsg.AllocateProducerIDs, 0, 0, (*Broker).handleAllocateProducerIDs) }
 
-// checkLegacyProducerIDs refuses a cluster node whose data dir holds a
-// counter of the earlier per-node scheme (ids id<<10|node) reaching the
-// ids that metadata blocks start at in such a cluster.
-func checkLegacyProducerIDs(a *txn.IDAllocator) error {
-	if a.Issued(controller.LegacyProducerIDBase >> producerIDNodeBits) {
-		return fmt.Errorf("%s: this node handed out producer ids at or above %d, where the cluster's producer id blocks start; move the data dir aside and let the node re-replicate", producerIDsFile, controller.LegacyProducerIDBase)
-	}
-	return nil
-}
-
 // clusterProducerID is InitProducerId for an idempotent producer in a
 // cluster. A producer naming an id that some block covers and its epoch
 // (KIP-360) keeps the id with the epoch bumped; otherwise it gets a new id.

@@ -38,17 +38,14 @@ type txnState struct {
 }
 
 func (b *Broker) startTxn() error {
-	a, err := txn.OpenIDAllocator(b.cfg.FS, filepath.Join(b.cfg.DataDir, producerIDsFile))
-	if err != nil {
-		return err
-	}
 	if b.clusterMode() {
-		if err := checkLegacyProducerIDs(a); err != nil {
-			return err
-		}
 		b.txn.blocks = txn.NewBlockAllocator(b.cluster.reserveProducerIDs)
 		b.closers = append(b.closers, func() error { b.txn.blocks.Close(); return nil })
 	} else {
+		a, err := txn.OpenIDAllocator(b.cfg.FS, filepath.Join(b.cfg.DataDir, producerIDsFile))
+		if err != nil {
+			return err
+		}
 		b.txn.ids = a
 	}
 	b.parts.SetVerifier(b.verifyTxn)

@@ -4,56 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"holdfast/internal/broker"
-	"holdfast/internal/wire"
 )
-
-// StartCluster starts n in-process brokers on loopback that form one Raft
-// cluster (node ids 1..n, every one a metadata voter), with opts applied to
-// each config, and waits until every broker is registered everywhere.
-func StartCluster(t testing.TB, n int, opts ...func(*broker.Config)) []*Node {
-	t.Helper()
-	peers := map[int32]string{}
-	for i := 1; i <= n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		peers[int32(i)] = ln.Addr().String()
-		ln.Close()
-	}
-	nodes := make([]*Node, n)
-	for i := range nodes {
-		id := int32(i + 1)
-		nodes[i] = Start(t, func(c *broker.Config, _ *wire.Limits) {
-			c.NodeID, c.Peers = id, peers
-			for _, o := range opts {
-				o(c)
-			}
-		})
-	}
-	Await(t, "every broker registered everywhere", func() error {
-		for _, node := range nodes {
-			md, err := node.Metadata()
-			if err != nil {
-				return err
-			}
-			if len(md.Brokers) != n || md.ControllerID <= 0 || node.B.RegisteredBrokers() != n {
-				return fmt.Errorf("node %d: brokers %d, controller %d", node.Cfg.NodeID, len(md.Brokers), md.ControllerID)
-			}
-		}
-		return nil
-	})
-	return nodes
-}
 
 // Await polls fn until it returns nil, failing the test after a minute.
 func Await(t testing.TB, what string, fn func() error) {
@@ -149,20 +106,6 @@ func CreateClusterTopic(t testing.TB, nodes []*Node, topic string, partitions, r
 		}
 		return nil
 	})
-}
-
-// Wipe stops the node, deletes its whole data directory (a replaced disk)
-// and starts it again on the same port with an empty one.
-func (n *Node) Wipe() {
-	n.t.Helper()
-	n.Stop()
-	if err := os.RemoveAll(n.Cfg.DataDir); err != nil {
-		n.t.Fatal(err)
-	}
-	if err := os.MkdirAll(n.Cfg.DataDir, 0o755); err != nil {
-		n.t.Fatal(err)
-	}
-	n.Start()
 }
 
 // Start starts a stopped node again on its data directory and port.

@@ -13,29 +13,19 @@ import (
 // applied. Every node's metadata therefore knows the next free id, a
 // restarted broker gets a new block, and a broker whose disk was wiped
 // gets the next block of the replicated log - never an id it or anyone
-// handed out before.
-
-// LegacyProducerIDBase is where blocks start in a cluster formed before
-// producer ids went through the metadata log. Each node then counted its
-// own ids and put its node id (1..1023) in the low 10 bits; ids at or above
-// 2^42 would need a node to have reserved 2^32 ids that way, which a node
-// refuses to start with (broker.checkLegacyProducerIDs), so blocks from
-// here on never meet an id handed out before.
-const LegacyProducerIDBase int64 = 1 << 42
+// handed out before. (Data directories of the format before this are
+// refused at start-up, so no cluster has ids from the earlier per-node
+// counters.)
 
 // ErrStaleProducerIDBlock: a block proposal overlapping ids already given
 // out (two proposals raced); the controller proposes again from the new
 // next id.
 var ErrStaleProducerIDBlock = errors.New("controller: producer id block already given out")
 
-// ProducerIDBlockStart is where the next block starts: the next free id, or
-// LegacyProducerIDBase in a cluster formed before blocks existed.
+// ProducerIDBlockStart is where the next block starts: the next free id.
 func (s *Store) ProducerIDBlockStart() int64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if !s.st.ProducerIDBlocks {
-		return max(s.st.NextProducerID, LegacyProducerIDBase)
-	}
 	return s.st.NextProducerID
 }
 
@@ -44,11 +34,7 @@ func (s *Store) ProducerIDBlockStart() int64 {
 func (s *Store) ProducerIDIssued(id int64) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	start := int64(0)
-	if !s.st.ProducerIDBlocks {
-		start = LegacyProducerIDBase
-	}
-	return id >= start && id < s.st.NextProducerID
+	return id >= 0 && id < s.st.NextProducerID
 }
 
 func applyProducerIDs(next *state, c Command) error {
@@ -57,8 +43,7 @@ func applyProducerIDs(next *state, c Command) error {
 		return fmt.Errorf("controller: bad producer id block %d+%d for broker %d", c.ProducerIDStart, c.ProducerIDLen, c.BrokerID)
 	case c.ProducerIDStart > math.MaxInt64-c.ProducerIDLen:
 		return fmt.Errorf("controller: producer ids exhausted")
-	case c.ProducerIDStart < next.NextProducerID,
-		!next.ProducerIDBlocks && c.ProducerIDStart < LegacyProducerIDBase:
+	case c.ProducerIDStart < next.NextProducerID:
 		return fmt.Errorf("%w: block at %d, next free %d", ErrStaleProducerIDBlock, c.ProducerIDStart, next.NextProducerID)
 	}
 	next.NextProducerID = c.ProducerIDStart + c.ProducerIDLen
