@@ -73,6 +73,8 @@ type cluster struct {
 
 	live *liveness // heartbeats and fencing (liveness.go)
 
+	repairs atomic.Int64 // replicas discarded and reopened after a storage failure (repair.go)
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
@@ -177,7 +179,9 @@ func (b *Broker) startClusterMeta() error {
 	go c.applyLoop()
 	go c.registerLoop()
 	go c.reassignLoop()
+	stopRepair := goLoop(c.repairLoop)
 	b.closers = append(b.closers, func() error {
+		stopRepair()
 		close(c.stop)
 		c.wg.Wait()
 		c.fwdMu.Lock()
@@ -387,17 +391,18 @@ func (c *cluster) openReplicas(t controller.Topic, from int32) error {
 			if slices.Contains(onDisk, filepath.Base(b.parts.Dir(t.Name, i))) {
 				// A replica moved away whose removal a crash interrupted:
 				// open it (so its Raft journal state is found) and drop it.
-				errs = append(errs, c.openReplica(t, i, cfg, lat), c.dropReplica(t, i))
+				errs = append(errs, c.openReplica(t, i, cfg, lat, false), c.dropReplica(t, i))
 			}
 			continue
 		}
-		errs = append(errs, c.openReplica(t, i, cfg, lat))
+		errs = append(errs, c.openReplica(t, i, cfg, lat, false))
 	}
 	return errors.Join(errs...)
 }
 
-// openReplica opens partition i of t and its Raft group.
-func (c *cluster) openReplica(t controller.Topic, i int32, cfg storage.Config, lat bool) error {
+// openReplica opens partition i of t and its Raft group. rejoin: its data
+// here was discarded (repair.go); otherwise the metadata decides.
+func (c *cluster) openReplica(t controller.Topic, i int32, cfg storage.Config, lat, rejoin bool) error {
 	p, err := c.b.parts.Open(t.Name, t.ID, i, cfg)
 	if err != nil {
 		return fmt.Errorf("opening %s-%d: %w", t.Name, i, err)
@@ -411,7 +416,7 @@ func (c *cluster) openReplica(t controller.Topic, i int32, cfg storage.Config, l
 	for j, r := range initial {
 		voters[j] = uint64(r)
 	}
-	if err := p.Replicate(c.host, partitionGroup(t.ID, i), voters, c.b.replicaRejoins(t, i)); err != nil {
+	if err := p.Replicate(c.host, partitionGroup(t.ID, i), voters, rejoin || c.b.replicaRejoins(t, i)); err != nil {
 		return fmt.Errorf("replicating %s-%d: %w", t.Name, i, err)
 	}
 	return nil

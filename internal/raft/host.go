@@ -300,7 +300,7 @@ func (h *Host) AddGroup(gc GroupConfig) error {
 		return fmt.Errorf("raft: group %d: %w", gc.ID, err)
 	}
 	end, _ := st.endOf(applied)
-	g := &group{id: gc.ID, cfg: gc, st: st, rn: rn, commitIndex: applied, commitEnd: end, commitCh: make(chan struct{}), storedCh: make(chan struct{}), rejoin: gc.Rejoin && !js.trusted}
+	g := &group{id: gc.ID, cfg: gc, st: st, rn: rn, commitIndex: applied, commitEnd: end, commitCh: make(chan struct{}), storedCh: make(chan struct{}), rejoin: gc.Rejoin && !js.trusted || js.rejoin}
 	if g.rejoin {
 		h.log.Info("raft: replica opens without a vote until it has caught up (new data directory)", "group", gc.ID)
 	}
@@ -343,6 +343,64 @@ func (h *Host) resetLocked(g *group) {
 	// would, and with the other replicas quiesced too the group would stay
 	// leaderless while every node names the old leader.
 	g.unquiesceLocked()
+}
+
+// MarkRejoin records, durably, that the replica of group id on this node
+// lost its data: opened again (AddGroup), it grants no votes until it has
+// caught up, also across restarts. Call it after RemoveGroup and before
+// the new AddGroup of a replica whose data was discarded.
+func (h *Host) MarkRejoin(id uint64) error {
+	h.journal.putRejoin(id)
+	return h.journal.flush(true)
+}
+
+// RetryGroup brings back a group that failed for a reason other than its
+// log (an I/O error reading it, a broken invariant that made etcd raft
+// panic): its store and RawNode are rebuilt from the log and the journal,
+// as at a restart. A group whose log failed (a failed fsync leaves what
+// was written after it unknown) is not retried here: its owner discards
+// and reopens the replica (MarkRejoin).
+func (h *Host) RetryGroup(id uint64) error {
+	g := h.group(id)
+	if g == nil {
+		return ErrUnknownGroup
+	}
+	if err := g.cfg.Log.Failed(); err != nil {
+		return fmt.Errorf("raft: group %d: its log failed (%w): the replica must be reopened", id, err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.failed == nil || g.removed {
+		return nil
+	}
+	js := h.journal.snapshot(id)
+	cs := js.cs
+	if cs == nil {
+		cs = &pb.ConfState{Voters: append([]uint64(nil), g.cfg.Voters...)}
+	}
+	st, dropped, err := openStore(g.cfg.Log, js.anc, js.hs, cs, js.side)
+	if err != nil {
+		return err
+	}
+	if dropped > 0 {
+		h.journal.putTruncate(id, dropped)
+	}
+	applied := st.anc.Index
+	if st.hs != nil {
+		applied = max(st.anc.Index, min(st.hs.GetCommit(), max(js.applied, js.csIndex)))
+	}
+	g.st.adopt(st)
+	rn, err := h.newRawNode(g.st, applied)
+	if err != nil {
+		return err
+	}
+	end, _ := g.st.endOf(applied)
+	g.rn, g.readyTerm, g.failed = rn, 0, nil
+	g.commitIndex, g.commitEnd = applied, end
+	g.unquiesceLocked()
+	h.log.Warn("raft: group restarted after a failure", "group", id)
+	h.markDirty(g)
+	return nil
 }
 
 // RemoveGroup stops driving a group and forgets its journal state (the

@@ -35,6 +35,7 @@ const (
 	jEntry     = 5 // a side entry: u64 index, u64 term, i64 offset, u8 type, data
 	jTruncate  = 6 // u64 index: forget side entries at and above it
 	jTrusted   = 7 // the replica caught up in this directory: it may vote
+	jRejoin    = 8 // the replica's data was discarded: it must catch up before it votes
 
 	journalName   = "raft-state.journal"
 	maxJournalRec = 1 << 20
@@ -53,6 +54,10 @@ type groupState struct {
 	// trusted: this replica caught up with a leader after opening as a
 	// rejoining one (a replaced disk): it votes from now on.
 	trusted bool
+	// rejoin: this replica's data was discarded (a repaired storage
+	// failure): it must catch up before it votes, whatever the metadata
+	// says, until trusted.
+	rejoin bool
 }
 
 // sideEntry is a Raft entry that is not a record batch, and the offset it
@@ -216,7 +221,11 @@ func (j *journal) apply(body []byte) error {
 		s := j.state(g)
 		s.side = append(truncateSide(s.side, e.Index), e)
 	case jTrusted:
-		j.state(g).trusted = true
+		s := j.state(g)
+		s.trusted, s.rejoin = true, false
+	case jRejoin:
+		s := j.state(g)
+		s.trusted, s.rejoin = false, true
 	case jTruncate:
 		if len(p) != 8 {
 			return errors.New("bad truncate record")
@@ -324,8 +333,19 @@ func (j *journal) putEntry(g uint64, e sideEntry) {
 func (j *journal) putTrusted(g uint64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.state(g).trusted = true
+	s := j.state(g)
+	s.trusted, s.rejoin = true, false
 	j.buf = appendRecord(j.buf, jTrusted, g, nil)
+	j.dirty = true
+}
+
+// putRejoin records that the group's replica lost its data here.
+func (j *journal) putRejoin(g uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s := j.state(g)
+	s.trusted, s.rejoin = false, true
+	j.buf = appendRecord(j.buf, jRejoin, g, nil)
 	j.dirty = true
 }
 
@@ -424,6 +444,9 @@ func (j *journal) rewriteLocked() error {
 		}
 		if s.trusted {
 			b = appendRecord(b, jTrusted, g, nil)
+		}
+		if s.rejoin {
+			b = appendRecord(b, jRejoin, g, nil)
 		}
 	}
 	tmp := j.path + ".tmp"
