@@ -161,11 +161,22 @@ func TestClusterTxnVerification(t *testing.T) {
 	rp.Partition, rp.Offset = 0, 1
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	resp, err := gc.Request(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code := resp.(*kmsg.TxnOffsetCommitResponse).Topics[0].Partitions[0].ErrorCode; code != kerr.InvalidTxnState.Code {
+	// A coordinator that is still loading the group's partition answers
+	// a retriable code, as it would a client: ask again.
+	var code int16
+	brokertest.Await(t, "a TxnOffsetCommit answer that is not retriable", func() error {
+		resp, err := gc.Request(req)
+		if err != nil {
+			return err
+		}
+		code = resp.(*kmsg.TxnOffsetCommitResponse).Topics[0].Partitions[0].ErrorCode
+		if err := kerr.ErrorForCode(code); kerr.IsRetriable(err) {
+			gc = groupCoordinatorNode(t, nodes, group)
+			return err
+		}
+		return nil
+	})
+	if code != kerr.InvalidTxnState.Code {
 		t.Fatalf("TxnOffsetCommit outside a transaction (group coordinator %d, transaction coordinator %d): %v, want INVALID_TXN_STATE",
 			gc.Cfg.NodeID, coord.Cfg.NodeID, kerr.ErrorForCode(code))
 	}
