@@ -33,6 +33,8 @@ type AppendResult struct {
 	// Duplicate: the batch was a retry of one already in the log; nothing
 	// was written and the offsets are the original ones.
 	Duplicate bool
+	// dup identifies the original of a Duplicate (ConfirmStored).
+	dup dupOf
 }
 
 // ReadResult is what a fetch gets.
@@ -193,11 +195,13 @@ func (p *Partition) Append(batch []byte) (AppendResult, error) {
 			lat = dup.appendTime
 		}
 		return AppendResult{BaseOffset: dup.baseOffset, LastOffset: dup.lastOffset, LogAppendTime: lat,
-			LogStartOffset: p.log.StartOffset(), Duplicate: true}, nil
+			LogStartOffset: p.log.StartOffset(), Duplicate: true,
+			dup: dupOf{pid: h.ProducerID, epoch: h.ProducerEpoch, seq: h.BaseSequence}}, nil
 	}
-	if h.IsTransactional() {
+	if h.IsTransactional() && !p.txnAdmittedLocked(h.ProducerID, h.ProducerEpoch) {
 		// Only into a transaction the coordinator knows this partition is
 		// part of: a batch after the marker would hang the LSO forever.
+		// Known here already (txnAdmittedLocked), or asked now.
 		v := p.verify.Load()
 		if v == nil {
 			return AppendResult{}, fmt.Errorf("no transaction coordinator: %w", kerr.InvalidTxnState)
