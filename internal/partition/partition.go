@@ -82,6 +82,10 @@ type Partition struct {
 	hwCh   chan struct{} // closed when hw next advances
 	closed bool
 
+	// minStart is the log start committed log-start commands name; the
+	// log's own start catches up once the segments are deleted.
+	minStart atomic.Int64
+
 	// rep is set in cluster mode: the log is a Raft group's (replica.go).
 	// rep is set once, when the partition joins its Raft group; read
 	// without appendMu by metadata and leadership checks, hence atomic.
@@ -195,7 +199,7 @@ func (p *Partition) Append(batch []byte) (AppendResult, error) {
 			lat = dup.appendTime
 		}
 		return AppendResult{BaseOffset: dup.baseOffset, LastOffset: dup.lastOffset, LogAppendTime: lat,
-			LogStartOffset: p.log.StartOffset(), Duplicate: true,
+			LogStartOffset: p.LogStartOffset(), Duplicate: true,
 			dup: dupOf{pid: h.ProducerID, epoch: h.ProducerEpoch, seq: h.BaseSequence}}, nil
 	}
 	if h.IsTransactional() && !p.txnAdmittedLocked(h.ProducerID, h.ProducerEpoch) {
@@ -226,7 +230,7 @@ func (p *Partition) Append(batch []byte) (AppendResult, error) {
 	}
 	p.afterAppend()
 	return AppendResult{BaseOffset: base, LastOffset: h.LastOffset(), LogAppendTime: lat,
-		LogStartOffset: p.log.StartOffset()}, nil
+		LogStartOffset: p.LogStartOffset()}, nil
 }
 
 // storageError classifies a failed log append: a closed log is a partition
@@ -335,7 +339,10 @@ func (p *Partition) HighWatermark() int64 {
 	return p.hw
 }
 
-func (p *Partition) LogStartOffset() int64 { return p.log.StartOffset() }
+// LogStartOffset is the first offset a client may read: the log's own
+// start, or a later one that a committed log-start command named and whose
+// segments are not deleted yet.
+func (p *Partition) LogStartOffset() int64 { return max(p.log.StartOffset(), p.minStart.Load()) }
 func (p *Partition) LogEndOffset() int64   { return p.log.EndOffset() }
 func (p *Partition) DurableOffset() int64  { return p.log.DurableOffset() }
 
@@ -369,7 +376,7 @@ func (p *Partition) Read(offset int64, maxBytes int, readCommitted bool) (ReadRe
 // res.Records is nil. The caller must Release s (also when it is empty).
 func (p *Partition) ReadFile(offset int64, maxBytes int, readCommitted bool) (res ReadResult, s storage.Slice, err error) {
 	hw := p.HighWatermark()
-	res = ReadResult{HighWatermark: hw, LastStableOffset: min(hw, p.LastStableOffset()), LogStartOffset: p.log.StartOffset()}
+	res = ReadResult{HighWatermark: hw, LastStableOffset: min(hw, p.LastStableOffset()), LogStartOffset: p.LogStartOffset()}
 	limit := hw
 	if readCommitted {
 		limit = res.LastStableOffset

@@ -283,7 +283,7 @@ func (p *Partition) AppendCoordinator(batch []byte) (AppendResult, error) {
 	p.noteTxnBatch(h.ProducerID, base)
 	p.afterAppend()
 	return AppendResult{BaseOffset: base, LastOffset: base + int64(h.LastOffsetDelta), LogAppendTime: -1,
-		LogStartOffset: p.log.StartOffset()}, nil
+		LogStartOffset: p.LogStartOffset()}, nil
 }
 
 // appendLocked writes batch to the log and returns its base offset.

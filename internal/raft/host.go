@@ -172,6 +172,7 @@ type group struct {
 	readyTerm   uint64 // the term in which this node leads and its empty entry is stored
 	nextOffset  int64  // leader: offset of the next proposal, counting unstable entries
 	nextIndex   uint64 // leader: Raft index of the next proposal
+	termStart   uint64 // leader: index of its empty entry of readyTerm
 	commitIndex uint64
 	commitEnd   int64
 	commitCh    chan struct{} // closed and replaced when the commit advances

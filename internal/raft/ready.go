@@ -188,6 +188,7 @@ func (h *Host) cycle(gs []*group) {
 				// proposed since: the log end is where proposals start.
 				g.st.mu.RLock()
 				g.nextOffset, g.nextIndex = g.st.end, g.st.lastLocked()+1
+				g.termStart = g.st.lastLocked()
 				g.st.mu.RUnlock()
 				g.readyTerm = bs.GetTerm()
 			}
