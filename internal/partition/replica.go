@@ -145,7 +145,7 @@ func (p *Partition) leaderCheckLocked() error {
 		return p.fail(err)
 	}
 	rep.readyTerm = st.Term
-	p.lg.Info("leading partition", "epoch", st.Term, "log_end_offset", st.EndOffset)
+	p.lg.Debug("leading partition", "epoch", st.Term, "log_end_offset", st.EndOffset)
 	return nil
 }
 
