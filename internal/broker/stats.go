@@ -135,18 +135,20 @@ func (b *Broker) Summary() []any {
 type ReplicationEvents struct {
 	IsrShrinks, IsrExpands int64 // in-sync replica set of a led partition got smaller / larger
 	LeaderElections        int64 // this node became leader of a partition
+	Samples                int64 // sampling passes so far
 }
 
 // ReplicationEvents returns the counters.
 func (b *Broker) ReplicationEvents() ReplicationEvents {
 	s := &b.stats
-	return ReplicationEvents{IsrShrinks: s.shrinks.Load(), IsrExpands: s.expands.Load(), LeaderElections: s.elections.Load()}
+	return ReplicationEvents{IsrShrinks: s.shrinks.Load(), IsrExpands: s.expands.Load(), LeaderElections: s.elections.Load(), Samples: s.samples.Load()}
 }
 
 // statsState is the stats loop's memory: the last ISR size and leader
 // epoch of each partition this node led.
 type statsState struct {
 	shrinks, expands, elections atomic.Int64
+	samples                     atomic.Int64
 	mu                          sync.Mutex
 	isr                         map[tpKey]int
 	led                         map[tpKey]int32 // epoch at which this node led it
@@ -204,7 +206,7 @@ func (b *Broker) sampleReplication() {
 				s.elections.Add(1)
 				s.led[k] = epoch
 			}
-			n := p.InSyncReplicas()
+			n := len(b.cluster.partitionMetadata(t, i).ISR) // as Metadata reports it
 			if prev, ok := s.isr[k]; ok {
 				switch {
 				case n < prev:
@@ -216,6 +218,7 @@ func (b *Broker) sampleReplication() {
 			s.isr[k] = n
 		}
 	}
+	s.samples.Add(1)
 	for k := range s.led {
 		if !seen[k] {
 			delete(s.led, k)
@@ -255,4 +258,11 @@ func (b *Broker) GroupLags() []GroupLag {
 		out = append(out, gl)
 	}
 	return out
+}
+
+// TopicName is the name of the topic with this id (Fetch v13+ names topics
+// by id only).
+func (b *Broker) TopicName(id [16]byte) (string, bool) {
+	t, ok := b.meta.TopicByID(id)
+	return t.Name, ok
 }

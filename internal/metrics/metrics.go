@@ -44,6 +44,7 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) *prometheus.Regist
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	rc := newRequestCounters()
+	rc.topicName = b.TopicName
 	reg.MustRegister(rc.latency, rc.errors, rc.bytesIn, rc.messagesIn, rc.bytesOut)
 	srv.OnReply = rc.observe
 
@@ -78,8 +79,10 @@ type requestCounters struct {
 	messagesIn        *prometheus.CounterVec
 	byKey             [kmsg.MaxKey + 1]atomic.Pointer[prometheus.Observer] // created on first use: no series for APIs never called
 	apiNames          [kmsg.MaxKey + 1]string
+	topicName         func(id [16]byte) (string, bool)
 	topicsMu          sync.RWMutex
 	topics            map[string]*topicCounters
+	byID              map[[16]byte]*topicCounters
 	errMu             sync.Mutex
 	errs              map[errKey]prometheus.Counter
 }
@@ -115,6 +118,7 @@ func newRequestCounters() *requestCounters {
 			Help: "Record batch bytes sent to consumers, by topic (Kafka: BrokerTopicMetrics BytesOutPerSec).",
 		}, []string{"topic"}),
 		topics: map[string]*topicCounters{},
+		byID:   map[[16]byte]*topicCounters{},
 		errs:   map[errKey]prometheus.Counter{},
 	}
 	for k := range rc.apiNames {
@@ -136,6 +140,25 @@ func (rc *requestCounters) topic(name string) *topicCounters {
 		tc = &topicCounters{rc.bytesIn.WithLabelValues(name), rc.messagesIn.WithLabelValues(name), rc.bytesOut.WithLabelValues(name)}
 		rc.topics[name] = tc
 	}
+	return tc
+}
+
+// topicByID finds the counters of a topic named by id (Fetch v13+).
+func (rc *requestCounters) topicByID(id [16]byte) *topicCounters {
+	rc.topicsMu.RLock()
+	tc := rc.byID[id]
+	rc.topicsMu.RUnlock()
+	if tc != nil || rc.topicName == nil {
+		return tc
+	}
+	name, ok := rc.topicName(id)
+	if !ok {
+		return nil
+	}
+	tc = rc.topic(name)
+	rc.topicsMu.Lock()
+	rc.byID[id] = tc
+	rc.topicsMu.Unlock()
 	return tc
 }
 
@@ -233,8 +256,13 @@ func (rc *requestCounters) fetched(resp *kmsg.FetchResponse, sp *wire.Spliced) {
 			}
 			bytes += int64(len(rb))
 		}
-		if bytes > 0 && t.Topic != "" {
+		if bytes == 0 {
+			continue
+		}
+		if t.Topic != "" {
 			rc.topic(t.Topic).bytesOut.Add(float64(bytes))
+		} else if tc := rc.topicByID(t.TopicID); tc != nil {
+			tc.bytesOut.Add(float64(bytes))
 		}
 	}
 }
