@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -122,10 +123,10 @@ func run(args []string) int {
 	return exitFailed
 }
 
-// isCobraUsage recognises cobra's own errors for an unknown command.
+// isCobraUsage recognises cobra's own command-line errors.
 func isCobraUsage(err error) bool {
 	msg := err.Error()
-	return len(msg) > 16 && msg[:16] == "unknown command "
+	return strings.HasPrefix(msg, "unknown command ") || strings.HasPrefix(msg, "required flag(s) ")
 }
 
 // noArgs, exactArgs and minArgs check positional arguments; a mismatch is

@@ -229,14 +229,21 @@ func (c *Client) TopicOffsets(ctx context.Context, topics ...string) (map[string
 		return nil, err
 	}
 	out := map[string]map[int32]Offsets{}
+	var first error
 	end.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			if first == nil {
+				first = fmt.Errorf("%s: %w", o.Topic, o.Err)
+			}
+			return
+		}
 		if out[o.Topic] == nil {
 			out[o.Topic] = map[int32]Offsets{}
 		}
 		s, _ := start.Lookup(o.Topic, o.Partition)
 		out[o.Topic][o.Partition] = Offsets{Start: s.Offset, End: o.Offset}
 	})
-	return out, nil
+	return out, first
 }
 
 // Config is one topic config as DescribeConfigs reports it.
