@@ -280,11 +280,17 @@ type messageRow struct {
 type messagesView struct {
 	Topics                    []string
 	Topic, Offset, At, Format string
-	Partition, Max            int
-	Partitions                int
+	Partition                 int32
+	Max, Partitions           int
 	Start, End                int64
 	Rows                      []messageRow
 	Searched                  bool
+	Offsets                   []partitionOffsets
+}
+
+type partitionOffsets struct {
+	Partition  int32
+	Start, End int64
 }
 
 func (c *Console) messagesPage(ctx context.Context, r *http.Request) (any, error) {
@@ -296,8 +302,8 @@ func (c *Console) messagesPage(ctx context.Context, r *http.Request) (any, error
 	if n, err := strconv.Atoi(q.Get("max")); err == nil && n > 0 {
 		v.Max = min(n, 500)
 	}
-	if n, err := strconv.Atoi(q.Get("partition")); err == nil {
-		v.Partition = n
+	if n, err := strconv.ParseInt(q.Get("partition"), 10, 32); err == nil {
+		v.Partition = int32(n)
 	}
 	ts, err := c.cl.A.ListTopics(ctx)
 	if err != nil {
@@ -313,11 +319,15 @@ func (c *Console) messagesPage(ctx context.Context, r *http.Request) (any, error
 		return v, nil
 	}
 	if offs, err := c.cl.TopicOffsets(ctx, v.Topic); err == nil {
-		if o, ok := offs[v.Topic][int32(v.Partition)]; ok {
+		if o, ok := offs[v.Topic][v.Partition]; ok {
 			v.Start, v.End = o.Start, o.End
 		}
+		for p, o := range offs[v.Topic] {
+			v.Offsets = append(v.Offsets, partitionOffsets{p, o.Start, o.End})
+		}
+		slices.SortFunc(v.Offsets, func(a, b partitionOffsets) int { return int(a.Partition - b.Partition) })
 	}
-	spec := admin.ReadSpec{Topic: v.Topic, Partition: int32(v.Partition), Max: v.Max, Offset: -int64(v.Max)}
+	spec := admin.ReadSpec{Topic: v.Topic, Partition: v.Partition, Max: v.Max, Offset: -int64(v.Max)}
 	switch {
 	case v.At != "":
 		t, err := time.Parse(time.RFC3339Nano, v.At)
