@@ -2,6 +2,9 @@ package metrics_test
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -215,5 +218,52 @@ func TestErrorsAndInternalTopics(t *testing.T) {
 			}
 		}
 		t.Logf("InternalPartitions=%v: %d holdfast_ series", perPartition, series)
+	}
+}
+
+// TestGrafanaDashboard: the dashboard in docs/grafana parses and queries
+// only metrics this package exports.
+func TestGrafanaDashboard(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/grafana/holdfast.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("holdfast.json: %v", err)
+	}
+	n, reg := startWithMetrics(t, metrics.Options{})
+	n.CreateTopic("d", 1, nil)
+	if err := n.Client(kgo.DefaultProduceTopic("d")).ProduceSync(t.Context(), kgo.StringRecord("x")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	exported := map[string]bool{}
+	for _, f := range gather(t, reg()) {
+		exported[f.GetName()] = true
+	}
+	// Series that exist only once something happened (a group commits).
+	for _, name := range []string{"holdfast_group_lag_sum", "holdfast_group_members", "holdfast_errors_total"} {
+		exported[name] = true
+	}
+	used := 0
+	re := regexp.MustCompile(`holdfast_[a-z_]+`)
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, name := range re.FindAllString(tg.Expr, -1) {
+				used++
+				base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_count"), "_sum")
+				if !exported[name] && !exported[base] {
+					t.Errorf("panel %q queries %s, which is not exported", p.Title, name)
+				}
+			}
+		}
+	}
+	if used < 20 {
+		t.Fatalf("only %d metric references in the dashboard", used)
 	}
 }
