@@ -333,3 +333,24 @@ func TestCLIHelpEverywhere(t *testing.T) {
 		t.Fatalf("version: %q", out)
 	}
 }
+
+// TestCLIReassignAndUnregister on a single node: the requests reach the
+// broker and its answers come back as output or exit code 1. (Moves
+// between brokers are tested in internal/broker; the CLI sends the same
+// requests.)
+func TestCLIReassignAndUnregister(t *testing.T) {
+	b := "--bootstrap=" + startBroker(t)
+	ok(t, "", "topic", "create", "mv", b)
+	if out := ok(t, "", "topic", "reassign", "mv", "--partition", "0", "--replicas", "1", b); !strings.Contains(out, "moving mv-0 to 1") {
+		t.Fatalf("reassign: %s", out)
+	}
+	row(t, ok(t, "", "topic", "reassign", "--list", b), "TOPIC", "PARTITION", "REPLICAS")
+	fails(t, 1, "INVALID_REPLICA_ASSIGNMENT", "topic", "reassign", "mv", "--partition", "0", "--replicas", "2", b)
+	fails(t, 2, "either --replicas ids or --cancel", "topic", "reassign", "mv", b)
+	fails(t, 2, "not a broker id", "topic", "reassign", "mv", "--replicas", "x", b)
+	r := hf(t, "", "cluster", "unregister", "--id", "7", b)
+	if r.code != 1 || !regexp.MustCompile(`broker 7: [A-Z_]+`).MatchString(r.err) {
+		t.Fatalf("unregister an unknown broker: exit %d\n%s", r.code, r.err)
+	}
+	fails(t, 2, "--id", "cluster", "unregister", b)
+}
