@@ -152,3 +152,25 @@ func TestServeWithServerProperties(t *testing.T) {
 		t.Errorf("%d lines about loading __consumer_offsets, want one summary:\n%s", n, logs)
 	}
 }
+
+// TestReadmeListsEverySetting keeps the README's settings table true: every
+// serve flag and each of its Kafka names is in it.
+func TestReadmeListsEverySetting(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	s := newSettings(fs)
+	(&serveConfig{}).register(s)
+	for _, st := range s.all {
+		if !strings.Contains(string(readme), "`--"+st.flag+"`") {
+			t.Errorf("README.md does not list --%s", st.flag)
+		}
+		for _, k := range st.kafka {
+			if !strings.Contains(string(readme), "`"+k.name+"`") {
+				t.Errorf("README.md does not name %s (--%s)", k.name, st.flag)
+			}
+		}
+	}
+}
