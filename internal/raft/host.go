@@ -119,21 +119,24 @@ type GroupConfig struct {
 	Rejoin bool
 }
 
-// Committed is one committed entry: a batch at [BaseOffset, EndOffset).
-// Data is the batch, or nil for a Raft-internal control batch.
+// Committed is one committed entry. A data entry is the batch Data at
+// [BaseOffset, EndOffset); a command has Command set and, like every other
+// side entry (empty, membership change), BaseOffset == EndOffset: the
+// offset it sits at.
 type Committed struct {
 	Index, Term           uint64
 	BaseOffset, EndOffset int64
 	Data                  []byte
+	Command               []byte
 }
 
-// Proposal identifies a proposed batch: its offsets and the term (= leader
-// epoch) it was proposed in. It is committed only if the entry committed at
-// those offsets has that term.
+// Proposal identifies a proposed entry: its Raft index and the term (=
+// leader epoch) it was proposed in, and for a batch its offsets. It is
+// committed only if the entry committed at that index has that term.
 type Proposal struct {
 	Group                 uint64
+	Index, Term           uint64
 	BaseOffset, EndOffset int64
-	Term                  uint64
 }
 
 // Host runs the Raft groups of one node.
@@ -165,6 +168,7 @@ type group struct {
 	rn          *raft.RawNode
 	readyTerm   uint64 // the term in which this node leads and its empty entry is stored
 	nextOffset  int64  // leader: offset of the next proposal, counting unstable entries
+	nextIndex   uint64 // leader: Raft index of the next proposal
 	commitIndex uint64
 	commitEnd   int64
 	commitCh    chan struct{} // closed and replaced when the commit advances
@@ -259,9 +263,18 @@ func (h *Host) AddGroup(gc GroupConfig) error {
 	if err := h.journal.flush(false); err != nil {
 		return err
 	}
-	st, err := openStore(gc.Log, js.anc, js.hs, cs)
+	st, dropped, err := openStore(gc.Log, js.anc, js.hs, cs, js.side)
 	if err != nil {
 		return err
+	}
+	if dropped > 0 {
+		// Side entries beyond what the log holds (their data was not
+		// written before a crash): forget them for good.
+		h.log.Info("raft: dropping side entries past the log's end", "group", gc.ID, "from_index", dropped)
+		h.journal.putTruncate(gc.ID, dropped)
+		if err := h.journal.flush(false); err != nil {
+			return err
+		}
 	}
 	// Raft redelivers committed entries above applied: the journal's applied
 	// index lags a cycle, so a few are redelivered (OnCommit sees them

@@ -33,6 +33,55 @@ type CrashFS struct {
 	inject   []injected
 	delay    time.Duration // added to every Sync, to model device latency
 	reads    int64         // ReadAt calls, to prove lookups use the index
+	onSync   func(path string)
+	delayFor map[string]time.Duration // extra Sync delay by path substring
+}
+
+// SetSyncDelayFor makes Sync of every file whose path contains pathSubstr
+// take d more: to let one file's fsync finish after another's, and so test
+// that the code waits for the order it needs rather than getting it by luck.
+func (fs *CrashFS) SetSyncDelayFor(pathSubstr string, d time.Duration) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.delayFor == nil {
+		fs.delayFor = map[string]time.Duration{}
+	}
+	fs.delayFor[pathSubstr] = d
+}
+
+// OnSync calls fn (outside the FS's lock) after every successful Sync and
+// SyncDir, with the path: a test can take a DurableCopy at each step
+// where durable state changed, to check recovery from every one of them.
+func (fs *CrashFS) OnSync(fn func(path string)) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.onSync = fn
+}
+
+func (fs *CrashFS) synced(path string) {
+	fs.mu.Lock()
+	fn := fs.onSync
+	fs.mu.Unlock()
+	if fn != nil {
+		fn(path)
+	}
+}
+
+// DurableCopy returns a new CrashFS holding what would survive a power loss
+// now, leaving fs untouched.
+func (fs *CrashFS) DurableCopy() *CrashFS {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	out := NewCrashFS(1)
+	for name, n := range fs.durable {
+		data := append([]byte(nil), n.synced...)
+		nn := &memNode{data: data, synced: append([]byte(nil), data...)}
+		out.names[name], out.durable[name] = nn, nn
+	}
+	for d := range fs.dirs {
+		out.dirs[d] = true
+	}
+	return out
 }
 
 // Reads returns the number of ReadAt calls so far.
@@ -274,8 +323,8 @@ func (fs *CrashFS) RemoveAll(dir string) error {
 func (fs *CrashFS) SyncDir(dir string) error {
 	dir = filepath.Clean(dir)
 	fs.mu.Lock()
-	defer fs.mu.Unlock()
 	if err := fs.injectedErr(OpSyncDir, dir); err != nil {
+		fs.mu.Unlock()
 		return err
 	}
 	for name := range fs.durable {
@@ -288,6 +337,8 @@ func (fs *CrashFS) SyncDir(dir string) error {
 			fs.durable[name] = n
 		}
 	}
+	fs.mu.Unlock()
+	fs.synced(dir)
 	return nil
 }
 
@@ -398,6 +449,11 @@ func (f *memFile) Close() error {
 func (f *memFile) Sync() error {
 	f.fs.mu.Lock()
 	d := f.fs.delay
+	for sub, extra := range f.fs.delayFor {
+		if strings.Contains(f.name, sub) {
+			d += extra
+		}
+	}
 	f.fs.mu.Unlock()
 	if d > 0 {
 		time.Sleep(d)
@@ -408,6 +464,9 @@ func (f *memFile) Sync() error {
 		return err
 	}
 	f.node.synced = append(f.node.synced[:0:0], f.node.data...)
+	f.fs.mu.Unlock()
+	f.fs.synced(f.name)
+	f.fs.mu.Lock()
 	return nil
 }
 
