@@ -104,6 +104,10 @@ func TestCLITopics(t *testing.T) {
 	if list := ok(t, "", "topic", "list", "--internal", b); !strings.Contains(list, "__consumer_offsets") {
 		t.Fatalf("topic list --internal:\n%s", list)
 	}
+	// Shell completion asks the broker for topic names.
+	if out := ok(t, "", "__complete", "topic", "describe", b, "t"); !strings.HasPrefix(out, "t1\n") {
+		t.Fatalf("completing a topic name: %q", out)
+	}
 	fails(t, 1, "TOPIC_ALREADY_EXISTS", "topic", "create", "t1", b)
 	ok(t, "", "topic", "create", "t1", "--if-not-exists", b)
 
@@ -244,6 +248,9 @@ func TestCLIGroupsAndRecords(t *testing.T) {
 	ok(t, "a\nb\nc\nd\ne\n", "produce", "gr", b)
 	ok(t, "", "consume", "gr", "-g", "readers", "-n", "2", b)
 	row(t, ok(t, "", "group", "list", b), "readers", "Empty", "consumer", "1")
+	if out := ok(t, "", "__complete", "group", "describe", b, "re"); !strings.HasPrefix(out, "readers\n") {
+		t.Fatalf("completing a group name: %q", out)
+	}
 
 	time.Sleep(50 * time.Millisecond)
 	desc := ok(t, "", "group", "describe", "readers", b)

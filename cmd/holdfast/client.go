@@ -121,3 +121,33 @@ func kvList(flag string, kvs []string) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// completeNames completes topic or group names by asking the broker (with
+// a short timeout: a shell waits for it).
+func completeNames(conn *connFlags, groups bool) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return func(_ *cobra.Command, _ []string, prefix string) ([]string, cobra.ShellCompDirective) {
+		c, err := admin.NewClient(conn.seeds(), kgo.DialTimeout(time.Second))
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		var names []string
+		if groups {
+			gs, _ := c.ListGroups(ctx)
+			for _, g := range gs {
+				names = append(names, g.Group)
+			}
+		} else if ts, err := c.A.ListTopics(ctx); err == nil {
+			names = ts.Names()
+		}
+		var out []string
+		for _, n := range names {
+			if strings.HasPrefix(n, prefix) {
+				out = append(out, n)
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}

@@ -53,6 +53,7 @@ with no commit starts at --offset earliest or latest).`,
 		Args: exactArgs(1),
 	}
 	conn := clientCommand(c)
+	c.ValidArgsFunction = completeNames(conn, false)
 	c.RunE = func(cmd *cobra.Command, args []string) error { return consume(cmd, conn, o, args[0]) }
 	f := c.Flags()
 	f.Int32SliceVarP(&o.partitions, "partition", "p", nil, "partitions to read, e.g. 0,2 (default: all; not with --group)")

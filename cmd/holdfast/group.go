@@ -52,8 +52,9 @@ func groupListCmd(conn *connFlags) *cobra.Command {
 func groupDescribeCmd(conn *connFlags) *cobra.Command {
 	var noTimeLag bool
 	c := &cobra.Command{
-		Use:   "describe GROUP...",
-		Short: "Show members, and lag per partition and per member, in records and in time",
+		Use:               "describe GROUP...",
+		ValidArgsFunction: completeNames(conn, true),
+		Short:             "Show members, and lag per partition and per member, in records and in time",
 		Long: `Show a group's members with their assignment and lag, and per partition the
 committed offset, the log end (high watermark), the lag in records and the
 time lag: how old the next record the group will read is (read with one
@@ -123,9 +124,10 @@ func fmtAge(d time.Duration) string {
 
 func groupDeleteCmd(conn *connFlags) *cobra.Command {
 	return &cobra.Command{
-		Use:   "delete GROUP...",
-		Short: "Delete empty groups and their committed offsets (DeleteGroups)",
-		Args:  minArgs(1),
+		Use:               "delete GROUP...",
+		ValidArgsFunction: completeNames(conn, true),
+		Short:             "Delete empty groups and their committed offsets (DeleteGroups)",
+		Args:              minArgs(1),
 		RunE: func(cmd *cobra.Command, groups []string) error {
 			return conn.call(func(ctx context.Context, c *admin.Client) error {
 				resp, err := c.A.DeleteGroups(ctx, groups...)
@@ -163,8 +165,9 @@ func groupResetCmd(conn *connFlags) *cobra.Command {
 		execute          bool
 	)
 	c := &cobra.Command{
-		Use:   "reset-offsets GROUP (--to-earliest | --to-latest | --to-datetime TIME | --to-offset N) [--topic T]... [--execute]",
-		Short: "Move a group's committed offsets (a dry run unless --execute)",
+		Use:               "reset-offsets GROUP (--to-earliest | --to-latest | --to-datetime TIME | --to-offset N) [--topic T]... [--execute]",
+		Short:             "Move a group's committed offsets (a dry run unless --execute)",
+		ValidArgsFunction: completeNames(conn, true),
 		Long: `Compute new committed offsets for a group and, with --execute, commit them.
 Like Kafka's tool it refuses a group with live members: their next commit
 would overwrite the reset.`,

@@ -35,6 +35,7 @@ command fails with UNKNOWN_TOPIC_OR_PARTITION.`,
 		Args: exactArgs(1),
 	}
 	conn := clientCommand(c)
+	c.ValidArgsFunction = completeNames(conn, false)
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		topic := args[0]
 		hdrs, err := kvList("header", headers)

@@ -82,6 +82,7 @@ watermark (everything written so far).`,
 	del.Flags().Int32SliceVarP(&partitions, "partition", "p", nil, "partitions, e.g. 0,2 (default: all)")
 	del.Flags().Int64Var(&before, "before", 0, "delete the records below this offset (-1: the high watermark)")
 	del.MarkFlagRequired("before")
+	del.ValidArgsFunction = completeNames(conn, false)
 	c.AddCommand(del)
 	return c
 }

@@ -61,9 +61,10 @@ func topicListCmd(conn *connFlags) *cobra.Command {
 func topicDescribeCmd(conn *connFlags) *cobra.Command {
 	var noConfigs bool
 	c := &cobra.Command{
-		Use:   "describe TOPIC...",
-		Short: "Show partitions (leader, epoch, replicas, ISR, log start, high watermark) and configs",
-		Args:  minArgs(1),
+		Use:               "describe TOPIC...",
+		ValidArgsFunction: completeNames(conn, false),
+		Short:             "Show partitions (leader, epoch, replicas, ISR, log start, high watermark) and configs",
+		Args:              minArgs(1),
 		RunE: func(cmd *cobra.Command, topics []string) error {
 			return conn.call(func(ctx context.Context, c *admin.Client) error {
 				cl, err := c.ClusterStatus(ctx, topics...)
@@ -171,9 +172,10 @@ func topicCreateCmd(conn *connFlags) *cobra.Command {
 
 func topicDeleteCmd(conn *connFlags) *cobra.Command {
 	return &cobra.Command{
-		Use:   "delete TOPIC...",
-		Short: "Delete topics and their data",
-		Args:  minArgs(1),
+		Use:               "delete TOPIC...",
+		ValidArgsFunction: completeNames(conn, false),
+		Short:             "Delete topics and their data",
+		Args:              minArgs(1),
 		RunE: func(cmd *cobra.Command, topics []string) error {
 			return conn.call(func(ctx context.Context, c *admin.Client) error {
 				resp, err := c.A.DeleteTopics(ctx, topics...)
@@ -195,10 +197,11 @@ func topicDeleteCmd(conn *connFlags) *cobra.Command {
 func topicAlterConfigCmd(conn *connFlags) *cobra.Command {
 	var set, del []string
 	c := &cobra.Command{
-		Use:     "alter-config TOPIC...",
-		Short:   "Set or remove topic configs (IncrementalAlterConfigs)",
-		Example: "  holdfast topic alter-config orders --set retention.ms=86400000 --delete segment.bytes",
-		Args:    minArgs(1),
+		Use:               "alter-config TOPIC...",
+		ValidArgsFunction: completeNames(conn, false),
+		Short:             "Set or remove topic configs (IncrementalAlterConfigs)",
+		Example:           "  holdfast topic alter-config orders --set retention.ms=86400000 --delete segment.bytes",
+		Args:              minArgs(1),
 		RunE: func(cmd *cobra.Command, topics []string) error {
 			kv, err := kvList("set", set)
 			if err != nil {
@@ -243,9 +246,10 @@ func topicAlterConfigCmd(conn *connFlags) *cobra.Command {
 func topicAddPartitionsCmd(conn *connFlags) *cobra.Command {
 	var total int
 	c := &cobra.Command{
-		Use:   "add-partitions TOPIC... --partitions N",
-		Short: "Grow topics to N partitions (CreatePartitions)",
-		Args:  minArgs(1),
+		Use:               "add-partitions TOPIC... --partitions N",
+		ValidArgsFunction: completeNames(conn, false),
+		Short:             "Grow topics to N partitions (CreatePartitions)",
+		Args:              minArgs(1),
 		RunE: func(cmd *cobra.Command, topics []string) error {
 			if total <= 0 {
 				return usagef("topic add-partitions: --partitions N (the new total) is required")
