@@ -58,6 +58,8 @@ with no commit starts at --offset earliest or latest).`,
 	f := c.Flags()
 	f.Int32SliceVarP(&o.partitions, "partition", "p", nil, "partitions to read, e.g. 0,2 (default: all; not with --group)")
 	f.StringVarP(&o.offset, "offset", "o", "earliest", "where to start: earliest, latest, an offset N, or -N (N before the end); with --group only where the group has no commit")
+	f.StringVar(&o.offset, "from", "earliest", "")
+	f.MarkDeprecated("from", "use --offset earliest|latest")
 	f.StringVar(&o.at, "timestamp", "", "start at the first record at or after this time (RFC 3339, or Unix milliseconds)")
 	f.StringVarP(&o.group, "group", "g", "", "consume as a member of this consumer group, committing offsets")
 	f.IntVarP(&o.count, "count", "n", 0, "stop after this many records (0: no limit)")

@@ -267,13 +267,14 @@ func (c *Client) TopicConfigs(ctx context.Context, topic string) ([]Config, erro
 	}
 	var out []Config
 	for _, cf := range rc.Configs {
-		out = append(out, Config{Name: cf.Key, Value: cf.MaybeValue(), Source: sourceName(cf.Source), Sensitive: cf.Sensitive})
+		out = append(out, Config{Name: cf.Key, Value: cf.MaybeValue(), Source: SourceName(cf.Source), Sensitive: cf.Sensitive})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 
-func sourceName(s kmsg.ConfigSource) string {
+// SourceName is a short name for where a config value comes from.
+func SourceName(s kmsg.ConfigSource) string {
 	switch s {
 	case kmsg.ConfigSourceDynamicTopicConfig:
 		return "topic"

@@ -72,6 +72,19 @@ func gather(t *testing.T, reg *prometheus.Registry) gathered {
 	return fs
 }
 
+// settled gathers until done says the counters caught up with what the
+// client saw (the server counts a request after writing its response), or
+// for 10 s, and returns the last gathering.
+func settled(t *testing.T, reg *prometheus.Registry, done func(gathered) bool) gathered {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		g := gather(t, reg)
+		if done(g) || time.Now().After(deadline) {
+			return g
+		}
+	}
+}
+
 func must(t *testing.T, g gathered, name string, labels map[string]string) float64 {
 	t.Helper()
 	v, ok := g.value(name, labels)
@@ -112,7 +125,15 @@ func TestPartitionAndGroupMetrics(t *testing.T) {
 		got += fs.NumRecords()
 	}
 
-	g := gather(t, reg())
+	// The server counts a request after writing its response, so the
+	// client may see the response first: wait for the last ones.
+	topic := map[string]string{"topic": "m"}
+	g := settled(t, reg(), func(g gathered) bool {
+		in, _ := g.value("holdfast_topic_messages_in_total", topic)
+		out, _ := g.value("holdfast_topic_bytes_out_total", topic)
+		size, _ := g.value("holdfast_log_size_bytes", map[string]string{"topic": "m", "partition": "0"})
+		return in >= 10 && out >= size
+	})
 	tp := map[string]string{"topic": "m", "partition": "0"}
 	for name, want := range map[string]float64{
 		"holdfast_partition_high_watermark":   10,
@@ -139,7 +160,6 @@ func TestPartitionAndGroupMetrics(t *testing.T) {
 	if got := must(t, g, "holdfast_group_lag_sum", map[string]string{"group": "g"}); got != 6 {
 		t.Errorf("lag sum %v, want 6", got)
 	}
-	topic := map[string]string{"topic": "m"}
 	if got := must(t, g, "holdfast_topic_messages_in_total", topic); got != 10 {
 		t.Errorf("messages in %v, want 10", got)
 	}
@@ -199,7 +219,10 @@ func TestErrorsAndInternalTopics(t *testing.T) {
 		if code := resp.Topics[0].Partitions[0].ErrorCode; code != kerr.UnknownTopicOrPartition.Code {
 			t.Fatalf("produce to partition 7: code %d", code)
 		}
-		g := gather(t, reg())
+		g := settled(t, reg(), func(g gathered) bool {
+			_, ok := g.value("holdfast_errors_total", map[string]string{"api": "Produce", "error": "UNKNOWN_TOPIC_OR_PARTITION"})
+			return ok
+		})
 		if got := must(t, g, "holdfast_errors_total", map[string]string{"api": "Produce", "error": "UNKNOWN_TOPIC_OR_PARTITION"}); got != 1 {
 			t.Errorf("errors_total %v, want 1", got)
 		}
