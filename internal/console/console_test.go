@@ -3,8 +3,10 @@ package console_test
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +14,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
 	"holdfast/internal/console"
+	"holdfast/internal/wire"
 )
 
 // TestPages serves every page from an in-process broker (the browser test
@@ -88,5 +92,93 @@ func TestPages(t *testing.T) {
 		if !strings.Contains(string(body), "UNKNOWN_TOPIC_OR_PARTITION") {
 			t.Errorf("unknown topic page:\n%s", body)
 		}
+	}
+}
+
+// TestClusterTopicPage: on a 3-node cluster the topic page names the
+// leader and shows each replica's acknowledged offset from it, and this
+// node's own replica's offsets.
+func TestClusterTopicPage(t *testing.T) {
+	peers := map[int32]string{}
+	for i := int32(1); i <= 3; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		peers[i] = ln.Addr().String()
+		ln.Close()
+	}
+	var nodes []*brokertest.Node
+	for i := int32(1); i <= 3; i++ {
+		nodes = append(nodes, brokertest.Start(t, func(c *broker.Config, _ *wire.Limits) { c.NodeID, c.Peers = i, peers }))
+	}
+	var seeds []string
+	for _, n := range nodes {
+		seeds = append(seeds, n.Addr)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic("rep"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := adm.CreateTopics(ctx, 1, 3, nil, "rep")
+		if err == nil {
+			err = resp.Error()
+		}
+		if err == nil || strings.Contains(err.Error(), "TOPIC_ALREADY_EXISTS") {
+			err = cl.ProduceSync(ctx, kgo.StringRecord("x"), kgo.StringRecord("y")).FirstErr()
+		}
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	c, err := console.New(console.Config{Broker: nodes[0].B, Seeds: []string{nodes[0].Addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv := httptest.NewServer(c)
+	defer srv.Close()
+	// Every replica acknowledged both records (the log end as the leader
+	// sees it), and node 1 shows its own replica's offsets.
+	acked := regexp.MustCompile(`data-replica="(\d)">.*?<td>(leader|follower)</td>\s*<td class="n">(\d+)</td>`)
+	var body string
+	for {
+		resp, err := http.Get(srv.URL + "/topics/rep")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		ms := acked.FindAllStringSubmatch(strings.ReplaceAll(body, "\n", " "), -1)
+		leaders, caughtUp := 0, 0
+		for _, m := range ms {
+			if m[2] == "leader" {
+				leaders++
+			}
+			if m[3] == ms[0][3] && m[3] != "0" {
+				caughtUp++
+			}
+		}
+		if len(ms) == 3 && leaders == 1 && caughtUp == 3 && strings.Contains(body, `<td class="n fsynced">`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("topic page on a cluster: %d replicas with an acked offset, want 3, one leader, all equal:\n%s", len(ms), body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !strings.Contains(body, "1 <small>this node</small>") {
+		t.Errorf("node 1's replica not marked:\n%s", body)
 	}
 }
