@@ -14,6 +14,7 @@ package console
 import (
 	"context"
 	"embed"
+	"errors"
 	"html/template"
 	"io/fs"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"holdfast/internal/admin"
@@ -132,6 +134,13 @@ func (c *Console) page(name string, data func(context.Context, *http.Request) (a
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
+		switch {
+		case err == nil:
+		case errors.Is(err, kerr.UnknownTopicOrPartition):
+			w.WriteHeader(http.StatusNotFound)
+		default:
+			w.WriteHeader(http.StatusBadGateway) // the cluster did not answer as asked
+		}
 		tmpl := "layout"
 		if r.Header.Get("X-Console-Fragment") != "" {
 			tmpl = "main"

@@ -84,8 +84,8 @@ func TestPages(t *testing.T) {
 	if strings.Contains(frag, "<html") || !strings.Contains(frag, "Topic web") {
 		t.Errorf("fragment is not the page's main:\n%s", frag)
 	}
-	if resp, err := http.Get(srv.URL + "/topics/nope"); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("unknown topic: %v", err)
+	if resp, err := http.Get(srv.URL + "/topics/nope"); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("unknown topic: %v %v", err, resp.Status)
 	} else {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
