@@ -282,6 +282,7 @@ func TestCLIGroupsAndRecords(t *testing.T) {
 		t.Fatalf("deleted group listed:\n%s", out)
 	}
 	fails(t, 1, "GROUP_ID_NOT_FOUND", "group", "delete", "readers", b)
+	fails(t, 1, "does not exist", "group", "describe", "readers", b)
 
 	status := ok(t, "", "cluster", "status", b)
 	row(t, status, "1", "127.0.0.1")

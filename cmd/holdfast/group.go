@@ -79,6 +79,9 @@ func printGroups(out io.Writer, gs []admin.Group) error {
 		if g.Err != "" {
 			return fmt.Errorf("group %s: %s", g.Name, g.Err)
 		}
+		if g.State == "Dead" && len(g.Partitions) == 0 && len(g.Members) == 0 {
+			return fmt.Errorf("group %s does not exist (GROUP_ID_NOT_FOUND)", g.Name)
+		}
 		if i > 0 {
 			fmt.Fprintln(out)
 		}
