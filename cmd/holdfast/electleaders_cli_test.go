@@ -74,6 +74,9 @@ func TestClusterElectLeadersCLI(t *testing.T) {
 			err = resp.Error()
 		}
 		if err == nil {
+			if rf := resp.Sorted()[0].ReplicationFactor; rf != 3 {
+				t.Fatalf("CreateTopics answered replication factor %d, want 3", rf)
+			}
 			break
 		}
 		if time.Now().After(deadline) {
