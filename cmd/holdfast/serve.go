@@ -34,7 +34,8 @@ type serveConfig struct {
 	metricsListen, logLevel, logFormat                           string
 	nodeID, numParts, offsetParts, txnParts, defaultRF           int
 	maxMsg, maxReq, maxConns, imbalancePct                       int
-	groupMaxSize                                                 int
+	groupMaxSize, offsetMetaMax, indexInterval                   int
+	txnAbortIv, txnIDExpiry, offsRetCheck                        time.Duration
 	segBytes, retBytes, maxQueued                                int64
 	autoCreate, rebalance, ctrlShut                              bool
 	console, metricsInternal                                     bool
@@ -66,12 +67,15 @@ func (c *serveConfig) register(s *settings) {
 	s.Int(&c.offsetParts, "offsets-partitions", int(def.OffsetsTopicPartitions), "partitions of __consumer_offsets", kafka("offsets.topic.num.partitions"))
 	s.Int(&c.txnParts, "txn-partitions", int(def.Txn.StatePartitions), "partitions of __transaction_state", kafka("transaction.state.log.num.partitions"))
 	s.Duration(&c.txnMax, "txn-max-timeout", def.Txn.MaxTimeout, "longest transaction timeout a producer may ask for", kafkaDuration("transaction.max.timeout.ms", ms))
+	s.Duration(&c.txnAbortIv, "txn-abort-interval", def.Txn.AbortInterval, "how often timed-out transactions are aborted", kafkaDuration("transaction.abort.timed.out.transaction.cleanup.interval.ms", ms))
+	s.Duration(&c.txnIDExpiry, "txn-id-expiration", def.Txn.IDExpiration, "how long an idle transactional id is kept", kafkaDuration("transactional.id.expiration.ms", ms))
 	s.Int64(&c.segBytes, "segment-bytes", def.LogDefaults.SegmentBytes, "default segment size", kafka("log.segment.bytes"))
 	s.Duration(&c.segmentMs, "segment-ms", def.LogDefaults.SegmentMs, "default age at which a segment rolls", kafkaDuration("log.roll.ms", ms), kafkaDuration("log.roll.hours", hours))
 	s.Duration(&c.retention, "retention", def.LogDefaults.RetentionMs, "default retention time, negative for unlimited",
 		kafkaDuration("log.retention.ms", ms), kafkaDuration("log.retention.minutes", mins), kafkaDuration("log.retention.hours", hours))
 	s.Int64(&c.retBytes, "retention-bytes", def.LogDefaults.RetentionBytes, "default retention size per partition, -1 unlimited", kafka("log.retention.bytes"))
 	s.Duration(&c.retentionCheck, "retention-check-interval", def.RetentionCheckInterval, "how often retention runs", kafkaDuration("log.retention.check.interval.ms", ms))
+	s.Int(&c.indexInterval, "index-interval-bytes", def.LogDefaults.IndexIntervalBytes, "bytes between offset index entries", kafka("log.index.interval.bytes"))
 	s.Int(&c.maxMsg, "max-message-bytes", def.LogDefaults.MaxMessageBytes, "largest record batch accepted", kafka("message.max.bytes"))
 	s.Int(&c.maxReq, "max-request-bytes", int(lim.MaxRequestBytes), "largest request frame", kafka("socket.request.max.bytes"))
 	s.Int(&c.maxConns, "max-connections", lim.MaxConnections, "connection limit", kafka("max.connections"))
@@ -82,6 +86,8 @@ func (c *serveConfig) register(s *settings) {
 	s.Duration(&c.groupMaxSession, "group-max-session-timeout", def.Groups.MaxSessionTimeout, "longest session timeout a consumer may ask for", kafkaDuration("group.max.session.timeout.ms", ms))
 	s.Int(&c.groupMaxSize, "group-max-size", def.Groups.MaxSize, "most members in one consumer group", kafka("group.max.size"))
 	s.Duration(&c.offsRet, "offsets-retention", def.Groups.OffsetRetention, "how long an empty group's committed offsets are kept", kafkaDuration("offsets.retention.minutes", mins))
+	s.Duration(&c.offsRetCheck, "offsets-retention-check-interval", def.Groups.RetentionCheckInterval, "how often expired committed offsets are removed", kafkaDuration("offsets.retention.check.interval.ms", ms))
+	s.Int(&c.offsetMetaMax, "offset-metadata-max-bytes", def.Groups.MaxMetadataBytes, "largest metadata string of a committed offset", kafka("offset.metadata.max.bytes"))
 	s.String(&c.peers, "peers", "", "cluster mode: every node's Raft address, id@host:port,... (this node included); empty = single node",
 		kafkaConverted("controller.quorum.voters", func(v string) (string, error) {
 			if !strings.Contains(v, ",") {
@@ -187,6 +193,9 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	cfg.Groups.MinSessionTimeout, cfg.Groups.MaxSessionTimeout = c.groupMinSession, c.groupMaxSession
 	cfg.Groups.MaxSize = c.groupMaxSize
 	cfg.Groups.OffsetRetention = c.offsRet
+	cfg.Groups.RetentionCheckInterval, cfg.Groups.MaxMetadataBytes = c.offsRetCheck, c.offsetMetaMax
+	cfg.Txn.AbortInterval, cfg.Txn.IDExpiration = c.txnAbortIv, c.txnIDExpiry
+	cfg.LogDefaults.IndexIntervalBytes = c.indexInterval
 	cfg.Logger = logger
 	if cfg.Peers, err = parsePeers(c.peers); err != nil {
 		return cfg, lim, err
