@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -136,5 +137,91 @@ func TestReadmeQuickStart(t *testing.T) {
 	}
 	if checked < len(expect) {
 		t.Errorf("only %d of the %d expected quick-start commands are in README.md: update the test with the README", checked, len(expect))
+	}
+}
+
+// TestReadmeDevCluster runs the README's "Running a cluster" lines on one
+// machine as written, with the built binary as `holdfast` on PATH: the dev
+// cluster in the background, then each client line (retried while the new
+// cluster elects its first leaders, as a user would).
+func TestReadmeDevCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	for _, p := range []int{19092, 19093, 19094, 19192, 19193, 19194} {
+		if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err != nil {
+			t.Skipf("port %d is in use here; the README's dev cluster needs it", p)
+		} else {
+			ln.Close()
+		}
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	env := append(os.Environ(), "PATH="+filepath.Dir(binary)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	lines := quickstart(t, string(readme), "dev-cluster")
+	if len(lines) != 1 {
+		t.Fatalf("the dev-cluster block should be one command, got %q", lines)
+	}
+	dc := exec.Command("bash", "-c", "exec "+lines[0])
+	dc.Dir, dc.Env = dir, env
+	var logs bytes.Buffer
+	dc.Stdout, dc.Stderr = &logs, &logs
+	if err := dc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { dc.Wait(); close(done) }()
+	t.Cleanup(func() {
+		dc.Process.Signal(syscall.SIGINT)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			dc.Process.Kill()
+			<-done
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for ping("127.0.0.1:19092") != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not serving:\n%s", lines[0], logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "dev-cluster", "node-3")); err != nil {
+		t.Fatalf("no ./dev-cluster/node-3: %v", err)
+	}
+	expect := map[string]string{
+		"topic create":          `created orders \(6 partitions, replication factor 3\)`,
+		"cluster status":        `(?s)1\s+127\.0\.0\.1\s+19092\s+alive.*3\s+127\.0\.0\.1\s+19094\s+alive`,
+		"cluster elect-leaders": `TOPIC\s+PARTITION\s+RESULT`,
+	}
+	for _, line := range quickstart(t, string(readme), "dev-cluster-client") {
+		var out []byte
+		for {
+			cmd := exec.Command("bash", "-o", "pipefail", "-c", line)
+			cmd.Dir, cmd.Env = dir, env
+			out, err = cmd.CombinedOutput()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("README line failed: %s\n%v\n%s\ncluster:\n%s", line, err, out, logs.String())
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		for cmd, want := range expect {
+			if strings.Contains(line, cmd) {
+				delete(expect, cmd)
+				if !regexp.MustCompile(want).Match(out) {
+					t.Fatalf("README line: %s\nprinted:\n%s\nwant it to match %s", line, out, want)
+				}
+			}
+		}
+	}
+	if len(expect) > 0 {
+		t.Errorf("README's dev-cluster block lost the commands this test checks: %v", expect)
 	}
 }
