@@ -148,7 +148,7 @@ func consume(cmd *cobra.Command, conn *connFlags, o *consumeOpts, topic string) 
 	// -e: the partitions with something left to read, and their ends.
 	remaining := map[int32]int64{}
 	for p, e := range ends {
-		if (len(o.partitions) == 0 || containsInt32(o.partitions, p)) && e.End > e.Start {
+		if (len(o.partitions) == 0 || containsInt32(o.partitions, p)) && e.End > o.firstOffset(e) {
 			remaining[p] = e.End
 		}
 	}
@@ -156,6 +156,9 @@ func consume(cmd *cobra.Command, conn *connFlags, o *consumeOpts, topic string) 
 	defer out.Flush()
 	seen, empty := 0, 0
 	for {
+		if o.exitAtEnd && len(remaining) == 0 && assigned.Load() {
+			return nil // nothing (more) to read
+		}
 		pctx, pcancel := ctx, context.CancelFunc(func() {})
 		if o.exitAtEnd {
 			pctx, pcancel = context.WithTimeout(ctx, 2*time.Second)
@@ -248,6 +251,25 @@ func (o *consumeOpts) startOffset(ends map[int32]admin.Offsets) (func(int32) kgo
 		}
 		return kgo.NewOffset().At(n)
 	}, nil
+}
+
+// firstOffset is where reading a partition starts, as far as it is known
+// before reading (a group's commit and a timestamp are not: the start).
+func (o *consumeOpts) firstOffset(e admin.Offsets) int64 {
+	if o.group != "" || o.at != "" {
+		return e.Start
+	}
+	switch o.offset {
+	case "latest", "end":
+		return e.End
+	case "earliest", "beginning":
+		return e.Start
+	}
+	n, _ := strconv.ParseInt(o.offset, 10, 64)
+	if n < 0 {
+		return max(e.End+n, e.Start)
+	}
+	return max(n, e.Start)
 }
 
 func containsInt32(v []int32, x int32) bool {
