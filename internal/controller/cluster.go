@@ -18,6 +18,10 @@ type BrokerInfo struct {
 	// RaftAddr is the Raft address of a broker-only node (one not in
 	// --peers, which the others cannot know from their config).
 	RaftAddr string `json:"raft_addr,omitempty"`
+	// DirID is the directory id of the broker's data directory (KIP-858's
+	// log directory id), registered at every start: a new one means the
+	// broker's disk was replaced and its old replicas' data is gone.
+	DirID string `json:"dir_id,omitempty"`
 }
 
 // Command is one entry of the metadata Raft log. The proposer (the
@@ -175,6 +179,8 @@ func (s *Store) applyTo(next *state, c Command, out *Topic) error {
 			}
 		}
 		nt := t.clone()
+		nt.Dirs = nil
+		recordDirs(next, &nt, 0)
 		next.Topics = append(slices.Clone(next.Topics), nt)
 		sort.Slice(next.Topics, func(i, j int) bool { return next.Topics[i].Name < next.Topics[j].Name })
 		*out = nt
@@ -195,8 +201,10 @@ func (s *Store) applyTo(next *state, c Command, out *Topic) error {
 		if c.Partitions <= t.Partitions || int(c.Partitions-t.Partitions) != len(c.Replicas) {
 			return ErrInvalidCount
 		}
+		old := t.Partitions
 		t.Partitions = c.Partitions
 		t.Replicas = append(t.Replicas, c.Replicas...)
+		recordDirs(next, &t, old)
 		next.Topics = slices.Clone(next.Topics)
 		next.Topics[i] = t
 		*out = t
@@ -223,7 +231,9 @@ func (s *Store) applyTo(next *state, c Command, out *Topic) error {
 		t := next.Topics[i].clone()
 		var err error
 		if c.Op == OpReassign {
-			err = applyReassign(next, &t, c)
+			if err = applyReassign(next, &t, c); err == nil {
+				recordDirs(next, &t, 0)
+			}
 		} else {
 			err = applyReassignDone(&t, c)
 		}
@@ -257,4 +267,29 @@ func (s *Store) applyTo(next *state, c Command, out *Topic) error {
 		return fmt.Errorf("controller: unknown metadata command %q", c.Op)
 	}
 	return nil
+}
+
+// recordDirs records, for each replica of partitions from.. of t that has
+// none yet, the directory id its broker is registered with now: the
+// directory that replica's data lives in. Applied on every node from the
+// same state, so every node records the same.
+func recordDirs(st *state, t *Topic, from int32) {
+	dirs := map[int32]string{}
+	for _, b := range st.Brokers {
+		dirs[b.ID] = b.DirID
+	}
+	for len(t.Dirs) < len(t.Replicas) {
+		t.Dirs = append(t.Dirs, nil)
+	}
+	for p := int(from); p < len(t.Replicas); p++ {
+		for _, r := range t.Replicas[p] {
+			if _, ok := t.Dirs[p][r]; ok || dirs[r] == "" {
+				continue
+			}
+			if t.Dirs[p] == nil {
+				t.Dirs[p] = map[int32]string{}
+			}
+			t.Dirs[p][r] = dirs[r]
+		}
+	}
 }

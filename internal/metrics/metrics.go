@@ -67,6 +67,16 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) *prometheus.Regist
 	counter("holdfast_leader_elections_total", "Times this node became leader of a partition; summed over nodes, the cluster's elections (Kafka: ControllerStats LeaderElectionRateAndTimeMs).",
 		func() int64 { return b.ReplicationEvents().LeaderElections })
 
+	gauge := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+	}
+	gauge("holdfast_raft_groups", "Raft groups on this node (partition replicas and the metadata group; 0 on a single node).",
+		func() float64 { return float64(b.ReplicationStats().Groups) })
+	gauge("holdfast_raft_groups_failed", "Raft groups stopped on this node by a failure and not yet repaired: they send and acknowledge nothing.",
+		func() float64 { return float64(b.ReplicationStats().FailedGroups) })
+	counter("holdfast_raft_replica_repairs_total", "Replicas whose storage failed, discarded and reopened to catch up from the others.",
+		func() int64 { return b.ReplicationStats().Repairs })
+
 	reg.MustRegister(&partitionCollector{b: b, internal: o.InternalPartitions}, &clusterCollector{b: b}, &groupCollector{b: b}, &fsyncCollector{b: b})
 	return reg
 }

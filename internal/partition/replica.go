@@ -32,8 +32,10 @@ type replica struct {
 const maxPending = 4096
 
 // Replicate turns p into a replica of Raft group id with the given voters
-// (the partition's replica set). Idempotent.
-func (p *Partition) Replicate(h *raft.Host, group uint64, voters []uint64) error {
+// (the partition's replica set). rejoin: this node's data for the
+// partition was lost (a replaced disk): it catches up before it votes.
+// Idempotent.
+func (p *Partition) Replicate(h *raft.Host, group uint64, voters []uint64, rejoin bool) error {
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
 	if p.rep.Load() != nil {
@@ -45,7 +47,7 @@ func (p *Partition) Replicate(h *raft.Host, group uint64, voters []uint64) error
 	p.hwMu.Lock()
 	p.hw = p.log.StartOffset()
 	p.hwMu.Unlock()
-	if err := h.AddGroup(raft.GroupConfig{ID: group, Log: p.log, Voters: voters, OnCommit: p.onCommit}); err != nil {
+	if err := h.AddGroup(raft.GroupConfig{ID: group, Log: p.log, Voters: voters, OnCommit: p.onCommit, Rejoin: rejoin}); err != nil {
 		return err
 	}
 	p.rep.Store(rep)

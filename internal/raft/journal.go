@@ -34,6 +34,8 @@ const (
 	jRemoved   = 4 // group removed: forget it
 	jEntry     = 5 // a side entry: u64 index, u64 term, i64 offset, u8 type, data
 	jTruncate  = 6 // u64 index: forget side entries at and above it
+	jTrusted   = 7 // the replica caught up in this directory: it may vote
+	jRejoin    = 8 // the replica's data was discarded: it must catch up before it votes
 
 	journalName   = "raft-state.journal"
 	maxJournalRec = 1 << 20
@@ -49,6 +51,13 @@ type groupState struct {
 	anc        anchor
 	ancPending bool        // a snapshot install began but did not finish
 	side       []sideEntry // by index, all above anc.Index
+	// trusted: this replica caught up with a leader after opening as a
+	// rejoining one (a replaced disk): it votes from now on.
+	trusted bool
+	// rejoin: this replica's data was discarded (a repaired storage
+	// failure): it must catch up before it votes, whatever the metadata
+	// says, until trusted.
+	rejoin bool
 }
 
 // sideEntry is a Raft entry that is not a record batch, and the offset it
@@ -211,6 +220,12 @@ func (j *journal) apply(body []byte) error {
 			Type: pb.EntryType(p[24]), Data: append([]byte(nil), p[25:]...)}
 		s := j.state(g)
 		s.side = append(truncateSide(s.side, e.Index), e)
+	case jTrusted:
+		s := j.state(g)
+		s.trusted, s.rejoin = true, false
+	case jRejoin:
+		s := j.state(g)
+		s.trusted, s.rejoin = false, true
 	case jTruncate:
 		if len(p) != 8 {
 			return errors.New("bad truncate record")
@@ -314,6 +329,26 @@ func (j *journal) putEntry(g uint64, e sideEntry) {
 	j.dirty = true
 }
 
+// putTrusted records that the group's replica caught up after rejoining.
+func (j *journal) putTrusted(g uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s := j.state(g)
+	s.trusted, s.rejoin = true, false
+	j.buf = appendRecord(j.buf, jTrusted, g, nil)
+	j.dirty = true
+}
+
+// putRejoin records that the group's replica lost its data here.
+func (j *journal) putRejoin(g uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s := j.state(g)
+	s.trusted, s.rejoin = false, true
+	j.buf = appendRecord(j.buf, jRejoin, g, nil)
+	j.dirty = true
+}
+
 // putTruncate buffers "forget side entries at and above index".
 func (j *journal) putTruncate(g uint64, index uint64) {
 	j.mu.Lock()
@@ -406,6 +441,12 @@ func (j *journal) rewriteLocked() error {
 		b = appendRecord(b, jAnchor, g, anchorPayload(s.anc, !s.ancPending))
 		for _, e := range s.side {
 			b = appendRecord(b, jEntry, g, entryPayload(e))
+		}
+		if s.trusted {
+			b = appendRecord(b, jTrusted, g, nil)
+		}
+		if s.rejoin {
+			b = appendRecord(b, jRejoin, g, nil)
 		}
 	}
 	tmp := j.path + ".tmp"

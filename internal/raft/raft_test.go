@@ -1132,3 +1132,48 @@ func TestRecoverAtEverySync(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryGroupAfterPanic: the leader cannot read its own log (EIO) when a
+// lagging follower needs old entries; etcd raft panics, which fails that
+// group on that node only. Once the disk reads again, RetryGroup rebuilds
+// the group from its log and journal, and it rejoins with nothing lost.
+func TestRetryGroupAfterPanic(t *testing.T) {
+	c := newClusterOpts(t, 3, 1, 20*time.Millisecond, true)
+	const g = 1
+	leader, _ := c.waitLeader(g)
+	lagging := c.ids[0]
+	if lagging == leader {
+		lagging = c.ids[1]
+	}
+	var acks []acked
+	for i := range 20 {
+		p := c.propose(g, fmt.Sprint("a", i))
+		acks = append(acks, acked{fmt.Sprint("a", i), p})
+	}
+	c.stop(lagging)
+	for i := range 50 {
+		p := c.propose(g, fmt.Sprint("b", i))
+		acks = append(acks, acked{fmt.Sprint("b", i), p})
+	}
+	// The majority may have moved leadership meanwhile; the node whose
+	// reads fail is whoever leads now.
+	leader, _ = c.waitLeader(g)
+	nd := c.nodes[leader]
+	nd.fs.InjectError(storage.OpRead, filepath.Join("logs", "1"), syscall.EIO)
+	c.start(lagging)
+	waitFor(t, "the leader's group to fail on its unreadable log", func() bool {
+		st, err := nd.host.Status(g)
+		return err == nil && st.Failed != ""
+	})
+	nd.fs.ClearErrors()
+	if err := nd.host.RetryGroup(g); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := nd.host.Status(g); st.Failed != "" {
+		t.Fatalf("still failed after RetryGroup: %s", st.Failed)
+	}
+	p := c.propose(g, "after")
+	acks = append(acks, acked{"after", p})
+	c.waitConverged(g)
+	c.checkAcked(g, acks)
+}

@@ -343,6 +343,7 @@ func (h *Host) apply(it *readyItem) {
 	}
 	if g.rejoin && g.rejoinTarget > 0 && g.commitIndex >= g.rejoinTarget {
 		g.rejoin = false
+		h.journal.putTrusted(g.id) // fsynced with the next cycle; lost, it just catches up again
 		h.log.Info("raft: replica caught up after losing its storage, voting again", "group", g.id, "index", g.commitIndex)
 	}
 	g.mu.Unlock()

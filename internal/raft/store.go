@@ -351,10 +351,16 @@ func (s *store) FirstIndex() (uint64, error) {
 	return s.anc.Index + 1, nil
 }
 
-// Snapshot implements raft.Storage: "the log starts at the anchor".
+// Snapshot implements raft.Storage: "the log starts at the anchor". With
+// nothing compacted there is no snapshot to send: a leader asks only when
+// it could not read its own log for a follower, and etcd raft panics on an
+// empty snapshot, so it is told to try again later instead.
 func (s *store) Snapshot() (*pb.Snapshot, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	if s.anc.Index == 0 {
+		return nil, raft.ErrSnapshotTemporarilyUnavailable
+	}
 	cs := &pb.ConfState{}
 	if s.cs != nil {
 		cs = cloneCS(s.cs)
@@ -592,4 +598,12 @@ func (s *store) endOffset() int64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.end
+}
+
+// adopt takes over the state of o (a store rebuilt over the same log), so
+// that everything holding s sees the rebuilt state.
+func (s *store) adopt(o *store) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.anc, s.bases, s.terms, s.side, s.end, s.hs, s.cs = o.anc, o.bases, o.terms, o.side, o.end, o.hs, o.cs
 }

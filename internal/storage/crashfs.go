@@ -262,11 +262,44 @@ func (fs *CrashFS) Rename(oldname, newname string) error {
 	}
 	n, ok := fs.names[oldname]
 	if !ok {
+		if fs.dirs[oldname] {
+			fs.renameDirLocked(oldname, newname)
+			return nil
+		}
 		return &os.PathError{Op: "rename", Path: oldname, Err: os.ErrNotExist}
 	}
 	delete(fs.names, oldname)
 	fs.names[newname] = n
 	return nil
+}
+
+// renameDirLocked moves a directory and everything below it, durably at
+// once (a simplification, like MkdirAll and RemoveAll).
+func (fs *CrashFS) renameDirLocked(oldname, newname string) {
+	prefix := oldname + string(filepath.Separator)
+	move := func(name string) (string, bool) {
+		if name == oldname {
+			return newname, true
+		}
+		if strings.HasPrefix(name, prefix) {
+			return newname + name[len(oldname):], true
+		}
+		return "", false
+	}
+	for _, m := range []map[string]*memNode{fs.names, fs.durable} {
+		for name, n := range m {
+			if to, ok := move(name); ok {
+				delete(m, name)
+				m[to] = n
+			}
+		}
+	}
+	for d := range fs.dirs {
+		if to, ok := move(d); ok {
+			delete(fs.dirs, d)
+			fs.dirs[to] = true
+		}
+	}
 }
 
 // MkdirAll creates directories; they are durable at once (a simplification).
