@@ -56,6 +56,7 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) *prometheus.Regist
 	counter("holdfast_connections_rejected_total", "Connections closed at accept because max.connections was reached.", st.Rejected.Load)
 	counter("holdfast_requests_total", "Requests decoded (Kafka: kafka.network RequestsPerSec; by API: holdfast_request_duration_seconds_count).", st.Requests.Load)
 	counter("holdfast_bad_frames_total", "Connections closed for an unreadable, oversized or unsupported frame.", st.BadFrames.Load)
+	counter("holdfast_handler_panics_total", "Requests whose handler panicked: each closed its own connection (logged with the API and a stack).", st.Panics.Load)
 	counter("holdfast_network_received_bytes_total", "Request bytes received.", st.BytesIn.Load)
 	counter("holdfast_network_sent_bytes_total", "Response bytes sent.", st.BytesOut.Load)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "holdfast_connections_open", Help: "Open client connections."},

@@ -19,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -98,6 +99,9 @@ type Stats struct {
 	Accepted, Rejected, Open atomic.Int64
 	Requests, BadFrames      atomic.Int64
 	BytesIn, BytesOut        atomic.Int64
+	// Panics counts handlers that panicked: each closed its connection,
+	// nothing else.
+	Panics atomic.Int64
 }
 
 // Server accepts Kafka connections.
@@ -309,8 +313,9 @@ func (c *serverConn) readLoop() {
 		var reply Reply
 		if req.Body == nil {
 			reply = c.unsupportedApiVersions(req)
-		} else {
-			reply = c.s.h.Handle(c.ctx, req)
+		} else if reply = c.handle(req); reply == nil {
+			c.s.budget.release(int64(size))
+			return // it panicked: the connection is closed
 		}
 		select {
 		case c.pending <- pending{req: req, reply: reply, size: int64(size), start: start}:
@@ -488,13 +493,32 @@ func (c *serverConn) write(frame []byte, req *Request, resp kmsg.Response) (int6
 	return writeParts(c.nc, parts)
 }
 
+// handle calls the handler; a panic closes only this connection and
+// returns a nil Reply.
+func (c *serverConn) handle(req *Request) (reply Reply) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.panicked(req, r)
+			reply = nil
+		}
+	}()
+	return c.s.h.Handle(c.ctx, req)
+}
+
+// panicked logs a handler's panic with its stack, counts it and closes the
+// connection: one bad request must never take the broker down.
+func (c *serverConn) panicked(req *Request, r any) {
+	c.s.Stats.Panics.Add(1)
+	c.s.log.Error("handler panic; closing connection", "peer", c.info.Remote.String(),
+		"api", kmsg.NameForKey(req.Key), "version", req.Version, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+	c.close()
+}
+
 // run calls a reply; a panicking handler closes only its own connection.
 func (c *serverConn) run(p pending) (resp kmsg.Response) {
 	defer func() {
 		if r := recover(); r != nil {
-			c.s.log.Error("handler panic; closing connection", "peer", c.info.Remote.String(),
-				"api", kmsg.NameForKey(p.req.Key), "version", p.req.Version, "panic", r)
-			c.close()
+			c.panicked(p.req, r)
 			resp = nil
 		}
 	}()
