@@ -3,7 +3,6 @@ package console_test
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -14,10 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
 	"holdfast/internal/console"
-	"holdfast/internal/wire"
 )
 
 // TestPages serves every page from an in-process broker (the browser test
@@ -99,19 +96,7 @@ func TestPages(t *testing.T) {
 // leader and shows each replica's acknowledged offset from it, and this
 // node's own replica's offsets.
 func TestClusterTopicPage(t *testing.T) {
-	peers := map[int32]string{}
-	for i := int32(1); i <= 3; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		peers[i] = ln.Addr().String()
-		ln.Close()
-	}
-	var nodes []*brokertest.Node
-	for i := int32(1); i <= 3; i++ {
-		nodes = append(nodes, brokertest.Start(t, func(c *broker.Config, _ *wire.Limits) { c.NodeID, c.Peers = i, peers }))
-	}
+	nodes := brokertest.StartCluster(t, 3)
 	var seeds []string
 	for _, n := range nodes {
 		seeds = append(seeds, n.Addr)
