@@ -316,6 +316,14 @@ func (h *Host) Compact(groupID uint64, offset int64) error {
 	if offset > commitEnd {
 		return fmt.Errorf("raft: compact group %d to %d beyond commit %d: %w", groupID, offset, commitEnd, storage.ErrOffsetOutOfRange)
 	}
+	g.st.mu.RLock()
+	below := offset <= g.st.anc.Offset
+	g.st.mu.RUnlock()
+	if below {
+		// Data below the anchor (a log adopted with its history, or the
+		// rest of a batch cut mid-way): Raft's indexes are not involved.
+		return g.st.log.DeleteBefore(offset)
+	}
 	idx, _, base, _, ok := g.st.entryAt(offset)
 	if !ok { // offset == end of the log: everything goes
 		idx = commitIndex + 1
