@@ -84,11 +84,11 @@ func (b *Broker) watchLeadership(topic string, n int32, load, unload func(int32)
 			switch {
 			case term == owned[i]:
 			case term == 0:
-				b.log.Info("no longer coordinating partition", "topic", topic, "partition", i, "epoch", owned[i])
+				b.log.Debug("no longer coordinating partition", "topic", topic, "partition", i, "epoch", owned[i])
 				unload(int32(i))
 				owned[i] = 0
 			default:
-				b.log.Info("coordinating partition", "topic", topic, "partition", i, "epoch", term)
+				b.log.Debug("coordinating partition", "topic", topic, "partition", i, "epoch", term)
 				load(int32(i))
 				owned[i] = term
 			}

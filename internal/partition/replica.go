@@ -161,7 +161,7 @@ func (p *Partition) leaderCheckLocked() error {
 		return p.fail(err)
 	}
 	rep.readyTerm = l.Term
-	p.lg.Info("leading partition", "epoch", l.Term, "log_end_offset", end)
+	p.lg.Debug("leading partition", "epoch", l.Term, "log_end_offset", end)
 	return nil
 }
 

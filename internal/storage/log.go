@@ -1444,6 +1444,18 @@ func (l *Log) Delete() error {
 // Dir returns the log's directory.
 func (l *Log) Dir() string { return l.dir }
 
+// Size returns the bytes of record batches in the log's segments (Kafka's
+// kafka.log:type=Log,name=Size).
+func (l *Log) Size() int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var n int64
+	for _, s := range l.segs {
+		n += s.size
+	}
+	return n
+}
+
 // Segments returns the number of segments (for tests and metrics).
 func (l *Log) Segments() int {
 	l.mu.RLock()
