@@ -204,7 +204,7 @@ func (h *Host) cycle(gs []*group) {
 		}
 		if bs.Lead != g.lastLeader {
 			g.lastLeader = bs.Lead
-			h.log.Info("raft: leader changed", "group", g.id, "leader", bs.Lead, "term", bs.GetTerm())
+			h.log.Debug("raft: leader changed", "group", g.id, "leader", bs.Lead, "term", bs.GetTerm())
 		}
 		ready := false
 		h.guardLocked(g, func() { ready = g.rn.HasReady() })
