@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -73,6 +74,9 @@ func TestClusterElectLeadersCLI(t *testing.T) {
 			err = resp.Error()
 		}
 		if err == nil {
+			if rf := resp.Sorted()[0].ReplicationFactor; rf != 3 {
+				t.Fatalf("CreateTopics answered replication factor %d, want 3", rf)
+			}
 			break
 		}
 		if time.Now().After(deadline) {
@@ -107,6 +111,20 @@ func TestClusterElectLeadersCLI(t *testing.T) {
 			t.Fatalf("after elect-leaders: %s\n%s", bad, out)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+
+	// cluster status: three live nodes, and per partition the replicas'
+	// acknowledged offsets from their leader.
+	for {
+		out, err = exec.Command(binary, "cluster", "status", "--bootstrap", boot).CombinedOutput()
+		if err == nil && strings.Count(string(out), "alive") == 3 &&
+			regexp.MustCompile(`(?m)^cli-elect\s+0\s+\d\s+\d+\s+\[[1-3 ]+\]\s+\[[1-3 ]+\]\s+\[\]\s+\d+\s+\d:\d+ \d:\d+ \d:\d+\s*$`).Match(out) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster status: %v\n%s", err, out)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 
 	out, err = exec.Command(binary, "cluster", "elect-leaders", "--bootstrap", boot, "--topic", "no-such-topic", "--partition", "0").CombinedOutput()

@@ -2,176 +2,155 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
-	"os"
+	"io"
 	"sort"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
+
+	"holdfast/internal/admin"
 )
 
-// groupCommand is `holdfast group list|describe|reset-offsets`.
-func groupCommand(args []string) error {
-	const synopsis = "group list | describe GROUP... | reset-offsets GROUP --topic T (--to-earliest|--to-latest|--to-datetime TIME|--to-offset N) [--execute] [flags]"
-	if len(args) == 0 {
-		return fmt.Errorf("usage: holdfast %s", synopsis)
+func init() { addCommand(newGroupCmd) }
+
+func newGroupCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "group",
+		Short: "List, describe (lag), reset and delete consumer groups",
 	}
-	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("group "+sub, flag.ContinueOnError)
-	fs.Usage = flagUsage(fs, synopsis)
-	bootstrap := bootstrapFlag(fs)
-	var topics listFlag
-	fs.Var(&topics, "topic", "topic to reset, repeatable (reset-offsets); all the group's committed topics if none")
-	earliest := fs.Bool("to-earliest", false, "reset to the log start offset (reset-offsets)")
-	latest := fs.Bool("to-latest", false, "reset to the log end offset (reset-offsets)")
-	datetime := fs.String("to-datetime", "", "reset to the first offset at or after this RFC 3339 time (reset-offsets)")
-	toOffset := fs.Int64("to-offset", -1, "reset to this offset, clamped to the log (reset-offsets)")
-	execute := fs.Bool("execute", false, "commit the new offsets; without it reset-offsets only shows them (dry run)")
-	if err := fs.Parse(reorder(args)); err != nil {
-		return err
-	}
-	cl, err := newClient(*bootstrap)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	switch sub {
-	case "list":
-		return listGroups(ctx, adm)
-	case "describe":
-		if fs.NArg() == 0 {
-			return errors.New("name at least one group")
-		}
-		return describeGroups(ctx, adm, fs.Args())
-	case "reset-offsets":
-		if fs.NArg() != 1 {
-			return errors.New("name exactly one group")
-		}
-		n := 0
-		for _, set := range []bool{*earliest, *latest, *datetime != "", *toOffset >= 0} {
-			if set {
-				n++
-			}
-		}
-		if n != 1 {
-			return errors.New("choose one of --to-earliest, --to-latest, --to-datetime, --to-offset")
-		}
-		spec := resetSpec{earliest: *earliest, latest: *latest, offset: *toOffset}
-		if *datetime != "" {
-			ts, err := time.Parse(time.RFC3339, *datetime)
-			if err != nil {
-				return fmt.Errorf("--to-datetime: %w", err)
-			}
-			spec.at = ts
-		}
-		return resetOffsets(ctx, adm, fs.Arg(0), topics, spec, *execute)
-	default:
-		return fmt.Errorf("unknown group subcommand %q; usage: holdfast %s", sub, synopsis)
+	conn := clientCommand(c)
+	c.AddCommand(groupListCmd(conn), groupDescribeCmd(conn), groupResetCmd(conn), groupDeleteCmd(conn))
+	return c
+}
+
+func groupListCmd(conn *connFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List consumer groups with their state",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return conn.call(func(ctx context.Context, c *admin.Client) error {
+				gs, err := c.ListGroups(ctx)
+				if err != nil {
+					return err
+				}
+				w := tw(cmd.OutOrStdout())
+				fmt.Fprintln(w, "GROUP\tSTATE\tPROTOCOL TYPE\tCOORDINATOR")
+				for _, g := range gs {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", g.Group, g.State, g.ProtocolType, g.Coordinator)
+				}
+				return w.Flush()
+			})
+		},
 	}
 }
 
-// reorder moves flags before positional arguments so `describe G --bootstrap
-// X` works as well as `describe --bootstrap X G`.
-func reorder(args []string) []string {
-	var flags, pos []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if !strings.HasPrefix(a, "-") || a == "-" {
-			pos = append(pos, a)
-			continue
-		}
-		flags = append(flags, a)
-		name := strings.TrimLeft(a, "-")
-		boolean := name == "execute" || name == "to-earliest" || name == "to-latest"
-		if !strings.Contains(a, "=") && !boolean && i+1 < len(args) {
-			i++
-			flags = append(flags, args[i])
-		}
+func groupDescribeCmd(conn *connFlags) *cobra.Command {
+	var noTimeLag bool
+	c := &cobra.Command{
+		Use:               "describe GROUP...",
+		ValidArgsFunction: completeNames(conn, true),
+		Short:             "Show members, and lag per partition and per member, in records and in time",
+		Long: `Show a group's members with their assignment and lag, and per partition the
+committed offset, the log end (high watermark), the lag in records and the
+time lag: how old the next record the group will read is (read with one
+fetch per lagging partition; --no-time-lag skips it).`,
+		Args: minArgs(1),
+		RunE: func(cmd *cobra.Command, groups []string) error {
+			return conn.call(func(ctx context.Context, c *admin.Client) error {
+				gs, err := c.Groups(ctx, !noTimeLag, groups...)
+				if err != nil {
+					return err
+				}
+				return printGroups(cmd.OutOrStdout(), gs)
+			})
+		},
 	}
-	return append(flags, pos...)
+	c.Flags().BoolVar(&noTimeLag, "no-time-lag", false, "do not read records for the time lag")
+	return c
 }
 
-type listFlag []string
-
-func (l *listFlag) String() string     { return strings.Join(*l, ",") }
-func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
-
-func listGroups(ctx context.Context, adm *kadm.Client) error {
-	gs, err := adm.ListGroups(ctx)
-	if err != nil {
-		return err
-	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "GROUP\tSTATE\tPROTOCOL TYPE")
-	for _, g := range gs.Sorted() {
-		fmt.Fprintf(w, "%s\t%s\t%s\n", g.Group, g.State, g.ProtocolType)
-	}
-	return w.Flush()
-}
-
-func describeGroups(ctx context.Context, adm *kadm.Client, groups []string) error {
-	lags, err := adm.Lag(ctx, groups...)
-	if err != nil {
-		return err
-	}
-	for i, name := range groups {
-		l, ok := lags[name]
-		if !ok {
-			return fmt.Errorf("%s: no answer", name)
+func printGroups(out io.Writer, gs []admin.Group) error {
+	for i, g := range gs {
+		if g.Err != "" {
+			return fmt.Errorf("group %s: %s", g.Name, g.Err)
 		}
-		if err := l.Error(); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+		if g.State == "Dead" && len(g.Partitions) == 0 && len(g.Members) == 0 {
+			return fmt.Errorf("group %s does not exist (GROUP_ID_NOT_FOUND)", g.Name)
 		}
 		if i > 0 {
-			fmt.Println()
+			fmt.Fprintln(out)
 		}
-		fmt.Printf("group %s  state %s  protocol %s/%s  coordinator %d\n", name, l.State, l.ProtocolType, l.Protocol, l.Coordinator.NodeID)
-		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "MEMBER\tINSTANCE\tCLIENT\tHOST\tASSIGNED")
-		for _, m := range l.Members {
-			inst := "-"
-			if m.InstanceID != nil {
-				inst = *m.InstanceID
+		fmt.Fprintf(out, "group %s  state %s  protocol %s/%s  coordinator %d  lag %d  time lag %s\n",
+			g.Name, g.State, g.ProtocolType, g.Protocol, g.Coordinator, g.TotalLag, fmtAge(g.MaxTimeLag))
+		w := tw(out)
+		fmt.Fprintln(w, "MEMBER\tINSTANCE\tCLIENT\tHOST\tLAG\tASSIGNED")
+		for _, m := range g.Members {
+			inst := m.InstanceID
+			if inst == "" {
+				inst = "-"
 			}
-			var parts []string
-			if a, ok := m.Assigned.AsConsumer(); ok {
-				for _, t := range a.Topics {
-					parts = append(parts, fmt.Sprintf("%s%v", t.Topic, t.Partitions))
-				}
-			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", m.MemberID, inst, m.ClientID, m.ClientHost, strings.Join(parts, " "))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", m.ID, inst, m.ClientID, m.Host, m.Lag, strings.Join(m.Assigned, " "))
 		}
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "TOPIC\tPARTITION\tCOMMITTED\tLOG END\tLAG\tMEMBER")
-		var total int64
-		for _, pl := range l.Lag.Sorted() {
-			member := "-"
-			if pl.Member != nil {
-				member = pl.Member.MemberID
-			}
+		fmt.Fprintln(w, "TOPIC\tPARTITION\tCOMMITTED\tLOG-END\tLAG\tTIME-LAG\tMEMBER")
+		for _, p := range g.Partitions {
 			committed, lag := "-", "-"
-			if pl.Commit.At >= 0 {
-				committed = fmt.Sprint(pl.Commit.At)
+			if p.Committed >= 0 {
+				committed = strconv.FormatInt(p.Committed, 10)
 			}
-			if pl.Err == nil && pl.Lag >= 0 {
-				lag = fmt.Sprint(pl.Lag)
-				total += pl.Lag
+			if p.Lag >= 0 {
+				lag = strconv.FormatInt(p.Lag, 10)
 			}
-			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%s\n", pl.Topic, pl.Partition, committed, pl.End.Offset, lag, member)
+			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%s\t%s\n", p.Topic, p.Partition, committed, p.End, lag, fmtAge(p.TimeLag), p.Member)
 		}
-		fmt.Fprintf(w, "TOTAL\t\t\t\t%d\t\n", total)
 		if err := w.Flush(); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func fmtAge(d time.Duration) string {
+	if d <= 0 {
+		return "0s"
+	}
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+func groupDeleteCmd(conn *connFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:               "delete GROUP...",
+		ValidArgsFunction: completeNames(conn, true),
+		Short:             "Delete empty groups and their committed offsets (DeleteGroups)",
+		Args:              minArgs(1),
+		RunE: func(cmd *cobra.Command, groups []string) error {
+			return conn.call(func(ctx context.Context, c *admin.Client) error {
+				resp, err := c.A.DeleteGroups(ctx, groups...)
+				if err != nil {
+					return err
+				}
+				for _, g := range groups {
+					r, ok := resp[g]
+					if !ok {
+						return fmt.Errorf("group %s: no answer", g)
+					}
+					if r.Err != nil {
+						return fmt.Errorf("group %s: %w", g, r.Err)
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "deleted group %s\n", g)
+				}
+				return nil
+			})
+		},
+	}
 }
 
 type resetSpec struct {
@@ -180,10 +159,58 @@ type resetSpec struct {
 	offset           int64
 }
 
+func groupResetCmd(conn *connFlags) *cobra.Command {
+	var (
+		topics           []string
+		earliest, latest bool
+		datetime         string
+		toOffset         int64
+		execute          bool
+	)
+	c := &cobra.Command{
+		Use:               "reset-offsets GROUP (--to-earliest | --to-latest | --to-datetime TIME | --to-offset N) [--topic T]... [--execute]",
+		Short:             "Move a group's committed offsets (a dry run unless --execute)",
+		ValidArgsFunction: completeNames(conn, true),
+		Long: `Compute new committed offsets for a group and, with --execute, commit them.
+Like Kafka's tool it refuses a group with live members: their next commit
+would overwrite the reset.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n := 0
+			for _, set := range []bool{earliest, latest, datetime != "", toOffset >= 0} {
+				if set {
+					n++
+				}
+			}
+			if n != 1 {
+				return usagef("group reset-offsets: choose one of --to-earliest, --to-latest, --to-datetime, --to-offset")
+			}
+			spec := resetSpec{earliest: earliest, latest: latest, offset: toOffset}
+			if datetime != "" {
+				ts, err := time.Parse(time.RFC3339, datetime)
+				if err != nil {
+					return usagef("--to-datetime: %v", err)
+				}
+				spec.at = ts
+			}
+			return conn.call(func(ctx context.Context, c *admin.Client) error {
+				return resetOffsets(ctx, cmd.OutOrStdout(), c.A, args[0], topics, spec, execute)
+			})
+		},
+	}
+	f := c.Flags()
+	f.StringArrayVar(&topics, "topic", nil, "topic to reset, repeatable; all the group's committed topics if none")
+	f.BoolVar(&earliest, "to-earliest", false, "reset to the log start offset")
+	f.BoolVar(&latest, "to-latest", false, "reset to the log end offset")
+	f.StringVar(&datetime, "to-datetime", "", "reset to the first offset at or after this RFC 3339 time")
+	f.Int64Var(&toOffset, "to-offset", -1, "reset to this offset, clamped to the log")
+	f.BoolVar(&execute, "execute", false, "commit the new offsets; without it only show them (dry run)")
+	return c
+}
+
 // resetOffsets computes new committed offsets for a group and, with
-// execute, commits them. Like Kafka's tool it refuses a group with live
-// members: their next commit would overwrite the reset.
-func resetOffsets(ctx context.Context, adm *kadm.Client, group string, topics []string, spec resetSpec, execute bool) error {
+// execute, commits them.
+func resetOffsets(ctx context.Context, out io.Writer, adm *kadm.Client, group string, topics []string, spec resetSpec, execute bool) error {
 	dg, err := adm.DescribeGroups(ctx, group)
 	if err != nil {
 		return err
@@ -226,7 +253,7 @@ func resetOffsets(ctx context.Context, adm *kadm.Client, group string, topics []
 		}
 	}
 	next := kadm.Offsets{}
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	w := tw(out)
 	fmt.Fprintln(w, "TOPIC\tPARTITION\tCURRENT\tNEW")
 	var rows []kadm.ListedOffset
 	ends.Each(func(o kadm.ListedOffset) { rows = append(rows, o) })
@@ -265,7 +292,7 @@ func resetOffsets(ctx context.Context, adm *kadm.Client, group string, topics []
 		return err
 	}
 	if !execute {
-		fmt.Println("dry run: nothing committed; add --execute to commit these offsets")
+		fmt.Fprintln(out, "dry run: nothing committed; add --execute to commit these offsets")
 		return nil
 	}
 	resp, err := adm.CommitOffsets(ctx, group, next)
@@ -275,6 +302,6 @@ func resetOffsets(ctx context.Context, adm *kadm.Client, group string, topics []
 	if err := resp.Error(); err != nil {
 		return err
 	}
-	fmt.Printf("committed %d offsets for group %s\n", len(rows), group)
+	fmt.Fprintf(out, "committed %d offsets for group %s\n", len(rows), group)
 	return nil
 }

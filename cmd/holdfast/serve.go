@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strconv"
@@ -16,185 +14,341 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
 
 	"holdfast/internal/broker"
-	"holdfast/internal/metrics"
 	"holdfast/internal/storage"
 	"holdfast/internal/wire"
 )
 
-func serveCommand(args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.Usage = flagUsage(fs, "serve [flags]")
+func init() { addCommand(newServeCmd) }
+
+// serveConfig is every `serve` setting as the command line, the
+// environment and the --config file leave it. register lists them (with
+// their Kafka names); brokerConfig checks them and maps them onto the
+// broker's and the server's configs.
+type serveConfig struct {
+	unknownEnv                                                   []string // HOLDFAST_* variables that set nothing (reported)
+	config                                                       string
+	listen, advertised, dataDir, rack, flush                     string
+	peers, raftListen, join                                      string
+	metricsListen, logLevel, logFormat                           string
+	nodeID, numParts, offsetParts, txnParts, defaultRF           int
+	maxMsg, maxReq, maxConns, imbalancePct                       int
+	groupMaxSize, offsetMetaMax, indexInterval                   int
+	txnAbortIv, txnIDExpiry, offsRetCheck                        time.Duration
+	segBytes, retBytes, maxQueued                                int64
+	autoCreate, rebalance, ctrlShut                              bool
+	console, metricsInternal                                     bool
+	consoleSample                                                time.Duration
+	txnMax, retention, segmentMs, retentionCheck, idle           time.Duration
+	imbalanceIv, ctrlShutMax, hbInterval, session                time.Duration
+	groupInitialDelay, groupMinSession, groupMaxSession, offsRet time.Duration
+	// The log cleaner (docs/compaction.md).
+	cleanerOn                                       bool
+	cleanerThreads, cleanerIOBuf                    int
+	cleanerMem, offsetsSeg, txnSeg                  int64
+	cleanerRate, cleanableRatio                     float64
+	cleanerBackoff, deleteRetention, minLag, maxLag time.Duration
+}
+
+func (c *serveConfig) register(s *settings) {
 	def := broker.DefaultConfig()
 	lim := wire.DefaultLimits()
-	fs.String("config", "", "optional config file of `key = value` lines with these flag names (read by parseLayered)")
-	var (
-		listen      = fs.String("listen", "localhost:9092", "Kafka listener address (listeners)")
-		advertised  = fs.String("advertised", "", "address given to clients (advertised.listeners); default: the listen address")
-		dataDir     = fs.String("data-dir", def.DataDir, "where logs and metadata live (log.dirs)")
-		nodeID      = fs.Int("node-id", int(def.NodeID), "this node's id (node.id)")
-		rack        = fs.String("rack", "", "rack of this node (broker.rack)")
-		flush       = fs.String("flush", "sync", "durability: sync (fsync before ack, group commit), interval:<duration>, or os (page cache only, Kafka's default)")
-		autoCreate  = fs.Bool("auto-create-topics", def.AutoCreateTopics, "create topics on first metadata request (auto.create.topics.enable)")
-		numParts    = fs.Int("num-partitions", int(def.NumPartitions), "partitions of auto-created topics (num.partitions)")
-		offsetParts = fs.Int("offsets-partitions", int(def.OffsetsTopicPartitions), "partitions of __consumer_offsets (offsets.topic.num.partitions)")
-		txnParts    = fs.Int("txn-partitions", int(def.Txn.StatePartitions), "partitions of __transaction_state (transaction.state.log.num.partitions)")
-		txnMax      = fs.Duration("txn-max-timeout", def.Txn.MaxTimeout, "longest transaction timeout a producer may ask for (transaction.max.timeout.ms)")
-		segBytes    = fs.Int64("segment-bytes", def.LogDefaults.SegmentBytes, "default segment size (log.segment.bytes)")
-		retention   = fs.Duration("retention", def.LogDefaults.RetentionMs, "default retention time, negative for unlimited (log.retention.ms)")
-		retBytes    = fs.Int64("retention-bytes", def.LogDefaults.RetentionBytes, "default retention size per partition, -1 unlimited (log.retention.bytes)")
-		maxMsg      = fs.Int("max-message-bytes", def.LogDefaults.MaxMessageBytes, "largest record batch accepted (message.max.bytes)")
-		maxReq      = fs.Int("max-request-bytes", int(lim.MaxRequestBytes), "largest request frame (socket.request.max.bytes)")
-		maxConns    = fs.Int("max-connections", lim.MaxConnections, "connection limit (max.connections)")
-		maxQueued   = fs.Int64("max-queued-bytes", lim.MaxQueuedBytes, "request bytes held in memory across all connections (queued.max.request.bytes)")
-		idle        = fs.Duration("idle-timeout", lim.IdleTimeout, "close connections idle this long (connections.max.idle.ms)")
-		peers       = fs.String("peers", "", "cluster mode: every node's Raft address, id@host:port,... (this node included); empty = single node")
-		raftListen  = fs.String("raft-listen", "", "Raft listener address; default: this node's --peers entry (required on a broker-only node)")
-		join        = fs.String("join", "", "broker-only node (--node-id not in --peers, which then lists the controller quorum): Kafka addresses of running brokers to register through, host:port,...")
-		defaultRF   = fs.Int("default-replication-factor", 0, "replicas of new topics (default.replication.factor); 0 = 1 single-node, min(3, nodes) in a cluster")
-		rebalance   = fs.Bool("auto-leader-rebalance", def.AutoLeaderRebalance, "cluster: move leadership back to preferred replicas by itself (auto.leader.rebalance.enable)")
-		imbalanceIv = fs.Duration("leader-imbalance-check-interval", def.LeaderImbalanceCheckInterval, "cluster: how often to check leader balance (leader.imbalance.check.interval.seconds)")
-		imbalancePc = fs.Int("leader-imbalance-per-broker-percentage", def.LeaderImbalancePerBrokerPct, "cluster: share of a broker's preferred partitions it may not lead before they move back (leader.imbalance.per.broker.percentage)")
-		ctrlShut    = fs.Bool("controlled-shutdown", def.ControlledShutdown, "cluster: on stop, hand this node's leaderships to caught-up replicas first (controlled.shutdown.enable)")
-		ctrlShutMax = fs.Duration("controlled-shutdown-max-wait", def.ControlledShutdownMaxWait, "cluster: longest wait for those transfers before stopping anyway")
-		hbInterval  = fs.Duration("broker-heartbeat-interval", def.BrokerHeartbeatInterval, "cluster mode: how often a broker heartbeats the controller (broker.heartbeat.interval.ms)")
-		session     = fs.Duration("broker-session-timeout", def.BrokerSessionTimeout, "cluster mode: the controller fences a broker not heard from this long (broker.session.timeout.ms)")
-		cleanerOn   = fs.Bool("log-cleaner-enable", def.LogCleaner.Enable, "compact cleanup.policy=compact topics, __consumer_offsets and __transaction_state included (log.cleaner.enable)")
-		cleanerThr  = fs.Int("log-cleaner-threads", def.LogCleaner.Threads, "partitions compacted at once (log.cleaner.threads)")
-		cleanerMem  = fs.Int64("log-cleaner-dedupe-buffer-size", def.LogCleaner.DedupeBufferSize, "bytes of the cleaner's offset maps, shared by its threads (log.cleaner.dedupe.buffer.size)")
-		cleanerIOB  = fs.Int("log-cleaner-io-buffer-size", def.LogCleaner.IOBufferSize, "read and write buffer per cleaner thread (log.cleaner.io.buffer.size)")
-		cleanerRate = fs.Float64("log-cleaner-io-max-bytes-per-second", 0, "cleaner read+write rate, all threads together; 0 = unlimited (log.cleaner.io.max.bytes.per.second)")
-		cleanerBack = fs.Duration("log-cleaner-backoff", def.LogCleaner.Backoff, "idle cleaner threads look for dirty logs this often (log.cleaner.backoff.ms)")
-		offsetsSeg  = fs.Int64("offsets-segment-bytes", def.OffsetsTopicSegmentBytes, "segment.bytes of __consumer_offsets at creation (offsets.topic.segment.bytes)")
-		txnSeg      = fs.Int64("txn-segment-bytes", def.TxnTopicSegmentBytes, "segment.bytes of __transaction_state at creation (transaction.state.log.segment.bytes)")
-		metricsAddr = fs.String("metrics-listen", "localhost:9095", "Prometheus /metrics, /healthz and /debug/pprof address; empty to disable")
-		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
-		logFormat   = fs.String("log-format", "text", "text or json")
-	)
-	if err := parseLayered(fs, args, "config"); err != nil {
-		return err
-	}
+	ms, sec, mins, hours := time.Millisecond, time.Second, time.Minute, time.Hour
+	s.String(&c.listen, "listen", "localhost:9092", "Kafka listener address, host:port", kafkaConverted("listeners", kafkaListener))
+	s.String(&c.advertised, "advertised", "", "address given to clients; default: the listen address", kafkaConverted("advertised.listeners", kafkaListener))
+	s.String(&c.dataDir, "data-dir", def.DataDir, "where logs and metadata live", kafkaConverted("log.dirs", oneDir), kafka("log.dir"))
+	s.Int(&c.nodeID, "node-id", int(def.NodeID), "this node's id", kafka("node.id"), kafka("broker.id"))
+	s.String(&c.rack, "rack", "", "rack of this node", kafka("broker.rack"))
+	s.String(&c.flush, "flush", "sync", "durability: sync (fsync before ack, group commit), interval:<duration>, or os (page cache only, Kafka's default)",
+		kafkaConverted("log.flush.interval.ms", func(v string) (string, error) {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 {
+				return "", errors.New("want a positive number of milliseconds")
+			}
+			return fmt.Sprintf("interval:%dms", n), nil
+		}))
+	s.Bool(&c.autoCreate, "auto-create-topics", def.AutoCreateTopics, "create topics on first use (a Metadata request that allows it)", kafka("auto.create.topics.enable"))
+	s.Int(&c.numParts, "num-partitions", int(def.NumPartitions), "partitions of auto-created topics", kafka("num.partitions"))
+	s.Int(&c.offsetParts, "offsets-partitions", int(def.OffsetsTopicPartitions), "partitions of __consumer_offsets", kafka("offsets.topic.num.partitions"))
+	s.Int(&c.txnParts, "txn-partitions", int(def.Txn.StatePartitions), "partitions of __transaction_state", kafka("transaction.state.log.num.partitions"))
+	s.Duration(&c.txnMax, "txn-max-timeout", def.Txn.MaxTimeout, "longest transaction timeout a producer may ask for", kafkaDuration("transaction.max.timeout.ms", ms))
+	s.Duration(&c.txnAbortIv, "txn-abort-interval", def.Txn.AbortInterval, "how often timed-out transactions are aborted", kafkaDuration("transaction.abort.timed.out.transaction.cleanup.interval.ms", ms))
+	s.Duration(&c.txnIDExpiry, "txn-id-expiration", def.Txn.IDExpiration, "how long an idle transactional id is kept", kafkaDuration("transactional.id.expiration.ms", ms))
+	s.Int64(&c.segBytes, "segment-bytes", def.LogDefaults.SegmentBytes, "default segment size", kafka("log.segment.bytes"))
+	s.Duration(&c.segmentMs, "segment-ms", def.LogDefaults.SegmentMs, "default age at which a segment rolls", kafkaDuration("log.roll.ms", ms), kafkaDuration("log.roll.hours", hours))
+	s.Duration(&c.retention, "retention", def.LogDefaults.RetentionMs, "default retention time, negative for unlimited",
+		kafkaDuration("log.retention.ms", ms), kafkaDuration("log.retention.minutes", mins), kafkaDuration("log.retention.hours", hours))
+	s.Int64(&c.retBytes, "retention-bytes", def.LogDefaults.RetentionBytes, "default retention size per partition, -1 unlimited", kafka("log.retention.bytes"))
+	s.Duration(&c.retentionCheck, "retention-check-interval", def.RetentionCheckInterval, "how often retention runs", kafkaDuration("log.retention.check.interval.ms", ms))
+	s.Int(&c.indexInterval, "index-interval-bytes", def.LogDefaults.IndexIntervalBytes, "bytes between offset index entries", kafka("log.index.interval.bytes"))
+	s.Int(&c.maxMsg, "max-message-bytes", def.LogDefaults.MaxMessageBytes, "largest record batch accepted", kafka("message.max.bytes"))
+	s.Int(&c.maxReq, "max-request-bytes", int(lim.MaxRequestBytes), "largest request frame", kafka("socket.request.max.bytes"))
+	s.Int(&c.maxConns, "max-connections", lim.MaxConnections, "connection limit", kafka("max.connections"))
+	s.Int64(&c.maxQueued, "max-queued-bytes", lim.MaxQueuedBytes, "request bytes held in memory across all connections", kafka("queued.max.request.bytes"))
+	s.Duration(&c.idle, "idle-timeout", lim.IdleTimeout, "close connections idle this long", kafkaDuration("connections.max.idle.ms", ms))
+	s.Duration(&c.groupInitialDelay, "group-initial-rebalance-delay", def.Groups.InitialRebalanceDelay, "how long a new group waits for more members before its first rebalance", kafkaDuration("group.initial.rebalance.delay.ms", ms))
+	s.Duration(&c.groupMinSession, "group-min-session-timeout", def.Groups.MinSessionTimeout, "shortest session timeout a consumer may ask for", kafkaDuration("group.min.session.timeout.ms", ms))
+	s.Duration(&c.groupMaxSession, "group-max-session-timeout", def.Groups.MaxSessionTimeout, "longest session timeout a consumer may ask for", kafkaDuration("group.max.session.timeout.ms", ms))
+	s.Int(&c.groupMaxSize, "group-max-size", def.Groups.MaxSize, "most members in one consumer group", kafka("group.max.size"))
+	s.Duration(&c.offsRet, "offsets-retention", def.Groups.OffsetRetention, "how long an empty group's committed offsets are kept", kafkaDuration("offsets.retention.minutes", mins))
+	s.Duration(&c.offsRetCheck, "offsets-retention-check-interval", def.Groups.RetentionCheckInterval, "how often expired committed offsets are removed", kafkaDuration("offsets.retention.check.interval.ms", ms))
+	s.Int(&c.offsetMetaMax, "offset-metadata-max-bytes", def.Groups.MaxMetadataBytes, "largest metadata string of a committed offset", kafka("offset.metadata.max.bytes"))
+	s.Bool(&c.cleanerOn, "log-cleaner-enable", def.LogCleaner.Enable, "compact cleanup.policy=compact topics, __consumer_offsets and __transaction_state included", kafka("log.cleaner.enable"))
+	s.Int(&c.cleanerThreads, "log-cleaner-threads", def.LogCleaner.Threads, "partitions compacted at once (1..64)", kafka("log.cleaner.threads"))
+	s.Int64(&c.cleanerMem, "log-cleaner-dedupe-buffer-size", def.LogCleaner.DedupeBufferSize, "bytes of the cleaner's offset maps, shared by its threads (24 per key)", kafka("log.cleaner.dedupe.buffer.size"))
+	s.Int(&c.cleanerIOBuf, "log-cleaner-io-buffer-size", def.LogCleaner.IOBufferSize, "read and write buffer per cleaner thread", kafka("log.cleaner.io.buffer.size"))
+	s.Float64(&c.cleanerRate, "log-cleaner-io-max-bytes-per-second", 0, "cleaner reads plus writes per second, all threads together; 0 = unlimited", kafka("log.cleaner.io.max.bytes.per.second"))
+	s.Duration(&c.cleanerBackoff, "log-cleaner-backoff", def.LogCleaner.Backoff, "how often idle cleaner threads look for dirty logs", kafkaDuration("log.cleaner.backoff.ms", ms))
+	s.Float64(&c.cleanableRatio, "log-cleaner-min-cleanable-ratio", def.LogDefaults.MinCleanableRatio, "default min.cleanable.dirty.ratio of compacted topics", kafka("log.cleaner.min.cleanable.ratio"))
+	s.Duration(&c.deleteRetention, "log-cleaner-delete-retention", def.LogDefaults.DeleteRetention, "default delete.retention.ms: how long tombstones stay after their first cleaning", kafkaDuration("log.cleaner.delete.retention.ms", ms))
+	s.Duration(&c.minLag, "log-cleaner-min-compaction-lag", def.LogDefaults.MinCompactionLag, "default min.compaction.lag.ms", kafkaDuration("log.cleaner.min.compaction.lag.ms", ms))
+	s.Duration(&c.maxLag, "log-cleaner-max-compaction-lag", 0, "default max.compaction.lag.ms; 0 = none", kafkaConverted("log.cleaner.max.compaction.lag.ms", func(v string) (string, error) {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil || n <= 0 {
+			return "", errors.New("want a positive number of milliseconds")
+		}
+		if n > int64(time.Duration(1<<62)/time.Millisecond) {
+			return "0", nil // Kafka's Long.MAX: none
+		}
+		return (time.Duration(n) * time.Millisecond).String(), nil
+	}))
+	s.Int64(&c.offsetsSeg, "offsets-segment-bytes", def.OffsetsTopicSegmentBytes, "segment.bytes of __consumer_offsets when it is created", kafka("offsets.topic.segment.bytes"))
+	s.Int64(&c.txnSeg, "txn-segment-bytes", def.TxnTopicSegmentBytes, "segment.bytes of __transaction_state when it is created", kafka("transaction.state.log.segment.bytes"))
+	s.String(&c.peers, "peers", "", "cluster mode: every node's Raft address, id@host:port,... (this node included); empty = single node",
+		kafkaConverted("controller.quorum.voters", func(v string) (string, error) {
+			if !strings.Contains(v, ",") {
+				return "", nil // one voter, this node: Holdfast's single-node mode
+			}
+			return v, nil
+		}))
+	s.String(&c.raftListen, "raft-listen", "", "Raft listener address; default: this node's --peers entry (required on a broker-only node)")
+	s.String(&c.join, "join", "", "broker-only node (--node-id not in --peers, which then lists the controller quorum): Kafka addresses of running brokers to register through, host:port,...")
+	s.Int(&c.defaultRF, "default-replication-factor", 0, "replicas of new topics; 0 = 1 single-node, min(3, nodes) in a cluster", kafka("default.replication.factor"))
+	s.Bool(&c.rebalance, "auto-leader-rebalance", def.AutoLeaderRebalance, "cluster: move leadership back to preferred replicas by itself", kafka("auto.leader.rebalance.enable"))
+	s.Duration(&c.imbalanceIv, "leader-imbalance-check-interval", def.LeaderImbalanceCheckInterval, "cluster: how often to check leader balance", kafkaDuration("leader.imbalance.check.interval.seconds", sec))
+	s.Int(&c.imbalancePct, "leader-imbalance-per-broker-percentage", def.LeaderImbalancePerBrokerPct, "cluster: share of a broker's preferred partitions it may not lead before they move back", kafka("leader.imbalance.per.broker.percentage"))
+	s.Bool(&c.ctrlShut, "controlled-shutdown", def.ControlledShutdown, "cluster: on stop, hand this node's leaderships to caught-up replicas first", kafka("controlled.shutdown.enable"))
+	s.Duration(&c.ctrlShutMax, "controlled-shutdown-max-wait", def.ControlledShutdownMaxWait, "cluster: longest wait for those transfers before stopping anyway")
+	s.Duration(&c.hbInterval, "broker-heartbeat-interval", def.BrokerHeartbeatInterval, "cluster mode: how often a broker heartbeats the controller", kafkaDuration("broker.heartbeat.interval.ms", ms))
+	s.Duration(&c.session, "broker-session-timeout", def.BrokerSessionTimeout, "cluster mode: the controller fences a broker not heard from this long", kafkaDuration("broker.session.timeout.ms", ms))
+	s.String(&c.metricsListen, "metrics-listen", "localhost:9095", "admin listener: web console (/), Prometheus /metrics, /healthz and /debug/pprof; empty to disable")
+	s.Bool(&c.console, "console", true, "serve the web console at / of the admin listener")
+	s.Duration(&c.consoleSample, "console-lag-sample-interval", 10*time.Second, "how often the console samples consumer group lag for its lag-over-time charts")
+	s.Bool(&c.metricsInternal, "metrics-internal-partitions", false, "export per-partition metrics of internal topics too (by default summed per topic: __consumer_offsets has 50 partitions)")
+	s.String(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	s.String(&c.logFormat, "log-format", "text", "text or json")
+}
 
-	logger, err := newLogger(*logLevel, *logFormat)
+// kafkaListener takes the client listener out of Kafka's listeners syntax,
+// NAME://host:port,...: the first one not named CONTROLLER.
+func kafkaListener(v string) (string, error) {
+	for _, l := range strings.Split(v, ",") {
+		name, addr, ok := strings.Cut(strings.TrimSpace(l), "://")
+		if !ok {
+			return "", errors.New("want NAME://host:port")
+		}
+		switch strings.ToUpper(name) {
+		case "CONTROLLER":
+			continue
+		case "PLAINTEXT":
+			return addr, nil
+		}
+		return "", fmt.Errorf("listener %s: Holdfast serves PLAINTEXT only", name)
+	}
+	return "", errors.New("no client listener (only CONTROLLER)")
+}
+
+func oneDir(v string) (string, error) {
+	if strings.Contains(v, ",") {
+		return "", errors.New("Holdfast uses one data directory")
+	}
+	return v, nil
+}
+
+// brokerConfig checks the settings and maps them onto the broker's config
+// and the connection limits.
+func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Limits, error) {
+	cfg, lim := broker.DefaultConfig(), wire.DefaultLimits()
+	policy, err := storage.ParseFlushPolicy(c.flush)
 	if err != nil {
-		return err
+		return cfg, lim, err
 	}
-	for _, msg := range unknownEnv(fs, os.Environ()) {
-		logger.Warn(msg)
-	}
-	policy, err := storage.ParseFlushPolicy(*flush)
-	if err != nil {
-		return err
-	}
-	adv := *advertised
+	adv := c.advertised
 	if adv == "" {
-		adv = *listen
+		adv = c.listen
 	}
 	advHost, advPortStr, err := net.SplitHostPort(adv)
 	if err != nil {
-		return fmt.Errorf("advertised address %q: %w", adv, err)
+		return cfg, lim, fmt.Errorf("advertised address %q: %w", adv, err)
 	}
 	advPort, err := strconv.Atoi(advPortStr)
 	if err != nil || advPort <= 0 || advPort > 65535 {
-		return fmt.Errorf("advertised address %q: bad port", adv)
+		return cfg, lim, fmt.Errorf("advertised address %q: bad port", adv)
 	}
 	if advHost == "" || advHost == "0.0.0.0" || advHost == "::" {
-		return fmt.Errorf("advertised address %q: clients cannot connect to a wildcard host; set --advertised", adv)
+		return cfg, lim, fmt.Errorf("advertised address %q: clients cannot connect to a wildcard host; set --advertised", adv)
 	}
-
-	cfg := def
-	cfg.NodeID = int32(*nodeID)
-	cfg.DataDir = *dataDir
-	cfg.Rack = *rack
+	switch {
+	case c.imbalancePct < 0 || c.imbalancePct > 100:
+		return cfg, lim, fmt.Errorf("--leader-imbalance-per-broker-percentage %d: want 0..100", c.imbalancePct)
+	case c.rebalance && c.imbalanceIv <= 0:
+		return cfg, lim, fmt.Errorf("--leader-imbalance-check-interval %v: must be positive", c.imbalanceIv)
+	case c.ctrlShutMax < 0:
+		return cfg, lim, fmt.Errorf("--controlled-shutdown-max-wait %v: must not be negative", c.ctrlShutMax)
+	case c.hbInterval <= 0 || c.session <= c.hbInterval:
+		return cfg, lim, fmt.Errorf("--broker-session-timeout (%v) must be longer than --broker-heartbeat-interval (%v), both positive", c.session, c.hbInterval)
+	case c.retentionCheck <= 0:
+		return cfg, lim, fmt.Errorf("--retention-check-interval %v: must be positive", c.retentionCheck)
+	}
+	cfg.NodeID = int32(c.nodeID)
+	cfg.DataDir = c.dataDir
+	cfg.Rack = c.rack
 	cfg.AdvertisedHost, cfg.AdvertisedPort = advHost, int32(advPort)
-	cfg.AutoCreateTopics = *autoCreate
-	cfg.NumPartitions = int32(*numParts)
-	cfg.OffsetsTopicPartitions = int32(*offsetParts)
-	cfg.Txn.StatePartitions, cfg.Txn.MaxTimeout = int32(*txnParts), *txnMax
-	cfg.LogDefaults.SegmentBytes = *segBytes
-	cfg.LogDefaults.RetentionMs = *retention
-	cfg.LogDefaults.RetentionBytes = *retBytes
-	cfg.LogDefaults.MaxMessageBytes = *maxMsg
+	cfg.AutoCreateTopics = c.autoCreate
+	cfg.NumPartitions = int32(c.numParts)
+	cfg.OffsetsTopicPartitions = int32(c.offsetParts)
+	cfg.Txn.StatePartitions, cfg.Txn.MaxTimeout = int32(c.txnParts), c.txnMax
+	cfg.RetentionCheckInterval = c.retentionCheck
+	cfg.LogDefaults.SegmentBytes = c.segBytes
+	cfg.LogDefaults.SegmentMs = c.segmentMs
+	cfg.LogDefaults.RetentionMs = c.retention
+	cfg.LogDefaults.RetentionBytes = c.retBytes
+	cfg.LogDefaults.MaxMessageBytes = c.maxMsg
 	cfg.LogDefaults.Flush = policy
-	cfg.LogCleaner = broker.CleanerConfig{Enable: *cleanerOn, Threads: *cleanerThr, DedupeBufferSize: *cleanerMem,
-		IOBufferSize: *cleanerIOB, IOMaxBytesPerSecond: *cleanerRate, Backoff: *cleanerBack}
+	cfg.Groups.InitialRebalanceDelay = c.groupInitialDelay
+	cfg.Groups.MinSessionTimeout, cfg.Groups.MaxSessionTimeout = c.groupMinSession, c.groupMaxSession
+	cfg.Groups.MaxSize = c.groupMaxSize
+	cfg.Groups.OffsetRetention = c.offsRet
+	cfg.Groups.RetentionCheckInterval, cfg.Groups.MaxMetadataBytes = c.offsRetCheck, c.offsetMetaMax
+	cfg.Txn.AbortInterval, cfg.Txn.IDExpiration = c.txnAbortIv, c.txnIDExpiry
+	cfg.LogDefaults.IndexIntervalBytes = c.indexInterval
+	cfg.LogCleaner = broker.CleanerConfig{Enable: c.cleanerOn, Threads: c.cleanerThreads, DedupeBufferSize: c.cleanerMem,
+		IOBufferSize: c.cleanerIOBuf, IOMaxBytesPerSecond: c.cleanerRate, Backoff: c.cleanerBackoff}
 	if err := cfg.LogCleaner.Validate(); err != nil {
-		return err
+		return cfg, lim, err
 	}
-	if *cleanerRate < 0 {
-		return fmt.Errorf("--log-cleaner-io-max-bytes-per-second %g: must not be negative", *cleanerRate)
+	switch {
+	case c.cleanerRate < 0:
+		return cfg, lim, fmt.Errorf("--log-cleaner-io-max-bytes-per-second %g: must not be negative", c.cleanerRate)
+	case c.cleanableRatio < 0 || c.cleanableRatio > 1:
+		return cfg, lim, fmt.Errorf("--log-cleaner-min-cleanable-ratio %g: want 0..1", c.cleanableRatio)
+	case c.deleteRetention < 0 || c.minLag < 0 || c.maxLag < 0:
+		return cfg, lim, errors.New("--log-cleaner-delete-retention, --log-cleaner-min-compaction-lag and --log-cleaner-max-compaction-lag must not be negative")
+	case c.maxLag > 0 && c.minLag > c.maxLag:
+		return cfg, lim, fmt.Errorf("--log-cleaner-min-compaction-lag %v exceeds --log-cleaner-max-compaction-lag %v", c.minLag, c.maxLag)
+	case c.offsetsSeg < 14 || c.offsetsSeg > 1<<31-1 || c.txnSeg < 14 || c.txnSeg > 1<<31-1:
+		return cfg, lim, fmt.Errorf("--offsets-segment-bytes %d, --txn-segment-bytes %d: want 14..%d", c.offsetsSeg, c.txnSeg, 1<<31-1)
 	}
-	for name, v := range map[string]int64{"--offsets-segment-bytes": *offsetsSeg, "--txn-segment-bytes": *txnSeg} {
-		if v < 1024 || v > 1<<31-1 {
-			return fmt.Errorf("%s %d: want 1024..%d", name, v, 1<<31-1)
-		}
-	}
-	cfg.OffsetsTopicSegmentBytes, cfg.TxnTopicSegmentBytes = *offsetsSeg, *txnSeg
+	cfg.LogDefaults.MinCleanableRatio, cfg.LogDefaults.DeleteRetention = c.cleanableRatio, c.deleteRetention
+	cfg.LogDefaults.MinCompactionLag, cfg.LogDefaults.MaxCompactionLag = c.minLag, c.maxLag
+	cfg.OffsetsTopicSegmentBytes, cfg.TxnTopicSegmentBytes = c.offsetsSeg, c.txnSeg
 	cfg.Logger = logger
-	if cfg.Peers, err = parsePeers(*peers); err != nil {
-		return err
+	if cfg.Peers, err = parsePeers(c.peers); err != nil {
+		return cfg, lim, err
 	}
-	cfg.RaftListen = *raftListen
-	if *join != "" {
-		cfg.Join = strings.Split(*join, ",")
+	cfg.RaftListen = c.raftListen
+	if c.join != "" {
+		cfg.Join = strings.Split(c.join, ",")
 	}
-	cfg.DefaultReplicationFactor = int16(*defaultRF)
-	if *imbalancePc < 0 || *imbalancePc > 100 {
-		return fmt.Errorf("--leader-imbalance-per-broker-percentage %d: want 0..100", *imbalancePc)
-	}
-	if *rebalance && *imbalanceIv <= 0 {
-		return fmt.Errorf("--leader-imbalance-check-interval %v: must be positive", *imbalanceIv)
-	}
-	if *ctrlShutMax < 0 {
-		return fmt.Errorf("--controlled-shutdown-max-wait %v: must not be negative", *ctrlShutMax)
-	}
-	cfg.AutoLeaderRebalance, cfg.LeaderImbalanceCheckInterval, cfg.LeaderImbalancePerBrokerPct = *rebalance, *imbalanceIv, *imbalancePc
-	cfg.ControlledShutdown, cfg.ControlledShutdownMaxWait = *ctrlShut, *ctrlShutMax
-	cfg.BrokerHeartbeatInterval, cfg.BrokerSessionTimeout = *hbInterval, *session
-	if *hbInterval <= 0 || *session <= *hbInterval {
-		return fmt.Errorf("--broker-session-timeout (%v) must be longer than --broker-heartbeat-interval (%v), both positive", *session, *hbInterval)
-	}
+	cfg.DefaultReplicationFactor = int16(c.defaultRF)
+	cfg.AutoLeaderRebalance, cfg.LeaderImbalanceCheckInterval, cfg.LeaderImbalancePerBrokerPct = c.rebalance, c.imbalanceIv, c.imbalancePct
+	cfg.ControlledShutdown, cfg.ControlledShutdownMaxWait = c.ctrlShut, c.ctrlShutMax
+	cfg.BrokerHeartbeatInterval, cfg.BrokerSessionTimeout = c.hbInterval, c.session
 
-	lim.MaxRequestBytes = int32(*maxReq)
-	lim.MaxConnections = *maxConns
-	lim.MaxQueuedBytes = *maxQueued
-	lim.IdleTimeout = *idle
+	lim.MaxRequestBytes = int32(c.maxReq)
+	lim.MaxConnections = c.maxConns
+	lim.MaxQueuedBytes = c.maxQueued
+	lim.IdleTimeout = c.idle
+	return cfg, lim, nil
+}
+
+func newServeCmd() *cobra.Command {
+	sc := &serveConfig{}
+	c := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a broker (no flags: single node, data in ./data, Kafka on localhost:9092)",
+		Long: `Run a broker. With no flags: a single node, data in ./data, Kafka on
+localhost:9092, the web console and /metrics on http://localhost:9095.
+
+Each setting is a flag, an environment variable HOLDFAST_<FLAG> (--data-dir
+is HOLDFAST_DATA_DIR), or a line of the --config file, which may be a Kafka
+server.properties: the Kafka names shown below are accepted, and names
+Holdfast does not support are reported once at start-up and ignored.
+Precedence: flag, environment, file, default.`,
+		Example: `  holdfast serve
+  holdfast serve --config server.properties --log-level debug
+  HOLDFAST_DATA_DIR=/var/lib/holdfast holdfast serve --listen 0.0.0.0:9092 --advertised host1:9092`,
+		Args: noArgs,
+	}
+	c.Flags().StringVar(&sc.config, "config", "", "config file: key=value lines with these flag names or Kafka's names (a server.properties) [env HOLDFAST_CONFIG]")
+	s := newSettings(c.Flags())
+	sc.register(s)
+	c.RunE = func(*cobra.Command, []string) error {
+		if !c.Flags().Changed("config") {
+			sc.config = os.Getenv("HOLDFAST_CONFIG")
+		}
+		unsupported, err := s.load(sc.config)
+		if err != nil {
+			return usageError{err}
+		}
+		sc.unknownEnv = s.unknownEnv(os.Environ())
+		return serve(sc, unsupported)
+	}
+	return c
+}
+
+// serve is the broker's start-up sequence: logger, broker, Kafka listener,
+// admin listener (console, metrics), then wait for a signal and stop in
+// reverse order.
+func serve(sc *serveConfig, unsupported []string) error {
+	logger, err := newLogger(sc.logLevel, sc.logFormat)
+	if err != nil {
+		return usageError{err}
+	}
+	if len(unsupported) > 0 {
+		logger.Warn("config file: ignoring settings Holdfast does not support", "file", sc.config, "names", strings.Join(unsupported, ","))
+	}
+	for _, msg := range sc.unknownEnv {
+		logger.Warn(msg)
+	}
+	cfg, lim, err := sc.brokerConfig(logger)
+	if err != nil {
+		return usageError{err}
+	}
 
 	start := time.Now()
-	logger.Info("starting", "version", version, "node", cfg.NodeID, "data_dir", cfg.DataDir, "flush", policy.String())
+	logger.Info("starting", "version", version, "node", cfg.NodeID, "data_dir", cfg.DataDir, "flush", cfg.LogDefaults.Flush.String(), "cluster", len(cfg.Peers) > 0)
 	b, err := broker.New(cfg)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", sc.listen)
 	if err != nil {
 		return err
 	}
 	srv := wire.NewServer(b, lim, logger)
+	var hs *http.Server
+	var mln net.Listener
+	if sc.metricsListen != "" {
+		// Before Serve: the metrics install the server's OnReply hook.
+		if mln, err = net.Listen("tcp", sc.metricsListen); err != nil {
+			ln.Close()
+			return fmt.Errorf("admin listener (--metrics-listen): %w", err)
+		}
+		handler, closeAdmin := adminHandler(b, srv, logger, clientAddr(ln.Addr().String(), sc.listen), sc)
+		defer closeAdmin()
+		hs = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
-
-	var hs *http.Server
-	if *metricsAddr != "" {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(metrics.New(b, srv), promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-		// Profiles of a live broker; the listener is localhost by default.
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		hs = &http.Server{Addr: *metricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		mln, err := net.Listen("tcp", *metricsAddr)
-		if err != nil {
-			srv.Close()
-			return fmt.Errorf("metrics listener: %w", err)
-		}
+	if hs != nil {
 		go func() { errc <- hs.Serve(mln) }()
 	}
-	logger.Info("ready", "listen", ln.Addr().String(), "advertised", adv, "metrics", *metricsAddr, "startup", time.Since(start).Round(time.Millisecond))
+	logger.Info("ready", append([]any{"listen", ln.Addr().String(), "advertised", fmt.Sprintf("%s:%d", cfg.AdvertisedHost, cfg.AdvertisedPort),
+		"console", consoleURL(sc.metricsListen), "startup", time.Since(start).Round(time.Millisecond)}, b.Summary()...)...)
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
@@ -225,6 +379,29 @@ func serveCommand(args []string) error {
 	}
 	logger.Info("stopped")
 	return err
+}
+
+// clientAddr is an address this process can reach its own Kafka listener
+// at: the bound address, with a wildcard host replaced by loopback.
+func clientAddr(bound, configured string) string {
+	host, port, err := net.SplitHostPort(bound)
+	if err != nil {
+		return configured
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+func consoleURL(addr string) string {
+	if addr == "" {
+		return "off"
+	}
+	if strings.HasPrefix(addr, ":") {
+		addr = "localhost" + addr
+	}
+	return "http://" + addr + "/"
 }
 
 func newLogger(level, format string) (*slog.Logger, error) {

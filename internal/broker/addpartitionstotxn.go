@@ -75,7 +75,10 @@ func (b *Broker) addPartitionsOne(id string, pid int64, epoch int16, verifyOnly 
 		for _, p := range rt.Partitions {
 			sp := kmsg.NewAddPartitionsToTxnResponseTransactionTopicPartition()
 			sp.Partition = p
-			if !ok || p < 0 || p >= t.Partitions || t.Internal {
+			// A verification may name __consumer_offsets (a TxnOffsetCommit's
+			// partition, added by AddOffsetsToTxn); clients may not add
+			// internal topics.
+			if !ok || p < 0 || p >= t.Partitions || t.Internal && !(verifyOnly && rt.Topic == offsetsTopic) {
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				unknown = true
 			}

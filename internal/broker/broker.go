@@ -145,6 +145,9 @@ type Broker struct {
 	// with opening and removing their logs (topics.go).
 	topicsMu sync.Mutex
 
+	// stats counts replication events for metrics (stats.go).
+	stats statsState
+
 	// closers run in reverse order on Close; each subsystem that New starts
 	// registers its own.
 	closers []func() error

@@ -87,6 +87,7 @@ type CleanerStats struct {
 type CleanerPartition struct {
 	Topic       string
 	Partition   int32
+	Internal    bool // __consumer_offsets, __transaction_state
 	DirtyRatio  float64
 	FirstDirty  int64 // the cleaner checkpoint: progress
 	Uncleanable bool
@@ -202,7 +203,7 @@ func (lc *logCleaner) pick() (*partition.Partition, bool) {
 			_, bad := lc.uncleanable[l]
 			busy := lc.busy[l]
 			lc.mu.Unlock()
-			parts = append(parts, CleanerPartition{Topic: t.Name, Partition: i, DirtyRatio: c.Ratio, FirstDirty: c.FirstDirty, Uncleanable: bad})
+			parts = append(parts, CleanerPartition{Topic: t.Name, Partition: i, Internal: t.Internal, DirtyRatio: c.Ratio, FirstDirty: c.FirstDirty, Uncleanable: bad})
 			if !bad && !busy && c.Due {
 				cands = append(cands, cand{p, c})
 			}

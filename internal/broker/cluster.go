@@ -897,29 +897,10 @@ func (c *cluster) setTopicConfigs(name string, configs map[string]string) (contr
 	return t, nil
 }
 
-// Producer ids in a cluster: each node allocates from its own durable
-// counter and puts its node id in the low bits, so ids are unique across
-// the cluster without a round trip (a producer keeps its id across leader
-// changes, and the new leader's dedupe must not confuse two producers).
+// producerIDNodeBits: node ids are 1..1023 (once the low bits of
+// per-node producer ids; those now come from the metadata log,
+// producerids.go).
 const producerIDNodeBits = 10
-
-func (b *Broker) clusterProducerID(req *kmsg.InitProducerIDRequest, resp *kmsg.InitProducerIDResponse) kmsg.Response {
-	me := int64(b.cfg.NodeID)
-	alloc := b.txn.ids
-	if req.ProducerID >= 0 && req.ProducerEpoch >= 0 && req.ProducerID&(1<<producerIDNodeBits-1) == me &&
-		alloc.Issued(req.ProducerID>>producerIDNodeBits) && req.ProducerEpoch < 1<<15-2 {
-		resp.ProducerID, resp.ProducerEpoch = req.ProducerID, req.ProducerEpoch+1
-		return resp
-	}
-	id, err := alloc.Next()
-	if err != nil {
-		b.log.Error("allocating a producer id", "err", err)
-		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
-		return resp
-	}
-	resp.ProducerID, resp.ProducerEpoch = id<<producerIDNodeBits|me, 0
-	return resp
-}
 
 // brokers lists the registered brokers that are not fenced for Metadata
 // (this one at least, before its registration is applied, or when every

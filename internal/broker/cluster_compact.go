@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -27,9 +26,9 @@ import (
 // command sits above the offset it names, so it survives the compaction it
 // causes, and a replica that was down or restarted finds it again.
 //
-// Command: u8 kind (cmdLogStart) | i64 new start offset, big endian.
-
-const cmdLogStart = 1
+// The command and its effect on reads are the partition's
+// (partition.LogStartCommand): a replica's log start holds as soon as the
+// command is committed there; this file deletes the segments below it.
 
 // compactEvery is how often each node looks for newly committed commands:
 // the lag of a follower's log start behind the leader's.
@@ -51,27 +50,13 @@ func (b *Broker) startClusterCompact() error {
 	return nil
 }
 
-// logStartCommand is the command naming start.
-func logStartCommand(start int64) []byte {
-	return binary.BigEndian.AppendUint64([]byte{cmdLogStart}, uint64(start))
-}
-
-// logStartTarget returns the start a command names, ok=false if cmd is not
-// a log-start command.
-func logStartTarget(cmd []byte) (int64, bool) {
-	if len(cmd) != 9 || cmd[0] != cmdLogStart {
-		return 0, false
-	}
-	return int64(binary.BigEndian.Uint64(cmd[1:])), true
-}
-
 // replicateLogStart moves p's log start to start on every replica: it
 // proposes the command on the leader (this node), waits for the commit, and
 // compacts the local log. Followers compact when their loop finds the
 // command. Errors carry a kerr code.
 func (b *Broker) replicateLogStart(ctx context.Context, p *partition.Partition, group uint64, start int64) error {
 	h := b.cluster.host
-	prop, err := h.ProposeCommand(ctx, group, logStartCommand(start))
+	prop, err := h.ProposeCommand(ctx, group, partition.LogStartCommand(start))
 	if err != nil {
 		if errors.Is(err, raft.ErrProposalDropped) {
 			return fmt.Errorf("%w: %w", kerr.NotEnoughReplicas, err)
@@ -97,7 +82,7 @@ func (b *Broker) compactReplica(p *partition.Partition, group uint64, start int6
 	defer compactMu.Unlock()
 	// Never call Compact at or below the current start: the anchor would
 	// be recomputed from an offset the index no longer holds.
-	if start <= p.LogStartOffset() {
+	if start <= p.Log().StartOffset() {
 		return nil
 	}
 	if err := b.cluster.host.Compact(group, start); err != nil {
@@ -159,11 +144,11 @@ func (b *Broker) applyLogStarts(p *partition.Partition, group uint64, after uint
 	}
 	target := int64(-1)
 	for _, c := range cmds {
-		if off, ok := logStartTarget(c.Command); ok {
+		if off, ok := partition.ParseLogStartCommand(c.Command); ok {
 			target = max(target, off)
 		}
 	}
-	if target > p.LogStartOffset() {
+	if target > p.Log().StartOffset() {
 		if err := b.compactReplica(p, group, target); err != nil {
 			return after, err
 		}

@@ -84,11 +84,11 @@ func (b *Broker) watchLeadership(topic string, n int32, load, unload func(int32)
 			switch {
 			case term == owned[i]:
 			case term == 0:
-				b.log.Info("no longer coordinating partition", "topic", topic, "partition", i, "epoch", owned[i])
+				b.log.Debug("no longer coordinating partition", "topic", topic, "partition", i, "epoch", owned[i])
 				unload(int32(i))
 				owned[i] = 0
 			default:
-				b.log.Info("coordinating partition", "topic", topic, "partition", i, "epoch", term)
+				b.log.Debug("coordinating partition", "topic", topic, "partition", i, "epoch", term)
 				load(int32(i))
 				owned[i] = term
 			}
@@ -289,15 +289,11 @@ func (b *Broker) newClusterTxnCoordinator(n int32) *txn.Coordinator {
 	for i := range logs {
 		logs[i] = clusterOffsetsLog{b: b, topic: txnStateTopic, index: int32(i)}
 	}
-	me := int64(b.cfg.NodeID)
 	c := txn.New(b.cfg.Txn, logs, txn.Options{
 		Logger: b.log.With("component", "transactions"),
-		// Unique across the cluster without a round trip, as for
-		// idempotent producers (clusterProducerID).
-		NextID: func() (int64, error) {
-			id, err := b.txn.ids.Next()
-			return id<<producerIDNodeBits | me, err
-		},
+		// From blocks committed through the metadata log, as for
+		// idempotent producers (producerids.go).
+		NextID:  b.txn.blocks.Next,
 		Markers: b.writeMarkersCluster,
 		Unowned: true,
 	})

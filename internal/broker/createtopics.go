@@ -60,6 +60,9 @@ func (b *Broker) handleCreateTopics(_ context.Context, r *wire.Request) wire.Rep
 		st.TopicID = t.ID // zero when validate-only, as Kafka answers
 		st.NumPartitions = t.Partitions
 		st.ReplicationFactor = 1
+		if len(t.Replicas) > 0 && len(t.Replicas[0]) > 0 {
+			st.ReplicationFactor = int16(len(t.Replicas[0]))
+		}
 		if req.Version >= 5 {
 			for _, c := range b.describeTopicConfigs(t, nil, false, false) {
 				rc := kmsg.NewCreateTopicsResponseTopicConfig()

@@ -52,13 +52,13 @@ func (b *Broker) handleInitProducerID(_ context.Context, r *wire.Request) wire.R
 			}
 			return resp
 		}
+		if b.clusterMode() {
+			return b.clusterProducerID(ctx, req, resp)
+		}
 		alloc := b.txn.ids
 		if alloc == nil {
 			resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
 			return resp
-		}
-		if b.clusterMode() {
-			return b.clusterProducerID(req, resp)
 		}
 		if req.ProducerID >= 0 && req.ProducerEpoch >= 0 && alloc.Issued(req.ProducerID) && req.ProducerEpoch < math.MaxInt16-1 {
 			resp.ProducerID, resp.ProducerEpoch = req.ProducerID, req.ProducerEpoch+1

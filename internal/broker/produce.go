@@ -27,17 +27,29 @@ type committedWait struct {
 	end    int64 // every offset below end must be committed
 	ti, pi int   // the response entry
 	local  bool  // acks=1: the leader's own disk is enough (cluster mode)
+	// res is the append's result: a duplicate's original is confirmed
+	// once committed (partition.ConfirmStored).
+	res partition.AppendResult
 }
 
 // handleProduce appends in Handle (so appends from one connection keep
 // their order) and waits for durability in the Reply. On a single node
 // acks=1 and acks=-1 both wait for the fsync under flush=sync: "on the
 // leader's disk" and "on every in-sync replica's disk" are the same disk.
-func (b *Broker) handleProduce(_ context.Context, r *wire.Request) wire.Reply {
+func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.ProduceRequest)
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 	acksOK := req.Acks == -1 || req.Acks == 0 || req.Acks == 1
 	var waits []committedWait
+	// KIP-890: in a cluster, transactional batches are verified with
+	// their transaction coordinator first (txnverify.go).
+	verify := make([][]int16, len(req.Topics))
+	for ti, rt := range req.Topics {
+		verify[ti] = make([]int16, len(rt.Partitions))
+	}
+	if b.clusterMode() && acksOK {
+		b.verifyProduce(ctx, req, verify)
+	}
 	for ti, rt := range req.Topics {
 		st := kmsg.NewProduceResponseTopic()
 		st.Topic = rt.Topic
@@ -66,11 +78,15 @@ func (b *Broker) handleProduce(_ context.Context, r *wire.Request) wire.Reply {
 				// One node is one in-sync replica; Kafka refuses before
 				// appending, so nothing is written.
 				sp.ErrorCode = kerr.NotEnoughReplicas.Code
+			case verify[ti][pi] != 0:
+				sp.ErrorCode = verify[ti][pi]
+				msg := "transactional batch refused by the transaction coordinator's verification (KIP-890)"
+				sp.ErrorMessage = &msg
 			default:
 				p.SetLogAppendTime(b.topicLogAppendTime(t))
-				end, err := b.produceOne(p, rp.Records, &sp)
+				res, err := b.produceOne(p, rp.Records, &sp)
 				if err == nil && req.Acks != 0 {
-					waits = append(waits, committedWait{p: p, end: end, ti: ti, pi: pi, local: req.Acks == 1})
+					waits = append(waits, committedWait{p: p, end: res.LastOffset + 1, ti: ti, pi: pi, local: req.Acks == 1, res: res})
 				}
 			}
 			st.Partitions = append(st.Partitions, sp)
@@ -100,6 +116,9 @@ func (b *Broker) handleProduce(_ context.Context, r *wire.Request) wire.Reply {
 			} else {
 				err = w.p.WaitCommitted(wctx, w.end)
 			}
+			if err == nil {
+				err = w.p.ConfirmStored(w.res)
+			}
 			var ke *kerr.Error
 			switch {
 			case err == nil:
@@ -124,9 +143,8 @@ func (b *Broker) handleProduce(_ context.Context, r *wire.Request) wire.Reply {
 	}
 }
 
-// produceOne appends one partition's records and fills sp. It returns the
-// end offset to wait for.
-func (b *Broker) produceOne(p *partition.Partition, recs []byte, sp *kmsg.ProduceResponseTopicPartition) (int64, error) {
+// produceOne appends one partition's records and fills sp.
+func (b *Broker) produceOne(p *partition.Partition, recs []byte, sp *kmsg.ProduceResponseTopicPartition) (partition.AppendResult, error) {
 	// v3+ carries exactly one batch per partition (Kafka refuses more, and
 	// so do we: one batch is one unit of deduplication and of atomicity).
 	batch, rest, err := records.Next(recs)
@@ -138,7 +156,7 @@ func (b *Broker) produceOne(p *partition.Partition, recs []byte, sp *kmsg.Produc
 		res, err = p.Append(batch)
 		if err == nil {
 			sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = res.BaseOffset, res.LogAppendTime, res.LogStartOffset
-			return res.LastOffset + 1, nil
+			return res, nil
 		}
 	}
 	if len(recs) == 0 {
@@ -162,7 +180,7 @@ func (b *Broker) produceOne(p *partition.Partition, recs []byte, sp *kmsg.Produc
 	} else {
 		b.log.Debug("produce refused", "topic", p.Topic(), "partition", p.Index(), "err", err)
 	}
-	return 0, err
+	return partition.AppendResult{}, err
 }
 
 var errInvalidRecord = errors.Join(kerr.InvalidRecord, errors.New("produce v3+ needs exactly one record batch per partition"))

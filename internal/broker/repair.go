@@ -1,10 +1,13 @@
 package broker
 
 import (
+	"errors"
+	"slices"
 	"time"
 
 	"holdfast/internal/controller"
 	"holdfast/internal/partition"
+	"holdfast/internal/raft"
 )
 
 // A Raft group that fails stops on this node only: it sends and
@@ -14,7 +17,7 @@ import (
 //   - a group whose log failed (an fsync or write error: what was written
 //     after the last good fsync is in an unknown state) is discarded and
 //     reopened empty, catching up from the other replicas without a vote
-//     until it has (raft.Host.MarkRejoin). A partition with no other
+//     until it has (raft.Host.DiscardGroup). A partition with no other
 //     replica keeps its data and stays failed until the broker restarts
 //     with a working disk: there is nothing to catch up from;
 //   - any other failure (etcd raft panicked on a broken invariant or an
@@ -63,9 +66,21 @@ func (c *cluster) repairLoop(stop <-chan struct{}) {
 				}
 			}
 		}
+		me := c.b.cfg.NodeID
 		for _, t := range c.b.meta.Topics() {
 			for i := int32(0); i < t.Partitions; i++ {
 				p := c.b.parts.Get(t.Name, i)
+				if p == nil && int(i) < len(t.Replicas) && slices.Contains(t.Replicas[i], me) {
+					// Assigned here but not open: a repair that discarded
+					// the replica could not reopen it (the disk still
+					// failed). Without its data it must catch up first.
+					g := partitionGroup(t.ID, i)
+					seen[g] = true
+					if due(g) {
+						c.reopen(t, i)
+					}
+					continue
+				}
 				if p == nil || !p.Replicated() {
 					continue
 				}
@@ -115,14 +130,33 @@ func (c *cluster) repair(t controller.Topic, i int32, p *partition.Partition, wh
 		return // deleted meanwhile
 	}
 	lg.Warn("replica storage failed: discarding its data here and catching up from the other replicas", "failure", why)
-	if err := c.dropReplica(t, i); err != nil {
+	// The journal says the replica lost its data before any is deleted, so
+	// that it never votes with an empty log, also after a crash here.
+	if err := c.host.DiscardGroup(g); err != nil && !errors.Is(err, raft.ErrUnknownGroup) {
 		lg.Error("discarding a failed replica", "err", err)
 		return
 	}
-	if err := c.host.MarkRejoin(g); err != nil {
-		lg.Error("recording the discarded replica", "err", err)
+	if err := b.parts.Remove(t.Name, i); err != nil {
+		lg.Error("deleting a failed replica's data", "err", err)
 		return
 	}
+	c.reopenLocked(t, i)
+}
+
+// reopen opens this node's replica of partition i of t, which must catch
+// up before it votes.
+func (c *cluster) reopen(t controller.Topic, i int32) {
+	c.b.topicsMu.Lock()
+	defer c.b.topicsMu.Unlock()
+	if cur, ok := c.b.meta.Topic(t.Name); !ok || cur.ID != t.ID || c.b.parts.Get(t.Name, i) != nil {
+		return
+	}
+	c.reopenLocked(t, i)
+}
+
+func (c *cluster) reopenLocked(t controller.Topic, i int32) {
+	b := c.b
+	lg := b.log.With("topic", t.Name, "partition", i)
 	if err := c.openReplica(t, i, b.topicLogConfig(t), b.topicLogAppendTime(t), true); err != nil {
 		lg.Error("reopening a discarded replica", "err", err)
 		return

@@ -1,6 +1,14 @@
 package broker
 
-import "holdfast/internal/storage"
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"holdfast/internal/storage"
+)
 
 // PartitionLog returns the log of a partition open on this node, nil if it
 // is not (for tests and tools: what a replica holds, byte for byte).
@@ -11,35 +19,225 @@ func (b *Broker) PartitionLog(topic string, partition int32) *storage.Log {
 	return nil
 }
 
-// PartitionStats is what the broker shows of one partition: the offsets that
-// say how much is written, committed and on disk.
+// PartitionStats is what the broker shows of one partition it holds: the
+// offsets that say how much is written, committed and on disk, and its
+// replication state as this node sees it.
 type PartitionStats struct {
 	Topic         string
 	Partition     int32
+	Internal      bool // __consumer_offsets, __transaction_state
 	LogStart      int64
 	LogEnd        int64
 	HighWatermark int64
 	Durable       int64 // every offset below is fsynced
+	SizeBytes     int64 // bytes of record batches in the log's segments
+	Segments      int
+
+	Leader   int32 // -1: none known
+	IsLeader bool  // this node leads it
+	Epoch    int32
+	Replicas int
+	// ISR is the in-sync replicas the leader counts (meaningful where
+	// IsLeader); MinISR the topic's min.insync.replicas.
+	ISR    int
+	MinISR int32
 }
 
-// PartitionStats lists every open partition.
+// UnderReplicated is Kafka's UnderReplicatedPartitions test, for a
+// partition this node leads: fewer in-sync replicas than replicas.
+func (p PartitionStats) UnderReplicated() bool { return p.IsLeader && p.ISR < p.Replicas }
+
+// UnderMinISR is Kafka's UnderMinIsrPartitionCount test: a led partition
+// whose acks=all writes are refused with NOT_ENOUGH_REPLICAS.
+func (p PartitionStats) UnderMinISR() bool { return p.IsLeader && int32(p.ISR) < p.MinISR }
+
+// PartitionStats lists every partition this node holds.
 func (b *Broker) PartitionStats() []PartitionStats {
 	var out []PartitionStats
 	for _, t := range b.meta.Topics() {
+		minISR := b.topicMinInsyncReplicas(t)
 		for i := int32(0); i < t.Partitions; i++ {
 			p := b.parts.Get(t.Name, i)
 			if p == nil {
 				continue
 			}
-			out = append(out, PartitionStats{
-				Topic: t.Name, Partition: i,
+			ps := PartitionStats{
+				Topic: t.Name, Partition: i, Internal: t.Internal,
 				LogStart: p.LogStartOffset(), LogEnd: p.LogEndOffset(),
 				HighWatermark: p.HighWatermark(), Durable: p.DurableOffset(),
-			})
+				SizeBytes: p.Log().Size(), Segments: p.Log().Segments(),
+				MinISR: minISR, Leader: -1, Epoch: p.LeaderEpoch(),
+			}
+			if b.cluster == nil {
+				ps.Leader, ps.IsLeader, ps.Replicas, ps.ISR = b.cfg.NodeID, true, 1, 1
+			} else {
+				mp := b.cluster.partitionMetadata(t, i)
+				ps.Leader, ps.Replicas, ps.ISR = mp.Leader, len(mp.Replicas), len(mp.ISR)
+				ps.IsLeader = p.Replicated() && p.IsLeader()
+			}
+			out = append(out, ps)
 		}
 	}
 	return out
 }
+
+// ClusterStats is the cluster-wide state this node reports: the
+// controller's counts, as Kafka's KafkaController metrics.
+type ClusterStats struct {
+	NodeID            int32
+	Controller        bool // this node is the active controller
+	Brokers           int  // registered
+	FencedBrokers     int
+	Topics            int
+	Partitions        int // of every topic, internal ones included
+	OfflinePartitions int // controller only: partitions with no live leader
+}
+
+// ClusterStats reports the controller's view (counts are zero elsewhere,
+// so summing them over nodes gives the cluster's).
+func (b *Broker) ClusterStats() ClusterStats {
+	cs := ClusterStats{NodeID: b.cfg.NodeID, Brokers: b.RegisteredBrokers()}
+	topics := b.meta.Topics()
+	cs.Controller = b.cluster == nil || b.cluster.isController()
+	if b.cluster != nil {
+		cs.FencedBrokers = len(b.meta.FencedBrokers())
+	}
+	if !cs.Controller {
+		return cs
+	}
+	for _, t := range topics {
+		cs.Topics++
+		cs.Partitions += int(t.Partitions)
+		for i := int32(0); i < t.Partitions; i++ {
+			if b.cluster == nil {
+				if b.parts.Get(t.Name, i) == nil {
+					cs.OfflinePartitions++
+				}
+				continue
+			}
+			mp := b.cluster.partitionMetadata(t, i)
+			if mp.Leader < 0 || mp.ErrorCode == kerr.LeaderNotAvailable.Code || mp.ErrorCode == kerr.KafkaStorageError.Code {
+				cs.OfflinePartitions++
+			}
+		}
+	}
+	return cs
+}
+
+// Summary is the start-up line's attributes: what this node holds, in a
+// few numbers rather than a line per partition.
+func (b *Broker) Summary() []any {
+	var topics, parts, internal int
+	for _, t := range b.meta.Topics() {
+		if t.Internal {
+			internal += int(t.Partitions)
+			continue
+		}
+		topics++
+		parts += int(t.Partitions)
+	}
+	return []any{"topics", topics, "partitions", parts, "internal_partitions", internal, "brokers", b.RegisteredBrokers(), "cluster_id", b.meta.ClusterID()}
+}
+
+// ReplicationEvents counts changes the stats loop saw (sampled every
+// second, so a change undone within the second is not counted).
+type ReplicationEvents struct {
+	IsrShrinks, IsrExpands int64 // in-sync replica set of a led partition got smaller / larger
+	LeaderElections        int64 // this node became leader of a partition
+	Samples                int64 // sampling passes so far
+}
+
+// ReplicationEvents returns the counters.
+func (b *Broker) ReplicationEvents() ReplicationEvents {
+	s := &b.stats
+	return ReplicationEvents{IsrShrinks: s.shrinks.Load(), IsrExpands: s.expands.Load(), LeaderElections: s.elections.Load(), Samples: s.samples.Load()}
+}
+
+// statsState is the stats loop's memory: the last ISR size and leader
+// epoch of each partition this node led.
+type statsState struct {
+	shrinks, expands, elections atomic.Int64
+	samples                     atomic.Int64
+	mu                          sync.Mutex
+	isr                         map[tpKey]int
+	led                         map[tpKey]int32 // epoch at which this node led it
+}
+
+type tpKey struct {
+	topic     string
+	partition int32
+}
+
+const statsInterval = time.Second
+
+func init() { onStart(rankCoordinator+20, "stats", (*Broker).startStats) }
+
+func (b *Broker) startStats() error {
+	if b.cluster == nil {
+		return nil // one node: the ISR is itself, it leads everything
+	}
+	stop := goLoop(func(stop <-chan struct{}) {
+		tick := time.NewTicker(statsInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				b.sampleReplication()
+			}
+		}
+	})
+	b.closers = append(b.closers, func() error { stop(); return nil })
+	return nil
+}
+
+// sampleReplication counts ISR shrinks and expands of the partitions this
+// node leads, and the partitions it newly leads.
+func (b *Broker) sampleReplication() {
+	s := &b.stats
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.isr == nil {
+		s.isr, s.led = map[tpKey]int{}, map[tpKey]int32{}
+	}
+	seen := map[tpKey]bool{}
+	for _, t := range b.meta.Topics() {
+		for i := int32(0); i < t.Partitions; i++ {
+			p := b.parts.Get(t.Name, i)
+			if p == nil || !p.Replicated() || !p.IsLeader() {
+				continue
+			}
+			k := tpKey{t.Name, i}
+			seen[k] = true
+			epoch := p.LeaderEpoch()
+			if e, ok := s.led[k]; !ok || e != epoch {
+				s.elections.Add(1)
+				s.led[k] = epoch
+			}
+			n := len(b.cluster.partitionMetadata(t, i).ISR) // as Metadata reports it
+			if prev, ok := s.isr[k]; ok {
+				switch {
+				case n < prev:
+					s.shrinks.Add(1)
+				case n > prev:
+					s.expands.Add(1)
+				}
+			}
+			s.isr[k] = n
+		}
+	}
+	s.samples.Add(1)
+	for k := range s.led {
+		if !seen[k] {
+			delete(s.led, k)
+			delete(s.isr, k)
+		}
+	}
+}
+
+// FsyncLatency is the storage's fsync (or syncfs) durations.
+func (b *Broker) FsyncLatency() storage.HistogramSnapshot { return b.syncer.Latency() }
 
 // GroupLag is a consumer group's position in one partition.
 type GroupLag struct {
@@ -69,6 +267,13 @@ func (b *Broker) GroupLags() []GroupLag {
 		out = append(out, gl)
 	}
 	return out
+}
+
+// TopicName is the name of the topic with this id (Fetch v13+ names topics
+// by id only).
+func (b *Broker) TopicName(id [16]byte) (string, bool) {
+	t, ok := b.meta.TopicByID(id)
+	return t.Name, ok
 }
 
 // ReplicationStats is this node's view of its Raft groups (cluster mode).

@@ -27,19 +27,27 @@ func init() { onStart(rankCoordinator+1, "transactions", (*Broker).startTxn) }
 // InitProducerId (as Kafka creates the topic lazily), so brokers that never
 // see a transaction never open its partitions.
 type txnState struct {
-	ids   *txn.IDAllocator
-	mu    sync.Mutex // serializes building the coordinator
-	coord atomic.Pointer[txn.Coordinator]
+	ids *txn.IDAllocator // single node: the durable local counter
+	// blocks (cluster mode) hands out ids from blocks the controller
+	// committed to this broker (producerids.go).
+	blocks *txn.BlockAllocator
+	mu     sync.Mutex // serializes building the coordinator
+	coord  atomic.Pointer[txn.Coordinator]
 	// stopWatch stops the cluster leadership watcher (nil on one node).
 	stopWatch func()
 }
 
 func (b *Broker) startTxn() error {
-	a, err := txn.OpenIDAllocator(b.cfg.FS, filepath.Join(b.cfg.DataDir, "producer-ids"))
-	if err != nil {
-		return err
+	if b.clusterMode() {
+		b.txn.blocks = txn.NewBlockAllocator(b.cluster.reserveProducerIDs)
+		b.closers = append(b.closers, func() error { b.txn.blocks.Close(); return nil })
+	} else {
+		a, err := txn.OpenIDAllocator(b.cfg.FS, filepath.Join(b.cfg.DataDir, producerIDsFile))
+		if err != nil {
+			return err
+		}
+		b.txn.ids = a
 	}
-	b.txn.ids = a
 	b.parts.SetVerifier(b.verifyTxn)
 	b.closers = append(b.closers, func() error {
 		b.txn.mu.Lock()
@@ -115,9 +123,9 @@ func (b *Broker) txnCoordinator() (*txn.Coordinator, error) {
 // verifyTxn is the partitions' check of transactional appends.
 func (b *Broker) verifyTxn(topic string, p int32, pid int64, epoch int16) error {
 	if b.clusterMode() {
-		// The coordinator is usually another node; this check would need
-		// a round trip to it (KIP-890's verification), not done yet.
-		return nil
+		// Verified before the append, with the coordinator wherever it
+		// is (txnverify.go); reaching here means it was not.
+		return verifyTxnCluster(topic, p, pid, epoch)
 	}
 	c := b.coordinator()
 	if c == nil {

@@ -14,7 +14,7 @@ import (
 // offsets committed inside a transaction, applied by its commit marker.
 func init() { register(kmsg.TxnOffsetCommit, 0, 3, (*Broker).handleTxnOffsetCommit) }
 
-func (b *Broker) handleTxnOffsetCommit(_ context.Context, r *wire.Request) wire.Reply {
+func (b *Broker) handleTxnOffsetCommit(ctx context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.TxnOffsetCommitRequest)
 	c := b.coordinator()
 	p := b.offsetsPartition(req.Group)
@@ -22,10 +22,12 @@ func (b *Broker) handleTxnOffsetCommit(_ context.Context, r *wire.Request) wire.
 	switch {
 	case req.Group == "":
 		code = kerr.InvalidGroupID.Code
+	case b.clusterMode() && p < 0:
+		code = kerr.CoordinatorNotAvailable.Code
 	case b.clusterMode():
-		// The transaction's coordinator is usually another node and is
-		// not asked (no round trip yet); its marker decides whether
-		// these offsets apply.
+		// KIP-890: the transaction's coordinator (often another node)
+		// must have the group's partition in the transaction.
+		code = b.verifyOffsetsPartition(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, p)
 	case c == nil:
 		code = kerr.InvalidProducerIDMapping.Code
 	case p < 0:

@@ -33,13 +33,24 @@ type Node struct {
 	B   *broker.Broker
 	srv *wire.Server
 	ln  net.Listener
+	// hook sees each new broker and server before the server serves.
+	hook func(*broker.Broker, *wire.Server)
 }
 
 // Start starts a broker with a fresh data directory; opts adjust the config.
 // The broker is closed when the test ends.
 func Start(t testing.TB, opts ...func(*broker.Config, *wire.Limits)) *Node {
 	t.Helper()
+	return StartServing(t, nil, opts...)
+}
+
+// StartServing is Start with a hook that sees the broker and its server
+// before the server serves, and again after each Restart: where a test
+// installs what must be in place first (metrics.New sets OnReply).
+func StartServing(t testing.TB, hook func(*broker.Broker, *wire.Server), opts ...func(*broker.Config, *wire.Limits)) *Node {
+	t.Helper()
 	n, ln := prepare(t, opts...)
+	n.hook = hook
 	n.start(ln)
 	t.Cleanup(n.Stop)
 	return n
@@ -128,6 +139,9 @@ func (n *Node) startErr(ln net.Listener) error {
 	}
 	n.B, n.ln = b, ln
 	n.srv = wire.NewServer(b, n.Limits, n.Cfg.Logger)
+	if n.hook != nil {
+		n.hook(b, n.srv)
+	}
 	go n.srv.Serve(ln)
 	return nil
 }

@@ -43,6 +43,10 @@ type Command struct {
 	// OpUnregister: the broker id.
 	BrokerID int32   `json:"broker_id,omitempty"`
 	IDs      []int32 `json:"ids,omitempty"` // OpFence, OpUnfence: broker ids
+	// OpAllocateProducerIDs: the block [ProducerIDStart,
+	// ProducerIDStart+ProducerIDLen) goes to BrokerID (producerids.go).
+	ProducerIDStart int64 `json:"producer_id_start,omitempty"`
+	ProducerIDLen   int64 `json:"producer_id_len,omitempty"`
 }
 
 // Metadata commands.
@@ -63,6 +67,9 @@ const (
 	// node agrees on who is fenced.
 	OpFence   = "fence"
 	OpUnfence = "unfence"
+	// OpAllocateProducerIDs gives a broker a block of producer ids
+	// (Kafka's AllocateProducerIds / ProducerIdsRecord).
+	OpAllocateProducerIDs = "allocate_producer_ids"
 )
 
 // ErrBrokerInUse refuses unregistering a broker that still holds replicas.
@@ -263,6 +270,8 @@ func (s *Store) applyTo(next *state, c Command, out *Topic) error {
 			fenced = slices.Compact(fenced)
 		}
 		next.Fenced = fenced
+	case OpAllocateProducerIDs:
+		return applyProducerIDs(next, c)
 	default:
 		return fmt.Errorf("controller: unknown metadata command %q", c.Op)
 	}

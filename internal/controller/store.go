@@ -124,6 +124,9 @@ type state struct {
 	Applied int64        `json:"applied_offset,omitempty"`
 	// Fenced are the brokers whose controller session expired (sorted).
 	Fenced []int32 `json:"fenced,omitempty"`
+	// NextProducerID is the first producer id no broker has been given a
+	// block of (producerids.go).
+	NextProducerID int64 `json:"next_producer_id,omitempty"`
 }
 
 const stateVersion = 1

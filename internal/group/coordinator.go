@@ -104,6 +104,9 @@ type Coordinator struct {
 
 	expiry *time.Timer
 	wg     sync.WaitGroup
+
+	// Totals of what replays restored, for Load's one summary line.
+	replayedRecords, replayedGroups atomic.Int64
 }
 
 // New returns a coordinator over the partitions of __consumer_offsets. Call
@@ -167,6 +170,8 @@ func New(cfg Config, logs []Log, opts Options) *Coordinator {
 func (c *Coordinator) Load(async bool) error {
 	var first error
 	var mu sync.Mutex
+	var all sync.WaitGroup
+	start := time.Now()
 	for i := range c.logs {
 		run := func() {
 			if err := c.replay(int32(i), c.gens[i].Load()); err != nil {
@@ -178,12 +183,24 @@ func (c *Coordinator) Load(async bool) error {
 				mu.Unlock()
 			}
 		}
+		all.Add(1)
 		if async {
 			c.wg.Add(1)
-			go func() { defer c.wg.Done(); run() }()
+			go func() { defer c.wg.Done(); defer all.Done(); run() }()
 		} else {
 			run()
+			all.Done()
 		}
+	}
+	summary := func() {
+		all.Wait()
+		c.log.Info("loaded __consumer_offsets", "partitions", len(c.logs), "records", c.replayedRecords.Load(), "groups", c.replayedGroups.Load(), "took", time.Since(start).Round(time.Millisecond))
+	}
+	if async {
+		c.wg.Add(1)
+		go func() { defer c.wg.Done(); summary() }()
+	} else {
+		summary()
 	}
 	c.mu.Lock()
 	if !c.closed {

@@ -233,6 +233,9 @@ func (c *Coordinator) replay(p int32, gen uint64) error {
 		c.arm(c.groups[name])
 	}
 	c.loaded[p].Store(true)
-	c.log.Info("loaded __consumer_offsets partition", "partition", p, "records", n, "groups", restored, "took", time.Since(start))
+	// One line per partition only at debug level: Load logs the totals.
+	c.log.Debug("loaded __consumer_offsets partition", "partition", p, "records", n, "groups", restored, "took", time.Since(start))
+	c.replayedRecords.Add(int64(n))
+	c.replayedGroups.Add(int64(restored))
 	return nil
 }

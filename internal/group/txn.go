@@ -135,6 +135,8 @@ func (c *Coordinator) TxnOffsetCommit(req *kmsg.TxnOffsetCommitRequest) Reply {
 			code = kerr.InvalidCommitOffsetSize.Code
 		case errors.As(err, &ke) && (ke == kerr.ProducerFenced || ke == kerr.InvalidProducerEpoch):
 			code = kerr.InvalidProducerEpoch.Code
+		case errors.As(err, &ke) && ke == kerr.InvalidTxnState:
+			code = ke.Code // the partition's KIP-890 check: not in the transaction (any more)
 		}
 		c.log.Warn("writing transactional offsets failed", "group", req.Group, "producer_id", req.ProducerID, "err", err)
 		for _, t := range targets {

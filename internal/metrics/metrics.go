@@ -1,42 +1,52 @@
-// Package metrics exposes a node's state as Prometheus metrics. Values are
-// read from the broker and the connection server when scraped, so the hot
-// paths carry no metric bookkeeping beyond a few atomic counters.
+// Package metrics exposes a node's state as Prometheus metrics, named so a
+// Kafka operator finds what they alert on (each help text names the Kafka
+// MBean it corresponds to). Gauges are read from the broker when scraped;
+// per-request counters are kept on the connection writer's side (OnReply),
+// so the hot paths of the broker carry no metric bookkeeping.
+//
+// Internal topics (__consumer_offsets has 50 partitions) are summed per
+// topic unless Options.InternalPartitions asks for every partition.
 package metrics
 
 import (
+	"reflect"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/broker"
+	"holdfast/internal/storage"
 	"holdfast/internal/wire"
 )
 
+// Options adjust what is exported.
+type Options struct {
+	// InternalPartitions exports the per-partition series of internal
+	// topics too; by default they are summed per topic.
+	InternalPartitions bool
+}
+
 // New returns a registry with the node's metrics, Go runtime and process
-// metrics. It installs srv.OnReply to time requests, so call it before Serve.
-func New(b *broker.Broker, srv *wire.Server) *prometheus.Registry {
+// metrics. It installs srv.OnReply to count and time requests, so call it
+// before Serve.
+func New(b *broker.Broker, srv *wire.Server, opts ...Options) *prometheus.Registry {
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "holdfast_request_duration_seconds",
-		Help:    "Time from decoding a request to writing its response, by Kafka API.",
-		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18), // 50µs .. ~6.5s
-	}, []string{"api"})
-	reg.MustRegister(latency)
-	// Resolve the label once per key instead of per request.
-	var byKey [kmsg.MaxKey + 1]prometheus.Observer
-	for k := range byKey {
-		byKey[k] = latency.WithLabelValues(kmsg.NameForKey(int16(k)))
-	}
-	srv.OnReply = func(key int16, took time.Duration) {
-		if key >= 0 && int(key) < len(byKey) {
-			byKey[key].Observe(took.Seconds())
-		}
-	}
+	rc := newRequestCounters()
+	rc.topicName = b.TopicName
+	reg.MustRegister(rc.latency, rc.errors, rc.bytesIn, rc.messagesIn, rc.bytesOut)
+	srv.OnReply = rc.observe
 
 	counter := func(name, help string, f func() int64) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f()) }))
@@ -44,13 +54,19 @@ func New(b *broker.Broker, srv *wire.Server) *prometheus.Registry {
 	st := &srv.Stats
 	counter("holdfast_connections_accepted_total", "Connections accepted.", st.Accepted.Load)
 	counter("holdfast_connections_rejected_total", "Connections closed at accept because max.connections was reached.", st.Rejected.Load)
-	counter("holdfast_requests_total", "Requests decoded.", st.Requests.Load)
+	counter("holdfast_requests_total", "Requests decoded (Kafka: kafka.network RequestsPerSec; by API: holdfast_request_duration_seconds_count).", st.Requests.Load)
 	counter("holdfast_bad_frames_total", "Connections closed for an unreadable, oversized or unsupported frame.", st.BadFrames.Load)
 	counter("holdfast_handler_panics_total", "Requests whose handler panicked: each closed its own connection (logged with the API and a stack).", st.Panics.Load)
 	counter("holdfast_network_received_bytes_total", "Request bytes received.", st.BytesIn.Load)
 	counter("holdfast_network_sent_bytes_total", "Response bytes sent.", st.BytesOut.Load)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "holdfast_connections_open", Help: "Open client connections."},
 		func() float64 { return float64(st.Open.Load()) }))
+	counter("holdfast_isr_shrinks_total", "Times the in-sync replica set of a partition this node leads got smaller (Kafka: ReplicaManager IsrShrinksPerSec; sampled every second).",
+		func() int64 { return b.ReplicationEvents().IsrShrinks })
+	counter("holdfast_isr_expands_total", "Times the in-sync replica set of a partition this node leads got larger (Kafka: ReplicaManager IsrExpandsPerSec; sampled every second).",
+		func() int64 { return b.ReplicationEvents().IsrExpands })
+	counter("holdfast_leader_elections_total", "Times this node became leader of a partition; summed over nodes, the cluster's elections (Kafka: ControllerStats LeaderElectionRateAndTimeMs).",
+		func() int64 { return b.ReplicationEvents().LeaderElections })
 
 	gauge := func(name, help string, f func() float64) {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
@@ -62,42 +78,392 @@ func New(b *broker.Broker, srv *wire.Server) *prometheus.Registry {
 	counter("holdfast_raft_replica_repairs_total", "Replicas whose storage failed, discarded and reopened to catch up from the others.",
 		func() int64 { return b.ReplicationStats().Repairs })
 
-	reg.MustRegister(&partitionCollector{b: b}, &groupCollector{b: b}, &cleanerCollector{b: b})
+	reg.MustRegister(&partitionCollector{b: b, internal: o.InternalPartitions}, &clusterCollector{b: b}, &groupCollector{b: b}, &fsyncCollector{b: b}, &cleanerCollector{b: b, internal: o.InternalPartitions})
 	return reg
+}
+
+// requestCounters are kept per answered request.
+type requestCounters struct {
+	latency           *prometheus.HistogramVec
+	errors            *prometheus.CounterVec
+	bytesIn, bytesOut *prometheus.CounterVec
+	messagesIn        *prometheus.CounterVec
+	byKey             [kmsg.MaxKey + 1]atomic.Pointer[prometheus.Observer] // created on first use: no series for APIs never called
+	apiNames          [kmsg.MaxKey + 1]string
+	topicName         func(id [16]byte) (string, bool)
+	topicsMu          sync.RWMutex
+	topics            map[string]*topicCounters
+	byID              map[[16]byte]*topicCounters
+	errMu             sync.Mutex
+	errs              map[errKey]prometheus.Counter
+}
+
+type topicCounters struct{ bytesIn, messagesIn, bytesOut prometheus.Counter }
+
+type errKey struct {
+	api  int16
+	code int16
+}
+
+func newRequestCounters() *requestCounters {
+	rc := &requestCounters{
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "holdfast_request_duration_seconds",
+			Help:    "Time from decoding a request to writing its response, by Kafka API; _count is the request rate (Kafka: RequestMetrics TotalTimeMs, RequestsPerSec).",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18), // 50µs .. ~6.5s
+		}, []string{"api"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "holdfast_errors_total",
+			Help: "Error codes in responses, by Kafka API and error name (Kafka: RequestMetrics ErrorsPerSec).",
+		}, []string{"api", "error"}),
+		bytesIn: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "holdfast_topic_bytes_in_total",
+			Help: "Record batch bytes appended by producers, by topic (Kafka: BrokerTopicMetrics BytesInPerSec).",
+		}, []string{"topic"}),
+		messagesIn: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "holdfast_topic_messages_in_total",
+			Help: "Records appended by producers, by topic (Kafka: BrokerTopicMetrics MessagesInPerSec).",
+		}, []string{"topic"}),
+		bytesOut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "holdfast_topic_bytes_out_total",
+			Help: "Record batch bytes sent to consumers, by topic (Kafka: BrokerTopicMetrics BytesOutPerSec).",
+		}, []string{"topic"}),
+		topics: map[string]*topicCounters{},
+		byID:   map[[16]byte]*topicCounters{},
+		errs:   map[errKey]prometheus.Counter{},
+	}
+	for k := range rc.apiNames {
+		rc.apiNames[k] = kmsg.NameForKey(int16(k))
+	}
+	return rc
+}
+
+func (rc *requestCounters) topic(name string) *topicCounters {
+	rc.topicsMu.RLock()
+	tc := rc.topics[name]
+	rc.topicsMu.RUnlock()
+	if tc != nil {
+		return tc
+	}
+	rc.topicsMu.Lock()
+	defer rc.topicsMu.Unlock()
+	if tc = rc.topics[name]; tc == nil {
+		tc = &topicCounters{rc.bytesIn.WithLabelValues(name), rc.messagesIn.WithLabelValues(name), rc.bytesOut.WithLabelValues(name)}
+		rc.topics[name] = tc
+	}
+	return tc
+}
+
+// topicByID finds the counters of a topic named by id (Fetch v13+).
+func (rc *requestCounters) topicByID(id [16]byte) *topicCounters {
+	rc.topicsMu.RLock()
+	tc := rc.byID[id]
+	rc.topicsMu.RUnlock()
+	if tc != nil || rc.topicName == nil {
+		return tc
+	}
+	name, ok := rc.topicName(id)
+	if !ok {
+		return nil
+	}
+	tc = rc.topic(name)
+	rc.topicsMu.Lock()
+	rc.byID[id] = tc
+	rc.topicsMu.Unlock()
+	return tc
+}
+
+func (rc *requestCounters) countError(api, code int16) {
+	k := errKey{api, code}
+	rc.errMu.Lock()
+	c := rc.errs[k]
+	if c == nil {
+		name := strconv.Itoa(int(code))
+		if ke, ok := kerr.ErrorForCode(code).(*kerr.Error); ok {
+			name = ke.Message
+		}
+		c = rc.errors.WithLabelValues(rc.apiNames[api], name)
+		rc.errs[k] = c
+	}
+	rc.errMu.Unlock()
+	c.Inc()
+}
+
+// observe is the server's OnReply.
+func (rc *requestCounters) observe(req *wire.Request, resp kmsg.Response, took time.Duration) {
+	key := req.Key
+	if key < 0 || int(key) >= len(rc.byKey) {
+		return
+	}
+	obs := rc.byKey[key].Load()
+	if obs == nil {
+		o := rc.latency.WithLabelValues(rc.apiNames[key])
+		obs = &o
+		rc.byKey[key].Store(obs)
+	}
+	(*obs).Observe(took.Seconds())
+	var spliced *wire.Spliced
+	if sp, ok := resp.(*wire.Spliced); ok {
+		spliced, resp = sp, sp.Response
+	}
+	switch r := resp.(type) {
+	case *kmsg.ProduceResponse:
+		rc.produced(req.Body.(*kmsg.ProduceRequest), r)
+	case *kmsg.FetchResponse:
+		rc.fetched(r, spliced)
+	default:
+		rc.walkErrors(key, reflect.ValueOf(resp))
+	}
+}
+
+// produced counts the bytes and records of the partitions appended.
+func (rc *requestCounters) produced(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse) {
+	for ti, t := range resp.Topics {
+		var bytes, msgs int64
+		for pi, p := range t.Partitions {
+			if p.ErrorCode != 0 {
+				rc.countError(kmsg.Produce.Int16(), p.ErrorCode)
+				continue
+			}
+			if ti < len(req.Topics) && pi < len(req.Topics[ti].Partitions) {
+				recs := req.Topics[ti].Partitions[pi].Records
+				bytes += int64(len(recs))
+				msgs += int64(recordCount(recs))
+			}
+		}
+		if bytes > 0 {
+			tc := rc.topic(t.Topic)
+			tc.bytesIn.Add(float64(bytes))
+			tc.messagesIn.Add(float64(msgs))
+		}
+	}
+}
+
+// recordCount reads the record count of a v2 record batch header.
+func recordCount(batch []byte) int32 {
+	const countAt = 57 // baseOffset 8, length 4, epoch 4, magic 1, crc 4, attributes 2, lastOffsetDelta 4, timestamps 16, producer 14
+	if len(batch) < countAt+4 || batch[16] != 2 {
+		return 0
+	}
+	return int32(batch[countAt])<<24 | int32(batch[countAt+1])<<16 | int32(batch[countAt+2])<<8 | int32(batch[countAt+3])
+}
+
+// fetched counts the record bytes sent per topic: a partition's records are
+// either in the response or, sent by sendfile, a placeholder standing for
+// a file range.
+func (rc *requestCounters) fetched(resp *kmsg.FetchResponse, sp *wire.Spliced) {
+	next := 0
+	for _, t := range resp.Topics {
+		var bytes int64
+		for _, p := range t.Partitions {
+			if p.ErrorCode != 0 {
+				rc.countError(kmsg.Fetch.Int16(), p.ErrorCode)
+			}
+			rb := p.RecordBatches
+			if sp != nil && next < len(sp.Placeholders) && len(rb) > 0 && len(rb) == len(sp.Placeholders[next]) && &rb[0] == &sp.Placeholders[next][0] {
+				bytes += int64(sp.Ranges[next].Len)
+				next++
+				continue
+			}
+			bytes += int64(len(rb))
+		}
+		if bytes == 0 {
+			continue
+		}
+		if t.Topic != "" {
+			rc.topic(t.Topic).bytesOut.Add(float64(bytes))
+		} else if tc := rc.topicByID(t.TopicID); tc != nil {
+			tc.bytesOut.Add(float64(bytes))
+		}
+	}
+}
+
+// walkErrors counts every non-zero ErrorCode field in a response of the
+// other APIs (admin and group requests: not the hot path).
+func (rc *requestCounters) walkErrors(key int16, v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if !v.IsNil() {
+			rc.walkErrors(key, v.Elem())
+		}
+	case reflect.Struct:
+		t := v.Type()
+		for i := 0; i < v.NumField(); i++ {
+			f := v.Field(i)
+			if !t.Field(i).IsExported() {
+				continue
+			}
+			if t.Field(i).Name == "ErrorCode" && f.Kind() == reflect.Int16 {
+				if c := int16(f.Int()); c != 0 {
+					rc.countError(key, c)
+				}
+				continue
+			}
+			if k := f.Kind(); k == reflect.Slice || k == reflect.Struct || k == reflect.Pointer {
+				rc.walkErrors(key, f)
+			}
+		}
+	case reflect.Slice:
+		if v.Type().Elem().Kind() == reflect.Uint8 {
+			return
+		}
+		for i := 0; i < v.Len(); i++ {
+			rc.walkErrors(key, v.Index(i))
+		}
+	}
 }
 
 var (
 	labels       = []string{"topic", "partition"}
-	descLogStart = prometheus.NewDesc("holdfast_partition_log_start_offset", "First offset still in the log.", labels, nil)
-	descLogEnd   = prometheus.NewDesc("holdfast_partition_log_end_offset", "Next offset to be written.", labels, nil)
+	descLogStart = prometheus.NewDesc("holdfast_partition_log_start_offset", "First offset still in the log (Kafka: Log LogStartOffset).", labels, nil)
+	descLogEnd   = prometheus.NewDesc("holdfast_partition_log_end_offset", "Next offset to be written (Kafka: Log LogEndOffset).", labels, nil)
 	descHW       = prometheus.NewDesc("holdfast_partition_high_watermark", "Committed offset: consumers read below it.", labels, nil)
 	descDurable  = prometheus.NewDesc("holdfast_partition_durable_offset", "Every offset below it is fsynced.", labels, nil)
+	descSize     = prometheus.NewDesc("holdfast_log_size_bytes", "Bytes of the partition's log on disk (Kafka: Log Size).", labels, nil)
+	descSegments = prometheus.NewDesc("holdfast_log_segments", "Segments of the partition's log (Kafka: Log NumLogSegments).", labels, nil)
+	descLeader   = prometheus.NewDesc("holdfast_partition_leader", "1 if this node leads the partition.", labels, nil)
+	descISR      = prometheus.NewDesc("holdfast_partition_in_sync_replicas", "In-sync replicas of a partition this node leads (Kafka: Partition InSyncReplicasCount).", labels, nil)
+	descReplicas = prometheus.NewDesc("holdfast_partition_replicas", "Replicas of the partition (Kafka: Partition ReplicasCount).", labels, nil)
+
+	internalLabels  = []string{"topic"}
+	descIntParts    = prometheus.NewDesc("holdfast_internal_topic_partitions", "Partitions of an internal topic held here (per-partition series: --metrics-internal-partitions).", internalLabels, nil)
+	descIntSize     = prometheus.NewDesc("holdfast_internal_topic_size_bytes", "Bytes on disk of an internal topic's partitions held here.", internalLabels, nil)
+	descIntLogEnd   = prometheus.NewDesc("holdfast_internal_topic_log_end_offset_sum", "Sum of the log end offsets of an internal topic's partitions held here: its growth is the records written to it.", internalLabels, nil)
+	descURP         = prometheus.NewDesc("holdfast_under_replicated_partitions", "Partitions this node leads with fewer in-sync replicas than replicas (Kafka: ReplicaManager UnderReplicatedPartitions).", nil, nil)
+	descUnderMinISR = prometheus.NewDesc("holdfast_under_min_isr_partition_count", "Partitions this node leads with fewer in-sync replicas than min.insync.replicas: acks=all writes fail (Kafka: ReplicaManager UnderMinIsrPartitionCount).", nil, nil)
+	descPartCount   = prometheus.NewDesc("holdfast_partition_count", "Partitions with a replica on this node (Kafka: ReplicaManager PartitionCount).", nil, nil)
+	descLeaderCount = prometheus.NewDesc("holdfast_leader_count", "Partitions this node leads (Kafka: ReplicaManager LeaderCount).", nil, nil)
 )
 
-// partitionCollector reads the offsets of every partition at scrape time.
-type partitionCollector struct{ b *broker.Broker }
+// partitionCollector reads every partition at scrape time.
+type partitionCollector struct {
+	b        *broker.Broker
+	internal bool
+}
 
 func (c *partitionCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descLogStart
-	ch <- descLogEnd
-	ch <- descHW
-	ch <- descDurable
+	for _, d := range []*prometheus.Desc{descLogStart, descLogEnd, descHW, descDurable, descSize, descSegments, descLeader, descISR, descReplicas,
+		descIntParts, descIntSize, descIntLogEnd, descURP, descUnderMinISR, descPartCount, descLeaderCount} {
+		ch <- d
+	}
 }
 
 func (c *partitionCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, p := range c.b.PartitionStats() {
-		l := []string{p.Topic, strconv.Itoa(int(p.Partition))}
-		ch <- prometheus.MustNewConstMetric(descLogStart, prometheus.GaugeValue, float64(p.LogStart), l...)
-		ch <- prometheus.MustNewConstMetric(descLogEnd, prometheus.GaugeValue, float64(p.LogEnd), l...)
-		ch <- prometheus.MustNewConstMetric(descHW, prometheus.GaugeValue, float64(p.HighWatermark), l...)
-		ch <- prometheus.MustNewConstMetric(descDurable, prometheus.GaugeValue, float64(p.Durable), l...)
+	type agg struct {
+		parts         int
+		size, logEnds int64
 	}
+	internal := map[string]*agg{}
+	var urp, underMin, count, leaders int
+	gauge := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+	}
+	for _, p := range c.b.PartitionStats() {
+		count++
+		if p.IsLeader {
+			leaders++
+		}
+		if p.UnderReplicated() {
+			urp++
+		}
+		if p.UnderMinISR() {
+			underMin++
+		}
+		if p.Internal && !c.internal {
+			a := internal[p.Topic]
+			if a == nil {
+				a = &agg{}
+				internal[p.Topic] = a
+			}
+			a.parts++
+			a.size += p.SizeBytes
+			a.logEnds += p.LogEnd
+			continue
+		}
+		l := []string{p.Topic, strconv.Itoa(int(p.Partition))}
+		gauge(descLogStart, float64(p.LogStart), l...)
+		gauge(descLogEnd, float64(p.LogEnd), l...)
+		gauge(descHW, float64(p.HighWatermark), l...)
+		gauge(descDurable, float64(p.Durable), l...)
+		gauge(descSize, float64(p.SizeBytes), l...)
+		gauge(descSegments, float64(p.Segments), l...)
+		gauge(descReplicas, float64(p.Replicas), l...)
+		lead := 0.0
+		if p.IsLeader {
+			lead = 1
+			gauge(descISR, float64(p.ISR), l...)
+		}
+		gauge(descLeader, lead, l...)
+	}
+	for t, a := range internal {
+		gauge(descIntParts, float64(a.parts), t)
+		gauge(descIntSize, float64(a.size), t)
+		gauge(descIntLogEnd, float64(a.logEnds), t)
+	}
+	gauge(descURP, float64(urp))
+	gauge(descUnderMinISR, float64(underMin))
+	gauge(descPartCount, float64(count))
+	gauge(descLeaderCount, float64(leaders))
+}
+
+var (
+	descController = prometheus.NewDesc("holdfast_active_controller_count", "1 on the node that is the active controller (Kafka: KafkaController ActiveControllerCount).", nil, nil)
+	descOffline    = prometheus.NewDesc("holdfast_offline_partitions_count", "Partitions with no live leader, reported by the active controller (Kafka: KafkaController OfflinePartitionsCount).", nil, nil)
+	descBrokers    = prometheus.NewDesc("holdfast_brokers", "Brokers registered in the cluster metadata.", nil, nil)
+	descFenced     = prometheus.NewDesc("holdfast_fenced_brokers", "Registered brokers fenced for missing heartbeats (Kafka: KafkaController FencedBrokerCount).", nil, nil)
+	descTopics     = prometheus.NewDesc("holdfast_global_topic_count", "Topics in the cluster, reported by the active controller (Kafka: KafkaController GlobalTopicCount).", nil, nil)
+	descGlobalPart = prometheus.NewDesc("holdfast_global_partition_count", "Partitions in the cluster, reported by the active controller (Kafka: KafkaController GlobalPartitionCount).", nil, nil)
+)
+
+type clusterCollector struct{ b *broker.Broker }
+
+func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descController, descOffline, descBrokers, descFenced, descTopics, descGlobalPart} {
+		ch <- d
+	}
+}
+
+func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
+	cs := c.b.ClusterStats()
+	gauge := func(d *prometheus.Desc, v int) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v))
+	}
+	ctl := 0
+	if cs.Controller {
+		ctl = 1
+	}
+	gauge(descController, ctl)
+	gauge(descOffline, cs.OfflinePartitions)
+	gauge(descBrokers, cs.Brokers)
+	gauge(descFenced, cs.FencedBrokers)
+	gauge(descTopics, cs.Topics)
+	gauge(descGlobalPart, cs.Partitions)
+}
+
+var descFsync = prometheus.NewDesc("holdfast_log_flush_duration_seconds", "Duration of each fdatasync (or syncfs covering several logs) of the group-commit cycle (Kafka: LogFlushStats LogFlushRateAndTimeMs).", nil, nil)
+
+type fsyncCollector struct{ b *broker.Broker }
+
+func (c *fsyncCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descFsync }
+
+func (c *fsyncCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.b.FsyncLatency()
+	bounds := storage.HistogramBounds()
+	buckets := make(map[float64]uint64, len(bounds))
+	var cum uint64
+	for i, b := range bounds {
+		cum += uint64(s.Counts[i])
+		buckets[b.Seconds()] = cum
+	}
+	total := cum + uint64(s.Counts[len(bounds)])
+	ch <- prometheus.MustNewConstHistogram(descFsync, total, s.Sum.Seconds(), buckets)
 }
 
 var (
 	groupLabels   = []string{"group", "topic", "partition"}
 	descCommitted = prometheus.NewDesc("holdfast_group_committed_offset", "A consumer group's committed offset.", groupLabels, nil)
-	descLag       = prometheus.NewDesc("holdfast_group_lag", "Records between a group's committed offset and the high watermark.", groupLabels, nil)
+	descLag       = prometheus.NewDesc("holdfast_group_lag", "Records between a group's committed offset and the high watermark (kafka-consumer-groups.sh LAG).", groupLabels, nil)
+	descLagSum    = prometheus.NewDesc("holdfast_group_lag_sum", "A consumer group's lag summed over its partitions.", []string{"group"}, nil)
 	descMembers   = prometheus.NewDesc("holdfast_group_members", "Members of a consumer group.", []string{"group"}, nil)
 )
 
@@ -107,21 +473,25 @@ type groupCollector struct{ b *broker.Broker }
 func (c *groupCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descCommitted
 	ch <- descLag
+	ch <- descLagSum
 	ch <- descMembers
 }
 
 func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
-	seen := map[string]bool{}
+	members := map[string]int{}
+	sums := map[string]int64{}
 	for _, g := range c.b.GroupLags() {
 		l := []string{g.Group, g.Topic, strconv.Itoa(int(g.Partition))}
 		ch <- prometheus.MustNewConstMetric(descCommitted, prometheus.GaugeValue, float64(g.Committed), l...)
 		if g.Lag >= 0 {
 			ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(g.Lag), l...)
+			sums[g.Group] += g.Lag
 		}
-		if !seen[g.Group] {
-			seen[g.Group] = true
-			ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(g.Members), g.Group)
-		}
+		members[g.Group] = g.Members
+	}
+	for g, n := range members {
+		ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(n), g)
+		ch <- prometheus.MustNewConstMetric(descLagSum, prometheus.GaugeValue, float64(sums[g]), g)
 	}
 }
 
@@ -150,7 +520,10 @@ var (
 	descPartFirstDirty     = prometheus.NewDesc("holdfast_partition_cleaner_checkpoint_offset", "A compacted partition's first dirty offset: the cleaner's progress.", labels, nil)
 )
 
-type cleanerCollector struct{ b *broker.Broker }
+type cleanerCollector struct {
+	b        *broker.Broker
+	internal bool // per-partition series of internal topics too
+}
 
 func (c *cleanerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCleanerRuns, descCleanerAborted, descCleanerFailed, descCleanerRead, descCleanerWritten,
@@ -190,6 +563,9 @@ func (c *cleanerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descCleanerThreads, float64(threads))
 	for _, p := range s.Partitions {
+		if p.Internal && !c.internal {
+			continue // summed nowhere: an internal topic's cleaning shows in the totals
+		}
 		l := []string{p.Topic, strconv.Itoa(int(p.Partition))}
 		ch <- prometheus.MustNewConstMetric(descPartDirty, prometheus.GaugeValue, p.DirtyRatio, l...)
 		ch <- prometheus.MustNewConstMetric(descPartFirstDirty, prometheus.GaugeValue, float64(p.FirstDirty), l...)

@@ -2,23 +2,106 @@ package metrics_test
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
 	"holdfast/internal/metrics"
 	"holdfast/internal/wire"
 )
 
+// startWithMetrics starts a broker whose server has the metrics' OnReply
+// installed before it serves, as holdfast serve does.
+func startWithMetrics(t *testing.T, opts metrics.Options) (*brokertest.Node, func() *prometheus.Registry) {
+	var reg *prometheus.Registry
+	n := brokertest.StartServing(t, func(b *broker.Broker, srv *wire.Server) { reg = metrics.New(b, srv, opts) })
+	return n, func() *prometheus.Registry { return reg }
+}
+
+type gathered []*dto.MetricFamily
+
+// value finds the series of name whose labels include want; ok is false
+// when there is none.
+func (g gathered) value(name string, want map[string]string) (float64, bool) {
+	for _, f := range g {
+		if f.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range want {
+				if have[k] != v {
+					continue metrics
+				}
+			}
+			switch {
+			case m.Gauge != nil:
+				return m.GetGauge().GetValue(), true
+			case m.Counter != nil:
+				return m.GetCounter().GetValue(), true
+			case m.Histogram != nil:
+				return float64(m.GetHistogram().GetSampleCount()), true
+			}
+		}
+	}
+	return 0, false
+}
+
+func gather(t *testing.T, reg *prometheus.Registry) gathered {
+	t.Helper()
+	fs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	return fs
+}
+
+// settled gathers until done says the counters caught up with what the
+// client saw (the server counts a request after writing its response), or
+// for 10 s, and returns the last gathering.
+func settled(t *testing.T, reg *prometheus.Registry, done func(gathered) bool) gathered {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		g := gather(t, reg)
+		if done(g) || time.Now().After(deadline) {
+			return g
+		}
+	}
+}
+
+func must(t *testing.T, g gathered, name string, labels map[string]string) float64 {
+	t.Helper()
+	v, ok := g.value(name, labels)
+	if !ok {
+		t.Fatalf("no %s%v", name, labels)
+	}
+	return v
+}
+
 // TestPartitionAndGroupMetrics: after 10 records and a group commit at
-// offset 4, the partition shows its offsets and the group its lag of 6.
+// offset 4, the partition shows its offsets, size and leadership, the
+// group its lag of 6, and the request counters the bytes and records that
+// went in and out of the topic.
 func TestPartitionAndGroupMetrics(t *testing.T) {
-	n := brokertest.Start(t)
+	n, reg := startWithMetrics(t, metrics.Options{})
 	n.CreateTopic("m", 1, nil)
-	cl := n.Client(kgo.DefaultProduceTopic("m"))
+	cl := n.Client(kgo.DefaultProduceTopic("m"), kgo.ProducerLinger(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for i := 0; i < 10; i++ {
@@ -32,42 +115,178 @@ func TestPartitionAndGroupMetrics(t *testing.T) {
 	if resp, err := adm.CommitOffsets(ctx, "g", offs); err != nil || resp.Error() != nil {
 		t.Fatalf("commit: %v %v", err, resp.Error())
 	}
-
-	reg := metrics.New(n.B, wire.NewServer(n.B, wire.Limits{}, nil))
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	value := func(name string, labels map[string]string) float64 {
-		t.Helper()
-		for _, f := range families {
-			if f.GetName() != name {
-				continue
-			}
-		metrics:
-			for _, m := range f.GetMetric() {
-				for _, lp := range m.GetLabel() {
-					if want, ok := labels[lp.GetName()]; ok && want != lp.GetValue() {
-						continue metrics
-					}
-				}
-				return m.GetGauge().GetValue()
-			}
+	// Read everything back, so bytes go out.
+	cons := n.Client(kgo.ConsumeTopics("m"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	for got := 0; got < 10; {
+		fs := cons.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatal("timed out consuming")
 		}
-		t.Fatalf("no %s%v", name, labels)
-		return 0
+		got += fs.NumRecords()
 	}
+
+	// The server counts a request after writing its response, so the
+	// client may see the response first: wait for the last ones.
+	topic := map[string]string{"topic": "m"}
+	g := settled(t, reg(), func(g gathered) bool {
+		in, _ := g.value("holdfast_topic_messages_in_total", topic)
+		out, _ := g.value("holdfast_topic_bytes_out_total", topic)
+		size, _ := g.value("holdfast_log_size_bytes", map[string]string{"topic": "m", "partition": "0"})
+		return in >= 10 && out >= size
+	})
 	tp := map[string]string{"topic": "m", "partition": "0"}
-	if got := value("holdfast_partition_high_watermark", tp); got != 10 {
-		t.Errorf("high watermark %v, want 10", got)
+	for name, want := range map[string]float64{
+		"holdfast_partition_high_watermark":   10,
+		"holdfast_partition_durable_offset":   10,
+		"holdfast_partition_leader":           1,
+		"holdfast_partition_in_sync_replicas": 1,
+		"holdfast_partition_replicas":         1,
+		"holdfast_log_segments":               1,
+	} {
+		if got := must(t, g, name, tp); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
 	}
-	if got := value("holdfast_partition_durable_offset", tp); got != 10 {
-		t.Errorf("durable offset %v, want 10", got)
+	if got := must(t, g, "holdfast_log_size_bytes", tp); got < 10*60 {
+		t.Errorf("log size %v bytes for 10 batches", got)
 	}
-	if got := value("holdfast_group_committed_offset", map[string]string{"group": "g", "topic": "m", "partition": "0"}); got != 4 {
+	gp := map[string]string{"group": "g", "topic": "m", "partition": "0"}
+	if got := must(t, g, "holdfast_group_committed_offset", gp); got != 4 {
 		t.Errorf("committed offset %v, want 4", got)
 	}
-	if got := value("holdfast_group_lag", map[string]string{"group": "g", "topic": "m", "partition": "0"}); got != 6 {
+	if got := must(t, g, "holdfast_group_lag", gp); got != 6 {
 		t.Errorf("lag %v, want 6", got)
+	}
+	if got := must(t, g, "holdfast_group_lag_sum", map[string]string{"group": "g"}); got != 6 {
+		t.Errorf("lag sum %v, want 6", got)
+	}
+	if got := must(t, g, "holdfast_topic_messages_in_total", topic); got != 10 {
+		t.Errorf("messages in %v, want 10", got)
+	}
+	in := must(t, g, "holdfast_topic_bytes_in_total", topic)
+	size := must(t, g, "holdfast_log_size_bytes", tp)
+	if in != size {
+		t.Errorf("bytes in %v, want the log's size %v (every produced byte is stored)", in, size)
+	}
+	if out := must(t, g, "holdfast_topic_bytes_out_total", topic); out < size {
+		t.Errorf("bytes out %v, want at least the log's %v (all was read)", out, size)
+	}
+	if got := must(t, g, "holdfast_request_duration_seconds", map[string]string{"api": "Produce"}); got < 10 {
+		t.Errorf("%v produce requests timed, want 10", got)
+	}
+	if _, ok := g.value("holdfast_request_duration_seconds", map[string]string{"api": "AlterClientQuotas"}); ok {
+		t.Error("a latency series for an API never called")
+	}
+	if got := must(t, g, "holdfast_log_flush_duration_seconds", nil); got == 0 {
+		t.Error("no fsync timed under flush=sync")
+	}
+	for name, want := range map[string]float64{
+		"holdfast_under_replicated_partitions":   0,
+		"holdfast_under_min_isr_partition_count": 0,
+		"holdfast_offline_partitions_count":      0,
+		"holdfast_active_controller_count":       1,
+		"holdfast_leader_count":                  4, // m and __consumer_offsets' 3
+		"holdfast_partition_count":               4,
+	} {
+		if got := must(t, g, name, nil); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// TestErrorsAndInternalTopics: a refused produce is counted by its error
+// name; __consumer_offsets is one summed series unless asked for.
+func TestErrorsAndInternalTopics(t *testing.T) {
+	for _, perPartition := range []bool{false, true} {
+		n, reg := startWithMetrics(t, metrics.Options{InternalPartitions: perPartition})
+		n.CreateTopic("one", 1, nil)
+		cl := n.Client()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		// Partition 7 of a one-partition topic.
+		req := kmsg.NewPtrProduceRequest()
+		req.Acks, req.TimeoutMillis = -1, 5000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic = "one"
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Partition = 7
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := resp.Topics[0].Partitions[0].ErrorCode; code != kerr.UnknownTopicOrPartition.Code {
+			t.Fatalf("produce to partition 7: code %d", code)
+		}
+		g := settled(t, reg(), func(g gathered) bool {
+			_, ok := g.value("holdfast_errors_total", map[string]string{"api": "Produce", "error": "UNKNOWN_TOPIC_OR_PARTITION"})
+			return ok
+		})
+		if got := must(t, g, "holdfast_errors_total", map[string]string{"api": "Produce", "error": "UNKNOWN_TOPIC_OR_PARTITION"}); got != 1 {
+			t.Errorf("errors_total %v, want 1", got)
+		}
+		_, hasPartition := g.value("holdfast_partition_log_end_offset", map[string]string{"topic": "__consumer_offsets", "partition": "2"})
+		parts, hasSum := g.value("holdfast_internal_topic_partitions", map[string]string{"topic": "__consumer_offsets"})
+		if hasPartition != perPartition || hasSum == perPartition {
+			t.Errorf("InternalPartitions=%v: per-partition series %v, summed series %v", perPartition, hasPartition, hasSum)
+		}
+		if !perPartition && parts != 3 {
+			t.Errorf("internal topic partitions %v, want 3", parts)
+		}
+		var series int
+		for _, f := range g {
+			if strings.HasPrefix(f.GetName(), "holdfast_") {
+				series += len(f.GetMetric())
+			}
+		}
+		t.Logf("InternalPartitions=%v: %d holdfast_ series", perPartition, series)
+	}
+}
+
+// TestGrafanaDashboard: the dashboard in docs/grafana parses and queries
+// only metrics this package exports.
+func TestGrafanaDashboard(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/grafana/holdfast.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("holdfast.json: %v", err)
+	}
+	n, reg := startWithMetrics(t, metrics.Options{})
+	n.CreateTopic("d", 1, nil)
+	if err := n.Client(kgo.DefaultProduceTopic("d")).ProduceSync(t.Context(), kgo.StringRecord("x")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	exported := map[string]bool{}
+	for _, f := range gather(t, reg()) {
+		exported[f.GetName()] = true
+	}
+	// Series that exist only once something happened (a group commits).
+	for _, name := range []string{"holdfast_group_lag_sum", "holdfast_group_members", "holdfast_errors_total"} {
+		exported[name] = true
+	}
+	used := 0
+	re := regexp.MustCompile(`holdfast_[a-z_]+`)
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, name := range re.FindAllString(tg.Expr, -1) {
+				used++
+				base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_count"), "_sum")
+				if !exported[name] && !exported[base] {
+					t.Errorf("panel %q queries %s, which is not exported", p.Title, name)
+				}
+			}
+		}
+	}
+	if used < 20 {
+		t.Fatalf("only %d metric references in the dashboard", used)
 	}
 }

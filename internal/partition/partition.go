@@ -34,6 +34,8 @@ type AppendResult struct {
 	// Duplicate: the batch was a retry of one already in the log; nothing
 	// was written and the offsets are the original ones.
 	Duplicate bool
+	// dup identifies the original of a Duplicate (ConfirmStored).
+	dup dupOf
 }
 
 // ReadResult is what a fetch gets.
@@ -80,6 +82,10 @@ type Partition struct {
 	hw     int64
 	hwCh   chan struct{} // closed when hw next advances
 	closed bool
+
+	// minStart is the log start committed log-start commands name; the
+	// log's own start catches up once the segments are deleted.
+	minStart atomic.Int64
 
 	// rep is set in cluster mode: the log is a Raft group's (replica.go).
 	// rep is set once, when the partition joins its Raft group; read
@@ -203,11 +209,13 @@ func (p *Partition) Append(batch []byte) (AppendResult, error) {
 			lat = dup.appendTime
 		}
 		return AppendResult{BaseOffset: dup.baseOffset, LastOffset: dup.lastOffset, LogAppendTime: lat,
-			LogStartOffset: p.log.StartOffset(), Duplicate: true}, nil
+			LogStartOffset: p.LogStartOffset(), Duplicate: true,
+			dup: dupOf{pid: h.ProducerID, epoch: h.ProducerEpoch, seq: h.BaseSequence}}, nil
 	}
-	if h.IsTransactional() {
+	if h.IsTransactional() && !p.txnAdmittedLocked(h.ProducerID, h.ProducerEpoch) {
 		// Only into a transaction the coordinator knows this partition is
 		// part of: a batch after the marker would hang the LSO forever.
+		// Known here already (txnAdmittedLocked), or asked now.
 		v := p.verify.Load()
 		if v == nil {
 			return AppendResult{}, fmt.Errorf("no transaction coordinator: %w", kerr.InvalidTxnState)
@@ -232,7 +240,7 @@ func (p *Partition) Append(batch []byte) (AppendResult, error) {
 	}
 	p.afterAppend()
 	return AppendResult{BaseOffset: base, LastOffset: h.LastOffset(), LogAppendTime: lat,
-		LogStartOffset: p.log.StartOffset()}, nil
+		LogStartOffset: p.LogStartOffset()}, nil
 }
 
 // InvalidRecordError is INVALID_RECORD with Kafka's per-record detail
@@ -377,7 +385,10 @@ func (p *Partition) HighWatermark() int64 {
 	return p.hw
 }
 
-func (p *Partition) LogStartOffset() int64 { return p.log.StartOffset() }
+// LogStartOffset is the first offset a client may read: the log's own
+// start, or a later one that a committed log-start command named and whose
+// segments are not deleted yet.
+func (p *Partition) LogStartOffset() int64 { return max(p.log.StartOffset(), p.minStart.Load()) }
 func (p *Partition) LogEndOffset() int64   { return p.log.EndOffset() }
 func (p *Partition) DurableOffset() int64  { return p.log.DurableOffset() }
 
@@ -411,7 +422,7 @@ func (p *Partition) Read(offset int64, maxBytes int, readCommitted bool) (ReadRe
 // res.Records is nil. The caller must Release s (also when it is empty).
 func (p *Partition) ReadFile(offset int64, maxBytes int, readCommitted bool) (res ReadResult, s storage.Slice, err error) {
 	hw := p.HighWatermark()
-	res = ReadResult{HighWatermark: hw, LastStableOffset: min(hw, p.LastStableOffset()), LogStartOffset: p.log.StartOffset()}
+	res = ReadResult{HighWatermark: hw, LastStableOffset: min(hw, p.LastStableOffset()), LogStartOffset: p.LogStartOffset()}
 	limit := hw
 	if readCommitted {
 		limit = res.LastStableOffset

@@ -83,6 +83,17 @@ func seqBefore(a, b int32) bool {
 // checkProducer decides what to do with a batch by its producer id, epoch
 // and sequence: nil, nil to append it; a cached batch when it is a retry of
 // one already written; or the Kafka error. Called with appendMu held.
+//
+// As Kafka's ProducerStateManager: a retry is recognised only as one of the
+// producer's last maxCachedBatches batches (its first and last sequence),
+// and answered with that batch's offsets - a success that names stored
+// records. Anything else that is not the next sequence is
+// OUT_OF_ORDER_SEQUENCE_NUMBER, also a sequence below the cache: a client
+// has at most five batches in flight, so such a batch is no retry we could
+// answer; it means this log lost records the producer was told are stored
+// (a leader that lost data) or the producer is confused. Answering it
+// DUPLICATE_SEQUENCE_NUMBER, which clients take as success, would drop the
+// records silently. Holdfast never answers DUPLICATE_SEQUENCE_NUMBER.
 func (p *Partition) checkProducer(h records.Header) (*batchMeta, error) {
 	if h.ProducerID < 0 {
 		return nil, nil // not idempotent
@@ -117,19 +128,74 @@ func (p *Partition) checkProducer(h records.Header) (*batchMeta, error) {
 		}
 	}
 	if len(e.batches) == 0 {
+		// The epoch was bumped by a transaction marker: a fresh start.
+		if first != 0 {
+			return nil, fmt.Errorf("producer %d epoch %d starts at sequence %d: %w", h.ProducerID, h.ProducerEpoch, first, kerr.OutOfOrderSequenceNumber)
+		}
 		return nil, nil
 	}
 	newest := e.batches[len(e.batches)-1]
 	if first == nextSeq(newest.LastSeq) {
 		return nil, nil
 	}
-	if oldest := e.batches[0]; seqBefore(last, oldest.FirstSeq) {
-		// Written long ago (before the cached batches), so a retry of data
-		// already in the log whose offset we no longer know. Clients treat
-		// this code as success.
-		return nil, fmt.Errorf("producer %d sequence %d..%d precedes %d: %w", h.ProducerID, first, last, oldest.FirstSeq, kerr.DuplicateSequenceNumber)
+	if oldest := e.batches[0]; seqBefore(first, oldest.FirstSeq) {
+		return nil, fmt.Errorf("producer %d epoch %d: sequence %d..%d precedes every batch known here (oldest %d, expected %d); not a retry this partition can answer: %w",
+			h.ProducerID, h.ProducerEpoch, first, last, oldest.FirstSeq, nextSeq(newest.LastSeq), kerr.OutOfOrderSequenceNumber)
 	}
 	return nil, fmt.Errorf("producer %d epoch %d: sequence %d, expected %d: %w", h.ProducerID, h.ProducerEpoch, first, nextSeq(newest.LastSeq), kerr.OutOfOrderSequenceNumber)
+}
+
+// dupOf is the producer, epoch and first sequence of a duplicate's original.
+type dupOf struct {
+	pid   int64
+	epoch int16
+	seq   int32
+}
+
+var errStopScan = errors.New("stop")
+
+// ConfirmStored checks, once a Duplicate's offsets are committed, that the
+// batch stored there is its original. In a cluster the cached original may
+// have been proposed by this leader and never committed: a new leader's
+// entries then took its offsets, and answering the retry with them would
+// acknowledge records that are not stored. Such a retry gets
+// NOT_LEADER_OR_FOLLOWER, so the producer sends it again to the new leader.
+// An original already below the log start (DeleteRecords, retention) was
+// stored; it passes. Not a duplicate, or a single node (whose log never
+// loses an appended batch but by failing): nil.
+func (p *Partition) ConfirmStored(res AppendResult) error {
+	if !res.Duplicate || p.rep.Load() == nil {
+		return nil
+	}
+	return p.confirmStored(res)
+}
+
+func (p *Partition) confirmStored(res AppendResult) error {
+	var found *records.Header
+	err := p.log.ScanHeaders(res.BaseOffset, func(h records.Header) error {
+		if h.LastOffset() >= res.BaseOffset {
+			found = &h
+			return errStopScan
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStopScan) {
+		if errors.Is(err, storage.ErrOffsetOutOfRange) || res.BaseOffset < p.log.StartOffset() {
+			return nil
+		}
+		return fmt.Errorf("confirming the original of a retried batch: %w", err)
+	}
+	if found == nil && res.BaseOffset < p.log.StartOffset() {
+		return nil
+	}
+	d := res.dup
+	if found == nil || found.BaseOffset != res.BaseOffset || found.LastOffset() != res.LastOffset ||
+		found.ProducerID != d.pid || found.ProducerEpoch != d.epoch || found.BaseSequence != d.seq {
+		p.lg.Warn("a retried batch's original was not committed; the retry must go to the new leader",
+			"producer_id", d.pid, "epoch", d.epoch, "sequence", d.seq, "offset", res.BaseOffset)
+		return fmt.Errorf("producer %d sequence %d: the original at offset %d was not committed: %w", d.pid, d.seq, res.BaseOffset, kerr.NotLeaderForPartition)
+	}
+	return nil
 }
 
 // recordProducer remembers an appended batch (h.BaseOffset set), written at

@@ -2,6 +2,7 @@ package partition
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -51,6 +52,15 @@ func (p *Partition) Replicate(h *raft.Host, group uint64, voters []uint64, rejoi
 	if err := h.AddGroup(raft.GroupConfig{ID: group, Log: p.log, Voters: voters, OnCommit: p.onCommit, Rejoin: rejoin}); err != nil {
 		return err
 	}
+	// Log-start commands committed before this start whose compaction may
+	// not have happened yet: their start holds at once.
+	if cmds, err := h.Commands(group, 0); err == nil {
+		for _, c := range cmds {
+			if start, ok := ParseLogStartCommand(c.Command); ok {
+				p.raiseStart(start)
+			}
+		}
+	}
 	p.rep.Store(rep)
 	if st, err := h.Status(group); err == nil {
 		p.advance(st.CommitOffset)
@@ -70,10 +80,17 @@ func (p *Partition) RaftGroup() uint64 {
 	return rep.group
 }
 
-// onCommit runs on the Raft Ready loop: raise the watermark and the epoch.
+// onCommit runs on the Raft Ready loop: raise the log start a committed
+// log-start command names (before the watermark, so no read sees the
+// records it removed), the watermark and the epoch.
 func (p *Partition) onCommit(_ uint64, ents []raft.Committed) {
 	if len(ents) == 0 {
 		return
+	}
+	for _, e := range ents {
+		if start, ok := ParseLogStartCommand(e.Command); ok {
+			p.raiseStart(start)
+		}
 	}
 	last := ents[len(ents)-1]
 	if t := int32(last.Term); t > p.epoch.Load() {
@@ -92,14 +109,16 @@ func (p *Partition) RaftStatus() (raft.Status, error) {
 }
 
 // IsLeader reports whether this node may serve the partition: always on a
-// single node; in a cluster when it is the Raft leader.
+// single node; in a cluster when it is the Raft leader and has committed an
+// entry of its term, so that its watermark and log start are current (a
+// new leader learns what its predecessor committed only then).
 func (p *Partition) IsLeader() bool {
 	rep := p.rep.Load()
 	if rep == nil {
 		return true
 	}
 	l, err := rep.host.Leadership(rep.group)
-	return err == nil && l.Leading
+	return err == nil && l.Settled
 }
 
 // InSyncReplicas counts the voters the leader currently hears from and
@@ -143,7 +162,7 @@ func (p *Partition) leaderCheckLocked() error {
 		return p.fail(err)
 	}
 	rep.readyTerm = l.Term
-	p.lg.Info("leading partition", "epoch", l.Term, "log_end_offset", end)
+	p.lg.Debug("leading partition", "epoch", l.Term, "log_end_offset", end)
 	return nil
 }
 
@@ -261,6 +280,38 @@ func (p *Partition) WaitLocal(ctx context.Context, end int64) error {
 		return ctx.Err()
 	}
 	return fmt.Errorf("%v: %w", err, kerr.NotLeaderForPartition)
+}
+
+// A log-start command moves the start of every replica's log to one
+// offset (retention, DeleteRecords): u8 kind 1 | i64 start, big endian. It
+// is a Raft command (a side entry), so it takes no Kafka offset. Each
+// replica's log start holds from the moment the command is committed
+// there; the segments below it are deleted after (the broker's compaction
+// loop).
+const cmdLogStart = 1
+
+// LogStartCommand is the command naming start.
+func LogStartCommand(start int64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{cmdLogStart}, uint64(start))
+}
+
+// ParseLogStartCommand returns the start a command names, ok=false if cmd
+// is not a log-start command.
+func ParseLogStartCommand(cmd []byte) (int64, bool) {
+	if len(cmd) != 9 || cmd[0] != cmdLogStart {
+		return 0, false
+	}
+	return int64(binary.BigEndian.Uint64(cmd[1:])), true
+}
+
+// raiseStart moves the partition's log start to start (no lower).
+func (p *Partition) raiseStart(start int64) {
+	for {
+		cur := p.minStart.Load()
+		if start <= cur || p.minStart.CompareAndSwap(cur, start) {
+			return
+		}
+	}
 }
 
 // CleanLimits bounds a log cleaning pass on p (storage.CleanOptions):

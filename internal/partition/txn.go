@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sort"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -50,6 +51,18 @@ type ProducerInfo struct {
 type txnState struct {
 	open    map[int64]int64 // producer id -> first offset of its open transaction
 	aborted []AbortedTxn    // by LastOffset
+	// verified holds KIP-890 verifications by producer id: a guard taken
+	// before asking the transaction coordinator, and whether it said the
+	// partition is in the producer's transaction. A marker (or a rebuild)
+	// drops the entry, so a verification that raced a marker no longer
+	// admits a batch. Never persisted.
+	verified map[int64]*verification
+}
+
+type verification struct {
+	epoch int16
+	guard uint64
+	ok    bool
 }
 
 // markerRecord is the key and value of a transaction marker (Kafka's
@@ -94,6 +107,83 @@ func (m *Manager) SetVerifier(v Verifier) {
 	m.verify.Store(&v)
 }
 
+// guardSeq numbers verification guards (process-wide, so a guard of one
+// leadership term never matches an entry of another).
+var guardSeq atomic.Uint64
+
+// BeginTxnVerification starts KIP-890's check of a transactional batch of
+// pid at epoch: needed is false when the partition already knows the batch
+// belongs to an ongoing transaction (an open transaction of that epoch
+// here, or an earlier positive verification not yet closed by a marker).
+// Otherwise the caller asks the transaction coordinator and, if it says
+// the partition is in the transaction, calls CompleteTxnVerification with
+// guard before appending. A marker in between drops the guard, and the
+// append is then refused (INVALID_TXN_STATE), as Kafka's VerificationGuard.
+//
+// In a cluster a new leader rebuilds its transaction state (dropping every
+// verification) at its first append of the term; that happens here first,
+// so the guard taken belongs to the rebuilt state. err is the append's
+// error for a node that cannot append now (not the leader); nothing is
+// then to be verified.
+func (p *Partition) BeginTxnVerification(pid int64, epoch int16) (guard uint64, needed bool, err error) {
+	p.appendMu.Lock()
+	defer p.appendMu.Unlock()
+	if p.rep.Load() != nil {
+		if err := p.leaderCheckLocked(); err != nil {
+			return 0, false, err
+		}
+	}
+	if p.txnAdmittedLocked(pid, epoch) {
+		return 0, false, nil
+	}
+	p.txnMu.Lock()
+	defer p.txnMu.Unlock()
+	if v := p.txn.verified[pid]; v != nil && v.epoch == epoch {
+		return v.guard, true, nil // another request is verifying it: share the guard
+	}
+	if p.txn.verified == nil {
+		p.txn.verified = map[int64]*verification{}
+	}
+	v := &verification{epoch: epoch, guard: guardSeq.Add(1)}
+	p.txn.verified[pid] = v
+	return v.guard, true, nil
+}
+
+// CompleteTxnVerification records the coordinator's yes for the guard
+// BeginTxnVerification returned; a guard dropped since (a marker came) is
+// ignored.
+func (p *Partition) CompleteTxnVerification(pid int64, guard uint64) {
+	p.txnMu.Lock()
+	defer p.txnMu.Unlock()
+	if v := p.txn.verified[pid]; v != nil && v.guard == guard {
+		v.ok = true
+	}
+}
+
+// DropTxnVerification forgets a verification the coordinator refused, so
+// refused producers leave nothing behind.
+func (p *Partition) DropTxnVerification(pid int64, guard uint64) {
+	p.txnMu.Lock()
+	defer p.txnMu.Unlock()
+	if v := p.txn.verified[pid]; v != nil && v.guard == guard && !v.ok {
+		delete(p.txn.verified, pid)
+	}
+}
+
+// txnAdmittedLocked reports whether a transactional batch of pid/epoch
+// needs no (further) verification: its transaction is open here at that
+// epoch, or was verified since the last marker. Called with appendMu held.
+func (p *Partition) txnAdmittedLocked(pid int64, epoch int16) bool {
+	e := p.producers[pid]
+	p.txnMu.Lock()
+	defer p.txnMu.Unlock()
+	if _, open := p.txn.open[pid]; open && e != nil && e.epoch == epoch {
+		return true
+	}
+	v := p.txn.verified[pid]
+	return v != nil && v.ok && v.epoch == epoch
+}
+
 // noteTxnBatch records that a transactional data batch at base offset
 // belongs to its producer's open transaction. Called with appendMu held,
 // and while rebuilding from the log.
@@ -111,6 +201,7 @@ func (p *Partition) noteMarker(pid int64, epoch int16, commit bool, offset int64
 	p.txnMu.Lock()
 	first, ok := p.txn.open[pid]
 	delete(p.txn.open, pid)
+	delete(p.txn.verified, pid)
 	if ok && !commit {
 		p.txn.aborted = append(p.txn.aborted, AbortedTxn{ProducerID: pid, FirstOffset: first, LastOffset: offset})
 	}
@@ -177,6 +268,18 @@ func (p *Partition) AppendCoordinator(batch []byte) (AppendResult, error) {
 	if e := p.producers[h.ProducerID]; e != nil && h.ProducerEpoch < e.epoch {
 		return AppendResult{}, fmt.Errorf("producer %d epoch %d, current %d: %w", h.ProducerID, h.ProducerEpoch, e.epoch, kerr.ProducerFenced)
 	}
+	if !p.txnAdmittedLocked(h.ProducerID, h.ProducerEpoch) {
+		// As for produced batches (Append): the transaction must be
+		// known to include this partition, checked under the lock a
+		// marker takes too.
+		v := p.verify.Load()
+		if v == nil {
+			return AppendResult{}, fmt.Errorf("no transaction coordinator: %w", kerr.InvalidTxnState)
+		}
+		if err := (*v)(p.topic, p.index, h.ProducerID, h.ProducerEpoch); err != nil {
+			return AppendResult{}, err
+		}
+	}
 	base, err := p.appendLocked(batch)
 	if err != nil {
 		return AppendResult{}, err
@@ -184,7 +287,7 @@ func (p *Partition) AppendCoordinator(batch []byte) (AppendResult, error) {
 	p.noteTxnBatch(h.ProducerID, base)
 	p.afterAppend()
 	return AppendResult{BaseOffset: base, LastOffset: base + int64(h.LastOffsetDelta), LogAppendTime: -1,
-		LogStartOffset: p.log.StartOffset()}, nil
+		LogStartOffset: p.LogStartOffset()}, nil
 }
 
 // appendLocked writes batch to the log and returns its base offset.

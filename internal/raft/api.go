@@ -399,6 +399,10 @@ type Leadership struct {
 	Leader, Term uint64
 	Leading      bool // this node is the Raft leader (it may not accept proposals yet)
 	Proposing    bool
+	// Settled: leading, and an entry of its own term is committed, so its
+	// commit covers every entry it has (Raft's rule for serving reads): what
+	// the committed entries did (a moved log start) is applied here.
+	Settled bool
 }
 
 // Leadership returns the group's leadership as this node sees it.
@@ -411,9 +415,11 @@ func (h *Host) Leadership(groupID uint64) (Leadership, error) {
 	defer g.mu.Unlock()
 	bs := g.rn.BasicStatus()
 	leading := g.failed == nil && bs.RaftState == raft.StateLeader
+	ready := leading && g.readyTerm == bs.GetTerm()
 	return Leadership{
 		Leader: bs.Lead, Term: bs.GetTerm(), Leading: leading,
-		Proposing: leading && g.readyTerm == bs.GetTerm() && bs.LeadTransferee == 0,
+		Proposing: ready && bs.LeadTransferee == 0,
+		Settled:   ready && g.commitIndex >= g.termStart,
 	}, nil
 }
 

@@ -172,6 +172,7 @@ type group struct {
 	readyTerm   uint64 // the term in which this node leads and its empty entry is stored
 	nextOffset  int64  // leader: offset of the next proposal, counting unstable entries
 	nextIndex   uint64 // leader: Raft index of the next proposal
+	termStart   uint64 // leader: index of its empty entry of readyTerm
 	commitIndex uint64
 	commitEnd   int64
 	commitCh    chan struct{} // closed and replaced when the commit advances
@@ -345,11 +346,14 @@ func (h *Host) resetLocked(g *group) {
 	g.unquiesceLocked()
 }
 
-// MarkRejoin records, durably, that the replica of group id on this node
-// lost its data: opened again (AddGroup), it grants no votes until it has
-// caught up, also across restarts. Call it after RemoveGroup and before
-// the new AddGroup of a replica whose data was discarded.
-func (h *Host) MarkRejoin(id uint64) error {
+// DiscardGroup stops driving a group whose replica's data is about to be
+// discarded, and records durably, before returning, that the replica lost
+// its data: opened again (AddGroup), it grants no votes until it has caught
+// up, also across restarts. Delete the log only after it returns.
+func (h *Host) DiscardGroup(id uint64) error {
+	if err := h.removeGroup(id, false); err != nil {
+		return err
+	}
 	h.journal.putRejoin(id)
 	return h.journal.flush(true)
 }
@@ -359,7 +363,7 @@ func (h *Host) MarkRejoin(id uint64) error {
 // panic): its store and RawNode are rebuilt from the log and the journal,
 // as at a restart. A group whose log failed (a failed fsync leaves what
 // was written after it unknown) is not retried here: its owner discards
-// and reopens the replica (MarkRejoin).
+// and reopens the replica (DiscardGroup).
 func (h *Host) RetryGroup(id uint64) error {
 	g := h.group(id)
 	if g == nil {
@@ -405,7 +409,9 @@ func (h *Host) RetryGroup(id uint64) error {
 
 // RemoveGroup stops driving a group and forgets its journal state (the
 // caller deletes or keeps the log).
-func (h *Host) RemoveGroup(id uint64) error {
+func (h *Host) RemoveGroup(id uint64) error { return h.removeGroup(id, true) }
+
+func (h *Host) removeGroup(id uint64, flush bool) error {
 	h.mu.Lock()
 	g := h.groups[id]
 	delete(h.groups, id)
@@ -422,6 +428,9 @@ func (h *Host) RemoveGroup(id uint64) error {
 	g.storedCh = make(chan struct{})
 	g.mu.Unlock()
 	h.journal.remove(id)
+	if !flush {
+		return nil
+	}
 	return h.journal.flush(false)
 }
 

@@ -188,6 +188,7 @@ func (h *Host) cycle(gs []*group) {
 				// proposed since: the log end is where proposals start.
 				g.st.mu.RLock()
 				g.nextOffset, g.nextIndex = g.st.end, g.st.lastLocked()+1
+				g.termStart = g.st.lastLocked()
 				g.st.mu.RUnlock()
 				g.readyTerm = bs.GetTerm()
 			}
@@ -203,7 +204,7 @@ func (h *Host) cycle(gs []*group) {
 		}
 		if bs.Lead != g.lastLeader {
 			g.lastLeader = bs.Lead
-			h.log.Info("raft: leader changed", "group", g.id, "leader", bs.Lead, "term", bs.GetTerm())
+			h.log.Debug("raft: leader changed", "group", g.id, "leader", bs.Lead, "term", bs.GetTerm())
 		}
 		ready := false
 		h.guardLocked(g, func() { ready = g.rn.HasReady() })

@@ -1494,7 +1494,8 @@ func (l *Log) Delete() error {
 // Dir returns the log's directory.
 func (l *Log) Dir() string { return l.dir }
 
-// Size is the bytes of all segments (Kafka's kafka.log:type=Log,name=Size).
+// Size returns the bytes of record batches in the log's segments (Kafka's
+// kafka.log:type=Log,name=Size).
 func (l *Log) Size() int64 {
 	l.mu.RLock()
 	defer l.mu.RUnlock()

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // maxParallelSyncs bounds the fsyncs one cycle runs at once: enough to keep
@@ -27,6 +28,7 @@ type Syncer struct {
 	noSyncfs bool
 
 	cycles, fsyncs, syncfs, requests atomic.Int64
+	latency                          Histogram // of each fdatasync or syncfs
 }
 
 // syncfsMinLogs: from this many logs of one filesystem in a cycle, one
@@ -74,6 +76,9 @@ func defaultSyncer() *Syncer {
 func (s *Syncer) Stats() SyncerStats {
 	return SyncerStats{Cycles: s.cycles.Load(), Fsyncs: s.fsyncs.Load(), Syncfs: s.syncfs.Load(), Requests: s.requests.Load()}
 }
+
+// Latency returns the durations of the fsyncs (and syncfs calls) so far.
+func (s *Syncer) Latency() HistogramSnapshot { return s.latency.Snapshot() }
 
 // request queues l for the next cycle. After Close it syncs inline, so
 // waiters never hang.
@@ -186,7 +191,9 @@ func (s *Syncer) syncGroup(ls []*Log) {
 		return
 	}
 	s.syncfs.Add(1)
+	start := time.Now()
 	err := syncfs(tickets[0].s.f.Fd())
+	s.latency.Observe(time.Since(start))
 	for _, t := range tickets {
 		if e := t.syncEnd(err); e != nil {
 			s.logger.Warn("storage: fsync cycle failed", "dir", t.l.dir, "err", e)
@@ -196,8 +203,11 @@ func (s *Syncer) syncGroup(ls []*Log) {
 
 func (s *Syncer) syncLog(l *Log) {
 	s.fsyncs.Add(1)
+	start := time.Now()
 	// syncOnce wakes the log's waiters itself, with success or the error.
-	if err := l.syncOnce(); err != nil {
+	err := l.syncOnce()
+	s.latency.Observe(time.Since(start))
+	if err != nil {
 		s.logger.Warn("storage: fsync cycle failed", "dir", l.dir, "err", err)
 	}
 }

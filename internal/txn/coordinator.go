@@ -72,9 +72,10 @@ type Options struct {
 	IDs     *IDAllocator
 	Markers MarkerWriter
 	Now     func() time.Time
-	// NextID, if set, allocates producer ids instead of IDs (cluster mode
-	// puts the node id in the low bits).
-	NextID func() (int64, error)
+	// NextID, if set, allocates producer ids instead of IDs (cluster
+	// mode: blocks committed through the metadata log). It may wait for a
+	// round trip, so it is never called with the coordinator's lock held.
+	NextID func(context.Context) (int64, error)
 	// Unowned starts every partition as led by another node (cluster
 	// mode): its transactional ids answer NOT_COORDINATOR until
 	// LoadPartition.
@@ -157,7 +158,7 @@ func New(cfg Config, logs []Log, opts Options) *Coordinator {
 		txns: map[string]*txnMeta{}, byPID: map[int64]*txnMeta{},
 		parts: make([]atomic.Int32, len(logs)), gens: make([]atomic.Uint64, len(logs))}
 	if opts.NextID == nil {
-		c.opts.NextID = opts.IDs.Next
+		c.opts.NextID = func(context.Context) (int64, error) { return opts.IDs.Next() }
 	}
 	if opts.Unowned {
 		for i := range c.parts {
@@ -421,7 +422,8 @@ func (c *Coordinator) InitProducerID(ctx context.Context, id string, timeoutMs i
 	// client hears CONCURRENT_TRANSACTIONS and retries, as with Kafka.
 	patience := time.NewTimer(concurrentWait)
 	defer patience.Stop()
-	checked := false // the named producer id/epoch was current once: our own bumps don't fence it
+	checked := false   // the named producer id/epoch was current once: our own bumps don't fence it
+	spare := int64(-1) // a fresh producer id, allocated without the lock held
 	for {
 		c.mu.Lock()
 		if c.closed {
@@ -479,22 +481,26 @@ func (c *Coordinator) InitProducerID(ctx context.Context, id string, timeoutMs i
 			continue
 		}
 		isNew := m == nil
-		if isNew {
-			pid, err := c.opts.NextID()
+		if (isNew || m.epoch >= math.MaxInt16-1) && spare < 0 {
+			// A new id may wait for the controller: not under the lock.
+			// The state is looked at afresh afterwards.
+			c.mu.Unlock()
+			pid, err := c.opts.NextID(ctx)
 			if err != nil {
-				c.mu.Unlock()
+				c.log.Warn("allocating a producer id", "transactional_id", id, "err", err)
 				return -1, -1, kerr.CoordinatorNotAvailable
 			}
-			m = &txnMeta{id: id, pid: pid, epoch: -1, parts: map[TopicPartition]struct{}{}}
+			spare = pid
+			continue
+		}
+		if isNew {
+			m = &txnMeta{id: id, pid: spare, epoch: -1, parts: map[TopicPartition]struct{}{}}
+			spare = -1
 		}
 		prev := *m
 		if m.epoch >= math.MaxInt16-1 {
-			pid, err := c.opts.NextID()
-			if err != nil {
-				c.mu.Unlock()
-				return -1, -1, kerr.CoordinatorNotAvailable
-			}
-			m.pid, m.epoch = pid, -1
+			m.pid, m.epoch = spare, -1
+			spare = -1
 		}
 		m.timedOut = -1
 		m.epoch++

@@ -112,9 +112,11 @@ type Server struct {
 	budget *budget
 
 	Stats Stats
-	// OnReply, if set before Serve, is told of each answered request: its
-	// key and how long it took from decode to written response.
-	OnReply func(key int16, took time.Duration)
+	// OnReply, if set before Serve, is told of each answered request: the
+	// request, the response written (a *Spliced for fetches sent with
+	// sendfile) and how long it took from decode to written response. It
+	// runs on the connection's writer goroutine: it must be quick.
+	OnReply func(req *Request, resp kmsg.Response, took time.Duration)
 
 	mu     sync.Mutex
 	lns    []net.Listener
@@ -463,7 +465,7 @@ func (c *serverConn) writeLoop() {
 			continue // drain pending so their budget is released
 		}
 		if c.s.OnReply != nil {
-			c.s.OnReply(p.req.Key, time.Since(p.start))
+			c.s.OnReply(p.req, resp, time.Since(p.start))
 		}
 		if cap(out) > 1<<20 {
 			out = nil // don't pin one huge fetch response's buffer forever

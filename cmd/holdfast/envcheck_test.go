@@ -1,16 +1,18 @@
 package main
 
 import (
-	"flag"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
 func TestUnknownEnvReported(t *testing.T) {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.String("data-dir", "", "")
-	fs.String("flush", "sync", "")
-	got := unknownEnv(fs, []string{"HOLDFAST_DATA_DIR=/x", "HOLDFAST_DATADIR=/y", "HOLDFAST_NOTHING_LIKE_IT=1", "PATH=/bin", "HOLDFAST_FLUSH=os"})
+	s := newSettings(pflag.NewFlagSet("serve", pflag.ContinueOnError))
+	var dir, flush string
+	s.String(&dir, "data-dir", "", "")
+	s.String(&flush, "flush", "sync", "")
+	got := s.unknownEnv([]string{"HOLDFAST_DATA_DIR=/x", "HOLDFAST_DATADIR=/y", "HOLDFAST_NOTHING_LIKE_IT=1", "PATH=/bin", "HOLDFAST_FLUSH=os", "HOLDFAST_CONFIG=/c"})
 	if len(got) != 2 {
 		t.Fatalf("reported %q; want the two unknown HOLDFAST_ variables", got)
 	}

@@ -1,0 +1,364 @@
+package main
+
+// End-to-end tests of the client commands: the real binary against a real
+// broker process, checking output and exit codes.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+type result struct {
+	out, err string
+	code     int
+}
+
+// hf runs the binary with stdin and returns its output and exit code.
+func hf(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{out.String(), errb.String(), 0}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("holdfast %v: %v", args, err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("holdfast %v: still running after 60s\n%s%s", args, r.out, r.err)
+	}
+	return r
+}
+
+// ok runs a command that must succeed and returns its stdout.
+func ok(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
+	r := hf(t, stdin, args...)
+	if r.code != 0 {
+		t.Fatalf("holdfast %s: exit %d\n%s%s", strings.Join(args, " "), r.code, r.out, r.err)
+	}
+	return r.out
+}
+
+// fails runs a command that must exit with code and say want on stderr.
+func fails(t *testing.T, code int, want string, args ...string) {
+	t.Helper()
+	r := hf(t, "", args...)
+	if r.code != code || !strings.Contains(r.err, want) {
+		t.Fatalf("holdfast %s: exit %d (want %d), stderr should say %q:\n%s%s", strings.Join(args, " "), r.code, code, want, r.out, r.err)
+	}
+}
+
+// row finds the line of a table that starts with the given fields.
+func row(t *testing.T, out string, fields ...string) []string {
+	t.Helper()
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) >= len(fields) && strings.Join(f[:len(fields)], " ") == strings.Join(fields, " ") {
+			return f
+		}
+	}
+	t.Fatalf("no row %v in:\n%s", fields, out)
+	return nil
+}
+
+func startBroker(t *testing.T, args ...string) string {
+	t.Helper()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	startProc(t, t.TempDir(), addr, append([]string{"--listen", addr, "--metrics-listen", ""}, args...)...)
+	return addr
+}
+
+// TestCLITopics: create (flags after the name), describe, alter-config,
+// add-partitions, list, delete; and the errors a script can tell apart.
+func TestCLITopics(t *testing.T) {
+	b := "--bootstrap=" + startBroker(t)
+	out := ok(t, "", "topic", "create", "t1", "--config", "retention.ms=3600000", b, "-c", "segment.ms=600000")
+	if !strings.Contains(out, "created t1 (1 partitions") {
+		t.Fatalf("create: %s", out)
+	}
+	desc := ok(t, "", "topic", "describe", "t1", b)
+	if f := row(t, desc, "retention.ms"); f[1] != "3600000" || f[2] != "topic" {
+		t.Fatalf("retention.ms not set by create: %v\n%s", f, desc)
+	}
+	row(t, desc, "segment.ms", "600000", "topic")
+	if list := ok(t, "", "topic", "list", b); strings.Contains(list, "--config") || !strings.Contains(list, "t1") || strings.Contains(list, "__consumer_offsets") {
+		t.Fatalf("topic list:\n%s", list)
+	}
+	if list := ok(t, "", "topic", "list", "--internal", b); !strings.Contains(list, "__consumer_offsets") {
+		t.Fatalf("topic list --internal:\n%s", list)
+	}
+	// Shell completion asks the broker for topic names.
+	if out := ok(t, "", "__complete", "topic", "describe", b, "t"); !strings.HasPrefix(out, "t1\n") {
+		t.Fatalf("completing a topic name: %q", out)
+	}
+	fails(t, 1, "TOPIC_ALREADY_EXISTS", "topic", "create", "t1", b)
+	ok(t, "", "topic", "create", "t1", "--if-not-exists", b)
+
+	ok(t, "", "topic", "alter-config", "t1", "--set", "retention.ms=7200000", "--delete", "segment.ms", b)
+	desc = ok(t, "", "topic", "describe", "t1", b)
+	row(t, desc, "retention.ms", "7200000", "topic")
+	if f := row(t, desc, "segment.ms"); f[2] == "topic" {
+		t.Fatalf("segment.ms not deleted: %v", f)
+	}
+	fails(t, 1, "INVALID_CONFIG", "topic", "alter-config", "t1", "--set", "retention.ms=soon", b)
+
+	ok(t, "", "topic", "add-partitions", "t1", "--partitions", "3", b)
+	desc = ok(t, "", "topic", "describe", "t1", "--no-configs", b)
+	row(t, desc, "topic", "t1", "partitions", "3")
+	row(t, desc, "2", "1") // partition 2, led by node 1
+	fails(t, 1, "INVALID_PARTITIONS", "topic", "add-partitions", "t1", "--partitions", "2", b)
+
+	ok(t, "", "topic", "delete", "t1", b)
+	if list := ok(t, "", "topic", "list", b); strings.Contains(list, "t1") {
+		t.Fatalf("t1 still listed:\n%s", list)
+	}
+	fails(t, 1, "UNKNOWN_TOPIC_OR_PARTITION", "topic", "describe", "t1", b)
+	fails(t, 2, "want at least 1 argument", "topic", "create", b)
+	fails(t, 2, "unknown flag", "topic", "create", "x", "--no-such-flag", b)
+}
+
+// TestCLIProduceConsume: keys, headers, a partition and a file in; every
+// way of choosing where to start and every output format out; a group that
+// commits what it printed.
+func TestCLIProduceConsume(t *testing.T) {
+	b := "--bootstrap=" + startBroker(t)
+	ok(t, "", "topic", "create", "pc", "--partitions", "3", b)
+	file := filepath.Join(t.TempDir(), "in.txt")
+	var lines []string
+	for i := 0; i < 10; i++ {
+		lines = append(lines, fmt.Sprintf("k%d:v%d", i, i))
+	}
+	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now().Add(-time.Second)
+	r := hf(t, "", "produce", "pc", "--file", file, "-K", ":", "-H", "source=test", "--header", "n=1", "--partition", "2", b)
+	if r.code != 0 || !strings.Contains(r.err, "produced 10 records to pc") {
+		t.Fatalf("produce: %d %s %s", r.code, r.out, r.err)
+	}
+	// All ten in partition 2, with their keys and headers.
+	out := ok(t, "", "consume", "pc", "--partition", "2", "-n", "10", "--format", "json", b)
+	var recs []jsonRecord
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var jr jsonRecord
+		if err := json.Unmarshal([]byte(l), &jr); err != nil {
+			t.Fatalf("json output %q: %v", l, err)
+		}
+		recs = append(recs, jr)
+	}
+	if len(recs) != 10 {
+		t.Fatalf("%d records:\n%s", len(recs), out)
+	}
+	for i, jr := range recs {
+		if jr.Partition != 2 || jr.Offset != int64(i) || *jr.Key != fmt.Sprintf("k%d", i) || *jr.Value != fmt.Sprintf("v%d", i) ||
+			jr.Headers["source"] != "test" || jr.Headers["n"] != "1" {
+			t.Fatalf("record %d: %+v", i, jr)
+		}
+		if ts, err := time.Parse(time.RFC3339Nano, jr.Timestamp); err != nil || ts.Before(start) {
+			t.Fatalf("record %d timestamp %q", i, jr.Timestamp)
+		}
+	}
+	// -e stops at the end; --offset N and -N; hex.
+	if out := ok(t, "", "consume", "pc", "-e", b); strings.Count(out, "\n") != 10 {
+		t.Fatalf("consume -e: want 10 lines:\n%s", out)
+	}
+	if out := ok(t, "", "consume", "pc", "-p", "2", "--offset", "7", "-e", b); out != "v7\nv8\nv9\n" {
+		t.Fatalf("--offset 7: %q", out)
+	}
+	if out := ok(t, "", "consume", "pc", "-p", "2", "-o", "-2", "-e", b); out != "v8\nv9\n" {
+		t.Fatalf("--offset -2: %q", out)
+	}
+	if out := ok(t, "", "consume", "pc", "-p", "2", "-o", "9", "-e", "--format", "hex", b); out != "7639\n" {
+		t.Fatalf("hex: %q", out)
+	}
+	if out := ok(t, "", "consume", "pc", "-p", "2", "-o", "9", "-e", "-v", b); !regexp.MustCompile(`^2\t9\t\S+\tk9\tsource=test,n=1\tv9\n$`).MatchString(out) {
+		t.Fatalf("-v: %q", out)
+	}
+	// --timestamp: records after a moment get exactly the later ones.
+	mid := time.Now()
+	time.Sleep(20 * time.Millisecond)
+	ok(t, "later\n", "produce", "pc", "-p", "0", b)
+	if out := ok(t, "", "consume", "pc", "--timestamp", mid.UTC().Format(time.RFC3339Nano), "-e", b); out != "later\n" {
+		t.Fatalf("--timestamp: %q", out)
+	}
+	if out := ok(t, "", "consume", "pc", "--timestamp", fmt.Sprint(mid.UnixMilli()), "-e", b); out != "later\n" {
+		t.Fatalf("--timestamp ms: %q", out)
+	}
+
+	// A group commits exactly what it printed, and the next run goes on.
+	if out := ok(t, "", "consume", "pc", "--group", "g", "-n", "3", b); strings.Count(out, "\n") != 3 {
+		t.Fatalf("group first run: %q", out)
+	}
+	desc := ok(t, "", "group", "describe", "g", b)
+	f := row(t, desc, "group", "g")
+	if !strings.Contains(desc, "lag 8") {
+		t.Fatalf("group lag after 3 of 11: %v\n%s", f, desc)
+	}
+	if out := ok(t, "", "consume", "pc", "--group", "g", "-e", b); strings.Count(out, "\n") != 8 {
+		t.Fatalf("group second run: want the 8 not yet read:\n%s", out)
+	}
+	desc = ok(t, "", "group", "describe", "g", b)
+	if !strings.Contains(desc, "lag 0") {
+		t.Fatalf("group lag after all:\n%s", desc)
+	}
+	row(t, desc, "pc", "2", "10", "10", "0")
+
+	fails(t, 2, "--format", "consume", "pc", "--format", "xml", b)
+	fails(t, 2, "--partition and --group", "consume", "pc", "-g", "g", "-p", "1", b)
+	fails(t, 1, "UNKNOWN_TOPIC_OR_PARTITION", "consume", "nope", "-e", b)
+	fails(t, 2, "want 1 argument", "consume", "a", "b", b)
+}
+
+// TestCLIProduceAutoCreate: produce creates a topic when the broker
+// auto-creates topics and names the setting when it does not.
+func TestCLIProduceAutoCreate(t *testing.T) {
+	b := "--bootstrap=" + startBroker(t)
+	ok(t, "hello\n", "produce", "greetings", b)
+	if out := ok(t, "", "consume", "greetings", "-n", "1", b); out != "hello\n" {
+		t.Fatalf("consume: %q", out)
+	}
+	off := "--bootstrap=" + startBroker(t, "--auto-create-topics=false")
+	r := hf(t, "hello\n", "produce", "greetings", off, "--timeout", "10s")
+	if r.code != 1 || !strings.Contains(r.err, "auto.create.topics.enable") {
+		t.Fatalf("produce without auto-create: exit %d\n%s", r.code, r.err)
+	}
+}
+
+// TestCLIGroupsAndRecords: group list, describe with time lag,
+// reset-offsets (dry run, then executed), delete; records delete.
+func TestCLIGroupsAndRecords(t *testing.T) {
+	b := "--bootstrap=" + startBroker(t)
+	ok(t, "a\nb\nc\nd\ne\n", "produce", "gr", b)
+	ok(t, "", "consume", "gr", "-g", "readers", "-n", "2", b)
+	row(t, ok(t, "", "group", "list", b), "readers", "Empty", "consumer", "1")
+	if out := ok(t, "", "__complete", "group", "describe", b, "re"); !strings.HasPrefix(out, "readers\n") {
+		t.Fatalf("completing a group name: %q", out)
+	}
+
+	time.Sleep(50 * time.Millisecond)
+	desc := ok(t, "", "group", "describe", "readers", b)
+	f := row(t, desc, "gr", "0", "2", "5", "3") // committed 2, end 5, lag 3
+	if d, err := time.ParseDuration(f[5]); err != nil || d <= 0 {
+		t.Fatalf("time lag %q of a lagging partition:\n%s", f[5], desc)
+	}
+
+	dry := ok(t, "", "group", "reset-offsets", "readers", "--to-earliest", b)
+	row(t, dry, "gr", "0", "2", "0")
+	if !strings.Contains(dry, "dry run") {
+		t.Fatalf("reset without --execute:\n%s", dry)
+	}
+	row(t, ok(t, "", "group", "describe", "readers", b), "gr", "0", "2")
+	ok(t, "", "group", "reset-offsets", "readers", "--to-offset", "4", "--execute", b)
+	row(t, ok(t, "", "group", "describe", "readers", b), "gr", "0", "4", "5", "1")
+	fails(t, 2, "choose one of", "group", "reset-offsets", "readers", b)
+
+	out := ok(t, "", "records", "delete", "gr", "--before", "3", b)
+	row(t, out, "gr", "0", "3")
+	row(t, ok(t, "", "topic", "describe", "gr", "--no-configs", b), "0", "1", "0", "1", "1", "3", "5")
+	if out := ok(t, "", "consume", "gr", "-e", b); out != "d\ne\n" {
+		t.Fatalf("after records delete: %q", out)
+	}
+	fails(t, 2, `required flag(s) "before"`, "records", "delete", "gr", b)
+
+	ok(t, "", "group", "delete", "readers", b)
+	if out := ok(t, "", "group", "list", b); strings.Contains(out, "readers") {
+		t.Fatalf("deleted group listed:\n%s", out)
+	}
+	fails(t, 1, "GROUP_ID_NOT_FOUND", "group", "delete", "readers", b)
+	fails(t, 1, "does not exist", "group", "describe", "readers", b)
+
+	status := ok(t, "", "cluster", "status", b)
+	row(t, status, "1", "127.0.0.1")
+	row(t, status, "gr", "0", "1")
+	if strings.Contains(status, "__consumer_offsets") {
+		t.Fatalf("internal partitions shown without --internal:\n%s", status)
+	}
+}
+
+// TestCLINoBroker: every client command gives up after --timeout with exit
+// code 3 when nothing answers, instead of hanging.
+func TestCLINoBroker(t *testing.T) {
+	b := fmt.Sprintf("--bootstrap=127.0.0.1:%d", freePort(t)) // nothing listens
+	for _, args := range [][]string{
+		{"produce", "t"},
+		{"consume", "t"},
+		{"topic", "list"},
+		{"topic", "create", "t"},
+		{"group", "list"},
+		{"group", "describe", "g"},
+		{"records", "delete", "t", "--before", "1"},
+		{"cluster", "status"},
+		{"cluster", "elect-leaders"},
+	} {
+		fails(t, exitTimeout, "no broker answered", append(args, b, "--timeout", "2s")...)
+	}
+}
+
+// TestCLIHelpEverywhere: -h works on every command and subcommand, and
+// shell completion is there.
+func TestCLIHelpEverywhere(t *testing.T) {
+	var walk func(c *cobra.Command, path []string)
+	n := 0
+	walk = func(c *cobra.Command, path []string) {
+		r := hf(t, "", append(path, "-h")...)
+		if r.code != 0 || !strings.Contains(r.out, "Usage:") {
+			t.Errorf("holdfast %s -h: exit %d\n%s%s", strings.Join(path, " "), r.code, r.out, r.err)
+		}
+		n++
+		for _, s := range c.Commands() {
+			if !s.Hidden && s.Name() != "help" {
+				walk(s, append(append([]string(nil), path...), s.Name()))
+			}
+		}
+	}
+	walk(newRootCmd(), nil)
+	if n < 25 {
+		t.Fatalf("only %d commands", n)
+	}
+	if out := ok(t, "", "completion", "bash"); !strings.Contains(out, "holdfast") {
+		t.Fatalf("bash completion: %s", out)
+	}
+	fails(t, exitUsage, `unknown command "nope"`, "nope")
+	fails(t, exitUsage, "needs a subcommand", "group")
+	if out := ok(t, "", "version"); !strings.HasPrefix(out, "holdfast ") {
+		t.Fatalf("version: %q", out)
+	}
+}
+
+// TestCLIReassignAndUnregister on a single node: the requests reach the
+// broker and its answers come back as output or exit code 1. (Moves
+// between brokers are tested in internal/broker; the CLI sends the same
+// requests.)
+func TestCLIReassignAndUnregister(t *testing.T) {
+	b := "--bootstrap=" + startBroker(t)
+	ok(t, "", "topic", "create", "mv", b)
+	if out := ok(t, "", "topic", "reassign", "mv", "--partition", "0", "--replicas", "1", b); !strings.Contains(out, "moving mv-0 to 1") {
+		t.Fatalf("reassign: %s", out)
+	}
+	row(t, ok(t, "", "topic", "reassign", "--list", b), "TOPIC", "PARTITION", "REPLICAS")
+	fails(t, 1, "INVALID_REPLICA_ASSIGNMENT", "topic", "reassign", "mv", "--partition", "0", "--replicas", "2", b)
+	fails(t, 2, "either --replicas ids or --cancel", "topic", "reassign", "mv", b)
+	fails(t, 2, "not a broker id", "topic", "reassign", "mv", "--replicas", "x", b)
+	r := hf(t, "", "cluster", "unregister", "--id", "7", b)
+	if r.code != 1 || !regexp.MustCompile(`broker 7: [A-Z_]+`).MatchString(r.err) {
+		t.Fatalf("unregister an unknown broker: exit %d\n%s", r.code, r.err)
+	}
+	fails(t, 2, "--id", "cluster", "unregister", b)
+}

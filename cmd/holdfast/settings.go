@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// settings is the one registry of a command's settings (serve,
+// dev-cluster). Each setting is
+//   - a flag, --data-dir;
+//   - an environment variable, HOLDFAST_DATA_DIR (derived from the flag);
+//   - optionally one or more Kafka broker config names, log.dirs, under which
+//     a Kafka server.properties given to --config may set it;
+//   - its help text.
+//
+// A value is taken from the flag, else the environment, else the --config
+// file (flag names or Kafka names), else the default. A feature adds its
+// settings with one call per setting (s.String, s.Int, ...) next to the
+// code that uses them; help, environment and file support follow.
+type settings struct {
+	fs    *pflag.FlagSet
+	all   []*setting
+	kafka map[string]kafkaName // by Kafka name
+}
+
+type setting struct {
+	flag  string
+	kafka []kafkaName
+}
+
+// kafkaName is a Kafka broker config name for a setting and how a Kafka
+// value is turned into the flag's syntax (nil: taken as it is).
+type kafkaName struct {
+	name    string
+	convert func(string) (string, error)
+	s       *setting
+}
+
+func newSettings(fs *pflag.FlagSet) *settings {
+	return &settings{fs: fs, kafka: map[string]kafkaName{}}
+}
+
+// kafka names a setting's Kafka config whose value is taken as it is.
+func kafka(name string) kafkaName { return kafkaName{name: name} }
+
+// kafkaDuration names a Kafka config given as a whole number of unit
+// (log.retention.ms: milliseconds); a negative number stays negative
+// (unlimited).
+func kafkaDuration(name string, unit time.Duration) kafkaName {
+	return kafkaName{name: name, convert: func(v string) (string, error) {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return "", fmt.Errorf("want a whole number of %s", unitName(unit))
+		}
+		return (time.Duration(n) * unit).String(), nil
+	}}
+}
+
+func unitName(u time.Duration) string {
+	switch u {
+	case time.Millisecond:
+		return "milliseconds"
+	case time.Second:
+		return "seconds"
+	case time.Minute:
+		return "minutes"
+	case time.Hour:
+		return "hours"
+	}
+	return u.String()
+}
+
+// kafkaConverted names a Kafka config whose value convert turns into the
+// flag's syntax.
+func kafkaConverted(name string, convert func(string) (string, error)) kafkaName {
+	return kafkaName{name: name, convert: convert}
+}
+
+func (s *settings) add(flag, help string, names []kafkaName) {
+	st := &setting{flag: flag}
+	var kn []string
+	for _, k := range names {
+		if _, dup := s.kafka[k.name]; dup {
+			panic("settings: Kafka name " + k.name + " registered twice")
+		}
+		k.s = st
+		s.kafka[k.name] = k
+		st.kafka = append(st.kafka, k)
+		kn = append(kn, k.name)
+	}
+	f := s.fs.Lookup(flag)
+	f.Usage = help
+	if len(kn) > 0 {
+		f.Usage += " [Kafka: " + strings.Join(kn, ", ") + "]"
+	}
+	f.Usage += " [env " + envName(flag) + "]"
+	s.all = append(s.all, st)
+}
+
+func (s *settings) String(p *string, flag, def, help string, names ...kafkaName) {
+	s.fs.StringVar(p, flag, def, "")
+	s.add(flag, help, names)
+}
+
+func (s *settings) Int(p *int, flag string, def int, help string, names ...kafkaName) {
+	s.fs.IntVar(p, flag, def, "")
+	s.add(flag, help, names)
+}
+
+func (s *settings) Int64(p *int64, flag string, def int64, help string, names ...kafkaName) {
+	s.fs.Int64Var(p, flag, def, "")
+	s.add(flag, help, names)
+}
+
+func (s *settings) Bool(p *bool, flag string, def bool, help string, names ...kafkaName) {
+	s.fs.BoolVar(p, flag, def, "")
+	s.add(flag, help, names)
+}
+
+func (s *settings) Duration(p *time.Duration, flag string, def time.Duration, help string, names ...kafkaName) {
+	s.fs.DurationVar(p, flag, def, "")
+	s.add(flag, help, names)
+}
+
+// envName is the environment variable that can set a flag:
+// --data-dir is HOLDFAST_DATA_DIR.
+func envName(flagName string) string {
+	return "HOLDFAST_" + strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(flagName))
+}
+
+// load fills every setting not given on the command line from its
+// environment variable, then from the file at configPath (if not empty).
+// It returns the Kafka names in the file that Holdfast does not support,
+// each once, sorted: the caller reports them. A name that looks like a
+// Holdfast flag (no dot) and is not one is an error: it is a typo.
+func (s *settings) load(configPath string) (unsupported []string, err error) {
+	set := map[string]bool{}
+	for _, st := range s.all {
+		if s.fs.Changed(st.flag) {
+			set[st.flag] = true
+			continue
+		}
+		if v, ok := os.LookupEnv(envName(st.flag)); ok {
+			if err := s.fs.Set(st.flag, v); err != nil {
+				return nil, fmt.Errorf("%s=%q: %w", envName(st.flag), v, err)
+			}
+			set[st.flag] = true
+		}
+	}
+	if configPath == "" {
+		return nil, nil
+	}
+	f, err := os.Open(configPath)
+	if err != nil {
+		return nil, fmt.Errorf("config file: %w", err)
+	}
+	defer f.Close()
+	props, err := readProperties(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", configPath, err)
+	}
+	seen := map[string]bool{}
+	for _, p := range props {
+		k, v := p.key, p.value
+		var flag, value string
+		if st := s.byFlag(k); st != nil {
+			flag, value = st.flag, v
+		} else if kn, ok := s.kafka[k]; ok {
+			flag, value = kn.s.flag, v
+			if kn.convert != nil {
+				if value, err = kn.convert(v); err != nil {
+					return nil, fmt.Errorf("%s:%d: %s=%s: %w", configPath, p.line, k, v, err)
+				}
+			}
+		} else if !strings.Contains(k, ".") {
+			return nil, fmt.Errorf("%s:%d: unknown setting %q (see holdfast serve -h)", configPath, p.line, k)
+		} else {
+			if !seen[k] {
+				seen[k] = true
+				unsupported = append(unsupported, k)
+			}
+			continue
+		}
+		if set[flag] {
+			continue // the command line or the environment wins
+		}
+		if err := s.fs.Set(flag, value); err != nil {
+			return nil, fmt.Errorf("%s:%d: %s: %w", configPath, p.line, k, err)
+		}
+	}
+	sort.Strings(unsupported)
+	return unsupported, nil
+}
+
+func (s *settings) byFlag(name string) *setting {
+	for _, st := range s.all {
+		if st.flag == name {
+			return st
+		}
+	}
+	return nil
+}
+
+type property struct {
+	key, value string
+	line       int
+}
+
+// readProperties reads a Java properties file as Kafka's server.properties
+// is written: key=value, key: value or key value; '#' and '!' comments;
+// a trailing backslash continues a line.
+func readProperties(r io.Reader) ([]property, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var out []property
+	var cont strings.Builder
+	start := 0
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if cont.Len() == 0 {
+			if text == "" || text[0] == '#' || text[0] == '!' {
+				continue
+			}
+			start = line
+		}
+		if strings.HasSuffix(text, `\`) && !strings.HasSuffix(text, `\\`) {
+			cont.WriteString(strings.TrimSuffix(text, `\`))
+			continue
+		}
+		cont.WriteString(text)
+		full := cont.String()
+		cont.Reset()
+		i := strings.IndexAny(full, "=: \t")
+		if i <= 0 {
+			return nil, fmt.Errorf("line %d: want key=value", start)
+		}
+		k := full[:i]
+		v := strings.TrimLeft(full[i:], " \t")
+		if v != "" && (v[0] == '=' || v[0] == ':') {
+			v = strings.TrimSpace(v[1:])
+		}
+		out = append(out, property{k, v, start})
+	}
+	if cont.Len() > 0 {
+		return nil, fmt.Errorf("line %d: continued past the end of the file", start)
+	}
+	return out, sc.Err()
+}

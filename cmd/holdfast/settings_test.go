@@ -1,0 +1,176 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func TestReadProperties(t *testing.T) {
+	in := "# comment\n! also a comment\n\na=1\nb : two\nc three\nd = spaced value \ne=first \\\n   second\nlistener.security.protocol.map=A:B,C:D\n"
+	props, err := readProperties(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, p := range props {
+		got[p.key] = p.value
+	}
+	want := map[string]string{"a": "1", "b": "two", "c": "three", "d": "spaced value", "e": "first second", "listener.security.protocol.map": "A:B,C:D"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got %v\nwant %v", got, want)
+	}
+	if props[4].line != 8 {
+		t.Errorf("continued line reported at line %d, want 8", props[4].line)
+	}
+}
+
+// loadServe parses args, environment and file as `serve` does.
+func loadServe(t *testing.T, file string, args ...string) (*serveConfig, []string, error) {
+	t.Helper()
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	sc := &serveConfig{}
+	s := newSettings(fs)
+	sc.register(s)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	path := ""
+	if file != "" {
+		path = filepath.Join(t.TempDir(), "server.properties")
+		if err := os.WriteFile(path, []byte(file), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unsupported, err := s.load(path)
+	return sc, unsupported, err
+}
+
+// TestKafkaServerProperties: Apache Kafka's own server.properties is
+// accepted; the settings Holdfast has are taken under Kafka's names and
+// units, the others reported, each once.
+func TestKafkaServerProperties(t *testing.T) {
+	file, err := os.ReadFile("testdata/server.properties")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, unsupported, err := loadServe(t, string(file)+"num.io.threads=16\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, lim, err := sc.brokerConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.listen != ":9092" || cfg.AdvertisedHost != "localhost" || cfg.AdvertisedPort != 9092 {
+		t.Errorf("listeners: listen %q, advertised %s:%d", sc.listen, cfg.AdvertisedHost, cfg.AdvertisedPort)
+	}
+	if cfg.DataDir != "/tmp/kraft-combined-logs" || cfg.NodeID != 1 || cfg.NumPartitions != 3 {
+		t.Errorf("log.dirs %q, node.id %d, num.partitions %d", cfg.DataDir, cfg.NodeID, cfg.NumPartitions)
+	}
+	if cfg.LogDefaults.RetentionMs != 48*time.Hour || cfg.LogDefaults.SegmentBytes != 1<<30 || cfg.RetentionCheckInterval != 5*time.Minute {
+		t.Errorf("retention %v, segment %d, check %v", cfg.LogDefaults.RetentionMs, cfg.LogDefaults.SegmentBytes, cfg.RetentionCheckInterval)
+	}
+	if lim.MaxRequestBytes != 104857600 {
+		t.Errorf("socket.request.max.bytes: %d", lim.MaxRequestBytes)
+	}
+	if len(cfg.Peers) != 0 {
+		t.Errorf("one controller voter (this node) is single-node mode, got peers %v", cfg.Peers)
+	}
+	want := "controller.listener.names inter.broker.listener.name listener.security.protocol.map num.io.threads num.network.threads " +
+		"num.recovery.threads.per.data.dir offsets.topic.replication.factor process.roles socket.receive.buffer.bytes " +
+		"socket.send.buffer.bytes transaction.state.log.min.isr transaction.state.log.replication.factor"
+	if got := strings.Join(unsupported, " "); got != want {
+		t.Errorf("unsupported:\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestSettingsPrecedence: flag, then environment, then file, then default;
+// flag names work in the file too; a typo is an error, not a warning.
+func TestSettingsPrecedence(t *testing.T) {
+	t.Setenv("HOLDFAST_NUM_PARTITIONS", "5")
+	t.Setenv("HOLDFAST_RETENTION", "2h")
+	file := "num.partitions=7\nlog.retention.ms=60000\nsegment-bytes=2048\nlog.segment.bytes=4096\nnode-id=4\n"
+	sc, _, err := loadServe(t, file, "--node-id", "9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.nodeID != 9 || sc.numParts != 5 || sc.retention != 2*time.Hour || sc.segBytes != 4096 {
+		t.Errorf("node-id %d (flag 9), num-partitions %d (env 5), retention %v (env 2h), segment-bytes %d (file, last line 4096)", sc.nodeID, sc.numParts, sc.retention, sc.segBytes)
+	}
+	if _, _, err := loadServe(t, "segmnt-bytes=1\n"); err == nil || !strings.Contains(err.Error(), `unknown setting "segmnt-bytes"`) {
+		t.Errorf("typo: %v", err)
+	}
+	if _, _, err := loadServe(t, "log.retention.ms=soon\n"); err == nil || !strings.Contains(err.Error(), "whole number of milliseconds") {
+		t.Errorf("bad Kafka duration: %v", err)
+	}
+	if _, _, err := loadServe(t, "listeners=SSL://:9093\n"); err == nil || !strings.Contains(err.Error(), "PLAINTEXT only") {
+		t.Errorf("SSL listener: %v", err)
+	}
+}
+
+// TestServeWithServerProperties starts the real binary on Kafka's
+// server.properties: it runs, takes num.partitions from it, and reports
+// the settings it ignores once, by name.
+func TestServeWithServerProperties(t *testing.T) {
+	dir := t.TempDir()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	abs, _ := filepath.Abs("testdata/server.properties")
+	t.Setenv("HOLDFAST_DATA_DIR", filepath.Join(dir, "data")) // the environment overrides the file's log.dirs
+	p := startProc(t, dir, addr, "--config", abs, "--listen", addr, "--advertised", addr, "--metrics-listen", "")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.AllowAutoTopicCreation(), kgo.DefaultProduceTopic("auto"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := t.Context()
+	if err := cl.ProduceSync(ctx, kgo.StringRecord("x")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	td, err := kadm.NewClient(cl).ListTopics(ctx, "auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(td["auto"].Partitions); n != 3 {
+		t.Errorf("auto-created topic has %d partitions, want num.partitions=3 from the file", n)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data")); err != nil {
+		t.Errorf("data dir from HOLDFAST_DATA_DIR: %v", err)
+	}
+	logs := p.logs.String()
+	if n := strings.Count(logs, "num.network.threads"); n != 1 {
+		t.Errorf("num.network.threads reported %d times, want once:\n%s", n, logs)
+	}
+	if n := strings.Count(logs, "loaded __consumer_offsets"); n != 1 {
+		t.Errorf("%d lines about loading __consumer_offsets, want one summary:\n%s", n, logs)
+	}
+}
+
+// TestReadmeListsEverySetting keeps the README's settings table true: every
+// serve flag and each of its Kafka names is in it.
+func TestReadmeListsEverySetting(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	s := newSettings(fs)
+	(&serveConfig{}).register(s)
+	for _, st := range s.all {
+		if !strings.Contains(string(readme), "`--"+st.flag+"`") {
+			t.Errorf("README.md does not list --%s", st.flag)
+		}
+		for _, k := range st.kafka {
+			if !strings.Contains(string(readme), "`"+k.name+"`") {
+				t.Errorf("README.md does not name %s (--%s)", k.name, st.flag)
+			}
+		}
+	}
+}

@@ -1,0 +1,360 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"holdfast/internal/admin"
+)
+
+func init() { addCommand(newTopicCmd) }
+
+func newTopicCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "topic",
+		Short: "List, describe, create, delete, configure and grow topics; move partitions",
+	}
+	conn := clientCommand(c)
+	c.AddCommand(topicListCmd(conn), topicDescribeCmd(conn), topicCreateCmd(conn), topicDeleteCmd(conn),
+		topicAlterConfigCmd(conn), topicAddPartitionsCmd(conn), topicReassignCmd(conn))
+	return c
+}
+
+func tw(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
+
+func topicListCmd(conn *connFlags) *cobra.Command {
+	var internal bool
+	c := &cobra.Command{
+		Use:   "list",
+		Short: "List topics with their partition counts",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return conn.call(func(ctx context.Context, c *admin.Client) error {
+				details, err := c.A.ListTopicsWithInternal(ctx)
+				if err != nil {
+					return err
+				}
+				w := tw(cmd.OutOrStdout())
+				fmt.Fprintln(w, "TOPIC\tPARTITIONS\tREPLICAS")
+				for _, t := range details.Sorted() {
+					if t.IsInternal && !internal {
+						continue
+					}
+					fmt.Fprintf(w, "%s\t%d\t%d\n", t.Topic, len(t.Partitions), t.Partitions.NumReplicas())
+				}
+				return w.Flush()
+			})
+		},
+	}
+	c.Flags().BoolVar(&internal, "internal", false, "include internal topics (__consumer_offsets, __transaction_state)")
+	return c
+}
+
+func topicDescribeCmd(conn *connFlags) *cobra.Command {
+	var noConfigs bool
+	c := &cobra.Command{
+		Use:               "describe TOPIC...",
+		ValidArgsFunction: completeNames(conn, false),
+		Short:             "Show partitions (leader, epoch, replicas, ISR, log start, high watermark) and configs",
+		Args:              minArgs(1),
+		RunE: func(cmd *cobra.Command, topics []string) error {
+			return conn.call(func(ctx context.Context, c *admin.Client) error {
+				cl, err := c.ClusterStatus(ctx, topics...)
+				if err != nil {
+					return err
+				}
+				offs, err := c.TopicOffsets(ctx, topics...)
+				if err != nil {
+					return err
+				}
+				out := cmd.OutOrStdout()
+				for i, t := range cl.Topics {
+					if i > 0 {
+						fmt.Fprintln(out)
+					}
+					fmt.Fprintf(out, "topic %s  partitions %d\n", t.Name, len(t.Partitions))
+					w := tw(out)
+					fmt.Fprintln(w, "PARTITION\tLEADER\tEPOCH\tREPLICAS\tISR\tLOG-START\tHIGH-WATERMARK\tERROR")
+					for _, p := range t.Partitions {
+						o := offs[t.Name][p.Partition]
+						fmt.Fprintf(w, "%d\t%d\t%d\t%s\t%s\t%d\t%d\t%s\n", p.Partition, p.Leader, p.Epoch, ids(p.Replicas), ids(p.ISR), o.Start, o.End, p.Err)
+					}
+					if err := w.Flush(); err != nil {
+						return err
+					}
+					if noConfigs {
+						continue
+					}
+					cfgs, err := c.TopicConfigs(ctx, t.Name)
+					if err != nil {
+						return err
+					}
+					w = tw(out)
+					fmt.Fprintln(w, "CONFIG\tVALUE\tSOURCE")
+					for _, cf := range cfgs {
+						fmt.Fprintf(w, "%s\t%s\t%s\n", cf.Name, cf.Value, cf.Source)
+					}
+					if err := w.Flush(); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		},
+	}
+	c.Flags().BoolVar(&noConfigs, "no-configs", false, "leave the configs out")
+	return c
+}
+
+func ids(v []int32) string {
+	s := make([]string, len(v))
+	for i, id := range v {
+		s[i] = strconv.Itoa(int(id))
+	}
+	return strings.Join(s, ",")
+}
+
+func topicCreateCmd(conn *connFlags) *cobra.Command {
+	var (
+		partitions int32
+		rf         int16
+		configs    []string
+		ifNotExist bool
+	)
+	c := &cobra.Command{
+		Use:   "create TOPIC...",
+		Short: "Create topics",
+		Example: `  holdfast topic create orders --partitions 6 --replication-factor 3
+  holdfast topic create t --config retention.ms=3600000 --config cleanup.policy=delete`,
+		Args: minArgs(1),
+		RunE: func(cmd *cobra.Command, topics []string) error {
+			cfg, err := kvList("config", configs)
+			if err != nil {
+				return err
+			}
+			m := map[string]*string{}
+			for k, v := range cfg {
+				m[k] = &v
+			}
+			return conn.call(func(ctx context.Context, c *admin.Client) error {
+				resp, err := c.A.CreateTopics(ctx, partitions, rf, m, topics...)
+				if err != nil {
+					return err
+				}
+				for _, r := range resp.Sorted() {
+					if r.Err != nil {
+						if ifNotExist && strings.Contains(r.Err.Error(), "TOPIC_ALREADY_EXISTS") {
+							fmt.Fprintf(cmd.OutOrStdout(), "%s exists\n", r.Topic)
+							continue
+						}
+						return fmt.Errorf("%s: %w %s", r.Topic, r.Err, r.ErrMessage)
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "created %s (%d partitions, replication factor %d)\n", r.Topic, r.NumPartitions, r.ReplicationFactor)
+				}
+				return nil
+			})
+		},
+	}
+	c.Flags().Int32VarP(&partitions, "partitions", "p", 1, "partitions; -1 for the broker's num.partitions")
+	c.Flags().Int16VarP(&rf, "replication-factor", "r", -1, "replicas per partition, -1 for the broker's default.replication.factor")
+	c.Flags().StringArrayVarP(&configs, "config", "c", nil, "topic config key=value, repeatable (retention.ms=3600000)")
+	c.Flags().BoolVar(&ifNotExist, "if-not-exists", false, "a topic that exists is not an error")
+	return c
+}
+
+func topicDeleteCmd(conn *connFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:               "delete TOPIC...",
+		ValidArgsFunction: completeNames(conn, false),
+		Short:             "Delete topics and their data",
+		Args:              minArgs(1),
+		RunE: func(cmd *cobra.Command, topics []string) error {
+			return conn.call(func(ctx context.Context, c *admin.Client) error {
+				resp, err := c.A.DeleteTopics(ctx, topics...)
+				if err != nil {
+					return err
+				}
+				for _, r := range resp.Sorted() {
+					if r.Err != nil {
+						return fmt.Errorf("%s: %w", r.Topic, r.Err)
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "deleted %s\n", r.Topic)
+				}
+				return nil
+			})
+		},
+	}
+}
+
+func topicAlterConfigCmd(conn *connFlags) *cobra.Command {
+	var set, del []string
+	c := &cobra.Command{
+		Use:               "alter-config TOPIC...",
+		ValidArgsFunction: completeNames(conn, false),
+		Short:             "Set or remove topic configs (IncrementalAlterConfigs)",
+		Example:           "  holdfast topic alter-config orders --set retention.ms=86400000 --delete segment.bytes",
+		Args:              minArgs(1),
+		RunE: func(cmd *cobra.Command, topics []string) error {
+			kv, err := kvList("set", set)
+			if err != nil {
+				return err
+			}
+			if len(kv)+len(del) == 0 {
+				return usagef("topic alter-config: give --set key=value or --delete key")
+			}
+			var alter []kadm.AlterConfig
+			keys := make([]string, 0, len(kv))
+			for k := range kv {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				v := kv[k]
+				alter = append(alter, kadm.AlterConfig{Op: kadm.SetConfig, Name: k, Value: &v})
+			}
+			for _, k := range del {
+				alter = append(alter, kadm.AlterConfig{Op: kadm.DeleteConfig, Name: k})
+			}
+			return conn.call(func(ctx context.Context, c *admin.Client) error {
+				resp, err := c.A.AlterTopicConfigs(ctx, alter, topics...)
+				if err != nil {
+					return err
+				}
+				for _, r := range resp {
+					if r.Err != nil {
+						return fmt.Errorf("%s: %w %s", r.Name, r.Err, r.ErrMessage)
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "altered %s\n", r.Name)
+				}
+				return nil
+			})
+		},
+	}
+	c.Flags().StringArrayVar(&set, "set", nil, "config key=value to set, repeatable")
+	c.Flags().StringArrayVar(&del, "delete", nil, "config to remove (back to the broker default), repeatable")
+	return c
+}
+
+func topicAddPartitionsCmd(conn *connFlags) *cobra.Command {
+	var total int
+	c := &cobra.Command{
+		Use:               "add-partitions TOPIC... --partitions N",
+		ValidArgsFunction: completeNames(conn, false),
+		Short:             "Grow topics to N partitions (CreatePartitions)",
+		Args:              minArgs(1),
+		RunE: func(cmd *cobra.Command, topics []string) error {
+			if total <= 0 {
+				return usagef("topic add-partitions: --partitions N (the new total) is required")
+			}
+			return conn.call(func(ctx context.Context, c *admin.Client) error {
+				resp, err := c.A.UpdatePartitions(ctx, total, topics...)
+				if err != nil {
+					return err
+				}
+				for _, r := range resp.Sorted() {
+					if r.Err != nil {
+						return fmt.Errorf("%s: %w %s", r.Topic, r.Err, r.ErrMessage)
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%s now has %d partitions\n", r.Topic, total)
+				}
+				return nil
+			})
+		},
+	}
+	c.Flags().IntVarP(&total, "partitions", "p", 0, "the new total number of partitions")
+	return c
+}
+
+func topicReassignCmd(conn *connFlags) *cobra.Command {
+	var (
+		partition  int32
+		replicas   string
+		cancelMove bool
+		list       bool
+	)
+	c := &cobra.Command{
+		Use:   "reassign TOPIC --partition P (--replicas IDS | --cancel) | reassign --list [TOPIC...]",
+		Short: "Move a partition to other brokers, cancel a move, or list moves in progress",
+		Long: `Move a partition to other brokers (AlterPartitionReassignments): the partition
+leader adds each new replica as a Raft learner, promotes it once caught up,
+then removes the old ones. --cancel goes back to the original replicas;
+--list shows the moves in progress.`,
+		RunE: func(cmd *cobra.Command, topics []string) error {
+			if !list && (len(topics) != 1 || (replicas == "") == !cancelMove) {
+				return usagef("topic reassign: name one topic and give either --replicas ids or --cancel (or use --list)")
+			}
+			return conn.call(func(ctx context.Context, c *admin.Client) error {
+				return reassign(ctx, cmd.OutOrStdout(), c.A, topics, partition, replicas, cancelMove, list)
+			})
+		},
+	}
+	c.Flags().Int32Var(&partition, "partition", 0, "partition to move")
+	c.Flags().StringVar(&replicas, "replicas", "", "the partition's new replica broker ids, e.g. 2,3,4")
+	c.Flags().BoolVar(&cancelMove, "cancel", false, "cancel the partition's move (back to its original replicas)")
+	c.Flags().BoolVar(&list, "list", false, "list the moves in progress of the named topics (all topics if none)")
+	return c
+}
+
+// reassign is `topic reassign`: start (--replicas) or cancel (--cancel)
+// moving one partition, or --list the moves in progress.
+func reassign(ctx context.Context, out io.Writer, adm *kadm.Client, topics []string, partition int32, replicas string, cancelMove, list bool) error {
+	if list {
+		set := kadm.TopicsSet{}
+		details, err := adm.ListTopicsWithInternal(ctx, topics...) // none: every topic
+		if err != nil {
+			return err
+		}
+		for _, t := range details {
+			for p := range t.Partitions {
+				set.Add(t.Topic, p)
+			}
+		}
+		resp, err := adm.ListPartitionReassignments(ctx, set)
+		if err != nil {
+			return err
+		}
+		w := tw(out)
+		fmt.Fprintln(w, "TOPIC\tPARTITION\tREPLICAS\tADDING\tREMOVING")
+		for _, r := range resp.Sorted() {
+			fmt.Fprintf(w, "%s\t%d\t%v\t%v\t%v\n", r.Topic, r.Partition, r.Replicas, r.AddingReplicas, r.RemovingReplicas)
+		}
+		return w.Flush()
+	}
+	var req kadm.AlterPartitionAssignmentsReq
+	if cancelMove {
+		req.CancelAssign(topics[0], partition)
+	} else {
+		var ids []int32
+		for _, f := range strings.Split(replicas, ",") {
+			id, err := strconv.ParseInt(strings.TrimSpace(f), 10, 32)
+			if err != nil {
+				return usagef("--replicas: %q is not a broker id", f)
+			}
+			ids = append(ids, int32(id))
+		}
+		req.Assign(topics[0], partition, ids)
+	}
+	resp, err := adm.AlterPartitionAssignments(ctx, req)
+	if err != nil {
+		return err
+	}
+	for _, r := range resp.Sorted() {
+		if r.Err != nil {
+			return fmt.Errorf("%s-%d: %w %s", r.Topic, r.Partition, r.Err, r.ErrMessage)
+		}
+		if cancelMove {
+			fmt.Fprintf(out, "cancelling the move of %s-%d\n", r.Topic, r.Partition)
+		} else {
+			fmt.Fprintf(out, "moving %s-%d to %s (see: holdfast topic reassign --list %s)\n", r.Topic, r.Partition, replicas, r.Topic)
+		}
+	}
+	return nil
+}

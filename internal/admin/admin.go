@@ -1,0 +1,542 @@
+// Package admin reads a cluster's state through the Kafka protocol, the way
+// any Kafka tool would: nodes, partitions with their replicas' offsets,
+// consumer groups with lag, records. The CLI (cmd/holdfast) prints it and
+// the web console (internal/console) renders it, so both show the same
+// thing, and both work against any broker of the cluster.
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Client is a Kafka client and the options it was made with (reading
+// records takes a second, consuming client with the same options).
+type Client struct {
+	Seeds []string
+	Opts  []kgo.Opt // besides the seeds: TLS, SASL, timeouts
+	K     *kgo.Client
+	A     *kadm.Client
+}
+
+// NewClient connects lazily to seeds.
+func NewClient(seeds []string, opts ...kgo.Opt) (*Client, error) {
+	k, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...)}, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{Seeds: seeds, Opts: opts, K: k, A: kadm.NewClient(k)}, nil
+}
+
+// Close closes the client.
+func (c *Client) Close() { c.K.Close() }
+
+// Node is one broker.
+type Node struct {
+	ID     int32
+	Host   string
+	Port   int32
+	Rack   string
+	Fenced bool // no heartbeat within broker.session.timeout.ms, or shut down
+}
+
+// Partition is one partition as its leader reports it.
+type Partition struct {
+	Topic     string
+	Partition int32
+	Leader    int32
+	Epoch     int32
+	Replicas  []int32
+	ISR       []int32
+	Offline   []int32
+	// HighWatermark is the committed offset (-1 when the leader did not
+	// answer DescribeQuorum).
+	HighWatermark int64
+	// Acked is each replica's acknowledged offset from the leader's Raft
+	// progress: followers acknowledge after fsync, and the leader's own
+	// entry is its fsynced offset. Empty on a single node.
+	Acked map[int32]int64
+	Err   string
+}
+
+// Topic is a topic and its partitions.
+type Topic struct {
+	Name       string
+	Internal   bool
+	Partitions []Partition
+}
+
+// Cluster is what Metadata, DescribeCluster and DescribeQuorum report.
+type Cluster struct {
+	ID         string
+	Controller int32
+	Nodes      []Node
+	Topics     []Topic
+}
+
+// ClusterStatus describes the nodes and, for each partition of the named
+// topics (all if none), its leader, replicas and replica offsets.
+func (c *Client) ClusterStatus(ctx context.Context, topics ...string) (*Cluster, error) {
+	mreq := kmsg.NewPtrMetadataRequest()
+	if len(topics) > 0 {
+		for _, t := range topics {
+			mt := kmsg.NewMetadataRequestTopic()
+			mt.Topic = kmsg.StringPtr(t)
+			mreq.Topics = append(mreq.Topics, mt)
+		}
+	}
+	md, err := mreq.RequestWith(ctx, c.K)
+	if err != nil {
+		return nil, err
+	}
+	out := &Cluster{ID: deref(md.ClusterID), Controller: md.ControllerID}
+	for _, b := range c.brokers(ctx, md) {
+		out.Nodes = append(out.Nodes, Node{ID: b.NodeID, Host: b.Host, Port: b.Port, Rack: deref(b.Rack), Fenced: b.IsFenced})
+	}
+	for _, t := range md.Topics {
+		ot := Topic{Name: deref(t.Topic), Internal: t.IsInternal}
+		if t.ErrorCode != 0 {
+			return nil, fmt.Errorf("topic %s: %w", ot.Name, kerr.ErrorForCode(t.ErrorCode))
+		}
+		for _, p := range t.Partitions {
+			op := Partition{Topic: ot.Name, Partition: p.Partition, Leader: p.Leader, Epoch: p.LeaderEpoch,
+				Replicas: p.Replicas, ISR: p.ISR, Offline: p.OfflineReplicas, HighWatermark: -1}
+			if p.ErrorCode != 0 {
+				op.Err = errName(p.ErrorCode)
+			}
+			ot.Partitions = append(ot.Partitions, op)
+		}
+		sort.Slice(ot.Partitions, func(i, j int) bool { return ot.Partitions[i].Partition < ot.Partitions[j].Partition })
+		out.Topics = append(out.Topics, ot)
+	}
+	sort.Slice(out.Topics, func(i, j int) bool { return out.Topics[i].Name < out.Topics[j].Name })
+	if len(out.Nodes) > 1 {
+		// A single node has no Raft groups to describe.
+		c.quorums(ctx, out)
+	}
+	return out, nil
+}
+
+// quorums asks each leader, in one DescribeQuorum per leader, for its
+// partitions' high watermarks and replica offsets.
+func (c *Client) quorums(ctx context.Context, cl *Cluster) {
+	byLeader := map[int32][]*Partition{}
+	for ti := range cl.Topics {
+		for pi := range cl.Topics[ti].Partitions {
+			p := &cl.Topics[ti].Partitions[pi]
+			if p.Leader >= 0 {
+				byLeader[p.Leader] = append(byLeader[p.Leader], p)
+			}
+		}
+	}
+	for leader, ps := range byLeader {
+		req := kmsg.NewPtrDescribeQuorumRequest()
+		idx := map[string]int{}
+		for _, p := range ps {
+			i, ok := idx[p.Topic]
+			if !ok {
+				i = len(req.Topics)
+				idx[p.Topic] = i
+				rt := kmsg.NewDescribeQuorumRequestTopic()
+				rt.Topic = p.Topic
+				req.Topics = append(req.Topics, rt)
+			}
+			rp := kmsg.NewDescribeQuorumRequestTopicPartition()
+			rp.Partition = p.Partition
+			req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
+		}
+		kresp, err := c.K.Broker(int(leader)).Request(ctx, req)
+		if err != nil {
+			continue
+		}
+		resp := kresp.(*kmsg.DescribeQuorumResponse)
+		for _, t := range resp.Topics {
+			for _, qp := range t.Partitions {
+				if qp.ErrorCode != 0 {
+					continue
+				}
+				for _, p := range ps {
+					if p.Topic != t.Topic || p.Partition != qp.Partition {
+						continue
+					}
+					p.HighWatermark = qp.HighWatermark
+					p.Acked = map[int32]int64{}
+					for _, v := range append(qp.CurrentVoters, qp.Observers...) {
+						p.Acked[v.ReplicaID] = v.LogEndOffset
+					}
+				}
+			}
+		}
+	}
+}
+
+// Nodes lists the brokers, fenced ones included.
+func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
+	mreq := kmsg.NewPtrMetadataRequest()
+	mreq.Topics = []kmsg.MetadataRequestTopic{} // none
+	md, err := mreq.RequestWith(ctx, c.K)
+	if err != nil {
+		return nil, err
+	}
+	var out []Node
+	for _, b := range c.brokers(ctx, md) {
+		out = append(out, Node{ID: b.NodeID, Host: b.Host, Port: b.Port, Rack: deref(b.Rack), Fenced: b.IsFenced})
+	}
+	return out, nil
+}
+
+// brokers lists the brokers with the fenced ones (DescribeCluster v2,
+// KIP-1073); Metadata leaves fenced brokers out, so it is only the
+// fallback for a broker that cannot answer that.
+func (c *Client) brokers(ctx context.Context, md *kmsg.MetadataResponse) []kmsg.DescribeClusterResponseBroker {
+	req := kmsg.NewPtrDescribeClusterRequest()
+	req.IncludeFencedBrokers = true
+	var out []kmsg.DescribeClusterResponseBroker
+	if resp, err := req.RequestWith(ctx, c.K); err == nil && resp.ErrorCode == 0 {
+		out = resp.Brokers
+	} else {
+		for _, b := range md.Brokers {
+			db := kmsg.NewDescribeClusterResponseBroker()
+			db.NodeID, db.Host, db.Port, db.Rack = b.NodeID, b.Host, b.Port, b.Rack
+			out = append(out, db)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
+	return out
+}
+
+// Offsets are a partition's log start and high watermark.
+type Offsets struct{ Start, End int64 }
+
+// TopicOffsets lists the start and end (high watermark) of every partition
+// of the topics.
+func (c *Client) TopicOffsets(ctx context.Context, topics ...string) (map[string]map[int32]Offsets, error) {
+	start, err := c.A.ListStartOffsets(ctx, topics...)
+	if err != nil {
+		return nil, err
+	}
+	end, err := c.A.ListEndOffsets(ctx, topics...)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]map[int32]Offsets{}
+	var first error
+	end.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			if first == nil {
+				first = fmt.Errorf("%s: %w", o.Topic, o.Err)
+			}
+			return
+		}
+		if out[o.Topic] == nil {
+			out[o.Topic] = map[int32]Offsets{}
+		}
+		s, _ := start.Lookup(o.Topic, o.Partition)
+		out[o.Topic][o.Partition] = Offsets{Start: s.Offset, End: o.Offset}
+	})
+	return out, first
+}
+
+// Config is one topic config as DescribeConfigs reports it.
+type Config struct {
+	Name, Value, Source string
+	Sensitive           bool
+}
+
+// TopicConfigs lists a topic's configs.
+func (c *Client) TopicConfigs(ctx context.Context, topic string) ([]Config, error) {
+	rcs, err := c.A.DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := rcs.On(topic, nil)
+	if err != nil {
+		return nil, err
+	}
+	if rc.Err != nil {
+		return nil, fmt.Errorf("%s: %w", topic, rc.Err)
+	}
+	var out []Config
+	for _, cf := range rc.Configs {
+		out = append(out, Config{Name: cf.Key, Value: cf.MaybeValue(), Source: SourceName(cf.Source), Sensitive: cf.Sensitive})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// SourceName is a short name for where a config value comes from.
+func SourceName(s kmsg.ConfigSource) string {
+	switch s {
+	case kmsg.ConfigSourceDynamicTopicConfig:
+		return "topic"
+	case kmsg.ConfigSourceDefaultConfig:
+		return "default"
+	case kmsg.ConfigSourceStaticBrokerConfig:
+		return "broker"
+	case kmsg.ConfigSourceDynamicBrokerConfig, kmsg.ConfigSourceDynamicDefaultBrokerConfig:
+		return "broker (dynamic)"
+	}
+	return strings.ToLower(s.String())
+}
+
+// GroupPartition is a group's position in one partition.
+type GroupPartition struct {
+	Topic     string
+	Partition int32
+	Committed int64 // -1: no commit
+	End       int64 // high watermark
+	Lag       int64 // -1: unknown
+	// TimeLag is how old the next record the group will read is (zero
+	// when it is caught up or the age is unknown).
+	TimeLag time.Duration
+	Member  string
+}
+
+// GroupMember is one member and its assignment.
+type GroupMember struct {
+	ID, InstanceID, ClientID, Host string
+	Assigned                       []string // topic[partitions]
+	Lag                            int64
+}
+
+// Group is a consumer group with its lag.
+type Group struct {
+	Name, State, ProtocolType, Protocol string
+	Coordinator                         int32
+	Members                             []GroupMember
+	Partitions                          []GroupPartition
+	TotalLag                            int64
+	MaxTimeLag                          time.Duration
+	Err                                 string
+}
+
+// ListGroups lists the groups by name.
+func (c *Client) ListGroups(ctx context.Context) ([]kadm.ListedGroup, error) {
+	gs, err := c.A.ListGroups(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return gs.Sorted(), nil
+}
+
+// Groups describes groups with lag per partition and per member; with
+// timeLag it also reads the next record of each lagging partition for its
+// age (a fetch per lagging partition).
+func (c *Client) Groups(ctx context.Context, timeLag bool, groups ...string) ([]Group, error) {
+	lags, err := c.A.Lag(ctx, groups...)
+	if err != nil {
+		return nil, err
+	}
+	var out []Group
+	ages := map[tp]int64{} // next record to read -> its offset, filled with its timestamp
+	for _, name := range groups {
+		l, ok := lags[name]
+		if !ok {
+			out = append(out, Group{Name: name, Err: "no answer"})
+			continue
+		}
+		g := Group{Name: name, State: l.State, ProtocolType: l.ProtocolType, Protocol: l.Protocol, Coordinator: l.Coordinator.NodeID}
+		if err := l.Error(); err != nil {
+			g.Err = err.Error()
+			out = append(out, g)
+			continue
+		}
+		memberLag := map[string]int64{}
+		for _, pl := range l.Lag.Sorted() {
+			gp := GroupPartition{Topic: pl.Topic, Partition: pl.Partition, Committed: pl.Commit.At, End: pl.End.Offset, Lag: -1, Member: "-"}
+			if pl.Member != nil {
+				gp.Member = pl.Member.MemberID
+			}
+			if pl.Err == nil && pl.Lag >= 0 {
+				gp.Lag = pl.Lag
+				g.TotalLag += pl.Lag
+				memberLag[gp.Member] += pl.Lag
+				if pl.Lag > 0 && gp.Committed >= 0 {
+					ages[tp{gp.Topic, gp.Partition}] = gp.Committed
+				}
+			}
+			g.Partitions = append(g.Partitions, gp)
+		}
+		for _, m := range l.Members {
+			gm := GroupMember{ID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost, Lag: memberLag[m.MemberID]}
+			if m.InstanceID != nil {
+				gm.InstanceID = *m.InstanceID
+			}
+			if a, ok := m.Assigned.AsConsumer(); ok {
+				for _, t := range a.Topics {
+					gm.Assigned = append(gm.Assigned, fmt.Sprintf("%s%v", t.Topic, t.Partitions))
+				}
+			}
+			g.Members = append(g.Members, gm)
+		}
+		out = append(out, g)
+	}
+	if timeLag && len(ages) > 0 {
+		ts := c.timestampsAt(ctx, ages)
+		now := time.Now()
+		for gi := range out {
+			for pi := range out[gi].Partitions {
+				p := &out[gi].Partitions[pi]
+				if p.Lag <= 0 || p.Committed < 0 {
+					continue
+				}
+				if at, ok := ts[tpo{p.Topic, p.Partition, p.Committed}]; ok {
+					p.TimeLag = max(now.Sub(at), 0)
+					out[gi].MaxTimeLag = max(out[gi].MaxTimeLag, p.TimeLag)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+type tp struct {
+	topic     string
+	partition int32
+}
+
+type tpo struct {
+	topic     string
+	partition int32
+	offset    int64
+}
+
+// timestampsAt reads the record at each offset (the first at or after it)
+// and returns their timestamps. It gives up on what it has not read within
+// a few seconds or by ctx's deadline.
+func (c *Client) timestampsAt(ctx context.Context, at map[tp]int64) map[tpo]time.Time {
+	out := map[tpo]time.Time{}
+	// Several groups may read the same partition from different offsets:
+	// one pass per distinct offset is overkill; read from the smallest and
+	// answer each offset with the first record at or after it.
+	parts := map[string]map[int32]kgo.Offset{}
+	want := map[tp][]int64{}
+	for k, off := range at {
+		if parts[k.topic] == nil {
+			parts[k.topic] = map[int32]kgo.Offset{}
+		}
+		parts[k.topic][k.partition] = kgo.NewOffset().At(off)
+		want[k] = append(want[k], off)
+	}
+	rc, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Seeds...), kgo.ConsumePartitions(parts),
+		kgo.FetchMaxBytes(1 << 20), kgo.FetchMaxPartitionBytes(64 << 10)}, c.Opts...)...)
+	if err != nil {
+		return out
+	}
+	defer rc.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for len(want) > 0 && ctx.Err() == nil {
+		fs := rc.PollFetches(ctx)
+		fs.EachRecord(func(r *kgo.Record) {
+			k := tp{r.Topic, r.Partition}
+			offs := want[k]
+			rest := offs[:0]
+			for _, o := range offs {
+				if r.Offset >= o {
+					out[tpo{k.topic, k.partition, o}] = r.Timestamp
+				} else {
+					rest = append(rest, o)
+				}
+			}
+			if len(rest) == 0 {
+				delete(want, k)
+			} else {
+				want[k] = rest
+			}
+		})
+	}
+	return out
+}
+
+// ReadSpec says where to start reading a partition.
+type ReadSpec struct {
+	Topic     string
+	Partition int32
+	Offset    int64     // used when Time is zero; negative: that many before the end
+	Time      time.Time // first record at or after this time
+	Max       int       // records to return
+}
+
+// ReadRecords reads up to spec.Max records of one partition from the
+// offset or time given. It returns what it has at ctx's deadline or when
+// it reaches the high watermark.
+func (c *Client) ReadRecords(ctx context.Context, spec ReadSpec) ([]*kgo.Record, error) {
+	offs, err := c.TopicOffsets(ctx, spec.Topic)
+	if err != nil {
+		return nil, err
+	}
+	po, ok := offs[spec.Topic][spec.Partition]
+	if !ok {
+		return nil, fmt.Errorf("%s-%d: %w", spec.Topic, spec.Partition, kerr.UnknownTopicOrPartition)
+	}
+	var start kgo.Offset
+	switch {
+	case !spec.Time.IsZero():
+		start = kgo.NewOffset().AfterMilli(spec.Time.UnixMilli())
+	case spec.Offset < 0:
+		start = kgo.NewOffset().At(max(po.End+spec.Offset, po.Start))
+	default:
+		start = kgo.NewOffset().At(spec.Offset)
+	}
+	if spec.Max <= 0 {
+		spec.Max = 50
+	}
+	if po.End <= po.Start || (spec.Time.IsZero() && spec.Offset >= po.End) {
+		return nil, nil
+	}
+	rc, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Seeds...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{spec.Topic: {spec.Partition: start}}),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(500 * time.Millisecond)}, c.Opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	var out []*kgo.Record
+	for len(out) < spec.Max {
+		fs := rc.PollFetches(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
+		if ferr != nil {
+			return out, ferr
+		}
+		done := false
+		fs.EachRecord(func(r *kgo.Record) {
+			if len(out) < spec.Max {
+				out = append(out, r)
+			}
+			done = done || r.Offset+1 >= po.End
+		})
+		if done {
+			break
+		}
+	}
+	return out, nil
+}
+
+func errName(code int16) string {
+	var ke *kerr.Error
+	if errors.As(kerr.ErrorForCode(code), &ke) {
+		return ke.Message
+	}
+	return fmt.Sprint(code)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

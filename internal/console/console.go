@@ -1,0 +1,232 @@
+// Package console is the web console served on the admin listener (with
+// /metrics): server-rendered HTML pages of the cluster's nodes, topics and
+// partitions (leader, epoch, replicas and their offsets), consumer groups
+// (members, lag, lag over time), a message browser and the configs, with a
+// little JavaScript that refreshes the page in place every few seconds.
+// Everything is embedded in the binary: no CDN, no build step.
+//
+// The pages read the cluster through the Kafka protocol (internal/admin,
+// as the CLI does), from this node's own listener, so any node's console
+// shows the whole cluster; this node's own replicas add what only it
+// knows (its end, committed and fsynced offsets and size on disk).
+package console
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"holdfast/internal/admin"
+	"holdfast/internal/broker"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// Config is what the console needs.
+type Config struct {
+	Broker *broker.Broker // this node: its local replicas' offsets
+	Seeds  []string       // a Kafka listener of this node
+	// ClientOpts are added to the console's Kafka client (TLS, SASL when
+	// the listener needs them).
+	ClientOpts []kgo.Opt
+	// LagSampleInterval is how often consumer group lag is sampled for the
+	// lag-over-time charts (default 10 s); LagSamples how many samples are
+	// kept per group (default 360: an hour at 10 s).
+	LagSampleInterval time.Duration
+	LagSamples        int
+	Logger            *slog.Logger
+}
+
+// maxSampledGroups bounds the groups whose lag history is kept.
+const maxSampledGroups = 200
+
+// Console serves the pages.
+type Console struct {
+	cfg   Config
+	cl    *admin.Client
+	pages *template.Template
+	mux   *http.ServeMux
+
+	mu      sync.Mutex
+	history map[string][]lagSample // group -> oldest first
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+type lagSample struct {
+	At  time.Time
+	Lag int64
+}
+
+// New starts the console's Kafka client and lag sampler; Close stops them.
+func New(cfg Config) (*Console, error) {
+	if cfg.LagSampleInterval <= 0 {
+		cfg.LagSampleInterval = 10 * time.Second
+	}
+	if cfg.LagSamples <= 0 {
+		cfg.LagSamples = 360
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cl, err := admin.NewClient(cfg.Seeds, append([]kgo.Opt{kgo.ClientID("holdfast-console"), kgo.RetryTimeout(5 * time.Second)}, cfg.ClientOpts...)...)
+	if err != nil {
+		return nil, err
+	}
+	pages, err := template.New("").Funcs(funcs).ParseFS(assets, "assets/*.html")
+	if err != nil {
+		cl.Close()
+		return nil, err
+	}
+	c := &Console{cfg: cfg, cl: cl, pages: pages, mux: http.NewServeMux(), history: map[string][]lagSample{},
+		stop: make(chan struct{}), done: make(chan struct{})}
+	static, _ := fs.Sub(assets, "assets")
+	c.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	c.mux.HandleFunc("GET /{$}", c.page("cluster", c.clusterPage))
+	c.mux.HandleFunc("GET /topics", c.page("topics", c.topicsPage))
+	c.mux.HandleFunc("GET /topics/{topic}", c.page("topic", c.topicPage))
+	c.mux.HandleFunc("GET /groups", c.page("groups", c.groupsPage))
+	c.mux.HandleFunc("GET /groups/{group}", c.page("group", c.groupPage))
+	c.mux.HandleFunc("GET /messages", c.page("messages", c.messagesPage))
+	c.mux.HandleFunc("GET /configs", c.page("configs", c.configsPage))
+	go c.sampleLoop()
+	return c, nil
+}
+
+// ServeHTTP serves the console's pages under /.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.ServeHTTP(w, r) }
+
+// Close stops the sampler and the client.
+func (c *Console) Close() {
+	close(c.stop)
+	<-c.done
+	c.cl.Close()
+}
+
+// page wraps a page's data function: it renders the whole page, or with
+// the X-Console-Fragment header only its <main> (the live refresh).
+func (c *Console) page(name string, data func(context.Context, *http.Request) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 8*time.Second)
+		defer cancel()
+		d, err := data(ctx, r)
+		view := struct {
+			Page    string
+			Data    any
+			Err     string
+			Node    int32
+			Now     time.Time
+			Refresh bool
+		}{Page: name, Data: d, Node: c.cfg.Broker.Config().NodeID, Now: time.Now(), Refresh: name != "messages"}
+		if err != nil {
+			view.Err = err.Error()
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		switch {
+		case err == nil:
+		case errors.Is(err, kerr.UnknownTopicOrPartition):
+			w.WriteHeader(http.StatusNotFound)
+		default:
+			w.WriteHeader(http.StatusBadGateway) // the cluster did not answer as asked
+		}
+		tmpl := "layout"
+		if r.Header.Get("X-Console-Fragment") != "" {
+			tmpl = "main"
+		}
+		if err := c.pages.ExecuteTemplate(w, tmpl, view); err != nil {
+			c.cfg.Logger.Warn("console: rendering", "page", name, "err", err)
+		}
+	}
+}
+
+// sampleLoop records each group's total lag for the lag-over-time charts.
+func (c *Console) sampleLoop() {
+	defer close(c.done)
+	tick := time.NewTicker(c.cfg.LagSampleInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-tick.C:
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LagSampleInterval)
+			c.sampleAll(ctx)
+			cancel()
+		}
+	}
+}
+
+func (c *Console) sampleAll(ctx context.Context) {
+	gs, err := c.cl.ListGroups(ctx)
+	if err != nil || len(gs) == 0 {
+		return
+	}
+	var names []string
+	for _, g := range gs {
+		if len(names) < maxSampledGroups {
+			names = append(names, g.Group)
+		}
+	}
+	groups, err := c.cl.Groups(ctx, false, names...)
+	if err != nil {
+		return
+	}
+	for _, g := range groups {
+		if g.Err == "" {
+			c.record(g.Name, g.TotalLag)
+		}
+	}
+}
+
+func (c *Console) record(group string, lag int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.history[group]
+	if len(h) == 0 && len(c.history) >= maxSampledGroups {
+		return
+	}
+	h = append(h, lagSample{time.Now(), lag})
+	if len(h) > c.cfg.LagSamples {
+		h = h[len(h)-c.cfg.LagSamples:]
+	}
+	c.history[group] = h
+}
+
+func (c *Console) lagHistory(group string) []lagSample {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]lagSample(nil), c.history[group]...)
+}
+
+// local is this node's view of its own replicas.
+func (c *Console) local() map[string]map[int32]broker.PartitionStats {
+	out := map[string]map[int32]broker.PartitionStats{}
+	for _, p := range c.cfg.Broker.PartitionStats() {
+		if out[p.Topic] == nil {
+			out[p.Topic] = map[int32]broker.PartitionStats{}
+		}
+		out[p.Topic][p.Partition] = p
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

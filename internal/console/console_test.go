@@ -1,0 +1,169 @@
+package console_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"holdfast/internal/brokertest"
+	"holdfast/internal/console"
+)
+
+// TestPages serves every page from an in-process broker (the browser test
+// in cmd/holdfast renders them in Chromium): each answers 200 with what
+// the broker holds, and the live-refresh fragment is the page's <main>.
+func TestPages(t *testing.T) {
+	n := brokertest.Start(t)
+	n.CreateTopic("web", 1, nil)
+	cl := n.Client(kgo.DefaultProduceTopic("web"))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, v := range []string{"a", `{"x":1}`, "c"} {
+		if err := cl.ProduceSync(ctx, kgo.StringRecord(v)).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var offs kadm.Offsets
+	offs.Add(kadm.Offset{Topic: "web", Partition: 0, At: 1, LeaderEpoch: -1})
+	if _, err := kadm.NewClient(cl).CommitOffsets(ctx, "viewers", offs); err != nil {
+		t.Fatal(err)
+	}
+	c, err := console.New(console.Config{Broker: n.B, Seeds: []string{n.Addr}, LagSampleInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv := httptest.NewServer(c)
+	defer srv.Close()
+	get := func(path string, fragment bool) string {
+		t.Helper()
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		if fragment {
+			req.Header.Set("X-Console-Fragment", "1")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d\n%s", path, resp.StatusCode, body)
+		}
+		if strings.Contains(string(body), `class="error"`) {
+			t.Fatalf("%s shows an error:\n%s", path, body)
+		}
+		return string(body)
+	}
+	for path, want := range map[string]string{
+		"/":               `<b id="offline">0</b>`,
+		"/topics":         `<a href="/topics/web">web</a>`,
+		"/topics/web":     `<td class="n end">3</td><td class="n committed">3</td><td class="n fsynced">3</td>`,
+		"/groups":         `<td class="n lag">2</td>`,
+		"/groups/viewers": `<b id="total-lag">2</b>`,
+		"/messages?topic=web&offset=1&format=json": "<pre class=\"value\">{\n  &#34;x&#34;: 1\n}</pre>",
+		"/configs":           `<td>num.partitions</td>`,
+		"/static/console.js": "X-Console-Fragment",
+	} {
+		if body := get(path, false); !strings.Contains(body, want) {
+			t.Errorf("%s: no %q in\n%s", path, want, body)
+		}
+	}
+	frag := get("/topics/web", true)
+	if strings.Contains(frag, "<html") || !strings.Contains(frag, "Topic web") {
+		t.Errorf("fragment is not the page's main:\n%s", frag)
+	}
+	if resp, err := http.Get(srv.URL + "/topics/nope"); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("unknown topic: %v %v", err, resp.Status)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), "UNKNOWN_TOPIC_OR_PARTITION") {
+			t.Errorf("unknown topic page:\n%s", body)
+		}
+	}
+}
+
+// TestClusterTopicPage: on a 3-node cluster the topic page names the
+// leader and shows each replica's acknowledged offset from it, and this
+// node's own replica's offsets.
+func TestClusterTopicPage(t *testing.T) {
+	nodes := brokertest.StartCluster(t, 3)
+	var seeds []string
+	for _, n := range nodes {
+		seeds = append(seeds, n.Addr)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic("rep"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := adm.CreateTopics(ctx, 1, 3, nil, "rep")
+		if err == nil {
+			err = resp.Error()
+		}
+		if err == nil || strings.Contains(err.Error(), "TOPIC_ALREADY_EXISTS") {
+			err = cl.ProduceSync(ctx, kgo.StringRecord("x"), kgo.StringRecord("y")).FirstErr()
+		}
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	c, err := console.New(console.Config{Broker: nodes[0].B, Seeds: []string{nodes[0].Addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv := httptest.NewServer(c)
+	defer srv.Close()
+	// Every replica acknowledged both records (the log end as the leader
+	// sees it), and node 1 shows its own replica's offsets.
+	acked := regexp.MustCompile(`data-replica="(\d)">.*?<td>(leader|follower)</td>\s*<td class="n">(\d+)</td>`)
+	var body string
+	for {
+		resp, err := http.Get(srv.URL + "/topics/rep")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		ms := acked.FindAllStringSubmatch(strings.ReplaceAll(body, "\n", " "), -1)
+		leaders, caughtUp := 0, 0
+		for _, m := range ms {
+			if m[2] == "leader" {
+				leaders++
+			}
+			if m[3] == ms[0][3] && m[3] != "0" {
+				caughtUp++
+			}
+		}
+		if len(ms) == 3 && leaders == 1 && caughtUp == 3 && strings.Contains(body, `<td class="n fsynced">`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("topic page on a cluster: %d replicas with an acked offset, want 3, one leader, all equal:\n%s", len(ms), body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !strings.Contains(body, "1 <small>this node</small>") {
+		t.Errorf("node 1's replica not marked:\n%s", body)
+	}
+}

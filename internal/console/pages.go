@@ -1,0 +1,417 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"holdfast/internal/admin"
+	"holdfast/internal/broker"
+)
+
+var funcs = template.FuncMap{
+	"ids": func(v []int32) string {
+		s := make([]string, len(v))
+		for i, id := range v {
+			s[i] = strconv.Itoa(int(id))
+		}
+		return strings.Join(s, ",")
+	},
+	"bytes": humanBytes,
+	"age": func(d time.Duration) string {
+		if d <= 0 {
+			return "0s"
+		}
+		if d < time.Second {
+			return d.Round(time.Millisecond).String()
+		}
+		return d.Round(time.Second).String()
+	},
+	"ts": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// --- cluster ---
+
+type clusterView struct {
+	*admin.Cluster
+	Partitions, UnderReplicated, Offline int
+	Groups                               int
+	Local                                []broker.PartitionStats
+}
+
+func (c *Console) clusterPage(ctx context.Context, _ *http.Request) (any, error) {
+	cl, err := c.cl.ClusterStatus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v := clusterView{Cluster: cl}
+	for _, t := range cl.Topics {
+		for _, p := range t.Partitions {
+			v.Partitions++
+			if p.Leader < 0 {
+				v.Offline++
+			} else if len(p.ISR) < len(p.Replicas) {
+				v.UnderReplicated++
+			}
+		}
+	}
+	if gs, err := c.cl.ListGroups(ctx); err == nil {
+		v.Groups = len(gs)
+	}
+	return v, nil
+}
+
+// --- topics ---
+
+type topicRow struct {
+	Name                     string
+	Internal                 bool
+	Partitions, Replication  int
+	UnderReplicated, Offline int
+	Records                  int64 // high watermark - log start, summed
+	LocalSize                int64
+	LocalPartitions          int
+}
+
+func (c *Console) topicsPage(ctx context.Context, _ *http.Request) (any, error) {
+	cl, err := c.cl.ClusterStatus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, t := range cl.Topics {
+		names = append(names, t.Name)
+	}
+	offs, _ := c.cl.TopicOffsets(ctx, names...)
+	local := c.local()
+	var rows []topicRow
+	for _, t := range cl.Topics {
+		r := topicRow{Name: t.Name, Internal: t.Internal, Partitions: len(t.Partitions)}
+		for _, p := range t.Partitions {
+			r.Replication = max(r.Replication, len(p.Replicas))
+			if p.Leader < 0 {
+				r.Offline++
+			} else if len(p.ISR) < len(p.Replicas) {
+				r.UnderReplicated++
+			}
+			if o, ok := offs[t.Name][p.Partition]; ok {
+				r.Records += o.End - o.Start
+			}
+			if lp, ok := local[t.Name][p.Partition]; ok {
+				r.LocalSize += lp.SizeBytes
+				r.LocalPartitions++
+			}
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+type replicaView struct {
+	ID                   int32
+	Role                 string
+	InISR, Offline       bool
+	Acked                int64 // -1 unknown
+	Local                bool
+	End, Committed, Sync int64
+	Size                 int64
+}
+
+type partitionView struct {
+	admin.Partition
+	Start, End int64
+	Replicas   []replicaView
+}
+
+type topicView struct {
+	Name       string
+	Internal   bool
+	Partitions []partitionView
+	Configs    []admin.Config
+	ConfigErr  string
+}
+
+func (c *Console) topicPage(ctx context.Context, r *http.Request) (any, error) {
+	name := r.PathValue("topic")
+	cl, err := c.cl.ClusterStatus(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if len(cl.Topics) != 1 {
+		return nil, fmt.Errorf("topic %s: not found", name)
+	}
+	t := cl.Topics[0]
+	offs, _ := c.cl.TopicOffsets(ctx, name)
+	local := c.local()[name]
+	me := c.cfg.Broker.Config().NodeID
+	v := topicView{Name: t.Name, Internal: t.Internal}
+	for _, p := range t.Partitions {
+		pv := partitionView{Partition: p, Start: -1, End: -1}
+		if o, ok := offs[name][p.Partition]; ok {
+			pv.Start, pv.End = o.Start, o.End
+		}
+		for _, id := range p.Replicas {
+			rv := replicaView{ID: id, Role: "follower", Acked: -1, InISR: slices.Contains(p.ISR, id), Offline: slices.Contains(p.Offline, id)}
+			if id == p.Leader {
+				rv.Role = "leader"
+			}
+			if a, ok := p.Acked[id]; ok {
+				rv.Acked = a
+			}
+			if lp, ok := local[p.Partition]; ok && id == me {
+				rv.Local, rv.End, rv.Committed, rv.Sync, rv.Size = true, lp.LogEnd, lp.HighWatermark, lp.Durable, lp.SizeBytes
+			}
+			pv.Replicas = append(pv.Replicas, rv)
+		}
+		v.Partitions = append(v.Partitions, pv)
+	}
+	if v.Configs, err = c.cl.TopicConfigs(ctx, name); err != nil {
+		v.ConfigErr = err.Error()
+	}
+	return v, nil
+}
+
+// --- groups ---
+
+func (c *Console) groupsPage(ctx context.Context, _ *http.Request) (any, error) {
+	gs, err := c.cl.ListGroups(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, g := range gs {
+		names = append(names, g.Group)
+	}
+	if len(names) == 0 {
+		return []admin.Group(nil), nil
+	}
+	return c.cl.Groups(ctx, false, names...)
+}
+
+type groupView struct {
+	admin.Group
+	Chart   template.HTML
+	Samples int
+}
+
+func (c *Console) groupPage(ctx context.Context, r *http.Request) (any, error) {
+	name := r.PathValue("group")
+	gs, err := c.cl.Groups(ctx, true, name)
+	if err != nil {
+		return nil, err
+	}
+	if len(gs) != 1 || gs[0].Err != "" {
+		return nil, fmt.Errorf("group %s: %s", name, gs[0].Err)
+	}
+	g := gs[0]
+	c.record(g.Name, g.TotalLag) // a view is a sample too
+	h := c.lagHistory(g.Name)
+	return groupView{Group: g, Chart: lagChart(h), Samples: len(h)}, nil
+}
+
+// lagChart draws the lag history as an inline SVG line.
+func lagChart(h []lagSample) template.HTML {
+	const w, ht = 600.0, 120.0
+	if len(h) == 0 {
+		return ""
+	}
+	var top int64 = 1
+	for _, s := range h {
+		top = max(top, s.Lag)
+	}
+	t0, t1 := h[0].At, h[len(h)-1].At
+	span := t1.Sub(t0).Seconds()
+	var pts []string
+	for i, s := range h {
+		x := 0.0
+		if span > 0 {
+			x = s.At.Sub(t0).Seconds() / span * w
+		} else if len(h) > 1 {
+			x = float64(i) / float64(len(h)-1) * w
+		}
+		y := ht - float64(s.Lag)/float64(top)*ht
+		pts = append(pts, fmt.Sprintf("%.1f,%.1f", x, y))
+	}
+	if len(pts) == 1 {
+		pts = append(pts, fmt.Sprintf("%.1f,%s", w, strings.Split(pts[0], ",")[1]))
+	}
+	return template.HTML(fmt.Sprintf(`<svg class="chart" viewBox="-40 -10 %g %g" role="img" aria-label="lag over time">`+
+		`<text x="-36" y="4">%d</text><text x="-36" y="%g">0</text>`+
+		`<line x1="0" y1="%g" x2="%g" y2="%g" class="axis"/>`+
+		`<polyline points="%s" class="lag"/>`+
+		`<text x="0" y="%g">%s</text><text x="%g" y="%g" text-anchor="end">%s</text></svg>`,
+		w+50, ht+30, top, ht, ht, w, ht, strings.Join(pts, " "),
+		ht+16, t0.UTC().Format("15:04:05"), w, ht+16, t1.UTC().Format("15:04:05")))
+}
+
+// --- messages ---
+
+type messageRow struct {
+	Partition int32
+	Offset    int64
+	Timestamp time.Time
+	Key       string
+	Headers   []string
+	Value     string
+	Size      int
+}
+
+type messagesView struct {
+	Topics                    []string
+	Topic, Offset, At, Format string
+	Partition                 int32
+	Max, Partitions           int
+	Start, End                int64
+	Rows                      []messageRow
+	Searched                  bool
+	Offsets                   []partitionOffsets
+}
+
+type partitionOffsets struct {
+	Partition  int32
+	Start, End int64
+}
+
+func (c *Console) messagesPage(ctx context.Context, r *http.Request) (any, error) {
+	q := r.URL.Query()
+	v := messagesView{Topic: q.Get("topic"), Offset: q.Get("offset"), At: q.Get("timestamp"), Format: q.Get("format"), Max: 50, Start: -1, End: -1}
+	if v.Format == "" {
+		v.Format = "text"
+	}
+	if n, err := strconv.Atoi(q.Get("max")); err == nil && n > 0 {
+		v.Max = min(n, 500)
+	}
+	if n, err := strconv.ParseInt(q.Get("partition"), 10, 32); err == nil {
+		v.Partition = int32(n)
+	}
+	ts, err := c.cl.A.ListTopics(ctx)
+	if err != nil {
+		return v, err
+	}
+	for _, t := range ts.Sorted() {
+		v.Topics = append(v.Topics, t.Topic)
+		if t.Topic == v.Topic {
+			v.Partitions = len(t.Partitions)
+		}
+	}
+	if v.Topic == "" {
+		return v, nil
+	}
+	if offs, err := c.cl.TopicOffsets(ctx, v.Topic); err == nil {
+		if o, ok := offs[v.Topic][v.Partition]; ok {
+			v.Start, v.End = o.Start, o.End
+		}
+		for p, o := range offs[v.Topic] {
+			v.Offsets = append(v.Offsets, partitionOffsets{p, o.Start, o.End})
+		}
+		slices.SortFunc(v.Offsets, func(a, b partitionOffsets) int { return int(a.Partition - b.Partition) })
+	}
+	spec := admin.ReadSpec{Topic: v.Topic, Partition: v.Partition, Max: v.Max, Offset: -int64(v.Max)}
+	switch {
+	case v.At != "":
+		t, err := time.Parse(time.RFC3339Nano, v.At)
+		if err != nil {
+			if t, err = time.Parse("2006-01-02T15:04", v.At); err != nil { // <input type=datetime-local>
+				return v, fmt.Errorf("timestamp %q: want RFC 3339", v.At)
+			}
+		}
+		spec.Time = t
+	case v.Offset == "earliest":
+		spec.Offset = 0
+	case v.Offset != "" && v.Offset != "latest":
+		n, err := strconv.ParseInt(v.Offset, 10, 64)
+		if err != nil {
+			return v, fmt.Errorf("offset %q: want a number, earliest or latest", v.Offset)
+		}
+		spec.Offset = n
+	}
+	v.Searched = true
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	recs, err := c.cl.ReadRecords(rctx, spec)
+	for _, rec := range recs {
+		row := messageRow{Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp, Key: format(rec.Key, "text"), Value: format(rec.Value, v.Format), Size: len(rec.Value)}
+		for _, h := range rec.Headers {
+			row.Headers = append(row.Headers, h.Key+"="+format(h.Value, "text"))
+		}
+		v.Rows = append(v.Rows, row)
+	}
+	return v, err
+}
+
+// format shows a key, value or header as text (invalid UTF-8 as hex),
+// indented JSON (or the text when it is not JSON), or a hex dump.
+func format(b []byte, how string) string {
+	if b == nil {
+		return "null"
+	}
+	switch how {
+	case "hex":
+		return hex.Dump(b)
+	case "json":
+		var out bytes.Buffer
+		if json.Indent(&out, b, "", "  ") == nil {
+			return out.String()
+		}
+	}
+	if !utf8.Valid(b) {
+		return "0x" + hex.EncodeToString(b)
+	}
+	return string(b)
+}
+
+// --- configs ---
+
+type nodeConfigs struct {
+	Node    int32
+	Configs []admin.Config
+	Err     string
+}
+
+func (c *Console) configsPage(ctx context.Context, _ *http.Request) (any, error) {
+	nodes, err := c.cl.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []nodeConfigs
+	for _, n := range nodes {
+		nc := nodeConfigs{Node: n.ID}
+		rcs, err := c.cl.A.DescribeBrokerConfigs(ctx, n.ID)
+		if err == nil {
+			var rc = rcs[0]
+			if rc.Err != nil {
+				err = rc.Err
+			}
+			for _, cf := range rc.Configs {
+				nc.Configs = append(nc.Configs, admin.Config{Name: cf.Key, Value: cf.MaybeValue(), Source: admin.SourceName(cf.Source), Sensitive: cf.Sensitive})
+			}
+			slices.SortFunc(nc.Configs, func(a, b admin.Config) int { return strings.Compare(a.Name, b.Name) })
+		}
+		if err != nil {
+			nc.Err = err.Error()
+		}
+		out = append(out, nc)
+	}
+	return out, nil
+}
