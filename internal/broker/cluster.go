@@ -704,7 +704,7 @@ func (c *cluster) registerLoop() {
 			return
 		case <-tick.C:
 		}
-		if cur, ok := b.meta.Broker(me.ID); ok && cur == me || c.gone.Load() {
+		if cur, ok := b.meta.Broker(me.ID); ok && cur.Equal(me) || c.gone.Load() {
 			continue // keep checking: a re-registration by an old config must not stick
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -807,7 +807,7 @@ func (b *Broker) handleBrokerRegistration(_ context.Context, r *wire.Request) wi
 		}
 		info.RaftAddr = net.JoinHostPort(req.Listeners[i].Host, strconv.Itoa(int(req.Listeners[i].Port)))
 	}
-	if cur, ok := b.meta.Broker(info.ID); ok && cur == info {
+	if cur, ok := b.meta.Broker(info.ID); ok && cur.Equal(info) {
 		// A node repeats its registration until its metadata shows it
 		// (a new broker-only node: once it has the metadata log).
 		resp.BrokerEpoch = 1

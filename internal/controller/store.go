@@ -19,6 +19,7 @@ import (
 	"sort"
 	"sync"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/storage"
 )
 
@@ -103,6 +104,11 @@ type state struct {
 	Applied int64        `json:"applied_offset,omitempty"`
 	// Fenced are the brokers whose controller session expired (sorted).
 	Fenced []int32 `json:"fenced,omitempty"`
+
+	// Security (security.go): the ACLs, sorted, and the SCRAM
+	// credentials, by user and mechanism.
+	ACLs  []auth.ACL             `json:"acls,omitempty"`
+	Scram []auth.ScramCredential `json:"scram,omitempty"`
 }
 
 const stateVersion = 1
