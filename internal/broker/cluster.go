@@ -44,7 +44,7 @@ const metadataLogDir = "__cluster_metadata-0"
 func init() {
 	onStart(rankStorage-5, "raft", (*Broker).startRaft)
 	onStart(rankStorage+5, "cluster metadata", (*Broker).startClusterMeta)
-	register(kmsg.BrokerRegistration, 0, 4, (*Broker).handleBrokerRegistration)
+	registerInternal(kmsg.BrokerRegistration, 0, 4, (*Broker).handleBrokerRegistration)
 }
 
 type cluster struct {
@@ -324,6 +324,8 @@ func (c *cluster) apply(end int64, cmd controller.Command) error {
 		if cmd.Broker.RaftAddr != "" && cmd.Broker.ID != b.cfg.NodeID {
 			c.host.SetPeer(uint64(cmd.Broker.ID), cmd.Broker.RaftAddr)
 		}
+	case controller.OpCreateACLs, controller.OpDeleteACLs, controller.OpScram:
+		b.securityApplied()
 	case controller.OpUnregister:
 		b.log.Info("broker unregistered", "broker", cmd.BrokerID)
 		if cmd.BrokerID == b.cfg.NodeID {
@@ -665,14 +667,14 @@ func (c *cluster) forwarder() (*kgo.Client, error) {
 	}
 	var seeds []string
 	for _, br := range c.b.meta.Brokers() {
-		if br.ID != c.b.cfg.NodeID {
-			seeds = append(seeds, net.JoinHostPort(br.Host, strconv.Itoa(int(br.Port))))
+		if addr, ok := c.b.brokerAddr(br); ok && br.ID != c.b.cfg.NodeID {
+			seeds = append(seeds, addr)
 		}
 	}
 	if len(seeds) == 0 {
 		return nil, errors.New("no other broker registered")
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ClientID(brokerClientPrefix+strconv.Itoa(int(c.b.cfg.NodeID))))
+	cl, err := c.b.nodeClient(seeds, kgo.ClientID(c.b.brokerClientID()))
 	if err != nil {
 		return nil, err
 	}
@@ -687,12 +689,12 @@ func (c *cluster) forwarder() (*kgo.Client, error) {
 func (c *cluster) registerLoop() {
 	defer c.wg.Done()
 	b := c.b
-	me := controller.BrokerInfo{ID: b.cfg.NodeID, Host: b.cfg.AdvertisedHost, Port: b.cfg.AdvertisedPort, Rack: b.cfg.Rack}
+	me := b.selfInfo()
 	if b.brokerOnly() {
 		me.RaftAddr = c.host.Addr() // the bound address: --raft-listen may say port 0
 		if host, port, err := net.SplitHostPort(me.RaftAddr); err == nil {
 			if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-				me.RaftAddr = net.JoinHostPort(b.cfg.AdvertisedHost, port)
+				me.RaftAddr = net.JoinHostPort(me.Host, port)
 			}
 		}
 	}
@@ -718,7 +720,8 @@ func (c *cluster) registerLoop() {
 				err = c.propose(ctx, controller.Command{Op: controller.OpRegister, Broker: &me})
 			}
 		} else if li, ok := b.meta.Broker(c.controllerID()); ok {
-			err = c.sendRegistration(ctx, []string{net.JoinHostPort(li.Host, strconv.Itoa(int(li.Port)))}, me)
+			addr, _ := b.brokerAddr(li)
+			err = c.sendRegistration(ctx, []string{addr}, me)
 		} else if len(b.cfg.Join) > 0 {
 			// A broker-only node that has no metadata yet: the join
 			// addresses lead it to the controller.
@@ -734,7 +737,7 @@ func (c *cluster) registerLoop() {
 // sendRegistration sends BrokerRegistration to the controller, found
 // through seeds.
 func (c *cluster) sendRegistration(ctx context.Context, seeds []string, me controller.BrokerInfo) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	cl, err := c.b.nodeClient(seeds, kgo.ClientID(c.b.brokerClientID()))
 	if err != nil {
 		return err
 	}
@@ -742,9 +745,15 @@ func (c *cluster) sendRegistration(ctx context.Context, seeds []string, me contr
 	req := kmsg.NewPtrBrokerRegistrationRequest()
 	req.BrokerID = me.ID
 	req.ClusterID = c.b.meta.ClusterID()
-	l := kmsg.NewBrokerRegistrationRequestListener()
-	l.Name, l.Host, l.Port, l.SecurityProtocol = "PLAINTEXT", me.Host, uint16(me.Port), 0
-	req.Listeners = append(req.Listeners, l)
+	eps := me.Listeners
+	if len(eps) == 0 {
+		eps = []controller.Endpoint{{Name: string(wire.Plaintext), Host: me.Host, Port: me.Port, Protocol: string(wire.Plaintext)}}
+	}
+	for _, e := range eps {
+		l := kmsg.NewBrokerRegistrationRequestListener()
+		l.Name, l.Host, l.Port, l.SecurityProtocol = e.Name, e.Host, uint16(e.Port), securityProtocolCode(e.Protocol)
+		req.Listeners = append(req.Listeners, l)
+	}
 	if me.RaftAddr != "" {
 		host, port, err := net.SplitHostPort(me.RaftAddr)
 		if err != nil {
@@ -795,6 +804,14 @@ func (b *Broker) handleBrokerRegistration(_ context.Context, r *wire.Request) wi
 		return wire.Respond(resp)
 	}
 	info := controller.BrokerInfo{ID: req.BrokerID, Host: req.Listeners[0].Host, Port: int32(req.Listeners[0].Port)}
+	for _, l := range req.Listeners {
+		if l.Name != raftListenerName {
+			info.Listeners = append(info.Listeners, controller.Endpoint{Name: l.Name, Host: l.Host, Port: int32(l.Port), Protocol: securityProtocolName(l.SecurityProtocol)})
+		}
+	}
+	if len(info.Listeners) == 1 && info.Listeners[0].Name == string(wire.Plaintext) && info.Listeners[0].Protocol == string(wire.Plaintext) {
+		info.Listeners = nil // the zero-config form, as selfInfo registers it
+	}
 	if req.Rack != nil {
 		info.Rack = *req.Rack
 	}
@@ -907,12 +924,16 @@ func (b *Broker) clusterProducerID(req *kmsg.InitProducerIDRequest, resp *kmsg.I
 // brokers lists the registered brokers that are not fenced for Metadata
 // (this one at least, before its registration is applied, or when every
 // broker is fenced: a client must be able to reach somebody).
-func (c *cluster) brokers() []kmsg.MetadataResponseBroker {
+func (c *cluster) brokers(listener string) []kmsg.MetadataResponseBroker {
 	var out []kmsg.MetadataResponseBroker
 	self := false
 	for _, br := range c.b.unfencedBrokers() {
+		e, ok := br.Endpoint(listener)
+		if !ok {
+			continue // no such listener on that broker: Kafka leaves it out
+		}
 		mb := kmsg.NewMetadataResponseBroker()
-		mb.NodeID, mb.Host, mb.Port = br.ID, br.Host, br.Port
+		mb.NodeID, mb.Host, mb.Port = br.ID, e.Host, e.Port
 		if br.Rack != "" {
 			rack := br.Rack
 			mb.Rack = &rack
@@ -921,7 +942,7 @@ func (c *cluster) brokers() []kmsg.MetadataResponseBroker {
 		out = append(out, mb)
 	}
 	if _, registered := c.b.meta.Broker(c.b.cfg.NodeID); !self && (!registered || len(out) == 0) {
-		out = append(out, c.b.brokerEntry())
+		out = append(out, c.b.brokerEntry(listener))
 	}
 	return out
 }

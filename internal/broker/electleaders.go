@@ -91,7 +91,7 @@ func (b *Broker) handleElectLeaders(_ context.Context, r *wire.Request) wire.Rep
 		wait = electDefaultWait
 	}
 	wait = min(wait, electMaxWait)
-	forwarded := strings.HasPrefix(r.ClientID, brokerClientPrefix)
+	forwarded := b.forwardedBy(r)
 	return func(ctx context.Context) kmsg.Response {
 		ctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()

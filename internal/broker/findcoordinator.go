@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -26,7 +25,7 @@ const (
 func (b *Broker) handleFindCoordinator(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.FindCoordinatorRequest)
 	if b.clusterMode() {
-		forwarded := strings.HasPrefix(r.ClientID, forwarderClientPrefix)
+		forwarded := b.forwardedBy(r)
 		return func(context.Context) kmsg.Response { return b.findCoordinators(req, forwarded) }
 	}
 	return wire.Respond(b.findCoordinators(req, false))
