@@ -153,3 +153,43 @@ func newIndex(acls []ACL) *aclIndex {
 	}
 	return idx
 }
+
+// AuthorizeAny reports whether p may perform op on at least one resource
+// of the type (Kafka's authorizeByResourceType: an idempotent producer
+// needs WRITE on some topic): some ALLOW for it that no wildcard DENY
+// cancels, or - without any ACL of the type - allow.everyone.if.no.acl.found.
+func (a *Authorizer) AuthorizeAny(p Principal, host string, op Operation, typ ResourceType) bool {
+	if a.IsSuperUser(p) {
+		return true
+	}
+	ti := a.idx.Load().types[typ]
+	if ti == nil {
+		return a.allowIfNoACL
+	}
+	principal, wildcard := p.String(), p.Type+":*"
+	applies := func(acl *ACL) bool {
+		return (acl.Principal == principal || acl.Principal == wildcard) && (acl.Host == "*" || acl.Host == host) &&
+			(acl.Operation == op || acl.Operation == OpAll)
+	}
+	for _, acl := range ti.literal["*"] {
+		if acl.Permission == PermDeny && applies(acl) {
+			return false
+		}
+	}
+	denied := func(name string) bool {
+		return !a.Authorize(p, host, op, typ, name)
+	}
+	for _, acls := range ti.literal {
+		for _, acl := range acls {
+			if acl.Permission == PermAllow && applies(acl) && (acl.ResourceName == "*" || !denied(acl.ResourceName)) {
+				return true
+			}
+		}
+	}
+	for _, acl := range ti.prefixed {
+		if acl.Permission == PermAllow && applies(acl) && !denied(acl.ResourceName) {
+			return true
+		}
+	}
+	return false
+}

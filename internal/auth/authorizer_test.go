@@ -199,3 +199,19 @@ func TestParseJAAS(t *testing.T) {
 		}
 	}
 }
+
+func TestAuthorizeAny(t *testing.T) {
+	a := NewAuthorizer(nil, false)
+	a.SetACLs([]ACL{
+		allow(ResourceTopic, "a", PatternLiteral, "User:alice", "*", OpWrite),
+		allow(ResourceTopic, "b", PatternLiteral, "User:bob", "*", OpWrite),
+		deny(ResourceTopic, "b", PatternLiteral, "User:bob", "*", OpWrite),
+		allow(ResourceTopic, "*", PatternLiteral, "User:carol", "*", OpAll),
+		deny(ResourceTopic, "*", PatternLiteral, "User:carol", "*", OpWrite),
+	})
+	for p, want := range map[string]bool{"alice": true, "bob": false, "carol": false, "dave": false} {
+		if got := a.AuthorizeAny(User(p), "h", OpWrite, ResourceTopic); got != want {
+			t.Errorf("%s: %v, want %v", p, got, want)
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/controller"
 	"holdfast/internal/raft"
 	"holdfast/internal/records"
@@ -1036,6 +1037,10 @@ func init() { register(kmsg.DescribeQuorum, 0, 1, (*Broker).handleDescribeQuorum
 func (b *Broker) handleDescribeQuorum(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.DescribeQuorumRequest)
 	resp := req.ResponseKind().(*kmsg.DescribeQuorumResponse)
+	if !b.authorizeCluster(r, auth.OpDescribe) {
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return wire.Respond(resp)
+	}
 	for _, rt := range req.Topics {
 		st := kmsg.NewDescribeQuorumResponseTopic()
 		st.Topic = rt.Topic

@@ -332,38 +332,42 @@ func securityProtocolName(code int16) string {
 	return string(wire.Plaintext)
 }
 
-// metaCommand commits a security command: through the controller in a
-// cluster (forwarded there from other nodes), at once on a single node.
-// The authorizer follows in both cases.
-func (b *Broker) metaCommand(ctx context.Context, cmd controller.Command, forward kmsg.Request) (kmsg.Response, error) {
+// forwardToController sends req to the controller when this node is not
+// it (Kafka forwards such admin requests from any broker): forwarded
+// reports that resp is the controller's answer. This node authorized the
+// client already; the controller trusts a node's forwarded request.
+func (b *Broker) forwardToController(ctx context.Context, req kmsg.Request) (resp kmsg.Response, forwarded bool, err error) {
 	c := b.cluster
-	if c == nil {
-		if err := b.meta.Do(cmd); err != nil {
-			return nil, err
-		}
-		b.securityApplied()
-		return nil, nil
+	if c == nil || c.isController() {
+		return nil, false, nil
 	}
-	if c.isController() {
-		return nil, c.propose(ctx, cmd)
-	}
-	// Kafka forwards such requests from any broker to the controller;
-	// this node already authorized the client, the controller authorizes
-	// this node.
 	id := c.controllerID()
 	before := c.appliedOffset()
 	cl, err := c.forwarder()
 	if err != nil || id < 0 {
-		return nil, errCode(kerr.NotController, "no controller known yet")
+		return nil, true, errCode(kerr.NotController, "no controller known yet")
 	}
-	resp, err := cl.Broker(int(id)).Request(ctx, forward)
+	resp, err = cl.Broker(int(id)).Request(ctx, req)
 	if err != nil {
-		return nil, errCode(kerr.RequestTimedOut, "forwarding to the controller: %v", err)
+		return nil, true, errCode(kerr.RequestTimedOut, "forwarding to the controller: %v", err)
 	}
 	// Wait until this node applied what the controller committed, so a
 	// client that reads back here sees its change.
 	c.waitAppliedPast(ctx, before)
-	return resp, nil
+	return resp, true, nil
+}
+
+// commitSecurity commits a security command: through the metadata log on
+// the controller, at once on a single node. The authorizer follows.
+func (b *Broker) commitSecurity(ctx context.Context, cmd controller.Command) error {
+	if b.cluster == nil {
+		if err := b.meta.Do(cmd); err != nil {
+			return err
+		}
+		b.securityApplied()
+		return nil
+	}
+	return b.cluster.propose(ctx, cmd)
 }
 
 // securityApplied refreshes what depends on the security metadata.
@@ -379,13 +383,7 @@ func (b *Broker) bootstrapScram(ctx context.Context) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	cmd := controller.Command{Op: controller.OpScram, Scram: missing}
-	var err error
-	if b.cluster == nil {
-		err = b.meta.Do(cmd)
-	} else {
-		err = b.cluster.propose(ctx, cmd)
-	}
+	err := b.commitSecurity(ctx, controller.Command{Op: controller.OpScram, Scram: missing})
 	if err == nil {
 		for _, c := range missing {
 			b.log.Info("created bootstrap SCRAM user", "user", c.User, "mechanism", c.Mechanism)
@@ -448,4 +446,47 @@ func (b *Broker) missingScram() []auth.ScramCredential {
 		}
 	}
 	return missing
+}
+
+// thenEdit runs reply and lets edit change its response (authorization
+// results merged into a coordinator's answer).
+func thenEdit(reply wire.Reply, edit func(kmsg.Response)) wire.Reply {
+	return func(ctx context.Context) kmsg.Response {
+		resp := reply(ctx)
+		if resp != nil {
+			edit(resp)
+		}
+		return resp
+	}
+}
+
+// authorizeConfigs checks DESCRIBE_CONFIGS or ALTER_CONFIGS on a config
+// resource: the topic, or the cluster for broker configs.
+func (b *Broker) authorizeConfigs(r *wire.Request, typ kmsg.ConfigResourceType, name string, op auth.Operation) error {
+	switch typ {
+	case kmsg.ConfigResourceTypeTopic:
+		if !b.authorize(r, op, auth.ResourceTopic, name) {
+			return errCode(kerr.TopicAuthorizationFailed, "%s", kerr.TopicAuthorizationFailed.Description)
+		}
+	case kmsg.ConfigResourceTypeBroker, kmsg.ConfigResourceTypeBrokerLogger:
+		if !b.authorizeCluster(r, op) {
+			return errCode(kerr.ClusterAuthorizationFailed, "%s", kerr.ClusterAuthorizationFailed.Description)
+		}
+	}
+	return nil
+}
+
+// authorizeIdempotent is Kafka's rule for an idempotent (non-transactional)
+// producer id: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic.
+func (b *Broker) authorizeIdempotent(r *wire.Request) bool {
+	az := b.cfg.Security.Authorizer
+	if az == nil || b.authorizeCluster(r, auth.OpIdempotentWrite) {
+		return true
+	}
+	return az.AuthorizeAny(r.Principal, requestHost(r), auth.OpWrite, auth.ResourceTopic)
+}
+
+// authorizeTxnID is WRITE on a transactional id.
+func (b *Broker) authorizeTxnID(r *wire.Request, id string) bool {
+	return b.authorize(r, auth.OpWrite, auth.ResourceTransactionalID, id)
 }
