@@ -255,6 +255,25 @@ func (m *TLSMaterial) base() *tls.Config {
 	return &tls.Config{MinVersion: vers[0], MaxVersion: vers[1], CipherSuites: suites}
 }
 
+// MutualServerConfig is ServerConfig with client certificates required
+// and verified whatever ssl.client.auth says (node-to-node links).
+func (m *TLSMaterial) MutualServerConfig() *tls.Config {
+	cfg := m.ServerConfig()
+	get := cfg.GetConfigForClient
+	cfg.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		c, err := get(h)
+		if err != nil {
+			return nil, err
+		}
+		if c.ClientCAs == nil {
+			return nil, errors.New("no truststore to verify peers with")
+		}
+		c.ClientAuth = tls.RequireAndVerifyClientCert
+		return c, nil
+	}
+	return cfg
+}
+
 // ServerConfig is the listener's TLS config: each handshake takes the
 // current certificate and CAs.
 func (m *TLSMaterial) ServerConfig() *tls.Config {

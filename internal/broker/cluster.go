@@ -128,9 +128,18 @@ func (b *Broker) startRaft() error {
 	for _, id := range voters {
 		fmt.Fprintf(ch, "%d@%s,", id, peers[id])
 	}
+	var rtls *raft.TransportTLS
+	if sc := b.cfg.Security; sc.RaftTLS {
+		// Mutual TLS with this node's certificate: a node without one
+		// from the cluster's CA cannot take part (security.go).
+		if sc.NodeTLS == nil || !sc.NodeTLS.HasKeystore() || !sc.NodeTLS.HasTruststore() {
+			return fmt.Errorf("Raft over TLS needs this node's keystore and the cluster's truststore")
+		}
+		rtls = &raft.TransportTLS{Server: sc.NodeTLS.MutualServerConfig(), Client: sc.NodeTLS.ClientConfig}
+	}
 	h, err := raft.NewHost(raft.Config{
 		ID: uint64(b.cfg.NodeID), Dir: b.cfg.DataDir, Listen: listen, Peers: peers, ClusterID: ch.Sum64() | 1,
-		FS: b.cfg.FS, Logger: b.log.With("component", "raft"),
+		FS: b.cfg.FS, Logger: b.log.With("component", "raft"), TLS: rtls,
 	})
 	if err != nil {
 		return err
@@ -138,7 +147,7 @@ func (b *Broker) startRaft() error {
 	b.cluster = &cluster{b: b, host: h, voters: voters, kick: make(chan struct{}, 1),
 		appliedCh: make(chan struct{}), results: map[int64]error{}, stop: make(chan struct{})}
 	b.closers = append(b.closers, h.Close) // idempotent; the metadata closer closes it earlier
-	b.log.Info("raft host started", "node", b.cfg.NodeID, "raft_listen", h.Addr(), "peers", len(peers), "broker_only", b.brokerOnly())
+	b.log.Info("raft host started", "node", b.cfg.NodeID, "raft_listen", h.Addr(), "peers", len(peers), "broker_only", b.brokerOnly(), "tls", rtls != nil)
 	return nil
 }
 

@@ -2,6 +2,8 @@ package raft
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -25,10 +27,34 @@ import (
 // A frame with count 0 is a node-level heartbeat (liveness for quiesced
 // groups). A frame from another cluster closes the connection: a node that
 // was pointed at the wrong peers must not vote in our groups.
+//
+// What a peer connection may hold is bounded: a frame is at most maxFrame
+// bytes; frame bodies are read in chunks taken from one byte budget shared
+// by every inbound connection (maxInboundBytes), so peers that announce
+// large frames and stall cannot grow memory; a connection that sends
+// nothing for idleTimeout (peers send a heartbeat frame every tick) or
+// takes longer than frameTimeout to deliver a started frame is closed; at
+// most maxInboundConns peers connect at once. With TLS set, only peers
+// whose certificate the cluster's CA signed connect at all (mutual TLS,
+// both ways), and the TLS handshake must finish within handshakeTimeout.
 const (
-	maxFrame      = 64 << 20
-	maxFrameBatch = 4 << 20 // a sender stops adding messages to a frame past this
+	maxFrame         = 64 << 20
+	maxFrameBatch    = 4 << 20   // a sender stops adding messages to a frame past this
+	maxInboundBytes  = 256 << 20 // frame bytes being read, across inbound connections
+	frameChunk       = 1 << 20
+	maxInboundConns  = 1024
+	idleTimeout      = 30 * time.Second
+	frameTimeout     = 30 * time.Second
+	handshakeTimeout = 10 * time.Second
 )
+
+// TransportTLS runs the transport over mutual TLS: Server is the listener's
+// config (it must require and verify client certificates), Client returns a
+// config for dialing a peer's address with this node's certificate.
+type TransportTLS struct {
+	Server *tls.Config
+	Client func(addr string) *tls.Config
+}
 
 // Faults is the fault-injection seam: links between node pairs can be cut,
 // delayed or made lossy. One Faults is shared by the hosts of a test; a message on a
@@ -116,12 +142,17 @@ type transportEvents interface {
 // TransportStats counts the transport's work.
 type TransportStats struct {
 	FramesSent, MessagesSent, Dropped, Reconnects int64
+	// Refused counts inbound connections closed for a failed TLS
+	// handshake, a bad frame, another cluster's id or the connection limit.
+	Refused int64
 }
 
 type transport struct {
 	id        uint64
 	cluster   uint64
 	ln        net.Listener
+	tls       *TransportTLS
+	budget    chan struct{} // one token per frameChunk of inbound frame bytes
 	ev        transportEvents
 	faults    *Faults
 	logger    *slog.Logger
@@ -136,7 +167,8 @@ type transport struct {
 	wg     sync.WaitGroup
 
 	framesSent, msgsSent, dropped, reconnects atomic.Int64
-	lastHeard                                 sync.Map // peer id -> time.Time
+	refused                                   atomic.Int64 // inbound connections closed: bad handshake, frame, cluster or limit
+	lastHeard                                 sync.Map     // peer id -> time.Time
 }
 
 type peer struct {
@@ -145,14 +177,18 @@ type peer struct {
 	q    chan outMsg
 }
 
-func newTransport(id, cluster uint64, listen string, ev transportEvents, faults *Faults, logger *slog.Logger, queueLen int, heartbeat time.Duration) (*transport, error) {
+func newTransport(id, cluster uint64, listen string, ev transportEvents, faults *Faults, logger *slog.Logger, queueLen int, heartbeat time.Duration, tlsCfg *TransportTLS) (*transport, error) {
+	if tlsCfg != nil && (tlsCfg.Server == nil || tlsCfg.Client == nil) {
+		return nil, errors.New("raft: TLS needs a server and a client config")
+	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, fmt.Errorf("raft: listen %s: %w", listen, err)
 	}
 	t := &transport{
-		id: id, cluster: cluster, ln: ln, ev: ev, faults: faults, logger: logger, queueLen: queueLen, heartbeat: heartbeat,
+		id: id, cluster: cluster, ln: ln, tls: tlsCfg, ev: ev, faults: faults, logger: logger, queueLen: queueLen, heartbeat: heartbeat,
 		peers: map[uint64]*peer{}, conns: map[net.Conn]struct{}{}, done: make(chan struct{}),
+		budget: make(chan struct{}, maxInboundBytes/frameChunk),
 	}
 	t.wg.Add(1)
 	go t.accept()
@@ -248,7 +284,7 @@ func (t *transport) sender(p *peer) {
 			}
 		}
 		if conn == nil {
-			c, err := net.DialTimeout("tcp", p.addr, time.Second)
+			c, err := t.dial(p.addr)
 			if err != nil {
 				t.fail(p.id, batch)
 				select {
@@ -330,11 +366,31 @@ func (t *transport) encode(batch []outMsg) ([]byte, error) {
 	return b, nil
 }
 
+// dial connects to a peer, over mutual TLS when configured.
+func (t *transport) dial(addr string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: time.Second}
+	if t.tls == nil {
+		return d.Dial("tcp", addr)
+	}
+	td := &tls.Dialer{NetDialer: &net.Dialer{Timeout: handshakeTimeout}, Config: t.tls.Client(addr)}
+	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+	defer cancel()
+	c, err := td.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		t.logger.Debug("raft: TLS dial failed", "addr", addr, "err", err)
+	}
+	return c, err
+}
+
 func (t *transport) accept() {
 	defer t.wg.Done()
 	for {
 		c, err := t.ln.Accept()
 		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
 			return
 		}
 		t.mu.Lock()
@@ -342,6 +398,16 @@ func (t *transport) accept() {
 			t.mu.Unlock()
 			c.Close()
 			return
+		}
+		if len(t.conns) >= maxInboundConns {
+			t.mu.Unlock()
+			t.refused.Add(1)
+			t.logger.Warn("raft: too many inbound connections, refusing one", "remote", c.RemoteAddr().String(), "limit", maxInboundConns)
+			c.Close()
+			continue
+		}
+		if t.tls != nil {
+			c = tls.Server(c, t.tls.Server)
 		}
 		t.conns[c] = struct{}{}
 		t.wg.Add(1)
@@ -358,27 +424,47 @@ func (t *transport) read(c net.Conn) {
 		delete(t.conns, c)
 		t.mu.Unlock()
 	}()
+	if tc, ok := c.(*tls.Conn); ok {
+		tc.SetDeadline(time.Now().Add(handshakeTimeout))
+		if err := tc.Handshake(); err != nil {
+			t.refused.Add(1)
+			t.logger.Warn("raft: TLS handshake failed, closing connection (a node without the cluster's certificate?)", "remote", c.RemoteAddr().String(), "err", err)
+			return
+		}
+		tc.SetDeadline(time.Time{})
+	}
 	r := bufio.NewReaderSize(c, 64<<10)
 	var hdr [4]byte
 	for {
+		c.SetReadDeadline(time.Now().Add(max(idleTimeout, 10*t.heartbeat)))
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.logger.Info("raft: closing idle peer connection", "remote", c.RemoteAddr().String())
+			}
 			return
 		}
 		n := binary.BigEndian.Uint32(hdr[:])
 		if n < 20 || n > maxFrame {
+			t.refused.Add(1)
 			t.logger.Warn("raft: bad frame length, closing connection", "len", n, "remote", c.RemoteAddr().String())
 			return
 		}
-		buf := make([]byte, n)
-		if _, err := io.ReadFull(r, buf); err != nil {
+		c.SetReadDeadline(time.Now().Add(frameTimeout))
+		buf, err := t.readFrame(r, int(n))
+		if err != nil {
 			return
 		}
 		if cl := binary.BigEndian.Uint64(buf); cl != t.cluster {
+			t.release(len(buf))
+			t.refused.Add(1)
 			t.logger.Warn("raft: frame from another cluster, closing connection", "cluster", cl, "want", t.cluster, "remote", c.RemoteAddr().String())
 			return
 		}
 		from, msgs, err := decodeFrame(buf[8:])
+		t.release(len(buf)) // decoding copied what the messages keep
 		if err != nil {
+			t.refused.Add(1)
 			t.logger.Warn("raft: bad frame, closing connection", "err", err, "remote", c.RemoteAddr().String())
 			return
 		}
@@ -389,6 +475,41 @@ func (t *transport) read(c net.Conn) {
 		if len(msgs) > 0 {
 			t.ev.receive(from, msgs)
 		}
+	}
+}
+
+// readFrame reads an n-byte frame body, taking the shared budget a chunk
+// at a time as the bytes arrive (a stalled peer holds one chunk, until
+// frameTimeout). On error nothing stays taken; on success the caller
+// releases len(buf).
+func (t *transport) readFrame(r io.Reader, n int) ([]byte, error) {
+	buf := make([]byte, 0, min(n, frameChunk))
+	for len(buf) < n {
+		k := min(n-len(buf), frameChunk)
+		select {
+		case t.budget <- struct{}{}:
+		case <-t.done:
+			t.release(len(buf))
+			return nil, errors.New("raft: transport closed")
+		}
+		if len(buf)+k > cap(buf) {
+			grown := make([]byte, len(buf), min(n, 2*cap(buf)+frameChunk))
+			copy(grown, buf)
+			buf = grown
+		}
+		buf = buf[:len(buf)+k]
+		if _, err := io.ReadFull(r, buf[len(buf)-k:]); err != nil {
+			t.release(len(buf))
+			return nil, err
+		}
+	}
+	return buf, nil
+}
+
+// release returns the budget of an n-byte frame.
+func (t *transport) release(n int) {
+	for i := 0; i < (n+frameChunk-1)/frameChunk; i++ {
+		<-t.budget
 	}
 }
 
@@ -427,7 +548,7 @@ func (t *transport) heardWithin(peer uint64, d time.Duration) bool {
 }
 
 func (t *transport) stats() TransportStats {
-	return TransportStats{FramesSent: t.framesSent.Load(), MessagesSent: t.msgsSent.Load(), Dropped: t.dropped.Load(), Reconnects: t.reconnects.Load()}
+	return TransportStats{FramesSent: t.framesSent.Load(), MessagesSent: t.msgsSent.Load(), Dropped: t.dropped.Load(), Reconnects: t.reconnects.Load(), Refused: t.refused.Load()}
 }
 
 func (t *transport) close() {
