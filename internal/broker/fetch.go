@@ -60,9 +60,11 @@ func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
 	for _, rt := range req.Topics {
 		name := rt.Topic
 		if req.Version >= 13 {
-			if t, ok := b.meta.TopicByID(rt.TopicID); ok {
-				name = t.Name
+			t, ok := b.meta.TopicByID(rt.TopicID)
+			if !ok {
+				continue // UNKNOWN_TOPIC_ID, as for anyone
 			}
+			name = t.Name
 		}
 		if !b.authorize(r, auth.OpRead, auth.ResourceTopic, name) {
 			if denied == nil {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -489,4 +490,21 @@ func (b *Broker) authorizeIdempotent(r *wire.Request) bool {
 // authorizeTxnID is WRITE on a transactional id.
 func (b *Broker) authorizeTxnID(r *wire.Request, id string) bool {
 	return b.authorize(r, auth.OpWrite, auth.ResourceTransactionalID, id)
+}
+
+// LateCredentials is the SCRAM credential store of a broker that does not
+// exist yet: listeners (and their SASL servers) are set up before the
+// broker starts, and Set hands it over once it has.
+type LateCredentials struct{ b atomic.Pointer[Broker] }
+
+// Set makes b the source of credentials.
+func (l *LateCredentials) Set(b *Broker) { l.b.Store(b) }
+
+// ScramCredential implements auth.CredentialStore.
+func (l *LateCredentials) ScramCredential(user, mech string) (auth.ScramCredential, bool) {
+	b := l.b.Load()
+	if b == nil {
+		return auth.ScramCredential{}, false
+	}
+	return b.meta.ScramCredential(user, mech)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"holdfast/internal/broker"
+	"holdfast/internal/controller"
 	"holdfast/internal/wire"
 )
 
@@ -28,9 +29,15 @@ type Node struct {
 	Limits wire.Limits
 	Addr   string // host:port clients bootstrap from
 
+	// Listeners are the node's named listeners (StartListeners); Addrs
+	// their host:port by name. Start has none: one default listener.
+	Listeners []*wire.Listener
+	Addrs     map[string]string
+
 	B   *broker.Broker
 	srv *wire.Server
 	ln  net.Listener
+	lns []net.Listener
 }
 
 // Start starts a broker with a fresh data directory; opts adjust the config.
@@ -76,6 +83,56 @@ func (n *Node) start(ln net.Listener) {
 	go n.srv.Serve(ln)
 }
 
+// StartListeners starts a broker serving the given named listeners, each
+// on a free loopback port, the first being the one Addr and Client use.
+// setup sees the config with cfg.Security.Listeners filled in (set the
+// inter-broker listener, the authorizer, ...). Closed when the test ends.
+func StartListeners(t testing.TB, listeners []*wire.Listener, setup ...func(*broker.Config, *wire.Limits)) *Node {
+	t.Helper()
+	cfg := broker.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.OffsetsTopicPartitions = 3
+	cfg.Logger = testLogger()
+	limits := wire.DefaultLimits()
+	n := &Node{t: t, Limits: limits, Listeners: listeners, Addrs: map[string]string{}}
+	var lns []net.Listener
+	for _, l := range listeners {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		n.Addrs[l.Name] = ln.Addr().String()
+		cfg.Security.Listeners = append(cfg.Security.Listeners, controller.Endpoint{Name: l.Name, Host: "127.0.0.1", Port: int32(port), Protocol: string(l.Protocol)})
+		lns = append(lns, ln)
+	}
+	cfg.AdvertisedHost, cfg.AdvertisedPort = "127.0.0.1", cfg.Security.Listeners[0].Port
+	n.Addr = n.Addrs[listeners[0].Name]
+	for _, o := range setup {
+		o(&cfg, &n.Limits)
+	}
+	n.Cfg = cfg
+	n.startListeners(lns)
+	t.Cleanup(n.Stop)
+	return n
+}
+
+func (n *Node) startListeners(lns []net.Listener) {
+	n.t.Helper()
+	b, err := broker.New(n.Cfg)
+	if err != nil {
+		for _, ln := range lns {
+			ln.Close()
+		}
+		n.t.Fatalf("broker.New: %v", err)
+	}
+	n.B, n.lns = b, lns
+	n.srv = wire.NewServer(b, n.Limits, n.Cfg.Logger)
+	for i, ln := range lns {
+		go n.srv.ServeListener(ln, n.Listeners[i])
+	}
+}
+
 // Stop closes the listener, every connection and the broker (a clean
 // shutdown). Safe to call twice.
 func (n *Node) Stop() {
@@ -94,6 +151,14 @@ func (n *Node) Stop() {
 func (n *Node) Restart() {
 	n.t.Helper()
 	n.Stop()
+	if len(n.Listeners) > 0 {
+		var lns []net.Listener
+		for _, l := range n.Listeners {
+			lns = append(lns, relisten(n.t, n.Addrs[l.Name]))
+		}
+		n.startListeners(lns)
+		return
+	}
 	var ln net.Listener
 	var err error
 	for i := 0; i < 100; i++ { // the old listener's port may take a moment to free
@@ -106,6 +171,21 @@ func (n *Node) Restart() {
 		n.t.Fatalf("re-listen on %s: %v", n.Addr, err)
 	}
 	n.start(ln)
+}
+
+func relisten(t testing.TB, addr string) net.Listener {
+	t.Helper()
+	var err error
+	for i := 0; i < 100; i++ { // the old listener's port may take a moment to free
+		ln, lerr := net.Listen("tcp", addr)
+		if lerr == nil {
+			return ln
+		}
+		err = lerr
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("re-listen on %s: %v", addr, err)
+	return nil
 }
 
 // Client returns a franz-go client for the node, closed at test end.
