@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
@@ -511,4 +512,8 @@ func TestNodeAPIsHiddenFromClients(t *testing.T) {
 	if !strings.Contains(n.B.Config().Security.InterBrokerListener, "SSL") {
 		t.Fatal("inter-broker listener")
 	}
+}
+
+func scramMech(user, pass string) sasl.Mechanism {
+	return scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()
 }
