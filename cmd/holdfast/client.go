@@ -22,11 +22,18 @@ import (
 // The client subcommands talk to any Kafka-compatible broker with franz-go.
 
 func bootstrapFlag(fs *flag.FlagSet) *string {
+	def, usage := commandConfigFlag()
+	fs.StringVar(&commandConfig, "command-config", def, usage)
 	return fs.String("bootstrap", "localhost:9092", "comma-separated broker addresses")
 }
 
 func newClient(bootstrap string, opts ...kgo.Opt) (*kgo.Client, error) {
-	return kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(strings.Split(bootstrap, ",")...)}, opts...)...)
+	sec, err := securityOpts(commandConfig)
+	if err != nil {
+		return nil, err
+	}
+	base := append([]kgo.Opt{kgo.SeedBrokers(strings.Split(bootstrap, ",")...)}, sec...)
+	return kgo.NewClient(append(base, opts...)...)
 }
 
 func signalContext() (context.Context, context.CancelFunc) {

@@ -18,7 +18,10 @@ func envName(flagName string) string {
 // command line from its HOLDFAST_* variable, then from the optional config
 // file (key = value lines with the flag names, '#' comments). Precedence:
 // flag, environment, file, default.
-func parseLayered(fs *flag.FlagSet, args []string, configFlag string) error {
+//
+// With kafka set, config file keys that are Kafka security settings
+// (kafkaSecurityKey) go into it instead, unless --override set them.
+func parseLayered(fs *flag.FlagSet, args []string, configFlag string, kafka ...props) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -62,6 +65,12 @@ func parseLayered(fs *flag.FlagSet, args []string, configFlag string) error {
 			return fmt.Errorf("%s:%d: want key = value", path, line)
 		}
 		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if fs.Lookup(k) == nil && len(kafka) > 0 && kafkaSecurityKey(k) {
+			if _, overridden := kafka[0][k]; !overridden {
+				kafka[0][k] = v
+			}
+			continue
+		}
 		if fs.Lookup(k) == nil {
 			return fmt.Errorf("%s:%d: unknown setting %q", path, line, k)
 		}

@@ -29,10 +29,14 @@ func serveCommand(args []string) error {
 	fs.Usage = flagUsage(fs, "serve [flags]")
 	def := broker.DefaultConfig()
 	lim := wire.DefaultLimits()
-	fs.String("config", "", "optional config file of `key = value` lines with these flag names (read by parseLayered)")
+	fs.String("config", "", "optional config file of `key = value` lines with these flag names, and Kafka's security settings by their Kafka names (docs/security.md)")
+	kafka := props{}
+	fs.Var(overrideFlag(kafka), "override", "a Kafka security setting `key=value`, repeatable, e.g. --override listeners=SASL_SSL://:9093 (docs/security.md)")
+	var scramUsers scramFlag
+	fs.Var(&scramUsers, "add-scram", "create a SCRAM user at start if it does not exist, repeatable, as kafka-storage's --add-scram: `SCRAM-SHA-512=[name=admin,password=...]`")
 	var (
-		listen      = fs.String("listen", "localhost:9092", "Kafka listener address (listeners)")
-		advertised  = fs.String("advertised", "", "address given to clients (advertised.listeners); default: the listen address")
+		listen      = fs.String("listen", "localhost:9092", "Kafka listener address, PLAINTEXT (the Kafka setting listeners, if set, replaces it)")
+		advertised  = fs.String("advertised", "", "address given to clients for --listen; default: the listen address (advertised.listeners, if set, replaces it)")
 		dataDir     = fs.String("data-dir", def.DataDir, "where logs and metadata live (log.dirs)")
 		nodeID      = fs.Int("node-id", int(def.NodeID), "this node's id (node.id)")
 		rack        = fs.String("rack", "", "rack of this node (broker.rack)")
@@ -65,7 +69,7 @@ func serveCommand(args []string) error {
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat   = fs.String("log-format", "text", "text or json")
 	)
-	if err := parseLayered(fs, args, "config"); err != nil {
+	if err := parseLayered(fs, args, "config", kafka); err != nil {
 		return err
 	}
 
@@ -77,27 +81,28 @@ func serveCommand(args []string) error {
 	if err != nil {
 		return err
 	}
-	adv := *advertised
-	if adv == "" {
-		adv = *listen
-	}
-	advHost, advPortStr, err := net.SplitHostPort(adv)
+	clusterPeers, err := parsePeers(*peers)
 	if err != nil {
-		return fmt.Errorf("advertised address %q: %w", adv, err)
+		return err
 	}
-	advPort, err := strconv.Atoi(advPortStr)
-	if err != nil || advPort <= 0 || advPort > 65535 {
-		return fmt.Errorf("advertised address %q: bad port", adv)
+	raftAddr := *raftListen
+	if raftAddr == "" {
+		raftAddr = clusterPeers[int32(*nodeID)]
 	}
-	if advHost == "" || advHost == "0.0.0.0" || advHost == "::" {
-		return fmt.Errorf("advertised address %q: clients cannot connect to a wildcard host; set --advertised", adv)
+	sec, err := buildSecurity(kafka, *listen, *advertised, raftAddr, len(clusterPeers) > 0, logger)
+	if err != nil {
+		return err
 	}
+	defer sec.close()
+	sec.broker.BootstrapScram = scramUsers
+	first := sec.broker.Listeners[0]
 
 	cfg := def
 	cfg.NodeID = int32(*nodeID)
 	cfg.DataDir = *dataDir
 	cfg.Rack = *rack
-	cfg.AdvertisedHost, cfg.AdvertisedPort = advHost, int32(advPort)
+	cfg.AdvertisedHost, cfg.AdvertisedPort = first.Host, first.Port
+	cfg.Security = sec.broker
 	cfg.AutoCreateTopics = *autoCreate
 	cfg.NumPartitions = int32(*numParts)
 	cfg.OffsetsTopicPartitions = int32(*offsetParts)
@@ -108,9 +113,7 @@ func serveCommand(args []string) error {
 	cfg.LogDefaults.MaxMessageBytes = *maxMsg
 	cfg.LogDefaults.Flush = policy
 	cfg.Logger = logger
-	if cfg.Peers, err = parsePeers(*peers); err != nil {
-		return err
-	}
+	cfg.Peers = clusterPeers
 	cfg.RaftListen = *raftListen
 	if *join != "" {
 		cfg.Join = strings.Split(*join, ",")
@@ -139,18 +142,34 @@ func serveCommand(args []string) error {
 
 	start := time.Now()
 	logger.Info("starting", "version", version, "node", cfg.NodeID, "data_dir", cfg.DataDir, "flush", policy.String())
+	for _, w := range sec.warnings {
+		logger.Warn("SECURITY: " + w)
+	}
 	b, err := broker.New(cfg)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return err
+	sec.creds.Set(b)
+	var lns []net.Listener
+	for _, l := range sec.listeners {
+		ln, err := net.Listen("tcp", l.bind)
+		if err != nil {
+			for _, o := range lns {
+				o.Close()
+			}
+			return fmt.Errorf("listener %s: %w", l.wire.Name, err)
+		}
+		lns = append(lns, ln)
 	}
 	srv := wire.NewServer(b, lim, logger)
-	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
+	errc := make(chan error, len(lns)+1)
+	var bound []string
+	for i, ln := range lns {
+		l := sec.listeners[i].wire
+		go func() { errc <- srv.ServeListener(ln, l) }()
+		bound = append(bound, l.Name+"://"+ln.Addr().String())
+	}
 
 	var hs *http.Server
 	if *metricsAddr != "" {
@@ -169,7 +188,12 @@ func serveCommand(args []string) error {
 		}
 		go func() { errc <- hs.Serve(mln) }()
 	}
-	logger.Info("ready", "listen", ln.Addr().String(), "advertised", adv, "metrics", *metricsAddr, "startup", time.Since(start).Round(time.Millisecond))
+	var advertisedList []string
+	for _, e := range sec.broker.Listeners {
+		advertisedList = append(advertisedList, e.Name+"://"+net.JoinHostPort(e.Host, strconv.Itoa(int(e.Port))))
+	}
+	logger.Info("ready", "listeners", strings.Join(bound, ","), "advertised", strings.Join(advertisedList, ","), "inter_broker_listener", sec.broker.InterBrokerListener,
+		"authorizer", sec.broker.Authorizer != nil, "metrics", *metricsAddr, "startup", time.Since(start).Round(time.Millisecond))
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)

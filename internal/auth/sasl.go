@@ -9,8 +9,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/xdg-go/scram"
 )
 
 // CredentialStore is where SCRAM credentials live (the metadata log).
@@ -159,62 +157,6 @@ func (s *SASLServer) verifyPlain(user, pass string) bool {
 
 func (p *plainSession) Principal() Principal { return User(p.user) }
 func (p *plainSession) Expiry() time.Time    { return time.Time{} }
-
-// scramSession is RFC 5802 (client-first, server-first, client-final,
-// server-final) with xdg-go/scram doing the cryptography.
-type scramSession struct {
-	mech string
-	conv *scram.ServerConversation
-	user string
-}
-
-func newScramSession(store CredentialStore, mech string) *scramSession {
-	_, gen, _ := scramHash(mech)
-	ss := &scramSession{mech: mech}
-	srv, err := gen.NewServer(func(user string) (scram.StoredCredentials, error) {
-		c, ok := store.ScramCredential(user, mech)
-		if !ok {
-			return scram.StoredCredentials{}, errors.New("unknown user")
-		}
-		return scram.StoredCredentials{
-			KeyFactors: scram.KeyFactors{Salt: string(c.Salt), Iters: c.Iterations},
-			StoredKey:  c.StoredKey, ServerKey: c.ServerKey,
-		}, nil
-	})
-	if err != nil {
-		panic(err) // only for a nil lookup
-	}
-	ss.conv = srv.NewConversation()
-	return ss
-}
-
-func (s *scramSession) failed() error {
-	return &AuthError{"Authentication failed during authentication due to invalid credentials with SASL mechanism " + s.mech}
-}
-
-func (s *scramSession) Step(in []byte) ([]byte, bool, error) {
-	if s.conv.Done() {
-		return nil, false, errors.New("SCRAM exchange already complete")
-	}
-	out, err := s.conv.Step(string(in))
-	if err != nil {
-		return nil, false, s.failed()
-	}
-	if !s.conv.Done() {
-		return []byte(out), false, nil
-	}
-	if !s.conv.Valid() {
-		return nil, false, s.failed()
-	}
-	if z := s.conv.AuthzID(); z != "" && z != s.conv.Username() {
-		return nil, false, &AuthError{"Authentication failed: Client requested an authorization id that is different from username"}
-	}
-	s.user = s.conv.Username()
-	return []byte(out), true, nil
-}
-
-func (s *scramSession) Principal() Principal { return User(s.user) }
-func (s *scramSession) Expiry() time.Time    { return time.Time{} }
 
 // oauthSession is RFC 7628 as Kafka runs it: the client's first message
 // carries the token; a rejected token is answered with an error document

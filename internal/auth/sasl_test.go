@@ -313,3 +313,56 @@ func pbkdf2SHA256(pass, salt []byte, iter int) []byte {
 }
 
 func hmacNew(key []byte) hash.Hash { return hmac.New(sha256.New, key) }
+
+// TestSCRAMLibrdkafkaNonce: librdkafka's client-final message carries its
+// own nonce followed by the whole server nonce; Kafka accepts that (the
+// final nonce must end with the server's), and so must we.
+func TestSCRAMLibrdkafkaNonce(t *testing.T) {
+	creds := memCreds{}
+	creds.add(t, "admin", MechScramSHA256, "admin-secret")
+	srv, err := NewSASLServer(SASLConfig{Mechanisms: []string{MechScramSHA256}, Scram: creds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, double := range []bool{false, true} {
+		sess, _ := srv.Start(MechScramSHA256)
+		cnonce := "2|xl4p^c2jqtaS64Tk{2>K5gtgIBl~u_"
+		first := "n,,n=admin,r=" + cnonce
+		out, done, err := sess.Step([]byte(first))
+		if err != nil || done {
+			t.Fatal(err)
+		}
+		serverFirst := string(out)
+		var r, salt string
+		var iters int
+		for _, kv := range strings.Split(serverFirst, ",") {
+			switch kv[0] {
+			case 'r':
+				r = kv[2:]
+			case 's':
+				salt = kv[2:]
+			case 'i':
+				fmt.Sscanf(kv[2:], "%d", &iters)
+			}
+		}
+		if double {
+			r = cnonce + r
+		}
+		saltB, _ := base64.StdEncoding.DecodeString(salt)
+		salted := pbkdf2SHA256([]byte("admin-secret"), saltB, iters)
+		withoutProof := "c=biws,r=" + r
+		authMsg := first[3:] + "," + serverFirst + "," + withoutProof
+		mac := func(key []byte, s string) []byte { h := hmacNew(key); h.Write([]byte(s)); return h.Sum(nil) }
+		clientKey := mac(salted, "Client Key")
+		stored := sha256.Sum256(clientKey)
+		sig := mac(stored[:], authMsg)
+		proof := make([]byte, len(sig))
+		for i := range sig {
+			proof[i] = clientKey[i] ^ sig[i]
+		}
+		_, done, err = sess.Step([]byte(withoutProof + ",p=" + base64.StdEncoding.EncodeToString(proof)))
+		if err != nil || !done {
+			t.Fatalf("double nonce %v: %v", double, err)
+		}
+	}
+}

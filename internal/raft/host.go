@@ -67,7 +67,7 @@ type Config struct {
 	FS     storage.FS // for the journal; default storage.OSFS()
 	Faults *Faults    // fault injection for tests; nil: none
 	// TLS, if set, runs the transport over mutual TLS (transport.go).
-	TLS *TransportTLS
+	TLS    *TransportTLS
 	Logger *slog.Logger
 }
 

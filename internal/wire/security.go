@@ -3,7 +3,10 @@ package wire
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"time"
 
@@ -116,7 +119,11 @@ func (c *serverConn) handshakeTLS() bool {
 	tc.SetDeadline(time.Now().Add(c.s.limits.ReadTimeout))
 	if err := tc.HandshakeContext(c.ctx); err != nil {
 		c.s.Stats.AuthFailures.Add(1)
-		c.s.log.Info("TLS handshake failed", "peer", c.info.Remote.String(), "listener", c.listener.Name, "err", err)
+		level := slog.LevelInfo
+		if errors.Is(err, io.EOF) {
+			level = slog.LevelDebug // a port check, or a client that gave up
+		}
+		c.s.log.Log(c.ctx, level, "TLS handshake failed", "peer", c.info.Remote.String(), "listener", c.listener.Name, "err", err)
 		c.close()
 		return false
 	}
