@@ -48,6 +48,9 @@ func New(b *broker.Broker, srv *wire.Server) *prometheus.Registry {
 	counter("holdfast_bad_frames_total", "Connections closed for an unreadable, oversized or unsupported frame.", st.BadFrames.Load)
 	counter("holdfast_network_received_bytes_total", "Request bytes received.", st.BytesIn.Load)
 	counter("holdfast_network_sent_bytes_total", "Response bytes sent.", st.BytesOut.Load)
+	// Kafka's socket-server-metrics failed-/successful-authentication-total.
+	counter("holdfast_failed_authentication_total", "TLS handshakes and SASL exchanges that failed (bad credentials, certificates, expired tokens).", st.AuthFailures.Load)
+	counter("holdfast_successful_authentication_total", "SASL authentications that succeeded (re-authentications not counted).", st.AuthSuccesses.Load)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "holdfast_connections_open", Help: "Open client connections."},
 		func() float64 { return float64(st.Open.Load()) }))
 
