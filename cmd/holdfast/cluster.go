@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -300,6 +301,15 @@ func devClusterCommand(args []string) error {
 	}()
 	var boot []string
 	errc := make(chan error, *nodes)
+	cfgs := make([]broker.Config, *nodes)
+	lns := make([]net.Listener, *nodes)
+	defer func() {
+		for _, ln := range lns {
+			if ln != nil {
+				ln.Close() // closed already if its server ran
+			}
+		}
+	}()
 	for i := 1; i <= *nodes; i++ {
 		cfg := broker.DefaultConfig()
 		cfg.NodeID = int32(i)
@@ -315,15 +325,26 @@ func devClusterCommand(args []string) error {
 		if err != nil {
 			return err
 		}
-		b, err := broker.New(cfg)
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("node %d: %w", i, err)
-		}
-		srv := wire.NewServer(b, wire.DefaultLimits(), cfg.Logger)
-		go func() { errc <- srv.Serve(ln) }()
-		rs = append(rs, running{b, srv})
+		cfgs[i-1], lns[i-1] = cfg, ln
 		boot = append(boot, addr)
+	}
+	// Started together: a new cluster forms once every node is up.
+	bs := make([]*broker.Broker, *nodes)
+	errs := make([]error, *nodes)
+	var wg sync.WaitGroup
+	for i := range cfgs {
+		wg.Go(func() { bs[i], errs[i] = broker.New(cfgs[i]) })
+	}
+	wg.Wait()
+	for i, b := range bs {
+		if b != nil {
+			srv := wire.NewServer(b, wire.DefaultLimits(), cfgs[i].Logger)
+			go func(ln net.Listener) { errc <- srv.Serve(ln) }(lns[i])
+			rs = append(rs, running{b, srv})
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	fmt.Println(strings.Join(boot, ","))
 	os.Stdout.Sync()

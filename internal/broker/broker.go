@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/controller"
+	"holdfast/internal/datadir"
 	"holdfast/internal/group"
 	"holdfast/internal/partition"
 	"holdfast/internal/storage"
@@ -118,6 +119,7 @@ func DefaultConfig() Config {
 // Broker serves the Kafka APIs of one node.
 type Broker struct {
 	cfg    Config
+	ident  datadir.Identity // identity.go
 	log    *slog.Logger
 	syncer *storage.Syncer
 	meta   *controller.Store

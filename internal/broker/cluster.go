@@ -22,6 +22,7 @@ import (
 
 	"holdfast/internal/auth"
 	"holdfast/internal/controller"
+	"holdfast/internal/datadir"
 	"holdfast/internal/raft"
 	"holdfast/internal/records"
 	"holdfast/internal/storage"
@@ -73,6 +74,8 @@ type cluster struct {
 
 	live *liveness // heartbeats and fencing (liveness.go)
 
+	repairs atomic.Int64 // replicas discarded and reopened after a storage failure (repair.go)
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
@@ -122,12 +125,6 @@ func (b *Broker) startRaft() error {
 		voters = append(voters, uint64(id))
 	}
 	slices.Sort(voters)
-	// Frames from a node of another cluster are refused: the id is a hash
-	// of the peer list, which every node of one cluster is given alike.
-	ch := fnv.New64a()
-	for _, id := range voters {
-		fmt.Fprintf(ch, "%d@%s,", id, peers[id])
-	}
 	var rtls *raft.TransportTLS
 	if sc := b.cfg.Security; sc.RaftTLS {
 		// Mutual TLS with this node's certificate: a node without one
@@ -138,10 +135,14 @@ func (b *Broker) startRaft() error {
 		rtls = &raft.TransportTLS{Server: sc.NodeTLS.MutualServerConfig(), Client: sc.NodeTLS.ClientConfig}
 	}
 	h, err := raft.NewHost(raft.Config{
-		ID: uint64(b.cfg.NodeID), Dir: b.cfg.DataDir, Listen: listen, Peers: peers, ClusterID: ch.Sum64() | 1,
+		ID: uint64(b.cfg.NodeID), Dir: b.cfg.DataDir, Listen: listen, Peers: peers, Identity: b.raftIdentity(),
 		FS: b.cfg.FS, Logger: b.log.With("component", "raft"), TLS: rtls,
 	})
 	if err != nil {
+		return err
+	}
+	if err := b.joinCluster(h); err != nil {
+		h.Close()
 		return err
 	}
 	b.cluster = &cluster{b: b, host: h, voters: voters, kick: make(chan struct{}, 1),
@@ -170,7 +171,10 @@ func (b *Broker) startClusterMeta() error {
 		return err
 	}
 	c.metaLog = l
-	if err := c.host.AddGroup(raft.GroupConfig{ID: metadataGroup, Log: l, Voters: c.voters, OnCommit: c.onMetaCommit}); err != nil {
+	// A directory the cluster was not formed with has lost whatever this
+	// node acknowledged before: it catches up before it votes.
+	rejoin := !b.ident.BootstrapMember()
+	if err := c.host.AddGroup(raft.GroupConfig{ID: metadataGroup, Log: l, Voters: c.voters, OnCommit: c.onMetaCommit, Rejoin: rejoin}); err != nil {
 		l.Close()
 		return err
 	}
@@ -185,7 +189,9 @@ func (b *Broker) startClusterMeta() error {
 	go c.applyLoop()
 	go c.registerLoop()
 	go c.reassignLoop()
+	stopRepair := goLoop(c.repairLoop)
 	b.closers = append(b.closers, func() error {
+		stopRepair()
 		close(c.stop)
 		c.wg.Wait()
 		c.fwdMu.Lock()
@@ -397,17 +403,18 @@ func (c *cluster) openReplicas(t controller.Topic, from int32) error {
 			if slices.Contains(onDisk, filepath.Base(b.parts.Dir(t.Name, i))) {
 				// A replica moved away whose removal a crash interrupted:
 				// open it (so its Raft journal state is found) and drop it.
-				errs = append(errs, c.openReplica(t, i, cfg, lat), c.dropReplica(t, i))
+				errs = append(errs, c.openReplica(t, i, cfg, lat, false), c.dropReplica(t, i))
 			}
 			continue
 		}
-		errs = append(errs, c.openReplica(t, i, cfg, lat))
+		errs = append(errs, c.openReplica(t, i, cfg, lat, false))
 	}
 	return errors.Join(errs...)
 }
 
-// openReplica opens partition i of t and its Raft group.
-func (c *cluster) openReplica(t controller.Topic, i int32, cfg storage.Config, lat bool) error {
+// openReplica opens partition i of t and its Raft group. rejoin: its data
+// here was discarded (repair.go); otherwise the metadata decides.
+func (c *cluster) openReplica(t controller.Topic, i int32, cfg storage.Config, lat, rejoin bool) error {
 	p, err := c.b.parts.Open(t.Name, t.ID, i, cfg)
 	if err != nil {
 		return fmt.Errorf("opening %s-%d: %w", t.Name, i, err)
@@ -421,7 +428,7 @@ func (c *cluster) openReplica(t controller.Topic, i int32, cfg storage.Config, l
 	for j, r := range initial {
 		voters[j] = uint64(r)
 	}
-	if err := p.Replicate(c.host, partitionGroup(t.ID, i), voters); err != nil {
+	if err := p.Replicate(c.host, partitionGroup(t.ID, i), voters, rejoin || c.b.replicaRejoins(t, i)); err != nil {
 		return fmt.Errorf("replicating %s-%d: %w", t.Name, i, err)
 	}
 	return nil
@@ -700,6 +707,7 @@ func (c *cluster) registerLoop() {
 	defer c.wg.Done()
 	b := c.b
 	me := b.selfInfo()
+	me.DirID = b.ident.DirectoryID.String()
 	if b.brokerOnly() {
 		me.RaftAddr = c.host.Addr() // the bound address: --raft-listen may say port 0
 		if host, port, err := net.SplitHostPort(me.RaftAddr); err == nil {
@@ -780,6 +788,9 @@ func (c *cluster) sendRegistration(ctx context.Context, seeds []string, me contr
 	if me.Rack != "" {
 		req.Rack = &me.Rack
 	}
+	if d, err := datadir.ParseUUID(me.DirID); err == nil {
+		req.LogDirs = [][16]byte{d}
+	}
 	// BrokerRegistration is not an admin request to kgo: find the
 	// controller with Metadata and send it there.
 	md, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
@@ -813,6 +824,10 @@ func (b *Broker) handleBrokerRegistration(_ context.Context, r *wire.Request) wi
 		resp.ErrorCode = kerr.InvalidRequest.Code
 		return wire.Respond(resp)
 	}
+	if req.ClusterID != b.meta.ClusterID() {
+		resp.ErrorCode = kerr.InconsistentClusterID.Code
+		return wire.Respond(resp)
+	}
 	info := controller.BrokerInfo{ID: req.BrokerID, Host: req.Listeners[0].Host, Port: int32(req.Listeners[0].Port)}
 	for _, l := range req.Listeners {
 		if l.Name != raftListenerName {
@@ -821,6 +836,9 @@ func (b *Broker) handleBrokerRegistration(_ context.Context, r *wire.Request) wi
 	}
 	if len(info.Listeners) == 1 && info.Listeners[0].Name == string(wire.Plaintext) && info.Listeners[0].Protocol == string(wire.Plaintext) {
 		info.Listeners = nil // the zero-config form, as selfInfo registers it
+	}
+	if len(req.LogDirs) > 0 {
+		info.DirID = datadir.UUID(req.LogDirs[0]).String()
 	}
 	if req.Rack != nil {
 		info.Rack = *req.Rack

@@ -12,7 +12,6 @@ import (
 
 	"holdfast/internal/partition"
 	"holdfast/internal/raft"
-	"holdfast/internal/records"
 	"holdfast/internal/storage"
 )
 
@@ -21,26 +20,23 @@ import (
 // log start offset, although segment layouts and clocks differ between
 // nodes. So the leader decides the new start (retention: its
 // storage.RetentionPoint; DeleteRecords: the request) and proposes it as a
-// "log start" marker batch into the partition's own Raft log. Once the
-// marker is committed every replica, the leader included, finds it in its
-// committed log and compacts to it. The marker sits above the offset it
-// names, so it survives the compaction it causes, and a replica that was
-// down or restarted finds it again.
+// "log start" command into the partition's own Raft group. A command is a
+// Raft side entry: it takes no Kafka offset and never reaches the partition
+// log or a client. Once it is committed every replica, the leader included,
+// finds it among the group's committed commands and compacts to it. The
+// command sits above the offset it names, so it survives the compaction it
+// causes, and a replica that was down or restarted finds it again.
 //
-// The marker is a non-transactional control batch (producer id -1) with a
-// control record of type logStartControlType, version 0, value = the new
-// start offset (int64, big endian). Kafka consumers skip control batches;
-// Raft treats this type as data (its own types are 2, 0x4801, 0x4802);
-// producer and transaction state ignore non-transactional control batches.
+// Command: u8 kind (cmdLogStart) | i64 new start offset, big endian.
 
-const logStartControlType = 0x4803
+const cmdLogStart = 1
 
-// compactEvery is how often each node looks for newly committed markers:
+// compactEvery is how often each node looks for newly committed commands:
 // the lag of a follower's log start behind the leader's.
 const compactEvery = time.Second
 
 // compactMu serializes Host.Compact calls (the DeleteRecords reply and the
-// marker loop may both compact a group, and the anchors they journal must
+// command loop may both compact a group, and the anchors they journal must
 // not interleave). Compaction is rare, so one lock for the process is fine.
 var compactMu sync.Mutex
 
@@ -55,42 +51,27 @@ func (b *Broker) startClusterCompact() error {
 	return nil
 }
 
-// logStartMarker builds the marker batch naming start.
-func logStartMarker(start int64) ([]byte, error) {
-	key := make([]byte, 4)
-	binary.BigEndian.PutUint16(key[2:], logStartControlType)
-	val := binary.BigEndian.AppendUint64(nil, uint64(start))
-	return records.Build(records.Batch{ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1, Control: true},
-		[]records.Record{{Timestamp: time.Now().UnixMilli(), Key: key, Value: val}})
+// logStartCommand is the command naming start.
+func logStartCommand(start int64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{cmdLogStart}, uint64(start))
 }
 
-// markerTarget returns the start a marker batch names, ok=false if batch is
-// not a marker.
-func markerTarget(h records.Header, batch []byte) (int64, bool) {
-	if !h.IsControl() || h.IsTransactional() || h.ProducerID != -1 || h.NumRecords != 1 {
+// logStartTarget returns the start a command names, ok=false if cmd is not
+// a log-start command.
+func logStartTarget(cmd []byte) (int64, bool) {
+	if len(cmd) != 9 || cmd[0] != cmdLogStart {
 		return 0, false
 	}
-	recs, err := records.Records(batch)
-	if err != nil || len(recs) != 1 || len(recs[0].Key) < 4 || len(recs[0].Value) != 8 {
-		return 0, false
-	}
-	if binary.BigEndian.Uint16(recs[0].Key[2:]) != logStartControlType {
-		return 0, false
-	}
-	return int64(binary.BigEndian.Uint64(recs[0].Value)), true
+	return int64(binary.BigEndian.Uint64(cmd[1:])), true
 }
 
 // replicateLogStart moves p's log start to start on every replica: it
-// proposes the marker on the leader (this node), waits for the commit, and
+// proposes the command on the leader (this node), waits for the commit, and
 // compacts the local log. Followers compact when their loop finds the
-// marker. Errors carry a kerr code.
+// command. Errors carry a kerr code.
 func (b *Broker) replicateLogStart(ctx context.Context, p *partition.Partition, group uint64, start int64) error {
-	batch, err := logStartMarker(start)
-	if err != nil {
-		return fmt.Errorf("%w: %w", kerr.UnknownServerError, err)
-	}
 	h := b.cluster.host
-	prop, err := h.Propose(ctx, group, batch)
+	prop, err := h.ProposeCommand(ctx, group, logStartCommand(start))
 	if err != nil {
 		if errors.Is(err, raft.ErrProposalDropped) {
 			return fmt.Errorf("%w: %w", kerr.NotEnoughReplicas, err)
@@ -126,12 +107,12 @@ func (b *Broker) compactReplica(p *partition.Partition, group uint64, start int6
 	return nil
 }
 
-// compactLoop applies committed markers on this node's replicas. cursors
-// is the offset up to which each group's committed log was searched; after
-// a restart each log is searched once from its start (headers only, apart
-// from the markers themselves).
+// compactLoop applies committed log-start commands on this node's
+// replicas. cursors is the Raft index up to which each group's commands
+// were applied; after a restart every command still held is applied again
+// (compacting to a start the log already has does nothing).
 func (b *Broker) compactLoop(stop <-chan struct{}) {
-	cursors := map[uint64]int64{}
+	cursors := map[uint64]uint64{}
 	tick := time.NewTicker(compactEvery)
 	defer tick.Stop()
 	for {
@@ -152,11 +133,11 @@ func (b *Broker) compactLoop(stop <-chan struct{}) {
 				}
 				g := partitionGroup(t.ID, i)
 				seen[g] = true
-				next, err := b.applyMarkers(p, g, cursors[g])
+				next, err := b.applyLogStarts(p, g, cursors[g])
 				switch {
 				case errors.Is(err, storage.ErrClosed), errors.Is(err, raft.ErrUnknownGroup):
 				case err != nil:
-					b.log.Warn("applying log start markers", "topic", t.Name, "partition", i, "err", err)
+					b.log.Warn("applying log start commands", "topic", t.Name, "partition", i, "err", err)
 				}
 				cursors[g] = next
 			}
@@ -169,71 +150,25 @@ func (b *Broker) compactLoop(stop <-chan struct{}) {
 	}
 }
 
-// applyMarkers searches p's committed log in [from, commit) for markers and
-// compacts to the highest start they name; it returns where it got to.
-func (b *Broker) applyMarkers(p *partition.Partition, group uint64, from int64) (int64, error) {
-	l := p.Log()
-	hw, err := b.cluster.host.CommitOffset(group)
-	if err != nil {
-		return from, err
+// applyLogStarts compacts p to the highest start named by the group's
+// committed commands above index after; it returns the last index seen.
+func (b *Broker) applyLogStarts(p *partition.Partition, group uint64, after uint64) (uint64, error) {
+	cmds, err := b.cluster.host.Commands(group, after)
+	if err != nil || len(cmds) == 0 {
+		return after, err
 	}
-	from = max(from, l.StartOffset())
 	target := int64(-1)
-	var hdr [records.HeaderSize]byte
-	for from < hw {
-		s, err := l.Read(from, hw, 1<<20)
-		if errors.Is(err, storage.ErrOffsetOutOfRange) {
-			// Compacted meanwhile (a snapshot install): start over at the start.
-			if st := l.StartOffset(); st > from {
-				from = st
-				continue
-			}
-		}
-		if err != nil {
-			return from, err
-		}
-		if s.Size == 0 {
-			s.Release()
-			break
-		}
-		pos, end := s.Pos, s.Pos+int64(s.Size)
-		for pos < end {
-			if _, err := s.File.ReadAt(hdr[:], pos); err != nil {
-				s.Release()
-				return from, err
-			}
-			h, err := records.ParseHeader(hdr[:])
-			if err != nil {
-				s.Release()
-				return from, err
-			}
-			if h.BaseOffset >= hw {
-				break
-			}
-			if h.IsControl() && !h.IsTransactional() && h.ProducerID == -1 {
-				batch := make([]byte, h.Size())
-				if _, err := s.File.ReadAt(batch, pos); err != nil {
-					s.Release()
-					return from, err
-				}
-				if off, ok := markerTarget(h, batch); ok {
-					target = max(target, off)
-				}
-			}
-			pos += int64(h.Size())
-			from = h.LastOffset() + 1
-		}
-		s.Release()
-		if pos < end { // stopped at the watermark
-			break
+	for _, c := range cmds {
+		if off, ok := logStartTarget(c.Command); ok {
+			target = max(target, off)
 		}
 	}
-	if target > l.StartOffset() {
+	if target > p.LogStartOffset() {
 		if err := b.compactReplica(p, group, target); err != nil {
-			return from, err
+			return after, err
 		}
 	}
-	return from, nil
+	return cmds[len(cmds)-1].Index, nil
 }
 
 // logStartErrorCode is the Kafka code an error of replicateLogStart

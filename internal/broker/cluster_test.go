@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -25,25 +24,11 @@ import (
 // every one is registered everywhere.
 func startCluster(t *testing.T, n int, opts ...func(*broker.Config)) []*brokertest.Node {
 	t.Helper()
-	peers := map[int32]string{}
-	for i := 1; i <= n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	nodes := brokertest.StartCluster(t, n, func(c *broker.Config, _ *wire.Limits) {
+		for _, o := range opts {
+			o(c)
 		}
-		peers[int32(i)] = ln.Addr().String()
-		ln.Close()
-	}
-	nodes := make([]*brokertest.Node, n)
-	for i := range nodes {
-		id := int32(i + 1)
-		nodes[i] = brokertest.Start(t, func(c *broker.Config, _ *wire.Limits) {
-			c.NodeID, c.Peers = id, peers
-			for _, o := range opts {
-				o(c)
-			}
-		})
-	}
+	})
 	awaitCluster(t, "every broker registered everywhere", func() error {
 		for _, node := range nodes {
 			md, err := metadata(node, nil)

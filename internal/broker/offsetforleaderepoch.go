@@ -33,6 +33,13 @@ func (b *Broker) handleOffsetForLeaderEpoch(_ context.Context, r *wire.Request) 
 			default:
 				if sp.ErrorCode = leaderEpochCode(p, rp.CurrentLeaderEpoch); sp.ErrorCode == 0 {
 					sp.LeaderEpoch, sp.EndOffset = p.Log().EndOffsetForEpoch(rp.LeaderEpoch)
+					if cur := p.LeaderEpoch(); rp.LeaderEpoch == cur && sp.LeaderEpoch < cur {
+						// The current epoch has no batch yet (a Raft term
+						// starts without writing into the log): as in Kafka,
+						// whose leader records its epoch at the log end when
+						// elected, it ends at the log end.
+						sp.LeaderEpoch, sp.EndOffset = cur, p.LogEndOffset()
+					}
 				}
 			}
 			st.Partitions = append(st.Partitions, sp)

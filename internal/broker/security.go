@@ -75,11 +75,15 @@ func (n *NodeSASL) mechanism() (sasl.Mechanism, error) {
 	return nil, fmt.Errorf("sasl.mechanism.inter.broker.protocol %q: nodes log in with PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", n.Mechanism)
 }
 
-func init() { onStart(rankStorage+1, "security", (*Broker).startSecurity) }
+func init() {
+	onStart(rankStorage-20, "security config", (*Broker).checkSecurity)
+	onStart(rankStorage+1, "security", (*Broker).startSecurity)
+}
 
-// startSecurity loads the committed ACLs into the authorizer and checks
-// that this node can reach the others as the configuration says.
-func (b *Broker) startSecurity() error {
+// checkSecurity fills in the listener defaults and checks that this node
+// can reach the others as the configuration says (before anything
+// connects to another node).
+func (b *Broker) checkSecurity() error {
 	sc := b.cfg.Security
 	if len(sc.Listeners) == 0 {
 		sc.Listeners = []controller.Endpoint{{Name: string(wire.Plaintext), Host: b.cfg.AdvertisedHost, Port: b.cfg.AdvertisedPort, Protocol: string(wire.Plaintext)}}
@@ -107,6 +111,13 @@ func (b *Broker) startSecurity() error {
 		return fmt.Errorf("Raft over TLS needs this node's keystore and the cluster's truststore")
 	}
 	b.cfg.Security = sc
+	return nil
+}
+
+// startSecurity loads the committed ACLs into the authorizer and creates
+// the bootstrap SCRAM users.
+func (b *Broker) startSecurity() error {
+	sc := b.cfg.Security
 	if sc.Authorizer != nil {
 		sc.Authorizer.SetACLs(b.meta.ACLs())
 	}

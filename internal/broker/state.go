@@ -22,7 +22,7 @@ func (b *Broker) startStorage() error {
 	b.syncer = storage.NewSyncer(b.log)
 	b.closers = append(b.closers, b.syncer.Close)
 
-	meta, err := controller.Open(filepath.Join(b.cfg.DataDir, "meta"), b.cfg.FS, b.log)
+	meta, err := controller.Open(filepath.Join(b.cfg.DataDir, "meta"), b.cfg.FS, b.log, b.ident.ClusterID)
 	if err != nil {
 		return err
 	}

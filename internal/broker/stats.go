@@ -59,3 +59,26 @@ func (b *Broker) GroupLags() []GroupLag {
 	}
 	return out
 }
+
+// ReplicationStats is this node's view of its Raft groups (cluster mode).
+type ReplicationStats struct {
+	Groups       int   // Raft groups on this node (partition replicas and the metadata group)
+	FailedGroups int   // groups stopped by a failure, not yet repaired (repair.go)
+	Repairs      int64 // replicas discarded after a storage failure and reopened to catch up
+}
+
+// ReplicationStats is zero on a single node.
+func (b *Broker) ReplicationStats() ReplicationStats {
+	c := b.cluster
+	if c == nil {
+		return ReplicationStats{}
+	}
+	out := ReplicationStats{Repairs: c.repairs.Load()}
+	for _, g := range c.host.Groups() {
+		out.Groups++
+		if st, err := c.host.Status(g); err == nil && st.Failed != "" {
+			out.FailedGroups++
+		}
+	}
+	return out
+}

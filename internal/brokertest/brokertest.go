@@ -5,12 +5,14 @@ package brokertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,6 +46,56 @@ type Node struct {
 // The broker is closed when the test ends.
 func Start(t testing.TB, opts ...func(*broker.Config, *wire.Limits)) *Node {
 	t.Helper()
+	n, ln := prepare(t, opts...)
+	n.start(ln)
+	t.Cleanup(n.Stop)
+	return n
+}
+
+// StartCluster starts n brokers that form a new cluster (node ids 1..n, all
+// in --peers), each with a fresh data directory. They start concurrently:
+// a new cluster forms only once every node is up.
+func StartCluster(t testing.TB, n int, opts ...func(*broker.Config, *wire.Limits)) []*Node {
+	t.Helper()
+	peers := map[int32]string{}
+	for i := 1; i <= n; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		peers[int32(i)] = ln.Addr().String()
+		ln.Close()
+	}
+	nodes := make([]*Node, n)
+	lns := make([]net.Listener, n)
+	for i := range nodes {
+		id := int32(i + 1)
+		nodes[i], lns[i] = prepare(t, append([]func(*broker.Config, *wire.Limits){func(c *broker.Config, _ *wire.Limits) {
+			c.NodeID, c.Peers = id, peers
+		}}, opts...)...)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, nd := range nodes {
+		wg.Go(func() { errs[i] = nd.startErr(lns[i]) })
+	}
+	wg.Wait()
+	for i, nd := range nodes {
+		if nd.B != nil {
+			t.Cleanup(nd.Stop)
+		} else {
+			lns[i].Close()
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("starting the cluster: %v", err)
+	}
+	return nodes
+}
+
+// prepare makes a node's config (a fresh data directory, a free port) and
+// its listener, without starting it.
+func prepare(t testing.TB, opts ...func(*broker.Config, *wire.Limits)) (*Node, net.Listener) {
 	cfg := broker.DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.OffsetsTopicPartitions = 3 // keep start-up quick in tests
@@ -58,10 +110,7 @@ func Start(t testing.TB, opts ...func(*broker.Config, *wire.Limits)) *Node {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	cfg.AdvertisedHost, cfg.AdvertisedPort = "127.0.0.1", int32(port)
-	n := &Node{t: t, Cfg: cfg, Limits: limits, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
-	n.start(ln)
-	t.Cleanup(n.Stop)
-	return n
+	return &Node{t: t, Cfg: cfg, Limits: limits, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}, ln
 }
 
 func testLogger() *slog.Logger {
@@ -73,14 +122,21 @@ func testLogger() *slog.Logger {
 
 func (n *Node) start(ln net.Listener) {
 	n.t.Helper()
-	b, err := broker.New(n.Cfg)
-	if err != nil {
+	if err := n.startErr(ln); err != nil {
 		ln.Close()
 		n.t.Fatalf("broker.New: %v", err)
+	}
+}
+
+func (n *Node) startErr(ln net.Listener) error {
+	b, err := broker.New(n.Cfg)
+	if err != nil {
+		return fmt.Errorf("node %d: %w", n.Cfg.NodeID, err)
 	}
 	n.B, n.ln = b, ln
 	n.srv = wire.NewServer(b, n.Limits, n.Cfg.Logger)
 	go n.srv.Serve(ln)
+	return nil
 }
 
 // StartListeners starts a broker serving the given named listeners, each
@@ -144,6 +200,16 @@ func (n *Node) Stop() {
 		n.t.Errorf("broker close: %v", err)
 	}
 	n.srv, n.B = nil, nil
+}
+
+// Wipe stops the broker and empties its data directory: a replaced disk.
+// Restart starts it on the empty directory.
+func (n *Node) Wipe() {
+	n.t.Helper()
+	n.Stop()
+	if err := os.RemoveAll(n.Cfg.DataDir); err != nil {
+		n.t.Fatal(err)
+	}
 }
 
 // Restart stops the broker and starts a new one on the same data directory

@@ -24,6 +24,10 @@ type BrokerInfo struct {
 	// Host:Port being the first. Empty (a registration from before named
 	// listeners): Host:Port serves every listener name.
 	Listeners []Endpoint `json:"listeners,omitempty"`
+	// DirID is the directory id of the broker's data directory (KIP-858's
+	// log directory id), registered at every start: a new one means the
+	// broker's disk was replaced and its old replicas' data is gone.
+	DirID string `json:"dir_id,omitempty"`
 }
 
 // Endpoint is one named listener of a broker.
@@ -37,7 +41,7 @@ type Endpoint struct {
 // Equal reports whether two registrations say the same.
 func (b BrokerInfo) Equal(o BrokerInfo) bool {
 	return b.ID == o.ID && b.Host == o.Host && b.Port == o.Port && b.Rack == o.Rack && b.RaftAddr == o.RaftAddr &&
-		slices.Equal(b.Listeners, o.Listeners)
+		b.DirID == o.DirID && slices.Equal(b.Listeners, o.Listeners)
 }
 
 // Endpoint returns the broker's endpoint for a listener name.
@@ -212,6 +216,8 @@ func (s *Store) applyTo(next *state, c Command, out *Topic) error {
 			}
 		}
 		nt := t.clone()
+		nt.Dirs = nil
+		recordDirs(next, &nt, 0)
 		next.Topics = append(slices.Clone(next.Topics), nt)
 		sort.Slice(next.Topics, func(i, j int) bool { return next.Topics[i].Name < next.Topics[j].Name })
 		*out = nt
@@ -232,8 +238,10 @@ func (s *Store) applyTo(next *state, c Command, out *Topic) error {
 		if c.Partitions <= t.Partitions || int(c.Partitions-t.Partitions) != len(c.Replicas) {
 			return ErrInvalidCount
 		}
+		old := t.Partitions
 		t.Partitions = c.Partitions
 		t.Replicas = append(t.Replicas, c.Replicas...)
+		recordDirs(next, &t, old)
 		next.Topics = slices.Clone(next.Topics)
 		next.Topics[i] = t
 		*out = t
@@ -260,7 +268,9 @@ func (s *Store) applyTo(next *state, c Command, out *Topic) error {
 		t := next.Topics[i].clone()
 		var err error
 		if c.Op == OpReassign {
-			err = applyReassign(next, &t, c)
+			if err = applyReassign(next, &t, c); err == nil {
+				recordDirs(next, &t, 0)
+			}
 		} else {
 			err = applyReassignDone(&t, c)
 		}
@@ -297,4 +307,29 @@ func (s *Store) applyTo(next *state, c Command, out *Topic) error {
 		return fmt.Errorf("controller: unknown metadata command %q", c.Op)
 	}
 	return nil
+}
+
+// recordDirs records, for each replica of partitions from.. of t that has
+// none yet, the directory id its broker is registered with now: the
+// directory that replica's data lives in. Applied on every node from the
+// same state, so every node records the same.
+func recordDirs(st *state, t *Topic, from int32) {
+	dirs := map[int32]string{}
+	for _, b := range st.Brokers {
+		dirs[b.ID] = b.DirID
+	}
+	for len(t.Dirs) < len(t.Replicas) {
+		t.Dirs = append(t.Dirs, nil)
+	}
+	for p := int(from); p < len(t.Replicas); p++ {
+		for _, r := range t.Replicas[p] {
+			if _, ok := t.Dirs[p][r]; ok || dirs[r] == "" {
+				continue
+			}
+			if t.Dirs[p] == nil {
+				t.Dirs[p] = map[int32]string{}
+			}
+			t.Dirs[p][r] = dirs[r]
+		}
+	}
 }

@@ -10,7 +10,7 @@ import (
 
 func TestSecurityCommands(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "meta")
-	s, err := Open(dir, storage.OSFS(), nil)
+	s, err := Open(dir, storage.OSFS(), nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestSecurityCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Everything survives a restart (the metadata file).
-	s2, err := Open(dir, storage.OSFS(), nil)
+	s2, err := Open(dir, storage.OSFS(), nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}

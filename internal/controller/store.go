@@ -53,6 +53,20 @@ type Topic struct {
 	Initial [][]int32 `json:",omitempty"`
 	// Reassigning are the partitions being moved, by partition.
 	Reassigning []Reassignment `json:",omitempty"`
+	// Dirs maps, per partition, each replica's broker to the directory id
+	// the replica was assigned in (cluster mode). A broker whose directory
+	// id differs has lost that replica's data: it catches up before it may
+	// vote in the partition's Raft group.
+	Dirs []map[int32]string `json:",omitempty"`
+}
+
+// ReplicaDir is the directory id replica broker of partition p was
+// assigned in ("" if not recorded).
+func (t Topic) ReplicaDir(p, broker int32) string {
+	if int(p) >= len(t.Dirs) {
+		return ""
+	}
+	return t.Dirs[p][broker]
 }
 
 // IDString is the topic id as Kafka prints it (URL-safe base64, no padding).
@@ -64,6 +78,13 @@ func (t Topic) clone() Topic {
 		t.Configs = map[string]string{}
 	}
 	t.Replicas = cloneSets(t.Replicas)
+	if t.Dirs != nil {
+		dirs := make([]map[int32]string, len(t.Dirs))
+		for i, d := range t.Dirs {
+			dirs[i] = maps.Clone(d)
+		}
+		t.Dirs = dirs
+	}
 	t.Initial = cloneSets(t.Initial)
 	if t.Reassigning != nil {
 		ra := make([]Reassignment, len(t.Reassigning))
@@ -133,7 +154,10 @@ const (
 
 // Open loads the metadata under dir, creating it (with a fresh cluster id)
 // if there is none.
-func Open(dir string, fs storage.FS, log *slog.Logger) (*Store, error) {
+//
+// clusterID is the cluster this node belongs to (from its data directory's
+// identity): a new store takes it, an existing one must have it.
+func Open(dir string, fs storage.FS, log *slog.Logger, clusterID string) (*Store, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -152,11 +176,17 @@ func Open(dir string, fs storage.FS, log *slog.Logger) (*Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("controller: %s: %w", join(dir, fileName), err)
 		}
+		if clusterID != "" && st.ClusterID != clusterID {
+			return nil, fmt.Errorf("controller: %s belongs to cluster %s, this node to %s", join(dir, fileName), st.ClusterID, clusterID)
+		}
 		s.st = st
 	case isNotExist(err):
 		// A leftover temp file is an interrupted first write: nothing was
 		// ever acknowledged from it.
-		s.st = state{Version: stateVersion, ClusterID: newClusterID()}
+		if clusterID == "" {
+			clusterID = newClusterID()
+		}
+		s.st = state{Version: stateVersion, ClusterID: clusterID}
 		if _, err := s.persist(s.st); err != nil {
 			return nil, err
 		}
@@ -448,4 +478,21 @@ func newTopicID() [16]byte {
 		}
 		return id
 	}
+}
+
+// StoredClusterID returns the cluster id of the metadata stored in dir, ""
+// if there is none (a node's data directory from before identities).
+func StoredClusterID(dir string, fs storage.FS) (string, error) {
+	data, err := readFile(fs, join(dir, fileName))
+	if isNotExist(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("controller: %w", err)
+	}
+	st, err := decode(data)
+	if err != nil {
+		return "", fmt.Errorf("controller: %s: %w", join(dir, fileName), err)
+	}
+	return st.ClusterID, nil
 }

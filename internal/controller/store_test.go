@@ -13,7 +13,7 @@ import (
 
 func open(t *testing.T, fs storage.FS, dir string) *Store {
 	t.Helper()
-	s, err := Open(dir, fs, nil)
+	s, err := Open(dir, fs, nil, "")
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -147,7 +147,7 @@ func TestStoreDetectsCorruption(t *testing.T) {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(dir, storage.OSFS(), nil); err == nil {
+	if _, err := Open(dir, storage.OSFS(), nil, ""); err == nil {
 		t.Fatal("Open accepted a corrupted metadata file")
 	}
 }

@@ -208,18 +208,19 @@ type Result struct {
 	OffsetMismatch int // read back at another partition/offset than acknowledged
 	OffsetConflict int // two records acknowledged at the same partition and offset
 	Unacked        int // read back but never acknowledged (allowed: the answer was lost)
+	BadAck         int // acknowledged as a success without an offset: no stored record is named
 	Foreign        int // records not of this run (ignored)
 	LostSample     []string
 }
 
 // OK is the only pass: nothing lost, doubled, reordered or misplaced.
 func (r Result) OK() bool {
-	return r.Lost == 0 && r.Dup == 0 && r.Reordered == 0 && r.OffsetMismatch == 0 && r.OffsetConflict == 0
+	return r.Lost == 0 && r.Dup == 0 && r.Reordered == 0 && r.OffsetMismatch == 0 && r.OffsetConflict == 0 && r.BadAck == 0
 }
 
 func (r Result) String() string {
-	s := fmt.Sprintf("acked=%d seen=%d lost=%d dup=%d reordered=%d offset_mismatch=%d offset_conflict=%d unacked_seen=%d foreign=%d",
-		r.Acked, r.Seen, r.Lost, r.Dup, r.Reordered, r.OffsetMismatch, r.OffsetConflict, r.Unacked, r.Foreign)
+	s := fmt.Sprintf("acked=%d seen=%d lost=%d dup=%d reordered=%d offset_mismatch=%d offset_conflict=%d bad_ack=%d unacked_seen=%d foreign=%d",
+		r.Acked, r.Seen, r.Lost, r.Dup, r.Reordered, r.OffsetMismatch, r.OffsetConflict, r.BadAck, r.Unacked, r.Foreign)
 	if len(r.LostSample) > 0 {
 		s += " lost_sample=" + strings.Join(r.LostSample, ",")
 	}
@@ -292,8 +293,8 @@ func (c *Checker) Check(bootstrap string, timeout time.Duration) (Result, error)
 	lastSeq := map[[2]int]int64{} // (partition, producer) -> last seq read, in offset order
 	if remaining > 0 {
 		cl, err := kgo.NewClient(seeds, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{c.topic: from}),
-			// Control batches (transaction markers, Raft leader entries)
-			// are kept so that every offset up to the end is seen.
+			// Control batches (transaction markers) are kept so that every
+			// offset up to the end is seen.
 			kgo.KeepControlRecords(), kgo.FetchMaxWait(500*time.Millisecond))
 		if err != nil {
 			return Result{}, err
@@ -324,7 +325,7 @@ func (c *Checker) Check(bootstrap string, timeout time.Duration) (Result, error)
 					remaining--
 				}
 				if r.Attrs.IsControl() {
-					return // a transaction marker or a Raft entry
+					return // a transaction marker
 				}
 				id, ok := c.parse(r.Value)
 				if !ok {
@@ -358,6 +359,12 @@ func (c *Checker) Check(bootstrap string, timeout time.Duration) (Result, error)
 	at := map[Ack]ID{}
 	var lost []ID
 	for id, a := range acks {
+		if a.Offset < 0 {
+			res.BadAck++
+			if res.BadAck <= 10 {
+				c.t.Logf("check: %v acknowledged as a success at offset %d", id, a.Offset)
+			}
+		}
 		if other, ok := at[a]; ok {
 			res.OffsetConflict++
 			c.t.Logf("check: %v and %v both acknowledged at %d/%d", id, other, a.Partition, a.Offset)

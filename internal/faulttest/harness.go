@@ -382,6 +382,15 @@ func (c *Cluster) Restart(i int) {
 // starts it again: a replacement disk.
 func (c *Cluster) WipeAndRestart(i int) {
 	c.t.Helper()
+	c.WipeAndStart(i)
+	c.Node(i).waitReady()
+}
+
+// WipeAndStart is WipeAndRestart without waiting for the node to serve: a
+// node with a new data directory serves only once it has found its cluster,
+// which it cannot while no node that has the cluster answers.
+func (c *Cluster) WipeAndStart(i int) {
+	c.t.Helper()
 	n := c.Node(i)
 	if n.Running() {
 		c.Kill(i)
@@ -391,7 +400,12 @@ func (c *Cluster) WipeAndRestart(i int) {
 		c.t.Fatal(err)
 	}
 	n.start()
-	n.waitReady()
+}
+
+// WaitReady waits until node i answers ApiVersions.
+func (c *Cluster) WaitReady(i int) {
+	c.t.Helper()
+	c.Node(i).waitReady()
 }
 
 // Isolate cuts node i from every other node and from the clients (its link

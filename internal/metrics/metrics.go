@@ -46,6 +46,7 @@ func New(b *broker.Broker, srv *wire.Server) *prometheus.Registry {
 	counter("holdfast_connections_rejected_total", "Connections closed at accept because max.connections was reached.", st.Rejected.Load)
 	counter("holdfast_requests_total", "Requests decoded.", st.Requests.Load)
 	counter("holdfast_bad_frames_total", "Connections closed for an unreadable, oversized or unsupported frame.", st.BadFrames.Load)
+	counter("holdfast_handler_panics_total", "Requests whose handler panicked: each closed its own connection (logged with the API and a stack).", st.Panics.Load)
 	counter("holdfast_network_received_bytes_total", "Request bytes received.", st.BytesIn.Load)
 	counter("holdfast_network_sent_bytes_total", "Response bytes sent.", st.BytesOut.Load)
 	// Kafka's socket-server-metrics failed-/successful-authentication-total.
@@ -53,6 +54,16 @@ func New(b *broker.Broker, srv *wire.Server) *prometheus.Registry {
 	counter("holdfast_successful_authentication_total", "SASL authentications that succeeded (re-authentications not counted).", st.AuthSuccesses.Load)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "holdfast_connections_open", Help: "Open client connections."},
 		func() float64 { return float64(st.Open.Load()) }))
+
+	gauge := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+	}
+	gauge("holdfast_raft_groups", "Raft groups on this node (partition replicas and the metadata group; 0 on a single node).",
+		func() float64 { return float64(b.ReplicationStats().Groups) })
+	gauge("holdfast_raft_groups_failed", "Raft groups stopped on this node by a failure and not yet repaired: they send and acknowledge nothing.",
+		func() float64 { return float64(b.ReplicationStats().FailedGroups) })
+	counter("holdfast_raft_replica_repairs_total", "Replicas whose storage failed, discarded and reopened to catch up from the others.",
+		func() int64 { return b.ReplicationStats().Repairs })
 
 	reg.MustRegister(&partitionCollector{b: b}, &groupCollector{b: b})
 	return reg

@@ -32,8 +32,10 @@ type replica struct {
 const maxPending = 4096
 
 // Replicate turns p into a replica of Raft group id with the given voters
-// (the partition's replica set). Idempotent.
-func (p *Partition) Replicate(h *raft.Host, group uint64, voters []uint64) error {
+// (the partition's replica set). rejoin: this node's data for the
+// partition was lost (a replaced disk): it catches up before it votes.
+// Idempotent.
+func (p *Partition) Replicate(h *raft.Host, group uint64, voters []uint64, rejoin bool) error {
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
 	if p.rep.Load() != nil {
@@ -45,7 +47,7 @@ func (p *Partition) Replicate(h *raft.Host, group uint64, voters []uint64) error
 	p.hwMu.Lock()
 	p.hw = p.log.StartOffset()
 	p.hwMu.Unlock()
-	if err := h.AddGroup(raft.GroupConfig{ID: group, Log: p.log, Voters: voters, OnCommit: p.onCommit}); err != nil {
+	if err := h.AddGroup(raft.GroupConfig{ID: group, Log: p.log, Voters: voters, OnCommit: p.onCommit, Rejoin: rejoin}); err != nil {
 		return err
 	}
 	p.rep.Store(rep)
@@ -238,26 +240,29 @@ func (p *Partition) waitReplicated(ctx context.Context, end int64) error {
 }
 
 // WaitLocal waits until every offset below end is on this node's disk
-// (acks=1 in a cluster: the leader's local durability only).
+// (acks=1 in a cluster: the leader's local durability only). It waits for
+// the Raft host to store the proposal (an event, not a poll); a retry whose
+// original is already in the log waits for the log's durable offset.
 func (p *Partition) WaitLocal(ctx context.Context, end int64) error {
-	if p.rep.Load() == nil || !p.syncMode() {
+	rep := p.rep.Load()
+	if rep == nil || !p.syncMode() {
 		return p.WaitCommitted(ctx, end)
 	}
-	// The Raft loop appends the proposal shortly; wait for that first.
-	t := time.NewTicker(time.Millisecond)
-	defer t.Stop()
-	for p.log.EndOffset() < end {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
+	rep.mu.Lock()
+	prop, ok := rep.pending[end]
+	delete(rep.pending, end)
+	rep.mu.Unlock()
+	var err error
+	if ok {
+		err = rep.host.WaitLocal(ctx, prop)
+	} else {
+		err = p.log.WaitDurable(ctx, end)
 	}
-	if err := p.log.WaitDurable(ctx, end); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%v: %w", err, kerr.NotLeaderForPartition)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
 	}
-	return nil
+	return fmt.Errorf("%v: %w", err, kerr.NotLeaderForPartition)
 }

@@ -14,8 +14,9 @@ import (
 )
 
 // Propose appends batch to the group's Raft log on the leader and returns
-// its offsets. The batch is validated and copied; the copy gets the next
-// offset and the term as leader epoch. It does not wait: use WaitCommitted.
+// its index and offsets. The batch is validated and copied; the copy gets
+// the next offset and the term as leader epoch. It does not wait: use
+// WaitCommitted.
 func (h *Host) Propose(ctx context.Context, groupID uint64, batch []byte) (Proposal, error) {
 	g := h.group(groupID)
 	if g == nil {
@@ -28,46 +29,76 @@ func (h *Host) Propose(ctx context.Context, groupID uint64, batch []byte) (Propo
 	if hdr.NumRecords == 0 {
 		return Proposal{}, fmt.Errorf("raft: propose: batch without records: %w", records.ErrCorrupt)
 	}
-	if hdr.IsControl() && isRaftControl(controlType(hdr, batch)) {
-		return Proposal{}, ErrRaftControl
-	}
 	if err := ctx.Err(); err != nil {
 		return Proposal{}, err
 	}
 	data := bytes.Clone(batch)
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return h.proposeLocked(g, func(base int64, term uint64) int64 {
+		records.SetBaseOffset(data, base)
+		records.SetLeaderEpoch(data, int32(term))
+		return base + int64(hdr.LastOffsetDelta) + 1
+	}, func() error { return g.rn.Propose(data) })
+}
+
+// ProposeCommand appends an application command to the group's Raft log:
+// a side entry that takes no Kafka offset and is delivered, once committed,
+// as Committed.Command (and by Commands). For what all replicas must do at
+// one point of the log (move the log start).
+func (h *Host) ProposeCommand(ctx context.Context, groupID uint64, cmd []byte) (Proposal, error) {
+	g := h.group(groupID)
+	if g == nil {
+		return Proposal{}, fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	if err := ctx.Err(); err != nil {
+		return Proposal{}, err
+	}
+	data := append(bytes.Clone(cmdPrefix), cmd...)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return h.proposeLocked(g, nil, func() error { return g.rn.Propose(data) })
+}
+
+// proposeLocked proposes one entry on the leader with propose. stamp, for
+// a batch, stamps its base offset and term and returns its end offset; nil
+// for a side entry. Every successful proposal appends exactly one entry
+// (a conf change refused by Raft becomes an empty entry), which is how the
+// index is known.
+func (h *Host) proposeLocked(g *group, stamp func(base int64, term uint64) int64, propose func() error) (Proposal, error) {
 	if g.failed != nil {
 		return Proposal{}, g.failed
 	}
 	if g.removed {
-		return Proposal{}, fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+		return Proposal{}, fmt.Errorf("%w: %d", ErrUnknownGroup, g.id)
 	}
 	bs := g.rn.BasicStatus()
 	if bs.RaftState != raft.StateLeader || g.readyTerm != bs.GetTerm() || bs.LeadTransferee != 0 {
-		return Proposal{}, &NotLeaderError{Group: groupID, Leader: bs.Lead, Term: bs.GetTerm()}
+		return Proposal{}, &NotLeaderError{Group: g.id, Leader: bs.Lead, Term: bs.GetTerm()}
 	}
-	base := g.nextOffset
-	records.SetBaseOffset(data, base)
-	records.SetLeaderEpoch(data, int32(bs.GetTerm()))
+	p := Proposal{Group: g.id, Index: g.nextIndex, Term: bs.GetTerm(), BaseOffset: g.nextOffset, EndOffset: g.nextOffset}
+	if stamp != nil {
+		p.EndOffset = stamp(p.BaseOffset, p.Term)
+	}
 	g.unquiesceLocked()
-	err = nil
-	if !h.guardLocked(g, func() { err = g.rn.Propose(data) }) {
+	var err error
+	if !h.guardLocked(g, func() { err = propose() }) {
 		return Proposal{}, g.failed
 	}
 	if err != nil {
 		if errors.Is(err, raft.ErrProposalDropped) {
-			return Proposal{}, fmt.Errorf("%w: group %d", ErrProposalDropped, groupID)
+			return Proposal{}, fmt.Errorf("%w: group %d", ErrProposalDropped, g.id)
 		}
 		return Proposal{}, err
 	}
-	g.nextOffset = base + int64(hdr.LastOffsetDelta) + 1
+	g.nextIndex++
+	g.nextOffset = p.EndOffset
 	h.markDirty(g)
-	return Proposal{Group: groupID, BaseOffset: base, EndOffset: g.nextOffset, Term: bs.GetTerm()}, nil
+	return p, nil
 }
 
 // WaitCommitted returns nil once p is committed; ErrProposalLost if a
-// different entry was committed at its offsets (a new leader overwrote it).
+// different entry was committed at its index (a new leader overwrote it).
 func (h *Host) WaitCommitted(ctx context.Context, p Proposal) error {
 	g := h.group(p.Group)
 	if g == nil {
@@ -75,7 +106,7 @@ func (h *Host) WaitCommitted(ctx context.Context, p Proposal) error {
 	}
 	for {
 		g.mu.Lock()
-		failed, removed, end, ch := g.failed, g.removed, g.commitEnd, g.commitCh
+		failed, removed, idx, ch := g.failed, g.removed, g.commitIndex, g.commitCh
 		g.mu.Unlock()
 		if failed != nil {
 			return failed
@@ -83,12 +114,11 @@ func (h *Host) WaitCommitted(ctx context.Context, p Proposal) error {
 		if removed {
 			return fmt.Errorf("%w: %d", ErrUnknownGroup, p.Group)
 		}
-		if end >= p.EndOffset {
-			_, term, base, e, ok := g.st.entryAt(p.EndOffset - 1)
-			if ok && term == p.Term && base == p.BaseOffset && e == p.EndOffset {
+		if idx >= p.Index {
+			if g.st.holds(p) {
 				return nil
 			}
-			return fmt.Errorf("%w: group %d offsets [%d, %d) term %d", ErrProposalLost, p.Group, p.BaseOffset, p.EndOffset, p.Term)
+			return fmt.Errorf("%w: group %d index %d term %d (offsets [%d, %d))", ErrProposalLost, p.Group, p.Index, p.Term, p.BaseOffset, p.EndOffset)
 		}
 		select {
 		case <-ch:
@@ -103,7 +133,7 @@ func (h *Host) WaitCommitted(ctx context.Context, p Proposal) error {
 // WaitLocal returns nil once p is stored on this node: fsynced under
 // flush=sync, written otherwise (acks=1: the leader's disk only; the batch
 // can still be lost in a leader change, as Kafka's acks=1 can).
-// ErrProposalLost if another entry took its offsets here.
+// ErrProposalLost if another entry took its index here.
 func (h *Host) WaitLocal(ctx context.Context, p Proposal) error {
 	g := h.group(p.Group)
 	if g == nil {
@@ -119,9 +149,9 @@ func (h *Host) WaitLocal(ctx context.Context, p Proposal) error {
 		if removed {
 			return fmt.Errorf("%w: %d", ErrUnknownGroup, p.Group)
 		}
-		if _, term, base, end, ok := g.st.entryAt(p.EndOffset - 1); ok {
-			if term != p.Term || base != p.BaseOffset || end != p.EndOffset {
-				return fmt.Errorf("%w: group %d offsets [%d, %d) term %d", ErrProposalLost, p.Group, p.BaseOffset, p.EndOffset, p.Term)
+		if last, _ := g.st.LastIndex(); last >= p.Index {
+			if !g.st.holds(p) {
+				return fmt.Errorf("%w: group %d index %d term %d", ErrProposalLost, p.Group, p.Index, p.Term)
 			}
 			l := g.st.log
 			if l.Config().Flush.Mode != storage.FlushSync || l.DurableOffset() >= p.EndOffset {
@@ -224,48 +254,16 @@ func (h *Host) changeConf(ctx context.Context, groupID uint64, typ pb.ConfChange
 	}
 	cc := &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{{Type: typ.Enum(), NodeId: new(node)}}}
 	g.mu.Lock()
-	if g.failed != nil {
-		g.mu.Unlock()
-		return g.failed
-	}
-	bs := g.rn.BasicStatus()
-	if bs.RaftState != raft.StateLeader || g.readyTerm != bs.GetTerm() || bs.LeadTransferee != 0 {
-		g.mu.Unlock()
-		return &NotLeaderError{Group: groupID, Leader: bs.Lead, Term: bs.GetTerm()}
-	}
-	base := g.nextOffset
-	var err error
-	g.unquiesceLocked()
-	if !h.guardLocked(g, func() { err = g.rn.ProposeConfChange(cc) }) {
-		err = g.failed
-	}
+	p, err := h.proposeLocked(g, nil, func() error { return g.rn.ProposeConfChange(cc) })
+	g.mu.Unlock()
 	if err != nil {
-		g.mu.Unlock()
 		return err
 	}
-	// Stored as a one-record control batch. If a change is already pending,
-	// Raft stores an empty entry instead: it takes the same offset.
-	g.nextOffset = base + 1
-	p := Proposal{Group: groupID, BaseOffset: base, EndOffset: base + 1, Term: bs.GetTerm()}
-	g.mu.Unlock()
-	h.markDirty(g)
 	if err := h.WaitCommitted(ctx, p); err != nil {
 		return err
 	}
-	sl, err := g.st.log.Read(base, base+1, 1)
-	if err != nil {
-		return err
-	}
-	b, err := sl.Bytes()
-	sl.Release()
-	if err != nil {
-		return err
-	}
-	hdr, err := records.ParseHeader(b)
-	if err != nil {
-		return err
-	}
-	if controlType(hdr, b) != ctrlConfChangeV2 {
+	// If a change was already pending, Raft stored an empty entry instead.
+	if e, ok := g.st.sideEntry(p.Index); !ok || e.Type != pb.EntryType_EntryConfChangeV2 {
 		return ErrConfChangeInProgress
 	}
 	return nil
@@ -339,6 +337,21 @@ func (h *Host) Compact(groupID uint64, offset int64) error {
 		return err
 	}
 	return g.st.log.DeleteBefore(offset)
+}
+
+// Commands returns the committed command entries of a group with index
+// above after that this node still holds (those above the log anchor),
+// in order. After a restart every held command is returned again: applying
+// one must be idempotent.
+func (h *Host) Commands(groupID, after uint64) ([]Committed, error) {
+	g := h.group(groupID)
+	if g == nil {
+		return nil, fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	g.mu.Lock()
+	commit := g.commitIndex
+	g.mu.Unlock()
+	return g.st.commands(after, commit), nil
 }
 
 // Status of a group as this node sees it.

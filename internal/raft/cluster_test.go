@@ -343,6 +343,7 @@ func (c *cluster) waitConverged(g uint64) {
 	for _, nd := range nodes {
 		from = max(from, nd.logs[g].StartOffset())
 	}
+	c.checkIndexes(g, nodes)
 	want := logBytes(c.tb, nodes[0].logs[g], from)
 	for _, nd := range nodes[1:] {
 		if got := logBytes(c.tb, nd.logs[g], from); !bytes.Equal(got, want) {
@@ -465,4 +466,60 @@ func (c *cluster) changeConf(g uint64, fn func(h *Host) error, among ...uint64) 
 		time.Sleep(10 * time.Millisecond)
 	}
 	c.tb.Fatal("membership change did not go through")
+}
+
+// checkIndexes: every node holds the same Raft entries (term, offset, and
+// for side entries type and data) at every index they all hold, and the log
+// holds only data batches, contiguous from its start.
+func (c *cluster) checkIndexes(g uint64, nodes []*testNode) {
+	c.tb.Helper()
+	var lo, hi uint64 = 0, ^uint64(0)
+	for _, nd := range nodes {
+		gr := nd.host.group(g)
+		first, _ := gr.st.FirstIndex()
+		last, _ := gr.st.LastIndex()
+		lo, hi = max(lo, first), min(hi, last)
+	}
+	type ent struct {
+		term uint64
+		off  int64
+		side bool
+		typ  string
+		data string
+	}
+	var want []ent
+	for k, nd := range nodes {
+		st := nd.host.group(g).st
+		var got []ent
+		for i := lo; i <= hi; i++ {
+			term, err := st.Term(i)
+			if err != nil {
+				c.tb.Fatalf("node %d group %d: term %d: %v", nd.id, g, i, err)
+			}
+			off, _ := st.offsetOf(i)
+			e := ent{term: term, off: off}
+			if se, ok := st.sideEntry(i); ok {
+				e.side, e.typ, e.data = true, se.Type.String(), string(se.Data)
+			}
+			got = append(got, e)
+		}
+		if k == 0 {
+			want = got
+		} else if !slices.Equal(got, want) {
+			c.tb.Fatalf("group %d: node %d's entries [%d, %d] differ from node %d's", g, nd.id, lo, hi, nodes[0].id)
+		}
+		next := nd.logs[g].StartOffset()
+		if err := nd.logs[g].Scan(next, func(h records.Header, _ []byte) error {
+			if h.IsControl() {
+				return fmt.Errorf("control batch at %d: Raft entries must not be in the log", h.BaseOffset)
+			}
+			if h.LastOffset() >= next && h.BaseOffset > next {
+				return fmt.Errorf("gap before the batch at %d (expected %d)", h.BaseOffset, next)
+			}
+			next = h.LastOffset() + 1
+			return nil
+		}); err != nil {
+			c.tb.Fatalf("node %d group %d: %v", nd.id, g, err)
+		}
+	}
 }

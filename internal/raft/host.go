@@ -45,12 +45,13 @@ func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }
 // Config configures a Host; zero values get defaults.
 type Config struct {
 	ID uint64 // this node's id, > 0
-	// ClusterID must be the same on every node of a cluster; frames from
-	// another cluster are refused.
-	ClusterID uint64
-	Dir       string            // where the hardstate journal lives
-	Listen    string            // address for peer traffic, e.g. ":9093" or "127.0.0.1:0"
-	Peers     map[uint64]string // peer id -> address (self is ignored)
+	// Identity is what this node tells its peers (its cluster, which must
+	// be the same on every node, and its data directory); frames from
+	// another cluster are refused. SetIdentity changes it.
+	Identity NodeIdentity
+	Dir      string            // where the hardstate journal lives
+	Listen   string            // address for peer traffic, e.g. ":9093" or "127.0.0.1:0"
+	Peers    map[uint64]string // peer id -> address (self is ignored)
 
 	TickInterval   time.Duration // default 100ms
 	ElectionTicks  int           // default 10
@@ -114,28 +115,33 @@ type GroupConfig struct {
 	// OnCommit, if set, is called on the Ready loop with newly committed
 	// entries, in order. It must not block.
 	OnCommit func(group uint64, ents []Committed)
-	// Rejoin: the replica's storage was lost (the metadata says it had
-	// data, the log is empty): it grants no votes until it has caught up.
-	// A replica also detects this by itself when a leader's heartbeat shows
+	// Rejoin: the replica's storage was lost (a replaced disk: the
+	// metadata assigned the replica to another directory of this node): it
+	// grants no votes until it has caught up with a leader, which the
+	// journal then records, so that later restarts vote at once. A replica
+	// also detects lost storage by itself when a leader's heartbeat shows
 	// the leader remembers entries it lacks.
 	Rejoin bool
 }
 
-// Committed is one committed entry: a batch at [BaseOffset, EndOffset).
-// Data is the batch, or nil for a Raft-internal control batch.
+// Committed is one committed entry. A data entry is the batch Data at
+// [BaseOffset, EndOffset); a command has Command set and, like every other
+// side entry (empty, membership change), BaseOffset == EndOffset: the
+// offset it sits at.
 type Committed struct {
 	Index, Term           uint64
 	BaseOffset, EndOffset int64
 	Data                  []byte
+	Command               []byte
 }
 
-// Proposal identifies a proposed batch: its offsets and the term (= leader
-// epoch) it was proposed in. It is committed only if the entry committed at
-// those offsets has that term.
+// Proposal identifies a proposed entry: its Raft index and the term (=
+// leader epoch) it was proposed in, and for a batch its offsets. It is
+// committed only if the entry committed at that index has that term.
 type Proposal struct {
 	Group                 uint64
+	Index, Term           uint64
 	BaseOffset, EndOffset int64
-	Term                  uint64
 }
 
 // Host runs the Raft groups of one node.
@@ -167,6 +173,7 @@ type group struct {
 	rn          *raft.RawNode
 	readyTerm   uint64 // the term in which this node leads and its empty entry is stored
 	nextOffset  int64  // leader: offset of the next proposal, counting unstable entries
+	nextIndex   uint64 // leader: Raft index of the next proposal
 	commitIndex uint64
 	commitEnd   int64
 	commitCh    chan struct{} // closed and replaced when the commit advances
@@ -205,7 +212,7 @@ func NewHost(cfg Config) (*Host, error) {
 		groups: map[uint64]*group{}, dirty: map[*group]struct{}{},
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
 	}
-	h.tr, err = newTransport(cfg.ID, cfg.ClusterID, cfg.Listen, h, cfg.Faults, logger, cfg.QueueLen, cfg.TickInterval*time.Duration(cfg.HeartbeatTicks), cfg.TLS)
+	h.tr, err = newTransport(cfg.ID, cfg.Identity, cfg.Listen, h, cfg.Faults, logger, cfg.QueueLen, cfg.TickInterval*time.Duration(cfg.HeartbeatTicks), cfg.TLS)
 	if err != nil {
 		j.close()
 		return nil, err
@@ -227,6 +234,14 @@ func (h *Host) ID() uint64 { return h.cfg.ID }
 
 // SetPeer adds or re-addresses a peer.
 func (h *Host) SetPeer(id uint64, addr string) { h.tr.addPeer(id, addr) }
+
+// SetIdentity changes the identity this node sends its peers (a node that
+// has just formed or joined a cluster).
+func (h *Host) SetIdentity(id NodeIdentity) { h.tr.setIdentity(id) }
+
+// PeerIdentities returns what each peer last said of itself, also peers of
+// no cluster yet (they exchange identities only).
+func (h *Host) PeerIdentities() map[uint64]PeerIdentity { return h.tr.identities() }
 
 // TransportStats returns the transport counters.
 func (h *Host) TransportStats() TransportStats { return h.tr.stats() }
@@ -261,9 +276,18 @@ func (h *Host) AddGroup(gc GroupConfig) error {
 	if err := h.journal.flush(false); err != nil {
 		return err
 	}
-	st, err := openStore(gc.Log, js.anc, js.hs, cs)
+	st, dropped, err := openStore(gc.Log, js.anc, js.hs, cs, js.side)
 	if err != nil {
 		return err
+	}
+	if dropped > 0 {
+		// Side entries beyond what the log holds (their data was not
+		// written before a crash): forget them for good.
+		h.log.Info("raft: dropping side entries past the log's end", "group", gc.ID, "from_index", dropped)
+		h.journal.putTruncate(gc.ID, dropped)
+		if err := h.journal.flush(false); err != nil {
+			return err
+		}
 	}
 	// Raft redelivers committed entries above applied: the journal's applied
 	// index lags a cycle, so a few are redelivered (OnCommit sees them
@@ -278,7 +302,10 @@ func (h *Host) AddGroup(gc GroupConfig) error {
 		return fmt.Errorf("raft: group %d: %w", gc.ID, err)
 	}
 	end, _ := st.endOf(applied)
-	g := &group{id: gc.ID, cfg: gc, st: st, rn: rn, commitIndex: applied, commitEnd: end, commitCh: make(chan struct{}), storedCh: make(chan struct{}), rejoin: gc.Rejoin}
+	g := &group{id: gc.ID, cfg: gc, st: st, rn: rn, commitIndex: applied, commitEnd: end, commitCh: make(chan struct{}), storedCh: make(chan struct{}), rejoin: gc.Rejoin && !js.trusted || js.rejoin}
+	if g.rejoin {
+		h.log.Info("raft: replica opens without a vote until it has caught up (new data directory)", "group", gc.ID)
+	}
 	h.groups[gc.ID] = g
 	h.markDirty(g)
 	return nil
@@ -318,6 +345,64 @@ func (h *Host) resetLocked(g *group) {
 	// would, and with the other replicas quiesced too the group would stay
 	// leaderless while every node names the old leader.
 	g.unquiesceLocked()
+}
+
+// MarkRejoin records, durably, that the replica of group id on this node
+// lost its data: opened again (AddGroup), it grants no votes until it has
+// caught up, also across restarts. Call it after RemoveGroup and before
+// the new AddGroup of a replica whose data was discarded.
+func (h *Host) MarkRejoin(id uint64) error {
+	h.journal.putRejoin(id)
+	return h.journal.flush(true)
+}
+
+// RetryGroup brings back a group that failed for a reason other than its
+// log (an I/O error reading it, a broken invariant that made etcd raft
+// panic): its store and RawNode are rebuilt from the log and the journal,
+// as at a restart. A group whose log failed (a failed fsync leaves what
+// was written after it unknown) is not retried here: its owner discards
+// and reopens the replica (MarkRejoin).
+func (h *Host) RetryGroup(id uint64) error {
+	g := h.group(id)
+	if g == nil {
+		return ErrUnknownGroup
+	}
+	if err := g.cfg.Log.Failed(); err != nil {
+		return fmt.Errorf("raft: group %d: its log failed (%w): the replica must be reopened", id, err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.failed == nil || g.removed {
+		return nil
+	}
+	js := h.journal.snapshot(id)
+	cs := js.cs
+	if cs == nil {
+		cs = &pb.ConfState{Voters: append([]uint64(nil), g.cfg.Voters...)}
+	}
+	st, dropped, err := openStore(g.cfg.Log, js.anc, js.hs, cs, js.side)
+	if err != nil {
+		return err
+	}
+	if dropped > 0 {
+		h.journal.putTruncate(id, dropped)
+	}
+	applied := st.anc.Index
+	if st.hs != nil {
+		applied = max(st.anc.Index, min(st.hs.GetCommit(), max(js.applied, js.csIndex)))
+	}
+	g.st.adopt(st)
+	rn, err := h.newRawNode(g.st, applied)
+	if err != nil {
+		return err
+	}
+	end, _ := g.st.endOf(applied)
+	g.rn, g.readyTerm, g.failed = rn, 0, nil
+	g.commitIndex, g.commitEnd = applied, end
+	g.unquiesceLocked()
+	h.log.Warn("raft: group restarted after a failure", "group", id)
+	h.markDirty(g)
+	return nil
 }
 
 // RemoveGroup stops driving a group and forgets its journal state (the

@@ -18,7 +18,8 @@ import (
 )
 
 // The hardstate journal: one append-only file per node holding, for every
-// group, its HardState, ConfState and log anchor. One write (and, when a
+// group, its HardState, ConfState, log anchor and side entries (the Raft
+// entries that are not record batches: store.go). One write (and, when a
 // term or vote changed, one fsync) per Ready cycle covers all groups, so a
 // thousand groups do not cost a thousand fsyncs. Replay keeps the last
 // record per group and kind; when the file grows well past the live state
@@ -31,6 +32,10 @@ const (
 	jAnchor    = 2 // u64 index, u64 term, i64 offset, u8 done
 	jConfState = 3 // u64 index it was applied at, protobuf ConfState
 	jRemoved   = 4 // group removed: forget it
+	jEntry     = 5 // a side entry: u64 index, u64 term, i64 offset, u8 type, data
+	jTruncate  = 6 // u64 index: forget side entries at and above it
+	jTrusted   = 7 // the replica caught up in this directory: it may vote
+	jRejoin    = 8 // the replica's data was discarded: it must catch up before it votes
 
 	journalName   = "raft-state.journal"
 	maxJournalRec = 1 << 20
@@ -44,7 +49,48 @@ type groupState struct {
 	cs         *pb.ConfState
 	csIndex    uint64 // the index of the conf change cs results from
 	anc        anchor
-	ancPending bool // a snapshot install began but did not finish
+	ancPending bool        // a snapshot install began but did not finish
+	side       []sideEntry // by index, all above anc.Index
+	// trusted: this replica caught up with a leader after opening as a
+	// rejoining one (a replaced disk): it votes from now on.
+	trusted bool
+	// rejoin: this replica's data was discarded (a repaired storage
+	// failure): it must catch up before it votes, whatever the metadata
+	// says, until trusted.
+	rejoin bool
+}
+
+// sideEntry is a Raft entry that is not a record batch, and the offset it
+// sits at: the end of the data entries before it.
+type sideEntry struct {
+	Index, Term uint64
+	Offset      int64
+	Type        pb.EntryType
+	Data        []byte
+}
+
+func (e sideEntry) entry() *pb.Entry {
+	return &pb.Entry{Index: new(e.Index), Term: new(e.Term), Type: e.Type.Enum(), Data: e.Data}
+}
+
+// truncateSide drops the entries at and above index.
+func truncateSide(side []sideEntry, index uint64) []sideEntry {
+	for len(side) > 0 && side[len(side)-1].Index >= index {
+		side = side[:len(side)-1]
+	}
+	return side
+}
+
+// compactSide drops the entries at and below index.
+func compactSide(side []sideEntry, index uint64) []sideEntry {
+	k := 0
+	for k < len(side) && side[k].Index <= index {
+		k++
+	}
+	if k == 0 {
+		return side
+	}
+	return append([]sideEntry(nil), side[k:]...)
 }
 
 type journal struct {
@@ -153,6 +199,7 @@ func (j *journal) apply(body []byte) error {
 		s := j.state(g)
 		s.anc = anchor{Index: be.Uint64(p), Term: be.Uint64(p[8:]), Offset: int64(be.Uint64(p[16:]))}
 		s.ancPending = p[24] == 0
+		s.side = compactSide(s.side, s.anc.Index)
 	case jConfState:
 		if len(p) < 8 {
 			return errors.New("bad confstate record")
@@ -165,6 +212,26 @@ func (j *journal) apply(body []byte) error {
 		s.cs, s.csIndex = cs, be.Uint64(p)
 	case jRemoved:
 		delete(j.groups, g)
+	case jEntry:
+		if len(p) < 25 {
+			return errors.New("bad entry record")
+		}
+		e := sideEntry{Index: be.Uint64(p), Term: be.Uint64(p[8:]), Offset: int64(be.Uint64(p[16:])),
+			Type: pb.EntryType(p[24]), Data: append([]byte(nil), p[25:]...)}
+		s := j.state(g)
+		s.side = append(truncateSide(s.side, e.Index), e)
+	case jTrusted:
+		s := j.state(g)
+		s.trusted, s.rejoin = true, false
+	case jRejoin:
+		s := j.state(g)
+		s.trusted, s.rejoin = false, true
+	case jTruncate:
+		if len(p) != 8 {
+			return errors.New("bad truncate record")
+		}
+		s := j.state(g)
+		s.side = truncateSide(s.side, be.Uint64(p))
 	default:
 		return fmt.Errorf("unknown journal record kind %d", kind)
 	}
@@ -237,7 +304,58 @@ func (j *journal) putAnchor(g uint64, a anchor, done bool) {
 	defer j.mu.Unlock()
 	s := j.state(g)
 	s.anc, s.ancPending = a, !done
+	s.side = compactSide(s.side, a.Index)
 	j.buf = appendRecord(j.buf, jAnchor, g, anchorPayload(a, done))
+	j.dirty = true
+}
+
+func entryPayload(e sideEntry) []byte {
+	p := binary.BigEndian.AppendUint64(nil, e.Index)
+	p = binary.BigEndian.AppendUint64(p, e.Term)
+	p = binary.BigEndian.AppendUint64(p, uint64(e.Offset))
+	p = append(p, byte(e.Type))
+	return append(p, e.Data...)
+}
+
+// putEntry buffers a side entry (it replaces any at or above its index).
+// It must be fsynced before any data entry after it reaches the log: see
+// store.go.
+func (j *journal) putEntry(g uint64, e sideEntry) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s := j.state(g)
+	s.side = append(truncateSide(s.side, e.Index), e)
+	j.buf = appendRecord(j.buf, jEntry, g, entryPayload(e))
+	j.dirty = true
+}
+
+// putTrusted records that the group's replica caught up after rejoining.
+func (j *journal) putTrusted(g uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s := j.state(g)
+	s.trusted, s.rejoin = true, false
+	j.buf = appendRecord(j.buf, jTrusted, g, nil)
+	j.dirty = true
+}
+
+// putRejoin records that the group's replica lost its data here.
+func (j *journal) putRejoin(g uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s := j.state(g)
+	s.trusted, s.rejoin = false, true
+	j.buf = appendRecord(j.buf, jRejoin, g, nil)
+	j.dirty = true
+}
+
+// putTruncate buffers "forget side entries at and above index".
+func (j *journal) putTruncate(g uint64, index uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s := j.state(g)
+	s.side = truncateSide(s.side, index)
+	j.buf = appendRecord(j.buf, jTruncate, g, binary.BigEndian.AppendUint64(nil, index))
 	j.dirty = true
 }
 
@@ -264,6 +382,7 @@ func (j *journal) snapshot(g uint64) groupState {
 	if s.cs != nil {
 		out.cs = cloneCS(s.cs)
 	}
+	out.side = append([]sideEntry(nil), s.side...)
 	return out
 }
 
@@ -288,10 +407,21 @@ func (j *journal) flush(force bool) error {
 		}
 		j.dirty = false
 	}
-	if live := int64(len(j.groups)) * 128; j.size > 4<<20 && j.size > 8*live {
+	if live := j.liveSizeLocked(); j.size > 4<<20 && j.size > 8*live {
 		return j.rewriteLocked()
 	}
 	return nil
+}
+
+// liveSizeLocked estimates the size of the live state.
+func (j *journal) liveSizeLocked() int64 {
+	n := int64(len(j.groups)) * 128
+	for _, s := range j.groups {
+		for _, e := range s.side {
+			n += 40 + int64(len(e.Data))
+		}
+	}
+	return n
 }
 
 // rewriteLocked replaces the file by one holding only the live state.
@@ -309,6 +439,15 @@ func (j *journal) rewriteLocked() error {
 			b = appendRecord(b, jConfState, g, p)
 		}
 		b = appendRecord(b, jAnchor, g, anchorPayload(s.anc, !s.ancPending))
+		for _, e := range s.side {
+			b = appendRecord(b, jEntry, g, entryPayload(e))
+		}
+		if s.trusted {
+			b = appendRecord(b, jTrusted, g, nil)
+		}
+		if s.rejoin {
+			b = appendRecord(b, jRejoin, g, nil)
+		}
 	}
 	tmp := j.path + ".tmp"
 	f, err := j.fs.OpenFile(tmp, os.O_RDWR|os.O_APPEND|os.O_CREATE|os.O_TRUNC, 0o644)

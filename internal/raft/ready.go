@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"holdfast/internal/records"
 	"holdfast/internal/storage"
 )
 
@@ -43,6 +44,7 @@ type readyItem struct {
 	err       error
 	emptyTerm uint64 // the term of the last empty (new leader) entry stored
 	sync      bool
+	side      bool // journaled side entries or a truncation: fsync the journal before the log
 	rejoin    bool
 	leader    bool          // leader when the Ready was taken
 	prevHS    *pb.HardState // persisted before this Ready
@@ -98,8 +100,26 @@ func (h *Host) cycle(gs []*group) {
 	if len(items) == 0 {
 		return
 	}
+	// Side entries and truncations reach the journal, fsynced, before any
+	// data entry after them reaches a log (store.go): one fsync for all.
+	side := false
 	for _, it := range items {
-		it.err = h.persist(it)
+		it.err = h.persistSide(it)
+		side = side || it.side && it.err == nil
+	}
+	if side {
+		if err := h.journal.flush(true); err != nil {
+			for _, it := range items {
+				if it.side && it.err == nil {
+					it.err = err
+				}
+			}
+		}
+	}
+	for _, it := range items {
+		if it.err == nil {
+			it.err = h.persist(it)
+		}
 		if it.err == nil {
 			h.sendEarly(it)
 		}
@@ -167,9 +187,16 @@ func (h *Host) cycle(gs []*group) {
 				// Our empty entry of this term is stored and nothing was
 				// proposed since: the log end is where proposals start.
 				g.st.mu.RLock()
-				g.nextOffset = g.st.end
+				g.nextOffset, g.nextIndex = g.st.end, g.st.lastLocked()+1
 				g.st.mu.RUnlock()
 				g.readyTerm = bs.GetTerm()
+			}
+			if last, _ := g.st.LastIndex(); g.readyTerm == bs.GetTerm() && last >= g.nextIndex {
+				// Proposals are matched to their entries by index: an entry
+				// nobody proposed would acknowledge the wrong one.
+				h.failLocked(g, fmt.Errorf("raft: leader stored entry %d, beyond the next proposal's index %d", last, g.nextIndex))
+				g.mu.Unlock()
+				continue
 			}
 		} else {
 			g.readyTerm = 0
@@ -187,8 +214,11 @@ func (h *Host) cycle(gs []*group) {
 	}
 }
 
-// persist stores one Ready's snapshot, entries and hardstate (no fsync).
-func (h *Host) persist(it *readyItem) error {
+// persistSide does the part of a Ready that must be durable before its
+// data entries are written: a snapshot install, the truncation of a
+// conflicting suffix (Log.Truncate syncs), and the journal records of the
+// side entries, each with the offset it will sit at.
+func (h *Host) persistSide(it *readyItem) error {
 	g, rd := it.g, it.rd
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		md := rd.Snapshot.GetMetadata()
@@ -197,6 +227,7 @@ func (h *Host) persist(it *readyItem) error {
 			return err
 		}
 		a := anchor{Index: md.GetIndex(), Term: md.GetTerm(), Offset: off}
+		h.journal.putTruncate(g.id, a.Index+1) // the whole log goes
 		h.journal.putAnchor(g.id, a, false)
 		if err := h.journal.flush(true); err != nil {
 			return err
@@ -216,14 +247,39 @@ func (h *Host) persist(it *readyItem) error {
 		g.commitIndex, g.commitEnd = a.Index, a.Offset
 		g.mu.Unlock()
 		it.sync = true
+		it.side = true
 	}
-	if len(rd.Entries) > 0 {
-		first := rd.Entries[0].GetIndex()
-		if last, _ := g.st.LastIndex(); first <= last {
-			if err := g.st.truncate(first); err != nil {
-				return err
-			}
+	if len(rd.Entries) == 0 {
+		return nil
+	}
+	first := rd.Entries[0].GetIndex()
+	if last, _ := g.st.LastIndex(); first <= last {
+		if err := g.st.truncate(first); err != nil {
+			return err
 		}
+		h.journal.putTruncate(g.id, first)
+		it.side = true
+	}
+	end := g.st.endOffset()
+	for _, e := range rd.Entries {
+		if isDataEntry(e) {
+			hd, err := records.ParseHeader(e.Data)
+			if err != nil {
+				return fmt.Errorf("raft: entry %d: %w", e.GetIndex(), err)
+			}
+			end = hd.LastOffset() + 1
+			continue
+		}
+		h.journal.putEntry(g.id, sideEntry{Index: e.GetIndex(), Term: e.GetTerm(), Offset: end, Type: e.GetType(), Data: e.Data})
+		it.side = true
+	}
+	return nil
+}
+
+// persist stores one Ready's entries and hardstate (no fsync).
+func (h *Host) persist(it *readyItem) error {
+	g, rd := it.g, it.rd
+	if len(rd.Entries) > 0 {
 		for _, e := range rd.Entries {
 			if err := g.st.appendEntry(e); err != nil {
 				return err
@@ -261,8 +317,11 @@ func (h *Host) apply(it *readyItem) {
 			base, _ := g.st.offsetOf(e.GetIndex())
 			end, _ := g.st.endOf(e.GetIndex())
 			c := Committed{Index: e.GetIndex(), Term: e.GetTerm(), BaseOffset: base, EndOffset: end}
-			if e.GetType() == pb.EntryType_EntryNormal && len(e.Data) > 0 {
+			if isDataEntry(e) {
 				c.Data = e.Data
+			} else {
+				c.EndOffset = base
+				c.Command, _ = commandOf(e)
 			}
 			out = append(out, c)
 		}
@@ -284,6 +343,7 @@ func (h *Host) apply(it *readyItem) {
 	}
 	if g.rejoin && g.rejoinTarget > 0 && g.commitIndex >= g.rejoinTarget {
 		g.rejoin = false
+		h.journal.putTrusted(g.id) // fsynced with the next cycle; lost, it just catches up again
 		h.log.Info("raft: replica caught up after losing its storage, voting again", "group", g.id, "index", g.commitIndex)
 	}
 	g.mu.Unlock()

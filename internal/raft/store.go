@@ -20,43 +20,84 @@ type anchor struct {
 	Offset      int64
 }
 
-// store is raft.Storage over a storage.Log: Raft entry i is the i-th batch
-// after the anchor. Raft indexes are dense and offsets count records, so it
-// keeps base offset and term per batch in memory (12 B per batch), rebuilt
-// from the log at open. Raft only reads indexes it considers stable while
-// the Ready loop appends or truncates above them, so mu is all it needs.
+// sideBit marks a side entry in store.terms (terms stay below 2^31).
+const sideBit = 1 << 31
+
+// store is raft.Storage over a storage.Log and the node journal's side
+// entries. Raft entry i is either a data entry — a record batch in the log —
+// or a side entry (a new leader's empty entry, a membership change, a
+// command) that takes no Kafka offset and lives in the journal. Per entry
+// it keeps in memory the offset it starts at and its term (12 B; side
+// entries also their data), rebuilt at open from the batch headers and the
+// journal. A side entry sits at the end offset of the data before it, so
+// several entries can share an offset: a side entry at offset O comes
+// before the batch based at O.
+//
+// Crash safety rests on one order, kept by the Ready loop: a side entry is
+// fsynced in the journal before any data entry after it is written to the
+// log, and a truncated log suffix is fsynced away before the journal learns
+// the entries that replace it. So the log never holds a batch whose index
+// the journal cannot account for; the journal may hold side entries beyond
+// the log's end, which open drops.
+//
+// Raft only reads indexes it considers stable while the Ready loop appends
+// or truncates above them, so mu is all it needs.
 type store struct {
 	log *storage.Log
 
 	mu    sync.RWMutex
 	anc   anchor
-	bases []int64 // bases[k]: base offset of entry anc.Index+1+k
-	terms []uint32
-	end   int64 // offset after the last entry
+	bases []int64  // bases[k]: start offset of entry anc.Index+1+k
+	terms []uint32 // its term, | sideBit for a side entry
+	side  map[uint64]sideEntry
+	end   int64 // offset after the last data entry
 	hs    *pb.HardState
 	cs    *pb.ConfState
 }
 
-// openStore rebuilds the index from the log, starting at the anchor.
-func openStore(l *storage.Log, anc anchor, hs *pb.HardState, cs *pb.ConfState) (*store, error) {
-	s := &store{log: l, anc: anc, end: anc.Offset, hs: hs, cs: cs}
+// openStore rebuilds the index from the log and the journal's side entries
+// (sorted by index, all above the anchor), starting at the anchor. dropped
+// is the first index of side entries that did not fit the log (lost data
+// after them, or beyond its end): the caller journals their removal.
+func openStore(l *storage.Log, anc anchor, hs *pb.HardState, cs *pb.ConfState, side []sideEntry) (s *store, dropped uint64, err error) {
+	s = &store{log: l, anc: anc, end: anc.Offset, hs: hs, cs: cs, side: map[uint64]sideEntry{}}
 	mid := midBatchStart(l, anc)
 	if start := l.StartOffset(); start > anc.Offset && l.EndOffset() > start && !mid {
 		// Someone deleted the front of the log without going through
 		// Host.Compact: the Raft indexes of what is left are unknown.
-		return nil, fmt.Errorf("raft: log %s starts at %d, after the Raft anchor %d (front deleted behind Raft's back)", l.Dir(), start, anc.Offset)
+		return nil, 0, fmt.Errorf("raft: log %s starts at %d, after the Raft anchor %d (front deleted behind Raft's back)", l.Dir(), start, anc.Offset)
 	}
 	if l.EndOffset() < anc.Offset || l.StartOffset() > anc.Offset && !mid {
 		if err := l.TruncateFullyAndStartAt(anc.Offset); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
-	err := scanHeaders(l, anc.Offset, func(h records.Header) error {
+	next := anc.Index + 1
+	// takeSide accepts the side entries that sit at the current end, in
+	// index order; it stops at the first that does not follow.
+	takeSide := func() {
+		for len(side) > 0 && side[0].Offset == s.end && side[0].Index == next {
+			e := side[0]
+			side = side[1:]
+			s.bases = append(s.bases, s.end)
+			s.terms = append(s.terms, uint32(e.Term)|sideBit)
+			s.side[e.Index] = e
+			next++
+		}
+	}
+	err = scanHeaders(l, anc.Offset, func(h records.Header) error {
 		if h.BaseOffset < anc.Offset {
 			return nil // the batch holding a mid-batch log start: before the anchor
 		}
 		if h.BaseOffset != s.end {
 			return fmt.Errorf("raft: log %s: batch at %d, expected %d", l.Dir(), h.BaseOffset, s.end)
+		}
+		takeSide()
+		if len(side) > 0 && side[0].Offset <= s.end {
+			// A side entry at or before this batch that does not follow:
+			// the order above makes this impossible. Guessing could
+			// re-index committed data, so the group does not open.
+			return fmt.Errorf("raft: log %s: side entry %d at offset %d does not fit before the batch at %d (entry %d expected)", l.Dir(), side[0].Index, side[0].Offset, h.BaseOffset, next)
 		}
 		if h.PartitionLeaderEpoch < 1 {
 			// Raft terms start at 1. A batch of epoch 0 was written outside
@@ -65,12 +106,22 @@ func openStore(l *storage.Log, anc anchor, hs *pb.HardState, cs *pb.ConfState) (
 			return fmt.Errorf("raft: log %s: batch at %d has leader epoch %d: not written by Raft (converting a single-node log is not supported)", l.Dir(), h.BaseOffset, h.PartitionLeaderEpoch)
 		}
 		s.bases = append(s.bases, h.BaseOffset)
-		s.terms = append(s.terms, uint32(max(h.PartitionLeaderEpoch, 0)))
+		s.terms = append(s.terms, uint32(h.PartitionLeaderEpoch))
 		s.end = h.LastOffset() + 1
+		next++
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
+	}
+	takeSide()
+	if len(side) > 0 {
+		dropped = side[0].Index
+	}
+	for k := 1; k < len(s.terms); k++ {
+		if s.terms[k]&^sideBit < s.terms[k-1]&^sideBit {
+			return nil, 0, fmt.Errorf("raft: log %s: term of entry %d goes down (%d after %d)", l.Dir(), anc.Index+1+uint64(k), s.terms[k]&^sideBit, s.terms[k-1]&^sideBit)
+		}
 	}
 	if s.hs == nil && anc.Index > 0 {
 		s.hs = &pb.HardState{Term: new(uint64(0)), Vote: new(uint64(0)), Commit: new(uint64(0))}
@@ -84,7 +135,7 @@ func openStore(l *storage.Log, anc anchor, hs *pb.HardState, cs *pb.ConfState) (
 		c := min(max(s.hs.GetCommit(), anc.Index), s.lastLocked())
 		s.hs.Commit = new(c)
 	}
-	return s, nil
+	return s, dropped, nil
 }
 
 // midBatchStart reports whether the log starts inside the batch at the
@@ -179,7 +230,8 @@ func (s *store) InitialState() (*pb.HardState, *pb.ConfState, error) {
 	return hs, cs, nil
 }
 
-// Entries implements raft.Storage, reading whole batches from the log.
+// Entries implements raft.Storage: data entries are read as whole batches
+// from the log, side entries come from memory.
 func (s *store) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 	s.mu.RLock()
 	if lo <= s.anc.Index {
@@ -190,36 +242,58 @@ func (s *store) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 		s.mu.RUnlock()
 		return nil, raft.ErrUnavailable
 	}
+	if lo >= hi {
+		s.mu.RUnlock()
+		return nil, nil
+	}
 	from := s.bases[lo-s.anc.Index-1]
 	to := s.end
 	if hi <= s.lastLocked() {
 		to = s.bases[hi-s.anc.Index-1]
 	}
-	s.mu.RUnlock()
-	if lo >= hi {
-		return nil, nil
+	kinds := make([]uint32, hi-lo)
+	copy(kinds, s.terms[lo-s.anc.Index-1:hi-s.anc.Index-1])
+	var side map[uint64]sideEntry
+	for k, t := range kinds {
+		if t&sideBit != 0 {
+			if side == nil {
+				side = map[uint64]sideEntry{}
+			}
+			side[lo+uint64(k)] = s.side[lo+uint64(k)]
+		}
 	}
+	s.mu.RUnlock()
+
 	var out []*pb.Entry
 	var size uint64
-	idx := lo
+	var buf []byte
 	readFrom := max(from, s.log.StartOffset())
-	for idx < hi {
-		sl, err := s.log.Read(readFrom, to, int(min(maxSize, 8<<20)))
-		if errors.Is(err, storage.ErrOffsetOutOfRange) {
-			return nil, raft.ErrCompacted
-		}
-		if err != nil {
-			return nil, err
-		}
-		if sl.Size == 0 {
-			break
-		}
-		buf, err := sl.Bytes()
-		sl.Release()
-		if err != nil {
-			return nil, err
-		}
-		for len(buf) > 0 && idx < hi {
+	for idx := lo; idx < hi; idx++ {
+		var e *pb.Entry
+		if kinds[idx-lo]&sideBit != 0 {
+			e = side[idx].entry()
+		} else {
+			if len(buf) == 0 {
+				if readFrom >= to {
+					break // truncated meanwhile
+				}
+				sl, err := s.log.Read(readFrom, to, int(min(maxSize, 8<<20)))
+				if errors.Is(err, storage.ErrOffsetOutOfRange) {
+					return nil, raft.ErrCompacted
+				}
+				if err != nil {
+					return nil, err
+				}
+				if sl.Size == 0 {
+					sl.Release()
+					break
+				}
+				buf, err = sl.Bytes()
+				sl.Release()
+				if err != nil {
+					return nil, err
+				}
+			}
 			b, rest, err := records.Next(buf)
 			if err != nil {
 				return nil, err
@@ -228,23 +302,19 @@ func (s *store) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 			if err != nil {
 				return nil, err
 			}
-			e, err := batchEntry(h, b, idx)
-			if err != nil {
-				return nil, err
+			if t := uint64(kinds[idx-lo]); uint64(max(h.PartitionLeaderEpoch, 0)) != t {
+				return nil, fmt.Errorf("raft: log %s: batch at %d has epoch %d, entry %d has term %d", s.log.Dir(), h.BaseOffset, h.PartitionLeaderEpoch, idx, t)
 			}
-			sz := uint64(len(e.Data) + 24)
-			if len(out) > 0 && size+sz > maxSize {
-				return out, nil
-			}
-			out = append(out, e)
-			size += sz
-			idx++
+			e = &pb.Entry{Index: new(idx), Term: new(uint64(kinds[idx-lo])), Type: pb.EntryType_EntryNormal.Enum(), Data: b}
 			readFrom = h.LastOffset() + 1
 			buf = rest
 		}
-		if size >= maxSize {
-			break
+		sz := uint64(len(e.Data) + 24)
+		if len(out) > 0 && size+sz > maxSize {
+			return out, nil
 		}
+		out = append(out, e)
+		size += sz
 	}
 	if len(out) == 0 {
 		return nil, raft.ErrUnavailable
@@ -264,7 +334,7 @@ func (s *store) Term(i uint64) (uint64, error) {
 	case i > s.lastLocked():
 		return 0, raft.ErrUnavailable
 	}
-	return uint64(s.terms[i-s.anc.Index-1]), nil
+	return uint64(s.terms[i-s.anc.Index-1] &^ sideBit), nil
 }
 
 // LastIndex implements raft.Storage.
@@ -281,10 +351,16 @@ func (s *store) FirstIndex() (uint64, error) {
 	return s.anc.Index + 1, nil
 }
 
-// Snapshot implements raft.Storage: "the log starts at the anchor".
+// Snapshot implements raft.Storage: "the log starts at the anchor". With
+// nothing compacted there is no snapshot to send: a leader asks only when
+// it could not read its own log for a follower, and etcd raft panics on an
+// empty snapshot, so it is told to try again later instead.
 func (s *store) Snapshot() (*pb.Snapshot, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	if s.anc.Index == 0 {
+		return nil, raft.ErrSnapshotTemporarilyUnavailable
+	}
 	cs := &pb.ConfState{}
 	if s.cs != nil {
 		cs = cloneCS(s.cs)
@@ -341,10 +417,11 @@ func (s *store) entryAt(offset int64) (idx, term uint64, base, end int64, ok boo
 	if k+1 < len(s.bases) {
 		end = s.bases[k+1]
 	}
-	return s.anc.Index + 1 + uint64(k), uint64(s.terms[k]), s.bases[k], end, true
+	return s.anc.Index + 1 + uint64(k), uint64(s.terms[k] &^ sideBit), s.bases[k], end, true
 }
 
-// truncate drops entries >= i from the log and the index.
+// truncate drops entries >= i from the log (durably: Log.Truncate syncs)
+// and the index. The caller journals the side entries' removal after it.
 func (s *store) truncate(i uint64) error {
 	off, ok := s.offsetOf(i)
 	if !ok {
@@ -356,12 +433,19 @@ func (s *store) truncate(i uint64) error {
 	s.mu.Lock()
 	n := int(i - s.anc.Index - 1)
 	s.bases, s.terms = s.bases[:n], s.terms[:n]
+	for idx := range s.side {
+		if idx >= i {
+			delete(s.side, idx)
+		}
+	}
 	s.end = off
 	s.mu.Unlock()
 	return nil
 }
 
-// appendEntry stores entry e (whose index must be last+1) as a batch.
+// appendEntry stores entry e, whose index must be last+1: a data entry as
+// its batch in the log, a side entry in memory (the caller journaled it
+// first).
 func (s *store) appendEntry(e *pb.Entry) error {
 	s.mu.RLock()
 	end, last := s.end, s.lastLocked()
@@ -369,18 +453,25 @@ func (s *store) appendEntry(e *pb.Entry) error {
 	if e.GetIndex() != last+1 {
 		return fmt.Errorf("raft: append entry %d after %d", e.GetIndex(), last)
 	}
-	b, err := entryBatch(e, end)
-	if err != nil {
-		return err
+	if e.GetTerm() == 0 || e.GetTerm() >= sideBit {
+		return fmt.Errorf("raft: entry %d has term %d", e.GetIndex(), e.GetTerm())
 	}
-	h, err := records.ParseHeader(b)
+	if !isDataEntry(e) {
+		s.mu.Lock()
+		s.bases = append(s.bases, end)
+		s.terms = append(s.terms, uint32(e.GetTerm())|sideBit)
+		s.side[e.GetIndex()] = sideEntry{Index: e.GetIndex(), Term: e.GetTerm(), Offset: end, Type: e.GetType(), Data: e.Data}
+		s.mu.Unlock()
+		return nil
+	}
+	h, err := records.ParseHeader(e.Data)
 	if err != nil {
 		return err
 	}
 	if h.BaseOffset != end || uint64(max(h.PartitionLeaderEpoch, 0)) != e.GetTerm() {
 		return fmt.Errorf("raft: entry %d: batch at offset %d epoch %d, want offset %d term %d", e.GetIndex(), h.BaseOffset, h.PartitionLeaderEpoch, end, e.GetTerm())
 	}
-	info, err := s.log.AppendReplicated(b)
+	info, err := s.log.AppendReplicated(e.Data)
 	if err != nil {
 		return err
 	}
@@ -392,6 +483,31 @@ func (s *store) appendEntry(e *pb.Entry) error {
 	return nil
 }
 
+// sideEntry returns side entry i (ok=false if i is not one, or not held).
+func (s *store) sideEntry(i uint64) (sideEntry, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e, ok := s.side[i]
+	return e, ok
+}
+
+// commands returns the command entries with index in (after, upTo].
+func (s *store) commands(after, upTo uint64) []Committed {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []Committed
+	for idx, e := range s.side {
+		if idx <= after || idx > upTo {
+			continue
+		}
+		if cmd, ok := commandOf(e.entry()); ok {
+			out = append(out, Committed{Index: idx, Term: e.Term, BaseOffset: e.Offset, EndOffset: e.Offset, Command: cmd})
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Index < out[b].Index })
+	return out
+}
+
 // reset makes the log empty, starting after anchor a (snapshot install).
 func (s *store) reset(a anchor) error {
 	if err := s.log.TruncateFullyAndStartAt(a.Offset); err != nil {
@@ -399,6 +515,7 @@ func (s *store) reset(a anchor) error {
 	}
 	s.mu.Lock()
 	s.anc, s.bases, s.terms, s.end = a, nil, nil, a.Offset
+	s.side = map[uint64]sideEntry{}
 	s.mu.Unlock()
 	return nil
 }
@@ -415,6 +532,11 @@ func (s *store) compactTo(a anchor) error {
 	s.anc = a
 	s.bases = append([]int64(nil), s.bases[n:]...)
 	s.terms = append([]uint32(nil), s.terms[n:]...)
+	for idx := range s.side {
+		if idx <= a.Index {
+			delete(s.side, idx)
+		}
+	}
 	s.mu.Unlock()
 	return s.log.DeleteBefore(a.Offset)
 }
@@ -443,4 +565,45 @@ func cloneCS(cs *pb.ConfState) *pb.ConfState {
 		LearnersNext:   append([]uint64(nil), cs.LearnersNext...),
 		AutoLeave:      cs.AutoLeave,
 	}
+}
+
+// holds reports whether the entry at p.Index is p: same term, and for a
+// batch the same offsets. An entry compacted away cannot be checked and
+// does not count (the proposer retries; idempotence deduplicates).
+func (s *store) holds(p Proposal) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	switch {
+	case p.Index == s.anc.Index:
+		return p.Term == s.anc.Term && p.EndOffset == s.anc.Offset
+	case p.Index < s.anc.Index || p.Index > s.lastLocked():
+		return false
+	}
+	k := p.Index - s.anc.Index - 1
+	if uint64(s.terms[k]&^sideBit) != p.Term || s.bases[k] != p.BaseOffset {
+		return false
+	}
+	end := s.end
+	if k+1 < uint64(len(s.bases)) {
+		end = s.bases[k+1]
+	}
+	if s.terms[k]&sideBit != 0 {
+		return p.EndOffset == p.BaseOffset
+	}
+	return end == p.EndOffset
+}
+
+// endOffset is the offset after the last data entry.
+func (s *store) endOffset() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.end
+}
+
+// adopt takes over the state of o (a store rebuilt over the same log), so
+// that everything holding s sees the rebuilt state.
+func (s *store) adopt(o *store) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.anc, s.bases, s.terms, s.side, s.end, s.hs, s.cs = o.anc, o.bases, o.terms, o.side, o.end, o.hs, o.cs
 }

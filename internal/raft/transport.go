@@ -4,13 +4,16 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,11 +25,19 @@ import (
 
 // Frame on the wire between nodes:
 //
-//	u32 length of the rest | u64 cluster id | u64 from node | u32 count | count × (u64 group | u32 n | n bytes raftpb.Message)
+//	u32 length of the rest | u8 version | 16 B cluster id | u64 from node | u32 count |
+//	count × (u64 group | u32 n | n bytes raftpb.Message)
 //
 // A frame with count 0 is a node-level heartbeat (liveness for quiesced
-// groups). A frame from another cluster closes the connection: a node that
-// was pointed at the wrong peers must not vote in our groups.
+// groups) and carries the sender's identity after the count:
+//
+//	16 B directory id | u16 n | n × (u64 node | 16 B directory id)   (the bootstrap voters)
+//
+// A frame from another cluster closes the connection: a node that was
+// pointed at the wrong peers must not vote in our groups. A node that has
+// no cluster yet (a zero id: a new or replaced data directory) exchanges
+// heartbeats only, so that it can learn which cluster it belongs to and
+// whether its directory is one the cluster was formed with.
 //
 // What a peer connection may hold is bounded: a frame is at most maxFrame
 // bytes; frame bodies are read in chunks taken from one byte budget shared
@@ -38,8 +49,10 @@ import (
 // whose certificate the cluster's CA signed connect at all (mutual TLS,
 // both ways), and the TLS handshake must finish within handshakeTimeout.
 const (
+	frameVersion     = 2
 	maxFrame         = 64 << 20
-	maxFrameBatch    = 4 << 20   // a sender stops adding messages to a frame past this
+	maxFrameBatch    = 4 << 20 // a sender stops adding messages to a frame past this
+	frameHeader      = 1 + 16 + 8 + 4
 	maxInboundBytes  = 256 << 20 // frame bytes being read, across inbound connections
 	frameChunk       = 1 << 20
 	maxInboundConns  = 1024
@@ -54,6 +67,21 @@ const (
 type TransportTLS struct {
 	Server *tls.Config
 	Client func(addr string) *tls.Config
+}
+
+// NodeIdentity is what a node tells its peers about itself.
+type NodeIdentity struct {
+	Cluster   [16]byte // zero: no cluster yet
+	Directory [16]byte // this incarnation of the node's data directory
+	// Bootstrap: the voters (node -> directory) the cluster was formed
+	// with, on a node that formed it; empty otherwise.
+	Bootstrap map[uint64][16]byte
+}
+
+// PeerIdentity is the identity a peer last sent, and when.
+type PeerIdentity struct {
+	NodeIdentity
+	Seen time.Time
 }
 
 // Faults is the fault-injection seam: links between node pairs can be cut,
@@ -143,13 +171,13 @@ type transportEvents interface {
 type TransportStats struct {
 	FramesSent, MessagesSent, Dropped, Reconnects int64
 	// Refused counts inbound connections closed for a failed TLS
-	// handshake, a bad frame, another cluster's id or the connection limit.
+	// handshake, a bad frame or the connection limit.
 	Refused int64
 }
 
 type transport struct {
 	id        uint64
-	cluster   uint64
+	ident     atomic.Pointer[NodeIdentity]
 	ln        net.Listener
 	tls       *TransportTLS
 	budget    chan struct{} // one token per frameChunk of inbound frame bytes
@@ -167,8 +195,10 @@ type transport struct {
 	wg     sync.WaitGroup
 
 	framesSent, msgsSent, dropped, reconnects atomic.Int64
-	refused                                   atomic.Int64 // inbound connections closed: bad handshake, frame, cluster or limit
+	refused                                   atomic.Int64 // inbound connections closed: bad handshake, frame or limit
 	lastHeard                                 sync.Map     // peer id -> time.Time
+	peerIdent                                 sync.Map     // peer id -> PeerIdentity
+	warned                                    sync.Map     // remote addr -> time.Time of the last foreign-cluster warning
 }
 
 type peer struct {
@@ -177,7 +207,7 @@ type peer struct {
 	q    chan outMsg
 }
 
-func newTransport(id, cluster uint64, listen string, ev transportEvents, faults *Faults, logger *slog.Logger, queueLen int, heartbeat time.Duration, tlsCfg *TransportTLS) (*transport, error) {
+func newTransport(id uint64, ident NodeIdentity, listen string, ev transportEvents, faults *Faults, logger *slog.Logger, queueLen int, heartbeat time.Duration, tlsCfg *TransportTLS) (*transport, error) {
 	if tlsCfg != nil && (tlsCfg.Server == nil || tlsCfg.Client == nil) {
 		return nil, errors.New("raft: TLS needs a server and a client config")
 	}
@@ -186,10 +216,11 @@ func newTransport(id, cluster uint64, listen string, ev transportEvents, faults 
 		return nil, fmt.Errorf("raft: listen %s: %w", listen, err)
 	}
 	t := &transport{
-		id: id, cluster: cluster, ln: ln, tls: tlsCfg, ev: ev, faults: faults, logger: logger, queueLen: queueLen, heartbeat: heartbeat,
+		id: id, ln: ln, tls: tlsCfg, ev: ev, faults: faults, logger: logger, queueLen: queueLen, heartbeat: heartbeat,
 		peers: map[uint64]*peer{}, conns: map[net.Conn]struct{}{}, done: make(chan struct{}),
 		budget: make(chan struct{}, maxInboundBytes/frameChunk),
 	}
+	t.setIdentity(ident)
 	t.wg.Add(1)
 	go t.accept()
 	return t, nil
@@ -343,11 +374,29 @@ func (t *transport) fail(peer uint64, batch []outMsg) {
 	t.ev.unreachable(peer, groups)
 }
 
+// setIdentity changes what this node says of itself (once it has formed
+// or joined a cluster).
+func (t *transport) setIdentity(id NodeIdentity) {
+	id.Bootstrap = maps.Clone(id.Bootstrap)
+	t.ident.Store(&id)
+}
+
 func (t *transport) encode(batch []outMsg) ([]byte, error) {
+	id := t.ident.Load()
 	b := make([]byte, 4, 64)
-	b = binary.BigEndian.AppendUint64(b, t.cluster)
+	b = append(b, frameVersion)
+	b = append(b, id.Cluster[:]...)
 	b = binary.BigEndian.AppendUint64(b, t.id)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(batch)))
+	if len(batch) == 0 {
+		b = append(b, id.Directory[:]...)
+		b = binary.BigEndian.AppendUint16(b, uint16(len(id.Bootstrap)))
+		for _, node := range slices.Sorted(maps.Keys(id.Bootstrap)) {
+			d := id.Bootstrap[node]
+			b = binary.BigEndian.AppendUint64(b, node)
+			b = append(b, d[:]...)
+		}
+	}
 	for _, m := range batch {
 		b = binary.BigEndian.AppendUint64(b, m.group)
 		n := len(b)
@@ -402,7 +451,7 @@ func (t *transport) accept() {
 		if len(t.conns) >= maxInboundConns {
 			t.mu.Unlock()
 			t.refused.Add(1)
-			t.logger.Warn("raft: too many inbound connections, refusing one", "remote", c.RemoteAddr().String(), "limit", maxInboundConns)
+			t.warnOnce(c, "raft: too many inbound connections, refusing one", "limit", maxInboundConns)
 			c.Close()
 			continue
 		}
@@ -428,7 +477,7 @@ func (t *transport) read(c net.Conn) {
 		tc.SetDeadline(time.Now().Add(handshakeTimeout))
 		if err := tc.Handshake(); err != nil {
 			t.refused.Add(1)
-			t.logger.Warn("raft: TLS handshake failed, closing connection (a node without the cluster's certificate?)", "remote", c.RemoteAddr().String(), "err", err)
+			t.warnOnce(c, "raft: TLS handshake failed, closing connection (a node without the cluster's certificate?)", "err", err)
 			return
 		}
 		tc.SetDeadline(time.Time{})
@@ -445,7 +494,7 @@ func (t *transport) read(c net.Conn) {
 			return
 		}
 		n := binary.BigEndian.Uint32(hdr[:])
-		if n < 20 || n > maxFrame {
+		if n < frameHeader || n > maxFrame {
 			t.refused.Add(1)
 			t.logger.Warn("raft: bad frame length, closing connection", "len", n, "remote", c.RemoteAddr().String())
 			return
@@ -455,13 +504,15 @@ func (t *transport) read(c net.Conn) {
 		if err != nil {
 			return
 		}
-		if cl := binary.BigEndian.Uint64(buf); cl != t.cluster {
+		if buf[0] != frameVersion {
 			t.release(len(buf))
 			t.refused.Add(1)
-			t.logger.Warn("raft: frame from another cluster, closing connection", "cluster", cl, "want", t.cluster, "remote", c.RemoteAddr().String())
+			t.warnOnce(c, "raft: frame of another protocol version (a node of another Holdfast version?), closing connection", "version", buf[0])
 			return
 		}
-		from, msgs, err := decodeFrame(buf[8:])
+		var cluster [16]byte
+		copy(cluster[:], buf[1:17])
+		from, msgs, ident, err := decodeFrame(buf[17:])
 		t.release(len(buf)) // decoding copied what the messages keep
 		if err != nil {
 			t.refused.Add(1)
@@ -471,11 +522,45 @@ func (t *transport) read(c net.Conn) {
 		if cut, _ := t.faults.check(from, t.id); cut {
 			continue // sent before the cut, delivered after: drop
 		}
+		if ident != nil {
+			ident.Cluster = cluster
+			t.peerIdent.Store(from, PeerIdentity{NodeIdentity: *ident, Seen: time.Now()})
+		}
+		mine := t.ident.Load().Cluster
+		switch {
+		case cluster == mine:
+		case cluster != [16]byte{} && mine != [16]byte{}:
+			t.warnOnce(c, "raft: frame from a node of another cluster, closing connection", "from", from,
+				"cluster", base64.RawURLEncoding.EncodeToString(cluster[:]), "ours", base64.RawURLEncoding.EncodeToString(mine[:]))
+			return
+		default:
+			continue // one side has no cluster yet: identities only
+		}
 		t.lastHeard.Store(from, time.Now())
 		if len(msgs) > 0 {
 			t.ev.receive(from, msgs)
 		}
 	}
+}
+
+// warnOnce logs a refused connection at most once a minute per remote host.
+func (t *transport) warnOnce(c net.Conn, msg string, args ...any) {
+	host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+	if v, ok := t.warned.Load(host); ok && time.Since(v.(time.Time)) < time.Minute {
+		return
+	}
+	t.warned.Store(host, time.Now())
+	t.logger.Warn(msg, append(args, "remote", c.RemoteAddr().String())...)
+}
+
+// identities returns what each peer last said of itself.
+func (t *transport) identities() map[uint64]PeerIdentity {
+	out := map[uint64]PeerIdentity{}
+	t.peerIdent.Range(func(k, v any) bool {
+		out[k.(uint64)] = v.(PeerIdentity)
+		return true
+	})
+	return out
 }
 
 // readFrame reads an n-byte frame body, taking the shared budget a chunk
@@ -513,32 +598,54 @@ func (t *transport) release(n int) {
 	}
 }
 
-func decodeFrame(b []byte) (uint64, []outMsg, error) {
+func decodeFrame(b []byte) (uint64, []outMsg, *NodeIdentity, error) {
 	from := binary.BigEndian.Uint64(b)
 	count := binary.BigEndian.Uint32(b[8:])
 	b = b[12:]
+	if count == 0 {
+		if len(b) < 18 {
+			return 0, nil, nil, errors.New("truncated identity")
+		}
+		id := &NodeIdentity{}
+		copy(id.Directory[:], b)
+		n := int(binary.BigEndian.Uint16(b[16:]))
+		b = b[18:]
+		if len(b) != n*24 {
+			return 0, nil, nil, fmt.Errorf("identity claims %d voters in %d bytes", n, len(b))
+		}
+		if n > 0 {
+			id.Bootstrap = make(map[uint64][16]byte, n)
+		}
+		for range n {
+			var d [16]byte
+			copy(d[:], b[8:24])
+			id.Bootstrap[binary.BigEndian.Uint64(b)] = d
+			b = b[24:]
+		}
+		return from, nil, id, nil
+	}
 	if int(count) > len(b)/12 {
-		return 0, nil, fmt.Errorf("frame claims %d messages in %d bytes", count, len(b))
+		return 0, nil, nil, fmt.Errorf("frame claims %d messages in %d bytes", count, len(b))
 	}
 	msgs := make([]outMsg, 0, count)
 	for range count {
 		if len(b) < 12 {
-			return 0, nil, errors.New("truncated message header")
+			return 0, nil, nil, errors.New("truncated message header")
 		}
 		g := binary.BigEndian.Uint64(b)
 		n := binary.BigEndian.Uint32(b[8:])
 		b = b[12:]
 		if int(n) > len(b) {
-			return 0, nil, errors.New("truncated message")
+			return 0, nil, nil, errors.New("truncated message")
 		}
 		m := &pb.Message{}
 		if err := proto.Unmarshal(b[:n], m); err != nil {
-			return 0, nil, err
+			return 0, nil, nil, err
 		}
 		msgs = append(msgs, outMsg{g, m})
 		b = b[n:]
 	}
-	return from, msgs, nil
+	return from, msgs, nil, nil
 }
 
 // heardWithin reports whether a frame from peer arrived within d.

@@ -57,12 +57,12 @@ func TestTransportDeliversInOrder(t *testing.T) {
 	f := NewFaults()
 	// No node heartbeats (they are frames too), and a delay on the link so
 	// that messages queue up behind the first frame and must share frames.
-	a, err := newTransport(1, 7, "127.0.0.1:0", ra, f, testLogger(t), 1024, time.Hour, nil)
+	a, err := newTransport(1, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", ra, f, testLogger(t), 1024, time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.close()
-	b, err := newTransport(2, 7, "127.0.0.1:0", rb, f, testLogger(t), 1024, time.Hour, nil)
+	b, err := newTransport(2, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rb, f, testLogger(t), 1024, time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,12 +93,12 @@ func TestTransportDeliversInOrder(t *testing.T) {
 
 func TestTransportRefusesOtherCluster(t *testing.T) {
 	ra, rb := &recorder{}, &recorder{}
-	a, err := newTransport(1, 7, "127.0.0.1:0", ra, nil, testLogger(t), 1024, time.Hour, nil)
+	a, err := newTransport(1, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", ra, nil, testLogger(t), 1024, time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.close()
-	b, err := newTransport(2, 8, "127.0.0.1:0", rb, nil, testLogger(t), 1024, time.Hour, nil)
+	b, err := newTransport(2, NodeIdentity{Cluster: [16]byte{8}}, "127.0.0.1:0", rb, nil, testLogger(t), 1024, time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,12 +120,12 @@ func TestTransportRefusesOtherCluster(t *testing.T) {
 func TestTransportFaultsDrop(t *testing.T) {
 	ra, rb := &recorder{}, &recorder{}
 	f := NewFaults()
-	a, err := newTransport(1, 7, "127.0.0.1:0", ra, f, testLogger(t), 1024, time.Hour, nil)
+	a, err := newTransport(1, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", ra, f, testLogger(t), 1024, time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.close()
-	b, err := newTransport(2, 7, "127.0.0.1:0", rb, f, testLogger(t), 1024, time.Hour, nil)
+	b, err := newTransport(2, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rb, f, testLogger(t), 1024, time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,6 +142,44 @@ func TestTransportFaultsDrop(t *testing.T) {
 	if rb.got[0].m.GetTerm() != 2 {
 		t.Fatalf("got the message sent over the cut link: %+v", rb.got[0].m)
 	}
+}
+
+// TestTransportIdentities: node heartbeats carry each node's cluster,
+// directory and bootstrap voters, also between a node of a cluster and one
+// with no cluster yet; Raft messages cross only between nodes of the same
+// cluster.
+func TestTransportIdentities(t *testing.T) {
+	ra, rb := &recorder{}, &recorder{}
+	formed := NodeIdentity{Cluster: [16]byte{7}, Directory: [16]byte{1}, Bootstrap: map[uint64][16]byte{1: {1}, 2: {2}}}
+	a, err := newTransport(1, formed, "127.0.0.1:0", ra, nil, testLogger(t), 1024, 10*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
+	fresh := NodeIdentity{Directory: [16]byte{9}}
+	b, err := newTransport(2, fresh, "127.0.0.1:0", rb, nil, testLogger(t), 1024, 10*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	a.addPeer(2, b.addr())
+	b.addPeer(1, a.addr())
+	waitFor(t, "both identities exchanged", func() bool {
+		ia, ib := b.identities()[1], a.identities()[2]
+		return ia.Cluster == formed.Cluster && ia.Directory == formed.Directory && len(ia.Bootstrap) == 2 && ia.Bootstrap[2] == [16]byte{2} &&
+			ib.Directory == fresh.Directory && ib.Cluster == [16]byte{}
+	})
+	a.send(1, heartbeat(2, 1))
+	time.Sleep(50 * time.Millisecond)
+	if n := rb.count(); n != 0 {
+		t.Fatalf("a node with no cluster got %d Raft messages", n)
+	}
+	// Once it has joined the cluster, messages flow.
+	b.setIdentity(NodeIdentity{Cluster: formed.Cluster, Directory: fresh.Directory})
+	waitFor(t, "a message after joining", func() bool {
+		a.send(1, heartbeat(2, 2))
+		return rb.count() > 0
+	})
 }
 
 // TestTransportMutualTLS: nodes with certificates from the cluster's CA
@@ -169,22 +207,22 @@ func TestTransportMutualTLS(t *testing.T) {
 		return &TransportTLS{Server: m.MutualServerConfig(), Client: m.ClientConfig}
 	}
 	ra, rb, rc := &recorder{}, &recorder{}, &recorder{}
-	a, err := newTransport(1, 7, "127.0.0.1:0", ra, nil, testLogger(t), 1024, time.Hour, material("node-1", ca))
+	a, err := newTransport(1, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", ra, nil, testLogger(t), 1024, time.Hour, material("node-1", ca))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.close()
-	b, err := newTransport(2, 7, "127.0.0.1:0", rb, nil, testLogger(t), 1024, time.Hour, material("node-2", ca))
+	b, err := newTransport(2, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rb, nil, testLogger(t), 1024, time.Hour, material("node-2", ca))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.close()
-	intruder, err := newTransport(3, 7, "127.0.0.1:0", rc, nil, testLogger(t), 1024, time.Hour, material("node-3", other))
+	intruder, err := newTransport(3, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rc, nil, testLogger(t), 1024, time.Hour, material("node-3", other))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer intruder.close()
-	plain, err := newTransport(4, 7, "127.0.0.1:0", rc, nil, testLogger(t), 1024, time.Hour, nil)
+	plain, err := newTransport(4, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rc, nil, testLogger(t), 1024, time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +259,7 @@ func TestTransportMutualTLS(t *testing.T) {
 // chunk of the shared budget.
 func TestTransportFrameLimits(t *testing.T) {
 	rb := &recorder{}
-	b, err := newTransport(2, 7, "127.0.0.1:0", rb, nil, testLogger(t), 1024, time.Hour, nil)
+	b, err := newTransport(2, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rb, nil, testLogger(t), 1024, time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +290,7 @@ func TestTransportFrameLimits(t *testing.T) {
 	}
 	// A real peer still gets through.
 	ra := &recorder{}
-	a, err := newTransport(1, 7, "127.0.0.1:0", ra, nil, testLogger(t), 1024, time.Hour, nil)
+	a, err := newTransport(1, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", ra, nil, testLogger(t), 1024, time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,55 @@ type CrashFS struct {
 	inject   []injected
 	delay    time.Duration // added to every Sync, to model device latency
 	reads    int64         // ReadAt calls, to prove lookups use the index
+	onSync   func(path string)
+	delayFor map[string]time.Duration // extra Sync delay by path substring
+}
+
+// SetSyncDelayFor makes Sync of every file whose path contains pathSubstr
+// take d more: to let one file's fsync finish after another's, and so test
+// that the code waits for the order it needs rather than getting it by luck.
+func (fs *CrashFS) SetSyncDelayFor(pathSubstr string, d time.Duration) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.delayFor == nil {
+		fs.delayFor = map[string]time.Duration{}
+	}
+	fs.delayFor[pathSubstr] = d
+}
+
+// OnSync calls fn (outside the FS's lock) after every successful Sync and
+// SyncDir, with the path: a test can take a DurableCopy at each step
+// where durable state changed, to check recovery from every one of them.
+func (fs *CrashFS) OnSync(fn func(path string)) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.onSync = fn
+}
+
+func (fs *CrashFS) synced(path string) {
+	fs.mu.Lock()
+	fn := fs.onSync
+	fs.mu.Unlock()
+	if fn != nil {
+		fn(path)
+	}
+}
+
+// DurableCopy returns a new CrashFS holding what would survive a power loss
+// now, leaving fs untouched.
+func (fs *CrashFS) DurableCopy() *CrashFS {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	out := NewCrashFS(1)
+	for name, n := range fs.durable {
+		data := append([]byte(nil), n.synced...)
+		nn := &memNode{data: data, synced: append([]byte(nil), data...)}
+		out.names[name], out.durable[name] = nn, nn
+	}
+	for d := range fs.dirs {
+		out.dirs[d] = true
+	}
+	return out
 }
 
 // Reads returns the number of ReadAt calls so far.
@@ -213,11 +262,44 @@ func (fs *CrashFS) Rename(oldname, newname string) error {
 	}
 	n, ok := fs.names[oldname]
 	if !ok {
+		if fs.dirs[oldname] {
+			fs.renameDirLocked(oldname, newname)
+			return nil
+		}
 		return &os.PathError{Op: "rename", Path: oldname, Err: os.ErrNotExist}
 	}
 	delete(fs.names, oldname)
 	fs.names[newname] = n
 	return nil
+}
+
+// renameDirLocked moves a directory and everything below it, durably at
+// once (a simplification, like MkdirAll and RemoveAll).
+func (fs *CrashFS) renameDirLocked(oldname, newname string) {
+	prefix := oldname + string(filepath.Separator)
+	move := func(name string) (string, bool) {
+		if name == oldname {
+			return newname, true
+		}
+		if strings.HasPrefix(name, prefix) {
+			return newname + name[len(oldname):], true
+		}
+		return "", false
+	}
+	for _, m := range []map[string]*memNode{fs.names, fs.durable} {
+		for name, n := range m {
+			if to, ok := move(name); ok {
+				delete(m, name)
+				m[to] = n
+			}
+		}
+	}
+	for d := range fs.dirs {
+		if to, ok := move(d); ok {
+			delete(fs.dirs, d)
+			fs.dirs[to] = true
+		}
+	}
 }
 
 // MkdirAll creates directories; they are durable at once (a simplification).
@@ -274,8 +356,8 @@ func (fs *CrashFS) RemoveAll(dir string) error {
 func (fs *CrashFS) SyncDir(dir string) error {
 	dir = filepath.Clean(dir)
 	fs.mu.Lock()
-	defer fs.mu.Unlock()
 	if err := fs.injectedErr(OpSyncDir, dir); err != nil {
+		fs.mu.Unlock()
 		return err
 	}
 	for name := range fs.durable {
@@ -288,6 +370,8 @@ func (fs *CrashFS) SyncDir(dir string) error {
 			fs.durable[name] = n
 		}
 	}
+	fs.mu.Unlock()
+	fs.synced(dir)
 	return nil
 }
 
@@ -398,6 +482,11 @@ func (f *memFile) Close() error {
 func (f *memFile) Sync() error {
 	f.fs.mu.Lock()
 	d := f.fs.delay
+	for sub, extra := range f.fs.delayFor {
+		if strings.Contains(f.name, sub) {
+			d += extra
+		}
+	}
 	f.fs.mu.Unlock()
 	if d > 0 {
 		time.Sleep(d)
@@ -408,6 +497,9 @@ func (f *memFile) Sync() error {
 		return err
 	}
 	f.node.synced = append(f.node.synced[:0:0], f.node.data...)
+	f.fs.mu.Unlock()
+	f.fs.synced(f.name)
+	f.fs.mu.Lock()
 	return nil
 }
 

@@ -648,6 +648,16 @@ func (l *Log) rollLocked(base int64) error {
 	return nil
 }
 
+// Failed returns the error that stopped the log (a failed fsync or write),
+// nil while it works. A failed log takes no appends until it is truncated
+// to its durable offset or reopened: what was written after the last good
+// fsync is in an unknown state.
+func (l *Log) Failed() error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.failed
+}
+
 func (l *Log) failLocked(err error) {
 	if l.failed == nil {
 		l.failed = err

@@ -20,6 +20,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -111,6 +112,9 @@ type Stats struct {
 	// Authentication outcomes: TLS handshakes and SASL exchanges that
 	// failed, SASL exchanges that succeeded (re-authentications excluded).
 	AuthFailures, AuthSuccesses atomic.Int64
+	// Panics counts handlers that panicked: each closed its connection,
+	// nothing else.
+	Panics atomic.Int64
 }
 
 // Server accepts Kafka connections.
@@ -370,7 +374,10 @@ func (c *serverConn) readLoop() {
 			resp, closeAfter = c.saslAuthenticate(req)
 			reply = Respond(resp)
 		default:
-			reply = c.handle(req)
+			if reply = c.handle(req); reply == nil {
+				c.s.budget.release(int64(size))
+				return // it panicked: the connection is closed
+			}
 		}
 		select {
 		case c.pending <- pending{req: req, reply: reply, size: int64(size), start: start, closeAfter: closeAfter}:
@@ -382,20 +389,6 @@ func (c *serverConn) readLoop() {
 			return // the writer sends the answer, then closes
 		}
 	}
-}
-
-// handle calls the handler; a panicking handler closes only its own
-// connection (its Reply answers nothing).
-func (c *serverConn) handle(req *Request) (reply Reply) {
-	defer func() {
-		if r := recover(); r != nil {
-			c.s.log.Error("handler panic; closing connection", "peer", c.info.Remote.String(),
-				"api", kmsg.NameForKey(req.Key), "version", req.Version, "panic", r)
-			c.close()
-			reply = func(context.Context) kmsg.Response { return nil }
-		}
-	}()
-	return c.s.h.Handle(c.ctx, req)
 }
 
 // rawToken reads and answers one bare SASL token (SaslHandshake v0's
@@ -634,13 +627,32 @@ func (c *serverConn) write(frame []byte, req *Request, resp kmsg.Response) (int6
 	return writeParts(c.nc, parts)
 }
 
+// handle calls the handler; a panic closes only this connection and
+// returns a nil Reply.
+func (c *serverConn) handle(req *Request) (reply Reply) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.panicked(req, r)
+			reply = nil
+		}
+	}()
+	return c.s.h.Handle(c.ctx, req)
+}
+
+// panicked logs a handler's panic with its stack, counts it and closes the
+// connection: one bad request must never take the broker down.
+func (c *serverConn) panicked(req *Request, r any) {
+	c.s.Stats.Panics.Add(1)
+	c.s.log.Error("handler panic; closing connection", "peer", c.info.Remote.String(),
+		"api", kmsg.NameForKey(req.Key), "version", req.Version, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+	c.close()
+}
+
 // run calls a reply; a panicking handler closes only its own connection.
 func (c *serverConn) run(p pending) (resp kmsg.Response) {
 	defer func() {
 		if r := recover(); r != nil {
-			c.s.log.Error("handler panic; closing connection", "peer", c.info.Remote.String(),
-				"api", kmsg.NameForKey(p.req.Key), "version", p.req.Version, "panic", r)
-			c.close()
+			c.panicked(p.req, r)
 			resp = nil
 		}
 	}()

@@ -39,8 +39,18 @@ func (h testHandler) Handle(_ context.Context, r *Request) Reply {
 	case *kmsg.MetadataRequest:
 		resp := req.ResponseKind().(*kmsg.MetadataResponse)
 		resp.ClusterID = kmsg.StringPtr("test")
-		slow := len(req.Topics) > 0 && req.Topics[0].Topic != nil && *req.Topics[0].Topic == "slow"
+		first := ""
+		if len(req.Topics) > 0 && req.Topics[0].Topic != nil {
+			first = *req.Topics[0].Topic
+		}
+		slow := first == "slow"
+		if first == "panic" {
+			panic("a bug in a handler")
+		}
 		return func(ctx context.Context) kmsg.Response {
+			if first == "panic-reply" {
+				panic("a bug in a reply")
+			}
 			if slow {
 				select {
 				case <-time.After(200 * time.Millisecond):
@@ -323,5 +333,32 @@ func TestThousandsOfStalledConnections(t *testing.T) {
 	s.budget.mu.Unlock()
 	if avail < 0 {
 		t.Fatalf("budget overdrawn: %d", avail)
+	}
+}
+
+// TestHandlerPanicClosesOnlyThatConnection: a handler that panics, in
+// Handle or in its Reply, closes its own connection and is counted; the
+// server keeps serving everyone else.
+func TestHandlerPanicClosesOnlyThatConnection(t *testing.T) {
+	s, addr := startServer(t, Limits{MaxRequestBytes: 1 << 20})
+	for i, topic := range []string{"panic", "panic-reply"} {
+		bystander := dial(t, addr)
+		c := dial(t, addr)
+		req := kmsg.NewPtrMetadataRequest()
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(topic)
+		req.Topics = append(req.Topics, rt)
+		if _, err := c.Write(frame(req, 9, 1)); err != nil {
+			t.Fatal(err)
+		}
+		expectClosed(t, c)
+		bystander.Write(frame(kmsg.NewPtrApiVersionsRequest(), 3, 9))
+		if corr := int32(binary.BigEndian.Uint32(readFrame(t, bystander))); corr != 9 {
+			t.Fatalf("bystander got correlation id %d", corr)
+		}
+		expectServing(t, addr)
+		if got := s.Stats.Panics.Load(); got != int64(i+1) {
+			t.Fatalf("panics counted %d, want %d", got, i+1)
+		}
 	}
 }

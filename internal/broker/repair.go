@@ -1,0 +1,132 @@
+package broker
+
+import (
+	"time"
+
+	"holdfast/internal/controller"
+	"holdfast/internal/partition"
+)
+
+// A Raft group that fails stops on this node only: it sends and
+// acknowledges nothing, and the other replicas carry on (the partition
+// stays available while a quorum of them can talk). The repair loop brings
+// it back, with a growing pause between attempts:
+//   - a group whose log failed (an fsync or write error: what was written
+//     after the last good fsync is in an unknown state) is discarded and
+//     reopened empty, catching up from the other replicas without a vote
+//     until it has (raft.Host.MarkRejoin). A partition with no other
+//     replica keeps its data and stays failed until the broker restarts
+//     with a working disk: there is nothing to catch up from;
+//   - any other failure (etcd raft panicked on a broken invariant or an
+//     unreadable log) restarts the group from its log and journal, as a
+//     restart of the broker would.
+
+const (
+	repairEvery    = 2 * time.Second
+	repairMaxPause = 5 * time.Minute
+)
+
+type repairState struct {
+	next  time.Time
+	pause time.Duration
+}
+
+func (c *cluster) repairLoop(stop <-chan struct{}) {
+	tick := time.NewTicker(repairEvery)
+	defer tick.Stop()
+	tries := map[uint64]*repairState{}
+	due := func(g uint64) bool {
+		r := tries[g]
+		if r == nil {
+			r = &repairState{pause: repairEvery}
+			tries[g] = r
+		}
+		if time.Now().Before(r.next) {
+			return false
+		}
+		r.next = time.Now().Add(r.pause)
+		r.pause = min(2*r.pause, repairMaxPause)
+		return true
+	}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		seen := map[uint64]bool{}
+		if st, err := c.host.Status(metadataGroup); err == nil && st.Failed != "" {
+			seen[metadataGroup] = true
+			if due(metadataGroup) {
+				if err := c.host.RetryGroup(metadataGroup); err != nil {
+					c.b.log.Error("the metadata Raft group failed and cannot be restarted here; restart the broker once its disk works", "err", err)
+				}
+			}
+		}
+		for _, t := range c.b.meta.Topics() {
+			for i := int32(0); i < t.Partitions; i++ {
+				p := c.b.parts.Get(t.Name, i)
+				if p == nil || !p.Replicated() {
+					continue
+				}
+				st, err := p.RaftStatus()
+				why := st.Failed
+				if err != nil {
+					// A replica left without its group by an interrupted
+					// repair: finish it.
+					why = err.Error()
+				}
+				if why == "" {
+					continue
+				}
+				g := p.RaftGroup()
+				seen[g] = true
+				if due(g) {
+					c.repair(t, i, p, why)
+				}
+			}
+		}
+		for g := range tries {
+			if !seen[g] {
+				delete(tries, g)
+			}
+		}
+	}
+}
+
+// repair brings back this node's failed replica of partition i of t.
+func (c *cluster) repair(t controller.Topic, i int32, p *partition.Partition, why string) {
+	b := c.b
+	lg := b.log.With("topic", t.Name, "partition", i)
+	g := p.RaftGroup()
+	if _, err := c.host.Status(g); err == nil && p.Log().Failed() == nil {
+		if err := c.host.RetryGroup(g); err != nil {
+			lg.Error("restarting a failed replica", "failure", why, "err", err)
+		}
+		return
+	}
+	if int(i) >= len(t.Replicas) || len(t.Replicas[i]) < 2 {
+		lg.Error("the only replica's storage failed: it keeps its data and stays offline; restart the broker once the disk works", "failure", why)
+		return
+	}
+	b.topicsMu.Lock()
+	defer b.topicsMu.Unlock()
+	if cur, ok := b.meta.Topic(t.Name); !ok || cur.ID != t.ID {
+		return // deleted meanwhile
+	}
+	lg.Warn("replica storage failed: discarding its data here and catching up from the other replicas", "failure", why)
+	if err := c.dropReplica(t, i); err != nil {
+		lg.Error("discarding a failed replica", "err", err)
+		return
+	}
+	if err := c.host.MarkRejoin(g); err != nil {
+		lg.Error("recording the discarded replica", "err", err)
+		return
+	}
+	if err := c.openReplica(t, i, b.topicLogConfig(t), b.topicLogAppendTime(t), true); err != nil {
+		lg.Error("reopening a discarded replica", "err", err)
+		return
+	}
+	c.repairs.Add(1)
+	lg.Info("replica reopened empty: catching up before it votes")
+}
