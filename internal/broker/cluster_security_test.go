@@ -30,15 +30,6 @@ import (
 // bootstrap SCRAM user.
 func startSecureCluster(t *testing.T, s *secureSetup, n int) ([]*brokertest.Node, map[int32]string) {
 	t.Helper()
-	peers := map[int32]string{}
-	for i := 1; i <= n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		peers[int32(i)] = ln.Addr().String()
-		ln.Close()
-	}
 	supers := []auth.Principal{auth.User("admin")}
 	for i := 1; i <= n; i++ {
 		supers = append(supers, auth.User("node-"+strconv.Itoa(i)))
@@ -48,29 +39,30 @@ func startSecureCluster(t *testing.T, s *secureSetup, n int) ([]*brokertest.Node
 		t.Fatal(err)
 	}
 	mapper, _ := auth.ParseMappingRules(`RULE:^CN=([^,]*).*$/$1/,DEFAULT`)
-	nodes := make([]*brokertest.Node, n)
-	for i := range nodes {
-		id := int32(i + 1)
+	creds := map[int32]*broker.LateCredentials{}
+	mats := map[int32]*auth.TLSMaterial{}
+	nodes := brokertest.StartClusterListeners(t, n, func(id int32) []*wire.Listener {
 		mat := s.material(t, s.issue(t, "node-"+strconv.Itoa(int(id)), "127.0.0.1", "localhost"), auth.ClientAuthRequired)
-		creds := &broker.LateCredentials{}
-		ss, err := auth.NewSASLServer(auth.SASLConfig{Mechanisms: []string{auth.MechScramSHA512}, Scram: creds})
+		creds[id], mats[id] = &broker.LateCredentials{}, mat
+		ss, err := auth.NewSASLServer(auth.SASLConfig{Mechanisms: []string{auth.MechScramSHA512}, Scram: creds[id]})
 		if err != nil {
 			t.Fatal(err)
 		}
-		listeners := []*wire.Listener{
+		return []*wire.Listener{
 			{Name: "CLIENT", Protocol: wire.SASLPlaintext, SASL: ss},
 			{Name: "INTERNAL", Protocol: wire.SSL, TLS: mat.ServerConfig(), CertPrincipal: mapper.CertPrincipal, Internal: true},
 		}
-		nodes[i] = brokertest.StartListeners(t, listeners, func(c *broker.Config, _ *wire.Limits) {
-			c.NodeID, c.Peers = id, peers
-			c.Security.InterBrokerListener = "INTERNAL"
-			c.Security.Authorizer = auth.NewAuthorizer(supers, false)
-			c.Security.NodeTLS = mat
-			c.Security.RaftTLS = true
-			c.Security.BootstrapScram = []auth.ScramCredential{admin}
-		})
-		creds.Set(nodes[i].B)
+	}, func(id int32, c *broker.Config) {
+		c.Security.InterBrokerListener = "INTERNAL"
+		c.Security.Authorizer = auth.NewAuthorizer(supers, false)
+		c.Security.NodeTLS = mats[id]
+		c.Security.RaftTLS = true
+		c.Security.BootstrapScram = []auth.ScramCredential{admin}
+	})
+	for _, nd := range nodes {
+		creds[nd.Cfg.NodeID].Set(nd.B)
 	}
+	peers := nodes[0].Cfg.Peers
 	awaitCluster(t, "every broker registered everywhere, admin known", func() error {
 		for _, node := range nodes {
 			cl, err := kgo.NewClient(kgo.SeedBrokers(node.Addrs["CLIENT"]), kgo.SASL(scramMech("admin", adminPass)))

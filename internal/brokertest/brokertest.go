@@ -145,6 +145,56 @@ func (n *Node) startErr(ln net.Listener) error {
 // inter-broker listener, the authorizer, ...). Closed when the test ends.
 func StartListeners(t testing.TB, listeners []*wire.Listener, setup ...func(*broker.Config, *wire.Limits)) *Node {
 	t.Helper()
+	n, lns := prepareListeners(t, listeners, setup...)
+	if err := n.startListenersErr(lns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Stop)
+	return n
+}
+
+// StartClusterListeners starts n brokers that form one cluster (Peers on
+// free ports), each serving listenersFor(id), all at once (a new cluster
+// forms only when every voter is up). setup adjusts each node's config.
+func StartClusterListeners(t testing.TB, n int, listenersFor func(id int32) []*wire.Listener, setup func(id int32, c *broker.Config)) []*Node {
+	t.Helper()
+	peers := map[int32]string{}
+	for i := 1; i <= n; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		peers[int32(i)] = ln.Addr().String()
+		ln.Close()
+	}
+	nodes := make([]*Node, n)
+	lns := make([][]net.Listener, n)
+	for i := range nodes {
+		id := int32(i + 1)
+		nodes[i], lns[i] = prepareListeners(t, listenersFor(id), func(c *broker.Config, _ *wire.Limits) {
+			c.NodeID, c.Peers = id, peers
+			setup(id, c)
+		})
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, nd := range nodes {
+		wg.Go(func() { errs[i] = nd.startListenersErr(lns[i]) })
+	}
+	wg.Wait()
+	for _, nd := range nodes {
+		if nd.B != nil {
+			t.Cleanup(nd.Stop)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("starting the cluster: %v", err)
+	}
+	return nodes
+}
+
+func prepareListeners(t testing.TB, listeners []*wire.Listener, setup ...func(*broker.Config, *wire.Limits)) (*Node, []net.Listener) {
+	t.Helper()
 	cfg := broker.DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.OffsetsTopicPartitions = 3
@@ -168,25 +218,23 @@ func StartListeners(t testing.TB, listeners []*wire.Listener, setup ...func(*bro
 		o(&cfg, &n.Limits)
 	}
 	n.Cfg = cfg
-	n.startListeners(lns)
-	t.Cleanup(n.Stop)
-	return n
+	return n, lns
 }
 
-func (n *Node) startListeners(lns []net.Listener) {
-	n.t.Helper()
+func (n *Node) startListenersErr(lns []net.Listener) error {
 	b, err := broker.New(n.Cfg)
 	if err != nil {
 		for _, ln := range lns {
 			ln.Close()
 		}
-		n.t.Fatalf("broker.New: %v", err)
+		return fmt.Errorf("node %d: %w", n.Cfg.NodeID, err)
 	}
 	n.B, n.lns = b, lns
 	n.srv = wire.NewServer(b, n.Limits, n.Cfg.Logger)
 	for i, ln := range lns {
 		go n.srv.ServeListener(ln, n.Listeners[i])
 	}
+	return nil
 }
 
 // Stop closes the listener, every connection and the broker (a clean
@@ -222,7 +270,9 @@ func (n *Node) Restart() {
 		for _, l := range n.Listeners {
 			lns = append(lns, relisten(n.t, n.Addrs[l.Name]))
 		}
-		n.startListeners(lns)
+		if err := n.startListenersErr(lns); err != nil {
+			n.t.Fatal(err)
+		}
 		return
 	}
 	var ln net.Listener
