@@ -86,14 +86,31 @@ var saslKeys = map[int16][2]int16{
 
 // versions is what the connection serves for key: the SASL APIs on SASL
 // listeners, otherwise what the handler serves on this listener.
+//
+// On other listeners the SASL APIs are decoded too (but not advertised),
+// to be answered ILLEGAL_SASL_STATE as Kafka does.
 func (c *serverConn) versions(key int16) (int16, int16, bool) {
 	if v, ok := saslKeys[key]; ok {
-		if !c.listener.Protocol.UsesSASL() {
-			return 0, 0, false
-		}
 		return v[0], v[1], true
 	}
 	return c.s.h.Versions(c.listener, key)
+}
+
+// saslNotEnabled answers a SASL request on a listener without SASL.
+func saslNotEnabled(req *Request) kmsg.Response {
+	switch r := req.Body.(type) {
+	case *kmsg.SASLHandshakeRequest:
+		resp := r.ResponseKind().(*kmsg.SASLHandshakeResponse)
+		resp.ErrorCode = kerr.IllegalSaslState.Code
+		resp.SupportedMechanisms = []string{}
+		return resp
+	case *kmsg.SASLAuthenticateRequest:
+		resp := r.ResponseKind().(*kmsg.SASLAuthenticateResponse)
+		resp.ErrorCode = kerr.IllegalSaslState.Code
+		resp.ErrorMessage = kmsg.StringPtr("SASL is not enabled on this listener")
+		return resp
+	}
+	return nil
 }
 
 // authState is a connection's authentication, touched only by its reader.

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -311,4 +312,116 @@ func writeFile(t *testing.T, path string, data []byte) {
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestSASLOnPlaintext: a SaslHandshake on a listener without SASL is
+// answered ILLEGAL_SASL_STATE (Kafka's answer), and ApiVersions does not
+// list the SASL APIs there.
+func TestSASLOnPlaintext(t *testing.T) {
+	_, addr := serveListener(t, testHandler{}, DefaultListener())
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.Write(frame(kmsg.NewPtrApiVersionsRequest(), 3, 1))
+	vr := kmsg.NewPtrApiVersionsResponse()
+	vr.Version = 3
+	vers := readResponse(t, c, vr).(*kmsg.ApiVersionsResponse)
+	for _, k := range vers.ApiKeys {
+		if k.ApiKey == kmsg.SASLHandshake.Int16() || k.ApiKey == kmsg.SASLAuthenticate.Int16() {
+			t.Errorf("a PLAINTEXT listener advertises %s", kmsg.NameForKey(k.ApiKey))
+		}
+	}
+	hs := kmsg.NewPtrSASLHandshakeRequest()
+	hs.Mechanism = "PLAIN"
+	c.Write(frame(hs, 1, 2))
+	if resp := readResponse(t, c, hs.ResponseKind()) /* v1 */.(*kmsg.SASLHandshakeResponse); resp.ErrorCode != kerr.IllegalSaslState.Code {
+		t.Fatalf("handshake on PLAINTEXT: %v", kerr.ErrorForCode(resp.ErrorCode))
+	}
+}
+
+// pipeListener hands out one prepared connection.
+type pipeListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+func (l *pipeListener) Close() error {
+	select {
+	case <-l.done:
+	default:
+		close(l.done)
+	}
+	return nil
+}
+func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
+
+// FuzzSASLConn feeds arbitrary frames to a SASL listener's connection: no
+// input may panic the server, and no request may reach the handler from an
+// unauthenticated client (the only credentials are bob's PLAIN password).
+//
+//	go test ./internal/wire -run X -fuzz FuzzSASLConn
+func FuzzSASLConn(f *testing.F) {
+	hs := func(mech string, v int16) []byte {
+		r := kmsg.NewPtrSASLHandshakeRequest()
+		r.Mechanism = mech
+		return frame(r, v, 1)
+	}
+	au := func(tok string, v int16) []byte {
+		r := kmsg.NewPtrSASLAuthenticateRequest()
+		r.SASLAuthBytes = []byte(tok)
+		return frame(r, v, 2)
+	}
+	raw := func(tok string) []byte { return append(binary.BigEndian.AppendUint32(nil, uint32(len(tok))), tok...) }
+	md := frame(kmsg.NewPtrMetadataRequest(), 1, 3)
+	cat := func(parts ...[]byte) []byte {
+		var out []byte
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	f.Add(cat(hs("PLAIN", 1), au("\x00bob\x00bob-secret", 1), md))
+	f.Add(cat(hs("PLAIN", 1), au("\x00bob\x00wrong", 1), md))
+	f.Add(cat(hs("PLAIN", 0), raw("\x00bob\x00bob-secret"), md))
+	f.Add(cat(hs("SCRAM-SHA-512", 1), au("n,,n=alice,r=abc", 1), au("c=biws,r=abc,p=AAAA", 2), md))
+	f.Add(cat(md))
+	f.Add(cat(frame(kmsg.NewPtrApiVersionsRequest(), 3, 0), hs("PLAIN", 1), hs("PLAIN", 1), md))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		h := &principalHandler{}
+		s := NewServer(h, Limits{ReadTimeout: time.Second, IdleTimeout: time.Second}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		ss, err := auth.NewSASLServer(auth.SASLConfig{Mechanisms: []string{auth.MechPlain, auth.MechScramSHA512}, Scram: creds{}, PlainUsers: map[string]string{"bob": "bob-secret"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln := &pipeListener{conns: make(chan net.Conn, 1), done: make(chan struct{})}
+		client, server := net.Pipe()
+		ln.conns <- server
+		go s.ServeListener(ln, &Listener{Name: "SASL", Protocol: SASLPlaintext, SASL: ss})
+		go io.Copy(io.Discard, client)
+		client.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		client.Write(in)
+		client.Close()
+		s.Close()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, p := range h.seen {
+			if p != auth.User("bob") {
+				t.Fatalf("a request reached the handler as %v", p)
+			}
+		}
+		if len(h.seen) > 0 && !bytes.Contains(in, []byte("bob-secret")) {
+			t.Fatal("served without the password")
+		}
+	})
 }

@@ -365,6 +365,8 @@ func (c *serverConn) readLoop() {
 		switch {
 		case req.Body == nil:
 			reply = c.unsupportedApiVersions(req)
+		case (req.Key == kmsg.SASLHandshake.Int16() || req.Key == kmsg.SASLAuthenticate.Int16()) && !c.listener.Protocol.UsesSASL():
+			reply = Respond(saslNotEnabled(req)) // as Kafka: an error, the connection stays
 		case req.Key == kmsg.SASLHandshake.Int16():
 			var resp kmsg.Response
 			resp, closeAfter = c.saslHandshake(req)

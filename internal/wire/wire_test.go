@@ -276,7 +276,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add(frame(md, v, 2)[4:])
 	}
 	f.Add([]byte{0, 18, 0, 9, 0, 0, 0, 1, 0xff, 0xff})
-	c := &serverConn{s: NewServer(testHandler{}, Limits{}, nil), info: &Conn{}}
+	c := &serverConn{s: NewServer(testHandler{}, Limits{}, nil), info: &Conn{}, listener: DefaultListener()}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if len(b) < 8 {
 			return // the read loop refuses these before decode
