@@ -251,3 +251,60 @@ func createClusterTopicSASL(t *testing.T, adm *kadm.Client, topic string, rf int
 		t.Fatalf("create %s: %v", topic, err)
 	}
 }
+
+// TestSecureClusterSASLInterBroker: nodes log in to each other with SCRAM
+// (the bootstrap user the controller commits first), no certificates.
+func TestSecureClusterSASLInterBroker(t *testing.T) {
+	node, err := auth.NewScramCredential("node", auth.MechScramSHA512, "node-secret", 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := map[int32]*broker.LateCredentials{}
+	nodes := brokertest.StartClusterListeners(t, 3, func(id int32) []*wire.Listener {
+		creds[id] = &broker.LateCredentials{}
+		ss, err := auth.NewSASLServer(auth.SASLConfig{Mechanisms: []string{auth.MechScramSHA512}, Scram: creds[id]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []*wire.Listener{{Name: "SASL", Protocol: wire.SASLPlaintext, SASL: ss, Internal: true}}
+	}, func(id int32, c *broker.Config) {
+		c.Security.Authorizer = auth.NewAuthorizer([]auth.Principal{auth.User("node")}, false)
+		c.Security.NodeSASL = &broker.NodeSASL{Mechanism: auth.MechScramSHA512, User: "node", Password: "node-secret"}
+		c.Security.BootstrapScram = []auth.ScramCredential{node}
+	})
+	for _, nd := range nodes {
+		creds[nd.Cfg.NodeID].Set(nd.B)
+	}
+	awaitCluster(t, "every broker registered everywhere over SASL", func() error {
+		for _, nd := range nodes {
+			cl, err := kgo.NewClient(kgo.SeedBrokers(nd.Addr), kgo.SASL(scramMech("node", "node-secret")))
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			md, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl.Broker(int(nd.Cfg.NodeID)))
+			cancel()
+			cl.Close()
+			if err != nil {
+				return err
+			}
+			if len(md.Brokers) != 3 || md.ControllerID <= 0 {
+				return fmt.Errorf("node %d: brokers %d, controller %d", nd.Cfg.NodeID, len(md.Brokers), md.ControllerID)
+			}
+		}
+		return nil
+	})
+	// An anonymous client is not even served here.
+	anon, err := kgo.NewClient(kgo.SeedBrokers(nodes[0].Addr), kgo.RequestRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close()
+	hb := kmsg.NewPtrBrokerHeartbeatRequest()
+	hb.BrokerID, hb.WantFence = 2, true
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := hb.RequestWith(ctx, anon); err == nil {
+		t.Fatal("an unauthenticated BrokerHeartbeat was answered")
+	}
+}
