@@ -97,28 +97,18 @@ func (p *Partition) IsLeader() bool {
 	if rep == nil {
 		return true
 	}
-	st, err := rep.host.Status(rep.group)
-	return err == nil && st.State == "StateLeader"
+	l, err := rep.host.Leadership(rep.group)
+	return err == nil && l.Leading
 }
 
-// InSyncReplicas counts the replicas the leader currently hears from and
+// InSyncReplicas counts the voters the leader currently hears from and
 // that are being replicated to (itself included); 0 on a follower.
 func (p *Partition) InSyncReplicas() int {
 	rep := p.rep.Load()
 	if rep == nil {
 		return 1
 	}
-	st, err := rep.host.Status(rep.group)
-	if err != nil || st.State != "StateLeader" {
-		return 0
-	}
-	n := 0
-	for _, r := range st.Replicas {
-		if r.ID == st.Node || r.Active && r.State == "StateReplicate" && !r.Learner {
-			n++
-		}
-	}
-	return n
+	return rep.host.InSync(rep.group)
 }
 
 var errNotLeader = fmt.Errorf("not the partition leader: %w", kerr.NotLeaderForPartition)
@@ -130,24 +120,29 @@ var errNotLeader = fmt.Errorf("not the partition leader: %w", kerr.NotLeaderForP
 // Called with appendMu held.
 func (p *Partition) leaderCheckLocked() error {
 	rep := p.rep.Load()
-	st, err := rep.host.Status(rep.group)
+	l, err := rep.host.Leadership(rep.group)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errNotLeader, err)
 	}
-	if st.State != "StateLeader" {
+	if !l.Leading {
 		return errNotLeader
 	}
-	if rep.readyTerm == st.Term {
+	if rep.readyTerm == l.Term {
 		return nil
 	}
-	if st.CommitOffset < st.EndOffset {
+	commit, err := rep.host.CommitOffset(rep.group)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errNotLeader, err)
+	}
+	end := p.log.EndOffset()
+	if commit < end {
 		return fmt.Errorf("new leader still committing earlier entries: %w", kerr.NotLeaderForPartition)
 	}
 	if err := p.rebuildLocked(); err != nil {
 		return p.fail(err)
 	}
-	rep.readyTerm = st.Term
-	p.lg.Info("leading partition", "epoch", st.Term, "log_end_offset", st.EndOffset)
+	rep.readyTerm = l.Term
+	p.lg.Info("leading partition", "epoch", l.Term, "log_end_offset", end)
 	return nil
 }
 
