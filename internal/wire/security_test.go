@@ -337,7 +337,7 @@ func TestSASLOnPlaintext(t *testing.T) {
 	hs := kmsg.NewPtrSASLHandshakeRequest()
 	hs.Mechanism = "PLAIN"
 	c.Write(frame(hs, 1, 2))
-	if resp := readResponse(t, c, hs.ResponseKind()) /* v1 */.(*kmsg.SASLHandshakeResponse); resp.ErrorCode != kerr.IllegalSaslState.Code {
+	if resp := readResponse(t, c, hs.ResponseKind()).(*kmsg.SASLHandshakeResponse); resp.ErrorCode != kerr.IllegalSaslState.Code {
 		t.Fatalf("handshake on PLAINTEXT: %v", kerr.ErrorForCode(resp.ErrorCode))
 	}
 }
