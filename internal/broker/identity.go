@@ -126,7 +126,7 @@ func (b *Broker) joinCluster(h *raft.Host) error {
 // joinThroughBrokers asks the --join brokers which cluster they are: a
 // broker-only node never forms a cluster.
 func (b *Broker) joinThroughBrokers() (datadir.Identity, bool, string) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.cfg.Join...), kgo.DialTimeout(2*time.Second))
+	cl, err := b.nodeClient(b.cfg.Join, kgo.DialTimeout(2*time.Second))
 	if err != nil {
 		return b.ident, false, err.Error()
 	}
