@@ -345,7 +345,7 @@ func (p *Partition) HighWatermark() int64 {
 func (p *Partition) LogStartOffset() int64 { return max(p.log.StartOffset(), p.minStart.Load()) }
 func (p *Partition) LogEndOffset() int64   { return p.log.EndOffset() }
 
-func (p *Partition) DurableOffset() int64  { return p.log.DurableOffset() }
+func (p *Partition) DurableOffset() int64 { return p.log.DurableOffset() }
 
 // OffsetForTimestamp is the first offset from the log start whose batch
 // has a timestamp at or after ts, and that timestamp; -1 if none.
