@@ -58,6 +58,10 @@ type Config struct {
 	// advertised to the others in its registration), and Join lists Kafka
 	// addresses of running brokers to register through.
 	Join []string
+	// JoinTimeout bounds how long a node with a new data directory waits
+	// to form or join its cluster (identity.go); 0 waits as long as it
+	// takes, as a replaced node whose up-to-date peers are down must.
+	JoinTimeout time.Duration
 	// DefaultReplicationFactor is default.replication.factor: 0 means 1
 	// on a single node, min(3, nodes) in a cluster.
 	DefaultReplicationFactor int16
