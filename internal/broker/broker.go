@@ -68,6 +68,10 @@ type Config struct {
 	// advertised to the others in its registration), and Join lists Kafka
 	// addresses of running brokers to register through.
 	Join []string
+	// JoinTimeout bounds how long a node with a new data directory waits
+	// to form or join its cluster (identity.go); 0 waits as long as it
+	// takes, as a replaced node whose up-to-date peers are down must.
+	JoinTimeout time.Duration
 	// DefaultReplicationFactor is default.replication.factor: 0 means 1
 	// on a single node, min(3, nodes) in a cluster.
 	DefaultReplicationFactor int16
@@ -92,6 +96,10 @@ type Config struct {
 	// (broker.session.timeout.ms, default 9 s). Zero means the default.
 	BrokerHeartbeatInterval time.Duration
 	BrokerSessionTimeout    time.Duration
+
+	// Security is listeners, authorization and this node's credentials
+	// (security.go); the zero value is the unsecured single listener.
+	Security SecurityConfig
 
 	Logger *slog.Logger
 	FS     storage.FS // nil: the OS filesystem
@@ -217,6 +225,9 @@ type handlerFunc func(b *Broker, ctx context.Context, req *wire.Request) wire.Re
 type api struct {
 	min, max int16
 	fn       handlerFunc
+	// internal: a node-to-node API, served and advertised only on the
+	// inter-broker listener, and answered only to nodes (security.go).
+	internal bool
 }
 
 var apis = map[int16]api{}
@@ -230,12 +241,25 @@ func register(key kmsg.Key, min, max int16, fn handlerFunc) {
 	if req := kmsg.RequestForKey(key.Int16()); req == nil || max > req.MaxVersion() {
 		panic(fmt.Sprintf("broker: %s v%d is beyond what kmsg encodes", kmsg.NameForKey(key.Int16()), max))
 	}
-	apis[key.Int16()] = api{min, max, fn}
+	apis[key.Int16()] = api{min: min, max: max, fn: fn}
 }
 
-// Versions implements wire.Handler.
-func (b *Broker) Versions(key int16) (min, max int16, ok bool) {
+// registerInternal serves a node-to-node API (KRaft's broker-to-controller
+// APIs, WriteTxnMarkers): only on the inter-broker listener, only to nodes.
+func registerInternal(key kmsg.Key, min, max int16, fn handlerFunc) {
+	register(key, min, max, fn)
+	a := apis[key.Int16()]
+	a.internal = true
+	apis[key.Int16()] = a
+}
+
+// Versions implements wire.Handler: what listener l serves (nil: the
+// default listener, which is also the inter-broker one).
+func (b *Broker) Versions(l *wire.Listener, key int16) (min, max int16, ok bool) {
 	a, ok := apis[key]
+	if ok && a.internal && l != nil && !l.Internal {
+		return 0, 0, false
+	}
 	return a.min, a.max, ok
 }
 
@@ -244,6 +268,11 @@ func (b *Broker) Handle(ctx context.Context, req *wire.Request) wire.Reply {
 	a, ok := apis[req.Key]
 	if !ok { // wire only passes keys that Versions reports
 		panic("broker: unregistered key reached Handle")
+	}
+	if a.internal && !b.fromNode(req) {
+		b.log.Warn("node-to-node request refused: not from a node", "api", kmsg.NameForKey(req.Key),
+			"principal", req.Principal.String(), "host", requestHost(req), "client_id", req.ClientID)
+		return wire.Respond(internalDenied(req.Body))
 	}
 	return a.fn(b, ctx, req)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/controller"
 	"holdfast/internal/storage"
 	"holdfast/internal/wire"
@@ -463,14 +464,15 @@ func (b *Broker) handleDescribeConfigs(_ context.Context, r *wire.Request) wire.
 	for _, rr := range req.Resources {
 		res := kmsg.NewDescribeConfigsResponseResource()
 		res.ResourceType, res.ResourceName = rr.ResourceType, rr.ResourceName
-		var err error
-		switch rr.ResourceType {
-		case kmsg.ConfigResourceTypeTopic:
+		err := b.authorizeConfigs(r, rr.ResourceType, rr.ResourceName, auth.OpDescribeConfigs)
+		switch {
+		case err != nil:
+		case rr.ResourceType == kmsg.ConfigResourceTypeTopic:
 			var t controller.Topic
 			if t, err = b.lookupConfigTopic(rr.ResourceName); err == nil {
 				res.Configs = b.describeTopicConfigs(t, rr.ConfigNames, synonyms, docs)
 			}
-		case kmsg.ConfigResourceTypeBroker:
+		case rr.ResourceType == kmsg.ConfigResourceTypeBroker:
 			var cluster bool
 			if cluster, err = b.checkBrokerResource(rr.ResourceName); err == nil && !cluster {
 				res.Configs = b.describeBrokerConfigs(rr.ConfigNames, synonyms, docs)
@@ -584,8 +586,29 @@ var brokerConfigs = []brokerConfig{
 		value: val(func(b *Broker) string { return b.cfg.DataDir })},
 	{name: "advertised.listeners", typ: kmsg.ConfigTypeString, doc: "The address clients are told to connect to.",
 		value: val(func(b *Broker) string {
-			return "PLAINTEXT://" + net.JoinHostPort(b.cfg.AdvertisedHost, strconv.Itoa(int(b.cfg.AdvertisedPort)))
+			var out []string
+			for _, e := range b.cfg.Security.Listeners {
+				out = append(out, e.Name+"://"+net.JoinHostPort(e.Host, strconv.Itoa(int(e.Port))))
+			}
+			return strings.Join(out, ",")
 		})},
+	{name: "inter.broker.listener.name", typ: kmsg.ConfigTypeString, doc: "The listener nodes use to reach each other; node-to-node APIs are served only there.",
+		value: val(func(b *Broker) string { return b.cfg.Security.InterBrokerListener })},
+	{name: "listener.security.protocol.map", typ: kmsg.ConfigTypeString, doc: "Each listener's security protocol.",
+		value: val(func(b *Broker) string {
+			var out []string
+			for _, e := range b.cfg.Security.Listeners {
+				out = append(out, e.Name+":"+e.Protocol)
+			}
+			return strings.Join(out, ",")
+		})},
+	{name: "authorizer.class.name", typ: kmsg.ConfigTypeString, kafkaDefault: "", doc: "Set when ACLs are enforced.",
+		value: func(b *Broker) *string {
+			if b.cfg.Security.Authorizer == nil {
+				return strp("")
+			}
+			return strp("org.apache.kafka.metadata.authorizer.StandardAuthorizer")
+		}},
 	{name: "broker.rack", typ: kmsg.ConfigTypeString, doc: "The node's rack.",
 		value: func(b *Broker) *string {
 			if b.cfg.Rack == "" {
@@ -706,7 +729,12 @@ func (b *Broker) handleAlterConfigs(_ context.Context, r *wire.Request) wire.Rep
 		func(rr kmsg.AlterConfigsRequestResource) resourceKey {
 			return resourceKey{rr.ResourceType, rr.ResourceName}
 		},
-		func(rr kmsg.AlterConfigsRequestResource) error { return b.alterConfigs(rr, req.ValidateOnly) },
+		func(rr kmsg.AlterConfigsRequestResource) error {
+			if err := b.authorizeConfigs(r, rr.ResourceType, rr.ResourceName, auth.OpAlterConfigs); err != nil {
+				return err
+			}
+			return b.alterConfigs(rr, req.ValidateOnly)
+		},
 		func(rr kmsg.AlterConfigsRequestResource, err error) {
 			res := kmsg.NewAlterConfigsResponseResource()
 			res.ResourceType, res.ResourceName = rr.ResourceType, rr.ResourceName
@@ -793,6 +821,9 @@ func (b *Broker) handleIncrementalAlterConfigs(_ context.Context, r *wire.Reques
 			return resourceKey{rr.ResourceType, rr.ResourceName}
 		},
 		func(rr kmsg.IncrementalAlterConfigsRequestResource) error {
+			if err := b.authorizeConfigs(r, rr.ResourceType, rr.ResourceName, auth.OpAlterConfigs); err != nil {
+				return err
+			}
 			return b.incrementalAlterConfigs(rr, req.ValidateOnly)
 		},
 		func(rr kmsg.IncrementalAlterConfigsRequestResource, err error) {

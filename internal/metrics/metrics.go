@@ -59,6 +59,9 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) *prometheus.Regist
 	counter("holdfast_handler_panics_total", "Requests whose handler panicked: each closed its own connection (logged with the API and a stack).", st.Panics.Load)
 	counter("holdfast_network_received_bytes_total", "Request bytes received.", st.BytesIn.Load)
 	counter("holdfast_network_sent_bytes_total", "Response bytes sent.", st.BytesOut.Load)
+	// Kafka's socket-server-metrics failed-/successful-authentication-total.
+	counter("holdfast_failed_authentication_total", "TLS handshakes and SASL exchanges that failed (bad credentials, certificates, expired tokens).", st.AuthFailures.Load)
+	counter("holdfast_successful_authentication_total", "SASL authentications that succeeded (re-authentications not counted).", st.AuthSuccesses.Load)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "holdfast_connections_open", Help: "Open client connections."},
 		func() float64 { return float64(st.Open.Load()) }))
 	counter("holdfast_isr_shrinks_total", "Times the in-sync replica set of a partition this node leads got smaller (Kafka: ReplicaManager IsrShrinksPerSec; sampled every second).",

@@ -390,7 +390,14 @@ func (p *Partition) HighWatermark() int64 {
 // segments are not deleted yet.
 func (p *Partition) LogStartOffset() int64 { return max(p.log.StartOffset(), p.minStart.Load()) }
 func (p *Partition) LogEndOffset() int64   { return p.log.EndOffset() }
-func (p *Partition) DurableOffset() int64  { return p.log.DurableOffset() }
+
+func (p *Partition) DurableOffset() int64 { return p.log.DurableOffset() }
+
+// OffsetForTimestamp is the first offset from the log start whose batch
+// has a timestamp at or after ts, and that timestamp; -1 if none.
+func (p *Partition) OffsetForTimestamp(ts int64) (offset, timestamp int64, err error) {
+	return p.log.OffsetForTimestampFrom(ts, p.LogStartOffset())
+}
 
 // Notify returns a channel closed when the high watermark next advances (or
 // the partition closes). Take it before checking the watermark.

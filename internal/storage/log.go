@@ -985,17 +985,24 @@ func (l *Log) batchHeader(s *segment, pos int64) (records.Header, error) {
 // OffsetForTimestamp returns the first offset whose batch MaxTimestamp >= ts
 // and that batch's MaxTimestamp, found through the time index; (-1, -1) if none.
 func (l *Log) OffsetForTimestamp(ts int64) (int64, int64, error) {
+	return l.OffsetForTimestampFrom(ts, 0)
+}
+
+// OffsetForTimestampFrom is OffsetForTimestamp counting only offsets from
+// from on (a log start that holds before its segments are deleted).
+func (l *Log) OffsetForTimestampFrom(ts, from int64) (int64, int64, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.closed {
 		return -1, -1, ErrClosed
 	}
+	start := max(l.start, from)
 	for _, s := range l.segs {
 		segMax, _, err := s.maxTimestamp(l)
 		if err != nil {
 			return -1, -1, err
 		}
-		if segMax < ts || s.next <= l.start {
+		if segMax < ts || s.next <= start {
 			continue
 		}
 		if err := s.lockIndex(l); err != nil {
@@ -1008,8 +1015,8 @@ func (l *Log) OffsetForTimestamp(ts int64) (int64, int64, error) {
 			if err != nil {
 				return -1, -1, err
 			}
-			if h.MaxTimestamp >= ts && h.LastOffset() >= l.start {
-				return max(h.BaseOffset, l.start), h.MaxTimestamp, nil
+			if h.MaxTimestamp >= ts && h.LastOffset() >= start {
+				return max(h.BaseOffset, start), h.MaxTimestamp, nil
 			}
 			pos += int64(h.Size())
 		}
