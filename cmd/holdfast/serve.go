@@ -319,7 +319,7 @@ func serve(sc *serveConfig, unsupported []string) error {
 	}
 
 	start := time.Now()
-	logger.Info("starting", "version", version, "node", cfg.NodeID, "data_dir", cfg.DataDir, "flush", cfg.LogDefaults.Flush.String(), "cluster", len(cfg.Peers) > 0)
+	logger.Info("starting", "version", version, "node", cfg.NodeID, "data_dir", cfg.DataDir, "flush", cfg.LogDefaults.Flush.String(), "voters", max(len(cfg.Peers), 1))
 	b, err := broker.New(cfg)
 	if err != nil {
 		return err

@@ -35,7 +35,7 @@ func (b *Broker) handleAddOffsetsToTxn(_ context.Context, r *wire.Request) wire.
 		return wire.Respond(resp)
 	}
 	p := b.offsetsPartition(req.Group)
-	if p >= 0 || !b.clusterMode() {
+	if p >= 0 {
 		return b.addOffsetsPartition(c, req, resp, p)
 	}
 	return func(ctx context.Context) kmsg.Response {

@@ -716,31 +716,62 @@ func (f *removalFailingFS) Remove(name string) error {
 	return f.FS.Remove(name)
 }
 
-// A delete whose data removal fails is finished later: before a topic of
-// the same name is created, and at start-up. The old records never come
-// back.
+// A delete whose data removal fails is finished later: before a replica of
+// a topic of the same name opens (the repair loop retries it), and at
+// start-up. Until then the new topic's partition is offline
+// (KAFKA_STORAGE_ERROR); the old records never come back.
 func TestDeleteFinishesInterruptedDataRemoval(t *testing.T) {
 	fsys := &removalFailingFS{FS: storage.OSFS(), match: "victim-0"}
 	n := brokertest.Start(t, func(c *broker.Config, _ *wire.Limits) { c.FS = fsys })
-	adm := n.Admin()
 	ctx := adminCtx(t)
-	n.CreateTopic("victim", 1, nil)
-	cl := n.Client()
-	for i := 0; i < 5; i++ {
-		mustNil(t, "produce", cl.ProduceSync(ctx, &kgo.Record{Topic: "victim", Value: []byte("old")}).FirstErr())
+	produce := func(k int) {
+		t.Helper()
+		cl := n.Client()
+		defer cl.Close()
+		for range k {
+			mustNil(t, "produce", cl.ProduceSync(ctx, &kgo.Record{Topic: "victim", Value: []byte("old")}).FirstErr())
+		}
 	}
-	fsys.fail.Store(true)
-	_, err := adm.DeleteTopic(ctx, "victim")
-	mustNil(t, "delete (metadata is removed even if the data is not yet)", err)
-	if mt := topicMeta(t, n, "victim"); mt.ErrorCode != kerr.UnknownTopicOrPartition.Code {
-		t.Fatalf("deleted topic still listed (code %d)", mt.ErrorCode)
+	deleteStuck := func() {
+		t.Helper()
+		fsys.fail.Store(true)
+		_, err := n.Admin().DeleteTopic(ctx, "victim")
+		mustNil(t, "delete (metadata is removed even if the data is not yet)", err)
+		if mt := topicMeta(t, n, "victim"); mt.ErrorCode != kerr.UnknownTopicOrPartition.Code {
+			t.Fatalf("deleted topic still listed (code %d)", mt.ErrorCode)
+		}
+		if _, err := os.Stat(filepath.Join(n.Cfg.DataDir, "victim-0")); err != nil {
+			t.Fatalf("the injected failure did not keep the data: %v", err)
+		}
 	}
-	if _, err := os.Stat(filepath.Join(n.Cfg.DataDir, "victim-0")); err != nil {
-		t.Fatalf("the injected failure did not keep the data: %v", err)
+	endOffset := func() (int64, error) {
+		ends, err := n.Admin().ListEndOffsets(ctx, "victim")
+		if err != nil {
+			return -1, err
+		}
+		o, _ := ends.Lookup("victim", 0)
+		return o.Offset, o.Err
 	}
-	_, err = adm.CreateTopic(ctx, 1, 1, nil, "victim")
-	wantErr(t, "recreate while the old data cannot be removed", err, kerr.KafkaStorageError)
 
+	n.CreateTopic("victim", 1, nil)
+	produce(5)
+	deleteStuck()
+	_, err := n.Admin().CreateTopic(ctx, 1, 1, nil, "victim")
+	mustNil(t, "recreate while the old data cannot be removed", err)
+	if _, err := endOffset(); !errors.Is(err, kerr.KafkaStorageError) {
+		t.Fatalf("partition over another topic's data: %v, want KAFKA_STORAGE_ERROR", err)
+	}
+	fsys.fail.Store(false) // the repair loop removes the data and opens the replica
+	waitFor(t, 30*time.Second, "the recreated partition to come online", func() bool {
+		_, err := endOffset()
+		return err == nil
+	})
+	if end, _ := endOffset(); end != 0 {
+		t.Fatalf("recreated topic ends at %d: the deleted records came back", end)
+	}
+
+	produce(3)
+	deleteStuck()
 	fsys.fail.Store(false)
 	n.Restart() // start-up finishes the removal
 	if _, err := os.Stat(filepath.Join(n.Cfg.DataDir, "victim-0")); !os.IsNotExist(err) {
@@ -748,9 +779,7 @@ func TestDeleteFinishesInterruptedDataRemoval(t *testing.T) {
 	}
 	_, err = n.Admin().CreateTopic(ctx, 1, 1, nil, "victim")
 	mustNil(t, "recreate after restart", err)
-	ends, err := n.Admin().ListEndOffsets(ctx, "victim")
-	mustNil(t, "end offsets", err)
-	if o, _ := ends.Lookup("victim", 0); o.Err != nil || o.Offset != 0 {
-		t.Fatalf("recreated topic ends at %d (%v): the deleted records came back", o.Offset, o.Err)
+	if end, err := endOffset(); err != nil || end != 0 {
+		t.Fatalf("recreated topic ends at %d (%v): the deleted records came back", end, err)
 	}
 }

@@ -66,16 +66,6 @@ func (b *Broker) reassign(ctx context.Context, req *kmsg.AlterPartitionAssignmen
 		return errCode(kerr.UnknownTopicOrPartition, "Topic or partition %s-%d does not exist.", topic, rp.Partition)
 	}
 	c := b.cluster
-	if c == nil {
-		// One node holds every partition: only a no-op move is valid.
-		switch {
-		case rp.Replicas == nil:
-			return controller.ErrNoReassignment
-		case len(rp.Replicas) == 1 && rp.Replicas[0] == b.cfg.NodeID:
-			return nil
-		}
-		return errCode(kerr.InvalidReplicaAssignment, "a single node can only assign its own id %d", b.cfg.NodeID)
-	}
 	if rp.Replicas != nil {
 		if err := controller.ValidateTarget(b.meta.Brokers(), rp.Replicas); err != nil {
 			return errCode(kerr.InvalidReplicaAssignment, "replicas %v: empty, duplicated, more than %d, or naming an unregistered broker", rp.Replicas, controller.MaxReplicas)

@@ -152,6 +152,7 @@ type Broker struct {
 	// topicsMu serializes topic creation, deletion and partition changes
 	// with opening and removing their logs (topics.go).
 	topicsMu sync.Mutex
+	alterMu  sync.Mutex // serializes IncrementalAlterConfigs' read-modify-write
 
 	// stats counts replication events for metrics (stats.go).
 	stats statsState
@@ -169,6 +170,11 @@ func New(cfg Config) (*Broker, error) {
 	}
 	if cfg.FS == nil {
 		cfg.FS = storage.OSFS()
+	}
+	if len(cfg.Peers) == 0 {
+		// A single node is a cluster of one: its only voter, with no Raft
+		// port (nobody to talk to), on exactly the replicated path.
+		cfg.Peers = map[int32]string{cfg.NodeID: ""}
 	}
 	b := &Broker{cfg: cfg, log: cfg.Logger}
 	for _, h := range startHooks {

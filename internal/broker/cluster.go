@@ -23,16 +23,17 @@ import (
 	"holdfast/internal/auth"
 	"holdfast/internal/controller"
 	"holdfast/internal/datadir"
+	"holdfast/internal/partition"
 	"holdfast/internal/raft"
 	"holdfast/internal/records"
 	"holdfast/internal/storage"
 	"holdfast/internal/wire"
 )
 
-// Cluster mode (Config.Peers set): one raft.Host per node drives the
-// metadata group (the controller: broker registrations, topics with their
-// replica sets, configs) and one group per partition replica on this node.
-// Single-node mode never builds any of this.
+// Every node runs one raft.Host that drives the metadata group (the
+// controller: broker registrations, topics with their replica sets,
+// configs) and one group per partition replica on this node. A single node
+// is a cluster of one voter, on the same path.
 
 // metadataGroup is the Raft group id of the controller. Partition groups
 // get ids hashed from (topic id, partition) with the top bit set, so they
@@ -76,12 +77,20 @@ type cluster struct {
 
 	repairs atomic.Int64 // replicas discarded and reopened after a storage failure (repair.go)
 
+	// offline: replicas assigned here that could not be opened, and why
+	// (the repair loop retries them).
+	offlineMu sync.Mutex
+	offline   map[topicPartition]error
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
 
-// clusterMode reports whether this node is part of a replicated cluster.
-func (b *Broker) clusterMode() bool { return b.cluster != nil }
+// isVoter reports whether broker id is in the controller quorum (--peers).
+func (b *Broker) isVoter(id int32) bool {
+	_, ok := b.cfg.Peers[id]
+	return ok
+}
 
 // brokerOnly reports whether this node is a broker-only node: in a cluster,
 // but not one of the metadata voters in --peers.
@@ -95,9 +104,6 @@ func (b *Broker) brokerOnly() bool {
 const raftListenerName = "RAFT"
 
 func (b *Broker) startRaft() error {
-	if len(b.cfg.Peers) == 0 {
-		return nil
-	}
 	listen := b.cfg.RaftListen
 	if _, ok := b.cfg.Peers[b.cfg.NodeID]; !ok {
 		// A broker-only node: it joins through a running broker and gets
@@ -156,9 +162,6 @@ func (b *Broker) startRaft() error {
 // file has not applied yet, and starts registering this broker.
 func (b *Broker) startClusterMeta() error {
 	c := b.cluster
-	if c == nil {
-		return nil
-	}
 	cfg := storage.DefaultConfig()
 	cfg.RetentionMs, cfg.RetentionBytes = -1, -1
 	cfg.Flush = storage.FlushPolicy{Mode: storage.FlushSync}
@@ -185,8 +188,28 @@ func (b *Broker) startClusterMeta() error {
 			c.host.SetPeer(uint64(br.ID), br.RaftAddr)
 		}
 	}
-	c.wg.Add(3)
+	c.wg.Add(1)
 	go c.applyLoop()
+	if b.singleNode() {
+		// The only voter leads its metadata at once: be registered (and
+		// so able to place topics) before serving anyone.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := c.host.WaitSettled(ctx, metadataGroup)
+		cancel()
+		if err == nil {
+			err = c.register(c.registration())
+		}
+		if err == nil {
+			// Bootstrap users exist before anyone can try them.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err = b.bootstrapScram(ctx)
+			cancel()
+		}
+		if err != nil {
+			return fmt.Errorf("registering this node in its metadata: %w", err)
+		}
+	}
+	c.wg.Add(2)
 	go c.registerLoop()
 	go c.reassignLoop()
 	stopRepair := goLoop(c.repairLoop)
@@ -327,9 +350,12 @@ func (c *cluster) apply(end int64, cmd controller.Command) error {
 		}
 	case controller.OpDeleteTopic:
 		b.log.Info("deleted topic", "topic", t.Name, "topic_id", t.IDString())
+		c.offlineMu.Lock()
 		for i := int32(0); i < t.Partitions; i++ {
 			c.host.RemoveGroup(partitionGroup(t.ID, i))
+			delete(c.offline, topicPartition{t.Name, i})
 		}
+		c.offlineMu.Unlock()
 		if err := b.finishPendingDelete(t.Name); err != nil {
 			b.log.Warn("removing deleted topic's data", "topic", t.Name, "err", err)
 		}
@@ -415,11 +441,6 @@ func (c *cluster) openReplicas(t controller.Topic, from int32) error {
 // openReplica opens partition i of t and its Raft group. rejoin: its data
 // here was discarded (repair.go); otherwise the metadata decides.
 func (c *cluster) openReplica(t controller.Topic, i int32, cfg storage.Config, lat, rejoin bool) error {
-	p, err := c.b.parts.Open(t.Name, t.ID, i, cfg)
-	if err != nil {
-		return fmt.Errorf("opening %s-%d: %w", t.Name, i, err)
-	}
-	p.SetLogAppendTime(lat)
 	// The bootstrap voters, not the current replicas: a replica opened by
 	// a reassignment replays the membership changes from the log (or gets
 	// them in a snapshot) as every other replica did.
@@ -428,9 +449,25 @@ func (c *cluster) openReplica(t controller.Topic, i int32, cfg storage.Config, l
 	for j, r := range initial {
 		voters[j] = uint64(r)
 	}
-	if err := p.Replicate(c.host, partitionGroup(t.ID, i), voters, rejoin || c.b.replicaRejoins(t, i)); err != nil {
-		return fmt.Errorf("replicating %s-%d: %w", t.Name, i, err)
+	tp := topicPartition{t.Name, i}
+	err := c.b.pendingDelete(t.Name)
+	var p *partition.Partition
+	if err == nil {
+		p, err = c.b.parts.Open(t.Name, t.ID, i, cfg, partition.Replication{
+			Host: c.host, Group: partitionGroup(t.ID, i), Voters: voters,
+			Rejoin: rejoin || c.b.replicaRejoins(t, i), AdoptPreRaft: t.PreRaft})
 	}
+	c.offlineMu.Lock()
+	defer c.offlineMu.Unlock()
+	if err != nil {
+		if c.offline == nil {
+			c.offline = map[topicPartition]error{}
+		}
+		c.offline[tp] = err
+		return fmt.Errorf("opening %s-%d: %w", t.Name, i, err)
+	}
+	delete(c.offline, tp)
+	p.SetLogAppendTime(lat)
 	return nil
 }
 
@@ -495,13 +532,10 @@ func (c *cluster) propose(ctx context.Context, cmd controller.Command) error {
 }
 
 // controllerOnly is the error code of a broker-to-controller request
-// (registration, AlterPartition) arriving here: such requests exist only in
-// cluster mode and only the controller serves them. c may be nil.
+// (registration, AlterPartition) arriving here: only the controller serves
+// them.
 func (c *cluster) controllerOnly() int16 {
-	switch {
-	case c == nil:
-		return kerr.UnsupportedVersion.Code
-	case !c.isController():
+	if !c.isController() {
 		return kerr.NotController.Code
 	}
 	return 0
@@ -560,9 +594,6 @@ func (b *Broker) defaultReplicationFactor() int16 {
 	if b.cfg.DefaultReplicationFactor > 0 {
 		return b.cfg.DefaultReplicationFactor
 	}
-	if b.cluster == nil {
-		return 1
-	}
 	return int16(min(3, len(b.cfg.Peers)))
 }
 
@@ -572,7 +603,10 @@ func (b *Broker) defaultReplicationFactor() int16 {
 // broker creates itself (auto-creation, internal topics), forwards a
 // CreateTopics request to the controller and waits to apply the result.
 // Called with topicsMu held; released while waiting.
-func (c *cluster) createTopic(name string, partitions int32, rf int16, configs map[string]string, internal, mustBeNew bool) (controller.Topic, error) {
+//
+// assign, if set, is the replicas of each partition (a manual assignment,
+// checked by the caller); otherwise they are placed here.
+func (c *cluster) createTopic(name string, partitions int32, rf int16, assign [][]int32, configs map[string]string, internal, mustBeNew bool) (controller.Topic, error) {
 	b := c.b
 	if t, ok := b.meta.Topic(name); ok {
 		if mustBeNew {
@@ -604,31 +638,19 @@ func (c *cluster) createTopic(name string, partitions int32, rf int16, configs m
 		}
 		return controller.Topic{}, errCode(kerr.LeaderNotAvailable, "topic %s is being created", name)
 	}
-	reps, err := c.placeReplicas(partitions, rf)
-	if err != nil {
-		return controller.Topic{}, err
+	reps := assign
+	if reps == nil {
+		var err error
+		if reps, err = c.placeReplicas(partitions, rf); err != nil {
+			return controller.Topic{}, err
+		}
 	}
-	t := controller.Topic{Name: name, ID: newTopicID(), Partitions: partitions, Configs: configs, Internal: internal || isInternalTopic(name), Replicas: reps}
+	t := controller.Topic{Name: name, ID: controller.NewTopicID(), Partitions: partitions, Configs: configs, Internal: internal || isInternalTopic(name), Replicas: reps}
 	if err := c.propose(context.Background(), controller.Command{Op: controller.OpCreateTopic, Topic: &t}); err != nil {
 		return controller.Topic{}, err
 	}
 	t, _ = b.meta.Topic(name)
 	return t, nil
-}
-
-// newTopicID is a random UUID (v4) that is not zero or Kafka's reserved id.
-func newTopicID() [16]byte {
-	for {
-		var id [16]byte
-		for i := range id {
-			id[i] = byte(rand.UintN(256))
-		}
-		id[6] = id[6]&0x0f | 0x40
-		id[8] = id[8]&0x3f | 0x80
-		if id != ([16]byte{}) && id != ([16]byte{15: 1}) {
-			return id
-		}
-	}
 }
 
 // forwardCreate asks the controller to create a topic and waits until the
@@ -705,6 +727,23 @@ func (c *cluster) forwarder() (*kgo.Client, error) {
 // is known.
 func (c *cluster) registerLoop() {
 	defer c.wg.Done()
+	me := c.registration()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-tick.C:
+		}
+		if err := c.register(me); err != nil {
+			c.b.log.Debug("broker registration", "err", err)
+		}
+	}
+}
+
+// registration is what this broker registers.
+func (c *cluster) registration() controller.BrokerInfo {
 	b := c.b
 	me := b.selfInfo()
 	me.DirID = b.ident.DirectoryID.String()
@@ -716,40 +755,38 @@ func (c *cluster) registerLoop() {
 			}
 		}
 	}
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-tick.C:
-		}
-		if cur, ok := b.meta.Broker(me.ID); ok && cur.Equal(me) || c.gone.Load() {
-			continue // keep checking: a re-registration by an old config must not stick
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		var err error
-		if c.isController() {
-			if len(b.meta.Brokers()) == 0 {
-				// A new cluster: every node adopts the first controller's id.
-				err = c.propose(ctx, controller.Command{Op: controller.OpInit, ClusterID: b.meta.ClusterID()})
-			}
-			if err == nil {
-				err = c.propose(ctx, controller.Command{Op: controller.OpRegister, Broker: &me})
-			}
-		} else if li, ok := b.meta.Broker(c.controllerID()); ok {
-			addr, _ := b.brokerAddr(li)
-			err = c.sendRegistration(ctx, []string{addr}, me)
-		} else if len(b.cfg.Join) > 0 {
-			// A broker-only node that has no metadata yet: the join
-			// addresses lead it to the controller.
-			err = c.sendRegistration(ctx, b.cfg.Join, me)
-		}
-		cancel()
-		if err != nil {
-			b.log.Debug("broker registration", "err", err)
-		}
+	return me
+}
+
+// register registers me unless the metadata has it already: proposed on
+// the controller, sent to it elsewhere. Checked again and again: a
+// re-registration by an old config must not stick.
+func (c *cluster) register(me controller.BrokerInfo) error {
+	b := c.b
+	if cur, ok := b.meta.Broker(me.ID); ok && cur.Equal(me) || c.gone.Load() {
+		return nil
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if c.isController() {
+		if len(b.meta.Brokers()) == 0 {
+			// A new cluster: every node adopts the first controller's id.
+			if err := c.propose(ctx, controller.Command{Op: controller.OpInit, ClusterID: b.meta.ClusterID()}); err != nil {
+				return err
+			}
+		}
+		return c.propose(ctx, controller.Command{Op: controller.OpRegister, Broker: &me})
+	}
+	if li, ok := b.meta.Broker(c.controllerID()); ok {
+		addr, _ := b.brokerAddr(li)
+		return c.sendRegistration(ctx, []string{addr}, me)
+	}
+	if len(b.cfg.Join) > 0 {
+		// A broker-only node that has no metadata yet: the join
+		// addresses lead it to the controller.
+		return c.sendRegistration(ctx, b.cfg.Join, me)
+	}
+	return nil
 }
 
 // sendRegistration sends BrokerRegistration to the controller, found
@@ -843,7 +880,7 @@ func (b *Broker) handleBrokerRegistration(_ context.Context, r *wire.Request) wi
 	if req.Rack != nil {
 		info.Rack = *req.Rack
 	}
-	if b.cfg.Peers[req.BrokerID] == "" {
+	if !b.isVoter(req.BrokerID) {
 		// A broker-only node must say where its Raft host listens.
 		i := slices.IndexFunc(req.Listeners, func(l kmsg.BrokerRegistrationRequestListener) bool { return l.Name == raftListenerName })
 		if i < 0 || req.Listeners[i].Host == "" || req.Listeners[i].Port == 0 {
@@ -867,10 +904,10 @@ func (b *Broker) handleBrokerRegistration(_ context.Context, r *wire.Request) wi
 }
 
 // createClusterTopic is CreateTopics in cluster mode.
-func (b *Broker) createClusterTopic(name string, partitions int32, rf int16, configs map[string]string) (controller.Topic, error) {
+func (b *Broker) createClusterTopic(name string, partitions int32, rf int16, assign [][]int32, configs map[string]string) (controller.Topic, error) {
 	b.topicsMu.Lock()
 	defer b.topicsMu.Unlock()
-	return b.cluster.createTopic(name, partitions, rf, configs, false, true)
+	return b.cluster.createTopic(name, partitions, rf, assign, configs, false, true)
 }
 
 func (c *cluster) deleteTopic(name string) (controller.Topic, error) {
@@ -978,7 +1015,7 @@ func (c *cluster) partitionMetadata(t controller.Topic, i int32) kmsg.MetadataRe
 	}
 	live := slices.DeleteFunc(slices.Clone(mp.Replicas), c.b.fenced)
 	p := c.b.parts.Get(t.Name, i)
-	if p == nil || !p.Replicated() {
+	if p == nil {
 		if len(live) == 0 {
 			mp.ErrorCode = kerr.LeaderNotAvailable.Code
 			return mp
@@ -1023,14 +1060,8 @@ func (c *cluster) partitionMetadata(t controller.Topic, i int32) kmsg.MetadataRe
 	return mp
 }
 
-// RegisteredBrokers is how many brokers this node's metadata knows (cluster
-// mode; 1 on a single node).
-func (b *Broker) RegisteredBrokers() int {
-	if b.cluster == nil {
-		return 1
-	}
-	return len(b.meta.Brokers())
-}
+// RegisteredBrokers is how many brokers this node's metadata knows.
+func (b *Broker) RegisteredBrokers() int { return len(b.meta.Brokers()) }
 
 func init() { register(kmsg.DescribeQuorum, 0, 1, (*Broker).handleDescribeQuorum) }
 
@@ -1057,9 +1088,9 @@ func (b *Broker) handleDescribeQuorum(_ context.Context, r *wire.Request) wire.R
 			sp.Partition = rp.Partition
 			sp.LeaderID, sp.LeaderEpoch, sp.HighWatermark = -1, -1, -1
 			var gid uint64
-			if b.cluster != nil && rt.Topic == metadataLogDir[:len(metadataLogDir)-2] && rp.Partition == 0 {
+			if rt.Topic == metadataLogDir[:len(metadataLogDir)-2] && rp.Partition == 0 {
 				gid = metadataGroup
-			} else if p := b.parts.Get(rt.Topic, rp.Partition); p != nil && p.Replicated() {
+			} else if p := b.parts.Get(rt.Topic, rp.Partition); p != nil {
 				gid = p.RaftGroup()
 			}
 			if gid == 0 {

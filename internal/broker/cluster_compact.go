@@ -42,9 +42,6 @@ var compactMu sync.Mutex
 func init() { onStart(rankStorage+6, "replicated log start", (*Broker).startClusterCompact) }
 
 func (b *Broker) startClusterCompact() error {
-	if !b.clusterMode() {
-		return nil
-	}
 	stop := goLoop(b.compactLoop)
 	b.closers = append(b.closers, func() error { stop(); return nil })
 	return nil

@@ -854,10 +854,11 @@ func (b *Broker) incrementalAlterConfigs(rr kmsg.IncrementalAlterConfigsRequestR
 		return errCode(kerr.InvalidRequest, "Unsupported resource type %s for IncrementalAlterConfigs", rr.ResourceType)
 	}
 
-	// Read, modify and write under topicsMu so concurrent incremental
-	// changes to one topic do not lose each other's updates.
-	b.topicsMu.Lock()
-	defer b.topicsMu.Unlock()
+	// Read, modify and write under alterMu so concurrent incremental
+	// changes to one topic do not lose each other's updates (only the
+	// controller commits them).
+	b.alterMu.Lock()
+	defer b.alterMu.Unlock()
 	t, err := b.lookupConfigTopic(rr.ResourceName)
 	if err != nil {
 		return err
@@ -896,13 +897,8 @@ func (b *Broker) incrementalAlterConfigs(rr kmsg.IncrementalAlterConfigsRequestR
 	if validateOnly {
 		return nil
 	}
-	t, err = b.meta.SetTopicConfigs(t.Name, configs)
-	if err != nil {
-		return err
-	}
-	b.applyLogConfigs(t)
-	b.log.Info("altered topic configs", "topic", t.Name, "configs", configs)
-	return nil
+	_, err = b.setTopicConfigs(t.Name, configs)
+	return err
 }
 
 // editList appends the items of delta missing from the comma-separated

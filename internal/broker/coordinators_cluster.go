@@ -79,6 +79,7 @@ func (b *Broker) watchLeadership(topic string, n int32, load, unload func(int32)
 			}
 			continue
 		}
+		var loaded, unloaded []int
 		for i := range owned {
 			term := b.readyLeaderTerm(topic, int32(i), owned[i])
 			switch {
@@ -87,11 +88,24 @@ func (b *Broker) watchLeadership(topic string, n int32, load, unload func(int32)
 				b.log.Debug("no longer coordinating partition", "topic", topic, "partition", i, "epoch", owned[i])
 				unload(int32(i))
 				owned[i] = 0
+				unloaded = append(unloaded, i)
 			default:
 				b.log.Debug("coordinating partition", "topic", topic, "partition", i, "epoch", term)
 				load(int32(i))
 				owned[i] = term
+				loaded = append(loaded, i)
 			}
+		}
+		if len(loaded)+len(unloaded) > 0 {
+			// One line per change, not one per partition (50 by default).
+			coordinating := 0
+			for _, term := range owned {
+				if term != 0 {
+					coordinating++
+				}
+			}
+			b.log.Info("coordinator partitions changed", "topic", topic, "loading", len(loaded), "unloaded", len(unloaded),
+				"coordinating", coordinating, "partitions", n)
 		}
 	}
 }
@@ -102,7 +116,7 @@ func (b *Broker) watchLeadership(topic string, n int32, load, unload func(int32)
 // earlier terms. cur is the term already loaded (skips the full status).
 func (b *Broker) readyLeaderTerm(topic string, i int32, cur uint64) uint64 {
 	p := b.parts.Get(topic, i)
-	if p == nil || !p.Replicated() {
+	if p == nil {
 		return 0
 	}
 	l, err := b.cluster.host.Leadership(p.RaftGroup())
@@ -397,8 +411,6 @@ func (b *Broker) handleWriteTxnMarkers(_ context.Context, r *wire.Request) wire.
 					rp.Partition = i
 					p := b.parts.Get(t.Topic, i)
 					switch {
-					case !b.clusterMode():
-						rp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 					case p == nil:
 						rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 					case !p.IsLeader():

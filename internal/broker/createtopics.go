@@ -129,9 +129,7 @@ func (b *Broker) createTopic(rt kmsg.CreateTopicsRequestTopic, validateOnly bool
 	}
 
 	partitions := rt.NumPartitions
-	if len(rt.ReplicaAssignment) > 0 && b.clusterMode() {
-		return controller.Topic{}, errCode(kerr.InvalidReplicaAssignment, "Manual replica assignment is not supported in cluster mode yet")
-	}
+	var assign [][]int32
 	if len(rt.ReplicaAssignment) > 0 {
 		if rt.ReplicationFactor != -1 {
 			return controller.Topic{}, errCode(kerr.InvalidRequest, "A manual partition assignment was specified, but replication factor was not set to -1.")
@@ -155,6 +153,15 @@ func (b *Broker) createTopic(rt kmsg.CreateTopicsRequestTopic, validateOnly bool
 				return controller.Topic{}, errCode(kerr.InvalidReplicaAssignment, "Partitions must be numbered 0 to %d with no gaps; partition %d has no assignment", n-1, i)
 			}
 		}
+		assign = make([][]int32, n)
+		for _, a := range rt.ReplicaAssignment {
+			assign[a.Partition] = slices.Clone(a.Replicas)
+		}
+		for _, rs := range assign[1:] {
+			if len(rs) != len(assign[0]) {
+				return controller.Topic{}, errCode(kerr.InvalidReplicaAssignment, "All partitions should have the same number of replicas")
+			}
+		}
 		partitions = n
 	} else {
 		if rt.ReplicationFactor < -1 || rt.ReplicationFactor == 0 {
@@ -163,13 +170,11 @@ func (b *Broker) createTopic(rt kmsg.CreateTopicsRequestTopic, validateOnly bool
 		if rt.NumPartitions < -1 || rt.NumPartitions == 0 {
 			return controller.Topic{}, errCode(kerr.InvalidPartitions, "Number of partitions was set to an invalid non-positive value.")
 		}
-		if rt.ReplicationFactor > 1 && !b.clusterMode() {
-			return controller.Topic{}, errCode(kerr.InvalidReplicationFactor,
-				"Unable to replicate the partition %d time(s): The target replication factor of %d cannot be reached because only 1 broker(s) are registered.",
-				rt.ReplicationFactor, rt.ReplicationFactor)
-		}
 		if partitions == -1 {
 			partitions = b.cfg.NumPartitions
+		}
+		if n := len(b.unfencedBrokers()); int(rt.ReplicationFactor) > n {
+			return controller.Topic{}, errCode(kerr.InvalidReplicationFactor, "Replication factor: %d larger than available brokers: %d.", rt.ReplicationFactor, n)
 		}
 	}
 	if partitions > maxPartitionsPerTopic {
@@ -179,20 +184,17 @@ func (b *Broker) createTopic(rt kmsg.CreateTopicsRequestTopic, validateOnly bool
 	if validateOnly {
 		return controller.Topic{Name: name, Partitions: partitions, Configs: configs}, nil
 	}
-	if b.clusterMode() {
-		return b.createClusterTopic(name, partitions, rt.ReplicationFactor, configs)
-	}
-	return b.createNewTopic(name, partitions, configs)
+	return b.createClusterTopic(name, partitions, rt.ReplicationFactor, assign, configs)
 }
 
-// validateAssignment checks a manual replica list: on a single node the
-// only broker is this one, once.
+// validateAssignment checks a manual replica list: registered brokers,
+// each once.
 func (b *Broker) validateAssignment(replicas []int32) error {
 	if len(replicas) == 0 {
 		return errCode(kerr.InvalidReplicaAssignment, "The manual partition assignment includes an empty replica list.")
 	}
 	for i, r := range replicas {
-		if r != b.cfg.NodeID {
+		if _, ok := b.meta.Broker(r); !ok || b.fenced(r) {
 			return errCode(kerr.InvalidReplicaAssignment, "The manual partition assignment includes broker %d, but no broker with that ID is registered.", r)
 		}
 		if slices.Contains(replicas[:i], r) {

@@ -2,14 +2,12 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
-	"holdfast/internal/storage"
 	"holdfast/internal/wire"
 )
 
@@ -37,24 +35,20 @@ func (b *Broker) handleDeleteRecords(_ context.Context, r *wire.Request) wire.Re
 					st.Partitions = append(st.Partitions, sp)
 					continue
 				}
-				p := b.parts.Get(rt.Topic, rp.Partition)
+				p, missing := b.replica(rt.Topic, rp.Partition)
 				if p == nil {
+					sp.ErrorCode = missing
+					st.Partitions = append(st.Partitions, sp)
+					continue
+				}
+				t, ok := b.meta.Topic(rt.Topic)
+				if !ok { // deleted meanwhile
 					sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 					st.Partitions = append(st.Partitions, sp)
 					continue
 				}
-				var group uint64
-				if b.clusterMode() {
-					// Every partition of a cluster node is a Raft replica.
-					t, ok := b.meta.Topic(rt.Topic)
-					if !ok { // deleted meanwhile
-						sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-						st.Partitions = append(st.Partitions, sp)
-						continue
-					}
-					group = partitionGroup(t.ID, rp.Partition)
-				}
-				if group != 0 && !b.leadsGroup(group) {
+				group := partitionGroup(t.ID, rp.Partition)
+				if !b.leadsGroup(group) {
 					sp.ErrorCode = kerr.NotLeaderForPartition.Code
 					st.Partitions = append(st.Partitions, sp)
 					continue
@@ -66,24 +60,13 @@ func (b *Broker) handleDeleteRecords(_ context.Context, r *wire.Request) wire.Re
 				switch {
 				case off < 0 || off > hw:
 					sp.ErrorCode = kerr.OffsetOutOfRange.Code
-				case off > p.LogStartOffset() && group != 0:
+				case off > p.LogStartOffset():
 					// Through the partition's Raft log, so every replica
 					// moves its start (cluster_compact.go); answered once
 					// committed and applied here.
 					if err := b.replicateLogStart(ctx, p, group, off); err != nil {
 						b.log.Warn("delete records", "topic", rt.Topic, "partition", rp.Partition, "offset", off, "err", err)
 						sp.ErrorCode = logStartErrorCode(err)
-					} else {
-						b.log.Info("deleted records", "topic", rt.Topic, "partition", rp.Partition, "offset", off)
-					}
-				case off > p.LogStartOffset():
-					if err := p.Log().DeleteBefore(off); err != nil {
-						if errors.Is(err, storage.ErrOffsetOutOfRange) {
-							sp.ErrorCode = kerr.OffsetOutOfRange.Code
-						} else {
-							b.log.Error("delete records", "topic", rt.Topic, "partition", rp.Partition, "offset", off, "err", err)
-							sp.ErrorCode = kerr.KafkaStorageError.Code
-						}
 					} else {
 						b.log.Info("deleted records", "topic", rt.Topic, "partition", rp.Partition, "offset", off)
 					}

@@ -35,9 +35,8 @@ func (b *Broker) handleDescribeCluster(_ context.Context, r *wire.Request) wire.
 		}
 	}
 	resp.ClusterID = b.meta.ClusterID()
-	resp.ControllerID = b.cfg.NodeID
-	if b.cluster != nil {
-		resp.ControllerID = b.cluster.controllerID()
+	resp.ControllerID = b.cluster.controllerID()
+	{
 		// Fenced brokers are left out, as from Metadata, unless v2's
 		// IncludeFencedBrokers (KIP-1073) asks for them.
 		for _, mb := range b.cluster.brokers(b.listenerName(r)) {
@@ -62,8 +61,6 @@ func (b *Broker) handleDescribeCluster(_ context.Context, r *wire.Request) wire.
 				resp.Brokers = append(resp.Brokers, describeClusterBroker(mb, true))
 			}
 		}
-	} else {
-		resp.Brokers = []kmsg.DescribeClusterResponseBroker{describeClusterBroker(b.brokerEntry(b.listenerName(r)), false)}
 	}
 	if req.IncludeClusterAuthorizedOperations {
 		resp.ClusterAuthorizedOperations = b.authorizedOps(r, auth.ResourceCluster, auth.ClusterName)

@@ -24,14 +24,14 @@ func (b *Broker) handleDescribeProducers(_ context.Context, r *wire.Request) wir
 		for _, pi := range rt.Partitions {
 			sp := kmsg.NewDescribeProducersResponseTopicPartition()
 			sp.Partition = pi
-			p := b.parts.Get(rt.Topic, pi)
+			p, missing := b.replica(rt.Topic, pi)
 			if denied {
 				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}
 			if p == nil {
-				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				sp.ErrorCode = missing
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}

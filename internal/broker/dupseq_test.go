@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -47,49 +45,41 @@ func TestSequenceBelowCacheIsNotASuccess(t *testing.T) {
 }
 
 // TestReusedProducerIDLosesNoRecord reproduces issue 10's silent loss with
-// a real client. The broker forgets its producer id counter (as a wiped
-// cluster node did), so a new franz-go producer gets the id of an earlier
-// one whose batches are still cached on the partition. Its first batch's
-// sequences lie below that cache: answered DUPLICATE_SEQUENCE_NUMBER, the
-// client counted the records as written though none was stored. Answered
-// OUT_OF_ORDER_SEQUENCE_NUMBER, the client takes a new producer id and
-// writes them: every record it was told is stored is in the log, at the
-// offset the ack named.
+// a real client. A wiped cluster node once handed out a producer id again
+// (ids now come from blocks in the metadata log, so that cannot happen):
+// the new franz-go producer's first sequences lay below the batches of the
+// earlier producer of that id still cached on the partition. Answered
+// DUPLICATE_SEQUENCE_NUMBER, the client counted its records as written
+// though none was stored. Answered OUT_OF_ORDER_SEQUENCE_NUMBER, the client
+// takes a new producer id and writes them: every record it was told is
+// stored is in the log, at the offset the ack named. The earlier producer
+// is played here by raw batches under the id the broker hands out next.
 func TestReusedProducerIDLosesNoRecord(t *testing.T) {
 	n := brokertest.Start(t)
 	n.CreateTopic("reuse", 1, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	first := n.Client(kgo.DefaultProduceTopic("reuse"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	firstID, _, err := first.ProducerID(ctx)
+	probe := n.Client()
+	firstID, _, err := probe.ProducerID(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for b := range 10 { // ten batches of ten records: the cache keeps sequences 50..99
-		recs := make([]*kgo.Record, 10)
-		for i := range recs {
-			recs[i] = &kgo.Record{Value: fmt.Appendf(nil, "first-%d", b*10+i)}
-		}
-		if err := first.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-			t.Fatal(err)
+	reused := firstID + 1 // the next id of this broker's block
+	for b := range 10 {   // ten batches of ten records: the cache keeps sequences 50..99
+		batch := rawBatch(t, reused, 0, int32(b*10), 10, records.CodecNone)
+		if p := produceRaw(t, probe, "reuse", batch); p.ErrorCode != 0 {
+			t.Fatal(kerr.ErrorForCode(p.ErrorCode))
 		}
 	}
-	first.Close()
-
-	n.Stop()
-	if err := os.Remove(filepath.Join(n.Cfg.DataDir, "producer-ids")); err != nil {
-		t.Fatal(err)
-	}
-	n.Start()
 
 	second := n.Client(kgo.DefaultProduceTopic("reuse"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	secondID, _, err := second.ProducerID(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if secondID != firstID {
-		t.Fatalf("the second producer got id %d, not the reused %d: the test needs the reuse to mean anything", secondID, firstID)
+	if secondID != reused {
+		t.Fatalf("the second producer got id %d, not %d: the test needs the reuse to mean anything", secondID, reused)
 	}
 	recs := make([]*kgo.Record, 30)
 	for i := range recs {

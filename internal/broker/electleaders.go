@@ -51,6 +51,7 @@ const (
 // each other (forwarder()): a forwarded ElectLeaders is not forwarded again.
 const brokerClientPrefix = "holdfast-broker-"
 
+// topicPartition names a partition (a map key).
 type topicPartition struct {
 	topic     string
 	partition int32
@@ -143,17 +144,13 @@ func (b *Broker) electLeaders(ctx context.Context, tps []topicPartition, typ int
 			errs[i] = errCode(kerr.UnknownTopicOrPartition, "This server does not host this topic-partition.")
 			continue
 		}
-		if b.cluster == nil {
-			errs[i] = errCode(kerr.ElectionNotNeeded, "single-node broker: the only replica leads")
-			continue
-		}
 		if int(tp.partition) >= len(t.Replicas) || len(t.Replicas[tp.partition]) == 0 {
 			errs[i] = errCode(kerr.UnknownTopicOrPartition, "partition %d of %s has no replicas", tp.partition, tp.topic)
 			continue
 		}
 		reps := t.Replicas[tp.partition]
 		p := b.parts.Get(t.Name, tp.partition)
-		if p == nil || !p.Replicated() {
+		if p == nil {
 			if forwarded {
 				errs[i] = errCode(kerr.NotLeaderForPartition, "broker %d has no replica of %s-%d open", b.cfg.NodeID, tp.topic, tp.partition)
 				continue

@@ -27,7 +27,10 @@ const maxFetchWait = 5 * time.Minute
 // leaderEpochCode checks a client's current leader epoch (KIP-320); -1
 // means the client does not know it and skips the check.
 func leaderEpochCode(p *partition.Partition, current int32) int16 {
-	if !p.IsLeader() { // cluster mode: only the Raft leader serves
+	if p.Failed() != nil { // this replica's storage failed
+		return kerr.KafkaStorageError.Code
+	}
+	if !p.IsLeader() { // only the Raft leader serves
 		return kerr.NotLeaderForPartition.Code
 	}
 	switch epoch := p.LeaderEpoch(); {
@@ -160,14 +163,13 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest, denied map[string]bool) (out 
 			// null (size -1) records field as a protocol error.
 			sp.RecordBatches = []byte{}
 			var p *partition.Partition
+			missing := topicCode
 			if topicCode == 0 {
-				p = b.parts.Get(name, rp.Partition)
+				p, missing = b.replica(name, rp.Partition)
 			}
 			switch {
-			case topicCode != 0:
-				sp.ErrorCode = topicCode
 			case p == nil:
-				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				sp.ErrorCode = missing
 			default:
 				sp.ErrorCode = leaderEpochCode(p, rp.CurrentLeaderEpoch)
 			}

@@ -42,11 +42,8 @@ func (b *Broker) handleFindCoordinator(_ context.Context, r *wire.Request) wire.
 		}
 	}
 	listener := b.listenerName(r)
-	if b.clusterMode() {
-		forwarded := b.forwardedBy(r)
-		return func(context.Context) kmsg.Response { return b.findCoordinators(req, forwarded, listener, denied, code) }
-	}
-	return wire.Respond(b.findCoordinators(req, false, listener, denied, code))
+	forwarded := b.forwardedBy(r)
+	return func(context.Context) kmsg.Response { return b.findCoordinators(req, forwarded, listener, denied, code) }
 }
 
 // findCoordinators answers req; forwarded is set when another broker asks
@@ -69,15 +66,10 @@ func (b *Broker) findCoordinators(req *kmsg.FindCoordinatorRequest, forwarded bo
 			c.ErrorCode, msg = kerr.InvalidRequest.Code, "unknown coordinator type"
 		case req.CoordinatorType == coordinatorTransaction && key == "":
 			c.ErrorCode, msg = kerr.InvalidRequest.Code, "empty transactional id"
-		case b.clusterMode() && req.CoordinatorType == coordinatorTransaction:
+		case req.CoordinatorType == coordinatorTransaction:
 			c.NodeID, c.Host, c.Port, c.ErrorCode, msg = b.txnCoordinatorNode(key, forwarded, listener)
-		case b.clusterMode():
-			c.NodeID, c.Host, c.Port, c.ErrorCode, msg = b.groupCoordinatorNode(key, forwarded, listener)
-		case req.CoordinatorType == coordinatorGroup && b.groups.Loading(key):
-			c.ErrorCode = kerr.CoordinatorLoadInProgress.Code
 		default:
-			e := b.brokerEntry(listener)
-			c.NodeID, c.Host, c.Port = b.cfg.NodeID, e.Host, e.Port
+			c.NodeID, c.Host, c.Port, c.ErrorCode, msg = b.groupCoordinatorNode(key, forwarded, listener)
 		}
 		if msg != "" {
 			c.ErrorMessage = &msg

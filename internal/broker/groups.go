@@ -2,10 +2,8 @@ package broker
 
 import (
 	"context"
-	"fmt"
 	"net"
 
-	"holdfast/internal/group"
 	"holdfast/internal/partition"
 	"holdfast/internal/records"
 	"holdfast/internal/wire"
@@ -13,42 +11,16 @@ import (
 
 func init() { onStart(rankCoordinator, "groups", (*Broker).startGroups) }
 
-// startGroups ensures __consumer_offsets, builds the group coordinator over
-// its partitions and replays them in the background: until a partition is
-// loaded its groups answer COORDINATOR_LOAD_IN_PROGRESS, which clients retry.
+// startGroups builds the group coordinator over __consumer_offsets: the
+// partitions this node leads are replayed as it comes to lead them
+// (coordinators_cluster.go); until then their groups answer
+// NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS, which clients retry.
 func (b *Broker) startGroups() error {
 	n := b.cfg.OffsetsTopicPartitions
 	if n <= 0 {
 		n = 50
 	}
-	if b.clusterMode() {
-		return b.startGroupsCluster(n) // coordinators_cluster.go
-	}
-	t, err := b.ensureTopic(offsetsTopic, n, b.internalTopicConfigs(offsetsTopic), true)
-	if err != nil {
-		return fmt.Errorf("%s: %w", offsetsTopic, err)
-	}
-	// An existing topic keeps its partition count: group placement is a
-	// function of it.
-	logs := make([]group.Log, t.Partitions)
-	for i := range logs {
-		p := b.parts.Get(offsetsTopic, int32(i))
-		if p == nil {
-			return fmt.Errorf("%s-%d is not open", offsetsTopic, i)
-		}
-		logs[i] = offsetsLog{p}
-	}
-	b.groups = group.New(b.cfg.Groups, logs, group.Options{
-		Logger: b.log.With("component", "groups"),
-		Partitions: func(topic string) int32 {
-			if t, ok := b.meta.Topic(topic); ok {
-				return t.Partitions
-			}
-			return -1
-		},
-	})
-	b.closers = append(b.closers, b.groups.Close)
-	return b.groups.Load(true)
+	return b.startGroupsCluster(n)
 }
 
 // offsetsLog adapts a partition of __consumer_offsets to group.Log.
@@ -90,7 +62,7 @@ func (b *Broker) GroupsLoaded() bool {
 		return false
 	}
 	for p := 0; p < b.groups.NumPartitions(); p++ {
-		if lg := b.parts.Get(offsetsTopic, int32(p)); lg != nil && (!lg.Replicated() || lg.IsLeader()) && !b.groups.Loaded(int32(p)) {
+		if lg := b.parts.Get(offsetsTopic, int32(p)); lg != nil && lg.IsLeader() && !b.groups.Loaded(int32(p)) {
 			return false
 		}
 	}

@@ -32,9 +32,10 @@ func (b *Broker) startIdentity() error {
 	if err != nil {
 		return err
 	}
-	if !id.Formatted() && len(b.cfg.Peers) == 0 {
+	if !id.Formatted() && b.singleNode() {
 		// A single node: its own cluster (the one its metadata already
-		// names, for a directory from before identities).
+		// names, for a directory from before identities), formed with
+		// this directory.
 		cid, err := controller.StoredClusterID(filepath.Join(b.cfg.DataDir, "meta"), b.cfg.FS)
 		if err != nil {
 			return err
@@ -43,6 +44,7 @@ func (b *Broker) startIdentity() error {
 			cid = datadir.NewUUID().String()
 		}
 		id.ClusterID = cid
+		id.Bootstrap = map[int32]datadir.UUID{id.NodeID: id.DirectoryID}
 		if err := datadir.Write(b.cfg.FS, b.cfg.DataDir, id); err != nil {
 			return err
 		}
@@ -50,6 +52,12 @@ func (b *Broker) startIdentity() error {
 	b.ident = id
 	b.log.Info("data directory", "dir", b.cfg.DataDir, "node", id.NodeID, "directory_id", id.DirectoryID.String(), "cluster_id", id.ClusterID)
 	return nil
+}
+
+// singleNode reports whether this node is its cluster's only voter with no
+// peers: `holdfast serve` without --peers.
+func (b *Broker) singleNode() bool {
+	return len(b.cfg.Peers) == 1 && b.cfg.Peers[b.cfg.NodeID] == "" && b.cfg.RaftListen == ""
 }
 
 // raftIdentity is what the Raft transport tells peers about this node.

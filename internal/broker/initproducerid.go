@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"math"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -64,25 +63,6 @@ func (b *Broker) handleInitProducerID(_ context.Context, r *wire.Request) wire.R
 			}
 			return resp
 		}
-		if b.clusterMode() {
-			return b.clusterProducerID(ctx, req, resp)
-		}
-		alloc := b.txn.ids
-		if alloc == nil {
-			resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
-			return resp
-		}
-		if req.ProducerID >= 0 && req.ProducerEpoch >= 0 && alloc.Issued(req.ProducerID) && req.ProducerEpoch < math.MaxInt16-1 {
-			resp.ProducerID, resp.ProducerEpoch = req.ProducerID, req.ProducerEpoch+1
-			return resp
-		}
-		id, err := alloc.Next()
-		if err != nil {
-			b.log.Error("allocating a producer id", "err", err)
-			resp.ErrorCode = kerr.CoordinatorNotAvailable.Code // retriable: the disk may recover
-			return resp
-		}
-		resp.ProducerID, resp.ProducerEpoch = id, 0
-		return resp
+		return b.clusterProducerID(ctx, req, resp)
 	}
 }

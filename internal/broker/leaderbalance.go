@@ -23,9 +23,6 @@ import (
 func init() { onStart(rankCoordinator+10, "leadership", (*Broker).startLeadership) }
 
 func (b *Broker) startLeadership() error {
-	if !b.clusterMode() {
-		return nil
-	}
 	stop := func() {}
 	if b.cfg.AutoLeaderRebalance && b.cfg.LeaderImbalanceCheckInterval > 0 {
 		stop = goLoop(b.balanceLoop)
@@ -72,7 +69,7 @@ func (b *Broker) balanceLeaders() {
 			if len(t.Replicas[i]) == 0 {
 				continue
 			}
-			if p := b.parts.Get(t.Name, i); p == nil || !p.Replicated() {
+			if p := b.parts.Get(t.Name, i); p == nil {
 				continue
 			}
 			g := partitionGroup(t.ID, i)

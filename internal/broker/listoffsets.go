@@ -42,9 +42,9 @@ func (b *Broker) handleListOffsets(_ context.Context, r *wire.Request) wire.Repl
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}
-			p := b.parts.Get(rt.Topic, rp.Partition)
+			p, missing := b.replica(rt.Topic, rp.Partition)
 			if p == nil {
-				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				sp.ErrorCode = missing
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}

@@ -54,9 +54,6 @@ type liveness struct {
 
 func (b *Broker) startLiveness() error {
 	c := b.cluster
-	if c == nil {
-		return nil
-	}
 	lv := &liveness{interval: b.cfg.BrokerHeartbeatInterval, session: b.cfg.BrokerSessionTimeout}
 	if lv.interval <= 0 {
 		lv.interval = defaultHeartbeatInterval
@@ -210,10 +207,11 @@ func (b *Broker) registered(id int32) bool {
 
 // FenceForShutdown fences this broker at once, as Kafka's controlled
 // shutdown does, so that clients stop being sent to it before its session
-// would expire. It does nothing on a single node. Call it before Close.
+// would expire. It does nothing on a single node (nobody to send clients
+// to instead). Call it before Close.
 func (b *Broker) FenceForShutdown(ctx context.Context) error {
 	c := b.cluster
-	if c == nil || c.live == nil {
+	if c.live == nil || b.singleNode() {
 		return nil
 	}
 	c.live.mu.Lock()
@@ -233,8 +231,8 @@ func (b *Broker) handleBrokerHeartbeat(_ context.Context, r *wire.Request) wire.
 	resp := req.ResponseKind().(*kmsg.BrokerHeartbeatResponse)
 	resp.IsFenced = true
 	c := b.cluster
-	if c == nil || c.live == nil {
-		resp.ErrorCode = kerr.UnsupportedVersion.Code
+	if c.live == nil {
+		resp.ErrorCode = kerr.NotController.Code
 		return wire.Respond(resp)
 	}
 	l, err := c.host.Leadership(metadataGroup)
@@ -283,11 +281,8 @@ func (b *Broker) handleBrokerHeartbeat(_ context.Context, r *wire.Request) wire.
 	}
 }
 
-// fenced reports whether broker id is fenced (always false on a single
-// node, which has no sessions).
-func (b *Broker) fenced(id int32) bool {
-	return b.cluster != nil && b.meta.Fenced(id)
-}
+// fenced reports whether broker id is fenced.
+func (b *Broker) fenced(id int32) bool { return b.meta.Fenced(id) }
 
 // unfencedBrokers are the registered brokers that are not fenced.
 func (b *Broker) unfencedBrokers() []controller.BrokerInfo {

@@ -27,13 +27,9 @@ func (b *Broker) handleMetadata(_ context.Context, r *wire.Request) wire.Reply {
 	v := req.Version
 	listener := b.listenerName(r)
 
-	resp.Brokers = []kmsg.MetadataResponseBroker{b.brokerEntry(listener)}
 	cid := b.meta.ClusterID()
 	resp.ClusterID = &cid
-	resp.ControllerID = b.cfg.NodeID
-	if b.cluster != nil {
-		resp.Brokers, resp.ControllerID = b.cluster.brokers(listener), b.cluster.controllerID()
-	}
+	resp.Brokers, resp.ControllerID = b.cluster.brokers(listener), b.cluster.controllerID()
 	if v >= 8 && v <= 10 && req.IncludeClusterAuthorizedOperations {
 		resp.AuthorizedOperations = b.authorizedOps(r, auth.ResourceCluster, auth.ClusterName)
 	}
@@ -150,38 +146,9 @@ func (b *Broker) topicMetadata(r *wire.Request, req *kmsg.MetadataRequest, t con
 	if req.Version >= 8 && req.IncludeTopicAuthorizedOperations {
 		mt.AuthorizedOperations = b.authorizedOps(r, auth.ResourceTopic, t.Name)
 	}
-	node := b.cfg.NodeID
 	mt.Partitions = make([]kmsg.MetadataResponseTopicPartition, 0, t.Partitions)
 	for i := int32(0); i < t.Partitions; i++ {
-		if b.cluster != nil {
-			mt.Partitions = append(mt.Partitions, b.cluster.partitionMetadata(t, i))
-			continue
-		}
-		mp := kmsg.NewMetadataResponseTopicPartition()
-		mp.Partition = i
-		mp.Replicas = []int32{node}
-		p := b.parts.Get(t.Name, i)
-		switch {
-		case p == nil:
-			// Not open (failed at start-up or mid-create): no leader.
-			mp.ErrorCode = kerr.LeaderNotAvailable.Code
-			mp.Leader = -1
-			mp.LeaderEpoch = -1
-			mp.ISR = []int32{}
-			mp.OfflineReplicas = []int32{node}
-		case p.Failed() != nil:
-			mp.ErrorCode = kerr.KafkaStorageError.Code
-			mp.Leader = -1
-			mp.LeaderEpoch = p.LeaderEpoch()
-			mp.ISR = []int32{}
-			mp.OfflineReplicas = []int32{node}
-		default:
-			mp.Leader = node
-			mp.LeaderEpoch = p.LeaderEpoch()
-			mp.ISR = []int32{node}
-			mp.OfflineReplicas = []int32{}
-		}
-		mt.Partitions = append(mt.Partitions, mp)
+		mt.Partitions = append(mt.Partitions, b.cluster.partitionMetadata(t, i))
 	}
 	return mt
 }

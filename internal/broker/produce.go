@@ -45,13 +45,13 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 	// every producer WRITE on the topic (which implies idempotent writes).
 	txnDenied := req.TransactionID != nil && !b.authorize(r, auth.OpWrite, auth.ResourceTransactionalID, *req.TransactionID)
 	var waits []committedWait
-	// KIP-890: in a cluster, transactional batches are verified with
-	// their transaction coordinator first (txnverify.go).
+	// KIP-890: transactional batches are verified with their transaction
+	// coordinator first (txnverify.go).
 	verify := make([][]int16, len(req.Topics))
 	for ti, rt := range req.Topics {
 		verify[ti] = make([]int16, len(rt.Partitions))
 	}
-	if b.clusterMode() && acksOK {
+	if acksOK {
 		b.verifyProduce(ctx, req, verify)
 	}
 	for ti, rt := range req.Topics {
@@ -65,8 +65,9 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 			sp.Partition = rp.Partition
 			sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = -1, -1, -1
 			var p *partition.Partition
+			missing := kerr.UnknownTopicOrPartition.Code
 			if topicOK {
-				p = b.parts.Get(rt.Topic, rp.Partition)
+				p, missing = b.replica(rt.Topic, rp.Partition)
 			}
 			switch {
 			case txnDenied:
@@ -76,16 +77,16 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 			case !acksOK:
 				sp.ErrorCode = kerr.InvalidRequiredAcks.Code
 			case p == nil:
-				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-			case p.Replicated() && !p.IsLeader():
+				sp.ErrorCode = missing
+			case p.Failed() != nil:
+				// This replica's storage failed (repair.go brings it back
+				// if another replica can supply the data).
+				sp.ErrorCode = kerr.KafkaStorageError.Code
+			case !p.IsLeader():
 				sp.ErrorCode = kerr.NotLeaderForPartition.Code
-			case p.Replicated() && req.Acks == -1 && int32(p.InSyncReplicas()) < b.topicMinInsyncReplicas(t):
+			case req.Acks == -1 && int32(p.InSyncReplicas()) < b.topicMinInsyncReplicas(t):
 				// Kafka refuses before appending when the leader cannot
 				// currently reach min.insync.replicas replicas.
-				sp.ErrorCode = kerr.NotEnoughReplicas.Code
-			case !p.Replicated() && req.Acks == -1 && b.topicMinInsyncReplicas(t) > 1:
-				// One node is one in-sync replica; Kafka refuses before
-				// appending, so nothing is written.
 				sp.ErrorCode = kerr.NotEnoughReplicas.Code
 			case verify[ti][pi] != 0:
 				sp.ErrorCode = verify[ti][pi]
@@ -138,7 +139,7 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 				// Appended but not yet durable: the producer retries, and
 				// the idempotent check answers the retry with these offsets.
 				sp.ErrorCode = kerr.RequestTimedOut.Code
-			case errors.As(err, &ke) && w.p.Replicated():
+			case errors.As(err, &ke):
 				// Lost leadership before the commit (NOT_LEADER_OR_FOLLOWER):
 				// retriable; an idempotent retry is deduplicated.
 				sp.ErrorCode = ke.Code

@@ -16,16 +16,15 @@ import (
 	"holdfast/internal/wire"
 )
 
-// Producer ids. A single node counts them in a durable local file
-// (txn.IDAllocator: a block's end is fsynced before any id of it is used).
-// A cluster node gets blocks from the controller, committed through the
-// metadata log before the node uses an id of them (Kafka's
+// Producer ids. A node gets blocks from the controller, committed through
+// the metadata log before the node uses an id of them (Kafka's
 // AllocateProducerIds, KIP-730): a restart or a wiped disk gets a new
 // block, so no id is ever handed out twice - a repeated id would let one
 // producer's sequence numbers pass for another's, and the idempotence
 // check would answer new records as duplicates of ones never written.
 
-// producerIDsFile is the single node's counter, under the data dir.
+// producerIDsFile is where a single node counted producer ids before it
+// was a cluster of one (adopted once: singleNodeAdopt).
 const producerIDsFile = "producer-ids"
 
 func init() { registerInternal(kmsg.AllocateProducerIDs, 0, 0, (*Broker).handleAllocateProducerIDs) }

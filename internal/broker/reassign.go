@@ -77,7 +77,7 @@ func (c *cluster) reassignLoop() {
 func (c *cluster) stepReassignment(t controller.Topic, r controller.Reassignment, marks map[uint64]int64) {
 	b := c.b
 	p := b.parts.Get(t.Name, r.Partition)
-	if p == nil || !p.Replicated() {
+	if p == nil {
 		return
 	}
 	g := p.RaftGroup()
@@ -297,10 +297,8 @@ func (c *cluster) dropReplica(t controller.Topic, i int32) error {
 	if p == nil {
 		return nil
 	}
-	if p.Replicated() {
-		if err := c.host.RemoveGroup(p.RaftGroup()); err != nil && !errors.Is(err, raft.ErrUnknownGroup) {
-			return err
-		}
+	if err := c.host.RemoveGroup(p.RaftGroup()); err != nil && !errors.Is(err, raft.ErrUnknownGroup) {
+		return err
 	}
 	c.b.log.Info("removed a replica moved to other brokers", "topic", t.Name, "partition", i)
 	return c.b.parts.Remove(t.Name, i)

@@ -81,7 +81,7 @@ func (c *cluster) repairLoop(stop <-chan struct{}) {
 					}
 					continue
 				}
-				if p == nil || !p.Replicated() {
+				if p == nil {
 					continue
 				}
 				st, err := p.RaftStatus()
@@ -157,10 +157,21 @@ func (c *cluster) reopen(t controller.Topic, i int32) {
 func (c *cluster) reopenLocked(t controller.Topic, i int32) {
 	b := c.b
 	lg := b.log.With("topic", t.Name, "partition", i)
+	if err := b.finishPendingDelete(t.Name); err != nil {
+		lg.Error("the data of a deleted topic of the same name is still here", "err", err)
+		return
+	}
 	if err := c.openReplica(t, i, b.topicLogConfig(t), b.topicLogAppendTime(t), true); err != nil {
 		lg.Error("reopening a discarded replica", "err", err)
 		return
 	}
 	c.repairs.Add(1)
 	lg.Info("replica reopened empty: catching up before it votes")
+}
+
+func (c *cluster) isOffline(tp topicPartition) bool {
+	c.offlineMu.Lock()
+	defer c.offlineMu.Unlock()
+	_, ok := c.offline[tp]
+	return ok
 }

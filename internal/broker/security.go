@@ -122,11 +122,8 @@ func (b *Broker) startSecurity() error {
 		sc.Authorizer.SetACLs(b.meta.ACLs())
 	}
 	if len(sc.BootstrapScram) > 0 {
-		if b.cluster == nil {
-			return b.bootstrapScram(context.Background())
-		}
-		// In a cluster the controller commits them, once it leads an
-		// initialized metadata log.
+		// The controller commits them, once it leads an initialized
+		// metadata log.
 		stop := goLoop(func(stop <-chan struct{}) {
 			tick := time.NewTicker(500 * time.Millisecond)
 			defer tick.Stop()
@@ -354,7 +351,7 @@ func securityProtocolName(code int16) string {
 // client already; the controller trusts a node's forwarded request.
 func (b *Broker) forwardToController(ctx context.Context, req kmsg.Request) (resp kmsg.Response, forwarded bool, err error) {
 	c := b.cluster
-	if c == nil || c.isController() {
+	if c.isController() {
 		return nil, false, nil
 	}
 	id := c.controllerID()
@@ -373,16 +370,9 @@ func (b *Broker) forwardToController(ctx context.Context, req kmsg.Request) (res
 	return resp, true, nil
 }
 
-// commitSecurity commits a security command: through the metadata log on
-// the controller, at once on a single node. The authorizer follows.
+// commitSecurity commits a security command through the metadata log on
+// the controller. The authorizer follows as it is applied.
 func (b *Broker) commitSecurity(ctx context.Context, cmd controller.Command) error {
-	if b.cluster == nil {
-		if err := b.meta.Do(cmd); err != nil {
-			return err
-		}
-		b.securityApplied()
-		return nil
-	}
 	return b.cluster.propose(ctx, cmd)
 }
 

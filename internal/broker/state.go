@@ -10,6 +10,7 @@ import (
 	"holdfast/internal/controller"
 	"holdfast/internal/partition"
 	"holdfast/internal/storage"
+	"holdfast/internal/txn"
 )
 
 func init() { onStart(rankStorage, "storage", (*Broker).startStorage) }
@@ -27,6 +28,11 @@ func (b *Broker) startStorage() error {
 		return err
 	}
 	b.meta = meta
+	if b.singleNode() {
+		if err := b.singleNodeAdopt(); err != nil {
+			return err
+		}
+	}
 
 	b.parts = partition.NewManager(b.cfg.DataDir, storage.Options{FS: b.cfg.FS, Syncer: b.syncer, Logger: b.log})
 	b.closers = append(b.closers, b.parts.Close)
@@ -83,20 +89,7 @@ func (b *Broker) enforceRetention() {
 			if p == nil {
 				continue
 			}
-			if b.clusterMode() {
-				// Every partition of a cluster node is a Raft replica.
-				b.replicatedRetention(t.Name, p, partitionGroup(t.ID, i))
-				continue
-			}
-			n, err := p.Log().EnforceRetention()
-			switch {
-			case errors.Is(err, storage.ErrClosed):
-				// Deleted or shutting down meanwhile.
-			case err != nil:
-				b.log.Warn("retention", "topic", t.Name, "partition", i, "err", err)
-			case n > 0:
-				b.log.Info("retention deleted segments", "topic", t.Name, "partition", i, "segments", n, "log_start_offset", p.LogStartOffset())
-			}
+			b.replicatedRetention(t.Name, p, partitionGroup(t.ID, i))
 		}
 	}
 }
@@ -141,4 +134,28 @@ func (b *Broker) replicatedRetention(topic string, p *partition.Partition, group
 		return
 	}
 	b.log.Info("retention moved the log start", "topic", topic, "partition", p.Index(), "log_start_offset", p.LogStartOffset())
+}
+
+// singleNodeAdopt brings a single node's data directory from before a
+// single node was a cluster of one onto the one path: its topics get this
+// node as their only replica, and producer ids continue after the ones its
+// local counter handed out. Its topics are marked PreRaft: their partition
+// logs, whose batches carry no Raft term, become their groups' committed
+// history (raft.GroupConfig.AdoptPreRaft).
+func (b *Broker) singleNodeAdopt() error {
+	next := int64(0)
+	path := filepath.Join(b.cfg.DataDir, producerIDsFile)
+	ids, err := txn.OpenIDAllocator(b.cfg.FS, path)
+	if err != nil {
+		return err
+	}
+	next = ids.Limit()
+	changed, err := b.meta.AdoptSingleNode(b.cfg.NodeID, b.ident.DirectoryID.String(), next)
+	if err != nil {
+		return err
+	}
+	if changed {
+		b.log.Info("adopted a single node's metadata from before it was a one-voter cluster", "topics", len(b.meta.Topics()), "next_producer_id", next)
+	}
+	return nil
 }

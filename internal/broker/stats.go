@@ -68,13 +68,9 @@ func (b *Broker) PartitionStats() []PartitionStats {
 				SizeBytes: p.Log().Size(), Segments: p.Log().Segments(),
 				MinISR: minISR, Leader: -1, Epoch: p.LeaderEpoch(),
 			}
-			if b.cluster == nil {
-				ps.Leader, ps.IsLeader, ps.Replicas, ps.ISR = b.cfg.NodeID, true, 1, 1
-			} else {
-				mp := b.cluster.partitionMetadata(t, i)
-				ps.Leader, ps.Replicas, ps.ISR = mp.Leader, len(mp.Replicas), len(mp.ISR)
-				ps.IsLeader = p.Replicated() && p.IsLeader()
-			}
+			mp := b.cluster.partitionMetadata(t, i)
+			ps.Leader, ps.Replicas, ps.ISR = mp.Leader, len(mp.Replicas), len(mp.ISR)
+			ps.IsLeader = p.IsLeader()
 			out = append(out, ps)
 		}
 	}
@@ -98,10 +94,8 @@ type ClusterStats struct {
 func (b *Broker) ClusterStats() ClusterStats {
 	cs := ClusterStats{NodeID: b.cfg.NodeID, Brokers: b.RegisteredBrokers()}
 	topics := b.meta.Topics()
-	cs.Controller = b.cluster == nil || b.cluster.isController()
-	if b.cluster != nil {
-		cs.FencedBrokers = len(b.meta.FencedBrokers())
-	}
+	cs.Controller = b.cluster.isController()
+	cs.FencedBrokers = len(b.meta.FencedBrokers())
 	if !cs.Controller {
 		return cs
 	}
@@ -109,12 +103,6 @@ func (b *Broker) ClusterStats() ClusterStats {
 		cs.Topics++
 		cs.Partitions += int(t.Partitions)
 		for i := int32(0); i < t.Partitions; i++ {
-			if b.cluster == nil {
-				if b.parts.Get(t.Name, i) == nil {
-					cs.OfflinePartitions++
-				}
-				continue
-			}
 			mp := b.cluster.partitionMetadata(t, i)
 			if mp.Leader < 0 || mp.ErrorCode == kerr.LeaderNotAvailable.Code || mp.ErrorCode == kerr.KafkaStorageError.Code {
 				cs.OfflinePartitions++
@@ -159,13 +147,8 @@ type statsState struct {
 	shrinks, expands, elections atomic.Int64
 	samples                     atomic.Int64
 	mu                          sync.Mutex
-	isr                         map[tpKey]int
-	led                         map[tpKey]int32 // epoch at which this node led it
-}
-
-type tpKey struct {
-	topic     string
-	partition int32
+	isr                         map[topicPartition]int
+	led                         map[topicPartition]int32 // epoch at which this node led it
 }
 
 const statsInterval = time.Second
@@ -173,9 +156,6 @@ const statsInterval = time.Second
 func init() { onStart(rankCoordinator+20, "stats", (*Broker).startStats) }
 
 func (b *Broker) startStats() error {
-	if b.cluster == nil {
-		return nil // one node: the ISR is itself, it leads everything
-	}
 	stop := goLoop(func(stop <-chan struct{}) {
 		tick := time.NewTicker(statsInterval)
 		defer tick.Stop()
@@ -199,16 +179,16 @@ func (b *Broker) sampleReplication() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.isr == nil {
-		s.isr, s.led = map[tpKey]int{}, map[tpKey]int32{}
+		s.isr, s.led = map[topicPartition]int{}, map[topicPartition]int32{}
 	}
-	seen := map[tpKey]bool{}
+	seen := map[topicPartition]bool{}
 	for _, t := range b.meta.Topics() {
 		for i := int32(0); i < t.Partitions; i++ {
 			p := b.parts.Get(t.Name, i)
-			if p == nil || !p.Replicated() || !p.IsLeader() {
+			if p == nil || !p.IsLeader() {
 				continue
 			}
-			k := tpKey{t.Name, i}
+			k := topicPartition{t.Name, i}
 			seen[k] = true
 			epoch := p.LeaderEpoch()
 			if e, ok := s.led[k]; !ok || e != epoch {
@@ -283,12 +263,9 @@ type ReplicationStats struct {
 	Repairs      int64 // replicas discarded after a storage failure and reopened to catch up
 }
 
-// ReplicationStats is zero on a single node.
+// ReplicationStats reports this node's Raft groups.
 func (b *Broker) ReplicationStats() ReplicationStats {
 	c := b.cluster
-	if c == nil {
-		return ReplicationStats{}
-	}
 	out := ReplicationStats{Repairs: c.repairs.Load()}
 	for _, g := range c.host.Groups() {
 		out.Groups++

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"holdfast/internal/controller"
+	"holdfast/internal/partition"
 	"holdfast/internal/storage"
 )
 
@@ -108,8 +109,6 @@ func kafkaError(err error) (int16, *string) {
 		return kerr.UnknownTopicOrPartition.Code, &msg
 	case errors.Is(err, controller.ErrInvalidCount):
 		return kerr.InvalidPartitions.Code, &msg
-	case errors.Is(err, controller.ErrDeletePending):
-		return kerr.TopicAlreadyExists.Code, &msg
 	case errors.Is(err, controller.ErrUnknownPartition):
 		return kerr.UnknownTopicOrPartition.Code, &msg
 	case errors.Is(err, controller.ErrInvalidAssignment):
@@ -144,38 +143,8 @@ func (b *Broker) ensureTopic(name string, partitions int32, configs map[string]s
 	return b.createTopicLocked(name, partitions, configs, internal, false)
 }
 
-// createNewTopic creates a topic that must not exist yet (CreateTopics).
-func (b *Broker) createNewTopic(name string, partitions int32, configs map[string]string) (controller.Topic, error) {
-	b.topicsMu.Lock()
-	defer b.topicsMu.Unlock()
-	return b.createTopicLocked(name, partitions, configs, false, true)
-}
-
 func (b *Broker) createTopicLocked(name string, partitions int32, configs map[string]string, internal, mustBeNew bool) (controller.Topic, error) {
-	if b.cluster != nil {
-		return b.cluster.createTopic(name, partitions, -1, configs, internal, mustBeNew)
-	}
-	if t, ok := b.meta.Topic(name); ok {
-		if mustBeNew {
-			return controller.Topic{}, errCode(kerr.TopicAlreadyExists, "Topic '%s' already exists.", name)
-		}
-		return t, b.openPartitions(t, 0)
-	}
-	if err := validateTopicName(name); err != nil {
-		return controller.Topic{}, errCode(kerr.InvalidTopicException, "%v", err)
-	}
-	if other, ok := b.topicCollision(name); ok {
-		return controller.Topic{}, errCode(kerr.InvalidTopicException, "Topic '%s' collides with existing topic: %s", name, other)
-	}
-	if err := b.finishPendingDelete(name); err != nil {
-		return controller.Topic{}, err
-	}
-	t, err := b.meta.CreateTopic(name, partitions, configs, internal)
-	if err != nil {
-		return controller.Topic{}, err
-	}
-	b.log.Info("created topic", "topic", name, "partitions", partitions, "topic_id", t.IDString(), "configs", configs)
-	return t, b.openPartitions(t, 0)
+	return b.cluster.createTopic(name, partitions, -1, nil, configs, internal, mustBeNew)
 }
 
 // allOpen reports whether every partition of t is open.
@@ -188,22 +157,10 @@ func (b *Broker) allOpen(t controller.Topic) bool {
 	return true
 }
 
-// openPartitions opens partitions from..t.Partitions-1 of t (Open is
-// idempotent).
+// openPartitions opens this node's replicas of partitions
+// from..t.Partitions-1 of t (Open is idempotent).
 func (b *Broker) openPartitions(t controller.Topic, from int32) error {
-	if b.cluster != nil {
-		return b.cluster.openReplicas(t, from)
-	}
-	cfg := b.topicLogConfig(t)
-	lat := b.topicLogAppendTime(t)
-	for i := from; i < t.Partitions; i++ {
-		p, err := b.parts.Open(t.Name, t.ID, i, cfg)
-		if err != nil {
-			return fmt.Errorf("opening %s-%d: %w", t.Name, i, err)
-		}
-		p.SetLogAppendTime(lat)
-	}
-	return nil
+	return b.cluster.openReplicas(t, from)
 }
 
 // finishPendingDelete removes the data of a deleted topic named name whose
@@ -224,60 +181,51 @@ func (b *Broker) finishPendingDelete(name string) error {
 	return nil
 }
 
-// deleteTopic forgets the topic and removes its data.
+// pendingDelete reports data of a deleted topic named name that is still
+// to be removed: no replica of a new topic of that name opens over it.
+func (b *Broker) pendingDelete(name string) error {
+	for _, d := range b.meta.Deleting() {
+		if d.Name == name {
+			return fmt.Errorf("%w: the data of deleted topic %s (id %x) is not removed yet", partition.ErrForeignData, name, d.ID)
+		}
+	}
+	return nil
+}
+
+// replica returns this node's replica of partition i of topic, or the code
+// Kafka's replica manager answers without one: the partition does not
+// exist, it is assigned here but offline (its storage could not be opened:
+// KAFKA_STORAGE_ERROR), or it lives on other brokers.
+func (b *Broker) replica(topic string, i int32) (*partition.Partition, int16) {
+	if p := b.parts.Get(topic, i); p != nil {
+		return p, 0
+	}
+	t, ok := b.meta.Topic(topic)
+	switch {
+	case !ok || i < 0 || i >= t.Partitions:
+		return nil, kerr.UnknownTopicOrPartition.Code
+	case b.cluster != nil && b.cluster.isOffline(topicPartition{topic, i}):
+		return nil, kerr.KafkaStorageError.Code
+	default:
+		return nil, kerr.NotLeaderForPartition.Code
+	}
+}
+
+// deleteTopic deletes the topic through the controller; every node
+// removes its data as it applies the deletion.
 func (b *Broker) deleteTopic(name string) (controller.Topic, error) {
-	if b.cluster != nil {
-		return b.cluster.deleteTopic(name)
-	}
-	b.topicsMu.Lock()
-	defer b.topicsMu.Unlock()
-	t, err := b.meta.DeleteTopic(name)
-	if err != nil {
-		return t, err
-	}
-	b.log.Info("deleted topic", "topic", name, "topic_id", t.IDString())
-	if err := b.finishPendingDelete(name); err != nil {
-		// The metadata says deleted; the data goes at the next start-up or
-		// before a topic of the same name is created.
-		b.log.Warn("removing deleted topic's data", "topic", name, "err", err)
-	}
-	return t, nil
+	return b.cluster.deleteTopic(name)
 }
 
-// addPartitions raises t's partition count to total and opens the new
-// partitions.
+// addPartitions raises t's partition count to total through the
+// controller.
 func (b *Broker) addPartitions(name string, total int32) (controller.Topic, error) {
-	if b.cluster != nil {
-		return b.cluster.addPartitions(name, total)
-	}
-	b.topicsMu.Lock()
-	defer b.topicsMu.Unlock()
-	old, ok := b.meta.Topic(name)
-	if !ok {
-		return old, controller.ErrUnknownTopic
-	}
-	t, err := b.meta.AddPartitions(name, total)
-	if err != nil {
-		return t, err
-	}
-	b.log.Info("added partitions", "topic", name, "from", old.Partitions, "to", total)
-	return t, b.openPartitions(t, old.Partitions)
+	return b.cluster.addPartitions(name, total)
 }
 
-// setTopicConfigs replaces t's overrides and applies them to its open logs.
+// setTopicConfigs replaces t's overrides through the controller.
 func (b *Broker) setTopicConfigs(name string, configs map[string]string) (controller.Topic, error) {
-	if b.cluster != nil {
-		return b.cluster.setTopicConfigs(name, configs)
-	}
-	b.topicsMu.Lock()
-	defer b.topicsMu.Unlock()
-	t, err := b.meta.SetTopicConfigs(name, configs)
-	if err != nil {
-		return t, err
-	}
-	b.applyLogConfigs(t)
-	b.log.Info("altered topic configs", "topic", name, "configs", configs)
-	return t, nil
+	return b.cluster.setTopicConfigs(name, configs)
 }
 
 // applyLogConfigs pushes t's effective config to its open partitions.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,27 +26,18 @@ func init() { onStart(rankCoordinator+1, "transactions", (*Broker).startTxn) }
 // InitProducerId (as Kafka creates the topic lazily), so brokers that never
 // see a transaction never open its partitions.
 type txnState struct {
-	ids *txn.IDAllocator // single node: the durable local counter
-	// blocks (cluster mode) hands out ids from blocks the controller
-	// committed to this broker (producerids.go).
+	// blocks hands out ids from blocks the controller committed to this
+	// broker (producerids.go).
 	blocks *txn.BlockAllocator
 	mu     sync.Mutex // serializes building the coordinator
 	coord  atomic.Pointer[txn.Coordinator]
-	// stopWatch stops the cluster leadership watcher (nil on one node).
+	// stopWatch stops the leadership watcher of the coordinator.
 	stopWatch func()
 }
 
 func (b *Broker) startTxn() error {
-	if b.clusterMode() {
-		b.txn.blocks = txn.NewBlockAllocator(b.cluster.reserveProducerIDs)
-		b.closers = append(b.closers, func() error { b.txn.blocks.Close(); return nil })
-	} else {
-		a, err := txn.OpenIDAllocator(b.cfg.FS, filepath.Join(b.cfg.DataDir, producerIDsFile))
-		if err != nil {
-			return err
-		}
-		b.txn.ids = a
-	}
+	b.txn.blocks = txn.NewBlockAllocator(b.cluster.reserveProducerIDs)
+	b.closers = append(b.closers, func() error { b.txn.blocks.Close(); return nil })
 	b.parts.SetVerifier(b.verifyTxn)
 	b.closers = append(b.closers, func() error {
 		b.txn.mu.Lock()
@@ -61,11 +51,8 @@ func (b *Broker) startTxn() error {
 		}
 		return nil
 	})
-	if _, ok := b.meta.Topic(txnStateTopic); ok || b.clusterMode() {
-		_, err := b.txnCoordinator()
-		return err
-	}
-	return nil
+	_, err := b.txnCoordinator()
+	return err
 }
 
 // coordinator returns the transaction coordinator if it has been built.
@@ -86,52 +73,18 @@ func (b *Broker) txnCoordinator() (*txn.Coordinator, error) {
 	if n <= 0 {
 		n = txn.DefaultConfig().StatePartitions
 	}
-	if b.clusterMode() {
-		// Built at start-up; the topic is created at the first
-		// FindCoordinator (coordinators_cluster.go).
-		c := b.newClusterTxnCoordinator(n)
-		b.txn.coord.Store(c)
-		return c, nil
-	}
-	// An existing topic keeps its partition count: placement depends on it.
-	t, err := b.ensureTopic(txnStateTopic, n, b.internalTopicConfigs(txnStateTopic), true)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", txnStateTopic, err)
-	}
-	logs := make([]txn.Log, t.Partitions)
-	for i := range logs {
-		p := b.parts.Get(txnStateTopic, int32(i))
-		if p == nil {
-			return nil, fmt.Errorf("%s-%d is not open", txnStateTopic, i)
-		}
-		logs[i] = offsetsLog{p}
-	}
-	c := txn.New(b.cfg.Txn, logs, txn.Options{
-		Logger:  b.log.With("component", "transactions"),
-		IDs:     b.txn.ids,
-		Markers: b.writeMarkers,
-	})
-	if err := c.Load(); err != nil {
-		c.Close()
-		return nil, err
-	}
+	// Built at start-up; the topic is created at the first
+	// FindCoordinator (coordinators_cluster.go).
+	c := b.newClusterTxnCoordinator(n)
 	b.txn.coord.Store(c)
-	b.log.Info("transaction coordinator loaded", "partitions", t.Partitions)
 	return c, nil
 }
 
-// verifyTxn is the partitions' check of transactional appends.
+// verifyTxn is the partitions' check of transactional appends: they are
+// verified before the append, with the coordinator wherever it is
+// (txnverify.go); reaching here means one was not.
 func (b *Broker) verifyTxn(topic string, p int32, pid int64, epoch int16) error {
-	if b.clusterMode() {
-		// Verified before the append, with the coordinator wherever it
-		// is (txnverify.go); reaching here means it was not.
-		return verifyTxnCluster(topic, p, pid, epoch)
-	}
-	c := b.coordinator()
-	if c == nil {
-		return fmt.Errorf("producer %d: no transaction coordinator: %w", pid, kerr.InvalidTxnState)
-	}
-	return c.Verify(txn.TopicPartition{Topic: topic, Partition: p}, pid, epoch)
+	return verifyTxnCluster(topic, p, pid, epoch)
 }
 
 // writeMarkers appends a transaction's markers to each of its partitions

@@ -346,8 +346,15 @@ func TestTxnTimeoutAborts(t *testing.T) {
 func TestTxnInvalidTimeoutAndUnaddedPartition(t *testing.T) {
 	n := txnNode(t, func(c *broker.Config, _ *wire.Limits) { c.Txn.MaxTimeout = time.Minute })
 	n.CreateTopic("raw", 1, nil)
-	init := kmsg.NewPtrInitProducerIDRequest()
 	id := "raw-id"
+	// As a client does: find the coordinator first (which creates
+	// __transaction_state), then ask it.
+	brokertest.Await(t, "the transaction coordinator", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return n.Admin().FindTxnCoordinators(ctx, id).Error()
+	})
+	init := kmsg.NewPtrInitProducerIDRequest()
 	init.TransactionalID = &id
 	init.TransactionTimeoutMillis = int32((2 * time.Minute).Milliseconds())
 	init.ProducerID, init.ProducerEpoch = -1, -1
@@ -356,7 +363,14 @@ func TestTxnInvalidTimeoutAndUnaddedPartition(t *testing.T) {
 		t.Fatalf("timeout above max: %v", kerr.ErrorForCode(resp.ErrorCode))
 	}
 	init.TransactionTimeoutMillis = 10000
-	resp = rawRequest(t, n, init).(*kmsg.InitProducerIDResponse)
+	brokertest.Await(t, "the coordinator to load its partition", func() error {
+		// Retried as a client retries while the coordinator loads.
+		resp = rawRequest(t, n, init).(*kmsg.InitProducerIDResponse)
+		if code := resp.ErrorCode; code == kerr.NotCoordinator.Code || code == kerr.CoordinatorLoadInProgress.Code {
+			return kerr.ErrorForCode(code)
+		}
+		return nil
+	})
 	if resp.ErrorCode != 0 || resp.ProducerEpoch != 0 {
 		t.Fatalf("init: %v epoch %d", kerr.ErrorForCode(resp.ErrorCode), resp.ProducerEpoch)
 	}

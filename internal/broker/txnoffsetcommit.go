@@ -7,7 +7,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
-	"holdfast/internal/txn"
 	"holdfast/internal/wire"
 )
 
@@ -17,7 +16,6 @@ func init() { register(kmsg.TxnOffsetCommit, 0, 3, (*Broker).handleTxnOffsetComm
 
 func (b *Broker) handleTxnOffsetCommit(ctx context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.TxnOffsetCommitRequest)
-	c := b.coordinator()
 	p := b.offsetsPartition(req.Group)
 	var code int16
 	switch {
@@ -27,19 +25,12 @@ func (b *Broker) handleTxnOffsetCommit(ctx context.Context, r *wire.Request) wir
 		code = kerr.GroupAuthorizationFailed.Code
 	case req.Group == "":
 		code = kerr.InvalidGroupID.Code
-	case b.clusterMode() && p < 0:
-		code = kerr.CoordinatorNotAvailable.Code
-	case b.clusterMode():
-		// KIP-890: the transaction's coordinator (often another node)
-		// must have the group's partition in the transaction.
-		code = b.verifyOffsetsPartition(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, p)
-	case c == nil:
-		code = kerr.InvalidProducerIDMapping.Code
 	case p < 0:
 		code = kerr.CoordinatorNotAvailable.Code
 	default:
-		code = txnErrorCode(c.CheckOffsets(req.TransactionalID, req.ProducerID, req.ProducerEpoch,
-			txn.TopicPartition{Topic: offsetsTopic, Partition: p}))
+		// KIP-890: the transaction's coordinator (often another node)
+		// must have the group's partition in the transaction.
+		code = b.verifyOffsetsPartition(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, p)
 	}
 	if code == 0 {
 		// READ on each topic; the others' partitions are refused.

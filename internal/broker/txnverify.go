@@ -67,7 +67,7 @@ func (b *Broker) verifyProduce(ctx context.Context, req *kmsg.ProduceRequest, co
 	for ti, rt := range req.Topics {
 		for pi, rp := range rt.Partitions {
 			p := b.parts.Get(rt.Topic, rp.Partition)
-			if p == nil || !p.Replicated() || !p.IsLeader() {
+			if p == nil || !p.IsLeader() {
 				continue // refused below with the usual codes
 			}
 			batch, _, err := records.Next(rp.Records)
@@ -126,7 +126,7 @@ func (b *Broker) verifyProduce(ctx context.Context, req *kmsg.ProduceRequest, co
 // It returns the TxnOffsetCommit error code, 0 to go ahead.
 func (b *Broker) verifyOffsetsPartition(ctx context.Context, id string, pid int64, epoch int16, index int32) int16 {
 	p := b.parts.Get(offsetsTopic, index)
-	if p == nil || !p.Replicated() || !p.IsLeader() {
+	if p == nil || !p.IsLeader() {
 		return kerr.NotCoordinator.Code // the group coordinator moved
 	}
 	guard, needed, err := p.BeginTxnVerification(pid, epoch)

@@ -26,10 +26,7 @@ func (b *Broker) handleUnregisterBroker(_ context.Context, r *wire.Request) wire
 	case !b.forwardedBy(r) && !b.authorizeCluster(r, auth.OpAlter):
 		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 		return wire.Respond(resp)
-	case c == nil:
-		resp.ErrorCode = kerr.UnsupportedVersion.Code
-		return wire.Respond(resp)
-	case b.cfg.Peers[req.BrokerID] != "":
+	case b.isVoter(req.BrokerID):
 		resp.ErrorCode = kerr.InvalidRequest.Code
 		resp.ErrorMessage = kmsg.StringPtr("a controller quorum member (in --peers) cannot be unregistered")
 		return wire.Respond(resp)

@@ -217,11 +217,6 @@ func (s *Store) applyTo(next *state, c Command, out *Topic) error {
 		if _, dup := s.byID[t.ID]; dup {
 			return ErrTopicExists
 		}
-		for _, d := range next.Deleting {
-			if d.Name == t.Name {
-				return ErrDeletePending
-			}
-		}
 		nt := t.clone()
 		nt.Dirs = nil
 		recordDirs(next, &nt, 0)

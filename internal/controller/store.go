@@ -16,7 +16,6 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
-	"sort"
 	"sync"
 
 	"holdfast/internal/auth"
@@ -29,7 +28,6 @@ var (
 	ErrTopicExists    = errors.New("controller: topic already exists")
 	ErrUnknownTopic   = errors.New("controller: unknown topic")
 	ErrInvalidCount   = errors.New("controller: invalid partition count")
-	ErrDeletePending  = errors.New("controller: topic is being deleted")
 	errCorruptMetaDoc = errors.New("controller: metadata file is corrupt")
 )
 
@@ -40,8 +38,7 @@ type Topic struct {
 	Partitions int32
 	Configs    map[string]string // dynamic topic config overrides only
 	Internal   bool
-	// Replicas lists each partition's replica node ids (cluster mode only;
-	// nil on a single node, where this node holds every partition). While
+	// Replicas lists each partition's replica node ids. While
 	// a partition is reassigned it is the union of the original and the
 	// target replicas (reassign.go).
 	Replicas [][]int32 `json:",omitempty"`
@@ -58,6 +55,10 @@ type Topic struct {
 	// id differs has lost that replica's data: it catches up before it may
 	// vote in the partition's Raft group.
 	Dirs []map[int32]string `json:",omitempty"`
+	// PreRaft marks a topic created by a single node before it ran as a
+	// one-voter cluster: its partition logs may hold batches no Raft group
+	// wrote, which the group adopts as its committed history.
+	PreRaft bool `json:",omitempty"`
 }
 
 // ReplicaDir is the directory id replica broker of partition p was
@@ -262,60 +263,6 @@ func (s *Store) Deleting() []Topic {
 	return out
 }
 
-// CreateTopic adds a topic with a fresh id. Name and config validation is
-// the caller's job; the store only guards uniqueness and counts.
-func (s *Store) CreateTopic(name string, partitions int32, configs map[string]string, internal bool) (Topic, error) {
-	if partitions <= 0 {
-		return Topic{}, ErrInvalidCount
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.byName[name]; ok {
-		return Topic{}, ErrTopicExists
-	}
-	for _, d := range s.st.Deleting {
-		if d.Name == name {
-			return Topic{}, ErrDeletePending
-		}
-	}
-	t := Topic{Name: name, Partitions: partitions, Configs: maps.Clone(configs), Internal: internal}
-	if t.Configs == nil {
-		t.Configs = map[string]string{}
-	}
-	for {
-		t.ID = newTopicID()
-		if _, dup := s.byID[t.ID]; !dup {
-			break
-		}
-	}
-	next := s.st
-	next.Topics = append(slices.Clone(s.st.Topics), t)
-	sort.Slice(next.Topics, func(i, j int) bool { return next.Topics[i].Name < next.Topics[j].Name })
-	if err := s.commit(next); err != nil {
-		return Topic{}, err
-	}
-	return t.clone(), nil
-}
-
-// DeleteTopic forgets a topic and records it as being deleted, so its data
-// is removed even across a crash; see Deleting and FinishDelete.
-func (s *Store) DeleteTopic(name string) (Topic, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	i, ok := s.byName[name]
-	if !ok {
-		return Topic{}, ErrUnknownTopic
-	}
-	t := s.st.Topics[i]
-	next := s.st
-	next.Topics = slices.Delete(slices.Clone(s.st.Topics), i, i+1)
-	next.Deleting = append(slices.Clone(s.st.Deleting), t)
-	if err := s.commit(next); err != nil {
-		return Topic{}, err
-	}
-	return t.clone(), nil
-}
-
 // FinishDelete drops the deletion record of the topic with id, once its
 // data is gone from disk.
 func (s *Store) FinishDelete(id [16]byte) error {
@@ -327,65 +274,6 @@ func (s *Store) FinishDelete(id [16]byte) error {
 	}
 	next := s.st
 	next.Deleting = slices.Delete(slices.Clone(s.st.Deleting), i, i+1)
-	return s.commit(next)
-}
-
-// AddPartitions raises a topic's partition count to total. Kafka never
-// lowers it: total must be greater than the current count.
-func (s *Store) AddPartitions(name string, total int32) (Topic, error) {
-	return s.update(name, func(t *Topic) error {
-		if total <= t.Partitions {
-			return ErrInvalidCount
-		}
-		t.Partitions = total
-		return nil
-	})
-}
-
-// SetTopicConfigs replaces a topic's config overrides with configs.
-func (s *Store) SetTopicConfigs(name string, configs map[string]string) (Topic, error) {
-	return s.update(name, func(t *Topic) error {
-		t.Configs = maps.Clone(configs)
-		if t.Configs == nil {
-			t.Configs = map[string]string{}
-		}
-		return nil
-	})
-}
-
-func (s *Store) update(name string, fn func(*Topic) error) (Topic, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	i, ok := s.byName[name]
-	if !ok {
-		return Topic{}, ErrUnknownTopic
-	}
-	t := s.st.Topics[i].clone()
-	if err := fn(&t); err != nil {
-		return Topic{}, err
-	}
-	next := s.st
-	next.Topics = slices.Clone(s.st.Topics)
-	next.Topics[i] = t
-	if err := s.commit(next); err != nil {
-		return Topic{}, err
-	}
-	return t.clone(), nil
-}
-
-// BrokerConfigs returns the dynamic broker config overrides.
-func (s *Store) BrokerConfigs() map[string]string {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return maps.Clone(s.st.BrokerConfigs)
-}
-
-// SetBrokerConfigs replaces the dynamic broker config overrides.
-func (s *Store) SetBrokerConfigs(configs map[string]string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	next := s.st
-	next.BrokerConfigs = maps.Clone(configs)
 	return s.commit(next)
 }
 
@@ -458,14 +346,14 @@ func (s *Store) persist(st state) (renamed bool, err error) {
 // newClusterID returns a Kafka-style cluster id: 16 random bytes in URL-safe
 // base64 without padding (22 characters).
 func newClusterID() string {
-	id := newTopicID()
+	id := NewTopicID()
 	return base64.RawURLEncoding.EncodeToString(id[:])
 }
 
-// newTopicID returns a random UUID as Kafka makes them: not the zero id, not
+// NewTopicID returns a random UUID as Kafka makes them: not the zero id, not
 // the reserved metadata-topic id (0...01), and not one whose string form
 // starts with '-' (it would read as a command-line flag).
-func newTopicID() [16]byte {
+func NewTopicID() [16]byte {
 	for {
 		var id [16]byte
 		if _, err := rand.Read(id[:]); err != nil {
@@ -498,4 +386,39 @@ func StoredClusterID(dir string, fs storage.FS) (string, error) {
 		return "", fmt.Errorf("controller: %s: %w", join(dir, fileName), err)
 	}
 	return st.ClusterID, nil
+}
+
+// AdoptSingleNode turns the metadata of a single node written before a
+// single node was a cluster of one into a one-voter cluster's: topics that
+// name no replicas get this node (in directory dir) as the only replica of
+// every partition, and producer ids continue from nextProducerID. The
+// metadata log never held those topics; with one voter the store is the
+// only state there is. It reports whether anything changed.
+func (s *Store) AdoptSingleNode(node int32, dir string, nextProducerID int64) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := s.st
+	changed := false
+	topics := slices.Clone(next.Topics)
+	for i, t := range topics {
+		if len(t.Replicas) == int(t.Partitions) {
+			continue
+		}
+		t = t.clone()
+		t.PreRaft = true
+		t.Replicas, t.Dirs = make([][]int32, t.Partitions), make([]map[int32]string, t.Partitions)
+		for p := range t.Replicas {
+			t.Replicas[p] = []int32{node}
+			t.Dirs[p] = map[int32]string{node: dir}
+		}
+		topics[i], changed = t, true
+	}
+	next.Topics = topics
+	if nextProducerID > next.NextProducerID {
+		next.NextProducerID, changed = nextProducerID, true
+	}
+	if !changed {
+		return false, nil
+	}
+	return true, s.commit(next)
 }

@@ -11,6 +11,36 @@ import (
 	"holdfast/internal/storage"
 )
 
+// The store changes only through committed commands; these apply the
+// commands the broker proposes.
+func apply(s *Store, c Command) (Topic, error) { return s.Apply(s.Applied()+1, c) }
+
+func createTopic(s *Store, name string, partitions int32, configs map[string]string, internal bool) (Topic, error) {
+	reps := make([][]int32, max(partitions, 0))
+	for i := range reps {
+		reps[i] = []int32{1}
+	}
+	return apply(s, Command{Op: OpCreateTopic, Topic: &Topic{Name: name, ID: NewTopicID(), Partitions: partitions,
+		Configs: configs, Internal: internal, Replicas: reps}})
+}
+
+func deleteTopic(s *Store, name string) (Topic, error) {
+	return apply(s, Command{Op: OpDeleteTopic, Name: name})
+}
+
+func addPartitions(s *Store, name string, total int32) (Topic, error) {
+	cur, _ := s.Topic(name)
+	reps := make([][]int32, max(total-cur.Partitions, 0))
+	for i := range reps {
+		reps[i] = []int32{1}
+	}
+	return apply(s, Command{Op: OpAddPartitions, Name: name, Partitions: total, Replicas: reps})
+}
+
+func setTopicConfigs(s *Store, name string, configs map[string]string) (Topic, error) {
+	return apply(s, Command{Op: OpTopicConfigs, Name: name, Configs: configs})
+}
+
 func open(t *testing.T, fs storage.FS, dir string) *Store {
 	t.Helper()
 	s, err := Open(dir, fs, nil, "")
@@ -28,27 +58,27 @@ func TestStoreSurvivesReopen(t *testing.T) {
 	if len(cid) != 22 {
 		t.Fatalf("cluster id %q: want 22 characters of base64", cid)
 	}
-	a, err := s.CreateTopic("a", 3, map[string]string{"retention.ms": "1000"}, false)
+	a, err := createTopic(s, "a", 3, map[string]string{"retention.ms": "1000"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateTopic("a", 1, nil, false); !errors.Is(err, ErrTopicExists) {
+	if _, err := createTopic(s, "a", 1, nil, false); !errors.Is(err, ErrTopicExists) {
 		t.Fatalf("duplicate create: %v, want ErrTopicExists", err)
 	}
-	if _, err := s.CreateTopic("__consumer_offsets", 5, nil, true); err != nil {
+	if _, err := createTopic(s, "__consumer_offsets", 5, nil, true); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AddPartitions("a", 3); !errors.Is(err, ErrInvalidCount) {
+	if _, err := addPartitions(s, "a", 3); !errors.Is(err, ErrInvalidCount) {
 		t.Fatalf("AddPartitions to the same count: %v, want ErrInvalidCount", err)
 	}
-	if _, err := s.AddPartitions("a", 5); err != nil {
+	if _, err := addPartitions(s, "a", 5); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.SetTopicConfigs("a", map[string]string{"segment.bytes": "4096"}); err != nil {
+	if _, err := setTopicConfigs(s, "a", map[string]string{"segment.bytes": "4096"}); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := s.CreateTopic("b", 1, nil, false)
-	if _, err := s.DeleteTopic("b"); err != nil {
+	b, _ := createTopic(s, "b", 1, nil, false)
+	if _, err := deleteTopic(s, "b"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -72,13 +102,10 @@ func TestStoreSurvivesReopen(t *testing.T) {
 	if d := s.Deleting(); len(d) != 1 || d[0].ID != b.ID {
 		t.Fatalf("Deleting = %+v, want b pending", d)
 	}
-	if _, err := s.CreateTopic("b", 1, nil, false); !errors.Is(err, ErrDeletePending) {
-		t.Fatalf("create while delete pending: %v", err)
-	}
 	if err := s.FinishDelete(b.ID); err != nil {
 		t.Fatal(err)
 	}
-	nb, err := s.CreateTopic("b", 1, nil, false)
+	nb, err := createTopic(s, "b", 1, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +122,7 @@ func TestStoreCrashAtomicity(t *testing.T) {
 	s := open(t, fs, dir)
 	cid := s.ClusterID()
 	for i, name := range []string{"t0", "t1", "t2", "t3"} {
-		if _, err := s.CreateTopic(name, int32(i+1), nil, false); err != nil {
+		if _, err := createTopic(s, name, int32(i+1), nil, false); err != nil {
 			t.Fatal(err)
 		}
 		fs.CrashTorn()
@@ -110,7 +137,7 @@ func TestStoreCrashAtomicity(t *testing.T) {
 
 	// A failed write (disk full) changes nothing, in memory or on disk.
 	fs.SetCapacity(0)
-	if _, err := s.CreateTopic("full", 1, nil, false); err == nil {
+	if _, err := createTopic(s, "full", 1, nil, false); err == nil {
 		t.Fatal("create succeeded on a full disk")
 	}
 	fs.ClearErrors()
@@ -118,7 +145,7 @@ func TestStoreCrashAtomicity(t *testing.T) {
 		t.Fatal("failed create is visible")
 	}
 	fs.InjectError(storage.OpRename, "cluster.json", syscall.EIO)
-	if _, err := s.DeleteTopic("t0"); err == nil {
+	if _, err := deleteTopic(s, "t0"); err == nil {
 		t.Fatal("delete succeeded although the rename failed")
 	}
 	fs.ClearErrors()
@@ -135,7 +162,7 @@ func TestStoreCrashAtomicity(t *testing.T) {
 func TestStoreDetectsCorruption(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, storage.OSFS(), dir)
-	if _, err := s.CreateTopic("x", 1, nil, false); err != nil {
+	if _, err := createTopic(s, "x", 1, nil, false); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, fileName)

@@ -321,7 +321,7 @@ func (c *Coordinator) UnloadPartition(p int32) {
 	c.unowned[p].Store(true)
 	c.loaded[p].Store(false)
 	c.dropLocked(p, kerr.NotCoordinator.Code)
-	c.log.Info("unloaded __consumer_offsets partition", "partition", p)
+	c.log.Debug("unloaded __consumer_offsets partition", "partition", p)
 }
 
 // dropLocked forgets the groups of partition p and their pending

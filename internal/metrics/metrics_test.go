@@ -200,6 +200,13 @@ func TestErrorsAndInternalTopics(t *testing.T) {
 	for _, perPartition := range []bool{false, true} {
 		n, reg := startWithMetrics(t, metrics.Options{InternalPartitions: perPartition})
 		n.CreateTopic("one", 1, nil)
+		// __consumer_offsets is created at the first group lookup, as in
+		// Kafka.
+		brokertest.Await(t, "the group coordinator", func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return n.Admin().FindGroupCoordinators(ctx, "g").Error()
+		})
 		cl := n.Client()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		// Partition 7 of a one-partition topic.
@@ -269,8 +276,10 @@ func TestGrafanaDashboard(t *testing.T) {
 	for _, f := range gather(t, reg()) {
 		exported[f.GetName()] = true
 	}
-	// Series that exist only once something happened (a group commits).
-	for _, name := range []string{"holdfast_group_lag_sum", "holdfast_group_members", "holdfast_errors_total"} {
+	// Series that exist only once something happened (a group commits,
+	// internal topics are created at the first group lookup).
+	for _, name := range []string{"holdfast_group_lag_sum", "holdfast_group_members", "holdfast_errors_total",
+		"holdfast_internal_topic_size_bytes", "holdfast_internal_topic_partitions"} {
 		exported[name] = true
 	}
 	used := 0

@@ -1,22 +1,27 @@
-// Package partition is a partition of a topic on this node: its log, its
-// watermarks and its idempotent-producer state. On a single node the high
-// watermark is what is durable (flush=sync) or what is appended (other flush
-// policies); replication will move it to "committed by a Raft majority".
+// Package partition is a partition of a topic on this node: its log, the
+// Raft group that replicates it (one voter on a single node), its
+// watermarks and its idempotent-producer and transaction state. The high
+// watermark is what the group committed: a majority of replicas have it,
+// each fsynced under flush=sync.
 package partition
 
 import (
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 
+	"holdfast/internal/raft"
 	"holdfast/internal/storage"
 )
 
@@ -75,9 +80,10 @@ func (m *Manager) snapshotPath(topic string, index int32) string {
 	return filepath.Join(m.root, snapshotDir, topic+"-"+strconv.Itoa(int(index))+".snapshot")
 }
 
-// Open opens (creating if needed) a partition and rebuilds its producer
-// state from the log. Opening a partition that is already open returns it.
-func (m *Manager) Open(topic string, topicID [16]byte, index int32, cfg storage.Config) (*Partition, error) {
+// Open opens (creating if needed) a partition, rebuilds its producer state
+// from the log and joins it to its Raft group. Opening a partition that is
+// already open returns it.
+func (m *Manager) Open(topic string, topicID [16]byte, index int32, cfg storage.Config, r Replication) (*Partition, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -91,11 +97,14 @@ func (m *Manager) Open(topic string, topicID [16]byte, index int32, cfg storage.
 	if err := m.opts.FS.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("partition %s-%d: %w", topic, index, err)
 	}
+	if err := m.claimDir(dir, topicID); err != nil {
+		return nil, fmt.Errorf("partition %s-%d: %w", topic, index, err)
+	}
 	l, err := storage.Open(dir, cfg, m.opts)
 	if err != nil {
 		return nil, fmt.Errorf("partition %s-%d: %w", topic, index, err)
 	}
-	p, err := newPartition(topic, topicID, index, dir, m.snapshotPath(topic, index), l, m.opts, &m.verify)
+	p, err := newPartition(topic, topicID, index, dir, m.snapshotPath(topic, index), l, m.opts, &m.verify, r)
 	if err != nil {
 		l.Close()
 		return nil, err
@@ -173,12 +182,16 @@ func (m *Manager) Remove(topic string, index int32) error {
 	return m.removeData(p)
 }
 
-// removeData closes p and removes its directory and producer snapshot.
+// removeData closes p, stops its Raft group here and removes its directory
+// and producer snapshot.
 // The directory is renamed aside first, so a partition of the same name
 // can be opened as soon as this returns.
 func (m *Manager) removeData(p *Partition) error {
 	fsys := m.opts.FS
 	var errs []error
+	if err := p.rep.host.RemoveGroup(p.rep.group); err != nil && !errors.Is(err, raft.ErrUnknownGroup) {
+		errs = append(errs, err)
+	}
 	if err := p.close(false); err != nil {
 		errs = append(errs, err)
 	}
@@ -216,4 +229,44 @@ func (m *Manager) Close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// metadataFile names the topic a partition directory belongs to (Kafka's
+// partition.metadata: "version: 0" and "topic_id: <id>"). A directory of a
+// deleted topic whose removal failed has the same name as a new topic's
+// partition; its records must never be served under the new topic.
+const metadataFile = storage.MetadataFile
+
+// ErrForeignData: a partition directory holds another topic's data (a
+// deleted topic of the same name whose removal has not finished).
+var ErrForeignData = errors.New("partition: the directory holds another topic's data")
+
+// claimDir checks that dir belongs to topic id, or writes that it does.
+func (m *Manager) claimDir(dir string, id [16]byte) error {
+	fsys := m.opts.FS
+	path := filepath.Join(dir, metadataFile)
+	want := "topic_id: " + base64.RawURLEncoding.EncodeToString(id[:])
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
+	switch {
+	case err == nil:
+		defer f.Close()
+		buf := make([]byte, 256)
+		n, rerr := f.ReadAt(buf, 0)
+		if rerr != nil && !errors.Is(rerr, io.EOF) {
+			return rerr
+		}
+		for line := range strings.SplitSeq(string(buf[:n]), "\n") {
+			if strings.HasPrefix(line, "topic_id:") {
+				if strings.TrimSpace(line) != want {
+					return fmt.Errorf("%w (%s, not %s)", ErrForeignData, strings.TrimSpace(line), want)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("%s has no topic_id", path)
+	case !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
+	_, err = storage.WriteFileAtomic(fsys, path, []byte("version: 0\n"+want+"\n"))
+	return err
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"holdfast/internal/raft"
 	"holdfast/internal/records"
 	"holdfast/internal/storage"
 )
@@ -62,8 +63,7 @@ type Partition struct {
 	lg       *slog.Logger
 	now      func() time.Time
 
-	// epoch is the leader epoch. A single node is leader of epoch 0 forever;
-	// replication will make it the Raft term.
+	// epoch is the leader epoch: the Raft term of the last committed entry.
 	epoch atomic.Int32
 	// logAppendTime: message.timestamp.type=LogAppendTime.
 	logAppendTime atomic.Bool
@@ -87,18 +87,20 @@ type Partition struct {
 	// log's own start catches up once the segments are deleted.
 	minStart atomic.Int64
 
-	// rep is set in cluster mode: the log is a Raft group's (replica.go).
-	// rep is set once, when the partition joins its Raft group; read
-	// without appendMu by metadata and leadership checks, hence atomic.
-	rep atomic.Pointer[replica]
+	// rep is the partition's Raft group (replica.go): every partition is
+	// one, a single node's with one voter. Set once by Open.
+	rep *replica
 
-	// wake tells the durability loop there is something new to wait for.
-	wake   chan struct{}
-	cancel context.CancelFunc
-	done   chan struct{}
+	// stateEnd is the log offset up to which producers and txn reflect
+	// the log (appendMu; read without it as an atomic). The leader moves it
+	// as it proposes, a follower as entries commit (onCommit), so a new
+	// leader needs no rescan; stateStale says a truncation took back
+	// entries the state had counted, and the next leadership rebuilds it.
+	stateEnd   atomic.Int64
+	stateStale atomic.Bool
 }
 
-func newPartition(topic string, id [16]byte, index int32, dir, snapPath string, l *storage.Log, opts storage.Options, verify *atomic.Pointer[Verifier]) (*Partition, error) {
+func newPartition(topic string, id [16]byte, index int32, dir, snapPath string, l *storage.Log, opts storage.Options, verify *atomic.Pointer[Verifier], r Replication) (*Partition, error) {
 	now := opts.Now
 	if now == nil {
 		now = time.Now
@@ -110,20 +112,14 @@ func newPartition(topic string, id [16]byte, index int32, dir, snapPath string, 
 		txn:       txnState{open: map[int64]int64{}},
 		verify:    verify,
 		hwCh:      make(chan struct{}),
-		wake:      make(chan struct{}, 1),
-		done:      make(chan struct{}),
 	}
 	if err := p.loadProducers(); err != nil {
 		return nil, fmt.Errorf("partition %s-%d: rebuilding producer state: %w", topic, index, err)
 	}
-	if p.syncMode() {
-		p.hw = l.DurableOffset()
-	} else {
-		p.hw = l.EndOffset()
+	p.stateEnd.Store(l.EndOffset())
+	if err := p.replicate(r); err != nil {
+		return nil, fmt.Errorf("partition %s-%d: %w", topic, index, err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p.cancel = cancel
-	go p.durabilityLoop(ctx)
 	return p, nil
 }
 
@@ -137,10 +133,14 @@ func (p *Partition) Log() *storage.Log  { return p.log }
 // the broker stamps each batch with its append time.
 func (p *Partition) SetLogAppendTime(on bool) { p.logAppendTime.Store(on) }
 
-// Failed returns the I/O error that stopped the partition, if any.
+// Failed returns the error that stopped the partition on this node, if
+// any: an I/O error here, or its Raft group's failure.
 func (p *Partition) Failed() error {
 	if e := p.failed.Load(); e != nil {
 		return *e
+	}
+	if err := p.rep.host.GroupFailed(p.rep.group); err != nil && !errors.Is(err, raft.ErrUnknownGroup) {
+		return fmt.Errorf("%w: %w", ErrStorage, err)
 	}
 	return nil
 }
@@ -152,8 +152,6 @@ func (p *Partition) fail(err error) error {
 	}
 	return err
 }
-
-func (p *Partition) syncMode() bool { return p.log.Config().Flush.Mode == storage.FlushSync }
 
 // Append validates batch (one v2 record batch as a producer sent it),
 // deduplicates idempotent retries and appends it to the page cache. It
@@ -194,10 +192,8 @@ func (p *Partition) Append(batch []byte) (AppendResult, error) {
 	if err := p.Failed(); err != nil {
 		return AppendResult{}, err
 	}
-	if p.rep.Load() != nil {
-		if err := p.leaderCheckLocked(); err != nil {
-			return AppendResult{}, err
-		}
+	if err := p.leaderCheckLocked(); err != nil {
+		return AppendResult{}, err
 	}
 	dup, err := p.checkProducer(h)
 	if err != nil {
@@ -238,7 +234,6 @@ func (p *Partition) Append(batch []byte) (AppendResult, error) {
 	if h.IsTransactional() {
 		p.noteTxnBatch(h.ProducerID, base)
 	}
-	p.afterAppend()
 	return AppendResult{BaseOffset: base, LastOffset: h.LastOffset(), LogAppendTime: lat,
 		LogStartOffset: p.LogStartOffset()}, nil
 }
@@ -279,31 +274,6 @@ func (p *Partition) checkKeys(batch []byte) error {
 		Msg: fmt.Sprintf("One or more records have been rejected due to %d record errors in total, and only showing the first three errors at most: [%s]", len(bad), strings.Join(shown, ", "))}
 }
 
-// storageError classifies a failed log append: a closed log is a partition
-// that moved away; anything else stops the partition.
-func (p *Partition) storageError(err error) error {
-	if errors.Is(err, storage.ErrClosed) {
-		return fmt.Errorf("partition %s-%d closed: %w", p.topic, p.index, kerr.NotLeaderForPartition)
-	}
-	return p.fail(err)
-}
-
-// afterAppend moves the high watermark (or wakes the durability loop).
-// Called with appendMu held.
-func (p *Partition) afterAppend() {
-	if p.rep.Load() != nil {
-		return // the Raft commit moves it
-	}
-	if !p.syncMode() {
-		p.advance(p.log.EndOffset())
-		return
-	}
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-}
-
 // validationError maps a records error onto the Kafka code for it; other
 // errors come back unchanged.
 func validationError(err error) error {
@@ -318,52 +288,15 @@ func validationError(err error) error {
 	return err
 }
 
-// WaitCommitted returns when every offset below end is committed: fsynced
-// under flush=sync, at once under the other policies (their whole point is
-// not to wait). It fails if the log fails or ctx ends first.
+// WaitCommitted returns when every offset below end is committed by the
+// partition's Raft group: by a majority of its replicas, each fsynced under
+// flush=sync (a single node's one replica: its own fsync). It fails if the
+// log fails or ctx ends first.
 func (p *Partition) WaitCommitted(ctx context.Context, end int64) error {
 	if err := p.Failed(); err != nil {
 		return err
 	}
-	if p.rep.Load() != nil {
-		return p.waitReplicated(ctx, end)
-	}
-	if !p.syncMode() {
-		return nil
-	}
-	if err := p.log.WaitDurable(ctx, end); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return p.fail(err)
-	}
-	p.advance(end)
-	return nil
-}
-
-// durabilityLoop advances the high watermark under flush=sync for appends
-// that nobody waits for (acks=0): one WaitDurable per group-commit round.
-func (p *Partition) durabilityLoop(ctx context.Context) {
-	defer close(p.done)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-p.wake:
-		}
-		end := p.log.EndOffset()
-		if p.HighWatermark() >= end || !p.syncMode() {
-			continue
-		}
-		if err := p.log.WaitDurable(ctx, end); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			p.fail(err)
-			return
-		}
-		p.advance(end)
-	}
+	return p.waitReplicated(ctx, end)
 }
 
 // advance raises the high watermark to hw and wakes long polls.
@@ -521,8 +454,6 @@ func (p *Partition) Scan(from int64, fn func(h records.Header, batch []byte) err
 // close stops the partition; with snapshot, it also saves the producer
 // state so the next open does not rescan the log.
 func (p *Partition) close(snapshot bool) error {
-	p.cancel()
-	<-p.done
 	p.hwMu.Lock()
 	if !p.closed {
 		p.closed = true
@@ -531,9 +462,11 @@ func (p *Partition) close(snapshot bool) error {
 	p.hwMu.Unlock()
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
-	end := p.log.EndOffset()
+	// What the state covers: on a follower, the log may hold entries past
+	// it that are not committed yet; the next open scans those.
+	end := p.stateEnd.Load()
 	err := p.log.Close()
-	if snapshot && err == nil && p.Failed() == nil {
+	if snapshot && err == nil && p.Failed() == nil && !p.stateStale.Load() {
 		if serr := p.writeSnapshot(end); serr != nil {
 			p.lg.Warn("writing producer state snapshot", "err", serr)
 		}

@@ -9,14 +9,63 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"holdfast/internal/raft"
 	"holdfast/internal/records"
 	"holdfast/internal/storage"
 )
 
-func newManager(t *testing.T, dir string) (*Manager, *storage.Syncer) {
+// testNode is a single node: its partitions are one-voter Raft groups, as
+// a single broker's are.
+type testNode struct {
+	*Manager
+	t    *testing.T
+	dir  string
+	sync *storage.Syncer
+	host *raft.Host
+}
+
+func newNode(t *testing.T, dir string) *testNode {
 	t.Helper()
 	s := storage.NewSyncer(nil)
-	return NewManager(dir, storage.Options{Syncer: s}), s
+	h, err := raft.NewHost(raft.Config{ID: 1, Dir: dir, TickInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &testNode{Manager: NewManager(dir, storage.Options{Syncer: s}), t: t, dir: dir, sync: s, host: h}
+	t.Cleanup(n.stop)
+	return n
+}
+
+// Open opens a partition as the node's one-voter Raft group.
+func (n *testNode) Open(topic string, id [16]byte, index int32, cfg storage.Config) (*Partition, error) {
+	g := uint64(id[0])<<32 | uint64(index) | 1<<63
+	return n.Manager.Open(topic, id, index, cfg, Replication{Host: n.host, Group: g, Voters: []uint64{1}})
+}
+
+// stop closes the node cleanly (producer snapshots written), the Raft
+// host first, as a broker does.
+func (n *testNode) stop() {
+	if n.host == nil {
+		return
+	}
+	n.host.Close()
+	n.Manager.Close()
+	n.sync.Close()
+	n.host = nil
+}
+
+// crash stops the node as a crash would: no producer snapshots.
+func (n *testNode) crash() {
+	n.Manager.mu.Lock()
+	for _, p := range n.Manager.parts {
+		p.log.Close()
+	}
+	n.Manager.parts = map[key]*Partition{}
+	n.Manager.closed = true
+	n.Manager.mu.Unlock()
+	n.host.Close()
+	n.sync.Close()
+	n.host = nil
 }
 
 func batch(t *testing.T, pid int64, epoch int16, seq int32, n int) []byte {
@@ -50,7 +99,7 @@ func mustAppend(t *testing.T, p *Partition, b []byte, wantBase int64, wantDup bo
 // comes back from the log itself.
 func TestProducerStateRebuiltByScan(t *testing.T) {
 	dir := t.TempDir()
-	m, s := newManager(t, dir)
+	m := newNode(t, dir)
 	cfg := storage.DefaultConfig()
 	p, err := m.Open("t", [16]byte{1}, 0, cfg)
 	if err != nil {
@@ -59,13 +108,9 @@ func TestProducerStateRebuiltByScan(t *testing.T) {
 	b0, b1 := batch(t, 7, 0, 0, 3), batch(t, 7, 0, 3, 2)
 	mustAppend(t, p, append([]byte(nil), b0...), 0, false)
 	mustAppend(t, p, append([]byte(nil), b1...), 3, false)
-	// Close without a snapshot, as a crash would leave it.
-	if err := p.close(false); err != nil {
-		t.Fatal(err)
-	}
-	m.mu.Lock()
-	delete(m.parts, key{"t", 0})
-	m.mu.Unlock()
+	// Stop without a snapshot, as a crash would leave it.
+	m.crash()
+	m = newNode(t, dir)
 	p, err = m.Open("t", [16]byte{1}, 0, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -78,15 +123,11 @@ func TestProducerStateRebuiltByScan(t *testing.T) {
 	if p.HighWatermark() != 5 || p.LogEndOffset() != 5 {
 		t.Fatalf("hw %d end %d, want 5", p.HighWatermark(), p.LogEndOffset())
 	}
-	m.Close()
-	s.Close()
 }
 
 // TestSequenceWrap: sequences continue from MaxInt32 to 0.
 func TestSequenceWrap(t *testing.T) {
-	m, s := newManager(t, t.TempDir())
-	defer s.Close()
-	defer m.Close()
+	m := newNode(t, t.TempDir())
 	p, err := m.Open("w", [16]byte{2}, 0, storage.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -106,9 +147,7 @@ func TestSequenceWrap(t *testing.T) {
 // TestHighWatermarkNotify: Notify fires once an append is durable, and the
 // records are readable up to the high watermark only.
 func TestHighWatermarkNotify(t *testing.T) {
-	m, s := newManager(t, t.TempDir())
-	defer s.Close()
-	defer m.Close()
+	m := newNode(t, t.TempDir())
 	p, err := m.Open("n", [16]byte{3}, 0, storage.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +156,7 @@ func TestHighWatermarkNotify(t *testing.T) {
 	if _, err := p.Append(batch(t, -1, -1, -1, 2)); err != nil {
 		t.Fatal(err)
 	}
-	select { // acks=0 style: nobody waits, the durability loop advances it
+	select { // acks=0 style: nobody waits, the Raft commit advances it
 	case <-ch:
 	case <-time.After(30 * time.Second):
 		t.Fatal("high watermark never advanced")
@@ -134,9 +173,7 @@ func TestHighWatermarkNotify(t *testing.T) {
 // TestDeleteTopicThenRecreate: a deleted topic's data and producer state do
 // not reappear under a new topic of the same name.
 func TestDeleteTopicThenRecreate(t *testing.T) {
-	m, s := newManager(t, t.TempDir())
-	defer s.Close()
-	defer m.Close()
+	m := newNode(t, t.TempDir())
 	p, err := m.Open("d", [16]byte{4}, 0, storage.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +213,9 @@ func txnBatch(t *testing.T, pid int64, epoch int16, seq int32, n int) []byte {
 
 func commitAll(t *testing.T, p *Partition) {
 	t.Helper()
-	if err := p.WaitCommitted(context.Background(), p.LogEndOffset()); err != nil {
+	// Everything proposed (the log end may not have it yet: the Raft
+	// loop writes proposals after they are made).
+	if err := p.WaitCommitted(context.Background(), p.stateEnd.Load()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -187,7 +226,7 @@ func commitAll(t *testing.T, p *Partition) {
 func TestTxnLSOAndAbortedIndex(t *testing.T) {
 	for _, clean := range []bool{true, false} {
 		dir := t.TempDir()
-		m, s := newManager(t, dir)
+		m := newNode(t, dir)
 		m.SetVerifier(func(string, int32, int64, int16) error { return nil })
 		p, err := m.Open("t", [16]byte{1}, 0, storage.DefaultConfig())
 		if err != nil {
@@ -225,15 +264,12 @@ func TestTxnLSOAndAbortedIndex(t *testing.T) {
 		}
 		check(p, "live")
 		if clean {
-			m.Close()
+			m.stop()
 		} else {
-			// A crash: no snapshot, the scan rebuilds it.
-			p.cancel()
-			<-p.done
-			p.log.Close()
+			m.crash() // no snapshot: the scan rebuilds it
 		}
-		s.Close()
-		m2, s2 := newManager(t, dir)
+		m2 := newNode(t, dir)
+		m2.SetVerifier(func(string, int32, int64, int16) error { return nil })
 		p2, err := m2.Open("t", [16]byte{1}, 0, storage.DefaultConfig())
 		if err != nil {
 			t.Fatal(err)
@@ -247,17 +283,14 @@ func TestTxnLSOAndAbortedIndex(t *testing.T) {
 		if lso, end := p2.LastStableOffset(), p2.LogEndOffset(); lso != end {
 			t.Fatalf("LSO %d after the last commit, want the end %d", lso, end)
 		}
-		m2.Close()
-		s2.Close()
+		m2.stop()
 	}
 }
 
 // TestTxnBatchNeedsVerifier: without the coordinator's yes, a transactional
 // batch is refused and nothing is written.
 func TestTxnBatchNeedsVerifier(t *testing.T) {
-	m, s := newManager(t, t.TempDir())
-	defer s.Close()
-	defer m.Close()
+	m := newNode(t, t.TempDir())
 	p, err := m.Open("t", [16]byte{2}, 0, storage.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)

@@ -161,10 +161,9 @@ var errStopScan = errors.New("stop")
 // acknowledge records that are not stored. Such a retry gets
 // NOT_LEADER_OR_FOLLOWER, so the producer sends it again to the new leader.
 // An original already below the log start (DeleteRecords, retention) was
-// stored; it passes. Not a duplicate, or a single node (whose log never
-// loses an appended batch but by failing): nil.
+// stored; it passes. Not a duplicate: nil.
 func (p *Partition) ConfirmStored(res AppendResult) error {
-	if !res.Duplicate || p.rep.Load() == nil {
+	if !res.Duplicate {
 		return nil
 	}
 	return p.confirmStored(res)

@@ -17,9 +17,7 @@ import (
 // clients take as success: issue 10 saw 6,000 such "acks" for records
 // never stored).
 func TestProducerSequenceRules(t *testing.T) {
-	m, s := newManager(t, t.TempDir())
-	defer s.Close()
-	defer m.Close()
+	m := newNode(t, t.TempDir())
 	p, err := m.Open("seq", [16]byte{9}, 0, storage.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -80,9 +78,7 @@ func TestProducerSequenceRules(t *testing.T) {
 // batch stored there is its original (same producer, epoch, sequence and
 // offsets); otherwise the retry is NOT_LEADER_OR_FOLLOWER.
 func TestConfirmStored(t *testing.T) {
-	m, s := newManager(t, t.TempDir())
-	defer s.Close()
-	defer m.Close()
+	m := newNode(t, t.TempDir())
 	p, err := m.Open("confirm", [16]byte{8}, 0, storage.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -116,9 +112,7 @@ func TestConfirmStored(t *testing.T) {
 // admitted; a marker drops the verification, so a verification that was
 // in flight when the marker came admits nothing.
 func TestTxnVerificationGuard(t *testing.T) {
-	m, s := newManager(t, t.TempDir())
-	defer s.Close()
-	defer m.Close()
+	m := newNode(t, t.TempDir())
 	// As in a cluster: the partition's own check refuses what was not
 	// verified beforehand.
 	m.SetVerifier(func(string, int32, int64, int16) error { return kerr.InvalidTxnState })

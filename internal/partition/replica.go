@@ -5,8 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -15,16 +15,18 @@ import (
 	"holdfast/internal/records"
 )
 
-// replica is a partition's replicated mode (cluster mode): the log is a
-// Raft group's log. Appends on the leader become proposals, the high
-// watermark is the Raft commit offset, and the leader epoch is the term.
+// replica is a partition's Raft group: the log is the group's log. Appends
+// on the leader become proposals, the high watermark is the Raft commit
+// offset, and the leader epoch is the term. A single node's partition is a
+// group with one voter, on exactly the same path.
 type replica struct {
 	host  *raft.Host
 	group uint64
 
-	// readyTerm is the term in which this node leads and has rebuilt its
-	// producer and transaction state from the committed log (appendMu).
-	readyTerm uint64
+	// readyTerm is the term in which this node leads and knows its
+	// producer and transaction state to be complete (set under appendMu).
+	// Every batch of that term is one it proposed and counted itself.
+	readyTerm atomic.Uint64
 
 	mu      sync.Mutex
 	pending map[int64]raft.Proposal // by end offset, until its waiter takes it
@@ -33,56 +35,66 @@ type replica struct {
 // maxPending bounds proposals nobody waits for (acks=0).
 const maxPending = 4096
 
-// Replicate turns p into a replica of Raft group id with the given voters
-// (the partition's replica set). rejoin: this node's data for the
-// partition was lost (a replaced disk): it catches up before it votes.
-// Idempotent.
-func (p *Partition) Replicate(h *raft.Host, group uint64, voters []uint64, rejoin bool) error {
-	p.appendMu.Lock()
-	defer p.appendMu.Unlock()
-	if p.rep.Load() != nil {
-		return nil
+// Replication is a partition's Raft group on this node: its id, the voters
+// it was created with (the partition's replica set), and whether this
+// node's data for it was lost (a replaced disk), so that it catches up
+// before it votes.
+type Replication struct {
+	Host   *raft.Host
+	Group  uint64
+	Voters []uint64
+	Rejoin bool
+	// AdoptPreRaft lets a sole voter adopt a log written before the
+	// partition had a Raft group (raft.GroupConfig.AdoptPreRaft).
+	AdoptPreRaft bool
+}
+
+// replicate joins p to its Raft group.
+func (p *Partition) replicate(r Replication) error {
+	if r.Host == nil || r.Group == 0 || len(r.Voters) == 0 {
+		return errors.New("a partition needs its Raft group")
 	}
-	rep := &replica{host: h, group: group, pending: map[int64]raft.Proposal{}}
+	rep := &replica{host: r.Host, group: r.Group, pending: map[int64]raft.Proposal{}}
+	p.rep = rep
 	// Consumers see only what Raft committed: start from the log start
 	// and let the commit callback raise the watermark.
-	p.hwMu.Lock()
 	p.hw = p.log.StartOffset()
-	p.hwMu.Unlock()
-	if err := h.AddGroup(raft.GroupConfig{ID: group, Log: p.log, Voters: voters, OnCommit: p.onCommit, Rejoin: rejoin}); err != nil {
+	if err := r.Host.AddGroup(raft.GroupConfig{ID: r.Group, Log: p.log, Voters: r.Voters,
+		OnCommit: p.onCommit, OnTruncate: p.onTruncate, Rejoin: r.Rejoin, AdoptPreRaft: r.AdoptPreRaft}); err != nil {
 		return err
 	}
 	// Log-start commands committed before this start whose compaction may
 	// not have happened yet: their start holds at once.
-	if cmds, err := h.Commands(group, 0); err == nil {
+	if cmds, err := r.Host.Commands(r.Group, 0); err == nil {
 		for _, c := range cmds {
 			if start, ok := ParseLogStartCommand(c.Command); ok {
 				p.raiseStart(start)
 			}
 		}
 	}
-	p.rep.Store(rep)
-	if st, err := h.Status(group); err == nil {
-		p.advance(st.CommitOffset)
+	if commit, err := r.Host.CommitOffset(r.Group); err == nil {
+		p.advance(commit)
+	}
+	if len(r.Voters) == 1 && r.Voters[0] == r.Host.ID() {
+		// A single node's partition leads at once: be ready when opened,
+		// as a partition of a single node always was.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := r.Host.WaitSettled(ctx, r.Group); err != nil {
+			return fmt.Errorf("leading its one-voter Raft group: %w", err)
+		}
 	}
 	return nil
 }
 
-// Replicated reports whether p is a Raft replica.
-func (p *Partition) Replicated() bool { return p.rep.Load() != nil }
-
-// RaftGroup is the partition's Raft group id (0 on a single node).
-func (p *Partition) RaftGroup() uint64 {
-	rep := p.rep.Load()
-	if rep == nil {
-		return 0
-	}
-	return rep.group
-}
+// RaftGroup is the partition's Raft group id.
+func (p *Partition) RaftGroup() uint64 { return p.rep.group }
 
 // onCommit runs on the Raft Ready loop: raise the log start a committed
 // log-start command names (before the watermark, so no read sees the
-// records it removed), the watermark and the epoch.
+// records it removed), bring the producer and transaction state up to the
+// committed batches this node did not propose itself (a follower's, or a
+// new leader's from the terms before), then the watermark and the epoch.
 func (p *Partition) onCommit(_ uint64, ents []raft.Committed) {
 	if len(ents) == 0 {
 		return
@@ -93,19 +105,66 @@ func (p *Partition) onCommit(_ uint64, ents []raft.Committed) {
 		}
 	}
 	last := ents[len(ents)-1]
+	for _, e := range ents {
+		if p.mustApply(e) {
+			p.applyCommitted(ents)
+			break
+		}
+	}
 	if t := int32(last.Term); t > p.epoch.Load() {
 		p.epoch.Store(t)
 	}
 	p.advance(last.EndOffset)
 }
 
+// applyCommitted applies committed batches past stateEnd to the producer
+// and transaction state. On the leader its own proposals are already
+// counted; this runs for what it did not propose.
+func (p *Partition) applyCommitted(ents []raft.Committed) {
+	p.appendMu.Lock()
+	defer p.appendMu.Unlock()
+	for _, e := range ents {
+		if !p.mustApply(e) {
+			continue
+		}
+		h, err := records.ParseHeader(e.Data)
+		if err == nil {
+			err = p.replayTxn(h, e.Data)
+		}
+		if err != nil {
+			// The rebuild at the next leadership reads the log instead.
+			p.lg.Warn("applying a committed batch to the producer state", "offset", e.BaseOffset, "err", err)
+			p.stateStale.Store(true)
+			continue
+		}
+		lat := int64(-1)
+		if h.LogAppendTime() {
+			lat = h.MaxTimestamp
+		}
+		p.recordProducer(h, lat, h.MaxTimestamp)
+		p.stateEnd.Store(e.EndOffset)
+	}
+}
+
+// mustApply reports whether committed entry e is a batch the state has
+// not counted yet: past stateEnd, and not of the term this node leads in
+// (it counted those as it proposed them).
+func (p *Partition) mustApply(e raft.Committed) bool {
+	return e.Data != nil && e.EndOffset > p.stateEnd.Load() && e.Term != p.rep.readyTerm.Load()
+}
+
+// onTruncate runs on the Ready loop: entries from offset on are gone (a
+// follower's uncommitted suffix replaced): if the state counted them, it
+// is rebuilt from the log at the next leadership.
+func (p *Partition) onTruncate(_ uint64, offset int64) {
+	if offset < p.stateEnd.Load() {
+		p.stateStale.Store(true)
+	}
+}
+
 // RaftStatus is the partition's Raft status on this node.
 func (p *Partition) RaftStatus() (raft.Status, error) {
-	rep := p.rep.Load()
-	if rep == nil {
-		return raft.Status{}, errors.New("partition: not replicated")
-	}
-	return rep.host.Status(rep.group)
+	return p.rep.host.Status(p.rep.group)
 }
 
 // IsLeader reports whether this node may serve the partition: always on a
@@ -113,33 +172,26 @@ func (p *Partition) RaftStatus() (raft.Status, error) {
 // entry of its term, so that its watermark and log start are current (a
 // new leader learns what its predecessor committed only then).
 func (p *Partition) IsLeader() bool {
-	rep := p.rep.Load()
-	if rep == nil {
-		return true
-	}
-	l, err := rep.host.Leadership(rep.group)
+	l, err := p.rep.host.Leadership(p.rep.group)
 	return err == nil && l.Settled
 }
 
 // InSyncReplicas counts the voters the leader currently hears from and
 // that are being replicated to (itself included); 0 on a follower.
 func (p *Partition) InSyncReplicas() int {
-	rep := p.rep.Load()
-	if rep == nil {
-		return 1
-	}
-	return rep.host.InSync(rep.group)
+	return p.rep.host.InSync(p.rep.group)
 }
 
 var errNotLeader = fmt.Errorf("not the partition leader: %w", kerr.NotLeaderForPartition)
 
 // leaderCheckLocked refuses appends on a follower, and on a new leader
 // until everything earlier terms left in its log is committed: only then
-// is the producer state (rebuilt here from the committed log) complete, so
-// a retry of a batch written under the old leader is found as a duplicate.
-// Called with appendMu held.
+// does the producer state (kept up to date from committed entries) cover
+// the whole log, so a retry of a batch written under the old leader is
+// found as a duplicate. A state that counted entries a truncation took
+// back is rebuilt from the log here. Called with appendMu held.
 func (p *Partition) leaderCheckLocked() error {
-	rep := p.rep.Load()
+	rep := p.rep
 	l, err := rep.host.Leadership(rep.group)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errNotLeader, err)
@@ -147,7 +199,7 @@ func (p *Partition) leaderCheckLocked() error {
 	if !l.Leading {
 		return errNotLeader
 	}
-	if rep.readyTerm == l.Term {
+	if rep.readyTerm.Load() == l.Term {
 		return nil
 	}
 	commit, err := rep.host.CommitOffset(rep.group)
@@ -158,23 +210,25 @@ func (p *Partition) leaderCheckLocked() error {
 	if commit < end {
 		return fmt.Errorf("new leader still committing earlier entries: %w", kerr.NotLeaderForPartition)
 	}
-	if err := p.rebuildLocked(); err != nil {
-		return p.fail(err)
+	if p.stateStale.Load() || p.stateEnd.Load() < end {
+		if err := p.rebuildLocked(); err != nil {
+			return p.fail(err)
+		}
 	}
-	rep.readyTerm = l.Term
+	rep.readyTerm.Store(l.Term)
 	p.lg.Debug("leading partition", "epoch", l.Term, "log_end_offset", end)
 	return nil
 }
 
 // rebuildLocked recomputes producer and transaction state from the whole
-// log. Cost: one scan per leadership change (follow-up: followers keep it
-// up to date from committed entries and snapshots).
+// log: only after a truncation took back entries the state had counted.
 func (p *Partition) rebuildLocked() error {
 	start := time.Now()
 	p.producers = map[int64]*producer{}
 	p.txnMu.Lock()
 	p.txn = txnState{open: map[int64]int64{}}
 	p.txnMu.Unlock()
+	end := p.log.EndOffset()
 	n := 0
 	err := p.log.Scan(p.log.StartOffset(), func(h records.Header, batch []byte) error {
 		n++
@@ -188,13 +242,18 @@ func (p *Partition) rebuildLocked() error {
 		p.recordProducer(h, lat, h.MaxTimestamp)
 		return nil
 	})
-	p.lg.Debug("rebuilt producer state for leadership", "batches", n, "producers", len(p.producers), "took", time.Since(start))
+	if err == nil {
+		p.stateEnd.Store(end)
+		p.stateStale.Store(false)
+	}
+	p.lg.Info("rebuilt producer state after a truncation", "batches", n, "producers", len(p.producers), "took", time.Since(start))
 	return err
 }
 
-// proposeLocked is appendLocked in replicated mode.
+// proposeLocked proposes batch through the partition's Raft group (on the
+// leader) and returns its base offset.
 func (p *Partition) proposeLocked(batch []byte) (int64, error) {
-	rep := p.rep.Load()
+	rep := p.rep
 	prop, err := rep.host.Propose(context.Background(), rep.group, batch)
 	if err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
@@ -209,9 +268,11 @@ func (p *Partition) proposeLocked(batch []byte) (int64, error) {
 		return 0, fmt.Errorf("%w: %w", kerr.NotLeaderForPartition, err)
 	}
 	// The host proposed a copy with offsets and epoch stamped; make the
-	// caller's batch match, as a local append would.
+	// caller's batch match, as a local append would. The caller counts it
+	// in the producer state before it releases appendMu.
 	records.SetBaseOffset(batch, prop.BaseOffset)
 	records.SetLeaderEpoch(batch, int32(prop.Term))
+	p.stateEnd.Store(max(p.stateEnd.Load(), prop.EndOffset))
 	rep.mu.Lock()
 	rep.pending[prop.EndOffset] = prop
 	if len(rep.pending) > maxPending {
@@ -226,10 +287,10 @@ func (p *Partition) proposeLocked(batch []byte) (int64, error) {
 	return prop.BaseOffset, nil
 }
 
-// waitReplicated is WaitCommitted in replicated mode: the batch ending at
-// end is committed by a majority (each fsynced under flush=sync).
+// waitReplicated waits until the batch ending at end is committed by the
+// group (a majority, each fsynced under flush=sync).
 func (p *Partition) waitReplicated(ctx context.Context, end int64) error {
-	rep := p.rep.Load()
+	rep := p.rep
 	rep.mu.Lock()
 	prop, ok := rep.pending[end]
 	delete(rep.pending, end)
@@ -255,14 +316,12 @@ func (p *Partition) waitReplicated(ctx context.Context, end int64) error {
 }
 
 // WaitLocal waits until every offset below end is on this node's disk
-// (acks=1 in a cluster: the leader's local durability only). It waits for
-// the Raft host to store the proposal (an event, not a poll); a retry whose
-// original is already in the log waits for the log's durable offset.
+// (acks=1: the leader's own durability only; under flush policies other
+// than sync, its page cache). It waits for the Raft host to store the
+// proposal (an event, not a poll); a retry whose original is already in
+// the log waits for the log's durable offset.
 func (p *Partition) WaitLocal(ctx context.Context, end int64) error {
-	rep := p.rep.Load()
-	if rep == nil || !p.syncMode() {
-		return p.WaitCommitted(ctx, end)
-	}
+	rep := p.rep
 	rep.mu.Lock()
 	prop, ok := rep.pending[end]
 	delete(rep.pending, end)
@@ -326,10 +385,7 @@ func (p *Partition) raiseStart(start int64) {
 // know what the others have.
 func (p *Partition) CleanLimits() (committed int64, keepEmpty bool, removeBelow int64) {
 	committed = p.HighWatermark()
-	rep := p.rep.Load()
-	if rep == nil {
-		return committed, false, math.MaxInt64
-	}
+	rep := p.rep
 	st, err := rep.host.Status(rep.group)
 	if err != nil || st.State != "StateLeader" {
 		return committed, true, 0

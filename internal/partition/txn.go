@@ -128,10 +128,8 @@ var guardSeq atomic.Uint64
 func (p *Partition) BeginTxnVerification(pid int64, epoch int16) (guard uint64, needed bool, err error) {
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
-	if p.rep.Load() != nil {
-		if err := p.leaderCheckLocked(); err != nil {
-			return 0, false, err
-		}
+	if err := p.leaderCheckLocked(); err != nil {
+		return 0, false, err
 	}
 	if p.txnAdmittedLocked(pid, epoch) {
 		return 0, false, nil
@@ -244,7 +242,6 @@ func (p *Partition) AppendMarker(producerID int64, epoch int16, commit bool, coo
 		return 0, err
 	}
 	p.noteMarker(producerID, epoch, commit, info)
-	p.afterAppend()
 	return info + 1, nil
 }
 
@@ -285,27 +282,17 @@ func (p *Partition) AppendCoordinator(batch []byte) (AppendResult, error) {
 		return AppendResult{}, err
 	}
 	p.noteTxnBatch(h.ProducerID, base)
-	p.afterAppend()
 	return AppendResult{BaseOffset: base, LastOffset: base + int64(h.LastOffsetDelta), LogAppendTime: -1,
 		LogStartOffset: p.LogStartOffset()}, nil
 }
 
-// appendLocked writes batch to the log and returns its base offset.
+// appendLocked writes batch to the log through the partition's Raft group
+// and returns its base offset.
 func (p *Partition) appendLocked(batch []byte) (int64, error) {
-	if p.rep.Load() != nil {
-		if err := p.leaderCheckLocked(); err != nil {
-			return 0, err
-		}
-		return p.proposeLocked(batch)
+	if err := p.leaderCheckLocked(); err != nil {
+		return 0, err
 	}
-	info, err := p.log.Append(batch, p.epoch.Load())
-	if err != nil {
-		if verr := validationError(err); verr != err {
-			return 0, verr
-		}
-		return 0, p.storageError(err)
-	}
-	return info.BaseOffset, nil
+	return p.proposeLocked(batch)
 }
 
 // LastStableOffset is the offset below which every transaction is decided:

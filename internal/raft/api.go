@@ -423,6 +423,48 @@ func (h *Host) Leadership(groupID uint64) (Leadership, error) {
 	}, nil
 }
 
+// WaitSettled returns once this node leads the group and has committed an
+// entry of its term (Leadership.Settled): for a group whose only voter is
+// this node, which leads as soon as it is added.
+func (h *Host) WaitSettled(ctx context.Context, groupID uint64) error {
+	for {
+		l, err := h.Leadership(groupID)
+		if err != nil {
+			return err
+		}
+		if l.Settled {
+			return nil
+		}
+		g := h.group(groupID)
+		g.mu.Lock()
+		failed, ch, stored := g.failed, g.commitCh, g.storedCh
+		g.mu.Unlock()
+		if failed != nil {
+			return failed
+		}
+		select {
+		case <-ch:
+		case <-stored:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-h.done:
+			return ErrClosed
+		}
+	}
+}
+
+// GroupFailed returns why the group stopped on this node (a storage
+// failure, a panic), nil while it runs.
+func (h *Host) GroupFailed(groupID uint64) error {
+	g := h.group(groupID)
+	if g == nil {
+		return fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.failed
+}
+
 // InSync counts, on the leader, the voters it heard from within an election
 // timeout that are being replicated to (itself included); 0 on a follower.
 // Cheaper than Status: for every acks=all produce (min.insync.replicas).

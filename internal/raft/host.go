@@ -17,6 +17,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
 
+	"holdfast/internal/records"
 	"holdfast/internal/storage"
 )
 
@@ -50,7 +51,7 @@ type Config struct {
 	// another cluster are refused. SetIdentity changes it.
 	Identity NodeIdentity
 	Dir      string            // where the hardstate journal lives
-	Listen   string            // address for peer traffic, e.g. ":9093" or "127.0.0.1:0"
+	Listen   string            // address for peer traffic, e.g. ":9093" or "127.0.0.1:0"; "" listens nowhere (a single node)
 	Peers    map[uint64]string // peer id -> address (self is ignored)
 
 	TickInterval   time.Duration // default 100ms
@@ -115,6 +116,11 @@ type GroupConfig struct {
 	// OnCommit, if set, is called on the Ready loop with newly committed
 	// entries, in order. It must not block.
 	OnCommit func(group uint64, ents []Committed)
+	// OnTruncate, if set, is called on the Ready loop when the log loses
+	// its suffix from offset on (a follower's uncommitted entries replaced
+	// by a new leader's, or the whole log replaced by a snapshot): state
+	// derived from those entries is stale. It must not block.
+	OnTruncate func(group uint64, offset int64)
 	// Rejoin: the replica's storage was lost (a replaced disk: the
 	// metadata assigned the replica to another directory of this node): it
 	// grants no votes until it has caught up with a leader, which the
@@ -122,6 +128,11 @@ type GroupConfig struct {
 	// also detects lost storage by itself when a leader's heartbeat shows
 	// the leader remembers entries it lacks.
 	Rejoin bool
+	// AdoptPreRaft: a sole voter with no Raft state for the group whose
+	// log holds batches no Raft group wrote (leader epoch 0: a single
+	// node's log from before it ran as a one-voter cluster) takes them as
+	// its committed history instead of refusing the log.
+	AdoptPreRaft bool
 }
 
 // Committed is one committed entry. A data entry is the batch Data at
@@ -259,6 +270,11 @@ func (h *Host) AddGroup(gc GroupConfig) error {
 		return fmt.Errorf("raft: group %d already added", gc.ID)
 	}
 	js := h.journal.snapshot(gc.ID)
+	if adopted, err := h.adoptLog(gc, js); err != nil {
+		return err
+	} else if adopted {
+		js = h.journal.snapshot(gc.ID)
+	}
 	if js.ancPending {
 		// A snapshot install was interrupted: finish it.
 		if err := gc.Log.TruncateFullyAndStartAt(js.anc.Offset); err != nil {
@@ -304,12 +320,64 @@ func (h *Host) AddGroup(gc GroupConfig) error {
 	}
 	end, _ := st.endOf(applied)
 	g := &group{id: gc.ID, cfg: gc, st: st, rn: rn, commitIndex: applied, commitEnd: end, commitCh: make(chan struct{}), storedCh: make(chan struct{}), rejoin: gc.Rejoin && !js.trusted || js.rejoin}
+	sole := h.soleVoter(cs)
+	if sole {
+		// Nobody else holds this group's log: there is nothing to catch
+		// up from, and no one to wait for. It leads at once rather than
+		// after an election timeout (a single node starts in well under
+		// a second).
+		g.rejoin = false
+		h.guardLocked(g, func() { _ = g.rn.Campaign() })
+	}
 	if g.rejoin {
 		h.log.Info("raft: replica opens without a vote until it has caught up (new data directory)", "group", gc.ID)
 	}
 	h.groups[gc.ID] = g
 	h.markDirty(g)
 	return nil
+}
+
+// adoptLog makes a log written before its group existed - a single node's
+// partition from before a single node was a one-voter cluster, whose
+// batches carry no Raft term - the committed history of a new one-voter
+// group: the anchor goes to its end (index 1, term 1), so Raft neither
+// reads nor rewrites what is below it, and consumers read it as before.
+// Only with no state in the journal, and only for a group whose sole voter
+// is this node: in a cluster such a log could hold data nobody else has
+// agreed to.
+func (h *Host) adoptLog(gc GroupConfig, js groupState) (bool, error) {
+	l := gc.Log
+	if !gc.AdoptPreRaft || js.hs != nil || js.cs != nil || js.anc != (anchor{}) || len(js.side) > 0 ||
+		len(gc.Voters) != 1 || gc.Voters[0] != h.cfg.ID || l.EndOffset() <= l.StartOffset() {
+		return false, nil
+	}
+	epoch := int32(-1)
+	err := l.ScanHeaders(l.StartOffset(), func(hd records.Header) error {
+		epoch = hd.PartitionLeaderEpoch
+		return errStopAdopt
+	})
+	if err != nil && !errors.Is(err, errStopAdopt) {
+		return false, err
+	}
+	if epoch >= 1 {
+		return false, nil // written by Raft
+	}
+	a := anchor{Index: 1, Term: 1, Offset: l.EndOffset()}
+	h.journal.putAnchor(gc.ID, a, true)
+	h.journal.putHardState(gc.ID, &pb.HardState{Term: new(uint64(1)), Vote: new(h.cfg.ID), Commit: new(uint64(1))}, 1)
+	if err := h.journal.flush(true); err != nil {
+		return false, err
+	}
+	h.log.Info("raft: adopted a log written before its group existed", "group", gc.ID, "dir", l.Dir(), "end_offset", a.Offset)
+	return true, nil
+}
+
+var errStopAdopt = errors.New("stop")
+
+// soleVoter reports whether this node is the group's only member.
+func (h *Host) soleVoter(cs *pb.ConfState) bool {
+	return len(cs.Voters) == 1 && cs.Voters[0] == h.cfg.ID && len(cs.Learners) == 0 &&
+		len(cs.VotersOutgoing) == 0 && len(cs.LearnersNext) == 0
 }
 
 func (h *Host) newRawNode(st *store, applied uint64) (*raft.RawNode, error) {

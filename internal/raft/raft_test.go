@@ -1177,3 +1177,115 @@ func TestRetryGroupAfterPanic(t *testing.T) {
 	c.waitConverged(g)
 	c.checkAcked(g, acks)
 }
+
+// TestSingleVoter: a host with no listener and a group whose only voter is
+// itself leads without waiting for an election timeout (the tick here is
+// an hour), and commits; after a restart it leads again with its data.
+func TestSingleVoter(t *testing.T) {
+	dir := t.TempDir()
+	open := func() (*Host, *storage.Log) {
+		l, err := storage.Open(filepath.Join(dir, "log"), storage.DefaultConfig(), storage.Options{Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := NewHost(Config{ID: 1, Dir: dir, TickInterval: time.Hour, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Addr() != "" {
+			t.Fatalf("a single voter listens on %q", h.Addr())
+		}
+		if err := h.AddGroup(GroupConfig{ID: 1, Log: l, Voters: []uint64{1}, Rejoin: true}); err != nil {
+			t.Fatal(err)
+		}
+		return h, l
+	}
+	h, l := open()
+	waitFor(t, "the single voter to lead", func() bool {
+		ls, _ := h.Leadership(1)
+		return ls.Settled
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 5 {
+		p, err := h.Propose(ctx, 1, batch(t, fmt.Sprint("v", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.WaitCommitted(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if p.BaseOffset != int64(i) {
+			t.Fatalf("record %d at offset %d", i, p.BaseOffset)
+		}
+	}
+	h.Close()
+	l.Close()
+	h, l = open()
+	defer l.Close()
+	defer h.Close()
+	waitFor(t, "the single voter to lead after a restart", func() bool {
+		ls, _ := h.Leadership(1)
+		return ls.Settled
+	})
+	if got := values(t, l); len(got) != 5 {
+		t.Fatalf("after restart the log has %v", got)
+	}
+}
+
+// TestAdoptSingleNodeLog: a log a single node wrote before it was a
+// one-voter cluster (batches without a Raft term) becomes the committed
+// history of its group: readable where it was, new batches after it.
+func TestAdoptSingleNodeLog(t *testing.T) {
+	dir := t.TempDir()
+	l, err := storage.Open(filepath.Join(dir, "log"), storage.DefaultConfig(), storage.Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := l.Append(batch(t, fmt.Sprint("old", i)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := func() *Host {
+		h, err := NewHost(Config{ID: 1, Dir: dir, TickInterval: time.Hour, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.AddGroup(GroupConfig{ID: 7, Log: l, Voters: []uint64{1}, AdoptPreRaft: true}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the adopted group to lead", func() bool {
+			ls, _ := h.Leadership(7)
+			return ls.Settled
+		})
+		return h
+	}
+	h := open()
+	if c, _ := h.CommitOffset(7); c != 3 {
+		t.Fatalf("adopted history committed to %d, want 3", c)
+	}
+	ctx := context.Background()
+	p, err := h.Propose(ctx, 7, batch(t, "new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.WaitCommitted(ctx, p); err != nil || p.BaseOffset != 3 {
+		t.Fatalf("new batch at %d: %v", p.BaseOffset, err)
+	}
+	h.Close()
+	h = open()
+	defer h.Close()
+	var all []string
+	l.Scan(0, func(_ records.Header, b []byte) error {
+		recs, _ := records.Records(b)
+		for _, r := range recs {
+			all = append(all, string(r.Value))
+		}
+		return nil
+	})
+	if strings.Join(all, ",") != "old0,old1,old2,new" {
+		t.Fatalf("log holds %v", all)
+	}
+	l.Close()
+}

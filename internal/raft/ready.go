@@ -236,6 +236,9 @@ func (h *Host) persistSide(it *readyItem) error {
 		if err := g.st.reset(a); err != nil {
 			return err
 		}
+		if g.cfg.OnTruncate != nil {
+			g.cfg.OnTruncate(g.id, 0) // everything: the log was replaced
+		}
 		h.journal.putAnchor(g.id, a, true)
 		if cs := md.GetConfState(); cs != nil {
 			if err := h.journal.putConfState(g.id, cs, a.Index, true); err != nil {
@@ -255,8 +258,12 @@ func (h *Host) persistSide(it *readyItem) error {
 	}
 	first := rd.Entries[0].GetIndex()
 	if last, _ := g.st.LastIndex(); first <= last {
+		off, _ := g.st.offsetOf(first)
 		if err := g.st.truncate(first); err != nil {
 			return err
+		}
+		if g.cfg.OnTruncate != nil {
+			g.cfg.OnTruncate(g.id, off)
 		}
 		h.journal.putTruncate(g.id, first)
 		it.side = true

@@ -211,9 +211,12 @@ func newTransport(id uint64, ident NodeIdentity, listen string, ev transportEven
 	if tlsCfg != nil && (tlsCfg.Server == nil || tlsCfg.Client == nil) {
 		return nil, errors.New("raft: TLS needs a server and a client config")
 	}
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return nil, fmt.Errorf("raft: listen %s: %w", listen, err)
+	var ln net.Listener
+	if listen != "" {
+		var err error
+		if ln, err = net.Listen("tcp", listen); err != nil {
+			return nil, fmt.Errorf("raft: listen %s: %w", listen, err)
+		}
 	}
 	t := &transport{
 		id: id, ln: ln, tls: tlsCfg, ev: ev, faults: faults, logger: logger, queueLen: queueLen, heartbeat: heartbeat,
@@ -221,12 +224,21 @@ func newTransport(id uint64, ident NodeIdentity, listen string, ev transportEven
 		budget: make(chan struct{}, maxInboundBytes/frameChunk),
 	}
 	t.setIdentity(ident)
-	t.wg.Add(1)
-	go t.accept()
+	if ln != nil {
+		t.wg.Add(1)
+		go t.accept()
+	}
 	return t, nil
 }
 
-func (t *transport) addr() string { return t.ln.Addr().String() }
+// addr is the address the transport listens on, "" if it does not (a
+// single node: no peers, no port).
+func (t *transport) addr() string {
+	if t.ln == nil {
+		return ""
+	}
+	return t.ln.Addr().String()
+}
 
 // addPeer registers (or re-addresses) a peer and starts its sender.
 func (t *transport) addPeer(id uint64, addr string) {
@@ -666,7 +678,9 @@ func (t *transport) close() {
 	}
 	t.closed = true
 	close(t.done)
-	t.ln.Close()
+	if t.ln != nil {
+		t.ln.Close()
+	}
 	for c := range t.conns {
 		c.Close()
 	}

@@ -35,8 +35,12 @@ const (
 	epochCheckpoint   = "leader-epoch-checkpoint"
 	startCheckpoint   = "log-start-offset-checkpoint"
 	ordinalCheckpoint = "segment-ordinal-checkpoint"
-	maxOrdinalCkpt    = 64 << 20 // bytes; ~1.5 M segments
-	maxEpochEntries   = 1 << 16  // bounds the checkpoint file and the cache
+	// MetadataFile names the topic a log directory belongs to (Kafka's
+	// partition.metadata). The partition layer owns it; a log only
+	// tolerates it.
+	MetadataFile    = "partition.metadata"
+	maxOrdinalCkpt  = 64 << 20 // bytes; ~1.5 M segments
+	maxEpochEntries = 1 << 16  // bounds the checkpoint file and the cache
 	// maxIndexRecoveryTries bounds the index entries recovery checks
 	// before it rescans the active segment from its start.
 	maxIndexRecoveryTries = 8
@@ -180,6 +184,7 @@ func (l *Log) recover() error {
 			haveOrds = true
 		case name == cleanerCheckpoint:
 			haveCleaner = true
+		case name == MetadataFile:
 		case strings.HasSuffix(name, ".tmp"):
 			// An interrupted atomic write: the old file is still intact.
 			if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil {

@@ -279,7 +279,7 @@ func (c *Coordinator) LoadPartition(p int32) {
 			c.looping = c.spawnLocked(c.timeoutLoop)
 		}
 		c.parts[p].Store(partLoaded)
-		c.log.Info("loaded __transaction_state partition", "partition", p)
+		c.log.Debug("loaded __transaction_state partition", "partition", p)
 	})
 }
 
@@ -293,7 +293,7 @@ func (c *Coordinator) UnloadPartition(p int32) {
 	c.gens[p].Add(1)
 	c.parts[p].Store(partUnowned)
 	c.dropLocked(p)
-	c.log.Info("unloaded __transaction_state partition", "partition", p)
+	c.log.Debug("unloaded __transaction_state partition", "partition", p)
 }
 
 func (c *Coordinator) dropLocked(p int32) {

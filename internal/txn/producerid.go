@@ -84,6 +84,13 @@ func (a *IDAllocator) write(limit int64) error {
 	return err
 }
 
+// Limit is the end of the reserved block: every id handed out is below it.
+func (a *IDAllocator) Limit() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.limit
+}
+
 // Next returns a producer id never returned before.
 func (a *IDAllocator) Next() (int64, error) {
 	a.mu.Lock()
