@@ -125,7 +125,8 @@ func (b *Broker) controlledShutdown() {
 	}
 	asked := map[uint64]time.Time{} // groups still led here: when a transfer was last asked for
 	for _, g := range h.Groups() {
-		if l, err := h.Leadership(g); err == nil && l.Leader == me {
+		// A group with no other voter (a single node's) has nowhere to go.
+		if st, err := h.Status(g); err == nil && st.Leader == me && len(st.Voters)+len(st.Learners) > 1 {
 			asked[g] = time.Time{}
 		}
 	}
