@@ -116,7 +116,6 @@ func TestCheckerCatchesTampering(t *testing.T) {
 	}
 }
 
-
 // TestTransactionsAndGroup: a transactional producer's records count as
 // acknowledged once committed, read_committed reads them all; a consumer
 // group that commits reads every one once and its next member starts
