@@ -196,7 +196,11 @@ func (t *Tally) Report(acks map[ID]Ack) Report {
 	})
 	for _, id := range lost[:min(10, len(lost))] {
 		a := acks[id]
-		rep.LostSample = append(rep.LostSample, fmt.Sprintf("%v@%d/%d", id, a.Partition, a.Offset))
+		off := fmt.Sprint(a.Offset)
+		if a.Offset == NoOffset {
+			off = "?"
+		}
+		rep.LostSample = append(rep.LostSample, fmt.Sprintf("%v@%d/%s", id, a.Partition, off))
 	}
 	return rep
 }
