@@ -126,7 +126,7 @@ func (b *Broker) startRaft() error {
 	slices.Sort(voters)
 	h, err := raft.NewHost(raft.Config{
 		ID: uint64(b.cfg.NodeID), Dir: b.cfg.DataDir, Listen: listen, Peers: peers, Identity: b.raftIdentity(),
-		FS: b.cfg.FS, Logger: b.log.With("component", "raft"),
+		FS: b.cfg.FS, Logger: b.log.With("component", "raft"), Faults: b.cfg.RaftFaults,
 	})
 	if err != nil {
 		return err

@@ -14,6 +14,9 @@ import (
 // CheckOptions say how Check reads the topic back.
 type CheckOptions struct {
 	Seeds []string
+	// Topic is the topic to read (default: the run's): records a
+	// consume-transform-produce pipeline copied elsewhere.
+	Topic string
 	// Opts are extra client options (TLS, SASL, ...).
 	Opts []kgo.Opt
 	// From is where to start reading each partition; a partition not in it
@@ -87,15 +90,19 @@ func startOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32]
 // log start) up to the end offsets at the time of the call, and compares
 // it with the acknowledgements. Stop every producer first.
 func (r *Run) Check(ctx context.Context, opts CheckOptions) (Report, error) {
+	topic := opts.Topic
+	if topic == "" {
+		topic = r.Topic
+	}
 	seeds := kgo.SeedBrokers(opts.Seeds...)
 	acl, err := kgo.NewClient(append([]kgo.Opt{seeds}, opts.Opts...)...)
 	if err != nil {
 		return Report{}, err
 	}
-	starts, err := startOffsets(ctx, acl, r.Topic)
+	starts, err := startOffsets(ctx, acl, topic)
 	var end map[int32]int64
 	if err == nil {
-		end, err = EndOffsets(ctx, acl, r.Topic, opts.ReadCommitted)
+		end, err = EndOffsets(ctx, acl, topic, opts.ReadCommitted)
 	}
 	acl.Close()
 	if err != nil {
@@ -124,7 +131,7 @@ func (r *Run) Check(ctx context.Context, opts CheckOptions) (Report, error) {
 		if opts.ReadCommitted {
 			iso = kgo.ReadCommitted()
 		}
-		cl, err := kgo.NewClient(append([]kgo.Opt{seeds, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{r.Topic: from}),
+		cl, err := kgo.NewClient(append([]kgo.Opt{seeds, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
 			// Control batches (transaction markers) are kept so that every
 			// offset up to the end is seen.
 			kgo.KeepControlRecords(), kgo.FetchIsolationLevel(iso), kgo.FetchMaxWait(500 * time.Millisecond)}, opts.Opts...)...)
@@ -136,7 +143,7 @@ func (r *Run) Check(ctx context.Context, opts CheckOptions) (Report, error) {
 		for len(from) > 0 {
 			fs := cl.PollFetches(ctx)
 			if ctx.Err() != nil {
-				return Report{}, fmt.Errorf("reading %s back: %w (partition positions %v, ends %v)", r.Topic, ctx.Err(), pos, end)
+				return Report{}, fmt.Errorf("reading %s back: %w (partition positions %v, ends %v)", topic, ctx.Err(), pos, end)
 			}
 			fs.EachError(func(_ string, p int32, err error) {
 				if !errors.Is(err, context.DeadlineExceeded) {
@@ -182,14 +189,18 @@ type GroupConsumer struct {
 }
 
 // StartGroupConsumer polls with cl, which must be configured with a
-// consumer group on the run's topic; with commit, it commits each poll's
+// consumer group on the run's topic, and counts what it reads in t (nil:
+// a new Tally); with commit, it commits each poll's
 // offsets once the records are counted (cl should then have
 // kgo.DisableAutoCommit). For WaitOffsets on a log with transactions, cl
 // must keep control records (kgo.KeepControlRecords): a commit marker is
 // the last offset of a partition. The consumer owns cl.
-func (r *Run) StartGroupConsumer(cl *kgo.Client, commit bool) *GroupConsumer {
+func (r *Run) StartGroupConsumer(cl *kgo.Client, commit bool, t *Tally) *GroupConsumer {
+	if t == nil {
+		t = r.NewTally()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &GroupConsumer{r: r, cl: cl, t: r.NewTally(), errs: map[string]int{}, pos: map[int32]int64{}, stop: cancel, done: make(chan struct{})}
+	g := &GroupConsumer{r: r, cl: cl, t: t, errs: map[string]int{}, pos: map[int32]int64{}, stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(g.done)
 		for ctx.Err() == nil {

@@ -147,7 +147,7 @@ func TestTransactionsAndGroup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return r.StartGroupConsumer(gcl, true)
+		return r.StartGroupConsumer(gcl, true, nil)
 	}
 	g := group()
 	if err := g.WaitOffsets(ctx, end, nil); err != nil {

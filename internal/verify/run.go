@@ -184,8 +184,8 @@ func (p *Producer) record() (ID, *kgo.Record) {
 	return id, rec
 }
 
-// pace returns how many records to send in the next tick, and sleeps the
-// tick when a rate is set.
+// pacer spreads records over time: next returns how many to send now,
+// sleeping until they are due when a rate is set.
 type pacer struct {
 	rate  int
 	start time.Time
@@ -202,11 +202,11 @@ func (pc *pacer) next() int {
 	for {
 		due := int64(time.Since(pc.start).Seconds() * float64(pc.rate))
 		if n := due - pc.sent; n > 0 {
-			n = min(n, int64(max(1, pc.rate/10)))
+			n = min(n, int64(max(1, pc.rate/100)))
 			pc.sent += n
 			return int(n)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 
