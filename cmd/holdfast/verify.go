@@ -322,7 +322,7 @@ func groupRead(ctx context.Context, conn *connFlags, run *verify.Run, o verifyOp
 		cl.Close()
 		return verify.Report{}, err
 	}
-	g := run.StartGroupConsumer(cl, true)
+	g := run.StartGroupConsumer(cl, true, nil)
 	defer g.Stop()
 	if err := g.WaitOffsets(ctx, end, progress); err != nil {
 		return verify.Report{}, err

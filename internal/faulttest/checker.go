@@ -95,7 +95,7 @@ type GroupConsumer struct {
 // consumer group on the checker's topic (committing as it goes). The
 // consumer owns cl.
 func (c *Checker) StartGroupConsumer(cl *kgo.Client) *GroupConsumer {
-	g := c.Run.StartGroupConsumer(cl, false)
+	g := c.Run.StartGroupConsumer(cl, false, nil)
 	c.t.Cleanup(g.Stop)
 	return &GroupConsumer{g}
 }

@@ -35,11 +35,11 @@ import (
 //     exactly once.
 func consumers(ctx context.Context, e *env) []Row {
 	rows := []Row{
-		{Setting: "commit, then process (at most once)", Expect: ExpectLoss,
+		{Setting: "commit, then process", Expect: ExpectLoss,
 			Takeaway: "committing before processing loses what the crash interrupted: the successor starts after it"},
-		{Setting: "process, then commit (at least once)", Expect: ExpectDuplicates,
+		{Setting: "process, then commit", Expect: ExpectDuplicates,
 			Takeaway: "processing before committing loses nothing but does the interrupted batch again: make processing idempotent"},
-		{Setting: "transaction: read_committed, offsets in the transaction (exactly once)", Default: true, Expect: ExpectNothing,
+		{Setting: "transaction (exactly once)", Default: true, Expect: ExpectNothing,
 			Takeaway: "consume-transform-produce in a transaction: output and offsets commit together, a crash's half-done work is aborted"},
 	}
 	c, err := e.cluster(ctx, clusterOptions{})
@@ -89,6 +89,7 @@ func consumers(ctx context.Context, e *env) []Row {
 			if err != nil {
 				return err
 			}
+			r.Fault = "no crash"
 			for polls := 1; ; {
 				recs := cl.PollRecords(ctx, batch).Records()
 				if ctx.Err() != nil {
@@ -166,6 +167,7 @@ func consumers(ctx context.Context, e *env) []Row {
 		if err != nil {
 			return err
 		}
+		r.Fault = "no crash"
 		for polls := 1; polls <= 2; {
 			recs := s.PollRecords(ctx, batch).Records()
 			if ctx.Err() != nil {

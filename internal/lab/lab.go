@@ -62,7 +62,11 @@ type Row struct {
 	Setting  string `json:"setting"`
 	// Default: this row runs Holdfast's defaults (or, for consumers, the
 	// way Holdfast recommends); it must lose and duplicate nothing.
-	Default  bool           `json:"holdfast_default"`
+	// Otherwise it runs Kafka's usual settings (or a common way of using
+	// them) and must show what the analysis predicts.
+	Default bool `json:"holdfast_default"`
+	// Profile is "holdfast" for a Default row, "kafka" otherwise.
+	Profile  string         `json:"profile"`
 	Expect   Expectation    `json:"expect"`
 	Acked    int            `json:"acked"`
 	Lost     int            `json:"lost"`
@@ -77,8 +81,12 @@ type Row struct {
 	Seconds  float64        `json:"seconds"`
 }
 
-// judge sets Pass and Verdict.
+// judge sets Profile, Pass and Verdict.
 func (r *Row) judge() {
+	r.Profile = "kafka"
+	if r.Default {
+		r.Profile = "holdfast"
+	}
 	switch {
 	case r.Error != "":
 		r.Pass, r.Verdict = false, "ERROR: "+r.Error

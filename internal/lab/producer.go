@@ -64,9 +64,9 @@ func (r *Row) fill(rep verify.Report) {
 // the network ate are sent again on a new connection.
 func acks0Drop(ctx context.Context, e *env) []Row {
 	rows := []Row{
-		{Setting: "acks=0 (fire and forget)", Expect: ExpectLoss,
+		{Setting: "acks=0", Expect: ExpectLoss,
 			Takeaway: "acks=0 counts a record as sent once it is written to a socket: a dropped connection loses it and nobody is told"},
-		{Setting: "acks=all, idempotent (default)", Default: true, Expect: ExpectNothing,
+		{Setting: "acks=all, idempotent", Default: true, Expect: ExpectNothing,
 			Takeaway: "with acks the producer knows which requests went unanswered and sends them again"},
 	}
 	c, err := e.cluster(ctx, clusterOptions{})
@@ -117,9 +117,9 @@ func acks0Drop(ctx context.Context, e *env) []Row {
 // leader.
 func acks1Failover(ctx context.Context, e *env) []Row {
 	rows := []Row{
-		{Setting: "acks=1 (the leader alone)", Expect: ExpectLoss,
+		{Setting: "acks=1", Expect: ExpectLoss,
 			Takeaway: "acks=1 acknowledges what only the leader has: when it dies before a follower copied it, a follower without it leads and it is gone"},
-		{Setting: "acks=all, idempotent (default)", Default: true, Expect: ExpectNothing,
+		{Setting: "acks=all, idempotent", Default: true, Expect: ExpectNothing,
 			Takeaway: "acks=all waits for a majority: the lone leader acknowledges nothing, the producer retries to the new leader"},
 	}
 	c, err := e.cluster(ctx, clusterOptions{})
@@ -190,9 +190,9 @@ func acks1Failover(ctx context.Context, e *env) []Row {
 // producer id and sequence, and the broker answers with the first append.
 func lostAck(ctx context.Context, e *env) []Row {
 	rows := []Row{
-		{Setting: "acks=all, enable.idempotence=false", Expect: ExpectDuplicates,
+		{Setting: "acks=all, not idempotent", Expect: ExpectDuplicates,
 			Takeaway: "a retry after a lost acknowledgement writes the batch again: duplicates (and reordering with several requests in flight)"},
-		{Setting: "acks=all, idempotent (default)", Default: true, Expect: ExpectNothing,
+		{Setting: "acks=all, idempotent", Default: true, Expect: ExpectNothing,
 			Takeaway: "the idempotent producer's retry is recognised by its sequence number and written once"},
 	}
 	c, err := e.cluster(ctx, clusterOptions{})

@@ -31,9 +31,9 @@ import (
 // s), so the flush=os figure is the loss of a power cut within that window.
 func powerLoss(ctx context.Context, e *env) []Row {
 	rows := []Row{
-		{Setting: "flush=os (Kafka's default: page cache)", Expect: ExpectLoss,
+		{Setting: "flush=os (page cache)", Expect: ExpectLoss,
 			Takeaway: "without fsync an acknowledgement means 'in the memory of a majority': a power loss on every node at once loses it, replicas or not"},
-		{Setting: "flush=sync (default)", Default: true, Expect: ExpectNothing,
+		{Setting: "flush=sync", Default: true, Expect: ExpectNothing,
 			Takeaway: "with fsync before the acknowledgement (group commit) a correlated power loss loses nothing acknowledged"},
 	}
 	for i, mode := range []storage.FlushMode{storage.FlushOS, storage.FlushSync} {
@@ -96,9 +96,9 @@ func powerLoss(ctx context.Context, e *env) []Row {
 // only its configured node.id looks: Kafka brokers before KIP-853/KIP-966.
 func replacedDisk(ctx context.Context, e *env) []Row {
 	rows := []Row{
-		{Setting: "new disk that keeps the node's identity (node.id only)", Expect: ExpectLoss,
+		{Setting: "identity = node.id only", Expect: ExpectLoss,
 			Takeaway: "a replica that lost its disk but still votes lets a lagging replica become leader: acknowledged records vanish"},
-		{Setting: "new disk, new directory.id (default)", Default: true, Expect: ExpectNothing,
+		{Setting: "new disk, new directory.id", Default: true, Expect: ExpectNothing,
 			Takeaway: "a new disk is known as new and does not vote until caught up: the partition waits for the replica that has the data"},
 	}
 	for i, keep := range []bool{true, false} {

@@ -32,6 +32,9 @@ type CheckOptions struct {
 	// Tally, when set, receives the records (and its NoOffsets applies);
 	// otherwise Check uses a fresh one.
 	Tally *Tally
+	// CommitWait is how long to wait for the end offsets to pass every
+	// acknowledged offset (default 3 s; negative: do not wait).
+	CommitWait time.Duration
 }
 
 // EndOffsets lists the end offsets of every partition of topic (the high
@@ -102,7 +105,7 @@ func (r *Run) Check(ctx context.Context, opts CheckOptions) (Report, error) {
 	starts, err := startOffsets(ctx, acl, topic)
 	var end map[int32]int64
 	if err == nil {
-		end, err = EndOffsets(ctx, acl, topic, opts.ReadCommitted)
+		end, err = r.committedEnds(ctx, acl, topic, opts)
 	}
 	acl.Close()
 	if err != nil {
@@ -170,6 +173,44 @@ func (r *Run) Check(ctx context.Context, opts CheckOptions) (Report, error) {
 		}
 	}
 	return t.Report(r.Acks()), nil
+}
+
+// committedEnds lists the end offsets to read to. An acknowledgement can
+// come before its record is committed (acks=1 answers once the leader has
+// it): while a partition's end is not yet past the highest offset
+// acknowledged in it, the ends are listed again, for up to
+// opts.CommitWait. What is still beyond the end then is not committed,
+// and counts as lost if it is not read.
+func (r *Run) committedEnds(ctx context.Context, cl *kgo.Client, topic string, opts CheckOptions) (map[int32]int64, error) {
+	wait := opts.CommitWait
+	if wait == 0 {
+		wait = 3 * time.Second
+	}
+	want := map[int32]int64{}
+	if topic == r.Topic {
+		for _, a := range r.Acks() {
+			want[a.Partition] = max(want[a.Partition], a.Offset+1)
+		}
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		end, err := EndOffsets(ctx, cl, topic, opts.ReadCommitted)
+		if err != nil {
+			return nil, err
+		}
+		behind := false
+		for p, w := range want {
+			behind = behind || end[p] < w
+		}
+		if !behind || time.Now().After(deadline) {
+			return end, nil
+		}
+		select {
+		case <-ctx.Done():
+			return end, nil
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // GroupConsumer reads the run's topic in a consumer group, committing
