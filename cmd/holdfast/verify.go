@@ -123,11 +123,11 @@ line; 3 no broker answered.`,
 }
 
 func runVerify(cmd *cobra.Command, conn *connFlags, o verifyOpts, idemSet bool) error {
-	if o.records <= 0 {
-		return usagef("--records %d: want at least 1", o.records)
+	if o.records <= 0 || o.records > 10_000_000 {
+		return usagef("--records %d: want 1..10000000", o.records)
 	}
-	if o.producers < 1 || int64(o.producers) > o.records {
-		return usagef("--producers %d: want 1..--records", o.producers)
+	if o.producers < 1 || o.producers > 100 || int64(o.producers) > o.records {
+		return usagef("--producers %d: want 1..100, at most --records", o.producers)
 	}
 	if o.size < 0 || o.size > 1<<20 {
 		return usagef("--size %d: want 0..1048576", o.size)
