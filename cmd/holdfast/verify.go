@@ -114,7 +114,7 @@ line; 3 no broker answered.`,
 	f.IntVar(&o.txnRecords, "transaction-records", 0, "records per transaction (0: no transactions)")
 	f.IntVar(&o.keys, "keys", 0, "distinct keys, records spread over partitions by key (0: no keys)")
 	f.IntVar(&o.rate, "rate", 0, "records per second, all producers together (0: as fast as the cluster takes them)")
-	f.StringVar(&o.group, "group", "", "read back through this consumer group, committing as it reads (default: read each partition directly)")
+	f.StringVar(&o.group, "group", "", "read back through this consumer group, committing as it reads, from the group's committed offsets (earliest for a new group; other runs' records are skipped); default: read each partition directly from where the topic ended when the run started")
 	f.BoolVar(&o.jsonOut, "json", false, "print a JSON summary instead of tables")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		return runVerify(cmd, conn, o, f.Changed("enable-idempotence"))
