@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/group"
 	"holdfast/internal/txn"
 	"holdfast/internal/wire"
@@ -21,6 +22,10 @@ func (b *Broker) handleAddOffsetsToTxn(_ context.Context, r *wire.Request) wire.
 	resp := req.ResponseKind().(*kmsg.AddOffsetsToTxnResponse)
 	c := b.coordinator()
 	switch {
+	case !b.authorizeTxnID(r, req.TransactionalID):
+		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+	case !b.authorize(r, auth.OpRead, auth.ResourceGroup, req.Group):
+		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
 	case req.Group == "":
 		resp.ErrorCode = kerr.InvalidGroupID.Code
 	case c == nil:

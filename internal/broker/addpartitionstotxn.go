@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/txn"
 	"holdfast/internal/wire"
 )
@@ -25,6 +26,9 @@ func (b *Broker) handleAddPartitionsToTxn(_ context.Context, r *wire.Request) wi
 		for _, rt := range req.Topics {
 			topics = append(topics, kmsg.AddPartitionsToTxnRequestTransactionTopic{Topic: rt.Topic, Partitions: rt.Partitions})
 		}
+		if denied := b.txnPartitionsDenied(r, req.TransactionalID, topics); denied != nil {
+			return wire.Respond(denied)
+		}
 		res, wait := b.addPartitionsOne(req.TransactionalID, req.ProducerID, req.ProducerEpoch, false, topics)
 		return func(ctx context.Context) kmsg.Response {
 			if !wait(ctx) {
@@ -42,6 +46,12 @@ func (b *Broker) handleAddPartitionsToTxn(_ context.Context, r *wire.Request) wi
 			}
 			return resp
 		}
+	}
+	// v4+ batches transactions: a broker verifying for its producers
+	// (KIP-890), never a client.
+	if !b.authorizeCluster(r, auth.OpClusterAction) {
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return wire.Respond(resp)
 	}
 	var results []*kmsg.AddPartitionsToTxnResponseTransaction
 	var waits []func(context.Context) bool
@@ -133,4 +143,42 @@ func (b *Broker) addPartitionsOne(id string, pid int64, epoch int16, verifyOnly 
 		setAll(txnErrorCode(err))
 		return true
 	}
+}
+
+// txnPartitionsDenied answers a client's AddPartitionsToTxn it may not
+// make: TRANSACTIONAL_ID_AUTHORIZATION_FAILED everywhere without WRITE on
+// the transactional id; else TOPIC_AUTHORIZATION_FAILED on the topics it
+// may not write and OPERATION_NOT_ATTEMPTED on the rest (nothing is added).
+// nil: allowed.
+func (b *Broker) txnPartitionsDenied(r *wire.Request, id string, topics []kmsg.AddPartitionsToTxnRequestTransactionTopic) *kmsg.AddPartitionsToTxnResponse {
+	txnOK := b.authorizeTxnID(r, id)
+	deniedTopics := map[string]bool{}
+	for _, t := range topics {
+		if txnOK && !b.authorize(r, auth.OpWrite, auth.ResourceTopic, t.Topic) {
+			deniedTopics[t.Topic] = true
+		}
+	}
+	if txnOK && len(deniedTopics) == 0 {
+		return nil
+	}
+	resp := kmsg.NewPtrAddPartitionsToTxnResponse()
+	resp.Version = r.Version
+	for _, t := range topics {
+		code := kerr.OperationNotAttempted.Code
+		switch {
+		case !txnOK:
+			code = kerr.TransactionalIDAuthorizationFailed.Code
+		case deniedTopics[t.Topic]:
+			code = kerr.TopicAuthorizationFailed.Code
+		}
+		st := kmsg.NewAddPartitionsToTxnResponseTopic()
+		st.Topic = t.Topic
+		for _, p := range t.Partitions {
+			sp := kmsg.NewAddPartitionsToTxnResponseTopicPartition()
+			sp.Partition, sp.ErrorCode = p, code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/controller"
 	"holdfast/internal/wire"
 )
@@ -27,6 +28,10 @@ const maxReassignWait = 60 * time.Second
 func (b *Broker) handleAlterPartitionReassignments(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.AlterPartitionAssignmentsRequest)
 	resp := req.ResponseKind().(*kmsg.AlterPartitionAssignmentsResponse)
+	if !b.authorizeCluster(r, auth.OpAlter) {
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return wire.Respond(resp)
+	}
 	c := b.cluster
 	if c != nil && !c.isController() {
 		resp.ErrorCode = kerr.NotController.Code

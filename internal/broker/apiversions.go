@@ -13,6 +13,10 @@ func init() { register(kmsg.ApiVersions, 0, 4, (*Broker).handleApiVersions) }
 func (b *Broker) handleApiVersions(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.ApiVersionsRequest)
 	resp := req.ResponseKind().(*kmsg.ApiVersionsResponse)
-	resp.ApiKeys = wire.SupportedKeys(b)
+	var l *wire.Listener
+	if r.Conn != nil {
+		l = r.Conn.Listener
+	}
+	resp.ApiKeys = wire.SupportedKeys(b, l)
 	return wire.Respond(resp)
 }

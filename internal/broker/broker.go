@@ -49,6 +49,16 @@ type Config struct {
 	// LogDefaults are the topic config defaults (log.segment.bytes,
 	// log.retention.ms, message.max.bytes, log.flush policy ...).
 	LogDefaults storage.Config
+	// LogCleaner is the log cleaner's config (log.cleaner.*, cleaner.go);
+	// the zero value means DefaultCleanerConfig.
+	LogCleaner CleanerConfig
+	// OffsetsTopicSegmentBytes and TxnTopicSegmentBytes are
+	// offsets.topic.segment.bytes and transaction.state.log.segment.bytes
+	// (100 MiB): the segment size the internal topics are created with,
+	// small so that their active segment rolls and the cleaner gets to
+	// them.
+	OffsetsTopicSegmentBytes int64
+	TxnTopicSegmentBytes     int64
 
 	// Cluster mode (cluster.go); all zero on a single node. Peers maps
 	// every node id (this one included) to its Raft address.
@@ -59,6 +69,10 @@ type Config struct {
 	// advertised to the others in its registration), and Join lists Kafka
 	// addresses of running brokers to register through.
 	Join []string
+	// JoinTimeout bounds how long a node with a new data directory waits
+	// to form or join its cluster (identity.go); 0 waits as long as it
+	// takes, as a replaced node whose up-to-date peers are down must.
+	JoinTimeout time.Duration
 	// DefaultReplicationFactor is default.replication.factor: 0 means 1
 	// on a single node, min(3, nodes) in a cluster.
 	DefaultReplicationFactor int16
@@ -84,6 +98,10 @@ type Config struct {
 	BrokerHeartbeatInterval time.Duration
 	BrokerSessionTimeout    time.Duration
 
+	// Security is listeners, authorization and this node's credentials
+	// (security.go); the zero value is the unsecured single listener.
+	Security SecurityConfig
+
 	Logger *slog.Logger
 	FS     storage.FS // nil: the OS filesystem
 	// RaftFaults, when set, is the Raft transport's fault seam (cut or
@@ -95,19 +113,22 @@ type Config struct {
 // DefaultConfig is what `holdfast serve` runs with no flags.
 func DefaultConfig() Config {
 	return Config{
-		NodeID:                  1,
-		DataDir:                 "./data",
-		AdvertisedHost:          "localhost",
-		AdvertisedPort:          9092,
-		AutoCreateTopics:        true,
-		NumPartitions:           1,
-		OffsetsTopicPartitions:  50,
-		Groups:                  group.DefaultConfig(),
-		Txn:                     txn.DefaultConfig(),
-		RetentionCheckInterval:  5 * time.Minute,
-		LogDefaults:             storage.DefaultConfig(),
-		BrokerHeartbeatInterval: defaultHeartbeatInterval,
-		BrokerSessionTimeout:    defaultSessionTimeout,
+		NodeID:                   1,
+		DataDir:                  "./data",
+		AdvertisedHost:           "localhost",
+		AdvertisedPort:           9092,
+		AutoCreateTopics:         true,
+		NumPartitions:            1,
+		OffsetsTopicPartitions:   50,
+		Groups:                   group.DefaultConfig(),
+		Txn:                      txn.DefaultConfig(),
+		RetentionCheckInterval:   5 * time.Minute,
+		LogDefaults:              storage.DefaultConfig(),
+		LogCleaner:               DefaultCleanerConfig(),
+		OffsetsTopicSegmentBytes: 100 << 20,
+		TxnTopicSegmentBytes:     100 << 20,
+		BrokerHeartbeatInterval:  defaultHeartbeatInterval,
+		BrokerSessionTimeout:     defaultSessionTimeout,
 
 		AutoLeaderRebalance:          true,
 		LeaderImbalanceCheckInterval: 300 * time.Second,
@@ -130,6 +151,8 @@ type Broker struct {
 	// cluster is the Raft side of cluster mode (cluster.go); nil on a
 	// single node.
 	cluster *cluster
+	// cleaner compacts cleanup.policy=compact logs (cleaner.go).
+	cleaner *logCleaner
 
 	// topicsMu serializes topic creation, deletion and partition changes
 	// with opening and removing their logs (topics.go).
@@ -207,6 +230,9 @@ type handlerFunc func(b *Broker, ctx context.Context, req *wire.Request) wire.Re
 type api struct {
 	min, max int16
 	fn       handlerFunc
+	// internal: a node-to-node API, served and advertised only on the
+	// inter-broker listener, and answered only to nodes (security.go).
+	internal bool
 }
 
 var apis = map[int16]api{}
@@ -220,12 +246,25 @@ func register(key kmsg.Key, min, max int16, fn handlerFunc) {
 	if req := kmsg.RequestForKey(key.Int16()); req == nil || max > req.MaxVersion() {
 		panic(fmt.Sprintf("broker: %s v%d is beyond what kmsg encodes", kmsg.NameForKey(key.Int16()), max))
 	}
-	apis[key.Int16()] = api{min, max, fn}
+	apis[key.Int16()] = api{min: min, max: max, fn: fn}
 }
 
-// Versions implements wire.Handler.
-func (b *Broker) Versions(key int16) (min, max int16, ok bool) {
+// registerInternal serves a node-to-node API (KRaft's broker-to-controller
+// APIs, WriteTxnMarkers): only on the inter-broker listener, only to nodes.
+func registerInternal(key kmsg.Key, min, max int16, fn handlerFunc) {
+	register(key, min, max, fn)
+	a := apis[key.Int16()]
+	a.internal = true
+	apis[key.Int16()] = a
+}
+
+// Versions implements wire.Handler: what listener l serves (nil: the
+// default listener, which is also the inter-broker one).
+func (b *Broker) Versions(l *wire.Listener, key int16) (min, max int16, ok bool) {
 	a, ok := apis[key]
+	if ok && a.internal && l != nil && !l.Internal {
+		return 0, 0, false
+	}
 	return a.min, a.max, ok
 }
 
@@ -234,6 +273,11 @@ func (b *Broker) Handle(ctx context.Context, req *wire.Request) wire.Reply {
 	a, ok := apis[req.Key]
 	if !ok { // wire only passes keys that Versions reports
 		panic("broker: unregistered key reached Handle")
+	}
+	if a.internal && !b.fromNode(req) {
+		b.log.Warn("node-to-node request refused: not from a node", "api", kmsg.NameForKey(req.Key),
+			"principal", req.Principal.String(), "host", requestHost(req), "client_id", req.ClientID)
+		return wire.Respond(internalDenied(req.Body))
 	}
 	return a.fn(b, ctx, req)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/controller"
 	"holdfast/internal/datadir"
 	"holdfast/internal/raft"
@@ -45,7 +46,7 @@ const metadataLogDir = "__cluster_metadata-0"
 func init() {
 	onStart(rankStorage-5, "raft", (*Broker).startRaft)
 	onStart(rankStorage+5, "cluster metadata", (*Broker).startClusterMeta)
-	register(kmsg.BrokerRegistration, 0, 4, (*Broker).handleBrokerRegistration)
+	registerInternal(kmsg.BrokerRegistration, 0, 4, (*Broker).handleBrokerRegistration)
 }
 
 type cluster struct {
@@ -124,9 +125,18 @@ func (b *Broker) startRaft() error {
 		voters = append(voters, uint64(id))
 	}
 	slices.Sort(voters)
+	var rtls *raft.TransportTLS
+	if sc := b.cfg.Security; sc.RaftTLS {
+		// Mutual TLS with this node's certificate: a node without one
+		// from the cluster's CA cannot take part (security.go).
+		if sc.NodeTLS == nil || !sc.NodeTLS.HasKeystore() || !sc.NodeTLS.HasTruststore() {
+			return fmt.Errorf("Raft over TLS needs this node's keystore and the cluster's truststore")
+		}
+		rtls = &raft.TransportTLS{Server: sc.NodeTLS.MutualServerConfig(), Client: sc.NodeTLS.ClientConfig}
+	}
 	h, err := raft.NewHost(raft.Config{
 		ID: uint64(b.cfg.NodeID), Dir: b.cfg.DataDir, Listen: listen, Peers: peers, Identity: b.raftIdentity(),
-		FS: b.cfg.FS, Logger: b.log.With("component", "raft"), Faults: b.cfg.RaftFaults,
+		FS: b.cfg.FS, Logger: b.log.With("component", "raft"), TLS: rtls, Faults: b.cfg.RaftFaults,
 	})
 	if err != nil {
 		return err
@@ -138,7 +148,7 @@ func (b *Broker) startRaft() error {
 	b.cluster = &cluster{b: b, host: h, voters: voters, kick: make(chan struct{}, 1),
 		appliedCh: make(chan struct{}), results: map[int64]error{}, stop: make(chan struct{})}
 	b.closers = append(b.closers, h.Close) // idempotent; the metadata closer closes it earlier
-	b.log.Info("raft host started", "node", b.cfg.NodeID, "raft_listen", h.Addr(), "peers", len(peers), "broker_only", b.brokerOnly())
+	b.log.Info("raft host started", "node", b.cfg.NodeID, "raft_listen", h.Addr(), "peers", len(peers), "broker_only", b.brokerOnly(), "tls", rtls != nil)
 	return nil
 }
 
@@ -330,6 +340,8 @@ func (c *cluster) apply(end int64, cmd controller.Command) error {
 		if cmd.Broker.RaftAddr != "" && cmd.Broker.ID != b.cfg.NodeID {
 			c.host.SetPeer(uint64(cmd.Broker.ID), cmd.Broker.RaftAddr)
 		}
+	case controller.OpCreateACLs, controller.OpDeleteACLs, controller.OpScram:
+		b.securityApplied()
 	case controller.OpUnregister:
 		b.log.Info("broker unregistered", "broker", cmd.BrokerID)
 		if cmd.BrokerID == b.cfg.NodeID {
@@ -672,14 +684,14 @@ func (c *cluster) forwarder() (*kgo.Client, error) {
 	}
 	var seeds []string
 	for _, br := range c.b.meta.Brokers() {
-		if br.ID != c.b.cfg.NodeID {
-			seeds = append(seeds, net.JoinHostPort(br.Host, strconv.Itoa(int(br.Port))))
+		if addr, ok := c.b.brokerAddr(br); ok && br.ID != c.b.cfg.NodeID {
+			seeds = append(seeds, addr)
 		}
 	}
 	if len(seeds) == 0 {
 		return nil, errors.New("no other broker registered")
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ClientID(brokerClientPrefix+strconv.Itoa(int(c.b.cfg.NodeID))))
+	cl, err := c.b.nodeClient(seeds, kgo.ClientID(c.b.brokerClientID()))
 	if err != nil {
 		return nil, err
 	}
@@ -694,12 +706,13 @@ func (c *cluster) forwarder() (*kgo.Client, error) {
 func (c *cluster) registerLoop() {
 	defer c.wg.Done()
 	b := c.b
-	me := controller.BrokerInfo{ID: b.cfg.NodeID, Host: b.cfg.AdvertisedHost, Port: b.cfg.AdvertisedPort, Rack: b.cfg.Rack, DirID: b.ident.DirectoryID.String()}
+	me := b.selfInfo()
+	me.DirID = b.ident.DirectoryID.String()
 	if b.brokerOnly() {
 		me.RaftAddr = c.host.Addr() // the bound address: --raft-listen may say port 0
 		if host, port, err := net.SplitHostPort(me.RaftAddr); err == nil {
 			if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-				me.RaftAddr = net.JoinHostPort(b.cfg.AdvertisedHost, port)
+				me.RaftAddr = net.JoinHostPort(me.Host, port)
 			}
 		}
 	}
@@ -711,7 +724,7 @@ func (c *cluster) registerLoop() {
 			return
 		case <-tick.C:
 		}
-		if cur, ok := b.meta.Broker(me.ID); ok && cur == me || c.gone.Load() {
+		if cur, ok := b.meta.Broker(me.ID); ok && cur.Equal(me) || c.gone.Load() {
 			continue // keep checking: a re-registration by an old config must not stick
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -725,7 +738,8 @@ func (c *cluster) registerLoop() {
 				err = c.propose(ctx, controller.Command{Op: controller.OpRegister, Broker: &me})
 			}
 		} else if li, ok := b.meta.Broker(c.controllerID()); ok {
-			err = c.sendRegistration(ctx, []string{net.JoinHostPort(li.Host, strconv.Itoa(int(li.Port)))}, me)
+			addr, _ := b.brokerAddr(li)
+			err = c.sendRegistration(ctx, []string{addr}, me)
 		} else if len(b.cfg.Join) > 0 {
 			// A broker-only node that has no metadata yet: the join
 			// addresses lead it to the controller.
@@ -741,7 +755,7 @@ func (c *cluster) registerLoop() {
 // sendRegistration sends BrokerRegistration to the controller, found
 // through seeds.
 func (c *cluster) sendRegistration(ctx context.Context, seeds []string, me controller.BrokerInfo) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	cl, err := c.b.nodeClient(seeds, kgo.ClientID(c.b.brokerClientID()))
 	if err != nil {
 		return err
 	}
@@ -749,9 +763,15 @@ func (c *cluster) sendRegistration(ctx context.Context, seeds []string, me contr
 	req := kmsg.NewPtrBrokerRegistrationRequest()
 	req.BrokerID = me.ID
 	req.ClusterID = c.b.meta.ClusterID()
-	l := kmsg.NewBrokerRegistrationRequestListener()
-	l.Name, l.Host, l.Port, l.SecurityProtocol = "PLAINTEXT", me.Host, uint16(me.Port), 0
-	req.Listeners = append(req.Listeners, l)
+	eps := me.Listeners
+	if len(eps) == 0 {
+		eps = []controller.Endpoint{{Name: string(wire.Plaintext), Host: me.Host, Port: me.Port, Protocol: string(wire.Plaintext)}}
+	}
+	for _, e := range eps {
+		l := kmsg.NewBrokerRegistrationRequestListener()
+		l.Name, l.Host, l.Port, l.SecurityProtocol = e.Name, e.Host, uint16(e.Port), securityProtocolCode(e.Protocol)
+		req.Listeners = append(req.Listeners, l)
+	}
 	if me.RaftAddr != "" {
 		host, port, err := net.SplitHostPort(me.RaftAddr)
 		if err != nil {
@@ -809,6 +829,14 @@ func (b *Broker) handleBrokerRegistration(_ context.Context, r *wire.Request) wi
 		return wire.Respond(resp)
 	}
 	info := controller.BrokerInfo{ID: req.BrokerID, Host: req.Listeners[0].Host, Port: int32(req.Listeners[0].Port)}
+	for _, l := range req.Listeners {
+		if l.Name != raftListenerName {
+			info.Listeners = append(info.Listeners, controller.Endpoint{Name: l.Name, Host: l.Host, Port: int32(l.Port), Protocol: securityProtocolName(l.SecurityProtocol)})
+		}
+	}
+	if len(info.Listeners) == 1 && info.Listeners[0].Name == string(wire.Plaintext) && info.Listeners[0].Protocol == string(wire.Plaintext) {
+		info.Listeners = nil // the zero-config form, as selfInfo registers it
+	}
 	if len(req.LogDirs) > 0 {
 		info.DirID = datadir.UUID(req.LogDirs[0]).String()
 	}
@@ -824,7 +852,7 @@ func (b *Broker) handleBrokerRegistration(_ context.Context, r *wire.Request) wi
 		}
 		info.RaftAddr = net.JoinHostPort(req.Listeners[i].Host, strconv.Itoa(int(req.Listeners[i].Port)))
 	}
-	if cur, ok := b.meta.Broker(info.ID); ok && cur == info {
+	if cur, ok := b.meta.Broker(info.ID); ok && cur.Equal(info) {
 		// A node repeats its registration until its metadata shows it
 		// (a new broker-only node: once it has the metadata log).
 		resp.BrokerEpoch = 1
@@ -905,12 +933,16 @@ const producerIDNodeBits = 10
 // brokers lists the registered brokers that are not fenced for Metadata
 // (this one at least, before its registration is applied, or when every
 // broker is fenced: a client must be able to reach somebody).
-func (c *cluster) brokers() []kmsg.MetadataResponseBroker {
+func (c *cluster) brokers(listener string) []kmsg.MetadataResponseBroker {
 	var out []kmsg.MetadataResponseBroker
 	self := false
 	for _, br := range c.b.unfencedBrokers() {
+		e, ok := br.Endpoint(listener)
+		if !ok {
+			continue // no such listener on that broker: Kafka leaves it out
+		}
 		mb := kmsg.NewMetadataResponseBroker()
-		mb.NodeID, mb.Host, mb.Port = br.ID, br.Host, br.Port
+		mb.NodeID, mb.Host, mb.Port = br.ID, e.Host, e.Port
 		if br.Rack != "" {
 			rack := br.Rack
 			mb.Rack = &rack
@@ -919,7 +951,7 @@ func (c *cluster) brokers() []kmsg.MetadataResponseBroker {
 		out = append(out, mb)
 	}
 	if _, registered := c.b.meta.Broker(c.b.cfg.NodeID); !self && (!registered || len(out) == 0) {
-		out = append(out, c.b.brokerEntry())
+		out = append(out, c.b.brokerEntry(listener))
 	}
 	return out
 }
@@ -1013,6 +1045,10 @@ func init() { register(kmsg.DescribeQuorum, 0, 1, (*Broker).handleDescribeQuorum
 func (b *Broker) handleDescribeQuorum(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.DescribeQuorumRequest)
 	resp := req.ResponseKind().(*kmsg.DescribeQuorumResponse)
+	if !b.authorizeCluster(r, auth.OpDescribe) {
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return wire.Respond(resp)
+	}
 	for _, rt := range req.Topics {
 		st := kmsg.NewDescribeQuorumResponseTopic()
 		st.Topic = rt.Topic

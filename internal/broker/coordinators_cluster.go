@@ -192,7 +192,7 @@ func (b *Broker) createCoordinatorTopic(topic string, partitions int, typ int8, 
 	if b.cluster.isController() {
 		coordinatorTopicMu.Lock()
 		defer coordinatorTopicMu.Unlock()
-		t, err := b.ensureTopic(topic, int32(partitions), map[string]string{"cleanup.policy": "compact"}, true)
+		t, err := b.ensureTopic(topic, int32(partitions), b.internalTopicConfigs(topic), true)
 		if err != nil {
 			b.log.Warn("creating a coordinator topic", "topic", topic, "err", err)
 		}
@@ -226,7 +226,7 @@ func (b *Broker) createCoordinatorTopic(topic string, partitions int, typ int8, 
 // is created through the controller at first need (replication factor
 // min(3, brokers), the cluster default); meanwhile the answer is
 // COORDINATOR_NOT_AVAILABLE, which clients retry.
-func (b *Broker) groupCoordinatorNode(key string, forwarded bool) (node int32, host string, port int32, code int16, msg string) {
+func (b *Broker) groupCoordinatorNode(key string, forwarded bool, listener string) (node int32, host string, port int32, code int16, msg string) {
 	t, ok := b.meta.Topic(offsetsTopic)
 	if !ok {
 		var err error
@@ -237,13 +237,13 @@ func (b *Broker) groupCoordinatorNode(key string, forwarded bool) (node int32, h
 	if int(t.Partitions) != b.groups.NumPartitions() {
 		return -1, "", -1, kerr.CoordinatorNotAvailable.Code, offsetsTopic + " partition count changed; restart the broker"
 	}
-	return b.coordinatorAt(t, group.PartitionFor(key, int(t.Partitions)))
+	return b.coordinatorAt(t, group.PartitionFor(key, int(t.Partitions)), listener)
 }
 
 // txnCoordinatorNode is FindCoordinator's answer for a transactional id in
 // cluster mode: the leader of its __transaction_state partition, which is
 // created through the controller at first need.
-func (b *Broker) txnCoordinatorNode(key string, forwarded bool) (node int32, host string, port int32, code int16, msg string) {
+func (b *Broker) txnCoordinatorNode(key string, forwarded bool, listener string) (node int32, host string, port int32, code int16, msg string) {
 	c, err := b.txnCoordinator()
 	if err != nil {
 		return -1, "", -1, kerr.CoordinatorNotAvailable.Code, err.Error()
@@ -257,13 +257,13 @@ func (b *Broker) txnCoordinatorNode(key string, forwarded bool) (node int32, hos
 	if int(t.Partitions) != c.NumPartitions() {
 		return -1, "", -1, kerr.CoordinatorNotAvailable.Code, txnStateTopic + " partition count changed; restart the broker"
 	}
-	return b.coordinatorAt(t, txn.PartitionFor(key, int(t.Partitions)))
+	return b.coordinatorAt(t, txn.PartitionFor(key, int(t.Partitions)), listener)
 }
 
 // coordinatorAt is the broker leading partition i of the coordinator topic
 // t, as FindCoordinator answers it. A leader that is not registered yet or
 // is fenced is no answer: COORDINATOR_NOT_AVAILABLE, which clients retry.
-func (b *Broker) coordinatorAt(t controller.Topic, i int32) (node int32, host string, port int32, code int16, msg string) {
+func (b *Broker) coordinatorAt(t controller.Topic, i int32, listener string) (node int32, host string, port int32, code int16, msg string) {
 	mp := b.cluster.partitionMetadata(t, i)
 	if mp.ErrorCode != 0 || mp.Leader < 0 {
 		return -1, "", -1, kerr.CoordinatorNotAvailable.Code, fmt.Sprintf("%s-%d has no leader", t.Name, i)
@@ -275,7 +275,11 @@ func (b *Broker) coordinatorAt(t controller.Topic, i int32) (node int32, host st
 	case b.fenced(br.ID):
 		return -1, "", -1, kerr.CoordinatorNotAvailable.Code, "the coordinator's broker is fenced"
 	}
-	return br.ID, br.Host, br.Port, 0, ""
+	e, ok := br.Endpoint(listener)
+	if !ok {
+		return -1, "", -1, kerr.CoordinatorNotAvailable.Code, "the coordinator has no " + listener + " listener"
+	}
+	return br.ID, e.Host, e.Port, 0, ""
 }
 
 // newClusterTxnCoordinator builds the transaction coordinator of a cluster
@@ -376,7 +380,7 @@ func (b *Broker) sendMarkers(ctx context.Context, node int32, pid int64, epoch i
 // WriteTxnMarkers v0-v1 (coordinator to partition leader): this node writes
 // the markers to the partitions it leads and answers once they are
 // committed. Only cluster nodes take it.
-func init() { register(kmsg.WriteTxnMarkers, 0, 1, (*Broker).handleWriteTxnMarkers) }
+func init() { registerInternal(kmsg.WriteTxnMarkers, 0, 1, (*Broker).handleWriteTxnMarkers) }
 
 func (b *Broker) handleWriteTxnMarkers(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.WriteTxnMarkersRequest)

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/wire"
 )
 
@@ -22,9 +23,12 @@ func (b *Broker) handleCreatePartitions(_ context.Context, r *wire.Request) wire
 		res := kmsg.NewCreatePartitionsResponseTopic()
 		res.Topic = rt.Topic
 		var err error
-		if count[rt.Topic] > 1 {
+		switch {
+		case count[rt.Topic] > 1:
 			err = errCode(kerr.InvalidRequest, "Duplicate topic in request.")
-		} else {
+		case !b.authorize(r, auth.OpAlter, auth.ResourceTopic, rt.Topic):
+			err = errCode(kerr.TopicAuthorizationFailed, "%s", kerr.TopicAuthorizationFailed.Description)
+		default:
 			err = b.createPartitions(rt, req.ValidateOnly)
 		}
 		res.ErrorCode, res.ErrorMessage = kafkaError(err)

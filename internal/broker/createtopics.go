@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/controller"
 	"holdfast/internal/wire"
 )
@@ -47,6 +48,12 @@ func (b *Broker) handleCreateTopics(_ context.Context, r *wire.Request) wire.Rep
 			resp.Topics = append(resp.Topics, st)
 			continue
 		}
+		// CREATE on the cluster, or on the topic.
+		if !b.authorizeCluster(r, auth.OpCreate) && !b.authorize(r, auth.OpCreate, auth.ResourceTopic, rt.Topic) {
+			st.ErrorCode = kerr.TopicAuthorizationFailed.Code
+			resp.Topics = append(resp.Topics, st)
+			continue
+		}
 		t, err := b.createTopic(rt, req.ValidateOnly)
 		if err != nil {
 			st.ErrorCode, st.ErrorMessage = kafkaError(err)
@@ -63,7 +70,7 @@ func (b *Broker) handleCreateTopics(_ context.Context, r *wire.Request) wire.Rep
 		if len(t.Replicas) > 0 && len(t.Replicas[0]) > 0 {
 			st.ReplicationFactor = int16(len(t.Replicas[0]))
 		}
-		if req.Version >= 5 {
+		if req.Version >= 5 && b.authorize(r, auth.OpDescribeConfigs, auth.ResourceTopic, t.Name) {
 			for _, c := range b.describeTopicConfigs(t, nil, false, false) {
 				rc := kmsg.NewCreateTopicsResponseTopicConfig()
 				rc.Name = c.Name

@@ -3,13 +3,33 @@ package broker
 import (
 	"context"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/wire"
 )
 
 func init() { register(kmsg.DeleteGroups, 0, 2, (*Broker).handleDeleteGroups) }
 
 func (b *Broker) handleDeleteGroups(_ context.Context, r *wire.Request) wire.Reply {
-	return b.groups.DeleteGroups(r.Body.(*kmsg.DeleteGroupsRequest))
+	req := r.Body.(*kmsg.DeleteGroupsRequest)
+	var denied []string
+	allowed := *req
+	allowed.Groups = nil
+	for _, g := range req.Groups {
+		if b.authorize(r, auth.OpDelete, auth.ResourceGroup, g) {
+			allowed.Groups = append(allowed.Groups, g)
+		} else {
+			denied = append(denied, g)
+		}
+	}
+	return thenEdit(b.groups.DeleteGroups(&allowed), func(out kmsg.Response) {
+		resp := out.(*kmsg.DeleteGroupsResponse)
+		for _, g := range denied {
+			dg := kmsg.NewDeleteGroupsResponseGroup()
+			dg.Group, dg.ErrorCode = g, kerr.GroupAuthorizationFailed.Code
+			resp.Groups = append(resp.Groups, dg)
+		}
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/storage"
 	"holdfast/internal/wire"
 )
@@ -31,6 +32,11 @@ func (b *Broker) handleDeleteRecords(_ context.Context, r *wire.Request) wire.Re
 			for _, rp := range rt.Partitions {
 				sp := kmsg.NewDeleteRecordsResponseTopicPartition()
 				sp.Partition, sp.LowWatermark = rp.Partition, -1
+				if !b.authorize(r, auth.OpDelete, auth.ResourceTopic, rt.Topic) {
+					sp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+					st.Partitions = append(st.Partitions, sp)
+					continue
+				}
 				p := b.parts.Get(rt.Topic, rp.Partition)
 				if p == nil {
 					sp.ErrorCode = kerr.UnknownTopicOrPartition.Code

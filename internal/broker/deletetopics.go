@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/wire"
 )
 
@@ -60,11 +61,18 @@ func (b *Broker) handleDeleteTopics(_ context.Context, r *wire.Request) wire.Rep
 			fail(kerr.InvalidRequest, "Duplicate topic id.")
 		case e.Topic == nil:
 			t, ok := b.meta.TopicByID(e.TopicID)
-			if !ok {
+			if !ok || !b.topicVisible(r, t.Name) {
+				// An id one may not describe might as well not exist.
 				fail(kerr.UnknownTopicID, kerr.UnknownTopicID.Description)
 				break
 			}
+			if !b.authorize(r, auth.OpDelete, auth.ResourceTopic, t.Name) {
+				fail(kerr.TopicAuthorizationFailed, kerr.TopicAuthorizationFailed.Description)
+				break
+			}
 			name = t.Name
+		case !b.authorize(r, auth.OpDelete, auth.ResourceTopic, *e.Topic):
+			fail(kerr.TopicAuthorizationFailed, kerr.TopicAuthorizationFailed.Description)
 		default:
 			t, ok := b.meta.Topic(*e.Topic)
 			if !ok {

@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/wire"
 )
 
@@ -39,7 +40,7 @@ func (b *Broker) handleDescribeCluster(_ context.Context, r *wire.Request) wire.
 		resp.ControllerID = b.cluster.controllerID()
 		// Fenced brokers are left out, as from Metadata, unless v2's
 		// IncludeFencedBrokers (KIP-1073) asks for them.
-		for _, mb := range b.cluster.brokers() {
+		for _, mb := range b.cluster.brokers(b.listenerName(r)) {
 			resp.Brokers = append(resp.Brokers, describeClusterBroker(mb, false))
 		}
 		if req.IncludeFencedBrokers {
@@ -49,8 +50,12 @@ func (b *Broker) handleDescribeCluster(_ context.Context, r *wire.Request) wire.
 				if !ok || listed {
 					continue
 				}
+				e, ok := info.Endpoint(b.listenerName(r))
+				if !ok {
+					continue
+				}
 				mb := kmsg.NewMetadataResponseBroker()
-				mb.NodeID, mb.Host, mb.Port = info.ID, info.Host, info.Port
+				mb.NodeID, mb.Host, mb.Port = info.ID, e.Host, e.Port
 				if info.Rack != "" {
 					mb.Rack = &info.Rack
 				}
@@ -58,10 +63,10 @@ func (b *Broker) handleDescribeCluster(_ context.Context, r *wire.Request) wire.
 			}
 		}
 	} else {
-		resp.Brokers = []kmsg.DescribeClusterResponseBroker{describeClusterBroker(b.brokerEntry(), false)}
+		resp.Brokers = []kmsg.DescribeClusterResponseBroker{describeClusterBroker(b.brokerEntry(b.listenerName(r)), false)}
 	}
 	if req.IncludeClusterAuthorizedOperations {
-		resp.ClusterAuthorizedOperations = clusterAuthorizedOps
+		resp.ClusterAuthorizedOperations = b.authorizedOps(r, auth.ResourceCluster, auth.ClusterName)
 	}
 	return wire.Respond(resp)
 }

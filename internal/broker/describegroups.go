@@ -3,8 +3,10 @@ package broker
 import (
 	"context"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/wire"
 )
 
@@ -12,5 +14,30 @@ import (
 func init() { register(kmsg.DescribeGroups, 0, 5, (*Broker).handleDescribeGroups) }
 
 func (b *Broker) handleDescribeGroups(_ context.Context, r *wire.Request) wire.Reply {
-	return b.groups.DescribeGroups(r.Body.(*kmsg.DescribeGroupsRequest))
+	req := r.Body.(*kmsg.DescribeGroupsRequest)
+	// DESCRIBE on each group; the others are answered
+	// GROUP_AUTHORIZATION_FAILED without being looked at.
+	var denied []string
+	allowed := *req
+	allowed.Groups = nil
+	for _, g := range req.Groups {
+		if b.authorize(r, auth.OpDescribe, auth.ResourceGroup, g) {
+			allowed.Groups = append(allowed.Groups, g)
+		} else {
+			denied = append(denied, g)
+		}
+	}
+	return thenEdit(b.groups.DescribeGroups(&allowed), func(out kmsg.Response) {
+		resp := out.(*kmsg.DescribeGroupsResponse)
+		for i := range resp.Groups {
+			if req.IncludeAuthorizedOperations {
+				resp.Groups[i].AuthorizedOperations = b.authorizedOps(r, auth.ResourceGroup, resp.Groups[i].Group)
+			}
+		}
+		for _, g := range denied {
+			dg := kmsg.NewDescribeGroupsResponseGroup()
+			dg.Group, dg.ErrorCode = g, kerr.GroupAuthorizationFailed.Code
+			resp.Groups = append(resp.Groups, dg)
+		}
+	})
 }

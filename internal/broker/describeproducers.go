@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/wire"
 )
 
@@ -19,10 +20,16 @@ func (b *Broker) handleDescribeProducers(_ context.Context, r *wire.Request) wir
 	for _, rt := range req.Topics {
 		st := kmsg.NewDescribeProducersResponseTopic()
 		st.Topic = rt.Topic
+		denied := !b.authorize(r, auth.OpRead, auth.ResourceTopic, rt.Topic)
 		for _, pi := range rt.Partitions {
 			sp := kmsg.NewDescribeProducersResponseTopicPartition()
 			sp.Partition = pi
 			p := b.parts.Get(rt.Topic, pi)
+			if denied {
+				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+				st.Partitions = append(st.Partitions, sp)
+				continue
+			}
 			if p == nil {
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				st.Partitions = append(st.Partitions, sp)

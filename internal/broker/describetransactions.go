@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/wire"
 )
 
@@ -20,6 +21,11 @@ func (b *Broker) handleDescribeTransactions(_ context.Context, r *wire.Request) 
 		st := kmsg.NewDescribeTransactionsResponseTransactionState()
 		st.TransactionalID = id
 		st.ProducerID, st.ProducerEpoch, st.StartTimestamp = -1, -1, -1
+		if !b.authorize(r, auth.OpDescribe, auth.ResourceTransactionalID, id) {
+			st.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+			resp.TransactionStates = append(resp.TransactionStates, st)
+			continue
+		}
 		if c == nil {
 			st.ErrorCode = kerr.TransactionalIDNotFound.Code
 			resp.TransactionStates = append(resp.TransactionStates, st)

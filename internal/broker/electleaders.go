@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/raft"
 	"holdfast/internal/wire"
 )
@@ -81,6 +82,11 @@ func (b *Broker) handleElectLeaders(_ context.Context, r *wire.Request) wire.Rep
 			}
 		}
 	}
+	if !b.forwardedBy(r) && !b.authorizeCluster(r, auth.OpAlter) {
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		err := errCode(kerr.ClusterAuthorizationFailed, "%s", kerr.ClusterAuthorizationFailed.Description)
+		return wire.Respond(electResponse(resp, tps, slices.Repeat([]error{err}, len(tps)), false))
+	}
 	if typ != electPreferred && typ != electUnclean {
 		resp.ErrorCode = kerr.InvalidRequest.Code
 		err := errCode(kerr.InvalidRequest, "unknown election type %d", typ)
@@ -91,7 +97,7 @@ func (b *Broker) handleElectLeaders(_ context.Context, r *wire.Request) wire.Rep
 		wait = electDefaultWait
 	}
 	wait = min(wait, electMaxWait)
-	forwarded := strings.HasPrefix(r.ClientID, brokerClientPrefix)
+	forwarded := b.forwardedBy(r)
 	return func(ctx context.Context) kmsg.Response {
 		ctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()

@@ -19,6 +19,10 @@ func init() { register(kmsg.EndTxn, 0, 3, (*Broker).handleEndTxn) }
 func (b *Broker) handleEndTxn(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.EndTxnRequest)
 	resp := req.ResponseKind().(*kmsg.EndTxnResponse)
+	if !b.authorizeTxnID(r, req.TransactionalID) {
+		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+		return wire.Respond(resp)
+	}
 	c := b.coordinator()
 	if c == nil {
 		resp.ErrorCode = kerr.InvalidProducerIDMapping.Code

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/partition"
 	"holdfast/internal/storage"
 	"holdfast/internal/wire"
@@ -54,10 +55,28 @@ func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
 		return wire.Respond(resp)
 	}
 	wait := min(time.Duration(req.MaxWaitMillis)*time.Millisecond, maxFetchWait)
+	// READ on each topic, decided once (TOPIC_AUTHORIZATION_FAILED).
+	var denied map[string]bool
+	for _, rt := range req.Topics {
+		name := rt.Topic
+		if req.Version >= 13 {
+			t, ok := b.meta.TopicByID(rt.TopicID)
+			if !ok {
+				continue // UNKNOWN_TOPIC_ID, as for anyone
+			}
+			name = t.Name
+		}
+		if !b.authorize(r, auth.OpRead, auth.ResourceTopic, name) {
+			if denied == nil {
+				denied = map[string]bool{}
+			}
+			denied[name] = true
+		}
+	}
 	return func(ctx context.Context) kmsg.Response {
 		var deadline <-chan time.Time
 		for {
-			resp, ready, notify := b.fetchOnce(req)
+			resp, ready, notify := b.fetchOnce(req, denied)
 			if ready || wait <= 0 || len(notify) == 0 {
 				return resp
 			}
@@ -80,7 +99,7 @@ func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
 			case 0:
 				return nil // connection gone; nothing to write
 			case 1:
-				resp, _, _ = b.fetchOnce(req)
+				resp, _, _ = b.fetchOnce(req, denied)
 				return resp
 			}
 		}
@@ -96,7 +115,7 @@ func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
 // connection writer sends with sendfile (wire.Spliced), straight from the
 // page cache. A log on a filesystem without file descriptors (the tests'
 // CrashFS) is read into the response instead.
-func (b *Broker) fetchOnce(req *kmsg.FetchRequest) (out kmsg.Response, ready bool, notify []<-chan struct{}) {
+func (b *Broker) fetchOnce(req *kmsg.FetchRequest, denied map[string]bool) (out kmsg.Response, ready bool, notify []<-chan struct{}) {
 	resp := req.ResponseKind().(*kmsg.FetchResponse)
 	files := &wire.Spliced{Response: resp}
 	var slices []storage.Slice
@@ -129,6 +148,9 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest) (out kmsg.Response, ready boo
 			} else {
 				topicCode = kerr.UnknownTopicID.Code
 			}
+		}
+		if denied[name] {
+			topicCode = kerr.TopicAuthorizationFailed.Code
 		}
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewFetchResponseTopicPartition()
@@ -173,6 +195,17 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest) (out kmsg.Response, ready boo
 				b.log.Error("fetch: reading log", "topic", name, "partition", rp.Partition, "offset", rp.FetchOffset, "err", err)
 				sp.ErrorCode = kerr.KafkaStorageError.Code
 				ready = true
+			case slice.Size == 0 && len(res.Records) > 0:
+				// A compacted log's batches, copied (partition.readCompacted).
+				if total > 0 && len(res.Records) > maxBytes {
+					break // KIP-74: only the first partition with data may exceed
+				}
+				total += len(res.Records)
+				remaining -= len(res.Records)
+				sp.RecordBatches = res.Records
+				if readCommitted {
+					sp.AbortedTransactions = abortedOf(res.Aborted)
+				}
 			case slice.Size == 0:
 			case total > 0 && slice.Size > maxBytes:
 				// Only the first partition with data may exceed the limits
@@ -190,13 +223,7 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest) (out kmsg.Response, ready boo
 				slice = storage.Slice{} // now owned by the response
 				sp.RecordBatches = recs
 				if readCommitted {
-					// Where the consumer skips aborted transactions' records.
-					sp.AbortedTransactions = make([]kmsg.FetchResponseTopicPartitionAbortedTransaction, 0, len(res.Aborted))
-					for _, a := range res.Aborted {
-						at := kmsg.NewFetchResponseTopicPartitionAbortedTransaction()
-						at.ProducerID, at.FirstOffset = a.ProducerID, a.FirstOffset
-						sp.AbortedTransactions = append(sp.AbortedTransactions, at)
-					}
+					sp.AbortedTransactions = abortedOf(res.Aborted)
 				}
 			}
 			slice.Release() // not sent: an error, empty, or no room
@@ -208,6 +235,17 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest) (out kmsg.Response, ready boo
 		ready = true
 	}
 	return resp, ready, notify
+}
+
+// abortedOf is where a read_committed consumer skips aborted transactions' records.
+func abortedOf(aborted []partition.AbortedTxn) []kmsg.FetchResponseTopicPartitionAbortedTransaction {
+	out := make([]kmsg.FetchResponseTopicPartitionAbortedTransaction, 0, len(aborted))
+	for _, a := range aborted {
+		at := kmsg.NewFetchResponseTopicPartitionAbortedTransaction()
+		at.ProducerID, at.FirstOffset = a.ProducerID, a.FirstOffset
+		out = append(out, at)
+	}
+	return out
 }
 
 // fetchRecords turns a read's file range into what the response carries: a

@@ -2,11 +2,11 @@ package broker
 
 import (
 	"context"
-	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/wire"
 )
 
@@ -25,16 +25,33 @@ const (
 // that topic first, so the answer is built in the Reply, off the reader.
 func (b *Broker) handleFindCoordinator(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.FindCoordinatorRequest)
-	if b.clusterMode() {
-		forwarded := strings.HasPrefix(r.ClientID, forwarderClientPrefix)
-		return func(context.Context) kmsg.Response { return b.findCoordinators(req, forwarded) }
+	// DESCRIBE on each group or transactional id; the refused keys are
+	// answered without a lookup (which could create a coordinator topic).
+	keys := req.CoordinatorKeys
+	if req.Version < 4 {
+		keys = []string{req.CoordinatorKey}
 	}
-	return wire.Respond(b.findCoordinators(req, false))
+	typ, code := auth.ResourceGroup, kerr.GroupAuthorizationFailed.Code
+	if req.CoordinatorType == coordinatorTransaction {
+		typ, code = auth.ResourceTransactionalID, kerr.TransactionalIDAuthorizationFailed.Code
+	}
+	denied := map[string]bool{}
+	for _, k := range keys {
+		if !b.authorize(r, auth.OpDescribe, typ, k) {
+			denied[k] = true
+		}
+	}
+	listener := b.listenerName(r)
+	if b.clusterMode() {
+		forwarded := b.forwardedBy(r)
+		return func(context.Context) kmsg.Response { return b.findCoordinators(req, forwarded, listener, denied, code) }
+	}
+	return wire.Respond(b.findCoordinators(req, false, listener, denied, code))
 }
 
 // findCoordinators answers req; forwarded is set when another broker asks
 // (coordinators_cluster.go).
-func (b *Broker) findCoordinators(req *kmsg.FindCoordinatorRequest, forwarded bool) kmsg.Response {
+func (b *Broker) findCoordinators(req *kmsg.FindCoordinatorRequest, forwarded bool, listener string, denied map[string]bool, deniedCode int16) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
 	keys := req.CoordinatorKeys
 	if req.Version < 4 {
@@ -46,18 +63,21 @@ func (b *Broker) findCoordinators(req *kmsg.FindCoordinatorRequest, forwarded bo
 		c.NodeID, c.Host, c.Port = -1, "", -1
 		var msg string
 		switch {
+		case denied[key]:
+			c.ErrorCode = deniedCode
 		case req.CoordinatorType != coordinatorGroup && req.CoordinatorType != coordinatorTransaction:
 			c.ErrorCode, msg = kerr.InvalidRequest.Code, "unknown coordinator type"
 		case req.CoordinatorType == coordinatorTransaction && key == "":
 			c.ErrorCode, msg = kerr.InvalidRequest.Code, "empty transactional id"
 		case b.clusterMode() && req.CoordinatorType == coordinatorTransaction:
-			c.NodeID, c.Host, c.Port, c.ErrorCode, msg = b.txnCoordinatorNode(key, forwarded)
+			c.NodeID, c.Host, c.Port, c.ErrorCode, msg = b.txnCoordinatorNode(key, forwarded, listener)
 		case b.clusterMode():
-			c.NodeID, c.Host, c.Port, c.ErrorCode, msg = b.groupCoordinatorNode(key, forwarded)
+			c.NodeID, c.Host, c.Port, c.ErrorCode, msg = b.groupCoordinatorNode(key, forwarded, listener)
 		case req.CoordinatorType == coordinatorGroup && b.groups.Loading(key):
 			c.ErrorCode = kerr.CoordinatorLoadInProgress.Code
 		default:
-			c.NodeID, c.Host, c.Port = b.cfg.NodeID, b.cfg.AdvertisedHost, b.cfg.AdvertisedPort
+			e := b.brokerEntry(listener)
+			c.NodeID, c.Host, c.Port = b.cfg.NodeID, e.Host, e.Port
 		}
 		if msg != "" {
 			c.ErrorMessage = &msg

@@ -24,7 +24,7 @@ func FuzzHandlers(f *testing.F) {
 	n.CreateTopic("t", 2, nil)
 	seed := func(req kmsg.Request) {
 		for v := int16(0); v <= req.MaxVersion(); v++ {
-			if _, max, ok := n.B.Versions(req.Key()); !ok || v > max {
+			if _, max, ok := n.B.Versions(nil, req.Key()); !ok || v > max {
 				continue
 			}
 			req.SetVersion(v)
@@ -32,7 +32,7 @@ func FuzzHandlers(f *testing.F) {
 		}
 	}
 	for k := int16(0); k <= kmsg.MaxKey; k++ {
-		if _, _, ok := n.B.Versions(k); ok {
+		if _, _, ok := n.B.Versions(nil, k); ok {
 			seed(kmsg.RequestForKey(k))
 		}
 	}
@@ -41,7 +41,7 @@ func FuzzHandlers(f *testing.F) {
 			return
 		}
 		key, version := int16(binary.BigEndian.Uint16(head)), int16(binary.BigEndian.Uint16(head[2:]))
-		minV, maxV, ok := n.B.Versions(key)
+		minV, maxV, ok := n.B.Versions(nil, key)
 		if !ok || version < minV || version > maxV {
 			return // the wire layer closes the connection for these
 		}

@@ -75,6 +75,10 @@ func (b *Broker) joinCluster(h *raft.Host) error {
 	}
 	voters := slices.Sorted(maps.Keys(b.cfg.Peers))
 	var last time.Time
+	var deadline time.Time
+	if b.cfg.JoinTimeout > 0 {
+		deadline = time.Now().Add(b.cfg.JoinTimeout)
+	}
 	for {
 		var id datadir.Identity
 		var ok bool
@@ -115,6 +119,9 @@ func (b *Broker) joinCluster(h *raft.Host) error {
 			}
 			return nil
 		}
+		if !deadline.IsZero() && time.Now().After(deadline) {
+			return fmt.Errorf("no cluster to form or join within %v: %s", b.cfg.JoinTimeout, why)
+		}
 		if time.Since(last) > 5*time.Second {
 			b.log.Warn("waiting to form or join the cluster", "why", why)
 			last = time.Now()
@@ -126,7 +133,7 @@ func (b *Broker) joinCluster(h *raft.Host) error {
 // joinThroughBrokers asks the --join brokers which cluster they are: a
 // broker-only node never forms a cluster.
 func (b *Broker) joinThroughBrokers() (datadir.Identity, bool, string) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.cfg.Join...), kgo.DialTimeout(2*time.Second))
+	cl, err := b.nodeClient(b.cfg.Join, kgo.DialTimeout(2*time.Second))
 	if err != nil {
 		return b.ident, false, err.Error()
 	}

@@ -25,6 +25,18 @@ func init() { register(kmsg.InitProducerID, 0, 5, (*Broker).handleInitProducerID
 // fencing the previous producer (and aborting its open transaction).
 func (b *Broker) handleInitProducerID(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.InitProducerIDRequest)
+	switch {
+	case req.TransactionalID != nil && *req.TransactionalID != "" && !b.authorizeTxnID(r, *req.TransactionalID):
+		resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ProducerID, resp.ProducerEpoch = -1, -1
+		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+		return wire.Respond(resp)
+	case req.TransactionalID == nil && !b.authorizeIdempotent(r):
+		resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ProducerID, resp.ProducerEpoch = -1, -1
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return wire.Respond(resp)
+	}
 	return func(ctx context.Context) kmsg.Response {
 		resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 		resp.ProducerID, resp.ProducerEpoch = -1, -1

@@ -3,8 +3,10 @@ package broker
 import (
 	"context"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/wire"
 )
 
@@ -12,5 +14,12 @@ import (
 func init() { register(kmsg.JoinGroup, 0, 9, (*Broker).handleJoinGroup) }
 
 func (b *Broker) handleJoinGroup(_ context.Context, r *wire.Request) wire.Reply {
-	return b.groups.JoinGroup(r.Body.(*kmsg.JoinGroupRequest), r.ClientID, clientHost(r.Conn))
+	req := r.Body.(*kmsg.JoinGroupRequest)
+	if !b.authorize(r, auth.OpRead, auth.ResourceGroup, req.Group) {
+		resp := req.ResponseKind().(*kmsg.JoinGroupResponse)
+		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		resp.Generation = -1
+		return wire.Respond(resp)
+	}
+	return b.groups.JoinGroup(req, r.ClientID, clientHost(r.Conn))
 }

@@ -2,14 +2,26 @@ package broker
 
 import (
 	"context"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/wire"
 )
 
 func init() { register(kmsg.ListGroups, 0, 5, (*Broker).handleListGroups) }
 
 func (b *Broker) handleListGroups(_ context.Context, r *wire.Request) wire.Reply {
-	return b.groups.ListGroups(r.Body.(*kmsg.ListGroupsRequest))
+	req := r.Body.(*kmsg.ListGroupsRequest)
+	if b.authorizeCluster(r, auth.OpDescribe) {
+		return b.groups.ListGroups(req)
+	}
+	// Without DESCRIBE on the cluster, only the groups one may describe.
+	return thenEdit(b.groups.ListGroups(req), func(out kmsg.Response) {
+		resp := out.(*kmsg.ListGroupsResponse)
+		resp.Groups = slices.DeleteFunc(resp.Groups, func(g kmsg.ListGroupsResponseGroup) bool {
+			return !b.authorize(r, auth.OpDescribe, auth.ResourceGroup, g.Group)
+		})
+	})
 }

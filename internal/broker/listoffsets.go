@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/wire"
 )
 
@@ -31,10 +32,16 @@ func (b *Broker) handleListOffsets(_ context.Context, r *wire.Request) wire.Repl
 	for _, rt := range req.Topics {
 		st := kmsg.NewListOffsetsResponseTopic()
 		st.Topic = rt.Topic
+		denied := !b.authorize(r, auth.OpDescribe, auth.ResourceTopic, rt.Topic)
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewListOffsetsResponseTopicPartition()
 			sp.Partition = rp.Partition
 			sp.Timestamp, sp.Offset, sp.LeaderEpoch = -1, -1, -1
+			if denied {
+				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+				st.Partitions = append(st.Partitions, sp)
+				continue
+			}
 			p := b.parts.Get(rt.Topic, rp.Partition)
 			if p == nil {
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
@@ -67,7 +74,7 @@ func (b *Broker) handleListOffsets(_ context.Context, r *wire.Request) wire.Repl
 					sp.ErrorCode = kerr.InvalidRequest.Code
 					break
 				}
-				off, fts, err := p.Log().OffsetForTimestamp(ts)
+				off, fts, err := p.OffsetForTimestamp(ts)
 				switch {
 				case err != nil:
 					b.log.Error("list offsets: by timestamp", "topic", rt.Topic, "partition", rp.Partition, "timestamp", ts, "err", err)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"slices"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/controller"
 	"holdfast/internal/wire"
 )
@@ -23,6 +25,10 @@ func init() {
 func (b *Broker) handleListPartitionReassignments(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.ListPartitionReassignmentsRequest)
 	resp := req.ResponseKind().(*kmsg.ListPartitionReassignmentsResponse)
+	if !b.authorizeCluster(r, auth.OpDescribe) {
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return wire.Respond(resp)
+	}
 	list := func(t controller.Topic, only []int32) {
 		st := kmsg.NewListPartitionReassignmentsResponseTopic()
 		st.Topic = t.Name

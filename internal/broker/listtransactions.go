@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/wire"
 )
 
@@ -52,6 +53,8 @@ func (b *Broker) handleListTransactions(_ context.Context, r *wire.Request) wire
 			continue
 		case re != nil && !re.MatchString(in.ID):
 			continue
+		case !b.authorize(r, auth.OpDescribe, auth.ResourceTransactionalID, in.ID):
+			continue // only the ids one may describe
 		}
 		st := kmsg.NewListTransactionsResponseTransactionState()
 		st.TransactionalID, st.ProducerID, st.TransactionState = in.ID, in.ProducerID, in.State.String()

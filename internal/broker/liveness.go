@@ -3,9 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
-	"net"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -33,7 +31,7 @@ const (
 
 func init() {
 	onStart(rankStorage+7, "broker liveness", (*Broker).startLiveness)
-	register(kmsg.BrokerHeartbeat, 0, 2, (*Broker).handleBrokerHeartbeat)
+	registerInternal(kmsg.BrokerHeartbeat, 0, 2, (*Broker).handleBrokerHeartbeat)
 }
 
 // liveness is one node's side of it: the heartbeat sender, and on the
@@ -163,8 +161,11 @@ func (c *cluster) heartbeat(ctx context.Context, shutdown bool) error {
 	if !ok {
 		return errors.New("controller not registered yet")
 	}
-	addr := net.JoinHostPort(info.Host, strconv.Itoa(int(info.Port)))
-	cl, err := lv.client(addr, b.cfg.NodeID)
+	addr, ok := b.brokerAddr(info)
+	if !ok {
+		return errors.New("the controller has no inter-broker listener")
+	}
+	cl, err := lv.client(b, addr)
 	if err != nil {
 		return err
 	}
@@ -184,7 +185,7 @@ func (c *cluster) heartbeat(ctx context.Context, shutdown bool) error {
 
 // client is the heartbeat connection to addr, made anew when the
 // controller moves (the loop and FenceForShutdown may race: lv.mu).
-func (lv *liveness) client(addr string, me int32) (*kgo.Client, error) {
+func (lv *liveness) client(b *Broker, addr string) (*kgo.Client, error) {
 	lv.mu.Lock()
 	defer lv.mu.Unlock()
 	if lv.hb != nil && lv.hbAddr == addr {
@@ -193,7 +194,7 @@ func (lv *liveness) client(addr string, me int32) (*kgo.Client, error) {
 	if lv.hb != nil {
 		lv.hb.Close()
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ClientID(forwarderClientPrefix+strconv.Itoa(int(me))))
+	cl, err := b.nodeClient([]string{addr}, kgo.ClientID(b.brokerClientID()))
 	if err != nil {
 		lv.hb = nil
 		return nil, err

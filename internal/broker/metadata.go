@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/controller"
 	"holdfast/internal/wire"
 )
@@ -15,46 +16,34 @@ import (
 // allows asking by id.
 func init() { register(kmsg.Metadata, 0, 13, (*Broker).handleMetadata) }
 
-// Authorized-operation bitfields (KIP-430). Without ACLs every supported
-// operation is allowed.
-const (
-	aclRead            = 3
-	aclWrite           = 4
-	aclCreate          = 5
-	aclDelete          = 6
-	aclAlter           = 7
-	aclDescribe        = 8
-	aclClusterAction   = 9
-	aclDescribeConfigs = 10
-	aclAlterConfigs    = 11
-	aclIdempotentWrite = 12
-
-	topicAuthorizedOps = 1<<aclRead | 1<<aclWrite | 1<<aclCreate | 1<<aclDelete | 1<<aclAlter |
-		1<<aclDescribe | 1<<aclDescribeConfigs | 1<<aclAlterConfigs
-	clusterAuthorizedOps = 1<<aclCreate | 1<<aclAlter | 1<<aclDescribe | 1<<aclClusterAction |
-		1<<aclDescribeConfigs | 1<<aclAlterConfigs | 1<<aclIdempotentWrite
-)
-
+// handleMetadata answers with the brokers' endpoints on the listener the
+// request came in on (Kafka's rule: a client on the SSL listener is sent
+// to SSL endpoints) and with the topics the principal may describe: a
+// topic it may not is left out of a full listing and answered with
+// TOPIC_AUTHORIZATION_FAILED when named, whether it exists or not.
 func (b *Broker) handleMetadata(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.MetadataRequest)
 	resp := req.ResponseKind().(*kmsg.MetadataResponse)
 	v := req.Version
+	listener := b.listenerName(r)
 
-	resp.Brokers = []kmsg.MetadataResponseBroker{b.brokerEntry()}
+	resp.Brokers = []kmsg.MetadataResponseBroker{b.brokerEntry(listener)}
 	cid := b.meta.ClusterID()
 	resp.ClusterID = &cid
 	resp.ControllerID = b.cfg.NodeID
 	if b.cluster != nil {
-		resp.Brokers, resp.ControllerID = b.cluster.brokers(), b.cluster.controllerID()
+		resp.Brokers, resp.ControllerID = b.cluster.brokers(listener), b.cluster.controllerID()
 	}
 	if v >= 8 && v <= 10 && req.IncludeClusterAuthorizedOperations {
-		resp.AuthorizedOperations = clusterAuthorizedOps
+		resp.AuthorizedOperations = b.authorizedOps(r, auth.ResourceCluster, auth.ClusterName)
 	}
 
 	// A null list (v1+), or an empty one in v0, asks for every topic.
 	if req.Topics == nil || v == 0 && len(req.Topics) == 0 {
 		for _, t := range b.meta.Topics() {
-			resp.Topics = append(resp.Topics, b.topicMetadata(req, t))
+			if b.topicVisible(r, t.Name) {
+				resp.Topics = append(resp.Topics, b.topicMetadata(r, req, t))
+			}
 		}
 		return wire.Respond(resp)
 	}
@@ -65,7 +54,7 @@ func (b *Broker) handleMetadata(_ context.Context, r *wire.Request) wire.Reply {
 	for _, rt := range req.Topics {
 		// An id, when given, is the question (Kafka ignores the name then).
 		if rt.Topic == nil || rt.TopicID != ([16]byte{}) {
-			resp.Topics = append(resp.Topics, b.topicMetadataByID(req, rt.TopicID))
+			resp.Topics = append(resp.Topics, b.topicMetadataByID(r, req, rt.TopicID))
 			continue
 		}
 		name := *rt.Topic
@@ -73,8 +62,12 @@ func (b *Broker) handleMetadata(_ context.Context, r *wire.Request) wire.Reply {
 			continue
 		}
 		seen[name] = true
+		if !b.topicVisible(r, name) {
+			resp.Topics = append(resp.Topics, metadataError(name, [16]byte{}, kerr.TopicAuthorizationFailed))
+			continue
+		}
 		if t, ok := b.meta.Topic(name); ok {
-			resp.Topics = append(resp.Topics, b.topicMetadata(req, t))
+			resp.Topics = append(resp.Topics, b.topicMetadata(r, req, t))
 			continue
 		}
 		if err := validateTopicName(name); err != nil {
@@ -83,6 +76,10 @@ func (b *Broker) handleMetadata(_ context.Context, r *wire.Request) wire.Reply {
 		}
 		if !autoCreate || isInternalTopic(name) {
 			resp.Topics = append(resp.Topics, metadataError(name, [16]byte{}, kerr.UnknownTopicOrPartition))
+			continue
+		}
+		if !b.authorizeCluster(r, auth.OpCreate) && !b.authorize(r, auth.OpCreate, auth.ResourceTopic, name) {
+			resp.Topics = append(resp.Topics, metadataError(name, [16]byte{}, kerr.TopicAuthorizationFailed))
 			continue
 		}
 		t, err := b.ensureTopic(name, b.cfg.NumPartitions, nil, false)
@@ -95,17 +92,20 @@ func (b *Broker) handleMetadata(_ context.Context, r *wire.Request) wire.Reply {
 			resp.Topics = append(resp.Topics, mt)
 			continue
 		}
-		resp.Topics = append(resp.Topics, b.topicMetadata(req, t))
+		resp.Topics = append(resp.Topics, b.topicMetadata(r, req, t))
 	}
 	return wire.Respond(resp)
 }
 
-// brokerEntry is this node as Metadata lists it.
-func (b *Broker) brokerEntry() kmsg.MetadataResponseBroker {
+// brokerEntry is this node as Metadata lists it to a client of listener.
+func (b *Broker) brokerEntry(listener string) kmsg.MetadataResponseBroker {
 	br := kmsg.NewMetadataResponseBroker()
 	br.NodeID = b.cfg.NodeID
 	br.Host = b.cfg.AdvertisedHost
 	br.Port = b.cfg.AdvertisedPort
+	if e, ok := b.selfEndpoint(listener); ok {
+		br.Host, br.Port = e.Host, e.Port
+	}
 	if b.cfg.Rack != "" {
 		rack := b.cfg.Rack
 		br.Rack = &rack
@@ -125,7 +125,7 @@ func metadataError(name string, id [16]byte, code *kerr.Error) kmsg.MetadataResp
 	return mt
 }
 
-func (b *Broker) topicMetadataByID(req *kmsg.MetadataRequest, id [16]byte) kmsg.MetadataResponseTopic {
+func (b *Broker) topicMetadataByID(r *wire.Request, req *kmsg.MetadataRequest, id [16]byte) kmsg.MetadataResponseTopic {
 	if req.Version < 12 || id == ([16]byte{}) {
 		// Before v12 a name is required and ids are not accepted.
 		return metadataError("", id, kerr.InvalidRequest)
@@ -134,18 +134,21 @@ func (b *Broker) topicMetadataByID(req *kmsg.MetadataRequest, id [16]byte) kmsg.
 	if !ok {
 		return metadataError("", id, kerr.UnknownTopicID)
 	}
-	return b.topicMetadata(req, t)
+	if !b.topicVisible(r, t.Name) {
+		return metadataError("", id, kerr.TopicAuthorizationFailed)
+	}
+	return b.topicMetadata(r, req, t)
 }
 
 // topicMetadata describes every partition of t as led by this node.
-func (b *Broker) topicMetadata(req *kmsg.MetadataRequest, t controller.Topic) kmsg.MetadataResponseTopic {
+func (b *Broker) topicMetadata(r *wire.Request, req *kmsg.MetadataRequest, t controller.Topic) kmsg.MetadataResponseTopic {
 	mt := kmsg.NewMetadataResponseTopic()
 	name := t.Name
 	mt.Topic = &name
 	mt.TopicID = t.ID
 	mt.IsInternal = t.Internal
 	if req.Version >= 8 && req.IncludeTopicAuthorizedOperations {
-		mt.AuthorizedOperations = topicAuthorizedOps
+		mt.AuthorizedOperations = b.authorizedOps(r, auth.ResourceTopic, t.Name)
 	}
 	node := b.cfg.NodeID
 	mt.Partitions = make([]kmsg.MetadataResponseTopicPartition, 0, t.Partitions)

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/wire"
 )
 
@@ -19,11 +20,14 @@ func (b *Broker) handleOffsetForLeaderEpoch(_ context.Context, r *wire.Request) 
 	for _, rt := range req.Topics {
 		st := kmsg.NewOffsetForLeaderEpochResponseTopic()
 		st.Topic = rt.Topic
+		denied := !b.authorize(r, auth.OpDescribe, auth.ResourceTopic, rt.Topic)
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
 			sp.Partition, sp.LeaderEpoch, sp.EndOffset = rp.Partition, -1, -1
 			p := b.parts.Get(rt.Topic, rp.Partition)
 			switch {
+			case denied:
+				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code
 			case p == nil:
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			default:

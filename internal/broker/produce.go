@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/partition"
 	"holdfast/internal/records"
 	"holdfast/internal/wire"
@@ -40,6 +41,9 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 	req := r.Body.(*kmsg.ProduceRequest)
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 	acksOK := req.Acks == -1 || req.Acks == 0 || req.Acks == 1
+	// A transactional producer needs WRITE on its transactional id, and
+	// every producer WRITE on the topic (which implies idempotent writes).
+	txnDenied := req.TransactionID != nil && !b.authorize(r, auth.OpWrite, auth.ResourceTransactionalID, *req.TransactionID)
 	var waits []committedWait
 	// KIP-890: in a cluster, transactional batches are verified with
 	// their transaction coordinator first (txnverify.go).
@@ -54,6 +58,7 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 		st := kmsg.NewProduceResponseTopic()
 		st.Topic = rt.Topic
 		t, topicOK := b.meta.Topic(rt.Topic)
+		topicDenied := !txnDenied && !b.authorize(r, auth.OpWrite, auth.ResourceTopic, rt.Topic)
 		st.Partitions = make([]kmsg.ProduceResponseTopicPartition, 0, len(rt.Partitions))
 		for pi, rp := range rt.Partitions {
 			sp := kmsg.NewProduceResponseTopicPartition()
@@ -64,6 +69,10 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 				p = b.parts.Get(rt.Topic, rp.Partition)
 			}
 			switch {
+			case txnDenied:
+				sp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+			case topicDenied:
+				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code
 			case !acksOK:
 				sp.ErrorCode = kerr.InvalidRequiredAcks.Code
 			case p == nil:
@@ -166,6 +175,14 @@ func (b *Broker) produceOne(p *partition.Partition, recs []byte, sp *kmsg.Produc
 	sp.ErrorCode = code
 	msg := err.Error()
 	sp.ErrorMessage = &msg
+	var ire *partition.InvalidRecordError
+	if errors.As(err, &ire) {
+		for _, i := range ire.Indexes {
+			er := kmsg.NewProduceResponseTopicPartitionErrorRecord()
+			er.RelativeOffset, er.ErrorMessage = i, &ire.Reason
+			sp.ErrorRecords = append(sp.ErrorRecords, er)
+		}
+	}
 	sp.LogStartOffset = p.LogStartOffset()
 	if code == kerr.KafkaStorageError.Code || code == kerr.UnknownServerError.Code {
 		b.log.Error("produce failed", "topic", p.Topic(), "partition", p.Index(), "err", err)

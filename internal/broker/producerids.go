@@ -28,7 +28,7 @@ import (
 // producerIDsFile is the single node's counter, under the data dir.
 const producerIDsFile = "producer-ids"
 
-func init() { register(kmsg.AllocateProducerIDs, 0, 0, (*Broker).handleAllocateProducerIDs) }
+func init() { registerInternal(kmsg.AllocateProducerIDs, 0, 0, (*Broker).handleAllocateProducerIDs) }
 
 // clusterProducerID is InitProducerId for an idempotent producer in a
 // cluster. A producer naming an id that some block covers and its epoch

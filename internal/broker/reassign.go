@@ -27,7 +27,7 @@ import (
 // nodes close their replicas and delete the data.
 
 func init() {
-	register(kmsg.AlterPartition, 0, 3, (*Broker).handleAlterPartition)
+	registerInternal(kmsg.AlterPartition, 0, 3, (*Broker).handleAlterPartition)
 }
 
 // reassignInterval is how often each node looks for work: one membership

@@ -3,8 +3,10 @@ package broker
 import (
 	"context"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/wire"
 )
 
@@ -12,5 +14,11 @@ import (
 func init() { register(kmsg.SyncGroup, 0, 5, (*Broker).handleSyncGroup) }
 
 func (b *Broker) handleSyncGroup(_ context.Context, r *wire.Request) wire.Reply {
-	return b.groups.SyncGroup(r.Body.(*kmsg.SyncGroupRequest))
+	req := r.Body.(*kmsg.SyncGroupRequest)
+	if !b.authorize(r, auth.OpRead, auth.ResourceGroup, req.Group) {
+		resp := req.ResponseKind().(*kmsg.SyncGroupResponse)
+		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		return wire.Respond(resp)
+	}
+	return b.groups.SyncGroup(req)
 }

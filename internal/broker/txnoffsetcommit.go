@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/txn"
 	"holdfast/internal/wire"
 )
@@ -20,6 +21,10 @@ func (b *Broker) handleTxnOffsetCommit(ctx context.Context, r *wire.Request) wir
 	p := b.offsetsPartition(req.Group)
 	var code int16
 	switch {
+	case !b.authorizeTxnID(r, req.TransactionalID):
+		code = kerr.TransactionalIDAuthorizationFailed.Code
+	case !b.authorize(r, auth.OpRead, auth.ResourceGroup, req.Group):
+		code = kerr.GroupAuthorizationFailed.Code
 	case req.Group == "":
 		code = kerr.InvalidGroupID.Code
 	case b.clusterMode() && p < 0:
@@ -37,7 +42,33 @@ func (b *Broker) handleTxnOffsetCommit(ctx context.Context, r *wire.Request) wir
 			txn.TopicPartition{Topic: offsetsTopic, Partition: p}))
 	}
 	if code == 0 {
-		return b.groups.TxnOffsetCommit(req)
+		// READ on each topic; the others' partitions are refused.
+		allowed := *req
+		allowed.Topics = nil
+		var denied []kmsg.TxnOffsetCommitRequestTopic
+		for _, t := range req.Topics {
+			if b.authorize(r, auth.OpRead, auth.ResourceTopic, t.Topic) {
+				allowed.Topics = append(allowed.Topics, t)
+			} else {
+				denied = append(denied, t)
+			}
+		}
+		if len(denied) == 0 {
+			return b.groups.TxnOffsetCommit(req)
+		}
+		return thenEdit(b.groups.TxnOffsetCommit(&allowed), func(out kmsg.Response) {
+			resp := out.(*kmsg.TxnOffsetCommitResponse)
+			for _, t := range denied {
+				rt := kmsg.NewTxnOffsetCommitResponseTopic()
+				rt.Topic = t.Topic
+				for _, pp := range t.Partitions {
+					rp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
+					rp.Partition, rp.ErrorCode = pp.Partition, kerr.TopicAuthorizationFailed.Code
+					rt.Partitions = append(rt.Partitions, rp)
+				}
+				resp.Topics = append(resp.Topics, rt)
+			}
+		})
 	}
 	resp := req.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
 	for _, t := range req.Topics {

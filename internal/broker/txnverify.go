@@ -187,7 +187,7 @@ func (b *Broker) verifyWithCoordinator(ctx context.Context, id string, pid int64
 		// No __transaction_state: no transaction was ever started.
 		return fill(kerr.CoordinatorNotAvailable.Code)
 	}
-	node, _, _, code, _ := b.coordinatorAt(t, txn.PartitionFor(id, int(t.Partitions)))
+	node, _, _, code, _ := b.coordinatorAt(t, txn.PartitionFor(id, int(t.Partitions)), b.cfg.Security.InterBrokerListener)
 	if code != 0 {
 		return fill(code)
 	}

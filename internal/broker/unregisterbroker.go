@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/controller"
 	"holdfast/internal/wire"
 )
@@ -22,6 +23,9 @@ func (b *Broker) handleUnregisterBroker(_ context.Context, r *wire.Request) wire
 	resp := req.ResponseKind().(*kmsg.UnregisterBrokerResponse)
 	c := b.cluster
 	switch {
+	case !b.forwardedBy(r) && !b.authorizeCluster(r, auth.OpAlter):
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return wire.Respond(resp)
 	case c == nil:
 		resp.ErrorCode = kerr.UnsupportedVersion.Code
 		return wire.Respond(resp)

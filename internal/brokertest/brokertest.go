@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"holdfast/internal/broker"
+	"holdfast/internal/controller"
 	"holdfast/internal/wire"
 )
 
@@ -30,11 +31,17 @@ type Node struct {
 	Limits wire.Limits
 	Addr   string // host:port clients bootstrap from
 
+	// Listeners are the node's named listeners (StartListeners); Addrs
+	// their host:port by name. Start has none: one default listener.
+	Listeners []*wire.Listener
+	Addrs     map[string]string
+
 	B   *broker.Broker
 	srv *wire.Server
 	ln  net.Listener
 	// hook sees each new broker and server before the server serves.
 	hook func(*broker.Broker, *wire.Server)
+	lns  []net.Listener
 }
 
 // Start starts a broker with a fresh data directory; opts adjust the config.
@@ -103,6 +110,9 @@ func prepare(t testing.TB, opts ...func(*broker.Config, *wire.Limits)) (*Node, n
 	cfg := broker.DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.OffsetsTopicPartitions = 3 // keep start-up quick in tests
+	// A node that never finds its cluster fails the test instead of
+	// hanging it (a peer that could not start, say).
+	cfg.JoinTimeout = time.Minute
 	cfg.Logger = testLogger()
 	limits := wire.DefaultLimits()
 	for _, o := range opts {
@@ -146,6 +156,104 @@ func (n *Node) startErr(ln net.Listener) error {
 	return nil
 }
 
+// StartListeners starts a broker serving the given named listeners, each
+// on a free loopback port, the first being the one Addr and Client use.
+// setup sees the config with cfg.Security.Listeners filled in (set the
+// inter-broker listener, the authorizer, ...). Closed when the test ends.
+func StartListeners(t testing.TB, listeners []*wire.Listener, setup ...func(*broker.Config, *wire.Limits)) *Node {
+	t.Helper()
+	n, lns := prepareListeners(t, listeners, setup...)
+	if err := n.startListenersErr(lns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Stop)
+	return n
+}
+
+// StartClusterListeners starts n brokers that form one cluster (Peers on
+// free ports), each serving listenersFor(id), all at once (a new cluster
+// forms only when every voter is up). setup adjusts each node's config.
+func StartClusterListeners(t testing.TB, n int, listenersFor func(id int32) []*wire.Listener, setup func(id int32, c *broker.Config)) []*Node {
+	t.Helper()
+	peers := map[int32]string{}
+	for i := 1; i <= n; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		peers[int32(i)] = ln.Addr().String()
+		ln.Close()
+	}
+	nodes := make([]*Node, n)
+	lns := make([][]net.Listener, n)
+	for i := range nodes {
+		id := int32(i + 1)
+		nodes[i], lns[i] = prepareListeners(t, listenersFor(id), func(c *broker.Config, _ *wire.Limits) {
+			c.NodeID, c.Peers = id, peers
+			setup(id, c)
+		})
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, nd := range nodes {
+		wg.Go(func() { errs[i] = nd.startListenersErr(lns[i]) })
+	}
+	wg.Wait()
+	for _, nd := range nodes {
+		if nd.B != nil {
+			t.Cleanup(nd.Stop)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("starting the cluster: %v", err)
+	}
+	return nodes
+}
+
+func prepareListeners(t testing.TB, listeners []*wire.Listener, setup ...func(*broker.Config, *wire.Limits)) (*Node, []net.Listener) {
+	t.Helper()
+	cfg := broker.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.OffsetsTopicPartitions = 3
+	cfg.Logger = testLogger()
+	limits := wire.DefaultLimits()
+	n := &Node{t: t, Limits: limits, Listeners: listeners, Addrs: map[string]string{}}
+	var lns []net.Listener
+	for _, l := range listeners {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		n.Addrs[l.Name] = ln.Addr().String()
+		cfg.Security.Listeners = append(cfg.Security.Listeners, controller.Endpoint{Name: l.Name, Host: "127.0.0.1", Port: int32(port), Protocol: string(l.Protocol)})
+		lns = append(lns, ln)
+	}
+	cfg.AdvertisedHost, cfg.AdvertisedPort = "127.0.0.1", cfg.Security.Listeners[0].Port
+	n.Addr = n.Addrs[listeners[0].Name]
+	for _, o := range setup {
+		o(&cfg, &n.Limits)
+	}
+	n.Cfg = cfg
+	return n, lns
+}
+
+func (n *Node) startListenersErr(lns []net.Listener) error {
+	b, err := broker.New(n.Cfg)
+	if err != nil {
+		for _, ln := range lns {
+			ln.Close()
+		}
+		return fmt.Errorf("node %d: %w", n.Cfg.NodeID, err)
+	}
+	n.B, n.lns = b, lns
+	n.srv = wire.NewServer(b, n.Limits, n.Cfg.Logger)
+	for i, ln := range lns {
+		go n.srv.ServeListener(ln, n.Listeners[i])
+	}
+	return nil
+}
+
 // Stop closes the listener, every connection and the broker (a clean
 // shutdown). Safe to call twice.
 func (n *Node) Stop() {
@@ -174,6 +282,16 @@ func (n *Node) Wipe() {
 func (n *Node) Restart() {
 	n.t.Helper()
 	n.Stop()
+	if len(n.Listeners) > 0 {
+		var lns []net.Listener
+		for _, l := range n.Listeners {
+			lns = append(lns, relisten(n.t, n.Addrs[l.Name]))
+		}
+		if err := n.startListenersErr(lns); err != nil {
+			n.t.Fatal(err)
+		}
+		return
+	}
 	var ln net.Listener
 	var err error
 	for i := 0; i < 100; i++ { // the old listener's port may take a moment to free
@@ -186,6 +304,21 @@ func (n *Node) Restart() {
 		n.t.Fatalf("re-listen on %s: %v", n.Addr, err)
 	}
 	n.start(ln)
+}
+
+func relisten(t testing.TB, addr string) net.Listener {
+	t.Helper()
+	var err error
+	for i := 0; i < 100; i++ { // the old listener's port may take a moment to free
+		ln, lerr := net.Listen("tcp", addr)
+		if lerr == nil {
+			return ln
+		}
+		err = lerr
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("re-listen on %s: %v", addr, err)
+	return nil
 }
 
 // Client returns a franz-go client for the node, closed at test end.

@@ -7,6 +7,8 @@ import (
 	"maps"
 	"slices"
 	"sort"
+
+	"holdfast/internal/auth"
 )
 
 // BrokerInfo is one registered broker (cluster mode): how clients reach it.
@@ -18,10 +20,41 @@ type BrokerInfo struct {
 	// RaftAddr is the Raft address of a broker-only node (one not in
 	// --peers, which the others cannot know from their config).
 	RaftAddr string `json:"raft_addr,omitempty"`
+	// Listeners are the broker's named endpoints (advertised.listeners),
+	// Host:Port being the first. Empty (a registration from before named
+	// listeners): Host:Port serves every listener name.
+	Listeners []Endpoint `json:"listeners,omitempty"`
 	// DirID is the directory id of the broker's data directory (KIP-858's
 	// log directory id), registered at every start: a new one means the
 	// broker's disk was replaced and its old replicas' data is gone.
 	DirID string `json:"dir_id,omitempty"`
+}
+
+// Endpoint is one named listener of a broker.
+type Endpoint struct {
+	Name     string `json:"name"`
+	Host     string `json:"host"`
+	Port     int32  `json:"port"`
+	Protocol string `json:"protocol"` // PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL
+}
+
+// Equal reports whether two registrations say the same.
+func (b BrokerInfo) Equal(o BrokerInfo) bool {
+	return b.ID == o.ID && b.Host == o.Host && b.Port == o.Port && b.Rack == o.Rack && b.RaftAddr == o.RaftAddr &&
+		b.DirID == o.DirID && slices.Equal(b.Listeners, o.Listeners)
+}
+
+// Endpoint returns the broker's endpoint for a listener name.
+func (b BrokerInfo) Endpoint(listener string) (Endpoint, bool) {
+	if len(b.Listeners) == 0 {
+		return Endpoint{Name: listener, Host: b.Host, Port: b.Port}, true
+	}
+	for _, e := range b.Listeners {
+		if e.Name == listener {
+			return e, true
+		}
+	}
+	return Endpoint{}, false
 }
 
 // Command is one entry of the metadata Raft log. The proposer (the
@@ -47,6 +80,10 @@ type Command struct {
 	// ProducerIDStart+ProducerIDLen) goes to BrokerID (producerids.go).
 	ProducerIDStart int64 `json:"producer_id_start,omitempty"`
 	ProducerIDLen   int64 `json:"producer_id_len,omitempty"`
+	// Security commands (security.go).
+	ACLs           []auth.ACL             `json:"acls,omitempty"`
+	Scram          []auth.ScramCredential `json:"scram,omitempty"`
+	ScramDeletions []ScramKey             `json:"scram_deletions,omitempty"`
 }
 
 // Metadata commands.
@@ -273,6 +310,9 @@ func (s *Store) applyTo(next *state, c Command, out *Topic) error {
 	case OpAllocateProducerIDs:
 		return applyProducerIDs(next, c)
 	default:
+		if handled, err := applySecurity(next, c); handled {
+			return err
+		}
 		return fmt.Errorf("controller: unknown metadata command %q", c.Op)
 	}
 	return nil

@@ -19,6 +19,7 @@ import (
 	"sort"
 	"sync"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/storage"
 )
 
@@ -127,6 +128,11 @@ type state struct {
 	// NextProducerID is the first producer id no broker has been given a
 	// block of (producerids.go).
 	NextProducerID int64 `json:"next_producer_id,omitempty"`
+
+	// Security (security.go): the ACLs, sorted, and the SCRAM
+	// credentials, by user and mechanism.
+	ACLs  []auth.ACL             `json:"acls,omitempty"`
+	Scram []auth.ScramCredential `json:"scram,omitempty"`
 }
 
 const stateVersion = 1

@@ -86,6 +86,8 @@ func startCluster(ctx context.Context, dir string, log *slog.Logger, o clusterOp
 		cfg.Groups.InitialRebalanceDelay = 0
 		// Every stop in the lab is a crash: nothing is handed over first.
 		cfg.ControlledShutdown = false
+		// A node that never finds its cluster is an error, not a hang.
+		cfg.JoinTimeout = time.Minute
 		n := &node{id: int32(i), addr: addr, cfg: cfg}
 		if o.crashFS {
 			n.fs = storage.NewCrashFS(int64(i))

@@ -67,6 +67,8 @@ type Config struct {
 
 	FS     storage.FS // for the journal; default storage.OSFS()
 	Faults *Faults    // fault injection for tests; nil: none
+	// TLS, if set, runs the transport over mutual TLS (transport.go).
+	TLS    *TransportTLS
 	Logger *slog.Logger
 }
 
@@ -211,7 +213,7 @@ func NewHost(cfg Config) (*Host, error) {
 		groups: map[uint64]*group{}, dirty: map[*group]struct{}{},
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
 	}
-	h.tr, err = newTransport(cfg.ID, cfg.Identity, cfg.Listen, h, cfg.Faults, logger, cfg.QueueLen, cfg.TickInterval*time.Duration(cfg.HeartbeatTicks))
+	h.tr, err = newTransport(cfg.ID, cfg.Identity, cfg.Listen, h, cfg.Faults, logger, cfg.QueueLen, cfg.TickInterval*time.Duration(cfg.HeartbeatTicks), cfg.TLS)
 	if err != nil {
 		j.close()
 		return nil, err

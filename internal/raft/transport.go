@@ -2,6 +2,8 @@ package raft
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
@@ -36,12 +38,36 @@ import (
 // no cluster yet (a zero id: a new or replaced data directory) exchanges
 // heartbeats only, so that it can learn which cluster it belongs to and
 // whether its directory is one the cluster was formed with.
+//
+// What a peer connection may hold is bounded: a frame is at most maxFrame
+// bytes; frame bodies are read in chunks taken from one byte budget shared
+// by every inbound connection (maxInboundBytes), so peers that announce
+// large frames and stall cannot grow memory; a connection that sends
+// nothing for idleTimeout (peers send a heartbeat frame every tick) or
+// takes longer than frameTimeout to deliver a started frame is closed; at
+// most maxInboundConns peers connect at once. With TLS set, only peers
+// whose certificate the cluster's CA signed connect at all (mutual TLS,
+// both ways), and the TLS handshake must finish within handshakeTimeout.
 const (
-	frameVersion  = 2
-	maxFrame      = 64 << 20
-	maxFrameBatch = 4 << 20 // a sender stops adding messages to a frame past this
-	frameHeader   = 1 + 16 + 8 + 4
+	frameVersion     = 2
+	maxFrame         = 64 << 20
+	maxFrameBatch    = 4 << 20 // a sender stops adding messages to a frame past this
+	frameHeader      = 1 + 16 + 8 + 4
+	maxInboundBytes  = 256 << 20 // frame bytes being read, across inbound connections
+	frameChunk       = 1 << 20
+	maxInboundConns  = 1024
+	idleTimeout      = 30 * time.Second
+	frameTimeout     = 30 * time.Second
+	handshakeTimeout = 10 * time.Second
 )
+
+// TransportTLS runs the transport over mutual TLS: Server is the listener's
+// config (it must require and verify client certificates), Client returns a
+// config for dialing a peer's address with this node's certificate.
+type TransportTLS struct {
+	Server *tls.Config
+	Client func(addr string) *tls.Config
+}
 
 // NodeIdentity is what a node tells its peers about itself.
 type NodeIdentity struct {
@@ -144,12 +170,17 @@ type transportEvents interface {
 // TransportStats counts the transport's work.
 type TransportStats struct {
 	FramesSent, MessagesSent, Dropped, Reconnects int64
+	// Refused counts inbound connections closed for a failed TLS
+	// handshake, a bad frame or the connection limit.
+	Refused int64
 }
 
 type transport struct {
 	id        uint64
 	ident     atomic.Pointer[NodeIdentity]
 	ln        net.Listener
+	tls       *TransportTLS
+	budget    chan struct{} // one token per frameChunk of inbound frame bytes
 	ev        transportEvents
 	faults    *Faults
 	logger    *slog.Logger
@@ -164,9 +195,10 @@ type transport struct {
 	wg     sync.WaitGroup
 
 	framesSent, msgsSent, dropped, reconnects atomic.Int64
-	lastHeard                                 sync.Map // peer id -> time.Time
-	peerIdent                                 sync.Map // peer id -> PeerIdentity
-	warned                                    sync.Map // remote addr -> time.Time of the last foreign-cluster warning
+	refused                                   atomic.Int64 // inbound connections closed: bad handshake, frame or limit
+	lastHeard                                 sync.Map     // peer id -> time.Time
+	peerIdent                                 sync.Map     // peer id -> PeerIdentity
+	warned                                    sync.Map     // remote addr -> time.Time of the last foreign-cluster warning
 }
 
 type peer struct {
@@ -175,14 +207,18 @@ type peer struct {
 	q    chan outMsg
 }
 
-func newTransport(id uint64, ident NodeIdentity, listen string, ev transportEvents, faults *Faults, logger *slog.Logger, queueLen int, heartbeat time.Duration) (*transport, error) {
+func newTransport(id uint64, ident NodeIdentity, listen string, ev transportEvents, faults *Faults, logger *slog.Logger, queueLen int, heartbeat time.Duration, tlsCfg *TransportTLS) (*transport, error) {
+	if tlsCfg != nil && (tlsCfg.Server == nil || tlsCfg.Client == nil) {
+		return nil, errors.New("raft: TLS needs a server and a client config")
+	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, fmt.Errorf("raft: listen %s: %w", listen, err)
 	}
 	t := &transport{
-		id: id, ln: ln, ev: ev, faults: faults, logger: logger, queueLen: queueLen, heartbeat: heartbeat,
+		id: id, ln: ln, tls: tlsCfg, ev: ev, faults: faults, logger: logger, queueLen: queueLen, heartbeat: heartbeat,
 		peers: map[uint64]*peer{}, conns: map[net.Conn]struct{}{}, done: make(chan struct{}),
+		budget: make(chan struct{}, maxInboundBytes/frameChunk),
 	}
 	t.setIdentity(ident)
 	t.wg.Add(1)
@@ -279,7 +315,7 @@ func (t *transport) sender(p *peer) {
 			}
 		}
 		if conn == nil {
-			c, err := net.DialTimeout("tcp", p.addr, time.Second)
+			c, err := t.dial(p.addr)
 			if err != nil {
 				t.fail(p.id, batch)
 				select {
@@ -379,11 +415,31 @@ func (t *transport) encode(batch []outMsg) ([]byte, error) {
 	return b, nil
 }
 
+// dial connects to a peer, over mutual TLS when configured.
+func (t *transport) dial(addr string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: time.Second}
+	if t.tls == nil {
+		return d.Dial("tcp", addr)
+	}
+	td := &tls.Dialer{NetDialer: &net.Dialer{Timeout: handshakeTimeout}, Config: t.tls.Client(addr)}
+	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+	defer cancel()
+	c, err := td.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		t.logger.Debug("raft: TLS dial failed", "addr", addr, "err", err)
+	}
+	return c, err
+}
+
 func (t *transport) accept() {
 	defer t.wg.Done()
 	for {
 		c, err := t.ln.Accept()
 		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
 			return
 		}
 		t.mu.Lock()
@@ -391,6 +447,16 @@ func (t *transport) accept() {
 			t.mu.Unlock()
 			c.Close()
 			return
+		}
+		if len(t.conns) >= maxInboundConns {
+			t.mu.Unlock()
+			t.refused.Add(1)
+			t.warnOnce(c, "raft: too many inbound connections, refusing one", "limit", maxInboundConns)
+			c.Close()
+			continue
+		}
+		if t.tls != nil {
+			c = tls.Server(c, t.tls.Server)
 		}
 		t.conns[c] = struct{}{}
 		t.wg.Add(1)
@@ -407,29 +473,49 @@ func (t *transport) read(c net.Conn) {
 		delete(t.conns, c)
 		t.mu.Unlock()
 	}()
+	if tc, ok := c.(*tls.Conn); ok {
+		tc.SetDeadline(time.Now().Add(handshakeTimeout))
+		if err := tc.Handshake(); err != nil {
+			t.refused.Add(1)
+			t.warnOnce(c, "raft: TLS handshake failed, closing connection (a node without the cluster's certificate?)", "err", err)
+			return
+		}
+		tc.SetDeadline(time.Time{})
+	}
 	r := bufio.NewReaderSize(c, 64<<10)
 	var hdr [4]byte
 	for {
+		c.SetReadDeadline(time.Now().Add(max(idleTimeout, 10*t.heartbeat)))
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.logger.Info("raft: closing idle peer connection", "remote", c.RemoteAddr().String())
+			}
 			return
 		}
 		n := binary.BigEndian.Uint32(hdr[:])
 		if n < frameHeader || n > maxFrame {
+			t.refused.Add(1)
 			t.logger.Warn("raft: bad frame length, closing connection", "len", n, "remote", c.RemoteAddr().String())
 			return
 		}
-		buf := make([]byte, n)
-		if _, err := io.ReadFull(r, buf); err != nil {
+		c.SetReadDeadline(time.Now().Add(frameTimeout))
+		buf, err := t.readFrame(r, int(n))
+		if err != nil {
 			return
 		}
 		if buf[0] != frameVersion {
+			t.release(len(buf))
+			t.refused.Add(1)
 			t.warnOnce(c, "raft: frame of another protocol version (a node of another Holdfast version?), closing connection", "version", buf[0])
 			return
 		}
 		var cluster [16]byte
 		copy(cluster[:], buf[1:17])
 		from, msgs, ident, err := decodeFrame(buf[17:])
+		t.release(len(buf)) // decoding copied what the messages keep
 		if err != nil {
+			t.refused.Add(1)
 			t.logger.Warn("raft: bad frame, closing connection", "err", err, "remote", c.RemoteAddr().String())
 			return
 		}
@@ -475,6 +561,41 @@ func (t *transport) identities() map[uint64]PeerIdentity {
 		return true
 	})
 	return out
+}
+
+// readFrame reads an n-byte frame body, taking the shared budget a chunk
+// at a time as the bytes arrive (a stalled peer holds one chunk, until
+// frameTimeout). On error nothing stays taken; on success the caller
+// releases len(buf).
+func (t *transport) readFrame(r io.Reader, n int) ([]byte, error) {
+	buf := make([]byte, 0, min(n, frameChunk))
+	for len(buf) < n {
+		k := min(n-len(buf), frameChunk)
+		select {
+		case t.budget <- struct{}{}:
+		case <-t.done:
+			t.release(len(buf))
+			return nil, errors.New("raft: transport closed")
+		}
+		if len(buf)+k > cap(buf) {
+			grown := make([]byte, len(buf), min(n, 2*cap(buf)+frameChunk))
+			copy(grown, buf)
+			buf = grown
+		}
+		buf = buf[:len(buf)+k]
+		if _, err := io.ReadFull(r, buf[len(buf)-k:]); err != nil {
+			t.release(len(buf))
+			return nil, err
+		}
+	}
+	return buf, nil
+}
+
+// release returns the budget of an n-byte frame.
+func (t *transport) release(n int) {
+	for i := 0; i < (n+frameChunk-1)/frameChunk; i++ {
+		<-t.budget
+	}
 }
 
 func decodeFrame(b []byte) (uint64, []outMsg, *NodeIdentity, error) {
@@ -534,7 +655,7 @@ func (t *transport) heardWithin(peer uint64, d time.Duration) bool {
 }
 
 func (t *transport) stats() TransportStats {
-	return TransportStats{FramesSent: t.framesSent.Load(), MessagesSent: t.msgsSent.Load(), Dropped: t.dropped.Load(), Reconnects: t.reconnects.Load()}
+	return TransportStats{FramesSent: t.framesSent.Load(), MessagesSent: t.msgsSent.Load(), Dropped: t.dropped.Load(), Reconnects: t.reconnects.Load(), Refused: t.refused.Load()}
 }
 
 func (t *transport) close() {

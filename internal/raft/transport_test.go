@@ -1,11 +1,17 @@
 package raft
 
 import (
+	"encoding/binary"
+	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
+
+	"holdfast/internal/auth"
 )
 
 type recorder struct {
@@ -51,12 +57,12 @@ func TestTransportDeliversInOrder(t *testing.T) {
 	f := NewFaults()
 	// No node heartbeats (they are frames too), and a delay on the link so
 	// that messages queue up behind the first frame and must share frames.
-	a, err := newTransport(1, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", ra, f, testLogger(t), 1024, time.Hour)
+	a, err := newTransport(1, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", ra, f, testLogger(t), 1024, time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.close()
-	b, err := newTransport(2, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rb, f, testLogger(t), 1024, time.Hour)
+	b, err := newTransport(2, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rb, f, testLogger(t), 1024, time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,12 +93,12 @@ func TestTransportDeliversInOrder(t *testing.T) {
 
 func TestTransportRefusesOtherCluster(t *testing.T) {
 	ra, rb := &recorder{}, &recorder{}
-	a, err := newTransport(1, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", ra, nil, testLogger(t), 1024, time.Hour)
+	a, err := newTransport(1, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", ra, nil, testLogger(t), 1024, time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.close()
-	b, err := newTransport(2, NodeIdentity{Cluster: [16]byte{8}}, "127.0.0.1:0", rb, nil, testLogger(t), 1024, time.Hour)
+	b, err := newTransport(2, NodeIdentity{Cluster: [16]byte{8}}, "127.0.0.1:0", rb, nil, testLogger(t), 1024, time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,12 +120,12 @@ func TestTransportRefusesOtherCluster(t *testing.T) {
 func TestTransportFaultsDrop(t *testing.T) {
 	ra, rb := &recorder{}, &recorder{}
 	f := NewFaults()
-	a, err := newTransport(1, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", ra, f, testLogger(t), 1024, time.Hour)
+	a, err := newTransport(1, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", ra, f, testLogger(t), 1024, time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.close()
-	b, err := newTransport(2, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rb, f, testLogger(t), 1024, time.Hour)
+	b, err := newTransport(2, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rb, f, testLogger(t), 1024, time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,13 +151,13 @@ func TestTransportFaultsDrop(t *testing.T) {
 func TestTransportIdentities(t *testing.T) {
 	ra, rb := &recorder{}, &recorder{}
 	formed := NodeIdentity{Cluster: [16]byte{7}, Directory: [16]byte{1}, Bootstrap: map[uint64][16]byte{1: {1}, 2: {2}}}
-	a, err := newTransport(1, formed, "127.0.0.1:0", ra, nil, testLogger(t), 1024, 10*time.Millisecond)
+	a, err := newTransport(1, formed, "127.0.0.1:0", ra, nil, testLogger(t), 1024, 10*time.Millisecond, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.close()
 	fresh := NodeIdentity{Directory: [16]byte{9}}
-	b, err := newTransport(2, fresh, "127.0.0.1:0", rb, nil, testLogger(t), 1024, 10*time.Millisecond)
+	b, err := newTransport(2, fresh, "127.0.0.1:0", rb, nil, testLogger(t), 1024, 10*time.Millisecond, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,4 +180,122 @@ func TestTransportIdentities(t *testing.T) {
 		a.send(1, heartbeat(2, 2))
 		return rb.count() > 0
 	})
+}
+
+// TestTransportMutualTLS: nodes with certificates from the cluster's CA
+// exchange messages; a node whose certificate another CA signed (or that
+// has none) cannot deliver a single one.
+func TestTransportMutualTLS(t *testing.T) {
+	ca, err := auth.NewCA("cluster CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := auth.NewCA("intruder CA", time.Hour)
+	dir := t.TempDir()
+	material := func(name string, signer auth.Cert) *TransportTLS {
+		c, err := signer.Issue(auth.CertOptions{CommonName: name, Hosts: []string{"127.0.0.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ks, ts := filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-ca.pem")
+		os.WriteFile(ks, c.Keystore(), 0o600)
+		os.WriteFile(ts, ca.CertPEM, 0o600)
+		m, err := auth.LoadTLS(auth.TLSConfig{KeystoreLocation: ks, TruststoreLocation: ts}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &TransportTLS{Server: m.MutualServerConfig(), Client: m.ClientConfig}
+	}
+	ra, rb, rc := &recorder{}, &recorder{}, &recorder{}
+	a, err := newTransport(1, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", ra, nil, testLogger(t), 1024, time.Hour, material("node-1", ca))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
+	b, err := newTransport(2, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rb, nil, testLogger(t), 1024, time.Hour, material("node-2", ca))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	intruder, err := newTransport(3, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rc, nil, testLogger(t), 1024, time.Hour, material("node-3", other))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer intruder.close()
+	plain, err := newTransport(4, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rc, nil, testLogger(t), 1024, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.close()
+
+	a.addPeer(2, b.addr())
+	a.send(1, heartbeat(2, 1))
+	waitFor(t, "delivery between cluster nodes over mTLS", func() bool { return rb.count() > 0 })
+
+	intruder.addPeer(2, b.addr())
+	plain.addPeer(2, b.addr())
+	before := rb.count()
+	waitFor(t, "the intruders' connections to be refused", func() bool {
+		intruder.send(1, heartbeat(2, 9))
+		plain.send(1, heartbeat(2, 9))
+		return b.stats().Refused >= 2
+	})
+	if rb.count() != before {
+		t.Fatalf("node 2 accepted %d messages from nodes without the cluster's certificate", rb.count()-before)
+	}
+	// Node 2 refuses to talk to the intruder too (its certificate does not verify).
+	b.addPeer(3, intruder.addr())
+	waitFor(t, "sends to the intruder to fail", func() bool {
+		b.send(1, heartbeat(3, 1))
+		return b.stats().Dropped > 0
+	})
+	if rc.count() != 0 {
+		t.Fatalf("the intruder received %d messages", rc.count())
+	}
+}
+
+// TestTransportFrameLimits: an oversized frame length closes the
+// connection, and a peer that starts a frame and stalls holds at most a
+// chunk of the shared budget.
+func TestTransportFrameLimits(t *testing.T) {
+	rb := &recorder{}
+	b, err := newTransport(2, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rb, nil, testLogger(t), 1024, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	big, err := net.Dial("tcp", b.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Close()
+	big.Write(binary.BigEndian.AppendUint32(nil, maxFrame+1))
+	big.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := big.Read(make([]byte, 1)); err == nil {
+		t.Fatal("a connection announcing an oversized frame stayed open")
+	}
+	stalled := make([]net.Conn, 8)
+	for i := range stalled {
+		c, err := net.Dial("tcp", b.addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write(binary.BigEndian.AppendUint32(nil, maxFrame)) // announce 64 MiB, send nothing
+		stalled[i] = c
+	}
+	waitFor(t, "the stalled frames to take their chunk", func() bool { return len(b.budget) == len(stalled) })
+	if held := len(b.budget) * frameChunk; held > len(stalled)*frameChunk {
+		t.Fatalf("stalled peers hold %d bytes", held)
+	}
+	// A real peer still gets through.
+	ra := &recorder{}
+	a, err := newTransport(1, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", ra, nil, testLogger(t), 1024, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
+	a.addPeer(2, b.addr())
+	a.send(1, heartbeat(2, 1))
+	waitFor(t, "delivery beside stalled peers", func() bool { return rb.count() > 0 })
 }

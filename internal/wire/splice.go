@@ -167,3 +167,29 @@ func sendRange(nc net.Conn, r *FileRange) (int64, error) {
 	}
 	return sent, err
 }
+
+// flatten joins parts into one buffer, reading file ranges (for a
+// connection that cannot sendfile, such as TLS).
+func flatten(parts []part) ([]byte, error) {
+	n := 0
+	for _, p := range parts {
+		if p.f != nil {
+			n += p.f.Len
+		} else {
+			n += len(p.b)
+		}
+	}
+	out := make([]byte, 0, n)
+	for _, p := range parts {
+		if p.f == nil {
+			out = append(out, p.b...)
+			continue
+		}
+		at := len(out)
+		out = out[:at+p.f.Len]
+		if got, err := p.f.ReadAt(out[at:], p.f.Off); got < p.f.Len {
+			return nil, fmt.Errorf("wire: reading file range: %w", err)
+		}
+	}
+	return out, nil
+}

@@ -23,11 +23,11 @@ type spliceHandler struct {
 	released atomic.Int32
 }
 
-func (h *spliceHandler) Versions(key int16) (int16, int16, bool) {
+func (h *spliceHandler) Versions(l *Listener, key int16) (int16, int16, bool) {
 	if key == kmsg.Fetch.Int16() {
 		return 4, 16, true
 	}
-	return h.testHandler.Versions(key)
+	return h.testHandler.Versions(l, key)
 }
 
 func (h *spliceHandler) Handle(ctx context.Context, r *Request) Reply {

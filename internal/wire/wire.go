@@ -13,6 +13,7 @@ package wire
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -27,6 +28,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/auth"
 )
 
 // Limits bound what one client can make the server hold. Names in comments
@@ -63,6 +66,9 @@ type Request struct {
 	ClientID      string
 	Body          kmsg.Request // version already set
 	Conn          *Conn
+	// Principal is who sent the request: the SASL identity, the TLS
+	// client certificate's mapped name, or User:ANONYMOUS.
+	Principal auth.Principal
 }
 
 // Reply produces the response for a request. It runs on the connection's
@@ -78,9 +84,10 @@ func Respond(resp kmsg.Response) Reply {
 
 // Handler is what the server serves.
 type Handler interface {
-	// Versions reports the versions served for an API key; ok is false for
-	// keys not served at all.
-	Versions(key int16) (min, max int16, ok bool)
+	// Versions reports the versions served for an API key on a listener;
+	// ok is false for keys not served there. ApiVersions advertises
+	// exactly this, and nothing else is decoded.
+	Versions(l *Listener, key int16) (min, max int16, ok bool)
 	// Handle is called on the connection's reader goroutine in arrival
 	// order. It must not wait for anything slow; the slow part goes in the
 	// returned Reply.
@@ -89,9 +96,12 @@ type Handler interface {
 
 // Conn is what a handler may know about the connection a request came on.
 type Conn struct {
-	ID     uint64
-	Remote net.Addr
-	Local  net.Addr
+	ID       uint64
+	Remote   net.Addr
+	Local    net.Addr
+	Listener *Listener
+	// Host is the client's IP address, as ACLs name hosts.
+	Host string
 }
 
 // Stats are the server's counters, read by metrics.
@@ -99,6 +109,9 @@ type Stats struct {
 	Accepted, Rejected, Open atomic.Int64
 	Requests, BadFrames      atomic.Int64
 	BytesIn, BytesOut        atomic.Int64
+	// Authentication outcomes: TLS handshakes and SASL exchanges that
+	// failed, SASL exchanges that succeeded (re-authentications excluded).
+	AuthFailures, AuthSuccesses atomic.Int64
 	// Panics counts handlers that panicked: each closed its connection,
 	// nothing else.
 	Panics atomic.Int64
@@ -160,8 +173,17 @@ func NewServer(h Handler, limits Limits, log *slog.Logger) *Server {
 	return &Server{h: h, limits: limits, log: log, budget: newBudget(limits.MaxQueuedBytes), conns: map[*serverConn]struct{}{}}
 }
 
-// Serve accepts connections on ln until Close. It returns nil after Close.
-func (s *Server) Serve(ln net.Listener) error {
+// Serve accepts connections on ln as the default listener (PLAINTEXT,
+// node-to-node APIs included) until Close. It returns nil after Close.
+func (s *Server) Serve(ln net.Listener) error { return s.ServeListener(ln, DefaultListener()) }
+
+// ServeListener accepts connections on ln with l's security until Close.
+// It returns nil after Close.
+func (s *Server) ServeListener(ln net.Listener, l *Listener) error {
+	if l.Protocol.UsesTLS() && l.TLS == nil || l.Protocol.UsesSASL() && l.SASL == nil {
+		ln.Close()
+		return fmt.Errorf("wire: listener %s (%s) is missing its TLS or SASL set-up", l.Name, l.Protocol)
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -191,11 +213,11 @@ func (s *Server) Serve(ln net.Listener) error {
 			return err
 		}
 		backoff = 0
-		s.accept(nc)
+		s.accept(nc, l)
 	}
 }
 
-func (s *Server) accept(nc net.Conn) {
+func (s *Server) accept(nc net.Conn, l *Listener) {
 	s.mu.Lock()
 	if s.closed || len(s.conns) >= s.limits.MaxConnections {
 		s.mu.Unlock()
@@ -204,11 +226,21 @@ func (s *Server) accept(nc net.Conn) {
 		nc.Close()
 		return
 	}
+	tc, plainTCP := nc.(*net.TCPConn)
+	if plainTCP {
+		tc.SetNoDelay(true)
+	}
+	if l.Protocol.UsesTLS() {
+		nc, plainTCP = tls.Server(nc, l.TLS), false
+	}
 	c := &serverConn{
-		s:       s,
-		nc:      nc,
-		info:    &Conn{ID: s.nextID.Add(1), Remote: nc.RemoteAddr(), Local: nc.LocalAddr()},
-		pending: make(chan pending, s.limits.MaxInFlight),
+		s:        s,
+		nc:       nc,
+		plainTCP: plainTCP,
+		listener: l,
+		info:     &Conn{ID: s.nextID.Add(1), Remote: nc.RemoteAddr(), Local: nc.LocalAddr(), Listener: l, Host: remoteIP(nc.RemoteAddr())},
+		pending:  make(chan pending, s.limits.MaxInFlight),
+		auth:     authState{principal: auth.Anonymous, authed: !l.Protocol.UsesSASL()},
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	s.conns[c] = struct{}{}
@@ -216,9 +248,6 @@ func (s *Server) accept(nc net.Conn) {
 	s.mu.Unlock()
 	s.Stats.Accepted.Add(1)
 	s.Stats.Open.Add(1)
-	if tc, ok := nc.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
-	}
 	go c.readLoop()
 	go c.writeLoop()
 }
@@ -244,16 +273,23 @@ type pending struct {
 	reply Reply
 	size  int64 // bytes held in the budget until the reply is written
 	start time.Time
+	// raw is a bare SASL token to send (after SaslHandshake v0) instead
+	// of a response; closeAfter closes the connection once written.
+	raw        []byte
+	closeAfter bool
 }
 
 type serverConn struct {
-	s       *Server
-	nc      net.Conn
-	info    *Conn
-	pending chan pending
-	ctx     context.Context
-	cancel  context.CancelFunc
-	once    sync.Once
+	s        *Server
+	nc       net.Conn
+	plainTCP bool // nc is a TCP socket (sendfile works); false under TLS
+	listener *Listener
+	info     *Conn
+	auth     authState // the reader's alone
+	pending  chan pending
+	ctx      context.Context
+	cancel   context.CancelFunc
+	once     sync.Once
 }
 
 func (c *serverConn) close() {
@@ -274,6 +310,9 @@ func (c *serverConn) drop(reason string, args ...any) {
 func (c *serverConn) readLoop() {
 	defer c.s.wg.Done()
 	defer close(c.pending)
+	if !c.handshakeTLS() {
+		return
+	}
 	var sizeBuf [4]byte
 	for {
 		c.nc.SetReadDeadline(time.Now().Add(c.s.limits.IdleTimeout))
@@ -288,6 +327,13 @@ func (c *serverConn) readLoop() {
 			return
 		}
 		size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
+		if c.auth.raw {
+			// After SaslHandshake v0: a bare SASL token, not a request.
+			if !c.rawToken(size) {
+				return
+			}
+			continue
+		}
 		if size < 8 || size > c.s.limits.MaxRequestBytes {
 			// 8 = api key + version + correlation id: nothing smaller is a request.
 			c.drop("bad frame size", "size", size, "max", c.s.limits.MaxRequestBytes)
@@ -309,20 +355,79 @@ func (c *serverConn) readLoop() {
 			return
 		}
 		c.s.Stats.Requests.Add(1)
+		if reason := c.admit(req.Key); reason != "" {
+			c.s.budget.release(int64(size))
+			c.drop("unexpected request: " + reason)
+			return
+		}
+		req.Principal = c.auth.principal
 		start := time.Now()
 		var reply Reply
-		if req.Body == nil {
+		closeAfter := false
+		switch {
+		case req.Body == nil:
 			reply = c.unsupportedApiVersions(req)
-		} else if reply = c.handle(req); reply == nil {
-			c.s.budget.release(int64(size))
-			return // it panicked: the connection is closed
+		case (req.Key == kmsg.SASLHandshake.Int16() || req.Key == kmsg.SASLAuthenticate.Int16()) && !c.listener.Protocol.UsesSASL():
+			reply = Respond(saslNotEnabled(req)) // as Kafka: an error, the connection stays
+		case req.Key == kmsg.SASLHandshake.Int16():
+			var resp kmsg.Response
+			resp, closeAfter = c.saslHandshake(req)
+			reply = Respond(resp)
+		case req.Key == kmsg.SASLAuthenticate.Int16():
+			var resp kmsg.Response
+			resp, closeAfter = c.saslAuthenticate(req)
+			reply = Respond(resp)
+		default:
+			if reply = c.handle(req); reply == nil {
+				c.s.budget.release(int64(size))
+				return // it panicked: the connection is closed
+			}
 		}
 		select {
-		case c.pending <- pending{req: req, reply: reply, size: int64(size), start: start}:
+		case c.pending <- pending{req: req, reply: reply, size: int64(size), start: start, closeAfter: closeAfter}:
 		case <-c.ctx.Done():
 			c.s.budget.release(int64(size))
 			return
 		}
+		if closeAfter {
+			return // the writer sends the answer, then closes
+		}
+	}
+}
+
+// rawToken reads and answers one bare SASL token (SaslHandshake v0's
+// framing: a size and the token, both ways). false: stop reading.
+func (c *serverConn) rawToken(size int32) bool {
+	const maxToken = 64 << 10
+	if size < 0 || size > maxToken {
+		c.drop("bad SASL token size", "size", size)
+		return false
+	}
+	c.nc.SetReadDeadline(time.Now().Add(c.s.limits.ReadTimeout))
+	buf, err := c.readFrame(int(size))
+	if err != nil {
+		if c.ctx.Err() == nil {
+			c.drop("truncated SASL token", "size", size, "err", err)
+		}
+		return false
+	}
+	c.s.Stats.BytesIn.Add(int64(size) + 4)
+	out, code, _, _, fatal := c.saslStep(buf, 0, true)
+	if code != 0 || fatal {
+		// v0 has no way to say why: Kafka closes the connection.
+		c.s.budget.release(int64(size))
+		c.close()
+		return false
+	}
+	if c.auth.sess == nil {
+		c.auth.raw = false // done
+	}
+	select {
+	case c.pending <- pending{req: &Request{Key: -1}, size: int64(size), start: time.Now(), raw: append([]byte{}, out...)}:
+		return true
+	case <-c.ctx.Done():
+		c.s.budget.release(int64(size))
+		return false
 	}
 }
 
@@ -388,7 +493,7 @@ func (c *serverConn) decode(buf []byte) (*Request, error) {
 		return nil, fmt.Errorf("key %d: client id length %d", key, n)
 	}
 
-	minV, maxV, ok := c.s.h.Versions(key)
+	minV, maxV, ok := c.versions(key)
 	body := kmsg.RequestForKey(key)
 	if !ok || body == nil {
 		return nil, fmt.Errorf("api key %d (%s) not served: %w", key, kmsg.NameForKey(key), errUnsupported)
@@ -419,17 +524,24 @@ func (c *serverConn) decode(buf []byte) (*Request, error) {
 func (c *serverConn) unsupportedApiVersions(req *Request) Reply {
 	resp := kmsg.NewPtrApiVersionsResponse()
 	resp.ErrorCode = kerr.UnsupportedVersion.Code
-	resp.ApiKeys = SupportedKeys(c.s.h)
+	resp.ApiKeys = SupportedKeys(c.s.h, c.listener)
 	req.Version = 0
 	return Respond(resp)
 }
 
-// SupportedKeys lists the served API keys and versions for an ApiVersions
-// response.
-func SupportedKeys(h Handler) []kmsg.ApiVersionsResponseApiKey {
+// SupportedKeys lists the API keys and versions served on listener l, for
+// an ApiVersions response: the handler's, and the SASL APIs on a SASL
+// listener.
+func SupportedKeys(h Handler, l *Listener) []kmsg.ApiVersionsResponseApiKey {
+	if l == nil {
+		l = DefaultListener()
+	}
 	var keys []kmsg.ApiVersionsResponseApiKey
 	for k := int16(0); k <= kmsg.MaxKey; k++ {
-		minV, maxV, ok := h.Versions(k)
+		minV, maxV, ok := h.Versions(l, k)
+		if v, sasl := saslKeys[k]; sasl {
+			minV, maxV, ok = v[0], v[1], l.Protocol.UsesSASL()
+		}
 		if !ok {
 			continue
 		}
@@ -448,6 +560,18 @@ func (c *serverConn) writeLoop() {
 	}()
 	var out []byte
 	for p := range c.pending {
+		if p.raw != nil {
+			c.s.budget.release(p.size)
+			out = binary.BigEndian.AppendUint32(out[:0], uint32(len(p.raw)))
+			out = append(out, p.raw...)
+			c.nc.SetWriteDeadline(time.Now().Add(c.s.limits.WriteTimeout))
+			n, err := c.nc.Write(out)
+			c.s.Stats.BytesOut.Add(int64(n))
+			if err != nil {
+				c.close()
+			}
+			continue
+		}
 		resp := c.run(p)
 		c.s.budget.release(p.size)
 		if resp == nil || c.ctx.Err() != nil {
@@ -466,6 +590,10 @@ func (c *serverConn) writeLoop() {
 		}
 		if c.s.OnReply != nil {
 			c.s.OnReply(p.req, resp, time.Since(p.start))
+		}
+		if p.closeAfter {
+			c.close()
+			continue
 		}
 		if cap(out) > 1<<20 {
 			out = nil // don't pin one huge fetch response's buffer forever
@@ -489,6 +617,16 @@ func (c *serverConn) write(frame []byte, req *Request, resp kmsg.Response) (int6
 	if err != nil {
 		c.s.log.Error("cannot splice response; closing connection", "peer", c.info.Remote.String(), "api", kmsg.NameForKey(req.Key), "err", err)
 		return 0, err
+	}
+	if !c.plainTCP {
+		// No sendfile through TLS: one buffer, so one write and as few
+		// TLS records as the response needs.
+		flat, err := flatten(parts)
+		if err != nil {
+			return 0, err
+		}
+		n, err := c.nc.Write(flat)
+		return int64(n), err
 	}
 	return writeParts(c.nc, parts)
 }

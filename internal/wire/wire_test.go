@@ -20,7 +20,7 @@ import (
 // first topic is "slow" answers after a delay, to test response ordering.
 type testHandler struct{}
 
-func (testHandler) Versions(key int16) (int16, int16, bool) {
+func (testHandler) Versions(_ *Listener, key int16) (int16, int16, bool) {
 	switch key {
 	case kmsg.ApiVersions.Int16():
 		return 0, 4, true
@@ -34,7 +34,7 @@ func (h testHandler) Handle(_ context.Context, r *Request) Reply {
 	switch req := r.Body.(type) {
 	case *kmsg.ApiVersionsRequest:
 		resp := req.ResponseKind().(*kmsg.ApiVersionsResponse)
-		resp.ApiKeys = SupportedKeys(h)
+		resp.ApiKeys = SupportedKeys(h, r.Conn.Listener)
 		return Respond(resp)
 	case *kmsg.MetadataRequest:
 		resp := req.ResponseKind().(*kmsg.MetadataResponse)
@@ -276,7 +276,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add(frame(md, v, 2)[4:])
 	}
 	f.Add([]byte{0, 18, 0, 9, 0, 0, 0, 1, 0xff, 0xff})
-	c := &serverConn{s: NewServer(testHandler{}, Limits{}, nil), info: &Conn{}}
+	c := &serverConn{s: NewServer(testHandler{}, Limits{}, nil), info: &Conn{}, listener: DefaultListener()}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if len(b) < 8 {
 			return // the read loop refuses these before decode
