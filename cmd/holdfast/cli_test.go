@@ -309,6 +309,7 @@ func TestCLINoBroker(t *testing.T) {
 		{"records", "delete", "t", "--before", "1"},
 		{"cluster", "status"},
 		{"cluster", "elect-leaders"},
+		{"verify"},
 	} {
 		fails(t, exitTimeout, "no broker answered", append(args, b, "--timeout", "2s")...)
 	}

@@ -18,6 +18,7 @@ import (
 	"holdfast/internal/datadir"
 	"holdfast/internal/group"
 	"holdfast/internal/partition"
+	"holdfast/internal/raft"
 	"holdfast/internal/storage"
 	"holdfast/internal/txn"
 	"holdfast/internal/wire"
@@ -103,6 +104,10 @@ type Config struct {
 
 	Logger *slog.Logger
 	FS     storage.FS // nil: the OS filesystem
+	// RaftFaults, when set, is the Raft transport's fault seam (cut or
+	// delay links between nodes): for in-process clusters in tests and
+	// `holdfast lab`. nil: none.
+	RaftFaults *raft.Faults
 }
 
 // DefaultConfig is what `holdfast serve` runs with no flags.

@@ -142,7 +142,7 @@ func (b *Broker) startRaft() error {
 	}
 	h, err := raft.NewHost(raft.Config{
 		ID: uint64(b.cfg.NodeID), Dir: b.cfg.DataDir, Listen: listen, Peers: peers, Identity: b.raftIdentity(),
-		FS: b.cfg.FS, Logger: b.log.With("component", "raft"), TLS: rtls,
+		FS: b.cfg.FS, Logger: b.log.With("component", "raft"), TLS: rtls, Faults: b.cfg.RaftFaults,
 	})
 	if err != nil {
 		return err

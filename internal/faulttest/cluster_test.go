@@ -342,7 +342,7 @@ func acksWindow(t *testing.T, c *Cluster, name string, opts []kgo.Opt) {
 			}
 			t.Logf("acks=1: %d of %d records acknowledged by the lone leader lost (allowed for acks=1)", res.Lost, inWindow)
 		case "acksall":
-			if res.Lost != 0 || res.Dup != 0 || res.OffsetConflict != 0 {
+			if res.Lost != 0 || res.Duplicated != 0 || res.OffsetConflict != 0 {
 				t.Errorf("acks=all lost or rewrote acknowledged records: %v", res)
 			}
 			if inWindow != 0 {

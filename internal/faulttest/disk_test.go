@@ -21,7 +21,7 @@ func TestSingleNodeDiskFull(t *testing.T) {
 	const topic = "diskfull"
 	createTopic(t, c, topic, 3, 1)
 	ch := NewChecker(t, topic)
-	ch.Pad = 4000
+	ch.Size = 4000
 	// Uncompressed, so the padding takes real space.
 	p := ch.StartProducer(producerClient(t, c, topic, kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.RecordDeliveryTimeout(5*time.Minute)), 2000)

@@ -1,0 +1,69 @@
+package lab
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"holdfast/internal/verify"
+)
+
+// TestJudge: a row passes only when it shows what its profile promises,
+// and says why not otherwise.
+func TestJudge(t *testing.T) {
+	for _, c := range []struct {
+		row  Row
+		pass bool
+		want string
+	}{
+		{Row{Default: true, Expect: ExpectNothing, Injected: true, Acked: 10}, true, "ok"},
+		{Row{Default: true, Expect: ExpectNothing, Injected: true, Acked: 10, Lost: 1}, false, "FAIL: 1 lost"},
+		{Row{Default: true, Expect: ExpectNothing, Injected: true, Acked: 10, Dup: 2}, false, "FAIL: 0 lost, 2 duplicated"},
+		{Row{Default: true, Expect: ExpectNothing, Injected: false, Acked: 10, Fault: "no cut"}, false, "NOT SHOWN: the fault was not injected (no cut)"},
+		{Row{Default: true, Expect: ExpectNothing, Injected: true}, false, "NOT SHOWN: nothing was acknowledged"},
+		{Row{Expect: ExpectLoss, Injected: true, Acked: 10, Lost: 3}, true, "shown: loss"},
+		{Row{Expect: ExpectLoss, Injected: true, Acked: 10}, false, "NOT SHOWN: expected a loss"},
+		{Row{Expect: ExpectLoss, Injected: false, Acked: 10, Lost: 3}, false, "NOT SHOWN: the fault was not injected"},
+		{Row{Expect: ExpectDuplicates, Injected: true, Acked: 10, Dup: 3}, true, "shown: duplicates"},
+		{Row{Expect: ExpectDuplicates, Injected: true, Acked: 10}, false, "NOT SHOWN: expected duplicates"},
+		{Row{Expect: ExpectDuplicates, Injected: true, Acked: 10, Dup: 3, Lost: 1}, false, "FAIL: expected duplicates only"},
+		{Row{Expect: ExpectLoss, Injected: true, Acked: 10, Lost: 3, Report: &verify.Report{Counts: verify.Counts{Corrupt: 1}}}, false, "FAIL: "},
+		{Row{Default: true, Expect: ExpectNothing, Error: "timeout"}, false, "ERROR: timeout"},
+	} {
+		r := c.row
+		r.judge()
+		if r.Pass != c.pass || !strings.HasPrefix(r.Verdict, c.want) {
+			t.Errorf("%+v: pass %v verdict %q, want %v %q", c.row, r.Pass, r.Verdict, c.pass, c.want)
+		}
+	}
+}
+
+// TestLabNoticesMissingFault runs the scenarios whose Kafka-settings rows
+// must lose (acks=1 failover, page cache and power loss, commit before
+// processing) without injecting their faults: no row may pass, and each
+// must say that its fault was not shown rather than report a clean run.
+func TestLabNoticesMissingFault(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts several 3-node clusters")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Config{Records: 300, Scenarios: []string{"acks1-failover", "power-loss", "consumer"}, noFault: true,
+		Dir: t.TempDir(), Progress: func(l string) { t.Log(l) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OK || len(res.Rows) != 7 {
+		t.Fatalf("lab without faults: ok=%v, %d rows", res.OK, len(res.Rows))
+	}
+	for _, r := range res.Rows {
+		t.Logf("%s / %s: acked %d lost %d dup %d: %s", r.Scenario, r.Setting, r.Acked, r.Lost, r.Dup, r.Verdict)
+		if r.Pass || !strings.HasPrefix(r.Verdict, "NOT SHOWN") {
+			t.Errorf("%s / %s passed or failed for another reason without its fault: %s (%s)", r.Scenario, r.Setting, r.Verdict, r.Error)
+		}
+		if r.Error == "" && (r.Lost != 0 || r.Dup != 0) {
+			t.Errorf("%s / %s: %d lost, %d duplicated without a fault", r.Scenario, r.Setting, r.Lost, r.Dup)
+		}
+	}
+}
