@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -93,9 +96,30 @@ func (f *connFlags) connect(ctx context.Context, extra ...kgo.Opt) (*admin.Clien
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		if refusedLogin(err) {
+			return nil, fmt.Errorf("%s refused this client's login: %w (--command-config)", f.bootstrap, err)
+		}
 		return nil, fmt.Errorf("%w at %s within %v (%v); is a broker running there? (--bootstrap, --timeout)", errNoAnswer, f.bootstrap, f.timeout, err)
 	}
 	return c, nil
+}
+
+// refusedLogin reports whether a broker answered but the client could not
+// log in: SASL refused, or TLS could not agree on who is who. That is
+// exit code 1, not "no broker answered".
+func refusedLogin(err error) bool {
+	for _, e := range []error{kerr.SaslAuthenticationFailed, kerr.IllegalSaslState, kerr.UnsupportedSaslMechanism} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var (
+		verify *tls.CertificateVerificationError
+		alert  tls.AlertError
+		host   x509.HostnameError
+		ca     x509.UnknownAuthorityError
+	)
+	return errors.As(err, &verify) || errors.As(err, &alert) || errors.As(err, &host) || errors.As(err, &ca)
 }
 
 // call runs fn with a client and a context that ends at --timeout or on

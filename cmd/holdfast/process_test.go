@@ -155,6 +155,11 @@ func TestServeZeroConfig(t *testing.T) {
 	if !strings.Contains(p.logs.String(), "stopped") {
 		t.Fatalf("no clean shutdown in logs:\n%s", p.logs)
 	}
+	// Unchanged by security: one PLAINTEXT listener on localhost, nothing
+	// to warn about.
+	if l := p.logs.String(); strings.Contains(l, "level=WARN") || !strings.Contains(l, "listeners=PLAINTEXT://127.0.0.1:9092") {
+		t.Fatalf("zero-config start: a warning, or not one PLAINTEXT listener on localhost:\n%s", l)
+	}
 }
 
 // TestKill9KeepsEveryAcknowledgedRecord kills the broker with SIGKILL while
