@@ -659,7 +659,7 @@ func saslMechanism(mech, user, pass string) (sasl.Mechanism, error) {
 // Errors never repeat the value: it holds a password.
 type scramFlag []auth.ScramCredential
 
-func (f *scramFlag) Type() string { return "SCRAM-SHA-512=[name=N,password=P]" }
+func (f *scramFlag) Type() string { return "scram-user" }
 
 func (f *scramFlag) String() string {
 	var names []string

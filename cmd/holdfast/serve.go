@@ -238,7 +238,7 @@ not a warning.`,
 		Args: noArgs,
 	}
 	c.Flags().StringVar(&sc.config, "config", "", "config file: key=value lines with these flag names or Kafka's names (a server.properties) [env HOLDFAST_CONFIG]")
-	c.Flags().StringArrayVar(&sc.overrides, "override", nil, "a config line key=value (Kafka's name or a flag's), repeatable, as kafka-server-start.sh --override; wins over the file")
+	c.Flags().StringArrayVar(&sc.overrides, "override", nil, "a config line `key=value` (Kafka's name or a flag's), repeatable, as kafka-server-start.sh --override; wins over the file")
 	s := newSettings(c.Flags())
 	sc.register(s)
 	c.RunE = func(*cobra.Command, []string) error {
