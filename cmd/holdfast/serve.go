@@ -29,6 +29,7 @@ func init() { addCommand(newServeCmd) }
 // their Kafka names); brokerConfig checks them and maps them onto the
 // broker's and the server's configs.
 type serveConfig struct {
+	unknownEnv                                                   []string // HOLDFAST_* variables that set nothing (reported)
 	config                                                       string
 	overrides                                                    []string
 	listen, advertised, dataDir, rack, flush                     string
@@ -45,6 +46,12 @@ type serveConfig struct {
 	txnMax, retention, segmentMs, retentionCheck, idle           time.Duration
 	imbalanceIv, ctrlShutMax, hbInterval, session                time.Duration
 	groupInitialDelay, groupMinSession, groupMaxSession, offsRet time.Duration
+	// The log cleaner (docs/compaction.md).
+	cleanerOn                                       bool
+	cleanerThreads, cleanerIOBuf                    int
+	cleanerMem, offsetsSeg, txnSeg                  int64
+	cleanerRate, cleanableRatio                     float64
+	cleanerBackoff, deleteRetention, minLag, maxLag time.Duration
 	// security are the Kafka security settings by name (ssl.*, sasl.*,
 	// listener.name.*, ...: kafkaSecurityKey), for buildSecurity.
 	security props
@@ -94,6 +101,27 @@ func (c *serveConfig) register(s *settings) {
 	s.Duration(&c.offsRet, "offsets-retention", def.Groups.OffsetRetention, "how long an empty group's committed offsets are kept", kafkaDuration("offsets.retention.minutes", mins))
 	s.Duration(&c.offsRetCheck, "offsets-retention-check-interval", def.Groups.RetentionCheckInterval, "how often expired committed offsets are removed", kafkaDuration("offsets.retention.check.interval.ms", ms))
 	s.Int(&c.offsetMetaMax, "offset-metadata-max-bytes", def.Groups.MaxMetadataBytes, "largest metadata string of a committed offset", kafka("offset.metadata.max.bytes"))
+	s.Bool(&c.cleanerOn, "log-cleaner-enable", def.LogCleaner.Enable, "compact cleanup.policy=compact topics, __consumer_offsets and __transaction_state included", kafka("log.cleaner.enable"))
+	s.Int(&c.cleanerThreads, "log-cleaner-threads", def.LogCleaner.Threads, "partitions compacted at once (1..64)", kafka("log.cleaner.threads"))
+	s.Int64(&c.cleanerMem, "log-cleaner-dedupe-buffer-size", def.LogCleaner.DedupeBufferSize, "bytes of the cleaner's offset maps, shared by its threads (24 per key)", kafka("log.cleaner.dedupe.buffer.size"))
+	s.Int(&c.cleanerIOBuf, "log-cleaner-io-buffer-size", def.LogCleaner.IOBufferSize, "read and write buffer per cleaner thread", kafka("log.cleaner.io.buffer.size"))
+	s.Float64(&c.cleanerRate, "log-cleaner-io-max-bytes-per-second", 0, "cleaner reads plus writes per second, all threads together; 0 = unlimited", kafka("log.cleaner.io.max.bytes.per.second"))
+	s.Duration(&c.cleanerBackoff, "log-cleaner-backoff", def.LogCleaner.Backoff, "how often idle cleaner threads look for dirty logs", kafkaDuration("log.cleaner.backoff.ms", ms))
+	s.Float64(&c.cleanableRatio, "log-cleaner-min-cleanable-ratio", def.LogDefaults.MinCleanableRatio, "default min.cleanable.dirty.ratio of compacted topics", kafka("log.cleaner.min.cleanable.ratio"))
+	s.Duration(&c.deleteRetention, "log-cleaner-delete-retention", def.LogDefaults.DeleteRetention, "default delete.retention.ms: how long tombstones stay after their first cleaning", kafkaDuration("log.cleaner.delete.retention.ms", ms))
+	s.Duration(&c.minLag, "log-cleaner-min-compaction-lag", def.LogDefaults.MinCompactionLag, "default min.compaction.lag.ms", kafkaDuration("log.cleaner.min.compaction.lag.ms", ms))
+	s.Duration(&c.maxLag, "log-cleaner-max-compaction-lag", 0, "default max.compaction.lag.ms; 0 = none", kafkaConverted("log.cleaner.max.compaction.lag.ms", func(v string) (string, error) {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil || n <= 0 {
+			return "", errors.New("want a positive number of milliseconds")
+		}
+		if n > int64(time.Duration(1<<62)/time.Millisecond) {
+			return "0", nil // Kafka's Long.MAX: none
+		}
+		return (time.Duration(n) * time.Millisecond).String(), nil
+	}))
+	s.Int64(&c.offsetsSeg, "offsets-segment-bytes", def.OffsetsTopicSegmentBytes, "segment.bytes of __consumer_offsets when it is created", kafka("offsets.topic.segment.bytes"))
+	s.Int64(&c.txnSeg, "txn-segment-bytes", def.TxnTopicSegmentBytes, "segment.bytes of __transaction_state when it is created", kafka("transaction.state.log.segment.bytes"))
 	s.String(&c.peers, "peers", "", "cluster mode: every node's Raft address, id@host:port,... (this node included); empty = single node",
 		kafkaConverted("controller.quorum.voters", func(v string) (string, error) {
 			if !strings.Contains(v, ",") {
@@ -171,6 +199,26 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	cfg.Groups.RetentionCheckInterval, cfg.Groups.MaxMetadataBytes = c.offsRetCheck, c.offsetMetaMax
 	cfg.Txn.AbortInterval, cfg.Txn.IDExpiration = c.txnAbortIv, c.txnIDExpiry
 	cfg.LogDefaults.IndexIntervalBytes = c.indexInterval
+	cfg.LogCleaner = broker.CleanerConfig{Enable: c.cleanerOn, Threads: c.cleanerThreads, DedupeBufferSize: c.cleanerMem,
+		IOBufferSize: c.cleanerIOBuf, IOMaxBytesPerSecond: c.cleanerRate, Backoff: c.cleanerBackoff}
+	if err := cfg.LogCleaner.Validate(); err != nil {
+		return cfg, lim, nil, err
+	}
+	switch {
+	case c.cleanerRate < 0:
+		return cfg, lim, nil, fmt.Errorf("--log-cleaner-io-max-bytes-per-second %g: must not be negative", c.cleanerRate)
+	case c.cleanableRatio < 0 || c.cleanableRatio > 1:
+		return cfg, lim, nil, fmt.Errorf("--log-cleaner-min-cleanable-ratio %g: want 0..1", c.cleanableRatio)
+	case c.deleteRetention < 0 || c.minLag < 0 || c.maxLag < 0:
+		return cfg, lim, nil, errors.New("--log-cleaner-delete-retention, --log-cleaner-min-compaction-lag and --log-cleaner-max-compaction-lag must not be negative")
+	case c.maxLag > 0 && c.minLag > c.maxLag:
+		return cfg, lim, nil, fmt.Errorf("--log-cleaner-min-compaction-lag %v exceeds --log-cleaner-max-compaction-lag %v", c.minLag, c.maxLag)
+	case c.offsetsSeg < 14 || c.offsetsSeg > 1<<31-1 || c.txnSeg < 14 || c.txnSeg > 1<<31-1:
+		return cfg, lim, nil, fmt.Errorf("--offsets-segment-bytes %d, --txn-segment-bytes %d: want 14..%d", c.offsetsSeg, c.txnSeg, 1<<31-1)
+	}
+	cfg.LogDefaults.MinCleanableRatio, cfg.LogDefaults.DeleteRetention = c.cleanableRatio, c.deleteRetention
+	cfg.LogDefaults.MinCompactionLag, cfg.LogDefaults.MaxCompactionLag = c.minLag, c.maxLag
+	cfg.OffsetsTopicSegmentBytes, cfg.TxnTopicSegmentBytes = c.offsetsSeg, c.txnSeg
 	cfg.Logger = logger
 	if cfg.Peers, err = parsePeers(c.peers); err != nil {
 		return cfg, lim, nil, err
@@ -249,6 +297,7 @@ not a warning.`,
 		if err != nil {
 			return usageError{err}
 		}
+		sc.unknownEnv = s.unknownEnv(os.Environ())
 		return serve(sc, unsupported)
 	}
 	return c
@@ -261,6 +310,9 @@ func serve(sc *serveConfig, unsupported []string) error {
 	logger, err := newLogger(sc.logLevel, sc.logFormat)
 	if err != nil {
 		return usageError{err}
+	}
+	for _, msg := range sc.unknownEnv {
+		logger.Warn(msg)
 	}
 	cfg, lim, sec, err := sc.brokerConfig(logger)
 	if err != nil {

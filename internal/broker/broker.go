@@ -48,6 +48,16 @@ type Config struct {
 	// LogDefaults are the topic config defaults (log.segment.bytes,
 	// log.retention.ms, message.max.bytes, log.flush policy ...).
 	LogDefaults storage.Config
+	// LogCleaner is the log cleaner's config (log.cleaner.*, cleaner.go);
+	// the zero value means DefaultCleanerConfig.
+	LogCleaner CleanerConfig
+	// OffsetsTopicSegmentBytes and TxnTopicSegmentBytes are
+	// offsets.topic.segment.bytes and transaction.state.log.segment.bytes
+	// (100 MiB): the segment size the internal topics are created with,
+	// small so that their active segment rolls and the cleaner gets to
+	// them.
+	OffsetsTopicSegmentBytes int64
+	TxnTopicSegmentBytes     int64
 
 	// Cluster mode (cluster.go); all zero on a single node. Peers maps
 	// every node id (this one included) to its Raft address.
@@ -58,6 +68,10 @@ type Config struct {
 	// advertised to the others in its registration), and Join lists Kafka
 	// addresses of running brokers to register through.
 	Join []string
+	// JoinTimeout bounds how long a node with a new data directory waits
+	// to form or join its cluster (identity.go); 0 waits as long as it
+	// takes, as a replaced node whose up-to-date peers are down must.
+	JoinTimeout time.Duration
 	// DefaultReplicationFactor is default.replication.factor: 0 means 1
 	// on a single node, min(3, nodes) in a cluster.
 	DefaultReplicationFactor int16
@@ -94,19 +108,22 @@ type Config struct {
 // DefaultConfig is what `holdfast serve` runs with no flags.
 func DefaultConfig() Config {
 	return Config{
-		NodeID:                  1,
-		DataDir:                 "./data",
-		AdvertisedHost:          "localhost",
-		AdvertisedPort:          9092,
-		AutoCreateTopics:        true,
-		NumPartitions:           1,
-		OffsetsTopicPartitions:  50,
-		Groups:                  group.DefaultConfig(),
-		Txn:                     txn.DefaultConfig(),
-		RetentionCheckInterval:  5 * time.Minute,
-		LogDefaults:             storage.DefaultConfig(),
-		BrokerHeartbeatInterval: defaultHeartbeatInterval,
-		BrokerSessionTimeout:    defaultSessionTimeout,
+		NodeID:                   1,
+		DataDir:                  "./data",
+		AdvertisedHost:           "localhost",
+		AdvertisedPort:           9092,
+		AutoCreateTopics:         true,
+		NumPartitions:            1,
+		OffsetsTopicPartitions:   50,
+		Groups:                   group.DefaultConfig(),
+		Txn:                      txn.DefaultConfig(),
+		RetentionCheckInterval:   5 * time.Minute,
+		LogDefaults:              storage.DefaultConfig(),
+		LogCleaner:               DefaultCleanerConfig(),
+		OffsetsTopicSegmentBytes: 100 << 20,
+		TxnTopicSegmentBytes:     100 << 20,
+		BrokerHeartbeatInterval:  defaultHeartbeatInterval,
+		BrokerSessionTimeout:     defaultSessionTimeout,
 
 		AutoLeaderRebalance:          true,
 		LeaderImbalanceCheckInterval: 300 * time.Second,
@@ -129,6 +146,8 @@ type Broker struct {
 	// cluster is the Raft side of cluster mode (cluster.go); nil on a
 	// single node.
 	cluster *cluster
+	// cleaner compacts cleanup.policy=compact logs (cleaner.go).
+	cleaner *logCleaner
 
 	// topicsMu serializes topic creation, deletion and partition changes
 	// with opening and removing their logs (topics.go).

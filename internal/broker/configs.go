@@ -66,13 +66,6 @@ func oneOf(vals ...string) func(string) error {
 	}
 }
 
-func boolean(v string) error {
-	if !strings.EqualFold(v, "true") && !strings.EqualFold(v, "false") {
-		return fmt.Errorf("value %q must be true or false", v)
-	}
-	return nil
-}
-
 func doubleRange(lo, hi float64) func(string) error {
 	return func(v string) error {
 		f, err := strconv.ParseFloat(v, 64)
@@ -126,8 +119,12 @@ func init() {
 	for _, s := range []configSpec{
 		{
 			name: "cleanup.policy", typ: kmsg.ConfigTypeList, brokerName: "log.cleanup.policy",
-			doc:          "Either \"delete\" or \"compact\" or both. \"delete\" discards old segments by retention.ms/retention.bytes. \"compact\" is accepted and stored, but Holdfast does not compact logs yet: a compacted topic keeps every record.",
-			validate:     validateCleanupPolicy,
+			doc:      "Either \"delete\" or \"compact\" or both. \"delete\" discards old segments by retention.ms/retention.bytes. \"compact\" keeps the latest record of every key (Kafka's log cleaner, see docs/compaction.md) and refuses records without a key; with both, old segments are also deleted by retention.",
+			validate: validateCleanupPolicy,
+			apply: func(c *storage.Config, v string) error {
+				c.Compact = slices.Contains(splitList(v), "compact")
+				return nil
+			},
 			brokerValue:  fixed("delete"),
 			kafkaDefault: "delete",
 		},
@@ -140,21 +137,26 @@ func init() {
 		},
 		{
 			name: "delete.retention.ms", typ: kmsg.ConfigTypeLong, brokerName: "log.cleaner.delete.retention.ms",
-			doc:          "How long delete tombstones are kept on compacted topics. Stored; takes effect when compaction is implemented.",
-			validate:     intRange(0, maxLong),
-			brokerValue:  fixed("86400000"),
+			doc:      "How long the cleaner keeps a tombstone (and a transaction marker whose records are gone) after it first cleaned it: a consumer reading a compacted topic from the start within this time sees the delete.",
+			validate: intRange(0, maxLong),
+			apply: func(c *storage.Config, v string) error {
+				n, err := parseInt(v, 0, maxLong)
+				c.DeleteRetention = msDuration(n)
+				return err
+			},
+			brokerValue:  func(b *Broker) string { return msString(b.cfg.LogDefaults.DeleteRetention) },
 			kafkaDefault: "86400000",
 		},
 		{
 			name: "file.delete.delay.ms", typ: kmsg.ConfigTypeLong, brokerName: "log.segment.delete.delay.ms",
-			doc:          "Delay before a deleted segment file is removed. Stored; Holdfast removes segments when retention deletes them.",
-			validate:     intRange(0, maxLong),
-			brokerValue:  fixed("60000"),
+			doc:          "Kafka waits this long before removing a deleted segment's files, for readers that may still use them. Holdfast removes them at once and a reader holding a segment keeps reading its open file, so only 0 is accepted.",
+			validate:     refuseUnless("0", "Holdfast removes a deleted segment's files at once (a reader still holding the segment keeps its open file), so there is no delay to set"),
+			brokerValue:  fixed("0"),
 			kafkaDefault: "60000",
 		},
 		{
 			name: "flush.messages", typ: kmsg.ConfigTypeLong, brokerName: "log.flush.interval.messages",
-			doc:         "1 means fsync before every acknowledgement (Holdfast's flush=sync, the default). Other values are stored but ignored: Holdfast fsyncs per acknowledgement or by time (flush.ms), never by message count.",
+			doc:         "1 means fsync before every acknowledgement (Holdfast's flush=sync, the default). N > 1 under flush.ms > 0 (interval or os policy) starts an fsync in the background every N records, Kafka's meaning; under flush=sync every acknowledgement already waits for an fsync.",
 			validate:    intRange(1, maxLong),
 			apply:       applyFlushMessages,
 			brokerValue: brokerFlushMessages, kafkaDefault: strconv.FormatInt(maxLong, 10),
@@ -180,8 +182,23 @@ func init() {
 		},
 		{
 			name: "max.compaction.lag.ms", typ: kmsg.ConfigTypeLong, brokerName: "log.cleaner.max.compaction.lag.ms",
-			doc:      "Stored; takes effect when compaction is implemented.",
-			validate: intRange(1, maxLong), brokerValue: fixed(strconv.FormatInt(maxLong, 10)), kafkaDefault: strconv.FormatInt(maxLong, 10),
+			doc:      "On a compacted topic, the longest a record stays uncompacted: a log whose oldest dirty record is older is cleaned whatever its dirty ratio, and its active segment rolls this long after its first record.",
+			validate: intRange(1, maxLong),
+			apply: func(c *storage.Config, v string) error {
+				n, err := parseInt(v, 1, maxLong)
+				c.MaxCompactionLag = 0
+				if n < maxLong {
+					c.MaxCompactionLag = msDuration(n)
+				}
+				return err
+			},
+			brokerValue: func(b *Broker) string {
+				if d := b.cfg.LogDefaults.MaxCompactionLag; d > 0 {
+					return msString(d)
+				}
+				return strconv.FormatInt(maxLong, 10)
+			},
+			kafkaDefault: strconv.FormatInt(maxLong, 10),
 		},
 		{
 			name: "max.message.bytes", typ: kmsg.ConfigTypeInt, brokerName: "message.max.bytes",
@@ -204,13 +221,28 @@ func init() {
 		},
 		{
 			name: "min.cleanable.dirty.ratio", typ: kmsg.ConfigTypeDouble, brokerName: "log.cleaner.min.cleanable.ratio",
-			doc:      "Stored; takes effect when compaction is implemented.",
-			validate: doubleRange(0, 1), brokerValue: fixed("0.5"), kafkaDefault: "0.5",
+			doc:      "A compacted log is cleaned when the bytes written since its last cleaning are at least this share of its (non-active) bytes.",
+			validate: doubleRange(0, 1),
+			apply: func(c *storage.Config, v string) error {
+				f, err := strconv.ParseFloat(v, 64)
+				c.MinCleanableRatio = f
+				return err
+			},
+			brokerValue: func(b *Broker) string {
+				return strconv.FormatFloat(b.cfg.LogDefaults.MinCleanableRatio, 'g', -1, 64)
+			},
+			kafkaDefault: "0.5",
 		},
 		{
 			name: "min.compaction.lag.ms", typ: kmsg.ConfigTypeLong, brokerName: "log.cleaner.min.compaction.lag.ms",
-			doc:      "Stored; takes effect when compaction is implemented.",
-			validate: intRange(0, maxLong), brokerValue: fixed("0"), kafkaDefault: "0",
+			doc:      "On a compacted topic, the shortest time a record stays uncompacted: segments holding a younger record are not cleaned yet.",
+			validate: intRange(0, maxLong),
+			apply: func(c *storage.Config, v string) error {
+				n, err := parseInt(v, 0, maxLong)
+				c.MinCompactionLag = msDuration(n)
+				return err
+			},
+			brokerValue: func(b *Broker) string { return msString(b.cfg.LogDefaults.MinCompactionLag) }, kafkaDefault: "0",
 		},
 		{
 			name: "min.insync.replicas", typ: kmsg.ConfigTypeInt, brokerName: "min.insync.replicas",
@@ -221,8 +253,9 @@ func init() {
 		},
 		{
 			name: "preallocate", typ: kmsg.ConfigTypeBoolean, brokerName: "log.preallocate",
-			doc:      "Stored; Holdfast does not preallocate segment files.",
-			validate: boolean, brokerValue: fixed("false"), kafkaDefault: "false",
+			doc:         "Holdfast does not preallocate segment files (a file's size is the data it holds, which recovery relies on), so only false is accepted.",
+			validate:    refuseUnless("false", "Holdfast does not preallocate segment files: a segment's size is the data it holds, which its recovery relies on"),
+			brokerValue: fixed("false"), kafkaDefault: "false",
 		},
 		{
 			name: "retention.bytes", typ: kmsg.ConfigTypeLong, brokerName: "log.retention.bytes",
@@ -250,7 +283,7 @@ func init() {
 		},
 		{
 			name: "segment.bytes", typ: kmsg.ConfigTypeInt, brokerName: "log.segment.bytes",
-			doc:      "The size at which a segment file is rolled. Holdfast's minimum is 1024.",
+			doc:      "The size at which a segment file is rolled (at least 14, Kafka's minimum: a segment then holds one batch each).",
 			validate: intRange(minSegmentBytes, math.MaxInt32),
 			apply: func(c *storage.Config, v string) error {
 				n, err := parseInt(v, minSegmentBytes, math.MaxInt32)
@@ -262,13 +295,25 @@ func init() {
 		},
 		{
 			name: "segment.index.bytes", typ: kmsg.ConfigTypeInt, brokerName: "log.index.size.max.bytes",
-			doc:      "Stored; Holdfast sizes its indexes itself.",
-			validate: intRange(4, math.MaxInt32), brokerValue: fixed("10485760"), kafkaDefault: "10485760",
+			doc:      "The offset index of a segment holds at most this many bytes / 8 entries (Kafka's entry size; Holdfast's own bound is 1048576 entries); a segment rolls when its index is full.",
+			validate: intRange(8, math.MaxInt32),
+			apply: func(c *storage.Config, v string) error {
+				n, err := parseInt(v, 8, math.MaxInt32)
+				c.IndexMaxEntries = int(n / 8)
+				return err
+			},
+			brokerValue: fixed("10485760"), kafkaDefault: "10485760",
 		},
 		{
 			name: "segment.jitter.ms", typ: kmsg.ConfigTypeLong, brokerName: "log.roll.jitter.ms",
-			doc:      "Stored; Holdfast rolls segments at exactly segment.ms.",
-			validate: intRange(0, maxLong), brokerValue: fixed("0"), kafkaDefault: "0",
+			doc:      "Each segment rolls a random time in [0, segment.jitter.ms) before segment.ms, so that segments created together do not all roll at once.",
+			validate: intRange(0, maxLong),
+			apply: func(c *storage.Config, v string) error {
+				n, err := parseInt(v, 0, maxLong)
+				c.SegmentJitter = msDuration(n)
+				return err
+			},
+			brokerValue: func(b *Broker) string { return msString(b.cfg.LogDefaults.SegmentJitter) }, kafkaDefault: "0",
 		},
 		{
 			name: "segment.ms", typ: kmsg.ConfigTypeLong, brokerName: "log.roll.ms",
@@ -295,7 +340,7 @@ func init() {
 // Storage limits that config validation reports instead of letting the
 // storage clamp silently.
 const (
-	minSegmentBytes        = 1024
+	minSegmentBytes        = 14
 	storageMaxMessageBytes = 64 << 20
 )
 
@@ -342,7 +387,31 @@ func applyFlushMessages(c *storage.Config, v string) error {
 	if err == nil && n == 1 {
 		c.Flush = storage.FlushPolicy{Mode: storage.FlushSync}
 	}
+	if err == nil && n > 1 && n < maxLong {
+		c.FlushMessages = n
+	}
 	return err
+}
+
+// refuseUnless accepts only the one value Holdfast implements, and says why.
+func refuseUnless(only, why string) func(string) error {
+	return func(v string) error {
+		if strings.TrimSpace(v) != only {
+			return fmt.Errorf("%s; only %s is accepted", why, only)
+		}
+		return nil
+	}
+}
+
+// splitList splits a comma-separated config list, trimming blanks.
+func splitList(v string) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // validateTopicConfigs checks every name and value; the error is the
@@ -361,6 +430,17 @@ func validateTopicConfigs(configs map[string]string) error {
 		if err := spec.validate(configs[n]); err != nil {
 			return fmt.Errorf("Invalid value %s for configuration %s: %v", configs[n], n, err)
 		}
+	}
+	// Kafka's cross-check (LogConfig.validateValues).
+	minLag, maxLag := int64(0), int64(maxLong)
+	if v, ok := configs["min.compaction.lag.ms"]; ok {
+		minLag, _ = parseInt(v, 0, maxLong)
+	}
+	if v, ok := configs["max.compaction.lag.ms"]; ok {
+		maxLag, _ = parseInt(v, 1, maxLong)
+	}
+	if minLag > maxLag {
+		return fmt.Errorf("conflict topic config setting min.compaction.lag.ms (%d) > max.compaction.lag.ms (%d)", minLag, maxLag)
 	}
 	return nil
 }
@@ -548,6 +628,35 @@ var brokerConfigs = []brokerConfig{
 		value: val(fixed("true"))},
 	{name: "log.retention.check.interval.ms", typ: kmsg.ConfigTypeLong, kafkaDefault: "300000", doc: "How often retention runs over every log.",
 		value: val(func(b *Broker) string { return msString(b.retentionInterval()) })},
+	{name: "log.cleaner.enable", typ: kmsg.ConfigTypeBoolean, kafkaDefault: "true", doc: "Whether the log cleaner compacts cleanup.policy=compact topics (the internal topics too).",
+		value: val(func(b *Broker) string { return strconv.FormatBool(b.cleanerConfig().Enable) })},
+	{name: "log.cleaner.threads", typ: kmsg.ConfigTypeInt, kafkaDefault: "1", doc: "Cleaner threads: partitions cleaned at once.",
+		value: val(func(b *Broker) string { return strconv.Itoa(b.cleanerConfig().Threads) })},
+	{name: "log.cleaner.dedupe.buffer.size", typ: kmsg.ConfigTypeLong, kafkaDefault: "134217728", doc: "Memory for the cleaner's offset maps, shared by its threads (24 bytes per key, 90% full at most); a dirty section with more keys is cleaned over several passes.",
+		value: val(func(b *Broker) string { return strconv.FormatInt(b.cleanerConfig().DedupeBufferSize, 10) })},
+	{name: "log.cleaner.io.buffer.size", typ: kmsg.ConfigTypeInt, kafkaDefault: "524288", doc: "The cleaner's read and write buffer per thread (grows to the largest batch).",
+		value: val(func(b *Broker) string { return strconv.Itoa(b.cleanerConfig().IOBufferSize) })},
+	{name: "log.cleaner.io.max.bytes.per.second", typ: kmsg.ConfigTypeDouble, kafkaDefault: "1.7976931348623157E308", doc: "The cleaner's read plus write rate, all threads together.",
+		value: val(func(b *Broker) string {
+			if r := b.cleanerConfig().IOMaxBytesPerSecond; r > 0 {
+				return strconv.FormatFloat(r, 'g', -1, 64)
+			}
+			return "1.7976931348623157E308"
+		})},
+	{name: "log.cleaner.backoff.ms", typ: kmsg.ConfigTypeLong, kafkaDefault: "15000", doc: "How long an idle cleaner thread sleeps before it looks for dirty logs again.",
+		value: val(func(b *Broker) string { return msString(b.cleanerConfig().Backoff) })},
+	{name: "offsets.topic.segment.bytes", typ: kmsg.ConfigTypeInt, kafkaDefault: "104857600", doc: "segment.bytes of __consumer_offsets when it is created.",
+		value: val(func(b *Broker) string { return strconv.FormatInt(b.cfg.OffsetsTopicSegmentBytes, 10) })},
+	{name: "transaction.state.log.segment.bytes", typ: kmsg.ConfigTypeInt, kafkaDefault: "104857600", doc: "segment.bytes of __transaction_state when it is created.",
+		value: val(func(b *Broker) string { return strconv.FormatInt(b.cfg.TxnTopicSegmentBytes, 10) })},
+}
+
+// cleanerConfig is the cleaner's effective config.
+func (b *Broker) cleanerConfig() CleanerConfig {
+	if b.cfg.LogCleaner == (CleanerConfig{}) {
+		return DefaultCleanerConfig()
+	}
+	return b.cfg.LogCleaner
 }
 
 // retentionInterval is log.retention.check.interval.ms with its default.
@@ -799,17 +908,8 @@ func (b *Broker) incrementalAlterConfigs(rr kmsg.IncrementalAlterConfigsRequestR
 // editList appends the items of delta missing from the comma-separated
 // list cur, or subtracts them from it.
 func editList(cur, delta string, add bool) string {
-	split := func(s string) []string {
-		var out []string
-		for _, p := range strings.Split(s, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				out = append(out, p)
-			}
-		}
-		return out
-	}
-	items := split(cur)
-	for _, d := range split(delta) {
+	items := splitList(cur)
+	for _, d := range splitList(delta) {
 		i := slices.Index(items, d)
 		switch {
 		case add && i < 0:

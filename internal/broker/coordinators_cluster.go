@@ -192,7 +192,7 @@ func (b *Broker) createCoordinatorTopic(topic string, partitions int, typ int8, 
 	if b.cluster.isController() {
 		coordinatorTopicMu.Lock()
 		defer coordinatorTopicMu.Unlock()
-		t, err := b.ensureTopic(topic, int32(partitions), map[string]string{"cleanup.policy": "compact"}, true)
+		t, err := b.ensureTopic(topic, int32(partitions), b.internalTopicConfigs(topic), true)
 		if err != nil {
 			b.log.Warn("creating a coordinator topic", "topic", topic, "err", err)
 		}

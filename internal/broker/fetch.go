@@ -195,6 +195,17 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest, denied map[string]bool) (out 
 				b.log.Error("fetch: reading log", "topic", name, "partition", rp.Partition, "offset", rp.FetchOffset, "err", err)
 				sp.ErrorCode = kerr.KafkaStorageError.Code
 				ready = true
+			case slice.Size == 0 && len(res.Records) > 0:
+				// A compacted log's batches, copied (partition.readCompacted).
+				if total > 0 && len(res.Records) > maxBytes {
+					break // KIP-74: only the first partition with data may exceed
+				}
+				total += len(res.Records)
+				remaining -= len(res.Records)
+				sp.RecordBatches = res.Records
+				if readCommitted {
+					sp.AbortedTransactions = abortedOf(res.Aborted)
+				}
 			case slice.Size == 0:
 			case total > 0 && slice.Size > maxBytes:
 				// Only the first partition with data may exceed the limits
@@ -212,13 +223,7 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest, denied map[string]bool) (out 
 				slice = storage.Slice{} // now owned by the response
 				sp.RecordBatches = recs
 				if readCommitted {
-					// Where the consumer skips aborted transactions' records.
-					sp.AbortedTransactions = make([]kmsg.FetchResponseTopicPartitionAbortedTransaction, 0, len(res.Aborted))
-					for _, a := range res.Aborted {
-						at := kmsg.NewFetchResponseTopicPartitionAbortedTransaction()
-						at.ProducerID, at.FirstOffset = a.ProducerID, a.FirstOffset
-						sp.AbortedTransactions = append(sp.AbortedTransactions, at)
-					}
+					sp.AbortedTransactions = abortedOf(res.Aborted)
 				}
 			}
 			slice.Release() // not sent: an error, empty, or no room
@@ -230,6 +235,17 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest, denied map[string]bool) (out 
 		ready = true
 	}
 	return resp, ready, notify
+}
+
+// abortedOf is where a read_committed consumer skips aborted transactions' records.
+func abortedOf(aborted []partition.AbortedTxn) []kmsg.FetchResponseTopicPartitionAbortedTransaction {
+	out := make([]kmsg.FetchResponseTopicPartitionAbortedTransaction, 0, len(aborted))
+	for _, a := range aborted {
+		at := kmsg.NewFetchResponseTopicPartitionAbortedTransaction()
+		at.ProducerID, at.FirstOffset = a.ProducerID, a.FirstOffset
+		out = append(out, at)
+	}
+	return out
 }
 
 // fetchRecords turns a read's file range into what the response carries: a

@@ -24,7 +24,7 @@ func (b *Broker) startGroups() error {
 	if b.clusterMode() {
 		return b.startGroupsCluster(n) // coordinators_cluster.go
 	}
-	t, err := b.ensureTopic(offsetsTopic, n, map[string]string{"cleanup.policy": "compact"}, true)
+	t, err := b.ensureTopic(offsetsTopic, n, b.internalTopicConfigs(offsetsTopic), true)
 	if err != nil {
 		return fmt.Errorf("%s: %w", offsetsTopic, err)
 	}
@@ -80,4 +80,19 @@ func clientHost(c *wire.Conn) string {
 		host = c.Remote.String()
 	}
 	return "/" + host
+}
+
+// GroupsLoaded reports whether the group coordinator has replayed every
+// __consumer_offsets partition this node hosts (readiness; start-up
+// replay measurements).
+func (b *Broker) GroupsLoaded() bool {
+	if b.groups == nil {
+		return false
+	}
+	for p := 0; p < b.groups.NumPartitions(); p++ {
+		if lg := b.parts.Get(offsetsTopic, int32(p)); lg != nil && (!lg.Replicated() || lg.IsLeader()) && !b.groups.Loaded(int32(p)) {
+			return false
+		}
+	}
+	return true
 }

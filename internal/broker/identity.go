@@ -75,6 +75,10 @@ func (b *Broker) joinCluster(h *raft.Host) error {
 	}
 	voters := slices.Sorted(maps.Keys(b.cfg.Peers))
 	var last time.Time
+	var deadline time.Time
+	if b.cfg.JoinTimeout > 0 {
+		deadline = time.Now().Add(b.cfg.JoinTimeout)
+	}
 	for {
 		var id datadir.Identity
 		var ok bool
@@ -114,6 +118,9 @@ func (b *Broker) joinCluster(h *raft.Host) error {
 					"cluster_id", id.ClusterID, "directory_id", id.DirectoryID.String())
 			}
 			return nil
+		}
+		if !deadline.IsZero() && time.Now().After(deadline) {
+			return fmt.Errorf("no cluster to form or join within %v: %s", b.cfg.JoinTimeout, why)
 		}
 		if time.Since(last) > 5*time.Second {
 			b.log.Warn("waiting to form or join the cluster", "why", why)

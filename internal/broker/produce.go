@@ -175,6 +175,14 @@ func (b *Broker) produceOne(p *partition.Partition, recs []byte, sp *kmsg.Produc
 	sp.ErrorCode = code
 	msg := err.Error()
 	sp.ErrorMessage = &msg
+	var ire *partition.InvalidRecordError
+	if errors.As(err, &ire) {
+		for _, i := range ire.Indexes {
+			er := kmsg.NewProduceResponseTopicPartitionErrorRecord()
+			er.RelativeOffset, er.ErrorMessage = i, &ire.Reason
+			sp.ErrorRecords = append(sp.ErrorRecords, er)
+		}
+	}
 	sp.LogStartOffset = p.LogStartOffset()
 	if code == kerr.KafkaStorageError.Code || code == kerr.UnknownServerError.Code {
 		b.log.Error("produce failed", "topic", p.Topic(), "partition", p.Index(), "err", err)

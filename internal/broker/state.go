@@ -71,9 +71,8 @@ func (b *Broker) retentionLoop(stop <-chan struct{}) {
 
 // enforceRetention runs one retention pass over every open partition of
 // every topic whose cleanup.policy includes delete. A compact-only topic
-// (__consumer_offsets) keeps its segments whatever their age: it relies on
-// compaction, which Holdfast does not do yet, so nothing is ever deleted
-// from it.
+// (__consumer_offsets) keeps its segments whatever their age: the log
+// cleaner (cleaner.go) keeps it to the latest record per key instead.
 func (b *Broker) enforceRetention() {
 	for _, t := range b.meta.Topics() {
 		if !cleanupDeletes(b.topicConfigValue(t, "cleanup.policy")) {

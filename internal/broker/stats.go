@@ -10,6 +10,15 @@ import (
 	"holdfast/internal/storage"
 )
 
+// PartitionLog returns the log of a partition open on this node, nil if it
+// is not (for tests and tools: what a replica holds, byte for byte).
+func (b *Broker) PartitionLog(topic string, partition int32) *storage.Log {
+	if p := b.parts.Get(topic, partition); p != nil {
+		return p.Log()
+	}
+	return nil
+}
+
 // PartitionStats is what the broker shows of one partition it holds: the
 // offsets that say how much is written, committed and on disk, and its
 // replication state as this node sees it.

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -22,6 +24,22 @@ const (
 	offsetsTopic     = "__consumer_offsets"
 	transactionTopic = "__transaction_state"
 )
+
+// internalTopicConfigs are the configs an internal topic is created with,
+// Kafka's: compacted, with its own segment size (offsets.topic.segment.bytes,
+// transaction.state.log.segment.bytes) so that the active segment rolls
+// and the cleaner gets to the history.
+func (b *Broker) internalTopicConfigs(topic string) map[string]string {
+	seg := b.cfg.OffsetsTopicSegmentBytes
+	if topic != offsetsTopic {
+		seg = b.cfg.TxnTopicSegmentBytes
+	}
+	c := map[string]string{"cleanup.policy": "compact"}
+	if seg > 0 {
+		c["segment.bytes"] = strconv.FormatInt(min(max(seg, minSegmentBytes), math.MaxInt32), 10)
+	}
+	return c
+}
 
 // validateTopicName applies Kafka's topic name rules.
 func validateTopicName(name string) error {
@@ -271,6 +289,9 @@ func (b *Broker) applyLogConfigs(t controller.Topic) {
 			p.Log().SetConfig(cfg)
 			p.SetLogAppendTime(lat)
 		}
+	}
+	if cfg.Compact {
+		b.KickCleaner() // a compaction config changed: look now, not after the backoff
 	}
 }
 

@@ -94,7 +94,7 @@ func (b *Broker) txnCoordinator() (*txn.Coordinator, error) {
 		return c, nil
 	}
 	// An existing topic keeps its partition count: placement depends on it.
-	t, err := b.ensureTopic(txnStateTopic, n, map[string]string{"cleanup.policy": "compact"}, true)
+	t, err := b.ensureTopic(txnStateTopic, n, b.internalTopicConfigs(txnStateTopic), true)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", txnStateTopic, err)
 	}

@@ -110,6 +110,9 @@ func prepare(t testing.TB, opts ...func(*broker.Config, *wire.Limits)) (*Node, n
 	cfg := broker.DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.OffsetsTopicPartitions = 3 // keep start-up quick in tests
+	// A node that never finds its cluster fails the test instead of
+	// hanging it (a peer that could not start, say).
+	cfg.JoinTimeout = time.Minute
 	cfg.Logger = testLogger()
 	limits := wire.DefaultLimits()
 	for _, o := range opts {

@@ -81,7 +81,7 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) *prometheus.Regist
 	counter("holdfast_raft_replica_repairs_total", "Replicas whose storage failed, discarded and reopened to catch up from the others.",
 		func() int64 { return b.ReplicationStats().Repairs })
 
-	reg.MustRegister(&partitionCollector{b: b, internal: o.InternalPartitions}, &clusterCollector{b: b}, &groupCollector{b: b}, &fsyncCollector{b: b})
+	reg.MustRegister(&partitionCollector{b: b, internal: o.InternalPartitions}, &clusterCollector{b: b}, &groupCollector{b: b}, &fsyncCollector{b: b}, &cleanerCollector{b: b, internal: o.InternalPartitions})
 	return reg
 }
 
@@ -495,5 +495,82 @@ func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
 	for g, n := range members {
 		ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(n), g)
 		ch <- prometheus.MustNewConstMetric(descLagSum, prometheus.GaugeValue, float64(sums[g]), g)
+	}
+}
+
+// The log cleaner, named after Kafka's kafka.log:type=LogCleaner and
+// LogCleanerManager metrics.
+var (
+	descCleanerRuns        = prometheus.NewDesc("holdfast_log_cleaner_runs_total", "Cleaning passes completed.", nil, nil)
+	descCleanerAborted     = prometheus.NewDesc("holdfast_log_cleaner_aborted_total", "Passes abandoned because the log changed under them (retried later).", nil, nil)
+	descCleanerFailed      = prometheus.NewDesc("holdfast_log_cleaner_failed_total", "Passes that failed; their partition is then uncleanable until restart.", nil, nil)
+	descCleanerRead        = prometheus.NewDesc("holdfast_log_cleaner_read_bytes_total", "Bytes the cleaner read.", nil, nil)
+	descCleanerWritten     = prometheus.NewDesc("holdfast_log_cleaner_written_bytes_total", "Bytes the cleaner wrote.", nil, nil)
+	descCleanerReclaimed   = prometheus.NewDesc("holdfast_log_cleaner_reclaimed_bytes_total", "Segment bytes freed by cleaning (before minus after).", nil, nil)
+	descCleanerRecords     = prometheus.NewDesc("holdfast_log_cleaner_removed_records_total", "Records removed: superseded, keyless or of aborted transactions.", nil, nil)
+	descCleanerTombstones  = prometheus.NewDesc("holdfast_log_cleaner_removed_tombstones_total", "Tombstones removed after delete.retention.ms.", nil, nil)
+	descCleanerMarkers     = prometheus.NewDesc("holdfast_log_cleaner_removed_markers_total", "Transaction markers removed after delete.retention.ms.", nil, nil)
+	descCleanerThrottled   = prometheus.NewDesc("holdfast_log_cleaner_throttled_seconds_total", "Time cleaner threads waited for log.cleaner.io.max.bytes.per.second.", nil, nil)
+	descCleanerBufferUtil  = prometheus.NewDesc("holdfast_log_cleaner_max_buffer_utilization_percent", "Offset map use of the last pass, highest over threads (Kafka's max-buffer-utilization-percent).", nil, nil)
+	descCleanerRecopy      = prometheus.NewDesc("holdfast_log_cleaner_recopy_percent", "Bytes kept of the segments the last pass rewrote (Kafka's cleaner-recopy-percent).", nil, nil)
+	descCleanerCleanTime   = prometheus.NewDesc("holdfast_log_cleaner_max_clean_time_seconds", "Duration of the last pass, longest over threads (Kafka's max-clean-time-secs).", nil, nil)
+	descCleanerMaxDirty    = prometheus.NewDesc("holdfast_log_cleaner_max_dirty_percent", "Dirty share of the dirtiest compacted partition (Kafka's max-dirty-percent).", nil, nil)
+	descCleanerDelay       = prometheus.NewDesc("holdfast_log_cleaner_max_compaction_delay_seconds", "How far past max.compaction.lag.ms the most overdue partition is (Kafka's max-compaction-delay-secs).", nil, nil)
+	descCleanerUncleanable = prometheus.NewDesc("holdfast_log_cleaner_uncleanable_partitions_count", "Partitions the cleaner gave up on until restart (Kafka's uncleanable-partitions-count).", nil, nil)
+	descCleanerSinceRun    = prometheus.NewDesc("holdfast_log_cleaner_time_since_last_run_ms", "Milliseconds since the last pass ended (Kafka's time-since-last-run-ms).", nil, nil)
+	descCleanerThreads     = prometheus.NewDesc("holdfast_log_cleaner_threads", "Cleaner threads running (0 with log.cleaner.enable=false).", nil, nil)
+	descPartDirty          = prometheus.NewDesc("holdfast_partition_dirty_ratio", "A compacted partition's dirty share: bytes written since its last cleaning over its non-active bytes.", labels, nil)
+	descPartFirstDirty     = prometheus.NewDesc("holdfast_partition_cleaner_checkpoint_offset", "A compacted partition's first dirty offset: the cleaner's progress.", labels, nil)
+)
+
+type cleanerCollector struct {
+	b        *broker.Broker
+	internal bool // per-partition series of internal topics too
+}
+
+func (c *cleanerCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descCleanerRuns, descCleanerAborted, descCleanerFailed, descCleanerRead, descCleanerWritten,
+		descCleanerReclaimed, descCleanerRecords, descCleanerTombstones, descCleanerMarkers, descCleanerThrottled, descCleanerBufferUtil,
+		descCleanerRecopy, descCleanerCleanTime, descCleanerMaxDirty, descCleanerDelay, descCleanerUncleanable, descCleanerSinceRun,
+		descCleanerThreads, descPartDirty, descPartFirstDirty} {
+		ch <- d
+	}
+}
+
+func (c *cleanerCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.b.CleanerStats()
+	counter := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	}
+	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
+	counter(descCleanerRuns, float64(s.Runs))
+	counter(descCleanerAborted, float64(s.Aborted))
+	counter(descCleanerFailed, float64(s.Failed))
+	counter(descCleanerRead, float64(s.BytesRead))
+	counter(descCleanerWritten, float64(s.BytesWritten))
+	counter(descCleanerReclaimed, float64(s.BytesReclaimed))
+	counter(descCleanerRecords, float64(s.RecordsRemoved))
+	counter(descCleanerTombstones, float64(s.TombstonesRemoved))
+	counter(descCleanerMarkers, float64(s.MarkersRemoved))
+	counter(descCleanerThrottled, s.Throttled.Seconds())
+	gauge(descCleanerBufferUtil, 100*s.MaxBufferUtilization)
+	gauge(descCleanerRecopy, s.RecopyPercent)
+	gauge(descCleanerCleanTime, s.MaxCleanTime.Seconds())
+	gauge(descCleanerMaxDirty, s.MaxDirtyPercent)
+	gauge(descCleanerDelay, s.MaxCompactionDelay.Seconds())
+	gauge(descCleanerUncleanable, float64(s.Uncleanable))
+	gauge(descCleanerSinceRun, float64(s.SinceLastRun.Milliseconds()))
+	threads := 0
+	if s.Enabled {
+		threads = s.Threads
+	}
+	gauge(descCleanerThreads, float64(threads))
+	for _, p := range s.Partitions {
+		if p.Internal && !c.internal {
+			continue // summed nowhere: an internal topic's cleaning shows in the totals
+		}
+		l := []string{p.Topic, strconv.Itoa(int(p.Partition))}
+		ch <- prometheus.MustNewConstMetric(descPartDirty, prometheus.GaugeValue, p.DirtyRatio, l...)
+		ch <- prometheus.MustNewConstMetric(descPartFirstDirty, prometheus.GaugeValue, float64(p.FirstDirty), l...)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -164,12 +165,21 @@ func (p *Partition) Append(batch []byte) (AppendResult, error) {
 	if err != nil {
 		return AppendResult{}, validationError(err)
 	}
-	if h.Codec() != records.CodecNone || h.NumRecords > 0 {
-		// Decoding every record catches what the CRC cannot: a producer
-		// that computed the CRC over garbage, or a bad compressed body.
-		if err := records.ValidateRecords(batch); err != nil {
-			return AppendResult{}, validationError(err)
+	if !records.Dense(h) {
+		// What a producer sends has a record per offset; only the log
+		// cleaner leaves gaps.
+		return AppendResult{}, validationError(fmt.Errorf("records: lastOffsetDelta %d with %d records: %w", h.LastOffsetDelta, h.NumRecords, records.ErrCorrupt))
+	}
+	// Decoding every record catches what the CRC cannot: a producer that
+	// computed the CRC over garbage, or a bad compressed body.
+	if p.log.Config().Compact {
+		// Kafka refuses records without a key on a compacted topic: the
+		// cleaner could only drop them.
+		if err := p.checkKeys(batch); err != nil {
+			return AppendResult{}, err
 		}
+	} else if err := records.ValidateRecords(batch); err != nil {
+		return AppendResult{}, validationError(err)
 	}
 	if h.IsControl() {
 		// Control batches are written by the transaction coordinator only.
@@ -231,6 +241,42 @@ func (p *Partition) Append(batch []byte) (AppendResult, error) {
 	p.afterAppend()
 	return AppendResult{BaseOffset: base, LastOffset: h.LastOffset(), LogAppendTime: lat,
 		LogStartOffset: p.LogStartOffset()}, nil
+}
+
+// InvalidRecordError is INVALID_RECORD with Kafka's per-record detail
+// (Produce v8+ record_errors): the batch indexes of the refused records.
+type InvalidRecordError struct {
+	Indexes []int32
+	Reason  string // the message of each record error
+	Msg     string // the partition-level message
+}
+
+func (e *InvalidRecordError) Error() string { return e.Msg }
+func (e *InvalidRecordError) Unwrap() error { return kerr.InvalidRecord }
+
+// checkKeys decodes batch and refuses it if a record has no key.
+func (p *Partition) checkKeys(batch []byte) error {
+	var bad []int32
+	i := int32(0)
+	err := records.Each(batch, func(r records.Record) {
+		if r.Key == nil {
+			bad = append(bad, i)
+		}
+		i++
+	})
+	if err != nil {
+		return validationError(err)
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	reason := fmt.Sprintf("Compacted topic cannot accept message without key in topic partition %s-%d.", p.topic, p.index)
+	shown := make([]string, 0, 3)
+	for _, b := range bad[:min(len(bad), 3)] {
+		shown = append(shown, fmt.Sprintf("RecordError(batchIndex=%d, message='%s')", b, reason))
+	}
+	return &InvalidRecordError{Indexes: bad, Reason: reason,
+		Msg: fmt.Sprintf("One or more records have been rejected due to %d record errors in total, and only showing the first three errors at most: [%s]", len(bad), strings.Join(shown, ", "))}
 }
 
 // storageError classifies a failed log append: a closed log is a partition
@@ -394,6 +440,10 @@ func (p *Partition) ReadFile(offset int64, maxBytes int, readCommitted bool) (re
 	if offset >= limit {
 		return res, s, nil
 	}
+	if p.log.Config().Compact {
+		res.Records, err = p.readCompacted(offset, limit, maxBytes, &res, readCommitted)
+		return res, s, err
+	}
 	s, err = p.log.Read(offset, limit, maxBytes)
 	if err != nil {
 		if errors.Is(err, storage.ErrOffsetOutOfRange) {
@@ -406,6 +456,61 @@ func (p *Partition) ReadFile(offset int64, maxBytes int, readCommitted bool) (re
 		res.Aborted = p.abortedIn(offset, s.LastOffset)
 	}
 	return res, s, nil
+}
+
+// maxEmptyScan bounds the bytes of empty batches one read of a compacted
+// log skips before it returns the last of them as it is.
+const maxEmptyScan = 16 << 20
+
+// readCompacted is ReadFile on a compacted log: the batches are copied,
+// without the empty ones the cleaner leaves (segmentio/kafka-go stops at
+// an empty batch; every client steps over the gap instead). If the range
+// read holds only empty batches it reads on, so a consumer always gets
+// past them; after maxEmptyScan of them it returns the last one, which
+// every client but kafka-go steps over.
+func (p *Partition) readCompacted(offset, limit int64, maxBytes int, res *ReadResult, readCommitted bool) ([]byte, error) {
+	var lastEmpty []byte
+	scanned := 0
+	for from := offset; from < limit; {
+		s, err := p.log.Read(from, limit, maxBytes)
+		if err != nil {
+			if errors.Is(err, storage.ErrOffsetOutOfRange) {
+				return nil, ErrOffsetOutOfRange
+			}
+			return nil, fmt.Errorf("%w: %w", ErrStorage, err)
+		}
+		if s.Size == 0 {
+			s.Release()
+			break
+		}
+		buf, err := s.Bytes()
+		s.Release()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrStorage, err)
+		}
+		scanned += len(buf)
+		kept, last, err := records.DropEmpty(buf)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrStorage, err)
+		}
+		if len(kept) > 0 {
+			if readCommitted {
+				p.trimAborted(res.LogStartOffset)
+				res.Aborted = p.abortedIn(offset, last)
+			}
+			return kept, nil
+		}
+		for rest := buf; len(rest) > 0; {
+			if lastEmpty, rest, err = records.Next(rest); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrStorage, err)
+			}
+		}
+		if scanned >= maxEmptyScan {
+			return lastEmpty, nil
+		}
+		from = last + 1
+	}
+	return nil, nil
 }
 
 // Scan calls fn for every batch from offset on.

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -311,4 +312,44 @@ func (p *Partition) raiseStart(start int64) {
 			return
 		}
 	}
+}
+
+// CleanLimits bounds a log cleaning pass on p (storage.CleanOptions):
+// committed is the high watermark (only committed batches change; a Raft
+// log's uncommitted suffix may still be truncated); keepEmpty says every
+// batch must stay (a Raft log: batch i is entry i); tombstones and
+// transaction markers may be removed below removeBelow only. On a Raft
+// leader that is the least offset every replica has stored: a replica
+// still missing a tombstone may hold an older value of its key, and must
+// get the tombstone before it can be gone anywhere (a replica caught up
+// from the leader later gets neither). A follower removes none: it cannot
+// know what the others have.
+func (p *Partition) CleanLimits() (committed int64, keepEmpty bool, removeBelow int64) {
+	committed = p.HighWatermark()
+	rep := p.rep.Load()
+	if rep == nil {
+		return committed, false, math.MaxInt64
+	}
+	st, err := rep.host.Status(rep.group)
+	if err != nil || st.State != "StateLeader" {
+		return committed, true, 0
+	}
+	matched := map[uint64]int64{}
+	for _, r := range st.Replicas {
+		matched[r.ID] = r.MatchOffset
+	}
+	if st.Node != 0 {
+		matched[st.Node] = min(st.DurableOffset, committed)
+	}
+	removeBelow = committed
+	for _, ids := range [][]uint64{st.Voters, st.Learners} {
+		for _, id := range ids {
+			m, ok := matched[id]
+			if !ok {
+				return committed, true, 0
+			}
+			removeBelow = min(removeBelow, m)
+		}
+	}
+	return committed, true, removeBelow
 }

@@ -206,9 +206,13 @@ func (p *Partition) noteMarker(pid int64, epoch int16, commit bool, offset int64
 		p.txn.aborted = append(p.txn.aborted, AbortedTxn{ProducerID: pid, FirstOffset: first, LastOffset: offset})
 	}
 	p.txnMu.Unlock()
-	// A marker of a newer epoch (the coordinator fenced the producer) means
-	// the old epoch's batches are refused from now on, and the new epoch
-	// starts its sequences afresh.
+	p.notePID(pid, epoch)
+}
+
+// notePID applies a marker's producer epoch: a newer one (the coordinator
+// fenced the producer) means the old epoch's batches are refused from now
+// on, and the new epoch starts its sequences afresh.
+func (p *Partition) notePID(pid int64, epoch int16) {
 	if e := p.producers[pid]; e != nil && epoch > e.epoch {
 		e.epoch, e.batches = epoch, e.batches[:0]
 	}
@@ -383,7 +387,18 @@ func (p *Partition) replayTxn(h records.Header, batch []byte) error {
 		return nil
 	}
 	if !h.IsControl() {
-		p.noteTxnBatch(h.ProducerID, h.BaseOffset)
+		// An empty batch is what the log cleaner left of a decided
+		// transaction (it cleans only below the last stable offset): it
+		// opens nothing, and its marker may be gone.
+		if h.NumRecords > 0 {
+			p.noteTxnBatch(h.ProducerID, h.BaseOffset)
+		}
+		return nil
+	}
+	if h.NumRecords == 0 {
+		// A marker the cleaner removed after its delete horizon: it may
+		// still be kept (empty) for the producer epoch it carries.
+		p.notePID(h.ProducerID, h.ProducerEpoch)
 		return nil
 	}
 	commit, ok, err := markerType(batch)

@@ -52,6 +52,10 @@ const (
 	attrLogAppendTime = 0x08
 	attrTransactional = 0x10
 	attrControl       = 0x20
+	// attrDeleteHorizon (KIP-534): firstTimestamp holds the time after
+	// which the log cleaner may remove the batch's tombstones (or the
+	// transaction marker it is); record timestamps stay base + delta.
+	attrDeleteHorizon = 0x40
 )
 
 // Sentinel errors; the returned errors wrap them with detail.
@@ -92,6 +96,15 @@ func (h Header) IsControl() bool { return h.Attributes&attrControl != 0 }
 
 // LogAppendTime reports attribute bit 3 (timestamps are the broker's).
 func (h Header) LogAppendTime() bool { return h.Attributes&attrLogAppendTime != 0 }
+
+// DeleteHorizon returns the batch's delete horizon (unix ms) and whether it
+// has one (attribute bit 6, set by the log cleaner).
+func (h Header) DeleteHorizon() (int64, bool) {
+	if h.Attributes&attrDeleteHorizon == 0 {
+		return 0, false
+	}
+	return h.FirstTimestamp, true
+}
 
 // LastOffset is the offset of the batch's last record.
 func (h Header) LastOffset() int64 { return h.BaseOffset + int64(h.LastOffsetDelta) }
@@ -158,9 +171,10 @@ func Validate(b []byte, maxBytes int) (Header, error) {
 	if h.LastOffsetDelta < 0 {
 		return h, fmt.Errorf("records: negative lastOffsetDelta %d: %w", h.LastOffsetDelta, ErrCorrupt)
 	}
-	// Producers number records 0..n-1. A batch left empty by compaction keeps
-	// its lastOffsetDelta, so only non-empty batches are checked exactly.
-	if h.NumRecords > 0 && h.LastOffsetDelta != h.NumRecords-1 {
+	// Producers number records 0..n-1 (see Dense). The log cleaner keeps a
+	// batch's lastOffsetDelta while removing records, so a stored batch
+	// may have fewer records than offsets, never more.
+	if h.NumRecords > 0 && h.LastOffsetDelta < h.NumRecords-1 {
 		return h, fmt.Errorf("records: lastOffsetDelta %d with %d records: %w", h.LastOffsetDelta, h.NumRecords, ErrCorrupt)
 	}
 	if h.Codec() > CodecZstd {
@@ -172,6 +186,10 @@ func Validate(b []byte, maxBytes int) (Header, error) {
 	}
 	return h, nil
 }
+
+// Dense reports whether a batch numbers its records 0..n-1 with n > 0, as
+// a producer's batch must: only the log cleaner leaves gaps or empties one.
+func Dense(h Header) bool { return h.NumRecords > 0 && h.LastOffsetDelta == h.NumRecords-1 }
 
 // minRecordSize: length, attributes, timestamp delta, offset delta, key
 // length, value length, header count — one byte each at least.
@@ -195,6 +213,31 @@ func Next(buf []byte) (batch, rest []byte, err error) {
 		return nil, buf, fmt.Errorf("records: batch of %d bytes, have %d: %w", size, len(buf), ErrTruncated)
 	}
 	return buf[:size:size], buf[size:], nil
+}
+
+// DropEmpty removes, in place, the batches without records from buf (whole
+// batches, as a log stores them) and returns what is left and the last
+// offset of the last batch it saw (-1 if none). The log cleaner leaves
+// empty batches where a batch must keep its place; some clients
+// (segmentio/kafka-go) stop at one, while every client steps over a gap.
+func DropEmpty(buf []byte) (kept []byte, last int64, err error) {
+	kept, last = buf[:0], -1
+	for rest := buf; len(rest) > 0; {
+		b, r, err := Next(rest)
+		if err != nil {
+			return nil, -1, err
+		}
+		h, err := ParseHeader(b)
+		if err != nil {
+			return nil, -1, err
+		}
+		last = h.LastOffset()
+		if h.NumRecords > 0 {
+			kept = append(kept, b...) // never ahead of b: kept is a prefix of buf
+		}
+		rest = r
+	}
+	return kept, last, nil
 }
 
 // SetBaseOffset rewrites the batch's baseOffset in place (not covered by the CRC).
@@ -224,6 +267,14 @@ type Record struct {
 	Key       []byte // nil: null key
 	Value     []byte // nil: null value (tombstone)
 	Headers   []kmsg.Header
+}
+
+// Each decompresses and decodes the records of batch b (already
+// Validated) and calls fn for each in order. A record's Key, Value and
+// header values alias the (decompressed) batch: copy what is kept after fn.
+func Each(b []byte, fn func(Record)) error {
+	_, err := decode(b, fn)
+	return err
 }
 
 // ValidateRecords decompresses b (one batch, already Validated) and decodes
@@ -472,6 +523,85 @@ func Build(opts Batch, recs []Record) ([]byte, error) {
 	be.PutUint32(b[offNumRecords:], uint32(len(recs)))
 	be.PutUint32(b[offCRC:], Checksum(b))
 	return b, nil
+}
+
+// Empty returns a batch with h's header and no records, what the log
+// cleaner leaves where nothing of a batch survives but the batch itself
+// must stay (it carries producer state, or is a Raft entry): baseOffset,
+// lastOffsetDelta, partitionLeaderEpoch, timestamps and producer fields are
+// h's, the codec is none (there is nothing to decompress), the other
+// attributes (transactional, control, timestamp type, delete horizon) stay.
+func Empty(h Header) []byte {
+	b := make([]byte, HeaderSize)
+	writeHeader(b, h, uint16(h.Attributes)&^attrCodecMask, h.FirstTimestamp, 0)
+	return b
+}
+
+// Rebuild encodes recs (a subset of the records of the batch whose header
+// is h, in offset order, Offset and Timestamp absolute) as that batch
+// again: the header fields stay h's except the record count, the CRC and,
+// with horizon >= 0, a delete horizon (firstTimestamp = horizon, attribute
+// bit 6). Offset deltas are kept, so every record keeps its offset; records
+// are compressed with h's codec.
+func Rebuild(h Header, recs []Record, horizon int64) ([]byte, error) {
+	if len(recs) == 0 {
+		return Empty(h), nil
+	}
+	base := h.FirstTimestamp
+	attr := uint16(h.Attributes)
+	if horizon >= 0 {
+		base, attr = horizon, attr|attrDeleteHorizon
+	}
+	var body, rec []byte
+	for _, r := range recs {
+		delta := r.Offset - h.BaseOffset
+		if delta < 0 || delta > int64(h.LastOffsetDelta) {
+			return nil, fmt.Errorf("records: rebuild: record offset %d outside batch [%d, %d]: %w", r.Offset, h.BaseOffset, h.LastOffset(), ErrCorrupt)
+		}
+		rec = rec[:0]
+		rec = append(rec, 0) // attributes
+		rec = binary.AppendVarint(rec, r.Timestamp-base)
+		rec = binary.AppendVarint(rec, delta)
+		rec = appendBytes(rec, r.Key)
+		rec = appendBytes(rec, r.Value)
+		rec = binary.AppendVarint(rec, int64(len(r.Headers)))
+		for _, hd := range r.Headers {
+			rec = binary.AppendVarint(rec, int64(len(hd.Key)))
+			rec = append(rec, hd.Key...)
+			rec = appendBytes(rec, hd.Value)
+		}
+		body = binary.AppendVarint(body, int64(len(rec)))
+		body = append(body, rec...)
+	}
+	if c := h.Codec(); c != CodecNone {
+		var err error
+		if body, err = Compress(c, body); err != nil {
+			return nil, err
+		}
+	}
+	b := make([]byte, HeaderSize, HeaderSize+len(body))
+	b = append(b, body...)
+	writeHeader(b, h, attr, base, int32(len(recs)))
+	return b, nil
+}
+
+// writeHeader fills b's header from h with the given attributes, first
+// timestamp and record count, the length from len(b), and the CRC.
+func writeHeader(b []byte, h Header, attr uint16, firstTS int64, n int32) {
+	be := binary.BigEndian
+	be.PutUint64(b[offBaseOffset:], uint64(h.BaseOffset))
+	be.PutUint32(b[offLength:], uint32(len(b)-lengthPrefix))
+	be.PutUint32(b[offLeaderEpoch:], uint32(h.PartitionLeaderEpoch))
+	b[offMagic] = 2
+	be.PutUint16(b[offAttributes:], attr)
+	be.PutUint32(b[offLastOffsetDelta:], uint32(h.LastOffsetDelta))
+	be.PutUint64(b[offFirstTimestamp:], uint64(firstTS))
+	be.PutUint64(b[offMaxTimestamp:], uint64(h.MaxTimestamp))
+	be.PutUint64(b[offProducerID:], uint64(h.ProducerID))
+	be.PutUint16(b[offProducerEpoch:], uint16(h.ProducerEpoch))
+	be.PutUint32(b[offBaseSequence:], uint32(h.BaseSequence))
+	be.PutUint32(b[offNumRecords:], uint32(n))
+	be.PutUint32(b[offCRC:], Checksum(b))
 }
 
 func appendBytes(dst, v []byte) []byte {

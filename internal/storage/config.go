@@ -66,11 +66,32 @@ type Config struct {
 	MaxMessageBytes    int           // max.message.bytes
 	IndexIntervalBytes int           // index.interval.bytes
 	Flush              FlushPolicy
+	// FlushMessages is flush.messages: with a policy other than sync, an
+	// fsync is started (in the background) each time this many records
+	// were appended since the last one; 0 or 1 add nothing (1 is sync,
+	// which the caller expresses as Flush).
+	FlushMessages int64
+	// SegmentJitter is segment.jitter.ms: each segment rolls a random
+	// time in [0, SegmentJitter) before SegmentMs, so that logs created
+	// together do not all roll at once.
+	SegmentJitter time.Duration
+	// IndexMaxEntries is segment.index.bytes / 8 (Kafka's offset index
+	// entry size): a segment rolls once its offset index holds this many
+	// entries. At most 1 Mi (Holdfast's per-segment bound).
+	IndexMaxEntries int
+
+	// Compaction (cleaner.go). Compact is cleanup.policy containing
+	// "compact"; the rest are Kafka's topic configs of the same names.
+	Compact           bool
+	MinCompactionLag  time.Duration // min.compaction.lag.ms
+	MaxCompactionLag  time.Duration // max.compaction.lag.ms; <= 0 for none
+	MinCleanableRatio float64       // min.cleanable.dirty.ratio
+	DeleteRetention   time.Duration // delete.retention.ms
 }
 
 // Limits applied by normalize so a bad config cannot break an invariant.
 const (
-	minSegmentBytes = 1024
+	minSegmentBytes = 14 // Kafka's (LegacyRecord.RECORD_OVERHEAD_V0): a segment then holds one batch
 	// Index positions are uint32; keep segments below 2 GiB as Kafka does.
 	maxSegmentBytes       = 1<<31 - 1
 	maxMaxMessageBytes    = 64 << 20
@@ -88,7 +109,22 @@ func DefaultConfig() Config {
 		MaxMessageBytes:    defaultMaxMessageSize,
 		IndexIntervalBytes: 4096,
 		Flush:              FlushPolicy{Mode: FlushSync},
+		IndexMaxEntries:    maxIndexEntries,
+		MinCleanableRatio:  0.5,
+		DeleteRetention:    24 * time.Hour,
 	}
+}
+
+// rollMs is how long after its first append a segment rolls: segment.ms,
+// or max.compaction.lag.ms if shorter on a compacted log (Kafka's rule: the
+// active segment is never cleaned, so it must roll for the lag to hold),
+// less the segment's jitter.
+func (c Config) rollMs(jitter time.Duration) int64 {
+	d := c.SegmentMs
+	if c.Compact && c.MaxCompactionLag > 0 {
+		d = min(d, c.MaxCompactionLag)
+	}
+	return max((d - jitter).Milliseconds(), 1)
 }
 
 // normalize fills zero values with defaults and clamps to the limits.
@@ -114,6 +150,13 @@ func (c Config) normalize() Config {
 	if c.IndexIntervalBytes <= 0 {
 		c.IndexIntervalBytes = d.IndexIntervalBytes
 	}
+	if c.IndexMaxEntries <= 0 || c.IndexMaxEntries > maxIndexEntries {
+		c.IndexMaxEntries = maxIndexEntries
+	}
+	c.SegmentJitter = max(c.SegmentJitter, 0)
+	c.MinCleanableRatio = min(max(c.MinCleanableRatio, 0), 1)
+	c.MinCompactionLag = max(c.MinCompactionLag, 0)
+	c.DeleteRetention = max(c.DeleteRetention, 0)
 	if c.Flush.Mode == FlushInterval && c.Flush.Interval <= 0 {
 		c.Flush.Interval = time.Second
 	}

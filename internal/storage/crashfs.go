@@ -33,8 +33,55 @@ type CrashFS struct {
 	inject   []injected
 	delay    time.Duration // added to every Sync, to model device latency
 	reads    int64         // ReadAt calls, to prove lookups use the index
+	// Power cut at a chosen point: ops counts mutating operations;
+	// crashIn > 0 crashes the FS when that many more have been asked for
+	// (the last one does not happen), after which it is down - every
+	// operation fails - until Reboot.
+	ops      int64
+	crashIn  int64
+	down     bool
 	onSync   func(path string)
 	delayFor map[string]time.Duration // extra Sync delay by path substring
+}
+
+// CrashAfter arranges a power cut (Crash) in place of the n-th mutating
+// operation from now (create, write, sync, truncate, remove, rename, dir
+// sync); the FS is then down until Reboot.
+func (fs *CrashFS) CrashAfter(n int64) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.crashIn = n
+}
+
+// Reboot brings a crashed FS back up (the machine restarted).
+func (fs *CrashFS) Reboot() {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.down, fs.crashIn = false, 0
+}
+
+// Ops is the number of mutating operations asked for so far.
+func (fs *CrashFS) Ops() int64 {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.ops
+}
+
+// tick accounts for a mutating operation (fs.mu held): it fails if the FS
+// is down or this is the operation CrashAfter chose, which crashes it.
+func (fs *CrashFS) tick(op, path string) error {
+	if fs.down {
+		return &os.PathError{Op: op, Path: path, Err: errCrashed}
+	}
+	fs.ops++
+	if fs.crashIn > 0 {
+		if fs.crashIn--; fs.crashIn == 0 {
+			fs.crashLocked(false)
+			fs.down = true
+			return &os.PathError{Op: op, Path: path, Err: errCrashed}
+		}
+	}
+	return nil
 }
 
 // SetSyncDelayFor makes Sync of every file whose path contains pathSubstr
@@ -174,6 +221,10 @@ func (fs *CrashFS) CrashTorn() { fs.crash(true) }
 func (fs *CrashFS) crash(torn bool) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	fs.crashLocked(torn)
+}
+
+func (fs *CrashFS) crashLocked(torn bool) {
 	fs.gen++
 	names := map[string]*memNode{}
 	keys := make([]string, 0, len(fs.durable))
@@ -219,6 +270,14 @@ func (fs *CrashFS) OpenFile(name string, flag int, perm os.FileMode) (File, erro
 	if err := fs.injectedErr(OpOpen, name); err != nil {
 		return nil, err
 	}
+	if fs.down {
+		return nil, &os.PathError{Op: "open", Path: name, Err: errCrashed}
+	}
+	if flag&(os.O_CREATE|os.O_TRUNC) != 0 {
+		if err := fs.tick("open", name); err != nil {
+			return nil, err
+		}
+	}
 	if !fs.dirs[filepath.Dir(name)] {
 		return nil, &os.PathError{Op: "open", Path: name, Err: os.ErrNotExist}
 	}
@@ -246,6 +305,9 @@ func (fs *CrashFS) Remove(name string) error {
 	if err := fs.injectedErr(OpRemove, name); err != nil {
 		return err
 	}
+	if err := fs.tick(OpRemove, name); err != nil {
+		return err
+	}
 	if _, ok := fs.names[name]; !ok {
 		return &os.PathError{Op: "remove", Path: name, Err: os.ErrNotExist}
 	}
@@ -258,6 +320,9 @@ func (fs *CrashFS) Rename(oldname, newname string) error {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if err := fs.injectedErr(OpRename, oldname); err != nil {
+		return err
+	}
+	if err := fs.tick(OpRename, oldname); err != nil {
 		return err
 	}
 	n, ok := fs.names[oldname]
@@ -318,6 +383,9 @@ func (fs *CrashFS) ReadDir(dir string) ([]string, error) {
 	dir = filepath.Clean(dir)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	if fs.down {
+		return nil, &os.PathError{Op: "readdir", Path: dir, Err: errCrashed}
+	}
 	if !fs.dirs[dir] {
 		return nil, &os.PathError{Op: "readdir", Path: dir, Err: os.ErrNotExist}
 	}
@@ -357,6 +425,10 @@ func (fs *CrashFS) SyncDir(dir string) error {
 	dir = filepath.Clean(dir)
 	fs.mu.Lock()
 	if err := fs.injectedErr(OpSyncDir, dir); err != nil {
+		fs.mu.Unlock()
+		return err
+	}
+	if err := fs.tick(OpSyncDir, dir); err != nil {
 		fs.mu.Unlock()
 		return err
 	}
@@ -422,10 +494,17 @@ func (f *memFile) check(op string) error {
 	if f.closed {
 		return &os.PathError{Op: op, Path: f.name, Err: os.ErrClosed}
 	}
-	if f.gen != f.fs.gen {
+	if f.gen != f.fs.gen || f.fs.down {
 		return &os.PathError{Op: op, Path: f.name, Err: errCrashed}
 	}
-	return f.fs.injectedErr(op, f.name)
+	if err := f.fs.injectedErr(op, f.name); err != nil {
+		return err
+	}
+	switch op {
+	case OpWrite, OpSync, OpTruncate:
+		return f.fs.tick(op, f.name)
+	}
+	return nil
 }
 
 func (f *memFile) ReadAt(p []byte, off int64) (int, error) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -77,15 +78,24 @@ type Log struct {
 	maxMessage atomic.Int64 // copy of cfg.MaxMessageBytes for lock-free validation
 	durable    atomic.Int64 // every offset below it is fsynced
 
-	mu       sync.RWMutex
-	cfg      Config
-	segs     []*segment // ascending base; the last one is active
-	start    int64
-	end      int64
-	epochs   []epochEntry
-	failed   error // sticky: set when an fsync failed
-	closed   bool
-	truncGen uint64 // bumped by Truncate: a sync cycle begun before it claims nothing
+	mu        sync.RWMutex
+	cfg       Config
+	segs      []*segment // ascending base; the last one is active
+	start     int64
+	end       int64
+	epochs    []epochEntry
+	failed    error // sticky: set when an fsync failed
+	closed    bool
+	truncGen  uint64 // bumped by Truncate: a sync cycle begun before it claims nothing
+	unflushed int64  // records appended since flush.messages last asked for an fsync
+
+	// Compaction (cleaner.go): the cleaner checkpoint (first dirty offset,
+	// persisted in cleaner-offset-checkpoint), the earliest delete horizon
+	// a pass left for later (0: none), and whether a pass runs.
+	firstDirty     int64
+	nextHorizon    int64
+	blockedRemoval int64 // see pass.blocked; -1 none
+	cleaning       atomic.Bool
 
 	waitMu sync.Mutex
 	waitCh chan struct{} // closed and replaced when durable/failed changes
@@ -122,6 +132,8 @@ func Open(dir string, cfg Config, opts Options) (*Log, error) {
 		now:    opts.Now,
 		cfg:    cfg.normalize(),
 		waitCh: make(chan struct{}),
+
+		blockedRemoval: -1,
 	}
 	l.maxMessage.Store(int64(l.cfg.MaxMessageBytes))
 	if err := l.recover(); err != nil {
@@ -143,9 +155,16 @@ func (l *Log) recover() error {
 	if err != nil {
 		return fmt.Errorf("storage: open %s: %w", l.dir, err)
 	}
+	if changed, err := l.recoverSwaps(names); err != nil {
+		return err
+	} else if changed {
+		if names, err = l.fs.ReadDir(l.dir); err != nil {
+			return fmt.Errorf("storage: open %s: %w", l.dir, err)
+		}
+	}
 	logs := map[int64]bool{}
 	var indexes []string
-	haveEpochs, haveStart, haveOrds := false, false, false
+	haveEpochs, haveStart, haveOrds, haveCleaner := false, false, false, false
 	for _, name := range names {
 		base, suf, ok := parseSegmentName(name)
 		switch {
@@ -159,6 +178,8 @@ func (l *Log) recover() error {
 			haveStart = true
 		case name == ordinalCheckpoint:
 			haveOrds = true
+		case name == cleanerCheckpoint:
+			haveCleaner = true
 		case strings.HasSuffix(name, ".tmp"):
 			// An interrupted atomic write: the old file is still intact.
 			if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil {
@@ -187,6 +208,18 @@ func (l *Log) recover() error {
 			return fmt.Errorf("storage: open %s: damaged %s: %w", l.dir, startCheckpoint, err)
 		}
 		l.start = v
+	}
+	if haveCleaner {
+		// Only a hint: a missing or damaged one means the next pass
+		// cleans from the start again.
+		b, err := ReadFile(l.fs, filepath.Join(l.dir, cleanerCheckpoint), 128)
+		if err == nil {
+			err = l.parseCleanerCheckpoint(b)
+		}
+		if err != nil {
+			l.logger.Warn("storage: ignoring damaged cleaner checkpoint", "err", err)
+			l.firstDirty, l.nextHorizon, l.blockedRemoval = 0, 0, -1
+		}
 	}
 	bases := make([]int64, 0, len(logs))
 	for b := range logs {
@@ -365,6 +398,9 @@ func (l *Log) createSegment(base int64) (*segment, error) {
 		return nil, err
 	}
 	s.loaded = true
+	if j := l.cfg.SegmentJitter; j > 0 {
+		s.jitter = time.Duration(rand.Int64N(int64(j)))
+	}
 	if err := l.fs.SyncDir(l.dir); err != nil {
 		s.closeFiles()
 		return nil, fmt.Errorf("storage: create segment %s: sync dir: %w", s.path(logSuffix), err)
@@ -574,6 +610,14 @@ func (l *Log) appendLocked(batch []byte, h records.Header) (AppendInfo, error) {
 	s.size += int64(n)
 	l.end = h.LastOffset() + 1
 	s.next = l.end
+	if n := l.cfg.FlushMessages; n > 1 && l.cfg.Flush.Mode != FlushSync {
+		// flush.messages: start an fsync every n records (nobody waits).
+		if l.unflushed += int64(h.NumRecords); l.unflushed >= n {
+			l.unflushed = 0
+			// Not under l.mu: a closed Syncer syncs inline.
+			go l.syncer.request(l)
+		}
+	}
 	if l.cfg.Flush.Mode == FlushInterval && l.timerArmed.CompareAndSwap(false, true) {
 		time.AfterFunc(l.cfg.Flush.Interval, func() {
 			l.timerArmed.Store(false)
@@ -594,7 +638,7 @@ func (l *Log) shouldRollLocked(s *segment, h records.Header) bool {
 		return true
 	}
 	s.idxMu.Lock()
-	full := len(s.offIdx) >= maxIndexEntries || len(s.timeIdx) >= maxIndexEntries
+	full := len(s.offIdx) >= l.cfg.IndexMaxEntries || len(s.timeIdx) >= maxIndexEntries
 	s.idxMu.Unlock()
 	if full {
 		return true
@@ -602,7 +646,7 @@ func (l *Log) shouldRollLocked(s *segment, h records.Header) bool {
 	// segment.ms counts from the wall-clock time of the segment's first
 	// append in this process, not from a client timestamp (which may be
 	// years old and would roll every batch).
-	return s.firstTS >= 0 && l.now().UnixMilli()-s.firstTS >= l.cfg.SegmentMs.Milliseconds()
+	return s.firstTS >= 0 && l.now().UnixMilli()-s.firstTS >= l.cfg.rollMs(s.jitter)
 }
 
 // rollLocked seals the active segment — fsyncs its data and indexes, so
@@ -1090,6 +1134,9 @@ func (l *Log) Truncate(offset int64) error {
 	if l.truncateEpochsLocked(offset) {
 		errs = append(errs, l.writeEpochsLocked())
 	}
+	if offset < l.firstDirty {
+		errs = append(errs, l.resetCleanedLocked(offset))
+	}
 	if err := errors.Join(errs...); err != nil {
 		l.failLocked(fmt.Errorf("truncate to %d: %w", offset, err))
 		return fmt.Errorf("storage: truncate %s to %d: %w", l.dir, offset, err)
@@ -1166,6 +1213,9 @@ func (l *Log) resetLocked(offset, ordinal int64) error {
 	s.firstOrd = ordinal
 	l.segs = []*segment{s}
 	l.start, l.end = offset, offset
+	if err := l.resetCleanedLocked(offset); err != nil {
+		return err
+	}
 	l.truncGen++
 	l.durable.Store(offset)
 	l.epochs = nil

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"holdfast/internal/records"
 )
@@ -77,10 +78,11 @@ type segment struct {
 	f    File
 
 	// Guarded by Log.mu: written with it held exclusively.
-	size     int64 // bytes of whole batches in f
-	next     int64 // offset after the last batch (exact for the active segment)
-	firstOrd int64 // log-wide ordinal of the segment's first batch
-	firstTS  int64 // wall-clock ms of the first append, for segment.ms (-1: none)
+	size     int64         // bytes of whole batches in f
+	next     int64         // offset after the last batch (exact for the active segment)
+	firstOrd int64         // log-wide ordinal of the segment's first batch
+	firstTS  int64         // wall-clock ms of the first append, for segment.ms (-1: none)
+	jitter   time.Duration // segment.jitter.ms: this segment rolls this much early
 
 	refs atomic.Int32 // 1 for the log + 1 per outstanding Slice/sync
 
@@ -387,19 +389,12 @@ func (s *segment) persistLocked(l *Log, synced int64, sync bool) error {
 	var ob, tb []byte
 	n := s.offPersisted
 	for n < len(s.offIdx) && int64(s.offIdx[n].pos) < synced {
-		e := s.offIdx[n]
-		ob = binary.BigEndian.AppendUint32(ob, e.rel)
-		ob = binary.BigEndian.AppendUint32(ob, e.pos)
-		ob = binary.BigEndian.AppendUint32(ob, e.ord)
-		ob = binary.BigEndian.AppendUint32(ob, crc32.Checksum(ob[len(ob)-12:], castagnoli))
+		ob = appendOffEntry(ob, s.offIdx[n])
 		n++
 	}
 	m := s.timePersisted
 	for m < len(s.timeIdx) && int64(s.timeIdx[m].pos) < synced {
-		e := s.timeIdx[m]
-		tb = binary.BigEndian.AppendUint64(tb, uint64(e.ts))
-		tb = binary.BigEndian.AppendUint32(tb, e.rel)
-		tb = binary.BigEndian.AppendUint32(tb, crc32.Checksum(tb[len(tb)-12:], castagnoli))
+		tb = appendTimeEntry(tb, s.timeIdx[m])
 		m++
 	}
 	if len(ob) == 0 && len(tb) == 0 && !sync {
@@ -425,6 +420,21 @@ func (s *segment) persistLocked(l *Log, synced int64, sync bool) error {
 		}
 	}
 	return nil
+}
+
+// appendOffEntry encodes an offset index entry with its CRC.
+func appendOffEntry(b []byte, e offEntry) []byte {
+	b = binary.BigEndian.AppendUint32(b, e.rel)
+	b = binary.BigEndian.AppendUint32(b, e.pos)
+	b = binary.BigEndian.AppendUint32(b, e.ord)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[len(b)-12:], castagnoli))
+}
+
+// appendTimeEntry encodes a time index entry with its CRC.
+func appendTimeEntry(b []byte, e timeEntry) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(e.ts))
+	b = binary.BigEndian.AppendUint32(b, e.rel)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[len(b)-12:], castagnoli))
 }
 
 // writeEntries appends b; on a short write it cuts the file back to prev so
