@@ -3,8 +3,10 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -16,9 +18,10 @@ import (
 
 // adminHandler is the admin listener (--metrics-listen, loopback by
 // default): the web console at /, Prometheus /metrics, /healthz and
-// /debug/pprof. kafkaAddr is where the console's Kafka client reaches this
-// node. The returned func stops the console.
-func adminHandler(b *broker.Broker, srv *wire.Server, logger *slog.Logger, kafkaAddr string, sc *serveConfig) (http.Handler, func()) {
+// /debug/pprof. The console's Kafka client reaches this node on its
+// inter-broker listener (lns are the bound Kafka listeners, in sec's
+// order), logged in as this node. The returned func stops the console.
+func adminHandler(b *broker.Broker, srv *wire.Server, logger *slog.Logger, sec *serveSecurity, lns []net.Listener, sc *serveConfig) (http.Handler, func()) {
 	mux := http.NewServeMux()
 	reg := metrics.New(b, srv, metrics.Options{InternalPartitions: sc.metricsInternal})
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -29,8 +32,13 @@ func adminHandler(b *broker.Broker, srv *wire.Server, logger *slog.Logger, kafka
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	stop := func() {}
 	if sc.console {
-		c, err := console.New(console.Config{Broker: b, Seeds: []string{kafkaAddr}, Logger: logger.With("component", "console"),
-			LagSampleInterval: sc.consoleSample})
+		i := slices.IndexFunc(sec.listeners, func(l serveListener) bool { return l.wire.Internal })
+		seed, opts, err := sec.consoleClient(clientAddr(lns[i].Addr().String(), sec.listeners[i].bind))
+		var c *console.Console
+		if err == nil {
+			c, err = console.New(console.Config{Broker: b, Seeds: []string{seed}, ClientOpts: opts, Logger: logger.With("component", "console"),
+				LagSampleInterval: sc.consoleSample})
+		}
 		if err != nil {
 			logger.Error("console disabled", "err", err)
 		} else {

@@ -310,6 +310,8 @@ func TestCLINoBroker(t *testing.T) {
 		{"cluster", "status"},
 		{"cluster", "elect-leaders"},
 		{"verify"},
+		{"user", "list"},
+		{"acl", "list"},
 	} {
 		fails(t, exitTimeout, "no broker answered", append(args, b, "--timeout", "2s")...)
 	}
@@ -365,4 +367,71 @@ func TestCLIReassignAndUnregister(t *testing.T) {
 		t.Fatalf("unregister an unknown broker: exit %d\n%s", r.code, r.err)
 	}
 	fails(t, 2, "--id", "cluster", "unregister", b)
+}
+
+// TestCLISecurityCommands: user, acl and certs against a broker without
+// security, and their usage errors. (With security they are run by
+// TestSecurityDocSingleNode.)
+func TestCLISecurityCommands(t *testing.T) {
+	b := "--bootstrap=" + startBroker(t)
+	if out := ok(t, "", "user", "set", "--name", "alice", "--password", "pw", b); out != "set SCRAM-SHA-512 for alice\n" {
+		t.Fatalf("user set: %q", out)
+	}
+	r := hf(t, "", "user", "set", "--name", "bob", "--mechanism", "scram-sha-256", "--iterations", "4096", b)
+	if r.code != exitUsage || !strings.Contains(r.err, "--password or HOLDFAST_PASSWORD") {
+		t.Fatalf("user set without a password: exit %d\n%s", r.code, r.err)
+	}
+	cmd := exec.Command(binary, "user", "set", "--name", "bob", "--mechanism", "scram-sha-256", "--iterations", "4096", b)
+	cmd.Env = append(os.Environ(), "HOLDFAST_PASSWORD=from-env")
+	if out, err := cmd.CombinedOutput(); err != nil || string(out) != "set SCRAM-SHA-256 for bob\n" {
+		t.Fatalf("user set with HOLDFAST_PASSWORD: %v %s", err, out)
+	}
+	list := ok(t, "", "user", "list", b)
+	row(t, list, "alice", "SCRAM-SHA-512", "8192")
+	row(t, list, "bob", "SCRAM-SHA-256", "4096")
+	ok(t, "", "user", "delete", "--name", "bob", "--mechanism", "SCRAM-SHA-256", b)
+	if list := ok(t, "", "user", "list", b); strings.Contains(list, "bob") {
+		t.Fatalf("bob still listed:\n%s", list)
+	}
+	fails(t, exitFailed, "RESOURCE_NOT_FOUND", "user", "list", "--name", "bob", b)
+	fails(t, exitUsage, `required flag(s) "name"`, "user", "set", "--password", "x", b)
+	fails(t, exitUsage, "--mechanism", "user", "delete", "--name", "x", "--mechanism", "MD5", b)
+	fails(t, exitUsage, "--iterations 100", "user", "set", "--name", "x", "--password", "y", "--iterations", "100", b)
+
+	// Without an authorizer the ACL APIs answer SECURITY_DISABLED.
+	fails(t, exitFailed, "SECURITY_DISABLED", "acl", "list", b)
+	fails(t, exitFailed, "SECURITY_DISABLED", "acl", "create", "--allow", "User:alice", "--operation", "read", "--topic", "t", b)
+	fails(t, exitUsage, "give one of --allow", "acl", "create", "--operation", "read", "--topic", "t", b)
+	fails(t, exitUsage, "give --operation", "acl", "create", "--allow", "User:a", "--topic", "t", b)
+	fails(t, exitUsage, "give a resource", "acl", "create", "--allow", "User:a", "--operation", "read", b)
+	fails(t, exitUsage, "want User:name", "acl", "create", "--allow", "alice", "--operation", "read", "--topic", "t", b)
+	fails(t, exitUsage, `--operation "fly"`, "acl", "create", "--allow", "User:a", "--operation", "fly", "--topic", "t", b)
+	fails(t, exitUsage, "give a resource", "acl", "delete", "--allow", "User:a", b)
+
+	dir := filepath.Join(t.TempDir(), "certs")
+	out := ok(t, "", "certs", "--dir", dir, "--nodes", "2", "--clients", "alice")
+	if !strings.Contains(out, "made a CA") || !strings.Contains(out, "node-2") || !strings.Contains(out, "CN=alice, client") {
+		t.Fatalf("certs:\n%s", out)
+	}
+	for _, f := range []string{"ca.pem", "ca.key", "node-1.pem", "node-2.crt", "node-2.key", "alice.pem", "alice.crt", "alice.key"} {
+		fi, err := os.Stat(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f != "ca.pem" && fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v, want 0600 (a private key)", f, fi.Mode().Perm())
+		}
+	}
+	if out := ok(t, "", "certs", "--dir", dir, "--nodes", "0", "--clients", "bob"); !strings.Contains(out, "using the CA") {
+		t.Fatalf("certs with an existing CA:\n%s", out)
+	}
+	fails(t, exitUsage, "--clients", "certs", "--dir", dir, "--clients", "../evil")
+	fails(t, exitUsage, "--days", "certs", "--dir", dir, "--days", "0")
+
+	// A --command-config that cannot be used is a usage error.
+	bad := filepath.Join(t.TempDir(), "client.properties")
+	os.WriteFile(bad, []byte("security.protocol=SASL_SSL\nsasl.mechanism=GSSAPI\nsasl.username=a\n"), 0o600)
+	fails(t, exitUsage, "GSSAPI", "topic", "list", "--command-config", bad, b)
+	os.WriteFile(bad, []byte("security.protocol=SSL\nssl.truststore.type=JKS\n"), 0o600)
+	fails(t, exitUsage, "only PEM", "topic", "list", "--command-config", bad, b)
 }

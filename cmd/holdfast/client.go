@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -25,12 +28,13 @@ var errNoAnswer = errors.New("no broker answered")
 
 // connFlags are the flags every client command has.
 type connFlags struct {
-	bootstrap string
-	timeout   time.Duration
+	bootstrap     string
+	timeout       time.Duration
+	commandConfig string // Kafka client properties: security.protocol, sasl.*, ssl.* (secure_client.go)
 }
 
-// clientCommand marks c as a client command: it gets --bootstrap and
-// --timeout, for itself and every subcommand.
+// clientCommand marks c as a client command: it gets --bootstrap,
+// --timeout and --command-config, for itself and every subcommand.
 func clientCommand(c *cobra.Command) *connFlags {
 	f := &connFlags{}
 	def := "localhost:9092"
@@ -39,6 +43,8 @@ func clientCommand(c *cobra.Command) *connFlags {
 	}
 	c.PersistentFlags().StringVar(&f.bootstrap, "bootstrap", def, "comma-separated broker addresses (env HOLDFAST_BOOTSTRAP)")
 	c.PersistentFlags().DurationVar(&f.timeout, "timeout", 30*time.Second, "longest wait for the brokers to answer; then exit 3")
+	c.PersistentFlags().StringVar(&f.commandConfig, "command-config", os.Getenv("HOLDFAST_COMMAND_CONFIG"),
+		"Kafka client properties for a secured cluster: security.protocol, sasl.*, ssl.* (env HOLDFAST_COMMAND_CONFIG; docs/security.md)")
 	return f
 }
 
@@ -52,14 +58,19 @@ func (f *connFlags) seeds() []string {
 	return out
 }
 
-// opts bound every wait of the client by --timeout.
-func (f *connFlags) opts() []kgo.Opt {
-	return []kgo.Opt{
+// opts bound every wait of the client by --timeout and log it in as
+// --command-config says. A bad --command-config is a usage error.
+func (f *connFlags) opts() ([]kgo.Opt, error) {
+	sec, err := clientSecurity(f.commandConfig)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return append([]kgo.Opt{
 		kgo.DialTimeout(min(f.timeout, 10*time.Second)),
 		kgo.RetryTimeout(f.timeout),
 		kgo.RecordDeliveryTimeout(f.timeout),
 		kgo.ClientID("holdfast-cli"),
-	}
+	}, sec...), nil
 }
 
 // connect makes a client and checks within --timeout that a broker
@@ -70,7 +81,11 @@ func (f *connFlags) connect(ctx context.Context, extra ...kgo.Opt) (*admin.Clien
 	if len(seeds) == 0 {
 		return nil, usagef("--bootstrap: name at least one broker")
 	}
-	c, err := admin.NewClient(seeds, append(f.opts(), extra...)...)
+	opts, err := f.opts()
+	if err != nil {
+		return nil, err
+	}
+	c, err := admin.NewClient(seeds, append(opts, extra...)...)
 	if err != nil {
 		return nil, usageError{err}
 	}
@@ -81,9 +96,30 @@ func (f *connFlags) connect(ctx context.Context, extra ...kgo.Opt) (*admin.Clien
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		if refusedLogin(err) {
+			return nil, fmt.Errorf("%s refused this client's login: %w (--command-config)", f.bootstrap, err)
+		}
 		return nil, fmt.Errorf("%w at %s within %v (%v); is a broker running there? (--bootstrap, --timeout)", errNoAnswer, f.bootstrap, f.timeout, err)
 	}
 	return c, nil
+}
+
+// refusedLogin reports whether a broker answered but the client could not
+// log in: SASL refused, or TLS could not agree on who is who. That is
+// exit code 1, not "no broker answered".
+func refusedLogin(err error) bool {
+	for _, e := range []error{kerr.SaslAuthenticationFailed, kerr.IllegalSaslState, kerr.UnsupportedSaslMechanism} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var (
+		verify *tls.CertificateVerificationError
+		alert  tls.AlertError
+		host   x509.HostnameError
+		ca     x509.UnknownAuthorityError
+	)
+	return errors.As(err, &verify) || errors.As(err, &alert) || errors.As(err, &host) || errors.As(err, &ca)
 }
 
 // call runs fn with a client and a context that ends at --timeout or on
@@ -126,7 +162,11 @@ func kvList(flag string, kvs []string) (map[string]string, error) {
 // a short timeout: a shell waits for it).
 func completeNames(conn *connFlags, groups bool) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 	return func(_ *cobra.Command, _ []string, prefix string) ([]string, cobra.ShellCompDirective) {
-		c, err := admin.NewClient(conn.seeds(), kgo.DialTimeout(time.Second))
+		opts, err := conn.opts()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		c, err := admin.NewClient(conn.seeds(), append(opts, kgo.DialTimeout(time.Second))...)
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}

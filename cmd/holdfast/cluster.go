@@ -294,7 +294,7 @@ also be set as HOLDFAST_<FLAG>.`,
 	s.String(&flush, "flush", "sync", "durability policy (as serve --flush)")
 	s.String(&logLevel, "log-level", "warn", "debug, info, warn or error")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		if _, err := s.load(""); err != nil {
+		if _, err := s.load("", nil); err != nil {
 			return usageError{err}
 		}
 		return devCluster(cmd.OutOrStdout(), nodes, basePort, dir, flush, logLevel)

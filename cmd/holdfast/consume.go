@@ -130,7 +130,11 @@ func consume(cmd *cobra.Command, conn *connFlags, o *consumeOpts, topic string) 
 	if o.readCommitted {
 		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	}
-	cl, err := admin.NewClient(conn.seeds(), append(conn.opts(), opts...)...)
+	base, err := conn.opts()
+	if err != nil {
+		return err
+	}
+	cl, err := admin.NewClient(conn.seeds(), append(base, opts...)...)
 	if err != nil {
 		return err
 	}

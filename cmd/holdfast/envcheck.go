@@ -15,7 +15,9 @@ func (s *settings) Float64(p *float64, flag string, def float64, help string, na
 // worse than saying so. (Not refused: test harnesses pass their own
 // HOLDFAST_* knobs down to the brokers they start.)
 func (s *settings) unknownEnv(environ []string) []string {
-	known := map[string]bool{envName("config"): true}
+	// HOLDFAST_CONFIG, and the client commands' variables (a shell that
+	// runs both exports them).
+	known := map[string]bool{envName("config"): true, "HOLDFAST_BOOTSTRAP": true, "HOLDFAST_COMMAND_CONFIG": true, "HOLDFAST_PASSWORD": true}
 	var names []string
 	for _, st := range s.all {
 		known[envName(st.flag)] = true

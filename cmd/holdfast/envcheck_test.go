@@ -12,7 +12,7 @@ func TestUnknownEnvReported(t *testing.T) {
 	var dir, flush string
 	s.String(&dir, "data-dir", "", "")
 	s.String(&flush, "flush", "sync", "")
-	got := s.unknownEnv([]string{"HOLDFAST_DATA_DIR=/x", "HOLDFAST_DATADIR=/y", "HOLDFAST_NOTHING_LIKE_IT=1", "PATH=/bin", "HOLDFAST_FLUSH=os", "HOLDFAST_CONFIG=/c"})
+	got := s.unknownEnv([]string{"HOLDFAST_DATA_DIR=/x", "HOLDFAST_DATADIR=/y", "HOLDFAST_NOTHING_LIKE_IT=1", "PATH=/bin", "HOLDFAST_FLUSH=os", "HOLDFAST_CONFIG=/c", "HOLDFAST_COMMAND_CONFIG=admin.properties", "HOLDFAST_BOOTSTRAP=h:9093"})
 	if len(got) != 2 {
 		t.Fatalf("reported %q; want the two unknown HOLDFAST_ variables", got)
 	}

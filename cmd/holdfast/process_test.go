@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -154,6 +155,11 @@ func TestServeZeroConfig(t *testing.T) {
 	}
 	if !strings.Contains(p.logs.String(), "stopped") {
 		t.Fatalf("no clean shutdown in logs:\n%s", p.logs)
+	}
+	// Unchanged by security: one PLAINTEXT listener on localhost, nothing
+	// to warn about.
+	if l := p.logs.String(); strings.Contains(l, "SECURITY:") || strings.Contains(l, "ignoring settings") || !regexp.MustCompile(`listeners=PLAINTEXT://(127\.0\.0\.1|\[::1\]):9092 `).MatchString(l) {
+		t.Fatalf("zero-config start: a warning, or not one PLAINTEXT listener on localhost:\n%s", l)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,6 +31,7 @@ func init() { addCommand(newServeCmd) }
 type serveConfig struct {
 	unknownEnv                                                   []string // HOLDFAST_* variables that set nothing (reported)
 	config                                                       string
+	overrides                                                    []string
 	listen, advertised, dataDir, rack, flush                     string
 	peers, raftListen, join                                      string
 	metricsListen, logLevel, logFormat                           string
@@ -50,14 +52,18 @@ type serveConfig struct {
 	cleanerMem, offsetsSeg, txnSeg                  int64
 	cleanerRate, cleanableRatio                     float64
 	cleanerBackoff, deleteRetention, minLag, maxLag time.Duration
+	// security are the Kafka security settings by name (ssl.*, sasl.*,
+	// listener.name.*, ...: kafkaSecurityKey), for buildSecurity.
+	security props
+	addScram scramFlag
 }
 
 func (c *serveConfig) register(s *settings) {
 	def := broker.DefaultConfig()
 	lim := wire.DefaultLimits()
 	ms, sec, mins, hours := time.Millisecond, time.Second, time.Minute, time.Hour
-	s.String(&c.listen, "listen", "localhost:9092", "Kafka listener address, host:port", kafkaConverted("listeners", kafkaListener))
-	s.String(&c.advertised, "advertised", "", "address given to clients; default: the listen address", kafkaConverted("advertised.listeners", kafkaListener))
+	s.String(&c.listen, "listen", "localhost:9092", "Kafka listeners: host:port (PLAINTEXT), or Kafka's NAME://host:port,... with security (docs/security.md)", kafka("listeners"))
+	s.String(&c.advertised, "advertised", "", "what clients are told, by listener: host:port or NAME://host:port,...; default: the listen address", kafka("advertised.listeners"))
 	s.String(&c.dataDir, "data-dir", def.DataDir, "where logs and metadata live", kafkaConverted("log.dirs", oneDir), kafka("log.dir"))
 	s.Int(&c.nodeID, "node-id", int(def.NodeID), "this node's id", kafka("node.id"), kafka("broker.id"))
 	s.String(&c.rack, "rack", "", "rack of this node", kafka("broker.rack"))
@@ -139,25 +145,9 @@ func (c *serveConfig) register(s *settings) {
 	s.Bool(&c.metricsInternal, "metrics-internal-partitions", false, "export per-partition metrics of internal topics too (by default summed per topic: __consumer_offsets has 50 partitions)")
 	s.String(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	s.String(&c.logFormat, "log-format", "text", "text or json")
-}
-
-// kafkaListener takes the client listener out of Kafka's listeners syntax,
-// NAME://host:port,...: the first one not named CONTROLLER.
-func kafkaListener(v string) (string, error) {
-	for _, l := range strings.Split(v, ",") {
-		name, addr, ok := strings.Cut(strings.TrimSpace(l), "://")
-		if !ok {
-			return "", errors.New("want NAME://host:port")
-		}
-		switch strings.ToUpper(name) {
-		case "CONTROLLER":
-			continue
-		case "PLAINTEXT":
-			return addr, nil
-		}
-		return "", fmt.Errorf("listener %s: Holdfast serves PLAINTEXT only", name)
-	}
-	return "", errors.New("no client listener (only CONTROLLER)")
+	s.Secret(&c.addScram, "add-scram", "create a SCRAM user at start if it does not exist, repeatable, as kafka-storage's --add-scram: SCRAM-SHA-512=[name=admin,password=...]")
+	c.security = props{}
+	s.Passthrough(kafkaSecurityKey, c.security)
 }
 
 func oneDir(v string) (string, error) {
@@ -167,45 +157,30 @@ func oneDir(v string) (string, error) {
 	return v, nil
 }
 
-// brokerConfig checks the settings and maps them onto the broker's config
-// and the connection limits.
-func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Limits, error) {
+// brokerConfig checks the settings and maps them onto the broker's
+// config, the connection limits and the listeners with their security.
+// The caller closes the security (it may hold a token validator).
+func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Limits, *serveSecurity, error) {
 	cfg, lim := broker.DefaultConfig(), wire.DefaultLimits()
 	policy, err := storage.ParseFlushPolicy(c.flush)
 	if err != nil {
-		return cfg, lim, err
-	}
-	adv := c.advertised
-	if adv == "" {
-		adv = c.listen
-	}
-	advHost, advPortStr, err := net.SplitHostPort(adv)
-	if err != nil {
-		return cfg, lim, fmt.Errorf("advertised address %q: %w", adv, err)
-	}
-	advPort, err := strconv.Atoi(advPortStr)
-	if err != nil || advPort <= 0 || advPort > 65535 {
-		return cfg, lim, fmt.Errorf("advertised address %q: bad port", adv)
-	}
-	if advHost == "" || advHost == "0.0.0.0" || advHost == "::" {
-		return cfg, lim, fmt.Errorf("advertised address %q: clients cannot connect to a wildcard host; set --advertised", adv)
+		return cfg, lim, nil, err
 	}
 	switch {
 	case c.imbalancePct < 0 || c.imbalancePct > 100:
-		return cfg, lim, fmt.Errorf("--leader-imbalance-per-broker-percentage %d: want 0..100", c.imbalancePct)
+		return cfg, lim, nil, fmt.Errorf("--leader-imbalance-per-broker-percentage %d: want 0..100", c.imbalancePct)
 	case c.rebalance && c.imbalanceIv <= 0:
-		return cfg, lim, fmt.Errorf("--leader-imbalance-check-interval %v: must be positive", c.imbalanceIv)
+		return cfg, lim, nil, fmt.Errorf("--leader-imbalance-check-interval %v: must be positive", c.imbalanceIv)
 	case c.ctrlShutMax < 0:
-		return cfg, lim, fmt.Errorf("--controlled-shutdown-max-wait %v: must not be negative", c.ctrlShutMax)
+		return cfg, lim, nil, fmt.Errorf("--controlled-shutdown-max-wait %v: must not be negative", c.ctrlShutMax)
 	case c.hbInterval <= 0 || c.session <= c.hbInterval:
-		return cfg, lim, fmt.Errorf("--broker-session-timeout (%v) must be longer than --broker-heartbeat-interval (%v), both positive", c.session, c.hbInterval)
+		return cfg, lim, nil, fmt.Errorf("--broker-session-timeout (%v) must be longer than --broker-heartbeat-interval (%v), both positive", c.session, c.hbInterval)
 	case c.retentionCheck <= 0:
-		return cfg, lim, fmt.Errorf("--retention-check-interval %v: must be positive", c.retentionCheck)
+		return cfg, lim, nil, fmt.Errorf("--retention-check-interval %v: must be positive", c.retentionCheck)
 	}
 	cfg.NodeID = int32(c.nodeID)
 	cfg.DataDir = c.dataDir
 	cfg.Rack = c.rack
-	cfg.AdvertisedHost, cfg.AdvertisedPort = advHost, int32(advPort)
 	cfg.AutoCreateTopics = c.autoCreate
 	cfg.NumPartitions = int32(c.numParts)
 	cfg.OffsetsTopicPartitions = int32(c.offsetParts)
@@ -227,26 +202,26 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	cfg.LogCleaner = broker.CleanerConfig{Enable: c.cleanerOn, Threads: c.cleanerThreads, DedupeBufferSize: c.cleanerMem,
 		IOBufferSize: c.cleanerIOBuf, IOMaxBytesPerSecond: c.cleanerRate, Backoff: c.cleanerBackoff}
 	if err := cfg.LogCleaner.Validate(); err != nil {
-		return cfg, lim, err
+		return cfg, lim, nil, err
 	}
 	switch {
 	case c.cleanerRate < 0:
-		return cfg, lim, fmt.Errorf("--log-cleaner-io-max-bytes-per-second %g: must not be negative", c.cleanerRate)
+		return cfg, lim, nil, fmt.Errorf("--log-cleaner-io-max-bytes-per-second %g: must not be negative", c.cleanerRate)
 	case c.cleanableRatio < 0 || c.cleanableRatio > 1:
-		return cfg, lim, fmt.Errorf("--log-cleaner-min-cleanable-ratio %g: want 0..1", c.cleanableRatio)
+		return cfg, lim, nil, fmt.Errorf("--log-cleaner-min-cleanable-ratio %g: want 0..1", c.cleanableRatio)
 	case c.deleteRetention < 0 || c.minLag < 0 || c.maxLag < 0:
-		return cfg, lim, errors.New("--log-cleaner-delete-retention, --log-cleaner-min-compaction-lag and --log-cleaner-max-compaction-lag must not be negative")
+		return cfg, lim, nil, errors.New("--log-cleaner-delete-retention, --log-cleaner-min-compaction-lag and --log-cleaner-max-compaction-lag must not be negative")
 	case c.maxLag > 0 && c.minLag > c.maxLag:
-		return cfg, lim, fmt.Errorf("--log-cleaner-min-compaction-lag %v exceeds --log-cleaner-max-compaction-lag %v", c.minLag, c.maxLag)
+		return cfg, lim, nil, fmt.Errorf("--log-cleaner-min-compaction-lag %v exceeds --log-cleaner-max-compaction-lag %v", c.minLag, c.maxLag)
 	case c.offsetsSeg < 14 || c.offsetsSeg > 1<<31-1 || c.txnSeg < 14 || c.txnSeg > 1<<31-1:
-		return cfg, lim, fmt.Errorf("--offsets-segment-bytes %d, --txn-segment-bytes %d: want 14..%d", c.offsetsSeg, c.txnSeg, 1<<31-1)
+		return cfg, lim, nil, fmt.Errorf("--offsets-segment-bytes %d, --txn-segment-bytes %d: want 14..%d", c.offsetsSeg, c.txnSeg, 1<<31-1)
 	}
 	cfg.LogDefaults.MinCleanableRatio, cfg.LogDefaults.DeleteRetention = c.cleanableRatio, c.deleteRetention
 	cfg.LogDefaults.MinCompactionLag, cfg.LogDefaults.MaxCompactionLag = c.minLag, c.maxLag
 	cfg.OffsetsTopicSegmentBytes, cfg.TxnTopicSegmentBytes = c.offsetsSeg, c.txnSeg
 	cfg.Logger = logger
 	if cfg.Peers, err = parsePeers(c.peers); err != nil {
-		return cfg, lim, err
+		return cfg, lim, nil, err
 	}
 	cfg.RaftListen = c.raftListen
 	if c.join != "" {
@@ -261,7 +236,26 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	lim.MaxConnections = c.maxConns
 	lim.MaxQueuedBytes = c.maxQueued
 	lim.IdleTimeout = c.idle
-	return cfg, lim, nil
+
+	// Listeners and security last: they load certificates.
+	raftAddr := c.raftListen
+	if raftAddr == "" {
+		raftAddr = cfg.Peers[cfg.NodeID]
+	}
+	sec, err := buildSecurity(c.security, c.listen, c.advertised, raftAddr, len(cfg.Peers) > 0, logger)
+	if err != nil {
+		return cfg, lim, nil, err
+	}
+	sec.broker.BootstrapScram = c.addScram
+	cfg.Security = sec.broker
+	first := sec.broker.Listeners[0]
+	cfg.AdvertisedHost, cfg.AdvertisedPort = first.Host, first.Port
+	if c.console && c.metricsListen != "" && sec.authenticates {
+		if host, _, err := net.SplitHostPort(c.metricsListen); err != nil || !loopback(host) {
+			sec.warnings = append(sec.warnings, fmt.Sprintf("the web console on %s (--metrics-listen) reads every topic as this node and asks nobody who they are: keep it on loopback, behind an authenticating proxy, or turn it off (--console=false)", c.metricsListen))
+		}
+	}
+	return cfg, lim, sec, nil
 }
 
 func newServeCmd() *cobra.Command {
@@ -276,20 +270,30 @@ Each setting is a flag, an environment variable HOLDFAST_<FLAG> (--data-dir
 is HOLDFAST_DATA_DIR), or a line of the --config file, which may be a Kafka
 server.properties: the Kafka names shown below are accepted, and names
 Holdfast does not support are reported once at start-up and ignored.
-Precedence: flag, environment, file, default.`,
+--override key=value sets one such line from the command line.
+Precedence: flag or --override, environment, file, default.
+
+Security (TLS, SASL, ACLs) takes Kafka's settings by their Kafka names in
+the file or with --override: listeners, advertised.listeners,
+listener.security.protocol.map, inter.broker.listener.name, ssl.*, sasl.*,
+listener.name.<listener>.*, authorizer.class.name, super.users, ...
+(docs/security.md). A security setting Holdfast does not read is an error,
+not a warning.`,
 		Example: `  holdfast serve
   holdfast serve --config server.properties --log-level debug
-  HOLDFAST_DATA_DIR=/var/lib/holdfast holdfast serve --listen 0.0.0.0:9092 --advertised host1:9092`,
+  HOLDFAST_DATA_DIR=/var/lib/holdfast holdfast serve --listen 0.0.0.0:9092 --advertised host1:9092
+  holdfast serve --config server.properties --override listeners=SASL_SSL://:9093 --add-scram 'SCRAM-SHA-512=[name=admin,password=admin-secret]'`,
 		Args: noArgs,
 	}
 	c.Flags().StringVar(&sc.config, "config", "", "config file: key=value lines with these flag names or Kafka's names (a server.properties) [env HOLDFAST_CONFIG]")
+	c.Flags().StringArrayVar(&sc.overrides, "override", nil, "a config line `key=value` (Kafka's name or a flag's), repeatable, as kafka-server-start.sh --override; wins over the file")
 	s := newSettings(c.Flags())
 	sc.register(s)
 	c.RunE = func(*cobra.Command, []string) error {
 		if !c.Flags().Changed("config") {
 			sc.config = os.Getenv("HOLDFAST_CONFIG")
 		}
-		unsupported, err := s.load(sc.config)
+		unsupported, err := s.load(sc.config, sc.overrides)
 		if err != nil {
 			return usageError{err}
 		}
@@ -299,33 +303,39 @@ Precedence: flag, environment, file, default.`,
 	return c
 }
 
-// serve is the broker's start-up sequence: logger, broker, Kafka listener,
-// admin listener (console, metrics), then wait for a signal and stop in
-// reverse order.
+// serve is the broker's start-up sequence: logger, listeners and
+// security, broker, admin listener (console, metrics), Kafka listeners,
+// then wait for a signal and stop in reverse order.
 func serve(sc *serveConfig, unsupported []string) error {
 	logger, err := newLogger(sc.logLevel, sc.logFormat)
 	if err != nil {
 		return usageError{err}
 	}
-	if len(unsupported) > 0 {
-		logger.Warn("config file: ignoring settings Holdfast does not support", "file", sc.config, "names", strings.Join(unsupported, ","))
-	}
 	for _, msg := range sc.unknownEnv {
 		logger.Warn(msg)
 	}
-	cfg, lim, err := sc.brokerConfig(logger)
+	cfg, lim, sec, err := sc.brokerConfig(logger)
 	if err != nil {
 		return usageError{err}
+	}
+	defer sec.close()
+	if ignored := append(unsupported, sec.ignored...); len(ignored) > 0 {
+		sort.Strings(ignored)
+		logger.Warn("config: ignoring settings Holdfast does not support", "file", sc.config, "names", strings.Join(ignored, ","))
 	}
 
 	start := time.Now()
 	logger.Info("starting", "version", version, "node", cfg.NodeID, "data_dir", cfg.DataDir, "flush", cfg.LogDefaults.Flush.String(), "voters", max(len(cfg.Peers), 1))
+	for _, w := range sec.warnings {
+		logger.Warn("SECURITY: " + w)
+	}
 	b, err := broker.New(cfg)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	ln, err := net.Listen("tcp", sc.listen)
+	sec.creds.Set(b) // SASL listeners check SCRAM users in the broker's metadata
+	lns, err := sec.listen()
 	if err != nil {
 		return err
 	}
@@ -335,19 +345,28 @@ func serve(sc *serveConfig, unsupported []string) error {
 	if sc.metricsListen != "" {
 		// Before Serve: the metrics install the server's OnReply hook.
 		if mln, err = net.Listen("tcp", sc.metricsListen); err != nil {
-			ln.Close()
+			closeAll(lns)
 			return fmt.Errorf("admin listener (--metrics-listen): %w", err)
 		}
-		handler, closeAdmin := adminHandler(b, srv, logger, clientAddr(ln.Addr().String(), sc.listen), sc)
+		handler, closeAdmin := adminHandler(b, srv, logger, sec, lns, sc)
 		defer closeAdmin()
 		hs = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	}
-	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
+	errc := make(chan error, len(lns)+1)
+	var bound, advertised []string
+	for i, ln := range lns {
+		l := sec.listeners[i].wire
+		go func() { errc <- srv.ServeListener(ln, l) }()
+		bound = append(bound, l.Name+"://"+ln.Addr().String())
+	}
+	for _, e := range cfg.Security.Listeners {
+		advertised = append(advertised, e.Name+"://"+net.JoinHostPort(e.Host, strconv.Itoa(int(e.Port))))
+	}
 	if hs != nil {
 		go func() { errc <- hs.Serve(mln) }()
 	}
-	logger.Info("ready", append([]any{"listen", ln.Addr().String(), "advertised", fmt.Sprintf("%s:%d", cfg.AdvertisedHost, cfg.AdvertisedPort),
+	logger.Info("ready", append([]any{"listeners", strings.Join(bound, ","), "advertised", strings.Join(advertised, ","),
+		"inter_broker_listener", cfg.Security.InterBrokerListener, "authorizer", cfg.Security.Authorizer != nil,
 		"console", consoleURL(sc.metricsListen), "startup", time.Since(start).Round(time.Millisecond)}, b.Summary()...)...)
 
 	sig := make(chan os.Signal, 1)
@@ -379,6 +398,26 @@ func serve(sc *serveConfig, unsupported []string) error {
 	}
 	logger.Info("stopped")
 	return err
+}
+
+// listen binds every Kafka listener, or none.
+func (s *serveSecurity) listen() ([]net.Listener, error) {
+	var lns []net.Listener
+	for _, l := range s.listeners {
+		ln, err := net.Listen("tcp", l.bind)
+		if err != nil {
+			closeAll(lns)
+			return nil, fmt.Errorf("listener %s: %w", l.wire.Name, err)
+		}
+		lns = append(lns, ln)
+	}
+	return lns, nil
+}
+
+func closeAll(lns []net.Listener) {
+	for _, ln := range lns {
+		ln.Close()
+	}
 }
 
 // clientAddr is an address this process can reach its own Kafka listener

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -29,11 +30,22 @@ type settings struct {
 	fs    *pflag.FlagSet
 	all   []*setting
 	kafka map[string]kafkaName // by Kafka name
+	pass  []passthrough
+}
+
+// passthrough is a family of Kafka config names a feature reads itself,
+// by their Kafka names and values as they are (security: ssl.*, sasl.*,
+// listener.name.*, ...): they are collected into a map for it rather
+// than mapped onto flags, and the feature checks them.
+type passthrough struct {
+	match func(name string) bool
+	into  map[string]string
 }
 
 type setting struct {
-	flag  string
-	kafka []kafkaName
+	flag   string
+	kafka  []kafkaName
+	secret bool // values are never repeated in errors
 }
 
 // kafkaName is a Kafka broker config name for a setting and how a Kafka
@@ -105,6 +117,32 @@ func (s *settings) add(flag, help string, names []kafkaName) {
 	s.all = append(s.all, st)
 }
 
+// Passthrough hands the Kafka config names match accepts, from the
+// --config file and from --override, to into as they are.
+func (s *settings) Passthrough(match func(name string) bool, into map[string]string) {
+	s.pass = append(s.pass, passthrough{match, into})
+}
+
+// Secret registers a setting of a custom flag type whose values hold
+// passwords: errors never repeat them. A repeatable one (its Set appends)
+// takes every line of the file that names it.
+func (s *settings) Secret(v pflag.Value, flag, help string, names ...kafkaName) {
+	s.fs.Var(v, flag, "")
+	s.add(flag, help, names)
+	s.all[len(s.all)-1].secret = true
+}
+
+// set sets a flag; the error of a secret one does not repeat its value.
+func (s *settings) set(flag, value string) error {
+	err := s.fs.Set(flag, value)
+	if err != nil {
+		if st := s.byFlag(flag); st != nil && st.secret {
+			return errors.New(strings.ReplaceAll(err.Error(), strconv.Quote(value), `"..."`))
+		}
+	}
+	return err
+}
+
 func (s *settings) String(p *string, flag, def, help string, names ...kafkaName) {
 	s.fs.StringVar(p, flag, def, "")
 	s.add(flag, help, names)
@@ -136,68 +174,121 @@ func envName(flagName string) string {
 	return "HOLDFAST_" + strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(flagName))
 }
 
-// load fills every setting not given on the command line from its
-// environment variable, then from the file at configPath (if not empty).
-// It returns the Kafka names in the file that Holdfast does not support,
-// each once, sorted: the caller reports them. A name that looks like a
-// Holdfast flag (no dot) and is not one is an error: it is a typo.
-func (s *settings) load(configPath string) (unsupported []string, err error) {
-	set := map[string]bool{}
+// load fills every setting not given on the command line from
+// overrides (--override key=value: Kafka names or flag names, with the
+// command line's precedence), then from its environment variable, then
+// from the file at configPath (if not empty). It returns the Kafka names
+// Holdfast does not support, each once, sorted: the caller reports them.
+// A name that looks like a Holdfast flag (no dot) and is not one is an
+// error: it is a typo.
+func (s *settings) load(configPath string, overrides []string) (unsupported []string, err error) {
+	set := map[string]bool{}     // flags given on the command line or in the environment
+	passSet := map[string]bool{} // passthrough names given with --override
+	seen := map[string]bool{}    // unsupported names reported
+	for _, st := range s.all {
+		if s.fs.Changed(st.flag) {
+			set[st.flag] = true
+		}
+	}
+	// apply takes one key=value from --override or the file; where says
+	// where it came from, for errors.
+	apply := func(where, k, v string, override bool) error {
+		flag, value, pass, err := s.resolve(k, v)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%s: %s=%s: %w", where, k, v, err)
+		case pass != nil:
+			if override {
+				passSet[k] = true
+			} else if passSet[k] {
+				return nil // --override wins over the file
+			}
+			pass.into[k] = value
+			return nil
+		case flag == "":
+			if !strings.Contains(k, ".") {
+				return fmt.Errorf("%s: unknown setting %q (see holdfast serve -h)", where, k)
+			}
+			if !seen[k] {
+				seen[k] = true
+				unsupported = append(unsupported, k)
+			}
+			return nil
+		case override && set[flag]:
+			return fmt.Errorf("%s: %s sets --%s, which the command line sets too", where, k, flag)
+		case !override && set[flag]:
+			return nil // the command line or the environment wins
+		}
+		if err := s.set(flag, value); err != nil {
+			return fmt.Errorf("%s: %s: %w", where, k, err)
+		}
+		return nil
+	}
+	for _, o := range overrides {
+		k, v, ok := strings.Cut(o, "=")
+		if k = strings.TrimSpace(k); !ok || k == "" {
+			return nil, fmt.Errorf("--override %q: want key=value", o)
+		}
+		if err := apply("--override", k, strings.TrimSpace(v), true); err != nil {
+			return nil, err
+		}
+	}
 	for _, st := range s.all {
 		if s.fs.Changed(st.flag) {
 			set[st.flag] = true
 			continue
 		}
 		if v, ok := os.LookupEnv(envName(st.flag)); ok {
-			if err := s.fs.Set(st.flag, v); err != nil {
+			if st.secret {
+				if err := s.set(st.flag, v); err != nil {
+					return nil, fmt.Errorf("%s: %w", envName(st.flag), err)
+				}
+			} else if err := s.fs.Set(st.flag, v); err != nil {
 				return nil, fmt.Errorf("%s=%q: %w", envName(st.flag), v, err)
 			}
 			set[st.flag] = true
 		}
 	}
-	if configPath == "" {
-		return nil, nil
-	}
-	f, err := os.Open(configPath)
-	if err != nil {
-		return nil, fmt.Errorf("config file: %w", err)
-	}
-	defer f.Close()
-	props, err := readProperties(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", configPath, err)
-	}
-	seen := map[string]bool{}
-	for _, p := range props {
-		k, v := p.key, p.value
-		var flag, value string
-		if st := s.byFlag(k); st != nil {
-			flag, value = st.flag, v
-		} else if kn, ok := s.kafka[k]; ok {
-			flag, value = kn.s.flag, v
-			if kn.convert != nil {
-				if value, err = kn.convert(v); err != nil {
-					return nil, fmt.Errorf("%s:%d: %s=%s: %w", configPath, p.line, k, v, err)
-				}
-			}
-		} else if !strings.Contains(k, ".") {
-			return nil, fmt.Errorf("%s:%d: unknown setting %q (see holdfast serve -h)", configPath, p.line, k)
-		} else {
-			if !seen[k] {
-				seen[k] = true
-				unsupported = append(unsupported, k)
-			}
-			continue
+	if configPath != "" {
+		f, err := os.Open(configPath)
+		if err != nil {
+			return nil, fmt.Errorf("config file: %w", err)
 		}
-		if set[flag] {
-			continue // the command line or the environment wins
+		defer f.Close()
+		props, err := readProperties(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", configPath, err)
 		}
-		if err := s.fs.Set(flag, value); err != nil {
-			return nil, fmt.Errorf("%s:%d: %s: %w", configPath, p.line, k, err)
+		for _, p := range props {
+			if err := apply(fmt.Sprintf("%s:%d", configPath, p.line), p.key, p.value, false); err != nil {
+				return nil, err
+			}
 		}
 	}
 	sort.Strings(unsupported)
 	return unsupported, nil
+}
+
+// resolve finds what a Kafka or flag name sets: a flag (with the value in
+// the flag's syntax), or a passthrough family. Neither: unsupported.
+func (s *settings) resolve(k, v string) (flag, value string, pass *passthrough, err error) {
+	if st := s.byFlag(k); st != nil {
+		return st.flag, v, nil, nil
+	}
+	if kn, ok := s.kafka[k]; ok {
+		if kn.convert != nil {
+			if v, err = kn.convert(v); err != nil {
+				return "", "", nil, err
+			}
+		}
+		return kn.s.flag, v, nil, nil
+	}
+	for i := range s.pass {
+		if s.pass[i].match(k) {
+			return "", v, &s.pass[i], nil
+		}
+	}
+	return "", "", nil, nil
 }
 
 func (s *settings) byFlag(name string) *setting {

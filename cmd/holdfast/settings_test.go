@@ -35,6 +35,11 @@ func TestReadProperties(t *testing.T) {
 // loadServe parses args, environment and file as `serve` does.
 func loadServe(t *testing.T, file string, args ...string) (*serveConfig, []string, error) {
 	t.Helper()
+	return loadServeOverrides(t, file, nil, args...)
+}
+
+func loadServeOverrides(t *testing.T, file string, overrides []string, args ...string) (*serveConfig, []string, error) {
+	t.Helper()
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	sc := &serveConfig{}
 	s := newSettings(fs)
@@ -49,7 +54,7 @@ func loadServe(t *testing.T, file string, args ...string) (*serveConfig, []strin
 			t.Fatal(err)
 		}
 	}
-	unsupported, err := s.load(path)
+	unsupported, err := s.load(path, overrides)
 	return sc, unsupported, err
 }
 
@@ -65,12 +70,17 @@ func TestKafkaServerProperties(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, lim, err := sc.brokerConfig(nil)
+	cfg, lim, sec, err := sc.brokerConfig(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sc.listen != ":9092" || cfg.AdvertisedHost != "localhost" || cfg.AdvertisedPort != 9092 {
-		t.Errorf("listeners: listen %q, advertised %s:%d", sc.listen, cfg.AdvertisedHost, cfg.AdvertisedPort)
+	defer sec.close()
+	// The CONTROLLER listener (controller.listener.names) is Kafka's
+	// controller quorum: Holdfast's runs Raft on --peers, so only the
+	// PLAINTEXT listener is served.
+	if len(sec.listeners) != 1 || sec.listeners[0].bind != ":9092" || sec.listeners[0].wire.Name != "PLAINTEXT" ||
+		cfg.AdvertisedHost != "localhost" || cfg.AdvertisedPort != 9092 || cfg.Security.InterBrokerListener != "PLAINTEXT" {
+		t.Errorf("listeners: %+v, advertised %s:%d, inter-broker %s", sec.listeners, cfg.AdvertisedHost, cfg.AdvertisedPort, cfg.Security.InterBrokerListener)
 	}
 	if cfg.DataDir != "/tmp/kraft-combined-logs" || cfg.NodeID != 1 || cfg.NumPartitions != 3 {
 		t.Errorf("log.dirs %q, node.id %d, num.partitions %d", cfg.DataDir, cfg.NodeID, cfg.NumPartitions)
@@ -84,7 +94,7 @@ func TestKafkaServerProperties(t *testing.T) {
 	if len(cfg.Peers) != 0 {
 		t.Errorf("one controller voter (this node) is single-node mode, got peers %v", cfg.Peers)
 	}
-	want := "controller.listener.names inter.broker.listener.name listener.security.protocol.map num.io.threads num.network.threads " +
+	want := "num.io.threads num.network.threads " +
 		"num.recovery.threads.per.data.dir offsets.topic.replication.factor process.roles socket.receive.buffer.bytes " +
 		"socket.send.buffer.bytes transaction.state.log.min.isr transaction.state.log.replication.factor"
 	if got := strings.Join(unsupported, " "); got != want {
@@ -111,8 +121,37 @@ func TestSettingsPrecedence(t *testing.T) {
 	if _, _, err := loadServe(t, "log.retention.ms=soon\n"); err == nil || !strings.Contains(err.Error(), "whole number of milliseconds") {
 		t.Errorf("bad Kafka duration: %v", err)
 	}
-	if _, _, err := loadServe(t, "listeners=SSL://:9093\n"); err == nil || !strings.Contains(err.Error(), "PLAINTEXT only") {
-		t.Errorf("SSL listener: %v", err)
+}
+
+// TestOverride: --override sets a line of the file from the command line,
+// by Kafka's name or a flag's; it wins over the file and the environment,
+// conflicts with the same flag given directly, and takes security
+// settings to the security builder.
+func TestOverride(t *testing.T) {
+	t.Setenv("HOLDFAST_NUM_PARTITIONS", "5")
+	file := "log.retention.hours=1\nssl.client.auth=requested\nsuper.users=User:a\n"
+	sc, _, err := loadServeOverrides(t, file, []string{"log.retention.ms=120000", "num.partitions=9", "ssl.client.auth=required", "add-scram=SCRAM-SHA-256=[name=a,password=b]"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.retention != 2*time.Minute || sc.numParts != 9 {
+		t.Errorf("retention %v (override 2m), num-partitions %d (override 9)", sc.retention, sc.numParts)
+	}
+	if sc.security["ssl.client.auth"] != "required" || sc.security["super.users"] != "User:a" {
+		t.Errorf("security settings: %v", sc.security)
+	}
+	if len(sc.addScram) != 1 || sc.addScram[0].User != "a" || sc.addScram[0].Mechanism != "SCRAM-SHA-256" {
+		t.Errorf("add-scram: %v", sc.addScram.String())
+	}
+	if _, _, err := loadServeOverrides(t, "", []string{"listeners=PLAINTEXT://127.0.0.1:9"}, "--listen", "127.0.0.1:1"); err == nil || !strings.Contains(err.Error(), "sets --listen, which the command line sets too") {
+		t.Errorf("--override and the flag it sets: %v", err)
+	}
+	if _, _, err := loadServeOverrides(t, "", []string{"no-equals"}); err == nil || !strings.Contains(err.Error(), "want key=value") {
+		t.Errorf("--override without =: %v", err)
+	}
+	// A password is never repeated in an error.
+	if _, _, err := loadServeOverrides(t, "add-scram=SCRAM-SHA-512=[name=a,password=hunter2\n", nil); err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("bad add-scram: %v", err)
 	}
 }
 
