@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -200,6 +201,11 @@ func runVerify(cmd *cobra.Command, conn *connFlags, o verifyOpts, idemSet bool) 
 			run.ID, o.topic, o.records, o.acks, o.idempotence, o.txnRecords, o.keys, o.rate)
 	}
 
+	base, err := conn.opts()
+	if err != nil {
+		return err
+	}
+
 	// Produce.
 	start := time.Now()
 	var ps []*verify.Producer
@@ -208,7 +214,7 @@ func runVerify(cmd *cobra.Command, conn *connFlags, o verifyOpts, idemSet bool) 
 		if int64(i) < o.records%int64(o.producers) {
 			n++
 		}
-		opts := append(conn.opts(), kgo.SeedBrokers(conn.seeds()...), kgo.DefaultProduceTopic(o.topic),
+		opts := append(slices.Clone(base), kgo.SeedBrokers(conn.seeds()...), kgo.DefaultProduceTopic(o.topic),
 			kgo.RequiredAcks(ackOpt), kgo.ProducerBatchCompression(kgo.NoCompression()))
 		if !o.idempotence {
 			opts = append(opts, kgo.DisableIdempotentWrite())
@@ -260,7 +266,7 @@ func runVerify(cmd *cobra.Command, conn *connFlags, o verifyOpts, idemSet bool) 
 	var rep verify.Report
 	progress := func(read, total int64) { bar.set("read", read, total, "") }
 	if o.group == "" {
-		rep, err = run.Check(rctx, verify.CheckOptions{Seeds: conn.seeds(), Opts: conn.opts(), From: from, ReadCommitted: readCommitted, Progress: progress})
+		rep, err = run.Check(rctx, verify.CheckOptions{Seeds: conn.seeds(), Opts: base, From: from, ReadCommitted: readCommitted, Progress: progress})
 	} else {
 		rep, err = groupRead(rctx, conn, run, o, readCommitted, progress)
 	}
@@ -312,7 +318,11 @@ func groupRead(ctx context.Context, conn *connFlags, run *verify.Run, o verifyOp
 	if readCommitted {
 		iso = kgo.ReadCommitted()
 	}
-	cl, err := kgo.NewClient(append(conn.opts(), kgo.SeedBrokers(conn.seeds()...), kgo.ConsumerGroup(o.group), kgo.ConsumeTopics(o.topic),
+	base, err := conn.opts()
+	if err != nil {
+		return verify.Report{}, err
+	}
+	cl, err := kgo.NewClient(append(base, kgo.SeedBrokers(conn.seeds()...), kgo.ConsumerGroup(o.group), kgo.ConsumeTopics(o.topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(), kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords())...)
 	if err != nil {
 		return verify.Report{}, usageError{err}
