@@ -124,6 +124,16 @@ func (h *Host) cycle(gs []*group) {
 			h.sendEarly(it)
 		}
 	}
+	// Committed entries are applied before this Ready's own entries are
+	// fsynced, as etcd's server does: committed means stored on a quorum
+	// (a sole voter's, and a leader's, own copies were fsynced in an
+	// earlier cycle: their commit index moves only at Advance). Waiting
+	// would hold every acknowledgement for the next batch's fsync.
+	for _, it := range items {
+		if it.err == nil {
+			h.apply(it)
+		}
+	}
 	// One group-commit round: every log that took entries and the journal,
 	// fsynced concurrently (the Syncer merges the logs into one cycle).
 	var wg sync.WaitGroup
@@ -164,11 +174,6 @@ func (h *Host) cycle(gs []*group) {
 				m.Context = tag
 			}
 			h.tr.send(it.g.id, m)
-		}
-	}
-	for _, it := range items {
-		if it.err == nil {
-			h.apply(it)
 		}
 	}
 	for _, it := range items {
