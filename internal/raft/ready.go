@@ -27,14 +27,7 @@ func (h *Host) readyLoop() {
 			return
 		case <-h.kick:
 		}
-		h.dirtyMu.Lock()
-		gs := make([]*group, 0, len(h.dirty))
-		for g := range h.dirty {
-			gs = append(gs, g)
-		}
-		clear(h.dirty)
-		h.dirtyMu.Unlock()
-		h.cycle(gs)
+		h.runReady()
 	}
 }
 
@@ -140,11 +133,11 @@ func (h *Host) cycle(gs []*group) {
 	for _, it := range items {
 		if it.err == nil && it.sync {
 			wg.Add(1)
-			go func() {
+			h.goAsync(func() { // inline on a stepped host: fsyncs in a repeatable order
 				defer wg.Done()
 				l := it.g.st.log
 				it.err = l.WaitDurable(context.Background(), l.EndOffset())
-			}()
+			})
 		}
 	}
 	jerr := h.journal.flush(false)
@@ -445,11 +438,11 @@ func (h *Host) wakePeersLocked(g *group) {
 	}
 	g.st.mu.RUnlock()
 	id := g.id
-	go func() {
+	h.goAsync(func() {
 		for _, p := range peers {
 			if p != h.cfg.ID {
 				h.tr.send(id, &pb.Message{Type: pb.MessageType_MsgHeartbeat.Enum(), To: new(p), From: new(h.cfg.ID), Context: wakeCtx})
 			}
 		}
-	}()
+	})
 }
