@@ -78,6 +78,10 @@ type Config struct {
 	// ticks the host (tickOnce) and runs its Ready cycles (runReady).
 	newTransport func(ev transportEvents) (transport, error)
 	stepped      bool
+	// ackBeforeFsync plants a bug for the simulation to find (it must,
+	// or it proves nothing): a follower acknowledges appends before its
+	// fsync. Never set outside sim_test.go.
+	ackBeforeFsync bool
 }
 
 func (c *Config) defaults() {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -50,7 +51,19 @@ type readyItem struct {
 // durable majority. Only when term and vote did not change in this Ready:
 // those must be durable before anything that depends on them leaves.
 func (h *Host) sendEarly(it *readyItem) {
-	if !it.leader || len(it.rd.Messages) == 0 {
+	if len(it.rd.Messages) == 0 {
+		return
+	}
+	if !it.leader {
+		if h.cfg.ackBeforeFsync { // the planted bug (Config)
+			it.rd.Messages = slices.DeleteFunc(it.rd.Messages, func(m *pb.Message) bool {
+				if m.GetType() != pb.MessageType_MsgAppResp {
+					return false
+				}
+				h.tr.send(it.g.id, m)
+				return true
+			})
+		}
 		return
 	}
 	if hs := it.rd.HardState; !raft.IsEmptyHardState(hs) &&
