@@ -11,6 +11,7 @@ import (
 
 	"holdfast/internal/auth"
 	"holdfast/internal/controller"
+	"holdfast/internal/topicconfig"
 	"holdfast/internal/wire"
 )
 
@@ -124,7 +125,7 @@ func (b *Broker) createTopic(rt kmsg.CreateTopicsRequestTopic, validateOnly bool
 		}
 		configs[c.Name] = *c.Value
 	}
-	if err := validateTopicConfigs(configs); err != nil {
+	if err := topicconfig.Validate(configs); err != nil {
 		return controller.Topic{}, errCode(kerr.InvalidConfig, "%v", err)
 	}
 

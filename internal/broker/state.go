@@ -10,6 +10,7 @@ import (
 	"holdfast/internal/controller"
 	"holdfast/internal/partition"
 	"holdfast/internal/storage"
+	"holdfast/internal/topicconfig"
 	"holdfast/internal/txn"
 )
 
@@ -81,7 +82,7 @@ func (b *Broker) retentionLoop(stop <-chan struct{}) {
 // cleaner (cleaner.go) keeps it to the latest record per key instead.
 func (b *Broker) enforceRetention() {
 	for _, t := range b.meta.Topics() {
-		if !cleanupDeletes(b.topicConfigValue(t, "cleanup.policy")) {
+		if !cleanupDeletes(topicconfig.Value(b.cfg.LogDefaults, t.Configs, "cleanup.policy")) {
 			continue
 		}
 		for i := int32(0); i < t.Partitions; i++ {

@@ -3,10 +3,6 @@ package broker
 import (
 	"errors"
 	"fmt"
-	"maps"
-	"math"
-	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -14,6 +10,7 @@ import (
 	"holdfast/internal/controller"
 	"holdfast/internal/partition"
 	"holdfast/internal/storage"
+	"holdfast/internal/topicconfig"
 )
 
 // maxTopicNameLen is Kafka's limit: 249, so that "<topic>-<partition>"
@@ -26,20 +23,12 @@ const (
 	transactionTopic = "__transaction_state"
 )
 
-// internalTopicConfigs are the configs an internal topic is created with,
-// Kafka's: compacted, with its own segment size (offsets.topic.segment.bytes,
-// transaction.state.log.segment.bytes) so that the active segment rolls
-// and the cleaner gets to the history.
+// internalTopicConfigs are the configs an internal topic is created with.
 func (b *Broker) internalTopicConfigs(topic string) map[string]string {
-	seg := b.cfg.OffsetsTopicSegmentBytes
-	if topic != offsetsTopic {
-		seg = b.cfg.TxnTopicSegmentBytes
+	if topic == offsetsTopic {
+		return topicconfig.Internal(b.cfg.OffsetsTopicSegmentBytes)
 	}
-	c := map[string]string{"cleanup.policy": "compact"}
-	if seg > 0 {
-		c["segment.bytes"] = strconv.FormatInt(min(max(seg, minSegmentBytes), math.MaxInt32), 10)
-	}
-	return c
+	return topicconfig.Internal(b.cfg.TxnTopicSegmentBytes)
 }
 
 // validateTopicName applies Kafka's topic name rules.
@@ -243,53 +232,20 @@ func (b *Broker) applyLogConfigs(t controller.Topic) {
 	}
 }
 
-// topicLogConfig is the log configuration of t's partitions: the broker's
-// defaults with t's overrides on top. Overrides were validated on the way
-// in; one that no longer parses is ignored (logged) rather than fatal.
+// topicLogConfig is the log configuration of t's partitions.
 func (b *Broker) topicLogConfig(t controller.Topic) storage.Config {
-	cfg := b.cfg.LogDefaults
-	names := slices.Sorted(maps.Keys(t.Configs))
-	for _, name := range names {
-		spec, ok := topicConfigs[name]
-		if !ok || spec.apply == nil {
-			continue
-		}
-		if err := spec.apply(&cfg, t.Configs[name]); err != nil {
-			b.log.Warn("ignoring bad topic config", "topic", t.Name, "config", name, "value", t.Configs[name], "err", err)
-		}
-	}
-	// flush.messages=1 asks for an fsync per message: the strongest
-	// policy wins over whatever flush.ms says.
-	if t.Configs["flush.messages"] == "1" {
-		cfg.Flush = storage.FlushPolicy{Mode: storage.FlushSync}
-	}
-	return cfg
-}
-
-// topicConfigValue is the effective value of a topic config: the topic's
-// override, else the broker's default (as DescribeConfigs shows it).
-func (b *Broker) topicConfigValue(t controller.Topic, name string) string {
-	if v, ok := t.Configs[name]; ok {
-		return v
-	}
-	if spec, ok := topicConfigs[name]; ok {
-		return spec.brokerDefault(b)
-	}
-	return ""
+	return topicconfig.LogConfig(b.cfg.LogDefaults, t.Configs, func(name, value string, err error) {
+		b.log.Warn("ignoring bad topic config", "topic", t.Name, "config", name, "value", value, "err", err)
+	})
 }
 
 // topicLogAppendTime reports whether t's message.timestamp.type is
-// LogAppendTime: the broker then stamps each batch with its append time.
+// LogAppendTime.
 func (b *Broker) topicLogAppendTime(t controller.Topic) bool {
-	return b.topicConfigValue(t, "message.timestamp.type") == "LogAppendTime"
+	return topicconfig.LogAppendTime(b.cfg.LogDefaults, t.Configs)
 }
 
-// topicMinInsyncReplicas is t's min.insync.replicas: acks=all produce fails
-// with NOT_ENOUGH_REPLICAS when fewer replicas are in sync (one, here).
+// topicMinInsyncReplicas is t's min.insync.replicas.
 func (b *Broker) topicMinInsyncReplicas(t controller.Topic) int32 {
-	n, err := parseInt(b.topicConfigValue(t, "min.insync.replicas"), 1, 1<<31-1)
-	if err != nil {
-		return 1
-	}
-	return int32(n)
+	return topicconfig.MinInsyncReplicas(b.cfg.LogDefaults, t.Configs)
 }
