@@ -17,12 +17,23 @@ import (
 	"holdfast/internal/controller"
 	"holdfast/internal/datadir"
 	"holdfast/internal/group"
-	"holdfast/internal/partition"
 	"holdfast/internal/raft"
+	"holdfast/internal/replica"
 	"holdfast/internal/storage"
 	"holdfast/internal/txn"
 	"holdfast/internal/wire"
 )
+
+// The log cleaner's config and figures (internal/replica), named here
+// with the rest of the broker's config.
+type (
+	CleanerConfig    = replica.CleanerConfig
+	CleanerStats     = replica.CleanerStats
+	CleanerPartition = replica.CleanerPartition
+)
+
+// DefaultCleanerConfig is Kafka's log.cleaner.* defaults.
+func DefaultCleanerConfig() CleanerConfig { return replica.DefaultCleanerConfig() }
 
 // Config is the broker's configuration. Kafka's broker config names are in
 // the comments; cmd/holdfast maps flags and HOLDFAST_* variables onto it.
@@ -145,19 +156,14 @@ type Broker struct {
 	log    *slog.Logger
 	syncer *storage.Syncer
 	meta   *controller.Store
-	parts  *partition.Manager
-	groups *group.Coordinator
-	txn    txnState // producer ids and the transaction coordinator (txn.go)
+	// replicas are this node's partition replicas (internal/replica).
+	replicas *replica.Manager
+	groups   *group.Coordinator
+	txn      txnState // producer ids and the transaction coordinator (txn.go)
 	// cluster is the Raft side of cluster mode (cluster.go); nil on a
 	// single node.
 	cluster *cluster
-	// cleaner compacts cleanup.policy=compact logs (cleaner.go).
-	cleaner *logCleaner
-
-	// topicsMu serializes topic creation, deletion and partition changes
-	// with opening and removing their logs (topics.go).
-	topicsMu sync.Mutex
-	alterMu  sync.Mutex // serializes IncrementalAlterConfigs' read-modify-write
+	alterMu sync.Mutex // serializes IncrementalAlterConfigs' read-modify-write
 
 	// stats counts replication events for metrics (stats.go).
 	stats statsState

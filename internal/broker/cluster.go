@@ -2,10 +2,8 @@ package broker
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"net"
 	"path/filepath"
@@ -23,7 +21,6 @@ import (
 	"holdfast/internal/auth"
 	"holdfast/internal/controller"
 	"holdfast/internal/datadir"
-	"holdfast/internal/partition"
 	"holdfast/internal/raft"
 	"holdfast/internal/records"
 	"holdfast/internal/storage"
@@ -74,13 +71,6 @@ type cluster struct {
 	fwd   *kgo.Client // to other brokers: registration, forwarded creates
 
 	live *liveness // heartbeats and fencing (liveness.go)
-
-	repairs atomic.Int64 // replicas discarded and reopened after a storage failure (repair.go)
-
-	// offline: replicas assigned here that could not be opened, and why
-	// (the repair loop retries them).
-	offlineMu sync.Mutex
-	offline   map[topicPartition]error
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -212,7 +202,7 @@ func (b *Broker) startClusterMeta() error {
 	c.wg.Add(2)
 	go c.registerLoop()
 	go c.reassignLoop()
-	stopRepair := goLoop(c.repairLoop)
+	stopRepair := goLoop(c.metaRepairLoop)
 	b.closers = append(b.closers, func() error {
 		stopRepair()
 		close(c.stop)
@@ -320,11 +310,11 @@ func (c *cluster) applyBatch(end int64, batch []byte) error {
 // apply changes the metadata and then this node's replicas to match.
 func (c *cluster) apply(end int64, cmd controller.Command) error {
 	b := c.b
-	b.topicsMu.Lock()
-	defer b.topicsMu.Unlock()
+	b.replicas.Lock()
+	defer b.replicas.Unlock()
 	if cmd.Op == controller.OpCreateTopic && cmd.Topic != nil {
 		// Node-local: data of a deleted topic of that name goes first.
-		if err := b.finishPendingDelete(cmd.Topic.Name); err != nil {
+		if err := b.replicas.FinishPendingDelete(cmd.Topic.Name); err != nil {
 			b.log.Warn("removing deleted topic's data", "topic", cmd.Topic.Name, "err", err)
 		}
 	}
@@ -340,27 +330,21 @@ func (c *cluster) apply(end int64, cmd controller.Command) error {
 	switch cmd.Op {
 	case controller.OpCreateTopic:
 		b.log.Info("created topic", "topic", t.Name, "partitions", t.Partitions, "topic_id", t.IDString(), "replicas", t.Replicas)
-		if err := c.openReplicas(t, 0); err != nil {
+		if err := b.replicas.OpenTopic(t, 0); err != nil {
 			b.log.Error("opening replicas", "topic", t.Name, "err", err)
 		}
 	case controller.OpAddPartitions:
 		b.log.Info("added partitions", "topic", t.Name, "from", old.Partitions, "to", t.Partitions)
-		if err := c.openReplicas(t, old.Partitions); err != nil {
+		if err := b.replicas.OpenTopic(t, old.Partitions); err != nil {
 			b.log.Error("opening replicas", "topic", t.Name, "err", err)
 		}
 	case controller.OpDeleteTopic:
 		b.log.Info("deleted topic", "topic", t.Name, "topic_id", t.IDString())
-		c.offlineMu.Lock()
-		for i := int32(0); i < t.Partitions; i++ {
-			c.host.RemoveGroup(partitionGroup(t.ID, i))
-			delete(c.offline, topicPartition{t.Name, i})
-		}
-		c.offlineMu.Unlock()
-		if err := b.finishPendingDelete(t.Name); err != nil {
+		if err := b.replicas.RemoveTopic(t); err != nil {
 			b.log.Warn("removing deleted topic's data", "topic", t.Name, "err", err)
 		}
 	case controller.OpTopicConfigs:
-		b.applyLogConfigs(t)
+		b.replicas.ApplyConfigs(t)
 	case controller.OpRegister:
 		b.log.Info("broker registered", "broker", cmd.Broker.ID, "host", cmd.Broker.Host, "port", cmd.Broker.Port, "rack", cmd.Broker.Rack, "raft_addr", cmd.Broker.RaftAddr)
 		if cmd.Broker.RaftAddr != "" && cmd.Broker.ID != b.cfg.NodeID {
@@ -380,7 +364,7 @@ func (c *cluster) apply(end int64, cmd controller.Command) error {
 		}
 		if cmd.Op == controller.OpReassignDone {
 			b.log.Info("reassignment complete", "topic", t.Name, "partition", cmd.Partition, "replicas", t.Replicas[cmd.Partition])
-			if err := c.dropMovedReplicas(t); err != nil {
+			if err := b.replicas.DropMoved(t); err != nil {
 				b.log.Error("removing moved replicas", "topic", t.Name, "err", err)
 			}
 			break
@@ -388,86 +372,10 @@ func (c *cluster) apply(end int64, cmd controller.Command) error {
 		if r, ok := t.Reassignment(cmd.Partition); ok {
 			b.log.Info("reassigning partition", "topic", t.Name, "partition", cmd.Partition, "target", r.Target, "replicas", t.Replicas[cmd.Partition])
 		}
-		if err := c.openReplicas(t, 0); err != nil {
+		if err := b.replicas.OpenTopic(t, 0); err != nil {
 			b.log.Error("opening replicas", "topic", t.Name, "err", err)
 		}
 	}
-	return nil
-}
-
-// partitionGroup is the Raft group id of a partition: the same on every
-// node, with no allocation to agree on.
-func partitionGroup(topicID [16]byte, index int32) uint64 {
-	h := fnv.New64a()
-	h.Write(topicID[:])
-	var b [4]byte
-	binary.BigEndian.PutUint32(b[:], uint32(index))
-	h.Write(b[:])
-	return h.Sum64() | 1<<63
-}
-
-// openReplicas opens this node's replicas of partitions from.. of t, each
-// as a Raft group bootstrapped with the partition's initial voters.
-func (c *cluster) openReplicas(t controller.Topic, from int32) error {
-	b := c.b
-	me := b.cfg.NodeID
-	cfg := b.topicLogConfig(t)
-	lat := b.topicLogAppendTime(t)
-	var errs []error
-	var onDisk []string // read once, only for topics that were ever reassigned
-	for i := from; i < t.Partitions; i++ {
-		if int(i) >= len(t.Replicas) {
-			continue
-		}
-		if !slices.Contains(t.Replicas[i], me) {
-			if t.Initial == nil || b.parts.Get(t.Name, i) != nil {
-				continue
-			}
-			if onDisk == nil {
-				onDisk, _ = b.cfg.FS.ReadDir(b.cfg.DataDir)
-			}
-			if slices.Contains(onDisk, filepath.Base(b.parts.Dir(t.Name, i))) {
-				// A replica moved away whose removal a crash interrupted:
-				// open it (so its Raft journal state is found) and drop it.
-				errs = append(errs, c.openReplica(t, i, cfg, lat, false), c.dropReplica(t, i))
-			}
-			continue
-		}
-		errs = append(errs, c.openReplica(t, i, cfg, lat, false))
-	}
-	return errors.Join(errs...)
-}
-
-// openReplica opens partition i of t and its Raft group. rejoin: its data
-// here was discarded (repair.go); otherwise the metadata decides.
-func (c *cluster) openReplica(t controller.Topic, i int32, cfg storage.Config, lat, rejoin bool) error {
-	// The bootstrap voters, not the current replicas: a replica opened by
-	// a reassignment replays the membership changes from the log (or gets
-	// them in a snapshot) as every other replica did.
-	initial := t.InitialReplicas(i)
-	voters := make([]uint64, len(initial))
-	for j, r := range initial {
-		voters[j] = uint64(r)
-	}
-	tp := topicPartition{t.Name, i}
-	err := c.b.pendingDelete(t.Name)
-	var p *partition.Partition
-	if err == nil {
-		p, err = c.b.parts.Open(t.Name, t.ID, i, cfg, partition.Replication{
-			Host: c.host, Group: partitionGroup(t.ID, i), Voters: voters,
-			Rejoin: rejoin || c.b.replicaRejoins(t, i), AdoptPreRaft: t.PreRaft})
-	}
-	c.offlineMu.Lock()
-	defer c.offlineMu.Unlock()
-	if err != nil {
-		if c.offline == nil {
-			c.offline = map[topicPartition]error{}
-		}
-		c.offline[tp] = err
-		return fmt.Errorf("opening %s-%d: %w", t.Name, i, err)
-	}
-	delete(c.offline, tp)
-	p.SetLogAppendTime(lat)
 	return nil
 }
 
@@ -602,7 +510,6 @@ func (b *Broker) defaultReplicationFactor() int16 {
 // (CreateTopics: the client goes to the controller) or, for topics the
 // broker creates itself (auto-creation, internal topics), forwards a
 // CreateTopics request to the controller and waits to apply the result.
-// Called with topicsMu held; released while waiting.
 //
 // assign, if set, is the replicas of each partition (a manual assignment,
 // checked by the caller); otherwise they are placed here.
@@ -623,9 +530,6 @@ func (c *cluster) createTopic(name string, partitions int32, rf int16, assign []
 	if partitions <= 0 {
 		return controller.Topic{}, controller.ErrInvalidCount
 	}
-	// The apply loop takes topicsMu to apply what we propose.
-	b.topicsMu.Unlock()
-	defer b.topicsMu.Lock()
 	if !c.isController() {
 		if mustBeNew {
 			return controller.Topic{}, notController()
@@ -905,8 +809,6 @@ func (b *Broker) handleBrokerRegistration(_ context.Context, r *wire.Request) wi
 
 // createClusterTopic is CreateTopics in cluster mode.
 func (b *Broker) createClusterTopic(name string, partitions int32, rf int16, assign [][]int32, configs map[string]string) (controller.Topic, error) {
-	b.topicsMu.Lock()
-	defer b.topicsMu.Unlock()
 	return b.cluster.createTopic(name, partitions, rf, assign, configs, false, true)
 }
 
@@ -1014,7 +916,7 @@ func (c *cluster) partitionMetadata(t controller.Topic, i int32) kmsg.MetadataRe
 		}
 	}
 	live := slices.DeleteFunc(slices.Clone(mp.Replicas), c.b.fenced)
-	p := c.b.parts.Get(t.Name, i)
+	p := c.b.replicas.Get(t.Name, i)
 	if p == nil {
 		if len(live) == 0 {
 			mp.ErrorCode = kerr.LeaderNotAvailable.Code
@@ -1090,7 +992,7 @@ func (b *Broker) handleDescribeQuorum(_ context.Context, r *wire.Request) wire.R
 			var gid uint64
 			if rt.Topic == metadataLogDir[:len(metadataLogDir)-2] && rp.Partition == 0 {
 				gid = metadataGroup
-			} else if p := b.parts.Get(rt.Topic, rp.Partition); p != nil {
+			} else if p := b.replicas.Get(rt.Topic, rp.Partition); p != nil {
 				gid = p.RaftGroup()
 			}
 			if gid == 0 {
@@ -1129,4 +1031,34 @@ func (b *Broker) handleDescribeQuorum(_ context.Context, r *wire.Request) wire.R
 		resp.Topics = append(resp.Topics, st)
 	}
 	return wire.Respond(resp)
+}
+
+// metaRepairLoop restarts the metadata group if it failed (etcd raft
+// panicked on a broken invariant, or its log could not be read), with a
+// growing pause, as a restart of the broker would. A group whose log
+// failed stays down until the broker restarts with a working disk.
+func (c *cluster) metaRepairLoop(stop <-chan struct{}) {
+	const every, maxPause = 2 * time.Second, 5 * time.Minute
+	pause, next := every, time.Time{}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		st, err := c.host.Status(metadataGroup)
+		if err != nil || st.Failed == "" {
+			pause = every
+			continue
+		}
+		if time.Now().Before(next) {
+			continue
+		}
+		next, pause = time.Now().Add(pause), min(2*pause, maxPause)
+		if err := c.host.RetryGroup(metadataGroup); err != nil {
+			c.b.log.Error("the metadata Raft group failed and cannot be restarted here; restart the broker once its disk works", "err", err)
+		}
+	}
 }

@@ -115,7 +115,7 @@ func (b *Broker) watchLeadership(topic string, n int32, load, unload func(int32)
 // everything in its log is committed, so a replay sees every write of the
 // earlier terms. cur is the term already loaded (skips the full status).
 func (b *Broker) readyLeaderTerm(topic string, i int32, cur uint64) uint64 {
-	p := b.parts.Get(topic, i)
+	p := b.replicas.Get(topic, i)
 	if p == nil {
 		return 0
 	}
@@ -148,7 +148,7 @@ func (l clusterOffsetsLog) log() (offsetsLog, error) {
 	if topic == "" {
 		topic = offsetsTopic
 	}
-	p := l.b.parts.Get(topic, l.index)
+	p := l.b.replicas.Get(topic, l.index)
 	if p == nil {
 		return offsetsLog{}, fmt.Errorf("%s-%d has no replica here: %w", topic, l.index, kerr.NotCoordinator)
 	}
@@ -409,7 +409,7 @@ func (b *Broker) handleWriteTxnMarkers(_ context.Context, r *wire.Request) wire.
 				for _, i := range t.Partitions {
 					rp := kmsg.NewWriteTxnMarkersResponseMarkerTopicPartition()
 					rp.Partition = i
-					p := b.parts.Get(t.Topic, i)
+					p := b.replicas.Get(t.Topic, i)
 					switch {
 					case p == nil:
 						rp.ErrorCode = kerr.UnknownTopicOrPartition.Code

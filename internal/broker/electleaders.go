@@ -149,7 +149,7 @@ func (b *Broker) electLeaders(ctx context.Context, tps []topicPartition, typ int
 			continue
 		}
 		reps := t.Replicas[tp.partition]
-		p := b.parts.Get(t.Name, tp.partition)
+		p := b.replicas.Get(t.Name, tp.partition)
 		if p == nil {
 			if forwarded {
 				errs[i] = errCode(kerr.NotLeaderForPartition, "broker %d has no replica of %s-%d open", b.cfg.NodeID, tp.topic, tp.partition)

@@ -62,7 +62,7 @@ func (b *Broker) GroupsLoaded() bool {
 		return false
 	}
 	for p := 0; p < b.groups.NumPartitions(); p++ {
-		if lg := b.parts.Get(offsetsTopic, int32(p)); lg != nil && lg.IsLeader() && !b.groups.Loaded(int32(p)) {
+		if lg := b.replicas.Get(offsetsTopic, int32(p)); lg != nil && lg.IsLeader() && !b.groups.Loaded(int32(p)) {
 			return false
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"holdfast/internal/raft"
+	"holdfast/internal/replica"
 )
 
 // Leadership placement in cluster mode: automatic preferred-leader
@@ -69,10 +70,10 @@ func (b *Broker) balanceLeaders() {
 			if len(t.Replicas[i]) == 0 {
 				continue
 			}
-			if p := b.parts.Get(t.Name, i); p == nil {
+			if p := b.replicas.Get(t.Name, i); p == nil {
 				continue
 			}
-			g := partitionGroup(t.ID, i)
+			g := replica.Group(t.ID, i)
 			l, err := h.Leadership(g)
 			if err != nil {
 				continue
@@ -119,7 +120,7 @@ func (b *Broker) controlledShutdown() {
 	for _, t := range b.meta.Topics() {
 		for i := int32(0); i < t.Partitions && int(i) < len(t.Replicas); i++ {
 			if len(t.Replicas[i]) > 0 {
-				prefs[partitionGroup(t.ID, i)] = uint64(t.Replicas[i][0])
+				prefs[replica.Group(t.ID, i)] = uint64(t.Replicas[i][0])
 			}
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"holdfast/internal/controller"
 	"holdfast/internal/raft"
+	"holdfast/internal/replica"
 	"holdfast/internal/wire"
 )
 
@@ -56,7 +57,7 @@ func (c *cluster) reassignLoop() {
 		seen := map[uint64]bool{}
 		for _, t := range c.b.meta.Topics() {
 			for _, r := range t.Reassigning {
-				g := partitionGroup(t.ID, r.Partition)
+				g := replica.Group(t.ID, r.Partition)
 				seen[g] = true
 				if marks[g] == nil {
 					marks[g] = map[uint64]int64{}
@@ -76,7 +77,7 @@ func (c *cluster) reassignLoop() {
 // r.Partition of t, if this node leads it.
 func (c *cluster) stepReassignment(t controller.Topic, r controller.Reassignment, marks map[uint64]int64) {
 	b := c.b
-	p := b.parts.Get(t.Name, r.Partition)
+	p := b.replicas.Get(t.Name, r.Partition)
 	if p == nil {
 		return
 	}
@@ -287,31 +288,4 @@ func (c *cluster) syncMetadataLearners() {
 		}
 		return
 	}
-}
-
-// dropReplica closes this node's replica of partition i of t and deletes
-// its data: the Raft group (and its journal state) first, so a crash in
-// between leaves only data, which start-up removes.
-func (c *cluster) dropReplica(t controller.Topic, i int32) error {
-	p := c.b.parts.Get(t.Name, i)
-	if p == nil {
-		return nil
-	}
-	if err := c.host.RemoveGroup(p.RaftGroup()); err != nil && !errors.Is(err, raft.ErrUnknownGroup) {
-		return err
-	}
-	c.b.log.Info("removed a replica moved to other brokers", "topic", t.Name, "partition", i)
-	return c.b.parts.Remove(t.Name, i)
-}
-
-// dropMovedReplicas drops this node's replicas of t that the metadata no
-// longer lists here (after a completed reassignment).
-func (c *cluster) dropMovedReplicas(t controller.Topic) error {
-	var errs []error
-	for i := int32(0); i < t.Partitions && int(i) < len(t.Replicas); i++ {
-		if !slices.Contains(t.Replicas[i], c.b.cfg.NodeID) {
-			errs = append(errs, c.dropReplica(t, i))
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -13,7 +13,7 @@ import (
 // PartitionLog returns the log of a partition open on this node, nil if it
 // is not (for tests and tools: what a replica holds, byte for byte).
 func (b *Broker) PartitionLog(topic string, partition int32) *storage.Log {
-	if p := b.parts.Get(topic, partition); p != nil {
+	if p := b.replicas.Get(topic, partition); p != nil {
 		return p.Log()
 	}
 	return nil
@@ -57,7 +57,7 @@ func (b *Broker) PartitionStats() []PartitionStats {
 	for _, t := range b.meta.Topics() {
 		minISR := b.topicMinInsyncReplicas(t)
 		for i := int32(0); i < t.Partitions; i++ {
-			p := b.parts.Get(t.Name, i)
+			p := b.replicas.Get(t.Name, i)
 			if p == nil {
 				continue
 			}
@@ -184,7 +184,7 @@ func (b *Broker) sampleReplication() {
 	seen := map[topicPartition]bool{}
 	for _, t := range b.meta.Topics() {
 		for i := int32(0); i < t.Partitions; i++ {
-			p := b.parts.Get(t.Name, i)
+			p := b.replicas.Get(t.Name, i)
 			if p == nil || !p.IsLeader() {
 				continue
 			}
@@ -241,7 +241,7 @@ func (b *Broker) GroupLags() []GroupLag {
 	var out []GroupLag
 	for _, o := range b.groups.CommittedOffsets() {
 		gl := GroupLag{Group: o.Group, Topic: o.Topic, Partition: o.Partition, Members: o.Members, Committed: o.Offset, Lag: -1}
-		if p := b.parts.Get(o.Topic, o.Partition); p != nil {
+		if p := b.replicas.Get(o.Topic, o.Partition); p != nil {
 			gl.Lag = max(p.HighWatermark()-o.Offset, 0)
 		}
 		out = append(out, gl)
@@ -266,7 +266,7 @@ type ReplicationStats struct {
 // ReplicationStats reports this node's Raft groups.
 func (b *Broker) ReplicationStats() ReplicationStats {
 	c := b.cluster
-	out := ReplicationStats{Repairs: c.repairs.Load()}
+	out := ReplicationStats{Repairs: b.replicas.Repairs()}
 	for _, g := range c.host.Groups() {
 		out.Groups++
 		if st, err := c.host.Status(g); err == nil && st.Failed != "" {
@@ -275,3 +275,9 @@ func (b *Broker) ReplicationStats() ReplicationStats {
 	}
 	return out
 }
+
+// KickCleaner makes idle log cleaner threads look for work now (tests).
+func (b *Broker) KickCleaner() { b.replicas.KickCleaner() }
+
+// CleanerStats returns the log cleaner's figures.
+func (b *Broker) CleanerStats() CleanerStats { return b.replicas.CleanerStats() }

@@ -8,7 +8,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"holdfast/internal/controller"
-	"holdfast/internal/partition"
 	"holdfast/internal/storage"
 	"holdfast/internal/topicconfig"
 )
@@ -118,86 +117,15 @@ func kafkaError(err error) (int16, *string) {
 	return kerr.UnknownServerError.Code, &msg
 }
 
-// ensureTopic returns the topic, creating it (and opening its partitions)
-// if it does not exist. Configs must already be validated. Idempotent, and
-// safe to call concurrently: every partition of the returned topic is open.
+// ensureTopic returns the topic, creating it through the controller if it
+// does not exist. Configs must already be validated. Idempotent, and safe
+// to call concurrently: every partition of the returned topic assigned to
+// this node is open (or offline).
 func (b *Broker) ensureTopic(name string, partitions int32, configs map[string]string, internal bool) (controller.Topic, error) {
-	if t, ok := b.meta.Topic(name); ok && b.allOpen(t) {
+	if t, ok := b.meta.Topic(name); ok && b.replicas.AllOpen(t) {
 		return t, nil
 	}
-	// Opening happens under topicsMu only, so a concurrent delete cannot
-	// be undone by reopening the logs it just removed.
-	b.topicsMu.Lock()
-	defer b.topicsMu.Unlock()
-	return b.createTopicLocked(name, partitions, configs, internal, false)
-}
-
-func (b *Broker) createTopicLocked(name string, partitions int32, configs map[string]string, internal, mustBeNew bool) (controller.Topic, error) {
-	return b.cluster.createTopic(name, partitions, -1, nil, configs, internal, mustBeNew)
-}
-
-// allOpen reports whether every partition of t is open.
-func (b *Broker) allOpen(t controller.Topic) bool {
-	for i := int32(0); i < t.Partitions; i++ {
-		if b.parts.Get(t.Name, i) == nil {
-			return false
-		}
-	}
-	return true
-}
-
-// openPartitions opens this node's replicas of partitions
-// from..t.Partitions-1 of t (Open is idempotent).
-func (b *Broker) openPartitions(t controller.Topic, from int32) error {
-	return b.cluster.openReplicas(t, from)
-}
-
-// finishPendingDelete removes the data of a deleted topic named name whose
-// removal was interrupted, so a new topic of that name starts empty.
-// Called with topicsMu held (or during start-up).
-func (b *Broker) finishPendingDelete(name string) error {
-	for _, d := range b.meta.Deleting() {
-		if d.Name != name {
-			continue
-		}
-		if err := b.parts.DeleteTopic(d.Name); err != nil {
-			return errCode(kerr.KafkaStorageError, "removing the data of deleted topic %s: %v", d.Name, err)
-		}
-		if err := b.meta.FinishDelete(d.ID); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// pendingDelete reports data of a deleted topic named name that is still
-// to be removed: no replica of a new topic of that name opens over it.
-func (b *Broker) pendingDelete(name string) error {
-	for _, d := range b.meta.Deleting() {
-		if d.Name == name {
-			return fmt.Errorf("%w: the data of deleted topic %s (id %x) is not removed yet", partition.ErrForeignData, name, d.ID)
-		}
-	}
-	return nil
-}
-
-// replica returns this node's replica of partition i of topic, or the code
-// Kafka's replica manager answers without one: the partition does not
-// exist, it is assigned here but offline (its storage could not be opened:
-// KAFKA_STORAGE_ERROR), or it lives on other brokers.
-func (b *Broker) replica(topic string, i int32) (*partition.Partition, int16) {
-	if p := b.parts.Get(topic, i); p != nil {
-		return p, 0
-	}
-	t, ok := b.meta.Topic(topic)
-	switch {
-	case !ok || i < 0 || i >= t.Partitions:
-		return nil, kerr.UnknownTopicOrPartition.Code
-	case b.cluster != nil && b.cluster.isOffline(topicPartition{topic, i}):
-		return nil, kerr.KafkaStorageError.Code
-	default:
-		return nil, kerr.NotLeaderForPartition.Code
-	}
+	return b.cluster.createTopic(name, partitions, -1, nil, configs, internal, false)
 }
 
 // deleteTopic deletes the topic through the controller; every node
@@ -215,21 +143,6 @@ func (b *Broker) addPartitions(name string, total int32) (controller.Topic, erro
 // setTopicConfigs replaces t's overrides through the controller.
 func (b *Broker) setTopicConfigs(name string, configs map[string]string) (controller.Topic, error) {
 	return b.cluster.setTopicConfigs(name, configs)
-}
-
-// applyLogConfigs pushes t's effective config to its open partitions.
-func (b *Broker) applyLogConfigs(t controller.Topic) {
-	cfg := b.topicLogConfig(t)
-	lat := b.topicLogAppendTime(t)
-	for i := int32(0); i < t.Partitions; i++ {
-		if p := b.parts.Get(t.Name, i); p != nil {
-			p.Log().SetConfig(cfg)
-			p.SetLogAppendTime(lat)
-		}
-	}
-	if cfg.Compact {
-		b.KickCleaner() // a compaction config changed: look now, not after the backoff
-	}
 }
 
 // topicLogConfig is the log configuration of t's partitions.

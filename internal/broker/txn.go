@@ -38,7 +38,7 @@ type txnState struct {
 func (b *Broker) startTxn() error {
 	b.txn.blocks = txn.NewBlockAllocator(b.cluster.reserveProducerIDs)
 	b.closers = append(b.closers, func() error { b.txn.blocks.Close(); return nil })
-	b.parts.SetVerifier(b.verifyTxn)
+	b.replicas.SetVerifier(b.verifyTxn)
 	b.closers = append(b.closers, func() error {
 		b.txn.mu.Lock()
 		defer b.txn.mu.Unlock()
@@ -97,7 +97,7 @@ func (b *Broker) writeMarkers(ctx context.Context, pid int64, epoch int16, commi
 	}
 	var waits []wait
 	for _, tp := range parts {
-		p := b.parts.Get(tp.Topic, tp.Partition)
+		p := b.replicas.Get(tp.Topic, tp.Partition)
 		if p == nil {
 			// Deleted since it joined the transaction: nothing to mark.
 			b.log.Warn("transaction marker skipped: partition gone", "topic", tp.Topic, "partition", tp.Partition, "producer_id", pid)
