@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"testing"
 	"time"
@@ -240,4 +241,49 @@ func (n *Node) Produce(topic string, partition int32, acks int16, timeout time.D
 	}
 	p := pr.Topics[0].Partitions[0]
 	return p.ErrorCode, p.BaseOffset, nil
+}
+
+// AddBrokerOnly adds broker id to the running cluster of nodes as a
+// broker-only node: not a metadata voter (not in Peers), with its own Raft
+// listener, joining through the existing brokers, on their fault seam. It
+// waits until every node, itself included, lists it. Closed at test end.
+func AddBrokerOnly(t testing.TB, nodes []*Node, id int32, opts ...func(*broker.Config, *wire.Limits)) *Node {
+	t.Helper()
+	// A fixed Raft port, as in production: the others learn the address
+	// from the registration, and a new one after a restart needs the
+	// controller to commit the re-registration first.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raftAddr := ln.Addr().String()
+	ln.Close()
+	n := Start(t, append([]func(*broker.Config, *wire.Limits){func(c *broker.Config, _ *wire.Limits) {
+		c.NodeID, c.Peers = id, nodes[0].Cfg.Peers
+		c.RaftListen = raftAddr
+		c.RaftFaults = nodes[0].Cfg.RaftFaults
+		c.Join = Addrs(nodes)
+	}}, opts...)...)
+	all := append(slices.Clone(nodes), n)
+	Await(t, fmt.Sprintf("broker-only node %d registered everywhere", id), func() error {
+		for _, node := range all {
+			if node.B == nil {
+				continue
+			}
+			if got := node.B.RegisteredBrokers(); got != len(all) {
+				return fmt.Errorf("node %d knows %d brokers", node.Cfg.NodeID, got)
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// AddBrokerOnly adds the next node id as a broker-only node (see the
+// function AddBrokerOnly) and appends it to c.Nodes.
+func (c *Cluster) AddBrokerOnly(opts ...func(*broker.Config, *wire.Limits)) *Node {
+	c.t.Helper()
+	n := AddBrokerOnly(c.t, c.Nodes, int32(len(c.Nodes)+1), opts...)
+	c.Nodes = append(c.Nodes, n)
+	return n
 }
