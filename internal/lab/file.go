@@ -18,6 +18,7 @@ const (
 	maxNameLen   = 200  // scenario, setting
 	maxTextLen   = 4000 // fault, takeaway, verdict, error
 	maxCount     = 1 << 40
+	maxSeconds   = 24 * 3600 // a row's time
 )
 
 // Decode reads what `holdfast lab --json` printed. It checks the file is
@@ -82,6 +83,19 @@ func (res *Result) check() error {
 		}
 		if r.Lost > r.Acked {
 			return fmt.Errorf("%s: %d lost of %d acknowledged", at, r.Lost, r.Acked)
+		}
+		if len(r.Events) > maxEvents || len(r.Acks) > maxPoints {
+			return fmt.Errorf("%s: at most %d events and %d points", at, maxEvents, maxPoints)
+		}
+		for _, ev := range r.Events {
+			if ev.At < 0 || ev.At > maxSeconds || ev.What == "" || len(ev.What) > maxNameLen {
+				return fmt.Errorf("%s: an event at %v s of %d bytes: want 0..%d s and 1..%d bytes", at, ev.At, len(ev.What), maxSeconds, maxNameLen)
+			}
+		}
+		for _, p := range r.Acks {
+			if p.At < 0 || p.At > maxSeconds || p.Acked < 0 || p.Acked > maxCount {
+				return fmt.Errorf("%s: an acknowledgement point out of range", at)
+			}
 		}
 		k := [2]string{r.Scenario, r.Setting}
 		if seen[k] {

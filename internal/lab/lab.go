@@ -82,7 +82,20 @@ type Row struct {
 	Error    string         `json:"error,omitempty"`
 	Report   *verify.Report `json:"report,omitempty"`
 	Seconds  float64        `json:"seconds"`
+	// Events are the faults injected and the scenario's steps, in order;
+	// Acks the records acknowledged over the row's time (timeline.go).
+	// Empty in files written before they were recorded.
+	Events []Event `json:"events,omitempty"`
+	Acks   []Point `json:"acks,omitempty"`
+
+	tl *timeline // while the row runs
 }
+
+// mark records an event of the row now (a fault injected when fault).
+func (r *Row) mark(what string, fault bool) { r.tl.mark(what, fault) }
+
+// follow charts a producer run's acknowledgements over the row's time.
+func (r *Row) follow(run interface{ Acked() int64 }) { r.tl.follow(run.Acked) }
 
 // judge sets Profile, Pass and Verdict.
 func (r *Row) judge() {

@@ -62,6 +62,11 @@ func TestLabNoticesMissingFault(t *testing.T) {
 		if r.Pass || !strings.HasPrefix(r.Verdict, "NOT SHOWN") {
 			t.Errorf("%s / %s passed or failed for another reason without its fault: %s (%s)", r.Scenario, r.Setting, r.Verdict, r.Error)
 		}
+		for _, ev := range r.Events {
+			if ev.Fault {
+				t.Errorf("%s / %s: a fault on its timeline without a fault: %+v", r.Scenario, r.Setting, ev)
+			}
+		}
 		if r.Error == "" && (r.Lost != 0 || r.Dup != 0) {
 			t.Errorf("%s / %s: %d lost, %d duplicated without a fault", r.Scenario, r.Setting, r.Lost, r.Dup)
 		}
@@ -95,6 +100,10 @@ func TestDecode(t *testing.T) {
 		{`{"rows":[{"scenario":"a","setting":"` + strings.Repeat("x", 300) + `","expect":"loss"}]}`, "setting must be"},
 		{`{"rows":[` + strings.Repeat(`{"scenario":"a","setting":"b","expect":"loss"},`, 70) + `{}]}`, "rows: at most"},
 		{strings.Repeat(" ", MaxFileBytes+1), "larger than"},
+		{`{"rows":[{"scenario":"a","setting":"b","expect":"loss","events":[{"at":-1,"what":"x"}]}]}`, "an event at -1 s"},
+		{`{"rows":[{"scenario":"a","setting":"b","expect":"loss","events":[{"at":1,"what":""}]}]}`, "an event at 1 s of 0 bytes"},
+		{`{"rows":[{"scenario":"a","setting":"b","expect":"loss","acks":[{"at":1,"acked":-5}]}]}`, "acknowledgement point out of range"},
+		{`{"rows":[{"scenario":"a","setting":"b","expect":"loss","events":[` + strings.Repeat(`{"at":1,"what":"x"},`, maxEvents) + `{"at":1,"what":"x"}]}]}`, "at most 32 events"},
 	} {
 		if _, err := Decode(strings.NewReader(c.in)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%.60s: %v, want %q", c.in, err, c.want)
