@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"mime"
 	"net"
 	"net/http"
@@ -37,7 +38,10 @@ const (
 	LabMaxRecords     = 20000
 	LabDefaultRecords = 500
 	labProgressLines  = 12
-	labFileName       = "lab-results.json"
+	// LabScenarioLimit bounds a run started from the console: this much
+	// per scenario, then it is cancelled.
+	LabScenarioLimit = 4 * time.Minute
+	labFileName      = "lab-results.json"
 )
 
 // labSizes are the sizes the page offers.
@@ -91,7 +95,8 @@ type labState struct {
 	run   *labRun
 	last  *labRecord
 	ended string
-	// saveErr: the results could not be written to LabDir.
+	// saveErr: the results could not be written to LabDir, or the kept
+	// ones not read from it.
 	saveErr string
 }
 
@@ -113,6 +118,7 @@ func (c *Console) loadLab() {
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			c.cfg.Logger.Warn("console: reading the kept lab results", "path", p, "err", err)
+			c.lab.saveErr = fmt.Sprintf("the kept lab results in %s do not read: %v", p, err)
 		}
 		return
 	}
@@ -127,6 +133,7 @@ func (c *Console) loadLab() {
 	}
 	if err != nil {
 		c.cfg.Logger.Warn("console: the kept lab results do not read; ignoring them", "path", p, "err", err)
+		c.lab.saveErr = fmt.Sprintf("the kept lab results in %s do not read (%v): they are ignored, and the next results replace them", p, err)
 		return
 	}
 	rec := raw.labRecord
@@ -299,7 +306,9 @@ func (c *Console) startLab(w http.ResponseWriter, r *http.Request, who string) {
 		c.labFail(w, r, http.StatusConflict, fmt.Sprintf("a lab run is already going (started by %s at %s): one at a time; wait for it or cancel it", cur.By, cur.Started.UTC().Format(time.TimeOnly)))
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	// Bounded: the lab gives each scenario 3 minutes; past this the run
+	// is cancelled as if by a user.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(names))*LabScenarioLimit)
 	run := &labRun{By: who, Started: time.Now(), Records: records, Scenarios: names, Of: len(names), cancel: cancel, done: make(chan struct{})}
 	c.lab.run, c.lab.ended = run, ""
 	c.lab.mu.Unlock()
@@ -335,6 +344,9 @@ func (c *Console) runLab(ctx context.Context, run *labRun) {
 	c.lab.mu.Lock()
 	c.lab.run = nil
 	switch {
+	case err != nil && run.CancelledBy == "" && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		c.lab.ended = fmt.Sprintf("The run started by %s at %s was stopped after %s: over its limit of %s per scenario. The results below are from before it.",
+			run.By, run.Started.UTC().Format(time.TimeOnly), now.Sub(run.Started).Round(time.Second), LabScenarioLimit)
 	case err != nil && run.CancelledBy != "":
 		c.lab.ended = fmt.Sprintf("The run started by %s at %s was cancelled by %s after %s; the results below are from before it.",
 			run.By, run.Started.UTC().Format(time.TimeOnly), run.CancelledBy, now.Sub(run.Started).Round(time.Second))
@@ -519,6 +531,7 @@ type labResultsView struct {
 type labGroup struct {
 	Name, Title string
 	Rows        []labRow
+	Timeline    *labTimeline // nil: the rows recorded none (older files)
 }
 
 type labRow struct {
@@ -588,8 +601,9 @@ func groupRows(rows []lab.Row) []labGroup {
 		word, class := verdictWord(r)
 		gs[i].Rows = append(gs[i].Rows, labRow{Row: r, Word: word, Class: class})
 	}
-	for _, g := range gs {
-		slices.SortStableFunc(g.Rows, func(a, b labRow) int { return boolInt(a.Default) - boolInt(b.Default) })
+	for i := range gs {
+		slices.SortStableFunc(gs[i].Rows, func(a, b labRow) int { return boolInt(a.Default) - boolInt(b.Default) })
+		gs[i].Timeline = timelineChart(gs[i].Rows)
 	}
 	return gs
 }
@@ -719,4 +733,121 @@ func pct(n, of int) string {
 		return fmt.Sprintf("%.1f%%", p)
 	}
 	return fmt.Sprintf("%.2f%%", p)
+}
+
+// --- the timeline ---
+
+// labTimeline is one scenario's rows over time: per row a lane with the
+// records acknowledged so far (a line rising to the row's total) and its
+// events as vertical marks, faults in red, numbered as in the list under
+// the chart. One time axis for the scenario's rows.
+type labTimeline struct {
+	Width, Height int
+	Left, Plot    int
+	Ticks         []labTick
+	Lanes         []labLane
+	AxisY         int
+}
+
+type labLane struct {
+	Y, H      int // the plot area's top and height
+	Label     string
+	Holdfast  bool
+	Points    string // polyline points
+	MaxAcked  int64
+	Events    []labMark
+	NoSamples bool
+}
+
+type labMark struct {
+	N     int // 1-based, as in the list
+	X     float64
+	Y1    int // the mark's top
+	Y2    int
+	TextY int // its number's baseline: raised when marks crowd
+	At    float64
+	What  string
+	Fault bool
+}
+
+const (
+	tlLeft  = 230
+	tlPlot  = 770
+	tlRight = 40
+	laneH   = 54
+	laneGap = 34
+)
+
+func timelineChart(rows []labRow) *labTimeline {
+	var end float64
+	recorded := false
+	for _, r := range rows {
+		if len(r.Events) > 0 || len(r.Acks) > 0 {
+			recorded = true
+		}
+		end = max(end, r.Seconds)
+		for _, e := range r.Events {
+			end = max(end, e.At)
+		}
+		for _, p := range r.Acks {
+			end = max(end, p.At)
+		}
+	}
+	if !recorded || end <= 0 {
+		return nil
+	}
+	step := niceStep(end / 6)
+	tl := &labTimeline{Left: tlLeft, Plot: tlPlot, Width: tlLeft + tlPlot + tlRight}
+	x := func(at float64) float64 { return tlLeft + at/end*tlPlot }
+	y := 26
+	for _, r := range rows {
+		ln := labLane{Y: y, H: laneH, Label: r.Profile + " · " + r.Setting, Holdfast: r.Default}
+		for _, p := range r.Acks {
+			ln.MaxAcked = max(ln.MaxAcked, p.Acked)
+		}
+		var pts strings.Builder
+		for _, p := range r.Acks {
+			py := float64(y + laneH)
+			if ln.MaxAcked > 0 {
+				py -= float64(p.Acked) / float64(ln.MaxAcked) * laneH
+			}
+			fmt.Fprintf(&pts, "%.1f,%.1f ", x(p.At), py)
+		}
+		ln.Points = strings.TrimSpace(pts.String())
+		ln.NoSamples = len(r.Acks) == 0
+		lastX, level := -100.0, 0
+		for i, e := range r.Events {
+			mx := x(e.At)
+			if mx-lastX < 12 && level < 2 {
+				level++
+			} else {
+				level = 0
+			}
+			lastX = mx
+			ln.Events = append(ln.Events, labMark{N: i + 1, X: mx, Y1: y - 2, Y2: y + laneH, TextY: y - 4 - 9*level, At: e.At, What: e.What, Fault: e.Fault})
+		}
+		tl.Lanes = append(tl.Lanes, ln)
+		y += laneH + laneGap
+	}
+	tl.AxisY = y - laneGap + 4
+	for i := 0; float64(i)*step <= end; i++ {
+		t := float64(i) * step
+		tl.Ticks = append(tl.Ticks, labTick{X: x(t), Label: strconv.FormatFloat(t, 'g', 4, 64) + " s"})
+	}
+	tl.Height = tl.AxisY + 18
+	return tl
+}
+
+// niceStep is 1, 2 or 5 times a power of ten, at least d.
+func niceStep(d float64) float64 {
+	if d <= 0 {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(d)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= d {
+			return m * p
+		}
+	}
+	return 10 * p
 }

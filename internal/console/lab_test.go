@@ -1,13 +1,19 @@
 package console_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"html/template"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -241,4 +247,137 @@ func get(t *testing.T, u string) string {
 		t.Fatalf("%s: %d\n%s", u, resp.StatusCode, b)
 	}
 	return string(b)
+}
+
+// TestLabResultsPage: results a real `holdfast lab --json` wrote
+// (testdata/lab-results.json; see testdata/README) loaded into the
+// console: /lab/results.json gives them back as the lab printed them,
+// /lab/status describes them, the page has every row's numbers, its bar and
+// its timeline (each event, faults marked); they are kept across a new
+// console; and bad files are refused with a reason, a kept file that does
+// not read is said so on the page.
+func TestLabResultsPage(t *testing.T) {
+	n := brokertest.Start(t)
+	raw, err := os.ReadFile("testdata/lab-results.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := lab.Decode(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	never := func(context.Context, lab.Config) (lab.Result, error) {
+		return lab.Result{}, errors.New("not in this test")
+	}
+	open := func() (*console.Console, *httptest.Server) {
+		c, err := console.New(console.Config{Broker: n.B, Seeds: []string{n.Addr}, LabRun: never, LabDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(c)
+		t.Cleanup(func() { srv.Close(); c.Close() })
+		return c, srv
+	}
+	_, srv := open()
+
+	if page := get(t, srv.URL+"/lab"); !strings.Contains(page, `id="lab-none"`) {
+		t.Errorf("the page with no results:\n%s", page)
+	}
+	// Bad files: each refused with what is wrong, nothing kept.
+	for _, c := range []struct{ body, want string }{
+		{``, "not the JSON of holdfast lab --json"},
+		{`{"rows":[]}`, "no rows"},
+		{`{"run":"r1","acked":10,"lost":0}`, "no rows"},
+		{string(raw[:len(raw)/2]), "not the JSON of holdfast lab --json"},
+		{strings.Replace(string(raw), `"expect": "loss"`, `"expect": "perhaps"`, 1), `expect "perhaps"`},
+	} {
+		req, _ := http.NewRequest("POST", srv.URL+"/lab/results", strings.NewReader(c.body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || !strings.Contains(string(b), c.want) {
+			t.Errorf("%.40q: %d %s, want 400 with %q", c.body, resp.StatusCode, b, c.want)
+		}
+	}
+	if s := labStatus(t, srv.URL); s.Results != nil {
+		t.Fatalf("a bad file was kept: %+v", s.Results)
+	}
+
+	req, _ := http.NewRequest("POST", srv.URL+"/lab/results", bytes.NewReader(raw))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("loading the file: %s", resp.Status)
+	}
+
+	check := func(base string) {
+		t.Helper()
+		var got lab.Result
+		if err := json.Unmarshal([]byte(get(t, base+"/lab/results.json")), &got); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("/lab/results.json is not the file's results:\n got %+v\nwant %+v", got, want)
+		}
+		s := labStatus(t, base)
+		if s.Running || s.Results == nil || s.Results.Source != "file" || s.Results.Rows != len(want.Rows) || s.Results.OK != want.OK {
+			t.Errorf("status: %+v", s)
+		}
+		page := get(t, base+"/lab")
+		for _, r := range want.Rows {
+			for _, w := range []string{
+				fmt.Sprintf(`<tr class="labrow %s" data-scenario="%s" data-setting="%s"><td>%[1]s</td><td>%[3]s</td><td class="n acked">%d</td>`, r.Profile, r.Scenario, template.HTMLEscapeString(r.Setting), r.Acked),
+				fmt.Sprintf(`data-label="%s · %s"`, r.Profile, template.HTMLEscapeString(r.Setting)),
+			} {
+				if !strings.Contains(page, w) {
+					t.Errorf("%s / %s: the page has no %s", r.Scenario, r.Setting, w)
+				}
+			}
+			if len(r.Events) == 0 || len(r.Acks) == 0 && r.Scenario != "consumer" {
+				t.Errorf("%s / %s: the real lab recorded no timeline: %d events, %d points", r.Scenario, r.Setting, len(r.Events), len(r.Acks))
+			}
+			faults := 0
+			for i, ev := range r.Events {
+				class := "ev"
+				if ev.Fault {
+					class, faults = "ev fault", faults+1
+				}
+				w := fmt.Sprintf(`<span class="%s">%d. %.2f s %s</span>`, class, i+1, ev.At, template.HTMLEscapeString(ev.What))
+				if !strings.Contains(page, w) {
+					t.Errorf("%s / %s: the page has no %s", r.Scenario, r.Setting, w)
+				}
+			}
+			if faults == 0 && r.Injected && r.Scenario != "consumer" {
+				t.Errorf("%s / %s: its fault was injected but is not on its timeline: %+v", r.Scenario, r.Setting, r.Events)
+			}
+		}
+		if got := strings.Count(page, `<polyline class="acked"`); got == 0 {
+			t.Errorf("no acknowledgement curves on the page")
+		}
+	}
+	check(srv.URL)
+	// Kept: a new console on the same directory shows them.
+	_, srv2 := open()
+	check(srv2.URL)
+
+	// A kept file that does not read: the page says so.
+	if err := os.WriteFile(filepath.Join(dir, "lab-results.json"), []byte(`{"result":{"rows":[]}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, srv3 := open()
+	if page := get(t, srv3.URL+"/lab"); !strings.Contains(page, "lab-results.json do not read (no rows") {
+		t.Errorf("a kept file that does not read:\n%s", page)
+	}
+	if resp, err := http.Get(srv3.URL + "/lab/results.json"); err != nil || resp.StatusCode != 404 {
+		t.Errorf("results.json without results: %v %v", err, resp)
+	}
 }
