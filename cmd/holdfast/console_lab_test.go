@@ -92,6 +92,15 @@ func labRowsShown(t *testing.T, page string, res lab.Result) {
 		if !strings.Contains(page, bar) || !strings.Contains(page, esc(r.Fault)) || !strings.Contains(page, esc(r.Takeaway)) {
 			t.Errorf("%s / %s: the page lacks its chart text %q, fault or takeaway", r.Scenario, r.Setting, bar)
 		}
+		for i, ev := range r.Events {
+			class := "ev"
+			if ev.Fault {
+				class = "ev fault"
+			}
+			if w := fmt.Sprintf(`<span class="%s">%d. %.2f s %s</span>`, class, i+1, ev.At, esc(ev.What)); !strings.Contains(page, w) {
+				t.Errorf("%s / %s: the page's timeline has no %s", r.Scenario, r.Setting, w)
+			}
+		}
 	}
 }
 
@@ -142,6 +151,17 @@ func TestConsoleLab(t *testing.T) {
 	for _, r := range res.Rows {
 		if r.Scenario != "acks0-drop" || r.Acked != 100 || !r.Injected {
 			t.Errorf("row %+v", r)
+		}
+		// Its timeline: the two faults, and the acknowledgements rising
+		// to what was acknowledged.
+		var faults []string
+		for _, ev := range r.Events {
+			if ev.Fault {
+				faults = append(faults, ev.What)
+			}
+		}
+		if len(faults) != 2 || len(r.Acks) < 2 || r.Acks[len(r.Acks)-1].Acked != int64(r.Acked) {
+			t.Errorf("%s timeline: faults %q, %d points, last %+v", r.Setting, faults, len(r.Acks), r.Acks[len(r.Acks)-1:])
 		}
 	}
 	page := httpGet(base + "/lab")
@@ -204,5 +224,9 @@ func TestConsoleLab(t *testing.T) {
 		}
 		mustMatch(t, "lab", dom, `<g class="bar `+class+map[bool]string{true: " holdfast", false: ""}[r.Default]+`" data-label="`+
 			regexp.QuoteMeta(r.Profile+" · "+r.Setting)+`">[^\n]*?`+rect)
+		if len(r.Acks) > 0 {
+			mustMatch(t, "lab", dom, `<g class="lane`+map[bool]string{true: " holdfast", false: ""}[r.Default]+`" data-label="`+
+				regexp.QuoteMeta(r.Profile+" · "+r.Setting)+`">[^\n]*?<polyline class="acked" points="[\d., ]+"`)
+		}
 	}
 }
