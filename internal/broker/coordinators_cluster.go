@@ -46,6 +46,18 @@ func (b *Broker) startGroupsCluster(n int32) error {
 			return -1
 		},
 		Unowned: true,
+		Topic: func(name string) (group.TopicInfo, bool) {
+			t, ok := b.meta.Topic(name)
+			return group.TopicInfo{Name: t.Name, ID: t.ID, Partitions: t.Partitions}, ok
+		},
+		Topics: func() []group.TopicInfo {
+			ts := b.meta.Topics()
+			out := make([]group.TopicInfo, 0, len(ts))
+			for _, t := range ts {
+				out = append(out, group.TopicInfo{Name: t.Name, ID: t.ID, Partitions: t.Partitions})
+			}
+			return out
+		},
 	})
 	stop := goLoop(func(stop <-chan struct{}) {
 		b.watchLeadership(offsetsTopic, n, b.groups.LoadPartition, b.groups.UnloadPartition, stop)
