@@ -287,7 +287,10 @@ func TestConsumerGroupFranzGoShares(t *testing.T) {
 			return false
 		}
 		committed = 0
-		offs.Each(func(o kadm.OffsetResponse) { committed += o.At; t.Logf("%s %d: %d %v", o.Topic, o.Partition, o.At, o.Err) })
+		offs.Each(func(o kadm.OffsetResponse) {
+			committed += o.At
+			t.Logf("%s %d: %d %v", o.Topic, o.Partition, o.At, o.Err)
+		})
 		return committed == total
 	})
 }
@@ -478,4 +481,156 @@ func TestConsumerGroupHeartbeatErrors(t *testing.T) {
 	// Now classic, a consumer-protocol heartbeat is refused while the
 	// classic member is there.
 	check("consumer join to a classic group with members", hb(join("cg-e", "m2", nil)).ErrorCode, kerr.GroupIDNotFound.Code)
+}
+
+// TestClusterConsumerGroupKIP848: two consumer-protocol members share a
+// 6-partition RF=3 topic on a 3-node cluster. The coordinator (leader of
+// the group's __consumer_offsets partition) stops: the new one replays the
+// group's records, so the same members with the same epochs go on (no
+// rejoin) from the committed offsets. Then a member leaves and the other
+// takes its partitions while reading. No record is lost.
+func TestClusterConsumerGroupKIP848(t *testing.T) {
+	nodes := startCluster(t, 3, func(c *broker.Config) {
+		c.OffsetsTopicPartitions = 4
+		c.Txn.StatePartitions = 4
+		c.Groups.ConsumerSessionTimeout = 20 * time.Second
+		c.Groups.ConsumerHeartbeatInterval = 200 * time.Millisecond
+	})
+	const topic, group = "cg-orders", "cg-billing"
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	defer cancel()
+	seeds := addrs(nodes)
+	adm := kadmClient(t, seeds)
+	createClusterTopic(t, nodes, topic, 6, 3, nil)
+	a := startCGMember(t, seeds, group, topic)
+	b := startCGMember(t, seeds, group, topic)
+	before := waitCGStable(t, adm, group, 2, 6)
+
+	const n = 300
+	produceValues(t, seeds, topic, 0, n)
+	waitFor(t, 60*time.Second, "the first records read", func() bool { return len(seenAll(a, b)) == n })
+	awaitCluster(t, "the first records committed", func() error { return committedToEnd(ctx, t, nodes, topic, group) })
+	for v, k := range seenAll(a, b) {
+		if k != 1 {
+			t.Fatalf("value %d read %d times before failover", v, k)
+		}
+	}
+
+	fc := adm.FindGroupCoordinators(ctx, group)
+	if err := fc.Error(); err != nil {
+		t.Fatalf("find coordinator: %v", err)
+	}
+	var coord int32 = -1
+	for _, c := range fc {
+		coord = c.NodeID
+	}
+	old := nodeByID(nodes, coord)
+	if old == nil {
+		t.Fatalf("coordinator %d is not a node", coord)
+	}
+	old.Stop()
+	var rest []string
+	for _, nd := range nodes {
+		if nd != old {
+			rest = append(rest, nd.Addr)
+		}
+	}
+	adm = kadmClient(t, rest)
+	after := waitCGStable(t, adm, group, 2, 6)
+	ids := func(g kadm.DescribedConsumerGroup) map[string]bool {
+		out := map[string]bool{}
+		for _, m := range g.Members {
+			out[m.MemberID] = true
+		}
+		return out
+	}
+	for id := range ids(before) {
+		if !ids(after)[id] {
+			t.Fatalf("member %s lost across the coordinator failover: before %v, after %v", id, ids(before), ids(after))
+		}
+	}
+	if after.Epoch < before.Epoch {
+		t.Fatalf("group epoch went back from %d to %d", before.Epoch, after.Epoch)
+	}
+
+	produceValues(t, rest, topic, n, n)
+	waitFor(t, 90*time.Second, "every record read after the coordinator stopped", func() bool { return len(seenAll(a, b)) == 2*n })
+	for v, k := range seenAll(a, b) {
+		if k != 1 && v < n {
+			t.Fatalf("value %d (committed before the failover) read %d times", v, k)
+		}
+	}
+
+	b.stop()
+	waitCGStable(t, adm, group, 1, 6)
+	produceValues(t, rest, topic, 2*n, n)
+	waitFor(t, 90*time.Second, "every record read after b left", func() bool { return len(seenAll(a, b)) == 3*n })
+	if a.partitions() != 6 {
+		t.Fatalf("a holds %d partitions after b left", a.partitions())
+	}
+}
+
+// TestConsumerGroupStaticAndRegex: a static member (group.instance.id)
+// that closes without leaving keeps its partitions for its return (same
+// instance, new member id); a regex subscription picks up a topic created
+// later.
+func TestConsumerGroupStaticAndRegex(t *testing.T) {
+	n := startConsumerGroups(t)
+	seeds := []string{n.Addr}
+	adm := n.Admin()
+	n.CreateTopic("cg-static", 4, nil)
+	s1 := startCGMember(t, seeds, "cg-static", "cg-static", kgo.InstanceID("inst-1"))
+	startCGMember(t, seeds, "cg-static", "cg-static")
+	g := waitCGStable(t, adm, "cg-static", 2, 4)
+	var held map[int32]struct{}
+	var oldID string
+	for _, m := range g.Members {
+		if m.InstanceID != nil && *m.InstanceID == "inst-1" {
+			held, oldID = m.Assignment["cg-static"], m.MemberID
+		}
+	}
+	if len(held) != 2 {
+		t.Fatalf("static member holds %v", held)
+	}
+	s1.stop() // franz-go leaves with epoch -2: the partitions wait for it
+	time.Sleep(500 * time.Millisecond)
+	g = describeCG(t, adm, "cg-static")
+	for _, m := range g.Members {
+		if m.InstanceID == nil && len(m.Assignment["cg-static"]) != 2 {
+			t.Fatalf("the dynamic member got %v while the static one was away", m.Assignment)
+		}
+	}
+	startCGMember(t, seeds, "cg-static", "cg-static", kgo.InstanceID("inst-1"))
+	waitFor(t, 30*time.Second, "the static member back under a new member id", func() bool {
+		g = waitCGStable(t, adm, "cg-static", 2, 4)
+		for _, m := range g.Members {
+			if m.InstanceID != nil && *m.InstanceID == "inst-1" && m.MemberID != oldID && m.MemberEpoch > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	for _, m := range g.Members {
+		if m.InstanceID != nil && *m.InstanceID == "inst-1" {
+			for p := range held {
+				if _, ok := m.Assignment["cg-static"][p]; !ok {
+					t.Fatalf("returning static member got %v, held %v before", m.Assignment, held)
+				}
+			}
+		}
+	}
+
+	// Regex: "cg-rx-.*" matches a topic made after the member joined.
+	n.CreateTopic("cg-rx-a", 2, nil)
+	rx := startCGMember(t, seeds, "cg-regex", "cg-rx-.*", kgo.ConsumeRegex())
+	waitCGStable(t, adm, "cg-regex", 1, 2)
+	n.CreateTopic("cg-rx-b", 3, nil)
+	n.CreateTopic("other", 1, nil)
+	waitCGStable(t, adm, "cg-regex", 1, 5)
+	g = describeCG(t, adm, "cg-regex")
+	if r := g.Members[0].SubscribedTopicRegex; r == nil {
+		t.Fatalf("member has no regex: %+v", g.Members[0])
+	}
+	produceValues(t, seeds, "cg-rx-b", 0, 30)
+	waitFor(t, 30*time.Second, "regex member reads the new topic", func() bool { return len(rx.values()) == 30 })
 }
