@@ -70,7 +70,7 @@ func (b *Broker) handleDescribeConfigs(_ context.Context, r *wire.Request) wire.
 }
 
 func (b *Broker) lookupConfigTopic(name string) (controller.Topic, error) {
-	if err := validateTopicName(name); err != nil {
+	if err := controller.ValidateTopicName(name); err != nil {
 		return controller.Topic{}, errCode(kerr.InvalidTopicException, "%v", err)
 	}
 	t, ok := b.meta.Topic(name)
@@ -194,7 +194,7 @@ var brokerConfigs = []brokerConfig{
 	{name: "num.partitions", typ: kmsg.ConfigTypeInt, kafkaDefault: "1", doc: "Partitions of auto-created topics and of CreateTopics with -1.",
 		value: val(func(b *Broker) string { return strconv.Itoa(int(b.cfg.NumPartitions)) })},
 	{name: "default.replication.factor", typ: kmsg.ConfigTypeInt, kafkaDefault: "1", doc: "Replicas of new topics that do not say; 0 configured means min(3, brokers).",
-		value: val(func(b *Broker) string { return strconv.Itoa(int(b.defaultReplicationFactor())) })},
+		value: val(func(b *Broker) string { return strconv.Itoa(int(b.cluster.DefaultReplicationFactor())) })},
 	{name: "offsets.topic.num.partitions", typ: kmsg.ConfigTypeInt, kafkaDefault: "50", doc: "Partitions of __consumer_offsets.",
 		value: val(func(b *Broker) string { return strconv.Itoa(int(b.cfg.OffsetsTopicPartitions)) })},
 	{name: "delete.topic.enable", typ: kmsg.ConfigTypeBoolean, kafkaDefault: "true", doc: "Topics can be deleted.",

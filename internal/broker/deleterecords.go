@@ -95,6 +95,6 @@ func logStartErrorCode(err error) int16 {
 // leadsGroup reports whether this node leads the Raft group and accepts
 // proposals in it.
 func (b *Broker) leadsGroup(group uint64) bool {
-	l, err := b.cluster.host.Leadership(group)
+	l, err := b.cluster.Host().Leadership(group)
 	return err == nil && l.Proposing
 }

@@ -9,8 +9,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() { onStart(rankCoordinator, "groups", (*Broker).startGroups) }
-
 // startGroups builds the group coordinator over __consumer_offsets: the
 // partitions this node leads are replayed as it comes to lead them
 // (coordinators_cluster.go); until then their groups answer

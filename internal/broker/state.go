@@ -9,8 +9,6 @@ import (
 	"holdfast/internal/txn"
 )
 
-func init() { onStart(rankStorage, "storage", (*Broker).startStorage) }
-
 // startStorage opens the node's metadata and every partition it lists, and
 // starts the retention loop. Closers run in reverse: retention stops first,
 // then the partitions close (final fsyncs through the syncer), then the
@@ -24,7 +22,7 @@ func (b *Broker) startStorage() error {
 		return err
 	}
 	b.meta = meta
-	if b.singleNode() {
+	if b.cluster.SingleNode() {
 		if err := b.singleNodeAdopt(); err != nil {
 			return err
 		}
@@ -35,7 +33,7 @@ func (b *Broker) startStorage() error {
 		DirectoryID: b.ident.DirectoryID.String(), BootstrapMember: b.ident.BootstrapMember(),
 		LogDefaults: b.cfg.LogDefaults, RetentionCheckInterval: b.cfg.RetentionCheckInterval, Cleaner: b.cfg.LogCleaner,
 		FS: b.cfg.FS, Logger: b.log,
-	}, meta, b.cluster.host, b.syncer)
+	}, meta, b.cluster.Host(), b.syncer)
 	b.closers = append(b.closers, b.replicas.Close)
 	if err := b.replicas.OpenAll(); err != nil {
 		return err
@@ -51,6 +49,9 @@ func (b *Broker) startStorage() error {
 // logs, whose batches carry no Raft term, become their groups' committed
 // history (raft.GroupConfig.AdoptPreRaft).
 func (b *Broker) singleNodeAdopt() error {
+	// Where a single node counted producer ids before it was a cluster of
+	// one.
+	const producerIDsFile = "producer-ids"
 	next := int64(0)
 	path := filepath.Join(b.cfg.DataDir, producerIDsFile)
 	ids, err := txn.OpenIDAllocator(b.cfg.FS, path)

@@ -68,7 +68,7 @@ func (b *Broker) PartitionStats() []PartitionStats {
 				SizeBytes: p.Log().Size(), Segments: p.Log().Segments(),
 				MinISR: minISR, Leader: -1, Epoch: p.LeaderEpoch(),
 			}
-			mp := b.cluster.partitionMetadata(t, i)
+			mp := b.partitionMetadata(t, i)
 			ps.Leader, ps.Replicas, ps.ISR = mp.Leader, len(mp.Replicas), len(mp.ISR)
 			ps.IsLeader = p.IsLeader()
 			out = append(out, ps)
@@ -94,7 +94,7 @@ type ClusterStats struct {
 func (b *Broker) ClusterStats() ClusterStats {
 	cs := ClusterStats{NodeID: b.cfg.NodeID, Brokers: b.RegisteredBrokers()}
 	topics := b.meta.Topics()
-	cs.Controller = b.cluster.isController()
+	cs.Controller = b.cluster.IsController()
 	cs.FencedBrokers = len(b.meta.FencedBrokers())
 	if !cs.Controller {
 		return cs
@@ -103,7 +103,7 @@ func (b *Broker) ClusterStats() ClusterStats {
 		cs.Topics++
 		cs.Partitions += int(t.Partitions)
 		for i := int32(0); i < t.Partitions; i++ {
-			mp := b.cluster.partitionMetadata(t, i)
+			mp := b.partitionMetadata(t, i)
 			if mp.Leader < 0 || mp.ErrorCode == kerr.LeaderNotAvailable.Code || mp.ErrorCode == kerr.KafkaStorageError.Code {
 				cs.OfflinePartitions++
 			}
@@ -153,8 +153,6 @@ type statsState struct {
 
 const statsInterval = time.Second
 
-func init() { onStart(rankCoordinator+20, "stats", (*Broker).startStats) }
-
 func (b *Broker) startStats() error {
 	stop := goLoop(func(stop <-chan struct{}) {
 		tick := time.NewTicker(statsInterval)
@@ -195,7 +193,7 @@ func (b *Broker) sampleReplication() {
 				s.elections.Add(1)
 				s.led[k] = epoch
 			}
-			n := len(b.cluster.partitionMetadata(t, i).ISR) // as Metadata reports it
+			n := len(b.partitionMetadata(t, i).ISR) // as Metadata reports it
 			if prev, ok := s.isr[k]; ok {
 				switch {
 				case n < prev:
@@ -265,11 +263,10 @@ type ReplicationStats struct {
 
 // ReplicationStats reports this node's Raft groups.
 func (b *Broker) ReplicationStats() ReplicationStats {
-	c := b.cluster
 	out := ReplicationStats{Repairs: b.replicas.Repairs()}
-	for _, g := range c.host.Groups() {
+	for _, g := range b.cluster.Host().Groups() {
 		out.Groups++
-		if st, err := c.host.Status(g); err == nil && st.Failed != "" {
+		if st, err := b.cluster.Host().Status(g); err == nil && st.Failed != "" {
 			out.FailedGroups++
 		}
 	}

@@ -2,24 +2,19 @@ package broker
 
 import (
 	"errors"
-	"fmt"
-	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"holdfast/internal/controller"
+	"holdfast/internal/kafkaerr"
 	"holdfast/internal/storage"
 	"holdfast/internal/topicconfig"
 )
 
-// maxTopicNameLen is Kafka's limit: 249, so that "<topic>-<partition>"
-// directory names and their "-delete" suffix fit in 255 bytes.
-const maxTopicNameLen = 249
-
 // Names of the internal topics, created by their coordinators.
 const (
-	offsetsTopic     = "__consumer_offsets"
-	transactionTopic = "__transaction_state"
+	offsetsTopic     = controller.OffsetsTopic
+	transactionTopic = controller.TransactionTopic
 )
 
 // internalTopicConfigs are the configs an internal topic is created with.
@@ -30,55 +25,8 @@ func (b *Broker) internalTopicConfigs(topic string) map[string]string {
 	return topicconfig.Internal(b.cfg.TxnTopicSegmentBytes)
 }
 
-// validateTopicName applies Kafka's topic name rules.
-func validateTopicName(name string) error {
-	switch {
-	case name == "":
-		return errors.New("Topic name is illegal, it can't be empty")
-	case name == "." || name == "..":
-		return errors.New("Topic name cannot be \".\" or \"..\"")
-	case len(name) > maxTopicNameLen:
-		return fmt.Errorf("Topic name is illegal, it can't be longer than %d characters, topic name: %s", maxTopicNameLen, name)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("Topic name %q is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'", name)
-		}
-	}
-	return nil
-}
-
-// collisionName is how Kafka detects topics whose metric names would clash:
-// '.' and '_' are the same character there.
-func collisionName(name string) string { return strings.ReplaceAll(name, ".", "_") }
-
-// topicCollision reports an existing topic other than name whose metric
-// name equals name's.
-func (b *Broker) topicCollision(name string) (string, bool) {
-	c := collisionName(name)
-	if c == name && !strings.Contains(name, "_") {
-		return "", false
-	}
-	for _, t := range b.meta.Topics() {
-		if t.Name != name && collisionName(t.Name) == c {
-			return t.Name, true
-		}
-	}
-	return "", false
-}
-
-// topicError is an error with the Kafka error code it is answered with.
-type topicError struct {
-	code *kerr.Error
-	msg  string
-}
-
-func (e *topicError) Error() string { return e.msg }
-
-func errCode(code *kerr.Error, format string, args ...any) *topicError {
-	return &topicError{code, fmt.Sprintf(format, args...)}
-}
+// errCode is an error carrying a Kafka code and message.
+var errCode = kafkaerr.New
 
 // kafkaError turns an error from the topic helpers into a code and a
 // message for a response.
@@ -87,10 +35,10 @@ func kafkaError(err error) (int16, *string) {
 		return 0, nil
 	}
 	msg := err.Error()
-	var te *topicError
+	var ke *kafkaerr.Error
 	switch {
-	case errors.As(err, &te):
-		return te.code.Code, &msg
+	case errors.As(err, &ke):
+		return ke.Code.Code, &msg
 	case errors.Is(err, controller.ErrTopicExists):
 		return kerr.TopicAlreadyExists.Code, &msg
 	case errors.Is(err, controller.ErrUnknownTopic):
@@ -110,9 +58,8 @@ func kafkaError(err error) (int16, *string) {
 	case errors.Is(err, controller.ErrBrokerInUse):
 		return kerr.InvalidRequest.Code, &msg
 	}
-	var ke *kerr.Error
-	if errors.As(err, &ke) {
-		return ke.Code, &msg
+	if code, ok := kafkaerr.Code(err); ok {
+		return code, &msg
 	}
 	return kerr.UnknownServerError.Code, &msg
 }
@@ -125,24 +72,24 @@ func (b *Broker) ensureTopic(name string, partitions int32, configs map[string]s
 	if t, ok := b.meta.Topic(name); ok && b.replicas.AllOpen(t) {
 		return t, nil
 	}
-	return b.cluster.createTopic(name, partitions, -1, nil, configs, internal, false)
+	return b.cluster.CreateTopic(name, partitions, -1, nil, configs, internal, false)
 }
 
 // deleteTopic deletes the topic through the controller; every node
 // removes its data as it applies the deletion.
 func (b *Broker) deleteTopic(name string) (controller.Topic, error) {
-	return b.cluster.deleteTopic(name)
+	return b.cluster.DeleteTopic(name)
 }
 
 // addPartitions raises t's partition count to total through the
 // controller.
 func (b *Broker) addPartitions(name string, total int32) (controller.Topic, error) {
-	return b.cluster.addPartitions(name, total)
+	return b.cluster.AddPartitions(name, total)
 }
 
 // setTopicConfigs replaces t's overrides through the controller.
 func (b *Broker) setTopicConfigs(name string, configs map[string]string) (controller.Topic, error) {
-	return b.cluster.setTopicConfigs(name, configs)
+	return b.cluster.SetTopicConfigs(name, configs)
 }
 
 // topicLogConfig is the log configuration of t's partitions.

@@ -15,11 +15,6 @@ import (
 	"holdfast/internal/txn"
 )
 
-// txnStateTopic holds the transaction coordinator's state.
-const txnStateTopic = "__transaction_state"
-
-func init() { onStart(rankCoordinator+1, "transactions", (*Broker).startTxn) }
-
 // txnState is the broker's part of transactions: the producer id allocator
 // and the coordinator. The coordinator is built when __transaction_state
 // exists: at start-up if it does, else at the first transactional
@@ -36,7 +31,7 @@ type txnState struct {
 }
 
 func (b *Broker) startTxn() error {
-	b.txn.blocks = txn.NewBlockAllocator(b.cluster.reserveProducerIDs)
+	b.txn.blocks = txn.NewBlockAllocator(b.cluster.ReserveProducerIDs)
 	b.closers = append(b.closers, func() error { b.txn.blocks.Close(); return nil })
 	b.replicas.SetVerifier(b.verifyTxn)
 	b.closers = append(b.closers, func() error {

@@ -182,7 +182,7 @@ func (b *Broker) verifyWithCoordinator(ctx context.Context, id string, pid int64
 	if err != nil {
 		return fill(kerr.CoordinatorNotAvailable.Code)
 	}
-	t, ok := b.meta.Topic(txnStateTopic)
+	t, ok := b.meta.Topic(transactionTopic)
 	if !ok || int(t.Partitions) != c.NumPartitions() {
 		// No __transaction_state: no transaction was ever started.
 		return fill(kerr.CoordinatorNotAvailable.Code)
@@ -201,7 +201,7 @@ func (b *Broker) verifyWithCoordinator(ctx context.Context, id string, pid int64
 		}
 		return out
 	}
-	cl, err := b.cluster.forwarder()
+	cl, err := b.cluster.Forwarder()
 	if err != nil {
 		return fill(kerr.CoordinatorNotAvailable.Code)
 	}

@@ -3,11 +3,12 @@ package replica
 import (
 	"context"
 	"errors"
+	"strings"
+	"time"
+
 	"holdfast/internal/partition"
 	"holdfast/internal/storage"
 	"holdfast/internal/topicconfig"
-	"strings"
-	"time"
 )
 
 // retentionLoop applies retention.ms / retention.bytes to every open log
