@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"holdfast/internal/broker"
+	"holdfast/internal/group"
 	"holdfast/internal/storage"
 	"holdfast/internal/wire"
 )
@@ -38,6 +40,9 @@ type serveConfig struct {
 	nodeID, numParts, offsetParts, txnParts, defaultRF           int
 	maxMsg, maxReq, maxConns, imbalancePct                       int
 	groupMaxSize, offsetMetaMax, indexInterval                   int
+	cgMaxSize                                                    int
+	cgSession, cgHeartbeat                                       time.Duration
+	cgAssignors                                                  string
 	txnAbortIv, txnIDExpiry, offsRetCheck                        time.Duration
 	segBytes, retBytes, maxQueued                                int64
 	autoCreate, rebalance, ctrlShut                              bool
@@ -98,6 +103,10 @@ func (c *serveConfig) register(s *settings) {
 	s.Duration(&c.groupMinSession, "group-min-session-timeout", def.Groups.MinSessionTimeout, "shortest session timeout a consumer may ask for", kafkaDuration("group.min.session.timeout.ms", ms))
 	s.Duration(&c.groupMaxSession, "group-max-session-timeout", def.Groups.MaxSessionTimeout, "longest session timeout a consumer may ask for", kafkaDuration("group.max.session.timeout.ms", ms))
 	s.Int(&c.groupMaxSize, "group-max-size", def.Groups.MaxSize, "most members in one consumer group", kafka("group.max.size"))
+	s.Duration(&c.cgSession, "group-consumer-session-timeout", def.Groups.ConsumerSessionTimeout, "KIP-848 consumer groups: a member silent this long is removed", kafkaDuration("group.consumer.session.timeout.ms", ms))
+	s.Duration(&c.cgHeartbeat, "group-consumer-heartbeat-interval", def.Groups.ConsumerHeartbeatInterval, "KIP-848 consumer groups: how often members heartbeat", kafkaDuration("group.consumer.heartbeat.interval.ms", ms))
+	s.Int(&c.cgMaxSize, "group-consumer-max-size", def.Groups.ConsumerMaxSize, "KIP-848 consumer groups: most members in one group", kafka("group.consumer.max.size"))
+	s.String(&c.cgAssignors, "group-consumer-assignors", strings.Join(def.Groups.ConsumerAssignors, ","), "KIP-848 consumer groups: server-side assignors members may ask for (uniform, range), the first the default", kafka("group.consumer.assignors"))
 	s.Duration(&c.offsRet, "offsets-retention", def.Groups.OffsetRetention, "how long an empty group's committed offsets are kept", kafkaDuration("offsets.retention.minutes", mins))
 	s.Duration(&c.offsRetCheck, "offsets-retention-check-interval", def.Groups.RetentionCheckInterval, "how often expired committed offsets are removed", kafkaDuration("offsets.retention.check.interval.ms", ms))
 	s.Int(&c.offsetMetaMax, "offset-metadata-max-bytes", def.Groups.MaxMetadataBytes, "largest metadata string of a committed offset", kafka("offset.metadata.max.bytes"))
@@ -196,6 +205,25 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	cfg.Groups.InitialRebalanceDelay = c.groupInitialDelay
 	cfg.Groups.MinSessionTimeout, cfg.Groups.MaxSessionTimeout = c.groupMinSession, c.groupMaxSession
 	cfg.Groups.MaxSize = c.groupMaxSize
+	cfg.Groups.ConsumerSessionTimeout, cfg.Groups.ConsumerHeartbeatInterval = c.cgSession, c.cgHeartbeat
+	cfg.Groups.ConsumerMaxSize = c.cgMaxSize
+	cfg.Groups.ConsumerAssignors = nil
+	for _, a := range strings.Split(c.cgAssignors, ",") {
+		a = strings.TrimSpace(a)
+		switch {
+		case a == "":
+		case !slices.Contains(group.Assignors, a):
+			return cfg, lim, nil, fmt.Errorf("--group-consumer-assignors: unknown assignor %q (Holdfast has %s)", a, strings.Join(group.Assignors, ", "))
+		default:
+			cfg.Groups.ConsumerAssignors = append(cfg.Groups.ConsumerAssignors, a)
+		}
+	}
+	switch {
+	case c.cgSession <= 0 || c.cgHeartbeat <= 0 || c.cgMaxSize <= 0:
+		return cfg, lim, nil, errors.New("--group-consumer-session-timeout, --group-consumer-heartbeat-interval and --group-consumer-max-size must be positive")
+	case c.cgHeartbeat >= c.cgSession:
+		return cfg, lim, nil, fmt.Errorf("--group-consumer-heartbeat-interval %v must be below --group-consumer-session-timeout %v", c.cgHeartbeat, c.cgSession)
+	}
 	cfg.Groups.OffsetRetention = c.offsRet
 	cfg.Groups.RetentionCheckInterval, cfg.Groups.MaxMetadataBytes = c.offsRetCheck, c.offsetMetaMax
 	cfg.Txn.AbortInterval, cfg.Txn.IDExpiration = c.txnAbortIv, c.txnIDExpiry
