@@ -32,7 +32,7 @@ type serveConfig struct {
 	unknownEnv                                                   []string // HOLDFAST_* variables that set nothing (reported)
 	config                                                       string
 	overrides                                                    []string
-	listen, advertised, dataDir, rack, flush                     string
+	listen, advertised, dataDir, rack, flush, replicaSelector    string
 	peers, raftListen, join                                      string
 	metricsListen, logLevel, logFormat                           string
 	nodeID, numParts, offsetParts, txnParts, defaultRF           int
@@ -67,6 +67,7 @@ func (c *serveConfig) register(s *settings) {
 	s.String(&c.dataDir, "data-dir", def.DataDir, "where logs and metadata live", kafkaConverted("log.dirs", oneDir), kafka("log.dir"))
 	s.Int(&c.nodeID, "node-id", int(def.NodeID), "this node's id", kafka("node.id"), kafka("broker.id"))
 	s.String(&c.rack, "rack", "", "rack of this node", kafka("broker.rack"))
+	s.String(&c.replicaSelector, "replica-selector", "", "rack-aware (or Kafka's class name): consumers with client.rack read from an in-sync replica in their rack; default: from the leader", kafka("replica.selector.class"))
 	s.String(&c.flush, "flush", "sync", "durability: sync (fsync before ack, group commit), interval:<duration>, or os (page cache only, Kafka's default)",
 		kafkaConverted("log.flush.interval.ms", func(v string) (string, error) {
 			n, err := strconv.ParseInt(v, 10, 64)
@@ -182,6 +183,10 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	cfg.NodeID = int32(c.nodeID)
 	cfg.DataDir = c.dataDir
 	cfg.Rack = c.rack
+	cfg.ReplicaSelector = c.replicaSelector
+	if c.replicaSelector == "rack-aware" {
+		cfg.ReplicaSelector = broker.RackAwareReplicaSelector
+	}
 	cfg.AutoCreateTopics = c.autoCreate
 	cfg.NumPartitions = int32(c.numParts)
 	cfg.OffsetsTopicPartitions = int32(c.offsetParts)

@@ -44,6 +44,11 @@ type Config struct {
 	AdvertisedHost string // advertised.listeners host
 	AdvertisedPort int32  // advertised.listeners port
 	Rack           string // broker.rack
+	// ReplicaSelector is replica.selector.class: "" (consumers read from
+	// the leader, Kafka's default) or RackAwareReplicaSelector, which sends
+	// a consumer with client.rack to an in-sync replica in its rack
+	// (KIP-392, replicaselector.go).
+	ReplicaSelector string
 
 	AutoCreateTopics       bool  // auto.create.topics.enable (default true)
 	NumPartitions          int32 // num.partitions (default 1)

@@ -44,6 +44,9 @@ func New(cfg Config) (*Broker, error) {
 		// port (nobody to talk to), on exactly the replicated path.
 		cfg.Peers = map[int32]string{cfg.NodeID: ""}
 	}
+	if err := checkReplicaSelector(cfg.ReplicaSelector); err != nil {
+		return nil, err
+	}
 	b := &Broker{cfg: cfg, log: cfg.Logger}
 	steps := []struct {
 		name string
