@@ -46,24 +46,21 @@ func leaderEpochCode(p *partition.Partition, current int32, follower bool) int16
 }
 
 // handleFetch answers in the Reply: a fetch only reads, so it need not be
-// ordered with other requests' Handle, and it may long-poll.
-//
-// Fetch sessions (KIP-227) are declined: every response has SessionID 0,
-// which tells the client to keep sending full fetch requests. A client
-// that names a session we could not have created gets
-// FETCH_SESSION_ID_NOT_FOUND and falls back to a full fetch.
+// ordered with other requests' Handle, and it may long-poll. The session
+// (fetchsession.go) is brought up to date here, in request order.
 func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.FetchRequest)
-	if req.SessionID != 0 && req.SessionEpoch > 0 {
+	f, code := b.fetchSessions.begin(req, r.Principal.String(), time.Now())
+	if code != 0 {
 		resp := req.ResponseKind().(*kmsg.FetchResponse)
-		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
+		resp.ErrorCode = code
 		return wire.Respond(resp)
 	}
 	wait := min(time.Duration(req.MaxWaitMillis)*time.Millisecond, maxFetchWait)
 	listener := b.listenerName(r)
 	// READ on each topic, decided once (TOPIC_AUTHORIZATION_FAILED).
 	var denied map[string]bool
-	for _, rt := range req.Topics {
+	for _, rt := range f.topics {
 		name := rt.Topic
 		if req.Version >= 13 {
 			t, ok := b.meta.TopicByID(rt.TopicID)
@@ -82,8 +79,9 @@ func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
 	return func(ctx context.Context) kmsg.Response {
 		var deadline <-chan time.Time
 		for {
-			resp, ready, notify := b.fetchOnce(req, denied, listener)
+			resp, ready, notify := b.fetchOnce(req, f.topics, denied, listener)
 			if ready || wait <= 0 || len(notify) == 0 {
+				b.fetchSessions.cut(f, resp)
 				return resp
 			}
 			releaseFiles(resp) // this attempt is not sent
@@ -105,14 +103,16 @@ func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
 			case 0:
 				return nil // connection gone; nothing to write
 			case 1:
-				resp, _, _ = b.fetchOnce(req, denied, listener)
+				resp, _, _ = b.fetchOnce(req, f.topics, denied, listener)
+				b.fetchSessions.cut(f, resp)
 				return resp
 			}
 		}
 	}
 }
 
-// fetchOnce reads every requested partition once. ready reports whether the
+// fetchOnce reads every partition of topics (the request's, or its
+// session's) once. ready reports whether the
 // response should go now (MinBytes reached, or an error to report);
 // otherwise notify holds the channels that signal new data.
 //
@@ -121,7 +121,7 @@ func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
 // connection writer sends with sendfile (wire.Spliced), straight from the
 // page cache. A log on a filesystem without file descriptors (the tests'
 // CrashFS) is read into the response instead.
-func (b *Broker) fetchOnce(req *kmsg.FetchRequest, denied map[string]bool, listener string) (out kmsg.Response, ready bool, notify []<-chan struct{}) {
+func (b *Broker) fetchOnce(req *kmsg.FetchRequest, topics []kmsg.FetchRequestTopic, denied map[string]bool, listener string) (out kmsg.Response, ready bool, notify []<-chan struct{}) {
 	resp := req.ResponseKind().(*kmsg.FetchResponse)
 	files := &wire.Spliced{Response: resp}
 	var slices []storage.Slice
@@ -150,7 +150,7 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest, denied map[string]bool, liste
 	if req.Version >= 15 {
 		consumer = req.ReplicaState.ID < 0
 	}
-	for _, rt := range req.Topics {
+	for _, rt := range topics {
 		st := kmsg.NewFetchResponseTopic()
 		st.Topic, st.TopicID = rt.Topic, rt.TopicID
 		name, topicCode := rt.Topic, int16(0)

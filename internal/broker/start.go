@@ -48,6 +48,7 @@ func New(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{cfg: cfg, log: cfg.Logger}
+	b.fetchSessions.init(cfg.FetchSessionSlots)
 	steps := []struct {
 		name string
 		fn   func() error
