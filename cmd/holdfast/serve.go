@@ -31,26 +31,26 @@ func init() { addCommand(newServeCmd) }
 // their Kafka names); brokerConfig checks them and maps them onto the
 // broker's and the server's configs.
 type serveConfig struct {
-	unknownEnv                                                   []string // HOLDFAST_* variables that set nothing (reported)
-	config                                                       string
-	overrides                                                    []string
-	listen, advertised, dataDir, rack, flush                     string
-	peers, raftListen, join                                      string
-	metricsListen, logLevel, logFormat                           string
-	nodeID, numParts, offsetParts, txnParts, defaultRF           int
-	maxMsg, maxReq, maxConns, imbalancePct                       int
-	groupMaxSize, offsetMetaMax, indexInterval                   int
-	cgMaxSize                                                    int
-	cgSession, cgHeartbeat                                       time.Duration
-	cgAssignors                                                  string
-	txnAbortIv, txnIDExpiry, offsRetCheck                        time.Duration
-	segBytes, retBytes, maxQueued                                int64
-	autoCreate, rebalance, ctrlShut                              bool
-	console, consoleLab, metricsInternal                         bool
-	consoleSample                                                time.Duration
-	txnMax, retention, segmentMs, retentionCheck, idle           time.Duration
-	imbalanceIv, ctrlShutMax, hbInterval, session                time.Duration
-	groupInitialDelay, groupMinSession, groupMaxSession, offsRet time.Duration
+	unknownEnv                                                            []string // HOLDFAST_* variables that set nothing (reported)
+	config                                                                string
+	overrides                                                             []string
+	listen, advertised, dataDir, rack, flush, replicaSelector             string
+	peers, raftListen, join                                               string
+	metricsListen, logLevel, logFormat                                    string
+	nodeID, numParts, offsetParts, txnParts, defaultRF, fetchSessionSlots int
+	maxMsg, maxReq, maxConns, imbalancePct                                int
+	groupMaxSize, offsetMetaMax, indexInterval                            int
+	cgMaxSize                                                             int
+	cgSession, cgHeartbeat                                                time.Duration
+	cgAssignors                                                           string
+	txnAbortIv, txnIDExpiry, offsRetCheck                                 time.Duration
+	segBytes, retBytes, maxQueued                                         int64
+	autoCreate, rebalance, ctrlShut                                       bool
+	console, consoleLab, metricsInternal                                  bool
+	consoleSample                                                         time.Duration
+	txnMax, retention, segmentMs, retentionCheck, idle                    time.Duration
+	imbalanceIv, ctrlShutMax, hbInterval, session                         time.Duration
+	groupInitialDelay, groupMinSession, groupMaxSession, offsRet          time.Duration
 	// The log cleaner (docs/compaction.md).
 	cleanerOn                                       bool
 	cleanerThreads, cleanerIOBuf                    int
@@ -72,6 +72,8 @@ func (c *serveConfig) register(s *settings) {
 	s.String(&c.dataDir, "data-dir", def.DataDir, "where logs and metadata live", kafkaConverted("log.dirs", oneDir), kafka("log.dir"))
 	s.Int(&c.nodeID, "node-id", int(def.NodeID), "this node's id", kafka("node.id"), kafka("broker.id"))
 	s.String(&c.rack, "rack", "", "rack of this node", kafka("broker.rack"))
+	s.Int(&c.fetchSessionSlots, "fetch-session-slots", broker.DefaultFetchSessionSlots, "fetch sessions this broker keeps (KIP-227); a consumer without one sends full fetches", kafka("max.incremental.fetch.session.cache.slots"))
+	s.String(&c.replicaSelector, "replica-selector", "", "rack-aware (or Kafka's class name): consumers with client.rack read from an in-sync replica in their rack; default: from the leader", kafka("replica.selector.class"))
 	s.String(&c.flush, "flush", "sync", "durability: sync (fsync before ack, group commit), interval:<duration>, or os (page cache only, Kafka's default)",
 		kafkaConverted("log.flush.interval.ms", func(v string) (string, error) {
 			n, err := strconv.ParseInt(v, 10, 64)
@@ -185,12 +187,19 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 		return cfg, lim, nil, fmt.Errorf("--controlled-shutdown-max-wait %v: must not be negative", c.ctrlShutMax)
 	case c.hbInterval <= 0 || c.session <= c.hbInterval:
 		return cfg, lim, nil, fmt.Errorf("--broker-session-timeout (%v) must be longer than --broker-heartbeat-interval (%v), both positive", c.session, c.hbInterval)
+	case c.fetchSessionSlots < 0:
+		return cfg, lim, nil, fmt.Errorf("--fetch-session-slots %d: must be 0 or more (0: no fetch sessions)", c.fetchSessionSlots)
 	case c.retentionCheck <= 0:
 		return cfg, lim, nil, fmt.Errorf("--retention-check-interval %v: must be positive", c.retentionCheck)
 	}
 	cfg.NodeID = int32(c.nodeID)
 	cfg.DataDir = c.dataDir
 	cfg.Rack = c.rack
+	cfg.ReplicaSelector = c.replicaSelector
+	cfg.FetchSessionSlots = c.fetchSessionSlots
+	if c.replicaSelector == "rack-aware" {
+		cfg.ReplicaSelector = broker.RackAwareReplicaSelector
+	}
 	cfg.AutoCreateTopics = c.autoCreate
 	cfg.NumPartitions = int32(c.numParts)
 	cfg.OffsetsTopicPartitions = int32(c.offsetParts)

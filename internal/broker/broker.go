@@ -44,6 +44,14 @@ type Config struct {
 	AdvertisedHost string // advertised.listeners host
 	AdvertisedPort int32  // advertised.listeners port
 	Rack           string // broker.rack
+	// FetchSessionSlots is max.incremental.fetch.session.cache.slots:
+	// how many fetch sessions this broker keeps (default 1,000; 0: none).
+	FetchSessionSlots int
+	// ReplicaSelector is replica.selector.class: "" (consumers read from
+	// the leader, Kafka's default) or RackAwareReplicaSelector, which sends
+	// a consumer with client.rack to an in-sync replica in its rack
+	// (KIP-392, replicaselector.go).
+	ReplicaSelector string
 
 	AutoCreateTopics       bool  // auto.create.topics.enable (default true)
 	NumPartitions          int32 // num.partitions (default 1)
@@ -131,6 +139,7 @@ func DefaultConfig() Config {
 		AdvertisedPort:           9092,
 		AutoCreateTopics:         true,
 		NumPartitions:            1,
+		FetchSessionSlots:        DefaultFetchSessionSlots,
 		OffsetsTopicPartitions:   50,
 		Groups:                   group.DefaultConfig(),
 		Txn:                      txn.DefaultConfig(),
@@ -167,6 +176,8 @@ type Broker struct {
 	// single node.
 	cluster *cluster.Node
 	alterMu sync.Mutex // serializes IncrementalAlterConfigs' read-modify-write
+	// fetchSessions are the consumers' KIP-227 fetch sessions.
+	fetchSessions fetchSessions
 
 	// stats counts replication events for metrics (stats.go).
 	stats statsState

@@ -44,7 +44,11 @@ func New(cfg Config) (*Broker, error) {
 		// port (nobody to talk to), on exactly the replicated path.
 		cfg.Peers = map[int32]string{cfg.NodeID: ""}
 	}
+	if err := checkReplicaSelector(cfg.ReplicaSelector); err != nil {
+		return nil, err
+	}
 	b := &Broker{cfg: cfg, log: cfg.Logger}
+	b.fetchSessions.init(cfg.FetchSessionSlots)
 	steps := []struct {
 		name string
 		fn   func() error

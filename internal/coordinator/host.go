@@ -78,6 +78,18 @@ func Start(cfg Config, meta *controller.Store, node *cluster.Node, replicas *rep
 			return -1
 		},
 		Unowned: true,
+		Topic: func(name string) (group.TopicInfo, bool) {
+			t, ok := meta.Topic(name)
+			return group.TopicInfo{Name: t.Name, ID: t.ID, Partitions: t.Partitions}, ok
+		},
+		Topics: func() []group.TopicInfo {
+			ts := meta.Topics()
+			out := make([]group.TopicInfo, 0, len(ts))
+			for _, t := range ts {
+				out = append(out, group.TopicInfo{Name: t.Name, ID: t.ID, Partitions: t.Partitions})
+			}
+			return out
+		},
 	})
 	h.watch(controller.OffsetsTopic, n, h.groups.LoadPartition, h.groups.UnloadPartition)
 

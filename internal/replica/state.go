@@ -58,8 +58,13 @@ func (m *Manager) State(t controller.Topic, i int32) State {
 		s.Err = kerr.LeaderNotAvailable.Code
 		return s
 	}
+	// The leader's epoch is its Raft term. The partition's own epoch
+	// (p.LeaderEpoch) moves only once an entry of the new term commits:
+	// until then a new leader would be named with its predecessor's epoch.
+	// A client that sends the new epoch to it meanwhile gets
+	// UNKNOWN_LEADER_EPOCH and retries.
 	s.Leader = int32(st.Leader)
-	s.LeaderEpoch = p.LeaderEpoch()
+	s.LeaderEpoch = int32(st.Term)
 	if st.State != "StateLeader" {
 		// Followers do not track the others' progress.
 		s.ISR = live
