@@ -11,8 +11,9 @@ import (
 	"holdfast/internal/wire"
 )
 
-// v6 adds share groups (KIP-932), which are not served.
-func init() { register(kmsg.FindCoordinator, 0, 5, (*Broker).handleFindCoordinator) }
+// v6 adds share-group keys (KIP-932): share groups are not served, so
+// such a key is answered INVALID_REQUEST, as any unknown type.
+func init() { register(kmsg.FindCoordinator, 0, 6, (*Broker).handleFindCoordinator) }
 
 // handleFindCoordinator answers with the leader of the key's partition of
 // __consumer_offsets or __transaction_state (internal/coordinator).
