@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"net"
 	"slices"
@@ -298,23 +299,127 @@ type resourceKey struct {
 func (b *Broker) handleAlterConfigs(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.AlterConfigsRequest)
 	resp := req.ResponseKind().(*kmsg.AlterConfigsResponse)
-	alterEach(req.Resources,
+	return alterReply(b, r, resp, req.Resources,
 		func(rr kmsg.AlterConfigsRequestResource) resourceKey {
 			return resourceKey{rr.ResourceType, rr.ResourceName}
 		},
-		func(rr kmsg.AlterConfigsRequestResource) error {
-			if err := b.authorizeConfigs(r, rr.ResourceType, rr.ResourceName, auth.OpAlterConfigs); err != nil {
+		func(rr kmsg.AlterConfigsRequestResource) error { return b.alterConfigs(rr, req.ValidateOnly) },
+		func(rr kmsg.AlterConfigsRequestResource, code int16, msg *string) {
+			res := kmsg.NewAlterConfigsResponseResource()
+			res.ResourceType, res.ResourceName, res.ErrorCode, res.ErrorMessage = rr.ResourceType, rr.ResourceName, code, msg
+			resp.Resources = append(resp.Resources, res)
+		},
+		func(ctx context.Context, rs []kmsg.AlterConfigsRequestResource) ([]alterResult, error) {
+			fwd := *req
+			fwd.Resources = rs
+			fresp, err := b.forwardConfigs(ctx, &fwd)
+			if err != nil {
+				return nil, err
+			}
+			var out []alterResult
+			for _, res := range fresp.(*kmsg.AlterConfigsResponse).Resources {
+				out = append(out, alterResult{res.ErrorCode, res.ErrorMessage})
+			}
+			return out, nil
+		})
+}
+
+// alterResult is one resource's answer from the controller.
+type alterResult struct {
+	code int16
+	msg  *string
+}
+
+// errStillHere: the controller role came to this node before the request
+// was forwarded; it is handled here after all.
+var errStillHere = errors.New("this node is the controller")
+
+// forwardConfigs passes req on to the controller.
+func (b *Broker) forwardConfigs(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
+	resp, forwarded, err := b.cluster.ForwardToController(ctx, req)
+	switch {
+	case !forwarded:
+		return nil, errStillHere
+	case err != nil:
+		return nil, err
+	}
+	return resp, nil
+}
+
+// alterReply answers AlterConfigs and IncrementalAlterConfigs. Topic
+// configs live in the metadata log and only the controller changes them;
+// clients send these requests to any broker, so another node passes a
+// request about topics on to the controller, as Kafka's brokers do
+// (KIP-590), after authorizing it here: the controller trusts what a node
+// forwards. Broker resources (static configs here) are answered by the
+// node asked.
+func alterReply[RR any](b *Broker, r *wire.Request, resp kmsg.Response, resources []RR, key func(RR) resourceKey,
+	alter func(RR) error, answer func(RR, int16, *string), forward func(context.Context, []RR) ([]alterResult, error)) wire.Reply {
+	local := func() kmsg.Response {
+		alterEach(resources, key, func(rr RR) error {
+			k := key(rr)
+			if err := b.authorizeAlter(r, k.typ, k.name); err != nil {
 				return err
 			}
-			return b.alterConfigs(rr, req.ValidateOnly)
-		},
-		func(rr kmsg.AlterConfigsRequestResource, err error) {
-			res := kmsg.NewAlterConfigsResponseResource()
-			res.ResourceType, res.ResourceName = rr.ResourceType, rr.ResourceName
-			res.ErrorCode, res.ErrorMessage = kafkaError(err)
-			resp.Resources = append(resp.Resources, res)
+			return alter(rr)
+		}, func(rr RR, err error) {
+			code, msg := kafkaError(err)
+			answer(rr, code, msg)
 		})
-	return wire.Respond(resp)
+		return resp
+	}
+	topics := len(resources) > 0
+	for _, rr := range resources {
+		topics = topics && key(rr).typ == kmsg.ConfigResourceTypeTopic
+	}
+	if !topics || b.cluster.IsController() || b.forwardedBy(r) {
+		return wire.Respond(local())
+	}
+	denied := map[int]error{}
+	var allowed []RR
+	for i, rr := range resources {
+		k := key(rr)
+		if err := b.authorizeAlter(r, k.typ, k.name); err != nil {
+			denied[i] = err
+		} else {
+			allowed = append(allowed, rr)
+		}
+	}
+	return func(ctx context.Context) kmsg.Response {
+		var results []alterResult
+		var ferr error
+		if len(allowed) > 0 {
+			results, ferr = forward(ctx, allowed)
+		}
+		if errors.Is(ferr, errStillHere) {
+			return local()
+		}
+		for i, rr := range resources {
+			switch {
+			case denied[i] != nil:
+				code, msg := kafkaError(denied[i])
+				answer(rr, code, msg)
+			case ferr != nil:
+				code, msg := kafkaError(ferr)
+				answer(rr, code, msg)
+			case len(results) == 0:
+				answer(rr, kerr.UnknownServerError.Code, strp("the controller's answer is missing this resource"))
+			default:
+				answer(rr, results[0].code, results[0].msg)
+				results = results[1:]
+			}
+		}
+		return resp
+	}
+}
+
+// authorizeAlter is ALTER_CONFIGS on a resource, except for what another
+// node forwards: that node authorized its client.
+func (b *Broker) authorizeAlter(r *wire.Request, typ kmsg.ConfigResourceType, name string) error {
+	if b.forwardedBy(r) {
+		return nil
+	}
+	return b.authorizeConfigs(r, typ, name, auth.OpAlterConfigs)
 }
 
 // alterEach runs alter for every resource of an AlterConfigs or
@@ -389,23 +494,31 @@ func (b *Broker) applyTopicConfigs(name string, configs map[string]string, valid
 func (b *Broker) handleIncrementalAlterConfigs(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.IncrementalAlterConfigsRequest)
 	resp := req.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
-	alterEach(req.Resources,
+	return alterReply(b, r, resp, req.Resources,
 		func(rr kmsg.IncrementalAlterConfigsRequestResource) resourceKey {
 			return resourceKey{rr.ResourceType, rr.ResourceName}
 		},
 		func(rr kmsg.IncrementalAlterConfigsRequestResource) error {
-			if err := b.authorizeConfigs(r, rr.ResourceType, rr.ResourceName, auth.OpAlterConfigs); err != nil {
-				return err
-			}
 			return b.incrementalAlterConfigs(rr, req.ValidateOnly)
 		},
-		func(rr kmsg.IncrementalAlterConfigsRequestResource, err error) {
+		func(rr kmsg.IncrementalAlterConfigsRequestResource, code int16, msg *string) {
 			res := kmsg.NewIncrementalAlterConfigsResponseResource()
-			res.ResourceType, res.ResourceName = rr.ResourceType, rr.ResourceName
-			res.ErrorCode, res.ErrorMessage = kafkaError(err)
+			res.ResourceType, res.ResourceName, res.ErrorCode, res.ErrorMessage = rr.ResourceType, rr.ResourceName, code, msg
 			resp.Resources = append(resp.Resources, res)
+		},
+		func(ctx context.Context, rs []kmsg.IncrementalAlterConfigsRequestResource) ([]alterResult, error) {
+			fwd := *req
+			fwd.Resources = rs
+			fresp, err := b.forwardConfigs(ctx, &fwd)
+			if err != nil {
+				return nil, err
+			}
+			var out []alterResult
+			for _, res := range fresp.(*kmsg.IncrementalAlterConfigsResponse).Resources {
+				out = append(out, alterResult{res.ErrorCode, res.ErrorMessage})
+			}
+			return out, nil
 		})
-	return wire.Respond(resp)
 }
 
 func (b *Broker) incrementalAlterConfigs(rr kmsg.IncrementalAlterConfigsRequestResource, validateOnly bool) error {
