@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -27,14 +28,7 @@ func (h *Host) readyLoop() {
 			return
 		case <-h.kick:
 		}
-		h.dirtyMu.Lock()
-		gs := make([]*group, 0, len(h.dirty))
-		for g := range h.dirty {
-			gs = append(gs, g)
-		}
-		clear(h.dirty)
-		h.dirtyMu.Unlock()
-		h.cycle(gs)
+		h.runReady()
 	}
 }
 
@@ -57,7 +51,19 @@ type readyItem struct {
 // durable majority. Only when term and vote did not change in this Ready:
 // those must be durable before anything that depends on them leaves.
 func (h *Host) sendEarly(it *readyItem) {
-	if !it.leader || len(it.rd.Messages) == 0 {
+	if len(it.rd.Messages) == 0 {
+		return
+	}
+	if !it.leader {
+		if h.cfg.ackBeforeFsync { // the planted bug (Config)
+			it.rd.Messages = slices.DeleteFunc(it.rd.Messages, func(m *pb.Message) bool {
+				if m.GetType() != pb.MessageType_MsgAppResp {
+					return false
+				}
+				h.tr.send(it.g.id, m)
+				return true
+			})
+		}
 		return
 	}
 	if hs := it.rd.HardState; !raft.IsEmptyHardState(hs) &&
@@ -140,11 +146,11 @@ func (h *Host) cycle(gs []*group) {
 	for _, it := range items {
 		if it.err == nil && it.sync {
 			wg.Add(1)
-			go func() {
+			h.goAsync(func() { // inline on a stepped host: fsyncs in a repeatable order
 				defer wg.Done()
 				l := it.g.st.log
 				it.err = l.WaitDurable(context.Background(), l.EndOffset())
-			}()
+			})
 		}
 	}
 	jerr := h.journal.flush(false)
@@ -445,11 +451,11 @@ func (h *Host) wakePeersLocked(g *group) {
 	}
 	g.st.mu.RUnlock()
 	id := g.id
-	go func() {
+	h.goAsync(func() {
 		for _, p := range peers {
 			if p != h.cfg.ID {
 				h.tr.send(id, &pb.Message{Type: pb.MessageType_MsgHeartbeat.Enum(), To: new(p), From: new(h.cfg.ID), Context: wakeCtx})
 			}
 		}
-	}()
+	})
 }
