@@ -10,6 +10,7 @@ import (
 	"holdfast/internal/cluster"
 	"holdfast/internal/controller"
 	"holdfast/internal/coordinator"
+	"holdfast/internal/quota"
 	"holdfast/internal/raft"
 	"holdfast/internal/replica"
 	"holdfast/internal/storage"
@@ -44,7 +45,7 @@ func New(cfg Config) (*Broker, error) {
 		// port (nobody to talk to), on exactly the replicated path.
 		cfg.Peers = map[int32]string{cfg.NodeID: ""}
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger}
+	b := &Broker{cfg: cfg, log: cfg.Logger, quotas: quota.New(cfg.Quotas)}
 	steps := []struct {
 		name string
 		fn   func() error
@@ -89,7 +90,8 @@ func (b *Broker) openCluster() error {
 		BrokerHeartbeatInterval: c.BrokerHeartbeatInterval, BrokerSessionTimeout: c.BrokerSessionTimeout,
 		Self: b.selfInfo(), InterBrokerListener: sc.InterBrokerListener,
 		RaftTLS: rtls, RaftFaults: c.RaftFaults, Dial: b.nodeClient, OnSecurityChange: b.securityApplied,
-		FS: c.FS, Logger: b.log,
+		OnQuotaChange: b.quotasApplied,
+		FS:            c.FS, Logger: b.log,
 	})
 	if err != nil {
 		return err
@@ -106,6 +108,7 @@ func (b *Broker) startClusterMeta() error {
 	if err := b.cluster.Start(b.meta, b.replicas, b.syncer); err != nil {
 		return err
 	}
+	b.quotasApplied() // what was committed before this start
 	if b.cluster.SingleNode() && len(b.cfg.Security.BootstrapScram) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
