@@ -475,3 +475,73 @@ func TestControllerMutationQuota(t *testing.T) {
 		t.Fatalf("other client: %v, throttle %d", kerr.ErrorForCode(resp.Topics[0].ErrorCode), resp.ThrottleMillis)
 	}
 }
+
+// TestQuotaAndLogDirAuthorization: the new APIs ask what Kafka asks -
+// ALTER_CONFIGS / DESCRIBE_CONFIGS on the cluster for client quotas,
+// DESCRIBE on the cluster for DescribeLogDirs, DESCRIBE per topic for
+// DescribeTopicPartitions - and a user quota applies to the SASL
+// principal's name.
+func TestQuotaAndLogDirAuthorization(t *testing.T) {
+	s := newSecureSetup(t)
+	n, _ := startSecureNode(t, s)
+	ctx := testCtx(t)
+	addr := n.Addrs["SASL"]
+	adm := kadm.NewClient(scramClient(t, addr, "admin", adminPass))
+	up, err := adm.AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{{User: "alice", Mechanism: kadm.ScramSha512, Iterations: 4096, Password: "alice-secret"}})
+	if err != nil || up.Error() != nil {
+		t.Fatalf("creating alice: %v %v", err, up.Error())
+	}
+	for _, topic := range []string{"A", "B"} {
+		if _, err := adm.CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustACL(t, adm, kadm.NewACLs().Allow("User:alice").Topics("A").Operations(kadm.OpWrite).ResourcePatternType(kadm.ACLPatternLiteral))
+	var hooks throttleCounter
+	alice := scramClient(t, addr, "alice", "alice-secret", kgo.WithHooks(&hooks), kgo.DefaultProduceTopic("A"),
+		kgo.ProducerBatchCompression(kgo.NoCompression()))
+	aliceAdm := kadm.NewClient(alice)
+
+	aliceEntity := kadm.ClientQuotaEntity{{Type: "user", Name: strp("alice")}}
+	res, err := aliceAdm.AlterClientQuotas(ctx, []kadm.AlterClientQuotaEntry{quotaSet(aliceEntity, "producer_byte_rate", 1000)})
+	if err != nil || !errors.Is(res[0].Err, kerr.ClusterAuthorizationFailed) {
+		t.Fatalf("alice alters quotas: %v %+v", err, res)
+	}
+	if _, err := aliceAdm.DescribeClientQuotas(ctx, false, nil); !errors.Is(err, kerr.ClusterAuthorizationFailed) {
+		t.Fatalf("alice describes quotas: %v", err)
+	}
+	lreq := kmsg.NewPtrDescribeLogDirsRequest()
+	// To the broker itself: kgo merges a DescribeLogDirs sent to the
+	// client across brokers, and the top-level error with it.
+	if kresp, err := alice.Broker(int(n.Cfg.NodeID)).Request(ctx, lreq); err != nil ||
+		kresp.(*kmsg.DescribeLogDirsResponse).ErrorCode != kerr.ClusterAuthorizationFailed.Code || len(kresp.(*kmsg.DescribeLogDirsResponse).Dirs) != 0 {
+		t.Fatalf("alice describes log dirs: %v %+v", err, kresp)
+	}
+	if got := page(describeTopicPartitions(t, alice, 100, nil)); got != "A:0 " {
+		t.Fatalf("alice's DescribeTopicPartitions of every topic: %q, want A only", got)
+	}
+	if got := page(describeTopicPartitions(t, alice, 100, nil, "A", "B")); got != "A:0 B!TOPIC_AUTHORIZATION_FAILED: " {
+		t.Fatalf("alice's DescribeTopicPartitions of A and B: %q", got)
+	}
+
+	// The admin sets alice's quota; it applies to her principal.
+	res, err = adm.AlterClientQuotas(ctx, []kadm.AlterClientQuotaEntry{quotaSet(aliceEntity, "producer_byte_rate", 1000)})
+	if err != nil || res[0].Err != nil {
+		t.Fatalf("admin alters quotas: %v %+v", err, res)
+	}
+	if err := alice.ProduceSync(ctx, &kgo.Record{Value: make([]byte, 30000)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if hooks.n.Load() == 0 {
+		t.Fatal("alice's produce over her user quota was not throttled")
+	}
+	// With DESCRIBE_CONFIGS and DESCRIBE on the cluster she can read both.
+	mustACL(t, adm, kadm.NewACLs().Allow("User:alice").Clusters().Operations(kadm.OpDescribeConfigs, kadm.OpDescribe).ResourcePatternType(kadm.ACLPatternLiteral))
+	other := kadm.NewClient(scramClient(t, addr, "alice", "alice-secret"))
+	if d, err := other.DescribeClientQuotas(ctx, false, nil); err != nil || len(d) != 1 {
+		t.Fatalf("alice with DESCRIBE_CONFIGS: %v %+v", err, d)
+	}
+	if dirs, err := other.DescribeBrokerLogDirs(ctx, n.Cfg.NodeID, nil); err != nil || dirs.Error() != nil || len(dirs) != 1 {
+		t.Fatalf("alice with DESCRIBE on the cluster: %v %+v", err, dirs)
+	}
+}
