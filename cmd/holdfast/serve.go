@@ -42,7 +42,7 @@ type serveConfig struct {
 	txnAbortIv, txnIDExpiry, offsRetCheck                        time.Duration
 	segBytes, retBytes, maxQueued                                int64
 	autoCreate, rebalance, ctrlShut                              bool
-	console, metricsInternal                                     bool
+	console, consoleLab, metricsInternal                         bool
 	consoleSample                                                time.Duration
 	txnMax, retention, segmentMs, retentionCheck, idle           time.Duration
 	imbalanceIv, ctrlShutMax, hbInterval, session                time.Duration
@@ -149,6 +149,7 @@ func (c *serveConfig) register(s *settings) {
 	s.Duration(&c.session, "broker-session-timeout", def.BrokerSessionTimeout, "cluster mode: the controller fences a broker not heard from this long", kafkaDuration("broker.session.timeout.ms", ms))
 	s.String(&c.metricsListen, "metrics-listen", "localhost:9095", "admin listener: web console (/), Prometheus /metrics, /healthz and /debug/pprof; empty to disable")
 	s.Bool(&c.console, "console", true, "serve the web console at / of the admin listener")
+	s.Bool(&c.consoleLab, "console-lab", true, "let the web console start durability lab runs (a holdfast lab child process, one at a time) and load lab results; with authenticating clients only a user allowed to ALTER the CLUSTER may")
 	s.Duration(&c.consoleSample, "console-lag-sample-interval", 10*time.Second, "how often the console samples consumer group lag for its lag-over-time charts")
 	s.Bool(&c.metricsInternal, "metrics-internal-partitions", false, "export per-partition metrics of internal topics too (by default summed per topic: __consumer_offsets has 50 partitions)")
 	s.String(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -266,6 +267,11 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	if c.console && c.metricsListen != "" && sec.authenticates {
 		if host, _, err := net.SplitHostPort(c.metricsListen); err != nil || !loopback(host) {
 			sec.warnings = append(sec.warnings, fmt.Sprintf("the web console on %s (--metrics-listen) reads every topic as this node and asks nobody who they are: keep it on loopback, behind an authenticating proxy, or turn it off (--console=false)", c.metricsListen))
+		}
+	}
+	if c.console && c.consoleLab && c.metricsListen != "" && !sec.authenticates {
+		if host, _, err := net.SplitHostPort(c.metricsListen); err != nil || !loopback(host) {
+			sec.warnings = append(sec.warnings, fmt.Sprintf("the web console on %s (--metrics-listen) lets anyone who reaches it start durability lab runs, which use this machine's CPU and disk (one at a time): keep it on loopback, make clients authenticate (then only a user allowed to ALTER the CLUSTER may), or --console-lab=false", c.metricsListen))
 		}
 	}
 	return cfg, lim, sec, nil
