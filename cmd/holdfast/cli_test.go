@@ -399,6 +399,37 @@ func TestCLISecurityCommands(t *testing.T) {
 	fails(t, exitUsage, "--mechanism", "user", "delete", "--name", "x", "--mechanism", "MD5", b)
 	fails(t, exitUsage, "--iterations 100", "user", "set", "--name", "x", "--password", "y", "--iterations", "100", b)
 
+	// Client quotas, kafka-configs' way.
+	if out := ok(t, "", "quota", "alter", "--user", "alice", "--add-config", "producer_byte_rate=1048576,consumer_byte_rate=2097152", b); out != "altered quotas of user=alice\n" {
+		t.Fatalf("quota alter: %q", out)
+	}
+	ok(t, "", "quota", "alter", "--user", "alice", "--client-defaults", "--add-config", "request_percentage=25.5", b)
+	ok(t, "", "quota", "alter", "--client", "app", "--add-config", "controller_mutation_rate=5", b)
+	if out := ok(t, "", "quota", "alter", "--client-defaults", "--add-config", "producer_byte_rate=1", "--validate-only", b); !strings.HasPrefix(out, "validated") {
+		t.Fatalf("quota alter --validate-only: %q", out)
+	}
+	quotas := ok(t, "", "quota", "describe", b)
+	row(t, quotas, "user=alice", "consumer_byte_rate", "2097152")
+	row(t, quotas, "user=alice", "producer_byte_rate", "1048576")
+	row(t, quotas, "user=alice,client-id=<default>", "request_percentage", "25.5")
+	row(t, quotas, "client-id=app", "controller_mutation_rate", "5")
+	if strings.Contains(quotas, "\nclient-id=<default>") {
+		t.Fatalf("validate-only quota was set:\n%s", quotas)
+	}
+	if out := ok(t, "", "quota", "describe", "--user", "alice", "--strict", b); strings.Contains(out, "request_percentage") || !strings.Contains(out, "producer_byte_rate") {
+		t.Fatalf("quota describe --user alice --strict:\n%s", out)
+	}
+	ok(t, "", "quota", "alter", "--user", "alice", "--delete-config", "producer_byte_rate,consumer_byte_rate", b)
+	if out := ok(t, "", "quota", "describe", "--user", "alice", "--strict", b); strings.Contains(out, "alice") {
+		t.Fatalf("alice's quotas still listed:\n%s", out)
+	}
+	fails(t, exitFailed, "INVALID_REQUEST", "quota", "alter", "--user", "bob", "--add-config", "producer_byte_rate=1.5", b)
+	fails(t, exitFailed, "Invalid configuration key", "quota", "alter", "--user", "bob", "--add-config", "speed=3", b)
+	fails(t, exitUsage, "name the entity", "quota", "alter", "--add-config", "producer_byte_rate=1", b)
+	fails(t, exitUsage, "not both", "quota", "alter", "--user", "a", "--user-defaults", "--add-config", "producer_byte_rate=1", b)
+	fails(t, exitUsage, "is not a number", "quota", "alter", "--user", "a", "--add-config", "producer_byte_rate=fast", b)
+	fails(t, exitUsage, "give --add-config", "quota", "alter", "--user", "a", b)
+
 	// Without an authorizer the ACL APIs answer SECURITY_DISABLED.
 	fails(t, exitFailed, "SECURITY_DISABLED", "acl", "list", b)
 	fails(t, exitFailed, "SECURITY_DISABLED", "acl", "create", "--allow", "User:alice", "--operation", "read", "--topic", "t", b)

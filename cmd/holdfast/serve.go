@@ -20,6 +20,7 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/group"
+	"holdfast/internal/quota"
 	"holdfast/internal/storage"
 	"holdfast/internal/wire"
 )
@@ -57,6 +58,9 @@ type serveConfig struct {
 	cleanerMem, offsetsSeg, txnSeg                  int64
 	cleanerRate, cleanableRatio                     float64
 	cleanerBackoff, deleteRetention, minLag, maxLag time.Duration
+	// Client quota windows (docs/quotas.md).
+	quotaWindows, ctrlQuotaWindows       int
+	quotaWindowSize, ctrlQuotaWindowSize time.Duration
 	// security are the Kafka security settings by name (ssl.*, sasl.*,
 	// listener.name.*, ...: kafkaSecurityKey), for buildSecurity.
 	security props
@@ -131,6 +135,10 @@ func (c *serveConfig) register(s *settings) {
 		}
 		return (time.Duration(n) * time.Millisecond).String(), nil
 	}))
+	s.Int(&c.quotaWindows, "quota-window-num", 11, "samples the client quota rates are measured over", kafka("quota.window.num"))
+	s.Duration(&c.quotaWindowSize, "quota-window-size", time.Second, "length of each client quota sample", kafkaDuration("quota.window.size.seconds", sec))
+	s.Int(&c.ctrlQuotaWindows, "controller-quota-window-num", 11, "controller_mutation_rate burst: this many windows of the quota", kafka("controller.quota.window.num"))
+	s.Duration(&c.ctrlQuotaWindowSize, "controller-quota-window-size", time.Second, "controller_mutation_rate window length", kafkaDuration("controller.quota.window.size.seconds", sec))
 	s.Int64(&c.offsetsSeg, "offsets-segment-bytes", def.OffsetsTopicSegmentBytes, "segment.bytes of __consumer_offsets when it is created", kafka("offsets.topic.segment.bytes"))
 	s.Int64(&c.txnSeg, "txn-segment-bytes", def.TxnTopicSegmentBytes, "segment.bytes of __transaction_state when it is created", kafka("transaction.state.log.segment.bytes"))
 	s.String(&c.peers, "peers", "", "cluster mode: every node's Raft address, id@host:port,... (this node included); empty = single node",
@@ -242,6 +250,11 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	if err := cfg.LogCleaner.Validate(); err != nil {
 		return cfg, lim, nil, err
 	}
+	if c.quotaWindows < 2 || c.ctrlQuotaWindows < 1 || c.quotaWindowSize < time.Millisecond || c.ctrlQuotaWindowSize < time.Millisecond {
+		return cfg, lim, nil, errors.New("--quota-window-num must be at least 2, --controller-quota-window-num at least 1, and the window sizes at least 1ms")
+	}
+	cfg.Quotas = quota.Config{WindowNum: c.quotaWindows, WindowSize: c.quotaWindowSize,
+		ControllerWindowNum: c.ctrlQuotaWindows, ControllerWindowSize: c.ctrlQuotaWindowSize}
 	switch {
 	case c.cleanerRate < 0:
 		return cfg, lim, nil, fmt.Errorf("--log-cleaner-io-max-bytes-per-second %g: must not be negative", c.cleanerRate)

@@ -18,5 +18,6 @@ func (b *Broker) handleApiVersions(_ context.Context, r *wire.Request) wire.Repl
 		l = r.Conn.Listener
 	}
 	resp.ApiKeys = wire.SupportedKeys(b, l)
+	b.addFeatures(resp) // features.go
 	return wire.Respond(resp)
 }

@@ -18,6 +18,7 @@ import (
 	"holdfast/internal/coordinator"
 	"holdfast/internal/datadir"
 	"holdfast/internal/group"
+	"holdfast/internal/quota"
 	"holdfast/internal/raft"
 	"holdfast/internal/replica"
 	"holdfast/internal/storage"
@@ -118,6 +119,11 @@ type Config struct {
 	BrokerHeartbeatInterval time.Duration
 	BrokerSessionTimeout    time.Duration
 
+	// Quotas are the client quotas' windows (quota.window.num,
+	// quota.window.size.seconds, controller.quota.*); the zero value is
+	// Kafka's defaults. The quotas themselves are in the metadata.
+	Quotas quota.Config
+
 	// Security is listeners, authorization and this node's credentials
 	// (security.go); the zero value is the unsecured single listener.
 	Security SecurityConfig
@@ -178,6 +184,8 @@ type Broker struct {
 	alterMu sync.Mutex // serializes IncrementalAlterConfigs' read-modify-write
 	// fetchSessions are the consumers' KIP-227 fetch sessions.
 	fetchSessions fetchSessions
+	// quotas measures clients against the client quotas (quotas.go).
+	quotas *quota.Manager
 
 	// stats counts replication events for metrics (stats.go).
 	stats statsState
@@ -243,6 +251,9 @@ func (b *Broker) Handle(ctx context.Context, req *wire.Request) wire.Reply {
 		b.log.Warn("node-to-node request refused: not from a node", "api", kmsg.NameForKey(req.Key),
 			"principal", req.Principal.String(), "host", requestHost(req), "client_id", req.ClientID)
 		return wire.Respond(internalDenied(req.Body))
+	}
+	if !a.internal && b.quotas.Enabled() {
+		return b.withQuotas(ctx, a.fn, req)
 	}
 	return a.fn(b, ctx, req)
 }

@@ -19,6 +19,7 @@ func (b *Broker) handleCreatePartitions(_ context.Context, r *wire.Request) wire
 	for _, rt := range req.Topics {
 		count[rt.Topic]++
 	}
+	mq := b.mutationQuota(r, req.Version >= 3) // KIP-599
 	for _, rt := range req.Topics {
 		res := kmsg.NewCreatePartitionsResponseTopic()
 		res.Topic = rt.Topic
@@ -28,12 +29,18 @@ func (b *Broker) handleCreatePartitions(_ context.Context, r *wire.Request) wire
 			err = errCode(kerr.InvalidRequest, "Duplicate topic in request.")
 		case !b.authorize(r, auth.OpAlter, auth.ResourceTopic, rt.Topic):
 			err = errCode(kerr.TopicAuthorizationFailed, "%s", kerr.TopicAuthorizationFailed.Description)
+		case !mq.Admit():
+			err = errCode(kerr.ThrottlingQuotaExceeded, "%s", kerr.ThrottlingQuotaExceeded.Description)
 		default:
-			err = b.createPartitions(rt, req.ValidateOnly)
+			before, _ := b.meta.Topic(rt.Topic)
+			if err = b.createPartitions(rt, req.ValidateOnly); err == nil && !req.ValidateOnly {
+				mq.Record(int(rt.Count - before.Partitions))
+			}
 		}
 		res.ErrorCode, res.ErrorMessage = kafkaError(err)
 		resp.Topics = append(resp.Topics, res)
 	}
+	throttleMutation(r, mq, &resp.ThrottleMillis)
 	return wire.Respond(resp)
 }
 

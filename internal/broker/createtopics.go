@@ -37,6 +37,7 @@ func (b *Broker) handleCreateTopics(_ context.Context, r *wire.Request) wire.Rep
 		}
 	}
 	sort.Strings(dups)
+	mq := b.mutationQuota(r, req.Version >= 6) // KIP-599
 
 	for _, rt := range req.Topics {
 		st := kmsg.NewCreateTopicsResponseTopic()
@@ -55,7 +56,15 @@ func (b *Broker) handleCreateTopics(_ context.Context, r *wire.Request) wire.Rep
 			resp.Topics = append(resp.Topics, st)
 			continue
 		}
+		if !mq.Admit() {
+			st.ErrorCode, st.ErrorMessage = kerr.ThrottlingQuotaExceeded.Code, kmsg.StringPtr(kerr.ThrottlingQuotaExceeded.Description)
+			resp.Topics = append(resp.Topics, st)
+			continue
+		}
 		t, err := b.createTopic(rt, req.ValidateOnly)
+		if err == nil && !req.ValidateOnly {
+			mq.Record(int(t.Partitions))
+		}
 		if err != nil {
 			st.ErrorCode, st.ErrorMessage = kafkaError(err)
 			if req.Version == 0 {
@@ -84,6 +93,7 @@ func (b *Broker) handleCreateTopics(_ context.Context, r *wire.Request) wire.Rep
 		}
 		resp.Topics = append(resp.Topics, st)
 	}
+	throttleMutation(r, mq, &resp.ThrottleMillis)
 	return wire.Respond(resp)
 }
 

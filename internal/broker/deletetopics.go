@@ -40,6 +40,7 @@ func (b *Broker) handleDeleteTopics(_ context.Context, r *wire.Request) wire.Rep
 		}
 	}
 
+	mq := b.mutationQuota(r, req.Version >= 5) // KIP-599
 	for _, e := range entries {
 		res := kmsg.NewDeleteTopicsResponseTopic()
 		res.Topic, res.TopicID = e.Topic, e.TopicID
@@ -90,9 +91,12 @@ func (b *Broker) handleDeleteTopics(_ context.Context, r *wire.Request) wire.Rep
 				// The coordinators' state lives there: deleting it would
 				// lose every committed offset or transaction.
 				fail(kerr.TopicDeletionDisabled, "Topic "+name+" is an internal topic and cannot be deleted")
+			} else if !mq.Admit() {
+				fail(kerr.ThrottlingQuotaExceeded, kerr.ThrottlingQuotaExceeded.Description)
 			} else if t, err := b.deleteTopic(name); err != nil {
 				res.ErrorCode, res.ErrorMessage = kafkaError(err)
 			} else {
+				mq.Record(int(t.Partitions))
 				res.Topic, res.TopicID = &t.Name, t.ID
 			}
 		}
@@ -101,5 +105,6 @@ func (b *Broker) handleDeleteTopics(_ context.Context, r *wire.Request) wire.Rep
 		}
 		resp.Topics = append(resp.Topics, res)
 	}
+	throttleMutation(r, mq, &resp.ThrottleMillis)
 	return wire.Respond(resp)
 }

@@ -10,6 +10,7 @@ import (
 	"holdfast/internal/cluster"
 	"holdfast/internal/controller"
 	"holdfast/internal/coordinator"
+	"holdfast/internal/quota"
 	"holdfast/internal/raft"
 	"holdfast/internal/replica"
 	"holdfast/internal/storage"
@@ -47,7 +48,7 @@ func New(cfg Config) (*Broker, error) {
 	if err := checkReplicaSelector(cfg.ReplicaSelector); err != nil {
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger}
+	b := &Broker{cfg: cfg, log: cfg.Logger, quotas: quota.New(cfg.Quotas)}
 	b.fetchSessions.init(cfg.FetchSessionSlots)
 	steps := []struct {
 		name string
@@ -93,7 +94,8 @@ func (b *Broker) openCluster() error {
 		BrokerHeartbeatInterval: c.BrokerHeartbeatInterval, BrokerSessionTimeout: c.BrokerSessionTimeout,
 		Self: b.selfInfo(), InterBrokerListener: sc.InterBrokerListener,
 		RaftTLS: rtls, RaftFaults: c.RaftFaults, Dial: b.nodeClient, OnSecurityChange: b.securityApplied,
-		FS: c.FS, Logger: b.log,
+		OnQuotaChange: b.quotasApplied,
+		FS:            c.FS, Logger: b.log,
 	})
 	if err != nil {
 		return err
@@ -110,6 +112,7 @@ func (b *Broker) startClusterMeta() error {
 	if err := b.cluster.Start(b.meta, b.replicas, b.syncer); err != nil {
 		return err
 	}
+	b.quotasApplied() // what was committed before this start
 	if b.cluster.SingleNode() && len(b.cfg.Security.BootstrapScram) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

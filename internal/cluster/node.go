@@ -93,6 +93,8 @@ type Config struct {
 	Dial func(seeds []string, opts ...kgo.Opt) (*kgo.Client, error)
 	// OnSecurityChange is called after ACLs or SCRAM users changed.
 	OnSecurityChange func()
+	// OnQuotaChange, if set, is called after client quotas changed.
+	OnQuotaChange func()
 
 	FS     storage.FS
 	Logger *slog.Logger
@@ -451,6 +453,10 @@ func (n *Node) apply(end int64, cmd controller.Command) error {
 		}
 	case controller.OpCreateACLs, controller.OpDeleteACLs, controller.OpScram:
 		n.cfg.OnSecurityChange()
+	case controller.OpClientQuotas:
+		if n.cfg.OnQuotaChange != nil {
+			n.cfg.OnQuotaChange()
+		}
 	case controller.OpUnregister:
 		n.log.Info("broker unregistered", "broker", cmd.BrokerID)
 		if cmd.BrokerID == n.cfg.NodeID {

@@ -84,6 +84,8 @@ type Command struct {
 	ACLs           []auth.ACL             `json:"acls,omitempty"`
 	Scram          []auth.ScramCredential `json:"scram,omitempty"`
 	ScramDeletions []ScramKey             `json:"scram_deletions,omitempty"`
+	// OpClientQuotas (quotas.go).
+	Quotas []QuotaAlteration `json:"quotas,omitempty"`
 }
 
 // Metadata commands.
@@ -306,6 +308,9 @@ func (s *Store) applyTo(next *state, c Command, out *Topic) error {
 		return applyProducerIDs(next, c)
 	default:
 		if handled, err := applySecurity(next, c); handled {
+			return err
+		}
+		if handled, err := applyQuotas(next, c); handled {
 			return err
 		}
 		return fmt.Errorf("controller: unknown metadata command %q", c.Op)

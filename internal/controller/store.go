@@ -134,6 +134,9 @@ type state struct {
 	// credentials, by user and mechanism.
 	ACLs  []auth.ACL             `json:"acls,omitempty"`
 	Scram []auth.ScramCredential `json:"scram,omitempty"`
+
+	// Quotas are the client quotas by entity, sorted (quotas.go).
+	Quotas []ClientQuota `json:"client_quotas,omitempty"`
 }
 
 const stateVersion = 1

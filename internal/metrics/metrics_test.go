@@ -304,3 +304,36 @@ func TestGrafanaDashboard(t *testing.T) {
 		t.Fatalf("only %d metric references in the dashboard", used)
 	}
 }
+
+// TestClientQuotaMetrics: a producer over its producer_byte_rate shows up
+// with its rate, its quota and the throttle it was given.
+func TestClientQuotaMetrics(t *testing.T) {
+	n, reg := startWithMetrics(t, metrics.Options{})
+	n.CreateTopic("q", 1, nil)
+	entity := kadm.ClientQuotaEntity{{Type: "client-id", Name: kmsg.StringPtr("metered")}}
+	res, err := n.Admin().AlterClientQuotas(t.Context(), []kadm.AlterClientQuotaEntry{{Entity: entity, Ops: []kadm.AlterClientQuotaOp{{Key: "producer_byte_rate", Value: 1000}}}})
+	if err != nil || res[0].Err != nil {
+		t.Fatalf("alter client quotas: %v %v", err, res)
+	}
+	cl := n.Client(kgo.ClientID("metered"), kgo.DefaultProduceTopic("q"), kgo.ProducerBatchCompression(kgo.NoCompression()))
+	// 30 KB at once against 1000 B/s over a 10 s window: throttled for
+	// about 20 s (the response comes first; nothing else is sent).
+	big := make([]byte, 30000)
+	if err := cl.ProduceSync(t.Context(), &kgo.Record{Value: big}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	l := map[string]string{"quota_type": "Produce", "user": "", "client_id": "metered"}
+	g := gather(t, reg())
+	if v := must(t, g, "holdfast_client_quota_limit", l); v != 1000 {
+		t.Fatalf("limit %v", v)
+	}
+	if v := must(t, g, "holdfast_client_quota_byte_rate", l); v < 2000 {
+		t.Fatalf("byte rate %v, want over 2000 (30 KB over at most 11 s)", v)
+	}
+	if v := must(t, g, "holdfast_client_quota_throttled_responses_total", l); v != 1 {
+		t.Fatalf("throttled responses %v, want 1", v)
+	}
+	if v := must(t, g, "holdfast_client_quota_throttle_time_seconds_total", l); v < 15 || v > 25 {
+		t.Fatalf("throttle time %v s, want about 20", v)
+	}
+}

@@ -69,6 +69,9 @@ type Request struct {
 	// Principal is who sent the request: the SASL identity, the TLS
 	// client certificate's mapped name, or User:ANONYMOUS.
 	Principal auth.Principal
+	// Size is the request's size in bytes (header and body), what Kafka's
+	// produce quota counts.
+	Size int
 }
 
 // Reply produces the response for a request. It runs on the connection's
@@ -102,7 +105,37 @@ type Conn struct {
 	Listener *Listener
 	// Host is the client's IP address, as ACLs name hosts.
 	Host string
+
+	muteUntil atomic.Int64 // monotonic nanoseconds (sinceStart); see Throttle
 }
+
+// Throttle mutes the connection for d (KIP-219): the response already
+// decided is sent, but no further request of this connection is handled
+// until d has passed. A client over its quota is slowed down this way even
+// if it ignores the throttle_time_ms of its responses. Safe to call from a
+// Handle or a Reply; overlapping throttles end at the latest end.
+func (c *Conn) Throttle(d time.Duration) {
+	if c == nil || d <= 0 {
+		return
+	}
+	until := int64(sinceStart() + d)
+	for {
+		old := c.muteUntil.Load()
+		if old >= until || c.muteUntil.CompareAndSwap(old, until) {
+			return
+		}
+	}
+}
+
+// muted is how long the connection stays muted.
+func (c *Conn) muted() time.Duration {
+	return time.Duration(c.muteUntil.Load()) - sinceStart()
+}
+
+var processStart = time.Now()
+
+// sinceStart is a monotonic clock.
+func sinceStart() time.Duration { return time.Since(processStart) }
 
 // Stats are the server's counters, read by metrics.
 type Stats struct {
@@ -355,6 +388,17 @@ func (c *serverConn) readLoop() {
 			return
 		}
 		c.s.Stats.Requests.Add(1)
+		if d := c.info.muted(); d > 0 {
+			// Throttled (Conn.Throttle): this request waits its turn.
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-c.ctx.Done():
+				t.Stop()
+				c.s.budget.release(int64(size))
+				return
+			}
+		}
 		if reason := c.admit(req.Key); reason != "" {
 			c.s.budget.release(int64(size))
 			c.drop("unexpected request: " + reason)
@@ -474,7 +518,7 @@ var errUnsupported = errors.New("unsupported")
 func (c *serverConn) decode(buf []byte) (*Request, error) {
 	key := int16(binary.BigEndian.Uint16(buf[0:]))
 	version := int16(binary.BigEndian.Uint16(buf[2:]))
-	req := &Request{Key: key, Version: version, CorrelationID: int32(binary.BigEndian.Uint32(buf[4:])), Conn: c.info}
+	req := &Request{Key: key, Version: version, CorrelationID: int32(binary.BigEndian.Uint32(buf[4:])), Conn: c.info, Size: len(buf)}
 	rest := buf[8:]
 	// Header v1+ has a nullable client id (int16 length), every version we
 	// serve has it.

@@ -47,6 +47,9 @@ func (h testHandler) Handle(_ context.Context, r *Request) Reply {
 		if first == "panic" {
 			panic("a bug in a handler")
 		}
+		if first == "throttle" {
+			r.Conn.Throttle(throttleFor)
+		}
 		return func(ctx context.Context) kmsg.Response {
 			if first == "panic-reply" {
 				panic("a bug in a reply")
@@ -230,6 +233,47 @@ func TestPipelinedResponsesKeepRequestOrder(t *testing.T) {
 		if corr := int32(binary.BigEndian.Uint32(b)); corr != want {
 			t.Fatalf("response %d has correlation id %d: order broken", want, corr)
 		}
+	}
+}
+
+// throttleFor is how long a Metadata request for topic "throttle" mutes its
+// connection.
+const throttleFor = 2 * time.Second
+
+// TestThrottleMutesOnlyThatConnection: KIP-219's mute. The throttled
+// request's own response goes out at once; the connection's next request
+// is handled only after the throttle, while another connection is served
+// meanwhile.
+func TestThrottleMutesOnlyThatConnection(t *testing.T) {
+	_, addr := startServer(t, Limits{})
+	a, b := dial(t, addr), dial(t, addr)
+	thr := kmsg.NewPtrMetadataRequest()
+	thr.Topics = []kmsg.MetadataRequestTopic{{Topic: kmsg.StringPtr("throttle")}}
+	start := time.Now()
+	a.Write(append(frame(thr, 12, 1), frame(kmsg.NewPtrMetadataRequest(), 12, 2)...))
+	if corr := int32(binary.BigEndian.Uint32(readFrame(t, a))); corr != 1 {
+		t.Fatalf("first response has correlation id %d", corr)
+	}
+	// The other connection is not muted: it is answered while a waits.
+	b.Write(frame(kmsg.NewPtrMetadataRequest(), 12, 7))
+	got := make(chan int32, 2)
+	go func() {
+		var sz [4]byte
+		if _, err := io.ReadFull(a, sz[:]); err == nil {
+			got <- 2
+		}
+	}()
+	if corr := int32(binary.BigEndian.Uint32(readFrame(t, b))); corr != 7 {
+		t.Fatalf("other connection: correlation id %d", corr)
+	}
+	got <- 7
+	if first := <-got; first != 7 {
+		t.Fatal("the muted connection's next request was answered before another connection's")
+	}
+	<-got
+	// Noise can only make this later, never earlier.
+	if took := time.Since(start); took < throttleFor {
+		t.Fatalf("second request answered %v after the throttled one; the throttle was %v", took, throttleFor)
 	}
 }
 

@@ -1,0 +1,45 @@
+package broker_test
+
+import (
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/brokertest"
+)
+
+// TestApiVersionsFeatures: ApiVersions v3+ finalizes metadata.version at
+// Kafka 4's floor and nothing a client would act on that Holdfast lacks:
+// no transaction.version (franz-go turns on KIP-890 part 2 at 2), no
+// group.version.
+func TestApiVersionsFeatures(t *testing.T) {
+	n := brokertest.Start(t)
+	cl := n.Client()
+	{
+		req := kmsg.NewPtrApiVersionsRequest()
+		req.ClientSoftwareName, req.ClientSoftwareVersion = "holdfast-test", "1"
+		kresp, err := cl.Broker(int(n.Cfg.NodeID)).Request(adminCtx(t), req)
+		mustNil(t, "ApiVersions", err)
+		resp := kresp.(*kmsg.ApiVersionsResponse)
+		v := resp.Version
+		supported := map[string][2]int16{}
+		for _, f := range resp.SupportedFeatures {
+			supported[f.Name] = [2]int16{f.MinVersion, f.MaxVersion}
+		}
+		finalized := map[string]int16{}
+		for _, f := range resp.FinalizedFeatures {
+			finalized[f.Name] = f.MaxVersionLevel
+			if f.MinVersionLevel != f.MaxVersionLevel {
+				t.Fatalf("v%d: %s finalized %d..%d", v, f.Name, f.MinVersionLevel, f.MaxVersionLevel)
+			}
+		}
+		if supported["metadata.version"] != [2]int16{7, 7} || finalized["metadata.version"] != 7 || resp.FinalizedFeaturesEpoch < 0 {
+			t.Fatalf("v%d: supported %v finalized %v epoch %d", v, supported, finalized, resp.FinalizedFeaturesEpoch)
+		}
+		for _, f := range []string{"transaction.version", "group.version", "kraft.version"} {
+			if _, ok := finalized[f]; ok {
+				t.Fatalf("v%d: %s finalized at %d: Holdfast has no such behaviour", v, f, finalized[f])
+			}
+		}
+	}
+}
