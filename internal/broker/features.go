@@ -16,8 +16,8 @@ import (
 //     quorums, ...) that Holdfast's metadata log does not have.
 //   - transaction.version: not advertised (level 0, Kafka's behaviour before
 //     KIP-890 part 2; part 1's verification needs no feature).
-//   - group.version: not advertised (level 0: only the classic group
-//     protocol). It goes to 1 with KIP-848's consumer groups.
+//   - group.version 1: KIP-848's consumer group protocol
+//     (ConsumerGroupHeartbeat, ConsumerGroupDescribe) is served.
 //   - kraft.version: not advertised (level 0: a static controller quorum).
 //
 // There is no UpdateFeatures: the levels are fixed by the binary.
@@ -26,6 +26,7 @@ var features = []struct {
 	minLevel, levels int16 // supported: minLevel..levels; finalized: levels
 }{
 	{"metadata.version", 7, 7},
+	{"group.version", 0, 1},
 }
 
 // addFeatures fills ApiVersions v3+'s supported and finalized features.

@@ -9,9 +9,9 @@ import (
 )
 
 // TestApiVersionsFeatures: ApiVersions v3+ finalizes metadata.version at
-// Kafka 4's floor and nothing a client would act on that Holdfast lacks:
-// no transaction.version (franz-go turns on KIP-890 part 2 at 2), no
-// group.version.
+// Kafka 4's floor, group.version 1 (KIP-848 is served) and nothing a
+// client would act on that Holdfast lacks: no transaction.version
+// (franz-go turns on KIP-890 part 2 at 2).
 func TestApiVersionsFeatures(t *testing.T) {
 	n := brokertest.Start(t)
 	cl := n.Client()
@@ -36,7 +36,10 @@ func TestApiVersionsFeatures(t *testing.T) {
 		if supported["metadata.version"] != [2]int16{7, 7} || finalized["metadata.version"] != 7 || resp.FinalizedFeaturesEpoch < 0 {
 			t.Fatalf("v%d: supported %v finalized %v epoch %d", v, supported, finalized, resp.FinalizedFeaturesEpoch)
 		}
-		for _, f := range []string{"transaction.version", "group.version", "kraft.version"} {
+		if supported["group.version"] != [2]int16{0, 1} || finalized["group.version"] != 1 {
+			t.Fatalf("v%d: group.version supported %v finalized %d, want 0..1 and 1", v, supported["group.version"], finalized["group.version"])
+		}
+		for _, f := range []string{"transaction.version", "kraft.version"} {
 			if _, ok := finalized[f]; ok {
 				t.Fatalf("v%d: %s finalized at %d: Holdfast has no such behaviour", v, f, finalized[f])
 			}
