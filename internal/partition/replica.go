@@ -250,11 +250,12 @@ func (p *Partition) rebuildLocked() error {
 	return err
 }
 
-// proposeLocked proposes batch through the partition's Raft group (on the
-// leader) and returns its base offset.
-func (p *Partition) proposeLocked(batch []byte) (int64, error) {
+// proposeLocked proposes a checked batch through the partition's Raft
+// group (on the leader; leaderCheckLocked came first) and returns its base
+// offset. The batch is stamped in place with its offsets and epoch.
+func (p *Partition) proposeLocked(v *records.Validated) (int64, error) {
 	rep := p.rep
-	prop, err := rep.host.Propose(context.Background(), rep.group, batch)
+	prop, err := rep.host.ProposeValidated(context.Background(), rep.group, v)
 	if err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
 			return 0, errNotLeader
@@ -267,11 +268,8 @@ func (p *Partition) proposeLocked(batch []byte) (int64, error) {
 		}
 		return 0, fmt.Errorf("%w: %w", kerr.NotLeaderForPartition, err)
 	}
-	// The host proposed a copy with offsets and epoch stamped; make the
-	// caller's batch match, as a local append would. The caller counts it
-	// in the producer state before it releases appendMu.
-	records.SetBaseOffset(batch, prop.BaseOffset)
-	records.SetLeaderEpoch(batch, int32(prop.Term))
+	// The caller counts it in the producer state before it releases
+	// appendMu.
 	p.stateEnd.Store(max(p.stateEnd.Load(), prop.EndOffset))
 	rep.mu.Lock()
 	rep.pending[prop.EndOffset] = prop

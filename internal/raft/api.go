@@ -15,32 +15,78 @@ import (
 )
 
 // Propose appends batch to the group's Raft log on the leader and returns
-// its index and offsets. The batch is validated and copied; the copy gets
-// the next offset and the term as leader epoch. It does not wait: use
-// WaitCommitted.
+// its index and offsets. The batch is checked and copied (the caller's is
+// left as it is); the copy gets the next offset and the term as leader
+// epoch. It does not wait: use WaitCommitted.
 func (h *Host) Propose(ctx context.Context, groupID uint64, batch []byte) (Proposal, error) {
 	g := h.group(groupID)
 	if g == nil {
 		return Proposal{}, fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
 	}
-	hdr, err := records.Validate(batch, g.st.log.Config().MaxMessageBytes)
+	v, err := records.Check(bytes.Clone(batch), g.st.log.Config().MaxMessageBytes)
 	if err != nil {
 		return Proposal{}, err
 	}
+	return h.ProposeValidated(ctx, groupID, &v)
+}
+
+// ProposeValidated is Propose for a batch the caller checked
+// (records.Check): nothing is parsed, checksummed or copied again here. The
+// batch is stamped in place with its base offset and the term as leader
+// epoch (v's header follows), as a local append would. The Raft library
+// keeps the batch itself, not a copy: the caller must not change it after.
+// The Ready loop writes it to the log under v's facts.
+func (h *Host) ProposeValidated(ctx context.Context, groupID uint64, v *records.Validated) (Proposal, error) {
+	g := h.group(groupID)
+	if g == nil {
+		return Proposal{}, fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	hdr := v.Header()
 	if hdr.NumRecords == 0 {
 		return Proposal{}, fmt.Errorf("raft: propose: batch without records: %w", records.ErrCorrupt)
+	}
+	if max := g.st.log.Config().MaxMessageBytes; max > 0 && hdr.Size() > max {
+		return Proposal{}, fmt.Errorf("raft: propose: batch of %d bytes exceeds %d: %w", hdr.Size(), max, records.ErrTooLarge)
 	}
 	if err := ctx.Err(); err != nil {
 		return Proposal{}, err
 	}
-	data := bytes.Clone(batch)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return h.proposeLocked(g, func(base int64, term uint64) int64 {
-		records.SetBaseOffset(data, base)
-		records.SetLeaderEpoch(data, int32(term))
+	p, err := h.proposeLocked(g, func(base int64, term uint64) int64 {
+		v.SetBaseOffset(base)
+		v.SetLeaderEpoch(int32(term))
 		return base + int64(hdr.LastOffsetDelta) + 1
-	}, func() error { return g.rn.Propose(data) })
+	}, func() error { return g.rn.Propose(v.Bytes()) })
+	if err == nil {
+		g.local = append(g.local, localBatch{index: p.Index, term: p.Term, v: *v})
+	}
+	return p, err
+}
+
+// localBatch is a batch this node proposed, checked by its proposer: when
+// the Ready loop stores the entry at index in term and the entry's data is
+// that very batch (Validated.Is), it writes it under these facts instead of
+// checking it again. Anything else - entries from another leader, a batch
+// Raft copied - is checked in full.
+type localBatch struct {
+	index, term uint64
+	v           records.Validated
+}
+
+// takeLocalLocked returns the checked facts of the entry at (index, term)
+// if this node proposed it, dropping those of earlier indexes (stored, or
+// replaced by another leader's entries).
+func (g *group) takeLocalLocked(index, term uint64) (records.Validated, bool) {
+	for len(g.local) > 0 && g.local[0].index < index {
+		g.local = g.local[1:]
+	}
+	if len(g.local) == 0 || g.local[0].index != index {
+		return records.Validated{}, false
+	}
+	lb := g.local[0]
+	g.local = g.local[1:]
+	return lb.v, lb.term == term
 }
 
 // ProposeCommand appends an application command to the group's Raft log:

@@ -206,6 +206,10 @@ type group struct {
 	rejoinTarget uint64
 	reset        bool // leader: recreate the RawNode (fresh progress for every peer)
 	idleTicks    int
+
+	// local: the batches this node proposed and Raft has not handed to
+	// the Ready loop yet, in index order (api.go).
+	local []localBatch
 }
 
 // NewHost opens the journal, starts the transport and the loops.

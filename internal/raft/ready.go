@@ -206,6 +206,7 @@ func (h *Host) cycle(gs []*group) {
 			}
 		} else {
 			g.readyTerm = 0
+			g.local = nil // what is left of them is checked in full
 		}
 		if bs.Lead != g.lastLeader {
 			g.lastLeader = bs.Lead
@@ -293,8 +294,27 @@ func (h *Host) persistSide(it *readyItem) error {
 func (h *Host) persist(it *readyItem) error {
 	g, rd := it.g, it.rd
 	if len(rd.Entries) > 0 {
+		// The batches this node proposed were checked by its proposer;
+		// their facts are taken under the group's lock once, not per entry.
+		var local []records.Validated
+		g.mu.Lock()
 		for _, e := range rd.Entries {
-			if err := g.st.appendEntry(e); err != nil {
+			if isDataEntry(e) {
+				if v, ok := g.takeLocalLocked(e.GetIndex(), e.GetTerm()); ok {
+					if local == nil {
+						local = make([]records.Validated, len(rd.Entries))
+					}
+					local[e.GetIndex()-rd.Entries[0].GetIndex()] = v
+				}
+			}
+		}
+		g.mu.Unlock()
+		for i, e := range rd.Entries {
+			var v *records.Validated
+			if local != nil && local[i].Bytes() != nil {
+				v = &local[i]
+			}
+			if err := g.st.appendEntry(e, v); err != nil {
 				return err
 			}
 			if e.GetType() == pb.EntryType_EntryNormal && len(e.Data) == 0 {

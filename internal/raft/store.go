@@ -445,8 +445,9 @@ func (s *store) truncate(i uint64) error {
 
 // appendEntry stores entry e, whose index must be last+1: a data entry as
 // its batch in the log, a side entry in memory (the caller journaled it
-// first).
-func (s *store) appendEntry(e *pb.Entry) error {
+// first). local, if not nil, is the entry's batch as this node's proposer
+// checked it (localBatch): it is written without being checked again.
+func (s *store) appendEntry(e *pb.Entry, local *records.Validated) error {
 	s.mu.RLock()
 	end, last := s.end, s.lastLocked()
 	s.mu.RUnlock()
@@ -464,14 +465,26 @@ func (s *store) appendEntry(e *pb.Entry) error {
 		s.mu.Unlock()
 		return nil
 	}
-	h, err := records.ParseHeader(e.Data)
-	if err != nil {
-		return err
+	var h records.Header
+	if local != nil && local.Is(e.Data) {
+		h = local.Header()
+	} else {
+		local = nil
+		var err error
+		if h, err = records.ParseHeader(e.Data); err != nil {
+			return err
+		}
 	}
 	if h.BaseOffset != end || uint64(max(h.PartitionLeaderEpoch, 0)) != e.GetTerm() {
 		return fmt.Errorf("raft: entry %d: batch at offset %d epoch %d, want offset %d term %d", e.GetIndex(), h.BaseOffset, h.PartitionLeaderEpoch, end, e.GetTerm())
 	}
-	info, err := s.log.AppendReplicated(e.Data)
+	var info storage.AppendInfo
+	var err error
+	if local != nil {
+		info, err = s.log.AppendValidated(*local)
+	} else {
+		info, err = s.log.AppendReplicated(e.Data)
+	}
 	if err != nil {
 		return err
 	}

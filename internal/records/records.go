@@ -187,6 +187,61 @@ func Validate(b []byte, maxBytes int) (Header, error) {
 	return h, nil
 }
 
+// Validated is one batch that Check accepted, with the header it parsed.
+// The produce path checks a batch once, at the top, and hands this down:
+// the layers below (the partition, the Raft host, the log) take its facts
+// instead of parsing the batch or computing its CRC again. Only this
+// package makes one, so holding a Validated means the checks were done
+// (the zero value holds no batch and is refused where one is taken).
+// Its setters rewrite the batch in place and keep the header in step;
+// nothing else may change the bytes while a Validated refers to them.
+type Validated struct {
+	b []byte
+	h Header
+}
+
+// Check is Validate returning the batch as Validated.
+func Check(b []byte, maxBytes int) (Validated, error) {
+	h, err := Validate(b, maxBytes)
+	if err != nil {
+		return Validated{}, err
+	}
+	return Validated{b: b, h: h}, nil
+}
+
+// Bytes is the batch (not a copy).
+func (v Validated) Bytes() []byte { return v.b }
+
+// Header is the batch's header as checked and since rewritten.
+func (v Validated) Header() Header { return v.h }
+
+// Is reports whether b is v's batch itself - the same memory, not a copy:
+// a slice handed to a library that keeps it (the Raft library keeps a
+// proposed entry's data as it is) comes back as the checked batch.
+func (v Validated) Is(b []byte) bool {
+	return len(b) > 0 && len(b) == len(v.b) && &b[0] == &v.b[0]
+}
+
+// SetBaseOffset rewrites the batch's base offset (not covered by the CRC).
+func (v *Validated) SetBaseOffset(off int64) {
+	SetBaseOffset(v.b, off)
+	v.h.BaseOffset = off
+}
+
+// SetLeaderEpoch rewrites the batch's leader epoch (not covered by the CRC).
+func (v *Validated) SetLeaderEpoch(epoch int32) {
+	SetLeaderEpoch(v.b, epoch)
+	v.h.PartitionLeaderEpoch = epoch
+}
+
+// SetLogAppendTime is SetLogAppendTime on the batch (the CRC is recomputed).
+func (v *Validated) SetLogAppendTime(ts int64) {
+	SetLogAppendTime(v.b, ts)
+	v.h.Attributes |= attrLogAppendTime
+	v.h.MaxTimestamp = ts
+	v.h.CRC = binary.BigEndian.Uint32(v.b[offCRC:])
+}
+
 // Dense reports whether a batch numbers its records 0..n-1 with n > 0, as
 // a producer's batch must: only the log cleaner leaves gaps or empties one.
 func Dense(h Header) bool { return h.NumRecords > 0 && h.LastOffsetDelta == h.NumRecords-1 }

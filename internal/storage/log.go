@@ -561,6 +561,28 @@ func (l *Log) AppendReplicated(batch []byte) (AppendInfo, error) {
 	return l.appendLocked(batch, h)
 }
 
+// AppendValidated is AppendReplicated for a batch the caller checked
+// (records.Check) and stamped: the leader's own batches, validated once by
+// the produce path, are not parsed or checksummed again here.
+func (l *Log) AppendValidated(v records.Validated) (AppendInfo, error) {
+	h := v.Header()
+	if len(v.Bytes()) < records.HeaderSize || h.Size() != len(v.Bytes()) {
+		return AppendInfo{}, fmt.Errorf("storage: append to %s: not a checked batch: %w", l.dir, records.ErrCorrupt)
+	}
+	if max := l.maxMessage.Load(); max > 0 && int64(h.Size()) > max {
+		return AppendInfo{}, fmt.Errorf("storage: append to %s: batch of %d bytes exceeds %d: %w", l.dir, h.Size(), max, records.ErrTooLarge)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.checkWritableLocked(); err != nil {
+		return AppendInfo{}, err
+	}
+	if h.BaseOffset != l.end {
+		return AppendInfo{}, fmt.Errorf("storage: append to %s: batch offset %d, log end %d: %w", l.dir, h.BaseOffset, l.end, ErrOffsetOutOfRange)
+	}
+	return l.appendLocked(v.Bytes(), h)
+}
+
 func (l *Log) appendLocked(batch []byte, h records.Header) (AppendInfo, error) {
 	var newEpoch bool
 	if h.PartitionLeaderEpoch >= 0 {
