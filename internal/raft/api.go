@@ -34,8 +34,8 @@ func (h *Host) Propose(ctx context.Context, groupID uint64, batch []byte) (Propo
 // (records.Check): nothing is parsed, checksummed or copied again here. The
 // batch is stamped in place with its base offset and the term as leader
 // epoch (v's header follows), as a local append would. The Raft library
-// keeps the batch itself, not a copy: the caller must not change it after.
-// The Ready loop writes it to the log under v's facts.
+// proposes a clone of it (raft.appendEntry), which the Ready loop writes to
+// the log under v's facts (records.Validated.Rebind).
 func (h *Host) ProposeValidated(ctx context.Context, groupID uint64, v *records.Validated) (Proposal, error) {
 	g := h.group(groupID)
 	if g == nil {
@@ -65,10 +65,10 @@ func (h *Host) ProposeValidated(ctx context.Context, groupID uint64, v *records.
 }
 
 // localBatch is a batch this node proposed, checked by its proposer: when
-// the Ready loop stores the entry at index in term and the entry's data is
-// that very batch (Validated.Is), it writes it under these facts instead of
-// checking it again. Anything else - entries from another leader, a batch
-// Raft copied - is checked in full.
+// the Ready loop stores the entry at index in term, whose data is Raft's
+// clone of the batch, it writes it under these facts (Validated.Rebind)
+// instead of checking it again. Anything else - entries from another
+// leader - is checked in full.
 type localBatch struct {
 	index, term uint64
 	v           records.Validated

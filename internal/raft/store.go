@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -53,6 +54,10 @@ type store struct {
 	end   int64 // offset after the last data entry
 	hs    *pb.HardState
 	cs    *pb.ConfState
+
+	// rebound counts the batches written under their proposer's checks
+	// (appendEntry's local), not checked again.
+	rebound atomic.Int64
 }
 
 // openStore rebuilds the index from the log and the journal's side entries
@@ -466,8 +471,8 @@ func (s *store) appendEntry(e *pb.Entry, local *records.Validated) error {
 		return nil
 	}
 	var h records.Header
-	if local != nil && local.Is(e.Data) {
-		h = local.Header()
+	if w, ok := rebind(local, e.Data); ok {
+		local, h = &w, w.Header()
 	} else {
 		local = nil
 		var err error
@@ -481,6 +486,7 @@ func (s *store) appendEntry(e *pb.Entry, local *records.Validated) error {
 	var info storage.AppendInfo
 	var err error
 	if local != nil {
+		s.rebound.Add(1)
 		info, err = s.log.AppendValidated(*local)
 	} else {
 		info, err = s.log.AppendReplicated(e.Data)
@@ -494,6 +500,15 @@ func (s *store) appendEntry(e *pb.Entry, local *records.Validated) error {
 	s.end = info.LastOffset + 1
 	s.mu.Unlock()
 	return nil
+}
+
+// rebind is local's facts over data, Raft's clone of the batch local
+// checked (records.Validated.Rebind); ok=false without local.
+func rebind(local *records.Validated, data []byte) (records.Validated, bool) {
+	if local == nil {
+		return records.Validated{}, false
+	}
+	return local.Rebind(data)
 }
 
 // sideEntry returns side entry i (ok=false if i is not one, or not held).

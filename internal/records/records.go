@@ -15,6 +15,7 @@
 package records
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -215,11 +216,17 @@ func (v Validated) Bytes() []byte { return v.b }
 // Header is the batch's header as checked and since rewritten.
 func (v Validated) Header() Header { return v.h }
 
-// Is reports whether b is v's batch itself - the same memory, not a copy:
-// a slice handed to a library that keeps it (the Raft library keeps a
-// proposed entry's data as it is) comes back as the checked batch.
-func (v Validated) Is(b []byte) bool {
-	return len(b) > 0 && len(b) == len(v.b) && &b[0] == &v.b[0]
+// Rebind returns v's facts over b, which must be a whole copy of v's batch
+// as it is now, made by code trusted to copy it (the Raft library clones
+// each proposed entry: the Raft host writes that clone). It checks what
+// costs nothing - the length and the header's bytes, CRC included - and
+// reports false if those differ; it does not checksum or decode the body
+// again, which is the point.
+func (v Validated) Rebind(b []byte) (Validated, bool) {
+	if len(v.b) < HeaderSize || len(b) != len(v.b) || !bytes.Equal(b[:HeaderSize], v.b[:HeaderSize]) {
+		return Validated{}, false
+	}
+	return Validated{b: b, h: v.h}, true
 }
 
 // SetBaseOffset rewrites the batch's base offset (not covered by the CRC).

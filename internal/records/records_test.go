@@ -367,8 +367,19 @@ func TestValidatedSetters(t *testing.T) {
 	if h != v.Header() {
 		t.Fatalf("header kept %+v, batch says %+v", v.Header(), h)
 	}
-	if !v.Is(b) || v.Is(bytes.Clone(b)) || v.Is(b[:len(b)-1]) || (Validated{}).Is(nil) {
-		t.Fatal("Is must hold for the batch's own memory only")
+	c := bytes.Clone(b)
+	if w, ok := v.Rebind(c); !ok || w.Header() != v.Header() || &w.Bytes()[0] != &c[0] {
+		t.Fatal("Rebind refused a whole copy")
+	}
+	if _, ok := v.Rebind(c[:len(c)-1]); ok {
+		t.Fatal("Rebind took a shorter copy")
+	}
+	c[20] ^= 1 // the CRC
+	if _, ok := v.Rebind(c); ok {
+		t.Fatal("Rebind took a copy with another header")
+	}
+	if _, ok := (Validated{}).Rebind(nil); ok {
+		t.Fatal("the zero Validated rebinds")
 	}
 	if _, err := Check(b, len(b)-1); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("over the limit: %v", err)
