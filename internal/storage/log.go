@@ -813,6 +813,14 @@ func (l *Log) syncOnce() error {
 	return t.syncEnd(t.s.f.Sync())
 }
 
+// SyncNow fsyncs the log up to its current end on the caller's goroutine,
+// without the Syncer: for a caller that waits for the fsync anyway and is
+// the only one to sync this log at this moment (the Raft Ready loop with a
+// single log to sync). A concurrent Syncer cycle is harmless: each fsync
+// claims only the end it saw before it began. It returns the fsync error,
+// which fails the log as a Syncer cycle's does.
+func (l *Log) SyncNow() error { return l.syncOnce() }
+
 // WaitDurable returns once every offset below offset is fsynced, asking the
 // Syncer for a cycle. It returns the fsync error if the cycle failed.
 func (l *Log) WaitDurable(ctx context.Context, offset int64) error {
