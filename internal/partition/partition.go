@@ -139,6 +139,9 @@ func (p *Partition) Failed() error {
 	if e := p.failed.Load(); e != nil {
 		return *e
 	}
+	if l := p.rep.lead.Load(); l != nil && !l.Failed {
+		return nil // the group's failure is an event; it has not come
+	}
 	if err := p.rep.host.GroupFailed(p.rep.group); err != nil && !errors.Is(err, raft.ErrUnknownGroup) {
 		return fmt.Errorf("%w: %w", ErrStorage, err)
 	}

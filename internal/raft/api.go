@@ -328,6 +328,7 @@ func (h *Host) Campaign(groupID uint64) error {
 	if !h.guardLocked(g, func() { err = g.rn.Campaign() }) {
 		err = g.failed
 	}
+	g.publishLocked()
 	g.mu.Unlock()
 	h.markDirty(g)
 	return err
@@ -342,6 +343,7 @@ func (h *Host) TransferLeader(groupID, target uint64) error {
 	g.mu.Lock()
 	g.unquiesceLocked()
 	h.guardLocked(g, func() { g.rn.TransferLeader(target) })
+	g.publishLocked()
 	g.mu.Unlock()
 	h.markDirty(g)
 	return nil
@@ -449,9 +451,12 @@ type Leadership struct {
 	// commit covers every entry it has (Raft's rule for serving reads): what
 	// the committed entries did (a moved log start) is applied here.
 	Settled bool
+	// Failed: the group stopped on this node (GroupFailed says why).
+	Failed bool
 }
 
-// Leadership returns the group's leadership as this node sees it.
+// Leadership returns the group's leadership as this node sees it. The
+// group's OnLeadership gets the same answer each time it changes.
 func (h *Host) Leadership(groupID uint64) (Leadership, error) {
 	g := h.group(groupID)
 	if g == nil {
@@ -459,6 +464,10 @@ func (h *Host) Leadership(groupID uint64) (Leadership, error) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.leadershipLocked(), nil
+}
+
+func (g *group) leadershipLocked() Leadership {
 	bs := g.rn.BasicStatus()
 	leading := g.failed == nil && bs.RaftState == raft.StateLeader
 	ready := leading && g.readyTerm == bs.GetTerm()
@@ -466,7 +475,25 @@ func (h *Host) Leadership(groupID uint64) (Leadership, error) {
 		Leader: bs.Lead, Term: bs.GetTerm(), Leading: leading,
 		Proposing: ready && bs.LeadTransferee == 0,
 		Settled:   ready && g.commitIndex >= g.termStart,
-	}, nil
+		Failed:    g.failed != nil,
+	}
+}
+
+// publishLocked gives OnLeadership the group's Leadership if it changed.
+// Called wherever what it is made of may change: the Ready loop's Advance
+// and apply (role, readyTerm, commit), a failure, a reset, a tick, a
+// campaign or a transfer. A change that Raft makes while stepping a
+// message shows at the next cycle, which that change always causes (a new
+// role is a Ready): until then the hot path may act on the previous
+// answer, and proposeLocked, which checks under the lock, refuses.
+func (g *group) publishLocked() {
+	if g.cfg.OnLeadership == nil {
+		return
+	}
+	if l := g.leadershipLocked(); l != g.published {
+		g.published = l
+		g.cfg.OnLeadership(g.id, l)
+	}
 }
 
 // WaitSettled returns once this node leads the group and has committed an

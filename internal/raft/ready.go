@@ -224,6 +224,7 @@ func (h *Host) cycle(gs []*group) {
 			g.readyTerm = 0
 			g.local = nil // what is left of them is checked in full
 		}
+		g.publishLocked()
 		if bs.Lead != g.lastLeader {
 			g.lastLeader = bs.Lead
 			h.log.Debug("raft: leader changed", "group", g.id, "leader", bs.Lead, "term", bs.GetTerm())
@@ -271,6 +272,7 @@ func (h *Host) persistSide(it *readyItem) error {
 		h.log.Info("raft: installed log-start snapshot", "group", g.id, "index", a.Index, "offset", a.Offset)
 		g.mu.Lock()
 		g.commitIndex, g.commitEnd = a.Index, a.Offset
+		g.publishLocked()
 		g.mu.Unlock()
 		it.sync = true
 		it.side = true
@@ -387,6 +389,7 @@ func (h *Host) apply(it *readyItem) {
 	g.mu.Lock()
 	if last > g.commitIndex {
 		g.commitIndex, g.commitEnd = last, end
+		g.publishLocked() // before the waiters wake: a settled leader is seen settled
 		close(g.commitCh)
 		g.commitCh = make(chan struct{})
 	}
@@ -460,6 +463,7 @@ func (h *Host) failGroup(g *group, err error) {
 func (h *Host) failLocked(g *group, err error) {
 	if g.failed == nil {
 		g.failed = fmt.Errorf("%w: group %d: %w", ErrGroupFailed, g.id, err)
+		g.publishLocked()
 		h.log.Error("raft: group failed", "group", g.id, "err", err)
 		close(g.commitCh)
 		g.commitCh = make(chan struct{})
