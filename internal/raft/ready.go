@@ -2,7 +2,6 @@ package raft
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"fmt"
 	"runtime/debug"
@@ -134,36 +133,21 @@ func (h *Host) cycle(gs []*group) {
 			h.apply(it)
 		}
 	}
-	// One group-commit round: every log that took entries and the journal,
-	// fsynced concurrently (the Syncer merges the logs into one cycle). A
-	// single log is fsynced here, on the Ready loop, which waits for it
-	// anyway: going through a goroutine and the Syncer's loop costs two
-	// hand-offs per cycle, which on a busy machine were a fifth of a
-	// single partition's ack latency.
+	// One group-commit round: every log that took entries and the journal.
+	// The fsyncs run here, on the Ready loop, which waits for them anyway:
+	// going through a goroutine per log and the Syncer's loop cost two
+	// hand-offs per cycle, which on a busy machine were a fifth of a single
+	// partition's ack latency. Logs sharing a Syncer get one of its cycles
+	// (syncfs for many logs on one device).
 	var syncs []*readyItem
 	for _, it := range items {
 		if it.err == nil && it.sync {
 			syncs = append(syncs, it)
 		}
 	}
-	var jerr error
-	if len(syncs) == 1 {
-		jerr = h.journal.flush(false)
-		if jerr == nil {
-			syncs[0].err = syncs[0].g.st.log.SyncNow()
-		}
-	} else {
-		var wg sync.WaitGroup
-		for _, it := range syncs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				l := it.g.st.log
-				it.err = l.WaitDurable(context.Background(), l.EndOffset())
-			}()
-		}
-		jerr = h.journal.flush(false)
-		wg.Wait()
+	jerr := h.journal.flush(false)
+	if jerr == nil {
+		h.syncLogs(syncs)
 	}
 	for _, it := range items {
 		if jerr != nil && it.err == nil {
@@ -236,6 +220,37 @@ func (h *Host) cycle(gs []*group) {
 			h.markDirty(g)
 		}
 	}
+}
+
+// syncLogs fsyncs the logs of items, setting each one's err.
+func (h *Host) syncLogs(items []*readyItem) {
+	if len(items) == 1 {
+		items[0].err = items[0].g.st.log.SyncNow()
+		return
+	}
+	bySyncer := map[*storage.Syncer][]*readyItem{}
+	for _, it := range items {
+		s := it.g.st.log.Syncer()
+		bySyncer[s] = append(bySyncer[s], it)
+	}
+	var wg sync.WaitGroup
+	for s, its := range bySyncer {
+		run := func() {
+			logs := make([]*storage.Log, len(its))
+			for i, it := range its {
+				logs[i] = it.g.st.log
+			}
+			for i, err := range s.SyncNow(logs) {
+				its[i].err = err
+			}
+		}
+		if len(bySyncer) == 1 {
+			run()
+			return
+		}
+		wg.Go(run)
+	}
+	wg.Wait()
 }
 
 // persistSide does the part of a Ready that must be durable before its

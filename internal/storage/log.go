@@ -821,6 +821,9 @@ func (l *Log) syncOnce() error {
 // which fails the log as a Syncer cycle's does.
 func (l *Log) SyncNow() error { return l.syncOnce() }
 
+// Syncer is the Syncer the log's fsyncs go through.
+func (l *Log) Syncer() *Syncer { return l.syncer }
+
 // WaitDurable returns once every offset below offset is fsynced, asking the
 // Syncer for a cycle. It returns the fsync error if the cycle failed.
 func (l *Log) WaitDurable(ctx context.Context, offset int64) error {

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -213,6 +214,34 @@ func (s *Syncer) syncLog(l *Log) {
 }
 
 // Close stops the cycle goroutine; later requests sync inline.
+// SyncNow runs one fsync cycle over logs on the caller's goroutine - the
+// same cycle the Syncer's loop runs (syncfs for a device with many logs,
+// parallel fdatasyncs otherwise) - for a caller that waits for it anyway
+// (the Raft Ready loop's group commit), without the hand-off to the loop.
+// It returns, for each log in order, nil if the log is durable up to the
+// end it had when SyncNow began, else why not.
+func (s *Syncer) SyncNow(logs []*Log) []error {
+	ends := make([]int64, len(logs))
+	batch := make(map[*Log]struct{}, len(logs))
+	for i, l := range logs {
+		ends[i] = l.EndOffset()
+		batch[l] = struct{}{}
+	}
+	s.requests.Add(int64(len(logs)))
+	s.cycle(batch)
+	errs := make([]error, len(logs))
+	for i, l := range logs {
+		if l.DurableOffset() >= ends[i] {
+			continue
+		}
+		if errs[i] = l.Failed(); errs[i] == nil {
+			// A truncation or close raced the cycle: wait the usual way.
+			errs[i] = l.WaitDurable(context.Background(), ends[i])
+		}
+	}
+	return errs
+}
+
 func (s *Syncer) Close() error {
 	s.mu.Lock()
 	if s.closed {
