@@ -78,15 +78,35 @@ type localBatch struct {
 // if this node proposed it, dropping those of earlier indexes (stored, or
 // replaced by another leader's entries).
 func (g *group) takeLocalLocked(index, term uint64) (records.Validated, bool) {
-	for len(g.local) > 0 && g.local[0].index < index {
-		g.local = g.local[1:]
+	n := 0
+	for n < len(g.local) && g.local[n].index < index {
+		n++
 	}
+	g.dropLocalLocked(n)
 	if len(g.local) == 0 || g.local[0].index != index {
 		return records.Validated{}, false
 	}
 	lb := g.local[0]
 	g.local = g.local[1:]
 	return lb.v, lb.term == term
+}
+
+// dropLocalLocked forgets the first n proposals of g.local, which Raft
+// will not store here as proposed: replaced by another leader's entries, or
+// left behind as this node stopped leading (it may still store them, or
+// not). Their proposer counted them already (the partition's producer
+// state), so OnTruncate says the state from the first one on may be stale,
+// as for a truncated suffix: a wrong "may be" costs a rebuild, a missed one
+// a retry answered from a batch that is not in the log.
+func (g *group) dropLocalLocked(n int) {
+	if n == 0 {
+		return
+	}
+	first := g.local[0].v.Header().BaseOffset
+	g.local = g.local[n:]
+	if g.cfg.OnTruncate != nil {
+		g.cfg.OnTruncate(g.id, first)
+	}
 }
 
 // ProposeCommand appends an application command to the group's Raft log:

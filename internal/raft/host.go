@@ -118,8 +118,11 @@ type GroupConfig struct {
 	OnCommit func(group uint64, ents []Committed)
 	// OnTruncate, if set, is called on the Ready loop when the log loses
 	// its suffix from offset on (a follower's uncommitted entries replaced
-	// by a new leader's, or the whole log replaced by a snapshot): state
-	// derived from those entries is stale. It must not block.
+	// by a new leader's, or the whole log replaced by a snapshot), and when
+	// batches this node proposed from offset on may never be stored (it
+	// stopped leading first): state derived from those entries is stale.
+	// It must not block or call the Host (it may run with the group's
+	// lock held).
 	OnTruncate func(group uint64, offset int64)
 	// OnLeadership, if set, is called with the group's Leadership (what
 	// Host.Leadership would answer) each time it changes: on the Ready

@@ -2,7 +2,10 @@ package raft
 
 import (
 	"fmt"
+	"slices"
 	"testing"
+
+	"holdfast/internal/records"
 )
 
 // publishedLeadership is node id's last OnLeadership event for group g.
@@ -59,5 +62,32 @@ func TestLeadershipEvents(t *testing.T) {
 	c.nodes[target].host.failGroup(g, fmt.Errorf("injected"))
 	if l, _ := c.publishedLeadership(target, 1); !l.Failed || l.Leading || l.Settled {
 		t.Fatalf("failed group published %+v", l)
+	}
+}
+
+// Proposals this node will not store as proposed (Raft replaced them, or it
+// stopped leading first) are reported like a truncated suffix: the
+// partition counted them in its producer state when it proposed them.
+func TestDroppedProposalsReported(t *testing.T) {
+	var truncated []int64
+	g := &group{id: 1, cfg: GroupConfig{OnTruncate: func(_ uint64, off int64) { truncated = append(truncated, off) }}}
+	for i := range 4 {
+		v, err := records.Check(batch(t, fmt.Sprint(i)), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.SetBaseOffset(int64(10 + i))
+		g.local = append(g.local, localBatch{index: uint64(i + 1), term: 2, v: v})
+	}
+	if _, ok := g.takeLocalLocked(1, 2); !ok || len(truncated) != 0 {
+		t.Fatalf("stored in order: ok=%v truncated %v", ok, truncated)
+	}
+	// Index 2 was replaced by another leader's entry: 3 comes next.
+	if v, ok := g.takeLocalLocked(3, 2); !ok || v.Header().BaseOffset != 12 || !slices.Equal(truncated, []int64{11}) {
+		t.Fatalf("after a gap: %v %+v, truncated %v", ok, v.Header(), truncated)
+	}
+	g.dropLocalLocked(len(g.local)) // stepped down with index 4 unstored
+	if !slices.Equal(truncated, []int64{11, 13}) || len(g.local) != 0 {
+		t.Fatalf("step-down: truncated %v, left %d", truncated, len(g.local))
 	}
 }

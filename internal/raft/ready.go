@@ -206,7 +206,9 @@ func (h *Host) cycle(gs []*group) {
 			}
 		} else {
 			g.readyTerm = 0
-			g.local = nil // what is left of them is checked in full
+			// What it proposed and has not stored yet is checked in
+			// full if it comes, and may not come.
+			g.dropLocalLocked(len(g.local))
 		}
 		g.publishLocked()
 		if bs.Lead != g.lastLeader {
