@@ -59,36 +59,64 @@ func (h *Host) ProposeValidated(ctx context.Context, groupID uint64, v *records.
 		return base + int64(hdr.LastOffsetDelta) + 1
 	}, func() error { return g.rn.Propose(v.Bytes()) })
 	if err == nil {
-		g.local = append(g.local, localBatch{index: p.Index, term: p.Term, v: *v})
+		g.local = append(g.local, localBatch{index: p.Index, term: p.Term, v: *v, written: h.preWriteLocked(g, v)})
 	}
 	return p, err
+}
+
+// preWriteLocked writes a batch the leader just proposed to its log at
+// once, on the proposer's goroutine, and reports whether it did. The Ready
+// loop then only records it (store.appendEntry): the write no longer waits
+// for the previous cycle's fsync and Advance, but runs while the fsync
+// does, as a single node's append did before every partition was a Raft
+// group; the group commit that follows covers it as before, and the batch
+// counts as Raft's only once a Ready has stored it.
+//
+// Only where the log holds every entry before it: the batch must sit at the
+// log end, and no side entry this leader proposed may be unstored - a side
+// entry takes no offset, so a crash would leave the batch at the side
+// entry's index when the log is read back. Otherwise the Ready loop writes
+// it, as for a follower. A failed write is left to the Ready loop too,
+// which tries again and fails the group if the log failed.
+func (h *Host) preWriteLocked(g *group, v *records.Validated) bool {
+	if last, _ := g.st.LastIndex(); last < g.lastSide {
+		return false
+	}
+	l := g.st.log
+	if l.EndOffset() != v.Header().BaseOffset {
+		return false
+	}
+	_, err := l.AppendValidated(*v)
+	return err == nil
 }
 
 // localBatch is a batch this node proposed, checked by its proposer: when
 // the Ready loop stores the entry at index in term, whose data is Raft's
 // clone of the batch, it writes it under these facts (Validated.Rebind)
-// instead of checking it again. Anything else - entries from another
-// leader - is checked in full.
+// instead of checking it again, or only records it if the proposer wrote it
+// already (written). Anything else - entries from another leader - is
+// checked in full.
 type localBatch struct {
 	index, term uint64
 	v           records.Validated
+	written     bool // in the log already (preWriteLocked)
 }
 
 // takeLocalLocked returns the checked facts of the entry at (index, term)
 // if this node proposed it, dropping those of earlier indexes (stored, or
 // replaced by another leader's entries).
-func (g *group) takeLocalLocked(index, term uint64) (records.Validated, bool) {
+func (g *group) takeLocalLocked(index, term uint64) (localBatch, bool) {
 	n := 0
 	for n < len(g.local) && g.local[n].index < index {
 		n++
 	}
 	g.dropLocalLocked(n)
 	if len(g.local) == 0 || g.local[0].index != index {
-		return records.Validated{}, false
+		return localBatch{}, false
 	}
 	lb := g.local[0]
 	g.local = g.local[1:]
-	return lb.v, lb.term == term
+	return lb, lb.term == term
 }
 
 // dropLocalLocked forgets the first n proposals of g.local, which Raft
@@ -160,6 +188,9 @@ func (h *Host) proposeLocked(g *group, stamp func(base int64, term uint64) int64
 	}
 	g.nextIndex++
 	g.nextOffset = p.EndOffset
+	if stamp == nil {
+		g.lastSide = p.Index
+	}
 	h.markDirty(g)
 	return p, nil
 }

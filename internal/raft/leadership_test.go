@@ -1,11 +1,16 @@
 package raft
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
 
 	"holdfast/internal/records"
+	"holdfast/internal/storage"
 )
 
 // publishedLeadership is node id's last OnLeadership event for group g.
@@ -83,11 +88,71 @@ func TestDroppedProposalsReported(t *testing.T) {
 		t.Fatalf("stored in order: ok=%v truncated %v", ok, truncated)
 	}
 	// Index 2 was replaced by another leader's entry: 3 comes next.
-	if v, ok := g.takeLocalLocked(3, 2); !ok || v.Header().BaseOffset != 12 || !slices.Equal(truncated, []int64{11}) {
-		t.Fatalf("after a gap: %v %+v, truncated %v", ok, v.Header(), truncated)
+	if lb, ok := g.takeLocalLocked(3, 2); !ok || lb.v.Header().BaseOffset != 12 || !slices.Equal(truncated, []int64{11}) {
+		t.Fatalf("after a gap: %v %+v, truncated %v", ok, lb.v.Header(), truncated)
 	}
 	g.dropLocalLocked(len(g.local)) // stepped down with index 4 unstored
 	if !slices.Equal(truncated, []int64{11, 13}) || len(g.local) != 0 {
 		t.Fatalf("step-down: truncated %v, left %d", truncated, len(g.local))
+	}
+}
+
+// A leader writes its proposals to the log as it proposes them, and the
+// Ready loop only records them; if it stops leading before a Ready stored
+// them, what it wrote ahead is cut from the log before another leader's
+// entry is stored in its place, and reported like a truncated suffix.
+func TestWrittenAheadTailCut(t *testing.T) {
+	dir := t.TempDir()
+	l, err := storage.Open(dir+"/log", storage.DefaultConfig(), storage.Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	h, err := NewHost(Config{ID: 1, Dir: dir, Listen: "127.0.0.1:0", TickInterval: 10 * time.Millisecond, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.AddGroup(GroupConfig{ID: 1, Log: l, Voters: []uint64{1}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := h.WaitSettled(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	p, err := h.Propose(ctx, 1, batch(t, "stored"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.WaitCommitted(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	g := h.group(1)
+	if n := g.st.rebound.Load(); n != 1 {
+		t.Fatalf("%d batches recorded as written by their proposer, want 1", n)
+	}
+	// A batch written ahead that no Ready stored (as if the node had
+	// stopped leading right after proposing it).
+	end := g.st.endOffset()
+	ahead, err := records.Check(batch(t, "ahead"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead.SetBaseOffset(end)
+	ahead.SetLeaderEpoch(int32(p.Term))
+	if _, err := l.AppendValidated(ahead); err != nil {
+		t.Fatal(err)
+	}
+	// Another leader's entry at the same place, as the Ready loop stores it.
+	other := batch(t, "other")
+	records.SetBaseOffset(other, end)
+	records.SetLeaderEpoch(other, int32(p.Term+1))
+	last, _ := g.st.LastIndex()
+	cut, err := g.st.appendEntry(&pb.Entry{Index: new(last + 1), Term: new(p.Term + 1), Data: other}, nil)
+	if err != nil || cut != end {
+		t.Fatalf("cut %d, err %v; want the tail from %d cut", cut, err, end)
+	}
+	if got := values(t, l); !slices.Equal(got, []string{"stored", "other"}) {
+		t.Fatalf("log holds %v", got)
 	}
 }

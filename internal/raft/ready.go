@@ -196,6 +196,7 @@ func (h *Host) cycle(gs []*group) {
 				g.termStart = g.st.lastLocked()
 				g.st.mu.RUnlock()
 				g.readyTerm = bs.GetTerm()
+				g.lastSide = 0
 			}
 			if last, _ := g.st.LastIndex(); g.readyTerm == bs.GetTerm() && last >= g.nextIndex {
 				// Proposals are matched to their entries by index: an entry
@@ -331,25 +332,29 @@ func (h *Host) persist(it *readyItem) error {
 	if len(rd.Entries) > 0 {
 		// The batches this node proposed were checked by its proposer;
 		// their facts are taken under the group's lock once, not per entry.
-		var local []records.Validated
+		var local []localBatch
 		g.mu.Lock()
 		for _, e := range rd.Entries {
 			if isDataEntry(e) {
-				if v, ok := g.takeLocalLocked(e.GetIndex(), e.GetTerm()); ok {
+				if lb, ok := g.takeLocalLocked(e.GetIndex(), e.GetTerm()); ok {
 					if local == nil {
-						local = make([]records.Validated, len(rd.Entries))
+						local = make([]localBatch, len(rd.Entries))
 					}
-					local[e.GetIndex()-rd.Entries[0].GetIndex()] = v
+					local[e.GetIndex()-rd.Entries[0].GetIndex()] = lb
 				}
 			}
 		}
 		g.mu.Unlock()
 		for i, e := range rd.Entries {
-			var v *records.Validated
-			if local != nil && local[i].Bytes() != nil {
-				v = &local[i]
+			var lb *localBatch
+			if local != nil && local[i].v.Bytes() != nil {
+				lb = &local[i]
 			}
-			if err := g.st.appendEntry(e, v); err != nil {
+			cut, err := g.st.appendEntry(e, lb)
+			if cut >= 0 && g.cfg.OnTruncate != nil {
+				g.cfg.OnTruncate(g.id, cut)
+			}
+			if err != nil {
 				return err
 			}
 			if e.GetType() == pb.EntryType_EntryNormal && len(e.Data) == 0 {
