@@ -195,10 +195,6 @@ type group struct {
 	readyTerm   uint64 // the term in which this node leads and its empty entry is stored
 	nextOffset  int64  // leader: offset of the next proposal, counting unstable entries
 	nextIndex   uint64 // leader: Raft index of the next proposal
-	// lastSide: leader: index of the last side entry (command, conf
-	// change) it proposed in readyTerm; no batch after it is written ahead
-	// until it is stored (preWriteLocked).
-	lastSide uint64
 	termStart   uint64 // leader: index of its empty entry of readyTerm
 	commitIndex uint64
 	commitEnd   int64
@@ -224,6 +220,10 @@ type group struct {
 	// local: the batches this node proposed and Raft has not handed to
 	// the Ready loop yet, in index order (api.go).
 	local []localBatch
+	// lastSide: leader: index of the last side entry (command, conf
+	// change) it proposed in readyTerm; no batch after it is written ahead
+	// until it is stored (preWriteLocked).
+	lastSide uint64
 
 	// published is the Leadership last given to cfg.OnLeadership.
 	published Leadership
