@@ -32,8 +32,7 @@ func (b *Broker) handleAlterPartitionReassignments(_ context.Context, r *wire.Re
 		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 		return wire.Respond(resp)
 	}
-	c := b.cluster
-	if c != nil && !c.isController() {
+	if !b.cluster.IsController() {
 		resp.ErrorCode = kerr.NotController.Code
 		return wire.Respond(resp)
 	}
@@ -65,7 +64,6 @@ func (b *Broker) reassign(ctx context.Context, req *kmsg.AlterPartitionAssignmen
 	if !ok || rp.Partition < 0 || rp.Partition >= t.Partitions {
 		return errCode(kerr.UnknownTopicOrPartition, "Topic or partition %s-%d does not exist.", topic, rp.Partition)
 	}
-	c := b.cluster
 	if rp.Replicas != nil {
 		if err := controller.ValidateTarget(b.meta.Brokers(), rp.Replicas); err != nil {
 			return errCode(kerr.InvalidReplicaAssignment, "replicas %v: empty, duplicated, more than %d, or naming an unregistered broker", rp.Replicas, controller.MaxReplicas)
@@ -83,5 +81,5 @@ func (b *Broker) reassign(ctx context.Context, req *kmsg.AlterPartitionAssignmen
 	if ctx.Err() != nil {
 		return errCode(kerr.RequestTimedOut, "request timed out before this partition")
 	}
-	return c.propose(ctx, controller.Command{Op: controller.OpReassign, Name: topic, Partition: rp.Partition, Target: rp.Replicas})
+	return b.cluster.Propose(ctx, controller.Command{Op: controller.OpReassign, Name: topic, Partition: rp.Partition, Target: rp.Replicas})
 }

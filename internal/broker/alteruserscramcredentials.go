@@ -125,7 +125,7 @@ func (b *Broker) handleAlterUserSCRAMCredentials(_ context.Context, r *wire.Requ
 		return wire.Respond(answer())
 	}
 	return func(ctx context.Context) kmsg.Response {
-		if fresp, forwarded, err := b.forwardToController(ctx, req); forwarded {
+		if fresp, forwarded, err := b.cluster.ForwardToController(ctx, req); forwarded {
 			if err != nil {
 				code, msg := kafkaError(err)
 				for _, u := range users {

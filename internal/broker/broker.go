@@ -8,21 +8,32 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/cluster"
 	"holdfast/internal/controller"
 	"holdfast/internal/datadir"
 	"holdfast/internal/group"
-	"holdfast/internal/partition"
 	"holdfast/internal/raft"
+	"holdfast/internal/replica"
 	"holdfast/internal/storage"
 	"holdfast/internal/txn"
 	"holdfast/internal/wire"
 )
+
+// The log cleaner's config and figures (internal/replica), named here
+// with the rest of the broker's config.
+type (
+	CleanerConfig    = replica.CleanerConfig
+	CleanerStats     = replica.CleanerStats
+	CleanerPartition = replica.CleanerPartition
+)
+
+// DefaultCleanerConfig is Kafka's log.cleaner.* defaults.
+func DefaultCleanerConfig() CleanerConfig { return replica.DefaultCleanerConfig() }
 
 // Config is the broker's configuration. Kafka's broker config names are in
 // the comments; cmd/holdfast maps flags and HOLDFAST_* variables onto it.
@@ -127,8 +138,8 @@ func DefaultConfig() Config {
 		LogCleaner:               DefaultCleanerConfig(),
 		OffsetsTopicSegmentBytes: 100 << 20,
 		TxnTopicSegmentBytes:     100 << 20,
-		BrokerHeartbeatInterval:  defaultHeartbeatInterval,
-		BrokerSessionTimeout:     defaultSessionTimeout,
+		BrokerHeartbeatInterval:  cluster.DefaultHeartbeatInterval,
+		BrokerSessionTimeout:     cluster.DefaultSessionTimeout,
 
 		AutoLeaderRebalance:          true,
 		LeaderImbalanceCheckInterval: 300 * time.Second,
@@ -145,19 +156,14 @@ type Broker struct {
 	log    *slog.Logger
 	syncer *storage.Syncer
 	meta   *controller.Store
-	parts  *partition.Manager
-	groups *group.Coordinator
-	txn    txnState // producer ids and the transaction coordinator (txn.go)
+	// replicas are this node's partition replicas (internal/replica).
+	replicas *replica.Manager
+	groups   *group.Coordinator
+	txn      txnState // producer ids and the transaction coordinator (txn.go)
 	// cluster is the Raft side of cluster mode (cluster.go); nil on a
 	// single node.
-	cluster *cluster
-	// cleaner compacts cleanup.policy=compact logs (cleaner.go).
-	cleaner *logCleaner
-
-	// topicsMu serializes topic creation, deletion and partition changes
-	// with opening and removing their logs (topics.go).
-	topicsMu sync.Mutex
-	alterMu  sync.Mutex // serializes IncrementalAlterConfigs' read-modify-write
+	cluster *cluster.Node
+	alterMu sync.Mutex // serializes IncrementalAlterConfigs' read-modify-write
 
 	// stats counts replication events for metrics (stats.go).
 	stats statsState
@@ -167,8 +173,19 @@ type Broker struct {
 	closers []func() error
 }
 
-// New opens (or creates) the node's state under cfg.DataDir and starts every
-// subsystem registered with onStart.
+// New opens (or creates) the node's state under cfg.DataDir and starts it,
+// in this order (Close undoes it in reverse):
+//
+//  1. checkSecurity: listener defaults, and can this node reach the others;
+//  2. lockDataDir: one process per data directory;
+//  3. openCluster: the Raft host and this node's identity (cluster.Open);
+//  4. startStorage: the syncer, the metadata store, every replica;
+//  5. cluster.Start: follow the metadata log, register, the controller's
+//     loops (a single node is registered when it returns);
+//  6. startSecurity: ACLs into the authorizer, bootstrap SCRAM users;
+//  7. startGroups, startTxn: the coordinators (they replay internal topics);
+//  8. cluster.StartBalancing: preferred-leader balance;
+//  9. startStats: the metrics' periodic figures.
 func New(cfg Config) (*Broker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -182,14 +199,90 @@ func New(cfg Config) (*Broker, error) {
 		cfg.Peers = map[int32]string{cfg.NodeID: ""}
 	}
 	b := &Broker{cfg: cfg, log: cfg.Logger}
-	for _, h := range startHooks {
-		if err := h.fn(b); err != nil {
+	steps := []struct {
+		name string
+		fn   func() error
+	}{
+		{"security config", b.checkSecurity},
+		{"data directory lock", b.lockDataDir},
+		{"cluster", b.openCluster},
+		{"storage", b.startStorage},
+		{"cluster metadata", b.startClusterMeta},
+		{"security", b.startSecurity},
+		{"groups", b.startGroups},
+		{"transactions", b.startTxn},
+		{"leadership", b.startLeadership},
+		{"stats", b.startStats},
+	}
+	for _, s := range steps {
+		if err := s.fn(); err != nil {
 			b.Close()
-			return nil, fmt.Errorf("starting %s: %w", h.name, err)
+			return nil, fmt.Errorf("starting %s: %w", s.name, err)
 		}
 	}
 	return b, nil
 }
+
+// openCluster starts the Raft host and takes this node's identity from
+// its data directory (or the cluster it forms or joins).
+func (b *Broker) openCluster() error {
+	sc := b.cfg.Security
+	var rtls *raft.TransportTLS
+	if sc.RaftTLS {
+		// Mutual TLS with this node's certificate: a node without one
+		// from the cluster's CA cannot take part (checkSecurity made sure
+		// both stores are there).
+		rtls = &raft.TransportTLS{Server: sc.NodeTLS.MutualServerConfig(), Client: sc.NodeTLS.ClientConfig}
+	}
+	c := b.cfg
+	node, err := cluster.Open(cluster.Config{
+		NodeID: c.NodeID, DataDir: c.DataDir, Peers: c.Peers, RaftListen: c.RaftListen,
+		Join: c.Join, JoinTimeout: c.JoinTimeout, DefaultReplicationFactor: c.DefaultReplicationFactor,
+		AutoLeaderRebalance: c.AutoLeaderRebalance, LeaderImbalanceCheckInterval: c.LeaderImbalanceCheckInterval,
+		LeaderImbalancePerBrokerPct: c.LeaderImbalancePerBrokerPct,
+		ControlledShutdown:          c.ControlledShutdown, ControlledShutdownMaxWait: c.ControlledShutdownMaxWait,
+		BrokerHeartbeatInterval: c.BrokerHeartbeatInterval, BrokerSessionTimeout: c.BrokerSessionTimeout,
+		Self: b.selfInfo(), InterBrokerListener: sc.InterBrokerListener,
+		RaftTLS: rtls, RaftFaults: c.RaftFaults, Dial: b.nodeClient, OnSecurityChange: b.securityApplied,
+		FS: c.FS, Logger: b.log,
+	})
+	if err != nil {
+		return err
+	}
+	b.cluster, b.ident = node, node.Identity()
+	b.closers = append(b.closers, node.Close) // idempotent
+	return nil
+}
+
+// startClusterMeta follows the metadata log (cluster.Node.Start). A single
+// node is registered when it returns; its bootstrap SCRAM users are then
+// committed before anyone can try them.
+func (b *Broker) startClusterMeta() error {
+	if err := b.cluster.Start(b.meta, b.replicas, b.syncer); err != nil {
+		return err
+	}
+	if b.cluster.SingleNode() && len(b.cfg.Security.BootstrapScram) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := b.bootstrapScram(ctx); err != nil {
+			return fmt.Errorf("creating the bootstrap SCRAM users: %w", err)
+		}
+	}
+	return nil
+}
+
+// startLeadership starts preferred-leader balancing; on Close, first of
+// all, the node hands its leaderships over (controlled shutdown) while the
+// coordinators and metadata loops still run.
+func (b *Broker) startLeadership() error {
+	b.cluster.StartBalancing()
+	b.closers = append(b.closers, func() error { b.cluster.HandOver(); return nil })
+	return nil
+}
+
+// FenceForShutdown asks the controller to fence this broker before it
+// stops (see cluster.Node.FenceForShutdown).
+func (b *Broker) FenceForShutdown(ctx context.Context) error { return b.cluster.FenceForShutdown(ctx) }
 
 // Close stops every subsystem, newest first.
 func (b *Broker) Close() error {
@@ -205,28 +298,6 @@ func (b *Broker) Close() error {
 
 // Config returns the configuration the broker runs with.
 func (b *Broker) Config() Config { return b.cfg }
-
-// startHook is one subsystem's start-up step. Hooks run in order of their
-// rank, so storage opens before the coordinators that read from it.
-type startHook struct {
-	rank int
-	name string
-	fn   func(*Broker) error
-}
-
-var startHooks []startHook
-
-// onStart registers a start-up step; lower ranks run first.
-func onStart(rank int, name string, fn func(*Broker) error) {
-	startHooks = append(startHooks, startHook{rank, name, fn})
-	sort.SliceStable(startHooks, func(i, j int) bool { return startHooks[i].rank < startHooks[j].rank })
-}
-
-// Start-up ranks.
-const (
-	rankStorage     = 10 // syncer, metadata store, partitions
-	rankCoordinator = 20 // group and transaction coordinators (replay internal topics)
-)
 
 // handlerFunc serves one API. It runs on the connection's reader goroutine
 // in request order: it does what must be ordered and returns a Reply for the

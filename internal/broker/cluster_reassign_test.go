@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,38 +25,14 @@ import (
 )
 
 // startBrokerOnly adds broker id to a running cluster as a broker-only
-// node: not a metadata voter (not in --peers), with its own Raft listener,
-// joining through the existing brokers. It waits until every node,
-// itself included, lists it.
+// node (brokertest.AddBrokerOnly) and waits until every node lists it.
 func startBrokerOnly(t *testing.T, nodes []*brokertest.Node, id int32, opts ...func(*broker.Config)) *brokertest.Node {
 	t.Helper()
-	// A fixed port, as in production: the others learn the address from
-	// the registration, and a new one after a restart needs the
-	// controller to commit the re-registration first.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raftAddr := ln.Addr().String()
-	ln.Close()
-	n := brokertest.Start(t, func(c *broker.Config, _ *wire.Limits) {
-		c.NodeID, c.Peers = id, nodes[0].Cfg.Peers
-		c.RaftListen = raftAddr
-		c.Join = addrs(nodes)
+	return brokertest.AddBrokerOnly(t, nodes, id, func(c *broker.Config, _ *wire.Limits) {
 		for _, o := range opts {
 			o(c)
 		}
 	})
-	all := append(slices.Clone(nodes), n)
-	awaitCluster(t, "the broker-only node registered everywhere", func() error {
-		for _, node := range all {
-			if got := node.B.RegisteredBrokers(); got != len(all) {
-				return fmt.Errorf("node %d knows %d brokers", node.Cfg.NodeID, got)
-			}
-		}
-		return nil
-	})
-	return n
 }
 
 // replicasEverywhere waits until every node's metadata lists want (sorted)

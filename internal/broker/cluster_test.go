@@ -2,7 +2,6 @@ package broker_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"testing"
@@ -19,120 +18,43 @@ import (
 	"holdfast/internal/wire"
 )
 
+// The cluster set-up is brokertest's (Cluster); these names stay for the
+// many cluster_*_test.go files that use them.
+
 // startCluster starts n in-process brokers on loopback that form one
 // Raft cluster, with opts applied to each broker's config, and waits until
 // every one is registered everywhere.
 func startCluster(t *testing.T, n int, opts ...func(*broker.Config)) []*brokertest.Node {
 	t.Helper()
-	nodes := brokertest.StartCluster(t, n, func(c *broker.Config, _ *wire.Limits) {
+	return brokertest.NewCluster(t, n, func(c *broker.Config, _ *wire.Limits) {
 		for _, o := range opts {
 			o(c)
 		}
-	})
-	awaitCluster(t, "every broker registered everywhere", func() error {
-		for _, node := range nodes {
-			md, err := metadata(node, nil)
-			if err != nil {
-				return err
-			}
-			if len(md.Brokers) != n || md.ControllerID <= 0 || node.B.RegisteredBrokers() != n {
-				return fmt.Errorf("node %d: brokers %d, controller %d", node.Cfg.NodeID, len(md.Brokers), md.ControllerID)
-			}
-		}
-		return nil
-	})
-	return nodes
+	}).Nodes
 }
 
 func awaitCluster(t *testing.T, what string, fn func() error) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	brokertest.Await(t, what, fn)
 }
 
 // createClusterTopic creates topic with rf replicas per partition and waits
 // until every node's metadata has all its partitions, each with a leader.
 func createClusterTopic(t *testing.T, nodes []*brokertest.Node, topic string, partitions, rf int, configs map[string]*string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := kadmClient(t, addrs(nodes)).CreateTopics(ctx, int32(partitions), int16(rf), configs, topic)
-	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil {
-		t.Fatalf("create topic %s: %v", topic, err)
-	}
-	awaitCluster(t, "a leader for every partition of "+topic+" on every node", func() error {
-		for _, n := range nodes {
-			if n.B == nil {
-				continue // stopped
-			}
-			md, err := metadata(n, []string{topic})
-			if err != nil {
-				return err
-			}
-			if len(md.Topics) != 1 || len(md.Topics[0].Partitions) != partitions {
-				return fmt.Errorf("node %d: %+v", n.Cfg.NodeID, md.Topics)
-			}
-			for _, p := range md.Topics[0].Partitions {
-				if p.ErrorCode != 0 || p.Leader <= 0 || len(p.Replicas) != rf {
-					return fmt.Errorf("node %d partition %d: leader %d replicas %v code %d", n.Cfg.NodeID, p.Partition, p.Leader, p.Replicas, p.ErrorCode)
-				}
-				// A node replicating every partition must answer from its
-				// own replica, not the guess of one not open yet.
-				if rf == len(nodes) && p.LeaderEpoch < 0 {
-					return fmt.Errorf("node %d partition %d: replica not open yet", n.Cfg.NodeID, p.Partition)
-				}
-			}
-		}
-		return nil
-	})
+	brokertest.CreateClusterTopic(t, nodes, topic, partitions, rf, configs)
 }
 
 // metadata asks one node directly (not through a client's routing).
 func metadata(n *brokertest.Node, topics []string) (*kmsg.MetadataResponse, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(n.Addr))
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-	req := kmsg.NewPtrMetadataRequest()
-	for _, tp := range topics {
-		rt := kmsg.NewMetadataRequestTopic()
-		rt.Topic = kmsg.StringPtr(tp)
-		req.Topics = append(req.Topics, rt)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := cl.SeedBrokers()[0].Request(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return resp.(*kmsg.MetadataResponse), nil
+	return n.Metadata(topics...)
 }
 
 // leaderOf returns partition 0's leader and epoch as node asks.
 func leaderOf(n *brokertest.Node, topic string) (leader, epoch int32, isr []int32, err error) {
-	md, err := metadata(n, []string{topic})
+	p, err := n.Partition(topic, 0)
 	if err != nil {
 		return -1, -1, nil, err
-	}
-	if len(md.Topics) != 1 || len(md.Topics[0].Partitions) == 0 {
-		return -1, -1, nil, errors.New("no partition")
-	}
-	p := md.Topics[0].Partitions[0]
-	if p.ErrorCode != 0 {
-		return -1, -1, nil, kerr.ErrorForCode(p.ErrorCode)
 	}
 	if p.Leader <= 0 || p.LeaderEpoch < 0 {
 		return -1, -1, nil, fmt.Errorf("leader %d epoch %d", p.Leader, p.LeaderEpoch)
@@ -140,13 +62,7 @@ func leaderOf(n *brokertest.Node, topic string) (leader, epoch int32, isr []int3
 	return p.Leader, p.LeaderEpoch, p.ISR, nil
 }
 
-func addrs(nodes []*brokertest.Node) []string {
-	var out []string
-	for _, n := range nodes {
-		out = append(out, n.Addr)
-	}
-	return out
-}
+func addrs(nodes []*brokertest.Node) []string { return brokertest.Addrs(nodes) }
 
 func produceRange(t *testing.T, cl *kgo.Client, topic string, from, n int) {
 	t.Helper()
@@ -306,31 +222,11 @@ func rawProduce(t *testing.T, n *brokertest.Node, topic string, acks int16) int1
 	if err != nil {
 		t.Fatal(err)
 	}
-	// kgo stamps its own acks setting on every produce request.
-	ack := kgo.AllISRAcks()
-	if acks == 1 {
-		ack = kgo.LeaderAck()
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(n.Addr), kgo.RequiredAcks(ack), kgo.DisableIdempotentWrite())
+	code, _, err := n.Produce(topic, 0, acks, 10*time.Second, batch)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
-	req := kmsg.NewPtrProduceRequest()
-	req.Acks, req.TimeoutMillis = acks, 10000
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic = topic
-	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Records = batch
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	resp, err := cl.SeedBrokers()[0].Request(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode
+	return code
 }
 
 func kadmClient(t *testing.T, seeds []string) *kadm.Client {

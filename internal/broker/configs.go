@@ -2,9 +2,7 @@ package broker
 
 import (
 	"context"
-	"fmt"
 	"maps"
-	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -16,434 +14,9 @@ import (
 
 	"holdfast/internal/auth"
 	"holdfast/internal/controller"
-	"holdfast/internal/storage"
+	"holdfast/internal/topicconfig"
 	"holdfast/internal/wire"
 )
-
-// configSpec describes one topic config: its Kafka name and type, the
-// broker config that supplies its default, how a value is validated and
-// how it changes the log's storage.Config.
-type configSpec struct {
-	name       string
-	typ        kmsg.ConfigType
-	brokerName string // the broker-level synonym (log.retention.ms, ...)
-	doc        string
-	// validate checks a value, returning a message for INVALID_CONFIG.
-	validate func(v string) error
-	// apply sets the value on a log config; nil for configs stored and
-	// reported but not acted on by the storage.
-	apply func(cfg *storage.Config, v string) error
-	// brokerValue is the broker-level value (from the broker's config).
-	brokerValue func(b *Broker) string
-	// kafkaDefault is Kafka's default; a broker value that differs is
-	// reported as STATIC_BROKER_CONFIG.
-	kafkaDefault string
-}
-
-func (s configSpec) brokerDefault(b *Broker) string { return s.brokerValue(b) }
-
-func parseInt(v string, lo, hi int64) (int64, error) {
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("value %q is not a number", v)
-	}
-	if n < lo || n > hi {
-		return 0, fmt.Errorf("value %d must be in [%d, %d]", n, lo, hi)
-	}
-	return n, nil
-}
-
-func intRange(lo, hi int64) func(string) error {
-	return func(v string) error { _, err := parseInt(v, lo, hi); return err }
-}
-
-func oneOf(vals ...string) func(string) error {
-	return func(v string) error {
-		if !slices.Contains(vals, v) {
-			return fmt.Errorf("value %q must be one of %s", v, strings.Join(vals, ", "))
-		}
-		return nil
-	}
-}
-
-func doubleRange(lo, hi float64) func(string) error {
-	return func(v string) error {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f < lo || f > hi {
-			return fmt.Errorf("value %q must be a number in [%g, %g]", v, lo, hi)
-		}
-		return nil
-	}
-}
-
-func msString(d time.Duration) string {
-	if d < 0 {
-		return "-1"
-	}
-	return strconv.FormatInt(d.Milliseconds(), 10)
-}
-
-func fixed(v string) func(*Broker) string { return func(*Broker) string { return v } }
-
-const maxLong = math.MaxInt64
-
-// flush.ms and flush.messages are mapped onto Holdfast's durability policy
-// rather than Kafka's periodic flush: a topic override of flush.ms=0 or
-// flush.messages=1 means flush=sync (fsync before ack), flush.ms=D (up to
-// an hour) means flush=interval:D, a larger flush.ms means flush=os (the
-// page cache, Kafka's default). Other flush.messages values are stored but
-// ignored: the log fsyncs by time or per ack, never by message count. The
-// broker-level values are reported from the broker's flush policy.
-func brokerFlushMs(b *Broker) string {
-	switch p := b.cfg.LogDefaults.Flush; p.Mode {
-	case storage.FlushSync:
-		return "0"
-	case storage.FlushInterval:
-		return strconv.FormatInt(p.Interval.Milliseconds(), 10)
-	}
-	return strconv.FormatInt(maxLong, 10)
-}
-
-func brokerFlushMessages(b *Broker) string {
-	if b.cfg.LogDefaults.Flush.Mode == storage.FlushSync {
-		return "1"
-	}
-	return strconv.FormatInt(maxLong, 10)
-}
-
-// topicConfigs are the topic configs Holdfast accepts, by Kafka name.
-// Anything else is INVALID_CONFIG, as Kafka answers unknown names.
-var topicConfigs = map[string]configSpec{}
-
-func init() {
-	for _, s := range []configSpec{
-		{
-			name: "cleanup.policy", typ: kmsg.ConfigTypeList, brokerName: "log.cleanup.policy",
-			doc:      "Either \"delete\" or \"compact\" or both. \"delete\" discards old segments by retention.ms/retention.bytes. \"compact\" keeps the latest record of every key (Kafka's log cleaner, see docs/compaction.md) and refuses records without a key; with both, old segments are also deleted by retention.",
-			validate: validateCleanupPolicy,
-			apply: func(c *storage.Config, v string) error {
-				c.Compact = slices.Contains(splitList(v), "compact")
-				return nil
-			},
-			brokerValue:  fixed("delete"),
-			kafkaDefault: "delete",
-		},
-		{
-			name: "compression.type", typ: kmsg.ConfigTypeString, brokerName: "compression.type",
-			doc:          "Holdfast stores batches as the producer compressed them (validated, never recompressed), so only \"producer\" is supported.",
-			validate:     oneOf("producer"),
-			brokerValue:  fixed("producer"),
-			kafkaDefault: "producer",
-		},
-		{
-			name: "delete.retention.ms", typ: kmsg.ConfigTypeLong, brokerName: "log.cleaner.delete.retention.ms",
-			doc:      "How long the cleaner keeps a tombstone (and a transaction marker whose records are gone) after it first cleaned it: a consumer reading a compacted topic from the start within this time sees the delete.",
-			validate: intRange(0, maxLong),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, 0, maxLong)
-				c.DeleteRetention = msDuration(n)
-				return err
-			},
-			brokerValue:  func(b *Broker) string { return msString(b.cfg.LogDefaults.DeleteRetention) },
-			kafkaDefault: "86400000",
-		},
-		{
-			name: "file.delete.delay.ms", typ: kmsg.ConfigTypeLong, brokerName: "log.segment.delete.delay.ms",
-			doc:          "Kafka waits this long before removing a deleted segment's files, for readers that may still use them. Holdfast removes them at once and a reader holding a segment keeps reading its open file, so only 0 is accepted.",
-			validate:     refuseUnless("0", "Holdfast removes a deleted segment's files at once (a reader still holding the segment keeps its open file), so there is no delay to set"),
-			brokerValue:  fixed("0"),
-			kafkaDefault: "60000",
-		},
-		{
-			name: "flush.messages", typ: kmsg.ConfigTypeLong, brokerName: "log.flush.interval.messages",
-			doc:         "1 means fsync before every acknowledgement (Holdfast's flush=sync, the default). N > 1 under flush.ms > 0 (interval or os policy) starts an fsync in the background every N records, Kafka's meaning; under flush=sync every acknowledgement already waits for an fsync.",
-			validate:    intRange(1, maxLong),
-			apply:       applyFlushMessages,
-			brokerValue: brokerFlushMessages, kafkaDefault: strconv.FormatInt(maxLong, 10),
-		},
-		{
-			name: "flush.ms", typ: kmsg.ConfigTypeLong, brokerName: "log.flush.interval.ms",
-			doc:         "0 means fsync before every acknowledgement (flush=sync, Holdfast's default); up to an hour means fsync at most this long after an append (flush=interval); larger leaves flushing to the OS page cache (flush=os, Kafka's default, lossy on power failure).",
-			validate:    intRange(0, maxLong),
-			apply:       applyFlushMs,
-			brokerValue: brokerFlushMs, kafkaDefault: strconv.FormatInt(maxLong, 10),
-		},
-		{
-			name: "index.interval.bytes", typ: kmsg.ConfigTypeInt, brokerName: "log.index.interval.bytes",
-			doc:      "How many bytes of batches between entries of the offset index.",
-			validate: intRange(0, math.MaxInt32),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, 0, math.MaxInt32)
-				c.IndexIntervalBytes = int(n)
-				return err
-			},
-			brokerValue:  func(b *Broker) string { return strconv.Itoa(b.cfg.LogDefaults.IndexIntervalBytes) },
-			kafkaDefault: "4096",
-		},
-		{
-			name: "max.compaction.lag.ms", typ: kmsg.ConfigTypeLong, brokerName: "log.cleaner.max.compaction.lag.ms",
-			doc:      "On a compacted topic, the longest a record stays uncompacted: a log whose oldest dirty record is older is cleaned whatever its dirty ratio, and its active segment rolls this long after its first record.",
-			validate: intRange(1, maxLong),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, 1, maxLong)
-				c.MaxCompactionLag = 0
-				if n < maxLong {
-					c.MaxCompactionLag = msDuration(n)
-				}
-				return err
-			},
-			brokerValue: func(b *Broker) string {
-				if d := b.cfg.LogDefaults.MaxCompactionLag; d > 0 {
-					return msString(d)
-				}
-				return strconv.FormatInt(maxLong, 10)
-			},
-			kafkaDefault: strconv.FormatInt(maxLong, 10),
-		},
-		{
-			name: "max.message.bytes", typ: kmsg.ConfigTypeInt, brokerName: "message.max.bytes",
-			doc:      "The largest record batch the topic accepts, after compression. Holdfast caps it at 64 MiB.",
-			validate: intRange(0, storageMaxMessageBytes),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, 0, storageMaxMessageBytes)
-				c.MaxMessageBytes = int(n)
-				return err
-			},
-			brokerValue:  func(b *Broker) string { return strconv.Itoa(b.cfg.LogDefaults.MaxMessageBytes) },
-			kafkaDefault: "1048588",
-		},
-		{
-			name: "message.timestamp.type", typ: kmsg.ConfigTypeString, brokerName: "log.message.timestamp.type",
-			doc:          "CreateTime keeps the producer's timestamps; LogAppendTime stamps each batch with the broker's append time.",
-			validate:     oneOf("CreateTime", "LogAppendTime"),
-			brokerValue:  fixed("CreateTime"),
-			kafkaDefault: "CreateTime",
-		},
-		{
-			name: "min.cleanable.dirty.ratio", typ: kmsg.ConfigTypeDouble, brokerName: "log.cleaner.min.cleanable.ratio",
-			doc:      "A compacted log is cleaned when the bytes written since its last cleaning are at least this share of its (non-active) bytes.",
-			validate: doubleRange(0, 1),
-			apply: func(c *storage.Config, v string) error {
-				f, err := strconv.ParseFloat(v, 64)
-				c.MinCleanableRatio = f
-				return err
-			},
-			brokerValue: func(b *Broker) string {
-				return strconv.FormatFloat(b.cfg.LogDefaults.MinCleanableRatio, 'g', -1, 64)
-			},
-			kafkaDefault: "0.5",
-		},
-		{
-			name: "min.compaction.lag.ms", typ: kmsg.ConfigTypeLong, brokerName: "log.cleaner.min.compaction.lag.ms",
-			doc:      "On a compacted topic, the shortest time a record stays uncompacted: segments holding a younger record are not cleaned yet.",
-			validate: intRange(0, maxLong),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, 0, maxLong)
-				c.MinCompactionLag = msDuration(n)
-				return err
-			},
-			brokerValue: func(b *Broker) string { return msString(b.cfg.LogDefaults.MinCompactionLag) }, kafkaDefault: "0",
-		},
-		{
-			name: "min.insync.replicas", typ: kmsg.ConfigTypeInt, brokerName: "min.insync.replicas",
-			doc:          "With acks=all, a produce fails with NOT_ENOUGH_REPLICAS unless this many replicas are in sync. A single node has one replica.",
-			validate:     intRange(1, math.MaxInt32),
-			brokerValue:  fixed("1"),
-			kafkaDefault: "1",
-		},
-		{
-			name: "preallocate", typ: kmsg.ConfigTypeBoolean, brokerName: "log.preallocate",
-			doc:         "Holdfast does not preallocate segment files (a file's size is the data it holds, which recovery relies on), so only false is accepted.",
-			validate:    refuseUnless("false", "Holdfast does not preallocate segment files: a segment's size is the data it holds, which its recovery relies on"),
-			brokerValue: fixed("false"), kafkaDefault: "false",
-		},
-		{
-			name: "retention.bytes", typ: kmsg.ConfigTypeLong, brokerName: "log.retention.bytes",
-			doc:      "The most bytes a partition keeps before deleting its oldest segments; -1 for no limit. Checked every log.retention.check.interval.ms.",
-			validate: intRange(-1, maxLong),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, -1, maxLong)
-				c.RetentionBytes = n
-				return err
-			},
-			brokerValue:  func(b *Broker) string { return strconv.FormatInt(b.cfg.LogDefaults.RetentionBytes, 10) },
-			kafkaDefault: "-1",
-		},
-		{
-			name: "retention.ms", typ: kmsg.ConfigTypeLong, brokerName: "log.retention.ms",
-			doc:      "How long a segment is kept after its newest record; -1 for no limit. Checked every log.retention.check.interval.ms.",
-			validate: intRange(-1, maxLong),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, -1, maxLong)
-				c.RetentionMs = msDuration(n)
-				return err
-			},
-			brokerValue:  func(b *Broker) string { return msString(b.cfg.LogDefaults.RetentionMs) },
-			kafkaDefault: "604800000",
-		},
-		{
-			name: "segment.bytes", typ: kmsg.ConfigTypeInt, brokerName: "log.segment.bytes",
-			doc:      "The size at which a segment file is rolled (at least 14, Kafka's minimum: a segment then holds one batch each).",
-			validate: intRange(minSegmentBytes, math.MaxInt32),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, minSegmentBytes, math.MaxInt32)
-				c.SegmentBytes = n
-				return err
-			},
-			brokerValue:  func(b *Broker) string { return strconv.FormatInt(b.cfg.LogDefaults.SegmentBytes, 10) },
-			kafkaDefault: "1073741824",
-		},
-		{
-			name: "segment.index.bytes", typ: kmsg.ConfigTypeInt, brokerName: "log.index.size.max.bytes",
-			doc:      "The offset index of a segment holds at most this many bytes / 8 entries (Kafka's entry size; Holdfast's own bound is 1048576 entries); a segment rolls when its index is full.",
-			validate: intRange(8, math.MaxInt32),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, 8, math.MaxInt32)
-				c.IndexMaxEntries = int(n / 8)
-				return err
-			},
-			brokerValue: fixed("10485760"), kafkaDefault: "10485760",
-		},
-		{
-			name: "segment.jitter.ms", typ: kmsg.ConfigTypeLong, brokerName: "log.roll.jitter.ms",
-			doc:      "Each segment rolls a random time in [0, segment.jitter.ms) before segment.ms, so that segments created together do not all roll at once.",
-			validate: intRange(0, maxLong),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, 0, maxLong)
-				c.SegmentJitter = msDuration(n)
-				return err
-			},
-			brokerValue: func(b *Broker) string { return msString(b.cfg.LogDefaults.SegmentJitter) }, kafkaDefault: "0",
-		},
-		{
-			name: "segment.ms", typ: kmsg.ConfigTypeLong, brokerName: "log.roll.ms",
-			doc:      "How long after its first record a segment is rolled, so retention can delete it.",
-			validate: intRange(1, maxLong),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, 1, maxLong)
-				c.SegmentMs = msDuration(n)
-				return err
-			},
-			brokerValue:  func(b *Broker) string { return msString(b.cfg.LogDefaults.SegmentMs) },
-			kafkaDefault: "604800000",
-		},
-		{
-			name: "unclean.leader.election.enable", typ: kmsg.ConfigTypeBoolean, brokerName: "unclean.leader.election.enable",
-			doc:      "Holdfast never elects a replica that lacks committed data, so only false is accepted.",
-			validate: oneOf("false"), brokerValue: fixed("false"), kafkaDefault: "false",
-		},
-	} {
-		topicConfigs[s.name] = s
-	}
-}
-
-// Storage limits that config validation reports instead of letting the
-// storage clamp silently.
-const (
-	minSegmentBytes        = 14
-	storageMaxMessageBytes = 64 << 20
-)
-
-func msDuration(ms int64) time.Duration {
-	if ms < 0 {
-		return -1
-	}
-	if ms > math.MaxInt64/int64(time.Millisecond) {
-		return math.MaxInt64
-	}
-	return time.Duration(ms) * time.Millisecond
-}
-
-func validateCleanupPolicy(v string) error {
-	if strings.TrimSpace(v) == "" {
-		return fmt.Errorf("value must be delete, compact or both")
-	}
-	for _, p := range strings.Split(v, ",") {
-		if p = strings.TrimSpace(p); p != "delete" && p != "compact" {
-			return fmt.Errorf("invalid cleanup.policy %q: must be delete, compact or both", p)
-		}
-	}
-	return nil
-}
-
-func applyFlushMs(c *storage.Config, v string) error {
-	n, err := parseInt(v, 0, maxLong)
-	if err != nil {
-		return err
-	}
-	switch {
-	case n == 0:
-		c.Flush = storage.FlushPolicy{Mode: storage.FlushSync}
-	case n <= time.Hour.Milliseconds():
-		c.Flush = storage.FlushPolicy{Mode: storage.FlushInterval, Interval: time.Duration(n) * time.Millisecond}
-	default:
-		c.Flush = storage.FlushPolicy{Mode: storage.FlushOS}
-	}
-	return nil
-}
-
-func applyFlushMessages(c *storage.Config, v string) error {
-	n, err := parseInt(v, 1, maxLong)
-	if err == nil && n == 1 {
-		c.Flush = storage.FlushPolicy{Mode: storage.FlushSync}
-	}
-	if err == nil && n > 1 && n < maxLong {
-		c.FlushMessages = n
-	}
-	return err
-}
-
-// refuseUnless accepts only the one value Holdfast implements, and says why.
-func refuseUnless(only, why string) func(string) error {
-	return func(v string) error {
-		if strings.TrimSpace(v) != only {
-			return fmt.Errorf("%s; only %s is accepted", why, only)
-		}
-		return nil
-	}
-}
-
-// splitList splits a comma-separated config list, trimming blanks.
-func splitList(v string) []string {
-	var out []string
-	for _, p := range strings.Split(v, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// validateTopicConfigs checks every name and value; the error is the
-// message of an INVALID_CONFIG answer.
-func validateTopicConfigs(configs map[string]string) error {
-	names := make([]string, 0, len(configs))
-	for n := range configs {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		spec, ok := topicConfigs[n]
-		if !ok {
-			return fmt.Errorf("Unknown topic config name: %s", n)
-		}
-		if err := spec.validate(configs[n]); err != nil {
-			return fmt.Errorf("Invalid value %s for configuration %s: %v", configs[n], n, err)
-		}
-	}
-	// Kafka's cross-check (LogConfig.validateValues).
-	minLag, maxLag := int64(0), int64(maxLong)
-	if v, ok := configs["min.compaction.lag.ms"]; ok {
-		minLag, _ = parseInt(v, 0, maxLong)
-	}
-	if v, ok := configs["max.compaction.lag.ms"]; ok {
-		maxLag, _ = parseInt(v, 1, maxLong)
-	}
-	if minLag > maxLag {
-		return fmt.Errorf("conflict topic config setting min.compaction.lag.ms (%d) > max.compaction.lag.ms (%d)", minLag, maxLag)
-	}
-	return nil
-}
 
 func init() {
 	register(kmsg.DescribeConfigs, 0, 4, (*Broker).handleDescribeConfigs)
@@ -497,7 +70,7 @@ func (b *Broker) handleDescribeConfigs(_ context.Context, r *wire.Request) wire.
 }
 
 func (b *Broker) lookupConfigTopic(name string) (controller.Topic, error) {
-	if err := validateTopicName(name); err != nil {
+	if err := controller.ValidateTopicName(name); err != nil {
 		return controller.Topic{}, errCode(kerr.InvalidTopicException, "%v", err)
 	}
 	t, ok := b.meta.Topic(name)
@@ -529,11 +102,11 @@ func (b *Broker) checkBrokerResource(name string) (cluster bool, err error) {
 // default, DEFAULT_CONFIG otherwise.
 func (b *Broker) describeTopicConfigs(t controller.Topic, names []string, synonyms, docs bool) []describedConfig {
 	var out []describedConfig
-	for _, name := range slices.Sorted(maps.Keys(topicConfigs)) {
+	for _, name := range topicconfig.Names() {
 		if names != nil && !slices.Contains(names, name) {
 			continue
 		}
-		spec := topicConfigs[name]
+		spec, _ := topicconfig.Lookup(name)
 		var chain []kmsg.DescribeConfigsResponseResourceConfigConfigSynonym
 		add := func(n, v string, src kmsg.ConfigSource) {
 			syn := kmsg.NewDescribeConfigsResponseResourceConfigConfigSynonym()
@@ -543,21 +116,21 @@ func (b *Broker) describeTopicConfigs(t controller.Topic, names []string, synony
 		if v, ok := t.Configs[name]; ok {
 			add(name, v, kmsg.ConfigSourceDynamicTopicConfig)
 		}
-		if bv := spec.brokerValue(b); bv != spec.kafkaDefault {
-			add(spec.brokerName, bv, kmsg.ConfigSourceStaticBrokerConfig)
+		if bv := spec.BrokerValue(b.cfg.LogDefaults); bv != spec.KafkaDefault {
+			add(spec.BrokerName, bv, kmsg.ConfigSourceStaticBrokerConfig)
 		}
-		add(spec.brokerName, spec.kafkaDefault, kmsg.ConfigSourceDefaultConfig)
+		add(spec.BrokerName, spec.KafkaDefault, kmsg.ConfigSourceDefaultConfig)
 
 		c := kmsg.NewDescribeConfigsResponseResourceConfig()
 		c.Name = name
 		c.Value = chain[0].Value
 		c.Source = chain[0].Source
-		c.ConfigType = spec.typ
+		c.ConfigType = spec.Type
 		if synonyms {
 			c.ConfigSynonyms = chain
 		}
 		if docs {
-			c.Documentation = strp(spec.doc)
+			c.Documentation = strp(spec.Doc)
 		}
 		out = append(out, c)
 	}
@@ -620,14 +193,14 @@ var brokerConfigs = []brokerConfig{
 		value: val(func(b *Broker) string { return strconv.FormatBool(b.cfg.AutoCreateTopics) })},
 	{name: "num.partitions", typ: kmsg.ConfigTypeInt, kafkaDefault: "1", doc: "Partitions of auto-created topics and of CreateTopics with -1.",
 		value: val(func(b *Broker) string { return strconv.Itoa(int(b.cfg.NumPartitions)) })},
-	{name: "default.replication.factor", typ: kmsg.ConfigTypeInt, kafkaDefault: "1", doc: "A single node keeps one replica of every partition.",
-		value: val(fixed("1"))},
+	{name: "default.replication.factor", typ: kmsg.ConfigTypeInt, kafkaDefault: "1", doc: "Replicas of new topics that do not say; 0 configured means min(3, brokers).",
+		value: val(func(b *Broker) string { return strconv.Itoa(int(b.cluster.DefaultReplicationFactor())) })},
 	{name: "offsets.topic.num.partitions", typ: kmsg.ConfigTypeInt, kafkaDefault: "50", doc: "Partitions of __consumer_offsets.",
 		value: val(func(b *Broker) string { return strconv.Itoa(int(b.cfg.OffsetsTopicPartitions)) })},
 	{name: "delete.topic.enable", typ: kmsg.ConfigTypeBoolean, kafkaDefault: "true", doc: "Topics can be deleted.",
-		value: val(fixed("true"))},
+		value: val(func(*Broker) string { return "true" })},
 	{name: "log.retention.check.interval.ms", typ: kmsg.ConfigTypeLong, kafkaDefault: "300000", doc: "How often retention runs over every log.",
-		value: val(func(b *Broker) string { return msString(b.retentionInterval()) })},
+		value: val(func(b *Broker) string { return topicconfig.MsString(b.retentionInterval()) })},
 	{name: "log.cleaner.enable", typ: kmsg.ConfigTypeBoolean, kafkaDefault: "true", doc: "Whether the log cleaner compacts cleanup.policy=compact topics (the internal topics too).",
 		value: val(func(b *Broker) string { return strconv.FormatBool(b.cleanerConfig().Enable) })},
 	{name: "log.cleaner.threads", typ: kmsg.ConfigTypeInt, kafkaDefault: "1", doc: "Cleaner threads: partitions cleaned at once.",
@@ -644,7 +217,7 @@ var brokerConfigs = []brokerConfig{
 			return "1.7976931348623157E308"
 		})},
 	{name: "log.cleaner.backoff.ms", typ: kmsg.ConfigTypeLong, kafkaDefault: "15000", doc: "How long an idle cleaner thread sleeps before it looks for dirty logs again.",
-		value: val(func(b *Broker) string { return msString(b.cleanerConfig().Backoff) })},
+		value: val(func(b *Broker) string { return topicconfig.MsString(b.cleanerConfig().Backoff) })},
 	{name: "offsets.topic.segment.bytes", typ: kmsg.ConfigTypeInt, kafkaDefault: "104857600", doc: "segment.bytes of __consumer_offsets when it is created.",
 		value: val(func(b *Broker) string { return strconv.FormatInt(b.cfg.OffsetsTopicSegmentBytes, 10) })},
 	{name: "transaction.state.log.segment.bytes", typ: kmsg.ConfigTypeInt, kafkaDefault: "104857600", doc: "segment.bytes of __transaction_state when it is created.",
@@ -675,14 +248,14 @@ func (b *Broker) describeBrokerConfigs(names []string, synonyms, docs bool) []de
 	for _, c := range all {
 		seen[c.name] = true
 	}
-	for _, name := range slices.Sorted(maps.Keys(topicConfigs)) {
-		spec := topicConfigs[name]
-		if seen[spec.brokerName] {
+	for _, name := range topicconfig.Names() {
+		spec, _ := topicconfig.Lookup(name)
+		if seen[spec.BrokerName] {
 			continue
 		}
-		seen[spec.brokerName] = true
-		all = append(all, brokerConfig{name: spec.brokerName, typ: spec.typ, kafkaDefault: spec.kafkaDefault,
-			doc: "The default of the topic config " + spec.name + ". " + spec.doc, value: val(spec.brokerValue)})
+		seen[spec.BrokerName] = true
+		all = append(all, brokerConfig{name: spec.BrokerName, typ: spec.Type, kafkaDefault: spec.KafkaDefault,
+			doc: "The default of the topic config " + spec.Name + ". " + spec.Doc, value: val(func(b *Broker) string { return spec.BrokerValue(b.cfg.LogDefaults) })})
 	}
 	all = append(all, brokerConfig{name: "holdfast.flush.policy", typ: kmsg.ConfigTypeString, kafkaDefault: "sync",
 		doc:   "Holdfast's durability policy: sync (fsync with group commit before every acknowledgement), interval:<duration>, or os (page cache only, Kafka's behaviour).",
@@ -803,7 +376,7 @@ func (b *Broker) alterBrokerConfigs(name string, names []string) error {
 // applyTopicConfigs validates configs as the topic's complete override set
 // and, unless validateOnly, stores it and applies it to the open logs.
 func (b *Broker) applyTopicConfigs(name string, configs map[string]string, validateOnly bool) error {
-	if err := validateTopicConfigs(configs); err != nil {
+	if err := topicconfig.Validate(configs); err != nil {
 		return errCode(kerr.InvalidConfig, "%v", err)
 	}
 	if validateOnly {
@@ -865,7 +438,7 @@ func (b *Broker) incrementalAlterConfigs(rr kmsg.IncrementalAlterConfigsRequestR
 	}
 	configs := maps.Clone(t.Configs)
 	for _, c := range rr.Configs {
-		spec, known := topicConfigs[c.Name]
+		spec, known := topicconfig.Lookup(c.Name)
 		if c.Op != kmsg.IncrementalAlterConfigOpDelete && !known {
 			return errCode(kerr.InvalidConfig, "Unknown topic config name: %s", c.Name)
 		}
@@ -878,7 +451,7 @@ func (b *Broker) incrementalAlterConfigs(rr kmsg.IncrementalAlterConfigsRequestR
 		case kmsg.IncrementalAlterConfigOpDelete:
 			delete(configs, c.Name)
 		case kmsg.IncrementalAlterConfigOpAppend, kmsg.IncrementalAlterConfigOpSubtract:
-			if spec.typ != kmsg.ConfigTypeList {
+			if spec.Type != kmsg.ConfigTypeList {
 				return errCode(kerr.InvalidConfig, "Config value append is not allowed for config key: %s", c.Name)
 			}
 			if c.Value == nil {
@@ -886,12 +459,12 @@ func (b *Broker) incrementalAlterConfigs(rr kmsg.IncrementalAlterConfigsRequestR
 			}
 			cur, ok := configs[c.Name]
 			if !ok {
-				cur = spec.brokerValue(b)
+				cur = spec.BrokerValue(b.cfg.LogDefaults)
 			}
 			configs[c.Name] = editList(cur, *c.Value, c.Op == kmsg.IncrementalAlterConfigOpAppend)
 		}
 	}
-	if err := validateTopicConfigs(configs); err != nil {
+	if err := topicconfig.Validate(configs); err != nil {
 		return errCode(kerr.InvalidConfig, "%v", err)
 	}
 	if validateOnly {
@@ -904,8 +477,8 @@ func (b *Broker) incrementalAlterConfigs(rr kmsg.IncrementalAlterConfigsRequestR
 // editList appends the items of delta missing from the comma-separated
 // list cur, or subtracts them from it.
 func editList(cur, delta string, add bool) string {
-	items := splitList(cur)
-	for _, d := range splitList(delta) {
+	items := topicconfig.SplitList(cur)
+	for _, d := range topicconfig.SplitList(delta) {
 		i := slices.Index(items, d)
 		switch {
 		case add && i < 0:

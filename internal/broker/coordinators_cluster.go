@@ -115,11 +115,11 @@ func (b *Broker) watchLeadership(topic string, n int32, load, unload func(int32)
 // everything in its log is committed, so a replay sees every write of the
 // earlier terms. cur is the term already loaded (skips the full status).
 func (b *Broker) readyLeaderTerm(topic string, i int32, cur uint64) uint64 {
-	p := b.parts.Get(topic, i)
+	p := b.replicas.Get(topic, i)
 	if p == nil {
 		return 0
 	}
-	l, err := b.cluster.host.Leadership(p.RaftGroup())
+	l, err := b.cluster.Host().Leadership(p.RaftGroup())
 	if err != nil || !l.Proposing {
 		return 0
 	}
@@ -148,7 +148,7 @@ func (l clusterOffsetsLog) log() (offsetsLog, error) {
 	if topic == "" {
 		topic = offsetsTopic
 	}
-	p := l.b.parts.Get(topic, l.index)
+	p := l.b.replicas.Get(topic, l.index)
 	if p == nil {
 		return offsetsLog{}, fmt.Errorf("%s-%d has no replica here: %w", topic, l.index, kerr.NotCoordinator)
 	}
@@ -203,7 +203,7 @@ const forwarderClientPrefix = "holdfast-broker-"
 // answers, and reports the topic as not there yet (retriable) - once only:
 // a forwarded request is not forwarded again.
 func (b *Broker) createCoordinatorTopic(topic string, partitions int, typ int8, key string, forwarded bool) (controller.Topic, error) {
-	if b.cluster.isController() {
+	if b.cluster.IsController() {
 		coordinatorTopicMu.Lock()
 		defer coordinatorTopicMu.Unlock()
 		t, err := b.ensureTopic(topic, int32(partitions), b.internalTopicConfigs(topic), true)
@@ -215,8 +215,8 @@ func (b *Broker) createCoordinatorTopic(topic string, partitions int, typ int8, 
 	if forwarded {
 		return controller.Topic{}, errors.New("this node is not the controller")
 	}
-	ctrl := b.cluster.controllerID()
-	cl, err := b.cluster.forwarder()
+	ctrl := b.cluster.ControllerID()
+	cl, err := b.cluster.Forwarder()
 	if ctrl < 0 || err != nil {
 		return controller.Topic{}, fmt.Errorf("no controller known yet (%v)", err)
 	}
@@ -262,14 +262,14 @@ func (b *Broker) txnCoordinatorNode(key string, forwarded bool, listener string)
 	if err != nil {
 		return -1, "", -1, kerr.CoordinatorNotAvailable.Code, err.Error()
 	}
-	t, ok := b.meta.Topic(txnStateTopic)
+	t, ok := b.meta.Topic(transactionTopic)
 	if !ok {
-		if t, err = b.createCoordinatorTopic(txnStateTopic, c.NumPartitions(), coordinatorTransaction, key, forwarded); err != nil {
-			return -1, "", -1, kerr.CoordinatorNotAvailable.Code, "creating " + txnStateTopic + ": " + err.Error()
+		if t, err = b.createCoordinatorTopic(transactionTopic, c.NumPartitions(), coordinatorTransaction, key, forwarded); err != nil {
+			return -1, "", -1, kerr.CoordinatorNotAvailable.Code, "creating " + transactionTopic + ": " + err.Error()
 		}
 	}
 	if int(t.Partitions) != c.NumPartitions() {
-		return -1, "", -1, kerr.CoordinatorNotAvailable.Code, txnStateTopic + " partition count changed; restart the broker"
+		return -1, "", -1, kerr.CoordinatorNotAvailable.Code, transactionTopic + " partition count changed; restart the broker"
 	}
 	return b.coordinatorAt(t, txn.PartitionFor(key, int(t.Partitions)), listener)
 }
@@ -278,7 +278,7 @@ func (b *Broker) txnCoordinatorNode(key string, forwarded bool, listener string)
 // t, as FindCoordinator answers it. A leader that is not registered yet or
 // is fenced is no answer: COORDINATOR_NOT_AVAILABLE, which clients retry.
 func (b *Broker) coordinatorAt(t controller.Topic, i int32, listener string) (node int32, host string, port int32, code int16, msg string) {
-	mp := b.cluster.partitionMetadata(t, i)
+	mp := b.partitionMetadata(t, i)
 	if mp.ErrorCode != 0 || mp.Leader < 0 {
 		return -1, "", -1, kerr.CoordinatorNotAvailable.Code, fmt.Sprintf("%s-%d has no leader", t.Name, i)
 	}
@@ -286,7 +286,7 @@ func (b *Broker) coordinatorAt(t controller.Topic, i int32, listener string) (no
 	switch {
 	case !ok:
 		return -1, "", -1, kerr.CoordinatorNotAvailable.Code, "the coordinator is not registered yet"
-	case b.fenced(br.ID):
+	case b.meta.Fenced(br.ID):
 		return -1, "", -1, kerr.CoordinatorNotAvailable.Code, "the coordinator's broker is fenced"
 	}
 	e, ok := br.Endpoint(listener)
@@ -300,12 +300,12 @@ func (b *Broker) coordinatorAt(t controller.Topic, i int32, listener string) (no
 // node over lazily looked-up __transaction_state partitions, all unowned
 // until this node leads them; b.txn.mu is held.
 func (b *Broker) newClusterTxnCoordinator(n int32) *txn.Coordinator {
-	if t, ok := b.meta.Topic(txnStateTopic); ok && t.Partitions > 0 {
+	if t, ok := b.meta.Topic(transactionTopic); ok && t.Partitions > 0 {
 		n = t.Partitions
 	}
 	logs := make([]txn.Log, n)
 	for i := range logs {
-		logs[i] = clusterOffsetsLog{b: b, topic: txnStateTopic, index: int32(i)}
+		logs[i] = clusterOffsetsLog{b: b, topic: transactionTopic, index: int32(i)}
 	}
 	c := txn.New(b.cfg.Txn, logs, txn.Options{
 		Logger: b.log.With("component", "transactions"),
@@ -316,7 +316,7 @@ func (b *Broker) newClusterTxnCoordinator(n int32) *txn.Coordinator {
 		Unowned: true,
 	})
 	b.txn.stopWatch = goLoop(func(stop <-chan struct{}) {
-		b.watchLeadership(txnStateTopic, n, c.LoadPartition, c.UnloadPartition, stop)
+		b.watchLeadership(transactionTopic, n, c.LoadPartition, c.UnloadPartition, stop)
 	})
 	return c
 }
@@ -332,7 +332,7 @@ func (b *Broker) writeMarkersCluster(ctx context.Context, pid int64, epoch int16
 			b.log.Warn("transaction marker skipped: topic gone", "topic", tp.Topic, "partition", tp.Partition, "producer_id", pid)
 			continue
 		}
-		mp := b.cluster.partitionMetadata(t, tp.Partition)
+		mp := b.partitionMetadata(t, tp.Partition)
 		if mp.ErrorCode != 0 || mp.Leader < 0 {
 			return fmt.Errorf("marker to %s-%d: no leader: %w", tp.Topic, tp.Partition, kerr.ErrorForCode(mp.ErrorCode))
 		}
@@ -351,7 +351,7 @@ func (b *Broker) writeMarkersCluster(ctx context.Context, pid int64, epoch int16
 
 // sendMarkers asks node to write markers to its partitions tps.
 func (b *Broker) sendMarkers(ctx context.Context, node int32, pid int64, epoch int16, commit bool, tps []txn.TopicPartition) error {
-	cl, err := b.cluster.forwarder()
+	cl, err := b.cluster.Forwarder()
 	if err != nil {
 		return err
 	}
@@ -409,7 +409,7 @@ func (b *Broker) handleWriteTxnMarkers(_ context.Context, r *wire.Request) wire.
 				for _, i := range t.Partitions {
 					rp := kmsg.NewWriteTxnMarkersResponseMarkerTopicPartition()
 					rp.Partition = i
-					p := b.parts.Get(t.Topic, i)
+					p := b.replicas.Get(t.Topic, i)
 					switch {
 					case p == nil:
 						rp.ErrorCode = kerr.UnknownTopicOrPartition.Code

@@ -58,7 +58,7 @@ func (b *Broker) handleCreateACLs(_ context.Context, r *wire.Request) wire.Reply
 		return wire.Respond(resp)
 	}
 	return func(ctx context.Context) kmsg.Response {
-		if fresp, forwarded, err := b.forwardToController(ctx, req); forwarded {
+		if fresp, forwarded, err := b.cluster.ForwardToController(ctx, req); forwarded {
 			if err != nil {
 				code, _ := kafkaError(err)
 				return fail(code, err.Error())(ctx)

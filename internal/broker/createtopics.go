@@ -11,6 +11,7 @@ import (
 
 	"holdfast/internal/auth"
 	"holdfast/internal/controller"
+	"holdfast/internal/topicconfig"
 	"holdfast/internal/wire"
 )
 
@@ -102,16 +103,16 @@ func joinNames(names []string) string {
 // id when validateOnly.
 func (b *Broker) createTopic(rt kmsg.CreateTopicsRequestTopic, validateOnly bool) (controller.Topic, error) {
 	name := rt.Topic
-	if err := validateTopicName(name); err != nil {
+	if err := controller.ValidateTopicName(name); err != nil {
 		return controller.Topic{}, errCode(kerr.InvalidTopicException, "%v", err)
 	}
 	if _, ok := b.meta.Topic(name); ok {
 		return controller.Topic{}, errCode(kerr.TopicAlreadyExists, "Topic '%s' already exists.", name)
 	}
-	if other, ok := b.topicCollision(name); ok {
+	if other, ok := b.meta.Collision(name); ok {
 		return controller.Topic{}, errCode(kerr.InvalidTopicException, "Topic '%s' collides with existing topic: %s", name, other)
 	}
-	if isInternalTopic(name) {
+	if controller.IsInternalTopic(name) {
 		// Their coordinators create them with the partition count and
 		// configs they depend on.
 		return controller.Topic{}, errCode(kerr.InvalidRequest, "Topic '%s' is an internal topic; it is created by the broker", name)
@@ -124,7 +125,7 @@ func (b *Broker) createTopic(rt kmsg.CreateTopicsRequestTopic, validateOnly bool
 		}
 		configs[c.Name] = *c.Value
 	}
-	if err := validateTopicConfigs(configs); err != nil {
+	if err := topicconfig.Validate(configs); err != nil {
 		return controller.Topic{}, errCode(kerr.InvalidConfig, "%v", err)
 	}
 
@@ -173,7 +174,7 @@ func (b *Broker) createTopic(rt kmsg.CreateTopicsRequestTopic, validateOnly bool
 		if partitions == -1 {
 			partitions = b.cfg.NumPartitions
 		}
-		if n := len(b.unfencedBrokers()); int(rt.ReplicationFactor) > n {
+		if n := len(b.cluster.UnfencedBrokers()); int(rt.ReplicationFactor) > n {
 			return controller.Topic{}, errCode(kerr.InvalidReplicationFactor, "Replication factor: %d larger than available brokers: %d.", rt.ReplicationFactor, n)
 		}
 	}
@@ -194,7 +195,7 @@ func (b *Broker) validateAssignment(replicas []int32) error {
 		return errCode(kerr.InvalidReplicaAssignment, "The manual partition assignment includes an empty replica list.")
 	}
 	for i, r := range replicas {
-		if _, ok := b.meta.Broker(r); !ok || b.fenced(r) {
+		if _, ok := b.meta.Broker(r); !ok || b.meta.Fenced(r) {
 			return errCode(kerr.InvalidReplicaAssignment, "The manual partition assignment includes broker %d, but no broker with that ID is registered.", r)
 		}
 		if slices.Contains(replicas[:i], r) {
@@ -202,4 +203,9 @@ func (b *Broker) validateAssignment(replicas []int32) error {
 		}
 	}
 	return nil
+}
+
+// createClusterTopic is CreateTopics in cluster mode.
+func (b *Broker) createClusterTopic(name string, partitions int32, rf int16, assign [][]int32, configs map[string]string) (controller.Topic, error) {
+	return b.cluster.CreateTopic(name, partitions, rf, assign, configs, false, true)
 }

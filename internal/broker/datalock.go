@@ -6,7 +6,6 @@ import "holdfast/internal/storage"
 // <data-dir>/.lock, as Kafka does): two processes writing one log corrupt
 // it, so a second one refuses to start and names the holder. First of all
 // start-up steps, before anything under the directory is read.
-func init() { onStart(rankStorage-11, "data directory lock", (*Broker).lockDataDir) } // before identity (rankStorage-10)
 
 func (b *Broker) lockDataDir() error {
 	if !storage.IsOS(b.cfg.FS) {

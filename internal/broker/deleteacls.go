@@ -53,7 +53,7 @@ func (b *Broker) handleDeleteACLs(_ context.Context, r *wire.Request) wire.Reply
 		filters[i] = &f
 	}
 	return func(ctx context.Context) kmsg.Response {
-		if fresp, forwarded, err := b.forwardToController(ctx, req); forwarded {
+		if fresp, forwarded, err := b.cluster.ForwardToController(ctx, req); forwarded {
 			if err != nil {
 				code, _ := kafkaError(err)
 				return fail(code, err.Error())

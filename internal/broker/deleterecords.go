@@ -2,12 +2,14 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
+	"holdfast/internal/replica"
 	"holdfast/internal/wire"
 )
 
@@ -35,7 +37,7 @@ func (b *Broker) handleDeleteRecords(_ context.Context, r *wire.Request) wire.Re
 					st.Partitions = append(st.Partitions, sp)
 					continue
 				}
-				p, missing := b.replica(rt.Topic, rp.Partition)
+				p, missing := b.replicas.Lookup(rt.Topic, rp.Partition)
 				if p == nil {
 					sp.ErrorCode = missing
 					st.Partitions = append(st.Partitions, sp)
@@ -47,7 +49,7 @@ func (b *Broker) handleDeleteRecords(_ context.Context, r *wire.Request) wire.Re
 					st.Partitions = append(st.Partitions, sp)
 					continue
 				}
-				group := partitionGroup(t.ID, rp.Partition)
+				group := replica.Group(t.ID, rp.Partition)
 				if !b.leadsGroup(group) {
 					sp.ErrorCode = kerr.NotLeaderForPartition.Code
 					st.Partitions = append(st.Partitions, sp)
@@ -64,7 +66,7 @@ func (b *Broker) handleDeleteRecords(_ context.Context, r *wire.Request) wire.Re
 					// Through the partition's Raft log, so every replica
 					// moves its start (cluster_compact.go); answered once
 					// committed and applied here.
-					if err := b.replicateLogStart(ctx, p, group, off); err != nil {
+					if err := b.replicas.ReplicateLogStart(ctx, p, group, off); err != nil {
 						b.log.Warn("delete records", "topic", rt.Topic, "partition", rp.Partition, "offset", off, "err", err)
 						sp.ErrorCode = logStartErrorCode(err)
 					} else {
@@ -78,4 +80,21 @@ func (b *Broker) handleDeleteRecords(_ context.Context, r *wire.Request) wire.Re
 		}
 		return resp
 	}
+}
+
+// logStartErrorCode is the Kafka code an error of replicateLogStart
+// carries (KAFKA_STORAGE_ERROR if none).
+func logStartErrorCode(err error) int16 {
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke.Code
+	}
+	return kerr.KafkaStorageError.Code
+}
+
+// leadsGroup reports whether this node leads the Raft group and accepts
+// proposals in it.
+func (b *Broker) leadsGroup(group uint64) bool {
+	l, err := b.cluster.Host().Leadership(group)
+	return err == nil && l.Proposing
 }

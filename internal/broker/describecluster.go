@@ -35,11 +35,11 @@ func (b *Broker) handleDescribeCluster(_ context.Context, r *wire.Request) wire.
 		}
 	}
 	resp.ClusterID = b.meta.ClusterID()
-	resp.ControllerID = b.cluster.controllerID()
+	resp.ControllerID = b.cluster.ControllerID()
 	{
 		// Fenced brokers are left out, as from Metadata, unless v2's
 		// IncludeFencedBrokers (KIP-1073) asks for them.
-		for _, mb := range b.cluster.brokers(b.listenerName(r)) {
+		for _, mb := range b.brokers(b.listenerName(r)) {
 			resp.Brokers = append(resp.Brokers, describeClusterBroker(mb, false))
 		}
 		if req.IncludeFencedBrokers {

@@ -24,7 +24,7 @@ func (b *Broker) handleDescribeProducers(_ context.Context, r *wire.Request) wir
 		for _, pi := range rt.Partitions {
 			sp := kmsg.NewDescribeProducersResponseTopicPartition()
 			sp.Partition = pi
-			p, missing := b.replica(rt.Topic, pi)
+			p, missing := b.replicas.Lookup(rt.Topic, pi)
 			if denied {
 				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code
 				st.Partitions = append(st.Partitions, sp)

@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
-	"holdfast/internal/raft"
+	"holdfast/internal/cluster"
 	"holdfast/internal/wire"
 )
 
@@ -46,10 +46,6 @@ const (
 	// leader-change notification, and a transfer takes a few round trips.
 	electPoll = 20 * time.Millisecond
 )
-
-// brokerClientPrefix starts the client id of the requests brokers send
-// each other (forwarder()): a forwarded ElectLeaders is not forwarded again.
-const brokerClientPrefix = "holdfast-broker-"
 
 // topicPartition names a partition (a map key).
 type topicPartition struct {
@@ -149,7 +145,7 @@ func (b *Broker) electLeaders(ctx context.Context, tps []topicPartition, typ int
 			continue
 		}
 		reps := t.Replicas[tp.partition]
-		p := b.parts.Get(t.Name, tp.partition)
+		p := b.replicas.Get(t.Name, tp.partition)
 		if p == nil {
 			if forwarded {
 				errs[i] = errCode(kerr.NotLeaderForPartition, "broker %d has no replica of %s-%d open", b.cfg.NodeID, tp.topic, tp.partition)
@@ -163,7 +159,7 @@ func (b *Broker) electLeaders(ctx context.Context, tps []topicPartition, typ int
 			continue
 		}
 		w := electWait{idx: i, group: p.RaftGroup(), preferred: uint64(reps[0])}
-		st, err := b.cluster.host.Status(w.group)
+		st, err := b.cluster.Host().Status(w.group)
 		switch {
 		case err != nil:
 			errs[i] = errCode(kerr.NotLeaderForPartition, "%v", err)
@@ -212,10 +208,6 @@ type electWait struct {
 	waitedFor string    // why no transfer was asked for yet
 }
 
-// transferRetry is how long a transfer may take before it is asked for
-// again: etcd raft abandons one after an election timeout.
-const transferRetry = time.Second
-
 // awaitTransfers asks Raft to move each group's leadership to its
 // preferred replica and waits until that replica leads, for all of them
 // at once, until ctx ends.
@@ -223,7 +215,7 @@ func (b *Broker) awaitTransfers(ctx context.Context, ws []electWait, errs []erro
 	if len(ws) == 0 {
 		return
 	}
-	h := b.cluster.host
+	h := b.cluster.Host()
 	for {
 		rest := ws[:0]
 		for _, w := range ws {
@@ -237,8 +229,8 @@ func (b *Broker) awaitTransfers(ctx context.Context, ws []electWait, errs []erro
 				continue
 			}
 			if st.State == "StateLeader" {
-				if err := transferable(st, w.preferred); err != nil {
-					if !errors.Is(err, errBehind) {
+				if err := cluster.Transferable(st, w.preferred); err != nil {
+					if !errors.Is(err, cluster.ErrBehind) {
 						errs[w.idx] = errCode(kerr.PreferredLeaderNotAvailable, "%v", err)
 						continue
 					}
@@ -247,7 +239,7 @@ func (b *Broker) awaitTransfers(ctx context.Context, ws []electWait, errs []erro
 					continue
 				}
 			}
-			if time.Since(w.asked) >= transferRetry {
+			if time.Since(w.asked) >= cluster.TransferRetry {
 				// On a follower, Raft passes the request to the leader.
 				h.TransferLeader(w.group, w.preferred)
 				w.asked, w.waitedFor = time.Now(), ""
@@ -272,31 +264,6 @@ func (b *Broker) awaitTransfers(ctx context.Context, ws []electWait, errs []erro
 	}
 }
 
-// errBehind: the replica is up but has not acknowledged the commit point.
-var errBehind = errors.New("not caught up")
-
-// transferable reports, from the leader's status, whether target can take
-// over leadership now: a voter the leader hears from that has
-// acknowledged everything committed.
-func transferable(st raft.Status, target uint64) error {
-	if !slices.Contains(st.Voters, target) {
-		return fmt.Errorf("replica %d is not a voter of the group", target)
-	}
-	for _, r := range st.Replicas {
-		if r.ID != target {
-			continue
-		}
-		switch {
-		case !r.Active:
-			return fmt.Errorf("replica %d is down", target)
-		case r.State != "StateReplicate" || r.MatchOffset < st.CommitOffset:
-			return fmt.Errorf("replica %d is %w (acknowledged %d of %d)", target, errBehind, r.MatchOffset, st.CommitOffset)
-		}
-		return nil
-	}
-	return fmt.Errorf("replica %d is unknown to the leader", target)
-}
-
 // forwardElect sends the elections of tps[idxs] to the first of the
 // candidate brokers that answers, and returns their results in order.
 func (b *Broker) forwardElect(ctx context.Context, cands []int32, tps []topicPartition, idxs []int, typ int8) []error {
@@ -307,7 +274,7 @@ func (b *Broker) forwardElect(ctx context.Context, cands []int32, tps []topicPar
 		}
 		return out
 	}
-	cl, err := b.cluster.forwarder()
+	cl, err := b.cluster.Forwarder()
 	if err != nil {
 		return fail(errCode(kerr.PreferredLeaderNotAvailable, "no broker to forward to: %v", err))
 	}

@@ -165,7 +165,7 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest, denied map[string]bool) (out 
 			var p *partition.Partition
 			missing := topicCode
 			if topicCode == 0 {
-				p, missing = b.replica(name, rp.Partition)
+				p, missing = b.replicas.Lookup(name, rp.Partition)
 			}
 			switch {
 			case p == nil:

@@ -9,8 +9,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() { onStart(rankCoordinator, "groups", (*Broker).startGroups) }
-
 // startGroups builds the group coordinator over __consumer_offsets: the
 // partitions this node leads are replayed as it comes to lead them
 // (coordinators_cluster.go); until then their groups answer
@@ -62,7 +60,7 @@ func (b *Broker) GroupsLoaded() bool {
 		return false
 	}
 	for p := 0; p < b.groups.NumPartitions(); p++ {
-		if lg := b.parts.Get(offsetsTopic, int32(p)); lg != nil && lg.IsLeader() && !b.groups.Loaded(int32(p)) {
+		if lg := b.replicas.Get(offsetsTopic, int32(p)); lg != nil && lg.IsLeader() && !b.groups.Loaded(int32(p)) {
 			return false
 		}
 	}

@@ -2,6 +2,8 @@ package broker
 
 import (
 	"context"
+	"math"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -65,4 +67,24 @@ func (b *Broker) handleInitProducerID(_ context.Context, r *wire.Request) wire.R
 		}
 		return b.clusterProducerID(ctx, req, resp)
 	}
+}
+
+// clusterProducerID is InitProducerId for an idempotent producer in a
+// cluster. A producer naming an id that some block covers and its epoch
+// (KIP-360) keeps the id with the epoch bumped; otherwise it gets a new id.
+func (b *Broker) clusterProducerID(ctx context.Context, req *kmsg.InitProducerIDRequest, resp *kmsg.InitProducerIDResponse) kmsg.Response {
+	if req.ProducerID >= 0 && req.ProducerEpoch >= 0 && req.ProducerEpoch < math.MaxInt16-1 && b.meta.ProducerIDIssued(req.ProducerID) {
+		resp.ProducerID, resp.ProducerEpoch = req.ProducerID, req.ProducerEpoch+1
+		return resp
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	id, err := b.txn.blocks.Next(ctx)
+	if err != nil {
+		b.log.Warn("allocating a producer id", "err", err)
+		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code // retriable: the controller may be electing
+		return resp
+	}
+	resp.ProducerID, resp.ProducerEpoch = id, 0
+	return resp
 }

@@ -42,7 +42,7 @@ func (b *Broker) handleListOffsets(_ context.Context, r *wire.Request) wire.Repl
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}
-			p, missing := b.replica(rt.Topic, rp.Partition)
+			p, missing := b.replicas.Lookup(rt.Topic, rp.Partition)
 			if p == nil {
 				sp.ErrorCode = missing
 				st.Partitions = append(st.Partitions, sp)

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -29,7 +30,7 @@ func (b *Broker) handleMetadata(_ context.Context, r *wire.Request) wire.Reply {
 
 	cid := b.meta.ClusterID()
 	resp.ClusterID = &cid
-	resp.Brokers, resp.ControllerID = b.cluster.brokers(listener), b.cluster.controllerID()
+	resp.Brokers, resp.ControllerID = b.brokers(listener), b.cluster.ControllerID()
 	if v >= 8 && v <= 10 && req.IncludeClusterAuthorizedOperations {
 		resp.AuthorizedOperations = b.authorizedOps(r, auth.ResourceCluster, auth.ClusterName)
 	}
@@ -66,11 +67,11 @@ func (b *Broker) handleMetadata(_ context.Context, r *wire.Request) wire.Reply {
 			resp.Topics = append(resp.Topics, b.topicMetadata(r, req, t))
 			continue
 		}
-		if err := validateTopicName(name); err != nil {
+		if err := controller.ValidateTopicName(name); err != nil {
 			resp.Topics = append(resp.Topics, metadataError(name, [16]byte{}, kerr.InvalidTopicException))
 			continue
 		}
-		if !autoCreate || isInternalTopic(name) {
+		if !autoCreate || controller.IsInternalTopic(name) {
 			resp.Topics = append(resp.Topics, metadataError(name, [16]byte{}, kerr.UnknownTopicOrPartition))
 			continue
 		}
@@ -109,8 +110,6 @@ func (b *Broker) brokerEntry(listener string) kmsg.MetadataResponseBroker {
 	return br
 }
 
-func isInternalTopic(name string) bool { return name == offsetsTopic || name == transactionTopic }
-
 func metadataError(name string, id [16]byte, code *kerr.Error) kmsg.MetadataResponseTopic {
 	mt := kmsg.NewMetadataResponseTopic()
 	if name != "" {
@@ -148,7 +147,103 @@ func (b *Broker) topicMetadata(r *wire.Request, req *kmsg.MetadataRequest, t con
 	}
 	mt.Partitions = make([]kmsg.MetadataResponseTopicPartition, 0, t.Partitions)
 	for i := int32(0); i < t.Partitions; i++ {
-		mt.Partitions = append(mt.Partitions, b.cluster.partitionMetadata(t, i))
+		mt.Partitions = append(mt.Partitions, b.partitionMetadata(t, i))
 	}
 	return mt
 }
+
+// brokers lists the registered brokers that are not fenced for Metadata
+// (this one at least, before its registration is applied, or when every
+// broker is fenced: a client must be able to reach somebody).
+func (b *Broker) brokers(listener string) []kmsg.MetadataResponseBroker {
+	var out []kmsg.MetadataResponseBroker
+	self := false
+	for _, br := range b.cluster.UnfencedBrokers() {
+		e, ok := br.Endpoint(listener)
+		if !ok {
+			continue // no such listener on that broker: Kafka leaves it out
+		}
+		mb := kmsg.NewMetadataResponseBroker()
+		mb.NodeID, mb.Host, mb.Port = br.ID, e.Host, e.Port
+		if br.Rack != "" {
+			rack := br.Rack
+			mb.Rack = &rack
+		}
+		self = self || br.ID == b.cfg.NodeID
+		out = append(out, mb)
+	}
+	if _, registered := b.meta.Broker(b.cfg.NodeID); !self && (!registered || len(out) == 0) {
+		out = append(out, b.brokerEntry(listener))
+	}
+	return out
+}
+
+// partitionMetadata describes partition i of t from this node's view: its
+// Raft leader and term when this node is a replica. A node that holds no
+// replica does not know the leader; it names the first replica, and a
+// client sent to the wrong one gets NOT_LEADER_OR_FOLLOWER and asks again.
+func (b *Broker) partitionMetadata(t controller.Topic, i int32) kmsg.MetadataResponseTopicPartition {
+	mp := kmsg.NewMetadataResponseTopicPartition()
+	mp.Partition = i
+	mp.Leader, mp.LeaderEpoch = -1, -1
+	mp.OfflineReplicas = []int32{}
+	if int(i) < len(t.Replicas) {
+		mp.Replicas = slices.Clone(t.Replicas[i])
+	} else {
+		mp.Replicas = []int32{}
+	}
+	mp.ISR = []int32{}
+	for _, r := range mp.Replicas {
+		if b.meta.Fenced(r) {
+			mp.OfflineReplicas = append(mp.OfflineReplicas, r)
+		}
+	}
+	live := slices.DeleteFunc(slices.Clone(mp.Replicas), b.meta.Fenced)
+	p := b.replicas.Get(t.Name, i)
+	if p == nil {
+		if len(live) == 0 {
+			mp.ErrorCode = kerr.LeaderNotAvailable.Code
+			return mp
+		}
+		mp.Leader, mp.ISR = live[0], live
+		return mp
+	}
+	st, err := p.RaftStatus()
+	switch {
+	case err != nil || st.Failed != "":
+		mp.ErrorCode = kerr.KafkaStorageError.Code
+		mp.OfflineReplicas = []int32{b.cfg.NodeID}
+		return mp
+	case st.Leader == 0 || b.meta.Fenced(int32(st.Leader)):
+		// An election is running, or the leader we last heard of is
+		// fenced: clients must not be sent to it.
+		mp.ErrorCode = kerr.LeaderNotAvailable.Code
+		return mp
+	}
+	mp.Leader = int32(st.Leader)
+	mp.LeaderEpoch = p.LeaderEpoch()
+	if st.State != "StateLeader" {
+		// Followers do not track the others' progress.
+		mp.ISR = live
+		return mp
+	}
+	for _, r := range st.Replicas {
+		id := int32(r.ID)
+		switch {
+		case r.Learner:
+			// A replica being added by a reassignment: not in sync
+			// until it votes.
+		case b.meta.Fenced(id):
+		case r.ID == st.Node || r.Active && r.State == "StateReplicate":
+			mp.ISR = append(mp.ISR, id)
+		case !r.Active:
+			mp.OfflineReplicas = append(mp.OfflineReplicas, id)
+		}
+	}
+	slices.Sort(mp.ISR)
+	slices.Sort(mp.OfflineReplicas)
+	return mp
+}
+
+// RegisteredBrokers is how many brokers this node's metadata knows.
+func (b *Broker) RegisteredBrokers() int { return len(b.meta.Brokers()) }

@@ -24,7 +24,7 @@ func (b *Broker) handleOffsetForLeaderEpoch(_ context.Context, r *wire.Request) 
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
 			sp.Partition, sp.LeaderEpoch, sp.EndOffset = rp.Partition, -1, -1
-			p, missing := b.replica(rt.Topic, rp.Partition)
+			p, missing := b.replicas.Lookup(rt.Topic, rp.Partition)
 			switch {
 			case denied:
 				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code

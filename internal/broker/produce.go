@@ -67,7 +67,7 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 			var p *partition.Partition
 			missing := kerr.UnknownTopicOrPartition.Code
 			if topicOK {
-				p, missing = b.replica(rt.Topic, rp.Partition)
+				p, missing = b.replicas.Lookup(rt.Topic, rp.Partition)
 			}
 			switch {
 			case txnDenied:

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"holdfast/internal/auth"
+	"holdfast/internal/cluster"
 	"holdfast/internal/controller"
 	"holdfast/internal/wire"
 )
@@ -73,11 +73,6 @@ func (n *NodeSASL) mechanism() (sasl.Mechanism, error) {
 		return scram.Auth{User: n.User, Pass: n.Password}.AsSha512Mechanism(), nil
 	}
 	return nil, fmt.Errorf("sasl.mechanism.inter.broker.protocol %q: nodes log in with PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", n.Mechanism)
-}
-
-func init() {
-	onStart(rankStorage-20, "security config", (*Broker).checkSecurity)
-	onStart(rankStorage+1, "security", (*Broker).startSecurity)
 }
 
 // checkSecurity fills in the listener defaults and checks that this node
@@ -136,7 +131,7 @@ func (b *Broker) startSecurity() error {
 				if len(b.missingScram()) == 0 {
 					return // committed (by this node or another controller)
 				}
-				if !b.cluster.isController() || len(b.meta.Brokers()) == 0 {
+				if !b.cluster.IsController() || len(b.meta.Brokers()) == 0 {
 					continue
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -274,15 +269,6 @@ func (b *Broker) selfEndpoint(listener string) (controller.Endpoint, bool) {
 	return endpointNamed(b.cfg.Security.Listeners, listener)
 }
 
-// brokerAddr is broker br's host:port on the inter-broker listener.
-func (b *Broker) brokerAddr(br controller.BrokerInfo) (string, bool) {
-	e, ok := br.Endpoint(b.cfg.Security.InterBrokerListener)
-	if !ok {
-		return "", false
-	}
-	return net.JoinHostPort(e.Host, strconv.Itoa(int(e.Port))), true
-}
-
 // nodeClient is a Kafka client to other nodes' inter-broker listener,
 // logged in as this node; extra options come after.
 func (b *Broker) nodeClient(seeds []string, opts ...kgo.Opt) (*kgo.Client, error) {
@@ -320,60 +306,10 @@ func (b *Broker) selfInfo() controller.BrokerInfo {
 	return me
 }
 
-// securityProtocolCode is BrokerRegistration's code for a protocol.
-func securityProtocolCode(p string) int16 {
-	switch wire.SecurityProtocol(p) {
-	case wire.SSL:
-		return 1
-	case wire.SASLPlaintext:
-		return 2
-	case wire.SASLSSL:
-		return 3
-	}
-	return 0
-}
-
-func securityProtocolName(code int16) string {
-	switch code {
-	case 1:
-		return string(wire.SSL)
-	case 2:
-		return string(wire.SASLPlaintext)
-	case 3:
-		return string(wire.SASLSSL)
-	}
-	return string(wire.Plaintext)
-}
-
-// forwardToController sends req to the controller when this node is not
-// it (Kafka forwards such admin requests from any broker): forwarded
-// reports that resp is the controller's answer. This node authorized the
-// client already; the controller trusts a node's forwarded request.
-func (b *Broker) forwardToController(ctx context.Context, req kmsg.Request) (resp kmsg.Response, forwarded bool, err error) {
-	c := b.cluster
-	if c.isController() {
-		return nil, false, nil
-	}
-	id := c.controllerID()
-	before := c.appliedOffset()
-	cl, err := c.forwarder()
-	if err != nil || id < 0 {
-		return nil, true, errCode(kerr.NotController, "no controller known yet")
-	}
-	resp, err = cl.Broker(int(id)).Request(ctx, req)
-	if err != nil {
-		return nil, true, errCode(kerr.RequestTimedOut, "forwarding to the controller: %v", err)
-	}
-	// Wait until this node applied what the controller committed, so a
-	// client that reads back here sees its change.
-	c.waitAppliedPast(ctx, before)
-	return resp, true, nil
-}
-
 // commitSecurity commits a security command through the metadata log on
 // the controller. The authorizer follows as it is applied.
 func (b *Broker) commitSecurity(ctx context.Context, cmd controller.Command) error {
-	return b.cluster.propose(ctx, cmd)
+	return b.cluster.Propose(ctx, cmd)
 }
 
 // securityApplied refreshes what depends on the security metadata.
@@ -404,43 +340,11 @@ func (b *Broker) topicVisible(r *wire.Request, name string) bool {
 	return b.authorize(r, auth.OpDescribe, auth.ResourceTopic, name)
 }
 
-// brokerClientID is the client id of the requests this node sends others.
-func (b *Broker) brokerClientID() string {
-	return brokerClientPrefix + strconv.Itoa(int(b.cfg.NodeID))
-}
-
 // forwardedBy reports whether another node sent r on behalf of a client
 // (and so must not forward it again): a node's request with a broker
 // client id.
 func (b *Broker) forwardedBy(r *wire.Request) bool {
-	return strings.HasPrefix(r.ClientID, brokerClientPrefix) && b.fromNode(r)
-}
-
-// appliedOffset is the end of the last metadata entry applied here.
-func (c *cluster) appliedOffset() int64 {
-	c.amu.Lock()
-	defer c.amu.Unlock()
-	return c.applied
-}
-
-// waitAppliedPast waits (a few seconds at most) until this node applied a
-// metadata entry past before.
-func (c *cluster) waitAppliedPast(ctx context.Context, before int64) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	for {
-		c.amu.Lock()
-		applied, ch := c.applied, c.appliedCh
-		c.amu.Unlock()
-		if applied > before {
-			return
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return
-		}
-	}
+	return strings.HasPrefix(r.ClientID, cluster.BrokerClientPrefix) && b.fromNode(r)
 }
 
 // missingScram are the bootstrap SCRAM users not in the metadata yet.

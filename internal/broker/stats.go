@@ -13,7 +13,7 @@ import (
 // PartitionLog returns the log of a partition open on this node, nil if it
 // is not (for tests and tools: what a replica holds, byte for byte).
 func (b *Broker) PartitionLog(topic string, partition int32) *storage.Log {
-	if p := b.parts.Get(topic, partition); p != nil {
+	if p := b.replicas.Get(topic, partition); p != nil {
 		return p.Log()
 	}
 	return nil
@@ -57,7 +57,7 @@ func (b *Broker) PartitionStats() []PartitionStats {
 	for _, t := range b.meta.Topics() {
 		minISR := b.topicMinInsyncReplicas(t)
 		for i := int32(0); i < t.Partitions; i++ {
-			p := b.parts.Get(t.Name, i)
+			p := b.replicas.Get(t.Name, i)
 			if p == nil {
 				continue
 			}
@@ -68,7 +68,7 @@ func (b *Broker) PartitionStats() []PartitionStats {
 				SizeBytes: p.Log().Size(), Segments: p.Log().Segments(),
 				MinISR: minISR, Leader: -1, Epoch: p.LeaderEpoch(),
 			}
-			mp := b.cluster.partitionMetadata(t, i)
+			mp := b.partitionMetadata(t, i)
 			ps.Leader, ps.Replicas, ps.ISR = mp.Leader, len(mp.Replicas), len(mp.ISR)
 			ps.IsLeader = p.IsLeader()
 			out = append(out, ps)
@@ -94,7 +94,7 @@ type ClusterStats struct {
 func (b *Broker) ClusterStats() ClusterStats {
 	cs := ClusterStats{NodeID: b.cfg.NodeID, Brokers: b.RegisteredBrokers()}
 	topics := b.meta.Topics()
-	cs.Controller = b.cluster.isController()
+	cs.Controller = b.cluster.IsController()
 	cs.FencedBrokers = len(b.meta.FencedBrokers())
 	if !cs.Controller {
 		return cs
@@ -103,7 +103,7 @@ func (b *Broker) ClusterStats() ClusterStats {
 		cs.Topics++
 		cs.Partitions += int(t.Partitions)
 		for i := int32(0); i < t.Partitions; i++ {
-			mp := b.cluster.partitionMetadata(t, i)
+			mp := b.partitionMetadata(t, i)
 			if mp.Leader < 0 || mp.ErrorCode == kerr.LeaderNotAvailable.Code || mp.ErrorCode == kerr.KafkaStorageError.Code {
 				cs.OfflinePartitions++
 			}
@@ -153,8 +153,6 @@ type statsState struct {
 
 const statsInterval = time.Second
 
-func init() { onStart(rankCoordinator+20, "stats", (*Broker).startStats) }
-
 func (b *Broker) startStats() error {
 	stop := goLoop(func(stop <-chan struct{}) {
 		tick := time.NewTicker(statsInterval)
@@ -184,7 +182,7 @@ func (b *Broker) sampleReplication() {
 	seen := map[topicPartition]bool{}
 	for _, t := range b.meta.Topics() {
 		for i := int32(0); i < t.Partitions; i++ {
-			p := b.parts.Get(t.Name, i)
+			p := b.replicas.Get(t.Name, i)
 			if p == nil || !p.IsLeader() {
 				continue
 			}
@@ -195,7 +193,7 @@ func (b *Broker) sampleReplication() {
 				s.elections.Add(1)
 				s.led[k] = epoch
 			}
-			n := len(b.cluster.partitionMetadata(t, i).ISR) // as Metadata reports it
+			n := len(b.partitionMetadata(t, i).ISR) // as Metadata reports it
 			if prev, ok := s.isr[k]; ok {
 				switch {
 				case n < prev:
@@ -241,7 +239,7 @@ func (b *Broker) GroupLags() []GroupLag {
 	var out []GroupLag
 	for _, o := range b.groups.CommittedOffsets() {
 		gl := GroupLag{Group: o.Group, Topic: o.Topic, Partition: o.Partition, Members: o.Members, Committed: o.Offset, Lag: -1}
-		if p := b.parts.Get(o.Topic, o.Partition); p != nil {
+		if p := b.replicas.Get(o.Topic, o.Partition); p != nil {
 			gl.Lag = max(p.HighWatermark()-o.Offset, 0)
 		}
 		out = append(out, gl)
@@ -265,13 +263,18 @@ type ReplicationStats struct {
 
 // ReplicationStats reports this node's Raft groups.
 func (b *Broker) ReplicationStats() ReplicationStats {
-	c := b.cluster
-	out := ReplicationStats{Repairs: c.repairs.Load()}
-	for _, g := range c.host.Groups() {
+	out := ReplicationStats{Repairs: b.replicas.Repairs()}
+	for _, g := range b.cluster.Host().Groups() {
 		out.Groups++
-		if st, err := c.host.Status(g); err == nil && st.Failed != "" {
+		if st, err := b.cluster.Host().Status(g); err == nil && st.Failed != "" {
 			out.FailedGroups++
 		}
 	}
 	return out
 }
+
+// KickCleaner makes idle log cleaner threads look for work now (tests).
+func (b *Broker) KickCleaner() { b.replicas.KickCleaner() }
+
+// CleanerStats returns the log cleaner's figures.
+func (b *Broker) CleanerStats() CleanerStats { return b.replicas.CleanerStats() }

@@ -2,95 +2,31 @@ package broker
 
 import (
 	"errors"
-	"fmt"
-	"maps"
-	"math"
-	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"holdfast/internal/controller"
-	"holdfast/internal/partition"
+	"holdfast/internal/kafkaerr"
 	"holdfast/internal/storage"
+	"holdfast/internal/topicconfig"
 )
-
-// maxTopicNameLen is Kafka's limit: 249, so that "<topic>-<partition>"
-// directory names and their "-delete" suffix fit in 255 bytes.
-const maxTopicNameLen = 249
 
 // Names of the internal topics, created by their coordinators.
 const (
-	offsetsTopic     = "__consumer_offsets"
-	transactionTopic = "__transaction_state"
+	offsetsTopic     = controller.OffsetsTopic
+	transactionTopic = controller.TransactionTopic
 )
 
-// internalTopicConfigs are the configs an internal topic is created with,
-// Kafka's: compacted, with its own segment size (offsets.topic.segment.bytes,
-// transaction.state.log.segment.bytes) so that the active segment rolls
-// and the cleaner gets to the history.
+// internalTopicConfigs are the configs an internal topic is created with.
 func (b *Broker) internalTopicConfigs(topic string) map[string]string {
-	seg := b.cfg.OffsetsTopicSegmentBytes
-	if topic != offsetsTopic {
-		seg = b.cfg.TxnTopicSegmentBytes
+	if topic == offsetsTopic {
+		return topicconfig.Internal(b.cfg.OffsetsTopicSegmentBytes)
 	}
-	c := map[string]string{"cleanup.policy": "compact"}
-	if seg > 0 {
-		c["segment.bytes"] = strconv.FormatInt(min(max(seg, minSegmentBytes), math.MaxInt32), 10)
-	}
-	return c
+	return topicconfig.Internal(b.cfg.TxnTopicSegmentBytes)
 }
 
-// validateTopicName applies Kafka's topic name rules.
-func validateTopicName(name string) error {
-	switch {
-	case name == "":
-		return errors.New("Topic name is illegal, it can't be empty")
-	case name == "." || name == "..":
-		return errors.New("Topic name cannot be \".\" or \"..\"")
-	case len(name) > maxTopicNameLen:
-		return fmt.Errorf("Topic name is illegal, it can't be longer than %d characters, topic name: %s", maxTopicNameLen, name)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("Topic name %q is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'", name)
-		}
-	}
-	return nil
-}
-
-// collisionName is how Kafka detects topics whose metric names would clash:
-// '.' and '_' are the same character there.
-func collisionName(name string) string { return strings.ReplaceAll(name, ".", "_") }
-
-// topicCollision reports an existing topic other than name whose metric
-// name equals name's.
-func (b *Broker) topicCollision(name string) (string, bool) {
-	c := collisionName(name)
-	if c == name && !strings.Contains(name, "_") {
-		return "", false
-	}
-	for _, t := range b.meta.Topics() {
-		if t.Name != name && collisionName(t.Name) == c {
-			return t.Name, true
-		}
-	}
-	return "", false
-}
-
-// topicError is an error with the Kafka error code it is answered with.
-type topicError struct {
-	code *kerr.Error
-	msg  string
-}
-
-func (e *topicError) Error() string { return e.msg }
-
-func errCode(code *kerr.Error, format string, args ...any) *topicError {
-	return &topicError{code, fmt.Sprintf(format, args...)}
-}
+// errCode is an error carrying a Kafka code and message.
+var errCode = kafkaerr.New
 
 // kafkaError turns an error from the topic helpers into a code and a
 // message for a response.
@@ -99,10 +35,10 @@ func kafkaError(err error) (int16, *string) {
 		return 0, nil
 	}
 	msg := err.Error()
-	var te *topicError
+	var ke *kafkaerr.Error
 	switch {
-	case errors.As(err, &te):
-		return te.code.Code, &msg
+	case errors.As(err, &ke):
+		return ke.Code.Code, &msg
 	case errors.Is(err, controller.ErrTopicExists):
 		return kerr.TopicAlreadyExists.Code, &msg
 	case errors.Is(err, controller.ErrUnknownTopic):
@@ -122,174 +58,54 @@ func kafkaError(err error) (int16, *string) {
 	case errors.Is(err, controller.ErrBrokerInUse):
 		return kerr.InvalidRequest.Code, &msg
 	}
-	var ke *kerr.Error
-	if errors.As(err, &ke) {
-		return ke.Code, &msg
+	if code, ok := kafkaerr.Code(err); ok {
+		return code, &msg
 	}
 	return kerr.UnknownServerError.Code, &msg
 }
 
-// ensureTopic returns the topic, creating it (and opening its partitions)
-// if it does not exist. Configs must already be validated. Idempotent, and
-// safe to call concurrently: every partition of the returned topic is open.
+// ensureTopic returns the topic, creating it through the controller if it
+// does not exist. Configs must already be validated. Idempotent, and safe
+// to call concurrently: every partition of the returned topic assigned to
+// this node is open (or offline).
 func (b *Broker) ensureTopic(name string, partitions int32, configs map[string]string, internal bool) (controller.Topic, error) {
-	if t, ok := b.meta.Topic(name); ok && b.allOpen(t) {
+	if t, ok := b.meta.Topic(name); ok && b.replicas.AllOpen(t) {
 		return t, nil
 	}
-	// Opening happens under topicsMu only, so a concurrent delete cannot
-	// be undone by reopening the logs it just removed.
-	b.topicsMu.Lock()
-	defer b.topicsMu.Unlock()
-	return b.createTopicLocked(name, partitions, configs, internal, false)
-}
-
-func (b *Broker) createTopicLocked(name string, partitions int32, configs map[string]string, internal, mustBeNew bool) (controller.Topic, error) {
-	return b.cluster.createTopic(name, partitions, -1, nil, configs, internal, mustBeNew)
-}
-
-// allOpen reports whether every partition of t is open.
-func (b *Broker) allOpen(t controller.Topic) bool {
-	for i := int32(0); i < t.Partitions; i++ {
-		if b.parts.Get(t.Name, i) == nil {
-			return false
-		}
-	}
-	return true
-}
-
-// openPartitions opens this node's replicas of partitions
-// from..t.Partitions-1 of t (Open is idempotent).
-func (b *Broker) openPartitions(t controller.Topic, from int32) error {
-	return b.cluster.openReplicas(t, from)
-}
-
-// finishPendingDelete removes the data of a deleted topic named name whose
-// removal was interrupted, so a new topic of that name starts empty.
-// Called with topicsMu held (or during start-up).
-func (b *Broker) finishPendingDelete(name string) error {
-	for _, d := range b.meta.Deleting() {
-		if d.Name != name {
-			continue
-		}
-		if err := b.parts.DeleteTopic(d.Name); err != nil {
-			return errCode(kerr.KafkaStorageError, "removing the data of deleted topic %s: %v", d.Name, err)
-		}
-		if err := b.meta.FinishDelete(d.ID); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// pendingDelete reports data of a deleted topic named name that is still
-// to be removed: no replica of a new topic of that name opens over it.
-func (b *Broker) pendingDelete(name string) error {
-	for _, d := range b.meta.Deleting() {
-		if d.Name == name {
-			return fmt.Errorf("%w: the data of deleted topic %s (id %x) is not removed yet", partition.ErrForeignData, name, d.ID)
-		}
-	}
-	return nil
-}
-
-// replica returns this node's replica of partition i of topic, or the code
-// Kafka's replica manager answers without one: the partition does not
-// exist, it is assigned here but offline (its storage could not be opened:
-// KAFKA_STORAGE_ERROR), or it lives on other brokers.
-func (b *Broker) replica(topic string, i int32) (*partition.Partition, int16) {
-	if p := b.parts.Get(topic, i); p != nil {
-		return p, 0
-	}
-	t, ok := b.meta.Topic(topic)
-	switch {
-	case !ok || i < 0 || i >= t.Partitions:
-		return nil, kerr.UnknownTopicOrPartition.Code
-	case b.cluster != nil && b.cluster.isOffline(topicPartition{topic, i}):
-		return nil, kerr.KafkaStorageError.Code
-	default:
-		return nil, kerr.NotLeaderForPartition.Code
-	}
+	return b.cluster.CreateTopic(name, partitions, -1, nil, configs, internal, false)
 }
 
 // deleteTopic deletes the topic through the controller; every node
 // removes its data as it applies the deletion.
 func (b *Broker) deleteTopic(name string) (controller.Topic, error) {
-	return b.cluster.deleteTopic(name)
+	return b.cluster.DeleteTopic(name)
 }
 
 // addPartitions raises t's partition count to total through the
 // controller.
 func (b *Broker) addPartitions(name string, total int32) (controller.Topic, error) {
-	return b.cluster.addPartitions(name, total)
+	return b.cluster.AddPartitions(name, total)
 }
 
 // setTopicConfigs replaces t's overrides through the controller.
 func (b *Broker) setTopicConfigs(name string, configs map[string]string) (controller.Topic, error) {
-	return b.cluster.setTopicConfigs(name, configs)
+	return b.cluster.SetTopicConfigs(name, configs)
 }
 
-// applyLogConfigs pushes t's effective config to its open partitions.
-func (b *Broker) applyLogConfigs(t controller.Topic) {
-	cfg := b.topicLogConfig(t)
-	lat := b.topicLogAppendTime(t)
-	for i := int32(0); i < t.Partitions; i++ {
-		if p := b.parts.Get(t.Name, i); p != nil {
-			p.Log().SetConfig(cfg)
-			p.SetLogAppendTime(lat)
-		}
-	}
-	if cfg.Compact {
-		b.KickCleaner() // a compaction config changed: look now, not after the backoff
-	}
-}
-
-// topicLogConfig is the log configuration of t's partitions: the broker's
-// defaults with t's overrides on top. Overrides were validated on the way
-// in; one that no longer parses is ignored (logged) rather than fatal.
+// topicLogConfig is the log configuration of t's partitions.
 func (b *Broker) topicLogConfig(t controller.Topic) storage.Config {
-	cfg := b.cfg.LogDefaults
-	names := slices.Sorted(maps.Keys(t.Configs))
-	for _, name := range names {
-		spec, ok := topicConfigs[name]
-		if !ok || spec.apply == nil {
-			continue
-		}
-		if err := spec.apply(&cfg, t.Configs[name]); err != nil {
-			b.log.Warn("ignoring bad topic config", "topic", t.Name, "config", name, "value", t.Configs[name], "err", err)
-		}
-	}
-	// flush.messages=1 asks for an fsync per message: the strongest
-	// policy wins over whatever flush.ms says.
-	if t.Configs["flush.messages"] == "1" {
-		cfg.Flush = storage.FlushPolicy{Mode: storage.FlushSync}
-	}
-	return cfg
-}
-
-// topicConfigValue is the effective value of a topic config: the topic's
-// override, else the broker's default (as DescribeConfigs shows it).
-func (b *Broker) topicConfigValue(t controller.Topic, name string) string {
-	if v, ok := t.Configs[name]; ok {
-		return v
-	}
-	if spec, ok := topicConfigs[name]; ok {
-		return spec.brokerDefault(b)
-	}
-	return ""
+	return topicconfig.LogConfig(b.cfg.LogDefaults, t.Configs, func(name, value string, err error) {
+		b.log.Warn("ignoring bad topic config", "topic", t.Name, "config", name, "value", value, "err", err)
+	})
 }
 
 // topicLogAppendTime reports whether t's message.timestamp.type is
-// LogAppendTime: the broker then stamps each batch with its append time.
+// LogAppendTime.
 func (b *Broker) topicLogAppendTime(t controller.Topic) bool {
-	return b.topicConfigValue(t, "message.timestamp.type") == "LogAppendTime"
+	return topicconfig.LogAppendTime(b.cfg.LogDefaults, t.Configs)
 }
 
-// topicMinInsyncReplicas is t's min.insync.replicas: acks=all produce fails
-// with NOT_ENOUGH_REPLICAS when fewer replicas are in sync (one, here).
+// topicMinInsyncReplicas is t's min.insync.replicas.
 func (b *Broker) topicMinInsyncReplicas(t controller.Topic) int32 {
-	n, err := parseInt(b.topicConfigValue(t, "min.insync.replicas"), 1, 1<<31-1)
-	if err != nil {
-		return 1
-	}
-	return int32(n)
+	return topicconfig.MinInsyncReplicas(b.cfg.LogDefaults, t.Configs)
 }

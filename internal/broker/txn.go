@@ -15,11 +15,6 @@ import (
 	"holdfast/internal/txn"
 )
 
-// txnStateTopic holds the transaction coordinator's state.
-const txnStateTopic = "__transaction_state"
-
-func init() { onStart(rankCoordinator+1, "transactions", (*Broker).startTxn) }
-
 // txnState is the broker's part of transactions: the producer id allocator
 // and the coordinator. The coordinator is built when __transaction_state
 // exists: at start-up if it does, else at the first transactional
@@ -36,9 +31,9 @@ type txnState struct {
 }
 
 func (b *Broker) startTxn() error {
-	b.txn.blocks = txn.NewBlockAllocator(b.cluster.reserveProducerIDs)
+	b.txn.blocks = txn.NewBlockAllocator(b.cluster.ReserveProducerIDs)
 	b.closers = append(b.closers, func() error { b.txn.blocks.Close(); return nil })
-	b.parts.SetVerifier(b.verifyTxn)
+	b.replicas.SetVerifier(b.verifyTxn)
 	b.closers = append(b.closers, func() error {
 		b.txn.mu.Lock()
 		defer b.txn.mu.Unlock()
@@ -97,7 +92,7 @@ func (b *Broker) writeMarkers(ctx context.Context, pid int64, epoch int16, commi
 	}
 	var waits []wait
 	for _, tp := range parts {
-		p := b.parts.Get(tp.Topic, tp.Partition)
+		p := b.replicas.Get(tp.Topic, tp.Partition)
 		if p == nil {
 			// Deleted since it joined the transaction: nothing to mark.
 			b.log.Warn("transaction marker skipped: partition gone", "topic", tp.Topic, "partition", tp.Partition, "producer_id", pid)

@@ -66,7 +66,7 @@ func (b *Broker) verifyProduce(ctx context.Context, req *kmsg.ProduceRequest, co
 	var todo []toVerify
 	for ti, rt := range req.Topics {
 		for pi, rp := range rt.Partitions {
-			p := b.parts.Get(rt.Topic, rp.Partition)
+			p := b.replicas.Get(rt.Topic, rp.Partition)
 			if p == nil || !p.IsLeader() {
 				continue // refused below with the usual codes
 			}
@@ -125,7 +125,7 @@ func (b *Broker) verifyProduce(ctx context.Context, req *kmsg.ProduceRequest, co
 // in the transaction before a TxnOffsetCommit writes there (cluster mode).
 // It returns the TxnOffsetCommit error code, 0 to go ahead.
 func (b *Broker) verifyOffsetsPartition(ctx context.Context, id string, pid int64, epoch int16, index int32) int16 {
-	p := b.parts.Get(offsetsTopic, index)
+	p := b.replicas.Get(offsetsTopic, index)
 	if p == nil || !p.IsLeader() {
 		return kerr.NotCoordinator.Code // the group coordinator moved
 	}
@@ -182,7 +182,7 @@ func (b *Broker) verifyWithCoordinator(ctx context.Context, id string, pid int64
 	if err != nil {
 		return fill(kerr.CoordinatorNotAvailable.Code)
 	}
-	t, ok := b.meta.Topic(txnStateTopic)
+	t, ok := b.meta.Topic(transactionTopic)
 	if !ok || int(t.Partitions) != c.NumPartitions() {
 		// No __transaction_state: no transaction was ever started.
 		return fill(kerr.CoordinatorNotAvailable.Code)
@@ -201,7 +201,7 @@ func (b *Broker) verifyWithCoordinator(ctx context.Context, id string, pid int64
 		}
 		return out
 	}
-	cl, err := b.cluster.forwarder()
+	cl, err := b.cluster.Forwarder()
 	if err != nil {
 		return fill(kerr.CoordinatorNotAvailable.Code)
 	}

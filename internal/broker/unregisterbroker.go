@@ -21,12 +21,11 @@ func init() { register(kmsg.UnregisterBroker, 0, 0, (*Broker).handleUnregisterBr
 func (b *Broker) handleUnregisterBroker(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.UnregisterBrokerRequest)
 	resp := req.ResponseKind().(*kmsg.UnregisterBrokerResponse)
-	c := b.cluster
 	switch {
 	case !b.forwardedBy(r) && !b.authorizeCluster(r, auth.OpAlter):
 		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 		return wire.Respond(resp)
-	case b.isVoter(req.BrokerID):
+	case b.cluster.IsVoter(req.BrokerID):
 		resp.ErrorCode = kerr.InvalidRequest.Code
 		resp.ErrorMessage = kmsg.StringPtr("a controller quorum member (in --peers) cannot be unregistered")
 		return wire.Respond(resp)
@@ -36,9 +35,9 @@ func (b *Broker) handleUnregisterBroker(_ context.Context, r *wire.Request) wire
 		return wire.Respond(resp)
 	}
 	return func(ctx context.Context) kmsg.Response {
-		if !c.isController() {
-			id := c.controllerID()
-			cl, err := c.forwarder()
+		if !b.cluster.IsController() {
+			id := b.cluster.ControllerID()
+			cl, err := b.cluster.Forwarder()
 			if err != nil || id < 0 {
 				b.log.Debug("forwarding UnregisterBroker: no controller", "controller", id, "err", err)
 				resp.ErrorCode = kerr.NotController.Code
@@ -52,7 +51,7 @@ func (b *Broker) handleUnregisterBroker(_ context.Context, r *wire.Request) wire
 			}
 			return fresp
 		}
-		resp.ErrorCode, resp.ErrorMessage = kafkaError(c.propose(ctx, controller.Command{Op: controller.OpUnregister, BrokerID: req.BrokerID}))
+		resp.ErrorCode, resp.ErrorMessage = kafkaError(b.cluster.Propose(ctx, controller.Command{Op: controller.OpUnregister, BrokerID: req.BrokerID}))
 		return resp
 	}
 }

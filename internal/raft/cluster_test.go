@@ -342,11 +342,18 @@ func (c *cluster) waitConverged(g uint64) {
 		return end >= 0
 	})
 	nodes := c.running()
+	c.checkIndexes(g, nodes)
+	c.checkSameBytes(g, nodes)
+}
+
+// checkSameBytes: the nodes' logs are byte-identical from the highest log
+// start.
+func (c *cluster) checkSameBytes(g uint64, nodes []*testNode) {
+	c.tb.Helper()
 	var from int64
 	for _, nd := range nodes {
 		from = max(from, nd.logs[g].StartOffset())
 	}
-	c.checkIndexes(g, nodes)
 	want := logBytes(c.tb, nodes[0].logs[g], from)
 	for _, nd := range nodes[1:] {
 		if got := logBytes(c.tb, nd.logs[g], from); !bytes.Equal(got, want) {

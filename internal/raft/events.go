@@ -22,43 +22,45 @@ func (h *Host) tickLoop() {
 	defer h.wg.Done()
 	t := time.NewTicker(h.cfg.TickInterval)
 	defer t.Stop()
-	electionTimeout := h.cfg.TickInterval * time.Duration(h.cfg.ElectionTicks)
 	for {
 		select {
 		case <-h.done:
 			return
 		case <-t.C:
 		}
-		for _, g := range h.snapshotGroups() {
-			g.mu.Lock()
-			if g.failed != nil || g.removed {
-				g.mu.Unlock()
-				continue
-			}
-			if g.quiesced {
-				h.checkQuiescedLocked(g, electionTimeout)
-			}
-			var qmsgs []*pb.Message
-			if !g.quiesced {
-				// Decide before ticking: a heartbeat from this tick would
-				// reach the followers after the quiescing one.
-				qmsgs = h.maybeQuiesceLocked(g)
-				if !g.quiesced {
-					h.guardLocked(g, func() { g.rn.Tick() })
-				}
-			}
-			ready := false
-			h.guardLocked(g, func() { ready = g.rn.HasReady() })
-			g.publishLocked() // a leader transfer that timed out
-			g.mu.Unlock()
-			// Sent unlocked: a drop reports back into the group.
-			for _, m := range qmsgs {
-				h.tr.send(g.id, m)
-			}
-			if ready {
-				h.markDirty(g)
-			}
+		h.tickOnce()
+	}
+}
+
+// tickGroup is one tick of one group.
+func (h *Host) tickGroup(g *group, electionTimeout time.Duration) {
+	g.mu.Lock()
+	if g.failed != nil || g.removed {
+		g.mu.Unlock()
+		return
+	}
+	if g.quiesced {
+		h.checkQuiescedLocked(g, electionTimeout)
+	}
+	var qmsgs []*pb.Message
+	if !g.quiesced {
+		// Decide before ticking: a heartbeat from this tick would
+		// reach the followers after the quiescing one.
+		qmsgs = h.maybeQuiesceLocked(g)
+		if !g.quiesced {
+			h.guardLocked(g, func() { g.rn.Tick() })
 		}
+	}
+	ready := false
+	h.guardLocked(g, func() { ready = g.rn.HasReady() })
+	g.publishLocked() // a leader transfer that timed out
+	g.mu.Unlock()
+	// Sent unlocked: a drop reports back into the group.
+	for _, m := range qmsgs {
+		h.tr.send(g.id, m)
+	}
+	if ready {
+		h.markDirty(g)
 	}
 }
 

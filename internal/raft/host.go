@@ -71,6 +71,17 @@ type Config struct {
 	// TLS, if set, runs the transport over mutual TLS (transport.go).
 	TLS    *TransportTLS
 	Logger *slog.Logger
+
+	// For the deterministic simulation (seams.go, sim_test.go):
+	// newTransport, if set, replaces the TCP transport (Listen, TLS and
+	// Faults are then unused); stepped starts no goroutine: the caller
+	// ticks the host (tickOnce) and runs its Ready cycles (runReady).
+	newTransport func(ev transportEvents) (transport, error)
+	stepped      bool
+	// ackBeforeFsync plants a bug for the simulation to find (it must,
+	// or it proves nothing): a follower acknowledges appends before its
+	// fsync. Never set outside sim_test.go.
+	ackBeforeFsync bool
 }
 
 func (c *Config) defaults() {
@@ -171,7 +182,7 @@ type Host struct {
 	log     *slog.Logger
 	rlog    raft.Logger
 	journal *journal
-	tr      *transport
+	tr      transport
 
 	mu     sync.RWMutex
 	groups map[uint64]*group
@@ -245,13 +256,20 @@ func NewHost(cfg Config) (*Host, error) {
 		groups: map[uint64]*group{}, dirty: map[*group]struct{}{},
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
 	}
-	h.tr, err = newTransport(cfg.ID, cfg.Identity, cfg.Listen, h, cfg.Faults, logger, cfg.QueueLen, cfg.TickInterval*time.Duration(cfg.HeartbeatTicks), cfg.TLS)
+	if cfg.newTransport != nil {
+		h.tr, err = cfg.newTransport(h)
+	} else {
+		h.tr, err = newTransport(cfg.ID, cfg.Identity, cfg.Listen, h, cfg.Faults, logger, cfg.QueueLen, cfg.TickInterval*time.Duration(cfg.HeartbeatTicks), cfg.TLS)
+	}
 	if err != nil {
 		j.close()
 		return nil, err
 	}
 	for id, addr := range cfg.Peers {
 		h.tr.addPeer(id, addr)
+	}
+	if cfg.stepped {
+		return h, nil
 	}
 	h.wg.Add(2)
 	go h.tickLoop()

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -427,7 +429,8 @@ func (j *journal) liveSizeLocked() int64 {
 // rewriteLocked replaces the file by one holding only the live state.
 func (j *journal) rewriteLocked() error {
 	var b []byte
-	for g, s := range j.groups {
+	for _, g := range slices.Sorted(maps.Keys(j.groups)) { // the same bytes for the same state
+		s := j.groups[g]
 		if s.hs != nil {
 			b = appendRecord(b, jHardState, g, hsPayload(s.hs, s.applied))
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -26,14 +27,7 @@ func (h *Host) readyLoop() {
 			return
 		case <-h.kick:
 		}
-		h.dirtyMu.Lock()
-		gs := make([]*group, 0, len(h.dirty))
-		for g := range h.dirty {
-			gs = append(gs, g)
-		}
-		clear(h.dirty)
-		h.dirtyMu.Unlock()
-		h.cycle(gs)
+		h.runReady()
 	}
 }
 
@@ -56,7 +50,19 @@ type readyItem struct {
 // durable majority. Only when term and vote did not change in this Ready:
 // those must be durable before anything that depends on them leaves.
 func (h *Host) sendEarly(it *readyItem) {
-	if !it.leader || len(it.rd.Messages) == 0 {
+	if len(it.rd.Messages) == 0 {
+		return
+	}
+	if !it.leader {
+		if h.cfg.ackBeforeFsync { // the planted bug (Config)
+			it.rd.Messages = slices.DeleteFunc(it.rd.Messages, func(m *pb.Message) bool {
+				if m.GetType() != pb.MessageType_MsgAppResp {
+					return false
+				}
+				h.tr.send(it.g.id, m)
+				return true
+			})
+		}
 		return
 	}
 	if hs := it.rd.HardState; !raft.IsEmptyHardState(hs) &&
@@ -227,8 +233,12 @@ func (h *Host) cycle(gs []*group) {
 
 // syncLogs fsyncs the logs of items, setting each one's err.
 func (h *Host) syncLogs(items []*readyItem) {
-	if len(items) == 1 {
-		items[0].err = items[0].g.st.log.SyncNow()
+	if len(items) == 1 || h.cfg.stepped {
+		// A stepped host (the simulation) fsyncs one log after another,
+		// in its sorted order, so that its runs repeat.
+		for _, it := range items {
+			it.err = it.g.st.log.SyncNow()
+		}
 		return
 	}
 	bySyncer := map[*storage.Syncer][]*readyItem{}
@@ -507,11 +517,11 @@ func (h *Host) wakePeersLocked(g *group) {
 	}
 	g.st.mu.RUnlock()
 	id := g.id
-	go func() {
+	h.goAsync(func() {
 		for _, p := range peers {
 			if p != h.cfg.ID {
 				h.tr.send(id, &pb.Message{Type: pb.MessageType_MsgHeartbeat.Enum(), To: new(p), From: new(h.cfg.ID), Context: wakeCtx})
 			}
 		}
-	}()
+	})
 }

@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"net"
 	"slices"
 	"sync"
@@ -84,89 +83,6 @@ type PeerIdentity struct {
 	Seen time.Time
 }
 
-// Faults is the fault-injection seam: links between node pairs can be cut,
-// delayed or made lossy. One Faults is shared by the hosts of a test; a message on a
-// cut link is dropped by the sender (and counted), as a lossy network would.
-type Faults struct {
-	mu    sync.Mutex
-	cut   map[[2]uint64]bool
-	delay map[[2]uint64]time.Duration
-	loss  map[[2]uint64]float64
-	rng   *rand.Rand
-}
-
-// NewFaults returns a Faults with every link healthy.
-func NewFaults() *Faults {
-	return &Faults{
-		cut: map[[2]uint64]bool{}, delay: map[[2]uint64]time.Duration{}, loss: map[[2]uint64]float64{},
-		rng: rand.New(rand.NewPCG(1, 2)),
-	}
-}
-
-// Lose drops each frame from a to b with probability p (0 removes it).
-func (f *Faults) Lose(from, to uint64, p float64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.loss[[2]uint64{from, to}] = p
-}
-
-// Cut drops all messages between a and b, both ways.
-func (f *Faults) Cut(a, b uint64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.cut[[2]uint64{a, b}], f.cut[[2]uint64{b, a}] = true, true
-}
-
-// Isolate cuts id from every node in others.
-func (f *Faults) Isolate(id uint64, others ...uint64) {
-	for _, o := range others {
-		if o != id {
-			f.Cut(id, o)
-		}
-	}
-}
-
-// Delay delays messages from a to b by d (0 removes the delay).
-func (f *Faults) Delay(from, to uint64, d time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.delay[[2]uint64{from, to}] = d
-}
-
-// HealAll restores every link.
-func (f *Faults) HealAll() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	clear(f.cut)
-	clear(f.delay)
-	clear(f.loss)
-}
-
-func (f *Faults) check(from, to uint64) (cut bool, delay time.Duration) {
-	if f == nil {
-		return false, 0
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	k := [2]uint64{from, to}
-	if p := f.loss[k]; p > 0 && f.rng.Float64() < p {
-		return true, 0
-	}
-	return f.cut[k], f.delay[k]
-}
-
-type outMsg struct {
-	group uint64
-	m     *pb.Message
-}
-
-// transportEvents is what the transport tells its host.
-type transportEvents interface {
-	receive(from uint64, msgs []outMsg)
-	unreachable(peer uint64, groups []uint64)
-	snapshotSent(peer, group uint64, ok bool)
-}
-
 // TransportStats counts the transport's work.
 type TransportStats struct {
 	FramesSent, MessagesSent, Dropped, Reconnects int64
@@ -175,7 +91,7 @@ type TransportStats struct {
 	Refused int64
 }
 
-type transport struct {
+type tcpTransport struct {
 	id        uint64
 	ident     atomic.Pointer[NodeIdentity]
 	ln        net.Listener
@@ -207,7 +123,7 @@ type peer struct {
 	q    chan outMsg
 }
 
-func newTransport(id uint64, ident NodeIdentity, listen string, ev transportEvents, faults *Faults, logger *slog.Logger, queueLen int, heartbeat time.Duration, tlsCfg *TransportTLS) (*transport, error) {
+func newTransport(id uint64, ident NodeIdentity, listen string, ev transportEvents, faults *Faults, logger *slog.Logger, queueLen int, heartbeat time.Duration, tlsCfg *TransportTLS) (*tcpTransport, error) {
 	if tlsCfg != nil && (tlsCfg.Server == nil || tlsCfg.Client == nil) {
 		return nil, errors.New("raft: TLS needs a server and a client config")
 	}
@@ -218,7 +134,7 @@ func newTransport(id uint64, ident NodeIdentity, listen string, ev transportEven
 			return nil, fmt.Errorf("raft: listen %s: %w", listen, err)
 		}
 	}
-	t := &transport{
+	t := &tcpTransport{
 		id: id, ln: ln, tls: tlsCfg, ev: ev, faults: faults, logger: logger, queueLen: queueLen, heartbeat: heartbeat,
 		peers: map[uint64]*peer{}, conns: map[net.Conn]struct{}{}, done: make(chan struct{}),
 		budget: make(chan struct{}, maxInboundBytes/frameChunk),
@@ -233,7 +149,7 @@ func newTransport(id uint64, ident NodeIdentity, listen string, ev transportEven
 
 // addr is the address the transport listens on, "" if it does not (a
 // single node: no peers, no port).
-func (t *transport) addr() string {
+func (t *tcpTransport) addr() string {
 	if t.ln == nil {
 		return ""
 	}
@@ -241,7 +157,7 @@ func (t *transport) addr() string {
 }
 
 // addPeer registers (or re-addresses) a peer and starts its sender.
-func (t *transport) addPeer(id uint64, addr string) {
+func (t *tcpTransport) addPeer(id uint64, addr string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed || id == t.id {
@@ -259,7 +175,7 @@ func (t *transport) addPeer(id uint64, addr string) {
 // send queues m for its destination; never blocks. A full queue or an
 // unknown peer drops the message (Raft retransmits) and reports the peer
 // unreachable for that group.
-func (t *transport) send(group uint64, m *pb.Message) {
+func (t *tcpTransport) send(group uint64, m *pb.Message) {
 	to := m.GetTo()
 	t.mu.Lock()
 	p := t.peers[to]
@@ -278,7 +194,7 @@ func (t *transport) send(group uint64, m *pb.Message) {
 	}
 }
 
-func (t *transport) sender(p *peer) {
+func (t *tcpTransport) sender(p *peer) {
 	defer t.wg.Done()
 	var conn net.Conn
 	var w *bufio.Writer
@@ -367,7 +283,7 @@ func (t *transport) sender(p *peer) {
 }
 
 // fail drops a batch that could not be sent.
-func (t *transport) fail(peer uint64, batch []outMsg) {
+func (t *tcpTransport) fail(peer uint64, batch []outMsg) {
 	if len(batch) == 0 {
 		return
 	}
@@ -388,12 +304,12 @@ func (t *transport) fail(peer uint64, batch []outMsg) {
 
 // setIdentity changes what this node says of itself (once it has formed
 // or joined a cluster).
-func (t *transport) setIdentity(id NodeIdentity) {
+func (t *tcpTransport) setIdentity(id NodeIdentity) {
 	id.Bootstrap = maps.Clone(id.Bootstrap)
 	t.ident.Store(&id)
 }
 
-func (t *transport) encode(batch []outMsg) ([]byte, error) {
+func (t *tcpTransport) encode(batch []outMsg) ([]byte, error) {
 	id := t.ident.Load()
 	b := make([]byte, 4, 64)
 	b = append(b, frameVersion)
@@ -428,7 +344,7 @@ func (t *transport) encode(batch []outMsg) ([]byte, error) {
 }
 
 // dial connects to a peer, over mutual TLS when configured.
-func (t *transport) dial(addr string) (net.Conn, error) {
+func (t *tcpTransport) dial(addr string) (net.Conn, error) {
 	d := &net.Dialer{Timeout: time.Second}
 	if t.tls == nil {
 		return d.Dial("tcp", addr)
@@ -443,7 +359,7 @@ func (t *transport) dial(addr string) (net.Conn, error) {
 	return c, err
 }
 
-func (t *transport) accept() {
+func (t *tcpTransport) accept() {
 	defer t.wg.Done()
 	for {
 		c, err := t.ln.Accept()
@@ -477,7 +393,7 @@ func (t *transport) accept() {
 	}
 }
 
-func (t *transport) read(c net.Conn) {
+func (t *tcpTransport) read(c net.Conn) {
 	defer t.wg.Done()
 	defer func() {
 		c.Close()
@@ -556,7 +472,7 @@ func (t *transport) read(c net.Conn) {
 }
 
 // warnOnce logs a refused connection at most once a minute per remote host.
-func (t *transport) warnOnce(c net.Conn, msg string, args ...any) {
+func (t *tcpTransport) warnOnce(c net.Conn, msg string, args ...any) {
 	host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
 	if v, ok := t.warned.Load(host); ok && time.Since(v.(time.Time)) < time.Minute {
 		return
@@ -566,7 +482,7 @@ func (t *transport) warnOnce(c net.Conn, msg string, args ...any) {
 }
 
 // identities returns what each peer last said of itself.
-func (t *transport) identities() map[uint64]PeerIdentity {
+func (t *tcpTransport) identities() map[uint64]PeerIdentity {
 	out := map[uint64]PeerIdentity{}
 	t.peerIdent.Range(func(k, v any) bool {
 		out[k.(uint64)] = v.(PeerIdentity)
@@ -579,7 +495,7 @@ func (t *transport) identities() map[uint64]PeerIdentity {
 // at a time as the bytes arrive (a stalled peer holds one chunk, until
 // frameTimeout). On error nothing stays taken; on success the caller
 // releases len(buf).
-func (t *transport) readFrame(r io.Reader, n int) ([]byte, error) {
+func (t *tcpTransport) readFrame(r io.Reader, n int) ([]byte, error) {
 	buf := make([]byte, 0, min(n, frameChunk))
 	for len(buf) < n {
 		k := min(n-len(buf), frameChunk)
@@ -604,7 +520,7 @@ func (t *transport) readFrame(r io.Reader, n int) ([]byte, error) {
 }
 
 // release returns the budget of an n-byte frame.
-func (t *transport) release(n int) {
+func (t *tcpTransport) release(n int) {
 	for i := 0; i < (n+frameChunk-1)/frameChunk; i++ {
 		<-t.budget
 	}
@@ -661,16 +577,16 @@ func decodeFrame(b []byte) (uint64, []outMsg, *NodeIdentity, error) {
 }
 
 // heardWithin reports whether a frame from peer arrived within d.
-func (t *transport) heardWithin(peer uint64, d time.Duration) bool {
+func (t *tcpTransport) heardWithin(peer uint64, d time.Duration) bool {
 	v, ok := t.lastHeard.Load(peer)
 	return ok && time.Since(v.(time.Time)) < d
 }
 
-func (t *transport) stats() TransportStats {
+func (t *tcpTransport) stats() TransportStats {
 	return TransportStats{FramesSent: t.framesSent.Load(), MessagesSent: t.msgsSent.Load(), Dropped: t.dropped.Load(), Reconnects: t.reconnects.Load(), Refused: t.refused.Load()}
 }
 
-func (t *transport) close() {
+func (t *tcpTransport) close() {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()

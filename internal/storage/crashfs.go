@@ -60,6 +60,14 @@ func (fs *CrashFS) Reboot() {
 	fs.down, fs.crashIn = false, 0
 }
 
+// Down reports whether a power cut chosen by CrashAfter happened (the FS
+// fails every operation until Reboot).
+func (fs *CrashFS) Down() bool {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.down
+}
+
 // Ops is the number of mutating operations asked for so far.
 func (fs *CrashFS) Ops() int64 {
 	fs.mu.Lock()

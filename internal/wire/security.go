@@ -304,3 +304,31 @@ func remoteIP(a net.Addr) string {
 	}
 	return host
 }
+
+// Code is the protocol's number in BrokerRegistration (Kafka's
+// SecurityProtocol ids: PLAINTEXT 0, SSL 1, SASL_PLAINTEXT 2, SASL_SSL 3).
+func (p SecurityProtocol) Code() int16 {
+	switch p {
+	case SSL:
+		return 1
+	case SASLPlaintext:
+		return 2
+	case SASLSSL:
+		return 3
+	}
+	return 0
+}
+
+// ProtocolForCode is the protocol of a BrokerRegistration code
+// (PLAINTEXT for an unknown one).
+func ProtocolForCode(code int16) SecurityProtocol {
+	switch code {
+	case 1:
+		return SSL
+	case 2:
+		return SASLPlaintext
+	case 3:
+		return SASLSSL
+	}
+	return Plaintext
+}

@@ -1,9 +1,13 @@
-package broker
+package cluster
 
 import (
+	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"holdfast/internal/raft"
+	"holdfast/internal/replica"
 )
 
 // Leadership placement in cluster mode: automatic preferred-leader
@@ -18,27 +22,43 @@ import (
 // partitions it replicates (all of them when RF = nodes) and transfers only
 // those it leads itself, so no node acts on leadership it does not hold.
 
-// The closer runs first on Close (the highest rank registers last): the
-// coordinators and the metadata loops still run while leadership moves.
-func init() { onStart(rankCoordinator+10, "leadership", (*Broker).startLeadership) }
-
-func (b *Broker) startLeadership() error {
-	stop := func() {}
-	if b.cfg.AutoLeaderRebalance && b.cfg.LeaderImbalanceCheckInterval > 0 {
-		stop = goLoop(b.balanceLoop)
+// StartBalancing starts automatic preferred-leader balancing, if
+// configured.
+func (n *Node) StartBalancing() {
+	if !n.cfg.AutoLeaderRebalance || n.cfg.LeaderImbalanceCheckInterval <= 0 || n.balance != nil {
+		return
 	}
-	b.closers = append(b.closers, func() error {
-		stop()
-		if b.cfg.ControlledShutdown && b.cfg.ControlledShutdownMaxWait > 0 {
-			b.controlledShutdown()
-		}
-		return nil
-	})
-	return nil
+	stopCh, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		n.balanceLoop(stopCh)
+	}()
+	n.balance = func() {
+		close(stopCh)
+		<-done
+	}
 }
 
-func (b *Broker) balanceLoop(stop <-chan struct{}) {
-	tick := time.NewTicker(b.cfg.LeaderImbalanceCheckInterval)
+func (n *Node) stopBalancing() {
+	if n.balance != nil {
+		n.balance()
+		n.balance = nil
+	}
+}
+
+// HandOver stops balancing and, with controlled shutdown on, moves every
+// leadership this node holds to a caught-up replica (controlledShutdown).
+// The broker calls it first on Close, while its coordinators and the
+// metadata loops still run.
+func (n *Node) HandOver() {
+	n.stopBalancing()
+	if n.cfg.ControlledShutdown && n.cfg.ControlledShutdownMaxWait > 0 && n.meta != nil {
+		n.controlledShutdown()
+	}
+}
+
+func (n *Node) balanceLoop(stop <-chan struct{}) {
+	tick := time.NewTicker(n.cfg.LeaderImbalanceCheckInterval)
 	defer tick.Stop()
 	for {
 		select {
@@ -46,16 +66,16 @@ func (b *Broker) balanceLoop(stop <-chan struct{}) {
 			return
 		case <-tick.C:
 		}
-		b.balanceLeaders()
+		n.balanceLeaders()
 	}
 }
 
 // balanceLeaders is one check: it asks for a transfer of every partition
 // this node leads whose preferred broker is over the imbalance limit and
 // can take over now. The next check sees the result.
-func (b *Broker) balanceLeaders() {
-	h := b.cluster.host
-	me := uint64(b.cfg.NodeID)
+func (n *Node) balanceLeaders() {
+	h := n.host
+	me := uint64(n.cfg.NodeID)
 	type lead struct {
 		group, preferred uint64
 		topic            string
@@ -64,15 +84,15 @@ func (b *Broker) balanceLeaders() {
 	preferred := map[uint64]int{} // partitions replicated here, by preferred broker
 	notLed := map[uint64]int{}    // of those, the ones another broker (or none) leads
 	var mine []lead
-	for _, t := range b.meta.Topics() {
+	for _, t := range n.meta.Topics() {
 		for i := int32(0); i < t.Partitions && int(i) < len(t.Replicas); i++ {
 			if len(t.Replicas[i]) == 0 {
 				continue
 			}
-			if p := b.parts.Get(t.Name, i); p == nil {
+			if p := n.replicas.Get(t.Name, i); p == nil {
 				continue
 			}
-			g := partitionGroup(t.ID, i)
+			g := replica.Group(t.ID, i)
 			l, err := h.Leadership(g)
 			if err != nil {
 				continue
@@ -88,22 +108,22 @@ func (b *Broker) balanceLeaders() {
 			}
 		}
 	}
-	pct := b.cfg.LeaderImbalancePerBrokerPct
+	pct := n.cfg.LeaderImbalancePerBrokerPct
 	moved := 0
 	for _, m := range mine {
 		if notLed[m.preferred]*100 <= pct*preferred[m.preferred] {
 			continue
 		}
 		st, err := h.Status(m.group)
-		if err != nil || st.State != "StateLeader" || transferable(st, m.preferred) != nil {
+		if err != nil || st.State != "StateLeader" || Transferable(st, m.preferred) != nil {
 			continue
 		}
-		b.log.Debug("moving leadership to the preferred replica", "topic", m.topic, "partition", m.partition, "to", m.preferred)
+		n.log.Debug("moving leadership to the preferred replica", "topic", m.topic, "partition", m.partition, "to", m.preferred)
 		h.TransferLeader(m.group, m.preferred)
 		moved++
 	}
 	if moved > 0 {
-		b.log.Info("leader balancing: transfers to preferred replicas", "partitions", moved)
+		n.log.Info("leader balancing: transfers to preferred replicas", "partitions", moved)
 	}
 }
 
@@ -112,14 +132,14 @@ func (b *Broker) balanceLeaders() {
 // preferred replica when it is one - and waits until none is led here or
 // ControlledShutdownMaxWait passes. Without it, every such group is
 // leaderless for an election timeout once this node stops.
-func (b *Broker) controlledShutdown() {
-	h := b.cluster.host
-	me := uint64(b.cfg.NodeID)
+func (n *Node) controlledShutdown() {
+	h := n.host
+	me := uint64(n.cfg.NodeID)
 	prefs := map[uint64]uint64{}
-	for _, t := range b.meta.Topics() {
+	for _, t := range n.meta.Topics() {
 		for i := int32(0); i < t.Partitions && int(i) < len(t.Replicas); i++ {
 			if len(t.Replicas[i]) > 0 {
-				prefs[partitionGroup(t.ID, i)] = uint64(t.Replicas[i][0])
+				prefs[replica.Group(t.ID, i)] = uint64(t.Replicas[i][0])
 			}
 		}
 	}
@@ -135,8 +155,8 @@ func (b *Broker) controlledShutdown() {
 	}
 	start := time.Now()
 	total := len(asked)
-	b.log.Info("controlled shutdown: moving leadership", "groups", total, "max_wait", b.cfg.ControlledShutdownMaxWait)
-	deadline := start.Add(b.cfg.ControlledShutdownMaxWait)
+	n.log.Info("controlled shutdown: moving leadership", "groups", total, "max_wait", n.cfg.ControlledShutdownMaxWait)
+	deadline := start.Add(n.cfg.ControlledShutdownMaxWait)
 	for {
 		// A group with a transfer under way, or one that can start now;
 		// without any (the last node of a quorum) waiting is pointless.
@@ -147,7 +167,7 @@ func (b *Broker) controlledShutdown() {
 				delete(asked, g)
 				continue
 			}
-			if time.Since(at) < transferRetry {
+			if time.Since(at) < TransferRetry {
 				hope = true
 				continue
 			}
@@ -160,28 +180,60 @@ func (b *Broker) controlledShutdown() {
 		if len(asked) == 0 || !hope || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(electPoll)
+		time.Sleep(transferPoll)
 	}
 	if len(asked) > 0 {
-		b.log.Warn("controlled shutdown: leadership not moved in time; those groups elect after a timeout", "moved", total-len(asked), "remaining", len(asked), "elapsed", time.Since(start).Round(time.Millisecond))
+		n.log.Warn("controlled shutdown: leadership not moved in time; those groups elect after a timeout", "moved", total-len(asked), "remaining", len(asked), "elapsed", time.Since(start).Round(time.Millisecond))
 		return
 	}
-	b.log.Info("controlled shutdown: leadership moved", "groups", total, "elapsed", time.Since(start).Round(time.Millisecond))
+	n.log.Info("controlled shutdown: leadership moved", "groups", total, "elapsed", time.Since(start).Round(time.Millisecond))
 }
 
 // transferTarget picks who takes over a group from this leader: the
 // preferred replica if it can, else the caught-up voter furthest along; 0
 // if none can now.
 func transferTarget(st raft.Status, preferred uint64) uint64 {
-	if preferred != 0 && preferred != st.Node && transferable(st, preferred) == nil {
+	if preferred != 0 && preferred != st.Node && Transferable(st, preferred) == nil {
 		return preferred
 	}
 	var best uint64
 	var bestOff int64 = -1
 	for _, r := range st.Replicas {
-		if r.ID != st.Node && transferable(st, r.ID) == nil && r.MatchOffset > bestOff {
+		if r.ID != st.Node && Transferable(st, r.ID) == nil && r.MatchOffset > bestOff {
 			best, bestOff = r.ID, r.MatchOffset
 		}
 	}
 	return best
+}
+
+// ErrBehind: the replica is up but has not acknowledged the commit point.
+var ErrBehind = errors.New("not caught up")
+
+// TransferRetry is how long a leadership transfer may take before it is
+// asked for again: etcd raft abandons one after an election timeout.
+const TransferRetry = time.Second
+
+// transferPoll is how often a wait for transfers looks at leadership.
+const transferPoll = 20 * time.Millisecond
+
+// Transferable reports, from the leader's status, whether target can take
+// over leadership now: a voter the leader hears from that has
+// acknowledged everything committed.
+func Transferable(st raft.Status, target uint64) error {
+	if !slices.Contains(st.Voters, target) {
+		return fmt.Errorf("replica %d is not a voter of the group", target)
+	}
+	for _, r := range st.Replicas {
+		if r.ID != target {
+			continue
+		}
+		switch {
+		case !r.Active:
+			return fmt.Errorf("replica %d is down", target)
+		case r.State != "StateReplicate" || r.MatchOffset < st.CommitOffset:
+			return fmt.Errorf("replica %d is %w (acknowledged %d of %d)", target, ErrBehind, r.MatchOffset, st.CommitOffset)
+		}
+		return nil
+	}
+	return fmt.Errorf("replica %d is unknown to the leader", target)
 }

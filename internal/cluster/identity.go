@@ -1,4 +1,4 @@
-package broker
+package cluster
 
 import (
 	"context"
@@ -25,18 +25,18 @@ import (
 // its directory is one the cluster was formed with it is a replaced disk —
 // every Raft group it opens starts by catching up, without voting (rejoin).
 
-func init() { onStart(rankStorage-10, "identity", (*Broker).startIdentity) }
-
-func (b *Broker) startIdentity() error {
-	id, err := datadir.Open(b.cfg.FS, b.cfg.DataDir, b.cfg.NodeID)
+// openIdentity reads the data directory's identity; a single node with a
+// new directory makes its own cluster at once.
+func (n *Node) openIdentity() error {
+	id, err := datadir.Open(n.cfg.FS, n.cfg.DataDir, n.cfg.NodeID)
 	if err != nil {
 		return err
 	}
-	if !id.Formatted() && b.singleNode() {
+	if !id.Formatted() && n.SingleNode() {
 		// A single node: its own cluster (the one its metadata already
 		// names, for a directory from before identities), formed with
 		// this directory.
-		cid, err := controller.StoredClusterID(filepath.Join(b.cfg.DataDir, "meta"), b.cfg.FS)
+		cid, err := controller.StoredClusterID(filepath.Join(n.cfg.DataDir, "meta"), n.cfg.FS)
 		if err != nil {
 			return err
 		}
@@ -45,30 +45,30 @@ func (b *Broker) startIdentity() error {
 		}
 		id.ClusterID = cid
 		id.Bootstrap = map[int32]datadir.UUID{id.NodeID: id.DirectoryID}
-		if err := datadir.Write(b.cfg.FS, b.cfg.DataDir, id); err != nil {
+		if err := datadir.Write(n.cfg.FS, n.cfg.DataDir, id); err != nil {
 			return err
 		}
 	}
-	b.ident = id
-	b.log.Info("data directory", "dir", b.cfg.DataDir, "node", id.NodeID, "directory_id", id.DirectoryID.String(), "cluster_id", id.ClusterID)
+	n.ident = id
+	n.log.Info("data directory", "dir", n.cfg.DataDir, "node", id.NodeID, "directory_id", id.DirectoryID.String(), "cluster_id", id.ClusterID)
 	return nil
 }
 
-// singleNode reports whether this node is its cluster's only voter with no
+// SingleNode reports whether this node is its cluster's only voter with no
 // peers: `holdfast serve` without --peers.
-func (b *Broker) singleNode() bool {
-	return len(b.cfg.Peers) == 1 && b.cfg.Peers[b.cfg.NodeID] == "" && b.cfg.RaftListen == ""
+func (n *Node) SingleNode() bool {
+	return len(n.cfg.Peers) == 1 && n.cfg.Peers[n.cfg.NodeID] == "" && n.cfg.RaftListen == ""
 }
 
 // raftIdentity is what the Raft transport tells peers about this node.
-func (b *Broker) raftIdentity() raft.NodeIdentity {
-	out := raft.NodeIdentity{Directory: b.ident.DirectoryID}
-	if u, err := datadir.ParseUUID(b.ident.ClusterID); err == nil {
+func (n *Node) raftIdentity() raft.NodeIdentity {
+	out := raft.NodeIdentity{Directory: n.ident.DirectoryID}
+	if u, err := datadir.ParseUUID(n.ident.ClusterID); err == nil {
 		out.Cluster = u
 	}
-	if len(b.ident.Bootstrap) > 0 {
+	if len(n.ident.Bootstrap) > 0 {
 		out.Bootstrap = map[uint64][16]byte{}
-		for n, d := range b.ident.Bootstrap {
+		for n, d := range n.ident.Bootstrap {
 			out.Bootstrap[uint64(n)] = d
 		}
 	}
@@ -77,22 +77,22 @@ func (b *Broker) raftIdentity() raft.NodeIdentity {
 
 // joinCluster gives a node of a cluster whose directory has no cluster yet
 // its cluster, waiting as long as it takes (logging why every few seconds).
-func (b *Broker) joinCluster(h *raft.Host) error {
-	if b.ident.Formatted() {
+func (n *Node) joinCluster(h *raft.Host) error {
+	if n.ident.Formatted() {
 		return nil
 	}
-	voters := slices.Sorted(maps.Keys(b.cfg.Peers))
+	voters := slices.Sorted(maps.Keys(n.cfg.Peers))
 	var last time.Time
 	var deadline time.Time
-	if b.cfg.JoinTimeout > 0 {
-		deadline = time.Now().Add(b.cfg.JoinTimeout)
+	if n.cfg.JoinTimeout > 0 {
+		deadline = time.Now().Add(n.cfg.JoinTimeout)
 	}
 	for {
 		var id datadir.Identity
 		var ok bool
 		var why string
-		if b.brokerOnly() {
-			id, ok, why = b.joinThroughBrokers()
+		if n.BrokerOnly() {
+			id, ok, why = n.joinThroughBrokers()
 		} else {
 			heard := map[int32]datadir.Peer{}
 			for n, pi := range h.PeerIdentities() {
@@ -111,27 +111,27 @@ func (b *Broker) joinCluster(h *raft.Host) error {
 				}
 				heard[int32(n)] = p
 			}
-			id, ok, why = datadir.Join(b.ident, voters, heard)
+			id, ok, why = datadir.Join(n.ident, voters, heard)
 		}
 		if ok {
-			if err := datadir.Write(b.cfg.FS, b.cfg.DataDir, id); err != nil {
+			if err := datadir.Write(n.cfg.FS, n.cfg.DataDir, id); err != nil {
 				return err
 			}
-			b.ident = id
-			h.SetIdentity(b.raftIdentity())
+			n.ident = id
+			h.SetIdentity(n.raftIdentity())
 			if id.BootstrapMember() {
-				b.log.Info("formed the cluster", "cluster_id", id.ClusterID, "voters", datadir.FormatVoters(id.Bootstrap))
+				n.log.Info("formed the cluster", "cluster_id", id.ClusterID, "voters", datadir.FormatVoters(id.Bootstrap))
 			} else {
-				b.log.Warn("joined the cluster with a new data directory: every replica catches up before it votes",
+				n.log.Warn("joined the cluster with a new data directory: every replica catches up before it votes",
 					"cluster_id", id.ClusterID, "directory_id", id.DirectoryID.String())
 			}
 			return nil
 		}
 		if !deadline.IsZero() && time.Now().After(deadline) {
-			return fmt.Errorf("no cluster to form or join within %v: %s", b.cfg.JoinTimeout, why)
+			return fmt.Errorf("no cluster to form or join within %v: %s", n.cfg.JoinTimeout, why)
 		}
 		if time.Since(last) > 5*time.Second {
-			b.log.Warn("waiting to form or join the cluster", "why", why)
+			n.log.Warn("waiting to form or join the cluster", "why", why)
 			last = time.Now()
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -140,34 +140,22 @@ func (b *Broker) joinCluster(h *raft.Host) error {
 
 // joinThroughBrokers asks the --join brokers which cluster they are: a
 // broker-only node never forms a cluster.
-func (b *Broker) joinThroughBrokers() (datadir.Identity, bool, string) {
-	cl, err := b.nodeClient(b.cfg.Join, kgo.DialTimeout(2*time.Second))
+func (n *Node) joinThroughBrokers() (datadir.Identity, bool, string) {
+	cl, err := n.cfg.Dial(n.cfg.Join, kgo.DialTimeout(2*time.Second))
 	if err != nil {
-		return b.ident, false, err.Error()
+		return n.ident, false, err.Error()
 	}
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	md, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
 	if err != nil {
-		return b.ident, false, fmt.Sprintf("asking --join brokers %v for the cluster: %v", b.cfg.Join, err)
+		return n.ident, false, fmt.Sprintf("asking --join brokers %v for the cluster: %v", n.cfg.Join, err)
 	}
 	if md.ClusterID == nil || *md.ClusterID == "" {
-		return b.ident, false, "the --join brokers have no cluster id yet"
+		return n.ident, false, "the --join brokers have no cluster id yet"
 	}
-	id := b.ident
+	id := n.ident
 	id.ClusterID, id.Bootstrap = *md.ClusterID, nil
 	return id, true, ""
-}
-
-// replicaRejoins reports whether this node's replica of partition p of t
-// must catch up before it votes: the partition was assigned to another
-// directory of this node (a replaced disk) or, with no record, this
-// directory did not form the cluster.
-func (b *Broker) replicaRejoins(t controller.Topic, p int32) bool {
-	rec := t.ReplicaDir(p, b.cfg.NodeID)
-	if rec == "" {
-		return !b.ident.BootstrapMember()
-	}
-	return rec != b.ident.DirectoryID.String()
 }

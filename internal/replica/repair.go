@@ -1,4 +1,4 @@
-package broker
+package replica
 
 import (
 	"errors"
@@ -34,7 +34,7 @@ type repairState struct {
 	pause time.Duration
 }
 
-func (c *cluster) repairLoop(stop <-chan struct{}) {
+func (m *Manager) repairLoop(stop <-chan struct{}) {
 	tick := time.NewTicker(repairEvery)
 	defer tick.Stop()
 	tries := map[uint64]*repairState{}
@@ -58,26 +58,18 @@ func (c *cluster) repairLoop(stop <-chan struct{}) {
 		case <-tick.C:
 		}
 		seen := map[uint64]bool{}
-		if st, err := c.host.Status(metadataGroup); err == nil && st.Failed != "" {
-			seen[metadataGroup] = true
-			if due(metadataGroup) {
-				if err := c.host.RetryGroup(metadataGroup); err != nil {
-					c.b.log.Error("the metadata Raft group failed and cannot be restarted here; restart the broker once its disk works", "err", err)
-				}
-			}
-		}
-		me := c.b.cfg.NodeID
-		for _, t := range c.b.meta.Topics() {
+		me := m.cfg.NodeID
+		for _, t := range m.meta.Topics() {
 			for i := int32(0); i < t.Partitions; i++ {
-				p := c.b.parts.Get(t.Name, i)
+				p := m.parts.Get(t.Name, i)
 				if p == nil && int(i) < len(t.Replicas) && slices.Contains(t.Replicas[i], me) {
 					// Assigned here but not open: a repair that discarded
 					// the replica could not reopen it (the disk still
 					// failed). Without its data it must catch up first.
-					g := partitionGroup(t.ID, i)
+					g := Group(t.ID, i)
 					seen[g] = true
 					if due(g) {
-						c.reopen(t, i)
+						m.reopen(t, i)
 					}
 					continue
 				}
@@ -97,7 +89,7 @@ func (c *cluster) repairLoop(stop <-chan struct{}) {
 				g := p.RaftGroup()
 				seen[g] = true
 				if due(g) {
-					c.repair(t, i, p, why)
+					m.repair(t, i, p, why)
 				}
 			}
 		}
@@ -110,12 +102,11 @@ func (c *cluster) repairLoop(stop <-chan struct{}) {
 }
 
 // repair brings back this node's failed replica of partition i of t.
-func (c *cluster) repair(t controller.Topic, i int32, p *partition.Partition, why string) {
-	b := c.b
-	lg := b.log.With("topic", t.Name, "partition", i)
+func (m *Manager) repair(t controller.Topic, i int32, p *partition.Partition, why string) {
+	lg := m.log.With("topic", t.Name, "partition", i)
 	g := p.RaftGroup()
-	if _, err := c.host.Status(g); err == nil && p.Log().Failed() == nil {
-		if err := c.host.RetryGroup(g); err != nil {
+	if _, err := m.host.Status(g); err == nil && p.Log().Failed() == nil {
+		if err := m.host.RetryGroup(g); err != nil {
 			lg.Error("restarting a failed replica", "failure", why, "err", err)
 		}
 		return
@@ -124,54 +115,46 @@ func (c *cluster) repair(t controller.Topic, i int32, p *partition.Partition, wh
 		lg.Error("the only replica's storage failed: it keeps its data and stays offline; restart the broker once the disk works", "failure", why)
 		return
 	}
-	b.topicsMu.Lock()
-	defer b.topicsMu.Unlock()
-	if cur, ok := b.meta.Topic(t.Name); !ok || cur.ID != t.ID {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cur, ok := m.meta.Topic(t.Name); !ok || cur.ID != t.ID {
 		return // deleted meanwhile
 	}
 	lg.Warn("replica storage failed: discarding its data here and catching up from the other replicas", "failure", why)
 	// The journal says the replica lost its data before any is deleted, so
 	// that it never votes with an empty log, also after a crash here.
-	if err := c.host.DiscardGroup(g); err != nil && !errors.Is(err, raft.ErrUnknownGroup) {
+	if err := m.host.DiscardGroup(g); err != nil && !errors.Is(err, raft.ErrUnknownGroup) {
 		lg.Error("discarding a failed replica", "err", err)
 		return
 	}
-	if err := b.parts.Remove(t.Name, i); err != nil {
+	if err := m.parts.Remove(t.Name, i); err != nil {
 		lg.Error("deleting a failed replica's data", "err", err)
 		return
 	}
-	c.reopenLocked(t, i)
+	m.reopenLocked(t, i)
 }
 
 // reopen opens this node's replica of partition i of t, which must catch
 // up before it votes.
-func (c *cluster) reopen(t controller.Topic, i int32) {
-	c.b.topicsMu.Lock()
-	defer c.b.topicsMu.Unlock()
-	if cur, ok := c.b.meta.Topic(t.Name); !ok || cur.ID != t.ID || c.b.parts.Get(t.Name, i) != nil {
+func (m *Manager) reopen(t controller.Topic, i int32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cur, ok := m.meta.Topic(t.Name); !ok || cur.ID != t.ID || m.parts.Get(t.Name, i) != nil {
 		return
 	}
-	c.reopenLocked(t, i)
+	m.reopenLocked(t, i)
 }
 
-func (c *cluster) reopenLocked(t controller.Topic, i int32) {
-	b := c.b
-	lg := b.log.With("topic", t.Name, "partition", i)
-	if err := b.finishPendingDelete(t.Name); err != nil {
+func (m *Manager) reopenLocked(t controller.Topic, i int32) {
+	lg := m.log.With("topic", t.Name, "partition", i)
+	if err := m.FinishPendingDelete(t.Name); err != nil {
 		lg.Error("the data of a deleted topic of the same name is still here", "err", err)
 		return
 	}
-	if err := c.openReplica(t, i, b.topicLogConfig(t), b.topicLogAppendTime(t), true); err != nil {
+	if err := m.open(t, i, true); err != nil {
 		lg.Error("reopening a discarded replica", "err", err)
 		return
 	}
-	c.repairs.Add(1)
+	m.repairs.Add(1)
 	lg.Info("replica reopened empty: catching up before it votes")
-}
-
-func (c *cluster) isOffline(tp topicPartition) bool {
-	c.offlineMu.Lock()
-	defer c.offlineMu.Unlock()
-	_, ok := c.offline[tp]
-	return ok
 }

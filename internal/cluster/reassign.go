@@ -1,4 +1,4 @@
-package broker
+package cluster
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 	"holdfast/internal/controller"
 	"holdfast/internal/raft"
-	"holdfast/internal/wire"
+	"holdfast/internal/replica"
 )
 
 // Partition reassignment (cluster mode). The controller commits a target
@@ -26,10 +26,6 @@ import (
 // AlterPartition, which commits OpReassignDone; only then do the removed
 // nodes close their replicas and delete the data.
 
-func init() {
-	registerInternal(kmsg.AlterPartition, 0, 3, (*Broker).handleAlterPartition)
-}
-
 // reassignInterval is how often each node looks for work: one membership
 // step per partition per round.
 const reassignInterval = 200 * time.Millisecond
@@ -37,8 +33,7 @@ const reassignInterval = 200 * time.Millisecond
 // reassignLoop runs on every node: it drives the partitions it leads that
 // are being reassigned and, on the controller, adds broker-only nodes to
 // the metadata group as learners.
-func (c *cluster) reassignLoop() {
-	defer c.wg.Done()
+func (n *Node) reassignLoop() {
 	tick := time.NewTicker(reassignInterval)
 	defer tick.Stop()
 	// Per group and learner: the commit offset it must reach before it is
@@ -48,20 +43,20 @@ func (c *cluster) reassignLoop() {
 	marks := map[uint64]map[uint64]int64{}
 	for {
 		select {
-		case <-c.stop:
+		case <-n.stop:
 			return
 		case <-tick.C:
 		}
-		c.syncMetadataLearners()
+		n.syncMetadataLearners()
 		seen := map[uint64]bool{}
-		for _, t := range c.b.meta.Topics() {
+		for _, t := range n.meta.Topics() {
 			for _, r := range t.Reassigning {
-				g := partitionGroup(t.ID, r.Partition)
+				g := replica.Group(t.ID, r.Partition)
 				seen[g] = true
 				if marks[g] == nil {
 					marks[g] = map[uint64]int64{}
 				}
-				c.stepReassignment(t, r, marks[g])
+				n.stepReassignment(t, r, marks[g])
 			}
 		}
 		for g := range marks {
@@ -74,14 +69,13 @@ func (c *cluster) reassignLoop() {
 
 // stepReassignment makes at most one membership change for partition
 // r.Partition of t, if this node leads it.
-func (c *cluster) stepReassignment(t controller.Topic, r controller.Reassignment, marks map[uint64]int64) {
-	b := c.b
-	p := b.parts.Get(t.Name, r.Partition)
+func (n *Node) stepReassignment(t controller.Topic, r controller.Reassignment, marks map[uint64]int64) {
+	p := n.replicas.Get(t.Name, r.Partition)
 	if p == nil {
 		return
 	}
 	g := p.RaftGroup()
-	st, err := c.host.Status(g)
+	st, err := n.host.Status(g)
 	if err != nil || st.State != "StateLeader" || st.Failed != "" {
 		return
 	}
@@ -93,7 +87,7 @@ func (c *cluster) stepReassignment(t controller.Topic, r controller.Reassignment
 	for _, rs := range st.Replicas {
 		progress[rs.ID] = rs
 	}
-	lg := b.log.With("topic", t.Name, "partition", r.Partition, "target", r.Target)
+	lg := n.log.With("topic", t.Name, "partition", r.Partition, "target", r.Target)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	missing := slices.IndexFunc(target, func(id uint64) bool {
@@ -102,12 +96,12 @@ func (c *cluster) stepReassignment(t controller.Topic, r controller.Reassignment
 	switch {
 	case missing >= 0:
 		lg.Info("reassignment: adding a learner", "node", target[missing])
-		err = c.host.AddLearner(ctx, g, target[missing])
+		err = n.host.AddLearner(ctx, g, target[missing])
 	case len(st.Learners) > 0:
 		l := st.Learners[0]
 		if !slices.Contains(target, l) { // a cancelled move's new replica
 			lg.Info("reassignment: removing a learner", "node", l)
-			err = c.host.RemoveReplica(ctx, g, l)
+			err = n.host.RemoveReplica(ctx, g, l)
 			break
 		}
 		mark, ok := marks[l]
@@ -120,7 +114,7 @@ func (c *cluster) stepReassignment(t controller.Topic, r controller.Reassignment
 			return
 		}
 		lg.Info("reassignment: promoting a caught-up learner", "node", l, "match_offset", pr.MatchOffset, "commit_offset", st.CommitOffset)
-		err = c.host.AddVoter(ctx, g, l)
+		err = n.host.AddVoter(ctx, g, l)
 		if err == nil {
 			delete(marks, l)
 		}
@@ -135,7 +129,7 @@ func (c *cluster) stepReassignment(t controller.Topic, r controller.Reassignment
 		// else to do, by handing leadership to a target voter.
 		if i := slices.IndexFunc(leaving, func(v uint64) bool { return v != st.Node }); i >= 0 {
 			lg.Info("reassignment: removing a replica", "node", leaving[i])
-			err = c.host.RemoveReplica(ctx, g, leaving[i])
+			err = n.host.RemoveReplica(ctx, g, leaving[i])
 			break
 		}
 		if len(leaving) > 0 {
@@ -147,11 +141,11 @@ func (c *cluster) stepReassignment(t controller.Topic, r controller.Reassignment
 			}
 			if to != 0 {
 				lg.Info("reassignment: the leader leaves, transferring leadership", "to", to)
-				err = c.host.TransferLeader(g, to)
+				err = n.host.TransferLeader(g, to)
 			}
 			break
 		}
-		err = c.finishReassignment(ctx, t, r)
+		err = n.finishReassignment(ctx, t, r)
 		if err == nil {
 			lg.Info("reassignment: complete")
 		}
@@ -163,17 +157,17 @@ func (c *cluster) stepReassignment(t controller.Topic, r controller.Reassignment
 
 // finishReassignment tells the controller that the partition's voters are
 // the target: directly on the controller, with AlterPartition elsewhere.
-func (c *cluster) finishReassignment(ctx context.Context, t controller.Topic, r controller.Reassignment) error {
+func (n *Node) finishReassignment(ctx context.Context, t controller.Topic, r controller.Reassignment) error {
 	cmd := controller.Command{Op: controller.OpReassignDone, Name: t.Name, Partition: r.Partition, Target: r.Target}
-	if c.isController() {
-		return c.propose(ctx, cmd)
+	if n.IsController() {
+		return n.Propose(ctx, cmd)
 	}
-	cl, err := c.forwarder()
+	cl, err := n.Forwarder()
 	if err != nil {
 		return err
 	}
 	req := kmsg.NewPtrAlterPartitionRequest()
-	req.BrokerID, req.BrokerEpoch = c.b.cfg.NodeID, 1
+	req.BrokerID, req.BrokerEpoch = n.cfg.NodeID, 1
 	rt := kmsg.NewAlterPartitionRequestTopic()
 	rt.Topic, rt.TopicID = t.Name, t.ID
 	rp := kmsg.NewAlterPartitionRequestTopicPartition()
@@ -203,115 +197,42 @@ func (c *cluster) finishReassignment(ctx context.Context, t controller.Topic, r 
 	return nil
 }
 
-// handleAlterPartition is Kafka's broker-to-controller AlterPartition,
-// used here for one thing: a partition leader reporting that the voters of
-// a reassigned partition are its target (NewISR = the target). Only the
-// controller accepts it; the target must be the current one.
-func (b *Broker) handleAlterPartition(_ context.Context, r *wire.Request) wire.Reply {
-	req := r.Body.(*kmsg.AlterPartitionRequest)
-	resp := req.ResponseKind().(*kmsg.AlterPartitionResponse)
-	c := b.cluster
-	switch {
-	case c.controllerOnly() != 0:
-		resp.ErrorCode = c.controllerOnly()
-		return wire.Respond(resp)
-	}
-	return func(ctx context.Context) kmsg.Response {
-		for _, rt := range req.Topics {
-			st := kmsg.NewAlterPartitionResponseTopic()
-			st.Topic, st.TopidID = rt.Topic, rt.TopicID
-			t, ok := b.meta.Topic(rt.Topic)
-			if req.Version >= 2 {
-				t, ok = b.meta.TopicByID(rt.TopicID)
-			}
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewAlterPartitionResponseTopicPartition()
-				sp.Partition, sp.LeaderID, sp.LeaderEpoch = rp.Partition, -1, -1
-				target := rp.NewISR
-				if req.Version >= 3 {
-					target = nil
-					for _, e := range rp.NewEpochISR {
-						target = append(target, e.BrokerID)
-					}
-				}
-				if !ok {
-					sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-				} else {
-					err := c.propose(ctx, controller.Command{Op: controller.OpReassignDone, Name: t.Name, Partition: rp.Partition, Target: target})
-					sp.ErrorCode, _ = kafkaError(err)
-					sp.ISR = target
-				}
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp
-	}
-}
-
 // syncMetadataLearners, on the controller, adds every registered
 // broker-only node (one with its own Raft address, not a metadata voter)
 // to the metadata group as a learner - it receives the metadata log and
 // never votes - and removes the learners that were unregistered. One
 // change per round.
-func (c *cluster) syncMetadataLearners() {
-	st, err := c.host.Status(metadataGroup)
+func (n *Node) syncMetadataLearners() {
+	st, err := n.host.Status(MetadataGroup)
 	if err != nil || st.State != "StateLeader" {
 		return
 	}
 	for _, l := range st.Learners {
-		if _, ok := c.b.meta.Broker(int32(l)); !ok {
+		if _, ok := n.meta.Broker(int32(l)); !ok {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := c.host.RemoveReplica(ctx, metadataGroup, l)
+			err := n.host.RemoveReplica(ctx, MetadataGroup, l)
 			cancel()
 			if err != nil && !errors.Is(err, raft.ErrConfChangeInProgress) {
-				c.b.log.Warn("removing an unregistered broker from the metadata group", "broker", l, "err", err)
+				n.log.Warn("removing an unregistered broker from the metadata group", "broker", l, "err", err)
 			} else if err == nil {
-				c.b.log.Info("unregistered broker removed from the metadata group", "broker", l)
+				n.log.Info("unregistered broker removed from the metadata group", "broker", l)
 			}
 			return
 		}
 	}
-	for _, br := range c.b.meta.Brokers() {
+	for _, br := range n.meta.Brokers() {
 		id := uint64(br.ID)
 		if br.RaftAddr == "" || slices.Contains(st.Voters, id) || slices.Contains(st.Learners, id) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := c.host.AddLearner(ctx, metadataGroup, id)
+		err := n.host.AddLearner(ctx, MetadataGroup, id)
 		cancel()
 		if err != nil && !errors.Is(err, raft.ErrConfChangeInProgress) {
-			c.b.log.Warn("adding a broker to the metadata group", "broker", br.ID, "err", err)
+			n.log.Warn("adding a broker to the metadata group", "broker", br.ID, "err", err)
 		} else if err == nil {
-			c.b.log.Info("broker-only node added to the metadata group as a learner", "broker", br.ID)
+			n.log.Info("broker-only node added to the metadata group as a learner", "broker", br.ID)
 		}
 		return
 	}
-}
-
-// dropReplica closes this node's replica of partition i of t and deletes
-// its data: the Raft group (and its journal state) first, so a crash in
-// between leaves only data, which start-up removes.
-func (c *cluster) dropReplica(t controller.Topic, i int32) error {
-	p := c.b.parts.Get(t.Name, i)
-	if p == nil {
-		return nil
-	}
-	if err := c.host.RemoveGroup(p.RaftGroup()); err != nil && !errors.Is(err, raft.ErrUnknownGroup) {
-		return err
-	}
-	c.b.log.Info("removed a replica moved to other brokers", "topic", t.Name, "partition", i)
-	return c.b.parts.Remove(t.Name, i)
-}
-
-// dropMovedReplicas drops this node's replicas of t that the metadata no
-// longer lists here (after a completed reassignment).
-func (c *cluster) dropMovedReplicas(t controller.Topic) error {
-	var errs []error
-	for i := int32(0); i < t.Partitions && int(i) < len(t.Replicas); i++ {
-		if !slices.Contains(t.Replicas[i], c.b.cfg.NodeID) {
-			errs = append(errs, c.dropReplica(t, i))
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -1,10 +1,9 @@
-package broker
+package replica
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -34,25 +33,12 @@ import (
 // the lag of a follower's log start behind the leader's.
 const compactEvery = time.Second
 
-// compactMu serializes Host.Compact calls (the DeleteRecords reply and the
-// command loop may both compact a group, and the anchors they journal must
-// not interleave). Compaction is rare, so one lock for the process is fine.
-var compactMu sync.Mutex
-
-func init() { onStart(rankStorage+6, "replicated log start", (*Broker).startClusterCompact) }
-
-func (b *Broker) startClusterCompact() error {
-	stop := goLoop(b.compactLoop)
-	b.closers = append(b.closers, func() error { stop(); return nil })
-	return nil
-}
-
-// replicateLogStart moves p's log start to start on every replica: it
+// ReplicateLogStart moves p's log start to start on every replica: it
 // proposes the command on the leader (this node), waits for the commit, and
 // compacts the local log. Followers compact when their loop finds the
 // command. Errors carry a kerr code.
-func (b *Broker) replicateLogStart(ctx context.Context, p *partition.Partition, group uint64, start int64) error {
-	h := b.cluster.host
+func (m *Manager) ReplicateLogStart(ctx context.Context, p *partition.Partition, group uint64, start int64) error {
+	h := m.host
 	prop, err := h.ProposeCommand(ctx, group, partition.LogStartCommand(start))
 	if err != nil {
 		if errors.Is(err, raft.ErrProposalDropped) {
@@ -66,7 +52,7 @@ func (b *Broker) replicateLogStart(ctx context.Context, p *partition.Partition, 
 		}
 		return fmt.Errorf("%w: %w", kerr.NotLeaderForPartition, err)
 	}
-	if err := b.compactReplica(p, group, start); err != nil {
+	if err := m.compactReplica(p, group, start); err != nil {
 		return fmt.Errorf("%w: %w", kerr.KafkaStorageError, err)
 	}
 	return nil
@@ -74,18 +60,18 @@ func (b *Broker) replicateLogStart(ctx context.Context, p *partition.Partition, 
 
 // compactReplica cuts the local replica's log below start, if it is not
 // already. start must be committed.
-func (b *Broker) compactReplica(p *partition.Partition, group uint64, start int64) error {
-	compactMu.Lock()
-	defer compactMu.Unlock()
+func (m *Manager) compactReplica(p *partition.Partition, group uint64, start int64) error {
+	m.compactMu.Lock()
+	defer m.compactMu.Unlock()
 	// Never call Compact at or below the current start: the anchor would
 	// be recomputed from an offset the index no longer holds.
 	if start <= p.Log().StartOffset() {
 		return nil
 	}
-	if err := b.cluster.host.Compact(group, start); err != nil {
+	if err := m.host.Compact(group, start); err != nil {
 		return err
 	}
-	b.log.Info("log start moved", "topic", p.Topic(), "partition", p.Index(), "log_start_offset", p.LogStartOffset())
+	m.log.Info("log start moved", "topic", p.Topic(), "partition", p.Index(), "log_start_offset", p.LogStartOffset())
 	return nil
 }
 
@@ -93,7 +79,7 @@ func (b *Broker) compactReplica(p *partition.Partition, group uint64, start int6
 // replicas. cursors is the Raft index up to which each group's commands
 // were applied; after a restart every command still held is applied again
 // (compacting to a start the log already has does nothing).
-func (b *Broker) compactLoop(stop <-chan struct{}) {
+func (m *Manager) compactLoop(stop <-chan struct{}) {
 	cursors := map[uint64]uint64{}
 	tick := time.NewTicker(compactEvery)
 	defer tick.Stop()
@@ -104,22 +90,22 @@ func (b *Broker) compactLoop(stop <-chan struct{}) {
 		case <-tick.C:
 		}
 		seen := map[uint64]bool{}
-		for _, t := range b.meta.Topics() {
+		for _, t := range m.meta.Topics() {
 			for i := int32(0); i < t.Partitions; i++ {
 				// In cluster mode every open partition is a replica. Its
 				// group is named by the metadata, not read from the
 				// partition, which may not have joined it yet.
-				p := b.parts.Get(t.Name, i)
+				p := m.parts.Get(t.Name, i)
 				if p == nil {
 					continue
 				}
-				g := partitionGroup(t.ID, i)
+				g := Group(t.ID, i)
 				seen[g] = true
-				next, err := b.applyLogStarts(p, g, cursors[g])
+				next, err := m.applyLogStarts(p, g, cursors[g])
 				switch {
 				case errors.Is(err, storage.ErrClosed), errors.Is(err, raft.ErrUnknownGroup):
 				case err != nil:
-					b.log.Warn("applying log start commands", "topic", t.Name, "partition", i, "err", err)
+					m.log.Warn("applying log start commands", "topic", t.Name, "partition", i, "err", err)
 				}
 				cursors[g] = next
 			}
@@ -134,8 +120,8 @@ func (b *Broker) compactLoop(stop <-chan struct{}) {
 
 // applyLogStarts compacts p to the highest start named by the group's
 // committed commands above index after; it returns the last index seen.
-func (b *Broker) applyLogStarts(p *partition.Partition, group uint64, after uint64) (uint64, error) {
-	cmds, err := b.cluster.host.Commands(group, after)
+func (m *Manager) applyLogStarts(p *partition.Partition, group uint64, after uint64) (uint64, error) {
+	cmds, err := m.host.Commands(group, after)
 	if err != nil || len(cmds) == 0 {
 		return after, err
 	}
@@ -146,26 +132,16 @@ func (b *Broker) applyLogStarts(p *partition.Partition, group uint64, after uint
 		}
 	}
 	if target > p.Log().StartOffset() {
-		if err := b.compactReplica(p, group, target); err != nil {
+		if err := m.compactReplica(p, group, target); err != nil {
 			return after, err
 		}
 	}
 	return cmds[len(cmds)-1].Index, nil
 }
 
-// logStartErrorCode is the Kafka code an error of replicateLogStart
-// carries (KAFKA_STORAGE_ERROR if none).
-func logStartErrorCode(err error) int16 {
-	var ke *kerr.Error
-	if errors.As(err, &ke) {
-		return ke.Code
-	}
-	return kerr.KafkaStorageError.Code
-}
-
 // leadsGroup reports whether this node leads the Raft group and accepts
 // proposals in it.
-func (b *Broker) leadsGroup(group uint64) bool {
-	l, err := b.cluster.host.Leadership(group)
+func (m *Manager) leadsGroup(group uint64) bool {
+	l, err := m.host.Leadership(group)
 	return err == nil && l.Proposing
 }

@@ -1,4 +1,4 @@
-package broker
+package replica
 
 import (
 	"errors"
@@ -99,7 +99,7 @@ type cleanerKey struct {
 }
 
 type logCleaner struct {
-	b        *Broker
+	m        *Manager
 	cfg      CleanerConfig
 	throttle *storage.Throttle
 	wake     chan struct{}
@@ -110,17 +110,19 @@ type logCleaner struct {
 	stats       CleanerStats
 }
 
-func init() { onStart(rankStorage+1, "log cleaner", (*Broker).startCleaner) }
-
-func (b *Broker) startCleaner() error {
-	cfg := b.cleanerConfig()
-	lc := &logCleaner{b: b, cfg: cfg, wake: make(chan struct{}, 1),
+// startCleaner starts the cleaner's threads (none if it is disabled).
+func (m *Manager) startCleaner() error {
+	cfg := m.cfg.Cleaner
+	if cfg == (CleanerConfig{}) {
+		cfg = DefaultCleanerConfig()
+	}
+	lc := &logCleaner{m: m, cfg: cfg, wake: make(chan struct{}, 1),
 		busy: map[*storage.Log]bool{}, uncleanable: map[*storage.Log]string{}}
 	lc.stats.Enabled, lc.stats.Threads = cfg.Enable, cfg.Threads
 	lc.stats.lastUtil, lc.stats.lastTime = map[int]float64{}, map[int]float64{}
-	b.cleaner = lc
+	m.cleaner = lc
 	if !cfg.Enable {
-		b.log.Warn("log cleaner disabled (log.cleaner.enable=false): compacted topics, __consumer_offsets and __transaction_state grow without bound")
+		m.log.Warn("log cleaner disabled (log.cleaner.enable=false): compacted topics, __consumer_offsets and __transaction_state grow without bound")
 		return nil
 	}
 	if err := cfg.Validate(); err != nil {
@@ -128,20 +130,19 @@ func (b *Broker) startCleaner() error {
 	}
 	lc.throttle = storage.NewThrottle(cfg.IOMaxBytesPerSecond)
 	for i := 0; i < cfg.Threads; i++ {
-		stop := goLoop(func(stop <-chan struct{}) { lc.thread(i, stop) })
-		b.closers = append(b.closers, func() error { stop(); return nil })
+		m.goLoop(func(stop <-chan struct{}) { lc.thread(i, stop) })
 	}
 	return nil
 }
 
 // KickCleaner makes idle cleaner threads look for work now (tests, and
 // after a config change).
-func (b *Broker) KickCleaner() {
-	if b.cleaner == nil {
+func (m *Manager) KickCleaner() {
+	if m.cleaner == nil {
 		return
 	}
 	select {
-	case b.cleaner.wake <- struct{}{}:
+	case m.cleaner.wake <- struct{}{}:
 	default:
 	}
 }
@@ -184,9 +185,9 @@ func (lc *logCleaner) pick() (*partition.Partition, bool) {
 	var parts []CleanerPartition
 	open := map[*storage.Log]bool{}
 	maxDirty, maxDelay := 0.0, time.Duration(0)
-	for _, t := range lc.b.meta.Topics() {
+	for _, t := range lc.m.meta.Topics() {
 		for i := int32(0); i < t.Partitions; i++ {
-			p := lc.b.parts.Get(t.Name, i)
+			p := lc.m.parts.Get(t.Name, i)
 			if p == nil || !p.Log().Config().Compact {
 				continue
 			}
@@ -249,7 +250,7 @@ func (lc *logCleaner) clean(id int, p *partition.Partition, m *storage.OffsetMap
 		lc.mu.Unlock()
 	}()
 	res, err := p.Clean(storage.CleanOptions{Map: m, Throttle: lc.throttle, IOBuffer: lc.cfg.IOBufferSize, Stop: stop})
-	lg := lc.b.log.With("topic", p.Topic(), "partition", p.Index())
+	lg := lc.m.log.With("topic", p.Topic(), "partition", p.Index())
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
 	s := &lc.stats
@@ -293,8 +294,8 @@ func (lc *logCleaner) clean(id int, p *partition.Partition, m *storage.OffsetMap
 }
 
 // CleanerStats returns the cleaner's figures.
-func (b *Broker) CleanerStats() CleanerStats {
-	lc := b.cleaner
+func (m *Manager) CleanerStats() CleanerStats {
+	lc := m.cleaner
 	if lc == nil {
 		return CleanerStats{}
 	}

@@ -1,0 +1,1003 @@
+// Package cluster is this node's part in the cluster: the Raft host, the
+// metadata group (KRaft's __cluster_metadata) and what the controller does
+// when this node leads it - placing replicas, creating and deleting topics,
+// registering and fencing brokers, moving partitions, handing out producer
+// ids - and what every node does: register, heartbeat, apply the committed
+// metadata (its replicas follow through internal/replica), balance
+// leadership and hand it over on shutdown.
+//
+// Every node runs one raft.Host that drives the metadata group and one
+// group per partition replica on this node. A single node is a cluster of
+// one voter, on the same path. The metadata state machine itself is
+// internal/controller; the Kafka APIs that reach it (BrokerRegistration,
+// BrokerHeartbeat, AlterPartition, ...) are handled in internal/broker.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/controller"
+	"holdfast/internal/datadir"
+	"holdfast/internal/kafkaerr"
+	"holdfast/internal/raft"
+	"holdfast/internal/records"
+	"holdfast/internal/replica"
+	"holdfast/internal/storage"
+	"holdfast/internal/wire"
+)
+
+// MetadataGroup is the Raft group id of the controller. Partition groups
+// get ids hashed from (topic id, partition) with the top bit set
+// (replica.Group), so they never collide with it.
+const MetadataGroup = 1
+
+// MetadataTopic names the metadata log as Kafka's KRaft does
+// (DescribeQuorum); its Raft log lives in MetadataTopic+"-0" under the
+// data dir.
+const MetadataTopic = "__cluster_metadata"
+
+const metadataLogDir = MetadataTopic + "-0"
+
+// Config is what the node needs of the broker's configuration.
+type Config struct {
+	NodeID  int32
+	DataDir string
+	// Peers maps every metadata voter's node id (this one's too, unless
+	// it is a broker-only node) to its Raft address; a single node is
+	// {NodeID: ""}, with no Raft listener.
+	Peers      map[int32]string
+	RaftListen string // default: this node's entry in Peers
+	// Join lists Kafka addresses of running brokers a broker-only node
+	// registers through.
+	Join []string
+	// JoinTimeout bounds the wait to form or join a cluster with a new
+	// data directory (0: as long as it takes).
+	JoinTimeout time.Duration
+
+	DefaultReplicationFactor int16 // 0: min(3, brokers)
+
+	AutoLeaderRebalance          bool
+	LeaderImbalanceCheckInterval time.Duration
+	LeaderImbalancePerBrokerPct  int
+	ControlledShutdown           bool
+	ControlledShutdownMaxWait    time.Duration
+	BrokerHeartbeatInterval      time.Duration // 0: the default
+	BrokerSessionTimeout         time.Duration // 0: the default
+
+	// Self is this broker as it registers (its endpoints and rack);
+	// InterBrokerListener names the endpoint nodes reach each other on.
+	Self                controller.BrokerInfo
+	InterBrokerListener string
+	// RaftTLS, if set, is mutual TLS between Raft hosts; RaftFaults the
+	// transport's fault seam (tests, `holdfast lab`).
+	RaftTLS    *raft.TransportTLS
+	RaftFaults *raft.Faults
+	// Dial makes a Kafka client that talks to other nodes as this node
+	// (the inter-broker listener's TLS and SASL).
+	Dial func(seeds []string, opts ...kgo.Opt) (*kgo.Client, error)
+	// OnSecurityChange is called after ACLs or SCRAM users changed.
+	OnSecurityChange func()
+
+	FS     storage.FS
+	Logger *slog.Logger
+}
+
+// Node is this node's part in the cluster.
+type Node struct {
+	cfg      Config
+	log      *slog.Logger
+	ident    datadir.Identity
+	host     *raft.Host
+	voters   []uint64
+	meta     *controller.Store
+	replicas *replica.Manager
+	metaLog  *storage.Log
+
+	qmu   sync.Mutex
+	queue []raft.Committed
+	kick  chan struct{}
+
+	amu       sync.Mutex
+	applied   int64 // end offset of the last metadata entry applied (any kind)
+	appliedCh chan struct{}
+	results   map[int64]error // by entry end offset, for the proposer
+	resultQ   []int64
+
+	// gone: this broker-only node applied its own unregistration; it
+	// stops re-registering (the operator stops it next).
+	gone atomic.Bool
+
+	fwdMu sync.Mutex
+	fwd   *kgo.Client // to other brokers: registration, forwarded creates
+
+	live *liveness // heartbeats and fencing (liveness.go)
+
+	stop    chan struct{} // closed by Close: the goRun goroutines end
+	wg      sync.WaitGroup
+	stops   []func() // of the goLoop loops, in start order
+	balance func()   // stops the leader balancing loop (leaders.go)
+	closed  bool
+}
+
+// IsVoter reports whether broker id is in the controller quorum (--peers).
+func (n *Node) IsVoter(id int32) bool {
+	_, ok := n.cfg.Peers[id]
+	return ok
+}
+
+// BrokerOnly reports whether this node is a broker-only node: in a
+// cluster, but not one of the metadata voters in --peers.
+func (n *Node) BrokerOnly() bool {
+	_, voter := n.cfg.Peers[n.cfg.NodeID]
+	return len(n.cfg.Peers) > 0 && !voter
+}
+
+// RaftListenerName names the extra listener in a broker-only node's
+// BrokerRegistration that carries its Raft address.
+const RaftListenerName = "RAFT"
+
+// Open starts the Raft host and gives the node its identity: the one its
+// data directory holds, or the cluster it forms or joins (identity.go).
+// Nothing is replicated until Start.
+func Open(cfg Config) (*Node, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.FS == nil {
+		cfg.FS = storage.OSFS()
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1),
+		appliedCh: make(chan struct{}), results: map[int64]error{}, stop: make(chan struct{})}
+	listen := cfg.RaftListen
+	if _, ok := cfg.Peers[cfg.NodeID]; !ok {
+		// A broker-only node: it joins through a running broker and gets
+		// the metadata log as a learner.
+		if listen == "" || len(cfg.Join) == 0 {
+			return nil, fmt.Errorf("--node-id %d is not in --peers: a broker-only node needs --raft-listen and --join", cfg.NodeID)
+		}
+		if cfg.NodeID <= 0 || cfg.NodeID >= 1<<ProducerIDNodeBits {
+			return nil, fmt.Errorf("--node-id %d: must be in 1..%d", cfg.NodeID, 1<<ProducerIDNodeBits-1)
+		}
+	}
+	if listen == "" {
+		listen = cfg.Peers[cfg.NodeID]
+	}
+	if err := cfg.FS.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, err
+	}
+	peers := make(map[uint64]string, len(cfg.Peers))
+	for id, addr := range cfg.Peers {
+		if id <= 0 || id >= 1<<ProducerIDNodeBits {
+			return nil, fmt.Errorf("peer id %d: must be in 1..%d", id, 1<<ProducerIDNodeBits-1)
+		}
+		peers[uint64(id)] = addr
+		n.voters = append(n.voters, uint64(id))
+	}
+	slices.Sort(n.voters)
+	if err := n.openIdentity(); err != nil {
+		return nil, err
+	}
+	h, err := raft.NewHost(raft.Config{
+		ID: uint64(cfg.NodeID), Dir: cfg.DataDir, Listen: listen, Peers: peers, Identity: n.raftIdentity(),
+		FS: cfg.FS, Logger: n.log.With("component", "raft"), TLS: cfg.RaftTLS, Faults: cfg.RaftFaults,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := n.joinCluster(h); err != nil {
+		h.Close()
+		return nil, err
+	}
+	n.host = h
+	n.log.Info("raft host started", "node", cfg.NodeID, "raft_listen", h.Addr(), "peers", len(peers), "broker_only", n.BrokerOnly(), "tls", cfg.RaftTLS != nil)
+	return n, nil
+}
+
+// Host is the node's Raft host (every group of this node runs on it).
+func (n *Node) Host() *raft.Host { return n.host }
+
+// Identity is the node's data directory identity.
+func (n *Node) Identity() datadir.Identity { return n.ident }
+
+// Start opens the metadata group over meta (the applied state) and starts
+// following it: committed commands change meta and then replicas; this
+// node registers itself (a single node synchronously, so that it can place
+// topics before it serves anyone) and runs the controller's loops.
+func (n *Node) Start(meta *controller.Store, replicas *replica.Manager, syncer *storage.Syncer) error {
+	n.meta, n.replicas = meta, replicas
+	cfg := storage.DefaultConfig()
+	cfg.RetentionMs, cfg.RetentionBytes = -1, -1
+	cfg.Flush = storage.FlushPolicy{Mode: storage.FlushSync}
+	dir := filepath.Join(n.cfg.DataDir, metadataLogDir)
+	if err := n.cfg.FS.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	l, err := storage.Open(dir, cfg, storage.Options{FS: n.cfg.FS, Syncer: syncer, Logger: n.log})
+	if err != nil {
+		return err
+	}
+	n.metaLog = l
+	// A directory the cluster was not formed with has lost whatever this
+	// node acknowledged before: it catches up before it votes.
+	rejoin := !n.ident.BootstrapMember()
+	if err := n.host.AddGroup(raft.GroupConfig{ID: MetadataGroup, Log: l, Voters: n.voters, OnCommit: n.onMetaCommit, Rejoin: rejoin}); err != nil {
+		return err
+	}
+	// Broker-only nodes are not in --peers: their Raft addresses come
+	// from their registrations.
+	for _, br := range n.meta.Brokers() {
+		if br.RaftAddr != "" && br.ID != n.cfg.NodeID {
+			n.host.SetPeer(uint64(br.ID), br.RaftAddr)
+		}
+	}
+	n.goRun(n.applyLoop)
+	if n.SingleNode() {
+		// The only voter leads its metadata at once: be registered (and
+		// so able to place topics) before serving anyone.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := n.host.WaitSettled(ctx, MetadataGroup)
+		cancel()
+		if err == nil {
+			err = n.register(n.registration())
+		}
+		if err != nil {
+			return fmt.Errorf("registering this node in its metadata: %w", err)
+		}
+	}
+	n.goRun(n.registerLoop)
+	n.goRun(n.reassignLoop)
+	n.goLoop(n.metaRepairLoop)
+	n.startLiveness()
+	return nil
+}
+
+// Close stops the node's loops, then the Raft host (every group of this
+// node) and the metadata log. Leadership is handed over first by
+// HandOver, which the broker calls while its coordinators still run.
+func (n *Node) Close() error {
+	if n.closed || n.host == nil {
+		return nil
+	}
+	n.closed = true
+	n.stopBalancing()
+	for i := len(n.stops) - 1; i >= 0; i-- {
+		n.stops[i]()
+	}
+	close(n.stop)
+	n.wg.Wait()
+	n.fwdMu.Lock()
+	if n.fwd != nil {
+		n.fwd.Close()
+		n.fwd = nil
+	}
+	n.fwdMu.Unlock()
+	if n.live != nil && n.live.hb != nil {
+		n.live.hb.Close()
+	}
+	err := n.host.Close()
+	if n.metaLog != nil {
+		err = errors.Join(err, n.metaLog.Close())
+	}
+	return err
+}
+
+// goRun runs fn in its own goroutine; fn returns once n.stop is closed.
+func (n *Node) goRun(fn func()) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		fn()
+	}()
+}
+
+// goLoop runs loop in its own goroutine until Close.
+func (n *Node) goLoop(loop func(stop <-chan struct{})) {
+	stopCh, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		loop(stopCh)
+	}()
+	n.stops = append(n.stops, func() {
+		close(stopCh)
+		<-done
+	})
+}
+
+// onMetaCommit runs on the Ready loop: it only queues.
+func (n *Node) onMetaCommit(_ uint64, ents []raft.Committed) {
+	n.qmu.Lock()
+	n.queue = append(n.queue, ents...)
+	n.qmu.Unlock()
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+var errStopScan = errors.New("stop")
+
+func (n *Node) applyLoop() {
+	// Entries committed before this start whose effect the metadata file
+	// does not have yet (a crash between commit and apply): Raft does not
+	// deliver them again, so read them from the log.
+	if st, err := n.host.Status(MetadataGroup); err == nil {
+		from := n.meta.Applied()
+		if from < st.CommitOffset && from < n.metaLog.EndOffset() {
+			err := n.metaLog.Scan(max(from, n.metaLog.StartOffset()), func(h records.Header, batch []byte) error {
+				end := h.LastOffset() + 1
+				if end > st.CommitOffset {
+					return errStopScan
+				}
+				if !h.IsControl() {
+					n.applyBatch(end, batch)
+				}
+				n.setApplied(end, nil)
+				return nil
+			})
+			if err != nil && !errors.Is(err, errStopScan) {
+				n.log.Error("replaying the metadata log", "err", err)
+			}
+		}
+	}
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-n.kick:
+		}
+		n.qmu.Lock()
+		q := n.queue
+		n.queue = nil
+		n.qmu.Unlock()
+		for _, e := range q {
+			var err error
+			if e.Data != nil {
+				err = n.applyBatch(e.EndOffset, e.Data)
+			}
+			n.setApplied(e.EndOffset, err)
+		}
+	}
+}
+
+func (n *Node) setApplied(end int64, res error) {
+	n.amu.Lock()
+	defer n.amu.Unlock()
+	if end <= n.applied {
+		return
+	}
+	n.applied = end
+	n.results[end] = res
+	n.resultQ = append(n.resultQ, end)
+	if len(n.resultQ) > 1024 { // nobody waits that long for a result
+		delete(n.results, n.resultQ[0])
+		n.resultQ = n.resultQ[1:]
+	}
+	close(n.appliedCh)
+	n.appliedCh = make(chan struct{})
+}
+
+// applyBatch applies the command in one committed metadata batch.
+func (n *Node) applyBatch(end int64, batch []byte) error {
+	recs, err := records.Records(batch)
+	if err != nil || len(recs) != 1 {
+		n.log.Error("undecodable metadata entry", "offset", end-1, "err", err)
+		return fmt.Errorf("bad metadata entry: %w", kerr.UnknownServerError)
+	}
+	cmd, err := controller.DecodeCommand(recs[0].Value)
+	if err != nil {
+		n.log.Error("undecodable metadata command", "offset", end-1, "err", err)
+		return fmt.Errorf("%w: %w", kerr.UnknownServerError, err)
+	}
+	return n.apply(end, cmd)
+}
+
+// apply changes the metadata and then this node's replicas to match.
+func (n *Node) apply(end int64, cmd controller.Command) error {
+	n.replicas.Lock()
+	defer n.replicas.Unlock()
+	if cmd.Op == controller.OpCreateTopic && cmd.Topic != nil {
+		// Node-local: data of a deleted topic of that name goes first.
+		if err := n.replicas.FinishPendingDelete(cmd.Topic.Name); err != nil {
+			n.log.Warn("removing deleted topic's data", "topic", cmd.Topic.Name, "err", err)
+		}
+	}
+	var old controller.Topic
+	if cmd.Op == controller.OpAddPartitions {
+		old, _ = n.meta.Topic(cmd.Name)
+	}
+	t, err := n.meta.Apply(end, cmd)
+	if err != nil {
+		n.log.Debug("metadata command refused", "op", cmd.Op, "topic", cmd.Name, "err", err)
+		return err
+	}
+	switch cmd.Op {
+	case controller.OpCreateTopic:
+		n.log.Info("created topic", "topic", t.Name, "partitions", t.Partitions, "topic_id", t.IDString(), "replicas", t.Replicas)
+		if err := n.replicas.OpenTopic(t, 0); err != nil {
+			n.log.Error("opening replicas", "topic", t.Name, "err", err)
+		}
+	case controller.OpAddPartitions:
+		n.log.Info("added partitions", "topic", t.Name, "from", old.Partitions, "to", t.Partitions)
+		if err := n.replicas.OpenTopic(t, old.Partitions); err != nil {
+			n.log.Error("opening replicas", "topic", t.Name, "err", err)
+		}
+	case controller.OpDeleteTopic:
+		n.log.Info("deleted topic", "topic", t.Name, "topic_id", t.IDString())
+		if err := n.replicas.RemoveTopic(t); err != nil {
+			n.log.Warn("removing deleted topic's data", "topic", t.Name, "err", err)
+		}
+	case controller.OpTopicConfigs:
+		n.replicas.ApplyConfigs(t)
+	case controller.OpRegister:
+		n.log.Info("broker registered", "broker", cmd.Broker.ID, "host", cmd.Broker.Host, "port", cmd.Broker.Port, "rack", cmd.Broker.Rack, "raft_addr", cmd.Broker.RaftAddr)
+		if cmd.Broker.RaftAddr != "" && cmd.Broker.ID != n.cfg.NodeID {
+			n.host.SetPeer(uint64(cmd.Broker.ID), cmd.Broker.RaftAddr)
+		}
+	case controller.OpCreateACLs, controller.OpDeleteACLs, controller.OpScram:
+		n.cfg.OnSecurityChange()
+	case controller.OpUnregister:
+		n.log.Info("broker unregistered", "broker", cmd.BrokerID)
+		if cmd.BrokerID == n.cfg.NodeID {
+			n.gone.Store(true)
+			n.log.Warn("this broker was unregistered from the cluster: stop it (restarting it registers it again)")
+		}
+	case controller.OpReassign, controller.OpReassignDone:
+		if t.Name == "" {
+			break // applied before (a redelivered entry); start-up opened and cleaned up
+		}
+		if cmd.Op == controller.OpReassignDone {
+			n.log.Info("reassignment complete", "topic", t.Name, "partition", cmd.Partition, "replicas", t.Replicas[cmd.Partition])
+			if err := n.replicas.DropMoved(t); err != nil {
+				n.log.Error("removing moved replicas", "topic", t.Name, "err", err)
+			}
+			break
+		}
+		if r, ok := t.Reassignment(cmd.Partition); ok {
+			n.log.Info("reassigning partition", "topic", t.Name, "partition", cmd.Partition, "target", r.Target, "replicas", t.Replicas[cmd.Partition])
+		}
+		if err := n.replicas.OpenTopic(t, 0); err != nil {
+			n.log.Error("opening replicas", "topic", t.Name, "err", err)
+		}
+	}
+	return nil
+}
+
+// ControllerID is the metadata group's leader (-1 if unknown).
+func (n *Node) ControllerID() int32 {
+	st, err := n.host.Status(MetadataGroup)
+	if err != nil || st.Leader == 0 {
+		return -1
+	}
+	return int32(st.Leader)
+}
+
+func (n *Node) IsController() bool {
+	st, err := n.host.Status(MetadataGroup)
+	return err == nil && st.State == "StateLeader"
+}
+
+// Propose commits cmd through the metadata group (this node must lead it)
+// and waits until it is applied here; the error is the command's.
+func (n *Node) Propose(ctx context.Context, cmd controller.Command) error {
+	val, err := controller.EncodeCommand(cmd)
+	if err != nil {
+		return err
+	}
+	batch, err := records.Build(records.Batch{ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1},
+		[]records.Record{{Timestamp: time.Now().UnixMilli(), Value: val}})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	p, err := n.host.Propose(ctx, MetadataGroup, batch)
+	if err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			return kafkaerr.New(kerr.NotController, "this node is not the controller")
+		}
+		return kafkaerr.New(kerr.RequestTimedOut, "metadata proposal: %v", err)
+	}
+	if err := n.host.WaitCommitted(ctx, p); err != nil {
+		if errors.Is(err, raft.ErrProposalLost) {
+			return kafkaerr.New(kerr.NotController, "lost the controller role before the change committed")
+		}
+		return kafkaerr.New(kerr.RequestTimedOut, "metadata commit: %v", err)
+	}
+	for {
+		n.amu.Lock()
+		applied, ch := n.applied, n.appliedCh
+		res, ok := n.results[p.EndOffset]
+		n.amu.Unlock()
+		if applied >= p.EndOffset {
+			if !ok {
+				return nil
+			}
+			return res
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return kafkaerr.New(kerr.RequestTimedOut, "metadata apply: %v", ctx.Err())
+		}
+	}
+}
+
+// ControllerOnly is the error code of a broker-to-controller request
+// (registration, AlterPartition) arriving here: only the controller serves
+// them.
+func (n *Node) ControllerOnly() int16 {
+	if !n.IsController() {
+		return kerr.NotController.Code
+	}
+	return 0
+}
+
+// notController is the answer of a node that cannot change metadata.
+func notController() error {
+	return kafkaerr.New(kerr.NotController, "this node is not the controller")
+}
+
+// placeReplicas assigns rf replicas to each of n partitions over the
+// registered brokers that are not fenced: round-robin from a random start over a list that
+// alternates racks, so a partition's replicas land on different racks when
+// there are enough (Kafka's rack-aware assignment, simplified).
+func (n *Node) placeReplicas(count int32, rf int16) ([][]int32, error) {
+	brokers := n.UnfencedBrokers()
+	if rf <= 0 {
+		rf = n.DefaultReplicationFactor()
+	}
+	if int(rf) > len(brokers) {
+		return nil, kafkaerr.New(kerr.InvalidReplicationFactor, "Replication factor: %d larger than available brokers: %d.", rf, len(brokers))
+	}
+	byRack := map[string][]int32{}
+	var racks []string
+	for _, br := range brokers {
+		if _, ok := byRack[br.Rack]; !ok {
+			racks = append(racks, br.Rack)
+		}
+		byRack[br.Rack] = append(byRack[br.Rack], br.ID)
+	}
+	sort.Strings(racks)
+	var order []int32
+	for len(order) < len(brokers) {
+		for _, r := range racks {
+			if len(byRack[r]) > 0 {
+				order = append(order, byRack[r][0])
+				byRack[r] = byRack[r][1:]
+			}
+		}
+	}
+	start := rand.IntN(len(order))
+	out := make([][]int32, count)
+	for i := range out {
+		rs := make([]int32, rf)
+		for j := range rs {
+			rs[j] = order[(start+i+j)%len(order)]
+		}
+		out[i] = rs
+	}
+	return out, nil
+}
+
+// DefaultReplicationFactor is default.replication.factor: 1 on a single
+// node, min(3, nodes) in a cluster unless configured.
+func (n *Node) DefaultReplicationFactor() int16 {
+	if n.cfg.DefaultReplicationFactor > 0 {
+		return n.cfg.DefaultReplicationFactor
+	}
+	return int16(min(3, len(n.cfg.Peers)))
+}
+
+// createTopicCluster creates a topic through the controller. On the
+// controller it proposes; elsewhere it refuses with NOT_CONTROLLER
+// (CreateTopics: the client goes to the controller) or, for topics the
+// broker creates itself (auto-creation, internal topics), forwards a
+// CreateTopics request to the controller and waits to apply the result.
+//
+// assign, if set, is the replicas of each partition (a manual assignment,
+// checked by the caller); otherwise they are placed here.
+func (n *Node) CreateTopic(name string, partitions int32, rf int16, assign [][]int32, configs map[string]string, internal, mustBeNew bool) (controller.Topic, error) {
+	if t, ok := n.meta.Topic(name); ok {
+		if mustBeNew {
+			return controller.Topic{}, kafkaerr.New(kerr.TopicAlreadyExists, "Topic '%s' already exists.", name)
+		}
+		return t, nil
+	}
+	if err := controller.ValidateTopicName(name); err != nil {
+		return controller.Topic{}, kafkaerr.New(kerr.InvalidTopicException, "%v", err)
+	}
+	if other, ok := n.meta.Collision(name); ok {
+		return controller.Topic{}, kafkaerr.New(kerr.InvalidTopicException, "Topic '%s' collides with existing topic: %s", name, other)
+	}
+	if partitions <= 0 {
+		return controller.Topic{}, controller.ErrInvalidCount
+	}
+	if !n.IsController() {
+		if mustBeNew {
+			return controller.Topic{}, notController()
+		}
+		if err := n.forwardCreate(name, partitions, configs); err != nil {
+			return controller.Topic{}, err
+		}
+		if t, ok := n.meta.Topic(name); ok {
+			return t, nil
+		}
+		return controller.Topic{}, kafkaerr.New(kerr.LeaderNotAvailable, "topic %s is being created", name)
+	}
+	reps := assign
+	if reps == nil {
+		var err error
+		if reps, err = n.placeReplicas(partitions, rf); err != nil {
+			return controller.Topic{}, err
+		}
+	}
+	t := controller.Topic{Name: name, ID: controller.NewTopicID(), Partitions: partitions, Configs: configs, Internal: internal || controller.IsInternalTopic(name), Replicas: reps}
+	if err := n.Propose(context.Background(), controller.Command{Op: controller.OpCreateTopic, Topic: &t}); err != nil {
+		return controller.Topic{}, err
+	}
+	t, _ = n.meta.Topic(name)
+	return t, nil
+}
+
+// forwardCreate asks the controller to create a topic and waits until the
+// result is applied on this node.
+func (n *Node) forwardCreate(name string, partitions int32, configs map[string]string) error {
+	cl, err := n.Forwarder()
+	if err != nil {
+		return kafkaerr.New(kerr.LeaderNotAvailable, "no controller known yet: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.TimeoutMillis = 10000
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, partitions, -1
+	for k, v := range configs {
+		cfg := kmsg.NewCreateTopicsRequestTopicConfig()
+		cfg.Name, cfg.Value = k, &v
+		rt.Configs = append(rt.Configs, cfg)
+	}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return kafkaerr.New(kerr.LeaderNotAvailable, "forwarding topic creation: %v", err)
+	}
+	if len(resp.Topics) == 1 && resp.Topics[0].ErrorCode != 0 && resp.Topics[0].ErrorCode != kerr.TopicAlreadyExists.Code {
+		ke := kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+		return fmt.Errorf("forwarded topic creation: %w", ke)
+	}
+	// Wait to apply it here too.
+	for ctx.Err() == nil {
+		if _, ok := n.meta.Topic(name); ok {
+			return nil
+		}
+		n.amu.Lock()
+		ch := n.appliedCh
+		n.amu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+	}
+	return kafkaerr.New(kerr.LeaderNotAvailable, "topic %s not applied here yet", name)
+}
+
+// Forwarder is a Kafka client over the registered brokers, for the
+// requests this node sends to the controller.
+func (n *Node) Forwarder() (*kgo.Client, error) {
+	n.fwdMu.Lock()
+	defer n.fwdMu.Unlock()
+	if n.fwd != nil {
+		return n.fwd, nil
+	}
+	var seeds []string
+	for _, br := range n.meta.Brokers() {
+		if addr, ok := n.BrokerAddr(br); ok && br.ID != n.cfg.NodeID {
+			seeds = append(seeds, addr)
+		}
+	}
+	if len(seeds) == 0 {
+		return nil, errors.New("no other broker registered")
+	}
+	cl, err := n.cfg.Dial(seeds, kgo.ClientID(n.ClientID()))
+	if err != nil {
+		return nil, err
+	}
+	n.fwd = cl
+	return cl, nil
+}
+
+// registerLoop makes sure the metadata knows this broker: the controller
+// proposes its own registration (and, in a new cluster, the cluster id);
+// other nodes send BrokerRegistration to the controller once its address
+// is known.
+func (n *Node) registerLoop() {
+	me := n.registration()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-tick.C:
+		}
+		if err := n.register(me); err != nil {
+			n.log.Debug("broker registration", "err", err)
+		}
+	}
+}
+
+// registration is what this broker registers.
+func (n *Node) registration() controller.BrokerInfo {
+	me := n.cfg.Self
+	me.DirID = n.ident.DirectoryID.String()
+	if n.BrokerOnly() {
+		me.RaftAddr = n.host.Addr() // the bound address: --raft-listen may say port 0
+		if host, port, err := net.SplitHostPort(me.RaftAddr); err == nil {
+			if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+				me.RaftAddr = net.JoinHostPort(me.Host, port)
+			}
+		}
+	}
+	return me
+}
+
+// register registers me unless the metadata has it already: proposed on
+// the controller, sent to it elsewhere. Checked again and again: a
+// re-registration by an old config must not stick.
+func (n *Node) register(me controller.BrokerInfo) error {
+	if cur, ok := n.meta.Broker(me.ID); ok && cur.Equal(me) || n.gone.Load() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if n.IsController() {
+		if len(n.meta.Brokers()) == 0 {
+			// A new cluster: every node adopts the first controller's id.
+			if err := n.Propose(ctx, controller.Command{Op: controller.OpInit, ClusterID: n.meta.ClusterID()}); err != nil {
+				return err
+			}
+		}
+		return n.Propose(ctx, controller.Command{Op: controller.OpRegister, Broker: &me})
+	}
+	if li, ok := n.meta.Broker(n.ControllerID()); ok {
+		addr, _ := n.BrokerAddr(li)
+		return n.sendRegistration(ctx, []string{addr}, me)
+	}
+	if len(n.cfg.Join) > 0 {
+		// A broker-only node that has no metadata yet: the join
+		// addresses lead it to the controller.
+		return n.sendRegistration(ctx, n.cfg.Join, me)
+	}
+	return nil
+}
+
+// sendRegistration sends BrokerRegistration to the controller, found
+// through seeds.
+func (n *Node) sendRegistration(ctx context.Context, seeds []string, me controller.BrokerInfo) error {
+	cl, err := n.cfg.Dial(seeds, kgo.ClientID(n.ClientID()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrBrokerRegistrationRequest()
+	req.BrokerID = me.ID
+	req.ClusterID = n.meta.ClusterID()
+	eps := me.Listeners
+	if len(eps) == 0 {
+		eps = []controller.Endpoint{{Name: string(wire.Plaintext), Host: me.Host, Port: me.Port, Protocol: string(wire.Plaintext)}}
+	}
+	for _, e := range eps {
+		l := kmsg.NewBrokerRegistrationRequestListener()
+		l.Name, l.Host, l.Port, l.SecurityProtocol = e.Name, e.Host, uint16(e.Port), wire.SecurityProtocol(e.Protocol).Code()
+		req.Listeners = append(req.Listeners, l)
+	}
+	if me.RaftAddr != "" {
+		host, port, err := net.SplitHostPort(me.RaftAddr)
+		if err != nil {
+			return err
+		}
+		pn, err := strconv.ParseUint(port, 10, 16)
+		if err != nil {
+			return err
+		}
+		rl := kmsg.NewBrokerRegistrationRequestListener()
+		rl.Name, rl.Host, rl.Port = RaftListenerName, host, uint16(pn)
+		req.Listeners = append(req.Listeners, rl)
+	}
+	if me.Rack != "" {
+		req.Rack = &me.Rack
+	}
+	if d, err := datadir.ParseUUID(me.DirID); err == nil {
+		req.LogDirs = [][16]byte{d}
+	}
+	// BrokerRegistration is not an admin request to kgo: find the
+	// controller with Metadata and send it there.
+	md, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
+	if err != nil {
+		return err
+	}
+	if md.ControllerID < 0 {
+		return errors.New("no controller known yet")
+	}
+	kresp, err := req.RequestWith(ctx, cl.Broker(int(md.ControllerID)))
+	if err != nil {
+		return err
+	}
+	if code := kresp.ErrorCode; code != 0 {
+		return kerr.ErrorForCode(code)
+	}
+	return nil
+}
+
+func (n *Node) DeleteTopic(name string) (controller.Topic, error) {
+	t, ok := n.meta.Topic(name)
+	if !ok {
+		return t, controller.ErrUnknownTopic
+	}
+	if !n.IsController() {
+		return t, notController()
+	}
+	return t, n.Propose(context.Background(), controller.Command{Op: controller.OpDeleteTopic, Name: name})
+}
+
+func (n *Node) AddPartitions(name string, total int32) (controller.Topic, error) {
+	t, ok := n.meta.Topic(name)
+	if !ok {
+		return t, controller.ErrUnknownTopic
+	}
+	if !n.IsController() {
+		return t, notController()
+	}
+	if total <= t.Partitions {
+		return t, controller.ErrInvalidCount
+	}
+	rf := int16(len(n.cfg.Peers))
+	if len(t.Replicas) > 0 {
+		rf = int16(len(t.Replicas[0]))
+	}
+	reps, err := n.placeReplicas(total-t.Partitions, rf)
+	if err != nil {
+		return t, err
+	}
+	if err := n.Propose(context.Background(), controller.Command{Op: controller.OpAddPartitions, Name: name, Partitions: total, Replicas: reps}); err != nil {
+		return t, err
+	}
+	t, _ = n.meta.Topic(name)
+	return t, nil
+}
+
+func (n *Node) SetTopicConfigs(name string, configs map[string]string) (controller.Topic, error) {
+	t, ok := n.meta.Topic(name)
+	if !ok {
+		return t, controller.ErrUnknownTopic
+	}
+	if !n.IsController() {
+		return t, notController()
+	}
+	if err := n.Propose(context.Background(), controller.Command{Op: controller.OpTopicConfigs, Name: name, Configs: configs}); err != nil {
+		return t, err
+	}
+	t, _ = n.meta.Topic(name)
+	return t, nil
+}
+
+// ProducerIDNodeBits: node ids are 1..1023 (once the low bits of
+// per-node producer ids; those now come from the metadata log,
+// producerids.go).
+const ProducerIDNodeBits = 10
+
+// metaRepairLoop restarts the metadata group if it failed (etcd raft
+// panicked on a broken invariant, or its log could not be read), with a
+// growing pause, as a restart of the broker would. A group whose log
+// failed stays down until the broker restarts with a working disk.
+func (n *Node) metaRepairLoop(stop <-chan struct{}) {
+	const every, maxPause = 2 * time.Second, 5 * time.Minute
+	pause, next := every, time.Time{}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		st, err := n.host.Status(MetadataGroup)
+		if err != nil || st.Failed == "" {
+			pause = every
+			continue
+		}
+		if time.Now().Before(next) {
+			continue
+		}
+		next, pause = time.Now().Add(pause), min(2*pause, maxPause)
+		if err := n.host.RetryGroup(MetadataGroup); err != nil {
+			n.log.Error("the metadata Raft group failed and cannot be restarted here; restart the broker once its disk works", "err", err)
+		}
+	}
+}
+
+// BrokerClientPrefix starts the client id of the requests nodes send each
+// other (ClientID): a forwarded request is not forwarded again.
+const BrokerClientPrefix = "holdfast-broker-"
+
+// BrokerAddr is broker br's host:port on the inter-broker listener.
+func (n *Node) BrokerAddr(br controller.BrokerInfo) (string, bool) {
+	e, ok := br.Endpoint(n.cfg.InterBrokerListener)
+	if !ok {
+		return "", false
+	}
+	return net.JoinHostPort(e.Host, strconv.Itoa(int(e.Port))), true
+}
+
+// brokerClientID is the client id of the requests this node sends others.
+func (n *Node) ClientID() string {
+	return BrokerClientPrefix + strconv.Itoa(int(n.cfg.NodeID))
+}
+
+// ForwardToController sends req to the controller when this node is not
+// it (Kafka forwards such admin requests from any broker): forwarded
+// reports that resp is the controller's answer. This node authorized the
+// client already; the controller trusts a node's forwarded request.
+func (n *Node) ForwardToController(ctx context.Context, req kmsg.Request) (resp kmsg.Response, forwarded bool, err error) {
+	if n.IsController() {
+		return nil, false, nil
+	}
+	id := n.ControllerID()
+	before := n.appliedOffset()
+	cl, err := n.Forwarder()
+	if err != nil || id < 0 {
+		return nil, true, kafkaerr.New(kerr.NotController, "no controller known yet")
+	}
+	resp, err = cl.Broker(int(id)).Request(ctx, req)
+	if err != nil {
+		return nil, true, kafkaerr.New(kerr.RequestTimedOut, "forwarding to the controller: %v", err)
+	}
+	// Wait until this node applied what the controller committed, so a
+	// client that reads back here sees its change.
+	n.waitAppliedPast(ctx, before)
+	return resp, true, nil
+}
+
+// appliedOffset is the end of the last metadata entry applied here.
+func (n *Node) appliedOffset() int64 {
+	n.amu.Lock()
+	defer n.amu.Unlock()
+	return n.applied
+}
+
+// waitAppliedPast waits (a few seconds at most) until this node applied a
+// metadata entry past before.
+func (n *Node) waitAppliedPast(ctx context.Context, before int64) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		n.amu.Lock()
+		applied, ch := n.applied, n.appliedCh
+		n.amu.Unlock()
+		if applied > before {
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
+}

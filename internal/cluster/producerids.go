@@ -1,0 +1,101 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/controller"
+	"holdfast/internal/kafkaerr"
+	"holdfast/internal/txn"
+)
+
+// Producer ids. A node gets blocks from the controller, committed through
+// the metadata log before the node uses an id of them (Kafka's
+// AllocateProducerIds, KIP-730): a restart or a wiped disk gets a new
+// block, so no id is ever handed out twice - a repeated id would let one
+// producer's sequence numbers pass for another's, and the idempotence
+// check would answer new records as duplicates of ones never written.
+
+// ReserveProducerIDs gets this broker a block: proposed directly on the
+// controller, asked of it with AllocateProducerIds elsewhere. It retries
+// until ctx ends (controller elections, a controller not registered yet).
+func (n *Node) ReserveProducerIDs(ctx context.Context) (int64, int64, error) {
+	me := n.cfg.NodeID
+	wait := 50 * time.Millisecond
+	for {
+		start, count, err := n.askProducerIDs(ctx, me)
+		if err == nil {
+			n.log.Info("producer id block reserved", "start", start, "len", count)
+			return start, count, nil
+		}
+		n.log.Debug("reserving producer ids", "err", err)
+		select {
+		case <-ctx.Done():
+			return 0, 0, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+func (n *Node) askProducerIDs(ctx context.Context, me int32) (int64, int64, error) {
+	if n.IsController() {
+		return n.AllocateProducerIDs(ctx, me)
+	}
+	ctrl := n.ControllerID()
+	if ctrl < 0 {
+		return 0, 0, errors.New("no controller known")
+	}
+	cl, err := n.Forwarder()
+	if err != nil {
+		return 0, 0, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrAllocateProducerIDsRequest()
+	req.BrokerID, req.BrokerEpoch = me, 1
+	resp, err := req.RequestWith(rctx, cl.Broker(int(ctrl)))
+	if err != nil {
+		return 0, 0, fmt.Errorf("asking the controller (node %d): %w", ctrl, err)
+	}
+	if resp.ErrorCode != 0 {
+		return 0, 0, fmt.Errorf("controller (node %d): %w", ctrl, kerr.ErrorForCode(resp.ErrorCode))
+	}
+	if resp.ProducerIDLen <= 0 || resp.ProducerIDStart < 0 {
+		return 0, 0, fmt.Errorf("controller (node %d) gave an empty block", ctrl)
+	}
+	// The controller answers once the block is applied on it; this node's
+	// metadata may lag, which only matters to ProducerIDIssued (a KIP-360
+	// bump of an id from this block then gets a new id instead).
+	return resp.ProducerIDStart, int64(resp.ProducerIDLen), nil
+}
+
+// pidMu serializes block proposals on the controller: two at once would
+// name the same start and one would be refused.
+var pidMu sync.Mutex
+
+// AllocateProducerIDs commits a block to broker through the metadata log
+// (this node must be the controller) and returns it once applied.
+func (n *Node) AllocateProducerIDs(ctx context.Context, broker int32) (int64, int64, error) {
+	pidMu.Lock()
+	defer pidMu.Unlock()
+	for range 5 {
+		start := n.meta.ProducerIDBlockStart()
+		err := n.Propose(ctx, controller.Command{Op: controller.OpAllocateProducerIDs, BrokerID: broker,
+			ProducerIDStart: start, ProducerIDLen: txn.IDBlock})
+		if errors.Is(err, controller.ErrStaleProducerIDBlock) {
+			continue // an earlier controller's block was applied meanwhile
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+		return start, txn.IDBlock, nil
+	}
+	return 0, 0, kafkaerr.New(kerr.UnknownServerError, "producer id block proposals keep conflicting")
+}

@@ -1,0 +1,97 @@
+package raft
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// The seams of a Host: what it depends on that the deterministic
+// simulation (sim_test.go) replaces. A node's host talks to its peers over
+// TCP (transport.go) and runs two goroutines of its own, a ticker and the
+// Ready loop. A simulated host gets an in-memory network instead
+// (memnet_test.go), whose every delivery, drop, delay and duplicate the
+// harness decides, and runs no goroutine at all: the harness ticks it
+// (tickOnce) and runs its Ready cycles (runReady) itself, all from one
+// goroutine and one seed, so a run repeats exactly.
+
+// transport carries a host's Raft messages to its peers. send never blocks
+// and never reports back synchronously into a group whose lock is held:
+// a message it cannot deliver is reported later (transportEvents).
+type transport interface {
+	addr() string
+	addPeer(id uint64, addr string)
+	send(group uint64, m *pb.Message)
+	setIdentity(NodeIdentity)
+	identities() map[uint64]PeerIdentity
+	// heardWithin: a frame from peer arrived within d (quiesced groups
+	// wake when the node they depend on goes silent).
+	heardWithin(peer uint64, d time.Duration) bool
+	stats() TransportStats
+	close()
+}
+
+// outMsg is one Raft message of a group.
+type outMsg struct {
+	group uint64
+	m     *pb.Message
+}
+
+// transportEvents is what a transport tells its host.
+type transportEvents interface {
+	receive(from uint64, msgs []outMsg)
+	unreachable(peer uint64, groups []uint64)
+	snapshotSent(peer, group uint64, ok bool)
+}
+
+// tickOnce ticks every group that is not quiesced (one tick of tickLoop).
+// The groups go in id order: a stepped host's run repeats exactly.
+func (h *Host) tickOnce() {
+	electionTimeout := h.cfg.TickInterval * time.Duration(h.cfg.ElectionTicks)
+	gs := h.snapshotGroups()
+	if h.cfg.stepped {
+		slices.SortFunc(gs, func(a, b *group) int { return cmp.Compare(a.id, b.id) })
+	}
+	for _, g := range gs {
+		h.tickGroup(g, electionTimeout)
+	}
+}
+
+// runReady runs one Ready cycle over the groups with work, if any (one
+// turn of readyLoop), and reports whether there were any.
+func (h *Host) runReady() bool {
+	gs := h.takeDirty()
+	if len(gs) == 0 {
+		return false
+	}
+	h.cycle(gs)
+	return true
+}
+
+// takeDirty returns the groups marked dirty since the last call (in id
+// order on a stepped host) and clears the set.
+func (h *Host) takeDirty() []*group {
+	h.dirtyMu.Lock()
+	gs := make([]*group, 0, len(h.dirty))
+	for g := range h.dirty {
+		gs = append(gs, g)
+	}
+	clear(h.dirty)
+	h.dirtyMu.Unlock()
+	if h.cfg.stepped {
+		slices.SortFunc(gs, func(a, b *group) int { return cmp.Compare(a.id, b.id) })
+	}
+	return gs
+}
+
+// goAsync runs fn on its own goroutine, or inline on a stepped host (whose
+// transport never reports back synchronously).
+func (h *Host) goAsync(fn func()) {
+	if h.cfg.stepped {
+		fn()
+		return
+	}
+	go fn()
+}

@@ -1,0 +1,389 @@
+// Package replica manages this node's partition replicas: it opens each
+// replica the metadata assigns here as a Raft group member, removes the
+// ones moved or deleted, keeps the ones it cannot open offline and retries
+// them, repairs replicas whose storage failed, and runs the background
+// work every replica needs: retention and DeleteRecords through a
+// replicated log start, and the log cleaner.
+//
+// The metadata decides (internal/controller, applied by internal/cluster);
+// this package follows. Kafka's names: a replica is offline when its log
+// cannot be served here (KAFKA_STORAGE_ERROR).
+package replica
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"holdfast/internal/controller"
+	"holdfast/internal/partition"
+	"holdfast/internal/raft"
+	"holdfast/internal/storage"
+	"holdfast/internal/topicconfig"
+)
+
+// Config is what the replica manager needs of the node's configuration.
+type Config struct {
+	NodeID  int32
+	DataDir string
+	// DirectoryID is this data directory's id; BootstrapMember: this
+	// directory formed the cluster (internal/datadir). A replica assigned
+	// to another directory of this node (a replaced disk) must catch up
+	// before it votes.
+	DirectoryID     string
+	BootstrapMember bool
+	// LogDefaults are the broker-level topic config defaults.
+	LogDefaults storage.Config
+	// RetentionCheckInterval is log.retention.check.interval.ms (0: 5
+	// minutes).
+	RetentionCheckInterval time.Duration
+	// Cleaner is the log cleaner's config (the zero value: Kafka's
+	// defaults).
+	Cleaner CleanerConfig
+	FS      storage.FS
+	Logger  *slog.Logger
+}
+
+// Manager is this node's set of replicas.
+type Manager struct {
+	cfg   Config
+	log   *slog.Logger
+	meta  *controller.Store
+	host  *raft.Host
+	parts *partition.Manager
+
+	// mu is the lifecycle lock: held while the metadata changes and the
+	// replicas follow (internal/cluster applies under it), and while a
+	// repair reopens a replica, so neither undoes the other.
+	mu sync.Mutex
+
+	// offline: replicas assigned here that could not be opened, and why
+	// (the repair loop retries them).
+	offlineMu sync.Mutex
+	offline   map[topicPartition]error
+
+	repairs atomic.Int64 // replicas discarded and reopened after a storage failure
+
+	// compactMu serializes Host.Compact calls (a DeleteRecords reply and
+	// the log-start loop may both compact a group, and the anchors they
+	// journal must not interleave).
+	compactMu sync.Mutex
+
+	cleaner *logCleaner
+	stops   []func()
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// New makes the manager of the replicas in cfg.DataDir, whose Raft groups
+// run on host. Nothing is opened until OpenAll; no background work runs
+// until Start.
+func New(cfg Config, meta *controller.Store, host *raft.Host, syncer *storage.Syncer) *Manager {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.FS == nil {
+		cfg.FS = storage.OSFS()
+	}
+	return &Manager{cfg: cfg, log: cfg.Logger, meta: meta, host: host,
+		parts: partition.NewManager(cfg.DataDir, storage.Options{FS: cfg.FS, Syncer: syncer, Logger: cfg.Logger})}
+}
+
+// OpenAll finishes the deletions a crash interrupted, so that no deleted
+// data is ever served again (an error here stops the start), then opens
+// every replica assigned here. A replica that cannot be opened stays
+// offline, logged, and the repair loop retries it: the node serves the
+// others, as Kafka does with a failed log directory.
+func (m *Manager) OpenAll() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, d := range m.meta.Deleting() {
+		if err := m.FinishPendingDelete(d.Name); err != nil {
+			return err
+		}
+	}
+	for _, t := range m.meta.Topics() {
+		if err := m.OpenTopic(t, 0); err != nil {
+			m.log.Error("replicas offline: their storage could not be opened; retrying", "topic", t.Name, "err", err)
+		}
+	}
+	return nil
+}
+
+// Start runs the background work: repairs, retention, replicated log
+// starts and the log cleaner.
+func (m *Manager) Start() error {
+	m.goLoop(m.repairLoop)
+	m.goLoop(m.retentionLoop)
+	m.goLoop(m.compactLoop)
+	return m.startCleaner()
+}
+
+// Close stops the background work and closes every replica's log (the Raft
+// groups belong to the host, which closes them).
+func (m *Manager) Close() error {
+	for i := len(m.stops) - 1; i >= 0; i-- {
+		m.stops[i]()
+	}
+	m.stops = nil
+	return m.parts.Close()
+}
+
+// Lock and Unlock take the lifecycle lock (see Manager.mu).
+func (m *Manager) Lock()   { m.mu.Lock() }
+func (m *Manager) Unlock() { m.mu.Unlock() }
+
+// goLoop runs loop in its own goroutine until Close.
+func (m *Manager) goLoop(loop func(stop <-chan struct{})) {
+	stopCh, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		loop(stopCh)
+	}()
+	m.stops = append(m.stops, func() {
+		close(stopCh)
+		<-done
+	})
+}
+
+// Group is the Raft group id of partition index of the topic with id
+// topicID: hashed, with the top bit set so it never collides with the
+// metadata group's small id.
+func Group(topicID [16]byte, index int32) uint64 {
+	h := fnv.New64a()
+	h.Write(topicID[:])
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], uint32(index))
+	h.Write(b[:])
+	return h.Sum64() | 1<<63
+}
+
+// Get returns this node's open replica of partition i of topic, or nil.
+func (m *Manager) Get(topic string, i int32) *partition.Partition { return m.parts.Get(topic, i) }
+
+// Lookup returns this node's replica of partition i of topic, or the code
+// Kafka's replica manager answers without one: the partition does not
+// exist, it is assigned here but offline (its storage could not be opened:
+// KAFKA_STORAGE_ERROR), or it lives on other brokers.
+func (m *Manager) Lookup(topic string, i int32) (*partition.Partition, int16) {
+	if p := m.parts.Get(topic, i); p != nil {
+		return p, 0
+	}
+	t, ok := m.meta.Topic(topic)
+	switch {
+	case !ok || i < 0 || i >= t.Partitions:
+		return nil, kerr.UnknownTopicOrPartition.Code
+	case m.isOffline(topicPartition{topic, i}):
+		return nil, kerr.KafkaStorageError.Code
+	default:
+		return nil, kerr.NotLeaderForPartition.Code
+	}
+}
+
+// AllOpen reports whether every partition of t assigned here is open.
+func (m *Manager) AllOpen(t controller.Topic) bool {
+	for i := int32(0); i < t.Partitions; i++ {
+		if m.assignedHere(t, i) && m.parts.Get(t.Name, i) == nil {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *Manager) assignedHere(t controller.Topic, i int32) bool {
+	return int(i) < len(t.Replicas) && slices.Contains(t.Replicas[i], m.cfg.NodeID)
+}
+
+// OpenTopic opens this node's replicas of partitions from.. of t, each as
+// a Raft group bootstrapped with the partition's initial voters. Called
+// with the lifecycle lock held (or before Start).
+func (m *Manager) OpenTopic(t controller.Topic, from int32) error {
+	var errs []error
+	var onDisk []string // read once, only for topics that were ever reassigned
+	for i := from; i < t.Partitions; i++ {
+		if int(i) >= len(t.Replicas) {
+			continue
+		}
+		if !m.assignedHere(t, i) {
+			if t.Initial == nil || m.parts.Get(t.Name, i) != nil {
+				continue
+			}
+			if onDisk == nil {
+				onDisk, _ = m.cfg.FS.ReadDir(m.cfg.DataDir)
+			}
+			if slices.Contains(onDisk, filepath.Base(m.parts.Dir(t.Name, i))) {
+				// A replica moved away whose removal a crash interrupted:
+				// open it (so its Raft journal state is found) and drop it.
+				errs = append(errs, m.open(t, i, false), m.Drop(t, i))
+			}
+			continue
+		}
+		errs = append(errs, m.open(t, i, false))
+	}
+	return errors.Join(errs...)
+}
+
+// open opens partition i of t and its Raft group. rejoin: its data here
+// was discarded (repair.go); otherwise the metadata decides.
+func (m *Manager) open(t controller.Topic, i int32, rejoin bool) error {
+	// The bootstrap voters, not the current replicas: a replica opened by
+	// a reassignment replays the membership changes from the log (or gets
+	// them in a snapshot) as every other replica did.
+	initial := t.InitialReplicas(i)
+	voters := make([]uint64, len(initial))
+	for j, r := range initial {
+		voters[j] = uint64(r)
+	}
+	tp := topicPartition{t.Name, i}
+	err := m.pendingDelete(t.Name)
+	var p *partition.Partition
+	if err == nil {
+		p, err = m.parts.Open(t.Name, t.ID, i, m.logConfig(t), partition.Replication{
+			Host: m.host, Group: Group(t.ID, i), Voters: voters,
+			Rejoin: rejoin || m.rejoins(t, i), AdoptPreRaft: t.PreRaft})
+	}
+	m.offlineMu.Lock()
+	defer m.offlineMu.Unlock()
+	if err != nil {
+		if m.offline == nil {
+			m.offline = map[topicPartition]error{}
+		}
+		m.offline[tp] = err
+		return fmt.Errorf("opening %s-%d: %w", t.Name, i, err)
+	}
+	delete(m.offline, tp)
+	p.SetLogAppendTime(m.logAppendTime(t))
+	return nil
+}
+
+// rejoins reports whether this node's replica of partition p of t must
+// catch up before it votes: the partition was assigned to another
+// directory of this node (a replaced disk) or, with no record, this
+// directory did not form the cluster.
+func (m *Manager) rejoins(t controller.Topic, p int32) bool {
+	rec := t.ReplicaDir(p, m.cfg.NodeID)
+	if rec == "" {
+		return !m.cfg.BootstrapMember
+	}
+	return rec != m.cfg.DirectoryID
+}
+
+// Drop closes this node's replica of partition i of t and deletes its
+// data: the Raft group (and its journal state) first, so a crash in
+// between leaves only data, which start-up removes.
+func (m *Manager) Drop(t controller.Topic, i int32) error {
+	p := m.parts.Get(t.Name, i)
+	if p == nil {
+		return nil
+	}
+	if err := m.host.RemoveGroup(p.RaftGroup()); err != nil && !errors.Is(err, raft.ErrUnknownGroup) {
+		return err
+	}
+	m.log.Info("removed a replica moved to other brokers", "topic", t.Name, "partition", i)
+	return m.parts.Remove(t.Name, i)
+}
+
+// DropMoved drops this node's replicas of t that the metadata no longer
+// lists here (after a completed reassignment).
+func (m *Manager) DropMoved(t controller.Topic) error {
+	var errs []error
+	for i := int32(0); i < t.Partitions && int(i) < len(t.Replicas); i++ {
+		if !m.assignedHere(t, i) {
+			errs = append(errs, m.Drop(t, i))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RemoveTopic follows the deletion of t: its Raft groups go, then its
+// data (FinishPendingDelete; if that fails, the repair loop and the next
+// start-up finish it before a topic of the same name opens).
+func (m *Manager) RemoveTopic(t controller.Topic) error {
+	m.offlineMu.Lock()
+	for i := int32(0); i < t.Partitions; i++ {
+		m.host.RemoveGroup(Group(t.ID, i))
+		delete(m.offline, topicPartition{t.Name, i})
+	}
+	m.offlineMu.Unlock()
+	return m.FinishPendingDelete(t.Name)
+}
+
+// FinishPendingDelete removes the data of a deleted topic named name whose
+// removal was interrupted, so a new topic of that name starts empty.
+// Called with the lifecycle lock held (or during start-up).
+func (m *Manager) FinishPendingDelete(name string) error {
+	for _, d := range m.meta.Deleting() {
+		if d.Name != name {
+			continue
+		}
+		if err := m.parts.DeleteTopic(d.Name); err != nil {
+			return fmt.Errorf("%w: removing the data of deleted topic %s: %w", kerr.KafkaStorageError, d.Name, err)
+		}
+		if err := m.meta.FinishDelete(d.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pendingDelete reports data of a deleted topic named name that is still
+// to be removed: no replica of a new topic of that name opens over it.
+func (m *Manager) pendingDelete(name string) error {
+	for _, d := range m.meta.Deleting() {
+		if d.Name == name {
+			return fmt.Errorf("%w: the data of deleted topic %s (id %x) is not removed yet", partition.ErrForeignData, name, d.ID)
+		}
+	}
+	return nil
+}
+
+// ApplyConfigs pushes t's effective config to its open replicas.
+func (m *Manager) ApplyConfigs(t controller.Topic) {
+	cfg := m.logConfig(t)
+	lat := m.logAppendTime(t)
+	for i := int32(0); i < t.Partitions; i++ {
+		if p := m.parts.Get(t.Name, i); p != nil {
+			p.Log().SetConfig(cfg)
+			p.SetLogAppendTime(lat)
+		}
+	}
+	if cfg.Compact {
+		m.KickCleaner() // a compaction config changed: look now, not after the backoff
+	}
+}
+
+func (m *Manager) logConfig(t controller.Topic) storage.Config {
+	return topicconfig.LogConfig(m.cfg.LogDefaults, t.Configs, func(name, value string, err error) {
+		m.log.Warn("ignoring bad topic config", "topic", t.Name, "config", name, "value", value, "err", err)
+	})
+}
+
+func (m *Manager) logAppendTime(t controller.Topic) bool {
+	return topicconfig.LogAppendTime(m.cfg.LogDefaults, t.Configs)
+}
+
+func (m *Manager) isOffline(tp topicPartition) bool {
+	m.offlineMu.Lock()
+	defer m.offlineMu.Unlock()
+	_, ok := m.offline[tp]
+	return ok
+}
+
+// Repairs counts replicas discarded and reopened after a storage failure.
+func (m *Manager) Repairs() int64 { return m.repairs.Load() }
+
+// SetVerifier installs the transaction coordinator's check for
+// transactional appends (partition.Verifier) on every replica.
+func (m *Manager) SetVerifier(v partition.Verifier) { m.parts.SetVerifier(v) }
