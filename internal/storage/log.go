@@ -819,7 +819,7 @@ func (l *Log) syncOnce() error {
 // single log to sync). A concurrent Syncer cycle is harmless: each fsync
 // claims only the end it saw before it began. It returns the fsync error,
 // which fails the log as a Syncer cycle's does.
-func (l *Log) SyncNow() error { return l.syncOnce() }
+func (l *Log) SyncNow() error { return l.syncer.syncNowOne(l) }
 
 // Syncer is the Syncer the log's fsyncs go through.
 func (l *Log) Syncer() *Syncer { return l.syncer }

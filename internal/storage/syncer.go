@@ -203,17 +203,29 @@ func (s *Syncer) syncGroup(ls []*Log) {
 }
 
 func (s *Syncer) syncLog(l *Log) {
-	s.fsyncs.Add(1)
-	start := time.Now()
-	// syncOnce wakes the log's waiters itself, with success or the error.
-	err := l.syncOnce()
-	s.latency.Observe(time.Since(start))
-	if err != nil {
+	if err := s.fsync(l); err != nil {
 		s.logger.Warn("storage: fsync cycle failed", "dir", l.dir, "err", err)
 	}
 }
 
-// Close stops the cycle goroutine; later requests sync inline.
+// fsync is one log's fdatasync, counted and timed. syncOnce wakes the
+// log's waiters itself, with success or the error.
+func (s *Syncer) fsync(l *Log) error {
+	s.fsyncs.Add(1)
+	start := time.Now()
+	err := l.syncOnce()
+	s.latency.Observe(time.Since(start))
+	return err
+}
+
+// syncNowOne is SyncNow for one log (Log.SyncNow): a cycle of its own on
+// the caller's goroutine, counted and timed like the loop's.
+func (s *Syncer) syncNowOne(l *Log) error {
+	s.requests.Add(1)
+	s.cycles.Add(1)
+	return s.fsync(l)
+}
+
 // SyncNow runs one fsync cycle over logs on the caller's goroutine - the
 // same cycle the Syncer's loop runs (syncfs for a device with many logs,
 // parallel fdatasyncs otherwise) - for a caller that waits for it anyway
@@ -242,6 +254,7 @@ func (s *Syncer) SyncNow(logs []*Log) []error {
 	return errs
 }
 
+// Close stops the cycle goroutine; later requests sync inline.
 func (s *Syncer) Close() error {
 	s.mu.Lock()
 	if s.closed {
