@@ -36,8 +36,10 @@ func adminHandler(b *broker.Broker, srv *wire.Server, logger *slog.Logger, sec *
 		seed, opts, err := sec.consoleClient(clientAddr(lns[i].Addr().String(), sec.listeners[i].bind))
 		var c *console.Console
 		if err == nil {
-			c, err = console.New(console.Config{Broker: b, Seeds: []string{seed}, ClientOpts: opts, Logger: logger.With("component", "console"),
-				LagSampleInterval: sc.consoleSample})
+			cc := console.Config{Broker: b, Seeds: []string{seed}, ClientOpts: opts, Logger: logger.With("component", "console"),
+				LagSampleInterval: sc.consoleSample}
+			consoleLab(&cc, sc, sec, cc.Logger)
+			c, err = console.New(cc)
 		}
 		if err != nil {
 			logger.Error("console disabled", "err", err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 type result struct {
@@ -434,4 +435,47 @@ func TestCLISecurityCommands(t *testing.T) {
 	fails(t, exitUsage, "GSSAPI", "topic", "list", "--command-config", bad, b)
 	os.WriteFile(bad, []byte("security.protocol=SSL\nssl.truststore.type=JKS\n"), 0o600)
 	fails(t, exitUsage, "only PEM", "topic", "list", "--command-config", bad, b)
+}
+
+// TestCLIGroupDescribeConsumerProtocol: `group describe` shows a KIP-848
+// group (group.protocol=consumer) with its state, assignor, members and
+// the member owning each partition, not as Dead.
+func TestCLIGroupDescribeConsumerProtocol(t *testing.T) {
+	addr := startBroker(t)
+	b := "--bootstrap=" + addr
+	ok(t, "a\nb\nc\n", "produce", "g848", b)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumerGroup("g848-readers"), kgo.ConsumeTopics("g848"),
+		kgo.ServerSideBalancer(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.ClientID("cli-848"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for got := 0; got < 2; {
+		fs := cl.PollRecords(ctx, 2)
+		if ctx.Err() != nil {
+			t.Fatal("timed out consuming")
+		}
+		got += fs.NumRecords()
+	}
+	if err := cl.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var desc string
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		desc = ok(t, "", "group", "describe", "g848-readers", "--no-time-lag", b)
+		if strings.Contains(desc, "state Stable") || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !strings.Contains(desc, "state Stable  protocol consumer/uniform") {
+		t.Fatalf("a KIP-848 group described as:\n%s", desc)
+	}
+	p := row(t, desc, "g848", "0")
+	member := p[len(p)-1]
+	if member == "-" {
+		t.Fatalf("partition 0 has no member:\n%s", desc)
+	}
+	row(t, desc, member, "-", "cli-848")
 }

@@ -21,6 +21,7 @@ func newLabCmd() *cobra.Command {
 		list      bool
 		logLevel  string
 		dir       string
+		events    bool
 	)
 	c := &cobra.Command{
 		Use:   "lab",
@@ -60,6 +61,10 @@ command line.`,
 	f.BoolVar(&list, "list", false, "list the scenarios and exit")
 	f.StringVar(&logLevel, "log-level", "", "show the brokers' logs at this level (debug, info, warn, error); default none")
 	f.StringVar(&dir, "dir", "", "where to make the temporary directory (default: the system's)")
+	// For the web console, which runs the lab as a child process and
+	// follows it: progress as JSON lines on stderr.
+	f.BoolVar(&events, "events", false, "progress as JSON lines on stderr (for the web console)")
+	f.MarkHidden("events")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
 		if list {
@@ -87,6 +92,13 @@ command line.`,
 			cfg.Logger = lg
 		}
 		cfg.Progress = func(line string) { fmt.Fprintln(errw, "lab:", line) }
+		if events {
+			enc := json.NewEncoder(errw)
+			cfg.Progress = func(line string) { enc.Encode(labEvent{Line: line}) }
+			cfg.Scenario = func(i, n int, s lab.Scenario, rows []lab.Row) {
+				enc.Encode(labEvent{Scenario: s.Name, Index: i, Of: n, Done: rows != nil, Rows: rows})
+			}
+		}
 		ctx, stop := signalContext()
 		defer stop()
 		res, err := lab.Run(ctx, cfg)
@@ -114,6 +126,17 @@ command line.`,
 		return nil
 	}
 	return c
+}
+
+// labEvent is one line of `holdfast lab --events`: a progress line, or a
+// scenario starting or done (with its rows).
+type labEvent struct {
+	Line     string    `json:"line,omitempty"`
+	Scenario string    `json:"scenario,omitempty"`
+	Index    int       `json:"index,omitempty"`
+	Of       int       `json:"of,omitempty"`
+	Done     bool      `json:"done,omitempty"`
+	Rows     []lab.Row `json:"rows,omitempty"`
 }
 
 func scenarioList() string {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"holdfast/internal/broker"
+	"holdfast/internal/group"
 	"holdfast/internal/storage"
 	"holdfast/internal/wire"
 )
@@ -29,23 +31,26 @@ func init() { addCommand(newServeCmd) }
 // their Kafka names); brokerConfig checks them and maps them onto the
 // broker's and the server's configs.
 type serveConfig struct {
-	unknownEnv                                                   []string // HOLDFAST_* variables that set nothing (reported)
-	config                                                       string
-	overrides                                                    []string
-	listen, advertised, dataDir, rack, flush                     string
-	peers, raftListen, join                                      string
-	metricsListen, logLevel, logFormat                           string
-	nodeID, numParts, offsetParts, txnParts, defaultRF           int
-	maxMsg, maxReq, maxConns, imbalancePct                       int
-	groupMaxSize, offsetMetaMax, indexInterval                   int
-	txnAbortIv, txnIDExpiry, offsRetCheck                        time.Duration
-	segBytes, retBytes, maxQueued                                int64
-	autoCreate, rebalance, ctrlShut                              bool
-	console, metricsInternal                                     bool
-	consoleSample                                                time.Duration
-	txnMax, retention, segmentMs, retentionCheck, idle           time.Duration
-	imbalanceIv, ctrlShutMax, hbInterval, session                time.Duration
-	groupInitialDelay, groupMinSession, groupMaxSession, offsRet time.Duration
+	unknownEnv                                                            []string // HOLDFAST_* variables that set nothing (reported)
+	config                                                                string
+	overrides                                                             []string
+	listen, advertised, dataDir, rack, flush, replicaSelector             string
+	peers, raftListen, join                                               string
+	metricsListen, logLevel, logFormat                                    string
+	nodeID, numParts, offsetParts, txnParts, defaultRF, fetchSessionSlots int
+	maxMsg, maxReq, maxConns, imbalancePct                                int
+	groupMaxSize, offsetMetaMax, indexInterval                            int
+	cgMaxSize                                                             int
+	cgSession, cgHeartbeat                                                time.Duration
+	cgAssignors                                                           string
+	txnAbortIv, txnIDExpiry, offsRetCheck                                 time.Duration
+	segBytes, retBytes, maxQueued                                         int64
+	autoCreate, rebalance, ctrlShut                                       bool
+	console, consoleLab, metricsInternal                                  bool
+	consoleSample                                                         time.Duration
+	txnMax, retention, segmentMs, retentionCheck, idle                    time.Duration
+	imbalanceIv, ctrlShutMax, hbInterval, session                         time.Duration
+	groupInitialDelay, groupMinSession, groupMaxSession, offsRet          time.Duration
 	// The log cleaner (docs/compaction.md).
 	cleanerOn                                       bool
 	cleanerThreads, cleanerIOBuf                    int
@@ -67,6 +72,8 @@ func (c *serveConfig) register(s *settings) {
 	s.String(&c.dataDir, "data-dir", def.DataDir, "where logs and metadata live", kafkaConverted("log.dirs", oneDir), kafka("log.dir"))
 	s.Int(&c.nodeID, "node-id", int(def.NodeID), "this node's id", kafka("node.id"), kafka("broker.id"))
 	s.String(&c.rack, "rack", "", "rack of this node", kafka("broker.rack"))
+	s.Int(&c.fetchSessionSlots, "fetch-session-slots", broker.DefaultFetchSessionSlots, "fetch sessions this broker keeps (KIP-227); a consumer without one sends full fetches", kafka("max.incremental.fetch.session.cache.slots"))
+	s.String(&c.replicaSelector, "replica-selector", "", "rack-aware (or Kafka's class name): consumers with client.rack read from an in-sync replica in their rack; default: from the leader", kafka("replica.selector.class"))
 	s.String(&c.flush, "flush", "sync", "durability: sync (fsync before ack, group commit), interval:<duration>, or os (page cache only, Kafka's default)",
 		kafkaConverted("log.flush.interval.ms", func(v string) (string, error) {
 			n, err := strconv.ParseInt(v, 10, 64)
@@ -98,6 +105,10 @@ func (c *serveConfig) register(s *settings) {
 	s.Duration(&c.groupMinSession, "group-min-session-timeout", def.Groups.MinSessionTimeout, "shortest session timeout a consumer may ask for", kafkaDuration("group.min.session.timeout.ms", ms))
 	s.Duration(&c.groupMaxSession, "group-max-session-timeout", def.Groups.MaxSessionTimeout, "longest session timeout a consumer may ask for", kafkaDuration("group.max.session.timeout.ms", ms))
 	s.Int(&c.groupMaxSize, "group-max-size", def.Groups.MaxSize, "most members in one consumer group", kafka("group.max.size"))
+	s.Duration(&c.cgSession, "group-consumer-session-timeout", def.Groups.ConsumerSessionTimeout, "KIP-848 consumer groups: a member silent this long is removed", kafkaDuration("group.consumer.session.timeout.ms", ms))
+	s.Duration(&c.cgHeartbeat, "group-consumer-heartbeat-interval", def.Groups.ConsumerHeartbeatInterval, "KIP-848 consumer groups: how often members heartbeat", kafkaDuration("group.consumer.heartbeat.interval.ms", ms))
+	s.Int(&c.cgMaxSize, "group-consumer-max-size", def.Groups.ConsumerMaxSize, "KIP-848 consumer groups: most members in one group", kafka("group.consumer.max.size"))
+	s.String(&c.cgAssignors, "group-consumer-assignors", strings.Join(def.Groups.ConsumerAssignors, ","), "KIP-848 consumer groups: server-side assignors members may ask for (uniform, range), the first the default", kafka("group.consumer.assignors"))
 	s.Duration(&c.offsRet, "offsets-retention", def.Groups.OffsetRetention, "how long an empty group's committed offsets are kept", kafkaDuration("offsets.retention.minutes", mins))
 	s.Duration(&c.offsRetCheck, "offsets-retention-check-interval", def.Groups.RetentionCheckInterval, "how often expired committed offsets are removed", kafkaDuration("offsets.retention.check.interval.ms", ms))
 	s.Int(&c.offsetMetaMax, "offset-metadata-max-bytes", def.Groups.MaxMetadataBytes, "largest metadata string of a committed offset", kafka("offset.metadata.max.bytes"))
@@ -141,6 +152,7 @@ func (c *serveConfig) register(s *settings) {
 	s.Duration(&c.session, "broker-session-timeout", def.BrokerSessionTimeout, "cluster mode: the controller fences a broker not heard from this long", kafkaDuration("broker.session.timeout.ms", ms))
 	s.String(&c.metricsListen, "metrics-listen", "localhost:9095", "admin listener: web console (/), Prometheus /metrics, /healthz and /debug/pprof; empty to disable")
 	s.Bool(&c.console, "console", true, "serve the web console at / of the admin listener")
+	s.Bool(&c.consoleLab, "console-lab", true, "let the web console start durability lab runs (a holdfast lab child process, one at a time) and load lab results; with authenticating clients only a user allowed to ALTER the CLUSTER may")
 	s.Duration(&c.consoleSample, "console-lag-sample-interval", 10*time.Second, "how often the console samples consumer group lag for its lag-over-time charts")
 	s.Bool(&c.metricsInternal, "metrics-internal-partitions", false, "export per-partition metrics of internal topics too (by default summed per topic: __consumer_offsets has 50 partitions)")
 	s.String(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -175,12 +187,19 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 		return cfg, lim, nil, fmt.Errorf("--controlled-shutdown-max-wait %v: must not be negative", c.ctrlShutMax)
 	case c.hbInterval <= 0 || c.session <= c.hbInterval:
 		return cfg, lim, nil, fmt.Errorf("--broker-session-timeout (%v) must be longer than --broker-heartbeat-interval (%v), both positive", c.session, c.hbInterval)
+	case c.fetchSessionSlots < 0:
+		return cfg, lim, nil, fmt.Errorf("--fetch-session-slots %d: must be 0 or more (0: no fetch sessions)", c.fetchSessionSlots)
 	case c.retentionCheck <= 0:
 		return cfg, lim, nil, fmt.Errorf("--retention-check-interval %v: must be positive", c.retentionCheck)
 	}
 	cfg.NodeID = int32(c.nodeID)
 	cfg.DataDir = c.dataDir
 	cfg.Rack = c.rack
+	cfg.ReplicaSelector = c.replicaSelector
+	cfg.FetchSessionSlots = c.fetchSessionSlots
+	if c.replicaSelector == "rack-aware" {
+		cfg.ReplicaSelector = broker.RackAwareReplicaSelector
+	}
 	cfg.AutoCreateTopics = c.autoCreate
 	cfg.NumPartitions = int32(c.numParts)
 	cfg.OffsetsTopicPartitions = int32(c.offsetParts)
@@ -195,6 +214,25 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	cfg.Groups.InitialRebalanceDelay = c.groupInitialDelay
 	cfg.Groups.MinSessionTimeout, cfg.Groups.MaxSessionTimeout = c.groupMinSession, c.groupMaxSession
 	cfg.Groups.MaxSize = c.groupMaxSize
+	cfg.Groups.ConsumerSessionTimeout, cfg.Groups.ConsumerHeartbeatInterval = c.cgSession, c.cgHeartbeat
+	cfg.Groups.ConsumerMaxSize = c.cgMaxSize
+	cfg.Groups.ConsumerAssignors = nil
+	for _, a := range strings.Split(c.cgAssignors, ",") {
+		a = strings.TrimSpace(a)
+		switch {
+		case a == "":
+		case !slices.Contains(group.Assignors, a):
+			return cfg, lim, nil, fmt.Errorf("--group-consumer-assignors: unknown assignor %q (Holdfast has %s)", a, strings.Join(group.Assignors, ", "))
+		default:
+			cfg.Groups.ConsumerAssignors = append(cfg.Groups.ConsumerAssignors, a)
+		}
+	}
+	switch {
+	case c.cgSession <= 0 || c.cgHeartbeat <= 0 || c.cgMaxSize <= 0:
+		return cfg, lim, nil, errors.New("--group-consumer-session-timeout, --group-consumer-heartbeat-interval and --group-consumer-max-size must be positive")
+	case c.cgHeartbeat >= c.cgSession:
+		return cfg, lim, nil, fmt.Errorf("--group-consumer-heartbeat-interval %v must be below --group-consumer-session-timeout %v", c.cgHeartbeat, c.cgSession)
+	}
 	cfg.Groups.OffsetRetention = c.offsRet
 	cfg.Groups.RetentionCheckInterval, cfg.Groups.MaxMetadataBytes = c.offsRetCheck, c.offsetMetaMax
 	cfg.Txn.AbortInterval, cfg.Txn.IDExpiration = c.txnAbortIv, c.txnIDExpiry
@@ -253,6 +291,11 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	if c.console && c.metricsListen != "" && sec.authenticates {
 		if host, _, err := net.SplitHostPort(c.metricsListen); err != nil || !loopback(host) {
 			sec.warnings = append(sec.warnings, fmt.Sprintf("the web console on %s (--metrics-listen) reads every topic as this node and asks nobody who they are: keep it on loopback, behind an authenticating proxy, or turn it off (--console=false)", c.metricsListen))
+		}
+	}
+	if c.console && c.consoleLab && c.metricsListen != "" && !sec.authenticates {
+		if host, _, err := net.SplitHostPort(c.metricsListen); err != nil || !loopback(host) {
+			sec.warnings = append(sec.warnings, fmt.Sprintf("the web console on %s (--metrics-listen) lets anyone who reaches it start durability lab runs, which use this machine's CPU and disk (one at a time): keep it on loopback, make clients authenticate (then only a user allowed to ALTER the CLUSTER may), or --console-lab=false", c.metricsListen))
 		}
 	}
 	return cfg, lim, sec, nil

@@ -380,6 +380,7 @@ func (c *Client) Groups(ctx context.Context, timeLag bool, groups ...string) ([]
 		}
 		out = append(out, g)
 	}
+	c.consumerGroups(ctx, out)
 	if timeLag && len(ages) > 0 {
 		ts := c.timestampsAt(ctx, ages)
 		now := time.Now()
@@ -397,6 +398,57 @@ func (c *Client) Groups(ctx context.Context, timeLag bool, groups ...string) ([]
 		}
 	}
 	return out, nil
+}
+
+// consumerGroups fills in the KIP-848 groups among gs: DescribeGroups
+// (classic groups) reports them Dead with no members, so their state,
+// assignor and members come from ConsumerGroupDescribe.
+func (c *Client) consumerGroups(ctx context.Context, gs []Group) {
+	var names []string
+	for _, g := range gs {
+		if g.Err == "" && g.State == "Dead" && len(g.Members) == 0 {
+			names = append(names, g.Name)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	described, _ := c.A.DescribeConsumerGroups(ctx, names...) // a group not there: left as it is
+	for gi := range gs {
+		g := &gs[gi]
+		d, ok := described[g.Name]
+		if !ok || d.Err != nil {
+			continue
+		}
+		g.State, g.ProtocolType, g.Protocol, g.Coordinator = d.State, "consumer", d.AssignorName, d.Coordinator.NodeID
+		owner := map[tp]string{}
+		for _, m := range d.Members {
+			gm := GroupMember{ID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost}
+			if m.InstanceID != nil {
+				gm.InstanceID = *m.InstanceID
+			}
+			for _, t := range m.Assignment.Sorted() {
+				gm.Assigned = append(gm.Assigned, fmt.Sprintf("%s%v", t.Topic, t.Partitions))
+				for _, p := range t.Partitions {
+					owner[tp{t.Topic, p}] = m.MemberID
+				}
+			}
+			g.Members = append(g.Members, gm)
+		}
+		lag := map[string]int64{}
+		for pi := range g.Partitions {
+			p := &g.Partitions[pi]
+			if id, ok := owner[tp{p.Topic, p.Partition}]; ok {
+				p.Member = id
+				if p.Lag > 0 {
+					lag[id] += p.Lag
+				}
+			}
+		}
+		for mi := range g.Members {
+			g.Members[mi].Lag = lag[g.Members[mi].ID]
+		}
+	}
 }
 
 type tp struct {

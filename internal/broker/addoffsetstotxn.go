@@ -7,7 +7,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
-	"holdfast/internal/group"
 	"holdfast/internal/txn"
 	"holdfast/internal/wire"
 )
@@ -20,7 +19,7 @@ func init() { register(kmsg.AddOffsetsToTxn, 0, 3, (*Broker).handleAddOffsetsToT
 func (b *Broker) handleAddOffsetsToTxn(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.AddOffsetsToTxnRequest)
 	resp := req.ResponseKind().(*kmsg.AddOffsetsToTxnResponse)
-	c := b.coordinator()
+	c := b.coord.Txn()
 	switch {
 	case !b.authorizeTxnID(r, req.TransactionalID):
 		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
@@ -28,24 +27,18 @@ func (b *Broker) handleAddOffsetsToTxn(_ context.Context, r *wire.Request) wire.
 		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
 	case req.Group == "":
 		resp.ErrorCode = kerr.InvalidGroupID.Code
-	case c == nil:
-		resp.ErrorCode = kerr.InvalidProducerIDMapping.Code
 	}
 	if resp.ErrorCode != 0 {
 		return wire.Respond(resp)
 	}
-	p := b.offsetsPartition(req.Group)
-	if p >= 0 {
+	if p := b.coord.OffsetsPartition(req.Group); p >= 0 {
 		return b.addOffsetsPartition(c, req, resp, p)
 	}
 	return func(ctx context.Context) kmsg.Response {
 		// A transaction may commit offsets before any group lookup
 		// created __consumer_offsets: create it as FindCoordinator does
 		// (through the controller; that may block, so not on the reader).
-		if t, err := b.createCoordinatorTopic(offsetsTopic, b.groups.NumPartitions(), coordinatorGroup, req.Group, false); err == nil {
-			p = group.PartitionFor(req.Group, int(t.Partitions))
-		}
-		return b.addOffsetsPartition(c, req, resp, p)(ctx)
+		return b.addOffsetsPartition(c, req, resp, b.coord.OffsetsPartitionCreating(req.Group))(ctx)
 	}
 }
 

@@ -114,14 +114,11 @@ func (b *Broker) addPartitionsOne(id string, pid int64, epoch int16, verifyOnly 
 		})
 	}
 	done := func(context.Context) bool { return true }
-	c := b.coordinator()
+	c := b.coord.Txn()
 	switch {
 	case unknown:
 		// All or nothing, as Kafka: the rest were not attempted.
 		setAll(kerr.OperationNotAttempted.Code)
-		return res, done
-	case c == nil:
-		setAll(kerr.InvalidProducerIDMapping.Code)
 		return res, done
 	case verifyOnly:
 		per, err := c.VerifyPartitions(id, pid, epoch, parts)

@@ -15,6 +15,7 @@ import (
 
 	"holdfast/internal/cluster"
 	"holdfast/internal/controller"
+	"holdfast/internal/coordinator"
 	"holdfast/internal/datadir"
 	"holdfast/internal/group"
 	"holdfast/internal/raft"
@@ -43,6 +44,14 @@ type Config struct {
 	AdvertisedHost string // advertised.listeners host
 	AdvertisedPort int32  // advertised.listeners port
 	Rack           string // broker.rack
+	// FetchSessionSlots is max.incremental.fetch.session.cache.slots:
+	// how many fetch sessions this broker keeps (default 1,000; 0: none).
+	FetchSessionSlots int
+	// ReplicaSelector is replica.selector.class: "" (consumers read from
+	// the leader, Kafka's default) or RackAwareReplicaSelector, which sends
+	// a consumer with client.rack to an in-sync replica in its rack
+	// (KIP-392, replicaselector.go).
+	ReplicaSelector string
 
 	AutoCreateTopics       bool  // auto.create.topics.enable (default true)
 	NumPartitions          int32 // num.partitions (default 1)
@@ -130,6 +139,7 @@ func DefaultConfig() Config {
 		AdvertisedPort:           9092,
 		AutoCreateTopics:         true,
 		NumPartitions:            1,
+		FetchSessionSlots:        DefaultFetchSessionSlots,
 		OffsetsTopicPartitions:   50,
 		Groups:                   group.DefaultConfig(),
 		Txn:                      txn.DefaultConfig(),
@@ -158,12 +168,16 @@ type Broker struct {
 	meta   *controller.Store
 	// replicas are this node's partition replicas (internal/replica).
 	replicas *replica.Manager
-	groups   *group.Coordinator
-	txn      txnState // producer ids and the transaction coordinator (txn.go)
+	// coord hosts this node's group and transaction coordinators;
+	// groups is coord.Groups(), which most group handlers use.
+	coord  *coordinator.Host
+	groups *group.Coordinator
 	// cluster is the Raft side of cluster mode (cluster.go); nil on a
 	// single node.
 	cluster *cluster.Node
 	alterMu sync.Mutex // serializes IncrementalAlterConfigs' read-modify-write
+	// fetchSessions are the consumers' KIP-227 fetch sessions.
+	fetchSessions fetchSessions
 
 	// stats counts replication events for metrics (stats.go).
 	stats statsState
@@ -172,132 +186,6 @@ type Broker struct {
 	// registers its own.
 	closers []func() error
 }
-
-// New opens (or creates) the node's state under cfg.DataDir and starts it,
-// in this order (Close undoes it in reverse):
-//
-//  1. checkSecurity: listener defaults, and can this node reach the others;
-//  2. lockDataDir: one process per data directory;
-//  3. openCluster: the Raft host and this node's identity (cluster.Open);
-//  4. startStorage: the syncer, the metadata store, every replica;
-//  5. cluster.Start: follow the metadata log, register, the controller's
-//     loops (a single node is registered when it returns);
-//  6. startSecurity: ACLs into the authorizer, bootstrap SCRAM users;
-//  7. startGroups, startTxn: the coordinators (they replay internal topics);
-//  8. cluster.StartBalancing: preferred-leader balance;
-//  9. startStats: the metrics' periodic figures.
-func New(cfg Config) (*Broker, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.FS == nil {
-		cfg.FS = storage.OSFS()
-	}
-	if len(cfg.Peers) == 0 {
-		// A single node is a cluster of one: its only voter, with no Raft
-		// port (nobody to talk to), on exactly the replicated path.
-		cfg.Peers = map[int32]string{cfg.NodeID: ""}
-	}
-	b := &Broker{cfg: cfg, log: cfg.Logger}
-	steps := []struct {
-		name string
-		fn   func() error
-	}{
-		{"security config", b.checkSecurity},
-		{"data directory lock", b.lockDataDir},
-		{"cluster", b.openCluster},
-		{"storage", b.startStorage},
-		{"cluster metadata", b.startClusterMeta},
-		{"security", b.startSecurity},
-		{"groups", b.startGroups},
-		{"transactions", b.startTxn},
-		{"leadership", b.startLeadership},
-		{"stats", b.startStats},
-	}
-	for _, s := range steps {
-		if err := s.fn(); err != nil {
-			b.Close()
-			return nil, fmt.Errorf("starting %s: %w", s.name, err)
-		}
-	}
-	return b, nil
-}
-
-// openCluster starts the Raft host and takes this node's identity from
-// its data directory (or the cluster it forms or joins).
-func (b *Broker) openCluster() error {
-	sc := b.cfg.Security
-	var rtls *raft.TransportTLS
-	if sc.RaftTLS {
-		// Mutual TLS with this node's certificate: a node without one
-		// from the cluster's CA cannot take part (checkSecurity made sure
-		// both stores are there).
-		rtls = &raft.TransportTLS{Server: sc.NodeTLS.MutualServerConfig(), Client: sc.NodeTLS.ClientConfig}
-	}
-	c := b.cfg
-	node, err := cluster.Open(cluster.Config{
-		NodeID: c.NodeID, DataDir: c.DataDir, Peers: c.Peers, RaftListen: c.RaftListen,
-		Join: c.Join, JoinTimeout: c.JoinTimeout, DefaultReplicationFactor: c.DefaultReplicationFactor,
-		AutoLeaderRebalance: c.AutoLeaderRebalance, LeaderImbalanceCheckInterval: c.LeaderImbalanceCheckInterval,
-		LeaderImbalancePerBrokerPct: c.LeaderImbalancePerBrokerPct,
-		ControlledShutdown:          c.ControlledShutdown, ControlledShutdownMaxWait: c.ControlledShutdownMaxWait,
-		BrokerHeartbeatInterval: c.BrokerHeartbeatInterval, BrokerSessionTimeout: c.BrokerSessionTimeout,
-		Self: b.selfInfo(), InterBrokerListener: sc.InterBrokerListener,
-		RaftTLS: rtls, RaftFaults: c.RaftFaults, Dial: b.nodeClient, OnSecurityChange: b.securityApplied,
-		FS: c.FS, Logger: b.log,
-	})
-	if err != nil {
-		return err
-	}
-	b.cluster, b.ident = node, node.Identity()
-	b.closers = append(b.closers, node.Close) // idempotent
-	return nil
-}
-
-// startClusterMeta follows the metadata log (cluster.Node.Start). A single
-// node is registered when it returns; its bootstrap SCRAM users are then
-// committed before anyone can try them.
-func (b *Broker) startClusterMeta() error {
-	if err := b.cluster.Start(b.meta, b.replicas, b.syncer); err != nil {
-		return err
-	}
-	if b.cluster.SingleNode() && len(b.cfg.Security.BootstrapScram) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := b.bootstrapScram(ctx); err != nil {
-			return fmt.Errorf("creating the bootstrap SCRAM users: %w", err)
-		}
-	}
-	return nil
-}
-
-// startLeadership starts preferred-leader balancing; on Close, first of
-// all, the node hands its leaderships over (controlled shutdown) while the
-// coordinators and metadata loops still run.
-func (b *Broker) startLeadership() error {
-	b.cluster.StartBalancing()
-	b.closers = append(b.closers, func() error { b.cluster.HandOver(); return nil })
-	return nil
-}
-
-// FenceForShutdown asks the controller to fence this broker before it
-// stops (see cluster.Node.FenceForShutdown).
-func (b *Broker) FenceForShutdown(ctx context.Context) error { return b.cluster.FenceForShutdown(ctx) }
-
-// Close stops every subsystem, newest first.
-func (b *Broker) Close() error {
-	var first error
-	for i := len(b.closers) - 1; i >= 0; i-- {
-		if err := b.closers[i](); err != nil && first == nil {
-			first = err
-		}
-	}
-	b.closers = nil
-	return first
-}
-
-// Config returns the configuration the broker runs with.
-func (b *Broker) Config() Config { return b.cfg }
 
 // handlerFunc serves one API. It runs on the connection's reader goroutine
 // in request order: it does what must be ordered and returns a Reply for the

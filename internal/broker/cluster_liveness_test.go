@@ -268,7 +268,11 @@ func TestClusterTxnCoordinatorFailover(t *testing.T) {
 				break
 			}
 			t.Logf("abort %d, attempt %d: %v", i, attempt, err)
-			if attempt == 5 || !kerr.IsRetriable(err) {
+			// "unknown broker": the coordinator one node named is not yet
+			// (or no longer) in another node's Metadata - the nodes apply
+			// the fence or unfence at slightly different times. kgo gives
+			// up on it; an application retries, as here.
+			if attempt == 5 || !kerr.IsRetriable(err) && !strings.Contains(err.Error(), "unknown broker") {
 				t.Fatalf("transaction %d cannot be aborted: %v", i, err)
 			}
 		}

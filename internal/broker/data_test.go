@@ -278,12 +278,18 @@ func rawBatch(t *testing.T, pid int64, epoch int16, seq int32, n int, codec reco
 // partition's answer.
 func produceRaw(t *testing.T, cl *kgo.Client, topic string, batch []byte) kmsg.ProduceResponseTopicPartition {
 	t.Helper()
+	return produceRawTo(t, cl, topic, 0, batch)
+}
+
+// produceRawTo is produceRaw to partition p.
+func produceRawTo(t *testing.T, cl *kgo.Client, topic string, p int32, batch []byte) kmsg.ProduceResponseTopicPartition {
+	t.Helper()
 	req := kmsg.NewPtrProduceRequest()
 	req.Acks, req.TimeoutMillis = -1, 10_000
 	rt := kmsg.NewProduceRequestTopic()
 	rt.Topic = topic
 	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Records = batch
+	rp.Partition, rp.Records = p, batch
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(testCtx(t), cl)
@@ -437,21 +443,6 @@ func topicID(t *testing.T, n *brokertest.Node, topic string) [16]byte {
 		t.Fatal(err)
 	}
 	return td[topic].ID
-}
-
-func TestFetchSessionsDeclined(t *testing.T) {
-	n := brokertest.Start(t)
-	n.CreateTopic("sessions", 1, nil)
-	cl := n.Client()
-	req := kmsg.NewPtrFetchRequest()
-	req.SessionID, req.SessionEpoch = 12345, 3
-	resp, err := cl.Broker(int(n.Cfg.NodeID)).Request(testCtx(t), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code := resp.(*kmsg.FetchResponse).ErrorCode; code != kerr.FetchSessionIDNotFound.Code {
-		t.Fatalf("unknown session answered %v", kerr.ErrorForCode(code))
-	}
 }
 
 func initProducerID(t *testing.T, cl *kgo.Client, pid int64, epoch int16) (int64, int16) {

@@ -16,18 +16,13 @@ func init() { register(kmsg.DescribeTransactions, 0, 0, (*Broker).handleDescribe
 func (b *Broker) handleDescribeTransactions(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.DescribeTransactionsRequest)
 	resp := req.ResponseKind().(*kmsg.DescribeTransactionsResponse)
-	c := b.coordinator()
+	c := b.coord.Txn()
 	for _, id := range req.TransactionalIDs {
 		st := kmsg.NewDescribeTransactionsResponseTransactionState()
 		st.TransactionalID = id
 		st.ProducerID, st.ProducerEpoch, st.StartTimestamp = -1, -1, -1
 		if !b.authorize(r, auth.OpDescribe, auth.ResourceTransactionalID, id) {
 			st.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
-			resp.TransactionStates = append(resp.TransactionStates, st)
-			continue
-		}
-		if c == nil {
-			st.ErrorCode = kerr.TransactionalIDNotFound.Code
 			resp.TransactionStates = append(resp.TransactionStates, st)
 			continue
 		}

@@ -23,12 +23,7 @@ func (b *Broker) handleEndTxn(_ context.Context, r *wire.Request) wire.Reply {
 		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
 		return wire.Respond(resp)
 	}
-	c := b.coordinator()
-	if c == nil {
-		resp.ErrorCode = kerr.InvalidProducerIDMapping.Code
-		return wire.Respond(resp)
-	}
-	wait := c.EndTxn(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit)
+	wait := b.coord.Txn().EndTxn(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit)
 	return func(ctx context.Context) kmsg.Response {
 		err := wait(ctx)
 		if ctx.Err() != nil {

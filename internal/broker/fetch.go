@@ -16,21 +16,24 @@ import (
 )
 
 // Fetch v4+ (isolation level); v13+ names topics by id; v15 moves the
-// replica id into ReplicaState. v17/v18 only add replica-side fields
-// (KIP-853, KIP-1166) that a single node has no use for.
-func init() { register(kmsg.Fetch, 4, 16, (*Broker).handleFetch) }
+// replica id into ReplicaState. v17/v18 only add fields a replica sends
+// its leader (KIP-853, KIP-1166); Raft replicates here, so consumers are
+// the only fetchers and those fields are ignored.
+func init() { register(kmsg.Fetch, 4, 18, (*Broker).handleFetch) }
 
 // maxFetchWait bounds MaxWaitMillis so a request cannot park a connection's
 // writer for longer than clients' own request timeouts.
 const maxFetchWait = 5 * time.Minute
 
 // leaderEpochCode checks a client's current leader epoch (KIP-320); -1
-// means the client does not know it and skips the check.
-func leaderEpochCode(p *partition.Partition, current int32) int16 {
+// means the client does not know it and skips the check. Only the leader
+// serves, unless follower is set (a consumer's fetch a follower may serve,
+// replicaselector.go).
+func leaderEpochCode(p *partition.Partition, current int32, follower bool) int16 {
 	if p.Failed() != nil { // this replica's storage failed
 		return kerr.KafkaStorageError.Code
 	}
-	if !p.IsLeader() { // only the Raft leader serves
+	if !follower && !p.IsLeader() {
 		return kerr.NotLeaderForPartition.Code
 	}
 	switch epoch := p.LeaderEpoch(); {
@@ -44,23 +47,21 @@ func leaderEpochCode(p *partition.Partition, current int32) int16 {
 }
 
 // handleFetch answers in the Reply: a fetch only reads, so it need not be
-// ordered with other requests' Handle, and it may long-poll.
-//
-// Fetch sessions (KIP-227) are declined: every response has SessionID 0,
-// which tells the client to keep sending full fetch requests. A client
-// that names a session we could not have created gets
-// FETCH_SESSION_ID_NOT_FOUND and falls back to a full fetch.
+// ordered with other requests' Handle, and it may long-poll. The session
+// (fetchsession.go) is brought up to date here, in request order.
 func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.FetchRequest)
-	if req.SessionID != 0 && req.SessionEpoch > 0 {
+	f, code := b.fetchSessions.begin(req, r.Principal.String(), time.Now())
+	if code != 0 {
 		resp := req.ResponseKind().(*kmsg.FetchResponse)
-		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
+		resp.ErrorCode = code
 		return wire.Respond(resp)
 	}
 	wait := min(time.Duration(req.MaxWaitMillis)*time.Millisecond, maxFetchWait)
+	listener := b.listenerName(r)
 	// READ on each topic, decided once (TOPIC_AUTHORIZATION_FAILED).
 	var denied map[string]bool
-	for _, rt := range req.Topics {
+	for _, rt := range f.topics {
 		name := rt.Topic
 		if req.Version >= 13 {
 			t, ok := b.meta.TopicByID(rt.TopicID)
@@ -79,8 +80,9 @@ func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
 	return func(ctx context.Context) kmsg.Response {
 		var deadline <-chan time.Time
 		for {
-			resp, ready, notify := b.fetchOnce(req, denied)
+			resp, ready, notify := b.fetchOnce(req, f.topics, denied, listener)
 			if ready || wait <= 0 || len(notify) == 0 {
+				b.fetchSessions.cut(f, resp)
 				return resp
 			}
 			releaseFiles(resp) // this attempt is not sent
@@ -102,14 +104,16 @@ func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
 			case 0:
 				return nil // connection gone; nothing to write
 			case 1:
-				resp, _, _ = b.fetchOnce(req, denied)
+				resp, _, _ = b.fetchOnce(req, f.topics, denied, listener)
+				b.fetchSessions.cut(f, resp)
 				return resp
 			}
 		}
 	}
 }
 
-// fetchOnce reads every requested partition once. ready reports whether the
+// fetchOnce reads every partition of topics (the request's, or its
+// session's) once. ready reports whether the
 // response should go now (MinBytes reached, or an error to report);
 // otherwise notify holds the channels that signal new data.
 //
@@ -118,7 +122,7 @@ func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
 // connection writer sends with sendfile (wire.Spliced), straight from the
 // page cache. A log on a filesystem without file descriptors (the tests'
 // CrashFS) is read into the response instead.
-func (b *Broker) fetchOnce(req *kmsg.FetchRequest, denied map[string]bool) (out kmsg.Response, ready bool, notify []<-chan struct{}) {
+func (b *Broker) fetchOnce(req *kmsg.FetchRequest, topics []kmsg.FetchRequestTopic, denied map[string]bool, listener string) (out kmsg.Response, ready bool, notify []<-chan struct{}) {
 	resp := req.ResponseKind().(*kmsg.FetchResponse)
 	files := &wire.Spliced{Response: resp}
 	var slices []storage.Slice
@@ -141,7 +145,13 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest, denied map[string]bool) (out 
 	}
 	total := 0
 	byID := req.Version >= 13
-	for _, rt := range req.Topics {
+	// A consumer's fetch (not a replica's: -1), which KIP-392 lets a
+	// follower serve.
+	consumer := req.ReplicaID < 0
+	if req.Version >= 15 {
+		consumer = req.ReplicaState.ID < 0
+	}
+	for _, rt := range topics {
 		st := kmsg.NewFetchResponseTopic()
 		st.Topic, st.TopicID = rt.Topic, rt.TopicID
 		name, topicCode := rt.Topic, int16(0)
@@ -167,16 +177,28 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest, denied map[string]bool) (out 
 			if topicCode == 0 {
 				p, missing = b.replicas.Lookup(name, rp.Partition)
 			}
+			follower := false
 			switch {
 			case p == nil:
 				sp.ErrorCode = missing
 			default:
-				sp.ErrorCode = leaderEpochCode(p, rp.CurrentLeaderEpoch)
+				follower = !p.IsLeader() && b.followerServes(p, req.Version, consumer)
+				sp.ErrorCode = leaderEpochCode(p, rp.CurrentLeaderEpoch, follower)
 			}
 			if sp.ErrorCode != 0 {
 				ready = true
 				st.Partitions = append(st.Partitions, sp)
 				continue
+			}
+			if req.Version >= 11 && consumer && !follower {
+				if pref := b.preferredReadReplica(p, req.Rack, rp.FetchOffset); pref >= 0 {
+					// KIP-392: no records; the consumer reads from pref.
+					sp.PreferredReadReplica = pref
+					sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = p.HighWatermark(), p.LastStableOffset(), p.LogStartOffset()
+					ready = true
+					st.Partitions = append(st.Partitions, sp)
+					continue
+				}
 			}
 			notify = append(notify, p.Notify())
 			maxBytes := min(int(rp.PartitionMaxBytes), remaining)
@@ -190,6 +212,11 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest, denied map[string]bool) (out 
 			res, slice, err := p.ReadFile(rp.FetchOffset, max(maxBytes, 1), readCommitted)
 			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = res.HighWatermark, res.LastStableOffset, res.LogStartOffset
 			switch {
+			case errors.Is(err, partition.ErrOffsetOutOfRange) && follower && rp.CurrentLeaderEpoch < 0 && rp.FetchOffset >= res.LogStartOffset:
+				// Past this follower's log: it may not have caught up
+				// yet, and a client that sends no leader epoch cannot
+				// check with the leader before it resets (as Kafka,
+				// KAFKA-14255): nothing yet, ask again.
 			case errors.Is(err, partition.ErrOffsetOutOfRange):
 				sp.ErrorCode = kerr.OffsetOutOfRange.Code
 				ready = true
@@ -236,6 +263,7 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest, denied map[string]bool) (out 
 	if total >= int(req.MinBytes) && total > 0 || req.MinBytes <= 0 {
 		ready = true
 	}
+	b.fetchLeaderHints(req.Version, resp, listener)
 	return resp, ready, notify
 }
 

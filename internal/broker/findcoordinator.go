@@ -7,22 +7,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
+	"holdfast/internal/coordinator"
 	"holdfast/internal/wire"
 )
 
-// v6 adds share groups (KIP-932), which are not served.
-func init() { register(kmsg.FindCoordinator, 0, 5, (*Broker).handleFindCoordinator) }
+// v6 adds share-group keys (KIP-932): share groups are not served, so
+// such a key is answered INVALID_REQUEST, as any unknown type.
+func init() { register(kmsg.FindCoordinator, 0, 6, (*Broker).handleFindCoordinator) }
 
-// Coordinator key types.
-const (
-	coordinatorGroup       = 0
-	coordinatorTransaction = 1
-)
-
-// handleFindCoordinator answers with this node for every group and
-// transactional id on a single node. In a cluster a group's coordinator is
-// the leader of its __consumer_offsets partition; finding it may create
-// that topic first, so the answer is built in the Reply, off the reader.
+// handleFindCoordinator answers with the leader of the key's partition of
+// __consumer_offsets or __transaction_state (internal/coordinator).
+// Finding it may create that topic first, so the answer is built in the
+// Reply, off the reader.
 func (b *Broker) handleFindCoordinator(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.FindCoordinatorRequest)
 	// DESCRIBE on each group or transactional id; the refused keys are
@@ -32,7 +28,7 @@ func (b *Broker) handleFindCoordinator(_ context.Context, r *wire.Request) wire.
 		keys = []string{req.CoordinatorKey}
 	}
 	typ, code := auth.ResourceGroup, kerr.GroupAuthorizationFailed.Code
-	if req.CoordinatorType == coordinatorTransaction {
+	if req.CoordinatorType == coordinator.KeyTransaction {
 		typ, code = auth.ResourceTransactionalID, kerr.TransactionalIDAuthorizationFailed.Code
 	}
 	denied := map[string]bool{}
@@ -47,7 +43,7 @@ func (b *Broker) handleFindCoordinator(_ context.Context, r *wire.Request) wire.
 }
 
 // findCoordinators answers req; forwarded is set when another broker asks
-// (coordinators_cluster.go).
+// (internal/coordinator).
 func (b *Broker) findCoordinators(req *kmsg.FindCoordinatorRequest, forwarded bool, listener string, denied map[string]bool, deniedCode int16) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
 	keys := req.CoordinatorKeys
@@ -62,14 +58,13 @@ func (b *Broker) findCoordinators(req *kmsg.FindCoordinatorRequest, forwarded bo
 		switch {
 		case denied[key]:
 			c.ErrorCode = deniedCode
-		case req.CoordinatorType != coordinatorGroup && req.CoordinatorType != coordinatorTransaction:
+		case req.CoordinatorType != coordinator.KeyGroup && req.CoordinatorType != coordinator.KeyTransaction:
 			c.ErrorCode, msg = kerr.InvalidRequest.Code, "unknown coordinator type"
-		case req.CoordinatorType == coordinatorTransaction && key == "":
+		case req.CoordinatorType == coordinator.KeyTransaction && key == "":
 			c.ErrorCode, msg = kerr.InvalidRequest.Code, "empty transactional id"
-		case req.CoordinatorType == coordinatorTransaction:
-			c.NodeID, c.Host, c.Port, c.ErrorCode, msg = b.txnCoordinatorNode(key, forwarded, listener)
 		default:
-			c.NodeID, c.Host, c.Port, c.ErrorCode, msg = b.groupCoordinatorNode(key, forwarded, listener)
+			at := b.coord.Find(req.CoordinatorType, key, forwarded, listener)
+			c.NodeID, c.Host, c.Port, c.ErrorCode, msg = at.Node, at.Host, at.Port, at.Code, at.Msg
 		}
 		if msg != "" {
 			c.ErrorMessage = &msg

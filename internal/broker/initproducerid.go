@@ -46,13 +46,7 @@ func (b *Broker) handleInitProducerID(_ context.Context, r *wire.Request) wire.R
 				resp.ErrorCode = kerr.InvalidRequest.Code
 				return resp
 			}
-			c, err := b.txnCoordinator()
-			if err != nil {
-				b.log.Error("transaction coordinator unavailable", "err", err)
-				resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
-				return resp
-			}
-			pid, epoch, err := c.InitProducerID(ctx, *req.TransactionalID, req.TransactionTimeoutMillis, req.ProducerID, req.ProducerEpoch)
+			pid, epoch, err := b.coord.Txn().InitProducerID(ctx, *req.TransactionalID, req.TransactionTimeoutMillis, req.ProducerID, req.ProducerEpoch)
 			if ctx.Err() != nil {
 				return nil // the connection is gone
 			}
@@ -79,7 +73,7 @@ func (b *Broker) clusterProducerID(ctx context.Context, req *kmsg.InitProducerID
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	id, err := b.txn.blocks.Next(ctx)
+	id, err := b.coord.NextProducerID(ctx)
 	if err != nil {
 		b.log.Warn("allocating a producer id", "err", err)
 		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code // retriable: the controller may be electing

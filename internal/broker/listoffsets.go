@@ -48,7 +48,7 @@ func (b *Broker) handleListOffsets(_ context.Context, r *wire.Request) wire.Repl
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}
-			if sp.ErrorCode = leaderEpochCode(p, rp.CurrentLeaderEpoch); sp.ErrorCode != 0 {
+			if sp.ErrorCode = leaderEpochCode(p, rp.CurrentLeaderEpoch, false); sp.ErrorCode != 0 {
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}

@@ -37,11 +37,7 @@ func (b *Broker) handleListTransactions(_ context.Context, r *wire.Request) wire
 			return wire.Respond(resp)
 		}
 	}
-	c := b.coordinator()
-	if c == nil {
-		return wire.Respond(resp)
-	}
-	for _, in := range c.List() {
+	for _, in := range b.coord.Txn().List() {
 		switch {
 		case len(req.StateFilters) > 0 && !slices.Contains(states, in.State.String()):
 			continue

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -183,65 +182,11 @@ func (b *Broker) brokers(listener string) []kmsg.MetadataResponseBroker {
 // replica does not know the leader; it names the first replica, and a
 // client sent to the wrong one gets NOT_LEADER_OR_FOLLOWER and asks again.
 func (b *Broker) partitionMetadata(t controller.Topic, i int32) kmsg.MetadataResponseTopicPartition {
+	st := b.replicas.State(t, i)
 	mp := kmsg.NewMetadataResponseTopicPartition()
-	mp.Partition = i
-	mp.Leader, mp.LeaderEpoch = -1, -1
-	mp.OfflineReplicas = []int32{}
-	if int(i) < len(t.Replicas) {
-		mp.Replicas = slices.Clone(t.Replicas[i])
-	} else {
-		mp.Replicas = []int32{}
-	}
-	mp.ISR = []int32{}
-	for _, r := range mp.Replicas {
-		if b.meta.Fenced(r) {
-			mp.OfflineReplicas = append(mp.OfflineReplicas, r)
-		}
-	}
-	live := slices.DeleteFunc(slices.Clone(mp.Replicas), b.meta.Fenced)
-	p := b.replicas.Get(t.Name, i)
-	if p == nil {
-		if len(live) == 0 {
-			mp.ErrorCode = kerr.LeaderNotAvailable.Code
-			return mp
-		}
-		mp.Leader, mp.ISR = live[0], live
-		return mp
-	}
-	st, err := p.RaftStatus()
-	switch {
-	case err != nil || st.Failed != "":
-		mp.ErrorCode = kerr.KafkaStorageError.Code
-		mp.OfflineReplicas = []int32{b.cfg.NodeID}
-		return mp
-	case st.Leader == 0 || b.meta.Fenced(int32(st.Leader)):
-		// An election is running, or the leader we last heard of is
-		// fenced: clients must not be sent to it.
-		mp.ErrorCode = kerr.LeaderNotAvailable.Code
-		return mp
-	}
-	mp.Leader = int32(st.Leader)
-	mp.LeaderEpoch = p.LeaderEpoch()
-	if st.State != "StateLeader" {
-		// Followers do not track the others' progress.
-		mp.ISR = live
-		return mp
-	}
-	for _, r := range st.Replicas {
-		id := int32(r.ID)
-		switch {
-		case r.Learner:
-			// A replica being added by a reassignment: not in sync
-			// until it votes.
-		case b.meta.Fenced(id):
-		case r.ID == st.Node || r.Active && r.State == "StateReplicate":
-			mp.ISR = append(mp.ISR, id)
-		case !r.Active:
-			mp.OfflineReplicas = append(mp.OfflineReplicas, id)
-		}
-	}
-	slices.Sort(mp.ISR)
-	slices.Sort(mp.OfflineReplicas)
+	mp.Partition, mp.ErrorCode = i, st.Err
+	mp.Leader, mp.LeaderEpoch = st.Leader, st.LeaderEpoch
+	mp.Replicas, mp.ISR, mp.OfflineReplicas = st.Replicas, st.ISR, st.Offline
 	return mp
 }
 

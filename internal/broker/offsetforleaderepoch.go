@@ -31,7 +31,7 @@ func (b *Broker) handleOffsetForLeaderEpoch(_ context.Context, r *wire.Request) 
 			case p == nil:
 				sp.ErrorCode = missing
 			default:
-				if sp.ErrorCode = leaderEpochCode(p, rp.CurrentLeaderEpoch); sp.ErrorCode == 0 {
+				if sp.ErrorCode = leaderEpochCode(p, rp.CurrentLeaderEpoch, false); sp.ErrorCode == 0 {
 					sp.LeaderEpoch, sp.EndOffset = p.Log().EndOffsetForEpoch(rp.LeaderEpoch)
 					if cur := p.LeaderEpoch(); rp.LeaderEpoch == cur && sp.LeaderEpoch < cur {
 						// The current epoch has no batch yet (a Raft term

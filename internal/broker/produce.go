@@ -107,7 +107,9 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 		// Nobody reads a response to acks=0, so none is written.
 		return func(context.Context) kmsg.Response { return nil }
 	}
+	listener := b.listenerName(r)
 	if len(waits) == 0 {
+		b.produceLeaderHints(req.Version, resp, listener)
 		return wire.Respond(resp)
 	}
 	timeout := time.Duration(req.TimeoutMillis) * time.Millisecond
@@ -149,6 +151,7 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 			}
 			sp.BaseOffset, sp.LogAppendTime = -1, -1
 		}
+		b.produceLeaderHints(req.Version, resp, listener)
 		return resp
 	}
 }

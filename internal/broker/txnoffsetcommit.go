@@ -16,7 +16,7 @@ func init() { register(kmsg.TxnOffsetCommit, 0, 3, (*Broker).handleTxnOffsetComm
 
 func (b *Broker) handleTxnOffsetCommit(ctx context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.TxnOffsetCommitRequest)
-	p := b.offsetsPartition(req.Group)
+	p := b.coord.OffsetsPartition(req.Group)
 	var code int16
 	switch {
 	case !b.authorizeTxnID(r, req.TransactionalID):

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/coordinator"
 	"holdfast/internal/partition"
 	"holdfast/internal/records"
 	"holdfast/internal/txn"
@@ -178,20 +179,13 @@ func (b *Broker) verifyWithCoordinator(ctx context.Context, id string, pid int64
 		}
 		return out
 	}
-	c, err := b.txnCoordinator()
-	if err != nil {
-		return fill(kerr.CoordinatorNotAvailable.Code)
+	// No __transaction_state means no transaction was ever started.
+	at := b.coord.Locate(coordinator.KeyTransaction, id, b.cfg.Security.InterBrokerListener)
+	if at.Code != 0 {
+		return fill(at.Code)
 	}
-	t, ok := b.meta.Topic(transactionTopic)
-	if !ok || int(t.Partitions) != c.NumPartitions() {
-		// No __transaction_state: no transaction was ever started.
-		return fill(kerr.CoordinatorNotAvailable.Code)
-	}
-	node, _, _, code, _ := b.coordinatorAt(t, txn.PartitionFor(id, int(t.Partitions)), b.cfg.Security.InterBrokerListener)
-	if code != 0 {
-		return fill(code)
-	}
-	if node == b.cfg.NodeID {
+	c := b.coord.Txn()
+	if at.Node == b.cfg.NodeID {
 		per, err := c.VerifyPartitions(id, pid, epoch, parts)
 		if err != nil {
 			return fill(txnErrorCode(err))
@@ -224,9 +218,9 @@ func (b *Broker) verifyWithCoordinator(ctx context.Context, id string, pid int64
 	req.Transactions = append(req.Transactions, tr)
 	rctx, cancel := context.WithTimeout(ctx, verifyTimeout)
 	defer cancel()
-	resp, err := req.RequestWith(rctx, cl.Broker(int(node)))
+	resp, err := req.RequestWith(rctx, cl.Broker(int(at.Node)))
 	if err != nil {
-		b.log.Debug("transaction verification: coordinator unreachable", "node", node, "transactional_id", id, "err", err)
+		b.log.Debug("transaction verification: coordinator unreachable", "node", at.Node, "transactional_id", id, "err", err)
 		if errors.Is(err, context.DeadlineExceeded) {
 			return fill(kerr.RequestTimedOut.Code)
 		}

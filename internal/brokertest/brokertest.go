@@ -21,6 +21,7 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/controller"
+	"holdfast/internal/freeport"
 	"holdfast/internal/wire"
 )
 
@@ -70,12 +71,11 @@ func StartCluster(t testing.TB, n int, opts ...func(*broker.Config, *wire.Limits
 	t.Helper()
 	peers := map[int32]string{}
 	for i := 1; i <= n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		addr, err := freeport.Addr()
 		if err != nil {
 			t.Fatal(err)
 		}
-		peers[int32(i)] = ln.Addr().String()
-		ln.Close()
+		peers[int32(i)] = addr
 	}
 	nodes := make([]*Node, n)
 	lns := make([]net.Listener, n)
@@ -177,12 +177,11 @@ func StartClusterListeners(t testing.TB, n int, listenersFor func(id int32) []*w
 	t.Helper()
 	peers := map[int32]string{}
 	for i := 1; i <= n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		addr, err := freeport.Addr()
 		if err != nil {
 			t.Fatal(err)
 		}
-		peers[int32(i)] = ln.Addr().String()
-		ln.Close()
+		peers[int32(i)] = addr
 	}
 	nodes := make([]*Node, n)
 	lns := make([][]net.Listener, n)

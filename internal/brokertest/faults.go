@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/broker"
+	"holdfast/internal/freeport"
 	"holdfast/internal/raft"
 	"holdfast/internal/wire"
 )
@@ -252,12 +252,10 @@ func AddBrokerOnly(t testing.TB, nodes []*Node, id int32, opts ...func(*broker.C
 	// A fixed Raft port, as in production: the others learn the address
 	// from the registration, and a new one after a restart needs the
 	// controller to commit the re-registration first.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	raftAddr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	raftAddr := ln.Addr().String()
-	ln.Close()
 	n := Start(t, append([]func(*broker.Config, *wire.Limits){func(c *broker.Config, _ *wire.Limits) {
 		c.NodeID, c.Peers = id, nodes[0].Cfg.Peers
 		c.RaftListen = raftAddr

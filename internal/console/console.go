@@ -1,9 +1,10 @@
 // Package console is the web console served on the admin listener (with
 // /metrics): server-rendered HTML pages of the cluster's nodes, topics and
 // partitions (leader, epoch, replicas and their offsets), consumer groups
-// (members, lag, lag over time), a message browser and the configs, with a
-// little JavaScript that refreshes the page in place every few seconds.
-// Everything is embedded in the binary: no CDN, no build step.
+// (members, lag, lag over time), a message browser, the configs and the
+// durability lab's results as a chart (lab.go), with a little JavaScript
+// that refreshes the page in place every few seconds. Everything is
+// embedded in the binary: no CDN, no build step.
 //
 // The pages read the cluster through the Kafka protocol (internal/admin,
 // as the CLI does), from this node's own listener, so any node's console
@@ -28,6 +29,7 @@ import (
 
 	"holdfast/internal/admin"
 	"holdfast/internal/broker"
+	"holdfast/internal/lab"
 )
 
 //go:embed assets
@@ -46,6 +48,26 @@ type Config struct {
 	LagSampleInterval time.Duration
 	LagSamples        int
 	Logger            *slog.Logger
+
+	// LabRun runs the durability lab for the lab page (holdfast serve:
+	// `holdfast lab` as a child process). nil: the page shows the kept
+	// results only, and nothing can be started, cancelled or loaded.
+	LabRun func(context.Context, lab.Config) (lab.Result, error)
+	// LabDir keeps the last lab results (a file in it), so they survive a
+	// restart; "": in memory only.
+	LabDir string
+	// LabTempDir is where runs put their clusters, as shown on the page
+	// ("": the system's temporary directory).
+	LabTempDir string
+	// Authorize decides who may change state through the console (start
+	// or cancel a lab run, load results): it returns who the request is
+	// from, or an error wrapping ErrLoginRequired or ErrDenied. nil:
+	// anyone who reaches the console (clients do not authenticate).
+	Authorize func(*http.Request) (string, error)
+	// ActionHosts are Host names accepted on state-changing requests
+	// besides IP addresses and localhost (a page whose name was rebound
+	// to this console's address sends its own name).
+	ActionHosts []string
 }
 
 // maxSampledGroups bounds the groups whose lag history is kept.
@@ -58,10 +80,15 @@ type Console struct {
 	pages *template.Template
 	mux   *http.ServeMux
 
+	cop *http.CrossOriginProtection
+
 	mu      sync.Mutex
 	history map[string][]lagSample // group -> oldest first
 	stop    chan struct{}
 	done    chan struct{}
+
+	lab       labState
+	closeOnce sync.Once
 }
 
 type lagSample struct {
@@ -90,7 +117,8 @@ func New(cfg Config) (*Console, error) {
 		return nil, err
 	}
 	c := &Console{cfg: cfg, cl: cl, pages: pages, mux: http.NewServeMux(), history: map[string][]lagSample{},
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), cop: http.NewCrossOriginProtection()}
+	c.loadLab()
 	static, _ := fs.Sub(assets, "assets")
 	c.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	c.mux.HandleFunc("GET /{$}", c.page("cluster", c.clusterPage))
@@ -100,6 +128,12 @@ func New(cfg Config) (*Console, error) {
 	c.mux.HandleFunc("GET /groups/{group}", c.page("group", c.groupPage))
 	c.mux.HandleFunc("GET /messages", c.page("messages", c.messagesPage))
 	c.mux.HandleFunc("GET /configs", c.page("configs", c.configsPage))
+	c.mux.HandleFunc("GET /lab", c.page("lab", c.labPage))
+	c.mux.HandleFunc("GET /lab/status", c.labStatusJSON)
+	c.mux.HandleFunc("GET /lab/results.json", c.labJSON)
+	c.mux.Handle("POST /lab/run", c.action(c.startLab))
+	c.mux.Handle("POST /lab/cancel", c.action(c.cancelLab))
+	c.mux.Handle("POST /lab/results", c.action(c.loadResults))
 	go c.sampleLoop()
 	return c, nil
 }
@@ -107,11 +141,15 @@ func New(cfg Config) (*Console, error) {
 // ServeHTTP serves the console's pages under /.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.ServeHTTP(w, r) }
 
-// Close stops the sampler and the client.
+// Close cancels a lab run in progress and stops the sampler and the
+// client.
 func (c *Console) Close() {
-	close(c.stop)
-	<-c.done
-	c.cl.Close()
+	c.closeOnce.Do(func() {
+		c.stopLab()
+		close(c.stop)
+		<-c.done
+		c.cl.Close()
+	})
 }
 
 // page wraps a page's data function: it renders the whole page, or with
@@ -121,33 +159,43 @@ func (c *Console) page(name string, data func(context.Context, *http.Request) (a
 		ctx, cancel := context.WithTimeout(r.Context(), 8*time.Second)
 		defer cancel()
 		d, err := data(ctx, r)
-		view := struct {
-			Page    string
-			Data    any
-			Err     string
-			Node    int32
-			Now     time.Time
-			Refresh bool
-		}{Page: name, Data: d, Node: c.cfg.Broker.Config().NodeID, Now: time.Now(), Refresh: name != "messages"}
-		if err != nil {
-			view.Err = err.Error()
-		}
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
+		status := http.StatusOK
 		switch {
 		case err == nil:
 		case errors.Is(err, kerr.UnknownTopicOrPartition):
-			w.WriteHeader(http.StatusNotFound)
+			status = http.StatusNotFound
 		default:
-			w.WriteHeader(http.StatusBadGateway) // the cluster did not answer as asked
+			status = http.StatusBadGateway // the cluster did not answer as asked
 		}
-		tmpl := "layout"
-		if r.Header.Get("X-Console-Fragment") != "" {
-			tmpl = "main"
-		}
-		if err := c.pages.ExecuteTemplate(w, tmpl, view); err != nil {
-			c.cfg.Logger.Warn("console: rendering", "page", name, "err", err)
-		}
+		c.render(w, r, name, d, err, status)
+	}
+}
+
+// render writes page name with its data and error.
+func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, d any, err error, status int) {
+	view := struct {
+		Page    string
+		Data    any
+		Err     string
+		Node    int32
+		Now     time.Time
+		Refresh bool
+	}{Page: name, Data: d, Node: c.cfg.Broker.Config().NodeID, Now: time.Now(), Refresh: name != "messages"}
+	if name == "lab" {
+		view.Refresh = c.labRunning() // the page follows a run, and stops when it ends
+	}
+	if err != nil {
+		view.Err = err.Error()
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	tmpl := "layout"
+	if r.Header.Get("X-Console-Fragment") != "" {
+		tmpl = "main"
+	}
+	if err := c.pages.ExecuteTemplate(w, tmpl, view); err != nil {
+		c.cfg.Logger.Warn("console: rendering", "page", name, "err", err)
 	}
 }
 

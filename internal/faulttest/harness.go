@@ -27,6 +27,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/freeport"
 )
 
 // Ports inside each node's namespace; in loopback mode free ports are used.
@@ -504,12 +506,11 @@ func (c *Cluster) ResizeDisk(i int, bytes int64) {
 
 func freePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // syncBuffer is a log buffer written by the child's stdout and stderr and

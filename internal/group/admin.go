@@ -29,8 +29,10 @@ func (c *Coordinator) DescribeGroups(req *kmsg.DescribeGroupsRequest) Reply {
 		switch {
 		case c.admit(name) != 0:
 			d.ErrorCode = c.admit(name)
-		case g == nil:
-			d.State = string(Dead) // Kafka's answer for an unknown group before v6
+		case g == nil || g.consumer != nil:
+			// Kafka's answer for an unknown group before v6, and for a
+			// consumer group (not a classic one: ConsumerGroupDescribe).
+			d.State = string(Dead)
 		default:
 			d.State = string(g.state)
 			d.ProtocolType = g.protocolType
@@ -58,7 +60,7 @@ func (c *Coordinator) DescribeGroups(req *kmsg.DescribeGroupsRequest) Reply {
 }
 
 // ListGroups handles a ListGroups request (state filter v4+, type filter
-// v5+: every group here is "classic").
+// v5+: "classic" or "consumer").
 func (c *Coordinator) ListGroups(req *kmsg.ListGroupsRequest) Reply {
 	resp := req.ResponseKind().(*kmsg.ListGroupsResponse)
 	for i := range c.loaded {
@@ -75,20 +77,21 @@ func (c *Coordinator) ListGroups(req *kmsg.ListGroupsRequest) Reply {
 	for _, t := range req.TypesFilter {
 		types[strings.ToLower(t)] = true
 	}
-	if len(types) > 0 && !types["classic"] {
-		return respond(resp)
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for name, g := range c.groups {
-		if len(states) > 0 && !states[strings.ToLower(string(g.state))] {
+		typ := "classic"
+		if g.consumer != nil {
+			typ = "consumer"
+		}
+		if len(states) > 0 && !states[strings.ToLower(string(g.state))] || len(types) > 0 && !types[typ] {
 			continue
 		}
 		lg := kmsg.NewListGroupsResponseGroup()
 		lg.Group = name
 		lg.ProtocolType = g.protocolType
 		lg.GroupState = string(g.state)
-		lg.GroupType = "classic"
+		lg.GroupType = typ
 		resp.Groups = append(resp.Groups, lg)
 	}
 	sort.Slice(resp.Groups, func(i, j int) bool { return resp.Groups[i].Group < resp.Groups[j].Group })
@@ -122,6 +125,9 @@ func (c *Coordinator) DeleteGroups(req *kmsg.DeleteGroupsRequest) Reply {
 			d.ErrorCode = kerr.NonEmptyGroup.Code
 		default:
 			kvs := []kv{{groupKey(name), nil}}
+			if g.consumer != nil {
+				kvs = consumerTombstones(g)
+			}
 			for tp := range g.offsets {
 				kvs = append(kvs, kv{offsetKey(name, tp), nil})
 			}

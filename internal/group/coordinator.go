@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,7 +57,18 @@ type Config struct {
 	OffsetRetention        time.Duration // offsets.retention.minutes
 	RetentionCheckInterval time.Duration // offsets.retention.check.interval.ms
 	MaxMetadataBytes       int           // offset.metadata.max.bytes
+
+	// KIP-848 consumer groups (ConsumerGroupHeartbeat).
+	ConsumerSessionTimeout    time.Duration // group.consumer.session.timeout.ms
+	ConsumerHeartbeatInterval time.Duration // group.consumer.heartbeat.interval.ms
+	ConsumerMaxSize           int           // group.consumer.max.size
+	// ConsumerAssignors are the server-side assignors members may ask
+	// for; the first is the default (group.consumer.assignors).
+	ConsumerAssignors []string
 }
+
+// Assignors are the server-side assignors Holdfast implements.
+var Assignors = []string{"uniform", "range"}
 
 // DefaultConfig is Kafka's defaults.
 func DefaultConfig() Config {
@@ -68,6 +80,11 @@ func DefaultConfig() Config {
 		OffsetRetention:        7 * 24 * time.Hour,
 		RetentionCheckInterval: 10 * time.Minute,
 		MaxMetadataBytes:       4096,
+
+		ConsumerSessionTimeout:    45 * time.Second,
+		ConsumerHeartbeatInterval: 5 * time.Second,
+		ConsumerMaxSize:           math.MaxInt32,
+		ConsumerAssignors:         []string{"uniform", "range"},
 	}
 }
 
@@ -82,6 +99,11 @@ type Options struct {
 	// Unowned starts every partition as led elsewhere (cluster mode): its
 	// groups answer NOT_COORDINATOR until LoadPartition.
 	Unowned bool
+	// Topic and Topics describe the topics for consumer groups'
+	// server-side assignment (KIP-848): by name, and all of them (for
+	// regular-expression subscriptions).
+	Topic  func(name string) (TopicInfo, bool)
+	Topics func() []TopicInfo
 }
 
 // Coordinator runs every consumer group of this node.
@@ -132,6 +154,25 @@ func New(cfg Config, logs []Log, opts Options) *Coordinator {
 	if cfg.MaxMetadataBytes <= 0 {
 		cfg.MaxMetadataBytes = def.MaxMetadataBytes
 	}
+	if cfg.ConsumerSessionTimeout <= 0 {
+		cfg.ConsumerSessionTimeout = def.ConsumerSessionTimeout
+	}
+	if cfg.ConsumerHeartbeatInterval <= 0 {
+		cfg.ConsumerHeartbeatInterval = def.ConsumerHeartbeatInterval
+	}
+	if cfg.ConsumerMaxSize <= 0 {
+		cfg.ConsumerMaxSize = def.ConsumerMaxSize
+	}
+	var known []string
+	for _, a := range cfg.ConsumerAssignors {
+		if slices.Contains(Assignors, a) && !slices.Contains(known, a) {
+			known = append(known, a)
+		}
+	}
+	if len(known) == 0 {
+		known = def.ConsumerAssignors
+	}
+	cfg.ConsumerAssignors = known
 	if cfg.InitialRebalanceDelay < 0 {
 		cfg.InitialRebalanceDelay = 0
 	}
@@ -143,6 +184,12 @@ func New(cfg Config, logs []Log, opts Options) *Coordinator {
 	}
 	if opts.Partitions == nil {
 		opts.Partitions = func(string) int32 { return -1 }
+	}
+	if opts.Topic == nil {
+		opts.Topic = func(string) (TopicInfo, bool) { return TopicInfo{}, false }
+	}
+	if opts.Topics == nil {
+		opts.Topics = func() []TopicInfo { return nil }
 	}
 	if len(logs) == 0 {
 		panic("group: no __consumer_offsets partitions")

@@ -97,6 +97,10 @@ type group struct {
 
 	timer   *time.Timer
 	timerAt time.Time
+
+	// consumer is the KIP-848 state of a consumer group (consumer.go);
+	// nil for a classic group.
+	consumer *consumerGroup
 }
 
 func newGroup(name string, now time.Time) *group {
@@ -468,6 +472,9 @@ func (c *Coordinator) arm(g *group) {
 			consider(m.expires)
 		}
 	}
+	if g.consumer != nil {
+		g.consumer.deadlines(consider)
+	}
 	if next.IsZero() {
 		if g.timer != nil {
 			g.timer.Stop()
@@ -500,6 +507,10 @@ func (c *Coordinator) onTimer(g *group) {
 
 // expire runs every deadline that has passed.
 func (c *Coordinator) expire(g *group, now time.Time) {
+	if g.consumer != nil {
+		c.expireConsumer(g, now)
+		return
+	}
 	for id, t := range g.pending {
 		if !now.Before(t) {
 			delete(g.pending, id)

@@ -59,6 +59,18 @@ func (c *Coordinator) JoinGroup(req *kmsg.JoinGroupRequest, clientID, clientHost
 		g = newGroup(req.Group, now)
 		c.groups[req.Group] = g
 	}
+	if g.consumer != nil {
+		// A consumer group: Kafka 4.0 downgrades an empty one to
+		// classic; classic members inside a consumer group (its online
+		// migration) are not served.
+		if len(g.consumer.members) > 0 {
+			return fail(kerr.InconsistentGroupProtocol.Code)
+		}
+		if err := c.convertToClassic(g, now); err != nil {
+			c.log.Warn("converting consumer group failed", "group", g.name, "err", err)
+			return fail(kerr.CoordinatorNotAvailable.Code)
+		}
+	}
 	defer c.arm(g)
 	defer c.dropIfUnused(g)
 	if g.state == Dead {

@@ -62,7 +62,14 @@ func (c *Coordinator) OffsetCommit(req *kmsg.OffsetCommitRequest) Reply {
 		c.groups[req.Group] = g
 	}
 	defer c.dropIfUnused(g)
-	if code := c.validateCommit(g, generation, req.MemberID, req.InstanceID); code != 0 {
+	var stale func(topic string, p int32) bool // KIP-848 groups: per-partition epoch check
+	if g.consumer != nil {
+		var code int16
+		if code, stale = c.validateConsumerCommit(g, req.Version, generation, req.MemberID); code != 0 {
+			setAll(code)
+			return respond(resp)
+		}
+	} else if code := c.validateCommit(g, generation, req.MemberID, req.InstanceID); code != 0 {
 		setAll(code)
 		return respond(resp)
 	}
@@ -87,6 +94,9 @@ func (c *Coordinator) OffsetCommit(req *kmsg.OffsetCommitRequest) Reply {
 				epoch = -1
 			}
 			o, code := c.commitOffset(n, p.Partition, p.Offset, epoch, p.Metadata, now)
+			if code == 0 && stale != nil && stale(t.Topic, p.Partition) {
+				code = kerr.StaleMemberEpoch.Code
+			}
 			if rp.ErrorCode = code; code != 0 {
 				continue
 			}
@@ -174,13 +184,18 @@ type fetchedTopic struct {
 
 // fetchOffsets returns a group's committed offsets for topics (all of them
 // when topics is nil), or a group-level error code.
-func (c *Coordinator) fetchOffsets(name string, topics []fetchTopic, all bool) (int16, []fetchedTopic) {
+func (c *Coordinator) fetchOffsets(name string, topics []fetchTopic, all bool, memberID *string, memberEpoch int32) (int16, []fetchedTopic) {
 	if code := c.admit(name); code != 0 {
 		return code, nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	g := c.groups[name]
+	if g != nil {
+		if code := g.validateConsumerFetch(memberID, memberEpoch); code != 0 {
+			return code, nil // KIP-848: only the member's current epoch reads
+		}
+	}
 	var out []fetchedTopic
 	if all {
 		if g == nil {
@@ -232,7 +247,7 @@ func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) Reply {
 			for _, t := range rg.Topics {
 				topics = append(topics, fetchTopic{t.Topic, t.Partitions})
 			}
-			code, fts := c.fetchOffsets(rg.Group, topics, rg.Topics == nil)
+			code, fts := c.fetchOffsets(rg.Group, topics, rg.Topics == nil, rg.MemberID, rg.MemberEpoch)
 			if code == 0 && req.RequireStable && c.HasPendingTxn(rg.Group) {
 				code, fts = kerr.UnstableOffsetCommit.Code, nil // KIP-447: retry after the marker
 			}
@@ -259,7 +274,7 @@ func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) Reply {
 		topics = append(topics, fetchTopic{t.Topic, t.Partitions})
 	}
 	all := req.Topics == nil && req.Version >= 2
-	code, fts := c.fetchOffsets(req.Group, topics, all)
+	code, fts := c.fetchOffsets(req.Group, topics, all, nil, -1)
 	if code == 0 && req.Version >= 7 && req.RequireStable && c.HasPendingTxn(req.Group) {
 		code = kerr.UnstableOffsetCommit.Code
 	}
@@ -318,7 +333,11 @@ func (c *Coordinator) OffsetDelete(req *kmsg.OffsetDeleteRequest) Reply {
 		if g.protocolType != "consumer" {
 			return top(kerr.NonEmptyGroup.Code)
 		}
-		subscribed = g.subscribedTopics()
+		if g.consumer != nil {
+			subscribed = g.consumer.subscribedTopics()
+		} else {
+			subscribed = g.subscribedTopics()
+		}
 	}
 	now := c.opts.Now()
 	var kvs []kv
@@ -420,7 +439,9 @@ func (c *Coordinator) expireOffsets(now time.Time) {
 			}
 		}
 		dead := len(gone) == len(g.offsets)
-		if dead {
+		if dead && g.consumer != nil {
+			kvs = append(kvs, consumerTombstones(g)...)
+		} else if dead {
 			kvs = append(kvs, kv{groupKey(name), nil})
 		}
 		if len(kvs) == 0 {

@@ -102,6 +102,7 @@ func (c *Coordinator) replay(p int32, gen uint64) error {
 	metas := map[string]*meta{}
 	offsets := map[string]map[topicPartition]offset{}
 	pending := pendingTxn{}
+	consumers := map[string]*cgReplay{}
 	n := 0
 	err := c.logs[p].Scan(func(batch []byte) error {
 		h, err := records.ParseHeader(batch)
@@ -157,8 +158,14 @@ func (c *Coordinator) replay(p int32, gen uint64) error {
 					return fmt.Errorf("offset %d: group value: %w", r.Offset, err)
 				}
 				metas[k.Group] = m
+			case recConsumerGroupMetadata, recConsumerGroupMemberMetadata, recConsumerGroupTargetMetadata,
+				recConsumerGroupTargetMember, recConsumerGroupCurrentAssignmnt:
+				if err := replayConsumerRecord(consumers, ver, r.Key, r.Value); err != nil {
+					return fmt.Errorf("offset %d: %w", r.Offset, err)
+				}
 			default:
-				// Newer Kafka record types (e.g. KIP-848) are not ours to read.
+				// Other Kafka record types (share and streams groups) are
+				// not ours to read.
 			}
 		}
 		return nil
@@ -217,6 +224,7 @@ func (c *Coordinator) replay(p int32, gen uint64) error {
 		c.groups[name] = g
 		restored++
 	}
+	restored += c.restoreConsumerGroups(consumers, now) // consumer_persist.go
 	for name, offs := range offsets {
 		if len(offs) == 0 {
 			continue

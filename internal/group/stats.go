@@ -20,7 +20,7 @@ func (c *Coordinator) CommittedOffsets() []CommittedOffset {
 	var out []CommittedOffset
 	for _, g := range c.groups {
 		for tp, o := range g.offsets {
-			out = append(out, CommittedOffset{Group: g.name, State: g.state, Members: len(g.members), Topic: tp.topic, Partition: tp.partition, Offset: o.offset})
+			out = append(out, CommittedOffset{Group: g.name, State: g.state, Members: g.memberCount(), Topic: tp.topic, Partition: tp.partition, Offset: o.offset})
 		}
 	}
 	c.mu.Unlock()

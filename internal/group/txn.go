@@ -78,7 +78,12 @@ func (c *Coordinator) TxnOffsetCommit(req *kmsg.TxnOffsetCommitRequest) Reply {
 	}
 	now := c.opts.Now()
 	g := c.groups[req.Group]
-	if g != nil {
+	if g != nil && g.consumer != nil {
+		// KIP-848 groups fence with the member epoch.
+		if code := g.validateConsumerTxnCommit(req.Generation, req.MemberID); code != 0 {
+			return setAll(code)
+		}
+	} else if g != nil {
 		// KIP-447: a zombie member of an old generation is fenced here.
 		switch {
 		case g.state == Dead:

@@ -18,6 +18,7 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/datadir"
+	"holdfast/internal/freeport"
 	"holdfast/internal/raft"
 	"holdfast/internal/storage"
 	"holdfast/internal/wire"
@@ -103,14 +104,7 @@ func startCluster(ctx context.Context, dir string, log *slog.Logger, o clusterOp
 	return c, nil
 }
 
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
+func freeAddr() (string, error) { return freeport.Addr() }
 
 // startAll starts the given stopped nodes concurrently.
 func (c *cluster) startAll(ctx context.Context, ns []*node) error {

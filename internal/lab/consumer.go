@@ -111,6 +111,7 @@ func consumers(ctx context.Context, e *env) []Row {
 							processed.Observe(rec)
 						}
 						r.Fault = fmt.Sprintf("crashed after committing %d records and processing %d of them", len(recs), half)
+						r.mark("consumer crashed after its commit", true)
 						r.Injected = half < len(recs)
 						break
 					}
@@ -123,6 +124,7 @@ func consumers(ctx context.Context, e *env) []Row {
 					}
 					if crash {
 						r.Fault = fmt.Sprintf("crashed after processing %d records, before committing them", len(recs))
+						r.mark("consumer crashed before its commit", true)
 						r.Injected = true
 						break
 					}
@@ -190,6 +192,7 @@ func consumers(ctx context.Context, e *env) []Row {
 					return err
 				}
 				r.Fault = fmt.Sprintf("crashed in a transaction with %d records written to %s", len(recs), out)
+				r.mark("consumer crashed in its transaction", true)
 				break
 			}
 			if _, err := s.End(ctx, kgo.TryCommit); err != nil {

@@ -41,6 +41,9 @@ type Config struct {
 	// Progress, when set, is told what is happening (one short line at a
 	// time).
 	Progress func(line string)
+	// Scenario, when set, is told when a scenario starts (rows nil) and
+	// when it ends (its judged rows); i counts from 0 of n.
+	Scenario func(i, n int, s Scenario, rows []Row)
 
 	// noFault runs the scenarios without injecting their faults: for the
 	// test that the lab notices.
@@ -79,7 +82,20 @@ type Row struct {
 	Error    string         `json:"error,omitempty"`
 	Report   *verify.Report `json:"report,omitempty"`
 	Seconds  float64        `json:"seconds"`
+	// Events are the faults injected and the scenario's steps, in order;
+	// Acks the records acknowledged over the row's time (timeline.go).
+	// Empty in files written before they were recorded.
+	Events []Event `json:"events,omitempty"`
+	Acks   []Point `json:"acks,omitempty"`
+
+	tl *timeline // while the row runs
 }
+
+// mark records an event of the row now (a fault injected when fault).
+func (r *Row) mark(what string, fault bool) { r.tl.mark(what, fault) }
+
+// follow charts a producer run's acknowledgements over the row's time.
+func (r *Row) follow(run interface{ Acked() int64 }) { r.tl.follow(run.Acked) }
 
 // judge sets Profile, Pass and Verdict.
 func (r *Row) judge() {
@@ -119,6 +135,20 @@ type Result struct {
 	OK      bool    `json:"ok"`
 	Records int     `json:"records_per_row"`
 	Seconds float64 `json:"seconds"`
+	// Started is when the run began (zero in files written before it was
+	// recorded).
+	Started time.Time `json:"started,omitzero"`
+}
+
+// Judge sets every row's profile, verdict and pass from its counts and
+// evidence, and OK from the rows: what Run does, for results read back
+// from a file (whose verdicts are not taken on trust).
+func (res *Result) Judge() {
+	res.OK = len(res.Rows) > 0
+	for i := range res.Rows {
+		res.Rows[i].judge()
+		res.OK = res.OK && res.Rows[i].Pass
+	}
 }
 
 // Scenario is one loss scenario of the classic analysis.
@@ -162,10 +192,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	defer os.RemoveAll(dir)
 	start := time.Now()
-	res := Result{OK: true, Records: cfg.Records}
-	for _, s := range run {
+	res := Result{OK: true, Records: cfg.Records, Started: start.UTC().Truncate(time.Millisecond)}
+	for si, s := range run {
 		e := &env{cfg: cfg, dir: filepath.Join(dir, s.Name), log: log.With("scenario", s.Name), n: cfg.Records, scenario: s.Name}
 		e.progress("%s: %s", s.Name, s.Title)
+		if cfg.Scenario != nil {
+			cfg.Scenario(si, len(run), s, nil)
+		}
 		sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 		rows := s.run(sctx, e)
 		cancel()
@@ -177,6 +210,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			e.progress("%s / %s: acked %d, lost %d, duplicated %d: %s", s.Name, rows[i].Setting, rows[i].Acked, rows[i].Lost, rows[i].Dup, rows[i].Verdict)
 		}
 		res.Rows = append(res.Rows, rows...)
+		if cfg.Scenario != nil {
+			cfg.Scenario(si, len(run), s, slices.Clone(rows))
+		}
 		if ctx.Err() != nil {
 			return res, ctx.Err()
 		}

@@ -62,8 +62,51 @@ func TestLabNoticesMissingFault(t *testing.T) {
 		if r.Pass || !strings.HasPrefix(r.Verdict, "NOT SHOWN") {
 			t.Errorf("%s / %s passed or failed for another reason without its fault: %s (%s)", r.Scenario, r.Setting, r.Verdict, r.Error)
 		}
+		for _, ev := range r.Events {
+			if ev.Fault {
+				t.Errorf("%s / %s: a fault on its timeline without a fault: %+v", r.Scenario, r.Setting, ev)
+			}
+		}
 		if r.Error == "" && (r.Lost != 0 || r.Dup != 0) {
 			t.Errorf("%s / %s: %d lost, %d duplicated without a fault", r.Scenario, r.Setting, r.Lost, r.Dup)
+		}
+	}
+}
+
+// TestDecode: a results file is read within its limits and judged again
+// from its counts: a file cannot pass a row that lost records.
+func TestDecode(t *testing.T) {
+	good := `{"rows":[
+	 {"scenario":"acks1-failover","setting":"acks=1","expect":"loss","acked":2000,"lost":699,"fault":"cut","injected":true,"pass":true},
+	 {"scenario":"acks1-failover","setting":"acks=all","holdfast_default":true,"expect":"nothing","acked":2000,"lost":3,"fault":"cut","injected":true,"pass":true,"verdict":"ok"}],
+	 "ok":true,"records_per_row":2000,"seconds":12}`
+	res, err := Decode(strings.NewReader(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OK || !res.Rows[0].Pass || res.Rows[0].Profile != "kafka" || res.Rows[1].Pass || res.Rows[1].Verdict != "FAIL: 3 lost, 0 duplicated" || res.Rows[1].Profile != "holdfast" {
+		t.Fatalf("judged again: %+v", res)
+	}
+	for _, c := range []struct{ in, want string }{
+		{`{"rows":[]}`, "no rows"},
+		{`{"run":"x","acked":3}`, "no rows"},
+		{`[1,2]`, "not the JSON"},
+		{`{"rows":[{"scenario":"a","setting":"b","expect":"loss","acked":1}]} {}`, "more than one"},
+		{`{"rows":[{"scenario":"a","setting":"b","expect":"maybe","acked":1}]}`, `expect "maybe"`},
+		{`{"rows":[{"scenario":"","setting":"b","expect":"loss","acked":1}]}`, "scenario must be"},
+		{`{"rows":[{"scenario":"a","setting":"b","expect":"loss","acked":1,"lost":2}]}`, "2 lost of 1"},
+		{`{"rows":[{"scenario":"a","setting":"b","expect":"loss","acked":-1}]}`, "out of range"},
+		{`{"rows":[{"scenario":"a","setting":"b","expect":"loss"},{"scenario":"a","setting":"b","expect":"loss"}]}`, "twice"},
+		{`{"rows":[{"scenario":"a","setting":"` + strings.Repeat("x", 300) + `","expect":"loss"}]}`, "setting must be"},
+		{`{"rows":[` + strings.Repeat(`{"scenario":"a","setting":"b","expect":"loss"},`, 70) + `{}]}`, "rows: at most"},
+		{strings.Repeat(" ", MaxFileBytes+1), "larger than"},
+		{`{"rows":[{"scenario":"a","setting":"b","expect":"loss","events":[{"at":-1,"what":"x"}]}]}`, "an event at -1 s"},
+		{`{"rows":[{"scenario":"a","setting":"b","expect":"loss","events":[{"at":1,"what":""}]}]}`, "an event at 1 s of 0 bytes"},
+		{`{"rows":[{"scenario":"a","setting":"b","expect":"loss","acks":[{"at":1,"acked":-5}]}]}`, "acknowledgement point out of range"},
+		{`{"rows":[{"scenario":"a","setting":"b","expect":"loss","events":[` + strings.Repeat(`{"at":1,"what":"x"},`, maxEvents) + `{"at":1,"what":"x"}]}]}`, "at most 32 events"},
+	} {
+		if _, err := Decode(strings.NewReader(c.in)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%.60s: %v, want %q", c.in, err, c.want)
 		}
 	}
 }

@@ -44,6 +44,7 @@ func producer(c *cluster, topic, acks string, idempotent bool, extra ...kgo.Opt)
 // check reads run's topic back from c and fills the row's counts.
 func (r *Row) check(ctx context.Context, c *cluster, run *verify.Run, opts verify.CheckOptions) error {
 	opts.Seeds = c.seeds()
+	r.mark("reading everything back", false)
 	rep, err := run.Check(ctx, opts)
 	if err != nil {
 		return err
@@ -86,17 +87,21 @@ func acks0Drop(ctx context.Context, e *env) []Row {
 			}
 			run := verify.NewRun(topic)
 			p := run.StartProducer(cl, verify.ProducerConfig{Rate: e.n, Records: int64(e.n), NoOffsets: acks == "0"})
+			r.follow(run)
 			if err := run.WaitAcked(ctx, int64(e.n/3)); err != nil {
 				p.Stop(0)
 				return err
 			}
 			if !e.cfg.noFault {
 				ln.blackhole.Store(true)
+				r.mark("what the client sends is lost on the way", true)
 				time.Sleep(300 * time.Millisecond)
 				ln.cut()
 				ln.blackhole.Store(false)
+				r.mark(fmt.Sprintf("%d connections dropped", ln.connsCut.Load()), true)
 			}
 			p.Stop(60 * time.Second)
+			r.mark("producer done", false)
 			r.Fault = fmt.Sprintf("%d bytes the client sent lost in 300 ms, then %d connections dropped", ln.swallowed.Load(), ln.connsCut.Load())
 			r.Injected = ln.swallowed.Load() > 0 && ln.connsCut.Load() > 0
 			return r.check(ctx, c, run, verify.CheckOptions{})
@@ -142,6 +147,7 @@ func acks1Failover(ctx context.Context, e *env) []Row {
 			rate := max(1, e.n/2)
 			p := run.StartProducer(cl, verify.ProducerConfig{Rate: rate, Records: int64(e.n)})
 			defer p.Stop(0)
+			r.follow(run)
 			if err := run.WaitAcked(ctx, int64(e.n/3)); err != nil {
 				return err
 			}
@@ -152,12 +158,14 @@ func acks1Failover(ctx context.Context, e *env) []Row {
 			var alone int64
 			if !e.cfg.noFault {
 				c.isolate(l)
+				r.mark(fmt.Sprintf("leader %d cut from its followers", l), true)
 				// Answers to requests committed before the cut may
 				// still arrive in the first moments; count from 200 ms.
 				time.Sleep(200 * time.Millisecond)
 				before := run.Acked()
 				time.Sleep(500 * time.Millisecond)
 				c.node(l).stop()
+				r.mark(fmt.Sprintf("leader %d killed", l), true)
 				alone = run.Acked() - before
 				c.heal()
 			}
@@ -166,9 +174,11 @@ func acks1Failover(ctx context.Context, e *env) []Row {
 				if nl, err = c.leader(ctx, topic, 0, l); err != nil {
 					return err
 				}
+				r.mark(fmt.Sprintf("node %d leads", nl), false)
 				if err := c.node(l).start(ctx); err != nil {
 					return err
 				}
+				r.mark(fmt.Sprintf("node %d back, a follower", l), false)
 			}
 			p.Stop(60 * time.Second)
 			if err := c.waitInSync(ctx, topic); err != nil {
@@ -208,6 +218,7 @@ func lostAck(ctx context.Context, e *env) []Row {
 			ln := newLink()
 			if !e.cfg.noFault {
 				ln.dropEvery.Store(4)
+				r.mark("every 4th produce response lost with its connection, from the start", true)
 			}
 			cl, err := producer(c, topic, "all", idem, ln.dialer())
 			if err != nil {
@@ -215,7 +226,9 @@ func lostAck(ctx context.Context, e *env) []Row {
 			}
 			run := verify.NewRun(topic)
 			p := run.StartProducer(cl, verify.ProducerConfig{Rate: e.n, Records: int64(e.n)})
+			r.follow(run)
 			p.Stop(60 * time.Second)
+			r.mark(fmt.Sprintf("producer done: %d responses lost", ln.dropped.Load()), false)
 			r.Fault = fmt.Sprintf("%d of %d produce responses lost with their connection", ln.dropped.Load(), ln.responses.Load())
 			r.Injected = ln.dropped.Load() > 0
 			return r.check(ctx, c, run, verify.CheckOptions{})
@@ -228,7 +241,11 @@ func lostAck(ctx context.Context, e *env) []Row {
 func (e *env) timed(r Row, fn func(*Row) error) Row {
 	start := time.Now()
 	e.progress("%s / %s", e.scenario, r.Setting)
-	if err := fn(&r); err != nil {
+	r.tl = newTimeline()
+	err := fn(&r)
+	r.tl.end(&r)
+	r.tl = nil
+	if err != nil {
 		r = failed(r, err)
 	}
 	r.Seconds = time.Since(start).Seconds()

@@ -52,14 +52,18 @@ func powerLoss(ctx context.Context, e *env) []Row {
 			}
 			run := verify.NewRun(topic)
 			p := run.StartProducer(cl, verify.ProducerConfig{Records: int64(e.n)})
+			r.follow(run)
 			p.Stop(60 * time.Second)
+			r.mark("producer done", false)
 			if run.Acked() == 0 {
 				return fmt.Errorf("nothing acknowledged before the power loss: %v", run.Failures())
 			}
 			if !e.cfg.noFault {
+				r.mark("power lost on all 3 nodes at once", true)
 				if err := c.powerLoss(ctx); err != nil {
 					return err
 				}
+				r.mark("all 3 nodes restarted", false)
 				r.Injected = true
 			}
 			r.Fault = fmt.Sprintf("power lost on all 3 nodes at once after %d acknowledgements (CrashFS: only fsynced data survives)", run.Acked())
@@ -117,6 +121,7 @@ func replacedDisk(ctx context.Context, e *env) []Row {
 			}
 			run := verify.NewRun(topic)
 			p := run.StartProducer(cl, verify.ProducerConfig{Rate: e.n, Records: int64(e.n / 2)})
+			r.follow(run)
 			p.Stop(60 * time.Second)
 			l, err := c.leader(ctx, topic, 0)
 			if err != nil {
@@ -144,6 +149,7 @@ func replacedDisk(ctx context.Context, e *env) []Row {
 			}
 			if !e.cfg.noFault {
 				c.isolate(lag)
+				r.mark(fmt.Sprintf("node %d cut off", lag), true)
 			}
 			// The second half, acknowledged by the leader and the
 			// up-to-date follower only.
@@ -160,13 +166,17 @@ func replacedDisk(ctx context.Context, e *env) []Row {
 				return r.check(ctx, c, run, verify.CheckOptions{})
 			}
 			c.node(l).stop()
+			r.mark(fmt.Sprintf("leader %d killed", l), true)
 			if err := c.wipe(wiped, keep); err != nil {
 				return err
 			}
+			r.mark(fmt.Sprintf("node %d's disk replaced", wiped), true)
 			c.heal()
+			r.mark(fmt.Sprintf("node %d reconnected", lag), false)
 			if err := c.node(wiped).start(ctx); err != nil {
 				return err
 			}
+			r.mark(fmt.Sprintf("node %d restarted on the new disk", wiped), false)
 			// Does a leader appear without the node that has the data?
 			// (Where one can, it takes the metadata group and then the
 			// partition an election or two; where none can, 5 s of
@@ -182,6 +192,7 @@ func replacedDisk(ctx context.Context, e *env) []Row {
 			elected := fmt.Sprintf("no leader for %v: the partition waited for the node with the data", wait)
 			if lerr == nil {
 				elected = fmt.Sprintf("node %d elected leader without it after %.1f s", nl, time.Since(start).Seconds())
+				r.mark(fmt.Sprintf("node %d leads without the data", nl), false)
 			}
 			r.Fault = fmt.Sprintf("node %d cut off while %d records were acknowledged; leader %d killed; node %d's disk replaced (identity kept: %v); %s",
 				lag, behind, l, wiped, keep, elected)
@@ -189,6 +200,7 @@ func replacedDisk(ctx context.Context, e *env) []Row {
 			if err := c.node(l).start(ctx); err != nil {
 				return err
 			}
+			r.mark(fmt.Sprintf("node %d back", l), false)
 			if err := c.waitLeaders(ctx, topic); err != nil {
 				return err
 			}

@@ -78,6 +78,8 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) *prometheus.Regist
 		func() float64 { return float64(b.ReplicationStats().Groups) })
 	gauge("holdfast_raft_groups_failed", "Raft groups stopped on this node by a failure and not yet repaired: they send and acknowledge nothing.",
 		func() float64 { return float64(b.ReplicationStats().FailedGroups) })
+	gauge("holdfast_fetch_sessions", "Consumers' fetch sessions this broker keeps (KIP-227; Kafka: FetchSessionCache NumIncrementalFetchSessions), at most max.incremental.fetch.session.cache.slots.",
+		func() float64 { return float64(b.FetchSessions()) })
 	counter("holdfast_raft_replica_repairs_total", "Replicas whose storage failed, discarded and reopened to catch up from the others.",
 		func() int64 { return b.ReplicationStats().Repairs })
 

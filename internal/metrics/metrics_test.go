@@ -272,8 +272,13 @@ func TestGrafanaDashboard(t *testing.T) {
 	if err := n.Client(kgo.DefaultProduceTopic("d")).ProduceSync(t.Context(), kgo.StringRecord("x")).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
+	// The produce is counted after its response is written: wait for it.
+	g := settled(t, reg(), func(g gathered) bool {
+		_, ok := g.value("holdfast_topic_bytes_in_total", map[string]string{"topic": "d"})
+		return ok
+	})
 	exported := map[string]bool{}
-	for _, f := range gather(t, reg()) {
+	for _, f := range g {
 		exported[f.GetName()] = true
 	}
 	// Series that exist only once something happened (a group commits,

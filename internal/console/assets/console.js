@@ -20,6 +20,11 @@
       .catch(function (e) { stamp.textContent = "update failed: " + e.message; })
       .then(schedule);
   }
-  function schedule() { setTimeout(refresh, every); }
+  // A page that has finished what it followed (a lab run) says so with
+  // data-live-stop: its forms are then left alone.
+  function schedule() {
+    if (document.querySelector("#main [data-live-stop]")) { if (box) box.checked = false; return; }
+    setTimeout(refresh, every);
+  }
   schedule();
 })();

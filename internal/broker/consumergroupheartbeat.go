@@ -1,0 +1,28 @@
+package broker
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/auth"
+	"holdfast/internal/wire"
+)
+
+// KIP-848's consumer group protocol: v0 (the coordinator names members),
+// v1 (Kafka 4.0: members name themselves; regex subscriptions). The Reply
+// waits for the group's records to be committed.
+func init() {
+	register(kmsg.ConsumerGroupHeartbeat, 0, 1, (*Broker).handleConsumerGroupHeartbeat)
+}
+
+func (b *Broker) handleConsumerGroupHeartbeat(_ context.Context, r *wire.Request) wire.Reply {
+	req := r.Body.(*kmsg.ConsumerGroupHeartbeatRequest)
+	if !b.authorize(r, auth.OpRead, auth.ResourceGroup, req.Group) {
+		resp := req.ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
+		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		return wire.Respond(resp)
+	}
+	return b.groups.ConsumerGroupHeartbeat(req, r.ClientID, clientHost(r.Conn))
+}

@@ -1,0 +1,245 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"holdfast/internal/cluster"
+	"holdfast/internal/controller"
+	"holdfast/internal/coordinator"
+	"holdfast/internal/raft"
+	"holdfast/internal/replica"
+	"holdfast/internal/storage"
+	"holdfast/internal/txn"
+)
+
+// The broker's start-up sequence (New) and its steps; Close undoes them
+// newest first.
+
+// New opens (or creates) the node's state under cfg.DataDir and starts it,
+// in this order (Close undoes it in reverse):
+//
+//  1. checkSecurity: listener defaults, and can this node reach the others;
+//  2. lockDataDir: one process per data directory;
+//  3. openCluster: the Raft host and this node's identity (cluster.Open);
+//  4. startStorage: the syncer, the metadata store, every replica;
+//  5. cluster.Start: follow the metadata log, register, the controller's
+//     loops (a single node is registered when it returns);
+//  6. startSecurity: ACLs into the authorizer, bootstrap SCRAM users;
+//  7. startCoordinators: the group and transaction coordinators;
+//  8. cluster.StartBalancing: preferred-leader balance;
+//  9. startStats: the metrics' periodic figures.
+func New(cfg Config) (*Broker, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.FS == nil {
+		cfg.FS = storage.OSFS()
+	}
+	if len(cfg.Peers) == 0 {
+		// A single node is a cluster of one: its only voter, with no Raft
+		// port (nobody to talk to), on exactly the replicated path.
+		cfg.Peers = map[int32]string{cfg.NodeID: ""}
+	}
+	if err := checkReplicaSelector(cfg.ReplicaSelector); err != nil {
+		return nil, err
+	}
+	b := &Broker{cfg: cfg, log: cfg.Logger}
+	b.fetchSessions.init(cfg.FetchSessionSlots)
+	steps := []struct {
+		name string
+		fn   func() error
+	}{
+		{"security config", b.checkSecurity},
+		{"data directory lock", b.lockDataDir},
+		{"cluster", b.openCluster},
+		{"storage", b.startStorage},
+		{"cluster metadata", b.startClusterMeta},
+		{"security", b.startSecurity},
+		{"coordinators", b.startCoordinators},
+		{"leadership", b.startLeadership},
+		{"stats", b.startStats},
+	}
+	for _, s := range steps {
+		if err := s.fn(); err != nil {
+			b.Close()
+			return nil, fmt.Errorf("starting %s: %w", s.name, err)
+		}
+	}
+	return b, nil
+}
+
+// openCluster starts the Raft host and takes this node's identity from
+// its data directory (or the cluster it forms or joins).
+func (b *Broker) openCluster() error {
+	sc := b.cfg.Security
+	var rtls *raft.TransportTLS
+	if sc.RaftTLS {
+		// Mutual TLS with this node's certificate: a node without one
+		// from the cluster's CA cannot take part (checkSecurity made sure
+		// both stores are there).
+		rtls = &raft.TransportTLS{Server: sc.NodeTLS.MutualServerConfig(), Client: sc.NodeTLS.ClientConfig}
+	}
+	c := b.cfg
+	node, err := cluster.Open(cluster.Config{
+		NodeID: c.NodeID, DataDir: c.DataDir, Peers: c.Peers, RaftListen: c.RaftListen,
+		Join: c.Join, JoinTimeout: c.JoinTimeout, DefaultReplicationFactor: c.DefaultReplicationFactor,
+		AutoLeaderRebalance: c.AutoLeaderRebalance, LeaderImbalanceCheckInterval: c.LeaderImbalanceCheckInterval,
+		LeaderImbalancePerBrokerPct: c.LeaderImbalancePerBrokerPct,
+		ControlledShutdown:          c.ControlledShutdown, ControlledShutdownMaxWait: c.ControlledShutdownMaxWait,
+		BrokerHeartbeatInterval: c.BrokerHeartbeatInterval, BrokerSessionTimeout: c.BrokerSessionTimeout,
+		Self: b.selfInfo(), InterBrokerListener: sc.InterBrokerListener,
+		RaftTLS: rtls, RaftFaults: c.RaftFaults, Dial: b.nodeClient, OnSecurityChange: b.securityApplied,
+		FS: c.FS, Logger: b.log,
+	})
+	if err != nil {
+		return err
+	}
+	b.cluster, b.ident = node, node.Identity()
+	b.closers = append(b.closers, node.Close) // idempotent
+	return nil
+}
+
+// startClusterMeta follows the metadata log (cluster.Node.Start). A single
+// node is registered when it returns; its bootstrap SCRAM users are then
+// committed before anyone can try them.
+func (b *Broker) startClusterMeta() error {
+	if err := b.cluster.Start(b.meta, b.replicas, b.syncer); err != nil {
+		return err
+	}
+	if b.cluster.SingleNode() && len(b.cfg.Security.BootstrapScram) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := b.bootstrapScram(ctx); err != nil {
+			return fmt.Errorf("creating the bootstrap SCRAM users: %w", err)
+		}
+	}
+	return nil
+}
+
+// startLeadership starts preferred-leader balancing; on Close, first of
+// all, the node hands its leaderships over (controlled shutdown) while the
+// coordinators and metadata loops still run.
+func (b *Broker) startLeadership() error {
+	b.cluster.StartBalancing()
+	b.closers = append(b.closers, func() error { b.cluster.HandOver(); return nil })
+	return nil
+}
+
+// FenceForShutdown asks the controller to fence this broker before it
+// stops (see cluster.Node.FenceForShutdown).
+func (b *Broker) FenceForShutdown(ctx context.Context) error { return b.cluster.FenceForShutdown(ctx) }
+
+// Close stops every subsystem, newest first.
+func (b *Broker) Close() error {
+	var first error
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		if err := b.closers[i](); err != nil && first == nil {
+			first = err
+		}
+	}
+	b.closers = nil
+	return first
+}
+
+// Config returns the configuration the broker runs with.
+func (b *Broker) Config() Config { return b.cfg }
+
+// startStorage opens the node's metadata and every partition it lists, and
+// starts the retention loop. Closers run in reverse: retention stops first,
+// then the partitions close (final fsyncs through the syncer), then the
+// syncer.
+func (b *Broker) startStorage() error {
+	b.syncer = storage.NewSyncer(b.log)
+	b.closers = append(b.closers, b.syncer.Close)
+
+	meta, err := controller.Open(filepath.Join(b.cfg.DataDir, "meta"), b.cfg.FS, b.log, b.ident.ClusterID)
+	if err != nil {
+		return err
+	}
+	b.meta = meta
+	if b.cluster.SingleNode() {
+		if err := b.singleNodeAdopt(); err != nil {
+			return err
+		}
+	}
+
+	b.replicas = replica.New(replica.Config{
+		NodeID: b.cfg.NodeID, DataDir: b.cfg.DataDir,
+		DirectoryID: b.ident.DirectoryID.String(), BootstrapMember: b.ident.BootstrapMember(),
+		LogDefaults: b.cfg.LogDefaults, RetentionCheckInterval: b.cfg.RetentionCheckInterval, Cleaner: b.cfg.LogCleaner,
+		FS: b.cfg.FS, Logger: b.log,
+	}, meta, b.cluster.Host(), b.syncer)
+	b.closers = append(b.closers, b.replicas.Close)
+	if err := b.replicas.OpenAll(); err != nil {
+		return err
+	}
+	b.log.Info("storage open", "cluster_id", meta.ClusterID(), "topics", len(meta.Topics()), "dir", b.cfg.DataDir)
+	return b.replicas.Start()
+}
+
+// singleNodeAdopt brings a single node's data directory from before a
+// single node was a cluster of one onto the one path: its topics get this
+// node as their only replica, and producer ids continue after the ones its
+// local counter handed out. Its topics are marked PreRaft: their partition
+// logs, whose batches carry no Raft term, become their groups' committed
+// history (raft.GroupConfig.AdoptPreRaft).
+func (b *Broker) singleNodeAdopt() error {
+	// Where a single node counted producer ids before it was a cluster of
+	// one.
+	const producerIDsFile = "producer-ids"
+	next := int64(0)
+	path := filepath.Join(b.cfg.DataDir, producerIDsFile)
+	ids, err := txn.OpenIDAllocator(b.cfg.FS, path)
+	if err != nil {
+		return err
+	}
+	next = ids.Limit()
+	changed, err := b.meta.AdoptSingleNode(b.cfg.NodeID, b.ident.DirectoryID.String(), next)
+	if err != nil {
+		return err
+	}
+	if changed {
+		b.log.Info("adopted a single node's metadata from before it was a one-voter cluster", "topics", len(b.meta.Topics()), "next_producer_id", next)
+	}
+	return nil
+}
+
+// The data directory is locked for the broker's lifetime (flock on
+// <data-dir>/.lock, as Kafka does): two processes writing one log corrupt
+// it, so a second one refuses to start and names the holder. First of all
+// start-up steps, before anything under the directory is read.
+
+func (b *Broker) lockDataDir() error {
+	if !storage.IsOS(b.cfg.FS) {
+		return nil // a test filesystem: nothing another process could share
+	}
+	l, err := storage.LockDir(b.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	b.closers = append(b.closers, l.Unlock)
+	return nil
+}
+
+// startCoordinators starts this node's group and transaction coordinators
+// (internal/coordinator). Their partitions load as this node comes to lead
+// them; until then their groups answer NOT_COORDINATOR or
+// COORDINATOR_LOAD_IN_PROGRESS, which clients retry. Transactional appends
+// are verified with the coordinator before they reach a partition
+// (txnverify.go); the partition's own check refuses the rest.
+func (b *Broker) startCoordinators() error {
+	b.replicas.SetVerifier(verifyTxnCluster)
+	n := b.cfg.OffsetsTopicPartitions
+	b.coord = coordinator.Start(coordinator.Config{
+		NodeID: b.cfg.NodeID, Groups: b.cfg.Groups, Txn: b.cfg.Txn, OffsetsTopicPartitions: n,
+		OffsetsTopicSegmentBytes: b.cfg.OffsetsTopicSegmentBytes, TxnTopicSegmentBytes: b.cfg.TxnTopicSegmentBytes,
+		Logger: b.log,
+	}, b.meta, b.cluster, b.replicas)
+	b.groups = b.coord.Groups()
+	b.closers = append(b.closers, b.coord.Close)
+	return nil
+}

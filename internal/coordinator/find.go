@@ -1,0 +1,157 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/controller"
+	"holdfast/internal/group"
+	"holdfast/internal/txn"
+)
+
+// Kafka's FindCoordinator key types.
+const (
+	KeyGroup       int8 = 0
+	KeyTransaction int8 = 1
+)
+
+// Answer is FindCoordinator's answer for one key: the coordinator's node
+// and its address on the asking client's listener, or a Kafka error code
+// (COORDINATOR_NOT_AVAILABLE, which clients retry) and why.
+type Answer struct {
+	Node int32
+	Host string
+	Port int32
+	Code int16
+	Msg  string
+}
+
+func notAvailable(msg string) Answer {
+	return Answer{Node: -1, Port: -1, Code: kerr.CoordinatorNotAvailable.Code, Msg: msg}
+}
+
+// Find answers FindCoordinator for key of type typ: the leader of the
+// key's partition of the internal topic, created through the controller
+// at first need. forwarded: the request came from another node, so it is
+// not passed on again.
+func (h *Host) Find(typ int8, key string, forwarded bool, listener string) Answer {
+	topic, n := h.internalTopic(typ)
+	if _, ok := h.meta.Topic(topic); !ok {
+		if _, err := h.createTopic(topic, n, typ, key, forwarded); err != nil {
+			return notAvailable("creating " + topic + ": " + err.Error())
+		}
+	}
+	return h.Locate(typ, key, listener)
+}
+
+// Locate is Find without creating the internal topic.
+func (h *Host) Locate(typ int8, key string, listener string) Answer {
+	topic, n := h.internalTopic(typ)
+	t, ok := h.meta.Topic(topic)
+	switch {
+	case !ok:
+		return notAvailable(topic + " does not exist yet")
+	case int(t.Partitions) != n:
+		return notAvailable(topic + " partition count changed; restart the broker")
+	}
+	i := group.PartitionFor(key, n)
+	if typ == KeyTransaction {
+		i = txn.PartitionFor(key, n)
+	}
+	return h.leaderOf(t, i, listener)
+}
+
+// internalTopic is the internal topic of a key type and the partition
+// count its coordinator was built with.
+func (h *Host) internalTopic(typ int8) (string, int) {
+	if typ == KeyTransaction {
+		return controller.TransactionTopic, h.txn.NumPartitions()
+	}
+	return controller.OffsetsTopic, h.groups.NumPartitions()
+}
+
+// OffsetsPartitionCreating is OffsetsPartition, creating __consumer_offsets
+// first if needed (a transaction may commit offsets before any group
+// lookup created it). It may block: not for a connection's reader.
+func (h *Host) OffsetsPartitionCreating(g string) int32 {
+	if p := h.OffsetsPartition(g); p >= 0 {
+		return p
+	}
+	t, err := h.createTopic(controller.OffsetsTopic, h.groups.NumPartitions(), KeyGroup, g, false)
+	if err != nil {
+		return -1
+	}
+	return group.PartitionFor(g, int(t.Partitions))
+}
+
+// leaderOf is the broker leading partition i of the internal topic t. A
+// leader that is not registered yet or is fenced is no answer.
+func (h *Host) leaderOf(t controller.Topic, i int32, listener string) Answer {
+	st := h.replicas.State(t, i)
+	if st.Err != 0 || st.Leader < 0 {
+		return notAvailable(fmt.Sprintf("%s-%d has no leader", t.Name, i))
+	}
+	br, ok := h.meta.Broker(st.Leader)
+	switch {
+	case !ok:
+		return notAvailable("the coordinator is not registered yet")
+	case h.meta.Fenced(br.ID):
+		return notAvailable("the coordinator's broker is fenced")
+	}
+	e, ok := br.Endpoint(listener)
+	if !ok {
+		return notAvailable("the coordinator has no " + listener + " listener")
+	}
+	return Answer{Node: br.ID, Host: e.Host, Port: e.Port}
+}
+
+// topicMu serializes this node's creations of the internal topics.
+var topicMu sync.Mutex
+
+// createTopic creates an internal topic through the controller. Only the
+// controller may: CreateTopics refuses internal topics from clients.
+// Another node passes the client's FindCoordinator on to the controller,
+// which creates the topic as it answers, and reports the topic as not
+// there yet (retriable) - once only: a forwarded request is not forwarded
+// again.
+func (h *Host) createTopic(topic string, partitions int, typ int8, key string, forwarded bool) (controller.Topic, error) {
+	if h.node.IsController() {
+		topicMu.Lock()
+		defer topicMu.Unlock()
+		if t, ok := h.meta.Topic(topic); ok && h.replicas.AllOpen(t) {
+			return t, nil
+		}
+		t, err := h.node.CreateTopic(topic, int32(partitions), -1, nil, h.internalConfigs(topic), true, false)
+		if err != nil {
+			h.log.Warn("creating a coordinator topic", "topic", topic, "err", err)
+		}
+		return t, err
+	}
+	if forwarded {
+		return controller.Topic{}, errors.New("this node is not the controller")
+	}
+	ctrl := h.node.ControllerID()
+	cl, err := h.node.Forwarder()
+	if ctrl < 0 || err != nil {
+		return controller.Topic{}, fmt.Errorf("no controller known yet (%v)", err)
+	}
+	req := kmsg.NewPtrFindCoordinatorRequest()
+	req.Version = 4
+	req.CoordinatorType = typ
+	req.CoordinatorKeys = []string{key}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if _, err := req.RequestWith(ctx, cl.Broker(int(ctrl))); err != nil {
+		return controller.Topic{}, fmt.Errorf("asking the controller (node %d): %w", ctrl, err)
+	}
+	if t, ok := h.meta.Topic(topic); ok {
+		return t, nil
+	}
+	return controller.Topic{}, errors.New("created by the controller, not applied here yet")
+}

@@ -1,0 +1,170 @@
+// Package coordinator hosts this node's share of the group and
+// transaction coordinators. The coordinator of group G is the Raft leader
+// of __consumer_offsets partition p(G), and that of transactional id T the
+// leader of __transaction_state partition p(T), as in Kafka. Every node
+// builds both coordinators with all partitions unowned (NOT_COORDINATOR);
+// a watcher loads a partition's state when this node comes to lead it and
+// drops it when it stops (leadership.go). The internal topics are created
+// through the controller at first need (find.go); transaction markers go
+// to each partition's leader (markers.go).
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"holdfast/internal/cluster"
+	"holdfast/internal/controller"
+	"holdfast/internal/group"
+	"holdfast/internal/replica"
+	"holdfast/internal/topicconfig"
+	"holdfast/internal/txn"
+)
+
+// Config is the coordinators' configuration (Kafka's group.*, offsets.*
+// and transaction.* broker configs).
+type Config struct {
+	NodeID int32
+	Groups group.Config
+	Txn    txn.Config
+	// OffsetsTopicPartitions is offsets.topic.num.partitions (default
+	// 50); an existing __consumer_offsets keeps its count.
+	OffsetsTopicPartitions int32
+	// OffsetsTopicSegmentBytes and TxnTopicSegmentBytes are
+	// offsets.topic.segment.bytes and transaction.state.log.segment.bytes:
+	// small, so that the active segment rolls and the cleaner gets to it.
+	OffsetsTopicSegmentBytes int64
+	TxnTopicSegmentBytes     int64
+	Logger                   *slog.Logger
+}
+
+// Host is this node's coordinators.
+type Host struct {
+	cfg      Config
+	log      *slog.Logger
+	meta     *controller.Store
+	node     *cluster.Node
+	replicas *replica.Manager
+
+	groups *group.Coordinator
+	txn    *txn.Coordinator
+	// ids hands out producer ids from blocks the controller committed to
+	// this node (cluster/producerids.go).
+	ids   *txn.BlockAllocator
+	stops []func()
+}
+
+// Start builds both coordinators over the internal topics' partitions on
+// this node and starts watching their leadership.
+func Start(cfg Config, meta *controller.Store, node *cluster.Node, replicas *replica.Manager) *Host {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	h := &Host{cfg: cfg, log: cfg.Logger, meta: meta, node: node, replicas: replicas}
+	h.ids = txn.NewBlockAllocator(node.ReserveProducerIDs)
+
+	n := h.partitions(controller.OffsetsTopic, cfg.OffsetsTopicPartitions, 50)
+	glogs := make([]group.Log, n)
+	for i := range glogs {
+		glogs[i] = internalLog{h: h, topic: controller.OffsetsTopic, index: int32(i)}
+	}
+	h.groups = group.New(cfg.Groups, glogs, group.Options{
+		Logger: h.log.With("component", "groups"),
+		Partitions: func(topic string) int32 {
+			if t, ok := meta.Topic(topic); ok {
+				return t.Partitions
+			}
+			return -1
+		},
+		Unowned: true,
+		Topic: func(name string) (group.TopicInfo, bool) {
+			t, ok := meta.Topic(name)
+			return group.TopicInfo{Name: t.Name, ID: t.ID, Partitions: t.Partitions}, ok
+		},
+		Topics: func() []group.TopicInfo {
+			ts := meta.Topics()
+			out := make([]group.TopicInfo, 0, len(ts))
+			for _, t := range ts {
+				out = append(out, group.TopicInfo{Name: t.Name, ID: t.ID, Partitions: t.Partitions})
+			}
+			return out
+		},
+	})
+	h.watch(controller.OffsetsTopic, n, h.groups.LoadPartition, h.groups.UnloadPartition)
+
+	n = h.partitions(controller.TransactionTopic, cfg.Txn.StatePartitions, txn.DefaultConfig().StatePartitions)
+	tlogs := make([]txn.Log, n)
+	for i := range tlogs {
+		tlogs[i] = internalLog{h: h, topic: controller.TransactionTopic, index: int32(i)}
+	}
+	h.txn = txn.New(cfg.Txn, tlogs, txn.Options{
+		Logger:  h.log.With("component", "transactions"),
+		NextID:  h.ids.Next,
+		Markers: h.writeMarkersEverywhere,
+		Unowned: true,
+	})
+	h.watch(controller.TransactionTopic, n, h.txn.LoadPartition, h.txn.UnloadPartition)
+	return h
+}
+
+// partitions is the partition count of an internal topic: the existing
+// topic's (placement depends on it), else configured, else def.
+func (h *Host) partitions(topic string, configured, def int32) int32 {
+	if t, ok := h.meta.Topic(topic); ok && t.Partitions > 0 {
+		return t.Partitions
+	}
+	if configured > 0 {
+		return configured
+	}
+	return def
+}
+
+// Close stops the watchers, then the coordinators.
+func (h *Host) Close() error {
+	for i := len(h.stops) - 1; i >= 0; i-- {
+		h.stops[i]()
+	}
+	h.stops = nil
+	h.ids.Close()
+	return errors.Join(h.txn.Close(), h.groups.Close())
+}
+
+// Groups is the group coordinator.
+func (h *Host) Groups() *group.Coordinator { return h.groups }
+
+// Txn is the transaction coordinator.
+func (h *Host) Txn() *txn.Coordinator { return h.txn }
+
+// NextProducerID hands out a producer id (InitProducerId).
+func (h *Host) NextProducerID(ctx context.Context) (int64, error) { return h.ids.Next(ctx) }
+
+// GroupsLoaded reports whether the group coordinator has replayed every
+// __consumer_offsets partition this node leads (readiness; start-up
+// replay measurements).
+func (h *Host) GroupsLoaded() bool {
+	for p := 0; p < h.groups.NumPartitions(); p++ {
+		if lg := h.replicas.Get(controller.OffsetsTopic, int32(p)); lg != nil && lg.IsLeader() && !h.groups.Loaded(int32(p)) {
+			return false
+		}
+	}
+	return true
+}
+
+// OffsetsPartition is the __consumer_offsets partition of group g, or -1
+// while the topic does not exist.
+func (h *Host) OffsetsPartition(g string) int32 {
+	t, ok := h.meta.Topic(controller.OffsetsTopic)
+	if !ok || t.Partitions <= 0 {
+		return -1
+	}
+	return group.PartitionFor(g, int(t.Partitions))
+}
+
+// internalConfigs are the topic configs an internal topic is created with.
+func (h *Host) internalConfigs(topic string) map[string]string {
+	if topic == controller.OffsetsTopic {
+		return topicconfig.Internal(h.cfg.OffsetsTopicSegmentBytes)
+	}
+	return topicconfig.Internal(h.cfg.TxnTopicSegmentBytes)
+}

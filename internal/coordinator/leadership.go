@@ -1,0 +1,97 @@
+package coordinator
+
+import "time"
+
+// leadershipPoll is how often a watcher looks at the leadership of an
+// internal topic's partitions. Leadership reads are cheap and leader
+// changes rare; clients retry NOT_COORDINATOR / LOAD_IN_PROGRESS
+// meanwhile.
+const leadershipPoll = 50 * time.Millisecond
+
+// watch calls load when this node becomes the leader of a partition of
+// topic, and unload when it stops leading it, until Close.
+func (h *Host) watch(topic string, n int32, load, unload func(int32)) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		h.watchLeadership(topic, n, load, unload, stop)
+	}()
+	h.stops = append(h.stops, func() {
+		close(stop)
+		<-done
+	})
+}
+
+// watchLeadership loads a partition per term: leading again in a later
+// term reloads it, since another leader may have written in between.
+func (h *Host) watchLeadership(topic string, n int32, load, unload func(int32), stop <-chan struct{}) {
+	owned := make([]uint64, n) // the term in which partition i was loaded, 0 if not ours
+	tick := time.NewTicker(leadershipPoll)
+	defer tick.Stop()
+	warned := false
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		if t, ok := h.meta.Topic(topic); ok && t.Partitions != n {
+			if !warned {
+				h.log.Error("internal topic's partition count differs from the coordinator's; restart to pick it up", "topic", topic, "partitions", t.Partitions, "coordinator_partitions", n)
+				warned = true
+			}
+			continue
+		}
+		var loaded, unloaded []int
+		for i := range owned {
+			term := h.readyLeaderTerm(topic, int32(i), owned[i])
+			switch {
+			case term == owned[i]:
+			case term == 0:
+				h.log.Debug("no longer coordinating partition", "topic", topic, "partition", i, "epoch", owned[i])
+				unload(int32(i))
+				owned[i] = 0
+				unloaded = append(unloaded, i)
+			default:
+				h.log.Debug("coordinating partition", "topic", topic, "partition", i, "epoch", term)
+				load(int32(i))
+				owned[i] = term
+				loaded = append(loaded, i)
+			}
+		}
+		if len(loaded)+len(unloaded) > 0 {
+			// One line per change, not one per partition (50 by default).
+			coordinating := 0
+			for _, term := range owned {
+				if term != 0 {
+					coordinating++
+				}
+			}
+			h.log.Info("coordinator partitions changed", "topic", topic, "loading", len(loaded), "unloaded", len(unloaded),
+				"coordinating", coordinating, "partitions", n)
+		}
+	}
+}
+
+// readyLeaderTerm is the Raft term in which this node leads partition i of
+// topic, or 0 if it does not lead it. A new leader counts only once
+// everything in its log is committed, so a replay sees every write of the
+// earlier terms. cur is the term already loaded (skips the full status).
+func (h *Host) readyLeaderTerm(topic string, i int32, cur uint64) uint64 {
+	p := h.replicas.Get(topic, i)
+	if p == nil {
+		return 0
+	}
+	l, err := h.node.Host().Leadership(p.RaftGroup())
+	if err != nil || !l.Proposing {
+		return 0
+	}
+	if l.Term == cur {
+		return cur
+	}
+	st, err := p.RaftStatus()
+	if err != nil || st.State != "StateLeader" || st.Term != l.Term || st.CommitOffset < st.EndOffset {
+		return cur // not ready yet: keep what we have until it settles
+	}
+	return st.Term
+}

@@ -1,0 +1,89 @@
+package replica
+
+import (
+	"slices"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"holdfast/internal/controller"
+)
+
+// State is a partition's leadership as this node sees it: what Metadata,
+// FindCoordinator and the transaction markers tell clients and nodes.
+type State struct {
+	Leader      int32 // -1: none now (Err says why)
+	LeaderEpoch int32
+	Replicas    []int32 // the assignment, in preference order
+	ISR         []int32 // sorted
+	Offline     []int32 // sorted
+	// Err is Kafka's code when there is no usable leader:
+	// LEADER_NOT_AVAILABLE (an election, a fenced leader) or
+	// KAFKA_STORAGE_ERROR (this node's replica failed).
+	Err int16
+}
+
+// State describes partition i of t. A leader knows its followers'
+// progress: the in-sync set is the voters replicating now. A follower
+// reports the unfenced replicas; a node without a replica the first
+// unfenced one as leader.
+func (m *Manager) State(t controller.Topic, i int32) State {
+	s := State{Leader: -1, LeaderEpoch: -1, Replicas: []int32{}, ISR: []int32{}, Offline: []int32{}}
+	if int(i) < len(t.Replicas) {
+		s.Replicas = slices.Clone(t.Replicas[i])
+	}
+	for _, r := range s.Replicas {
+		if m.meta.Fenced(r) {
+			s.Offline = append(s.Offline, r)
+		}
+	}
+	live := slices.DeleteFunc(slices.Clone(s.Replicas), m.meta.Fenced)
+	p := m.Get(t.Name, i)
+	if p == nil {
+		if len(live) == 0 {
+			s.Err = kerr.LeaderNotAvailable.Code
+			return s
+		}
+		s.Leader, s.ISR = live[0], live
+		return s
+	}
+	st, err := p.RaftStatus()
+	switch {
+	case err != nil || st.Failed != "":
+		s.Err = kerr.KafkaStorageError.Code
+		s.Offline = []int32{m.cfg.NodeID}
+		return s
+	case st.Leader == 0 || m.meta.Fenced(int32(st.Leader)):
+		// An election is running, or the leader we last heard of is
+		// fenced: clients must not be sent to it.
+		s.Err = kerr.LeaderNotAvailable.Code
+		return s
+	}
+	// The leader's epoch is its Raft term. The partition's own epoch
+	// (p.LeaderEpoch) moves only once an entry of the new term commits:
+	// until then a new leader would be named with its predecessor's epoch.
+	// A client that sends the new epoch to it meanwhile gets
+	// UNKNOWN_LEADER_EPOCH and retries.
+	s.Leader = int32(st.Leader)
+	s.LeaderEpoch = int32(st.Term)
+	if st.State != "StateLeader" {
+		// Followers do not track the others' progress.
+		s.ISR = live
+		return s
+	}
+	for _, r := range st.Replicas {
+		id := int32(r.ID)
+		switch {
+		case r.Learner:
+			// A replica being added by a reassignment: not in sync
+			// until it votes.
+		case m.meta.Fenced(id):
+		case r.ID == st.Node || r.Active && r.State == "StateReplicate":
+			s.ISR = append(s.ISR, id)
+		case !r.Active:
+			s.Offline = append(s.Offline, id)
+		}
+	}
+	slices.Sort(s.ISR)
+	slices.Sort(s.Offline)
+	return s
+}
