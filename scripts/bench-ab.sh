@@ -20,7 +20,7 @@ cp "$1" "$work/A"
 if [ $# -ge 2 ]; then cp "$2" "$work/B"; else (cd "$repo" && CGO_ENABLED=0 go build -o "$work/B" ./cmd/holdfast); fi
 (cd "$shared/tools/kload" && go build -o "$work/kload" .)
 
-port=39192
+port=${PORT:-39192}
 start() { # binary
 	rm -rf "$work/data"
 	(cd "$work" && exec "./$1" serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn) &

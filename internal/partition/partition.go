@@ -139,6 +139,9 @@ func (p *Partition) Failed() error {
 	if e := p.failed.Load(); e != nil {
 		return *e
 	}
+	if l := p.rep.lead.Load(); l != nil && !l.Failed {
+		return nil // the group's failure is an event; it has not come
+	}
 	if err := p.rep.host.GroupFailed(p.rep.group); err != nil && !errors.Is(err, raft.ErrUnknownGroup) {
 		return fmt.Errorf("%w: %w", ErrStorage, err)
 	}
@@ -157,12 +160,17 @@ func (p *Partition) fail(err error) error {
 // deduplicates idempotent retries and appends it to the page cache. It
 // does not wait for durability; see WaitCommitted. The batch is modified in
 // place (offsets, leader epoch, append time).
+//
+// The batch is checked here, once (records.Check, then every record
+// decoded); what is below - the Raft host, the log - takes the checked
+// batch as it is.
 func (p *Partition) Append(batch []byte) (AppendResult, error) {
 	maxBytes := p.log.Config().MaxMessageBytes
-	h, err := records.Validate(batch, maxBytes)
+	v, err := records.Check(batch, maxBytes)
 	if err != nil {
 		return AppendResult{}, validationError(err)
 	}
+	h := v.Header()
 	if !records.Dense(h) {
 		// What a producer sends has a record per offset; only the log
 		// cleaner leaves gaps.
@@ -192,6 +200,8 @@ func (p *Partition) Append(batch []byte) (AppendResult, error) {
 	if err := p.Failed(); err != nil {
 		return AppendResult{}, err
 	}
+	// Leadership first: a follower's producer state may lag, so only the
+	// leader's answers a retry.
 	if err := p.leaderCheckLocked(); err != nil {
 		return AppendResult{}, err
 	}
@@ -223,9 +233,9 @@ func (p *Partition) Append(batch []byte) (AppendResult, error) {
 	lat := int64(-1)
 	if p.logAppendTime.Load() {
 		lat = p.now().UnixMilli()
-		records.SetLogAppendTime(batch, lat)
+		v.SetLogAppendTime(lat)
 	}
-	base, err := p.appendLocked(batch)
+	base, err := p.proposeLocked(&v)
 	if err != nil {
 		return AppendResult{}, err
 	}

@@ -28,6 +28,11 @@ type replica struct {
 	// Every batch of that term is one it proposed and counted itself.
 	readyTerm atomic.Uint64
 
+	// lead is the group's leadership as the Raft host last published it
+	// (raft.GroupConfig.OnLeadership): what every produce checks, read
+	// without asking the host. nil until the first event.
+	lead atomic.Pointer[raft.Leadership]
+
 	mu      sync.Mutex
 	pending map[int64]raft.Proposal // by end offset, until its waiter takes it
 }
@@ -60,7 +65,8 @@ func (p *Partition) replicate(r Replication) error {
 	// and let the commit callback raise the watermark.
 	p.hw = p.log.StartOffset()
 	if err := r.Host.AddGroup(raft.GroupConfig{ID: r.Group, Log: p.log, Voters: r.Voters,
-		OnCommit: p.onCommit, OnTruncate: p.onTruncate, Rejoin: r.Rejoin, AdoptPreRaft: r.AdoptPreRaft}); err != nil {
+		OnCommit: p.onCommit, OnTruncate: p.onTruncate, OnLeadership: p.onLeadership,
+		Rejoin: r.Rejoin, AdoptPreRaft: r.AdoptPreRaft}); err != nil {
 		return err
 	}
 	// Log-start commands committed before this start whose compaction may
@@ -153,6 +159,21 @@ func (p *Partition) mustApply(e raft.Committed) bool {
 	return e.Data != nil && e.EndOffset > p.stateEnd.Load() && e.Term != p.rep.readyTerm.Load()
 }
 
+// onLeadership runs on the Ready loop (with the group's lock held) each
+// time the group's leadership changes.
+func (p *Partition) onLeadership(_ uint64, l raft.Leadership) {
+	p.rep.lead.Store(&l)
+}
+
+// leadership is the group's last published leadership; before the first
+// event, asked of the host.
+func (p *Partition) leadership() (raft.Leadership, error) {
+	if l := p.rep.lead.Load(); l != nil {
+		return *l, nil
+	}
+	return p.rep.host.Leadership(p.rep.group)
+}
+
 // onTruncate runs on the Ready loop: entries from offset on are gone (a
 // follower's uncommitted suffix replaced): if the state counted them, it
 // is rebuilt from the log at the next leadership.
@@ -172,7 +193,7 @@ func (p *Partition) RaftStatus() (raft.Status, error) {
 // entry of its term, so that its watermark and log start are current (a
 // new leader learns what its predecessor committed only then).
 func (p *Partition) IsLeader() bool {
-	l, err := p.rep.host.Leadership(p.rep.group)
+	l, err := p.leadership()
 	return err == nil && l.Settled
 }
 
@@ -192,7 +213,7 @@ var errNotLeader = fmt.Errorf("not the partition leader: %w", kerr.NotLeaderForP
 // back is rebuilt from the log here. Called with appendMu held.
 func (p *Partition) leaderCheckLocked() error {
 	rep := p.rep
-	l, err := rep.host.Leadership(rep.group)
+	l, err := p.leadership()
 	if err != nil {
 		return fmt.Errorf("%w: %v", errNotLeader, err)
 	}
@@ -250,11 +271,12 @@ func (p *Partition) rebuildLocked() error {
 	return err
 }
 
-// proposeLocked proposes batch through the partition's Raft group (on the
-// leader) and returns its base offset.
-func (p *Partition) proposeLocked(batch []byte) (int64, error) {
+// proposeLocked proposes a checked batch through the partition's Raft
+// group (on the leader; leaderCheckLocked came first) and returns its base
+// offset. The batch is stamped in place with its offsets and epoch.
+func (p *Partition) proposeLocked(v *records.Validated) (int64, error) {
 	rep := p.rep
-	prop, err := rep.host.Propose(context.Background(), rep.group, batch)
+	prop, err := rep.host.ProposeValidated(context.Background(), rep.group, v)
 	if err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
 			return 0, errNotLeader
@@ -267,11 +289,8 @@ func (p *Partition) proposeLocked(batch []byte) (int64, error) {
 		}
 		return 0, fmt.Errorf("%w: %w", kerr.NotLeaderForPartition, err)
 	}
-	// The host proposed a copy with offsets and epoch stamped; make the
-	// caller's batch match, as a local append would. The caller counts it
-	// in the producer state before it releases appendMu.
-	records.SetBaseOffset(batch, prop.BaseOffset)
-	records.SetLeaderEpoch(batch, int32(prop.Term))
+	// The caller counts it in the producer state before it releases
+	// appendMu.
 	p.stateEnd.Store(max(p.stateEnd.Load(), prop.EndOffset))
 	rep.mu.Lock()
 	rep.pending[prop.EndOffset] = prop

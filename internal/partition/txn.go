@@ -229,6 +229,10 @@ func (p *Partition) AppendMarker(producerID int64, epoch int16, commit bool, coo
 	if err != nil {
 		return 0, err
 	}
+	v, err := records.Check(batch, 0)
+	if err != nil {
+		return 0, err
+	}
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
 	if err := p.Failed(); err != nil {
@@ -237,7 +241,7 @@ func (p *Partition) AppendMarker(producerID int64, epoch int16, commit bool, coo
 	if e := p.producers[producerID]; e != nil && epoch < e.epoch {
 		return 0, fmt.Errorf("marker for producer %d epoch %d, current %d: %w", producerID, epoch, e.epoch, kerr.InvalidProducerEpoch)
 	}
-	info, err := p.appendLocked(batch)
+	info, err := p.appendLocked(&v)
 	if err != nil {
 		return 0, err
 	}
@@ -250,10 +254,11 @@ func (p *Partition) AppendMarker(producerID int64, epoch int16, commit bool, coo
 // no sequence, so there is nothing to deduplicate, but it opens the
 // producer's transaction here like a produced batch would.
 func (p *Partition) AppendCoordinator(batch []byte) (AppendResult, error) {
-	h, err := records.Validate(batch, p.log.Config().MaxMessageBytes)
+	v, err := records.Check(batch, p.log.Config().MaxMessageBytes)
 	if err != nil {
 		return AppendResult{}, validationError(err)
 	}
+	h := v.Header()
 	if !h.IsTransactional() || h.IsControl() || h.ProducerID < 0 {
 		return AppendResult{}, fmt.Errorf("coordinator batch must be transactional data: %w", kerr.InvalidRecord)
 	}
@@ -277,7 +282,7 @@ func (p *Partition) AppendCoordinator(batch []byte) (AppendResult, error) {
 			return AppendResult{}, err
 		}
 	}
-	base, err := p.appendLocked(batch)
+	base, err := p.appendLocked(&v)
 	if err != nil {
 		return AppendResult{}, err
 	}
@@ -286,13 +291,14 @@ func (p *Partition) AppendCoordinator(batch []byte) (AppendResult, error) {
 		LogStartOffset: p.LogStartOffset()}, nil
 }
 
-// appendLocked writes batch to the log through the partition's Raft group
-// and returns its base offset.
-func (p *Partition) appendLocked(batch []byte) (int64, error) {
+// appendLocked writes a checked batch to the log through the partition's
+// Raft group, once this node may (leaderCheckLocked), and returns its base
+// offset.
+func (p *Partition) appendLocked(v *records.Validated) (int64, error) {
 	if err := p.leaderCheckLocked(); err != nil {
 		return 0, err
 	}
-	return p.proposeLocked(batch)
+	return p.proposeLocked(v)
 }
 
 // LastStableOffset is the offset below which every transaction is decided:

@@ -15,32 +15,126 @@ import (
 )
 
 // Propose appends batch to the group's Raft log on the leader and returns
-// its index and offsets. The batch is validated and copied; the copy gets
-// the next offset and the term as leader epoch. It does not wait: use
-// WaitCommitted.
+// its index and offsets. The batch is checked and copied (the caller's is
+// left as it is); the copy gets the next offset and the term as leader
+// epoch. It does not wait: use WaitCommitted.
 func (h *Host) Propose(ctx context.Context, groupID uint64, batch []byte) (Proposal, error) {
 	g := h.group(groupID)
 	if g == nil {
 		return Proposal{}, fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
 	}
-	hdr, err := records.Validate(batch, g.st.log.Config().MaxMessageBytes)
+	v, err := records.Check(bytes.Clone(batch), g.st.log.Config().MaxMessageBytes)
 	if err != nil {
 		return Proposal{}, err
 	}
+	return h.ProposeValidated(ctx, groupID, &v)
+}
+
+// ProposeValidated is Propose for a batch the caller checked
+// (records.Check): nothing is parsed, checksummed or copied again here. The
+// batch is stamped in place with its base offset and the term as leader
+// epoch (v's header follows), as a local append would. The Raft library
+// proposes a clone of it (raft.appendEntry), which the Ready loop writes to
+// the log under v's facts (records.Validated.Rebind).
+func (h *Host) ProposeValidated(ctx context.Context, groupID uint64, v *records.Validated) (Proposal, error) {
+	g := h.group(groupID)
+	if g == nil {
+		return Proposal{}, fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	hdr := v.Header()
 	if hdr.NumRecords == 0 {
 		return Proposal{}, fmt.Errorf("raft: propose: batch without records: %w", records.ErrCorrupt)
+	}
+	if max := g.st.log.Config().MaxMessageBytes; max > 0 && hdr.Size() > max {
+		return Proposal{}, fmt.Errorf("raft: propose: batch of %d bytes exceeds %d: %w", hdr.Size(), max, records.ErrTooLarge)
 	}
 	if err := ctx.Err(); err != nil {
 		return Proposal{}, err
 	}
-	data := bytes.Clone(batch)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return h.proposeLocked(g, func(base int64, term uint64) int64 {
-		records.SetBaseOffset(data, base)
-		records.SetLeaderEpoch(data, int32(term))
+	p, err := h.proposeLocked(g, func(base int64, term uint64) int64 {
+		v.SetBaseOffset(base)
+		v.SetLeaderEpoch(int32(term))
 		return base + int64(hdr.LastOffsetDelta) + 1
-	}, func() error { return g.rn.Propose(data) })
+	}, func() error { return g.rn.Propose(v.Bytes()) })
+	if err == nil {
+		g.local = append(g.local, localBatch{index: p.Index, term: p.Term, v: *v, written: h.preWriteLocked(g, v)})
+	}
+	return p, err
+}
+
+// preWriteLocked writes a batch the leader just proposed to its log at
+// once, on the proposer's goroutine, and reports whether it did. The Ready
+// loop then only records it (store.appendEntry): the write no longer waits
+// for the previous cycle's fsync and Advance, but runs while the fsync
+// does, as a single node's append did before every partition was a Raft
+// group; the group commit that follows covers it as before, and the batch
+// counts as Raft's only once a Ready has stored it.
+//
+// Only where the log holds every entry before it: the batch must sit at the
+// log end, and no side entry this leader proposed may be unstored - a side
+// entry takes no offset, so a crash would leave the batch at the side
+// entry's index when the log is read back. Otherwise the Ready loop writes
+// it, as for a follower. A failed write is left to the Ready loop too,
+// which tries again and fails the group if the log failed.
+func (h *Host) preWriteLocked(g *group, v *records.Validated) bool {
+	if last, _ := g.st.LastIndex(); last < g.lastSide {
+		return false
+	}
+	l := g.st.log
+	if l.EndOffset() != v.Header().BaseOffset {
+		return false
+	}
+	_, err := l.AppendValidated(*v)
+	return err == nil
+}
+
+// localBatch is a batch this node proposed, checked by its proposer: when
+// the Ready loop stores the entry at index in term, whose data is Raft's
+// clone of the batch, it writes it under these facts (Validated.Rebind)
+// instead of checking it again, or only records it if the proposer wrote it
+// already (written). Anything else - entries from another leader - is
+// checked in full.
+type localBatch struct {
+	index, term uint64
+	v           records.Validated
+	written     bool // in the log already (preWriteLocked)
+}
+
+// takeLocalLocked returns the checked facts of the entry at (index, term)
+// if this node proposed it, dropping those of earlier indexes (stored, or
+// replaced by another leader's entries).
+func (g *group) takeLocalLocked(index, term uint64) (localBatch, bool) {
+	n := 0
+	for n < len(g.local) && g.local[n].index < index {
+		n++
+	}
+	g.dropLocalLocked(n)
+	if len(g.local) == 0 || g.local[0].index != index {
+		return localBatch{}, false
+	}
+	lb := g.local[0]
+	g.local = g.local[1:]
+	return lb, lb.term == term
+}
+
+// dropLocalLocked forgets the first n proposals of g.local, which Raft
+// will not store here as proposed: replaced by another leader's entries, or
+// left behind as this node stopped leading (it may still store them, or
+// not). Their proposer counted them already (the partition's producer
+// state), so OnTruncate says the state from the first one on may be stale,
+// as for a truncated suffix: a wrong "may be" costs a rebuild, a missed one
+// a retry answered from a batch that is not in the log.
+func (g *group) dropLocalLocked(n int) {
+	if n == 0 {
+		return
+	}
+	first := g.local[0].v.Header().BaseOffset
+	g.local = g.local[n:]
+	if g.cfg.OnTruncate != nil {
+		g.cfg.OnTruncate(g.id, first)
+	}
 }
 
 // ProposeCommand appends an application command to the group's Raft log:
@@ -94,6 +188,9 @@ func (h *Host) proposeLocked(g *group, stamp func(base int64, term uint64) int64
 	}
 	g.nextIndex++
 	g.nextOffset = p.EndOffset
+	if stamp == nil {
+		g.lastSide = p.Index
+	}
 	h.markDirty(g)
 	return p, nil
 }
@@ -282,6 +379,7 @@ func (h *Host) Campaign(groupID uint64) error {
 	if !h.guardLocked(g, func() { err = g.rn.Campaign() }) {
 		err = g.failed
 	}
+	g.publishLocked()
 	g.mu.Unlock()
 	h.markDirty(g)
 	return err
@@ -296,6 +394,7 @@ func (h *Host) TransferLeader(groupID, target uint64) error {
 	g.mu.Lock()
 	g.unquiesceLocked()
 	h.guardLocked(g, func() { g.rn.TransferLeader(target) })
+	g.publishLocked()
 	g.mu.Unlock()
 	h.markDirty(g)
 	return nil
@@ -403,9 +502,12 @@ type Leadership struct {
 	// commit covers every entry it has (Raft's rule for serving reads): what
 	// the committed entries did (a moved log start) is applied here.
 	Settled bool
+	// Failed: the group stopped on this node (GroupFailed says why).
+	Failed bool
 }
 
-// Leadership returns the group's leadership as this node sees it.
+// Leadership returns the group's leadership as this node sees it. The
+// group's OnLeadership gets the same answer each time it changes.
 func (h *Host) Leadership(groupID uint64) (Leadership, error) {
 	g := h.group(groupID)
 	if g == nil {
@@ -413,6 +515,10 @@ func (h *Host) Leadership(groupID uint64) (Leadership, error) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.leadershipLocked(), nil
+}
+
+func (g *group) leadershipLocked() Leadership {
 	bs := g.rn.BasicStatus()
 	leading := g.failed == nil && bs.RaftState == raft.StateLeader
 	ready := leading && g.readyTerm == bs.GetTerm()
@@ -420,7 +526,25 @@ func (h *Host) Leadership(groupID uint64) (Leadership, error) {
 		Leader: bs.Lead, Term: bs.GetTerm(), Leading: leading,
 		Proposing: ready && bs.LeadTransferee == 0,
 		Settled:   ready && g.commitIndex >= g.termStart,
-	}, nil
+		Failed:    g.failed != nil,
+	}
+}
+
+// publishLocked gives OnLeadership the group's Leadership if it changed.
+// Called wherever what it is made of may change: the Ready loop's Advance
+// and apply (role, readyTerm, commit), a failure, a reset, a tick, a
+// campaign or a transfer. A change that Raft makes while stepping a
+// message shows at the next cycle, which that change always causes (a new
+// role is a Ready): until then the hot path may act on the previous
+// answer, and proposeLocked, which checks under the lock, refuses.
+func (g *group) publishLocked() {
+	if g.cfg.OnLeadership == nil {
+		return
+	}
+	if l := g.leadershipLocked(); l != g.published {
+		g.published = l
+		g.cfg.OnLeadership(g.id, l)
+	}
 }
 
 // WaitSettled returns once this node leads the group and has committed an

@@ -28,6 +28,8 @@ type testNode struct {
 	host   *Host
 	logs   map[uint64]*storage.Log
 	fs     *storage.CrashFS // nil: the real filesystem
+	// published: each group's last OnLeadership event.
+	published sync.Map // group -> Leadership
 }
 
 type cluster struct {
@@ -140,7 +142,8 @@ func (c *cluster) start(id uint64) {
 			c.tb.Fatalf("open log: %v", err)
 		}
 		nd.logs[g] = l
-		if err := h.AddGroup(GroupConfig{ID: g, Log: l, Voters: c.voters}); err != nil {
+		onLead := func(g uint64, l Leadership) { nd.published.Store(g, l) }
+		if err := h.AddGroup(GroupConfig{ID: g, Log: l, Voters: c.voters, OnLeadership: onLead}); err != nil {
 			c.tb.Fatalf("node %d add group %d: %v", id, g, err)
 		}
 	}

@@ -53,6 +53,7 @@ func (h *Host) tickGroup(g *group, electionTimeout time.Duration) {
 	}
 	ready := false
 	h.guardLocked(g, func() { ready = g.rn.HasReady() })
+	g.publishLocked() // a leader transfer that timed out
 	g.mu.Unlock()
 	// Sent unlocked: a drop reports back into the group.
 	for _, m := range qmsgs {

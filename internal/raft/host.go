@@ -129,9 +129,19 @@ type GroupConfig struct {
 	OnCommit func(group uint64, ents []Committed)
 	// OnTruncate, if set, is called on the Ready loop when the log loses
 	// its suffix from offset on (a follower's uncommitted entries replaced
-	// by a new leader's, or the whole log replaced by a snapshot): state
-	// derived from those entries is stale. It must not block.
+	// by a new leader's, or the whole log replaced by a snapshot), and when
+	// batches this node proposed from offset on may never be stored (it
+	// stopped leading first): state derived from those entries is stale.
+	// It must not block or call the Host (it may run with the group's
+	// lock held).
 	OnTruncate func(group uint64, offset int64)
+	// OnLeadership, if set, is called with the group's Leadership (what
+	// Host.Leadership would answer) each time it changes: on the Ready
+	// loop as the group becomes leader, starts proposing, settles, steps
+	// down or fails, and once when the group is added. Hot paths read the
+	// last one instead of asking the host. It runs with the group's lock
+	// held: it must not block or call the Host.
+	OnLeadership func(group uint64, l Leadership)
 	// Rejoin: the replica's storage was lost (a replaced disk: the
 	// metadata assigned the replica to another directory of this node): it
 	// grants no votes until it has caught up with a leader, which the
@@ -217,6 +227,17 @@ type group struct {
 	rejoinTarget uint64
 	reset        bool // leader: recreate the RawNode (fresh progress for every peer)
 	idleTicks    int
+
+	// local: the batches this node proposed and Raft has not handed to
+	// the Ready loop yet, in index order (api.go).
+	local []localBatch
+	// lastSide: leader: index of the last side entry (command, conf
+	// change) it proposed in readyTerm; no batch after it is written ahead
+	// until it is stored (preWriteLocked).
+	lastSide uint64
+
+	// published is the Leadership last given to cfg.OnLeadership.
+	published Leadership
 }
 
 // NewHost opens the journal, starts the transport and the loops.
@@ -351,6 +372,9 @@ func (h *Host) AddGroup(gc GroupConfig) error {
 		h.log.Info("raft: replica opens without a vote until it has caught up (new data directory)", "group", gc.ID)
 	}
 	h.groups[gc.ID] = g
+	g.mu.Lock()
+	g.publishLocked()
+	g.mu.Unlock()
 	h.markDirty(g)
 	return nil
 }
@@ -427,6 +451,7 @@ func (h *Host) resetLocked(g *group) {
 		return
 	}
 	g.rn, g.readyTerm = rn, 0
+	g.publishLocked()
 	// The fresh RawNode is a follower that must tick to elect a leader;
 	// left quiesced (a reset leader of an idle group usually is), it never
 	// would, and with the other replicas quiesced too the group would stay
@@ -489,6 +514,7 @@ func (h *Host) RetryGroup(id uint64) error {
 	end, _ := g.st.endOf(applied)
 	g.rn, g.readyTerm, g.failed = rn, 0, nil
 	g.commitIndex, g.commitEnd = applied, end
+	g.publishLocked()
 	g.unquiesceLocked()
 	h.log.Warn("raft: group restarted after a failure", "group", id)
 	h.markDirty(g)

@@ -60,6 +60,11 @@ func TestReplicateAndCommit(t *testing.T) {
 			t.Fatalf("node %d has %v, want %v", nd.id, got, want)
 		}
 	}
+	// The leader wrote its own batches under the checks Propose made, not
+	// validating them a second time.
+	if n := h.group(1).st.rebound.Load(); n < int64(len(ps)) {
+		t.Fatalf("leader wrote %d batches under the proposer's checks, want at least %d", n, len(ps))
+	}
 	st, err := h.Status(1)
 	if err != nil {
 		t.Fatal(err)

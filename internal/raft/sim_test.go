@@ -455,6 +455,11 @@ func (s *sim) propose() {
 		}
 		id := leaders[s.rng.IntN(len(leaders))]
 		h := s.c.nodes[id].host
+		if s.rng.IntN(4) == 0 {
+			// A side entry (no offset) among the batches: a leader writes
+			// a batch ahead only once every side entry before it is stored.
+			_, _ = h.ProposeCommand(context.Background(), g, []byte("sim-command"))
+		}
 		for range 1 + s.rng.IntN(3) {
 			v := fmt.Sprintf("g%d-%d", g, s.next[g])
 			s.next[g]++

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -53,6 +54,10 @@ type store struct {
 	end   int64 // offset after the last data entry
 	hs    *pb.HardState
 	cs    *pb.ConfState
+
+	// rebound counts the batches written under their proposer's checks
+	// (appendEntry's local), not checked again.
+	rebound atomic.Int64
 }
 
 // openStore rebuilds the index from the log and the journal's side entries
@@ -445,16 +450,37 @@ func (s *store) truncate(i uint64) error {
 
 // appendEntry stores entry e, whose index must be last+1: a data entry as
 // its batch in the log, a side entry in memory (the caller journaled it
-// first).
-func (s *store) appendEntry(e *pb.Entry) error {
+// first). local, if not nil, is the entry's batch as this node's proposer
+// checked it (localBatch): it is written without being checked again, or
+// only recorded if the proposer wrote it already. Batches the proposer
+// wrote that no Ready stored (it stopped leading first) are cut from the
+// log before anything else is stored after what Raft holds: cut is the
+// offset they were cut from, -1 if nothing was.
+func (s *store) appendEntry(e *pb.Entry, local *localBatch) (cut int64, err error) {
+	cut = -1
 	s.mu.RLock()
 	end, last := s.end, s.lastLocked()
 	s.mu.RUnlock()
 	if e.GetIndex() != last+1 {
-		return fmt.Errorf("raft: append entry %d after %d", e.GetIndex(), last)
+		return cut, fmt.Errorf("raft: append entry %d after %d", e.GetIndex(), last)
 	}
 	if e.GetTerm() == 0 || e.GetTerm() >= sideBit {
-		return fmt.Errorf("raft: entry %d has term %d", e.GetIndex(), e.GetTerm())
+		return cut, fmt.Errorf("raft: entry %d has term %d", e.GetIndex(), e.GetTerm())
+	}
+	var v *records.Validated
+	if local != nil && isDataEntry(e) {
+		if w, ok := local.v.Rebind(e.Data); ok {
+			v = &w
+		}
+	}
+	written := v != nil && local.written
+	if !written && s.log.EndOffset() > end {
+		// Only written ahead (preWriteLocked) and never stored: the entry
+		// here is another leader's, or Raft's copy of a dropped proposal.
+		if err := s.log.Truncate(end); err != nil {
+			return cut, err
+		}
+		cut = end
 	}
 	if !isDataEntry(e) {
 		s.mu.Lock()
@@ -462,25 +488,41 @@ func (s *store) appendEntry(e *pb.Entry) error {
 		s.terms = append(s.terms, uint32(e.GetTerm())|sideBit)
 		s.side[e.GetIndex()] = sideEntry{Index: e.GetIndex(), Term: e.GetTerm(), Offset: end, Type: e.GetType(), Data: e.Data}
 		s.mu.Unlock()
-		return nil
+		return cut, nil
 	}
-	h, err := records.ParseHeader(e.Data)
-	if err != nil {
-		return err
+	var h records.Header
+	if v != nil {
+		h = v.Header()
+	} else if h, err = records.ParseHeader(e.Data); err != nil {
+		return cut, err
 	}
 	if h.BaseOffset != end || uint64(max(h.PartitionLeaderEpoch, 0)) != e.GetTerm() {
-		return fmt.Errorf("raft: entry %d: batch at offset %d epoch %d, want offset %d term %d", e.GetIndex(), h.BaseOffset, h.PartitionLeaderEpoch, end, e.GetTerm())
+		return cut, fmt.Errorf("raft: entry %d: batch at offset %d epoch %d, want offset %d term %d", e.GetIndex(), h.BaseOffset, h.PartitionLeaderEpoch, end, e.GetTerm())
 	}
-	info, err := s.log.AppendReplicated(e.Data)
+	info := storage.AppendInfo{BaseOffset: h.BaseOffset, LastOffset: h.LastOffset()}
+	switch {
+	case written:
+		// The proposer wrote it at the log end, under the group's lock, in
+		// index order: it is there.
+		if le := s.log.EndOffset(); le <= info.LastOffset {
+			return cut, fmt.Errorf("raft: entry %d: written ahead to [%d, %d], log ends at %d", e.GetIndex(), info.BaseOffset, info.LastOffset, le)
+		}
+		s.rebound.Add(1)
+	case v != nil:
+		s.rebound.Add(1)
+		info, err = s.log.AppendValidated(*v)
+	default:
+		info, err = s.log.AppendReplicated(e.Data)
+	}
 	if err != nil {
-		return err
+		return cut, err
 	}
 	s.mu.Lock()
 	s.bases = append(s.bases, info.BaseOffset)
 	s.terms = append(s.terms, uint32(e.GetTerm()))
 	s.end = info.LastOffset + 1
 	s.mu.Unlock()
-	return nil
+	return cut, nil
 }
 
 // sideEntry returns side entry i (ok=false if i is not one, or not held).

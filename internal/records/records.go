@@ -15,6 +15,7 @@
 package records
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -185,6 +186,67 @@ func Validate(b []byte, maxBytes int) (Header, error) {
 		return h, fmt.Errorf("records: %d records cannot fit in %d bytes: %w", h.NumRecords, len(b)-HeaderSize, ErrCorrupt)
 	}
 	return h, nil
+}
+
+// Validated is one batch that Check accepted, with the header it parsed.
+// The produce path checks a batch once, at the top, and hands this down:
+// the layers below (the partition, the Raft host, the log) take its facts
+// instead of parsing the batch or computing its CRC again. Only this
+// package makes one, so holding a Validated means the checks were done
+// (the zero value holds no batch and is refused where one is taken).
+// Its setters rewrite the batch in place and keep the header in step;
+// nothing else may change the bytes while a Validated refers to them.
+type Validated struct {
+	b []byte
+	h Header
+}
+
+// Check is Validate returning the batch as Validated.
+func Check(b []byte, maxBytes int) (Validated, error) {
+	h, err := Validate(b, maxBytes)
+	if err != nil {
+		return Validated{}, err
+	}
+	return Validated{b: b, h: h}, nil
+}
+
+// Bytes is the batch (not a copy).
+func (v Validated) Bytes() []byte { return v.b }
+
+// Header is the batch's header as checked and since rewritten.
+func (v Validated) Header() Header { return v.h }
+
+// Rebind returns v's facts over b, which must be a whole copy of v's batch
+// as it is now, made by code trusted to copy it (the Raft library clones
+// each proposed entry: the Raft host writes that clone). It checks what
+// costs nothing - the length and the header's bytes, CRC included - and
+// reports false if those differ; it does not checksum or decode the body
+// again, which is the point.
+func (v Validated) Rebind(b []byte) (Validated, bool) {
+	if len(v.b) < HeaderSize || len(b) != len(v.b) || !bytes.Equal(b[:HeaderSize], v.b[:HeaderSize]) {
+		return Validated{}, false
+	}
+	return Validated{b: b, h: v.h}, true
+}
+
+// SetBaseOffset rewrites the batch's base offset (not covered by the CRC).
+func (v *Validated) SetBaseOffset(off int64) {
+	SetBaseOffset(v.b, off)
+	v.h.BaseOffset = off
+}
+
+// SetLeaderEpoch rewrites the batch's leader epoch (not covered by the CRC).
+func (v *Validated) SetLeaderEpoch(epoch int32) {
+	SetLeaderEpoch(v.b, epoch)
+	v.h.PartitionLeaderEpoch = epoch
+}
+
+// SetLogAppendTime is SetLogAppendTime on the batch (the CRC is recomputed).
+func (v *Validated) SetLogAppendTime(ts int64) {
+	SetLogAppendTime(v.b, ts)
+	v.h.Attributes |= attrLogAppendTime
+	v.h.MaxTimestamp = ts
+	v.h.CRC = binary.BigEndian.Uint32(v.b[offCRC:])
 }
 
 // Dense reports whether a batch numbers its records 0..n-1 with n > 0, as

@@ -348,3 +348,44 @@ func TestRebuildAndEmpty(t *testing.T) {
 		}
 	}
 }
+
+// A checked batch's setters rewrite the bytes and the header alike: what
+// the layers below take from Header is what a fresh Validate would say.
+func TestValidatedSetters(t *testing.T) {
+	b, _ := Build(Batch{}, sampleRecords(4))
+	v, err := Check(b, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.SetBaseOffset(77)
+	v.SetLeaderEpoch(3)
+	v.SetLogAppendTime(99)
+	h, err := Validate(v.Bytes(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h != v.Header() {
+		t.Fatalf("header kept %+v, batch says %+v", v.Header(), h)
+	}
+	c := bytes.Clone(b)
+	if w, ok := v.Rebind(c); !ok || w.Header() != v.Header() || &w.Bytes()[0] != &c[0] {
+		t.Fatal("Rebind refused a whole copy")
+	}
+	if _, ok := v.Rebind(c[:len(c)-1]); ok {
+		t.Fatal("Rebind took a shorter copy")
+	}
+	c[20] ^= 1 // the CRC
+	if _, ok := v.Rebind(c); ok {
+		t.Fatal("Rebind took a copy with another header")
+	}
+	if _, ok := (Validated{}).Rebind(nil); ok {
+		t.Fatal("the zero Validated rebinds")
+	}
+	if _, err := Check(b, len(b)-1); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("over the limit: %v", err)
+	}
+	b[len(b)-1] ^= 1
+	if _, err := Check(b, 0); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("bad CRC: %v", err)
+	}
+}

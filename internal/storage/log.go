@@ -561,6 +561,28 @@ func (l *Log) AppendReplicated(batch []byte) (AppendInfo, error) {
 	return l.appendLocked(batch, h)
 }
 
+// AppendValidated is AppendReplicated for a batch the caller checked
+// (records.Check) and stamped: the leader's own batches, validated once by
+// the produce path, are not parsed or checksummed again here.
+func (l *Log) AppendValidated(v records.Validated) (AppendInfo, error) {
+	h := v.Header()
+	if len(v.Bytes()) < records.HeaderSize || h.Size() != len(v.Bytes()) {
+		return AppendInfo{}, fmt.Errorf("storage: append to %s: not a checked batch: %w", l.dir, records.ErrCorrupt)
+	}
+	if max := l.maxMessage.Load(); max > 0 && int64(h.Size()) > max {
+		return AppendInfo{}, fmt.Errorf("storage: append to %s: batch of %d bytes exceeds %d: %w", l.dir, h.Size(), max, records.ErrTooLarge)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.checkWritableLocked(); err != nil {
+		return AppendInfo{}, err
+	}
+	if h.BaseOffset != l.end {
+		return AppendInfo{}, fmt.Errorf("storage: append to %s: batch offset %d, log end %d: %w", l.dir, h.BaseOffset, l.end, ErrOffsetOutOfRange)
+	}
+	return l.appendLocked(v.Bytes(), h)
+}
+
 func (l *Log) appendLocked(batch []byte, h records.Header) (AppendInfo, error) {
 	var newEpoch bool
 	if h.PartitionLeaderEpoch >= 0 {
@@ -790,6 +812,17 @@ func (l *Log) syncOnce() error {
 	}
 	return t.syncEnd(t.s.f.Sync())
 }
+
+// SyncNow fsyncs the log up to its current end on the caller's goroutine,
+// without the Syncer: for a caller that waits for the fsync anyway and is
+// the only one to sync this log at this moment (the Raft Ready loop with a
+// single log to sync). A concurrent Syncer cycle is harmless: each fsync
+// claims only the end it saw before it began. It returns the fsync error,
+// which fails the log as a Syncer cycle's does.
+func (l *Log) SyncNow() error { return l.syncer.syncNowOne(l) }
+
+// Syncer is the Syncer the log's fsyncs go through.
+func (l *Log) Syncer() *Syncer { return l.syncer }
 
 // WaitDurable returns once every offset below offset is fsynced, asking the
 // Syncer for a cycle. It returns the fsync error if the cycle failed.

@@ -267,6 +267,32 @@ func TestAppendRejects(t *testing.T) {
 	if e, off := l.EndOffsetForEpoch(5); e != 5 || off != 3 {
 		t.Fatalf("epoch 5: %d %d", e, off)
 	}
+	// A checked batch is taken as checked: at the log end only, within
+	// max.message.bytes, and never the zero value.
+	if _, err := l.AppendValidated(records.Validated{}); !errors.Is(err, records.ErrCorrupt) {
+		t.Fatalf("zero Validated: %v", err)
+	}
+	v, err := records.Check(batch(t, 2, 1, 1), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.SetLeaderEpoch(6)
+	v.SetBaseOffset(9)
+	if _, err := l.AppendValidated(v); !errors.Is(err, ErrOffsetOutOfRange) {
+		t.Fatalf("validated gap: %v", err)
+	}
+	v.SetBaseOffset(l.EndOffset())
+	if info, err := l.AppendValidated(v); err != nil || info.BaseOffset != 4 || l.EndOffset() != 6 {
+		t.Fatalf("validated: %v %+v end %d", err, info, l.EndOffset())
+	}
+	big, err := records.Check(batch(t, 1, 3000, 1), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big.SetBaseOffset(l.EndOffset())
+	if _, err := l.AppendValidated(big); !errors.Is(err, records.ErrTooLarge) {
+		t.Fatalf("validated too large: %v", err)
+	}
 }
 
 func TestTruncate(t *testing.T) {

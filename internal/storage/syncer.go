@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -202,14 +203,55 @@ func (s *Syncer) syncGroup(ls []*Log) {
 }
 
 func (s *Syncer) syncLog(l *Log) {
-	s.fsyncs.Add(1)
-	start := time.Now()
-	// syncOnce wakes the log's waiters itself, with success or the error.
-	err := l.syncOnce()
-	s.latency.Observe(time.Since(start))
-	if err != nil {
+	if err := s.fsync(l); err != nil {
 		s.logger.Warn("storage: fsync cycle failed", "dir", l.dir, "err", err)
 	}
+}
+
+// fsync is one log's fdatasync, counted and timed. syncOnce wakes the
+// log's waiters itself, with success or the error.
+func (s *Syncer) fsync(l *Log) error {
+	s.fsyncs.Add(1)
+	start := time.Now()
+	err := l.syncOnce()
+	s.latency.Observe(time.Since(start))
+	return err
+}
+
+// syncNowOne is SyncNow for one log (Log.SyncNow): a cycle of its own on
+// the caller's goroutine, counted and timed like the loop's.
+func (s *Syncer) syncNowOne(l *Log) error {
+	s.requests.Add(1)
+	s.cycles.Add(1)
+	return s.fsync(l)
+}
+
+// SyncNow runs one fsync cycle over logs on the caller's goroutine - the
+// same cycle the Syncer's loop runs (syncfs for a device with many logs,
+// parallel fdatasyncs otherwise) - for a caller that waits for it anyway
+// (the Raft Ready loop's group commit), without the hand-off to the loop.
+// It returns, for each log in order, nil if the log is durable up to the
+// end it had when SyncNow began, else why not.
+func (s *Syncer) SyncNow(logs []*Log) []error {
+	ends := make([]int64, len(logs))
+	batch := make(map[*Log]struct{}, len(logs))
+	for i, l := range logs {
+		ends[i] = l.EndOffset()
+		batch[l] = struct{}{}
+	}
+	s.requests.Add(int64(len(logs)))
+	s.cycle(batch)
+	errs := make([]error, len(logs))
+	for i, l := range logs {
+		if l.DurableOffset() >= ends[i] {
+			continue
+		}
+		if errs[i] = l.Failed(); errs[i] == nil {
+			// A truncation or close raced the cycle: wait the usual way.
+			errs[i] = l.WaitDurable(context.Background(), ends[i])
+		}
+	}
+	return errs
 }
 
 // Close stops the cycle goroutine; later requests sync inline.
