@@ -274,10 +274,6 @@ func (b *Broker) forwardElect(ctx context.Context, cands []int32, tps []topicPar
 		}
 		return out
 	}
-	cl, err := b.cluster.Forwarder()
-	if err != nil {
-		return fail(errCode(kerr.PreferredLeaderNotAvailable, "no broker to forward to: %v", err))
-	}
 	req := kmsg.NewPtrElectLeadersRequest()
 	req.ElectionType = typ
 	if dl, ok := ctx.Deadline(); ok {
@@ -301,7 +297,7 @@ func (b *Broker) forwardElect(ctx context.Context, cands []int32, tps []topicPar
 		if id == b.cfg.NodeID {
 			continue
 		}
-		kresp, err := cl.Broker(int(id)).Request(ctx, req)
+		kresp, err := b.cluster.Send(ctx, id, req)
 		if err != nil {
 			last = err
 			continue

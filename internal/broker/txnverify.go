@@ -195,10 +195,6 @@ func (b *Broker) verifyWithCoordinator(ctx context.Context, id string, pid int64
 		}
 		return out
 	}
-	cl, err := b.cluster.Forwarder()
-	if err != nil {
-		return fill(kerr.CoordinatorNotAvailable.Code)
-	}
 	req := kmsg.NewPtrAddPartitionsToTxnRequest()
 	req.Version = 4
 	tr := kmsg.NewAddPartitionsToTxnRequestTransaction()
@@ -218,7 +214,7 @@ func (b *Broker) verifyWithCoordinator(ctx context.Context, id string, pid int64
 	req.Transactions = append(req.Transactions, tr)
 	rctx, cancel := context.WithTimeout(ctx, verifyTimeout)
 	defer cancel()
-	resp, err := req.RequestWith(rctx, cl.Broker(int(at.Node)))
+	kresp, err := b.cluster.Send(rctx, at.Node, req)
 	if err != nil {
 		b.log.Debug("transaction verification: coordinator unreachable", "node", at.Node, "transactional_id", id, "err", err)
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -226,6 +222,7 @@ func (b *Broker) verifyWithCoordinator(ctx context.Context, id string, pid int64
 		}
 		return fill(kerr.NetworkException.Code)
 	}
+	resp := kresp.(*kmsg.AddPartitionsToTxnResponse)
 	if resp.ErrorCode != 0 {
 		if resp.ErrorCode == kerr.ClusterAuthorizationFailed.Code {
 			return fill(kerr.InvalidTxnState.Code) // as Kafka: not the client's business

@@ -37,19 +37,18 @@ func (b *Broker) handleUnregisterBroker(_ context.Context, r *wire.Request) wire
 	return func(ctx context.Context) kmsg.Response {
 		if !b.cluster.IsController() {
 			id := b.cluster.ControllerID()
-			cl, err := b.cluster.Forwarder()
-			if err != nil || id < 0 {
-				b.log.Debug("forwarding UnregisterBroker: no controller", "controller", id, "err", err)
+			if id < 0 {
+				b.log.Debug("forwarding UnregisterBroker: no controller")
 				resp.ErrorCode = kerr.NotController.Code
 				return resp
 			}
-			fresp, err := req.RequestWith(ctx, cl.Broker(int(id)))
+			kresp, err := b.cluster.Send(ctx, id, req)
 			if err != nil {
 				b.log.Debug("forwarding UnregisterBroker", "controller", id, "err", err)
 				resp.ErrorCode = kerr.NotController.Code
 				return resp
 			}
-			return fresp
+			return kresp
 		}
 		resp.ErrorCode, resp.ErrorMessage = kafkaError(b.cluster.Propose(ctx, controller.Command{Op: controller.OpUnregister, BrokerID: req.BrokerID}))
 		return resp

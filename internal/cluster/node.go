@@ -125,8 +125,9 @@ type Node struct {
 	// stops re-registering (the operator stops it next).
 	gone atomic.Bool
 
-	fwdMu sync.Mutex
-	fwd   *kgo.Client // to other brokers: registration, forwarded creates
+	peersMu     sync.Mutex
+	peers       map[int32]peerClient // Send's client per broker
+	peersClosed bool
 
 	live *liveness // heartbeats and fencing (liveness.go)
 
@@ -283,12 +284,12 @@ func (n *Node) Close() error {
 	}
 	close(n.stop)
 	n.wg.Wait()
-	n.fwdMu.Lock()
-	if n.fwd != nil {
-		n.fwd.Close()
-		n.fwd = nil
+	n.peersMu.Lock()
+	for _, pc := range n.peers {
+		pc.cl.Close()
 	}
-	n.fwdMu.Unlock()
+	n.peers, n.peersClosed = nil, true
+	n.peersMu.Unlock()
 	if n.live != nil && n.live.hb != nil {
 		n.live.hb.Close()
 	}
@@ -664,9 +665,9 @@ func (n *Node) CreateTopic(name string, partitions int32, rf int16, assign [][]i
 // forwardCreate asks the controller to create a topic and waits until the
 // result is applied on this node.
 func (n *Node) forwardCreate(name string, partitions int32, configs map[string]string) error {
-	cl, err := n.Forwarder()
-	if err != nil {
-		return kafkaerr.New(kerr.LeaderNotAvailable, "no controller known yet: %v", err)
+	ctrl := n.ControllerID()
+	if ctrl < 0 {
+		return kafkaerr.New(kerr.LeaderNotAvailable, "no controller known yet")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -680,10 +681,11 @@ func (n *Node) forwardCreate(name string, partitions int32, configs map[string]s
 		rt.Configs = append(rt.Configs, cfg)
 	}
 	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, cl)
+	kresp, err := n.Send(ctx, ctrl, req)
 	if err != nil {
 		return kafkaerr.New(kerr.LeaderNotAvailable, "forwarding topic creation: %v", err)
 	}
+	resp := kresp.(*kmsg.CreateTopicsResponse)
 	if len(resp.Topics) == 1 && resp.Topics[0].ErrorCode != 0 && resp.Topics[0].ErrorCode != kerr.TopicAlreadyExists.Code {
 		ke := kerr.ErrorForCode(resp.Topics[0].ErrorCode)
 		return fmt.Errorf("forwarded topic creation: %w", ke)
@@ -704,29 +706,49 @@ func (n *Node) forwardCreate(name string, partitions int32, configs map[string]s
 	return kafkaerr.New(kerr.LeaderNotAvailable, "topic %s not applied here yet", name)
 }
 
-// Forwarder is a Kafka client over the registered brokers, for the
-// requests this node sends to the controller.
-func (n *Node) Forwarder() (*kgo.Client, error) {
-	n.fwdMu.Lock()
-	defer n.fwdMu.Unlock()
-	if n.fwd != nil {
-		return n.fwd, nil
+// peerClient is Send's client to one broker, and the address it dials.
+type peerClient struct {
+	addr string
+	cl   *kgo.Client
+}
+
+// Send sends req to broker id at its inter-broker address, as this node
+// (its client id marks the request as one a node sent: it is not
+// forwarded again). Each broker has its own client, made at first use and
+// made anew when the broker's address changes: a client that found the
+// others through Metadata kept dialing a stopped seed to look them up.
+func (n *Node) Send(ctx context.Context, id int32, req kmsg.Request) (kmsg.Response, error) {
+	br, ok := n.meta.Broker(id)
+	if !ok {
+		return nil, fmt.Errorf("broker %d is not registered", id)
 	}
-	var seeds []string
-	for _, br := range n.meta.Brokers() {
-		if addr, ok := n.BrokerAddr(br); ok && br.ID != n.cfg.NodeID {
-			seeds = append(seeds, addr)
+	addr, ok := n.BrokerAddr(br)
+	if !ok {
+		return nil, fmt.Errorf("broker %d has no %s listener", id, n.cfg.InterBrokerListener)
+	}
+	n.peersMu.Lock()
+	if n.peersClosed {
+		n.peersMu.Unlock()
+		return nil, errors.New("this node is shutting down")
+	}
+	pc, ok := n.peers[id]
+	if !ok || pc.addr != addr {
+		if ok {
+			pc.cl.Close()
 		}
+		cl, err := n.cfg.Dial([]string{addr}, kgo.ClientID(n.ClientID()))
+		if err != nil {
+			n.peersMu.Unlock()
+			return nil, err
+		}
+		if n.peers == nil {
+			n.peers = map[int32]peerClient{}
+		}
+		pc = peerClient{addr, cl}
+		n.peers[id] = pc
 	}
-	if len(seeds) == 0 {
-		return nil, errors.New("no other broker registered")
-	}
-	cl, err := n.cfg.Dial(seeds, kgo.ClientID(n.ClientID()))
-	if err != nil {
-		return nil, err
-	}
-	n.fwd = cl
-	return cl, nil
+	n.peersMu.Unlock()
+	return pc.cl.SeedBrokers()[0].Request(ctx, req)
 }
 
 // registerLoop makes sure the metadata knows this broker: the controller
@@ -967,11 +989,10 @@ func (n *Node) ForwardToController(ctx context.Context, req kmsg.Request) (resp 
 	}
 	id := n.ControllerID()
 	before := n.appliedOffset()
-	cl, err := n.Forwarder()
-	if err != nil || id < 0 {
+	if id < 0 {
 		return nil, true, kafkaerr.New(kerr.NotController, "no controller known yet")
 	}
-	resp, err = cl.Broker(int(id)).Request(ctx, req)
+	resp, err = n.Send(ctx, id, req)
 	if err != nil {
 		return nil, true, kafkaerr.New(kerr.RequestTimedOut, "forwarding to the controller: %v", err)
 	}

@@ -52,18 +52,15 @@ func (n *Node) askProducerIDs(ctx context.Context, me int32) (int64, int64, erro
 	if ctrl < 0 {
 		return 0, 0, errors.New("no controller known")
 	}
-	cl, err := n.Forwarder()
-	if err != nil {
-		return 0, 0, err
-	}
 	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	req := kmsg.NewPtrAllocateProducerIDsRequest()
 	req.BrokerID, req.BrokerEpoch = me, 1
-	resp, err := req.RequestWith(rctx, cl.Broker(int(ctrl)))
+	kresp, err := n.Send(rctx, ctrl, req)
 	if err != nil {
 		return 0, 0, fmt.Errorf("asking the controller (node %d): %w", ctrl, err)
 	}
+	resp := kresp.(*kmsg.AllocateProducerIDsResponse)
 	if resp.ErrorCode != 0 {
 		return 0, 0, fmt.Errorf("controller (node %d): %w", ctrl, kerr.ErrorForCode(resp.ErrorCode))
 	}

@@ -162,9 +162,9 @@ func (n *Node) finishReassignment(ctx context.Context, t controller.Topic, r con
 	if n.IsController() {
 		return n.Propose(ctx, cmd)
 	}
-	cl, err := n.Forwarder()
-	if err != nil {
-		return err
+	ctrl := n.ControllerID()
+	if ctrl < 0 {
+		return notController()
 	}
 	req := kmsg.NewPtrAlterPartitionRequest()
 	req.BrokerID, req.BrokerEpoch = n.cfg.NodeID, 1
@@ -180,10 +180,11 @@ func (n *Node) finishReassignment(ctx context.Context, t controller.Topic, r con
 	}
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, cl) // kgo routes it to the controller
+	kresp, err := n.Send(ctx, ctrl, req)
 	if err != nil {
 		return err
 	}
+	resp := kresp.(*kmsg.AlterPartitionResponse)
 	if resp.ErrorCode != 0 {
 		return kerr.ErrorForCode(resp.ErrorCode)
 	}

@@ -137,9 +137,8 @@ func (h *Host) createTopic(topic string, partitions int, typ int8, key string, f
 		return controller.Topic{}, errors.New("this node is not the controller")
 	}
 	ctrl := h.node.ControllerID()
-	cl, err := h.node.Forwarder()
-	if ctrl < 0 || err != nil {
-		return controller.Topic{}, fmt.Errorf("no controller known yet (%v)", err)
+	if ctrl < 0 {
+		return controller.Topic{}, errors.New("no controller known yet")
 	}
 	req := kmsg.NewPtrFindCoordinatorRequest()
 	req.Version = 4
@@ -147,7 +146,7 @@ func (h *Host) createTopic(topic string, partitions int, typ int8, key string, f
 	req.CoordinatorKeys = []string{key}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if _, err := req.RequestWith(ctx, cl.Broker(int(ctrl))); err != nil {
+	if _, err := h.node.Send(ctx, ctrl, req); err != nil {
 		return controller.Topic{}, fmt.Errorf("asking the controller (node %d): %w", ctrl, err)
 	}
 	if t, ok := h.meta.Topic(topic); ok {

@@ -2,11 +2,11 @@ package coordinator
 
 import "time"
 
-// leadershipPoll is how often a watcher looks at the leadership of an
-// internal topic's partitions. Leadership reads are cheap and leader
-// changes rare; clients retry NOT_COORDINATOR / LOAD_IN_PROGRESS
-// meanwhile.
-const leadershipPoll = 50 * time.Millisecond
+// A watcher looks at the leadership of an internal topic's partitions when
+// any replica's leadership changes on this node (the Raft host's events),
+// and every leadershipRecheck besides: a safety net, and how a changed
+// partition count is noticed.
+const leadershipRecheck = time.Second
 
 // watch calls load when this node becomes the leader of a partition of
 // topic, and unload when it stops leading it, until Close.
@@ -26,57 +26,68 @@ func (h *Host) watch(topic string, n int32, load, unload func(int32)) {
 // term reloads it, since another leader may have written in between.
 func (h *Host) watchLeadership(topic string, n int32, load, unload func(int32), stop <-chan struct{}) {
 	owned := make([]uint64, n) // the term in which partition i was loaded, 0 if not ours
-	tick := time.NewTicker(leadershipPoll)
+	tick := time.NewTicker(leadershipRecheck)
 	defer tick.Stop()
 	warned := false
 	for {
+		// Taken before looking, so that a change while looking wakes the
+		// next round.
+		changed := h.replicas.LeadershipChanged()
+		h.checkLeadership(topic, n, owned, load, unload, &warned)
 		select {
 		case <-stop:
 			return
+		case <-changed:
 		case <-tick.C:
-		}
-		if t, ok := h.meta.Topic(topic); ok && t.Partitions != n {
-			if !warned {
-				h.log.Error("internal topic's partition count differs from the coordinator's; restart to pick it up", "topic", topic, "partitions", t.Partitions, "coordinator_partitions", n)
-				warned = true
-			}
-			continue
-		}
-		var loaded, unloaded []int
-		for i := range owned {
-			term := h.readyLeaderTerm(topic, int32(i), owned[i])
-			switch {
-			case term == owned[i]:
-			case term == 0:
-				h.log.Debug("no longer coordinating partition", "topic", topic, "partition", i, "epoch", owned[i])
-				unload(int32(i))
-				owned[i] = 0
-				unloaded = append(unloaded, i)
-			default:
-				h.log.Debug("coordinating partition", "topic", topic, "partition", i, "epoch", term)
-				load(int32(i))
-				owned[i] = term
-				loaded = append(loaded, i)
-			}
-		}
-		if len(loaded)+len(unloaded) > 0 {
-			// One line per change, not one per partition (50 by default).
-			coordinating := 0
-			for _, term := range owned {
-				if term != 0 {
-					coordinating++
-				}
-			}
-			h.log.Info("coordinator partitions changed", "topic", topic, "loading", len(loaded), "unloaded", len(unloaded),
-				"coordinating", coordinating, "partitions", n)
 		}
 	}
 }
 
+// checkLeadership is one look at topic's partitions: load what this node
+// now leads, unload what it stopped leading.
+func (h *Host) checkLeadership(topic string, n int32, owned []uint64, load, unload func(int32), warned *bool) {
+	if t, ok := h.meta.Topic(topic); ok && t.Partitions != n {
+		if !*warned {
+			h.log.Error("internal topic's partition count differs from the coordinator's; restart to pick it up", "topic", topic, "partitions", t.Partitions, "coordinator_partitions", n)
+			*warned = true
+		}
+		return
+	}
+	var loaded, unloaded []int
+	for i := range owned {
+		term := h.readyLeaderTerm(topic, int32(i), owned[i])
+		switch {
+		case term == owned[i]:
+		case term == 0:
+			h.log.Debug("no longer coordinating partition", "topic", topic, "partition", i, "epoch", owned[i])
+			unload(int32(i))
+			owned[i] = 0
+			unloaded = append(unloaded, i)
+		default:
+			h.log.Debug("coordinating partition", "topic", topic, "partition", i, "epoch", term)
+			load(int32(i))
+			owned[i] = term
+			loaded = append(loaded, i)
+		}
+	}
+	if len(loaded)+len(unloaded) > 0 {
+		// One line per change, not one per partition (50 by default).
+		coordinating := 0
+		for _, term := range owned {
+			if term != 0 {
+				coordinating++
+			}
+		}
+		h.log.Info("coordinator partitions changed", "topic", topic, "loading", len(loaded), "unloaded", len(unloaded),
+			"coordinating", coordinating, "partitions", n)
+	}
+}
+
 // readyLeaderTerm is the Raft term in which this node leads partition i of
-// topic, or 0 if it does not lead it. A new leader counts only once
-// everything in its log is committed, so a replay sees every write of the
-// earlier terms. cur is the term already loaded (skips the full status).
+// topic, or 0 if it does not lead it. A new leader counts only once it has
+// settled (an entry of its term committed, and with it every entry of the
+// earlier terms), so a replay sees every write of the earlier terms. cur
+// is the term already loaded.
 func (h *Host) readyLeaderTerm(topic string, i int32, cur uint64) uint64 {
 	p := h.replicas.Get(topic, i)
 	if p == nil {
@@ -86,12 +97,11 @@ func (h *Host) readyLeaderTerm(topic string, i int32, cur uint64) uint64 {
 	if err != nil || !l.Proposing {
 		return 0
 	}
-	if l.Term == cur {
+	if l.Term == cur || !l.Settled {
+		// Not settled: no entry of its term is committed yet, so entries
+		// of earlier terms may not be either; keep what we have until then
+		// (settling is itself a leadership event).
 		return cur
 	}
-	st, err := p.RaftStatus()
-	if err != nil || st.State != "StateLeader" || st.Term != l.Term || st.CommitOffset < st.EndOffset {
-		return cur // not ready yet: keep what we have until it settles
-	}
-	return st.Term
+	return l.Term
 }

@@ -96,10 +96,6 @@ func (h *Host) WriteMarkers(ctx context.Context, pid int64, epoch int16, commit 
 
 // sendMarkers asks node to write markers to its partitions tps.
 func (h *Host) sendMarkers(ctx context.Context, node int32, pid int64, epoch int16, commit bool, tps []txn.TopicPartition) error {
-	cl, err := h.node.Forwarder()
-	if err != nil {
-		return err
-	}
 	req := kmsg.NewPtrWriteTxnMarkersRequest()
 	m := kmsg.NewWriteTxnMarkersRequestMarker()
 	m.ProducerID, m.ProducerEpoch, m.Committed = pid, epoch, commit
@@ -118,10 +114,11 @@ func (h *Host) sendMarkers(ctx context.Context, node int32, pid int64, epoch int
 	req.Markers = append(req.Markers, m)
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	resp, err := req.RequestWith(cctx, cl.Broker(int(node)))
+	kresp, err := h.node.Send(cctx, node, req)
 	if err != nil {
 		return fmt.Errorf("markers to node %d: %w", node, err)
 	}
+	resp := kresp.(*kmsg.WriteTxnMarkersResponse)
 	var errs []error
 	for _, rm := range resp.Markers {
 		for _, rt := range rm.Topics {

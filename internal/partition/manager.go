@@ -47,6 +47,35 @@ type Manager struct {
 	closed bool
 
 	verify atomic.Pointer[Verifier] // txn.go
+
+	// leadCh is closed at the next leadership change of any partition
+	// (LeadershipChanged), then replaced.
+	leadMu sync.Mutex
+	leadCh chan struct{}
+}
+
+// LeadershipChanged returns a channel that is closed when the leadership
+// of any partition of this manager changes next (a node became or stopped
+// being leader, a new leader settled): for those who act on leadership,
+// such as the coordinators, instead of polling. Take the channel before
+// looking at the partitions, so that no change in between is missed.
+func (m *Manager) LeadershipChanged() <-chan struct{} {
+	m.leadMu.Lock()
+	defer m.leadMu.Unlock()
+	if m.leadCh == nil {
+		m.leadCh = make(chan struct{})
+	}
+	return m.leadCh
+}
+
+// leadershipChanged runs on the Raft Ready loop: it only wakes the waiters.
+func (m *Manager) leadershipChanged() {
+	m.leadMu.Lock()
+	if m.leadCh != nil {
+		close(m.leadCh)
+		m.leadCh = nil
+	}
+	m.leadMu.Unlock()
 }
 
 // NewManager returns a manager for the partitions under root. It removes
@@ -104,6 +133,7 @@ func (m *Manager) Open(topic string, topicID [16]byte, index int32, cfg storage.
 	if err != nil {
 		return nil, fmt.Errorf("partition %s-%d: %w", topic, index, err)
 	}
+	r.changed = m.leadershipChanged
 	p, err := newPartition(topic, topicID, index, dir, m.snapshotPath(topic, index), l, m.opts, &m.verify, r)
 	if err != nil {
 		l.Close()

@@ -32,6 +32,9 @@ type replica struct {
 	// (raft.GroupConfig.OnLeadership): what every produce checks, read
 	// without asking the host. nil until the first event.
 	lead atomic.Pointer[raft.Leadership]
+	// changed tells the partition's manager that the leadership changed
+	// (Manager.LeadershipChanged); nil for none.
+	changed func()
 
 	mu      sync.Mutex
 	pending map[int64]raft.Proposal // by end offset, until its waiter takes it
@@ -52,6 +55,10 @@ type Replication struct {
 	// AdoptPreRaft lets a sole voter adopt a log written before the
 	// partition had a Raft group (raft.GroupConfig.AdoptPreRaft).
 	AdoptPreRaft bool
+
+	// changed is set by the Manager: it is told of every leadership
+	// change.
+	changed func()
 }
 
 // replicate joins p to its Raft group.
@@ -59,7 +66,7 @@ func (p *Partition) replicate(r Replication) error {
 	if r.Host == nil || r.Group == 0 || len(r.Voters) == 0 {
 		return errors.New("a partition needs its Raft group")
 	}
-	rep := &replica{host: r.Host, group: r.Group, pending: map[int64]raft.Proposal{}}
+	rep := &replica{host: r.Host, group: r.Group, pending: map[int64]raft.Proposal{}, changed: r.changed}
 	p.rep = rep
 	// Consumers see only what Raft committed: start from the log start
 	// and let the commit callback raise the watermark.
@@ -163,6 +170,9 @@ func (p *Partition) mustApply(e raft.Committed) bool {
 // time the group's leadership changes.
 func (p *Partition) onLeadership(_ uint64, l raft.Leadership) {
 	p.rep.lead.Store(&l)
+	if p.rep.changed != nil {
+		p.rep.changed()
+	}
 }
 
 // leadership is the group's last published leadership; before the first

@@ -173,6 +173,10 @@ func Group(topicID [16]byte, index int32) uint64 {
 // Get returns this node's open replica of partition i of topic, or nil.
 func (m *Manager) Get(topic string, i int32) *partition.Partition { return m.parts.Get(topic, i) }
 
+// LeadershipChanged is closed at the next leadership change of any replica
+// on this node (partition.Manager.LeadershipChanged).
+func (m *Manager) LeadershipChanged() <-chan struct{} { return m.parts.LeadershipChanged() }
+
 // Lookup returns this node's replica of partition i of topic, or the code
 // Kafka's replica manager answers without one: the partition does not
 // exist, it is assigned here but offline (its storage could not be opened:
