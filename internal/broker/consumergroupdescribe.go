@@ -16,18 +16,9 @@ func init() {
 
 func (b *Broker) handleConsumerGroupDescribe(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.ConsumerGroupDescribeRequest)
-	// DESCRIBE on each group; the others are answered
-	// GROUP_AUTHORIZATION_FAILED without being looked at.
-	var denied []string
 	allowed := *req
-	allowed.Groups = nil
-	for _, g := range req.Groups {
-		if b.authorize(r, auth.OpDescribe, auth.ResourceGroup, g) {
-			allowed.Groups = append(allowed.Groups, g)
-		} else {
-			denied = append(denied, g)
-		}
-	}
+	var denied []string
+	allowed.Groups, denied = b.authorizedGroups(r, auth.OpDescribe, req.Groups)
 	return thenEdit(b.groups.ConsumerGroupDescribe(&allowed), func(out kmsg.Response) {
 		resp := out.(*kmsg.ConsumerGroupDescribeResponse)
 		for i := range resp.Groups {

@@ -14,16 +14,9 @@ func init() { register(kmsg.DeleteGroups, 0, 2, (*Broker).handleDeleteGroups) }
 
 func (b *Broker) handleDeleteGroups(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.DeleteGroupsRequest)
-	var denied []string
 	allowed := *req
-	allowed.Groups = nil
-	for _, g := range req.Groups {
-		if b.authorize(r, auth.OpDelete, auth.ResourceGroup, g) {
-			allowed.Groups = append(allowed.Groups, g)
-		} else {
-			denied = append(denied, g)
-		}
-	}
+	var denied []string
+	allowed.Groups, denied = b.authorizedGroups(r, auth.OpDelete, req.Groups)
 	return thenEdit(b.groups.DeleteGroups(&allowed), func(out kmsg.Response) {
 		resp := out.(*kmsg.DeleteGroupsResponse)
 		for _, g := range denied {

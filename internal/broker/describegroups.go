@@ -15,18 +15,9 @@ func init() { register(kmsg.DescribeGroups, 0, 5, (*Broker).handleDescribeGroups
 
 func (b *Broker) handleDescribeGroups(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.DescribeGroupsRequest)
-	// DESCRIBE on each group; the others are answered
-	// GROUP_AUTHORIZATION_FAILED without being looked at.
-	var denied []string
 	allowed := *req
-	allowed.Groups = nil
-	for _, g := range req.Groups {
-		if b.authorize(r, auth.OpDescribe, auth.ResourceGroup, g) {
-			allowed.Groups = append(allowed.Groups, g)
-		} else {
-			denied = append(denied, g)
-		}
-	}
+	var denied []string
+	allowed.Groups, denied = b.authorizedGroups(r, auth.OpDescribe, req.Groups)
 	return thenEdit(b.groups.DescribeGroups(&allowed), func(out kmsg.Response) {
 		resp := out.(*kmsg.DescribeGroupsResponse)
 		for i := range resp.Groups {

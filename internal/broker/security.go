@@ -172,6 +172,20 @@ func (b *Broker) authorize(r *wire.Request, op auth.Operation, typ auth.Resource
 	return allowed
 }
 
+// authorizedGroups splits groups into those the request's principal may
+// perform op on and those it may not (answered GROUP_AUTHORIZATION_FAILED
+// without being looked at).
+func (b *Broker) authorizedGroups(r *wire.Request, op auth.Operation, groups []string) (allowed, denied []string) {
+	for _, g := range groups {
+		if b.authorize(r, op, auth.ResourceGroup, g) {
+			allowed = append(allowed, g)
+		} else {
+			denied = append(denied, g)
+		}
+	}
+	return allowed, denied
+}
+
 // authorizeCluster is authorize on the cluster resource.
 func (b *Broker) authorizeCluster(r *wire.Request, op auth.Operation) bool {
 	return b.authorize(r, op, auth.ResourceCluster, auth.ClusterName)
