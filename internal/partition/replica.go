@@ -94,7 +94,12 @@ func (p *Partition) replicate(r Replication) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := r.Host.WaitSettled(ctx, r.Group); err != nil {
-			return fmt.Errorf("leading its one-voter Raft group: %w", err)
+			// Open all the same: the group is added, and failing here
+			// would leave it added with no partition (a reopen then fails
+			// with "already added"). A failed group is the repair loop's;
+			// a slow one serves once it settles (produce answers
+			// NOT_LEADER_OR_FOLLOWER meanwhile).
+			p.lg.Warn("a one-voter partition has not settled as its leader yet", "topic", p.topic, "partition", p.index, "err", err)
 		}
 	}
 	return nil

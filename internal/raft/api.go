@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -551,24 +552,32 @@ func (g *group) publishLocked() {
 // entry of its term (Leadership.Settled): for a group whose only voter is
 // this node, which leads as soon as it is added.
 func (h *Host) WaitSettled(ctx context.Context, groupID uint64) error {
+	// The leadership and the channels that announce its next change are
+	// read under one lock: read apart, a commit between the two closed the
+	// channel read after it, and an idle group (a single node starting)
+	// waited for a commit that never came. The tick covers a change that
+	// closes no channel.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
 	for {
-		l, err := h.Leadership(groupID)
-		if err != nil {
-			return err
-		}
-		if l.Settled {
-			return nil
-		}
 		g := h.group(groupID)
+		if g == nil {
+			return fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+		}
 		g.mu.Lock()
+		l := g.leadershipLocked()
 		failed, ch, stored := g.failed, g.commitCh, g.storedCh
 		g.mu.Unlock()
-		if failed != nil {
+		switch {
+		case failed != nil:
 			return failed
+		case l.Settled:
+			return nil
 		}
 		select {
 		case <-ch:
 		case <-stored:
+		case <-tick.C:
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-h.done:
