@@ -110,10 +110,11 @@ func runWorkload(t *testing.T, seeds []string, rf int, change func(step string))
 	offs := kadm.Offsets{}
 	offs.Add(kadm.Offset{Topic: diffTopic, Partition: 0, At: 4, LeaderEpoch: -1})
 	offs.Add(kadm.Offset{Topic: diffTopic, Partition: 1, At: 9, LeaderEpoch: -1})
-	// Right after a restart a commit was seen answered
-	// UNKNOWN_TOPIC_OR_PARTITION once in several loaded runs: retriable in
-	// Kafka's error table, and an application retries it, so the test does
-	// (and says so: it is worth knowing if it becomes common).
+	// kadm's CommitOffsets resolves topic ids with a Metadata request
+	// first, and when that request fails (on the connection to a node that
+	// just restarted) it reports UNKNOWN_TOPIC_OR_PARTITION without sending
+	// the commit. Retriable in Kafka's error table: an application retries
+	// it, and so does the test (and logs it).
 	for attempt := 1; ; attempt++ {
 		r, err := adm.CommitOffsets(ctx, diffGroup, offs)
 		if err == nil && r.Error() == nil {
