@@ -162,13 +162,41 @@ func TestClusterElectLeaders(t *testing.T) {
 	if err != nil {
 		t.Fatalf("elect leaders: %v", err)
 	}
+	// A Raft election that happens to run on the controller's replica
+	// (spurious, under load) is answered PREFERRED_LEADER_NOT_AVAILABLE,
+	// retriable in Kafka's table: ask again for those, as an operator's
+	// tool would.
+	retried := map[int32]bool{}
+	for attempt := 0; attempt < 10; attempt++ {
+		again := kadm.TopicsSet{}
+		for p, r := range res[topic] {
+			if errors.Is(r.Err, kerr.PreferredLeaderNotAvailable) {
+				again.Add(topic, p)
+				retried[p] = true
+			}
+		}
+		if len(again) == 0 {
+			break
+		}
+		t.Logf("asking again for %v: an election was running", again)
+		time.Sleep(200 * time.Millisecond)
+		res2, err := adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, again)
+		if err != nil {
+			t.Fatalf("elect leaders: %v", err)
+		}
+		for p, r := range res2[topic] {
+			res[topic][p] = r
+		}
+	}
 	elected := 0
 	for p, r := range res[topic] {
 		switch {
 		case r.Err == nil:
 			elected++
 		case errors.Is(r.Err, kerr.ElectionNotNeeded):
-			if before[p].leader != before[p].preferred {
+			// (The election that was running may have chosen the
+			// preferred replica itself.)
+			if before[p].leader != before[p].preferred && !retried[p] {
 				t.Errorf("partition %d: ELECTION_NOT_NEEDED, but broker %d led it, not the preferred %d", p, before[p].leader, before[p].preferred)
 			}
 		default:
