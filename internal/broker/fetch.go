@@ -77,13 +77,20 @@ func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
 			denied[name] = true
 		}
 	}
+	// What goes to the client, once per request (not per long-poll
+	// attempt): leader hints where another node leads (KIP-951), then the
+	// response cut to what is new for its fetch session.
+	send := func(out kmsg.Response) kmsg.Response {
+		b.fetchLeaderHints(req.Version, fetchResponseOf(out), listener)
+		b.fetchSessions.cut(f, out)
+		return out
+	}
 	return func(ctx context.Context) kmsg.Response {
 		var deadline <-chan time.Time
 		for {
-			resp, ready, notify := b.fetchOnce(req, f.topics, denied, listener)
+			resp, ready, notify := b.fetchOnce(req, f.topics, denied)
 			if ready || wait <= 0 || len(notify) == 0 {
-				b.fetchSessions.cut(f, resp)
-				return resp
+				return send(resp)
 			}
 			releaseFiles(resp) // this attempt is not sent
 			if deadline == nil {
@@ -104,9 +111,8 @@ func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
 			case 0:
 				return nil // connection gone; nothing to write
 			case 1:
-				resp, _, _ = b.fetchOnce(req, f.topics, denied, listener)
-				b.fetchSessions.cut(f, resp)
-				return resp
+				resp, _, _ = b.fetchOnce(req, f.topics, denied)
+				return send(resp)
 			}
 		}
 	}
@@ -122,7 +128,7 @@ func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
 // connection writer sends with sendfile (wire.Spliced), straight from the
 // page cache. A log on a filesystem without file descriptors (the tests'
 // CrashFS) is read into the response instead.
-func (b *Broker) fetchOnce(req *kmsg.FetchRequest, topics []kmsg.FetchRequestTopic, denied map[string]bool, listener string) (out kmsg.Response, ready bool, notify []<-chan struct{}) {
+func (b *Broker) fetchOnce(req *kmsg.FetchRequest, topics []kmsg.FetchRequestTopic, denied map[string]bool) (out kmsg.Response, ready bool, notify []<-chan struct{}) {
 	resp := req.ResponseKind().(*kmsg.FetchResponse)
 	files := &wire.Spliced{Response: resp}
 	var slices []storage.Slice
@@ -263,7 +269,6 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest, topics []kmsg.FetchRequestTop
 	if total >= int(req.MinBytes) && total > 0 || req.MinBytes <= 0 {
 		ready = true
 	}
-	b.fetchLeaderHints(req.Version, resp, listener)
 	return resp, ready, notify
 }
 

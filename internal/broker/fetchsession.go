@@ -231,11 +231,8 @@ func (fs *fetchSessions) cut(f sessionFetch, out kmsg.Response) {
 	if s == nil {
 		return
 	}
-	resp, ok := out.(*kmsg.FetchResponse)
-	if sp, isSpliced := out.(*wire.Spliced); isSpliced {
-		resp, ok = sp.Response.(*kmsg.FetchResponse)
-	}
-	if !ok {
+	resp := fetchResponseOf(out)
+	if resp == nil {
 		return
 	}
 	fs.mu.Lock()
@@ -272,6 +269,16 @@ func (s *fetchSession) update(k sessionKey, rp *kmsg.FetchResponseTopicPartition
 		sp.hw = -1
 	}
 	return news
+}
+
+// fetchResponseOf is the Fetch response inside out (a file-backed
+// response wraps it), nil if there is none.
+func fetchResponseOf(out kmsg.Response) *kmsg.FetchResponse {
+	if sp, ok := out.(*wire.Spliced); ok {
+		out = sp.Response
+	}
+	resp, _ := out.(*kmsg.FetchResponse)
+	return resp
 }
 
 // FetchSessions is how many fetch sessions this broker keeps (metrics:

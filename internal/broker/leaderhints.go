@@ -86,7 +86,7 @@ func (b *Broker) produceLeaderHints(version int16, resp *kmsg.ProduceResponse, l
 
 // fetchLeaderHints fills in the hints of a Fetch response.
 func (b *Broker) fetchLeaderHints(version int16, resp *kmsg.FetchResponse, listener string) {
-	if version < 12 {
+	if version < 12 || resp == nil {
 		return
 	}
 	h := b.newLeaderHints(listener)
