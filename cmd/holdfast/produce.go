@@ -38,9 +38,14 @@ command fails with UNKNOWN_TOPIC_OR_PARTITION.`,
 	c.ValidArgsFunction = completeNames(conn, false)
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		topic := args[0]
-		hdrs, err := kvList("header", headers)
-		if err != nil {
+		if _, err := kvList("header", headers); err != nil {
 			return err
+		}
+		// Headers are an ordered list in Kafka: kept in the order given.
+		var hdrs []kgo.RecordHeader
+		for _, h := range headers {
+			k, v, _ := strings.Cut(h, "=")
+			hdrs = append(hdrs, kgo.RecordHeader{Key: k, Value: []byte(v)})
 		}
 		opts := []kgo.Opt{kgo.DefaultProduceTopic(topic), kgo.AllowAutoTopicCreation()}
 		switch acks {
@@ -95,9 +100,7 @@ command fails with UNKNOWN_TOPIC_OR_PARTITION.`,
 					r.Key, r.Value = []byte(k), []byte(v)
 				}
 			}
-			for k, v := range hdrs {
-				r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
-			}
+			r.Headers = append(r.Headers, hdrs...)
 			c.K.Produce(ctx, r, func(_ *kgo.Record, err error) {
 				if err != nil {
 					mu.Lock()
