@@ -392,6 +392,10 @@ func (b *Broker) authorizeConfigs(r *wire.Request, typ kmsg.ConfigResourceType, 
 		if !b.authorize(r, op, auth.ResourceTopic, name) {
 			return errCode(kerr.TopicAuthorizationFailed, "%s", kerr.TopicAuthorizationFailed.Description)
 		}
+	case kmsg.ConfigResourceTypeGroupConfig:
+		if !b.authorize(r, op, auth.ResourceGroup, name) {
+			return errCode(kerr.GroupAuthorizationFailed, "%s", kerr.GroupAuthorizationFailed.Description)
+		}
 	case kmsg.ConfigResourceTypeBroker, kmsg.ConfigResourceTypeBrokerLogger:
 		if !b.authorizeCluster(r, op) {
 			return errCode(kerr.ClusterAuthorizationFailed, "%s", kerr.ClusterAuthorizationFailed.Description)

@@ -313,6 +313,9 @@ func (s *Store) applyTo(next *state, c Command, out *Topic) error {
 		if handled, err := applyQuotas(next, c); handled {
 			return err
 		}
+		if handled, err := applyGroupConfigs(next, c); handled {
+			return err
+		}
 		return fmt.Errorf("controller: unknown metadata command %q", c.Op)
 	}
 	return nil

@@ -137,6 +137,9 @@ type state struct {
 
 	// Quotas are the client quotas by entity, sorted (quotas.go).
 	Quotas []ClientQuota `json:"client_quotas,omitempty"`
+
+	// GroupConfigs are the groups' dynamic config overrides (groupconfigs.go).
+	GroupConfigs map[string]map[string]string `json:"group_configs,omitempty"`
 }
 
 const stateVersion = 1
