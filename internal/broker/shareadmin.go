@@ -90,6 +90,13 @@ func (b *Broker) deleteShareGroup(ctx context.Context, g string) int16 {
 func (b *Broker) handleDescribeShareGroupOffsets(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.DescribeShareGroupOffsetsRequest)
 	resp := req.ResponseKind().(*kmsg.DescribeShareGroupOffsetsResponse)
+	return func(ctx context.Context) kmsg.Response {
+		b.describeShareGroupOffsets(ctx, r, req, resp)
+		return resp
+	}
+}
+
+func (b *Broker) describeShareGroupOffsets(ctx context.Context, r *wire.Request, req *kmsg.DescribeShareGroupOffsetsRequest, resp *kmsg.DescribeShareGroupOffsetsResponse) {
 	for _, rg := range req.Groups {
 		g := kmsg.NewDescribeShareGroupOffsetsResponseGroup()
 		g.GroupID = rg.GroupID
@@ -98,7 +105,7 @@ func (b *Broker) handleDescribeShareGroupOffsets(_ context.Context, r *wire.Requ
 			resp.Groups = append(resp.Groups, g)
 			continue
 		}
-		if code, msg := b.shareGroupAdmit(rg.GroupID); code != 0 {
+		if code, msg := b.shareGroupAdmitWait(ctx, rg.GroupID); code != 0 {
 			g.ErrorCode = code
 			if msg != "" {
 				g.ErrorMessage = &msg
@@ -165,7 +172,6 @@ func (b *Broker) handleDescribeShareGroupOffsets(_ context.Context, r *wire.Requ
 		}
 		resp.Groups = append(resp.Groups, g)
 	}
-	return wire.Respond(resp)
 }
 
 func (b *Broker) handleAlterShareGroupOffsets(_ context.Context, r *wire.Request) wire.Reply {
@@ -175,20 +181,20 @@ func (b *Broker) handleAlterShareGroupOffsets(_ context.Context, r *wire.Request
 		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
 		return wire.Respond(resp)
 	}
-	if code, msg := b.shareGroupAdmit(req.GroupID); code != 0 {
-		resp.ErrorCode = code
-		if msg != "" {
-			resp.ErrorMessage = &msg
-		}
-		return wire.Respond(resp)
-	}
-	if g, ok := b.coord.ShareGroups().Describe(req.GroupID); ok && len(g.Members) > 0 {
-		resp.ErrorCode = kerr.NonEmptyGroup.Code
-		msg := "the share group has members; offsets of an empty group only may be altered"
-		resp.ErrorMessage = &msg
-		return wire.Respond(resp)
-	}
 	return func(ctx context.Context) kmsg.Response {
+		if code, msg := b.shareGroupAdmitWait(ctx, req.GroupID); code != 0 {
+			resp.ErrorCode = code
+			if msg != "" {
+				resp.ErrorMessage = &msg
+			}
+			return resp
+		}
+		if g, ok := b.coord.ShareGroups().Describe(req.GroupID); ok && len(g.Members) > 0 {
+			resp.ErrorCode = kerr.NonEmptyGroup.Code
+			msg := "the share group has members; offsets of an empty group only may be altered"
+			resp.ErrorMessage = &msg
+			return resp
+		}
 		for _, rt := range req.Topics {
 			st := kmsg.NewAlterShareGroupOffsetsResponseTopic()
 			st.Topic = rt.Topic
@@ -228,18 +234,18 @@ func (b *Broker) handleDeleteShareGroupOffsets(_ context.Context, r *wire.Reques
 		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
 		return wire.Respond(resp)
 	}
-	if code, msg := b.shareGroupAdmit(req.GroupID); code != 0 {
-		resp.ErrorCode = code
-		if msg != "" {
-			resp.ErrorMessage = &msg
-		}
-		return wire.Respond(resp)
-	}
-	if g, ok := b.coord.ShareGroups().Describe(req.GroupID); ok && len(g.Members) > 0 {
-		resp.ErrorCode = kerr.NonEmptyGroup.Code
-		return wire.Respond(resp)
-	}
 	return func(ctx context.Context) kmsg.Response {
+		if code, msg := b.shareGroupAdmitWait(ctx, req.GroupID); code != 0 {
+			resp.ErrorCode = code
+			if msg != "" {
+				resp.ErrorMessage = &msg
+			}
+			return resp
+		}
+		if g, ok := b.coord.ShareGroups().Describe(req.GroupID); ok && len(g.Members) > 0 {
+			resp.ErrorCode = kerr.NonEmptyGroup.Code
+			return resp
+		}
 		for _, rt := range req.Topics {
 			st := kmsg.NewDeleteShareGroupOffsetsResponseTopic()
 			st.Topic = rt.Topic

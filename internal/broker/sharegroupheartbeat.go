@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
+	"holdfast/internal/coordinator"
 	"holdfast/internal/share"
 	"holdfast/internal/wire"
 )
@@ -35,6 +37,29 @@ func (b *Broker) shareGroupAdmit(g string) (int16, string) {
 		return kerr.GroupIDNotFound.Code, "Group " + g + " is not a share group (it is a " + typ + " group)."
 	}
 	return 0, ""
+}
+
+// shareGroupAdmitWait is shareGroupAdmit for the admin APIs, which
+// clients do not retry on NOT_COORDINATOR: when this node leads the
+// group's __consumer_offsets partition but has not loaded it yet (it was
+// just created or moved here), it waits for that, up to 10 s.
+func (b *Broker) shareGroupAdmitWait(ctx context.Context, g string) (int16, string) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, msg := b.shareGroupAdmit(g)
+		if code != kerr.NotCoordinator.Code && code != kerr.CoordinatorLoadInProgress.Code || time.Now().After(deadline) {
+			return code, msg
+		}
+		at := b.coord.Locate(coordinator.KeyGroup, g, b.cfg.Security.InterBrokerListener)
+		if at.Code != 0 || at.Node != b.cfg.NodeID {
+			return code, msg
+		}
+		select {
+		case <-ctx.Done():
+			return code, msg
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 func shareGroupError(err error) int16 {

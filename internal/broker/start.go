@@ -10,10 +10,10 @@ import (
 	"holdfast/internal/cluster"
 	"holdfast/internal/controller"
 	"holdfast/internal/coordinator"
-	"holdfast/internal/share"
 	"holdfast/internal/quota"
 	"holdfast/internal/raft"
 	"holdfast/internal/replica"
+	"holdfast/internal/share"
 	"holdfast/internal/storage"
 	"holdfast/internal/txn"
 )
