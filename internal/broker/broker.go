@@ -152,6 +152,7 @@ func DefaultConfig() Config {
 		OffsetsTopicPartitions:   50,
 		Groups:                   group.DefaultConfig(),
 		Txn:                      txn.DefaultConfig(),
+		Share:                    DefaultShareConfig(),
 		RetentionCheckInterval:   5 * time.Minute,
 		LogDefaults:              storage.DefaultConfig(),
 		LogCleaner:               DefaultCleanerConfig(),

@@ -84,6 +84,13 @@ type ShareConfig struct {
 	MaxShareSessions        int           // group.share.max.share.sessions (2000)
 }
 
+// DefaultShareConfig is Kafka 4.x's defaults.
+func DefaultShareConfig() ShareConfig {
+	var c ShareConfig
+	c.defaults()
+	return c
+}
+
 func (c *ShareConfig) defaults() {
 	if c.RecordLockDuration <= 0 {
 		c.RecordLockDuration = 30 * time.Second

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"holdfast/internal/partition"
@@ -62,6 +63,11 @@ type Manager struct {
 	closed   bool
 	stop     chan struct{}
 	done     chan struct{}
+
+	// Counters (metrics): records acknowledged by type (gap, accept,
+	// release, reject), and offsets whose acquisition lock ran out.
+	acks     [4]atomic.Int64
+	timeouts atomic.Int64
 }
 
 // sharePart is one share partition with its lock and durable identity.
@@ -245,6 +251,17 @@ func (m *Manager) Acknowledge(ctx context.Context, k Key, lg DataLog, member str
 		sp.p = saved
 		return err
 	}
+	for _, b := range batches {
+		for i := b.First; i <= b.Last; i++ {
+			t := b.Types[0]
+			if len(b.Types) > 1 {
+				t = b.Types[i-b.First]
+			}
+			if t >= AckGap && t <= AckReject {
+				m.acks[t].Add(1)
+			}
+		}
+	}
 	if released {
 		sp.signal()
 	}
@@ -273,7 +290,7 @@ func (m *Manager) Acquire(ctx context.Context, k Key, lg DataLog, member string,
 	}
 	s := m.cfg.Settings(k.Group).Settings
 	now := time.Now()
-	sp.p.Expire(now, s)
+	m.timeouts.Add(int64(sp.p.Expire(now, s)))
 	if ls := lg.LogStartOffset(); ls > sp.p.Start() {
 		sp.p.SetStart(ls) // retention or DeleteRecords went past the SPSO
 	}
@@ -428,7 +445,12 @@ func (m *Manager) expireLoop() {
 				continue
 			}
 			d := sp.p.NextDeadline()
-			expired := !d.IsZero() && !now.Before(d) && sp.p.Expire(now, m.cfg.Settings(sp.key.Group).Settings) > 0
+			n := 0
+			if !d.IsZero() && !now.Before(d) {
+				n = sp.p.Expire(now, m.cfg.Settings(sp.key.Group).Settings)
+				m.timeouts.Add(int64(n))
+			}
+			expired := n > 0
 			if expired {
 				sp.signal()
 			}
@@ -470,6 +492,10 @@ func (p *Partition) clone() *Partition {
 // Stats are the Manager's figures (metrics).
 type Stats struct {
 	Partitions, Sessions, Acquired int
+	// Acks are records acknowledged, by type (gap, accept, release,
+	// reject); LockTimeouts records whose acquisition lock ran out.
+	Acks         [4]int64
+	LockTimeouts int64
 }
 
 // Stats reports the share partitions, sessions and locked offsets here.
@@ -479,7 +505,10 @@ func (m *Manager) Stats() Stats {
 	for _, sp := range m.parts {
 		parts = append(parts, sp)
 	}
-	st := Stats{Partitions: len(m.parts), Sessions: len(m.sessions)}
+	st := Stats{Partitions: len(m.parts), Sessions: len(m.sessions), LockTimeouts: m.timeouts.Load()}
+	for i := range m.acks {
+		st.Acks[i] = m.acks[i].Load()
+	}
 	m.mu.Unlock()
 	for _, sp := range parts {
 		if sp.mu.TryLock() {
