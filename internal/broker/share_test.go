@@ -416,17 +416,27 @@ func TestShareGroupFranzGo(t *testing.T) {
 	accepted, maxDC := waitShareAccepted(t, total, rejectEvery, a, b)
 	checkShareSemantics(t, total, releaseEvery, rejectEvery, accepted, maxDC)
 
-	// Both members are in the group, each with partitions.
-	req := kmsg.NewPtrShareGroupDescribeRequest()
-	req.GroupIDs = []string{"sfg"}
-	resp, err := req.RequestWith(gctx(t, 10*time.Second), n.Client())
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := resp.Groups[0]
-	if g.ErrorCode != 0 || g.GroupState != "Stable" || len(g.Members) != 2 {
-		t.Fatalf("ShareGroupDescribe: error %d state %q members %d", g.ErrorCode, g.GroupState, len(g.Members))
-	}
+	// Both members are in the group (the second may join after the
+	// first read everything), the three partitions spread over them.
+	brokertest.Await(t, "ShareGroupDescribe with both members", func() error {
+		req := kmsg.NewPtrShareGroupDescribeRequest()
+		req.GroupIDs = []string{"sfg"}
+		resp, err := req.RequestWith(gctx(t, 10*time.Second), n.Client())
+		if err != nil {
+			return err
+		}
+		g := resp.Groups[0]
+		parts := 0
+		for _, m := range g.Members {
+			for _, tp := range m.Assignment.TopicPartitions {
+				parts += len(tp.Partitions)
+			}
+		}
+		if g.ErrorCode != 0 || g.GroupState != "Stable" || len(g.Members) != 2 || parts != 3 {
+			return fmt.Errorf("error %d state %q members %d partitions %d", g.ErrorCode, g.GroupState, len(g.Members), parts)
+		}
+		return nil
+	})
 	// ListGroups shows it as a share group.
 	lreq := kmsg.NewPtrListGroupsRequest()
 	lreq.TypesFilter = []string{"share"}
