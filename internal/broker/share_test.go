@@ -614,3 +614,96 @@ func TestClusterShareGroupFranzGo(t *testing.T) {
 	accepted, maxDC := waitShareAccepted(t, total, rejectEvery, a, b)
 	checkShareSemantics(t, total, releaseEvery, rejectEvery, accepted, maxDC)
 }
+
+// TestShareGroupConfigsAndTypes: group configs are validated, described
+// with their source, and a share group's id is not a classic group's.
+func TestShareGroupConfigsAndTypes(t *testing.T) {
+	n := brokertest.Start(t, shareTestConfig)
+	n.CreateTopic("st", 1, nil)
+	cl := n.Client()
+	setGroupConfigs(t, cl, "stg", "share.record.lock.duration.ms", "5000")
+
+	bad := func(name, value string) {
+		req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+		res := kmsg.NewIncrementalAlterConfigsRequestResource()
+		res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, "stg"
+		c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+		c.Name, c.Value = name, kmsg.StringPtr(value)
+		res.Configs = append(res.Configs, c)
+		req.Resources = append(req.Resources, res)
+		resp, err := req.RequestWith(gctx(t, 10*time.Second), cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := resp.Resources[0].ErrorCode; code != kerr.InvalidConfig.Code {
+			t.Errorf("%s=%s: error %v, want INVALID_CONFIG", name, value, kerr.ErrorForCode(code))
+		}
+	}
+	bad("share.record.lock.duration.ms", "10")
+	bad("share.auto.offset.reset", "sometimes")
+	bad("share.delivery.count.limit", "100")
+	bad("no.such.config", "1")
+
+	dreq := kmsg.NewPtrDescribeConfigsRequest()
+	dres := kmsg.NewDescribeConfigsRequestResource()
+	dres.ResourceType, dres.ResourceName = kmsg.ConfigResourceTypeGroupConfig, "stg"
+	dreq.Resources = append(dreq.Resources, dres)
+	dresp, err := dreq.RequestWith(gctx(t, 10*time.Second), cl)
+	if err != nil || dresp.Resources[0].ErrorCode != 0 {
+		t.Fatalf("DescribeConfigs: %v %+v", err, dresp)
+	}
+	got := map[string]kmsg.DescribeConfigsResponseResourceConfig{}
+	for _, c := range dresp.Resources[0].Configs {
+		got[c.Name] = c
+	}
+	if c := got["share.record.lock.duration.ms"]; c.Value == nil || *c.Value != "5000" || c.Source != kmsg.ConfigSourceGroupConfig {
+		t.Errorf("share.record.lock.duration.ms = %+v, want 5000 from the group config", c)
+	}
+	if c := got["share.auto.offset.reset"]; c.Value == nil || *c.Value != "latest" || c.Source != kmsg.ConfigSourceDefaultConfig {
+		t.Errorf("share.auto.offset.reset = %+v, want the default latest", c)
+	}
+
+	// The lock duration is what ShareFetch reports.
+	m := newShareMember(t, cl, "stg", "m1")
+	asg := m.join("st")
+	var id [16]byte
+	for k := range asg {
+		id = k
+	}
+	req := kmsg.NewPtrShareFetchRequest()
+	req.GroupID, req.MemberID = &m.group, &m.id
+	req.MaxRecords = 10
+	rt := kmsg.NewShareFetchRequestTopic()
+	rt.TopicID = id
+	rt.Partitions = []kmsg.ShareFetchRequestTopicPartition{{Partition: 0, PartitionMaxBytes: 1 << 20}}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(gctx(t, 10*time.Second), cl.Broker(int(n.Cfg.NodeID)))
+	if err != nil || resp.ErrorCode != 0 {
+		t.Fatalf("ShareFetch: %v %+v", err, resp)
+	}
+	if resp.AcquisitionLockTimeoutMillis != 5000 {
+		t.Errorf("AcquisitionLockTimeoutMillis %d, want 5000", resp.AcquisitionLockTimeoutMillis)
+	}
+	// A request at an epoch the session is not at is refused.
+	req.ShareSessionEpoch = 7
+	resp, err = req.RequestWith(gctx(t, 10*time.Second), cl.Broker(int(n.Cfg.NodeID)))
+	if err != nil || resp.ErrorCode != kerr.InvalidShareSessionEpoch.Code {
+		t.Errorf("ShareFetch at a wrong epoch: %v, code %d, want INVALID_SHARE_SESSION_EPOCH", err, resp.ErrorCode)
+	}
+
+	// One type per group id.
+	jreq := kmsg.NewPtrJoinGroupRequest()
+	jreq.Group, jreq.ProtocolType, jreq.SessionTimeoutMillis, jreq.RebalanceTimeoutMillis = "stg", "consumer", 10000, 10000
+	jreq.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range"}}
+	jresp, err := jreq.RequestWith(gctx(t, 10*time.Second), cl)
+	if err != nil || jresp.ErrorCode != kerr.InconsistentGroupProtocol.Code {
+		t.Errorf("JoinGroup on a share group: %v, code %d, want INCONSISTENT_GROUP_PROTOCOL", err, jresp.ErrorCode)
+	}
+	// A non-empty share group is not deleted.
+	del := kmsg.NewPtrDeleteGroupsRequest()
+	del.Groups = []string{"stg"}
+	delResp, err := del.RequestWith(gctx(t, 10*time.Second), cl)
+	if err != nil || delResp.Groups[0].ErrorCode != kerr.NonEmptyGroup.Code {
+		t.Errorf("DeleteGroups of a share group with a member: %v %+v, want NON_EMPTY_GROUP", err, delResp)
+	}
+}
