@@ -526,6 +526,11 @@ func (c *Coordinator) ConsumerGroupHeartbeat(req *kmsg.ConsumerGroupHeartbeatReq
 		resp.MemberEpoch = 0
 		return respond(resp)
 	}
+	if req.SubscribedTopicRegex != nil && *req.SubscribedTopicRegex == "" {
+		// librdkafka sends an empty regex beside its topic names; Kafka
+		// takes an empty regex as none.
+		req.SubscribedTopicRegex = nil
+	}
 	if msg := heartbeatInvalid(req); msg != "" {
 		return fail(kerr.InvalidRequest.Code, msg)
 	}
