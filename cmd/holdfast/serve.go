@@ -43,7 +43,7 @@ type serveConfig struct {
 	groupMaxSize, offsetMetaMax, indexInterval                            int
 	cgMaxSize                                                             int
 	cgSession, cgHeartbeat                                                time.Duration
-	cgAssignors                                                           string
+	cgAssignors, cgMigration                                              string
 	shareLock, shareSession, shareHeartbeat                               time.Duration
 	shareDeliveries, shareMaxSize, shareSessions                          int
 	shareLocks                                                            int64
@@ -116,6 +116,7 @@ func (c *serveConfig) register(s *settings) {
 	s.Duration(&c.cgHeartbeat, "group-consumer-heartbeat-interval", def.Groups.ConsumerHeartbeatInterval, "KIP-848 consumer groups: how often members heartbeat", kafkaDuration("group.consumer.heartbeat.interval.ms", ms))
 	s.Int(&c.cgMaxSize, "group-consumer-max-size", def.Groups.ConsumerMaxSize, "KIP-848 consumer groups: most members in one group", kafka("group.consumer.max.size"))
 	s.String(&c.cgAssignors, "group-consumer-assignors", strings.Join(def.Groups.ConsumerAssignors, ","), "KIP-848 consumer groups: server-side assignors members may ask for (uniform, range), the first the default", kafka("group.consumer.assignors"))
+	s.String(&c.cgMigration, "group-consumer-migration-policy", def.Groups.ConsumerMigrationPolicy, "online conversion of groups with members between the classic and the consumer protocol: bidirectional, upgrade, downgrade or disabled", kafka("group.consumer.migration.policy"))
 	s.Duration(&c.shareLock, "group-share-record-lock-duration", def.Share.RecordLockDuration, "share groups (KIP-932): how long a record acquired by a share consumer stays locked to it (a group's share.record.lock.duration.ms overrides it)", kafkaDuration("group.share.record.lock.duration.ms", ms))
 	s.Int(&c.shareDeliveries, "group-share-delivery-count-limit", int(def.Share.DeliveryCountLimit), "share groups: deliveries of a record before it is archived (a group's share.delivery.count.limit overrides it)", kafka("group.share.delivery.count.limit"))
 	s.Int64(&c.shareLocks, "group-share-partition-max-record-locks", def.Share.PartitionMaxRecordLocks, "share groups: most records in flight per share partition", kafka("group.share.partition.max.record.locks"))
@@ -245,7 +246,10 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 			cfg.Groups.ConsumerAssignors = append(cfg.Groups.ConsumerAssignors, a)
 		}
 	}
+	cfg.Groups.ConsumerMigrationPolicy = strings.ToLower(c.cgMigration)
 	switch {
+	case !slices.Contains(group.MigrationPolicies, cfg.Groups.ConsumerMigrationPolicy):
+		return cfg, lim, nil, fmt.Errorf("--group-consumer-migration-policy: %q is not one of %s", c.cgMigration, strings.Join(group.MigrationPolicies, ", "))
 	case c.cgSession <= 0 || c.cgHeartbeat <= 0 || c.cgMaxSize <= 0:
 		return cfg, lim, nil, errors.New("--group-consumer-session-timeout, --group-consumer-heartbeat-interval and --group-consumer-max-size must be positive")
 	case c.cgHeartbeat >= c.cgSession:
