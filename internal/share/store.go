@@ -70,6 +70,21 @@ type storePart struct {
 	owned, loaded bool
 	gen           uint64
 	states        map[Key]*entry
+	live          map[string]int // group -> share partitions with state (not deleted)
+}
+
+// set replaces k's entry, keeping live counts.
+func (sp *storePart) set(k Key, e *entry) {
+	if old := sp.states[k]; old != nil && !old.deleted {
+		sp.live[k.Group]--
+	}
+	if !e.deleted {
+		sp.live[k.Group]++
+	}
+	if sp.live[k.Group] <= 0 {
+		delete(sp.live, k.Group)
+	}
+	sp.states[k] = e
 }
 
 type entry struct {
@@ -82,7 +97,7 @@ type entry struct {
 func NewStore(logs []Log, partitionFor func(group string) int32, log *slog.Logger) *Store {
 	s := &Store{logs: logs, partitionFor: partitionFor, log: log}
 	for range logs {
-		s.parts = append(s.parts, &storePart{states: map[Key]*entry{}})
+		s.parts = append(s.parts, &storePart{states: map[Key]*entry{}, live: map[string]int{}})
 	}
 	return s
 }
@@ -93,7 +108,7 @@ func (s *Store) LoadPartition(p int32) {
 	sp := s.parts[p]
 	sp.gen++
 	gen := sp.gen
-	sp.owned, sp.loaded, sp.states = true, false, map[Key]*entry{}
+	sp.owned, sp.loaded, sp.states, sp.live = true, false, map[Key]*entry{}, map[string]int{}
 	s.mu.Unlock()
 	go func() {
 		states := map[Key]*entry{}
@@ -141,7 +156,12 @@ func (s *Store) LoadPartition(p int32) {
 			s.log.Error("replaying share-group state failed", "partition", p, "err", err)
 			return
 		}
-		sp.states, sp.loaded = states, true
+		sp.states, sp.live, sp.loaded = states, map[string]int{}, true
+		for k, e := range states {
+			if !e.deleted {
+				sp.live[k.Group]++
+			}
+		}
 	}()
 }
 
@@ -151,7 +171,7 @@ func (s *Store) UnloadPartition(p int32) {
 	defer s.mu.Unlock()
 	sp := s.parts[p]
 	sp.gen++
-	sp.owned, sp.loaded, sp.states = false, false, map[Key]*entry{}
+	sp.owned, sp.loaded, sp.states, sp.live = false, false, map[Key]*entry{}, map[string]int{}
 }
 
 // Loaded reports whether group's partition is owned and replayed.
@@ -186,7 +206,7 @@ func (s *Store) Read(k Key, leaderEpoch int32) (snap Snapshot, found bool, err e
 	e := sp.states[k]
 	if e == nil {
 		e = &entry{deleted: true}
-		sp.states[k] = e
+		sp.set(k, e)
 	}
 	if leaderEpoch < e.snap.LeaderEpoch {
 		return snap, false, ErrFencedLeaderEpoch
@@ -233,7 +253,7 @@ func (s *Store) write(k Key, snap Snapshot, reset bool) (int64, Log, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	sp.states[k] = &entry{snap: cloneSnap(snap)}
+	sp.set(k, &entry{snap: cloneSnap(snap)})
 	return end, s.logs[p], nil
 }
 
@@ -271,8 +291,10 @@ func (s *Store) List(group string) ([]GroupState, error) {
 
 // HasState reports whether group has any share-partition state here.
 func (s *Store) HasState(group string) bool {
-	st, _ := s.List(group)
-	return len(st) > 0
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sp, err := s.partLocked(group)
+	return err == nil && sp.live[group] > 0
 }
 
 // Reset sets a share partition's start offset (AlterShareGroupOffsets):
@@ -310,8 +332,10 @@ func (s *Store) Delete(ctx context.Context, group string, match func(Key) bool) 
 	for k, e := range sp.states {
 		if k.Group == group && !e.deleted && (match == nil || match(k)) {
 			kvs = append(kvs, kv{encodeKey(k), nil})
-			e.deleted, e.snap.Batches = true, nil
-			e.snap.StateEpoch++
+			snap := e.snap
+			snap.Batches = nil
+			snap.StateEpoch++
+			sp.set(k, &entry{snap: snap, deleted: true})
 		}
 	}
 	if len(kvs) == 0 {
@@ -416,20 +440,14 @@ func decodeValue(b []byte) (Snapshot, error) {
 func (s *Store) Groups() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	seen := map[string]bool{}
+	var out []string
 	for _, sp := range s.parts {
 		if !sp.owned || !sp.loaded {
 			continue
 		}
-		for k, e := range sp.states {
-			if !e.deleted {
-				seen[k.Group] = true
-			}
+		for g := range sp.live {
+			out = append(out, g)
 		}
-	}
-	out := make([]string, 0, len(seen))
-	for g := range seen {
-		out = append(out, g)
 	}
 	sort.Strings(out)
 	return out
