@@ -699,6 +699,13 @@ func TestShareGroupConfigsAndTypes(t *testing.T) {
 	if err != nil || jresp.ErrorCode != kerr.InconsistentGroupProtocol.Code {
 		t.Errorf("JoinGroup on a share group: %v, code %d, want INCONSISTENT_GROUP_PROTOCOL", err, jresp.ErrorCode)
 	}
+	creq := kmsg.NewPtrOffsetCommitRequest()
+	creq.Group = "stg"
+	creq.Topics = []kmsg.OffsetCommitRequestTopic{{Topic: "st", Partitions: []kmsg.OffsetCommitRequestTopicPartition{{Partition: 0, Offset: 1}}}}
+	cresp, err := creq.RequestWith(gctx(t, 10*time.Second), cl)
+	if err != nil || cresp.Topics[0].Partitions[0].ErrorCode != kerr.GroupIDNotFound.Code {
+		t.Errorf("OffsetCommit to a share group: %v %+v, want GROUP_ID_NOT_FOUND", err, cresp)
+	}
 	// A non-empty share group is not deleted.
 	del := kmsg.NewPtrDeleteGroupsRequest()
 	del.Groups = []string{"stg"}
