@@ -110,3 +110,26 @@ func TestPartitionHoles(t *testing.T) {
 		t.Fatalf("SPSO %d, want 5 (3-4 archived)", p.Start())
 	}
 }
+
+func TestPartitionRenew(t *testing.T) {
+	now := time.Unix(1000, 0)
+	p := NewPartition(0)
+	p.Acquire("a", spans([2]int64{0, 1}), 0, 2, 10, false, testSettings, now)
+	if err := p.Acknowledge("a", 0, 0, []int8{AckRenew}, testSettings, now.Add(900*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	// At 1.5 s offset 1's lock ran out, offset 0's (renewed at 0.9 s) not.
+	if n := p.Expire(now.Add(1500*time.Millisecond), testSettings); n != 1 {
+		t.Fatalf("expired %d, want 1", n)
+	}
+	if st, _ := p.State(0); st != Acquired {
+		t.Fatalf("renewed offset is in state %d", st)
+	}
+	// A renewed offset is still the member's to accept.
+	if err := p.Acknowledge("a", 0, 0, []int8{AckAccept}, testSettings, now.Add(1600*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if p.Start() != 1 {
+		t.Fatalf("SPSO %d, want 1", p.Start())
+	}
+}
