@@ -302,14 +302,15 @@ func TestKafkajsDevCluster(t *testing.T) {
 	checkPlain(t, r, 3, 3)
 }
 
-// startDevCluster runs a 3-node `holdfast dev-cluster` until the test ends
+// startDevCluster runs a 3-node `holdfast dev-cluster` (with extra flags)
+// until the test ends
 // and waits until it has formed, as a user would; it returns the Kafka
 // addresses and the cluster's log.
-func startDevCluster(t *testing.T) (brokers []string, logs func() string) {
+func startDevCluster(t *testing.T, extra ...string) (brokers []string, logs func() string) {
 	t.Helper()
 	base := devClusterPorts(t)
 	dir := t.TempDir()
-	cmd := exec.Command(binary, "dev-cluster", "--nodes", "3", "--dir", dir, "--base-port", strconv.Itoa(base))
+	cmd := exec.Command(binary, append([]string{"dev-cluster", "--nodes", "3", "--dir", dir, "--base-port", strconv.Itoa(base)}, extra...)...)
 	var out syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
