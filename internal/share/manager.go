@@ -511,10 +511,13 @@ func (m *Manager) Stats() Stats {
 	}
 	m.mu.Unlock()
 	for _, sp := range parts {
-		if sp.mu.TryLock() {
-			if sp.p != nil {
-				st.Acquired += sp.p.Acquired()
-			}
+		select {
+		case <-sp.ready: // loaded: sp.p is set (or loadErr)
+		default:
+			continue
+		}
+		if sp.loadErr == nil && sp.mu.TryLock() {
+			st.Acquired += sp.p.Acquired()
 			sp.mu.Unlock()
 		}
 	}
