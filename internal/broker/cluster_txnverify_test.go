@@ -28,7 +28,7 @@ func produceTo(t *testing.T, n *brokertest.Node, txnID, topic string, partition 
 	rp.Partition, rp.Records = partition, batch
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	resp, err := n.Request(req)
+	resp, err := n.Request(brokertest.Pin(req, 11)) // verification, not KIP-890 part 2's implicit add
 	if err != nil {
 		t.Fatal(err)
 	}
