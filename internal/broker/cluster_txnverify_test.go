@@ -165,7 +165,7 @@ func TestClusterTxnVerification(t *testing.T) {
 	// a retriable code, as it would a client: ask again.
 	var code int16
 	brokertest.Await(t, "a TxnOffsetCommit answer that is not retriable", func() error {
-		resp, err := gc.Request(req)
+		resp, err := gc.Request(brokertest.Pin(req, 4)) // v5 adds the partition implicitly (KIP-890 part 2)
 		if err != nil {
 			return err
 		}

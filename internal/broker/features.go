@@ -103,8 +103,8 @@ func init() { register(kmsg.UpdateFeatures, 0, 1, (*Broker).handleUpdateFeatures
 
 // Kafka's FeatureUpdate.UpgradeType.
 const (
-	upgradeTypeUpgrade        = 1
-	upgradeTypeSafeDowngrade  = 2
+	upgradeTypeUpgrade         = 1
+	upgradeTypeSafeDowngrade   = 2
 	upgradeTypeUnsafeDowngrade = 3
 )
 

@@ -282,4 +282,3 @@ func TestTxnV2LateProduceFenced(t *testing.T) {
 		t.Fatalf("read_committed %d records, want the committed 2", more)
 	}
 }
-
