@@ -140,6 +140,10 @@ type state struct {
 
 	// GroupConfigs are the groups' dynamic config overrides (groupconfigs.go).
 	GroupConfigs map[string]map[string]string `json:"group_configs,omitempty"`
+
+	// Features are the finalized feature levels UpdateFeatures set
+	// (features.go); a feature not here is at the binary's default.
+	Features map[string]int16 `json:"features,omitempty"`
 }
 
 const stateVersion = 1
