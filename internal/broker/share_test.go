@@ -706,6 +706,19 @@ func TestShareGroupConfigsAndTypes(t *testing.T) {
 	if err != nil || cresp.Topics[0].Partitions[0].ErrorCode != kerr.GroupIDNotFound.Code {
 		t.Errorf("OffsetCommit to a share group: %v %+v, want GROUP_ID_NOT_FOUND", err, cresp)
 	}
+	// share.version 0 turns share groups off, as Kafka.
+	if code, msg := setFeature(t, n, "share.version", 0, 2); code != 0 {
+		t.Fatalf("share.version 0: %v %s", kerr.ErrorForCode(code), msg)
+	}
+	hb := kmsg.NewPtrShareGroupHeartbeatRequest()
+	hb.GroupID, hb.MemberID, hb.SubscribedTopicNames = "stg", "m9", []string{"st"}
+	hresp, err := hb.RequestWith(gctx(t, 10*time.Second), cl)
+	if err != nil || hresp.ErrorCode != kerr.UnsupportedVersion.Code {
+		t.Errorf("ShareGroupHeartbeat with share.version 0: %v, code %d, want UNSUPPORTED_VERSION", err, hresp.ErrorCode)
+	}
+	if code, msg := setFeature(t, n, "share.version", 1, 1); code != 0 {
+		t.Fatalf("share.version 1: %v %s", kerr.ErrorForCode(code), msg)
+	}
 	// A non-empty share group is not deleted.
 	del := kmsg.NewPtrDeleteGroupsRequest()
 	del.Groups = []string{"stg"}

@@ -111,6 +111,9 @@ func (b *Broker) handleShareFetch(_ context.Context, r *wire.Request) wire.Reply
 		}
 		return wire.Respond(resp)
 	}
+	if b.featureLevel("share.version") < 1 {
+		return fail(kerr.UnsupportedVersion.Code, "Share groups are not enabled: share.version is 0.")
+	}
 	if req.GroupID == nil || *req.GroupID == "" || req.MemberID == nil || *req.MemberID == "" {
 		return fail(kerr.InvalidRequest.Code, "ShareFetch needs a group id and a member id")
 	}
@@ -332,6 +335,9 @@ func (b *Broker) handleShareAcknowledge(_ context.Context, r *wire.Request) wire
 			resp.ErrorMessage = &msg
 		}
 		return wire.Respond(resp)
+	}
+	if b.featureLevel("share.version") < 1 {
+		return fail(kerr.UnsupportedVersion.Code, "Share groups are not enabled: share.version is 0.")
 	}
 	if req.GroupID == nil || *req.GroupID == "" || req.MemberID == nil || *req.MemberID == "" {
 		return fail(kerr.InvalidRequest.Code, "ShareAcknowledge needs a group id and a member id")

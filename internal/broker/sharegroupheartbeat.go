@@ -83,6 +83,11 @@ func shareGroupError(err error) int16 {
 func (b *Broker) handleShareGroupHeartbeat(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.ShareGroupHeartbeatRequest)
 	resp := req.ResponseKind().(*kmsg.ShareGroupHeartbeatResponse)
+	if b.featureLevel("share.version") < 1 {
+		resp.ErrorCode = kerr.UnsupportedVersion.Code
+		resp.ErrorMessage = kmsg.StringPtr("Share groups are not enabled: share.version is 0.")
+		return wire.Respond(resp)
+	}
 	if !b.authorize(r, auth.OpRead, auth.ResourceGroup, req.GroupID) {
 		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
 		return wire.Respond(resp)
