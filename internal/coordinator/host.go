@@ -100,8 +100,6 @@ func Start(cfg Config, meta *controller.Store, node *cluster.Node, replicas *rep
 			return out
 		},
 	})
-	h.watch(controller.OffsetsTopic, n, h.groups.LoadPartition, h.groups.UnloadPartition)
-
 	slogs := make([]share.Log, n)
 	for i := range slogs {
 		slogs[i] = glogs[i]
@@ -116,10 +114,14 @@ func Start(cfg Config, meta *controller.Store, node *cluster.Node, replicas *rep
 		return share.TopicInfo{Name: t.Name, ID: t.ID, Partitions: t.Partitions}, ok
 	}
 	h.shareGroups = share.NewGroups(scfg)
+	// One watcher loads a __consumer_offsets partition's groups and share
+	// state together (share membership starts afresh on every load).
 	h.watch(controller.OffsetsTopic, n, func(p int32) {
+		h.groups.LoadPartition(p)
 		h.shareGroups.UnloadPartition(p)
 		h.shareState.LoadPartition(p)
 	}, func(p int32) {
+		h.groups.UnloadPartition(p)
 		h.shareGroups.UnloadPartition(p)
 		h.shareState.UnloadPartition(p)
 	})
