@@ -11,6 +11,7 @@ import (
 	"math/rand"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -738,28 +739,99 @@ func TestSegmentMsRoll(t *testing.T) {
 	}
 }
 
-func TestRollSurvivesDirSyncFailure(t *testing.T) {
+// A roll makes the new segment's name durable in the sync cycle, not in
+// the append: a failed directory fsync fails that cycle (and the log, as a
+// failed fsync does), never acknowledges what is in the new segment, and a
+// truncation to the durable offset brings the log back.
+func TestRollDirSyncFailureFailsTheCycle(t *testing.T) {
 	fs := NewCrashFS(1)
 	l := openLog(t, fs, "/d", testConfig(), newSyncer(t), nil)
 	defer l.Close()
 	if _, err := l.Append(batch(t, 1, 100, 1), 0); err != nil {
 		t.Fatal(err)
 	}
-	fs.InjectError(OpSyncDir, "/d", syscall.EIO)
-	failed := false
-	for i := 0; i < 100 && !failed; i++ {
-		_, err := l.Append(batch(t, 1, 100, 1), 0)
-		failed = err != nil
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
 	}
-	if !failed || l.Segments() != 1 {
-		t.Fatalf("roll did not fail: %v, %d segments", failed, l.Segments())
+	durable := l.DurableOffset()
+	fs.InjectError(OpSyncDir, "/d", syscall.EIO)
+	for i := 0; l.Segments() < 2; i++ {
+		if i == 100 {
+			t.Fatal("no roll after 100 appends")
+		}
+		if _, err := l.Append(batch(t, 1, 100, 1), 0); err != nil {
+			t.Fatalf("append %d (a roll does no directory fsync): %v", i, err)
+		}
+	}
+	if err := l.Sync(); err == nil {
+		t.Fatal("sync succeeded with the directory fsync failing")
+	}
+	if l.Failed() == nil || l.DurableOffset() != durable {
+		t.Fatalf("failed %v, durable %d (was %d)", l.Failed(), l.DurableOffset(), durable)
 	}
 	fs.ClearErrors()
-	if _, err := l.Append(batch(t, 1, 100, 1), 0); err != nil {
-		t.Fatalf("append after a failed roll: %v", err)
+	if err := l.Truncate(l.DurableOffset()); err != nil {
+		t.Fatalf("truncate to the durable offset: %v", err)
 	}
-	if err := l.Sync(); err != nil || l.Segments() != 2 {
+	if _, err := l.Append(batch(t, 1, 100, 1), 0); err != nil {
+		t.Fatalf("append after recovery: %v", err)
+	}
+	if err := l.Sync(); err != nil || l.Segments() != 1 {
 		t.Fatalf("sync %v, %d segments", err, l.Segments())
+	}
+}
+
+// Appends never fsync (not at a roll, not for a new leader epoch's
+// checkpoint): the sync cycle does it, off the log's lock, before the
+// durable offset passes them. A power cut after the cycle loses nothing,
+// and the epochs come back.
+func TestAppendNeverFsyncs(t *testing.T) {
+	fs := NewCrashFS(1)
+	var syncs sync.Map
+	var inAppend atomic.Bool
+	fs.OnSync(func(p string) {
+		if inAppend.Load() {
+			syncs.Store(p, true)
+		}
+	})
+	sy := newSyncer(t)
+	l := openLog(t, fs, "/d", testConfig(), sy, nil)
+	var ends []int64
+	for i := 0; i < 60; i++ {
+		inAppend.Store(true)
+		info, err := l.Append(batch(t, 1, 200, int64(i)), int32(i/10))
+		inAppend.Store(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends = append(ends, info.LastOffset+1)
+		if i%7 == 0 {
+			if err := l.Sync(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	syncs.Range(func(k, _ any) bool {
+		t.Errorf("append fsynced %v", k)
+		return true
+	})
+	if l.Segments() < 3 {
+		t.Fatalf("%d segments: the test needs rolls", l.Segments())
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	fs.Crash()
+	l2 := openLog(t, fs, "/d", testConfig(), sy, nil)
+	defer l2.Close()
+	if l2.EndOffset() != ends[len(ends)-1] {
+		t.Fatalf("end %d after the crash, %d was durable", l2.EndOffset(), ends[len(ends)-1])
+	}
+	if got := l2.Epochs(); len(got) != 6 {
+		t.Fatalf("epochs after the crash %v, want 0..5", got)
+	}
+	if got := l2.EpochAt(ends[len(ends)-1] - 1); got != 5 {
+		t.Fatalf("epoch of the last batch %d, want 5", got)
 	}
 }
 
