@@ -791,6 +791,10 @@ func (l *Log) rollLocked(base int64) error {
 	old.next = base
 	l.segs = append(l.segs, s)
 	l.pendingSeal = old
+	// Whatever the flush policy, a rolled segment is sealed soon, by the
+	// Syncer's goroutine if nobody waits for a cycle before (not under mu:
+	// a closed Syncer syncs inline).
+	go l.syncer.request(l)
 	return nil
 }
 
