@@ -259,6 +259,9 @@ func (h *Host) snapshotSent(peer, groupID uint64, ok bool) {
 	h.markDirty(g)
 }
 
+// ackIndexLocked is the index up to which WaitCommitted acknowledges.
+func (g *group) ackIndexLocked() uint64 { return max(g.commitIndex, g.quorumIndex) }
+
 // noteQuorumLocked wakes an AckOnQuorum group's commit waiters as soon as
 // Raft's commit index moved on this leader (a quorum holds the entries,
 // each fsynced: followers answer MsgApp after their fsync, and the
