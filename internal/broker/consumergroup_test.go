@@ -44,12 +44,18 @@ type cgMember struct {
 
 func startCGMember(t testing.TB, seeds []string, group, topic string, extra ...kgo.Opt) *cgMember {
 	t.Helper()
+	return startGroupMember(t, seeds, group, topic, append([]kgo.Opt{kgo.ServerSideBalancer()}, extra...)...)
+}
+
+// startGroupMember is startCGMember without the choice of protocol: with
+// no kgo.ServerSideBalancer it is a classic (cooperative-sticky) member.
+func startGroupMember(t testing.TB, seeds []string, group, topic string, extra ...kgo.Opt) *cgMember {
+	t.Helper()
 	m := &cgMember{seen: map[int]int{}, owned: map[int32]bool{}, done: make(chan struct{})}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(seeds...),
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(topic),
-		kgo.ServerSideBalancer(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.DisableAutoCommit(),
 		kgo.FetchMaxWait(200 * time.Millisecond),
@@ -452,7 +458,8 @@ func TestConsumerGroupHeartbeatErrors(t *testing.T) {
 	check("commit by a stranger", commit("x", 1), kerr.UnknownMemberID.Code)
 	check("admin commit to a live group", commit("", -1), kerr.UnknownMemberID.Code)
 
-	// A classic member cannot join the live consumer group.
+	// A classic member with a malformed subscription cannot join the
+	// live consumer group.
 	jg := kmsg.NewPtrJoinGroupRequest()
 	jg.Version = 5
 	jg.Group, jg.SessionTimeoutMillis, jg.RebalanceTimeoutMillis, jg.ProtocolType = "cg-e", 10000, 10000, "consumer"
@@ -478,9 +485,26 @@ func TestConsumerGroupHeartbeatErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("classic join to an empty consumer group", jresp.(*kmsg.JoinGroupResponse).ErrorCode, kerr.MemberIDRequired.Code)
-	// Now classic, a consumer-protocol heartbeat is refused while the
-	// classic member is there.
-	check("consumer join to a classic group with members", hb(join("cg-e", "m2", nil)).ErrorCode, kerr.GroupIDNotFound.Code)
+	// Only a member id handed out (KIP-394), no member: the group is still
+	// empty and a consumer-protocol member upgrades it.
+	check("consumer join to a classic group without members", hb(join("cg-e", "m2", nil)).ErrorCode, 0)
+
+	// A classic group of another protocol type (Kafka Connect) with a
+	// member is not upgraded: GROUP_ID_NOT_FOUND, as Kafka answers.
+	cj := kmsg.NewPtrJoinGroupRequest()
+	cj.Group, cj.SessionTimeoutMillis, cj.RebalanceTimeoutMillis, cj.ProtocolType = "cg-connect", 10000, 10000, "connect"
+	cj.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "sessioned", Metadata: []byte{0, 1}}}
+	first, err := n.Request(cj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cj.MemberID = first.(*kmsg.JoinGroupResponse).MemberID // KIP-394's round trip
+	go n.Request(cj)                                       //nolint:errcheck // answered after the initial rebalance delay; only its membership matters
+	waitFor(t, 10*time.Second, "the connect member in the group", func() bool {
+		gs, err := n.Admin().DescribeGroups(gctx(t, 5*time.Second), "cg-connect")
+		return err == nil && len(gs["cg-connect"].Members) == 1
+	})
+	check("consumer join to a connect group with members", hb(join("cg-connect", "m3", nil)).ErrorCode, kerr.GroupIDNotFound.Code)
 }
 
 // TestClusterConsumerGroupKIP848: two consumer-protocol members share a
