@@ -2,9 +2,11 @@ package broker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/admin"
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
 	"holdfast/internal/wire"
@@ -299,6 +302,37 @@ func TestConsumerGroupFranzGoShares(t *testing.T) {
 		})
 		return committed == total
 	})
+
+	// DescribeGroups v6 answers a consumer group GROUP_ID_NOT_FOUND with
+	// Kafka 4's message, v5 Dead; the admin layer (holdfast group
+	// describe, the console) describes it through ConsumerGroupDescribe
+	// with its lag either way.
+	dg, err := adm.DescribeGroups(gctx(t, 5*time.Second), "cg-share")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := dg["cg-share"]; !errors.Is(g.Err, kerr.GroupIDNotFound) || !strings.Contains(g.ErrMessage, "is not a classic group") {
+		t.Fatalf("DescribeGroups v6 of a consumer group: %v %q", g.Err, g.ErrMessage)
+	}
+	old, err := n.Request(brokertest.Pin(&kmsg.DescribeGroupsRequest{Groups: []string{"cg-share"}}, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := old.(*kmsg.DescribeGroupsResponse).Groups[0]; g.ErrorCode != 0 || g.State != "Dead" {
+		t.Fatalf("DescribeGroups v5 of a consumer group: %v %s", kerr.ErrorForCode(g.ErrorCode), g.State)
+	}
+	ac, err := admin.NewClient([]string{n.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ac.Close()
+	gs, err := ac.Groups(gctx(t, 10*time.Second), false, "cg-share")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := gs[0]; g.Err != "" || g.ProtocolType != "consumer" || len(g.Members) == 0 || len(g.Partitions) == 0 || g.TotalLag != 0 {
+		t.Fatalf("admin describe of a consumer group: %+v", g)
+	}
 }
 
 // TestConsumerGroupMembersComeAndGo: members join and leave while the
