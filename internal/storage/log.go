@@ -204,7 +204,7 @@ func (l *Log) recover() error {
 		case name == MetadataFile:
 		case strings.HasSuffix(name, ".tmp"):
 			// An interrupted atomic write: the old file is still intact.
-			if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil {
+			if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("storage: open %s: remove leftover %s: %w", l.dir, name, err)
 			}
 		default:
@@ -544,6 +544,11 @@ func (l *Log) recoverUnsealed() error {
 	if err := l.recoverActive(prev); err != nil {
 		return err
 	}
+	// A gap means a lost tail (the crash kept less than was written, or
+	// recovery cut a torn batch). A cleaned segment could also end below
+	// the next base, but one is never unlisted this way: the cleaner does
+	// not touch a segment pending seal, and its own checkpoint lists the
+	// segment after what it cleaned.
 	if prev.next != last.base {
 		l.logger.Warn("storage: segment rolled from a torn one, removing it (never durable)", "file", last.f.Name(), "torn_end", prev.next)
 		if err := l.removeSegmentFiles(last); err != nil {
@@ -790,11 +795,13 @@ func (l *Log) rollLocked(base int64) error {
 	s.firstOrd = ord
 	old.next = base
 	l.segs = append(l.segs, s)
+	// No cycle is asked for here: under flush=sync the append's own wait
+	// brings one at once; under the other policies the next cycle (their
+	// interval or message count, an explicit Sync, Close) seals it, or the
+	// next roll does. A background request would also act on a log that
+	// was abandoned without Close (a simulated crash) while its directory
+	// is opened again.
 	l.pendingSeal = old
-	// Whatever the flush policy, a rolled segment is sealed soon, by the
-	// Syncer's goroutine if nobody waits for a cycle before (not under mu:
-	// a closed Syncer syncs inline).
-	go l.syncer.request(l)
 	return nil
 }
 
