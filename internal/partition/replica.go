@@ -73,7 +73,10 @@ func (p *Partition) replicate(r Replication) error {
 	p.hw = p.log.StartOffset()
 	if err := r.Host.AddGroup(raft.GroupConfig{ID: r.Group, Log: p.log, Voters: r.Voters,
 		OnCommit: p.onCommit, OnTruncate: p.onTruncate, OnLeadership: p.onLeadership,
-		Rejoin: r.Rejoin, AdoptPreRaft: r.AdoptPreRaft}); err != nil {
+		Rejoin: r.Rejoin, AdoptPreRaft: r.AdoptPreRaft,
+		// A produce waits for the quorum, not for the Ready that delivers
+		// the entry: waitReplicated raises the high watermark itself.
+		AckOnQuorum: true}); err != nil {
 		return err
 	}
 	// Log-start commands committed before this start whose compaction may

@@ -205,7 +205,7 @@ func (h *Host) WaitCommitted(ctx context.Context, p Proposal) error {
 	}
 	for {
 		g.mu.Lock()
-		failed, removed, idx, ch := g.failed, g.removed, g.commitIndex, g.commitCh
+		failed, removed, idx, ch := g.failed, g.removed, g.ackIndexLocked(), g.commitCh
 		g.mu.Unlock()
 		if failed != nil {
 			return failed

@@ -13,19 +13,26 @@ import (
 
 // BenchmarkCommit: committed proposals per second and commit latency
 // (Propose to WaitCommitted) of 1 KiB batches on 3 hosts over loopback TCP,
-// flush=sync, with 64 proposals in flight spread over the groups.
+// flush=sync, with 64 proposals in flight spread over the groups. ack=ready
+// wakes a proposal's waiter when the Ready loop delivers the entry,
+// ack=quorum when the leader sees Raft's commit index pass it
+// (GroupConfig.AckOnQuorum, what partitions use); compare them with
+// benchstat -col /ack.
 //
 //	go test ./internal/raft -run '^$' -bench Commit -benchtime 5000x
 func BenchmarkCommit(b *testing.B) {
 	for _, groups := range []int{1, 32} {
-		b.Run(fmt.Sprintf("groups=%d", groups), func(b *testing.B) {
-			benchCommit(b, groups, 64)
-		})
+		for _, quorum := range []bool{false, true} {
+			name := map[bool]string{false: "ready", true: "quorum"}[quorum]
+			b.Run(fmt.Sprintf("groups=%d/ack=%s", groups, name), func(b *testing.B) {
+				benchCommit(b, groups, 64, quorum)
+			})
+		}
 	}
 }
 
-func benchCommit(b *testing.B, groups, inflight int) {
-	c := newCluster(b, 3, groups)
+func benchCommit(b *testing.B, groups, inflight int, quorum bool) {
+	c := newCluster(b, 3, groups, func(c *cluster) { c.ackOnQuorum = quorum })
 	leaders := make([]atomic.Uint64, groups+1)
 	for _, g := range c.groups {
 		id, _ := c.waitLeader(g)

@@ -42,6 +42,8 @@ type cluster struct {
 	logger *slog.Logger
 	tick   time.Duration
 	root   string
+	// ackOnQuorum: every group is added with AckOnQuorum (BenchmarkCommit).
+	ackOnQuorum bool
 
 	mu sync.Mutex
 }
@@ -53,8 +55,8 @@ func testLogger(tb testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-func newCluster(tb testing.TB, n int, groups int) *cluster {
-	return newClusterTick(tb, n, groups, 20*time.Millisecond)
+func newCluster(tb testing.TB, n int, groups int, opts ...func(*cluster)) *cluster {
+	return newClusterOpts(tb, n, groups, 20*time.Millisecond, false, opts...)
 }
 
 func newClusterTick(tb testing.TB, n int, groups int, tick time.Duration) *cluster {
@@ -63,8 +65,11 @@ func newClusterTick(tb testing.TB, n int, groups int, tick time.Duration) *clust
 
 // newClusterOpts: crash gives every node its own in-memory CrashFS (its
 // disk), so a test can cut the power.
-func newClusterOpts(tb testing.TB, n int, groups int, tick time.Duration, crash bool) *cluster {
+func newClusterOpts(tb testing.TB, n int, groups int, tick time.Duration, crash bool, opts ...func(*cluster)) *cluster {
 	c := &cluster{tb: tb, faults: NewFaults(), nodes: map[uint64]*testNode{}, logger: testLogger(tb), tick: tick}
+	for _, o := range opts {
+		o(c)
+	}
 	for i := 1; i <= n; i++ {
 		c.ids = append(c.ids, uint64(i))
 	}
@@ -143,7 +148,7 @@ func (c *cluster) start(id uint64) {
 		}
 		nd.logs[g] = l
 		onLead := func(g uint64, l Leadership) { nd.published.Store(g, l) }
-		if err := h.AddGroup(GroupConfig{ID: g, Log: l, Voters: c.voters, OnLeadership: onLead}); err != nil {
+		if err := h.AddGroup(GroupConfig{ID: g, Log: l, Voters: c.voters, OnLeadership: onLead, AckOnQuorum: c.ackOnQuorum}); err != nil {
 			c.tb.Fatalf("node %d add group %d: %v", id, g, err)
 		}
 	}

@@ -165,6 +165,9 @@ func (h *Host) receive(from uint64, msgs []outMsg) {
 			m.Context = nil // raft reads a response's context as a ReadIndex position
 		}
 		h.guardLocked(g, func() { _ = g.rn.Step(m) }) // errors: stale or foreign messages, nothing to do
+		if typ == pb.MessageType_MsgAppResp {
+			g.noteQuorumLocked()
+		}
 		if quiesce && typ == pb.MessageType_MsgHeartbeat {
 			bs := g.rn.BasicStatus()
 			last, _ := g.st.LastIndex()
@@ -254,4 +257,29 @@ func (h *Host) snapshotSent(peer, groupID uint64, ok bool) {
 	h.guardLocked(g, func() { g.rn.ReportSnapshot(peer, st) })
 	g.mu.Unlock()
 	h.markDirty(g)
+}
+
+// ackIndexLocked is the index up to which WaitCommitted acknowledges.
+func (g *group) ackIndexLocked() uint64 { return max(g.commitIndex, g.quorumIndex) }
+
+// noteQuorumLocked wakes an AckOnQuorum group's commit waiters as soon as
+// Raft's commit index moved on this leader (a quorum holds the entries,
+// each fsynced: followers answer MsgApp after their fsync, and the
+// leader's own copy counts from the Advance after its fsync). The entries
+// are in the store already: a leader records an entry before it sends it.
+// commitIndex, OnCommit and the journal's applied index still move only
+// when the Ready loop delivers the entries.
+func (g *group) noteQuorumLocked() {
+	if !g.cfg.AckOnQuorum || g.failed != nil {
+		return
+	}
+	bs := g.rn.BasicStatus()
+	if bs.RaftState != raft.StateLeader {
+		return
+	}
+	if c := bs.GetCommit(); c > max(g.quorumIndex, g.commitIndex) {
+		g.quorumIndex = c
+		close(g.commitCh)
+		g.commitCh = make(chan struct{})
+	}
 }

@@ -142,6 +142,16 @@ type GroupConfig struct {
 	// last one instead of asking the host. It runs with the group's lock
 	// held: it must not block or call the Host.
 	OnLeadership func(group uint64, l Leadership)
+	// AckOnQuorum: WaitCommitted returns as soon as Raft's commit index
+	// passes the proposal - when the leader steps the MsgAppResp that
+	// makes a quorum, or at the Advance after its own fsync - instead of
+	// when the next Ready delivers the entry (which waits for the
+	// leader's fsync in progress, a whole fsync for a quorum of
+	// followers). For a group whose waiters need nothing of OnCommit (a
+	// partition: its proposer counted the batch already and moves the
+	// high watermark itself); OnCommit, CommitOffset and the journal's
+	// applied index still follow the Ready loop.
+	AckOnQuorum bool
 	// Rejoin: the replica's storage was lost (a replaced disk: the
 	// metadata assigned the replica to another directory of this node): it
 	// grants no votes until it has caught up with a leader, which the
@@ -209,6 +219,9 @@ type group struct {
 	termStart   uint64 // leader: index of its empty entry of readyTerm
 	commitIndex uint64
 	commitEnd   int64
+	// quorumIndex: AckOnQuorum: Raft's commit index as last seen on the
+	// leader, ahead of commitIndex until the Ready loop delivers it.
+	quorumIndex uint64
 	commitCh    chan struct{} // closed and replaced when the commit advances
 	storedCh    chan struct{} // closed and replaced after a cycle stored entries
 	failed      error

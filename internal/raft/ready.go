@@ -217,6 +217,7 @@ func (h *Host) cycle(gs []*group) {
 			// full if it comes, and may not come.
 			g.dropLocalLocked(len(g.local))
 		}
+		g.noteQuorumLocked() // a sole voter's (or the deciding) own fsync
 		g.publishLocked()
 		if bs.Lead != g.lastLeader {
 			g.lastLeader = bs.Lead

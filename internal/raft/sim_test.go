@@ -227,7 +227,7 @@ func (s *sim) start(id uint64) {
 			s.t.Fatalf("node %d: open log: %v", id, err)
 		}
 		nd.logs[g] = l
-		if err := h.AddGroup(GroupConfig{ID: g, Log: l, Voters: s.c.voters, OnCommit: s.onCommit(id)}); err != nil {
+		if err := h.AddGroup(GroupConfig{ID: g, Log: l, Voters: s.c.voters, OnCommit: s.onCommit(id), AckOnQuorum: true}); err != nil {
 			s.t.Fatalf("node %d add group %d: %v", id, g, err)
 		}
 	}
@@ -417,7 +417,7 @@ func (s *sim) outcomes(id uint64) {
 		}
 		g := h.group(sp.p.Group)
 		g.mu.Lock()
-		commit, failed := g.commitIndex, g.failed
+		commit, failed := g.ackIndexLocked(), g.failed // WaitCommitted's condition
 		g.mu.Unlock()
 		if failed != nil {
 			return true

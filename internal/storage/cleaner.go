@@ -287,6 +287,11 @@ func (l *Log) Clean(opts CleanOptions) (CleanResult, error) {
 	}
 	defer l.cleaning.Store(false)
 	started := time.Now()
+	// A rolled segment is not cleaned while a sync cycle may be sealing it
+	// (sealedEndLocked): seal it now, off the lock, so this pass can.
+	if err := l.sealNow(); err != nil {
+		return CleanResult{}, err
+	}
 
 	l.mu.RLock()
 	if err := l.checkWritableLocked(); err != nil {
@@ -310,7 +315,7 @@ func (l *Log) Clean(opts CleanOptions) (CleanResult, error) {
 	p := &pass{l: l, opts: opts, cfg: l.cfg, now: l.now().UnixMilli(), m: opts.Map, liveTxn: map[int64]bool{}, blocked: -1}
 	gen := l.truncGen
 	firstDirty := min(max(l.firstDirty, l.start), l.end)
-	limit := min(l.active().base, opts.Committed, l.end)
+	limit := min(l.sealedEndLocked(), opts.Committed, l.end)
 	if lag := p.cfg.MinCompactionLag.Milliseconds(); lag > 0 {
 		// Segments holding a record younger than min.compaction.lag.ms
 		// are not cleanable yet.
@@ -1215,4 +1220,25 @@ func (l *Log) resetCleanedLocked(offset int64) error {
 	l.firstDirty = offset
 	l.blockedRemoval = min(l.blockedRemoval, offset)
 	return l.writeCleanerCheckpointLocked()
+}
+
+// sealedEndLocked is the base of the first segment that is not sealed: the
+// active one, or a rolled one whose seal is pending (its files are still
+// being fsynced by a sync cycle: the cleaner does not replace them).
+func (l *Log) sealedEndLocked() int64 {
+	if l.pendingSeal != nil {
+		return l.pendingSeal.base
+	}
+	return l.active().base
+}
+
+// sealNow runs a sync cycle if a rolled segment waits for its seal.
+func (l *Log) sealNow() error {
+	l.mu.RLock()
+	pending := l.pendingSeal != nil
+	l.mu.RUnlock()
+	if !pending {
+		return nil
+	}
+	return l.syncOnce()
 }

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -92,6 +93,22 @@ type Log struct {
 	closed    bool
 	truncGen  uint64 // bumped by Truncate: a sync cycle begun before it claims nothing
 	unflushed int64  // records appended since flush.messages last asked for an fsync
+
+	// Deferred durability (sealAsync, writeEpochsAsync): appends, and so
+	// the Raft Ready loop and the leader's proposers, never wait for an
+	// fsync under mu. A roll leaves the old segment in pendingSeal; an
+	// append that opens a leader epoch marks the epoch checkpoint dirty.
+	// The next sync cycle makes both durable, off mu, before it advances
+	// the durable offset past them, so nothing is acknowledged whose
+	// covering state could be lost. ordGen and epochGen count changes of
+	// the ordinal checkpoint and the epoch cache, so that a cycle's write
+	// never replaces a newer one.
+	pendingSeal *segment
+	epochsDirty bool
+	epochGen    uint64
+	ordGen      uint64
+	sealMu      sync.Mutex   // serializes the cycles' seal and checkpoint writes; taken before mu, never under it
+	scanned     []epochEntry // recovery only: the epochs of the batches it scanned, in order
 
 	// Compaction (cleaner.go): the cleaner checkpoint (first dirty offset,
 	// persisted in cleaner-offset-checkpoint), the earliest delete horizon
@@ -187,7 +204,7 @@ func (l *Log) recover() error {
 		case name == MetadataFile:
 		case strings.HasSuffix(name, ".tmp"):
 			// An interrupted atomic write: the old file is still intact.
-			if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil {
+			if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("storage: open %s: remove leftover %s: %w", l.dir, name, err)
 			}
 		default:
@@ -275,7 +292,7 @@ func (l *Log) recover() error {
 		if err := l.writeOrdinalsLocked(l.start, 0); err != nil {
 			return fmt.Errorf("storage: open %s: %w", l.dir, err)
 		}
-		s, err := l.createSegment(l.start)
+		s, err := l.createSegment(l.start, true)
 		if err != nil {
 			return err
 		}
@@ -284,6 +301,16 @@ func (l *Log) recover() error {
 		n := len(l.segs)
 		if n > 1 {
 			l.segs[n-2].next = l.segs[n-1].base
+		}
+		if _, listed := ords[l.segs[n-1].base]; n > 1 && haveOrds && !listed {
+			// Rolled after the last checkpoint: the segment before it may
+			// not have been sealed (fsynced) when the power went, so it is
+			// recovered like an active one; if its tail was torn, what
+			// follows it was never durable and goes.
+			if err := l.recoverUnsealed(); err != nil {
+				return err
+			}
+			n = len(l.segs)
 		}
 		rewrite := len(ords) != n
 		for i, s := range l.segs {
@@ -345,8 +372,20 @@ func (l *Log) recover() error {
 		}
 	}
 	l.truncateEpochsLocked(l.end)
-	if err := l.scanTailEpochs(act); err != nil {
-		return err
+	// The epochs of the batches recovery scanned (the tail the index did
+	// not cover): the checkpoint is written after the batches that open an
+	// epoch (by the sync cycle that makes them durable), so it may lack one.
+	before := len(l.epochs)
+	for _, e := range l.scanned {
+		if e.start < l.end {
+			l.noteEpochLocked(e.epoch, e.start)
+		}
+	}
+	l.scanned = nil
+	if len(l.epochs) != before {
+		if err := l.writeEpochsLocked(); err != nil {
+			return err
+		}
 	}
 	// What recovery kept is durable from here on; fsync it in case it was
 	// only in the page cache (a process crash, not a power loss).
@@ -396,8 +435,9 @@ func (l *Log) openSegment(base int64, create bool) (*segment, error) {
 	return s, nil
 }
 
-// createSegment creates an empty segment and makes its name durable.
-func (l *Log) createSegment(base int64) (*segment, error) {
+// createSegment creates an empty segment and, with syncDir, makes its name
+// durable (a roll leaves that to the sync cycle: sealAsync).
+func (l *Log) createSegment(base int64, syncDir bool) (*segment, error) {
 	s, err := l.openSegment(base, true)
 	if err != nil {
 		return nil, err
@@ -405,6 +445,9 @@ func (l *Log) createSegment(base int64) (*segment, error) {
 	s.loaded = true
 	if j := l.cfg.SegmentJitter; j > 0 {
 		s.jitter = time.Duration(rand.Int64N(int64(j)))
+	}
+	if !syncDir {
+		return s, nil
 	}
 	if err := l.fs.SyncDir(l.dir); err != nil {
 		s.closeFiles()
@@ -461,6 +504,11 @@ func (l *Log) recoverActive(s *segment) error {
 			break
 		}
 		s.indexBatchLocked(l.cfg.IndexIntervalBytes, h, pos)
+		if h.PartitionLeaderEpoch >= 0 {
+			if k := len(l.scanned); k == 0 || h.PartitionLeaderEpoch > l.scanned[k-1].epoch {
+				l.scanned = append(l.scanned, epochEntry{h.PartitionLeaderEpoch, h.BaseOffset})
+			}
+		}
 		pos += int64(h.Size())
 		next = h.LastOffset() + 1
 	}
@@ -479,6 +527,50 @@ func (l *Log) recoverActive(s *segment) error {
 	}
 	s.next = next
 	s.loaded = true
+	return nil
+}
+
+// recoverUnsealed handles a last segment the ordinal checkpoint does not
+// list: the roll that created it had not finished sealing the segment
+// before it (sealAsync) when the process stopped. That one is recovered
+// like an active segment (checked from its last trustworthy index entry,
+// a torn tail cut). If it lost its tail, the last segment lies beyond a
+// hole: nothing in it was ever durable (the durable offset passes a rolled
+// segment's end only once it is sealed), so it is removed. Otherwise the
+// segment's indexes are written and fsynced: it is sealed now.
+func (l *Log) recoverUnsealed() error {
+	n := len(l.segs)
+	prev, last := l.segs[n-2], l.segs[n-1]
+	if err := l.recoverActive(prev); err != nil {
+		return err
+	}
+	// A gap means a lost tail (the crash kept less than was written, or
+	// recovery cut a torn batch). A cleaned segment could also end below
+	// the next base, but one is never unlisted this way: the cleaner does
+	// not touch a segment pending seal, and its own checkpoint lists the
+	// segment after what it cleaned.
+	if prev.next != last.base {
+		l.logger.Warn("storage: segment rolled from a torn one, removing it (never durable)", "file", last.f.Name(), "torn_end", prev.next)
+		if err := l.removeSegmentFiles(last); err != nil {
+			return fmt.Errorf("storage: open %s: %w", l.dir, err)
+		}
+		if err := l.fs.SyncDir(l.dir); err != nil {
+			return fmt.Errorf("storage: open %s: %w", l.dir, err)
+		}
+		last.unref()
+		l.segs = l.segs[:n-1]
+		return nil
+	}
+	if err := prev.f.Sync(); err != nil {
+		return fmt.Errorf("storage: open %s: sync %s: %w", l.dir, prev.f.Name(), err)
+	}
+	prev.idxMu.Lock()
+	prev.finishTimeIndexLocked()
+	err := prev.persistLocked(l, prev.size, true)
+	prev.idxMu.Unlock()
+	if err != nil {
+		return l.dropSealedIndex(prev, err)
+	}
 	return nil
 }
 
@@ -602,13 +694,14 @@ func (l *Log) appendLocked(batch []byte, h records.Header) (AppendInfo, error) {
 		if len(l.epochs) >= maxEpochEntries {
 			return AppendInfo{}, fmt.Errorf("storage: append to %s: more than %d leader epochs", l.dir, maxEpochEntries)
 		}
-		// Persist the epoch before the batch: recovery drops epochs beyond
-		// the end, but cannot invent one it never saw.
+		// The checkpoint is written by the sync cycle that makes this
+		// batch durable, before the durable offset passes it
+		// (writeEpochsAsync): never under mu. Recovery notes the epochs of
+		// the batches it scans, so a batch that reached the disk without
+		// its checkpoint still brings its epoch back.
 		l.epochs = append(l.epochs, epochEntry{h.PartitionLeaderEpoch, h.BaseOffset})
-		if err := l.writeEpochsLocked(); err != nil {
-			l.epochs = l.epochs[:len(l.epochs)-1]
-			return AppendInfo{}, fmt.Errorf("storage: append to %s: %w", l.dir, err)
-		}
+		l.epochsDirty = true
+		l.epochGen++
 	}
 	pos := s.size
 	n, err := s.f.Write(batch)
@@ -676,47 +769,224 @@ func (l *Log) shouldRollLocked(s *segment, h records.Header) bool {
 	return s.firstTS >= 0 && l.now().UnixMilli()-s.firstTS >= l.cfg.rollMs(s.jitter)
 }
 
-// rollLocked seals the active segment — fsyncs its data and indexes, so
-// that every sealed segment is durable and recovery need only scan the
-// last — and starts a new one at base.
+// rollLocked starts a new active segment at base. It fsyncs nothing: the
+// old segment becomes pendingSeal, and the next sync cycle fsyncs its data
+// and indexes and the directory (the new segment's name) before the
+// durable offset moves past the old segment's end (sealAsync), off mu.
+// Until the ordinal checkpoint lists the new segment, recovery treats the
+// old one as possibly unsealed (recoverUnsealed).
 func (l *Log) rollLocked(base int64) error {
-	old := l.active()
-	if err := old.f.Sync(); err != nil {
-		l.failLocked(fmt.Errorf("sync %s at roll: %w", old.f.Name(), err))
-		return fmt.Errorf("storage: roll %s: %w", l.dir, err)
+	if l.pendingSeal != nil {
+		// A whole segment filled within one sync cycle (tiny segments):
+		// seal the previous one here, so that at most one is pending.
+		if err := l.sealPendingLocked(); err != nil {
+			return fmt.Errorf("storage: roll %s: %w", l.dir, err)
+		}
 	}
+	old := l.active()
 	old.idxMu.Lock()
 	old.finishTimeIndexLocked()
-	if err := old.persistLocked(l, old.size, true); err != nil {
-		// A sealed segment must not keep a partial index: remove it, so
-		// the lazy load rebuilds it.
-		l.logger.Warn("storage: index write at roll failed, removing it", "file", old.path(indexSuffix), "err", err)
-		var rerr error
-		for _, suf := range []string{indexSuffix, timeIndexSuffix} {
-			if e := l.fs.Remove(old.path(suf)); e != nil && !errors.Is(e, os.ErrNotExist) {
-				rerr = errors.Join(rerr, e)
-			}
-		}
-		if rerr != nil {
-			old.idxMu.Unlock()
-			return fmt.Errorf("storage: roll %s: %w", l.dir, errors.Join(err, rerr))
-		}
-	}
-	old.idxMu.Unlock()
-	// The new segment's ordinal is durable before the segment exists.
 	ord := old.firstOrd + old.nbatches
-	if err := l.writeOrdinalsLocked(base, ord); err != nil {
-		return fmt.Errorf("storage: roll %s: %w", l.dir, err)
-	}
-	s, err := l.createSegment(base)
+	old.idxMu.Unlock()
+	s, err := l.createSegment(base, false)
 	if err != nil {
 		return fmt.Errorf("storage: roll %s: %w", l.dir, err)
 	}
 	s.firstOrd = ord
 	old.next = base
 	l.segs = append(l.segs, s)
-	l.advanceDurableLocked(base)
+	// No cycle is asked for here: under flush=sync the append's own wait
+	// brings one at once; under the other policies the next cycle (their
+	// interval or message count, an explicit Sync, Close) seals it, or the
+	// next roll does. A background request would also act on a log that
+	// was abandoned without Close (a simulated crash) while its directory
+	// is opened again.
+	l.pendingSeal = old
 	return nil
+}
+
+// sealPendingLocked seals pendingSeal on the caller's goroutine, under mu:
+// for the rare paths that need every sealed segment durable at once
+// (Close, a second roll within one cycle).
+func (l *Log) sealPendingLocked() error {
+	old := l.pendingSeal
+	if old == nil {
+		return nil
+	}
+	if err := old.f.Sync(); err != nil {
+		l.failLocked(fmt.Errorf("sync %s at roll: %w", old.f.Name(), err))
+		return err
+	}
+	old.idxMu.Lock()
+	err := old.persistLocked(l, old.size, true)
+	old.idxMu.Unlock()
+	if err != nil {
+		if rerr := l.dropSealedIndex(old, err); rerr != nil {
+			return rerr
+		}
+	}
+	l.pendingSeal = nil
+	return l.writeOrdinalsLocked(-1, 0) // its directory fsync covers the new segment's name
+}
+
+// dropSealedIndex handles a failed index write of a segment being sealed:
+// a sealed segment must not keep a partial index, so its files go and the
+// lazy load rebuilds them.
+func (l *Log) dropSealedIndex(s *segment, err error) error {
+	l.logger.Warn("storage: index write at roll failed, removing it", "file", s.path(indexSuffix), "err", err)
+	var rerr error
+	for _, suf := range []string{indexSuffix, timeIndexSuffix} {
+		if e := l.fs.Remove(s.path(suf)); e != nil && !errors.Is(e, os.ErrNotExist) {
+			rerr = errors.Join(rerr, e)
+		}
+	}
+	if rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	return nil
+}
+
+// syncPrepare makes durable, before a sync cycle's fsync of the active
+// segment and off mu, what that cycle's end offset depends on besides the
+// active segment's bytes: a rolled segment (sealAsync) and a new leader
+// epoch (writeEpochsAsync). An error fails the log.
+func (l *Log) syncPrepare(t syncTicket) error {
+	if t.seal == nil && !t.epochs {
+		return nil
+	}
+	l.sealMu.Lock()
+	defer l.sealMu.Unlock()
+	if t.seal != nil {
+		if err := l.sealAsync(t.seal, t.gen); err != nil {
+			return err
+		}
+	}
+	if t.epochs {
+		return l.writeEpochsAsync(t.gen)
+	}
+	return nil
+}
+
+// sealAsync seals old (pendingSeal when the cycle began): fsync its data,
+// write and fsync its indexes, then list the new segment in the ordinal
+// checkpoint, whose directory fsync makes the new segment's name durable.
+// Only the short steps that read or change the log's state take mu.
+func (l *Log) sealAsync(old *segment, gen uint64) error {
+	if err := old.f.Sync(); err != nil {
+		return fmt.Errorf("sync %s at roll: %w", old.f.Name(), err)
+	}
+	l.mu.RLock()
+	if l.pendingSeal != old || l.truncGen != gen || l.closed {
+		l.mu.RUnlock()
+		return nil // sealed, truncated or removed meanwhile
+	}
+	old.idxMu.Lock()
+	perr := old.openIndexFilesLocked(l)
+	if perr == nil {
+		perr = old.persistLocked(l, old.size, false)
+	}
+	// The ticket's reference keeps these open (closeFiles runs at the last unref).
+	idx, tf := old.idxFile, old.timeFile
+	old.idxMu.Unlock()
+	l.mu.RUnlock()
+	if perr == nil && idx != nil {
+		perr = idx.Sync()
+	}
+	if perr == nil && tf != nil {
+		perr = tf.Sync()
+	}
+	l.mu.Lock()
+	if l.pendingSeal != old || l.truncGen != gen || l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	if perr != nil {
+		if err := l.dropSealedIndex(old, perr); err != nil {
+			l.mu.Unlock()
+			return err
+		}
+	}
+	l.pendingSeal = nil
+	b, cerr := l.ordinalsLocked(-1, 0)
+	og := l.ordGen
+	l.mu.Unlock()
+	if cerr == nil {
+		cerr = l.replaceIfCurrent(ordinalCheckpoint, b, func() bool { return l.ordGen == og && l.truncGen == gen })
+	}
+	if cerr != nil {
+		// Only the checkpoint: recovery counts the batches of the segment
+		// before an unlisted one. The name must still be made durable.
+		l.logger.Warn("storage: ordinal checkpoint at roll", "dir", l.dir, "err", cerr)
+	}
+	if err := l.fs.SyncDir(l.dir); err != nil {
+		return fmt.Errorf("sync dir %s at roll: %w", l.dir, err)
+	}
+	return nil
+}
+
+// writeEpochsAsync writes the epoch checkpoint the last appends made dirty:
+// written and fsynced off mu, renamed into place under mu only if no
+// truncation wrote a newer one meanwhile, then the directory fsynced.
+func (l *Log) writeEpochsAsync(gen uint64) error {
+	l.mu.RLock()
+	if !l.epochsDirty || l.truncGen != gen || l.closed {
+		l.mu.RUnlock()
+		return nil
+	}
+	b := l.epochsBytesLocked()
+	eg := l.epochGen
+	l.mu.RUnlock()
+	renamed := false
+	err := l.replaceIfCurrent(epochCheckpoint, b, func() bool {
+		if l.truncGen != gen {
+			return false
+		}
+		if l.epochGen == eg {
+			l.epochsDirty = false
+		}
+		renamed = true
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("write %s: %w", epochCheckpoint, err)
+	}
+	if !renamed {
+		return nil
+	}
+	if err := l.fs.SyncDir(l.dir); err != nil {
+		return fmt.Errorf("write %s: sync dir: %w", epochCheckpoint, err)
+	}
+	return nil
+}
+
+// replaceIfCurrent writes data to name's cycle temp file and fsyncs it off
+// mu, then, under mu, renames it over name if current() (called with mu
+// held) still says so. The caller fsyncs the directory. The temp file's
+// name differs from WriteFileAtomic's, which writers under mu use.
+func (l *Log) replaceIfCurrent(name string, data []byte, current func() bool) error {
+	path := filepath.Join(l.dir, name)
+	tmp := path + ".cycle.tmp"
+	f, err := l.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		l.mu.Lock()
+		if current() && !l.closed {
+			err = l.fs.Rename(tmp, path)
+			l.mu.Unlock()
+			return err
+		}
+		l.mu.Unlock()
+	}
+	return errors.Join(err, l.fs.Remove(tmp))
 }
 
 // Failed returns the error that stopped the log (a failed fsync or write),
@@ -759,6 +1029,8 @@ type syncTicket struct {
 	s         *segment
 	size, end int64
 	gen       uint64
+	seal      *segment // pendingSeal when the cycle began (referenced)
+	epochs    bool     // the epoch checkpoint was dirty
 }
 
 // syncBegin captures the active segment and end offset for a cycle; ok is
@@ -769,12 +1041,16 @@ func (l *Log) syncBegin() (t syncTicket, ok bool, err error) {
 	if err := l.checkWritableLocked(); err != nil {
 		return t, false, err
 	}
-	if l.end <= l.durable.Load() {
+	if l.end <= l.durable.Load() && l.pendingSeal == nil && !l.epochsDirty {
 		return t, false, nil
 	}
 	s := l.active()
 	s.ref() // the file stays open even if a Truncate removes the segment
-	return syncTicket{l: l, s: s, size: s.size, end: l.end, gen: l.truncGen}, true, nil
+	t = syncTicket{l: l, s: s, size: s.size, end: l.end, gen: l.truncGen, epochs: l.epochsDirty}
+	if t.seal = l.pendingSeal; t.seal != nil {
+		t.seal.ref()
+	}
+	return t, true, nil
 }
 
 // syncEnd records the outcome of the fsync covering t: advance the durable
@@ -782,6 +1058,9 @@ func (l *Log) syncBegin() (t syncTicket, ok bool, err error) {
 func (t syncTicket) syncEnd(err error) error {
 	l, s := t.l, t.s
 	defer s.unref()
+	if t.seal != nil {
+		defer t.seal.unref()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if t.gen != l.truncGen || l.closed {
@@ -809,6 +1088,9 @@ func (l *Log) syncOnce() error {
 	t, ok, err := l.syncBegin()
 	if !ok {
 		return err
+	}
+	if err := l.syncPrepare(t); err != nil {
+		return t.syncEnd(err)
 	}
 	return t.syncEnd(t.s.f.Sync())
 }
@@ -1127,6 +1409,10 @@ func (l *Log) Truncate(offset int64) error {
 		}
 	}
 	wasDurable := offset <= l.durable.Load()
+	if p := l.pendingSeal; p != nil && (p == s || slices.Contains(l.segs[i+1:], p)) {
+		// Active again (synced below) or removed.
+		l.pendingSeal = nil
+	}
 	removed := l.segs[i+1:]
 	l.segs = l.segs[:i+1]
 	var errs []error
@@ -1169,7 +1455,7 @@ func (l *Log) Truncate(offset int64) error {
 		l.durable.Store(offset)
 	}
 	errs = append(errs, s.f.Sync())
-	if l.truncateEpochsLocked(offset) {
+	if l.truncateEpochsLocked(offset) || l.epochsDirty {
 		errs = append(errs, l.writeEpochsLocked())
 	}
 	if offset < l.firstDirty {
@@ -1238,13 +1524,14 @@ func (l *Log) resetLocked(offset, ordinal int64) error {
 		s.unref()
 	}
 	l.segs = nil
+	l.pendingSeal = nil
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("storage: reset %s: %w", l.dir, err)
 	}
 	if err := l.writeOrdinalsLocked(offset, ordinal); err != nil {
 		return fmt.Errorf("storage: reset %s: %w", l.dir, err)
 	}
-	s, err := l.createSegment(offset)
+	s, err := l.createSegment(offset, true)
 	if err != nil {
 		return err
 	}
@@ -1300,6 +1587,17 @@ func (l *Log) deleteOldestLocked(del func(*segment) bool) (int, error) {
 	for len(l.segs) > 1 && del(l.segs[0]) {
 		s := l.segs[0]
 		l.segs = l.segs[1:]
+		if s == l.pendingSeal {
+			// Deleted unsealed (retention caught up with the roll): the
+			// segments left must be listed in the ordinal checkpoint,
+			// which the recovery of an unlisted first segment needs.
+			l.pendingSeal = nil
+			defer func() {
+				if err := l.writeOrdinalsLocked(-1, 0); err != nil {
+					l.logger.Warn("storage: ordinal checkpoint after deleting a rolled segment", "dir", l.dir, "err", err)
+				}
+			}()
+		}
 		errs = append(errs, l.removeSegmentFiles(s))
 		l.lruForget(s)
 		s.unref()
@@ -1497,6 +1795,12 @@ func (l *Log) Close() error {
 		return ErrClosed
 	}
 	var errs []error
+	if l.failed == nil && l.pendingSeal != nil {
+		errs = append(errs, l.sealPendingLocked())
+	}
+	if l.failed == nil && l.epochsDirty {
+		errs = append(errs, l.writeEpochsLocked())
+	}
 	if l.failed == nil {
 		s := l.active()
 		if err := s.f.Sync(); err != nil {
@@ -1683,26 +1987,44 @@ func (l *Log) segmentBatches(s *segment) (int64, error) {
 
 // writeOrdinalsLocked persists every segment's first ordinal, plus
 // (newBase, newOrd) for a segment about to be created (newBase < 0: none).
+// Segments after pendingSeal are left out: recovery takes an unlisted last
+// segment as the sign that the one before it may not be sealed.
 func (l *Log) writeOrdinalsLocked(newBase, newOrd int64) error {
+	b, err := l.ordinalsLocked(newBase, newOrd)
+	if err != nil {
+		return err
+	}
+	l.ordGen++
+	if err := writeFileAtomic(l.fs, filepath.Join(l.dir, ordinalCheckpoint), b); err != nil {
+		return fmt.Errorf("write %s: %w", ordinalCheckpoint, err)
+	}
+	return nil
+}
+
+// ordinalsLocked formats the ordinal checkpoint (writeOrdinalsLocked).
+func (l *Log) ordinalsLocked(newBase, newOrd int64) ([]byte, error) {
+	segs := l.segs
+	if l.pendingSeal != nil {
+		if k := slices.Index(segs, l.pendingSeal); k >= 0 {
+			segs = segs[:k+1]
+		}
+	}
 	var b bytes.Buffer
-	n := len(l.segs)
+	n := len(segs)
 	if newBase >= 0 {
 		n++
 	}
 	fmt.Fprintf(&b, "0\n%d\n", n)
-	for _, s := range l.segs {
+	for _, s := range segs {
 		fmt.Fprintf(&b, "%d %d\n", s.base, s.firstOrd)
 	}
 	if newBase >= 0 {
 		fmt.Fprintf(&b, "%d %d\n", newBase, newOrd)
 	}
 	if b.Len() > maxOrdinalCkpt {
-		return fmt.Errorf("%s: %d segments exceed its size limit", ordinalCheckpoint, n)
+		return nil, fmt.Errorf("%s: %d segments exceed its size limit", ordinalCheckpoint, n)
 	}
-	if err := writeFileAtomic(l.fs, filepath.Join(l.dir, ordinalCheckpoint), b.Bytes()); err != nil {
-		return fmt.Errorf("write %s: %w", ordinalCheckpoint, err)
-	}
-	return nil
+	return b.Bytes(), nil
 }
 
 func parseOrdinalCheckpoint(b []byte) (map[int64]int64, error) {
@@ -1748,16 +2070,25 @@ func (l *Log) truncateEpochsFromStartLocked(start int64) {
 	}
 }
 
+// writeEpochsLocked writes the epoch checkpoint durably, under mu (rare
+// paths: recovery, truncation, reset, Close; appends leave it to the sync
+// cycle, writeEpochsAsync).
 func (l *Log) writeEpochsLocked() error {
+	l.epochGen++
+	if err := writeFileAtomic(l.fs, filepath.Join(l.dir, epochCheckpoint), l.epochsBytesLocked()); err != nil {
+		return fmt.Errorf("write %s: %w", epochCheckpoint, err)
+	}
+	l.epochsDirty = false
+	return nil
+}
+
+func (l *Log) epochsBytesLocked() []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "0\n%d\n", len(l.epochs))
 	for _, e := range l.epochs {
 		fmt.Fprintf(&b, "%d %d\n", e.epoch, e.start)
 	}
-	if err := writeFileAtomic(l.fs, filepath.Join(l.dir, epochCheckpoint), b.Bytes()); err != nil {
-		return fmt.Errorf("write %s: %w", epochCheckpoint, err)
-	}
-	return nil
+	return b.Bytes()
 }
 
 func parseEpochCheckpoint(b []byte) ([]epochEntry, error) {
@@ -1819,27 +2150,4 @@ func (l *Log) rebuildEpochs() error {
 		}
 	}
 	return l.writeEpochsLocked()
-}
-
-// scanTailEpochs adds epochs seen in the recovered tail of the active segment.
-func (l *Log) scanTailEpochs(s *segment) error {
-	s.idxMu.Lock()
-	pos := int64(0)
-	if n := len(s.offIdx); n > 0 {
-		pos = int64(s.offIdx[n-1].pos)
-	}
-	s.idxMu.Unlock()
-	before := len(l.epochs)
-	for pos < s.size {
-		h, err := l.batchHeader(s, pos)
-		if err != nil {
-			return fmt.Errorf("storage: open %s: %w", l.dir, err)
-		}
-		l.noteEpochLocked(h.PartitionLeaderEpoch, h.BaseOffset)
-		pos += int64(h.Size())
-	}
-	if len(l.epochs) != before {
-		return l.writeEpochsLocked()
-	}
-	return nil
 }

@@ -10,7 +10,9 @@ import (
 	"log/slog"
 	"math/rand"
 	"path/filepath"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -738,28 +740,102 @@ func TestSegmentMsRoll(t *testing.T) {
 	}
 }
 
-func TestRollSurvivesDirSyncFailure(t *testing.T) {
+// A roll makes the new segment's name durable in the sync cycle, not in
+// the append: a failed directory fsync fails that cycle (and the log, as a
+// failed fsync does), never acknowledges what is in the new segment, and a
+// truncation to the durable offset brings the log back.
+func TestRollDirSyncFailureFailsTheCycle(t *testing.T) {
 	fs := NewCrashFS(1)
 	l := openLog(t, fs, "/d", testConfig(), newSyncer(t), nil)
 	defer l.Close()
 	if _, err := l.Append(batch(t, 1, 100, 1), 0); err != nil {
 		t.Fatal(err)
 	}
-	fs.InjectError(OpSyncDir, "/d", syscall.EIO)
-	failed := false
-	for i := 0; i < 100 && !failed; i++ {
-		_, err := l.Append(batch(t, 1, 100, 1), 0)
-		failed = err != nil
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
 	}
-	if !failed || l.Segments() != 1 {
-		t.Fatalf("roll did not fail: %v, %d segments", failed, l.Segments())
+	durable := l.DurableOffset()
+	fs.InjectError(OpSyncDir, "/d", syscall.EIO)
+	for i := 0; l.Segments() < 2; i++ {
+		if i == 100 {
+			t.Fatal("no roll after 100 appends")
+		}
+		if _, err := l.Append(batch(t, 1, 100, 1), 0); err != nil {
+			t.Fatalf("append %d (a roll does no directory fsync): %v", i, err)
+		}
+	}
+	if err := l.Sync(); err == nil {
+		t.Fatal("sync succeeded with the directory fsync failing")
+	}
+	if l.Failed() == nil || l.DurableOffset() != durable {
+		t.Fatalf("failed %v, durable %d (was %d)", l.Failed(), l.DurableOffset(), durable)
 	}
 	fs.ClearErrors()
-	if _, err := l.Append(batch(t, 1, 100, 1), 0); err != nil {
-		t.Fatalf("append after a failed roll: %v", err)
+	if err := l.Truncate(l.DurableOffset()); err != nil {
+		t.Fatalf("truncate to the durable offset: %v", err)
 	}
-	if err := l.Sync(); err != nil || l.Segments() != 2 {
+	if _, err := l.Append(batch(t, 1, 100, 1), 0); err != nil {
+		t.Fatalf("append after recovery: %v", err)
+	}
+	if err := l.Sync(); err != nil || l.Segments() != 1 {
 		t.Fatalf("sync %v, %d segments", err, l.Segments())
+	}
+}
+
+// Appends never fsync (not at a roll, not for a new leader epoch's
+// checkpoint): the sync cycle does it, off the log's lock, before the
+// durable offset passes them. A power cut after the cycle loses nothing,
+// and the epochs come back.
+func TestAppendNeverFsyncs(t *testing.T) {
+	fs := NewCrashFS(1)
+	var syncs sync.Map
+	var inAppend atomic.Bool
+	appender := goid()
+	fs.OnSync(func(p string) {
+		// The Syncer's goroutine may seal a rolled segment meanwhile
+		// (a roll asks it to): only the appending goroutine counts.
+		if inAppend.Load() && goid() == appender {
+			syncs.Store(p, true)
+		}
+	})
+	sy := newSyncer(t)
+	l := openLog(t, fs, "/d", testConfig(), sy, nil)
+	var ends []int64
+	for i := 0; i < 60; i++ {
+		inAppend.Store(true)
+		info, err := l.Append(batch(t, 1, 200, int64(i)), int32(i/10))
+		inAppend.Store(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends = append(ends, info.LastOffset+1)
+		if i%7 == 0 {
+			if err := l.Sync(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	syncs.Range(func(k, _ any) bool {
+		t.Errorf("append fsynced %v", k)
+		return true
+	})
+	if l.Segments() < 3 {
+		t.Fatalf("%d segments: the test needs rolls", l.Segments())
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	fs.Crash()
+	l2 := openLog(t, fs, "/d", testConfig(), sy, nil)
+	defer l2.Close()
+	if l2.EndOffset() != ends[len(ends)-1] {
+		t.Fatalf("end %d after the crash, %d was durable", l2.EndOffset(), ends[len(ends)-1])
+	}
+	if got := l2.Epochs(); len(got) != 6 {
+		t.Fatalf("epochs after the crash %v, want 0..5", got)
+	}
+	if got := l2.EpochAt(ends[len(ends)-1] - 1); got != 5 {
+		t.Fatalf("epoch of the last batch %d, want 5", got)
 	}
 }
 
@@ -1054,4 +1130,92 @@ func TestIndexEviction(t *testing.T) {
 	if info, err := l.Append(batch(t, 1, 1, 1), 0); err != nil || info.Ordinal != 10 {
 		t.Fatalf("append after truncate: %+v %v", info, err)
 	}
+}
+
+// A power cut between a roll and the cycle that seals the rolled segment:
+// the old segment lost its unsynced tail while the new segment's file
+// survived with a batch. Recovery finds the new segment unlisted in the
+// ordinal checkpoint, checks the one before it like an active segment, and
+// removes the new one (it lies beyond a hole, and nothing in it was ever
+// durable). And when the seal's checkpoint write alone failed, the unlisted
+// segment is kept: the one before it is whole.
+func TestRecoverUnsealedRoll(t *testing.T) {
+	t.Run("torn", func(t *testing.T) {
+		fs := NewCrashFS(1)
+		sy := newSyncer(t)
+		l := openLog(t, fs, "/d", testConfig(), sy, nil)
+		for i := 0; i < 10; i++ {
+			if _, err := l.Append(batch(t, 1, 100, 1), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		durable := l.DurableOffset()
+		var rolledAt int64
+		for l.Segments() < 2 {
+			info, err := l.Append(batch(t, 1, 100, 1), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rolledAt = info.BaseOffset
+		}
+		fs.Crash() // before any cycle: the old tail and the new name are lost
+		b := batch(t, 1, 100, 1)
+		records.SetBaseOffset(b, rolledAt)
+		fs.WriteFileForTest("/d/"+segmentName(rolledAt, logSuffix), b) // as if its pages had been written back
+		l2 := openLog(t, fs, "/d", testConfig(), sy, nil)
+		defer l2.Close()
+		if l2.Segments() != 1 || l2.EndOffset() != durable {
+			t.Fatalf("after recovery: %d segments, end %d; want 1 segment ending at the durable %d", l2.Segments(), l2.EndOffset(), durable)
+		}
+		if _, err := l2.Append(batch(t, 1, 100, 1), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := l2.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("whole", func(t *testing.T) {
+		fs := NewCrashFS(1)
+		sy := newSyncer(t)
+		l := openLog(t, fs, "/d", testConfig(), sy, nil)
+		for l.Segments() < 2 {
+			if _, err := l.Append(batch(t, 1, 100, 1), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fs.InjectError(OpRename, ordinalCheckpoint, syscall.EIO)
+		if err := l.Sync(); err != nil {
+			t.Fatalf("a failed ordinal checkpoint must not fail the cycle: %v", err)
+		}
+		end := l.EndOffset()
+		if l.DurableOffset() != end {
+			t.Fatalf("durable %d, end %d", l.DurableOffset(), end)
+		}
+		fs.ClearErrors()
+		fs.Crash()
+		l2 := openLog(t, fs, "/d", testConfig(), sy, nil)
+		defer l2.Close()
+		if l2.Segments() != 2 || l2.EndOffset() != end {
+			t.Fatalf("after recovery: %d segments, end %d; want 2 ending at %d", l2.Segments(), l2.EndOffset(), end)
+		}
+		for off := int64(0); off < end; off++ {
+			if o, err := l2.OrdinalOf(off); err != nil || o != off {
+				t.Fatalf("ordinal of %d: %d %v", off, o, err)
+			}
+		}
+	})
+}
+
+// goid is the calling goroutine's id, from its stack header.
+func goid() string {
+	b := make([]byte, 64)
+	b = b[:runtime.Stack(b, false)]
+	f := bytes.Fields(b)
+	if len(f) < 2 {
+		return ""
+	}
+	return string(f[1])
 }

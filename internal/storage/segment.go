@@ -69,7 +69,8 @@ type timeEntry struct {
 // segment is one <base>.log file with its sparse indexes.
 //
 // Index files are written only for batches already fsynced (after a sync
-// cycle, at roll, at Close), and never fsynced except at roll and Close. So
+// cycle, when a rolled segment is sealed, at Close), and never fsynced except
+// when a segment is sealed (sealAsync) and at Close. So
 // an entry found on disk always points into durable data, and recovery can
 // trust the last valid entry of the active segment and scan on from it.
 type segment struct {

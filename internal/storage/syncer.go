@@ -184,9 +184,18 @@ func (s *Syncer) syncGroup(ls []*Log) {
 		if err != nil {
 			s.logger.Debug("storage: sync", "dir", l.dir, "err", err)
 		}
-		if ok {
-			tickets = append(tickets, t)
+		if !ok {
+			continue
 		}
+		// A roll or a new epoch to make durable first (rare): its own
+		// fsyncs, then the shared syncfs.
+		if err := l.syncPrepare(t); err != nil {
+			if e := t.syncEnd(err); e != nil {
+				s.logger.Warn("storage: fsync cycle failed", "dir", t.l.dir, "err", e)
+			}
+			continue
+		}
+		tickets = append(tickets, t)
 	}
 	if len(tickets) == 0 {
 		return
