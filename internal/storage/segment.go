@@ -422,6 +422,35 @@ func (s *segment) persistLocked(l *Log, synced int64, sync bool) error {
 	return nil
 }
 
+// Index entries of the active segment are written after a sync cycle only
+// once this many are waiting, or the synced bytes past the last written
+// entry reach indexPersistBytes (and always at roll and Close): recovery
+// after a crash rescans at most about that much more of the segment.
+const (
+	indexPersistEntries = 32
+	indexPersistBytes   = 1 << 20
+)
+
+// indexDueLocked reports whether the entries below synced should be
+// written now.
+func (s *segment) indexDueLocked(synced int64) bool {
+	n := 0
+	for i := s.offPersisted; i < len(s.offIdx) && int64(s.offIdx[i].pos) < synced; i++ {
+		n++
+		if n >= indexPersistEntries {
+			return true
+		}
+	}
+	if n == 0 {
+		return false
+	}
+	var last int64
+	if s.offPersisted > 0 {
+		last = int64(s.offIdx[s.offPersisted-1].pos)
+	}
+	return synced-last >= indexPersistBytes
+}
+
 // appendOffEntry encodes an offset index entry with its CRC.
 func appendOffEntry(b []byte, e offEntry) []byte {
 	b = binary.BigEndian.AppendUint32(b, e.rel)
