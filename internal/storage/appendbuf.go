@@ -25,9 +25,17 @@ const (
 	appendDirect = 64 << 10
 )
 
-// appendBufs holds the buffers of files that have nothing pending, so an
-// idle log holds none (a node may have thousands of logs).
-var appendBufs = sync.Pool{New: func() any { b := make([]byte, 0, appendBufSize); return &b }}
+// appendBufSmall: a log's buffer starts this small and moves to one of
+// appendBufSize only when more is pending: with 1,000 partitions every log
+// has a little pending at any time, and 256 KiB each was 256 MiB of RSS.
+const appendBufSmall = 16 << 10
+
+// Buffers of files that have nothing pending wait in these pools (by
+// capacity), so an idle log holds none (a node may have thousands of logs).
+var (
+	appendBufsSmall = sync.Pool{New: func() any { b := make([]byte, 0, appendBufSmall); return &b }}
+	appendBufs      = sync.Pool{New: func() any { b := make([]byte, 0, appendBufSize); return &b }}
+)
 
 // errAppendFailed marks a buffered write that failed and whose partial
 // bytes could not be cut off again: the file is in an unknown state.
@@ -71,7 +79,13 @@ func (a *appendFile) Write(b []byte) (int, error) {
 		return n, err // the log cuts a partial batch (Truncate)
 	}
 	if a.buf == nil {
-		a.buf = appendBufs.Get().(*[]byte)
+		a.buf = appendBufsSmall.Get().(*[]byte)
+	}
+	if len(*a.buf)+len(b) > cap(*a.buf) {
+		big := appendBufs.Get().(*[]byte)
+		*big = append(*big, *a.buf...)
+		a.releaseLocked()
+		a.buf = big
 	}
 	*a.buf = append(*a.buf, b...)
 	return len(b), nil
@@ -114,7 +128,11 @@ func (a *appendFile) flushLocked() error {
 func (a *appendFile) releaseLocked() {
 	if a.buf != nil {
 		*a.buf = (*a.buf)[:0]
-		appendBufs.Put(a.buf)
+		if cap(*a.buf) == appendBufSmall {
+			appendBufsSmall.Put(a.buf)
+		} else {
+			appendBufs.Put(a.buf)
+		}
 		a.buf = nil
 	}
 }
