@@ -2,6 +2,7 @@ package brokertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -52,7 +55,8 @@ func TestScalePartitions(t *testing.T) {
 	rssEmpty := rssMiB(t)
 
 	t0 = time.Now()
-	CreateClusterTopic(t, nodes, "scale", parts, rf, nil)
+	createScaleTopic(t, nodes, parts, rf)
+	awaitLong(t, "a leader for every partition", func() error { return allLed(nodes, parts) })
 	report("%d partitions, RF=%d (%d replicas): created and led on every node in %.2fs", parts, rf, parts*rf, time.Since(t0).Seconds())
 	produceOne(t, nodes, parts)
 
@@ -82,11 +86,47 @@ func TestScalePartitions(t *testing.T) {
 	started := time.Since(t0)
 	produceOne(t, nodes, parts)
 	first := time.Since(t0)
-	Await(t, "a leader for every partition", func() error { return allLed(nodes, parts) })
+	awaitLong(t, "a leader for every partition", func() error { return allLed(nodes, parts) })
 	report("restart of all 3 nodes: brokers up in %.2fs, first produce acknowledged (acks=all) at %.2fs, every partition led at %.2fs",
 		started.Seconds(), first.Seconds(), time.Since(t0).Seconds())
 	cpu, gc = idleCPU(t, idle)
 	report("idle after restart: %.1f%% of a core over %s (GC cycles %d); RSS %.0f MiB", cpu, idle, gc, rssMiB(t))
+}
+
+// createScaleTopic creates the topic; a CreateTopics that times out (as
+// Kafka's, the creation goes on) is fine: the caller waits for leaders.
+func createScaleTopic(t *testing.T, nodes []*Node, parts, rf int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(Addrs(nodes)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	resp, err := kadm.NewClient(cl).CreateTopics(ctx, int32(parts), int16(rf), nil, "scale")
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil && !errors.Is(err, kerr.RequestTimedOut) {
+		t.Fatalf("create topic: %v", err)
+	}
+}
+
+// awaitLong is Await with ten minutes.
+func awaitLong(t *testing.T, what string, fn func() error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 func envInt(t *testing.T, name string, def int) int {
