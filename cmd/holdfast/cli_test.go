@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -509,4 +510,43 @@ func TestCLIGroupDescribeConsumerProtocol(t *testing.T) {
 		t.Fatalf("partition 0 has no member:\n%s", desc)
 	}
 	row(t, desc, member, "-", "cli-848")
+}
+
+// TestDevClusterSettings: dev-cluster takes serve's settings for every node
+// with --override (Kafka's names), and refuses the ones that tell nodes
+// apart, security and names Holdfast does not know.
+func TestDevClusterSettings(t *testing.T) {
+	for _, bad := range []struct{ override, says string }{
+		{"listeners=PLAINTEXT://:9092", "--listen"},
+		{"node.id=7", "--node-id"},
+		{"log.dirs=/tmp/x", "--data-dir"},
+		{"ssl.keystore.location=/tmp/ks.pem", "PLAINTEXT only"},
+		{"num.io.threads=8", "does not support"},
+		{"num.partitions=many", "num.partitions"},
+	} {
+		r := hf(t, "", "dev-cluster", "--dir", t.TempDir(), "--base-port", "1", "--override", bad.override)
+		if r.code != 2 || !strings.Contains(r.err, bad.says) {
+			t.Errorf("dev-cluster --override %s: exit %d, stderr %q; want exit 2 naming %q", bad.override, r.code, r.err, bad.says)
+		}
+	}
+	brokers, logs := startDevCluster(t, "--override", "num.partitions=5", "--override", "default.replication.factor=3")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, -1, -1, nil, "dc-defaults"); err != nil {
+		t.Fatalf("create with the defaults: %v\n%s", err, logs())
+	}
+	td, err := adm.ListTopics(ctx, "dc-defaults")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := td["dc-defaults"]
+	if len(d.Partitions) != 5 || len(d.Partitions[0].Replicas) != 3 {
+		t.Fatalf("topic created with the defaults has %d partitions of %d replicas, want 5 of 3", len(d.Partitions), len(d.Partitions[0].Replicas))
+	}
 }

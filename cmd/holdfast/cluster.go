@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/signal"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -277,6 +280,8 @@ func newDevClusterCmd() *cobra.Command {
 	var (
 		nodes, basePort      int
 		dir, flush, logLevel string
+		config               string
+		overrides            []string
 	)
 	c := &cobra.Command{
 		Use:   "dev-cluster",
@@ -284,9 +289,19 @@ func newDevClusterCmd() *cobra.Command {
 		Long: `Run N brokers in this process on 127.0.0.1: node i serves Kafka on
 base-port+i-1 and Raft on base-port+100+i-1, with its data in DIR/node-i.
 Prints the bootstrap string, then runs until SIGINT/SIGTERM. Every flag can
-also be set as HOLDFAST_<FLAG>.`,
+also be set as HOLDFAST_<FLAG>.
+
+--config and --override take serve's settings (its flag names or Kafka's,
+as in a server.properties) for every node: group, transaction, log,
+retention and limit settings. What tells the nodes apart (listeners, node
+id, data dir, Raft peers) and security are dev-cluster's own: setting them
+is an error. PLAINTEXT only.`,
+		Example: `  holdfast dev-cluster --nodes 3 --dir /tmp/dc
+  holdfast dev-cluster --override group.initial.rebalance.delay.ms=0 --override group.consumer.heartbeat.interval.ms=500`,
 		Args: noArgs,
 	}
+	c.Flags().StringVar(&config, "config", "", "a serve config file (key=value lines, flag or Kafka names) applied to every node")
+	c.Flags().StringArrayVar(&overrides, "override", nil, "a serve config line `key=value` (Kafka's name or a serve flag's) for every node, repeatable; wins over --config")
 	s := newSettings(c.Flags())
 	s.Int(&nodes, "nodes", 3, "number of nodes")
 	s.String(&dir, "dir", "./dev-cluster", "data directory (one sub-directory per node)")
@@ -297,12 +312,52 @@ also be set as HOLDFAST_<FLAG>.`,
 		if _, err := s.load("", nil); err != nil {
 			return usageError{err}
 		}
-		return devCluster(cmd.OutOrStdout(), nodes, basePort, dir, flush, logLevel)
+		base, err := devClusterBase(config, overrides)
+		if err != nil {
+			return usageError{err}
+		}
+		return devCluster(cmd.OutOrStdout(), nodes, basePort, dir, flush, logLevel, base)
 	}
 	return c
 }
 
-func devCluster(out io.Writer, nodes, basePort int, dir, flush, logLevel string) error {
+// devClusterNodeFlags are the serve settings that tell nodes apart (or
+// secure them), which dev-cluster chooses itself.
+var devClusterNodeFlags = []string{"listen", "advertised", "data-dir", "node-id", "peers", "raft-listen", "join", "metrics-listen", "add-scram"}
+
+// devClusterBase reads serve's settings from config and overrides (and
+// HOLDFAST_<FLAG> for serve's flags) into the configuration every node
+// starts from; nil with neither. The returned function gives a node's copy.
+func devClusterBase(config string, overrides []string) (func(*slog.Logger) (broker.Config, wire.Limits, error), error) {
+	if config == "" && len(overrides) == 0 {
+		return nil, nil
+	}
+	sc := &serveConfig{}
+	s := newSettings(pflag.NewFlagSet("serve", pflag.ContinueOnError))
+	sc.register(s)
+	unsupported, err := s.load(config, overrides)
+	if err != nil {
+		return nil, err
+	}
+	if len(unsupported) > 0 {
+		return nil, fmt.Errorf("settings Holdfast does not support: %s", strings.Join(unsupported, ", "))
+	}
+	for _, f := range devClusterNodeFlags {
+		if fl := s.fs.Lookup(f); fl != nil && fl.Changed {
+			return nil, fmt.Errorf("--%s: dev-cluster chooses it for each node itself", f)
+		}
+	}
+	if len(sc.security) > 0 {
+		return nil, fmt.Errorf("security settings (%s): dev-cluster is PLAINTEXT only; run holdfast serve per node for security", strings.Join(slices.Sorted(maps.Keys(sc.security)), ", "))
+	}
+	return func(logger *slog.Logger) (broker.Config, wire.Limits, error) {
+		cfg, lim, _, err := sc.brokerConfig(logger)
+		cfg.Security = broker.DefaultConfig().Security
+		return cfg, lim, err
+	}, nil
+}
+
+func devCluster(out io.Writer, nodes, basePort int, dir, flush, logLevel string, base func(*slog.Logger) (broker.Config, wire.Limits, error)) error {
 	if nodes < 1 || nodes > 99 {
 		return usagef("--nodes %d: want 1..99", nodes)
 	}
@@ -340,8 +395,15 @@ func devCluster(out io.Writer, nodes, basePort int, dir, flush, logLevel string)
 			}
 		}
 	}()
+	lims := make([]wire.Limits, nodes)
 	for i := 1; i <= nodes; i++ {
-		cfg := broker.DefaultConfig()
+		cfg, lim := broker.DefaultConfig(), wire.DefaultLimits()
+		if base != nil {
+			if cfg, lim, err = base(logger); err != nil {
+				return usageError{err}
+			}
+		}
+		lims[i-1] = lim
 		cfg.NodeID = int32(i)
 		cfg.DataDir = filepath.Join(dir, "node-"+strconv.Itoa(i))
 		cfg.AdvertisedHost, cfg.AdvertisedPort = "127.0.0.1", int32(basePort+i-1)
@@ -368,7 +430,7 @@ func devCluster(out io.Writer, nodes, basePort int, dir, flush, logLevel string)
 	wg.Wait()
 	for i, b := range bs {
 		if b != nil {
-			srv := wire.NewServer(b, wire.DefaultLimits(), cfgs[i].Logger)
+			srv := wire.NewServer(b, lims[i], cfgs[i].Logger)
 			go func(ln net.Listener) { errc <- srv.Serve(ln) }(lns[i])
 			rs = append(rs, running{b, srv})
 		}

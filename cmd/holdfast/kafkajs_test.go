@@ -23,16 +23,23 @@ import (
 	"time"
 )
 
-// kafkajs returns node and the absolute testdata/kafkajs directory, after
-// checking that the kafkajs installed there is the one package-lock.json
-// pins. Without node or the installed kafkajs the test is skipped, except
-// under CI, where it fails.
+// kafkajs returns node and the absolute testdata/kafkajs directory (see
+// nodePackage).
 func kafkajs(t *testing.T) (node, dir string) {
+	t.Helper()
+	return nodePackage(t, "kafkajs", "kafkajs")
+}
+
+// nodePackage returns node and the absolute testdata/<dir> directory, after
+// checking that the pkg installed there is the one package-lock.json pins.
+// Without node or the installed package the test is skipped, except under
+// CI, where it fails.
+func nodePackage(t *testing.T, name, pkg string) (node, dir string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	dir, err := filepath.Abs("testdata/kafkajs")
+	dir, err := filepath.Abs(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +48,7 @@ func kafkajs(t *testing.T) (node, dir string) {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("%s; .ci/run installs node and npm with apt-get and runs npm ci in %s", why, dir)
 		}
-		t.Skipf("%s (apt-get install nodejs npm; cd cmd/holdfast/testdata/kafkajs && npm ci)", why)
+		t.Skipf("%s (apt-get install nodejs npm; cd cmd/holdfast/testdata/%s && npm ci)", why, name)
 	}
 	node, err = exec.LookPath("node")
 	if err != nil {
@@ -58,28 +65,36 @@ func kafkajs(t *testing.T) (node, dir string) {
 	if err := json.Unmarshal(b, &lock); err != nil {
 		t.Fatal(err)
 	}
-	want := lock.Packages["node_modules/kafkajs"].Version
+	want := lock.Packages["node_modules/"+pkg].Version
 	if want == "" {
-		t.Fatal("testdata/kafkajs/package-lock.json pins no kafkajs")
+		t.Fatalf("testdata/%s/package-lock.json pins no %s", name, pkg)
 	}
-	b, err = os.ReadFile(filepath.Join(dir, "node_modules", "kafkajs", "package.json"))
+	b, err = os.ReadFile(filepath.Join(dir, "node_modules", pkg, "package.json"))
 	if err != nil {
-		missing("kafkajs is not installed in testdata/kafkajs")
+		missing(pkg + " is not installed in testdata/" + name)
 	}
 	if err := json.Unmarshal(b, &installed); err != nil {
 		t.Fatal(err)
 	}
-	if installed.Version != want {
-		t.Fatalf("testdata/kafkajs has kafkajs %s installed, package-lock.json pins %s: run npm ci there", installed.Version, want)
+	if strings.TrimPrefix(installed.Version, "v") != want { // node-rdkafka writes v3.6.1
+		t.Fatalf("testdata/%s has %s %s installed, package-lock.json pins %s: run npm ci there", name, pkg, installed.Version, want)
 	}
 	return node, dir
 }
 
-// runKafkajs runs `node check.js scenario opts` and decodes its JSON into
-// out; on failure it reports kafkajs's log and the brokers'.
+// runKafkajs runs `node check.js scenario opts` in testdata/kafkajs (see
+// runNode).
 func runKafkajs(t *testing.T, scenario string, opts any, logs func() string, out any) {
 	t.Helper()
-	node, dir := kafkajs(t)
+	runNode(t, "kafkajs", "kafkajs", scenario, opts, logs, out)
+}
+
+// runNode runs `node check.js scenario opts` in testdata/<name> and decodes
+// its JSON into out; on failure it reports the client's log and the
+// brokers'.
+func runNode(t *testing.T, name, pkg, scenario string, opts any, logs func() string, out any) {
+	t.Helper()
+	node, dir := nodePackage(t, name, pkg)
 	o, err := json.Marshal(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -92,12 +107,12 @@ func runKafkajs(t *testing.T, scenario string, opts any, logs func() string, out
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("node check.js %s: %v\n%s\nbroker logs:\n%s", scenario, err, stderr.String(), logs())
+		t.Fatalf("node check.js %s in testdata/%s: %v\n%s\nbroker logs:\n%s", scenario, name, err, stderr.String(), logs())
 	}
 	if err := json.Unmarshal(stdout.Bytes(), out); err != nil {
 		t.Fatalf("check.js printed %q: %v\n%s", stdout.String(), err, stderr.String())
 	}
-	t.Logf("kafkajs log:\n%s", stderr.String())
+	t.Logf("%s log:\n%s", pkg, stderr.String())
 }
 
 type jsErr struct{ Name, Type, Message string }
@@ -281,11 +296,23 @@ func TestKafkajsSingleNode(t *testing.T) {
 // every partition on all three nodes, kafkajs given all three.
 func TestKafkajsDevCluster(t *testing.T) {
 	kafkajs(t)
+	brokers, logs := startDevCluster(t)
+	var r plainResult
+	runKafkajs(t, "plain", map[string]any{"brokers": brokers, "replicationFactor": 3}, logs, &r)
+	checkPlain(t, r, 3, 3)
+}
+
+// startDevCluster runs a 3-node `holdfast dev-cluster` (with extra flags)
+// until the test ends
+// and waits until it has formed, as a user would; it returns the Kafka
+// addresses and the cluster's log.
+func startDevCluster(t *testing.T, extra ...string) (brokers []string, logs func() string) {
+	t.Helper()
 	base := devClusterPorts(t)
 	dir := t.TempDir()
-	cmd := exec.Command(binary, "dev-cluster", "--nodes", "3", "--dir", dir, "--base-port", strconv.Itoa(base))
-	var logs syncBuffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd := exec.Command(binary, append([]string{"dev-cluster", "--nodes", "3", "--dir", dir, "--base-port", strconv.Itoa(base)}, extra...)...)
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -300,23 +327,19 @@ func TestKafkajsDevCluster(t *testing.T) {
 			<-done
 		}
 	})
-	var brokers []string
 	for i := range 3 {
 		brokers = append(brokers, fmt.Sprintf("127.0.0.1:%d", base+i))
 	}
-	// Until the new cluster has formed, as a user would.
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
 		r := hfIn(t, dir, "cluster", "status", "--bootstrap", brokers[0], "--timeout", "5s")
 		if r.code == 0 && strings.Count(r.out, " alive") == 3 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("cluster status: exit %d\n%s%s\n%s", r.code, r.out, r.err, logs.String())
+			t.Fatalf("cluster status: exit %d\n%s%s\n%s", r.code, r.out, r.err, out.String())
 		}
 	}
-	var r plainResult
-	runKafkajs(t, "plain", map[string]any{"brokers": brokers, "replicationFactor": 3}, logs.String, &r)
-	checkPlain(t, r, 3, 3)
+	return brokers, out.String
 }
 
 // TestKafkajsSecurity: one broker with a SASL_SSL listener (SCRAM-SHA-512

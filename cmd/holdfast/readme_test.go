@@ -43,6 +43,7 @@ func TestReadmeQuickStart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
+	readmePortsLock(t)
 	for _, a := range []string{"localhost:9092", "localhost:9095"} {
 		if ln, err := net.Listen("tcp", a); err != nil {
 			t.Skipf("%s is in use here; the quick start needs it", a)
@@ -130,7 +131,7 @@ func TestReadmeQuickStart(t *testing.T) {
 			if strings.Contains(line, e.cmd) {
 				checked++
 				if e.want != "" && !regexp.MustCompile(e.want).MatchString(out.String()) {
-					t.Fatalf("README line: %s\nprinted:\n%s\nwant it to match %s", line, out.String(), e.want)
+					t.Fatalf("README line: %s\nprinted:\n%s\nwant it to match %s\nbroker:\n%s", line, out.String(), e.want, logs.String())
 				}
 			}
 		}
@@ -148,6 +149,7 @@ func TestReadmeDevCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
+	readmePortsLock(t)
 	for _, p := range []int{19092, 19093, 19094, 19192, 19193, 19194} {
 		if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err != nil {
 			t.Skipf("port %d is in use here; the README's dev cluster needs it", p)
@@ -224,4 +226,20 @@ func TestReadmeDevCluster(t *testing.T) {
 	if len(expect) > 0 {
 		t.Errorf("README's dev-cluster block lost the commands this test checks: %v", expect)
 	}
+}
+
+// readmePortsLock serializes the README tests between processes on this
+// machine: they use the README's fixed ports, so two test runs at once (two
+// checkouts) would talk to each other's brokers. Held until the test ends.
+func readmePortsLock(t *testing.T) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "holdfast-readme-ports.lock"), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() }) // closing releases the lock
 }

@@ -43,7 +43,7 @@ type serveConfig struct {
 	groupMaxSize, offsetMetaMax, indexInterval                            int
 	cgMaxSize                                                             int
 	cgSession, cgHeartbeat                                                time.Duration
-	cgAssignors                                                           string
+	cgAssignors, cgMigration                                              string
 	txnAbortIv, txnIDExpiry, offsRetCheck                                 time.Duration
 	segBytes, retBytes, maxQueued                                         int64
 	autoCreate, rebalance, ctrlShut                                       bool
@@ -113,6 +113,7 @@ func (c *serveConfig) register(s *settings) {
 	s.Duration(&c.cgHeartbeat, "group-consumer-heartbeat-interval", def.Groups.ConsumerHeartbeatInterval, "KIP-848 consumer groups: how often members heartbeat", kafkaDuration("group.consumer.heartbeat.interval.ms", ms))
 	s.Int(&c.cgMaxSize, "group-consumer-max-size", def.Groups.ConsumerMaxSize, "KIP-848 consumer groups: most members in one group", kafka("group.consumer.max.size"))
 	s.String(&c.cgAssignors, "group-consumer-assignors", strings.Join(def.Groups.ConsumerAssignors, ","), "KIP-848 consumer groups: server-side assignors members may ask for (uniform, range), the first the default", kafka("group.consumer.assignors"))
+	s.String(&c.cgMigration, "group-consumer-migration-policy", def.Groups.ConsumerMigrationPolicy, "online conversion of groups with members between the classic and the consumer protocol: bidirectional, upgrade, downgrade or disabled", kafka("group.consumer.migration.policy"))
 	s.Duration(&c.offsRet, "offsets-retention", def.Groups.OffsetRetention, "how long an empty group's committed offsets are kept", kafkaDuration("offsets.retention.minutes", mins))
 	s.Duration(&c.offsRetCheck, "offsets-retention-check-interval", def.Groups.RetentionCheckInterval, "how often expired committed offsets are removed", kafkaDuration("offsets.retention.check.interval.ms", ms))
 	s.Int(&c.offsetMetaMax, "offset-metadata-max-bytes", def.Groups.MaxMetadataBytes, "largest metadata string of a committed offset", kafka("offset.metadata.max.bytes"))
@@ -235,7 +236,10 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 			cfg.Groups.ConsumerAssignors = append(cfg.Groups.ConsumerAssignors, a)
 		}
 	}
+	cfg.Groups.ConsumerMigrationPolicy = strings.ToLower(c.cgMigration)
 	switch {
+	case !slices.Contains(group.MigrationPolicies, cfg.Groups.ConsumerMigrationPolicy):
+		return cfg, lim, nil, fmt.Errorf("--group-consumer-migration-policy: %q is not one of %s", c.cgMigration, strings.Join(group.MigrationPolicies, ", "))
 	case c.cgSession <= 0 || c.cgHeartbeat <= 0 || c.cgMaxSize <= 0:
 		return cfg, lim, nil, errors.New("--group-consumer-session-timeout, --group-consumer-heartbeat-interval and --group-consumer-max-size must be positive")
 	case c.cgHeartbeat >= c.cgSession:

@@ -196,8 +196,11 @@ func TestServeWithServerProperties(t *testing.T) {
 	if n := strings.Count(logs, "num.network.threads"); n != 1 {
 		t.Errorf("num.network.threads reported %d times, want once:\n%s", n, logs)
 	}
-	if n := strings.Count(logs, "__consumer_offsets"); n != 2 {
-		t.Errorf("%d lines about __consumer_offsets, want its creation and one summary:\n%s", n, logs)
+	// Its 3 partitions are elected one by one, so on a busy machine the
+	// summary may come in two steps; never one line per partition.
+	created, summaries := strings.Count(logs, `created topic" topic=__consumer_offsets`), strings.Count(logs, summary)
+	if created != 1 || summaries < 1 || summaries >= 3 || strings.Count(logs, "__consumer_offsets") != created+summaries {
+		t.Errorf("%d creation and %d summary lines about __consumer_offsets (of 3 partitions), want one creation and fewer summaries than partitions:\n%s", created, summaries, logs)
 	}
 }
 

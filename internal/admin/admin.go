@@ -317,6 +317,8 @@ type Group struct {
 	TotalLag                            int64
 	MaxTimeLag                          time.Duration
 	Err                                 string
+
+	notClassic bool // DescribeGroups answered GROUP_ID_NOT_FOUND
 }
 
 // ListGroups lists the groups by name.
@@ -347,6 +349,9 @@ func (c *Client) Groups(ctx context.Context, timeLag bool, groups ...string) ([]
 		g := Group{Name: name, State: l.State, ProtocolType: l.ProtocolType, Protocol: l.Protocol, Coordinator: l.Coordinator.NodeID}
 		if err := l.Error(); err != nil {
 			g.Err = err.Error()
+			if errors.Is(err, kerr.GroupIDNotFound) {
+				g.notClassic = true // perhaps a KIP-848 group (DescribeGroups v6)
+			}
 			out = append(out, g)
 			continue
 		}
@@ -401,12 +406,14 @@ func (c *Client) Groups(ctx context.Context, timeLag bool, groups ...string) ([]
 }
 
 // consumerGroups fills in the KIP-848 groups among gs: DescribeGroups
-// (classic groups) reports them Dead with no members, so their state,
-// assignor and members come from ConsumerGroupDescribe.
+// (classic groups) reports them GROUP_ID_NOT_FOUND (v6, as Kafka 4) or
+// Dead with no members (before v6), so their state, assignor and members
+// come from ConsumerGroupDescribe, and for v6 their lag from the committed
+// and end offsets here (kadm's Lag skips a group it could not describe).
 func (c *Client) consumerGroups(ctx context.Context, gs []Group) {
 	var names []string
 	for _, g := range gs {
-		if g.Err == "" && g.State == "Dead" && len(g.Members) == 0 {
+		if g.notClassic || g.Err == "" && g.State == "Dead" && len(g.Members) == 0 {
 			names = append(names, g.Name)
 		}
 	}
@@ -421,6 +428,12 @@ func (c *Client) consumerGroups(ctx context.Context, gs []Group) {
 			continue
 		}
 		g.State, g.ProtocolType, g.Protocol, g.Coordinator = d.State, "consumer", d.AssignorName, d.Coordinator.NodeID
+		if g.notClassic {
+			g.Err, g.notClassic = "", false
+			if err := c.committedLag(ctx, g); err != nil {
+				g.Err = err.Error()
+			}
+		}
 		owner := map[tp]string{}
 		for _, m := range d.Members {
 			gm := GroupMember{ID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost}
@@ -449,6 +462,34 @@ func (c *Client) consumerGroups(ctx context.Context, gs []Group) {
 			g.Members[mi].Lag = lag[g.Members[mi].ID]
 		}
 	}
+}
+
+// committedLag fills g's partitions and total lag from its committed
+// offsets and the partitions' end offsets.
+func (c *Client) committedLag(ctx context.Context, g *Group) error {
+	committed, err := c.A.FetchOffsets(ctx, g.Name)
+	if err != nil {
+		return err
+	}
+	if err := committed.Error(); err != nil {
+		return err
+	}
+	ends, err := c.A.ListEndOffsets(ctx, committed.Offsets().TopicsSet().Topics()...)
+	if err != nil {
+		return err
+	}
+	for _, o := range committed.Sorted() {
+		gp := GroupPartition{Topic: o.Topic, Partition: o.Partition, Committed: o.At, End: -1, Lag: -1, Member: "-"}
+		if e, ok := ends.Lookup(o.Topic, o.Partition); ok && e.Err == nil {
+			gp.End = e.Offset
+			if o.At >= 0 {
+				gp.Lag = max(e.Offset-o.At, 0)
+				g.TotalLag += gp.Lag
+			}
+		}
+		g.Partitions = append(g.Partitions, gp)
+	}
+	return nil
 }
 
 type tp struct {

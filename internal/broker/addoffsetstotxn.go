@@ -11,10 +11,12 @@ import (
 	"holdfast/internal/wire"
 )
 
-// AddOffsetsToTxn v0-v3: the group's __consumer_offsets partition joins the
-// transaction, so it gets the marker that applies the offsets committed by
-// TxnOffsetCommit.
-func init() { register(kmsg.AddOffsetsToTxn, 0, 3, (*Broker).handleAddOffsetsToTxn) }
+// AddOffsetsToTxn v0-v4 (v4 may answer TRANSACTION_ABORTABLE, KIP-890): the
+// group's __consumer_offsets partition joins the transaction, so it gets
+// the marker that applies the offsets committed by TxnOffsetCommit. Under
+// transaction.version 2 clients skip it (TxnOffsetCommit v5 adds the
+// partition); it still works for those that send it.
+func init() { register(kmsg.AddOffsetsToTxn, 0, 4, (*Broker).handleAddOffsetsToTxn) }
 
 func (b *Broker) handleAddOffsetsToTxn(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.AddOffsetsToTxnRequest)

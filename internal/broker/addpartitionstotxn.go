@@ -12,10 +12,12 @@ import (
 )
 
 // AddPartitionsToTxn v0-v3 is the client path. v4+ is KIP-890's
-// broker-side form: several transactions per request, and VerifyOnly to ask
-// whether partitions are already in a transaction. A single node never
-// needs to send it (partitions ask the coordinator directly), but serves it
-// for tools; clients are pinned to v3 (franz-go, Java).
+// broker-side form: several transactions per request, VerifyOnly to ask
+// whether partitions are already in a transaction (part 1), or, without
+// it, to add them on behalf of a Produce v12+ or TxnOffsetCommit v5 (part
+// 2: the partition leader or group coordinator adds implicitly). A
+// partition leader that is also the coordinator asks it directly; clients
+// are pinned to v3 (franz-go, Java).
 func init() { register(kmsg.AddPartitionsToTxn, 0, 5, (*Broker).handleAddPartitionsToTxn) }
 
 func (b *Broker) handleAddPartitionsToTxn(_ context.Context, r *wire.Request) wire.Reply {
@@ -29,7 +31,7 @@ func (b *Broker) handleAddPartitionsToTxn(_ context.Context, r *wire.Request) wi
 		if denied := b.txnPartitionsDenied(r, req.TransactionalID, topics); denied != nil {
 			return wire.Respond(denied)
 		}
-		res, wait := b.addPartitionsOne(req.TransactionalID, req.ProducerID, req.ProducerEpoch, false, topics)
+		res, wait := b.addPartitionsOne(req.TransactionalID, req.ProducerID, req.ProducerEpoch, false, false, topics)
 		return func(ctx context.Context) kmsg.Response {
 			if !wait(ctx) {
 				return nil
@@ -56,7 +58,7 @@ func (b *Broker) handleAddPartitionsToTxn(_ context.Context, r *wire.Request) wi
 	var results []*kmsg.AddPartitionsToTxnResponseTransaction
 	var waits []func(context.Context) bool
 	for _, t := range req.Transactions {
-		res, wait := b.addPartitionsOne(t.TransactionalID, t.ProducerID, t.ProducerEpoch, t.VerifyOnly, t.Topics)
+		res, wait := b.addPartitionsOne(t.TransactionalID, t.ProducerID, t.ProducerEpoch, t.VerifyOnly, true, t.Topics)
 		results = append(results, res)
 		waits = append(waits, wait)
 	}
@@ -74,7 +76,7 @@ func (b *Broker) handleAddPartitionsToTxn(_ context.Context, r *wire.Request) wi
 // addPartitionsOne adds (or, with verifyOnly, checks) one transaction's
 // partitions. The returned result is complete once wait returns true;
 // false means the connection is gone.
-func (b *Broker) addPartitionsOne(id string, pid int64, epoch int16, verifyOnly bool, topics []kmsg.AddPartitionsToTxnRequestTransactionTopic) (*kmsg.AddPartitionsToTxnResponseTransaction, func(context.Context) bool) {
+func (b *Broker) addPartitionsOne(id string, pid int64, epoch int16, verifyOnly, byBroker bool, topics []kmsg.AddPartitionsToTxnRequestTransactionTopic) (*kmsg.AddPartitionsToTxnResponseTransaction, func(context.Context) bool) {
 	res := &kmsg.AddPartitionsToTxnResponseTransaction{TransactionalID: id}
 	var parts []txn.TopicPartition
 	unknown := false
@@ -85,10 +87,10 @@ func (b *Broker) addPartitionsOne(id string, pid int64, epoch int16, verifyOnly 
 		for _, p := range rt.Partitions {
 			sp := kmsg.NewAddPartitionsToTxnResponseTransactionTopicPartition()
 			sp.Partition = p
-			// A verification may name __consumer_offsets (a TxnOffsetCommit's
-			// partition, added by AddOffsetsToTxn); clients may not add
-			// internal topics.
-			if !ok || p < 0 || p >= t.Partitions || t.Internal && !(verifyOnly && rt.Topic == offsetsTopic) {
+			// A broker may name __consumer_offsets (a TxnOffsetCommit's
+			// partition: verified, or added for TxnOffsetCommit v5); clients
+			// may not add internal topics.
+			if !ok || p < 0 || p >= t.Partitions || t.Internal && !(byBroker && rt.Topic == offsetsTopic) {
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				unknown = true
 			}

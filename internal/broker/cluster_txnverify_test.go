@@ -28,7 +28,7 @@ func produceTo(t *testing.T, n *brokertest.Node, txnID, topic string, partition 
 	rp.Partition, rp.Records = partition, batch
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	resp, err := n.Request(req)
+	resp, err := n.Request(brokertest.Pin(req, 11)) // verification, not KIP-890 part 2's implicit add
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestClusterTxnVerification(t *testing.T) {
 	// a retriable code, as it would a client: ask again.
 	var code int16
 	brokertest.Await(t, "a TxnOffsetCommit answer that is not retriable", func() error {
-		resp, err := gc.Request(req)
+		resp, err := gc.Request(brokertest.Pin(req, 4)) // v5 adds the partition implicitly (KIP-890 part 2)
 		if err != nil {
 			return err
 		}

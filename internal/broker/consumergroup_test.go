@@ -2,9 +2,11 @@ package broker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/admin"
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
 	"holdfast/internal/wire"
@@ -44,12 +47,18 @@ type cgMember struct {
 
 func startCGMember(t testing.TB, seeds []string, group, topic string, extra ...kgo.Opt) *cgMember {
 	t.Helper()
+	return startGroupMember(t, seeds, group, topic, append([]kgo.Opt{kgo.ServerSideBalancer()}, extra...)...)
+}
+
+// startGroupMember is startCGMember without the choice of protocol: with
+// no kgo.ServerSideBalancer it is a classic (cooperative-sticky) member.
+func startGroupMember(t testing.TB, seeds []string, group, topic string, extra ...kgo.Opt) *cgMember {
+	t.Helper()
 	m := &cgMember{seen: map[int]int{}, owned: map[int32]bool{}, done: make(chan struct{})}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(seeds...),
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(topic),
-		kgo.ServerSideBalancer(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.DisableAutoCommit(),
 		kgo.FetchMaxWait(200 * time.Millisecond),
@@ -293,6 +302,37 @@ func TestConsumerGroupFranzGoShares(t *testing.T) {
 		})
 		return committed == total
 	})
+
+	// DescribeGroups v6 answers a consumer group GROUP_ID_NOT_FOUND with
+	// Kafka 4's message, v5 Dead; the admin layer (holdfast group
+	// describe, the console) describes it through ConsumerGroupDescribe
+	// with its lag either way.
+	dg, err := adm.DescribeGroups(gctx(t, 5*time.Second), "cg-share")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := dg["cg-share"]; !errors.Is(g.Err, kerr.GroupIDNotFound) || !strings.Contains(g.ErrMessage, "is not a classic group") {
+		t.Fatalf("DescribeGroups v6 of a consumer group: %v %q", g.Err, g.ErrMessage)
+	}
+	old, err := n.Request(brokertest.Pin(&kmsg.DescribeGroupsRequest{Groups: []string{"cg-share"}}, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := old.(*kmsg.DescribeGroupsResponse).Groups[0]; g.ErrorCode != 0 || g.State != "Dead" {
+		t.Fatalf("DescribeGroups v5 of a consumer group: %v %s", kerr.ErrorForCode(g.ErrorCode), g.State)
+	}
+	ac, err := admin.NewClient([]string{n.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ac.Close()
+	gs, err := ac.Groups(gctx(t, 10*time.Second), false, "cg-share")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := gs[0]; g.Err != "" || g.ProtocolType != "consumer" || len(g.Members) == 0 || len(g.Partitions) == 0 || g.TotalLag != 0 {
+		t.Fatalf("admin describe of a consumer group: %+v", g)
+	}
 }
 
 // TestConsumerGroupMembersComeAndGo: members join and leave while the
@@ -452,7 +492,8 @@ func TestConsumerGroupHeartbeatErrors(t *testing.T) {
 	check("commit by a stranger", commit("x", 1), kerr.UnknownMemberID.Code)
 	check("admin commit to a live group", commit("", -1), kerr.UnknownMemberID.Code)
 
-	// A classic member cannot join the live consumer group.
+	// A classic member with a malformed subscription cannot join the
+	// live consumer group.
 	jg := kmsg.NewPtrJoinGroupRequest()
 	jg.Version = 5
 	jg.Group, jg.SessionTimeoutMillis, jg.RebalanceTimeoutMillis, jg.ProtocolType = "cg-e", 10000, 10000, "consumer"
@@ -478,9 +519,26 @@ func TestConsumerGroupHeartbeatErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("classic join to an empty consumer group", jresp.(*kmsg.JoinGroupResponse).ErrorCode, kerr.MemberIDRequired.Code)
-	// Now classic, a consumer-protocol heartbeat is refused while the
-	// classic member is there.
-	check("consumer join to a classic group with members", hb(join("cg-e", "m2", nil)).ErrorCode, kerr.GroupIDNotFound.Code)
+	// Only a member id handed out (KIP-394), no member: the group is still
+	// empty and a consumer-protocol member upgrades it.
+	check("consumer join to a classic group without members", hb(join("cg-e", "m2", nil)).ErrorCode, 0)
+
+	// A classic group of another protocol type (Kafka Connect) with a
+	// member is not upgraded: GROUP_ID_NOT_FOUND, as Kafka answers.
+	cj := kmsg.NewPtrJoinGroupRequest()
+	cj.Group, cj.SessionTimeoutMillis, cj.RebalanceTimeoutMillis, cj.ProtocolType = "cg-connect", 10000, 10000, "connect"
+	cj.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "sessioned", Metadata: []byte{0, 1}}}
+	first, err := n.Request(cj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cj.MemberID = first.(*kmsg.JoinGroupResponse).MemberID // KIP-394's round trip
+	go n.Request(cj)                                       //nolint:errcheck // answered after the initial rebalance delay; only its membership matters
+	waitFor(t, 10*time.Second, "the connect member in the group", func() bool {
+		gs, err := n.Admin().DescribeGroups(gctx(t, 5*time.Second), "cg-connect")
+		return err == nil && len(gs["cg-connect"].Members) == 1
+	})
+	check("consumer join to a connect group with members", hb(join("cg-connect", "m3", nil)).ErrorCode, kerr.GroupIDNotFound.Code)
 }
 
 // TestClusterConsumerGroupKIP848: two consumer-protocol members share a

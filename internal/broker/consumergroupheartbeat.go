@@ -19,6 +19,13 @@ func init() {
 
 func (b *Broker) handleConsumerGroupHeartbeat(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.ConsumerGroupHeartbeatRequest)
+	if b.featureLevel("group.version") < 1 {
+		// UpdateFeatures turned KIP-848 off, as Kafka's group.version 0.
+		resp := req.ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
+		resp.ErrorCode = kerr.UnsupportedVersion.Code
+		resp.ErrorMessage = kmsg.StringPtr("The new consumer group protocol is not enabled: group.version is 0.")
+		return wire.Respond(resp)
+	}
 	if !b.authorize(r, auth.OpRead, auth.ResourceGroup, req.Group) {
 		resp := req.ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
 		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code

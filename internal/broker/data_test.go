@@ -292,11 +292,13 @@ func produceRawTo(t *testing.T, cl *kgo.Client, topic string, p int32, batch []b
 	rp.Partition, rp.Records = p, batch
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(testCtx(t), cl)
+	// v11: topics by name, and transactional batches in the flow before
+	// KIP-890 part 2 (v12+ adds partitions implicitly; txnv2_test.go).
+	kresp, err := cl.Request(testCtx(t), brokertest.Pin(req, 11))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.Topics[0].Partitions[0]
+	return kresp.(*kmsg.ProduceResponse).Topics[0].Partitions[0]
 }
 
 func TestCorruptBatchRefused(t *testing.T) {
@@ -742,10 +744,11 @@ func TestProduceTimeoutThenIdempotentRetry(t *testing.T) {
 	rp.Records = bytes.Clone(b)
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(testCtx(t), cl)
+	kresp, err := cl.Request(testCtx(t), brokertest.Pin(req, 12)) // topics by name
 	if err != nil {
 		t.Fatal(err)
 	}
+	resp := kresp.(*kmsg.ProduceResponse)
 	if p := resp.Topics[0].Partitions[0]; p.ErrorCode != kerr.RequestTimedOut.Code {
 		t.Fatalf("slow fsync: %v, want REQUEST_TIMED_OUT", kerr.ErrorForCode(p.ErrorCode))
 	}

@@ -10,8 +10,11 @@ import (
 	"holdfast/internal/wire"
 )
 
-// v6 (KIP-1043 error for unknown groups) is not served.
-func init() { register(kmsg.DescribeGroups, 0, 5, (*Broker).handleDescribeGroups) }
+// DescribeGroups v0-v6 describes classic groups. v6 (Kafka 4.0) answers an
+// unknown group, and a KIP-848 consumer group (ConsumerGroupDescribe
+// describes those), GROUP_ID_NOT_FOUND with a message; before v6 both are
+// Dead with no members, as Kafka.
+func init() { register(kmsg.DescribeGroups, 0, 6, (*Broker).handleDescribeGroups) }
 
 func (b *Broker) handleDescribeGroups(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.DescribeGroupsRequest)

@@ -197,3 +197,109 @@ func TestDescribeTopicPartitions(t *testing.T) {
 		}
 	}
 }
+
+// TestAlterReplicaLogDirsAndDescribeQuorumV2: AlterReplicaLogDirs against
+// the broker's one log directory answers each partition by what the broker
+// really holds (NONE where its replica is, REPLICA_NOT_AVAILABLE where it
+// has none, UNKNOWN_TOPIC_OR_PARTITION for a topic nobody has), and any
+// other directory LOG_DIR_NOT_FOUND. DescribeQuorum v2 names every voter's
+// directory id and the voters' listeners.
+func TestAlterReplicaLogDirsAndDescribeQuorumV2(t *testing.T) {
+	c := brokertest.NewCluster(t, 3)
+	brokertest.CreateClusterTopic(t, c.Nodes, "movedirs", 3, 1, nil)
+	md, err := c.Nodes[0].Metadata("movedirs")
+	mustNil(t, "metadata", err)
+	holder := map[int32]int32{} // partition -> its one replica
+	for _, p := range md.Topics[0].Partitions {
+		holder[p.Partition] = p.Replicas[0]
+	}
+	n := c.Nodes[0]
+	id := n.Cfg.NodeID
+	dirs, err := kadm.NewClient(n.Client()).DescribeBrokerLogDirs(adminCtx(t), id, nil)
+	mustNil(t, "describe log dirs", err)
+	var dir string
+	for d := range dirs {
+		dir = d
+	}
+	alter := func(dir string, topic string, parts ...int32) map[int32]int16 {
+		req := kmsg.NewPtrAlterReplicaLogDirsRequest()
+		d := kmsg.NewAlterReplicaLogDirsRequestDir()
+		d.Dir = dir
+		dt := kmsg.NewAlterReplicaLogDirsRequestDirTopic()
+		dt.Topic, dt.Partitions = topic, parts
+		d.Topics = append(d.Topics, dt)
+		req.Dirs = append(req.Dirs, d)
+		kresp, err := n.Request(req)
+		mustNil(t, "AlterReplicaLogDirs", err)
+		out := map[int32]int16{}
+		for _, rt := range kresp.(*kmsg.AlterReplicaLogDirsResponse).Topics {
+			for _, rp := range rt.Partitions {
+				out[rp.Partition] = rp.ErrorCode
+			}
+		}
+		return out
+	}
+	got := alter(dir, "movedirs", 0, 1, 2)
+	for p, h := range holder {
+		want := kerr.ReplicaNotAvailable.Code
+		if h == id {
+			want = 0
+		}
+		if got[p] != want {
+			t.Fatalf("partition %d (replica on %d) moved within broker %d's dir %s: %v, want %v", p, h, id, dir, kerr.ErrorForCode(got[p]), kerr.ErrorForCode(want))
+		}
+	}
+	if got := alter(dir+"-elsewhere", "movedirs", 0); got[0] != kerr.LogDirNotFound.Code {
+		t.Fatalf("unknown dir: %v", kerr.ErrorForCode(got[0]))
+	}
+	if got := alter(dir, "no-such-topic", 0); got[0] != kerr.UnknownTopicOrPartition.Code {
+		t.Fatalf("unknown topic: %v", kerr.ErrorForCode(got[0]))
+	}
+
+	// DescribeQuorum v2 of the metadata quorum, from its leader.
+	var resp *kmsg.DescribeQuorumResponse
+	brokertest.Await(t, "the metadata quorum described by its leader", func() error {
+		for _, n := range c.Nodes {
+			req := kmsg.NewPtrDescribeQuorumRequest()
+			rt := kmsg.NewDescribeQuorumRequestTopic()
+			rt.Topic = "__cluster_metadata"
+			rt.Partitions = append(rt.Partitions, kmsg.NewDescribeQuorumRequestTopicPartition())
+			req.Topics = append(req.Topics, rt)
+			kresp, err := n.Request(req)
+			if err != nil {
+				return err
+			}
+			r := kresp.(*kmsg.DescribeQuorumResponse)
+			if r.Topics[0].Partitions[0].ErrorCode == 0 {
+				resp = r
+				return nil
+			}
+		}
+		return errors.New("no leader answered")
+	})
+	if resp.Version < 2 {
+		t.Fatalf("DescribeQuorum v%d", resp.Version)
+	}
+	p := resp.Topics[0].Partitions[0]
+	seenDirs := map[[16]byte]bool{}
+	for _, v := range p.CurrentVoters {
+		if v.ReplicaDirectoryID == ([16]byte{}) || seenDirs[v.ReplicaDirectoryID] {
+			t.Fatalf("voter %d directory id %x", v.ReplicaID, v.ReplicaDirectoryID)
+		}
+		seenDirs[v.ReplicaDirectoryID] = true
+	}
+	addrs := map[string]bool{}
+	for _, nd := range resp.Nodes {
+		for _, l := range nd.Listeners {
+			addrs[fmt.Sprintf("%s:%d", l.Host, l.Port)] = true
+		}
+	}
+	if len(p.CurrentVoters) != 3 || len(resp.Nodes) != 3 {
+		t.Fatalf("%d voters, %d nodes: %+v", len(p.CurrentVoters), len(resp.Nodes), resp.Nodes)
+	}
+	for _, n := range c.Nodes {
+		if !addrs[n.Addr] {
+			t.Fatalf("node %d's listener %s not among %v", n.Cfg.NodeID, n.Addr, addrs)
+		}
+	}
+}

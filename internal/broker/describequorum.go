@@ -9,10 +9,12 @@ import (
 
 	"holdfast/internal/auth"
 	"holdfast/internal/cluster"
+	"holdfast/internal/controller"
+	"holdfast/internal/datadir"
 	"holdfast/internal/wire"
 )
 
-func init() { register(kmsg.DescribeQuorum, 0, 1, (*Broker).handleDescribeQuorum) }
+func init() { register(kmsg.DescribeQuorum, 0, 2, (*Broker).handleDescribeQuorum) }
 
 // handleDescribeQuorum (KIP-595) describes the Raft group of any partition
 // (Kafka serves only __cluster_metadata; "__cluster_metadata" partition 0
@@ -22,6 +24,11 @@ func init() { register(kmsg.DescribeQuorum, 0, 1, (*Broker).handleDescribeQuorum
 // its durable (fsynced) offset. Only the leader knows the others' progress;
 // other nodes answer NOT_LEADER_OR_FOLLOWER. `holdfast cluster status`
 // reads it.
+//
+// v2 (KIP-853) adds, per replica, its directory id (KIP-858: the data
+// directory id the broker registered; a node has one), error messages, and
+// the nodes named in the answer with their listeners (the endpoints each
+// broker registered; a node the metadata does not know is left out).
 func (b *Broker) handleDescribeQuorum(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.DescribeQuorumRequest)
 	resp := req.ResponseKind().(*kmsg.DescribeQuorumResponse)
@@ -29,6 +36,13 @@ func (b *Broker) handleDescribeQuorum(_ context.Context, r *wire.Request) wire.R
 		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 		return wire.Respond(resp)
 	}
+	dirs := map[int32][16]byte{}
+	for _, bi := range b.meta.Brokers() {
+		if d, err := datadir.ParseUUID(bi.DirID); err == nil {
+			dirs[bi.ID] = d
+		}
+	}
+	named := map[int32]bool{}
 	for _, rt := range req.Topics {
 		st := kmsg.NewDescribeQuorumResponseTopic()
 		st.Topic = rt.Topic
@@ -44,6 +58,7 @@ func (b *Broker) handleDescribeQuorum(_ context.Context, r *wire.Request) wire.R
 			}
 			if gid == 0 {
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				sp.ErrorMessage = kmsg.StringPtr(kerr.UnknownTopicOrPartition.Description)
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}
@@ -51,14 +66,18 @@ func (b *Broker) handleDescribeQuorum(_ context.Context, r *wire.Request) wire.R
 			switch {
 			case err != nil:
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				sp.ErrorMessage = kmsg.StringPtr(err.Error())
 			case rs.State != "StateLeader":
 				sp.ErrorCode = kerr.NotLeaderForPartition.Code
+				sp.ErrorMessage = kmsg.StringPtr("this node does not lead the group; its leader knows the voters' progress")
 				sp.LeaderID = int32(rs.Leader)
 			default:
 				sp.LeaderID, sp.LeaderEpoch, sp.HighWatermark = int32(rs.Leader), int32(rs.Term), rs.CommitOffset
 				for _, rep := range rs.Replicas {
 					v := kmsg.NewDescribeQuorumResponseTopicPartitionReplicaState()
 					v.ReplicaID, v.LogEndOffset = int32(rep.ID), rep.MatchOffset
+					v.ReplicaDirectoryID = dirs[v.ReplicaID]
+					named[v.ReplicaID] = true
 					v.LastFetchTimestamp, v.LastCaughtUpTimestamp = -1, -1
 					if rep.ID == rs.Node {
 						v.LogEndOffset = rs.DurableOffset
@@ -76,6 +95,25 @@ func (b *Broker) handleDescribeQuorum(_ context.Context, r *wire.Request) wire.R
 			st.Partitions = append(st.Partitions, sp)
 		}
 		resp.Topics = append(resp.Topics, st)
+	}
+	if resp.Version >= 2 {
+		for _, bi := range b.meta.Brokers() {
+			if !named[bi.ID] {
+				continue
+			}
+			nd := kmsg.NewDescribeQuorumResponseNode()
+			nd.NodeID = bi.ID
+			eps := bi.Listeners
+			if len(eps) == 0 {
+				eps = []controller.Endpoint{{Name: b.listenerName(r), Host: bi.Host, Port: bi.Port}}
+			}
+			for _, e := range eps {
+				l := kmsg.NewDescribeQuorumResponseNodeListener()
+				l.Name, l.Host, l.Port = e.Name, e.Host, uint16(e.Port)
+				nd.Listeners = append(nd.Listeners, l)
+			}
+			resp.Nodes = append(resp.Nodes, nd)
+		}
 	}
 	return wire.Respond(resp)
 }

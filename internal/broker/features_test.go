@@ -9,9 +9,9 @@ import (
 )
 
 // TestApiVersionsFeatures: ApiVersions v3+ finalizes metadata.version at
-// Kafka 4's floor, group.version 1 (KIP-848 is served) and nothing a
-// client would act on that Holdfast lacks: no transaction.version
-// (franz-go turns on KIP-890 part 2 at 2).
+// Kafka 4's floor, group.version 1 (KIP-848 is served), transaction.version
+// 2 (KIP-890 part 2, txnv2_test.go) and nothing a client would act on that
+// Holdfast lacks: no kraft.version.
 func TestApiVersionsFeatures(t *testing.T) {
 	n := brokertest.Start(t)
 	cl := n.Client()
@@ -39,7 +39,10 @@ func TestApiVersionsFeatures(t *testing.T) {
 		if supported["group.version"] != [2]int16{0, 1} || finalized["group.version"] != 1 {
 			t.Fatalf("v%d: group.version supported %v finalized %d, want 0..1 and 1", v, supported["group.version"], finalized["group.version"])
 		}
-		for _, f := range []string{"transaction.version", "kraft.version"} {
+		if supported["transaction.version"] != [2]int16{0, 2} || finalized["transaction.version"] != 2 {
+			t.Fatalf("v%d: transaction.version supported %v finalized %d, want 0..2 and 2", v, supported["transaction.version"], finalized["transaction.version"])
+		}
+		for _, f := range []string{"kraft.version"} {
 			if _, ok := finalized[f]; ok {
 				t.Fatalf("v%d: %s finalized at %d: Holdfast has no such behaviour", v, f, finalized[f])
 			}

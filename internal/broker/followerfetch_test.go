@@ -42,7 +42,7 @@ func TestLeaderHints(t *testing.T) {
 	rp.Records = rawBatch(t, -1, -1, -1, 1, records.CodecNone)
 	rt.Partitions = append(rt.Partitions, rp)
 	pr.Topics = append(pr.Topics, rt)
-	resp, err := f.Request(pr)
+	resp, err := f.Request(brokertest.Pin(pr, 12)) // topics by name
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,12 +14,12 @@ import (
 	"holdfast/internal/wire"
 )
 
-// Produce v3+ carries record batch v2 only. v12 must not be served before
-// KIP-890 part 2 (transaction.version 2) is: franz-go reads Produce v12 as
-// "partitions join the transaction implicitly" and stops sending
-// AddPartitionsToTxn, so every transactional batch would be refused. v13
-// (topic ids) comes after it.
-func init() { register(kmsg.Produce, 3, 11, (*Broker).handleProduce) }
+// Produce v3+ carries record batch v2 only. v12 (KIP-890 part 2): under
+// transaction.version 2 a transactional batch adds its partition to the
+// producer's transaction (txnverify.go); clients only send v12 for
+// transactions when the feature is finalized at 2. v13 names topics by id
+// (KIP-516); an id no topic has is UNKNOWN_TOPIC_ID.
+func init() { register(kmsg.Produce, 3, 13, (*Broker).handleProduce) }
 
 // committedWait is one appended batch whose acknowledgement waits for it to
 // be committed.
@@ -40,6 +40,17 @@ type committedWait struct {
 func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.ProduceRequest)
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	var unknownID []bool // v13: by topic index, the id names no topic
+	if req.Version >= 13 {
+		unknownID = make([]bool, len(req.Topics))
+		for ti := range req.Topics {
+			if t, ok := b.meta.TopicByID(req.Topics[ti].TopicID); ok {
+				req.Topics[ti].Topic = t.Name
+			} else {
+				req.Topics[ti].Topic, unknownID[ti] = "", true
+			}
+		}
+	}
 	acksOK := req.Acks == -1 || req.Acks == 0 || req.Acks == 1
 	// A transactional producer needs WRITE on its transactional id, and
 	// every producer WRITE on the topic (which implies idempotent writes).
@@ -57,9 +68,10 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 	}
 	for ti, rt := range req.Topics {
 		st := kmsg.NewProduceResponseTopic()
-		st.Topic = rt.Topic
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
 		t, topicOK := b.meta.Topic(rt.Topic)
-		topicDenied := !txnDenied && !b.authorize(r, auth.OpWrite, auth.ResourceTopic, rt.Topic)
+		topicOK = topicOK && (unknownID == nil || !unknownID[ti])
+		topicDenied := !txnDenied && (unknownID == nil || !unknownID[ti]) && !b.authorize(r, auth.OpWrite, auth.ResourceTopic, rt.Topic)
 		st.Partitions = make([]kmsg.ProduceResponseTopicPartition, 0, len(rt.Partitions))
 		for pi, rp := range rt.Partitions {
 			sp := kmsg.NewProduceResponseTopicPartition()
@@ -67,6 +79,9 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 			sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = -1, -1, -1
 			var p *partition.Partition
 			missing := kerr.UnknownTopicOrPartition.Code
+			if unknownID != nil && unknownID[ti] {
+				missing = kerr.UnknownTopicID.Code
+			}
 			if topicOK {
 				p, missing = b.replicas.Lookup(rt.Topic, rp.Partition)
 			}

@@ -1108,10 +1108,11 @@ func TestTxnAddPartitionsV4(t *testing.T) {
 		rp.Partition, rp.Records = part, txnBatch(t, ps[0].pid, ps[0].epoch, 0, 1)
 		rt.Partitions = append(rt.Partitions, rp)
 		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, cl)
+		kresp, err := cl.Request(ctx, brokertest.Pin(req, 11)) // verification, not v12's implicit add
 		if err != nil {
 			t.Fatal(err)
 		}
+		resp := kresp.(*kmsg.ProduceResponse)
 		if code := resp.Topics[0].Partitions[0].ErrorCode; code != want {
 			t.Fatalf("produce to partition %d: %v, want %v", part, kerr.ErrorForCode(code), kerr.ErrorForCode(want))
 		}

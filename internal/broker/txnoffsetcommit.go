@@ -10,9 +10,12 @@ import (
 	"holdfast/internal/wire"
 )
 
-// TxnOffsetCommit v0-v3 (v3 carries the member and generation, KIP-447):
-// offsets committed inside a transaction, applied by its commit marker.
-func init() { register(kmsg.TxnOffsetCommit, 0, 3, (*Broker).handleTxnOffsetCommit) }
+// TxnOffsetCommit v0-v5 (v3 carries the member and generation, KIP-447;
+// v4 may answer TRANSACTION_ABORTABLE; v5, KIP-890 part 2: under
+// transaction.version 2 the group's __consumer_offsets partition is added
+// to the transaction here, the client sends no AddOffsetsToTxn): offsets
+// committed inside a transaction, applied by its commit marker.
+func init() { register(kmsg.TxnOffsetCommit, 0, 5, (*Broker).handleTxnOffsetCommit) }
 
 func (b *Broker) handleTxnOffsetCommit(ctx context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.TxnOffsetCommitRequest)
@@ -30,7 +33,7 @@ func (b *Broker) handleTxnOffsetCommit(ctx context.Context, r *wire.Request) wir
 	default:
 		// KIP-890: the transaction's coordinator (often another node)
 		// must have the group's partition in the transaction.
-		code = b.verifyOffsetsPartition(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, p)
+		code = b.verifyOffsetsPartition(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, p, req.Version >= 5 && b.txnV2())
 	}
 	if code == 0 {
 		// READ on each topic; the others' partitions are refused.

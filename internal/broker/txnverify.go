@@ -41,6 +41,12 @@ import (
 // up for at most this long and the client is told to retry.
 const verifyTimeout = 5 * time.Second
 
+// KIP-890 part 2 (transaction.version 2): a transactional Produce v12+
+// adds its partition to the transaction instead (the client sends no
+// AddPartitionsToTxn), by the same round trip without VerifyOnly; the
+// coordinator refuses a producer whose epoch an EndTxn v5 or a fence moved
+// on, so a late batch of a finished transaction cannot start a new one.
+
 // toVerify is one partition of a request whose transactional batch needs
 // the coordinator's word.
 type toVerify struct {
@@ -64,6 +70,7 @@ func verifyTxnCluster(topic string, p int32, pid int64, epoch int16) error {
 // are indexed like the request's topics and partitions; a non-zero code
 // refuses that partition's batch.
 func (b *Broker) verifyProduce(ctx context.Context, req *kmsg.ProduceRequest, codes [][]int16) {
+	add := req.Version >= 12 && b.txnV2()
 	var todo []toVerify
 	for ti, rt := range req.Topics {
 		for pi, rp := range rt.Partitions {
@@ -109,7 +116,7 @@ func (b *Broker) verifyProduce(ctx context.Context, req *kmsg.ProduceRequest, co
 		for i, v := range vs {
 			parts[i] = txn.TopicPartition{Topic: v.p.Topic(), Partition: v.p.Index()}
 		}
-		res := b.verifyWithCoordinator(ctx, *req.TransactionID, k.pid, k.epoch, parts)
+		res := b.verifyWithCoordinator(ctx, *req.TransactionID, k.pid, k.epoch, add, parts)
 		for i, v := range vs {
 			code := produceVerifyCode(res[i])
 			if code == 0 {
@@ -125,7 +132,10 @@ func (b *Broker) verifyProduce(ctx context.Context, req *kmsg.ProduceRequest, co
 // verifyOffsetsPartition verifies that __consumer_offsets partition p is
 // in the transaction before a TxnOffsetCommit writes there (cluster mode).
 // It returns the TxnOffsetCommit error code, 0 to go ahead.
-func (b *Broker) verifyOffsetsPartition(ctx context.Context, id string, pid int64, epoch int16, index int32) int16 {
+//
+// With add (TxnOffsetCommit v5 under transaction.version 2) the partition
+// is added to the transaction instead, as AddOffsetsToTxn would have.
+func (b *Broker) verifyOffsetsPartition(ctx context.Context, id string, pid int64, epoch int16, index int32, add bool) int16 {
 	p := b.replicas.Get(offsetsTopic, index)
 	if p == nil || !p.IsLeader() {
 		return kerr.NotCoordinator.Code // the group coordinator moved
@@ -137,7 +147,7 @@ func (b *Broker) verifyOffsetsPartition(ctx context.Context, id string, pid int6
 	if !needed {
 		return 0
 	}
-	res := b.verifyWithCoordinator(ctx, id, pid, epoch, []txn.TopicPartition{{Topic: offsetsTopic, Partition: index}})
+	res := b.verifyWithCoordinator(ctx, id, pid, epoch, add, []txn.TopicPartition{{Topic: offsetsTopic, Partition: index}})
 	code := produceVerifyCode(res[0])
 	if code == 0 {
 		p.CompleteTxnVerification(pid, guard)
@@ -170,8 +180,10 @@ func produceVerifyCode(code int16) int16 {
 }
 
 // verifyWithCoordinator asks the transaction coordinator of id whether
-// each of parts is in pid/epoch's ongoing transaction: one code per part.
-func (b *Broker) verifyWithCoordinator(ctx context.Context, id string, pid int64, epoch int16, parts []txn.TopicPartition) []int16 {
+// each of parts is in pid/epoch's ongoing transaction, or with add has it
+// add them (starting the transaction if none is ongoing): one code per
+// part.
+func (b *Broker) verifyWithCoordinator(ctx context.Context, id string, pid int64, epoch int16, add bool, parts []txn.TopicPartition) []int16 {
 	out := make([]int16, len(parts))
 	fill := func(code int16) []int16 {
 		for i := range out {
@@ -185,6 +197,17 @@ func (b *Broker) verifyWithCoordinator(ctx context.Context, id string, pid int64
 		return fill(at.Code)
 	}
 	c := b.coord.Txn()
+	if at.Node == b.cfg.NodeID && add {
+		rctx, cancel := context.WithTimeout(ctx, verifyTimeout)
+		defer cancel()
+		if err := c.AddPartitions(id, pid, epoch, parts)(rctx); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return fill(kerr.RequestTimedOut.Code)
+			}
+			return fill(txnErrorCode(err))
+		}
+		return out
+	}
 	if at.Node == b.cfg.NodeID {
 		per, err := c.VerifyPartitions(id, pid, epoch, parts)
 		if err != nil {
@@ -197,8 +220,11 @@ func (b *Broker) verifyWithCoordinator(ctx context.Context, id string, pid int64
 	}
 	req := kmsg.NewPtrAddPartitionsToTxnRequest()
 	req.Version = 4
+	if add {
+		req.Version = 5
+	}
 	tr := kmsg.NewAddPartitionsToTxnRequestTransaction()
-	tr.TransactionalID, tr.ProducerID, tr.ProducerEpoch, tr.VerifyOnly = id, pid, epoch, true
+	tr.TransactionalID, tr.ProducerID, tr.ProducerEpoch, tr.VerifyOnly = id, pid, epoch, !add
 	idx := map[string]int{}
 	for _, tp := range parts {
 		i, ok := idx[tp.Topic]

@@ -124,3 +124,18 @@ func (n *Node) Start() {
 	}
 	n.start(ln)
 }
+
+// Pinned caps the version a kgo client negotiates for a request: raw
+// Produce requests name topics, which Produce v13 replaces by ids, and the
+// transaction tests of the pre-KIP-890-part-2 flow need Produce v11 (v12+
+// adds partitions to the transaction implicitly).
+type Pinned struct {
+	kmsg.Request
+	Max int16
+}
+
+// MaxVersion is the lower of the request's and the pin.
+func (p Pinned) MaxVersion() int16 { return min(p.Max, p.Request.MaxVersion()) }
+
+// Pin caps req at version max.
+func Pin(req kmsg.Request, max int16) kmsg.Request { return Pinned{Request: req, Max: max} }

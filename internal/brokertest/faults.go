@@ -231,7 +231,7 @@ func (n *Node) Produce(topic string, partition int32, acks int16, timeout time.D
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+10*time.Second)
 	defer cancel()
-	resp, err := cl.SeedBrokers()[0].Request(ctx, req)
+	resp, err := cl.SeedBrokers()[0].Request(ctx, Pin(req, 12)) // topics by name
 	if err != nil {
 		return 0, 0, err
 	}

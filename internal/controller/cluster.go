@@ -86,6 +86,8 @@ type Command struct {
 	ScramDeletions []ScramKey             `json:"scram_deletions,omitempty"`
 	// OpClientQuotas (quotas.go).
 	Quotas []QuotaAlteration `json:"quotas,omitempty"`
+	// OpFeatures (features.go): finalized feature levels by name.
+	Features map[string]int16 `json:"features,omitempty"`
 }
 
 // Metadata commands.
@@ -311,6 +313,9 @@ func (s *Store) applyTo(next *state, c Command, out *Topic) error {
 			return err
 		}
 		if handled, err := applyQuotas(next, c); handled {
+			return err
+		}
+		if handled, err := applyFeatures(next, c); handled {
 			return err
 		}
 		return fmt.Errorf("controller: unknown metadata command %q", c.Op)

@@ -137,6 +137,10 @@ type state struct {
 
 	// Quotas are the client quotas by entity, sorted (quotas.go).
 	Quotas []ClientQuota `json:"client_quotas,omitempty"`
+
+	// Features are the finalized feature levels UpdateFeatures set
+	// (features.go); a feature not here is at the binary's default.
+	Features map[string]int16 `json:"features,omitempty"`
 }
 
 const stateVersion = 1

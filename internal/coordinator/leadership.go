@@ -29,11 +29,14 @@ func (h *Host) watchLeadership(topic string, n int32, load, unload func(int32), 
 	tick := time.NewTicker(leadershipRecheck)
 	defer tick.Stop()
 	warned := false
+	var sum changeSummary
 	for {
 		// Taken before looking, so that a change while looking wakes the
 		// next round.
 		changed := h.replicas.LeadershipChanged()
-		h.checkLeadership(topic, n, owned, load, unload, &warned)
+		if !h.checkLeadership(topic, n, owned, load, unload, &warned, &sum) {
+			sum.log(h, topic, owned)
+		}
 		select {
 		case <-stop:
 			return
@@ -43,15 +46,37 @@ func (h *Host) watchLeadership(topic string, n int32, load, unload func(int32), 
 	}
 }
 
+// changeSummary counts the partitions loaded and unloaded since the last
+// summary line. Partitions change leader one Raft election at a time, so
+// the line is written on the first look that finds nothing new: one line
+// per change of the node's role, not one per partition (50 by default).
+type changeSummary struct{ loaded, unloaded int }
+
+func (s *changeSummary) log(h *Host, topic string, owned []uint64) {
+	if s.loaded+s.unloaded == 0 {
+		return
+	}
+	coordinating := 0
+	for _, term := range owned {
+		if term != 0 {
+			coordinating++
+		}
+	}
+	h.log.Info("coordinator partitions changed", "topic", topic, "loading", s.loaded, "unloaded", s.unloaded,
+		"coordinating", coordinating, "partitions", len(owned))
+	*s = changeSummary{}
+}
+
 // checkLeadership is one look at topic's partitions: load what this node
-// now leads, unload what it stopped leading.
-func (h *Host) checkLeadership(topic string, n int32, owned []uint64, load, unload func(int32), warned *bool) {
+// now leads, unload what it stopped leading. It reports whether anything
+// changed.
+func (h *Host) checkLeadership(topic string, n int32, owned []uint64, load, unload func(int32), warned *bool, sum *changeSummary) bool {
 	if t, ok := h.meta.Topic(topic); ok && t.Partitions != n {
 		if !*warned {
 			h.log.Error("internal topic's partition count differs from the coordinator's; restart to pick it up", "topic", topic, "partitions", t.Partitions, "coordinator_partitions", n)
 			*warned = true
 		}
-		return
+		return false
 	}
 	var loaded, unloaded []int
 	for i := range owned {
@@ -70,17 +95,9 @@ func (h *Host) checkLeadership(topic string, n int32, owned []uint64, load, unlo
 			loaded = append(loaded, i)
 		}
 	}
-	if len(loaded)+len(unloaded) > 0 {
-		// One line per change, not one per partition (50 by default).
-		coordinating := 0
-		for _, term := range owned {
-			if term != 0 {
-				coordinating++
-			}
-		}
-		h.log.Info("coordinator partitions changed", "topic", topic, "loading", len(loaded), "unloaded", len(unloaded),
-			"coordinating", coordinating, "partitions", n)
-	}
+	sum.loaded += len(loaded)
+	sum.unloaded += len(unloaded)
+	return len(loaded)+len(unloaded) > 0
 }
 
 // readyLeaderTerm is the Raft term in which this node leads partition i of

@@ -2,6 +2,7 @@ package group
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 
@@ -30,9 +31,18 @@ func (c *Coordinator) DescribeGroups(req *kmsg.DescribeGroupsRequest) Reply {
 		case c.admit(name) != 0:
 			d.ErrorCode = c.admit(name)
 		case g == nil || g.consumer != nil:
-			// Kafka's answer for an unknown group before v6, and for a
-			// consumer group (not a classic one: ConsumerGroupDescribe).
+			// Kafka's answer for an unknown group, and for a consumer
+			// group (not a classic one: ConsumerGroupDescribe describes
+			// it): Dead before v6, GROUP_ID_NOT_FOUND with why from v6.
 			d.State = string(Dead)
+			if req.Version >= 6 {
+				d.ErrorCode = kerr.GroupIDNotFound.Code
+				msg := fmt.Sprintf("Group %s not found.", name)
+				if g != nil {
+					msg = fmt.Sprintf("Group %s is not a classic group.", name)
+				}
+				d.ErrorMessage = &msg
+			}
 		default:
 			d.State = string(g.state)
 			d.ProtocolType = g.protocolType

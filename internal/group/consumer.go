@@ -162,6 +162,8 @@ type cmember struct {
 
 	expires  time.Time // session end without a heartbeat
 	revokeBy time.Time // rebalance timeout while revoking (zero: not revoking)
+
+	classic *classicMeta // a member speaking the classic protocol (mixed.go); nil otherwise
 }
 
 func (m *cmember) left() bool { return m.epoch == staticLeaveEpoch }
@@ -524,6 +526,11 @@ func (c *Coordinator) ConsumerGroupHeartbeat(req *kmsg.ConsumerGroupHeartbeatReq
 		resp.MemberEpoch = 0
 		return respond(resp)
 	}
+	if req.SubscribedTopicRegex != nil && *req.SubscribedTopicRegex == "" {
+		// librdkafka sends an empty regex beside its topic names; Kafka
+		// takes an empty regex as none.
+		req.SubscribedTopicRegex = nil
+	}
 	if msg := heartbeatInvalid(req); msg != "" {
 		return fail(kerr.InvalidRequest.Code, msg)
 	}
@@ -555,18 +562,23 @@ func (c *Coordinator) ConsumerGroupHeartbeat(req *kmsg.ConsumerGroupHeartbeatReq
 		c.groups[req.Group] = g
 		g.protocolType = "consumer"
 		g.consumer = newConsumerGroup()
-	case g.consumer == nil:
-		// A classic group: an empty one is upgraded (Kafka's online
-		// migration of an empty group); one with members is not ours.
-		if req.MemberEpoch != 0 || len(g.members) > 0 || len(g.pending) > 0 || g.state == Dead {
-			return fail(kerr.GroupIDNotFound.Code, "Group "+req.Group+" is not a consumer group.")
-		}
+	case g.consumer == nil && (req.MemberEpoch != 0 || g.state == Dead):
+		return fail(kerr.GroupIDNotFound.Code, "Group "+req.Group+" is not a consumer group.")
+	case g.consumer == nil && len(g.members) == 0:
+		// An empty classic group is upgraded at once (its offsets stay).
 		if g.protocolType != "" || g.generation > 0 {
 			kvs = append(kvs, kv{groupKey(g.name), nil})
 		}
-		c.log.Info("classic group upgraded to a consumer group", "group", g.name)
+		c.log.Info("empty classic group upgraded to a consumer group", "group", g.name)
+		g.pending = map[string]time.Time{}
 		g.protocolType, g.protocol, g.leader, g.generation = "consumer", "", "", 0
 		g.consumer = newConsumerGroup()
+	case g.consumer == nil:
+		// Kafka's online upgrade: the classic members carry on inside
+		// the consumer group (mixed.go).
+		if code, msg := c.upgradeToConsumer(g, now, &kvs); code != 0 {
+			return fail(code, msg)
+		}
 	}
 	defer c.arm(g)
 	defer c.dropIfUnusedConsumer(g)
@@ -588,6 +600,10 @@ func (c *Coordinator) ConsumerGroupHeartbeat(req *kmsg.ConsumerGroupHeartbeatReq
 		}
 		resp.MemberID = &m.id
 		resp.MemberEpoch = req.MemberEpoch
+		if req.MemberEpoch == leaveEpoch && c.downgradeOK(g, m) {
+			c.downgradeToClassic(g, m, now, &kvs, "the last consumer-protocol member left")
+			return c.commitRecords(g, now, kvs, resp)
+		}
 		if req.MemberEpoch == staticLeaveEpoch && m.instanceID != nil {
 			// Kafka keeps a static member's partitions for it until
 			// its session ends or its instance comes back.
@@ -612,6 +628,9 @@ func (c *Coordinator) ConsumerGroupHeartbeat(req *kmsg.ConsumerGroupHeartbeatReq
 		}
 	default:
 		m = cg.members[req.MemberID]
+		if m != nil && m.classic != nil {
+			return fail(kerr.UnknownMemberID.Code, "Member "+m.id+" uses the classic protocol.")
+		}
 		if m == nil {
 			if req.InstanceID != nil && cg.static[*req.InstanceID] != "" {
 				return fail(kerr.FencedInstanceID.Code, "")
@@ -684,10 +703,13 @@ func (c *Coordinator) consumerJoin(g *group, req *kmsg.ConsumerGroupHeartbeatReq
 	if req.InstanceID != nil {
 		if oid, ok := cg.static[*req.InstanceID]; ok && oid != id {
 			old = cg.members[oid]
-			if old != nil && !old.left() {
+			if old != nil && !old.left() && old.classic == nil {
 				return nil, kerr.UnreleasedInstanceID.Code, fmt.Sprintf("Static member %s with instance id %s cannot join the group because the instance id is owned by %s member.", id, *req.InstanceID, oid)
 			}
 		}
+	}
+	if m != nil && m.classic != nil {
+		return nil, kerr.UnknownMemberID.Code, "Member " + m.id + " uses the classic protocol."
 	}
 	if m != nil {
 		if m.instanceID != nil && (req.InstanceID == nil || *req.InstanceID != *m.instanceID) {
@@ -801,8 +823,18 @@ func (c *Coordinator) removeConsumerMember(g *group, m *cmember, now time.Time, 
 // committed; a failed write answers COORDINATOR_NOT_AVAILABLE (the client
 // retries; a leadership change reloads the group from the log).
 func (c *Coordinator) commitRecords(g *group, now time.Time, kvs []kv, resp *kmsg.ConsumerGroupHeartbeatResponse) Reply {
+	return c.commitThen(g, now, kvs, resp, func(code int16) kmsg.Response {
+		r := resp.RequestKind().ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
+		r.ErrorCode = code
+		return r
+	})
+}
+
+// commitThen appends kvs (if any) and answers ok once they are committed,
+// or failed(code) if they cannot be.
+func (c *Coordinator) commitThen(g *group, now time.Time, kvs []kv, ok kmsg.Response, failed func(code int16) kmsg.Response) Reply {
 	if len(kvs) == 0 {
-		return respond(resp)
+		return respond(ok)
 	}
 	end, err := c.appendKVs(g.name, now, kvs)
 	if err != nil {
@@ -811,9 +843,7 @@ func (c *Coordinator) commitRecords(g *group, now time.Time, kvs []kv, resp *kms
 		if errors.Is(err, records.ErrTooLarge) {
 			code = kerr.UnknownServerError.Code
 		}
-		r := resp.RequestKind().ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
-		r.ErrorCode = code
-		return respond(r)
+		return respond(failed(code))
 	}
 	log := c.logs[c.partition(g.name)]
 	return func(ctx context.Context) kmsg.Response {
@@ -822,11 +852,9 @@ func (c *Coordinator) commitRecords(g *group, now time.Time, kvs []kv, resp *kms
 				return nil
 			}
 			c.log.Warn("consumer group records not durable", "group", g.name, "err", err)
-			r := resp.RequestKind().ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
-			r.ErrorCode = kerr.CoordinatorNotAvailable.Code
-			return r
+			return failed(kerr.CoordinatorNotAvailable.Code)
 		}
-		return resp
+		return ok
 	}
 }
 
@@ -846,17 +874,28 @@ func (c *Coordinator) expireConsumer(g *group, now time.Time) {
 	cg := g.consumer
 	var kvs []kv
 	for _, m := range cg.members {
+		why := m.classicExpired(now)
 		switch {
 		case !now.Before(m.expires):
-			c.removeConsumerMember(g, m, now, &kvs, "session timeout")
+			why = "session timeout"
 		case m.state == memberUnrevoked && !m.revokeBy.IsZero() && !now.Before(m.revokeBy):
-			c.removeConsumerMember(g, m, now, &kvs, "partitions not revoked within the rebalance timeout")
+			why = "partitions not revoked within the rebalance timeout"
 		}
+		if why == "" {
+			continue
+		}
+		if c.downgradeOK(g, m) {
+			c.downgradeToClassic(g, m, now, &kvs, "the last consumer-protocol member was fenced: "+why)
+			break
+		}
+		c.removeConsumerMember(g, m, now, &kvs, why)
 	}
 	if len(kvs) == 0 {
 		return
 	}
-	cg.updateState(g, now)
+	if g.consumer != nil {
+		cg.updateState(g, now)
+	}
 	if _, err := c.appendKVs(g.name, now, kvs); err != nil {
 		c.log.Warn("writing consumer group records failed", "group", g.name, "err", err)
 	}
@@ -869,6 +908,7 @@ func (cg *consumerGroup) deadlines(consider func(time.Time)) {
 		if m.state == memberUnrevoked {
 			consider(m.revokeBy)
 		}
+		m.classicDeadlines(consider)
 	}
 }
 

@@ -54,7 +54,10 @@ func (c *Coordinator) ConsumerGroupDescribe(req *kmsg.ConsumerGroupDescribeReque
 				dm.SubscribedTopicRegex = m.regex
 				dm.Assignment = c.describeAssignment(m.assigned)
 				dm.TargetAssignment = c.describeAssignment(m.target)
-				dm.MemberType = 1 // consumer protocol (KIP-1099); classic members are not served
+				dm.MemberType = 1 // consumer protocol (KIP-1099)
+				if m.classic != nil {
+					dm.MemberType = 0
+				}
 				d.Members = append(d.Members, dm)
 			}
 			sort.Slice(d.Members, func(i, j int) bool { return d.Members[i].MemberID < d.Members[j].MemberID })
@@ -98,6 +101,13 @@ func (c *Coordinator) validateConsumerCommit(g *group, version int16, epoch int3
 	switch {
 	case m == nil:
 		return kerr.UnknownMemberID.Code, nil
+	case m.classic != nil:
+		// A classic member commits with its generation, which is its
+		// member epoch, at any version (Kafka's rule).
+		if epoch != m.epoch {
+			return kerr.IllegalGeneration.Code, nil
+		}
+		return 0, nil
 	case version < 9:
 		return kerr.UnsupportedVersion.Code, nil
 	case epoch > m.epoch || epoch < 0:

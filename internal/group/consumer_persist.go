@@ -94,6 +94,9 @@ func cgMemberValue(m *cmember) []byte {
 	b = kbin.AppendCompactNullableString(b, m.regex)
 	b = kbin.AppendInt32(b, int32(m.rebalanceTimeout/time.Millisecond))
 	b = kbin.AppendCompactNullableString(b, m.assignor)
+	if m.classic != nil {
+		return appendTags(b, tag{0, classicMetadata(m.classic)})
+	}
 	return appendTags(b)
 }
 
@@ -265,7 +268,14 @@ func replayConsumerRecord(groups map[string]*cgReplay, typ int16, key, value []b
 		m.regex = r.CompactNullableString()
 		m.rebalanceTimeout = ms(r.Int32())
 		m.assignor = r.CompactNullableString()
-		readTags(&r)
+		m.classic = nil
+		if cm, ok := readTags(&r)[0]; ok {
+			classic, err := readClassicMetadata(cm)
+			if err != nil {
+				return fmt.Errorf("consumer group member %q of %q: classic metadata: %w", member, name, err)
+			}
+			m.classic = classic
+		}
 		g.withMeta[member] = true
 	case recConsumerGroupTargetMember:
 		m := g.member(member)
@@ -317,6 +327,9 @@ func (c *Coordinator) restoreConsumerGroups(groups map[string]*cgReplay, now tim
 				m.epoch = 0
 			}
 			m.expires = now.Add(c.cfg.ConsumerSessionTimeout)
+			if m.classic != nil {
+				m.expires = now.Add(m.classic.sessionTimeout)
+			}
 			if m.state == memberUnrevoked {
 				m.revokeBy = now.Add(m.rebalanceTimeout)
 			}

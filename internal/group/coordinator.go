@@ -65,6 +65,11 @@ type Config struct {
 	// ConsumerAssignors are the server-side assignors members may ask
 	// for; the first is the default (group.consumer.assignors).
 	ConsumerAssignors []string
+	// ConsumerMigrationPolicy says which online conversions between
+	// classic and consumer groups with members happen
+	// (group.consumer.migration.policy: bidirectional, upgrade,
+	// downgrade, disabled; mixed.go).
+	ConsumerMigrationPolicy string
 }
 
 // Assignors are the server-side assignors Holdfast implements.
@@ -85,6 +90,7 @@ func DefaultConfig() Config {
 		ConsumerHeartbeatInterval: 5 * time.Second,
 		ConsumerMaxSize:           math.MaxInt32,
 		ConsumerAssignors:         []string{"uniform", "range"},
+		ConsumerMigrationPolicy:   MigrationBidirectional,
 	}
 }
 
@@ -162,6 +168,9 @@ func New(cfg Config, logs []Log, opts Options) *Coordinator {
 	}
 	if cfg.ConsumerMaxSize <= 0 {
 		cfg.ConsumerMaxSize = def.ConsumerMaxSize
+	}
+	if !slices.Contains(MigrationPolicies, cfg.ConsumerMigrationPolicy) {
+		cfg.ConsumerMigrationPolicy = def.ConsumerMigrationPolicy
 	}
 	var known []string
 	for _, a := range cfg.ConsumerAssignors {

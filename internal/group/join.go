@@ -60,11 +60,11 @@ func (c *Coordinator) JoinGroup(req *kmsg.JoinGroupRequest, clientID, clientHost
 		c.groups[req.Group] = g
 	}
 	if g.consumer != nil {
-		// A consumer group: Kafka 4.0 downgrades an empty one to
-		// classic; classic members inside a consumer group (its online
-		// migration) are not served.
+		// A consumer group: a classic member joins it as one of its
+		// members (mixed.go); an empty one becomes a classic group.
 		if len(g.consumer.members) > 0 {
-			return fail(kerr.InconsistentGroupProtocol.Code)
+			defer c.arm(g)
+			return c.classicJoinConsumer(g, joinParams{req: req, clientID: clientID, clientHost: clientHost, session: session, rebalance: rebalance}, now)
 		}
 		if err := c.convertToClassic(g, now); err != nil {
 			c.log.Warn("converting consumer group failed", "group", g.name, "err", err)
@@ -305,6 +305,9 @@ func (c *Coordinator) SyncGroup(req *kmsg.SyncGroupRequest) Reply {
 		return fail(kerr.CoordinatorNotAvailable.Code)
 	case g == nil:
 		return fail(kerr.UnknownMemberID.Code)
+	case g.consumer != nil:
+		defer c.arm(g)
+		return respond(c.classicSyncConsumer(g, req, c.opts.Now()))
 	case g.state == Dead:
 		return fail(kerr.CoordinatorNotAvailable.Code)
 	case g.fenced(req.InstanceID, req.MemberID):
@@ -414,6 +417,9 @@ func (c *Coordinator) heartbeat(req *kmsg.HeartbeatRequest) int16 {
 		return kerr.CoordinatorNotAvailable.Code
 	case g == nil:
 		return kerr.UnknownMemberID.Code
+	case g.consumer != nil:
+		defer c.arm(g)
+		return c.classicHeartbeatConsumer(g, req, c.opts.Now())
 	case g.state == Dead:
 		return kerr.CoordinatorNotAvailable.Code
 	case g.fenced(req.InstanceID, req.MemberID):
@@ -459,6 +465,10 @@ func (c *Coordinator) LeaveGroup(req *kmsg.LeaveGroupRequest) Reply {
 		return top(kerr.CoordinatorNotAvailable.Code)
 	}
 	now := c.opts.Now()
+	if g != nil && g.consumer != nil {
+		defer c.arm(g)
+		return c.classicLeaveConsumer(g, req, leaving, now)
+	}
 	for _, lm := range leaving {
 		code := int16(0)
 		switch {

@@ -237,8 +237,10 @@ func (fp fetchedPartition) values() (off int64, epoch int32, md *string) {
 }
 
 // OffsetFetch handles an OffsetFetch request (one group before v8, many
-// from v8). RequireStable has nothing to wait for until transactional offset
-// commits exist.
+// from v8). With RequireStable (KIP-447) a partition with transactional
+// offsets awaiting their marker answers UNSTABLE_OFFSET_COMMIT (offset -1),
+// as Kafka: per partition, so clients retry that partition (franz-go fails
+// a group-level one), and the others are answered.
 func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) Reply {
 	resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
 	if req.Version >= 8 {
@@ -248,8 +250,9 @@ func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) Reply {
 				topics = append(topics, fetchTopic{t.Topic, t.Partitions})
 			}
 			code, fts := c.fetchOffsets(rg.Group, topics, rg.Topics == nil, rg.MemberID, rg.MemberEpoch)
-			if code == 0 && req.RequireStable && c.HasPendingTxn(rg.Group) {
-				code, fts = kerr.UnstableOffsetCommit.Code, nil // KIP-447: retry after the marker
+			var unstable map[topicPartition]bool
+			if code == 0 && req.RequireStable {
+				unstable = c.pendingTxnPartitions(rg.Group)
 			}
 			out := kmsg.NewOffsetFetchResponseGroup()
 			out.Group = rg.Group
@@ -261,6 +264,9 @@ func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) Reply {
 					rp := kmsg.NewOffsetFetchResponseGroupTopicPartition()
 					rp.Partition = fp.partition
 					rp.Offset, rp.LeaderEpoch, rp.Metadata = fp.values()
+					if unstable[topicPartition{ft.topic, fp.partition}] {
+						rp.ErrorCode, rp.Offset, rp.LeaderEpoch = kerr.UnstableOffsetCommit.Code, -1, -1
+					}
 					rt.Partitions = append(rt.Partitions, rp)
 				}
 				out.Topics = append(out.Topics, rt)
@@ -275,8 +281,9 @@ func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) Reply {
 	}
 	all := req.Topics == nil && req.Version >= 2
 	code, fts := c.fetchOffsets(req.Group, topics, all, nil, -1)
-	if code == 0 && req.Version >= 7 && req.RequireStable && c.HasPendingTxn(req.Group) {
-		code = kerr.UnstableOffsetCommit.Code
+	var unstable map[topicPartition]bool
+	if code == 0 && req.Version >= 7 && req.RequireStable {
+		unstable = c.pendingTxnPartitions(req.Group)
 	}
 	if code != 0 {
 		if req.Version >= 2 {
@@ -301,6 +308,9 @@ func (c *Coordinator) OffsetFetch(req *kmsg.OffsetFetchRequest) Reply {
 			rp.Partition = fp.partition
 			rp.Offset, rp.LeaderEpoch, rp.Metadata = fp.values()
 			rp.ErrorCode = code
+			if unstable[topicPartition{ft.topic, fp.partition}] {
+				rp.ErrorCode, rp.Offset, rp.LeaderEpoch = kerr.UnstableOffsetCommit.Code, -1, -1
+			}
 			rt.Partitions = append(rt.Partitions, rp)
 		}
 		resp.Topics = append(resp.Topics, rt)

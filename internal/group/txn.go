@@ -222,6 +222,23 @@ func (c *Coordinator) HasPendingTxn(group string) bool {
 	return false
 }
 
+// pendingTxnPartitions returns the partitions of group with transactional
+// offsets awaiting their marker (nil if none).
+func (c *Coordinator) pendingTxnPartitions(group string) map[topicPartition]bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out map[topicPartition]bool
+	for _, groups := range c.txn {
+		for tp := range groups[group] {
+			if out == nil {
+				out = map[topicPartition]bool{}
+			}
+			out[tp] = true
+		}
+	}
+	return out
+}
+
 // replayTxnBatch applies a transactional or control batch of partition p
 // during replay: offsets into pending, markers from pending into offsets.
 func (c *Coordinator) replayTxnBatch(p int32, h records.Header, batch []byte, pending pendingTxn, offsets map[string]map[topicPartition]offset) error {

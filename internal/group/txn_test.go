@@ -61,7 +61,9 @@ func committed(t *testing.T, c *Coordinator, group string, p int32, stable bool)
 	if resp.ErrorCode != 0 {
 		return -1, resp.ErrorCode
 	}
-	return resp.Topics[0].Partitions[0].Offset, 0
+	// UNSTABLE_OFFSET_COMMIT is per partition, as Kafka.
+	rp := resp.Topics[0].Partitions[0]
+	return rp.Offset, rp.ErrorCode
 }
 
 // TestTxnOffsetsPendingUntilMarker: transactional offsets are invisible

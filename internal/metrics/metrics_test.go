@@ -218,11 +218,12 @@ func TestErrorsAndInternalTopics(t *testing.T) {
 		rp.Partition = 7
 		rt.Partitions = append(rt.Partitions, rp)
 		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, cl)
+		kresp, err := cl.Request(ctx, brokertest.Pin(req, 12)) // topics by name
 		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
+		resp := kresp.(*kmsg.ProduceResponse)
 		if code := resp.Topics[0].Partitions[0].ErrorCode; code != kerr.UnknownTopicOrPartition.Code {
 			t.Fatalf("produce to partition 7: code %d", code)
 		}

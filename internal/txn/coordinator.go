@@ -106,6 +106,18 @@ type txnMeta struct {
 	// a zombie, and may recover with InitProducerId (KIP-360).
 	timedOut int16
 
+	// KIP-890 part 2 (EndTxn v5, transaction.version 2): tv2 is set once the
+	// producer ended a transaction with EndTxn v5 (persisted as
+	// ClientTransactionVersion 2). Every such EndTxn bumps the epoch;
+	// lastEpoch is the epoch before the last bump (-1 if none), which a
+	// retried EndTxn whose answer was lost still names. When the epoch is
+	// exhausted the EndTxn also moves the producer to a new id: nextPID
+	// (from Prepare until Complete, -1 otherwise), prevPID the id before it.
+	tv2       bool
+	lastEpoch int16
+	nextPID   int64
+	prevPID   int64
+
 	// done is non-nil while markers are being written; closed when the
 	// transaction reaches Complete*.
 	done chan struct{}
@@ -341,12 +353,29 @@ func (c *Coordinator) replay(p int32, l Log) error {
 			if err := v.ReadFrom(r.Value); err != nil {
 				return fmt.Errorf("offset %d: value: %w", r.Offset, err)
 			}
-			m := &txnMeta{id: k.TransactionalID, pid: v.ProducerID, epoch: v.ProducerEpoch, timedOut: -1,
+			m := &txnMeta{id: k.TransactionalID, pid: v.ProducerID, epoch: v.ProducerEpoch, timedOut: -1, lastEpoch: -1, nextPID: -1, prevPID: -1,
 				timeout: time.Duration(v.TimeoutMillis) * time.Millisecond, state: v.State,
 				parts: map[TopicPartition]struct{}{}, start: time.UnixMilli(v.StartTimestamp), updated: time.UnixMilli(v.LastUpdateTimestamp)}
 			for _, t := range v.Topics {
 				for _, pp := range t.Partitions {
 					m.parts[TopicPartition{t.Topic, pp}] = struct{}{}
+				}
+			}
+			if v.Version >= 1 {
+				m.tv2 = v.ClientTransactionVersion >= 2
+				m.nextPID, m.prevPID = v.NextProducerID, v.PreviousProducerID
+			}
+			if m.tv2 {
+				switch m.state {
+				case kmsg.TransactionStatePrepareCommit, kmsg.TransactionStatePrepareAbort,
+					kmsg.TransactionStateCompleteCommit, kmsg.TransactionStateCompleteAbort:
+					// The EndTxn that decided it bumped the epoch: its
+					// retry names the one before (after a new id: the
+					// exhausted one).
+					m.lastEpoch = m.epoch - 1
+					if m.prevPID >= 0 && m.nextPID < 0 {
+						m.lastEpoch = math.MaxInt16 - 1
+					}
 				}
 			}
 			c.txns[m.id] = m
@@ -368,6 +397,14 @@ func (c *Coordinator) persist(m *txnMeta) (Log, int64, error) {
 	k.TransactionalID = m.id
 	v := kmsg.NewTxnMetadataValue()
 	v.ProducerID, v.ProducerEpoch = m.pid, m.epoch
+	if m.tv2 || m.nextPID >= 0 || m.prevPID >= 0 {
+		// Kafka 4's TxnMetadataValue v1, with KIP-890 part 2's tags.
+		v.Version = 1
+		v.NextProducerID, v.PreviousProducerID = m.nextPID, m.prevPID
+		if m.tv2 {
+			v.ClientTransactionVersion = 2
+		}
+	}
 	v.TimeoutMillis = int32(m.timeout / time.Millisecond)
 	v.State = m.state
 	v.LastUpdateTimestamp = m.updated.UnixMilli()
@@ -494,7 +531,7 @@ func (c *Coordinator) InitProducerID(ctx context.Context, id string, timeoutMs i
 			continue
 		}
 		if isNew {
-			m = &txnMeta{id: id, pid: spare, epoch: -1, parts: map[TopicPartition]struct{}{}}
+			m = &txnMeta{id: id, pid: spare, epoch: -1, parts: map[TopicPartition]struct{}{}, lastEpoch: -1, nextPID: -1, prevPID: -1}
 			spare = -1
 		}
 		prev := *m
@@ -502,7 +539,7 @@ func (c *Coordinator) InitProducerID(ctx context.Context, id string, timeoutMs i
 			m.pid, m.epoch = spare, -1
 			spare = -1
 		}
-		m.timedOut = -1
+		m.timedOut, m.lastEpoch, m.prevPID, m.nextPID = -1, -1, -1, -1
 		m.epoch++
 		m.timeout = time.Duration(timeoutMs) * time.Millisecond
 		m.state = kmsg.TransactionStateEmpty
@@ -675,6 +712,110 @@ func (c *Coordinator) EndTxn(id string, pid int64, epoch int16, commit bool) fun
 	return func(ctx context.Context) error { return c.finish(ctx, m, l, end, true) }
 }
 
+// EndTxnV2 is EndTxn v5 (KIP-890 part 2, transaction.version 2): every
+// commit and abort bumps the producer epoch, the markers carry the bumped
+// epoch, and the answer is the producer id and epoch for the next
+// transaction. A produce of the old epoch arriving late (a zombie, a retry
+// stuck in the network) is then refused by every partition the markers
+// reached and by the coordinator (INVALID_PRODUCER_EPOCH), instead of
+// joining the next transaction. An abort with nothing ongoing is allowed
+// (partitions join implicitly, so the client cannot know) and bumps the
+// epoch too. A retry whose answer was lost names the epoch before the bump
+// and gets the same answer. When the epoch is exhausted the producer moves
+// to a new producer id (allocated here, perhaps from the controller).
+func (c *Coordinator) EndTxnV2(ctx context.Context, id string, pid int64, epoch int16, commit bool) func(context.Context) (int64, int16, error) {
+	fail := func(err error) func(context.Context) (int64, int16, error) {
+		return func(context.Context) (int64, int16, error) { return -1, -1, err }
+	}
+	spare := int64(-1)
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return fail(kerr.CoordinatorNotAvailable)
+		}
+		if err := c.ownerErr(id); err != nil {
+			c.mu.Unlock()
+			return fail(err)
+		}
+		m := c.txns[id]
+		if m == nil {
+			c.mu.Unlock()
+			return fail(kerr.InvalidProducerIDMapping)
+		}
+		if m.lastEpoch >= 0 && epoch == m.lastEpoch && (pid == m.pid && epoch != m.epoch || pid == m.prevPID && m.prevPID >= 0) {
+			// The retry of the EndTxn that made the last bump.
+			st, npid, nepoch := m.state, m.pid, m.epoch
+			c.mu.Unlock()
+			switch {
+			case st == kmsg.TransactionStatePrepareCommit && commit, st == kmsg.TransactionStatePrepareAbort && !commit:
+				return fail(kerr.ConcurrentTransactions) // still writing markers
+			case st == kmsg.TransactionStateCompleteCommit && commit, st == kmsg.TransactionStateCompleteAbort && !commit:
+				return func(context.Context) (int64, int16, error) { return npid, nepoch, nil }
+			}
+			return fail(kerr.ProducerFenced)
+		}
+		switch {
+		case m.pid != pid:
+			c.mu.Unlock()
+			return fail(kerr.InvalidProducerIDMapping)
+		case m.epoch != epoch:
+			c.mu.Unlock()
+			return fail(kerr.ProducerFenced)
+		}
+		switch st := m.state; {
+		case st == kmsg.TransactionStateOngoing:
+		case !commit && (st == kmsg.TransactionStateEmpty || st == kmsg.TransactionStateCompleteCommit || st == kmsg.TransactionStateCompleteAbort):
+			// An empty abort: nothing to mark, but the epoch moves on.
+		case st == kmsg.TransactionStatePrepareCommit, st == kmsg.TransactionStatePrepareAbort:
+			c.mu.Unlock()
+			return fail(kerr.ConcurrentTransactions)
+		default:
+			c.mu.Unlock()
+			return fail(fmt.Errorf("end transaction (commit %v) in state %s: %w", commit, st, kerr.InvalidTxnState))
+		}
+		exhausted := m.epoch >= math.MaxInt16-1
+		if exhausted && spare < 0 {
+			c.mu.Unlock()
+			nid, err := c.opts.NextID(ctx)
+			if err != nil {
+				c.log.Warn("allocating a producer id", "transactional_id", id, "err", err)
+				return fail(kerr.CoordinatorNotAvailable)
+			}
+			spare = nid
+			continue
+		}
+		prev := *m
+		if m.state != kmsg.TransactionStateOngoing {
+			m.parts = map[TopicPartition]struct{}{}
+			m.start = c.opts.Now()
+		}
+		m.tv2, m.lastEpoch, m.prevPID, m.timedOut = true, m.epoch, -1, -1
+		if exhausted {
+			m.nextPID = spare
+		}
+		c.prepareLocked(m, commit, true, c.opts.Now())
+		l, end, err := c.persist(m)
+		if err != nil {
+			*m = prev
+			c.mu.Unlock()
+			c.log.Warn("writing transaction state failed", "transactional_id", id, "err", err)
+			return fail(kerr.CoordinatorNotAvailable)
+		}
+		npid, nepoch := m.pid, m.epoch
+		if exhausted {
+			npid, nepoch = spare, 0
+		}
+		c.mu.Unlock()
+		return func(ctx context.Context) (int64, int16, error) {
+			if err := c.finish(ctx, m, l, end, true); err != nil {
+				return -1, -1, err
+			}
+			return npid, nepoch, nil
+		}
+	}
+}
+
 // finish waits for m's Prepare record (at end of l) to be durable, then
 // completes the transaction. The work runs in the background on the
 // coordinator's context, so a client that disconnects (ctx) does not leave
@@ -747,6 +888,14 @@ func (c *Coordinator) complete(ctx context.Context, m *txnMeta) error {
 	}
 	m.parts = map[TopicPartition]struct{}{}
 	m.updated = c.opts.Now()
+	if m.nextPID >= 0 {
+		// The epoch was exhausted: the producer goes on with its new id.
+		if c.byPID[m.pid] == m {
+			delete(c.byPID, m.pid)
+		}
+		m.prevPID, m.pid, m.epoch, m.nextPID = m.pid, m.nextPID, 0, -1
+		c.byPID[m.pid] = m
+	}
 	// Not waited for: if it is lost, replay finds the Prepare record and
 	// writes the markers again, which changes nothing.
 	if _, _, err := c.persist(m); err != nil {
@@ -814,6 +963,9 @@ func (c *Coordinator) abortTimedOut() {
 			}
 			prev := *m
 			m.timedOut = m.epoch
+			if m.epoch < math.MaxInt16-1 {
+				m.lastEpoch = m.epoch // an EndTxn v5 abort of it is answered as a retry
+			}
 			c.prepareLocked(m, false, m.epoch < math.MaxInt16-1, now)
 			if _, _, err := c.persist(m); err != nil {
 				c.log.Warn("aborting timed-out transaction: writing PrepareAbort failed", "transactional_id", m.id, "err", err)

@@ -574,12 +574,20 @@ func (c *serverConn) decode(buf []byte) (*Request, error) {
 }
 
 // unsupportedApiVersions answers an ApiVersions request whose version the
-// server lacks with a v0 response that lists the supported ranges, so the
-// client can retry with one of them.
+// server lacks with a v0 UNSUPPORTED_VERSION response that lists only
+// ApiVersions' own range, as Kafka does (KIP-511), so the client retries
+// with a version this server has and learns the rest from that answer,
+// finalized features included. (Listing every key here made franz-go
+// take this v0 answer as the key table and never see the features, so it
+// missed transaction.version 2 on some connections.)
 func (c *serverConn) unsupportedApiVersions(req *Request) Reply {
 	resp := kmsg.NewPtrApiVersionsResponse()
 	resp.ErrorCode = kerr.UnsupportedVersion.Code
-	resp.ApiKeys = SupportedKeys(c.s.h, c.listener)
+	for _, k := range SupportedKeys(c.s.h, c.listener) {
+		if k.ApiKey == kmsg.ApiVersions.Int16() {
+			resp.ApiKeys = append(resp.ApiKeys, k)
+		}
+	}
 	req.Version = 0
 	return Respond(resp)
 }

@@ -189,7 +189,9 @@ func TestUnsupportedApiVersionsDowngrade(t *testing.T) {
 	_, addr := startServer(t, Limits{})
 	c := dial(t, addr)
 	// Version 9 is beyond both kmsg and the handler: the answer must be a
-	// v0 response with UNSUPPORTED_VERSION and the supported ranges.
+	// v0 response with UNSUPPORTED_VERSION and ApiVersions' own range
+	// only (KIP-511), so the client retries rather than taking this as the
+	// key table.
 	req := kmsg.NewPtrApiVersionsRequest()
 	raw := frame(req, 3, 77)
 	binary.BigEndian.PutUint16(raw[6:], 9)
@@ -206,7 +208,7 @@ func TestUnsupportedApiVersionsDowngrade(t *testing.T) {
 	if resp.ErrorCode != kerr.UnsupportedVersion.Code {
 		t.Fatalf("error code %d, want UNSUPPORTED_VERSION", resp.ErrorCode)
 	}
-	if len(resp.ApiKeys) != 2 || resp.ApiKeys[1].ApiKey != 18 || resp.ApiKeys[1].MaxVersion != 4 {
+	if len(resp.ApiKeys) != 1 || resp.ApiKeys[0].ApiKey != 18 || resp.ApiKeys[0].MaxVersion != 4 {
 		t.Fatalf("api keys %+v", resp.ApiKeys)
 	}
 	// The connection stays usable for the retry at a supported version.

@@ -1,0 +1,131 @@
+'use strict'
+// librdkafka 2.12 (node-rdkafka) against a real Holdfast broker, run by
+// cmd/holdfast/rdkafka_test.go:
+//
+//   node check.js group '{"brokers":"h:p,...","topic":"t","group":"g","records":N,"members":["consumer","classic"]}'
+//
+// Each member is a KafkaConsumer with that group.protocol (KIP-848's
+// "consumer", or "classic" with cooperative-sticky); they start one after
+// the other and read until every value 0..N-1 has been read by one of them,
+// committing what they read after each batch, then leave. It prints ONE
+// JSON object on stdout (what each member read, the partitions it held);
+// the Go test judges it. librdkafka's log goes to stderr.
+
+const Kafka = require('node-rdkafka')
+
+const sleep = ms => new Promise(resolve => setTimeout(resolve, ms))
+
+function member(o, i, protocol) {
+  const conf = {
+    'bootstrap.servers': o.brokers,
+    'client.id': `rdkafka-${i}-${protocol}`,
+    'group.id': o.group,
+    'group.protocol': protocol,
+    'enable.auto.commit': false,
+    'enable.partition.eof': false,
+    'topic.metadata.refresh.interval.ms': 1000,
+    'log_level': 4,
+    'event_cb': true,
+    ...(process.env.RDKAFKA_DEBUG ? { debug: process.env.RDKAFKA_DEBUG } : {}),
+  }
+  if (protocol === 'classic') {
+    conf['partition.assignment.strategy'] = 'cooperative-sticky'
+    conf['session.timeout.ms'] = 10000
+    conf['heartbeat.interval.ms'] = 500
+    conf['rebalance_cb'] = true // incremental assign and unassign
+  }
+  const c = new Kafka.KafkaConsumer(conf, { 'auto.offset.reset': 'earliest' })
+  c.on('event.log', l => process.stderr.write(`rdkafka ${i} ${l.severity} ${l.fac} ${l.message}\n`))
+  c.on('event.error', e => process.stderr.write(`rdkafka ${i} error ${e}\n`))
+  c.setDefaultConsumeTimeout(200)
+  return c
+}
+
+const connect = c => new Promise((resolve, reject) => c.connect({ timeout: 20000 }, err => (err ? reject(err) : resolve())))
+// Few records a batch, and a pause after each, until every member holds
+// partitions (a KIP-848 member gives partitions up at its next heartbeat,
+// every group.consumer.heartbeat.interval.ms, 5s by default); then as fast
+// as they come.
+const consume = (c, n) => new Promise((resolve, reject) => c.consume(n, (err, ms) => (err ? reject(err) : resolve(ms))))
+const disconnect = c => new Promise(resolve => c.disconnect(() => resolve()))
+
+async function group(o) {
+  const out = { Members: [], TimedOut: false, Errors: [] }
+  const seen = new Set()
+  const deadline = Date.now() + (o.timeoutMs || 90000)
+  const done = () => seen.size >= o.records || Date.now() > deadline
+
+  const run = async (i, protocol) => {
+    const m = { Protocol: protocol, Values: [], MaxPartitions: 0, Partitions: [] }
+    out.Members.push(m)
+    const c = member(o, i, protocol)
+    await connect(c)
+    c.subscribe([o.topic])
+    // Each member reads a few records alone before the next joins, so the
+    // later ones join a group that is consuming.
+    const nextDue = () => i + 1 < o.members.length && started[i + 1] === false && seen.size >= 20 * (i + 1)
+    const settled = () => started.every(s => s) && out.Members.every(x => x.MaxPartitions > 0)
+    try {
+      while (!done()) {
+        const calm = settled()
+        const ms = await consume(c, calm ? 100 : 3)
+        const next = new Map()
+        for (const msg of ms) {
+          const v = Number(msg.value.toString())
+          m.Values.push(v)
+          seen.add(v)
+          next.set(msg.partition, msg.offset + 1)
+        }
+        if (next.size > 0) {
+          c.commitSync([...next].map(([partition, offset]) => ({ topic: o.topic, partition, offset })))
+        }
+        const held = c.assignments().map(tp => tp.partition)
+        m.MaxPartitions = Math.max(m.MaxPartitions, held.length)
+        if (held.length > 0) {
+          m.Partitions = held.sort((a, b) => a - b)
+        }
+        if (!calm) {
+          await sleep(100)
+        }
+        if (nextDue()) {
+          started[i + 1] = true
+          runs.push(run(i + 1, o.members[i + 1]))
+        }
+      }
+    } catch (e) {
+      out.Errors.push(`member ${i}: ${e && e.message ? e.message : e}`)
+    } finally {
+      await disconnect(c)
+    }
+  }
+  const started = o.members.map((_, i) => i === 0)
+  const runs = [run(0, o.members[0])]
+  // Wait for every member, the ones started on the way included.
+  for (let n = 0; n < runs.length; n++) {
+    await runs[n]
+  }
+  out.TimedOut = seen.size < o.records
+  return out
+}
+
+async function main() {
+  const [scenario, raw] = process.argv.slice(2)
+  const o = JSON.parse(raw)
+  let out
+  switch (scenario) {
+    case 'group':
+      out = await group(o)
+      break
+    default:
+      throw new Error(`unknown scenario ${scenario}`)
+  }
+  process.stdout.write(JSON.stringify(out) + '\n')
+}
+
+main().then(
+  () => process.exit(0),
+  e => {
+    process.stderr.write(`check.js: ${e && e.stack ? e.stack : e}\n`)
+    process.exit(1)
+  }
+)
