@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,6 +45,16 @@ func TestScalePartitions(t *testing.T) {
 			t.Fatal(err)
 		}
 		idle = d
+	}
+	// Every replica keeps its active segment open (and its index files
+	// once written), and all three nodes share this process's limit.
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil {
+		lim.Cur = lim.Max
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+		if need := uint64(parts*rf) * 3 / 2; need > lim.Cur {
+			t.Skipf("%d replicas in one process need about %d file descriptors; the limit is %d (ulimit -n, or HOLDFAST_SCALE_RF=1)", parts*rf, need, lim.Cur)
+		}
 	}
 	report := func(format string, args ...any) {
 		t.Logf(format, args...)
