@@ -228,3 +228,44 @@ func TestIndexWrittenInBulk(t *testing.T) {
 		sl.Release()
 	}
 }
+
+// TestOneDescriptorPerSegment: a reopened log holds its segment files
+// open, not their index files (a node with 10,000 partitions held three
+// descriptors per log and could not restart under a 20,000 limit).
+func TestOneDescriptorPerSegment(t *testing.T) {
+	count := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip("no /proc/self/fd:", err)
+		}
+		return len(ents)
+	}
+	dir := t.TempDir()
+	cfg := testConfig()
+	cfg.SegmentBytes = 1 << 20
+	sy := newSyncer(t)
+	l := openLog(t, OSFS(), dir, cfg, sy, nil)
+	for i := 0; i < 3*indexPersistEntries; i++ {
+		if _, err := l.Append(batch(t, 1, cfg.IndexIntervalBytes, int64(i)), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+	before := count()
+	const n = 8
+	var logs []*Log
+	for i := 0; i < n; i++ {
+		logs = append(logs, openLog(t, OSFS(), dir+"-"+string(rune('a'+i)), cfg, sy, nil))
+	}
+	l = openLog(t, OSFS(), dir, cfg, sy, nil) // recovery writes its index
+	logs = append(logs, l)
+	if got := count() - before; got != n+1 {
+		t.Fatalf("%d logs hold %d descriptors, want one each", n+1, got)
+	}
+	for _, l := range logs {
+		l.Close()
+	}
+}

@@ -1169,6 +1169,7 @@ func (l *Log) Truncate(offset int64) error {
 	if s.timeFile != nil {
 		errs = append(errs, s.timeFile.Sync())
 	}
+	s.closeIndexFilesLocked()
 	s.idxMu.Unlock()
 	if err := s.f.Truncate(pos); err != nil {
 		errs = append(errs, err)
