@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 type result struct {
@@ -548,5 +549,58 @@ func TestDevClusterSettings(t *testing.T) {
 	d := td["dc-defaults"]
 	if len(d.Partitions) != 5 || len(d.Partitions[0].Replicas) != 3 {
 		t.Fatalf("topic created with the defaults has %d partitions of %d replicas, want 5 of 3", len(d.Partitions), len(d.Partitions[0].Replicas))
+	}
+}
+
+// TestCLIShareGroup: `group list` and `group describe` show a share group
+// (KIP-932): its member and assignment, and per partition the share-
+// partition start offset after the records were accepted.
+func TestCLIShareGroup(t *testing.T) {
+	addr := startBroker(t)
+	b := "--bootstrap=" + addr
+	ok(t, "a\nb\nc\n", "produce", "qshare", b)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ShareGroup("q-readers"), kgo.ConsumeTopics("qshare"), kgo.ClientID("cli-share"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	// Start from the log start: the group's share.auto.offset.reset.
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, "q-readers"
+	res.Configs = []kmsg.IncrementalAlterConfigsRequestResourceConfig{{Name: "share.auto.offset.reset", Value: kmsg.StringPtr("earliest")}}
+	req.Resources = append(req.Resources, res)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if resp, err := req.RequestWith(ctx, cl); err != nil || resp.Resources[0].ErrorCode != 0 {
+		t.Fatalf("setting share.auto.offset.reset: %v %+v", err, resp)
+	}
+	for got := 0; got < 3; {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatal("timed out consuming")
+		}
+		for _, r := range fs.Records() {
+			r.Ack(kgo.AckAccept)
+			got++
+		}
+	}
+	if err := cl.FlushAcks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	row(t, ok(t, "", "group", "list", b), "q-readers", "Stable", "share")
+	var desc string
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		desc = ok(t, "", "group", "describe", "q-readers", b)
+		if strings.Contains(strings.Join(strings.Fields(desc), " "), "qshare 0 3 3 0") || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !strings.Contains(desc, "share group q-readers  state Stable") {
+		t.Fatalf("share group described as:\n%s", desc)
+	}
+	row(t, desc, "qshare", "0", "3", "3", "0")
+	if !strings.Contains(strings.Join(strings.Fields(desc), " "), "cli-share /127.0.0.1 1 qshare/0") {
+		t.Fatalf("no member with qshare/0 in:\n%s", desc)
 	}
 }

@@ -44,6 +44,9 @@ type serveConfig struct {
 	cgMaxSize                                                             int
 	cgSession, cgHeartbeat                                                time.Duration
 	cgAssignors, cgMigration                                              string
+	shareLock, shareSession, shareHeartbeat                               time.Duration
+	shareDeliveries, shareMaxSize, shareSessions                          int
+	shareLocks                                                            int64
 	txnAbortIv, txnIDExpiry, offsRetCheck                                 time.Duration
 	segBytes, retBytes, maxQueued                                         int64
 	autoCreate, rebalance, ctrlShut                                       bool
@@ -114,6 +117,13 @@ func (c *serveConfig) register(s *settings) {
 	s.Int(&c.cgMaxSize, "group-consumer-max-size", def.Groups.ConsumerMaxSize, "KIP-848 consumer groups: most members in one group", kafka("group.consumer.max.size"))
 	s.String(&c.cgAssignors, "group-consumer-assignors", strings.Join(def.Groups.ConsumerAssignors, ","), "KIP-848 consumer groups: server-side assignors members may ask for (uniform, range), the first the default", kafka("group.consumer.assignors"))
 	s.String(&c.cgMigration, "group-consumer-migration-policy", def.Groups.ConsumerMigrationPolicy, "online conversion of groups with members between the classic and the consumer protocol: bidirectional, upgrade, downgrade or disabled", kafka("group.consumer.migration.policy"))
+	s.Duration(&c.shareLock, "group-share-record-lock-duration", def.Share.RecordLockDuration, "share groups (KIP-932): how long a record acquired by a share consumer stays locked to it (a group's share.record.lock.duration.ms overrides it)", kafkaDuration("group.share.record.lock.duration.ms", ms))
+	s.Int(&c.shareDeliveries, "group-share-delivery-count-limit", int(def.Share.DeliveryCountLimit), "share groups: deliveries of a record before it is archived (a group's share.delivery.count.limit overrides it)", kafka("group.share.delivery.count.limit"))
+	s.Int64(&c.shareLocks, "group-share-partition-max-record-locks", def.Share.PartitionMaxRecordLocks, "share groups: most records in flight per share partition", kafka("group.share.partition.max.record.locks"))
+	s.Duration(&c.shareSession, "group-share-session-timeout", def.Share.SessionTimeout, "share groups: a member silent this long is removed", kafkaDuration("group.share.session.timeout.ms", ms))
+	s.Duration(&c.shareHeartbeat, "group-share-heartbeat-interval", def.Share.HeartbeatInterval, "share groups: how often members heartbeat", kafkaDuration("group.share.heartbeat.interval.ms", ms))
+	s.Int(&c.shareMaxSize, "group-share-max-size", def.Share.MaxSize, "share groups: most members in one group", kafka("group.share.max.size"))
+	s.Int(&c.shareSessions, "group-share-max-share-sessions", def.Share.MaxShareSessions, "share groups: share sessions one broker keeps", kafka("group.share.max.share.sessions"))
 	s.Duration(&c.offsRet, "offsets-retention", def.Groups.OffsetRetention, "how long an empty group's committed offsets are kept", kafkaDuration("offsets.retention.minutes", mins))
 	s.Duration(&c.offsRetCheck, "offsets-retention-check-interval", def.Groups.RetentionCheckInterval, "how often expired committed offsets are removed", kafkaDuration("offsets.retention.check.interval.ms", ms))
 	s.Int(&c.offsetMetaMax, "offset-metadata-max-bytes", def.Groups.MaxMetadataBytes, "largest metadata string of a committed offset", kafka("offset.metadata.max.bytes"))
@@ -244,6 +254,21 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 		return cfg, lim, nil, errors.New("--group-consumer-session-timeout, --group-consumer-heartbeat-interval and --group-consumer-max-size must be positive")
 	case c.cgHeartbeat >= c.cgSession:
 		return cfg, lim, nil, fmt.Errorf("--group-consumer-heartbeat-interval %v must be below --group-consumer-session-timeout %v", c.cgHeartbeat, c.cgSession)
+	}
+	cfg.Share = broker.ShareConfig{RecordLockDuration: c.shareLock, DeliveryCountLimit: int16(c.shareDeliveries),
+		PartitionMaxRecordLocks: c.shareLocks, SessionTimeout: c.shareSession, HeartbeatInterval: c.shareHeartbeat,
+		MaxSize: c.shareMaxSize, MaxShareSessions: c.shareSessions}
+	switch {
+	case c.shareLock < time.Second || c.shareLock > time.Hour:
+		return cfg, lim, nil, fmt.Errorf("--group-share-record-lock-duration %v must be between 1s and 1h", c.shareLock)
+	case c.shareDeliveries < 2 || c.shareDeliveries > 10:
+		return cfg, lim, nil, fmt.Errorf("--group-share-delivery-count-limit %d must be between 2 and 10", c.shareDeliveries)
+	case c.shareLocks < 100 || c.shareLocks > 10000:
+		return cfg, lim, nil, fmt.Errorf("--group-share-partition-max-record-locks %d must be between 100 and 10000", c.shareLocks)
+	case c.shareSession <= 0 || c.shareHeartbeat <= 0 || c.shareHeartbeat >= c.shareSession:
+		return cfg, lim, nil, errors.New("--group-share-heartbeat-interval must be positive and below --group-share-session-timeout")
+	case c.shareMaxSize <= 0 || c.shareSessions <= 0:
+		return cfg, lim, nil, errors.New("--group-share-max-size and --group-share-max-share-sessions must be positive")
 	}
 	cfg.Groups.OffsetRetention = c.offsRet
 	cfg.Groups.RetentionCheckInterval, cfg.Groups.MaxMetadataBytes = c.offsRetCheck, c.offsetMetaMax

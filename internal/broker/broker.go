@@ -21,6 +21,7 @@ import (
 	"holdfast/internal/quota"
 	"holdfast/internal/raft"
 	"holdfast/internal/replica"
+	"holdfast/internal/share"
 	"holdfast/internal/storage"
 	"holdfast/internal/txn"
 	"holdfast/internal/wire"
@@ -62,6 +63,8 @@ type Config struct {
 	Groups group.Config
 	// Txn is the transaction coordinator's config (transaction.*).
 	Txn txn.Config
+	// Share is the share groups' config (group.share.*, KIP-932).
+	Share ShareConfig
 
 	// RetentionCheckInterval is log.retention.check.interval.ms (default 5
 	// minutes): how often retention runs over every log (state.go).
@@ -149,6 +152,7 @@ func DefaultConfig() Config {
 		OffsetsTopicPartitions:   50,
 		Groups:                   group.DefaultConfig(),
 		Txn:                      txn.DefaultConfig(),
+		Share:                    DefaultShareConfig(),
 		RetentionCheckInterval:   5 * time.Minute,
 		LogDefaults:              storage.DefaultConfig(),
 		LogCleaner:               DefaultCleanerConfig(),
@@ -178,6 +182,9 @@ type Broker struct {
 	// groups is coord.Groups(), which most group handlers use.
 	coord  *coordinator.Host
 	groups *group.Coordinator
+	// share is this node's share partitions (as partition leader) and
+	// share sessions (KIP-932, sharefetch.go).
+	share *share.Manager
 	// cluster is the Raft side of cluster mode (cluster.go); nil on a
 	// single node.
 	cluster *cluster.Node

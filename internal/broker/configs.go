@@ -46,6 +46,12 @@ func (b *Broker) handleDescribeConfigs(_ context.Context, r *wire.Request) wire.
 			if t, err = b.lookupConfigTopic(rr.ResourceName); err == nil {
 				res.Configs = b.describeTopicConfigs(t, rr.ConfigNames, synonyms, docs)
 			}
+		case rr.ResourceType == kmsg.ConfigResourceTypeGroupConfig:
+			if rr.ResourceName == "" {
+				err = errCode(kerr.InvalidRequest, "a group config resource needs a group id")
+			} else {
+				res.Configs = b.describeGroupConfigs(rr.ResourceName, rr.ConfigNames, synonyms, docs)
+			}
 		case rr.ResourceType == kmsg.ConfigResourceTypeBroker:
 			var cluster bool
 			if cluster, err = b.checkBrokerResource(rr.ResourceName); err == nil && !cluster {
@@ -370,7 +376,8 @@ func alterReply[RR any](b *Broker, r *wire.Request, resp kmsg.Response, resource
 	}
 	topics := len(resources) > 0
 	for _, rr := range resources {
-		topics = topics && key(rr).typ == kmsg.ConfigResourceTypeTopic
+		typ := key(rr).typ
+		topics = topics && (typ == kmsg.ConfigResourceTypeTopic || typ == kmsg.ConfigResourceTypeGroupConfig)
 	}
 	if !topics || b.cluster.IsController() || b.forwardedBy(r) {
 		return wire.Respond(local())
@@ -463,6 +470,8 @@ func (b *Broker) alterConfigs(rr kmsg.AlterConfigsRequestResource, validateOnly 
 		return b.applyTopicConfigs(rr.ResourceName, configs, validateOnly)
 	case kmsg.ConfigResourceTypeBroker:
 		return b.alterBrokerConfigs(rr.ResourceName, slices.Sorted(maps.Keys(configs)))
+	case kmsg.ConfigResourceTypeGroupConfig:
+		return b.setGroupConfigs(rr.ResourceName, configs, validateOnly)
 	}
 	return errCode(kerr.InvalidRequest, "Unsupported resource type %s for AlterConfigs", rr.ResourceType)
 }
@@ -536,6 +545,8 @@ func (b *Broker) incrementalAlterConfigs(rr kmsg.IncrementalAlterConfigsRequestR
 	case kmsg.ConfigResourceTypeTopic:
 	case kmsg.ConfigResourceTypeBroker:
 		return b.alterBrokerConfigs(rr.ResourceName, slices.Sorted(maps.Keys(seen)))
+	case kmsg.ConfigResourceTypeGroupConfig:
+		return b.incrementalGroupConfigs(rr, validateOnly)
 	default:
 		return errCode(kerr.InvalidRequest, "Unsupported resource type %s for IncrementalAlterConfigs", rr.ResourceType)
 	}

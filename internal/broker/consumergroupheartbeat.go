@@ -31,5 +31,12 @@ func (b *Broker) handleConsumerGroupHeartbeat(_ context.Context, r *wire.Request
 		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
 		return wire.Respond(resp)
 	}
+	if b.isShareGroup(req.Group) {
+		resp := req.ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
+		resp.ErrorCode = kerr.GroupIDNotFound.Code
+		msg := "Group " + req.Group + " is not a consumer group (it is a share group)."
+		resp.ErrorMessage = &msg
+		return wire.Respond(resp)
+	}
 	return b.groups.ConsumerGroupHeartbeat(req, r.ClientID, clientHost(r.Conn))
 }

@@ -33,11 +33,15 @@ import (
 //   - group.version 0..1, default 1: KIP-848's consumer group protocol
 //     (ConsumerGroupHeartbeat, ConsumerGroupDescribe); at 0 a heartbeat
 //     answers UNSUPPORTED_VERSION, as Kafka with the feature off.
+//   - share.version 0..1, default 1: KIP-932's share groups
+//     (ShareGroupHeartbeat, ShareFetch, ShareAcknowledge); at 0 they answer
+//     UNSUPPORTED_VERSION, as Kafka with the feature off.
 //   - kraft.version: not advertised (level 0: a static controller quorum).
 var features = []featureDef{
 	{name: "metadata.version", minLevel: 7, maxLevel: 7, def: 7},
 	{name: "transaction.version", minLevel: 0, maxLevel: 2, def: 2},
 	{name: "group.version", minLevel: 0, maxLevel: 1, def: 1},
+	{name: "share.version", minLevel: 0, maxLevel: 1, def: 1},
 }
 
 type featureDef struct {

@@ -21,5 +21,12 @@ func (b *Broker) handleJoinGroup(_ context.Context, r *wire.Request) wire.Reply 
 		resp.Generation = -1
 		return wire.Respond(resp)
 	}
+	if b.isShareGroup(req.Group) {
+		// One type per group id: a share group's id is not a classic group's.
+		resp := req.ResponseKind().(*kmsg.JoinGroupResponse)
+		resp.ErrorCode = kerr.InconsistentGroupProtocol.Code
+		resp.Generation = -1
+		return wire.Respond(resp)
+	}
 	return b.groups.JoinGroup(req, r.ClientID, clientHost(r.Conn))
 }

@@ -17,6 +17,22 @@ func init() { register(kmsg.OffsetCommit, 0, 9, (*Broker).handleOffsetCommit) }
 func (b *Broker) handleOffsetCommit(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.OffsetCommitRequest)
 	groupDenied := !b.authorize(r, auth.OpRead, auth.ResourceGroup, req.Group)
+	if !groupDenied && b.isShareGroup(req.Group) {
+		// A share group has no committed offsets (its share partitions'
+		// start offsets are AlterShareGroupOffsets').
+		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, t := range req.Topics {
+			rt := kmsg.NewOffsetCommitResponseTopic()
+			rt.Topic = t.Topic
+			for _, p := range t.Partitions {
+				rp := kmsg.NewOffsetCommitResponseTopicPartition()
+				rp.Partition, rp.ErrorCode = p.Partition, kerr.GroupIDNotFound.Code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return wire.Respond(resp)
+	}
 	allowed := *req
 	allowed.Topics = nil
 	var denied []kmsg.OffsetCommitRequestTopic

@@ -265,6 +265,32 @@ func internalDenied(req kmsg.Request) kmsg.Response {
 			resp.Markers = append(resp.Markers, rm)
 		}
 		return resp
+	case *kmsg.ReadShareGroupStateRequest:
+		resp := r.ResponseKind().(*kmsg.ReadShareGroupStateResponse)
+		for _, t := range r.Topics {
+			rt := kmsg.NewReadShareGroupStateResponseTopic()
+			rt.TopicID = t.TopicID
+			for _, p := range t.Partitions {
+				rp := kmsg.NewReadShareGroupStateResponseTopicPartition()
+				rp.Partition, rp.ErrorCode = p.Partition, code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp
+	case *kmsg.WriteShareGroupStateRequest:
+		resp := r.ResponseKind().(*kmsg.WriteShareGroupStateResponse)
+		for _, t := range r.Topics {
+			rt := kmsg.NewWriteShareGroupStateResponseTopic()
+			rt.TopicID = t.TopicID
+			for _, p := range t.Partitions {
+				rp := kmsg.NewWriteShareGroupStateResponseTopicPartition()
+				rp.Partition, rp.ErrorCode = p.Partition, code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp
 	}
 	panic(fmt.Sprintf("broker: %s is not a node-to-node API", kmsg.NameForKey(req.Key())))
 }
@@ -391,6 +417,10 @@ func (b *Broker) authorizeConfigs(r *wire.Request, typ kmsg.ConfigResourceType, 
 	case kmsg.ConfigResourceTypeTopic:
 		if !b.authorize(r, op, auth.ResourceTopic, name) {
 			return errCode(kerr.TopicAuthorizationFailed, "%s", kerr.TopicAuthorizationFailed.Description)
+		}
+	case kmsg.ConfigResourceTypeGroupConfig:
+		if !b.authorize(r, op, auth.ResourceGroup, name) {
+			return errCode(kerr.GroupAuthorizationFailed, "%s", kerr.GroupAuthorizationFailed.Description)
 		}
 	case kmsg.ConfigResourceTypeBroker, kmsg.ConfigResourceTypeBrokerLogger:
 		if !b.authorizeCluster(r, op) {

@@ -13,6 +13,7 @@ import (
 	"holdfast/internal/quota"
 	"holdfast/internal/raft"
 	"holdfast/internal/replica"
+	"holdfast/internal/share"
 	"holdfast/internal/storage"
 	"holdfast/internal/txn"
 )
@@ -237,12 +238,24 @@ func (b *Broker) lockDataDir() error {
 func (b *Broker) startCoordinators() error {
 	b.replicas.SetVerifier(verifyTxnCluster)
 	n := b.cfg.OffsetsTopicPartitions
+	b.cfg.Share.defaults()
 	b.coord = coordinator.Start(coordinator.Config{
 		NodeID: b.cfg.NodeID, Groups: b.cfg.Groups, Txn: b.cfg.Txn, OffsetsTopicPartitions: n,
+		Share: share.GroupsConfig{
+			SessionTimeout: b.cfg.Share.SessionTimeout, HeartbeatInterval: b.cfg.Share.HeartbeatInterval,
+			MaxSize: b.cfg.Share.MaxSize,
+		},
 		OffsetsTopicSegmentBytes: b.cfg.OffsetsTopicSegmentBytes, TxnTopicSegmentBytes: b.cfg.TxnTopicSegmentBytes,
 		Logger: b.log,
 	}, b.meta, b.cluster, b.replicas)
 	b.groups = b.coord.Groups()
 	b.closers = append(b.closers, b.coord.Close)
+	b.share = share.NewManager(share.ManagerConfig{
+		Persister:   sharePersister{b},
+		Settings:    b.shareSettings,
+		MaxSessions: b.cfg.Share.MaxShareSessions,
+		Logger:      b.log.With("component", "share"),
+	})
+	b.closers = append(b.closers, func() error { b.share.Close(); return nil })
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"holdfast/internal/share"
 	"holdfast/internal/storage"
 )
 
@@ -278,3 +279,11 @@ func (b *Broker) KickCleaner() { b.replicas.KickCleaner() }
 
 // CleanerStats returns the log cleaner's figures.
 func (b *Broker) CleanerStats() CleanerStats { return b.replicas.CleanerStats() }
+
+// ShareStats reports this node's share partitions and sessions (KIP-932).
+func (b *Broker) ShareStats() share.Stats {
+	if b.share == nil {
+		return share.Stats{}
+	}
+	return b.share.Stats()
+}

@@ -223,7 +223,7 @@ func (c *Console) sampleAll(ctx context.Context) {
 	}
 	var names []string
 	for _, g := range gs {
-		if len(names) < maxSampledGroups {
+		if len(names) < maxSampledGroups && g.ProtocolType != "share" {
 			names = append(names, g.Group)
 		}
 	}

@@ -203,7 +203,9 @@ func (c *Console) groupsPage(ctx context.Context, _ *http.Request) (any, error) 
 	}
 	var names []string
 	for _, g := range gs {
-		names = append(names, g.Group)
+		if g.ProtocolType != "share" { // share groups have no committed offsets or lag to show here
+			names = append(names, g.Group)
+		}
 	}
 	if len(names) == 0 {
 		return []admin.Group(nil), nil

@@ -315,6 +315,9 @@ func (s *Store) applyTo(next *state, c Command, out *Topic) error {
 		if handled, err := applyQuotas(next, c); handled {
 			return err
 		}
+		if handled, err := applyGroupConfigs(next, c); handled {
+			return err
+		}
 		if handled, err := applyFeatures(next, c); handled {
 			return err
 		}

@@ -138,6 +138,9 @@ type state struct {
 	// Quotas are the client quotas by entity, sorted (quotas.go).
 	Quotas []ClientQuota `json:"client_quotas,omitempty"`
 
+	// GroupConfigs are the groups' dynamic config overrides (groupconfigs.go).
+	GroupConfigs map[string]map[string]string `json:"group_configs,omitempty"`
+
 	// Features are the finalized feature levels UpdateFeatures set
 	// (features.go); a feature not here is at the binary's default.
 	Features map[string]int16 `json:"features,omitempty"`

@@ -18,6 +18,7 @@ import (
 	"holdfast/internal/controller"
 	"holdfast/internal/group"
 	"holdfast/internal/replica"
+	"holdfast/internal/share"
 	"holdfast/internal/topicconfig"
 	"holdfast/internal/txn"
 )
@@ -28,6 +29,9 @@ type Config struct {
 	NodeID int32
 	Groups group.Config
 	Txn    txn.Config
+	// Share is share-group membership's config (group.share.*); Topic,
+	// Partition and Now are filled in here.
+	Share share.GroupsConfig
 	// OffsetsTopicPartitions is offsets.topic.num.partitions (default
 	// 50); an existing __consumer_offsets keeps its count.
 	OffsetsTopicPartitions int32
@@ -49,6 +53,11 @@ type Host struct {
 
 	groups *group.Coordinator
 	txn    *txn.Coordinator
+	// shareState is the durable share-partition state, and shareGroups
+	// share-group membership, of the groups this node coordinates: both
+	// over __consumer_offsets' partitions, loaded with them.
+	shareState  *share.Store
+	shareGroups *share.Groups
 	// ids hands out producer ids from blocks the controller committed to
 	// this node (cluster/producerids.go).
 	ids   *txn.BlockAllocator
@@ -91,7 +100,31 @@ func Start(cfg Config, meta *controller.Store, node *cluster.Node, replicas *rep
 			return out
 		},
 	})
-	h.watch(controller.OffsetsTopic, n, h.groups.LoadPartition, h.groups.UnloadPartition)
+	slogs := make([]share.Log, n)
+	for i := range slogs {
+		slogs[i] = glogs[i]
+	}
+	nparts := int(n)
+	partitionFor := func(g string) int32 { return group.PartitionFor(g, nparts) }
+	h.shareState = share.NewStore(slogs, partitionFor, h.log.With("component", "share-state"))
+	scfg := cfg.Share
+	scfg.Partition = partitionFor
+	scfg.Topic = func(name string) (share.TopicInfo, bool) {
+		t, ok := meta.Topic(name)
+		return share.TopicInfo{Name: t.Name, ID: t.ID, Partitions: t.Partitions}, ok
+	}
+	h.shareGroups = share.NewGroups(scfg)
+	// One watcher loads a __consumer_offsets partition's groups and share
+	// state together (share membership starts afresh on every load).
+	h.watch(controller.OffsetsTopic, n, func(p int32) {
+		h.groups.LoadPartition(p)
+		h.shareGroups.UnloadPartition(p)
+		h.shareState.LoadPartition(p)
+	}, func(p int32) {
+		h.groups.UnloadPartition(p)
+		h.shareGroups.UnloadPartition(p)
+		h.shareState.UnloadPartition(p)
+	})
 
 	n = h.partitions(controller.TransactionTopic, cfg.Txn.StatePartitions, txn.DefaultConfig().StatePartitions)
 	tlogs := make([]txn.Log, n)
@@ -132,6 +165,13 @@ func (h *Host) Close() error {
 
 // Groups is the group coordinator.
 func (h *Host) Groups() *group.Coordinator { return h.groups }
+
+// ShareState is the durable share-partition state of the groups this
+// node coordinates.
+func (h *Host) ShareState() *share.Store { return h.shareState }
+
+// ShareGroups is the share groups this node coordinates.
+func (h *Host) ShareGroups() *share.Groups { return h.shareGroups }
 
 // Txn is the transaction coordinator.
 func (h *Host) Txn() *txn.Coordinator { return h.txn }

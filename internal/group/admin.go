@@ -173,3 +173,19 @@ func (c *Coordinator) DeleteGroups(req *kmsg.DeleteGroupsRequest) Reply {
 		return resp
 	}
 }
+
+// GroupType is the type of group name here, "classic" or "consumer", or
+// "" if this node coordinates no such group (share groups, in
+// internal/share, use it to keep one type per group id).
+func (c *Coordinator) GroupType(name string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g := c.groups[name]
+	switch {
+	case g == nil || g.state == Dead:
+		return ""
+	case g.consumer != nil:
+		return "consumer"
+	}
+	return "classic"
+}

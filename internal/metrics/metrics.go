@@ -80,6 +80,20 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) *prometheus.Regist
 		func() float64 { return float64(b.ReplicationStats().FailedGroups) })
 	gauge("holdfast_fetch_sessions", "Consumers' fetch sessions this broker keeps (KIP-227; Kafka: FetchSessionCache NumIncrementalFetchSessions), at most max.incremental.fetch.session.cache.slots.",
 		func() float64 { return float64(b.FetchSessions()) })
+	gauge("holdfast_share_partitions", "Share partitions (group, topic, partition) this node holds as partition leader (KIP-932).",
+		func() float64 { return float64(b.ShareStats().Partitions) })
+	gauge("holdfast_share_sessions", "Share sessions this broker keeps (Kafka: ShareSessionCache ShareSessionsCount), at most group.share.max.share.sessions.",
+		func() float64 { return float64(b.ShareStats().Sessions) })
+	gauge("holdfast_share_acquired_records", "Records acquired by share consumers and not yet acknowledged, on the share partitions this node leads.",
+		func() float64 { return float64(b.ShareStats().Acquired) })
+	counter("holdfast_share_acquisition_lock_timeouts_total", "Acquired records whose share.record.lock.duration.ms ran out before they were acknowledged (they are delivered again, or archived at share.delivery.count.limit).",
+		func() int64 { return b.ShareStats().LockTimeouts })
+	for i, typ := range []string{"gap", "accept", "release", "reject"} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "holdfast_share_record_acknowledgements_total", Help: "Records share consumers acknowledged, by type (Kafka: ShareGroupMetrics RecordAcknowledgementsPerSec ackType).",
+			ConstLabels: prometheus.Labels{"ack_type": typ},
+		}, func() float64 { return float64(b.ShareStats().Acks[i]) }))
+	}
 	counter("holdfast_raft_replica_repairs_total", "Replicas whose storage failed, discarded and reopened to catch up from the others.",
 		func() int64 { return b.ReplicationStats().Repairs })
 
