@@ -3,26 +3,48 @@
 # franz-go's kfake (in memory, and with an fsync per batch) in the same run,
 # so the figures compare as ratios on the same (noisy) machine.
 #
-#   scripts/bench-kload.sh              # all cases, results in a markdown table on stdout
-#   SHARED=/path/to/shared RECORDS_SCALE=0.2 scripts/bench-kload.sh   # quicker
+#   scripts/bench-kload.sh                      # every case, 3 rounds; markdown on stdout
+#   ROUNDS=5 RECORDS_SCALE=0.5 scripts/bench-kload.sh
+#   CASES="1000p-1KiB" scripts/bench-kload.sh   # only the cases named
+#   BASE_BIN=/path/to/old/holdfast scripts/bench-kload.sh   # adds that binary as peer holdfast-base
+#   SHARED=/path/to/shared scripts/bench-kload.sh            # if it is not ../shared
 #
-# Every run also checks the records: kload exits 2 if an acknowledged record is lost.
+# Every case runs each peer once per round, peers interleaved, so a change of
+# the machine's load hits all alike. The table has each case's medians, the
+# broker process's CPU per record (user + system from /proc/PID/stat over the
+# run), and holdfast / kfake-sync per round. kload exits 2 if an acknowledged
+# record is lost, which stops the script.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 shared=${SHARED:-$repo/../shared}
 scale=${RECORDS_SCALE:-1}
+rounds=${ROUNDS:-3}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+
+# name  record-bytes  partitions  records  rate(0 = saturated)
+# (an RF=3 case needs a 3-node start_peer; add its line and a branch there)
+all_cases="
+1p-1KiB     1024  1     200000 0
+6p-1KiB     1024  6     200000 0
+6p-100B     100   6     500000 0
+1000p-1KiB  1024  1000  200000 0
+1p-rate1k   1024  1     10000  1000
+"
+cases=${CASES:-$(echo "$all_cases" | awk 'NF {print $1}')}
+peers="holdfast kfake-sync kfake-mem"
+if [ -n "${BASE_BIN:-}" ]; then peers="holdfast holdfast-base kfake-sync kfake-mem"; fi
 
 echo "building holdfast, kload, kfake-server into $work" >&2
 (cd "$repo" && CGO_ENABLED=0 go build -o "$work/holdfast" ./cmd/holdfast)
 (cd "$shared/tools/kload" && go build -o "$work/kload" . && go build -o "$work/kfake-server" ./cmd/kfake-server)
 
-port=39092
+port=${PORT:-39092}
 start_peer() { # name -> starts it on $port, sets $pid
 	rm -rf "$work/data"; mkdir -p "$work/data"
 	case $1 in
 	holdfast) (cd "$work" && exec ./holdfast serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn) & ;;
+	holdfast-base) (cd "$work" && exec "$BASE_BIN" serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn) & ;;
 	kfake-mem) "$work/kfake-server" -port $port >/dev/null 2>&1 & ;;
 	kfake-sync) "$work/kfake-server" -port $port -data-dir "$work/data" -sync >/dev/null 2>&1 & ;;
 	esac
@@ -34,40 +56,75 @@ start_peer() { # name -> starts it on $port, sets $pid
 	echo "$1 did not start" >&2; exit 1
 }
 stop_peer() { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
+cpu_ticks() { awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$1/stat"; }
 
-# run PEER SIZE PARTITIONS RECORDS [RATE]: one kload produce, prints a table row.
+# run CASE PEER ROUND: one kload produce; appends a JSON line to $work/results.
 run() {
-	local peer=$1 size=$2 parts=$3 records=$4 rate=${5:-0} topic="b-$2-$3-$RANDOM"
-	local out rss=""
+	local name=$1 peer=$2 round=$3 size parts records rate
+	read -r _ size parts records rate <<<"$(echo "$all_cases" | awk -v n="$name" '$1 == n')"
+	records=$(python3 -c "print(max(1000, int($records*$scale)))")
+	local topic="b-$name-$RANDOM" out c0 c1 rss=0
+	c0=$(cpu_ticks "$pid")
 	out=$("$work/kload" produce -brokers 127.0.0.1:$port -topic "$topic" -create -partitions "$parts" \
 		-records "$records" -size "$size" -acks all -rate "$rate" | tail -1)
-	if [ "$peer" = holdfast ]; then rss=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' /proc/$pid/status); fi
+	c1=$(cpu_ticks "$pid")
+	if [ -r "/proc/$pid/status" ]; then rss=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$pid/status"); fi
 	python3 -c '
 import json,sys
-r=json.loads(sys.argv[1]); l=r["produce_latency"]
-mode="saturated" if float(sys.argv[4])==0 else "rate %s/s" % sys.argv[4]
-print("| %s | %s B | %s | %s | %.0f | %.1f | %.2f | %.2f | %s | %s |" % (sys.argv[2], r["size"], r["partitions"], mode,
-      r["records_per_s"], r["mb_per_s"], l["p50_ms"], l["p99_ms"], r["failed"], sys.argv[3] or "-"))
-' "$out" "$peer" "$rss" "$rate"
+r=json.loads(sys.argv[1])
+r.update(case=sys.argv[2], peer=sys.argv[3], round=int(sys.argv[4]), cpu_s=(int(sys.argv[6])-int(sys.argv[5]))/100.0, rss_mib=int(sys.argv[7]))
+print(json.dumps(r))' "$out" "$name" "$peer" "$round" "$c0" "$c1" "$rss" >>"$work/results"
 }
 
-echo "| peer | record | partitions | load | records/s | MB/s | p50 ms | p99 ms | failed | peak RSS MiB |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
-# Peers are interleaved per case so that a change in the machine's load
-# (it is shared) hits all three alike instead of one peer's whole block.
-for size in 100 1024; do
-	n=$(python3 -c "print(int((500000 if $size==100 else 200000)*$scale))")
-	for parts in 1 6; do
-		for rate in 0 1000; do
-			for peer in holdfast kfake-sync kfake-mem; do
-				start_peer $peer
-				if [ "$rate" = 0 ]; then
-					run $peer $size $parts "$n"
-				else
-					run $peer $size $parts "$(python3 -c "print(int(10000*$scale))")" 1000
-				fi
-				stop_peer
-			done
+for name in $cases; do
+	for round in $(seq "$rounds"); do
+		for peer in $peers; do
+			echo "case $name round $round: $peer" >&2
+			start_peer "$peer"
+			run "$name" "$peer" "$round"
+			stop_peer
 		done
 	done
 done
+
+python3 - "$work/results" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+cases = list(dict.fromkeys(r["case"] for r in rows))
+peers = list(dict.fromkeys(r["peer"] for r in rows))
+med = lambda xs: statistics.median(xs) if xs else float("nan")
+print("| case | peer | records/s | MB/s | p50 ms | p99 ms | broker CPU µs/record | peak RSS MiB | failed |")
+print("|---|---|---|---|---|---|---|---|---|")
+for c in cases:
+    for p in peers:
+        rs = [r for r in rows if r["case"] == c and r["peer"] == p]
+        if not rs: continue
+        l = [r["produce_latency"] for r in rs]
+        cpu = med([1e6 * r["cpu_s"] / max(1, r["acked"] if "acked" in r else r["records"]) for r in rs])
+        print("| %s | %s | %.0f | %.1f | %.2f | %.2f | %.2f | %s | %d |" % (c, p,
+            med([r["records_per_s"] for r in rs]), med([r["mb_per_s"] for r in rs]),
+            med([x["p50_ms"] for x in l]), med([x["p99_ms"] for x in l]), cpu,
+            max(r["rss_mib"] for r in rs) or "-", sum(r["failed"] for r in rs)))
+print()
+print("Per round, holdfast / kfake-sync (records/s; CPU per record)" + (" and holdfast / holdfast-base" if "holdfast-base" in peers else "") + ":")
+print()
+print("| case | records/s ratio per round | median | CPU/record ratio per round | median |" + (" records/s vs base | CPU vs base |" if "holdfast-base" in peers else ""))
+print("|---|---|---|---|---|" + ("---|---|" if "holdfast-base" in peers else ""))
+def get(c, p, k):
+    return {r["round"]: r for r in rows if r["case"] == c and r["peer"] == p}.get(k)
+def cpr(r):
+    return r["cpu_s"] / max(1, r.get("acked", r["records"]))
+for c in cases:
+    rr, cr, br, bc = [], [], [], []
+    for k in sorted({r["round"] for r in rows if r["case"] == c}):
+        h, s, b = get(c, "holdfast", k), get(c, "kfake-sync", k), get(c, "holdfast-base", k)
+        if h and s and s["records_per_s"] > 0 and cpr(s) > 0:
+            rr.append(h["records_per_s"] / s["records_per_s"]); cr.append(cpr(h) / cpr(s))
+        if h and b and b["records_per_s"] > 0 and cpr(b) > 0:
+            br.append(h["records_per_s"] / b["records_per_s"]); bc.append(cpr(h) / cpr(b))
+    f = lambda xs: ", ".join("%.2f" % x for x in xs)
+    line = "| %s | %s | %.2fx | %s | %.2fx |" % (c, f(rr), med(rr), f(cr), med(cr))
+    if "holdfast-base" in peers:
+        line += " %s (%.2fx) | %s (%.2fx) |" % (f(br), med(br), f(bc), med(bc))
+    print(line)
+EOF

@@ -56,6 +56,7 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 	// every producer WRITE on the topic (which implies idempotent writes).
 	txnDenied := req.TransactionID != nil && !b.authorize(r, auth.OpWrite, auth.ResourceTransactionalID, *req.TransactionID)
 	var waits []committedWait
+	appended := 0 // partitions whose batch went to produceOne
 	// KIP-890: transactional batches are verified with their transaction
 	// coordinator first (txnverify.go).
 	verify := make([][]int16, len(req.Topics))
@@ -110,6 +111,7 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 			default:
 				p.SetLogAppendTime(b.topicLogAppendTime(t))
 				res, err := b.produceOne(p, rp.Records, &sp)
+				appended++
 				if err == nil && req.Acks != 0 {
 					waits = append(waits, committedWait{p: p, end: res.LastOffset + 1, ti: ti, pi: pi, local: req.Acks == 1, res: res})
 				}
@@ -124,6 +126,9 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 	}
 	listener := b.listenerName(r)
 	if len(waits) == 0 {
+		if appended == 0 {
+			r.RecycleFrame() // nothing took the records
+		}
 		b.produceLeaderHints(req.Version, resp, listener)
 		return wire.Respond(resp)
 	}
@@ -135,6 +140,7 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 			wctx, cancel = context.WithTimeout(ctx, timeout)
 			defer cancel()
 		}
+		ok := 0 // waits that ended stored
 		for _, w := range waits {
 			sp := &resp.Topics[w.ti].Partitions[w.pi]
 			var err error
@@ -149,6 +155,7 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 			var ke *kerr.Error
 			switch {
 			case err == nil:
+				ok++
 				continue
 			case ctx.Err() != nil:
 				return resp // the connection is gone; nothing is written
@@ -165,6 +172,12 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 				sp.ErrorCode = kerr.KafkaStorageError.Code
 			}
 			sp.BaseOffset, sp.LogAppendTime = -1, -1
+		}
+		if ok == len(waits) && ok == appended {
+			// Every batch is stored (committed, or on the leader's disk),
+			// so the Raft host has written it and dropped what it kept
+			// of the proposal: the request's frame can be reused.
+			r.RecycleFrame()
 		}
 		b.produceLeaderHints(req.Version, resp, listener)
 		return resp

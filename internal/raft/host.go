@@ -230,6 +230,9 @@ type group struct {
 
 	quiesced   bool
 	quiesceLdr uint64 // follower: the leader that quiesced us
+	// quiesceFlw: leader: the followers when it quiesced (a membership
+	// change is a proposal, which wakes the group first).
+	quiesceFlw []uint64
 
 	// rejoin: this replica lost its storage (wiped disk) while the others
 	// remember what it had acknowledged. Until it has caught up with a

@@ -196,13 +196,18 @@ func crashSeed(t *testing.T, seed int64) {
 	}
 }
 
+// TestENOSPC, batches written at once (at least appendDirect bytes): a
+// partial write then failure fails only that append; everything else
+// stays readable and survives a reopen.
 func TestENOSPC(t *testing.T) {
 	fs := NewCrashFS(1)
 	sy := newSyncer(t)
-	l := openLog(t, fs, "/d", testConfig(), sy, nil)
+	cfg := testConfig()
+	cfg.SegmentBytes = 16 << 20
+	l := openLog(t, fs, "/d", cfg, sy, nil)
 	var want [][]byte
-	for i := 0; i < 20; i++ {
-		b := batch(t, 1, 100, 1)
+	for i := 0; i < 5; i++ {
+		b := batch(t, 1, appendDirect, 1)
 		if _, err := l.Append(b, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -215,10 +220,10 @@ func TestENOSPC(t *testing.T) {
 	for _, n := range fs.Sizes() {
 		used += int64(n)
 	}
-	fs.SetCapacity(used + 300)
+	fs.SetCapacity(used + appendDirect*2 + appendDirect/2)
 	var sawENOSPC bool
-	for i := 0; i < 10; i++ {
-		b := batch(t, 1, 100, 1)
+	for i := 0; i < 4; i++ {
+		b := batch(t, 1, appendDirect, 1)
 		_, err := l.Append(b, 0)
 		if err != nil {
 			if !errors.Is(err, syscall.ENOSPC) {
@@ -237,6 +242,80 @@ func TestENOSPC(t *testing.T) {
 		t.Fatalf("%d batches readable, want %d", len(got), len(want))
 	}
 	fs.ClearErrors()
+	b := batch(t, 1, appendDirect, 1)
+	if _, err := l.Append(b, 0); err != nil {
+		t.Fatalf("append after space freed: %v", err)
+	}
+	want = append(want, b)
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l = openLog(t, fs, "/d", cfg, sy, nil)
+	defer l.Close()
+	got = readAll(t, l, 0)
+	for i := range want {
+		if i >= len(got) || !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("batch %d lost or different after ENOSPC", i)
+		}
+	}
+}
+
+// TestENOSPCBuffered: small batches wait in the segment's buffer
+// (appendbuf.go), so the disk being full shows when the sync cycle writes
+// them: the cycle fails like a failed fsync (every waiter gets the error,
+// the log refuses appends), nothing durable is lost, and truncating to
+// the durable offset once there is space again recovers.
+func TestENOSPCBuffered(t *testing.T) {
+	fs := NewCrashFS(1)
+	sy := newSyncer(t)
+	cfg := testConfig()
+	cfg.SegmentBytes = 16 << 20 // no roll (a roll writes and syncs too)
+	l := openLog(t, fs, "/d", cfg, sy, nil)
+	var want [][]byte
+	for i := 0; i < 20; i++ {
+		b := batch(t, 1, 100, 1)
+		if _, err := l.Append(b, 0); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, b)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	durable := l.DurableOffset()
+	used := int64(0)
+	for _, n := range fs.Sizes() {
+		used += int64(n)
+	}
+	fs.SetCapacity(used + 300)
+	for i := 0; i < 10; i++ {
+		if _, err := l.Append(batch(t, 1, 100, 1), 0); err != nil {
+			t.Fatalf("buffered append %d: %v", i, err)
+		}
+	}
+	if err := l.Sync(); !errors.Is(err, syscall.ENOSPC) || !errors.Is(err, ErrFailed) {
+		t.Fatalf("sync with a full disk: %v", err)
+	}
+	if l.DurableOffset() != durable {
+		t.Fatalf("durable offset %d, was %d", l.DurableOffset(), durable)
+	}
+	if _, err := l.Append(batch(t, 1, 100, 1), 0); !errors.Is(err, ErrFailed) {
+		t.Fatalf("append on a failed log: %v", err)
+	}
+	// What is durable stays readable.
+	sl, err := l.Read(0, durable, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sl.LastOffset != durable-1 {
+		t.Fatalf("read up to %d, durable %d", sl.LastOffset, durable)
+	}
+	sl.Release()
+	fs.ClearErrors()
+	if err := l.Truncate(durable); err != nil {
+		t.Fatal(err)
+	}
 	b := batch(t, 1, 100, 1)
 	if _, err := l.Append(b, 0); err != nil {
 		t.Fatalf("append after space freed: %v", err)
@@ -246,11 +325,14 @@ func TestENOSPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Close()
-	l = openLog(t, fs, "/d", testConfig(), sy, nil)
+	l = openLog(t, fs, "/d", cfg, sy, nil)
 	defer l.Close()
-	got = readAll(t, l, 0)
+	got := readAll(t, l, 0)
+	if len(got) != len(want) {
+		t.Fatalf("%d batches after reopen, want %d", len(got), len(want))
+	}
 	for i := range want {
-		if i >= len(got) || !bytes.Equal(got[i], want[i]) {
+		if !bytes.Equal(got[i], want[i]) {
 			t.Fatalf("batch %d lost or different after ENOSPC", i)
 		}
 	}
@@ -311,15 +393,19 @@ func TestFsyncErrorFailsWaitersAndBlocksAppends(t *testing.T) {
 	}
 }
 
+// TestWriteErrorFailsOnlyThatAppend: a batch written at once (large) that
+// fails is not appended; the log goes on.
 func TestWriteErrorFailsOnlyThatAppend(t *testing.T) {
 	fs := NewCrashFS(1)
-	l := openLog(t, fs, "/d", testConfig(), newSyncer(t), nil)
+	cfg := testConfig()
+	cfg.SegmentBytes = 16 << 20 // no roll (a roll writes and syncs too)
+	l := openLog(t, fs, "/d", cfg, newSyncer(t), nil)
 	defer l.Close()
 	if _, err := l.Append(batch(t, 1, 10, 1), 0); err != nil {
 		t.Fatal(err)
 	}
 	fs.InjectError(OpWrite, ".log", syscall.EIO)
-	if _, err := l.Append(batch(t, 1, 10, 1), 0); !errors.Is(err, syscall.EIO) {
+	if _, err := l.Append(batch(t, 1, appendDirect, 1), 0); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("want EIO: %v", err)
 	}
 	fs.ClearErrors()
@@ -328,6 +414,51 @@ func TestWriteErrorFailsOnlyThatAppend(t *testing.T) {
 	}
 	if err := l.Sync(); err != nil {
 		t.Fatal(err)
+	}
+	if got := len(readAll(t, l, 0)); got != 2 {
+		t.Fatalf("%d batches, want 2", got)
+	}
+}
+
+// TestBufferedWriteErrorFailsTheCycle: buffered appends whose write fails
+// when the sync cycle writes them fail that cycle's waiters and the log
+// (as a failed fsync does); the durable prefix is intact.
+func TestBufferedWriteErrorFailsTheCycle(t *testing.T) {
+	fs := NewCrashFS(1)
+	sy := newSyncer(t)
+	l := openLog(t, fs, "/d", testConfig(), sy, nil)
+	first := batch(t, 1, 10, 1)
+	if _, err := l.Append(first, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	fs.InjectError(OpWrite, ".log", syscall.EIO)
+	info, err := l.Append(batch(t, 1, 10, 1), 0)
+	if err != nil {
+		t.Fatalf("a buffered append does not write: %v", err)
+	}
+	if err := l.WaitDurable(context.Background(), info.LastOffset+1); !errors.Is(err, syscall.EIO) || !errors.Is(err, ErrFailed) {
+		t.Fatalf("waiter: %v", err)
+	}
+	fs.ClearErrors()
+	if err := l.Truncate(l.DurableOffset()); err != nil {
+		t.Fatal(err)
+	}
+	second := batch(t, 1, 10, 2)
+	if _, err := l.Append(second, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l = openLog(t, fs, "/d", testConfig(), sy, nil)
+	defer l.Close()
+	got := readAll(t, l, 0)
+	if len(got) != 2 || !bytes.Equal(got[0], first) || !bytes.Equal(got[1][records.HeaderSize:], second[records.HeaderSize:]) {
+		t.Fatalf("after reopen: %d batches", len(got))
 	}
 }
 

@@ -431,6 +431,7 @@ func (l *Log) openSegment(base int64, create bool) (*segment, error) {
 		return nil, fmt.Errorf("storage: create segment %s: already exists with %d bytes", s.path(logSuffix), size)
 	}
 	s.size = size
+	s.f = newAppendFile(f, size)
 	s.refs.Store(1)
 	return s, nil
 }
@@ -1031,6 +1032,7 @@ type syncTicket struct {
 	gen       uint64
 	seal      *segment // pendingSeal when the cycle began (referenced)
 	epochs    bool     // the epoch checkpoint was dirty
+	flushErr  error    // writing out the segment's buffered appends failed
 }
 
 // syncBegin captures the active segment and end offset for a cycle; ok is
@@ -1048,7 +1050,13 @@ func (l *Log) syncBegin() (t syncTicket, ok bool, err error) {
 	s.ref() // the file stays open even if a Truncate removes the segment
 	t = syncTicket{l: l, s: s, size: s.size, end: l.end, gen: l.truncGen, epochs: l.epochsDirty}
 	if t.seal = l.pendingSeal; t.seal != nil {
-		t.seal.ref()
+		t.seal.ref() // its buffered appends go out with its fsync (appendFile.Sync)
+	}
+	// The appends this cycle covers leave the buffer now (appendbuf.go),
+	// with one write; appends wait (they need the lock exclusively), so
+	// what was captured is what is written.
+	if af, isAF := s.f.(*appendFile); isAF {
+		t.flushErr = af.Flush()
 	}
 	return t, true, nil
 }
@@ -1060,6 +1068,9 @@ func (t syncTicket) syncEnd(err error) error {
 	defer s.unref()
 	if t.seal != nil {
 		defer t.seal.unref()
+	}
+	if t.flushErr != nil {
+		err = t.flushErr // the fsync, if any, did not cover the appends
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -1074,7 +1085,11 @@ func (t syncTicket) syncEnd(err error) error {
 	l.advanceDurableLocked(t.end)
 	if s == l.active() {
 		s.idxMu.Lock()
-		if perr := s.persistLocked(l, t.size, false); perr != nil {
+		if !s.indexDueLocked(t.size) {
+			// Index entries wait for a few more (indexDueLocked): two
+			// small writes per log per cycle were 14% of a 1,000-partition
+			// node's CPU, and recovery rescans at most the bound.
+		} else if perr := s.persistLocked(l, t.size, false); perr != nil {
 			l.logger.Warn("storage: index write failed", "file", s.path(indexSuffix), "err", perr)
 		}
 		s.idxMu.Unlock()
@@ -1439,6 +1454,7 @@ func (l *Log) Truncate(offset int64) error {
 	if s.timeFile != nil {
 		errs = append(errs, s.timeFile.Sync())
 	}
+	s.closeIndexFilesLocked()
 	s.idxMu.Unlock()
 	if err := s.f.Truncate(pos); err != nil {
 		errs = append(errs, err)

@@ -386,7 +386,33 @@ func (s *segment) finishTimeIndexLocked() {
 
 // persistLocked appends the index entries for batches below synced bytes to
 // the index files; sync also fsyncs them (at roll and Close).
+//
+// The index files are closed again afterwards: with entries written in
+// bulk (indexDueLocked) opening them is rare, and a node with 10,000
+// partitions kept 3 descriptors per log open (30,000; the process limit
+// here is 20,000, and a restart failed with EMFILE, issue 17). A log holds
+// one descriptor per segment.
 func (s *segment) persistLocked(l *Log, synced int64, sync bool) error {
+	err := s.persistOpenLocked(l, synced, sync)
+	s.closeIndexFilesLocked()
+	return err
+}
+
+// closeIndexFilesLocked closes the index files (what was written stays:
+// the next persist reopens them for appending; sync=true persists, at roll
+// and Close, fsync what every earlier one wrote).
+func (s *segment) closeIndexFilesLocked() {
+	if s.idxFile != nil {
+		s.idxFile.Close()
+		s.idxFile = nil
+	}
+	if s.timeFile != nil {
+		s.timeFile.Close()
+		s.timeFile = nil
+	}
+}
+
+func (s *segment) persistOpenLocked(l *Log, synced int64, sync bool) error {
 	var ob, tb []byte
 	n := s.offPersisted
 	for n < len(s.offIdx) && int64(s.offIdx[n].pos) < synced {
@@ -421,6 +447,35 @@ func (s *segment) persistLocked(l *Log, synced int64, sync bool) error {
 		}
 	}
 	return nil
+}
+
+// Index entries of the active segment are written after a sync cycle only
+// once this many are waiting, or the synced bytes past the last written
+// entry reach indexPersistBytes (and always at roll and Close): recovery
+// after a crash rescans at most about that much more of the segment.
+const (
+	indexPersistEntries = 32
+	indexPersistBytes   = 1 << 20
+)
+
+// indexDueLocked reports whether the entries below synced should be
+// written now.
+func (s *segment) indexDueLocked(synced int64) bool {
+	n := 0
+	for i := s.offPersisted; i < len(s.offIdx) && int64(s.offIdx[i].pos) < synced; i++ {
+		n++
+		if n >= indexPersistEntries {
+			return true
+		}
+	}
+	if n == 0 {
+		return false
+	}
+	var last int64
+	if s.offPersisted > 0 {
+		last = int64(s.offIdx[s.offPersisted-1].pos)
+	}
+	return synced-last >= indexPersistBytes
 }
 
 // appendOffEntry encodes an offset index entry with its CRC.

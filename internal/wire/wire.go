@@ -72,6 +72,9 @@ type Request struct {
 	// Size is the request's size in bytes (header and body), what Kafka's
 	// produce quota counts.
 	Size int
+
+	frame   []byte      // the bytes the body was decoded from (frames.go)
+	recycle atomic.Bool // RecycleFrame was called
 }
 
 // Reply produces the response for a request. It runs on the connection's
@@ -485,7 +488,11 @@ const frameChunk = 64 << 10
 // error nothing stays reserved; on success size bytes are, until the reply
 // is written.
 func (c *serverConn) readFrame(size int) ([]byte, error) {
-	var buf []byte
+	// Up to frameUpfront the whole frame's buffer comes at once from the
+	// pool (frames.go): no doubling, no copy, no zeroing. Beyond, it grows
+	// by doubling as the bytes arrive, so a client that announces a huge
+	// frame and stalls holds little memory.
+	buf := getFrame(min(size, frameUpfront))
 	for len(buf) < size {
 		n := min(size-len(buf), frameChunk)
 		if !c.s.budget.acquire(c.ctx, int64(n)) {
@@ -493,12 +500,13 @@ func (c *serverConn) readFrame(size int) ([]byte, error) {
 			return nil, c.ctx.Err()
 		}
 		if len(buf)+n > cap(buf) {
-			// Double rather than grow by a chunk: a 1 MiB produce frame
-			// then costs a few allocations and one frame's worth of
-			// copying, not a dozen (growing by chunks was a quarter of
-			// the broker's CPU under a 1 KiB-record load).
-			grown := make([]byte, len(buf), min(size, max(2*cap(buf), 4*frameChunk)))
+			// Double rather than grow by a chunk: a large produce frame
+			// then costs a few buffers and one frame's worth of copying,
+			// not a dozen (growing by chunks was a quarter of the
+			// broker's CPU under a 1 KiB-record load).
+			grown := getFrame(min(size, max(2*cap(buf), 4*frameChunk)))[:len(buf)]
 			copy(grown, buf)
+			putFrame(buf)
 			buf = grown
 		}
 		buf = buf[:len(buf)+n]
@@ -510,6 +518,9 @@ func (c *serverConn) readFrame(size int) ([]byte, error) {
 	return buf, nil
 }
 
+// frameUpfront: frames up to this size get their whole buffer at once.
+const frameUpfront = 1 << 20
+
 var errUnsupported = errors.New("unsupported")
 
 // decode parses the request header and body. A request for an ApiVersions
@@ -518,7 +529,7 @@ var errUnsupported = errors.New("unsupported")
 func (c *serverConn) decode(buf []byte) (*Request, error) {
 	key := int16(binary.BigEndian.Uint16(buf[0:]))
 	version := int16(binary.BigEndian.Uint16(buf[2:]))
-	req := &Request{Key: key, Version: version, CorrelationID: int32(binary.BigEndian.Uint32(buf[4:])), Conn: c.info, Size: len(buf)}
+	req := &Request{Key: key, Version: version, CorrelationID: int32(binary.BigEndian.Uint32(buf[4:])), Conn: c.info, Size: len(buf), frame: buf}
 	rest := buf[8:]
 	// Header v1+ has a nullable client id (int16 length), every version we
 	// serve has it.
@@ -630,9 +641,13 @@ func (c *serverConn) writeLoop() {
 			if sp, ok := resp.(*Spliced); ok && sp.Release != nil {
 				sp.Release() // never written: let its files go
 			}
+			p.req.recycleFrame()
 			continue
 		}
 		out = appendResponse(out[:0], p.req, resp)
+		// The response is encoded: whatever it took from the request is
+		// copied, and the reply is done with the frame.
+		p.req.recycleFrame()
 		c.nc.SetWriteDeadline(time.Now().Add(c.s.limits.WriteTimeout))
 		n, err := c.write(out, p.req, resp)
 		c.s.Stats.BytesOut.Add(n)

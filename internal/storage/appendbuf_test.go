@@ -1,0 +1,271 @@
+package storage
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// countFS counts the writes to segment files.
+type countFS struct {
+	FS
+	writes atomic.Int64
+}
+
+type countFile struct {
+	File
+	fs *countFS
+}
+
+func (f countFile) Write(b []byte) (int, error) {
+	f.fs.writes.Add(1)
+	return f.File.Write(b)
+}
+
+func (fs *countFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	f, err := fs.FS.OpenFile(name, flag, perm)
+	if err != nil || !strings.HasSuffix(name, logSuffix) {
+		return f, err
+	}
+	return countFile{f, fs}, nil
+}
+
+// TestAppendsCoalesce: small appends between two sync cycles reach the
+// segment file in one write, read back right (from the buffer before the
+// cycle, from the file after), and survive a crash once synced.
+func TestAppendsCoalesce(t *testing.T) {
+	cfs := NewCrashFS(1)
+	fs := &countFS{FS: cfs}
+	cfg := testConfig()
+	cfg.SegmentBytes = 1 << 20
+	l := openLog(t, fs, "/d", cfg, newSyncer(t), nil)
+	var want [][]byte
+	for i := 0; i < 20; i++ {
+		b := batch(t, 2, 50, int64(i))
+		if _, err := l.Append(b, 0); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, b)
+	}
+	if n := fs.writes.Load(); n != 0 {
+		t.Fatalf("%d writes before the sync cycle", n)
+	}
+	// Readable before the cycle: from the buffer.
+	if got := readAll(t, l, 0); len(got) != 20 || !bytes.Equal(got[19], want[19]) {
+		t.Fatalf("%d batches readable before the sync", len(got))
+	}
+	sl, err := l.Read(10, l.EndOffset(), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sl.Bytes()
+	sl.Release()
+	if err != nil || !bytes.Equal(b, bytes.Join(want[5:], nil)) {
+		t.Fatalf("Read from offset 10 before the sync: %v", err)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if n := fs.writes.Load(); n != 1 {
+		t.Fatalf("%d writes for 20 small appends and one sync cycle, want 1", n)
+	}
+	// A large batch goes out at once, after what was buffered.
+	big := batch(t, 1, appendDirect, 99)
+	if _, err := l.Append(batch(t, 1, 10, 98), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(big, 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := fs.writes.Load(); n != 3 {
+		t.Fatalf("%d writes, want 3 (buffer, then the large batch)", n)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	// Unsynced appends are lost in a crash, synced ones are not.
+	if _, err := l.Append(batch(t, 1, 10, 100), 0); err != nil {
+		t.Fatal(err)
+	}
+	end := l.DurableOffset()
+	cfs.Crash()
+	cfs.Reboot()
+	l2 := openLog(t, cfs, "/d", cfg, newSyncer(t), nil)
+	defer l2.Close()
+	if l2.EndOffset() != end {
+		t.Fatalf("end %d after crash, durable was %d", l2.EndOffset(), end)
+	}
+	got := readAll(t, l2, 0)
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("batch %d differs after crash", i)
+		}
+	}
+}
+
+// TestTruncateInsideBuffer: a follower cutting its unsynced tail cuts the
+// buffer; what follows is written where the cut bytes were.
+func TestTruncateInsideBuffer(t *testing.T) {
+	fs := NewCrashFS(1)
+	cfg := testConfig()
+	cfg.SegmentBytes = 1 << 20
+	l := openLog(t, fs, "/d", cfg, newSyncer(t), nil)
+	var want [][]byte
+	for i := 0; i < 5; i++ {
+		b := batch(t, 1, 40, int64(i))
+		if _, err := l.Append(b, 0); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, b)
+		if i == 1 {
+			if err := l.Sync(); err != nil { // offsets 0-1 in the file, 2-4 buffered
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := l.Truncate(3); err != nil {
+		t.Fatal(err)
+	}
+	want = want[:3]
+	for i := 0; i < 2; i++ {
+		b := batch(t, 1, 60, int64(10+i))
+		if _, err := l.Append(b, 0); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, b)
+	}
+	if err := l.Truncate(1); err != nil { // below the file's end: the file is cut too
+		t.Fatal(err)
+	}
+	want = want[:1]
+	b := batch(t, 1, 70, 20)
+	if _, err := l.Append(b, 0); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, b)
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l = openLog(t, fs, "/d", cfg, newSyncer(t), nil)
+	defer l.Close()
+	got := readAll(t, l, 0)
+	if len(got) != len(want) {
+		t.Fatalf("%d batches, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("batch %d differs", i)
+		}
+	}
+}
+
+// TestIndexWrittenInBulk: index entries of the active segment wait until
+// indexPersistEntries are due (or Close); a crash before then costs a
+// longer recovery scan, never a batch.
+func TestIndexWrittenInBulk(t *testing.T) {
+	fs := NewCrashFS(1)
+	cfg := testConfig()
+	cfg.SegmentBytes = 1 << 20
+	l := openLog(t, fs, "/d", cfg, newSyncer(t), nil)
+	idx := "/d/" + segmentName(0, indexSuffix)
+	var want [][]byte
+	for i := 0; i < indexPersistEntries-1; i++ {
+		b := batch(t, 1, cfg.IndexIntervalBytes, int64(i)) // an entry per batch
+		if _, err := l.Append(b, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, b)
+	}
+	if n := fs.Sizes()[idx]; n != 0 {
+		t.Fatalf("index has %d bytes before %d entries were due", n, indexPersistEntries)
+	}
+	b := batch(t, 1, cfg.IndexIntervalBytes, 99)
+	if _, err := l.Append(b, 0); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, b)
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if n := fs.Sizes()[idx]; n != indexPersistEntries*offEntrySize {
+		t.Fatalf("index has %d bytes, want %d", n, indexPersistEntries*offEntrySize)
+	}
+	for i := 0; i < 5; i++ {
+		b := batch(t, 1, cfg.IndexIntervalBytes, int64(100+i))
+		if _, err := l.Append(b, 0); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, b)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	fs.Crash()
+	fs.Reboot()
+	l = openLog(t, fs, "/d", cfg, newSyncer(t), nil)
+	defer l.Close()
+	got := readAll(t, l, 0)
+	if len(got) != len(want) {
+		t.Fatalf("%d batches after crash, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("batch %d differs after crash", i)
+		}
+	}
+	// The recovered index finds every batch.
+	for i := range want {
+		sl, err := l.Read(int64(i), int64(i+1), 1)
+		if err != nil || sl.BaseOffset != int64(i) {
+			t.Fatalf("read %d: %v %d", i, err, sl.BaseOffset)
+		}
+		sl.Release()
+	}
+}
+
+// TestOneDescriptorPerSegment: a reopened log holds its segment files
+// open, not their index files (a node with 10,000 partitions held three
+// descriptors per log and could not restart under a 20,000 limit).
+func TestOneDescriptorPerSegment(t *testing.T) {
+	count := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip("no /proc/self/fd:", err)
+		}
+		return len(ents)
+	}
+	dir := t.TempDir()
+	cfg := testConfig()
+	cfg.SegmentBytes = 1 << 20
+	sy := newSyncer(t)
+	l := openLog(t, OSFS(), dir, cfg, sy, nil)
+	for i := 0; i < 3*indexPersistEntries; i++ {
+		if _, err := l.Append(batch(t, 1, cfg.IndexIntervalBytes, int64(i)), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+	before := count()
+	const n = 8
+	var logs []*Log
+	for i := 0; i < n; i++ {
+		logs = append(logs, openLog(t, OSFS(), dir+"-"+string(rune('a'+i)), cfg, sy, nil))
+	}
+	l = openLog(t, OSFS(), dir, cfg, sy, nil) // recovery writes its index
+	logs = append(logs, l)
+	if got := count() - before; got != n+1 {
+		t.Fatalf("%d logs hold %d descriptors, want one each", n+1, got)
+	}
+	for _, l := range logs {
+		l.Close()
+	}
+}

@@ -1,0 +1,102 @@
+package wire
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func TestFrameClasses(t *testing.T) {
+	for _, c := range []struct {
+		n    int
+		want int
+		ok   bool
+	}{{1, 12, true}, {4096, 12, true}, {4097, 13, true}, {1 << 20, 20, true}, {8 << 20, 23, true}, {8<<20 + 1, 24, false}} {
+		got, ok := frameClass(c.n)
+		if got != c.want || ok != c.ok {
+			t.Errorf("frameClass(%d) = %d, %v; want %d, %v", c.n, got, ok, c.want, c.ok)
+		}
+		if b := getFrame(c.n); cap(b) < c.n || len(b) != 0 {
+			t.Errorf("getFrame(%d): len %d cap %d", c.n, len(b), cap(b))
+		}
+	}
+	// A buffer of a foreign capacity is not pooled (it would be handed
+	// out for a class it does not fill).
+	before := pooledBytes.Load()
+	putFrame(make([]byte, 5000))
+	if pooledBytes.Load() != before {
+		t.Fatalf("a 5000-byte buffer was pooled")
+	}
+	// The pool holds at most maxPooledBytes.
+	for i := 0; i < 2*maxPooledBytes/(8<<20)+perClass; i++ {
+		putFrame(make([]byte, 8<<20))
+	}
+	if n := pooledBytes.Load(); n > maxPooledBytes {
+		t.Fatalf("pool holds %d bytes, limit %d", n, maxPooledBytes)
+	}
+	// Drain what this test put in, for the tests after it.
+	for c := minFrameClass; c <= maxFrameClass; c++ {
+		for len(framePool[c]) > 0 {
+			getFrame(1 << c)
+		}
+	}
+}
+
+// keepHandler keeps the records of every produce whose records start with
+// 'K' (and does not recycle those frames); it recycles all others.
+type keepHandler struct{ kept chan []byte }
+
+func (keepHandler) Versions(_ *Listener, key int16) (int16, int16, bool) {
+	return produceHandler{}.Versions(nil, key)
+}
+
+func (h keepHandler) Handle(_ context.Context, r *Request) Reply {
+	req := r.Body.(*kmsg.ProduceRequest)
+	recs := req.Topics[0].Partitions[0].Records
+	if recs[0] == 'K' {
+		h.kept <- recs
+	} else {
+		r.RecycleFrame()
+	}
+	return Respond(req.ResponseKind())
+}
+
+// TestKeptFrameIsNotReused: a frame whose handler did not call
+// RecycleFrame is never handed to a later request, while recycled ones are
+// (the later requests, of the same size, would overwrite it).
+func TestKeptFrameIsNotReused(t *testing.T) {
+	h := keepHandler{kept: make(chan []byte, 1)}
+	s := NewServer(h, Limits{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c := dial(t, serve(t, s))
+	defer c.Close()
+	send := func(fill byte) {
+		req := kmsg.NewPtrProduceRequest()
+		req.Acks = -1
+		tp := kmsg.NewProduceRequestTopic()
+		tp.Topic = "t"
+		p := kmsg.NewProduceRequestTopicPartition()
+		p.Records = bytes.Repeat([]byte{fill}, 100<<10)
+		tp.Partitions = append(tp.Partitions, p)
+		req.Topics = append(req.Topics, tp)
+		if _, err := c.Write(frame(req, 7, 1)); err != nil {
+			t.Fatal(err)
+		}
+		readFrame(t, c)
+	}
+	send('K')
+	kept := <-h.kept
+	reusedBefore := pooledBytes.Load()
+	for i := 0; i < 20; i++ {
+		send(byte('a' + i))
+	}
+	if !bytes.Equal(kept, bytes.Repeat([]byte{'K'}, 100<<10)) {
+		t.Fatal("the records a handler kept were overwritten by a later request")
+	}
+	if pooledBytes.Load() == reusedBefore && len(framePool[17]) == 0 {
+		t.Fatal("recycled frames never reached the pool")
+	}
+}
