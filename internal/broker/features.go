@@ -101,9 +101,25 @@ func (b *Broker) addFeatures(resp *kmsg.ApiVersionsResponse) {
 // checks and messages are Kafka's FeatureControlManager's: an unknown
 // feature or a level outside the supported range is INVALID_UPDATE_VERSION,
 // as is a downgrade without the SAFE_DOWNGRADE/UNSAFE_DOWNGRADE upgrade
-// type (v0: AllowDowngrade). Kafka's v2 (no per-feature results) is not
-// served; kadm and kafka-features.sh use v1.
-func init() { register(kmsg.UpdateFeatures, 0, 1, (*Broker).handleUpdateFeatures) }
+// type (v0: AllowDowngrade). v2 answers without per-feature results: the
+// first failure is the top-level error (Kafka 4's shape).
+func init() { register(kmsg.UpdateFeatures, 0, 2, (*Broker).handleUpdateFeaturesV) }
+
+func (b *Broker) handleUpdateFeaturesV(ctx context.Context, r *wire.Request) wire.Reply {
+	reply := b.handleUpdateFeatures(ctx, r)
+	if r.Body.(*kmsg.UpdateFeaturesRequest).Version < 2 {
+		return reply
+	}
+	return thenEdit(reply, func(out kmsg.Response) {
+		resp := out.(*kmsg.UpdateFeaturesResponse)
+		for _, res := range resp.Results {
+			if resp.ErrorCode == 0 && res.ErrorCode != 0 {
+				resp.ErrorCode, resp.ErrorMessage = res.ErrorCode, res.ErrorMessage
+			}
+		}
+		resp.Results = nil
+	})
+}
 
 // Kafka's FeatureUpdate.UpgradeType.
 const (

@@ -32,16 +32,33 @@ func finalizedTxnVersion(t *testing.T, n *brokertest.Node) int16 {
 // per-feature code and message.
 func setFeature(t *testing.T, n *brokertest.Node, name string, level int16, typ int8) (int16, string) {
 	t.Helper()
+	return setFeatureAt(t, n, name, level, typ, 2)
+}
+
+// setFeatureAt is setFeature with UpdateFeatures at most at version max:
+// v2 answers without per-feature results (the failure is top-level), v1
+// with one result per feature.
+func setFeatureAt(t *testing.T, n *brokertest.Node, name string, level int16, typ int8, max int16) (int16, string) {
+	t.Helper()
 	req := kmsg.NewPtrUpdateFeaturesRequest()
 	req.TimeoutMillis = 10_000
 	u := kmsg.NewUpdateFeaturesRequestFeatureUpdate()
 	u.Feature, u.MaxVersionLevel, u.UpgradeType = name, level, typ
 	req.FeatureUpdates = append(req.FeatureUpdates, u)
-	kresp, err := n.Request(req)
+	kresp, err := n.Request(brokertest.Pin(req, max))
 	mustNil(t, "UpdateFeatures", err)
 	resp := kresp.(*kmsg.UpdateFeaturesResponse)
 	if resp.ErrorCode != 0 {
 		return resp.ErrorCode, *resp.ErrorMessage
+	}
+	if max >= 2 {
+		if len(resp.Results) != 0 {
+			t.Fatalf("UpdateFeatures v2 answered per-feature results %+v", resp.Results)
+		}
+		return 0, ""
+	}
+	if len(resp.Results) != 1 {
+		t.Fatalf("UpdateFeatures v%d answered %d results for one feature", max, len(resp.Results))
 	}
 	r := resp.Results[0]
 	msg := ""
@@ -75,15 +92,17 @@ func TestUpdateFeatures(t *testing.T) {
 		{"transaction.version", 1, 1, "Can't downgrade the version of this feature without setting the upgrade type"},
 		{"transaction.version", 1, 9, "does not support the given upgrade type"},
 	} {
-		code, msg := setFeature(t, n, c.name, c.level, c.typ)
-		if code != kerr.InvalidUpdateVersion.Code || !strings.Contains(msg, c.want) {
-			t.Fatalf("%s=%d type %d: %v %q, want INVALID_UPDATE_VERSION %q", c.name, c.level, c.typ, kerr.ErrorForCode(code), msg, c.want)
+		for _, v := range []int16{1, 2} { // per-feature result (v1), top-level (v2)
+			code, msg := setFeatureAt(t, n, c.name, c.level, c.typ, v)
+			if code != kerr.InvalidUpdateVersion.Code || !strings.Contains(msg, c.want) {
+				t.Fatalf("v%d %s=%d type %d: %v %q, want INVALID_UPDATE_VERSION %q", v, c.name, c.level, c.typ, kerr.ErrorForCode(code), msg, c.want)
+			}
 		}
 	}
 	if v := finalizedTxnVersion(t, n); v != 2 {
 		t.Fatalf("transaction.version %d after refused updates", v)
 	}
-	if code, msg := setFeature(t, n, "transaction.version", 0, 2); code != 0 {
+	if code, msg := setFeatureAt(t, n, "transaction.version", 0, 2, 1); code != 0 {
 		t.Fatalf("safe downgrade to 0: %v %s", kerr.ErrorForCode(code), msg)
 	}
 	if v := finalizedTxnVersion(t, n); v != 0 {
