@@ -134,52 +134,80 @@ func runWorkload(t *testing.T, seeds []string, rf int, change func(step string))
 	change("after DeleteRecords")
 	idem("late", 2)
 
-	lookup := func(lo kadm.ListedOffsets, err error, into map[int32]int64) {
+	// lookup asks again while a partition answers a retriable error
+	// (NOT_LEADER_OR_FOLLOWER right after a leader change: kadm hands
+	// partition errors back, a client retries them), as an application
+	// would; any other error fails the test.
+	lookup := func(list func() (kadm.ListedOffsets, error), into map[int32]int64) {
 		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		lo.Each(func(o kadm.ListedOffset) {
-			if o.Err != nil {
-				t.Fatalf("list offsets %d: %v", o.Partition, o.Err)
+		for attempt := 1; ; attempt++ {
+			lo, err := list()
+			if err != nil {
+				t.Fatal(err)
 			}
-			into[o.Partition] = o.Offset
-		})
+			var retry error
+			lo.Each(func(o kadm.ListedOffset) {
+				switch {
+				case o.Err == nil:
+					into[o.Partition] = o.Offset
+				case kerr.IsRetriable(o.Err) && attempt < 50:
+					retry = o.Err
+				default:
+					t.Fatalf("list offsets %d: %v", o.Partition, o.Err)
+				}
+			})
+			if retry == nil {
+				return
+			}
+			t.Logf("list offsets, attempt %d: %v (retriable: retrying)", attempt, retry)
+			time.Sleep(200 * time.Millisecond)
+		}
 	}
-	lo, err := adm.ListStartOffsets(ctx, diffTopic)
-	lookup(lo, err, res.Earliest)
-	lo, err = adm.ListEndOffsets(ctx, diffTopic)
-	lookup(lo, err, res.Latest)
-	lo, err = adm.ListCommittedOffsets(ctx, diffTopic)
-	lookup(lo, err, res.Stable)
+	lookup(func() (kadm.ListedOffsets, error) { return adm.ListStartOffsets(ctx, diffTopic) }, res.Earliest)
+	lookup(func() (kadm.ListedOffsets, error) { return adm.ListEndOffsets(ctx, diffTopic) }, res.Latest)
+	lookup(func() (kadm.ListedOffsets, error) { return adm.ListCommittedOffsets(ctx, diffTopic) }, res.Stable)
 	for _, at := range []int{1, 5, 14, 20, seq + 5} {
 		m := map[int32]int64{}
-		lo, err = adm.ListOffsetsAfterMilli(ctx, diffTS(at).UnixMilli(), diffTopic)
-		lookup(lo, err, m)
+		lookup(func() (kadm.ListedOffsets, error) {
+			return adm.ListOffsetsAfterMilli(ctx, diffTS(at).UnixMilli(), diffTopic)
+		}, m)
 		for p, o := range m {
 			res.ByTime[fmt.Sprintf("t%d-p%d", at, p)] = o
 		}
 	}
-	// OffsetForLeaderEpoch of each partition's current epoch: its end.
-	md, err := adm.Metadata(ctx, diffTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	epochs := map[int32]int32{}
-	for _, p := range md.Topics[diffTopic].Partitions {
-		epochs[p.Partition] = p.LeaderEpoch
-	}
-	ofe, err := adm.OffsetForLeaderEpoch(ctx, map[string]map[int32]int32{diffTopic: epochs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ps := range ofe {
-		for p, o := range ps {
-			if o.Err != nil {
-				t.Fatalf("OffsetForLeaderEpoch %d: %v", p, o.Err)
-			}
-			res.EpochEnd[p] = o.EndOffset
+	// OffsetForLeaderEpoch of each partition's current epoch: its end
+	// (asked again, with fresh metadata, on a retriable error).
+	for attempt := 1; ; attempt++ {
+		md, err := adm.Metadata(ctx, diffTopic)
+		if err != nil {
+			t.Fatal(err)
 		}
+		epochs := map[int32]int32{}
+		for _, p := range md.Topics[diffTopic].Partitions {
+			epochs[p.Partition] = p.LeaderEpoch
+		}
+		ofe, err := adm.OffsetForLeaderEpoch(ctx, map[string]map[int32]int32{diffTopic: epochs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var retry error
+		for _, ps := range ofe {
+			for p, o := range ps {
+				switch {
+				case o.Err == nil:
+					res.EpochEnd[p] = o.EndOffset
+				case kerr.IsRetriable(o.Err) && attempt < 50:
+					retry = o.Err
+				default:
+					t.Fatalf("OffsetForLeaderEpoch %d: %v", p, o.Err)
+				}
+			}
+		}
+		if retry == nil {
+			break
+		}
+		t.Logf("OffsetForLeaderEpoch, attempt %d: %v (retriable: retrying)", attempt, retry)
+		time.Sleep(200 * time.Millisecond)
 	}
 	fo, err := adm.FetchOffsets(ctx, diffGroup)
 	if err != nil || fo.Error() != nil {
