@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -303,9 +302,8 @@ func TestKafkajsDevCluster(t *testing.T) {
 }
 
 // startDevCluster runs a 3-node `holdfast dev-cluster` (with extra flags)
-// until the test ends
-// and waits until it has formed, as a user would; it returns the Kafka
-// addresses and the cluster's log.
+// until the test ends and waits until it has formed, as a user would; it
+// returns the Kafka addresses and the cluster's log.
 func startDevCluster(t *testing.T, extra ...string) (brokers []string, logs func() string) {
 	t.Helper()
 	base := devClusterPorts(t)
@@ -313,20 +311,7 @@ func startDevCluster(t *testing.T, extra ...string) (brokers []string, logs func
 	cmd := exec.Command(binary, append([]string{"dev-cluster", "--nodes", "3", "--dir", dir, "--base-port", strconv.Itoa(base)}, extra...)...)
 	var out syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
+	startUntilCleanup(t, cmd)
 	for i := range 3 {
 		brokers = append(brokers, fmt.Sprintf("127.0.0.1:%d", base+i))
 	}

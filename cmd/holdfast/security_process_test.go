@@ -91,20 +91,7 @@ func bgServe(t *testing.T, dir string, env []string, line string) func() string 
 	var logs bytes.Buffer
 	w := writerFunc(func(b []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(b) })
 	cmd.Stdout, cmd.Stderr = w, w
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
+	startUntilCleanup(t, cmd)
 	read := func() string { mu.Lock(); defer mu.Unlock(); return logs.String() }
 	return read
 }
@@ -414,4 +401,24 @@ func TestServeWarnsBeyondLoopback(t *testing.T) {
 	if !strings.Contains(l, fmt.Sprintf("SECURITY: listener PLAINTEXT (PLAINTEXT) on 0.0.0.0:%d", port)) || !strings.Contains(l, "without authentication") {
 		t.Fatalf("no warning for a PLAINTEXT listener on 0.0.0.0:\n%s", l)
 	}
+}
+
+// startUntilCleanup starts cmd and stops it when the test ends: SIGTERM,
+// then SIGKILL after 20 s.
+func startUntilCleanup(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
 }

@@ -101,6 +101,21 @@ func (b *Broker) resolveSharePart(r *wire.Request, sp *sharePart) {
 	sp.p = p
 }
 
+// shareRequestMember is the check ShareFetch and ShareAcknowledge (named
+// api) start with: share groups on, a group and a member named, READ on
+// the group. code is the error to answer, 0 if none.
+func (b *Broker) shareRequestMember(r *wire.Request, api string, groupID, memberID *string) (group, member string, code int16, msg string) {
+	switch {
+	case b.featureLevel("share.version") < 1:
+		return "", "", kerr.UnsupportedVersion.Code, "Share groups are not enabled: share.version is 0."
+	case groupID == nil || *groupID == "" || memberID == nil || *memberID == "":
+		return "", "", kerr.InvalidRequest.Code, api + " needs a group id and a member id"
+	case !b.authorize(r, auth.OpRead, auth.ResourceGroup, *groupID):
+		return "", "", kerr.GroupAuthorizationFailed.Code, ""
+	}
+	return *groupID, *memberID, 0, ""
+}
+
 func (b *Broker) handleShareFetch(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.ShareFetchRequest)
 	resp := req.ResponseKind().(*kmsg.ShareFetchResponse)
@@ -111,15 +126,9 @@ func (b *Broker) handleShareFetch(_ context.Context, r *wire.Request) wire.Reply
 		}
 		return wire.Respond(resp)
 	}
-	if b.featureLevel("share.version") < 1 {
-		return fail(kerr.UnsupportedVersion.Code, "Share groups are not enabled: share.version is 0.")
-	}
-	if req.GroupID == nil || *req.GroupID == "" || req.MemberID == nil || *req.MemberID == "" {
-		return fail(kerr.InvalidRequest.Code, "ShareFetch needs a group id and a member id")
-	}
-	group, member := *req.GroupID, *req.MemberID
-	if !b.authorize(r, auth.OpRead, auth.ResourceGroup, group) {
-		return fail(kerr.GroupAuthorizationFailed.Code, "")
+	group, member, code, msg := b.shareRequestMember(r, "ShareFetch", req.GroupID, req.MemberID)
+	if code != 0 {
+		return fail(code, msg)
 	}
 	var add, forget []share.TP
 	byTP := map[share.TP]*sharePart{}
@@ -336,15 +345,9 @@ func (b *Broker) handleShareAcknowledge(_ context.Context, r *wire.Request) wire
 		}
 		return wire.Respond(resp)
 	}
-	if b.featureLevel("share.version") < 1 {
-		return fail(kerr.UnsupportedVersion.Code, "Share groups are not enabled: share.version is 0.")
-	}
-	if req.GroupID == nil || *req.GroupID == "" || req.MemberID == nil || *req.MemberID == "" {
-		return fail(kerr.InvalidRequest.Code, "ShareAcknowledge needs a group id and a member id")
-	}
-	group, member := *req.GroupID, *req.MemberID
-	if !b.authorize(r, auth.OpRead, auth.ResourceGroup, group) {
-		return fail(kerr.GroupAuthorizationFailed.Code, "")
+	group, member, code, msg := b.shareRequestMember(r, "ShareAcknowledge", req.GroupID, req.MemberID)
+	if code != 0 {
+		return fail(code, msg)
 	}
 	var order []*sharePart
 	renew := false

@@ -12,10 +12,18 @@ import (
 var topicT = TopicInfo{Name: "t", ID: [16]byte{1}, Partitions: 4}
 
 func newConsumerTestCoordinator(t *testing.T, logs []Log, assignor string) *Coordinator {
+	return newTopicTTestCoordinator(t, logs, func(cfg *Config) {
+		if assignor != "" {
+			cfg.ConsumerAssignors = []string{assignor}
+		}
+	})
+}
+
+// newTopicTTestCoordinator is a loaded coordinator over logs that knows one
+// topic, topicT; edit adjusts the default config.
+func newTopicTTestCoordinator(t *testing.T, logs []Log, edit func(*Config)) *Coordinator {
 	cfg := DefaultConfig()
-	if assignor != "" {
-		cfg.ConsumerAssignors = []string{assignor}
-	}
+	edit(&cfg)
 	c := New(cfg, logs, Options{
 		Partitions: func(topic string) int32 {
 			if topic == "t" {

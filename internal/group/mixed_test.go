@@ -10,29 +10,10 @@ import (
 )
 
 func newMixedTestCoordinator(t *testing.T, logs []Log, policy string) *Coordinator {
-	cfg := DefaultConfig()
-	cfg.InitialRebalanceDelay = 0
-	cfg.ConsumerMigrationPolicy = policy
-	c := New(cfg, logs, Options{
-		Partitions: func(topic string) int32 {
-			if topic == "t" {
-				return topicT.Partitions
-			}
-			return -1
-		},
-		Topic: func(name string) (TopicInfo, bool) {
-			if name == "t" {
-				return topicT, true
-			}
-			return TopicInfo{}, false
-		},
-		Topics: func() []TopicInfo { return []TopicInfo{topicT} },
+	return newTopicTTestCoordinator(t, logs, func(cfg *Config) {
+		cfg.InitialRebalanceDelay = 0
+		cfg.ConsumerMigrationPolicy = policy
 	})
-	if err := c.Load(false); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
 }
 
 // classicClient is a cooperative classic member: it reports what it owns
