@@ -2,10 +2,13 @@ package storage
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"holdfast/internal/records"
 )
 
 // countFS counts the writes to segment files.
@@ -267,5 +270,86 @@ func TestOneDescriptorPerSegment(t *testing.T) {
 	}
 	for _, l := range logs {
 		l.Close()
+	}
+}
+
+// TestAppendQueue: appends past a buffer's capacity queue it instead of
+// writing it (past maxQueued the append writes them all out), reads see
+// every queued byte, a Truncate inside a queued buffer cuts it, and a
+// crash after the sync keeps exactly what was appended; with and without
+// direct I/O (where the buffers are 1 MiB and the whole blocks of each
+// write-out go O_DIRECT: CrashFS checks the alignment).
+func TestAppendQueue(t *testing.T) {
+	for _, direct := range []bool{false, true} {
+		t.Run(fmt.Sprintf("direct=%v", direct), func(t *testing.T) {
+			cfs := NewCrashFS(1)
+			cfs.SetDirectIO(direct)
+			fs := &countFS{FS: cfs}
+			cfg := testConfig()
+			cfg.SegmentBytes = 64 << 20
+			var l *Log
+			if direct {
+				l = openLog(t, cfs, "/d", cfg, newSyncer(t), nil)
+			} else {
+				l = openLog(t, fs, "/d", cfg, newSyncer(t), nil) // counts writes, no direct ones
+			}
+			bufMax := appendBufSize
+			if direct {
+				bufMax = directBufSize
+			}
+			var want [][]byte
+			appendN := func(n int) {
+				for total := 0; total < n; {
+					b := batch(t, 1, 40<<10+len(want)%7*1000, int64(len(want)))
+					if _, err := l.Append(b, 0); err != nil {
+						t.Fatal(err)
+					}
+					want = append(want, b)
+					total += len(b)
+				}
+			}
+			check := func(l *Log) {
+				t.Helper()
+				got := readAll(t, l, 0)
+				if len(got) != len(want) {
+					t.Fatalf("%d batches, want %d", len(got), len(want))
+				}
+				for i := range want {
+					if !bytes.Equal(got[i], want[i]) {
+						t.Fatalf("batch %d differs", i)
+					}
+				}
+			}
+			appendN(bufMax * (maxQueued + 1) / 2) // fills some buffers: queued, not written
+			if n := fs.writes.Load(); n != 0 {
+				t.Fatalf("%d writes before the cycle", n)
+			}
+			check(l)
+			// Cut inside the second buffer, append again.
+			h, _ := records.ParseHeader(want[len(want)*2/5])
+			if err := l.Truncate(h.BaseOffset); err != nil {
+				t.Fatal(err)
+			}
+			want = want[:len(want)*2/5]
+			check(l)
+			appendN(bufMax * (maxQueued + 2)) // past maxQueued: written out by the append
+			if !direct && fs.writes.Load() == 0 {
+				t.Fatal("no write after more than maxQueued full buffers")
+			}
+			check(l)
+			if err := l.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			if direct && cfs.DirectWrites() == 0 {
+				t.Fatal("no direct write")
+			}
+			appendN(100 << 10) // unsynced: lost
+			cfs.Crash()
+			cfs.Reboot()
+			want = want[:len(want)-3]
+			l2 := openLog(t, cfs, "/d", cfg, newSyncer(t), nil)
+			defer l2.Close()
+			check(l2)
+		})
 	}
 }

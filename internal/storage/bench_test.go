@@ -85,17 +85,17 @@ func BenchmarkAppendSync(b *testing.B) {
 	for _, size := range []int{1 << 10, 64 << 10} {
 		for _, appenders := range []int{1, 8, 64} {
 			b.Run(fmt.Sprintf("batch=%dKiB/appenders=%d", size>>10, appenders), func(b *testing.B) {
-				benchAppend(b, size, appenders, 8, false)
+				benchAppend(b, OSFS(), size, appenders, 8, false)
 			})
 		}
 		// The same with one fdatasync per log per cycle instead of syncfs.
 		b.Run(fmt.Sprintf("batch=%dKiB/appenders=64/fdatasync-only", size>>10), func(b *testing.B) {
-			benchAppend(b, size, 64, 8, true)
+			benchAppend(b, OSFS(), size, 64, 8, true)
 		})
 	}
 }
 
-func benchAppend(b *testing.B, size, appenders, nlogs int, noSyncfs bool) {
+func benchAppend(b *testing.B, fsys FS, size, appenders, nlogs int, noSyncfs bool) {
 	dir := b.TempDir()
 	sy := NewSyncer(quiet)
 	if noSyncfs {
@@ -104,7 +104,7 @@ func benchAppend(b *testing.B, size, appenders, nlogs int, noSyncfs bool) {
 	defer sy.Close()
 	logs := make([]*Log, nlogs)
 	for i := range logs {
-		l, err := Open(filepath.Join(dir, fmt.Sprint(i)), DefaultConfig(), Options{Syncer: sy, Logger: quiet})
+		l, err := Open(filepath.Join(dir, fmt.Sprint(i)), DefaultConfig(), Options{FS: fsys, Syncer: sy, Logger: quiet})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -117,6 +117,8 @@ func benchAppend(b *testing.B, size, appenders, nlogs int, noSyncfs bool) {
 	lats := make([][]time.Duration, appenders)
 	before := sy.Stats()
 	b.SetBytes(int64(len(proto)))
+	var ru0, ru1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	for w := 0; w < appenders; w++ {
@@ -142,6 +144,9 @@ func benchAppend(b *testing.B, size, appenders, nlogs int, noSyncfs bool) {
 	}
 	wg.Wait()
 	b.StopTimer()
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	cpu := ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
+	b.ReportMetric(float64(cpu)/float64(b.N)/float64(len(proto)), "cpu-ns/B")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "batches/s")
 	st := sy.Stats()
 	if c := st.Cycles - before.Cycles; c > 0 {
@@ -347,7 +352,22 @@ func benchGroupCommit(b *testing.B, nlogs, per, size int) {
 // (aligned buffers, the same fdatasync): what a log could reach with
 // either, and the CPU each costs (cpu-ns/B: user+system time of the
 // process per byte).
+//
+// The log=... cases are the same through storage.Log (Append +
+// WaitDurable from 64 appenders, group commit): the page cache against
+// log.direct.io (OSFSDirectIO), over one log and over eight.
 func BenchmarkDurableWrite(b *testing.B) {
+	for _, c := range []struct{ logs, size int }{{1, 64 << 10}, {8, 64 << 10}, {1, 16 << 10}} {
+		for _, direct := range []bool{false, true} {
+			fsys, name := OSFS(), "pagecache"
+			if direct {
+				fsys, name = OSFSDirectIO(), "direct"
+			}
+			b.Run(fmt.Sprintf("log=%s/logs=%d/batch=%dKiB", name, c.logs, c.size>>10), func(b *testing.B) {
+				benchAppend(b, fsys, c.size, 64, c.logs, false)
+			})
+		}
+	}
 	for _, direct := range []bool{false, true} {
 		for _, chunk := range []int{64 << 10, 1 << 20} {
 			name := "pagecache"

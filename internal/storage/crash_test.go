@@ -89,8 +89,29 @@ func TestCrashRecovery(t *testing.T) {
 		seeds = 10
 	}
 	for seed := int64(1); seed <= int64(seeds); seed++ {
-		crashSeed(t, seed)
+		crashSeed(t, seed, false)
 	}
+}
+
+// TestCrashRecoveryDirect is TestCrashRecovery with direct I/O
+// (log.direct.io): write-outs of a few KiB already go O_DIRECT, segments
+// and batches are larger, and a torn crash may also leave a block of the
+// unsynced tail as zeros.
+func TestCrashRecoveryDirect(t *testing.T) {
+	defer directMin.Store(directMin.Load())
+	directMin.Store(directBlock)
+	seeds := 200
+	if testing.Short() {
+		seeds = 10
+	}
+	var directs int64
+	for seed := int64(1); seed <= int64(seeds); seed++ {
+		directs += crashSeed(t, seed, true)
+	}
+	if directs == 0 {
+		t.Fatal("no direct write happened")
+	}
+	t.Logf("%d direct writes", directs)
 }
 
 // debugOrd logs every operation of a seed: STORAGE_CRASH_SEED=n go test -run CrashSeed -v
@@ -102,16 +123,27 @@ func TestCrashSeed(t *testing.T) {
 		t.Skip("set STORAGE_CRASH_SEED to replay one crash-test seed verbosely")
 	}
 	debugOrd = true
-	crashSeed(t, int64(seed))
+	if os.Getenv("STORAGE_CRASH_DIRECT") != "" {
+		defer directMin.Store(directMin.Load())
+		directMin.Store(directBlock)
+	}
+	crashSeed(t, int64(seed), os.Getenv("STORAGE_CRASH_DIRECT") != "")
 }
 
-func crashSeed(t *testing.T, seed int64) {
+// crashSeed runs one seed and returns the number of direct writes.
+func crashSeed(t *testing.T, seed int64, direct bool) int64 {
 	{
 		rng := rand.New(rand.NewSource(seed))
 		fs := NewCrashFS(seed)
+		fs.SetDirectIO(direct)
 		sy := newSyncer(t)
 		cfg := testConfig()
 		cfg.SegmentBytes = int64(1024 + rng.Intn(4096))
+		maxValue := 300
+		if direct {
+			cfg.SegmentBytes *= 16
+			maxValue = 3000
+		}
 		cfg.IndexIntervalBytes = 64 + rng.Intn(512)
 		if rng.Intn(3) == 0 {
 			cfg.Flush = FlushPolicy{Mode: FlushOS}
@@ -124,7 +156,7 @@ func crashSeed(t *testing.T, seed int64) {
 			for op := 0; op < ops; op++ {
 				switch r := rng.Intn(20); {
 				case r < 14:
-					b := batch(t, 1+rng.Intn(4), rng.Intn(300), int64(op))
+					b := batch(t, 1+rng.Intn(4), rng.Intn(maxValue), int64(op))
 					info, err := l.Append(b, epoch)
 					if err != nil {
 						t.Fatalf("seed %d: append: %v", seed, err)
@@ -193,6 +225,7 @@ func crashSeed(t *testing.T, seed int64) {
 			m.ords = append(m.ords, info.Ordinal)
 		}
 		l.Close()
+		return fs.DirectWrites()
 	}
 }
 

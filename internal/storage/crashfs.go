@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // CrashFS is an in-memory FS for tests that models what survives a power
@@ -42,6 +43,27 @@ type CrashFS struct {
 	down     bool
 	onSync   func(path string)
 	delayFor map[string]time.Duration // extra Sync delay by path substring
+	direct   bool                     // files accept WriteDirect (SetDirectIO)
+	directs  int64                    // WriteDirect calls that wrote
+}
+
+// SetDirectIO makes the files accept direct writes (log.direct.io), with
+// the kernel's alignment rules checked strictly: a misaligned offset,
+// length or buffer is an error, not a fallback. Direct writes are
+// appends like any other for the crash model: lost unless fsynced (the
+// device's volatile cache), torn by CrashTorn. Off (the default), a
+// direct write is refused as unsupported, like tmpfs does.
+func (fs *CrashFS) SetDirectIO(on bool) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.direct = on
+}
+
+// DirectWrites is the number of direct writes that wrote something.
+func (fs *CrashFS) DirectWrites() int64 {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.directs
 }
 
 // CrashAfter arranges a power cut (Crash) in place of the n-th mutating
@@ -223,7 +245,9 @@ func (fs *CrashFS) injectedErr(op, path string) error {
 func (fs *CrashFS) Crash() { fs.crash(false) }
 
 // CrashTorn is Crash, but each file keeps a random prefix of the bytes
-// appended after its last Sync, the last of which may be garbage.
+// appended after its last Sync, the last of which may be garbage; with
+// SetDirectIO, one block of that prefix may also read as zeros (written
+// out of order).
 func (fs *CrashFS) CrashTorn() { fs.crash(true) }
 
 func (fs *CrashFS) crash(torn bool) {
@@ -249,6 +273,16 @@ func (fs *CrashFS) crashLocked(torn bool) {
 			data = append(data, extra[:k]...)
 			if k > 0 && fs.rng.Intn(2) == 0 {
 				data[len(data)-1] ^= byte(1 + fs.rng.Intn(255))
+			}
+			if fs.direct && k > 0 && fs.rng.Intn(3) == 0 {
+				// Writes reach the device out of order (direct writes,
+				// writeback): a block within the kept bytes was never
+				// written and reads as zeros.
+				first := int64(len(n.synced))
+				b := (first + fs.rng.Int63n(int64(k))) / directBlock * directBlock
+				for i := max(b, first); i < min(b+directBlock, int64(len(data))); i++ {
+					data[i] = 0
+				}
 			}
 		}
 		nn := &memNode{data: data, synced: append([]byte(nil), data...)}
@@ -554,6 +588,35 @@ func (f *memFile) Write(p []byte) (int, error) {
 	}
 	f.node.data = append(f.node.data, p...)
 	return len(p), nil
+}
+
+func (f *memFile) DirectIO() bool {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	return f.fs.direct
+}
+
+func (f *memFile) WriteDirect(p []byte, off int64) (int, error) {
+	f.fs.mu.Lock()
+	direct := f.fs.direct
+	size := int64(len(f.node.data))
+	f.fs.mu.Unlock()
+	if !direct {
+		return 0, fmt.Errorf("%w: %s: crashfs: %w", errDirectUnsupported, f.name, syscall.EINVAL)
+	}
+	if off%directBlock != 0 || len(p)%directBlock != 0 || len(p) == 0 || uintptr(unsafe.Pointer(&p[0]))%directBlock != 0 {
+		return 0, fmt.Errorf("crashfs: misaligned direct write of %d bytes at %d to %s", len(p), off, f.name)
+	}
+	if off != size {
+		return 0, fmt.Errorf("crashfs: direct write at %d to %s of %d bytes: not an append", off, f.name, size)
+	}
+	n, err := f.Write(p)
+	if n > 0 {
+		f.fs.mu.Lock()
+		f.fs.directs++
+		f.fs.mu.Unlock()
+	}
+	return n, err
 }
 
 func (f *memFile) Close() error {

@@ -431,9 +431,23 @@ func (l *Log) openSegment(base int64, create bool) (*segment, error) {
 		return nil, fmt.Errorf("storage: create segment %s: already exists with %d bytes", s.path(logSuffix), size)
 	}
 	s.size = size
-	s.f = newAppendFile(f, size)
+	af := newAppendFile(f, size)
+	af.onDirectOff = l.directUnavailable
+	s.f = af
 	s.refs.Store(1)
 	return s, nil
+}
+
+// directWarned: the first log that finds O_DIRECT refused says so as a
+// warning, the others (every log on that filesystem) only at debug level.
+var directWarned atomic.Bool
+
+func (l *Log) directUnavailable(err error) {
+	if directWarned.CompareAndSwap(false, true) {
+		l.logger.Warn("storage: log.direct.io: the filesystem refuses O_DIRECT, writing through the page cache", "err", err)
+		return
+	}
+	l.logger.Debug("storage: log.direct.io: O_DIRECT refused, writing through the page cache", "err", err)
 }
 
 // createSegment creates an empty segment and, with syncDir, makes its name
@@ -1039,11 +1053,12 @@ type syncTicket struct {
 // false if there is nothing to sync (or the log cannot be synced: err).
 func (l *Log) syncBegin() (t syncTicket, ok bool, err error) {
 	l.mu.RLock()
-	defer l.mu.RUnlock()
 	if err := l.checkWritableLocked(); err != nil {
+		l.mu.RUnlock()
 		return t, false, err
 	}
 	if l.end <= l.durable.Load() && l.pendingSeal == nil && !l.epochsDirty {
+		l.mu.RUnlock()
 		return t, false, nil
 	}
 	s := l.active()
@@ -1052,11 +1067,18 @@ func (l *Log) syncBegin() (t syncTicket, ok bool, err error) {
 	if t.seal = l.pendingSeal; t.seal != nil {
 		t.seal.ref() // its buffered appends go out with its fsync (appendFile.Sync)
 	}
-	// The appends this cycle covers leave the buffer now (appendbuf.go),
-	// with one write; appends wait (they need the lock exclusively), so
-	// what was captured is what is written.
-	if af, isAF := s.f.(*appendFile); isAF {
-		t.flushErr = af.Flush()
+	// The appends this cycle covers are queued for writing now
+	// (appendbuf.go; appends wait, as they need the lock exclusively, so
+	// what was captured is what is queued) and written after the lock is
+	// released: appends go on into a fresh buffer while the device writes
+	// (an O_DIRECT write waits for it).
+	af, isAF := s.f.(*appendFile)
+	if isAF {
+		af.Detach()
+	}
+	l.mu.RUnlock()
+	if isAF {
+		t.flushErr = af.WriteQueued()
 	}
 	return t, true, nil
 }
