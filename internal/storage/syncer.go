@@ -12,6 +12,9 @@ import (
 // a device queue busy, few enough not to thrash.
 const maxParallelSyncs = 16
 
+// groupWriters: goroutines writing out the logs of one syncfs group.
+const groupWriters = 8
+
 // Syncer is the node's group-commit engine: while one fsync cycle runs, new
 // requests queue; the next cycle fsyncs every log that asked (in parallel)
 // and each log then wakes all its waiters. One per node, shared by all logs.
@@ -177,25 +180,51 @@ func (s *Syncer) cycle(batch map[*Log]struct{}) {
 
 // syncGroup makes every log of ls durable with one syncfs: the ends are
 // captured first, so whatever was written before is covered.
+//
+// The logs' write-outs (syncBegin) run on up to groupWriters goroutines:
+// an O_DIRECT write waits for the device, and one log's wait should not
+// hold up the next log's write.
 func (s *Syncer) syncGroup(ls []*Log) {
-	var tickets []syncTicket
-	for _, l := range ls {
-		t, ok, err := l.syncBegin()
-		if err != nil {
-			s.logger.Debug("storage: sync", "dir", l.dir, "err", err)
-		}
-		if !ok {
-			continue
-		}
-		// A roll or a new epoch to make durable first (rare): its own
-		// fsyncs, then the shared syncfs.
-		if err := l.syncPrepare(t); err != nil {
-			if e := t.syncEnd(err); e != nil {
-				s.logger.Warn("storage: fsync cycle failed", "dir", t.l.dir, "err", e)
+	slots := make([]syncTicket, len(ls))
+	okAt := make([]bool, len(ls))
+	var next atomic.Int64
+	work := func() {
+		for {
+			i := int(next.Add(1)) - 1
+			if i >= len(ls) {
+				return
 			}
-			continue
+			l := ls[i]
+			t, ok, err := l.syncBegin()
+			if err != nil {
+				s.logger.Debug("storage: sync", "dir", l.dir, "err", err)
+			}
+			if !ok {
+				continue
+			}
+			// A roll or a new epoch to make durable first (rare): its own
+			// fsyncs, then the shared syncfs.
+			if err := l.syncPrepare(t); err != nil {
+				if e := t.syncEnd(err); e != nil {
+					s.logger.Warn("storage: fsync cycle failed", "dir", t.l.dir, "err", e)
+				}
+				continue
+			}
+			slots[i], okAt[i] = t, true
 		}
-		tickets = append(tickets, t)
+	}
+	var wg sync.WaitGroup
+	for range min(len(ls), groupWriters) - 1 {
+		wg.Add(1)
+		go func() { defer wg.Done(); work() }()
+	}
+	work()
+	wg.Wait()
+	var tickets []syncTicket
+	for i, ok := range okAt {
+		if ok {
+			tickets = append(tickets, slots[i])
+		}
 	}
 	if len(tickets) == 0 {
 		return
