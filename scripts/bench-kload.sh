@@ -8,6 +8,13 @@
 #   CASES="1000p-1KiB" scripts/bench-kload.sh   # only the cases named
 #   BASE_BIN=/path/to/old/holdfast scripts/bench-kload.sh   # adds that binary as peer holdfast-base
 #   SHARED=/path/to/shared scripts/bench-kload.sh            # if it is not ../shared
+#   DIRECT=1 scripts/bench-kload.sh             # adds peer holdfast-direct (--log-direct-io)
+#   PEERS="holdfast holdfast-direct" scripts/bench-kload.sh  # only these peers
+#
+# Cases are produce runs, except the consume ones (produce, then time a
+# consumer reading it all back: the read path right after the writes, page
+# cache or not) and the e2e ones (kload e2e at a fixed rate: a tailing
+# consumer; p50/p99 are then end-to-end latencies).
 #
 # Every case runs each peer once per round, peers interleaved, so a change of
 # the machine's load hits all alike. The table has each case's medians, the
@@ -22,18 +29,23 @@ rounds=${ROUNDS:-3}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 
-# name  record-bytes  partitions  records  rate(0 = saturated)
+# name  record-bytes  partitions  records  rate(0 = saturated)  kind
 # (an RF=3 case needs a 3-node start_peer; add its line and a branch there)
 all_cases="
-1p-1KiB     1024  1     200000 0
-6p-1KiB     1024  6     200000 0
-6p-100B     100   6     500000 0
-1000p-1KiB  1024  1000  200000 0
-1p-rate1k   1024  1     10000  1000
+1p-1KiB     1024  1     200000 0     produce
+6p-1KiB     1024  6     200000 0     produce
+6p-100B     100   6     500000 0     produce
+1000p-1KiB  1024  1000  200000 0     produce
+1p-rate1k   1024  1     10000  1000  produce
+1p-consume  1024  1     200000 0     consume
+1p-e2e      1024  1     100000 10000 e2e
 "
-cases=${CASES:-$(echo "$all_cases" | awk 'NF {print $1}')}
+default_cases=$(echo "$all_cases" | awk 'NF && $6 == "produce" {print $1}')
+cases=${CASES:-$default_cases}
 peers="holdfast kfake-sync kfake-mem"
 if [ -n "${BASE_BIN:-}" ]; then peers="holdfast holdfast-base kfake-sync kfake-mem"; fi
+if [ -n "${DIRECT:-}" ]; then peers="${peers/holdfast /holdfast holdfast-direct }"; fi
+peers=${PEERS:-$peers}
 
 echo "building holdfast, kload, kfake-server into $work" >&2
 (cd "$repo" && CGO_ENABLED=0 go build -o "$work/holdfast" ./cmd/holdfast)
@@ -44,6 +56,7 @@ start_peer() { # name -> starts it on $port, sets $pid
 	rm -rf "$work/data"; mkdir -p "$work/data"
 	case $1 in
 	holdfast) (cd "$work" && exec ./holdfast serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn) & ;;
+	holdfast-direct) (cd "$work" && exec ./holdfast serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn --log-direct-io) & ;;
 	holdfast-base) (cd "$work" && exec "$BASE_BIN" serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn) & ;;
 	kfake-mem) "$work/kfake-server" -port $port >/dev/null 2>&1 & ;;
 	kfake-sync) "$work/kfake-server" -port $port -data-dir "$work/data" -sync >/dev/null 2>&1 & ;;
@@ -60,18 +73,37 @@ cpu_ticks() { awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$1/stat"; }
 
 # run CASE PEER ROUND: one kload produce; appends a JSON line to $work/results.
 run() {
-	local name=$1 peer=$2 round=$3 size parts records rate
-	read -r _ size parts records rate <<<"$(echo "$all_cases" | awk -v n="$name" '$1 == n')"
+	local name=$1 peer=$2 round=$3 size parts records rate kind
+	read -r _ size parts records rate kind <<<"$(echo "$all_cases" | awk -v n="$name" '$1 == n')"
 	records=$(python3 -c "print(max(1000, int($records*$scale)))")
 	local topic="b-$name-$RANDOM" out c0 c1 rss=0
-	c0=$(cpu_ticks "$pid")
-	out=$("$work/kload" produce -brokers 127.0.0.1:$port -topic "$topic" -create -partitions "$parts" \
-		-records "$records" -size "$size" -acks all -rate "$rate" | tail -1)
-	c1=$(cpu_ticks "$pid")
+	local produce=("$work/kload" produce -brokers 127.0.0.1:$port -topic "$topic" -create -partitions "$parts"
+		-records "$records" -size "$size" -acks all -rate "$rate")
+	case $kind in
+	consume)
+		"${produce[@]}" -acked "$work/acked" >/dev/null
+		c0=$(cpu_ticks "$pid")
+		out=$("$work/kload" consume -brokers 127.0.0.1:$port -topic "$topic" -expect "$work/acked" | tail -1)
+		c1=$(cpu_ticks "$pid") ;;
+	e2e)
+		c0=$(cpu_ticks "$pid")
+		out=$("$work/kload" e2e -brokers 127.0.0.1:$port -topic "$topic" -create -partitions "$parts" \
+			-records "$records" -size "$size" -acks all -rate "$rate" | tail -1)
+		c1=$(cpu_ticks "$pid") ;;
+	*)
+		c0=$(cpu_ticks "$pid")
+		out=$("${produce[@]}" | tail -1)
+		c1=$(cpu_ticks "$pid") ;;
+	esac
 	if [ -r "/proc/$pid/status" ]; then rss=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$pid/status"); fi
 	python3 -c '
 import json,sys
 r=json.loads(sys.argv[1])
+if r.get("cmd") == "e2e":  # the row: produce rate, end-to-end latency
+    lat = r["consume"].get("e2e_latency") or r["produce"]["produce_latency"]
+    r = dict(r["produce"], produce_latency=lat)
+elif r.get("cmd") == "consume":  # the row: consume rate, no latency
+    r = dict(r, records=r["fetched"], acked=r["fetched"], failed=r.get("lost", 0), produce_latency={"p50_ms": 0, "p99_ms": 0})
 r.update(case=sys.argv[2], peer=sys.argv[3], round=int(sys.argv[4]), cpu_s=(int(sys.argv[6])-int(sys.argv[5]))/100.0, rss_mib=int(sys.argv[7]))
 print(json.dumps(r))' "$out" "$name" "$peer" "$round" "$c0" "$c1" "$rss" >>"$work/results"
 }

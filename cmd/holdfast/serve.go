@@ -49,7 +49,7 @@ type serveConfig struct {
 	shareLocks                                                            int64
 	txnAbortIv, txnIDExpiry, offsRetCheck                                 time.Duration
 	segBytes, retBytes, maxQueued                                         int64
-	autoCreate, rebalance, ctrlShut                                       bool
+	autoCreate, rebalance, ctrlShut, directIO                             bool
 	console, consoleLab, metricsInternal                                  bool
 	consoleSample                                                         time.Duration
 	txnMax, retention, segmentMs, retentionCheck, idle                    time.Duration
@@ -89,6 +89,7 @@ func (c *serveConfig) register(s *settings) {
 			}
 			return fmt.Sprintf("interval:%dms", n), nil
 		}))
+	s.Bool(&c.directIO, "log-direct-io", def.DirectIO, "write partition logs' large sync-cycle write-outs with O_DIRECT, past the page cache (docs/storage.md; falls back to the page cache where the filesystem refuses it)", kafka("log.direct.io"))
 	s.Bool(&c.autoCreate, "auto-create-topics", def.AutoCreateTopics, "create topics on first use (a Metadata request that allows it)", kafka("auto.create.topics.enable"))
 	s.Int(&c.numParts, "num-partitions", int(def.NumPartitions), "partitions of auto-created topics", kafka("num.partitions"))
 	s.Int(&c.offsetParts, "offsets-partitions", int(def.OffsetsTopicPartitions), "partitions of __consumer_offsets", kafka("offsets.topic.num.partitions"))
@@ -213,6 +214,7 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	}
 	cfg.NodeID = int32(c.nodeID)
 	cfg.DataDir = c.dataDir
+	cfg.DirectIO = c.directIO
 	cfg.Rack = c.rack
 	cfg.ReplicaSelector = c.replicaSelector
 	cfg.FetchSessionSlots = c.fetchSessionSlots

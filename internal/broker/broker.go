@@ -132,7 +132,10 @@ type Config struct {
 	Security SecurityConfig
 
 	Logger *slog.Logger
-	FS     storage.FS // nil: the OS filesystem
+	FS     storage.FS // nil: the OS filesystem (with DirectIO: storage.OSFSDirectIO)
+	// DirectIO (log.direct.io): partition logs write a sync cycle's large
+	// write-outs with O_DIRECT, past the page cache (docs/storage.md).
+	DirectIO bool
 	// RaftFaults, when set, is the Raft transport's fault seam (cut or
 	// delay links between nodes): for in-process clusters in tests and
 	// `holdfast lab`. nil: none.

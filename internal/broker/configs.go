@@ -267,6 +267,9 @@ func (b *Broker) describeBrokerConfigs(names []string, synonyms, docs bool) []de
 	all = append(all, brokerConfig{name: "holdfast.flush.policy", typ: kmsg.ConfigTypeString, kafkaDefault: "sync",
 		doc:   "Holdfast's durability policy: sync (fsync with group commit before every acknowledgement), interval:<duration>, or os (page cache only, Kafka's behaviour).",
 		value: val(func(b *Broker) string { return b.cfg.LogDefaults.Flush.String() })})
+	all = append(all, brokerConfig{name: "log.direct.io", typ: kmsg.ConfigTypeBoolean, kafkaDefault: "false",
+		doc:   "Holdfast: partition logs write each sync cycle's large write-outs (64 KiB of whole blocks or more) with O_DIRECT, past the page cache; smaller ones, and filesystems that refuse O_DIRECT (tmpfs), go through the page cache.",
+		value: val(func(b *Broker) string { return strconv.FormatBool(b.cfg.DirectIO) })})
 	slices.SortFunc(all, func(x, y brokerConfig) int { return strings.Compare(x.name, y.name) })
 
 	var out []describedConfig

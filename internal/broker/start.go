@@ -40,6 +40,9 @@ func New(cfg Config) (*Broker, error) {
 	}
 	if cfg.FS == nil {
 		cfg.FS = storage.OSFS()
+		if cfg.DirectIO {
+			cfg.FS = storage.OSFSDirectIO()
+		}
 	}
 	if len(cfg.Peers) == 0 {
 		// A single node is a cluster of one: its only voter, with no Raft
