@@ -2,10 +2,15 @@ package storage
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"holdfast/internal/records"
@@ -352,4 +357,144 @@ func TestAppendQueue(t *testing.T) {
 			check(l2)
 		})
 	}
+}
+
+// refuseDirectFS: files that claim direct I/O but refuse it when asked,
+// as a filesystem without O_DIRECT does.
+type refuseDirectFS struct{ FS }
+
+type refuseDirectFile struct{ File }
+
+func (refuseDirectFile) DirectIO() bool { return true }
+func (f refuseDirectFile) WriteDirect(p []byte, off int64) (int, error) {
+	return 0, fmt.Errorf("%w: %s: %w", errDirectUnsupported, f.Name(), syscall.EINVAL)
+}
+
+func (fs refuseDirectFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	f, err := fs.FS.OpenFile(name, flag, perm)
+	if err != nil || !strings.HasSuffix(name, logSuffix) {
+		return f, err
+	}
+	return refuseDirectFile{f}, nil
+}
+
+// TestDirectIOFallback: where O_DIRECT is refused the log writes through
+// the page cache, says so once, and loses nothing.
+func TestDirectIOFallback(t *testing.T) {
+	cfs := NewCrashFS(1)
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	directWarned.Store(false)
+	cfg := testConfig()
+	cfg.SegmentBytes = 16 << 20
+	l, err := Open("/d", cfg, Options{FS: refuseDirectFS{cfs}, Syncer: newSyncer(t), Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want [][]byte
+	for i := 0; i < 40; i++ {
+		b := batch(t, 1, 30<<10, int64(i))
+		if _, err := l.Append(b, 0); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, b)
+		if i%10 == 9 {
+			if err := l.Sync(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	l.Close()
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if strings.Count(out, "refuses O_DIRECT") != 1 {
+		t.Fatalf("want one warning about O_DIRECT, log has:\n%s", out)
+	}
+	cfs.Crash()
+	cfs.Reboot()
+	l2 := openLog(t, cfs, "/d", cfg, newSyncer(t), nil)
+	defer l2.Close()
+	got := readAll(t, l2, 0)
+	if len(got) != len(want) {
+		t.Fatalf("%d batches after a crash, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("batch %d differs", i)
+		}
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
+}
+
+// TestDirectIOOS: log.direct.io on the real filesystem (O_DIRECT where it
+// is supported, else the page cache): what is read back, before and after
+// a reopen, is what was appended, with batches of every size around the
+// block and buffer boundaries.
+func TestDirectIOOS(t *testing.T) {
+	dir := t.TempDir()
+	cfg := DefaultConfig()
+	cfg.SegmentBytes = 8 << 20 // a few rolls
+	sy := newSyncer(t)
+	before := osDirectWrites.Load()
+	l, err := Open(dir, cfg, Options{FS: OSFSDirectIO(), Syncer: sy, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want [][]byte
+	sizes := []int{100, 4000, 4096, 70 << 10, 300 << 10, 1<<20 - 200, 5000, 64 << 10}
+	for i := 0; i < 60; i++ {
+		b := batch(t, 1, sizes[i%len(sizes)]+i, int64(i))
+		if _, err := l.Append(b, 0); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, b)
+		if i%3 == 2 {
+			if err := l.WaitDurable(context.Background(), l.EndOffset()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check := func(l *Log) {
+		t.Helper()
+		got := readAll(t, l, 0)
+		if len(got) != len(want) {
+			t.Fatalf("%d batches, want %d", len(got), len(want))
+		}
+		for i := range want {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("batch %d differs", i)
+			}
+		}
+	}
+	check(l)
+	if f, err := os.OpenFile(filepath.Join(dir, "probe"), os.O_CREATE|os.O_WRONLY|syscall.O_DIRECT, 0o644); err != nil {
+		t.Logf("this filesystem refuses O_DIRECT (%v): the page cache path was tested", err)
+	} else {
+		f.Close()
+		os.Remove(f.Name())
+		if osDirectWrites.Load() == before {
+			t.Fatal("O_DIRECT is supported here, but no direct write happened")
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l, err = Open(dir, cfg, Options{FS: OSFS(), Syncer: sy, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	check(l)
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -66,6 +67,9 @@ type directWriter interface {
 
 var errDirectUnsupported = errors.New("O_DIRECT not supported")
 
+// osDirectWrites counts the O_DIRECT writes of this process.
+var osDirectWrites atomic.Int64
+
 type osFile struct {
 	*os.File
 	direct bool
@@ -93,6 +97,9 @@ func (f *osFile) WriteDirect(p []byte, off int64) (int, error) {
 		f.dfd = d
 	}
 	n, err := f.dfd.WriteAt(p, off)
+	if n > 0 {
+		osDirectWrites.Add(1)
+	}
 	if n == 0 && errors.Is(err, syscall.EINVAL) {
 		// Refused as a whole (an alignment the device does not accept).
 		f.dErr = fmt.Errorf("%w: write %s: %w", errDirectUnsupported, f.Name(), err)
