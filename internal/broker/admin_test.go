@@ -355,6 +355,9 @@ func TestAdminConfigs(t *testing.T) {
 	if c := configOf(t, brcs, "holdfast.flush.policy"); c.MaybeValue() != "sync" {
 		t.Fatalf("holdfast.flush.policy = %+v", c)
 	}
+	if c := configOf(t, brcs, "log.direct.io"); c.MaybeValue() != "false" || c.Source != kmsg.ConfigSourceDefaultConfig {
+		t.Fatalf("log.direct.io = %+v", c)
+	}
 	bresp, err := adm.AlterBrokerConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "log.retention.ms", Value: kadm.StringPtr("1")}}, n.Cfg.NodeID)
 	mustNil(t, "alter broker request", err)
 	wantErr(t, "alter broker config", bresp[0].Err, kerr.InvalidConfig)
