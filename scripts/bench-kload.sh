@@ -10,6 +10,7 @@
 #   SHARED=/path/to/shared scripts/bench-kload.sh            # if it is not ../shared
 #   DIRECT=1 scripts/bench-kload.sh             # adds peer holdfast-direct (--log-direct-io)
 #   PEERS="holdfast holdfast-direct" scripts/bench-kload.sh  # only these peers
+#   KEEP=/tmp/results.jsonl scripts/bench-kload.sh           # keep the raw results (one JSON line per run)
 #
 # Cases are produce runs, except the consume ones (produce, then time a
 # consumer reading it all back: the read path right after the writes, page
@@ -119,6 +120,7 @@ for name in $cases; do
 	done
 done
 
+if [ -n "${KEEP:-}" ]; then cp "$work/results" "$KEEP"; fi
 python3 - "$work/results" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
@@ -159,4 +161,22 @@ for c in cases:
     if "holdfast-base" in peers:
         line += " %s (%.2fx) | %s (%.2fx) |" % (f(br), med(br), f(bc), med(bc))
     print(line)
+others = [p for p in peers if p.startswith("holdfast-") and p != "holdfast-base"]
+if others:
+    print()
+    print("Per round, against holdfast (records/s; CPU per record; p50):")
+    print()
+    print("| case | peer | records/s ratio per round | median | CPU/record ratio per round | median | p50 ratio per round | median |")
+    print("|---|---|---|---|---|---|---|---|")
+    for c in cases:
+        for p in others:
+            rr, cr, lr = [], [], []
+            for k in sorted({r["round"] for r in rows if r["case"] == c}):
+                h, o = get(c, "holdfast", k), get(c, p, k)
+                if h and o and h["records_per_s"] > 0 and cpr(h) > 0:
+                    rr.append(o["records_per_s"] / h["records_per_s"]); cr.append(cpr(o) / cpr(h))
+                    if h["produce_latency"]["p50_ms"] > 0:
+                        lr.append(o["produce_latency"]["p50_ms"] / h["produce_latency"]["p50_ms"])
+            f = lambda xs: ", ".join("%.2f" % x for x in xs)
+            print("| %s | %s | %s | %.2fx | %s | %.2fx | %s | %.2fx |" % (c, p, f(rr), med(rr), f(cr), med(cr), f(lr), med(lr)))
 EOF

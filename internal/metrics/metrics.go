@@ -461,11 +461,19 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 
 var descFsync = prometheus.NewDesc("holdfast_log_flush_duration_seconds", "Duration of each fdatasync (or syncfs covering several logs) of the group-commit cycle (Kafka: LogFlushStats LogFlushRateAndTimeMs).", nil, nil)
 
+var descLogWrites = prometheus.NewDesc("holdfast_log_write_bytes_total", "Bytes written to partition log segments, by path: direct (O_DIRECT, log.direct.io) or page_cache.", []string{"path"}, nil)
+
 type fsyncCollector struct{ b *broker.Broker }
 
-func (c *fsyncCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descFsync }
+func (c *fsyncCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descFsync
+	ch <- descLogWrites
+}
 
 func (c *fsyncCollector) Collect(ch chan<- prometheus.Metric) {
+	ws := storage.SegmentWrites()
+	ch <- prometheus.MustNewConstMetric(descLogWrites, prometheus.CounterValue, float64(ws.DirectBytes), "direct")
+	ch <- prometheus.MustNewConstMetric(descLogWrites, prometheus.CounterValue, float64(ws.CachedBytes), "page_cache")
 	s := c.b.FsyncLatency()
 	bounds := storage.HistogramBounds()
 	buckets := make(map[float64]uint64, len(bounds))

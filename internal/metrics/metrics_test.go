@@ -180,6 +180,10 @@ func TestPartitionAndGroupMetrics(t *testing.T) {
 	if got := must(t, g, "holdfast_log_flush_duration_seconds", nil); got == 0 {
 		t.Error("no fsync timed under flush=sync")
 	}
+	if got := must(t, g, "holdfast_log_write_bytes_total", map[string]string{"path": "page_cache"}); got == 0 {
+		t.Error("no bytes written to segments through the page cache")
+	}
+	must(t, g, "holdfast_log_write_bytes_total", map[string]string{"path": "direct"}) // log.direct.io is off here
 	for name, want := range map[string]float64{
 		"holdfast_under_replicated_partitions":   0,
 		"holdfast_under_min_isr_partition_count": 0,

@@ -124,6 +124,8 @@ type appendFile struct {
 	written atomic.Int64 // bytes in the file itself
 	broken  error        // a failed write left a partial tail
 
+	writingBehind atomic.Bool // a background write-out of full buffers runs
+
 	direct      bool        // write-outs may use O_DIRECT
 	onDirectOff func(error) // told once when O_DIRECT turns out unsupported
 }
@@ -194,6 +196,16 @@ func (a *appendFile) Write(b []byte) (int, error) {
 		} else {
 			a.queued = append(a.queued, a.cur)
 			a.cur = pendBuf{}
+			// Start writing it now, in the background: the device works
+			// while appends fill the next buffer, and the sync cycle has
+			// only the rest to write. A failure leaves the bytes queued;
+			// the cycle's write-out retries and reports it.
+			if a.writingBehind.CompareAndSwap(false, true) {
+				go func() {
+					a.WriteQueued()
+					a.writingBehind.Store(false)
+				}()
+			}
 		}
 	}
 	defer a.mu.Unlock()
@@ -296,17 +308,17 @@ func (a *appendFile) writeOut(p []byte, aligned bool) (int, error) {
 	direct := a.direct
 	a.mu.Unlock()
 	if !direct || !aligned {
-		return a.File.Write(p)
+		return a.writeCached(p)
 	}
 	w := a.written.Load()
 	start := (w + directBlock - 1) / directBlock * directBlock
 	end := (w + int64(len(p))) / directBlock * directBlock
 	if end-start < directMin.Load() {
-		return a.File.Write(p)
+		return a.writeCached(p)
 	}
 	n := 0
 	if h := int(start - w); h > 0 {
-		k, err := a.File.Write(p[:h])
+		k, err := a.writeCached(p[:h])
 		if n += k; err != nil || k != h {
 			return n, err
 		}
@@ -320,16 +332,38 @@ func (a *appendFile) writeOut(p []byte, aligned bool) (int, error) {
 		if a.onDirectOff != nil {
 			a.onDirectOff(err)
 		}
-		k, err = a.File.Write(mid)
+		k, err = a.writeCached(mid)
+	} else {
+		directBytes.Add(int64(k))
 	}
 	if n += k; err != nil || k != len(mid) {
 		return n, err
 	}
 	if n < len(p) {
-		k, err := a.File.Write(p[n:])
+		k, err := a.writeCached(p[n:])
 		return n + k, err
 	}
 	return n, nil
+}
+
+// writeCached writes p through the page cache.
+func (a *appendFile) writeCached(p []byte) (int, error) {
+	n, err := a.File.Write(p)
+	cachedBytes.Add(int64(n))
+	return n, err
+}
+
+// Bytes the segment files of this process were written, with O_DIRECT
+// and through the page cache.
+var directBytes, cachedBytes atomic.Int64
+
+// WriteStats are the bytes written to segment files by this process:
+// with O_DIRECT (log.direct.io) and through the page cache.
+type WriteStats struct{ DirectBytes, CachedBytes int64 }
+
+// SegmentWrites returns the process's WriteStats.
+func SegmentWrites() WriteStats {
+	return WriteStats{DirectBytes: directBytes.Load(), CachedBytes: cachedBytes.Load()}
 }
 
 // ReadAt reads what is still buffered from the buffers (a follower being
