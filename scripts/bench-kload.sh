@@ -39,7 +39,7 @@ all_cases="
 1000p-1KiB  1024  1000  200000 0     produce
 1p-rate1k   1024  1     10000  1000  produce
 1p-consume  1024  1     200000 0     consume
-1p-e2e      1024  1     100000 10000 e2e
+1p-e2e      1024  1     200000 50000 e2e
 "
 default_cases=$(echo "$all_cases" | awk 'NF && $6 == "produce" {print $1}')
 cases=${CASES:-$default_cases}
