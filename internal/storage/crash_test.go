@@ -84,10 +84,7 @@ func (m *model) verify(t *testing.T, l *Log, durable int64) {
 }
 
 func TestCrashRecovery(t *testing.T) {
-	seeds := 300
-	if testing.Short() {
-		seeds = 10
-	}
+	seeds := crashSeeds(300)
 	for seed := int64(1); seed <= int64(seeds); seed++ {
 		crashSeed(t, seed, false)
 	}
@@ -100,10 +97,7 @@ func TestCrashRecovery(t *testing.T) {
 func TestCrashRecoveryDirect(t *testing.T) {
 	defer directMin.Store(directMin.Load())
 	directMin.Store(directBlock)
-	seeds := 200
-	if testing.Short() {
-		seeds = 10
-	}
+	seeds := crashSeeds(200)
 	var directs int64
 	for seed := int64(1); seed <= int64(seeds); seed++ {
 		directs += crashSeed(t, seed, true)
@@ -112,6 +106,18 @@ func TestCrashRecoveryDirect(t *testing.T) {
 		t.Fatal("no direct write happened")
 	}
 	t.Logf("%d direct writes", directs)
+}
+
+// crashSeeds is the number of seeds a crash test runs: def, 10 with
+// -short, STORAGE_CRASH_SEEDS=n to run more.
+func crashSeeds(def int) int {
+	if n, err := strconv.Atoi(os.Getenv("STORAGE_CRASH_SEEDS")); err == nil && n > 0 {
+		return n
+	}
+	if testing.Short() {
+		return 10
+	}
+	return def
 }
 
 // debugOrd logs every operation of a seed: STORAGE_CRASH_SEED=n go test -run CrashSeed -v
