@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand"
 	"os"
 	"strconv"
@@ -86,7 +87,7 @@ func (m *model) verify(t *testing.T, l *Log, durable int64) {
 func TestCrashRecovery(t *testing.T) {
 	seeds := crashSeeds(300)
 	for seed := int64(1); seed <= int64(seeds); seed++ {
-		crashSeed(t, seed, false)
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { crashSeed(t, seed, false) })
 	}
 }
 
@@ -100,7 +101,7 @@ func TestCrashRecoveryDirect(t *testing.T) {
 	seeds := crashSeeds(200)
 	var directs int64
 	for seed := int64(1); seed <= int64(seeds); seed++ {
-		directs += crashSeed(t, seed, true)
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { directs += crashSeed(t, seed, true) })
 	}
 	if directs == 0 {
 		t.Fatal("no direct write happened")
@@ -133,7 +134,7 @@ func TestCrashSeed(t *testing.T) {
 		defer directMin.Store(directMin.Load())
 		directMin.Store(directBlock)
 	}
-	crashSeed(t, int64(seed), os.Getenv("STORAGE_CRASH_DIRECT") != "")
+	crashSeed(t, int64(seed), os.Getenv("STORAGE_CRASH_DIRECT") != "") // with TestCrashRecoveryDirect's settings
 }
 
 // crashSeed runs one seed and returns the number of direct writes.
