@@ -47,7 +47,7 @@ func (produceHandler) Handle(_ context.Context, r *Request) Reply {
 // and answering a frame, and the garbage it leaves (B/op, allocs/op count
 // both ends). -benchmem is implied.
 func BenchmarkReadFrame(b *testing.B) {
-	for _, size := range []int{16 << 10, 256 << 10, 1 << 20} {
+	for _, size := range []int{16 << 10, 256 << 10, 1 << 20, 4 << 20} {
 		b.Run(fmt.Sprintf("frame=%dKiB", size>>10), func(b *testing.B) {
 			benchReadFrame(b, size)
 		})
