@@ -1463,7 +1463,13 @@ func (l *Log) Truncate(offset int64) error {
 	}
 	l.lruForget(s) // active again: its index must stay loaded
 	if len(removed) > 0 {
-		errs = append(errs, l.fs.SyncDir(l.dir))
+		// The ordinal checkpoint must stop listing the removed segments:
+		// a later roll may create a segment of the same name, which a stale
+		// entry would declare sealed, with a stale ordinal (crash seed 311).
+		// Its directory fsync makes the removals durable too.
+		if err := l.writeOrdinalsLocked(-1, 0); err != nil {
+			errs = append(errs, err, l.fs.SyncDir(l.dir))
+		}
 	}
 	s.idxMu.Lock()
 	s.loaded = true
