@@ -1605,6 +1605,17 @@ func (l *Log) removeSegmentFiles(s *segment) error {
 // DeleteBefore advances the log start offset (DeleteRecords) to offset and
 // removes the segments wholly below it. The start offset is checkpointed.
 func (l *Log) DeleteBefore(offset int64) error {
+	// The start must not pass what a crash keeps: a Raft commit can be
+	// ahead of this replica's own fsync (a quorum of followers), and a
+	// start beyond the durable end would, after a power cut that loses the
+	// batches below it, leave data past a hole whose ordinals nothing
+	// records. So make the log durable up to the new start first (rare: a
+	// DeleteRecords at the very tail).
+	if offset > l.DurableOffset() {
+		if err := l.SyncNow(); err != nil {
+			return fmt.Errorf("storage: delete %s before %d: %w", l.dir, offset, err)
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
