@@ -598,6 +598,29 @@ func (h *Host) GroupFailed(groupID uint64) error {
 	return g.failed
 }
 
+// InSyncVoters is InSync's set: on the leader (not failed) it appends to
+// buf the voters Status shows Active and in StateReplicate, and this node,
+// and returns them and true; elsewhere buf and false. For the stats loop,
+// which asks it of every led partition each second: nothing is copied
+// when buf has room.
+func (h *Host) InSyncVoters(groupID uint64, buf []uint64) ([]uint64, bool) {
+	g := h.group(groupID)
+	if g == nil {
+		return buf, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.failed != nil || g.rn.BasicStatus().RaftState != raft.StateLeader {
+		return buf, false
+	}
+	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr trackerProgress) {
+		if !pr.IsLearner && (id == h.cfg.ID || pr.RecentActive && pr.State == tracker.StateReplicate) {
+			buf = append(buf, id)
+		}
+	})
+	return buf, true
+}
+
 // InSync counts, on the leader, the voters it heard from within an election
 // timeout that are being replicated to (itself included); 0 on a follower.
 // Cheaper than Status: for every acks=all produce (min.insync.replicas).

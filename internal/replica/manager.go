@@ -173,6 +173,9 @@ func Group(topicID [16]byte, index int32) uint64 {
 // Get returns this node's open replica of partition i of topic, or nil.
 func (m *Manager) Get(topic string, i int32) *partition.Partition { return m.parts.Get(topic, i) }
 
+// Partitions returns every replica open on this node.
+func (m *Manager) Partitions() []*partition.Partition { return m.parts.Partitions("") }
+
 // LeadershipChanged is closed at the next leadership change of any replica
 // on this node (partition.Manager.LeadershipChanged).
 func (m *Manager) LeadershipChanged() <-chan struct{} { return m.parts.LeadershipChanged() }
