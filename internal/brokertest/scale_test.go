@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,8 +35,9 @@ import (
 //
 // HOLDFAST_SCALE_PARTITIONS (default 10000) and HOLDFAST_SCALE_RF (default
 // 3) change the shape; HOLDFAST_SCALE_IDLE (default 10s) the CPU window.
-// HOLDFAST_SCALE_PROFILE=dir writes CPU profiles of the restart
-// (restart.pprof) and of the idle window after it (idle.pprof) there.
+// HOLDFAST_SCALE_PROFILE=dir writes CPU profiles and execution traces of
+// the restart (restart.pprof, restart.trace) and of the idle window after
+// it (idle.*) there.
 func TestScalePartitions(t *testing.T) {
 	if os.Getenv("HOLDFAST_SCALE") == "" {
 		t.Skip("long: set HOLDFAST_SCALE=1 to run")
@@ -127,9 +129,18 @@ func startProfile(t *testing.T, name string) func() {
 	if err := pprof.StartCPUProfile(f); err != nil {
 		t.Fatal(err)
 	}
+	tf, err := os.Create(filepath.Join(dir, strings.TrimSuffix(name, ".pprof")+".trace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := trace.Start(tf); err != nil {
+		t.Fatal(err)
+	}
 	return func() {
 		pprof.StopCPUProfile()
+		trace.Stop()
 		f.Close()
+		tf.Close()
 	}
 }
 

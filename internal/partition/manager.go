@@ -48,6 +48,8 @@ type Manager struct {
 	// opening: partitions being opened (outside mu, so that many open
 	// at once), each with a channel closed when its open is over.
 	opening map[key]chan struct{}
+	// snapSync fsyncs the producer snapshot directory for the opens.
+	snapSync *dirSyncer
 
 	verify atomic.Pointer[Verifier] // txn.go
 
@@ -90,7 +92,8 @@ func NewManager(root string, opts storage.Options) *Manager {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	m := &Manager{root: root, opts: opts, log: opts.Logger, parts: map[key]*Partition{}}
+	m := &Manager{root: root, opts: opts, log: opts.Logger, parts: map[key]*Partition{},
+		snapSync: newDirSyncer(opts.FS, filepath.Join(root, snapshotDir))}
 	if names, err := opts.FS.ReadDir(root); err == nil {
 		for _, n := range names {
 			if strings.HasSuffix(n, deleteSuffix) {
@@ -172,7 +175,7 @@ func (m *Manager) open(opts storage.Options, topic string, topicID [16]byte, ind
 		return nil, fmt.Errorf("partition %s-%d: %w", topic, index, err)
 	}
 	r.changed = m.leadershipChanged
-	p, err := newPartition(topic, topicID, index, dir, m.snapshotPath(topic, index), l, opts, &m.verify, r)
+	p, err := newPartition(topic, topicID, index, dir, m.snapshotPath(topic, index), m.snapSync, l, opts, &m.verify, r)
 	if err != nil {
 		l.Close()
 		return nil, err
