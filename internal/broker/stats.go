@@ -158,6 +158,9 @@ type ledSample struct {
 	epoch int32 // the leader epoch it led at
 	isr   int   // in-sync replicas, as Metadata reports them
 	seen  uint64
+	// What isr was derived from: while neither the Raft group nor the
+	// metadata changed (a quiesced group), it holds.
+	raftChanges, metaGen uint64
 }
 
 const statsInterval = time.Second
@@ -181,9 +184,11 @@ func (b *Broker) startStats() error {
 
 // sampleReplication counts ISR shrinks and expands of the partitions this
 // node leads, and the partitions it newly leads. It walks the replicas open
-// here and asks only the leaders' Raft progress (replica.InSyncCount, not
-// a Status with its copies); a pass over an idle node allocates nothing
-// but the list of replicas.
+// here and asks the Raft progress (replica.InSyncCount, not a Status with
+// its copies) only of a leader whose group or the metadata changed since
+// the last pass: on an idle node with many partitions, whose groups are
+// quiesced, a pass reads a few counters per partition and allocates
+// nothing but the list of replicas.
 func (b *Broker) sampleReplication() {
 	s := &b.stats
 	s.mu.Lock()
@@ -192,19 +197,25 @@ func (b *Broker) sampleReplication() {
 		s.led = map[topicPartition]*ledSample{}
 	}
 	s.pass++
+	metaGen := b.meta.Generation()
 	for _, p := range b.replicas.Partitions() {
 		if !p.IsLeader() {
 			continue
 		}
 		k := topicPartition{p.Topic(), p.Index()}
-		var n int
-		n, s.buf = b.replicas.InSyncCount(p, s.buf)
-		epoch := p.LeaderEpoch()
 		ls := s.led[k]
+		epoch := p.LeaderEpoch()
+		changes := b.replicas.RaftChanges(p) // before reading what it covers
+		var n int
+		if ls != nil && ls.raftChanges == changes && ls.metaGen == metaGen {
+			n = ls.isr
+		} else {
+			n, s.buf = b.replicas.InSyncCount(p, s.buf)
+		}
 		switch {
 		case ls == nil:
 			s.elections.Add(1)
-			s.led[k] = &ledSample{epoch: epoch, isr: n, seen: s.pass}
+			s.led[k] = &ledSample{epoch: epoch, isr: n, seen: s.pass, raftChanges: changes, metaGen: metaGen}
 			continue
 		case ls.epoch != epoch:
 			s.elections.Add(1)
@@ -216,7 +227,7 @@ func (b *Broker) sampleReplication() {
 		case n > ls.isr:
 			s.expands.Add(1)
 		}
-		ls.isr, ls.seen = n, s.pass
+		ls.isr, ls.seen, ls.raftChanges, ls.metaGen = n, s.pass, changes, metaGen
 	}
 	s.samples.Add(1)
 	for k, ls := range s.led {

@@ -273,6 +273,15 @@ type TopicsCache struct {
 	topics []Topic
 }
 
+// Generation is a count that moves with every change of the metadata
+// (topics, brokers and their fencing, configs): a poller that saw the same
+// count can keep what it derived from it.
+func (s *Store) Generation() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.gen
+}
+
 // NewTopicsCache returns an empty cache of s's topics.
 func (s *Store) NewTopicsCache() *TopicsCache { return &TopicsCache{s: s} }
 

@@ -621,6 +621,17 @@ func (h *Host) InSyncVoters(groupID uint64, buf []uint64) ([]uint64, bool) {
 	return buf, true
 }
 
+// Changes is a count that moves whenever the group's Raft state (role,
+// term, progress of the replicas, failure) may have changed, 0 for an
+// unknown group: a poller that saw the same count last time can keep what
+// it read then. A quiesced group's does not move.
+func (h *Host) Changes(groupID uint64) uint64 {
+	if g := h.group(groupID); g != nil {
+		return g.changes.Load()
+	}
+	return 0
+}
+
 // InSync counts, on the leader, the voters it heard from within an election
 // timeout that are being replicated to (itself included); 0 on a follower.
 // Cheaper than Status: for every acks=all produce (min.insync.replicas).

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -227,6 +228,10 @@ type group struct {
 	failed      error
 	removed     bool
 	lastLeader  uint64
+	// changes moves whenever the group's Raft state may have changed:
+	// every call into its RawNode (guardLocked), a reset, a failure
+	// (Host.Changes).
+	changes atomic.Uint64
 
 	quiesced   bool
 	quiesceLdr uint64 // follower: the leader that quiesced us
@@ -467,6 +472,7 @@ func (h *Host) resetLocked(g *group) {
 		return
 	}
 	g.rn, g.readyTerm = rn, 0
+	g.changes.Add(1)
 	g.publishLocked()
 	// The fresh RawNode is a follower that must tick to elect a leader;
 	// left quiesced (a reset leader of an idle group usually is), it never
@@ -529,6 +535,7 @@ func (h *Host) RetryGroup(id uint64) error {
 	}
 	end, _ := g.st.endOf(applied)
 	g.rn, g.readyTerm, g.failed = rn, 0, nil
+	g.changes.Add(1)
 	g.commitIndex, g.commitEnd = applied, end
 	g.publishLocked()
 	g.unquiesceLocked()

@@ -1340,3 +1340,44 @@ func TestJournalRewritesWhenMostlyDead(t *testing.T) {
 		t.Fatalf("group 5 after the rewrite: %+v", s)
 	}
 }
+
+// TestChangesMoveWithTheState: a group's change count (what the stats
+// loop keeps its last reading by) moves on every replica when anything
+// reaches the group, and on the leader when its state is reset.
+func TestChangesMoveWithTheState(t *testing.T) {
+	c := newCluster(t, 3, 1)
+	leader, _ := c.waitLeader(1)
+	c.propose(1, "v0")
+	c.waitConverged(1)
+	before := map[int]uint64{}
+	for i, nd := range c.running() {
+		before[i] = nd.host.Changes(1)
+		if before[i] == 0 {
+			t.Fatalf("node %d: no change counted for a group that elected a leader", i)
+		}
+	}
+	c.propose(1, "v1")
+	c.waitConverged(1)
+	for i, nd := range c.running() {
+		if got := nd.host.Changes(1); got <= before[i] {
+			t.Fatalf("node %d: change count %d after a proposal, was %d", i, got, before[i])
+		}
+	}
+	h := c.nodes[leader].host
+	at := h.Changes(1)
+	g := h.group(1)
+	g.mu.Lock()
+	g.reset = true // what checkLostStorageLocked sets; the next cycle resets
+	g.mu.Unlock()
+	h.markDirty(g)
+	waitFor(t, "the reset leader to step down", func() bool {
+		st, _ := h.Status(1)
+		return st.State != "StateLeader"
+	})
+	if got := h.Changes(1); got <= at {
+		t.Fatalf("change count %d after a reset, was %d", got, at)
+	}
+	if h.Changes(999) != 0 {
+		t.Fatal("an unknown group has a change count")
+	}
+}

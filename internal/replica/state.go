@@ -89,6 +89,11 @@ func (m *Manager) State(t controller.Topic, i int32) State {
 	return s
 }
 
+// RaftChanges is the change count of p's Raft group (raft.Host.Changes):
+// while it and the metadata's Generation stay the same, so does
+// InSyncCount(p).
+func (m *Manager) RaftChanges(p *partition.Partition) uint64 { return m.host.Changes(p.RaftGroup()) }
+
 // InSyncCount is len(State(t, p.Index()).ISR) for this node's replica p of
 // topic t, without State's copies where this node leads p: the stats loop
 // asks it of every partition this node leads each second. buf is scratch
