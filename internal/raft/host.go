@@ -201,6 +201,8 @@ type Host struct {
 	// adding: groups AddGroup is opening (outside mu, so that many open
 	// at once: a node with thousands starts them in parallel).
 	adding map[uint64]bool
+	// tickBuf: tickOnce's list of the groups, reused (tickLoop's only).
+	tickBuf []*group
 
 	dirtyMu sync.Mutex
 	dirty   map[*group]struct{}
@@ -238,7 +240,8 @@ type group struct {
 	changes atomic.Uint64
 
 	quiesced   bool
-	quiesceLdr uint64 // follower: the leader that quiesced us
+	quiet      atomic.Bool // = quiesced, read by tickOnce without mu
+	quiesceLdr uint64      // follower: the leader that quiesced us
 	// quiesceFlw: leader: the followers when it quiesced (a membership
 	// change is a proposal, which wakes the group first).
 	quiesceFlw []uint64
@@ -647,10 +650,10 @@ func (h *Host) Close() error {
 	return err
 }
 
-func (h *Host) snapshotGroups() []*group {
+// snapshotGroupsInto appends every group to out.
+func (h *Host) snapshotGroupsInto(out []*group) []*group {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	out := make([]*group, 0, len(h.groups))
 	for _, g := range h.groups {
 		out = append(out, g)
 	}
