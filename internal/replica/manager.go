@@ -164,8 +164,8 @@ func (m *Manager) Start() error {
 // groups belong to the host, which closes them).
 //
 // If every replica assigned here was open, and every log closed (each
-// Close fsyncs its log) without a failure before or at the close, it
-// leaves the clean shutdown marker for the next OpenAll.
+// Close fsyncs its log) without a storage failure before or at the close,
+// it leaves the clean shutdown marker for the next OpenAll.
 func (m *Manager) Close() error {
 	for i := len(m.stops) - 1; i >= 0; i-- {
 		m.stops[i]()
@@ -182,7 +182,10 @@ func (m *Manager) Close() error {
 		return nil // logs not opened in this run: recovered next time
 	}
 	for _, p := range open {
-		if p.Log().Failed() != nil || p.Failed() != nil {
+		// The log's own failure (a write or fsync that failed), not its
+		// Raft group's: groups still running while the logs close fail
+		// with ErrClosed, which leaves the closed log as it was.
+		if p.Log().Failed() != nil {
 			return nil
 		}
 	}
