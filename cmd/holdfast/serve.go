@@ -411,6 +411,7 @@ func serve(sc *serveConfig, unsupported []string) error {
 		logger.Warn("config: ignoring settings Holdfast does not support", "file", sc.config, "names", strings.Join(ignored, ","))
 	}
 
+	raiseOpenFileLimit(logger)
 	start := time.Now()
 	logger.Info("starting", "version", version, "node", cfg.NodeID, "data_dir", cfg.DataDir, "flush", cfg.LogDefaults.Flush.String(), "voters", max(len(cfg.Peers), 1))
 	for _, w := range sec.warnings {
@@ -543,4 +544,24 @@ func newLogger(level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
 	}
 	return nil, fmt.Errorf("log format %q: want text or json", format)
+}
+
+// raiseOpenFileLimit raises the soft limit on open files to the hard one,
+// as Kafka's guidance asks of its operators and many servers do for
+// themselves: a node keeps a descriptor per partition replica (its active
+// segment) besides its connections, and the usual soft default of 1024
+// would stop it at about a thousand partitions. The hard limit stays the
+// operator's (ulimit -Hn, LimitNOFILE=).
+func raiseOpenFileLimit(logger *slog.Logger) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur >= lim.Max {
+		return
+	}
+	was := lim.Cur
+	lim.Cur = lim.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		logger.Warn("could not raise the open-file limit to the hard limit", "soft", was, "hard", lim.Max, "err", err)
+		return
+	}
+	logger.Info("raised the open-file limit to the hard limit", "from", was, "to", lim.Max)
 }

@@ -148,8 +148,19 @@ type statsState struct {
 	shrinks, expands, elections atomic.Int64
 	samples                     atomic.Int64
 	mu                          sync.Mutex
-	isr                         map[topicPartition]int
-	led                         map[topicPartition]int32 // epoch at which this node led it
+	led                         map[topicPartition]*ledSample
+	pass                        uint64   // sampling passes, for ledSample.seen
+	buf                         []uint64 // scratch for replica.Manager.InSyncCount
+}
+
+// ledSample is what the last pass saw of a partition this node led.
+type ledSample struct {
+	epoch int32 // the leader epoch it led at
+	isr   int   // in-sync replicas, as Metadata reports them
+	seen  uint64
+	// What isr was derived from: while neither the Raft group nor the
+	// metadata changed (a quiesced group), it holds.
+	raftChanges, metaGen uint64
 }
 
 const statsInterval = time.Second
@@ -172,45 +183,56 @@ func (b *Broker) startStats() error {
 }
 
 // sampleReplication counts ISR shrinks and expands of the partitions this
-// node leads, and the partitions it newly leads.
+// node leads, and the partitions it newly leads. It walks the replicas open
+// here and asks the Raft progress (replica.InSyncCount, not a Status with
+// its copies) only of a leader whose group or the metadata changed since
+// the last pass: on an idle node with many partitions, whose groups are
+// quiesced, a pass reads a few counters per partition and allocates
+// nothing but the list of replicas.
 func (b *Broker) sampleReplication() {
 	s := &b.stats
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.isr == nil {
-		s.isr, s.led = map[topicPartition]int{}, map[topicPartition]int32{}
+	if s.led == nil {
+		s.led = map[topicPartition]*ledSample{}
 	}
-	seen := map[topicPartition]bool{}
-	for _, t := range b.meta.Topics() {
-		for i := int32(0); i < t.Partitions; i++ {
-			p := b.replicas.Get(t.Name, i)
-			if p == nil || !p.IsLeader() {
-				continue
-			}
-			k := topicPartition{t.Name, i}
-			seen[k] = true
-			epoch := p.LeaderEpoch()
-			if e, ok := s.led[k]; !ok || e != epoch {
-				s.elections.Add(1)
-				s.led[k] = epoch
-			}
-			n := len(b.partitionMetadata(t, i).ISR) // as Metadata reports it
-			if prev, ok := s.isr[k]; ok {
-				switch {
-				case n < prev:
-					s.shrinks.Add(1)
-				case n > prev:
-					s.expands.Add(1)
-				}
-			}
-			s.isr[k] = n
+	s.pass++
+	metaGen := b.meta.Generation()
+	for _, p := range b.replicas.Partitions() {
+		if !p.IsLeader() {
+			continue
 		}
+		k := topicPartition{p.Topic(), p.Index()}
+		ls := s.led[k]
+		epoch := p.LeaderEpoch()
+		changes := b.replicas.RaftChanges(p) // before reading what it covers
+		var n int
+		if ls != nil && ls.raftChanges == changes && ls.metaGen == metaGen {
+			n = ls.isr
+		} else {
+			n, s.buf = b.replicas.InSyncCount(p, s.buf)
+		}
+		switch {
+		case ls == nil:
+			s.elections.Add(1)
+			s.led[k] = &ledSample{epoch: epoch, isr: n, seen: s.pass, raftChanges: changes, metaGen: metaGen}
+			continue
+		case ls.epoch != epoch:
+			s.elections.Add(1)
+			ls.epoch = epoch
+		}
+		switch {
+		case n < ls.isr:
+			s.shrinks.Add(1)
+		case n > ls.isr:
+			s.expands.Add(1)
+		}
+		ls.isr, ls.seen, ls.raftChanges, ls.metaGen = n, s.pass, changes, metaGen
 	}
 	s.samples.Add(1)
-	for k := range s.led {
-		if !seen[k] {
+	for k, ls := range s.led {
+		if ls.seen != s.pass {
 			delete(s.led, k)
-			delete(s.isr, k)
 		}
 	}
 }

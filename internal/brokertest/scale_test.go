@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +35,9 @@ import (
 //
 // HOLDFAST_SCALE_PARTITIONS (default 10000) and HOLDFAST_SCALE_RF (default
 // 3) change the shape; HOLDFAST_SCALE_IDLE (default 10s) the CPU window.
+// HOLDFAST_SCALE_PROFILE=dir writes CPU profiles and execution traces of
+// the restart (restart.pprof, restart.trace) and of the idle window after
+// it (idle.*) there.
 func TestScalePartitions(t *testing.T) {
 	if os.Getenv("HOLDFAST_SCALE") == "" {
 		t.Skip("long: set HOLDFAST_SCALE=1 to run")
@@ -81,6 +87,7 @@ func TestScalePartitions(t *testing.T) {
 	for _, n := range nodes {
 		n.Stop()
 	}
+	stopProf := startProfile(t, "restart.pprof")
 	t0 = time.Now()
 	var wg sync.WaitGroup
 	errs := make([]error, len(nodes))
@@ -100,8 +107,41 @@ func TestScalePartitions(t *testing.T) {
 	awaitLong(t, "a leader for every partition", func() error { return allLed(nodes, parts) })
 	report("restart of all 3 nodes: brokers up in %.2fs, first produce acknowledged (acks=all) at %.2fs, every partition led at %.2fs",
 		started.Seconds(), first.Seconds(), time.Since(t0).Seconds())
+	stopProf()
+	time.Sleep(3 * time.Second) // QuiesceTicks at the default tick
+	stopProf = startProfile(t, "idle.pprof")
 	cpu, gc = idleCPU(t, idle)
+	stopProf()
 	report("idle after restart: %.1f%% of a core over %s (GC cycles %d); RSS %.0f MiB", cpu, idle, gc, rssMiB(t))
+}
+
+// startProfile starts a CPU profile into $HOLDFAST_SCALE_PROFILE/name (a
+// no-op without it) and returns its stop.
+func startProfile(t *testing.T, name string) func() {
+	dir := os.Getenv("HOLDFAST_SCALE_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Fatal(err)
+	}
+	tf, err := os.Create(filepath.Join(dir, strings.TrimSuffix(name, ".pprof")+".trace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := trace.Start(tf); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		trace.Stop()
+		f.Close()
+		tf.Close()
+	}
 }
 
 // createScaleTopic creates the topic; a CreateTopics that times out (as

@@ -41,6 +41,7 @@ func (n *Node) reassignLoop() {
 	// learner), so a learner under continuous produce is promoted once it
 	// has replayed what existed when it joined.
 	marks := map[uint64]map[uint64]int64{}
+	topics := n.meta.NewTopicsCache()
 	for {
 		select {
 		case <-n.stop:
@@ -49,7 +50,7 @@ func (n *Node) reassignLoop() {
 		}
 		n.syncMetadataLearners()
 		seen := map[uint64]bool{}
-		for _, t := range n.meta.Topics() {
+		for _, t := range topics.Topics() {
 			for _, r := range t.Reassigning {
 				g := replica.Group(t.ID, r.Partition)
 				seen[g] = true

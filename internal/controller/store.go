@@ -159,6 +159,7 @@ type Store struct {
 	st     state
 	byName map[string]int // index into st.Topics
 	byID   map[[16]byte]int
+	gen    uint64 // counts the states st has held (TopicsCache)
 }
 
 const (
@@ -213,6 +214,7 @@ func Open(dir string, fs storage.FS, log *slog.Logger, clusterID string) (*Store
 }
 
 func (s *Store) reindex() {
+	s.gen++
 	s.byName = make(map[string]int, len(s.st.Topics))
 	s.byID = make(map[[16]byte]int, len(s.st.Topics))
 	for i, t := range s.st.Topics {
@@ -259,6 +261,45 @@ func (s *Store) Topics() []Topic {
 		out[i] = t.clone()
 	}
 	return out
+}
+
+// TopicsCache is a periodic loop's copy of the topics: Topics clones them
+// again only after the metadata changed. With many partitions a clone per
+// pass was most of an idle node's CPU (its garbage the rest).
+type TopicsCache struct {
+	s      *Store
+	mu     sync.Mutex // one cache may serve several goroutines
+	gen    uint64
+	topics []Topic
+}
+
+// Generation is a count that moves with every change of the metadata
+// (topics, brokers and their fencing, configs): a poller that saw the same
+// count can keep what it derived from it.
+func (s *Store) Generation() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.gen
+}
+
+// NewTopicsCache returns an empty cache of s's topics.
+func (s *Store) NewTopicsCache() *TopicsCache { return &TopicsCache{s: s} }
+
+// Topics returns the topics as Store.Topics would. The slice is shared
+// with later calls: read it, never modify it.
+func (c *TopicsCache) Topics() []Topic {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.s.mu.RLock()
+	defer c.s.mu.RUnlock()
+	if c.gen != c.s.gen {
+		c.topics = make([]Topic, len(c.s.st.Topics))
+		for i, t := range c.s.st.Topics {
+			c.topics[i] = t.clone()
+		}
+		c.gen = c.s.gen
+	}
+	return c.topics
 }
 
 // Deleting returns the topics that were deleted but whose data may still

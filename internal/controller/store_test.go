@@ -213,3 +213,49 @@ func TestStoreFencing(t *testing.T) {
 		t.Fatalf("an entry at the applied offset was applied again (err %v)", err)
 	}
 }
+
+// A TopicsCache answers what Topics does after every kind of change, and
+// the same copy while nothing changed.
+func TestTopicsCache(t *testing.T) {
+	s := open(t, storage.OSFS(), filepath.Join(t.TempDir(), "meta"))
+	c := s.NewTopicsCache()
+	same := func(step string) {
+		t.Helper()
+		got, want := c.Topics(), s.Topics()
+		if len(got) != len(want) {
+			t.Fatalf("%s: cache has %d topics, the store %d", step, len(got), len(want))
+		}
+		for i := range got {
+			if got[i].Name != want[i].Name || got[i].Partitions != want[i].Partitions || len(got[i].Replicas) != len(want[i].Replicas) ||
+				got[i].Configs["retention.ms"] != want[i].Configs["retention.ms"] {
+				t.Fatalf("%s: cache %+v, store %+v", step, got[i], want[i])
+			}
+		}
+	}
+	same("empty")
+	if _, err := createTopic(s, "a", 3, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	same("created")
+	first := c.Topics()
+	if again := c.Topics(); &again[0] != &first[0] {
+		t.Fatal("cloned again without a change")
+	}
+	if _, err := addPartitions(s, "a", 5); err != nil {
+		t.Fatal(err)
+	}
+	same("partitions added")
+	if _, err := setTopicConfigs(s, "a", map[string]string{"retention.ms": "1000"}); err != nil {
+		t.Fatal(err)
+	}
+	same("configs set")
+	b, _ := createTopic(s, "b", 1, nil, false)
+	if _, err := deleteTopic(s, "b"); err != nil {
+		t.Fatal(err)
+	}
+	same("deleted")
+	if err := s.FinishDelete(b.ID); err != nil {
+		t.Fatal(err)
+	}
+	same("deletion finished")
+}

@@ -354,6 +354,20 @@ func (c *Cluster) Kill(i int) {
 	}
 }
 
+// Stop sends SIGTERM to node i (a clean shutdown) and waits for it to
+// exit.
+func (c *Cluster) Stop(i int) {
+	n := c.Node(i)
+	fmt.Fprintf(&n.logs, "=== faulttest: SIGTERM\n")
+	n.signal(syscall.SIGTERM)
+	n.mu.Lock()
+	done := n.done
+	n.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
 // Pause stops node i with SIGSTOP: its sockets stay open but nothing runs.
 func (c *Cluster) Pause(i int) {
 	n := c.Node(i)

@@ -45,6 +45,11 @@ type Manager struct {
 	mu     sync.Mutex
 	parts  map[key]*Partition
 	closed bool
+	// opening: partitions being opened (outside mu, so that many open
+	// at once), each with a channel closed when its open is over.
+	opening map[key]chan struct{}
+	// snapSync fsyncs the producer snapshot directory for the opens.
+	snapSync *dirSyncer
 
 	verify atomic.Pointer[Verifier] // txn.go
 
@@ -87,7 +92,8 @@ func NewManager(root string, opts storage.Options) *Manager {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	m := &Manager{root: root, opts: opts, log: opts.Logger, parts: map[key]*Partition{}}
+	m := &Manager{root: root, opts: opts, log: opts.Logger, parts: map[key]*Partition{},
+		snapSync: newDirSyncer(opts.FS, filepath.Join(root, snapshotDir))}
 	if names, err := opts.FS.ReadDir(root); err == nil {
 		for _, n := range names {
 			if strings.HasSuffix(n, deleteSuffix) {
@@ -111,17 +117,52 @@ func (m *Manager) snapshotPath(topic string, index int32) string {
 
 // Open opens (creating if needed) a partition, rebuilds its producer state
 // from the log and joins it to its Raft group. Opening a partition that is
-// already open returns it.
+// already open returns it. Different partitions open concurrently (a node
+// with thousands of them starts in parallel); an Open of a partition being
+// opened waits for that one.
 func (m *Manager) Open(topic string, topicID [16]byte, index int32, cfg storage.Config, r Replication) (*Partition, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return nil, storage.ErrClosed
-	}
 	k := key{topic, index}
-	if p := m.parts[k]; p != nil {
-		return p, nil
+	m.mu.Lock()
+	for {
+		if m.closed {
+			m.mu.Unlock()
+			return nil, storage.ErrClosed
+		}
+		if p := m.parts[k]; p != nil {
+			m.mu.Unlock()
+			return p, nil
+		}
+		ch, busy := m.opening[k]
+		if !busy {
+			break
+		}
+		m.mu.Unlock()
+		<-ch
+		m.mu.Lock()
 	}
+	if m.opening == nil {
+		m.opening = map[key]chan struct{}{}
+	}
+	done := make(chan struct{})
+	m.opening[k] = done
+	opts := m.opts
+	m.mu.Unlock()
+
+	p, err := m.open(opts, topic, topicID, index, cfg, r)
+
+	m.mu.Lock()
+	if err == nil {
+		// Also when Close began meanwhile: it waits for the opens under
+		// way, then closes what they opened.
+		m.parts[k] = p
+	}
+	delete(m.opening, k)
+	close(done)
+	m.mu.Unlock()
+	return p, err
+}
+
+func (m *Manager) open(opts storage.Options, topic string, topicID [16]byte, index int32, cfg storage.Config, r Replication) (*Partition, error) {
 	dir := m.Dir(topic, index)
 	if err := m.opts.FS.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("partition %s-%d: %w", topic, index, err)
@@ -129,18 +170,46 @@ func (m *Manager) Open(topic string, topicID [16]byte, index int32, cfg storage.
 	if err := m.claimDir(dir, topicID); err != nil {
 		return nil, fmt.Errorf("partition %s-%d: %w", topic, index, err)
 	}
-	l, err := storage.Open(dir, cfg, m.opts)
+	l, err := storage.Open(dir, cfg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("partition %s-%d: %w", topic, index, err)
 	}
 	r.changed = m.leadershipChanged
-	p, err := newPartition(topic, topicID, index, dir, m.snapshotPath(topic, index), l, m.opts, &m.verify, r)
+	p, err := newPartition(topic, topicID, index, dir, m.snapshotPath(topic, index), m.snapSync, l, opts, &m.verify, r)
 	if err != nil {
 		l.Close()
 		return nil, err
 	}
-	m.parts[k] = p
 	return p, nil
+}
+
+// awaitOpensLocked waits, with mu held (released meanwhile), until no
+// partition that match selects is being opened.
+func (m *Manager) awaitOpensLocked(match func(key) bool) {
+	for {
+		var ch chan struct{}
+		for k, c := range m.opening {
+			if match(k) {
+				ch = c
+				break
+			}
+		}
+		if ch == nil {
+			return
+		}
+		m.mu.Unlock()
+		<-ch
+		m.mu.Lock()
+	}
+}
+
+// SetCleanShutdown says whether the logs opened from now on were last
+// closed by a clean shutdown (storage.Options.CleanShutdown): true for the
+// start-up's opens after one, false again once they are done.
+func (m *Manager) SetCleanShutdown(clean bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.opts.CleanShutdown = clean
 }
 
 // Get returns an open partition, or nil.
@@ -168,6 +237,7 @@ func (m *Manager) Partitions(topic string) []*Partition {
 // created as soon as this returns.
 func (m *Manager) DeleteTopic(topic string) error {
 	m.mu.Lock()
+	m.awaitOpensLocked(func(k key) bool { return k.topic == topic })
 	var victims []*Partition
 	for k, p := range m.parts {
 		if k.topic == topic {
@@ -203,6 +273,7 @@ func (m *Manager) DeleteTopic(topic string) error {
 // by a reassignment). Removing a partition that is not open is a no-op.
 func (m *Manager) Remove(topic string, index int32) error {
 	m.mu.Lock()
+	m.awaitOpensLocked(func(k key) bool { return k == key{topic, index} })
 	p := m.parts[key{topic, index}]
 	delete(m.parts, key{topic, index})
 	m.mu.Unlock()
@@ -248,18 +319,33 @@ func (m *Manager) removeData(p *Partition) error {
 // next Open need not rescan the logs.
 func (m *Manager) Close() error {
 	m.mu.Lock()
+	m.closed = true // no open starts from here
+	m.awaitOpensLocked(func(key) bool { return true })
 	parts := m.parts
 	m.parts = map[key]*Partition{}
-	m.closed = true
 	m.mu.Unlock()
-	var errs []error
-	for _, p := range parts {
-		if err := p.close(true); err != nil {
-			errs = append(errs, err)
-		}
+	// Each close fsyncs the log and writes a snapshot: with thousands of
+	// partitions, in parallel (bounded).
+	ch := make(chan *Partition)
+	errs := make([]error, closeParallelism)
+	var wg sync.WaitGroup
+	for w := range closeParallelism {
+		wg.Go(func() {
+			for p := range ch {
+				errs[w] = errors.Join(errs[w], p.close(true))
+			}
+		})
 	}
+	for _, p := range parts {
+		ch <- p
+	}
+	close(ch)
+	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// closeParallelism bounds the partitions Close closes at once.
+const closeParallelism = 16
 
 // metadataFile names the topic a partition directory belongs to (Kafka's
 // partition.metadata: "version: 0" and "topic_id: <id>"). A directory of a

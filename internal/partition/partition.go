@@ -77,6 +77,9 @@ type Partition struct {
 	txnMu  sync.Mutex
 	txn    txnState
 	verify *atomic.Pointer[Verifier]
+	// snapSync makes the snapshot's removal durable (shared by the
+	// manager's partitions: one fsync for many).
+	snapSync *dirSyncer
 
 	hwMu   sync.Mutex
 	hw     int64
@@ -100,13 +103,13 @@ type Partition struct {
 	stateStale atomic.Bool
 }
 
-func newPartition(topic string, id [16]byte, index int32, dir, snapPath string, l *storage.Log, opts storage.Options, verify *atomic.Pointer[Verifier], r Replication) (*Partition, error) {
+func newPartition(topic string, id [16]byte, index int32, dir, snapPath string, snapSync *dirSyncer, l *storage.Log, opts storage.Options, verify *atomic.Pointer[Verifier], r Replication) (*Partition, error) {
 	now := opts.Now
 	if now == nil {
 		now = time.Now
 	}
 	p := &Partition{
-		topic: topic, id: id, index: index, dir: dir, snapPath: snapPath, log: l,
+		topic: topic, id: id, index: index, dir: dir, snapPath: snapPath, snapSync: snapSync, log: l,
 		fs: opts.FS, lg: opts.Logger.With("topic", topic, "partition", index), now: now,
 		producers: map[int64]*producer{},
 		txn:       txnState{open: map[int64]int64{}},

@@ -349,7 +349,7 @@ func (p *Partition) loadProducers() error {
 		if rerr := p.fs.Remove(p.snapPath); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 			return rerr
 		}
-		if err := p.fs.SyncDir(filepath.Dir(p.snapPath)); err != nil {
+		if err := p.snapSync.sync(); err != nil {
 			return err
 		}
 	}

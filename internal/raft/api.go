@@ -598,6 +598,40 @@ func (h *Host) GroupFailed(groupID uint64) error {
 	return g.failed
 }
 
+// InSyncVoters is InSync's set: on the leader (not failed) it appends to
+// buf the voters Status shows Active and in StateReplicate, and this node,
+// and returns them and true; elsewhere buf and false. For the stats loop,
+// which asks it of every led partition each second: nothing is copied
+// when buf has room.
+func (h *Host) InSyncVoters(groupID uint64, buf []uint64) ([]uint64, bool) {
+	g := h.group(groupID)
+	if g == nil {
+		return buf, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.failed != nil || g.rn.BasicStatus().RaftState != raft.StateLeader {
+		return buf, false
+	}
+	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr trackerProgress) {
+		if !pr.IsLearner && (id == h.cfg.ID || pr.RecentActive && pr.State == tracker.StateReplicate) {
+			buf = append(buf, id)
+		}
+	})
+	return buf, true
+}
+
+// Changes is a count that moves whenever the group's Raft state (role,
+// term, progress of the replicas, failure) may have changed, 0 for an
+// unknown group: a poller that saw the same count last time can keep what
+// it read then. A quiesced group's does not move.
+func (h *Host) Changes(groupID uint64) uint64 {
+	if g := h.group(groupID); g != nil {
+		return g.changes.Load()
+	}
+	return 0
+}
+
 // InSync counts, on the leader, the voters it heard from within an election
 // timeout that are being replicated to (itself included); 0 on a follower.
 // Cheaper than Status: for every acks=all produce (min.insync.replicas).

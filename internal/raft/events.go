@@ -113,6 +113,7 @@ func (h *Host) maybeQuiesceLocked(g *group) []*pb.Message {
 		})
 	}
 	g.quiesced = true
+	g.quiet.Store(true)
 	g.quiesceLdr = h.cfg.ID
 	g.quiesceFlw = followers
 	return msgs
@@ -139,6 +140,7 @@ func (h *Host) checkQuiescedLocked(g *group, window time.Duration) {
 
 func (g *group) unquiesceLocked() {
 	g.quiesced = false
+	g.quiet.Store(false)
 	g.idleTicks = 0
 }
 
@@ -185,6 +187,7 @@ func (h *Host) receive(from uint64, msgs []outMsg) {
 			last, _ := g.st.LastIndex()
 			if bs.RaftState == raft.StateFollower && bs.Lead == from && bs.GetCommit() == last && m.GetCommit() == last {
 				g.quiesced, g.quiesceLdr = true, from
+				g.quiet.Store(true)
 			}
 		}
 		g.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -197,6 +198,11 @@ type Host struct {
 
 	mu     sync.RWMutex
 	groups map[uint64]*group
+	// adding: groups AddGroup is opening (outside mu, so that many open
+	// at once: a node with thousands starts them in parallel).
+	adding map[uint64]bool
+	// tickBuf: tickOnce's list of the groups, reused (tickLoop's only).
+	tickBuf []*group
 
 	dirtyMu sync.Mutex
 	dirty   map[*group]struct{}
@@ -228,9 +234,14 @@ type group struct {
 	failed      error
 	removed     bool
 	lastLeader  uint64
+	// changes moves whenever the group's Raft state may have changed:
+	// every call into its RawNode (guardLocked), a reset, a failure
+	// (Host.Changes).
+	changes atomic.Uint64
 
 	quiesced   bool
-	quiesceLdr uint64 // follower: the leader that quiesced us
+	quiet      atomic.Bool // = quiesced, read by tickOnce without mu
+	quiesceLdr uint64      // follower: the leader that quiesced us
 	// quiesceFlw: leader: the followers when it quiesced (a membership
 	// change is a proposal, which wakes the group first).
 	quiesceFlw []uint64
@@ -320,21 +331,50 @@ func (h *Host) AddGroup(gc GroupConfig) error {
 	if gc.ID == 0 || gc.Log == nil {
 		return errors.New("raft: group needs an id > 0 and a log")
 	}
+	// Only the check and the insert hold mu: the rest reads the journal
+	// (whose lock a Ready cycle's fsync holds) and the log, and many
+	// groups are added at once at start-up. The caller does not add or
+	// remove the same group concurrently (a second add is refused).
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if _, ok := h.groups[gc.ID]; ok {
+	if _, ok := h.groups[gc.ID]; ok || h.adding[gc.ID] {
+		h.mu.Unlock()
 		return fmt.Errorf("raft: group %d already added", gc.ID)
 	}
+	if h.adding == nil {
+		h.adding = map[uint64]bool{}
+	}
+	h.adding[gc.ID] = true
+	h.mu.Unlock()
+	g, err := h.openGroup(gc)
+	h.mu.Lock()
+	delete(h.adding, gc.ID)
+	if err == nil {
+		h.groups[gc.ID] = g
+	}
+	h.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	g.publishLocked()
+	g.mu.Unlock()
+	h.markDirty(g)
+	return nil
+}
+
+// openGroup is AddGroup's work: the group over gc.Log with its journaled
+// state, not yet in the host's set.
+func (h *Host) openGroup(gc GroupConfig) (*group, error) {
 	js := h.journal.snapshot(gc.ID)
 	if adopted, err := h.adoptLog(gc, js); err != nil {
-		return err
+		return nil, err
 	} else if adopted {
 		js = h.journal.snapshot(gc.ID)
 	}
 	if js.ancPending {
 		// A snapshot install was interrupted: finish it.
 		if err := gc.Log.TruncateFullyAndStartAt(js.anc.Offset); err != nil {
-			return err
+			return nil, err
 		}
 		h.journal.putAnchor(gc.ID, js.anc, true)
 	}
@@ -343,15 +383,15 @@ func (h *Host) AddGroup(gc GroupConfig) error {
 		// Not fsynced: until a conf change it is re-derived from Voters.
 		cs = &pb.ConfState{Voters: append([]uint64(nil), gc.Voters...)}
 		if err := h.journal.putConfState(gc.ID, cs, 0, false); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if err := h.journal.flush(false); err != nil {
-		return err
+		return nil, err
 	}
 	st, dropped, err := openStore(gc.Log, js.anc, js.hs, cs, js.side)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if dropped > 0 {
 		// Side entries beyond what the log holds (their data was not
@@ -359,7 +399,7 @@ func (h *Host) AddGroup(gc GroupConfig) error {
 		h.log.Info("raft: dropping side entries past the log's end", "group", gc.ID, "from_index", dropped)
 		h.journal.putTruncate(gc.ID, dropped)
 		if err := h.journal.flush(false); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	// Raft redelivers committed entries above applied: the journal's applied
@@ -372,7 +412,7 @@ func (h *Host) AddGroup(gc GroupConfig) error {
 	}
 	rn, err := h.newRawNode(st, applied)
 	if err != nil {
-		return fmt.Errorf("raft: group %d: %w", gc.ID, err)
+		return nil, fmt.Errorf("raft: group %d: %w", gc.ID, err)
 	}
 	end, _ := st.endOf(applied)
 	g := &group{id: gc.ID, cfg: gc, st: st, rn: rn, commitIndex: applied, commitEnd: end, commitCh: make(chan struct{}), storedCh: make(chan struct{}), rejoin: gc.Rejoin && !js.trusted || js.rejoin}
@@ -397,12 +437,7 @@ func (h *Host) AddGroup(gc GroupConfig) error {
 	if g.rejoin {
 		h.log.Info("raft: replica opens without a vote until it has caught up (new data directory)", "group", gc.ID)
 	}
-	h.groups[gc.ID] = g
-	g.mu.Lock()
-	g.publishLocked()
-	g.mu.Unlock()
-	h.markDirty(g)
-	return nil
+	return g, nil
 }
 
 // adoptLog makes a log written before its group existed - a single node's
@@ -477,6 +512,7 @@ func (h *Host) resetLocked(g *group) {
 		return
 	}
 	g.rn, g.readyTerm = rn, 0
+	g.changes.Add(1)
 	g.publishLocked()
 	// The fresh RawNode is a follower that must tick to elect a leader;
 	// left quiesced (a reset leader of an idle group usually is), it never
@@ -539,6 +575,7 @@ func (h *Host) RetryGroup(id uint64) error {
 	}
 	end, _ := g.st.endOf(applied)
 	g.rn, g.readyTerm, g.failed = rn, 0, nil
+	g.changes.Add(1)
 	g.commitIndex, g.commitEnd = applied, end
 	g.publishLocked()
 	g.unquiesceLocked()
@@ -613,10 +650,10 @@ func (h *Host) Close() error {
 	return err
 }
 
-func (h *Host) snapshotGroups() []*group {
+// snapshotGroupsInto appends every group to out.
+func (h *Host) snapshotGroupsInto(out []*group) []*group {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	out := make([]*group, 0, len(h.groups))
 	for _, g := range h.groups {
 		out = append(out, g)
 	}

@@ -106,6 +106,9 @@ type journal struct {
 	buf    []byte
 	dirty  bool // buf holds records that must be fsynced (term, vote, anchor, conf)
 	groups map[uint64]*groupState
+	// checkAt is the size at which flush next measures the live state
+	// (a walk of every group) to decide on a rewrite.
+	checkAt int64
 }
 
 // maxJournalSize bounds what open reads (the live state of 1M groups fits).
@@ -409,9 +412,18 @@ func (j *journal) flush(force bool) error {
 		}
 		j.dirty = false
 	}
-	if live := j.liveSizeLocked(); j.size > 4<<20 && j.size > 8*live {
+	if j.size <= max(4<<20, j.checkAt) {
+		return nil
+	}
+	// Measuring walks every group: with thousands of them, doing it at
+	// every flush was most of a start-up's CPU. A journal that is not
+	// large enough yet to rewrite is measured again once it has grown by
+	// the live size (amortized, a constant per byte written).
+	live := j.liveSizeLocked()
+	if j.size > 8*live {
 		return j.rewriteLocked()
 	}
+	j.checkAt = j.size + live
 	return nil
 }
 
@@ -471,7 +483,7 @@ func (j *journal) rewriteLocked() error {
 		return err
 	}
 	j.f.Close()
-	j.f, j.size = f, int64(len(b))
+	j.f, j.size, j.checkAt = f, int64(len(b)), 0
 	return nil
 }
 

@@ -230,6 +230,15 @@ func (ep *memEndpoint) heardWithin(peer uint64, d time.Duration) bool {
 	return ok && time.Duration(ep.net.now-last)*ep.net.tick < d
 }
 
+func (ep *memEndpoint) heardAllWithin(d time.Duration) bool {
+	for peer := range ep.lastHeard {
+		if !ep.heardWithin(peer, d) {
+			return false
+		}
+	}
+	return true
+}
+
 func (ep *memEndpoint) stats() TransportStats {
 	return TransportStats{MessagesSent: ep.sent, Dropped: ep.dropped}
 }

@@ -1297,3 +1297,87 @@ func TestAdoptSingleNodeLog(t *testing.T) {
 	}
 	l.Close()
 }
+
+// TestJournalRewritesWhenMostlyDead: a journal that grows past 4 MiB of
+// superseded records is rewritten to its live state by flush, also when
+// its live state was measured (and found too large to rewrite) before.
+func TestJournalRewritesWhenMostlyDead(t *testing.T) {
+	dir := t.TempDir()
+	j, err := openJournal(storage.OSFS(), dir, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.close()
+	// Many groups, so the live state is about 1.3 MB: the first measure
+	// past 4 MiB finds it too large to rewrite.
+	for g := uint64(1); g <= 10000; g++ {
+		j.putHardState(g, &pb.HardState{Term: new(uint64(1)), Commit: new(uint64(1))}, 1)
+	}
+	rewritten := false
+	for i := uint64(2); i < 2_000_000 && !rewritten; i++ {
+		j.putHardState(1+i%10000, &pb.HardState{Term: new(uint64(1)), Commit: new(uint64(i))}, i)
+		if i%1000 == 0 {
+			j.mu.Lock()
+			before := j.size + int64(len(j.buf))
+			j.mu.Unlock()
+			if err := j.flush(false); err != nil {
+				t.Fatal(err)
+			}
+			j.mu.Lock()
+			rewritten = j.size < before
+			live := j.liveSizeLocked()
+			if j.size > 4<<20 && j.size > 10*live { // 8x, then measured again after growing by live
+				j.mu.Unlock()
+				t.Fatalf("journal of %d bytes with %d live not rewritten", j.size, live)
+			}
+			j.mu.Unlock()
+		}
+	}
+	if !rewritten {
+		t.Fatal("never rewritten")
+	}
+	if s := j.snapshot(5); s.hs.GetTerm() != 1 || s.applied < 5 {
+		t.Fatalf("group 5 after the rewrite: %+v", s)
+	}
+}
+
+// TestChangesMoveWithTheState: a group's change count (what the stats
+// loop keeps its last reading by) moves on every replica when anything
+// reaches the group, and on the leader when its state is reset.
+func TestChangesMoveWithTheState(t *testing.T) {
+	c := newCluster(t, 3, 1)
+	leader, _ := c.waitLeader(1)
+	c.propose(1, "v0")
+	c.waitConverged(1)
+	before := map[int]uint64{}
+	for i, nd := range c.running() {
+		before[i] = nd.host.Changes(1)
+		if before[i] == 0 {
+			t.Fatalf("node %d: no change counted for a group that elected a leader", i)
+		}
+	}
+	c.propose(1, "v1")
+	c.waitConverged(1)
+	for i, nd := range c.running() {
+		if got := nd.host.Changes(1); got <= before[i] {
+			t.Fatalf("node %d: change count %d after a proposal, was %d", i, got, before[i])
+		}
+	}
+	h := c.nodes[leader].host
+	at := h.Changes(1)
+	g := h.group(1)
+	g.mu.Lock()
+	g.reset = true // what checkLostStorageLocked sets; the next cycle resets
+	g.mu.Unlock()
+	h.markDirty(g)
+	waitFor(t, "the reset leader to step down", func() bool {
+		st, _ := h.Status(1)
+		return st.State != "StateLeader"
+	})
+	if got := h.Changes(1); got <= at {
+		t.Fatalf("change count %d after a reset, was %d", got, at)
+	}
+	if h.Changes(999) != 0 {
+		t.Fatal("an unknown group has a change count")
+	}
+}

@@ -473,6 +473,7 @@ func (h *Host) guardLocked(g *group, fn func()) (ok bool) {
 	if g.failed != nil {
 		return false
 	}
+	g.changes.Add(1)
 	defer func() {
 		if r := recover(); r != nil {
 			h.failLocked(g, fmt.Errorf("raft panicked: %v", r))
@@ -496,6 +497,7 @@ func (h *Host) failGroup(g *group, err error) {
 func (h *Host) failLocked(g *group, err error) {
 	if g.failed == nil {
 		g.failed = fmt.Errorf("%w: group %d: %w", ErrGroupFailed, g.id, err)
+		g.changes.Add(1)
 		g.publishLocked()
 		h.log.Error("raft: group failed", "group", g.id, "err", err)
 		close(g.commitCh)

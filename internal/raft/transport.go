@@ -582,6 +582,15 @@ func (t *tcpTransport) heardWithin(peer uint64, d time.Duration) bool {
 	return ok && time.Since(v.(time.Time)) < d
 }
 
+func (t *tcpTransport) heardAllWithin(d time.Duration) bool {
+	all, now := true, time.Now()
+	t.lastHeard.Range(func(_, v any) bool {
+		all = now.Sub(v.(time.Time)) < d
+		return all
+	})
+	return all
+}
+
 func (t *tcpTransport) stats() TransportStats {
 	return TransportStats{FramesSent: t.framesSent.Load(), MessagesSent: t.msgsSent.Load(), Dropped: t.dropped.Load(), Reconnects: t.reconnects.Load(), Refused: t.refused.Load()}
 }

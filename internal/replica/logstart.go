@@ -76,11 +76,14 @@ func (m *Manager) compactReplica(p *partition.Partition, group uint64, start int
 }
 
 // compactLoop applies committed log-start commands on this node's
-// replicas. cursors is the Raft index up to which each group's commands
-// were applied; after a restart every command still held is applied again
-// (compacting to a start the log already has does nothing).
+// replicas. The partition raises its log start (partition.LogStartOffset)
+// as each command commits (and, after a restart, from every command its
+// group still holds), without waiting for the segments to go; this loop
+// deletes them: a replica whose committed start is above its log's start
+// is compacted to it. A pass reads two offsets of each open replica and
+// allocates only the list of them: an idle node with many partitions does
+// no more.
 func (m *Manager) compactLoop(stop <-chan struct{}) {
-	cursors := map[uint64]uint64{}
 	tick := time.NewTicker(compactEvery)
 	defer tick.Stop()
 	for {
@@ -89,54 +92,31 @@ func (m *Manager) compactLoop(stop <-chan struct{}) {
 			return
 		case <-tick.C:
 		}
-		seen := map[uint64]bool{}
-		for _, t := range m.meta.Topics() {
-			for i := int32(0); i < t.Partitions; i++ {
-				// In cluster mode every open partition is a replica. Its
-				// group is named by the metadata, not read from the
-				// partition, which may not have joined it yet.
-				p := m.parts.Get(t.Name, i)
-				if p == nil {
-					continue
-				}
-				g := Group(t.ID, i)
-				seen[g] = true
-				next, err := m.applyLogStarts(p, g, cursors[g])
-				switch {
-				case errors.Is(err, storage.ErrClosed), errors.Is(err, raft.ErrUnknownGroup):
-				case err != nil:
-					m.log.Warn("applying log start commands", "topic", t.Name, "partition", i, "err", err)
-				}
-				cursors[g] = next
-			}
-		}
-		for g := range cursors {
-			if !seen[g] {
-				delete(cursors, g)
+		for _, p := range m.parts.Partitions("") {
+			err := m.applyLogStart(p)
+			switch {
+			case err == nil, errors.Is(err, storage.ErrClosed), errors.Is(err, raft.ErrUnknownGroup):
+			default:
+				m.log.Warn("applying log start commands", "topic", p.Topic(), "partition", p.Index(), "err", err)
 			}
 		}
 	}
 }
 
-// applyLogStarts compacts p to the highest start named by the group's
-// committed commands above index after; it returns the last index seen.
-func (m *Manager) applyLogStarts(p *partition.Partition, group uint64, after uint64) (uint64, error) {
-	cmds, err := m.host.Commands(group, after)
-	if err != nil || len(cmds) == 0 {
-		return after, err
+// applyLogStart compacts p to the start its committed log-start commands
+// name, if its log still begins below it.
+func (m *Manager) applyLogStart(p *partition.Partition) error {
+	target := p.LogStartOffset() // the commands' start, or the log's own
+	if target <= p.Log().StartOffset() {
+		return nil
 	}
-	target := int64(-1)
-	for _, c := range cmds {
-		if off, ok := partition.ParseLogStartCommand(c.Command); ok {
-			target = max(target, off)
-		}
+	// The partition learns of a command on the Ready loop just before the
+	// host counts it committed (raft.GroupConfig.OnCommit): until then
+	// Compact would refuse the offset, so wait for the next pass.
+	if commit, err := m.host.CommitOffset(p.RaftGroup()); err != nil || target > commit {
+		return err
 	}
-	if target > p.Log().StartOffset() {
-		if err := m.compactReplica(p, group, target); err != nil {
-			return after, err
-		}
-	}
-	return cmds[len(cmds)-1].Index, nil
+	return m.compactReplica(p, p.RaftGroup(), target)
 }
 
 // leadsGroup reports whether this node leads the Raft group and accepts

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io/fs"
 	"log/slog"
 	"path/filepath"
 	"slices"
@@ -106,18 +107,46 @@ func New(cfg Config, meta *controller.Store, host *raft.Host, syncer *storage.Sy
 // every replica assigned here. A replica that cannot be opened stays
 // offline, logged, and the repair loop retries it: the node serves the
 // others, as Kafka does with a failed log directory.
+//
+// After a clean shutdown (the marker Close leaves) the logs skip the fsync
+// of what their recovery keeps: the marker is removed, durably, before any
+// log opens, so a crash from here on always takes the full recovery.
 func (m *Manager) OpenAll() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	clean, err := m.takeCleanShutdown()
+	if err != nil {
+		return err
+	}
+	if clean {
+		m.log.Info("clean shutdown marker found: the logs were fsynced at the last stop")
+	}
+	m.parts.SetCleanShutdown(clean)
+	defer m.parts.SetCleanShutdown(false)
 	for _, d := range m.meta.Deleting() {
 		if err := m.FinishPendingDelete(d.Name); err != nil {
 			return err
 		}
 	}
+	var jobs []openJob
 	for _, t := range m.meta.Topics() {
-		if err := m.OpenTopic(t, 0); err != nil {
-			m.log.Error("replicas offline: their storage could not be opened; retrying", "topic", t.Name, "err", err)
+		jobs = append(jobs, m.openJobs(t, 0)...)
+	}
+	errs := m.runOpens(jobs)
+	byTopic := map[string][]error{}
+	var names []string
+	for k, err := range errs {
+		if err == nil {
+			continue
 		}
+		name := jobs[k].t.Name
+		if byTopic[name] == nil {
+			names = append(names, name)
+		}
+		byTopic[name] = append(byTopic[name], err)
+	}
+	for _, name := range names {
+		m.log.Error("replicas offline: their storage could not be opened; retrying", "topic", name, "err", errors.Join(byTopic[name]...))
 	}
 	return nil
 }
@@ -133,12 +162,61 @@ func (m *Manager) Start() error {
 
 // Close stops the background work and closes every replica's log (the Raft
 // groups belong to the host, which closes them).
+//
+// If every replica assigned here was open, and every log closed (each
+// Close fsyncs its log) without a storage failure before or at the close,
+// it leaves the clean shutdown marker for the next OpenAll.
 func (m *Manager) Close() error {
 	for i := len(m.stops) - 1; i >= 0; i-- {
 		m.stops[i]()
 	}
 	m.stops = nil
-	return m.parts.Close()
+	open := m.parts.Partitions("")
+	if err := m.parts.Close(); err != nil {
+		return err
+	}
+	m.offlineMu.Lock()
+	offline := len(m.offline)
+	m.offlineMu.Unlock()
+	if offline > 0 {
+		return nil // logs not opened in this run: recovered next time
+	}
+	for _, p := range open {
+		// The log's own failure (a write or fsync that failed), not its
+		// Raft group's: groups still running while the logs close fail
+		// with ErrClosed, which leaves the closed log as it was.
+		if p.Log().Failed() != nil {
+			return nil
+		}
+	}
+	if _, err := storage.WriteFileAtomic(m.cfg.FS, m.cleanShutdownPath(), []byte("holdfast: every log was closed and fsynced\n")); err != nil {
+		m.log.Warn("writing the clean shutdown marker (the next start recovers every log in full)", "err", err)
+	}
+	return nil
+}
+
+// CleanShutdownFile is the marker Close leaves in the data directory after
+// a clean shutdown (Kafka's .kafka_cleanshutdown).
+const CleanShutdownFile = ".holdfast_cleanshutdown"
+
+func (m *Manager) cleanShutdownPath() string {
+	return filepath.Join(m.cfg.DataDir, CleanShutdownFile)
+}
+
+// takeCleanShutdown reports whether the last stop was clean and removes
+// the marker (durably) if so.
+func (m *Manager) takeCleanShutdown() (bool, error) {
+	err := m.cfg.FS.Remove(m.cleanShutdownPath())
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("removing the clean shutdown marker: %w", err)
+	}
+	if err := m.cfg.FS.SyncDir(m.cfg.DataDir); err != nil {
+		return false, fmt.Errorf("removing the clean shutdown marker: %w", err)
+	}
+	return true, nil
 }
 
 // Lock and Unlock take the lifecycle lock (see Manager.mu).
@@ -172,6 +250,9 @@ func Group(topicID [16]byte, index int32) uint64 {
 
 // Get returns this node's open replica of partition i of topic, or nil.
 func (m *Manager) Get(topic string, i int32) *partition.Partition { return m.parts.Get(topic, i) }
+
+// Partitions returns every replica open on this node.
+func (m *Manager) Partitions() []*partition.Partition { return m.parts.Partitions("") }
 
 // LeadershipChanged is closed at the next leadership change of any replica
 // on this node (partition.Manager.LeadershipChanged).
@@ -214,7 +295,27 @@ func (m *Manager) assignedHere(t controller.Topic, i int32) bool {
 // a Raft group bootstrapped with the partition's initial voters. Called
 // with the lifecycle lock held (or before Start).
 func (m *Manager) OpenTopic(t controller.Topic, from int32) error {
-	var errs []error
+	return errors.Join(m.runOpens(m.openJobs(t, from))...)
+}
+
+// openParallelism bounds the replicas opened at once (start-up, a topic's
+// creation). An open mostly waits, for fsyncs and for the Raft group's
+// first cycles (a one-voter group settles as its leader before Open
+// returns), so many more than the cores: one after another, 10,000 took
+// minutes.
+const openParallelism = 32
+
+// openJob is one replica to open: partition i of t, and drop it after
+// (a replica moved away whose removal a crash interrupted).
+type openJob struct {
+	t    controller.Topic
+	i    int32
+	drop bool
+}
+
+// openJobs lists what OpenTopic(t, from) opens.
+func (m *Manager) openJobs(t controller.Topic, from int32) []openJob {
+	var jobs []openJob
 	var onDisk []string // read once, only for topics that were ever reassigned
 	for i := from; i < t.Partitions; i++ {
 		if int(i) >= len(t.Replicas) {
@@ -228,15 +329,39 @@ func (m *Manager) OpenTopic(t controller.Topic, from int32) error {
 				onDisk, _ = m.cfg.FS.ReadDir(m.cfg.DataDir)
 			}
 			if slices.Contains(onDisk, filepath.Base(m.parts.Dir(t.Name, i))) {
-				// A replica moved away whose removal a crash interrupted:
-				// open it (so its Raft journal state is found) and drop it.
-				errs = append(errs, m.open(t, i, false), m.Drop(t, i))
+				// Open it (so its Raft journal state is found) and drop it.
+				jobs = append(jobs, openJob{t, i, true})
 			}
 			continue
 		}
-		errs = append(errs, m.open(t, i, false))
+		jobs = append(jobs, openJob{t: t, i: i})
 	}
-	return errors.Join(errs...)
+	return jobs
+}
+
+// runOpens opens the jobs' replicas, openParallelism at a time; errs[k]
+// is job k's error.
+func (m *Manager) runOpens(jobs []openJob) (errs []error) {
+	errs = make([]error, len(jobs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(openParallelism, len(jobs)) {
+		wg.Go(func() {
+			for k := range next {
+				j := jobs[k]
+				errs[k] = m.open(j.t, j.i, false)
+				if j.drop {
+					errs[k] = errors.Join(errs[k], m.Drop(j.t, j.i))
+				}
+			}
+		})
+	}
+	for k := range jobs {
+		next <- k
+	}
+	close(next)
+	wg.Wait()
+	return errs
 }
 
 // open opens partition i of t and its Raft group. rejoin: its data here

@@ -38,6 +38,7 @@ func (m *Manager) repairLoop(stop <-chan struct{}) {
 	tick := time.NewTicker(repairEvery)
 	defer tick.Stop()
 	tries := map[uint64]*repairState{}
+	topics := m.meta.NewTopicsCache()
 	due := func(g uint64) bool {
 		r := tries[g]
 		if r == nil {
@@ -59,7 +60,7 @@ func (m *Manager) repairLoop(stop <-chan struct{}) {
 		}
 		seen := map[uint64]bool{}
 		me := m.cfg.NodeID
-		for _, t := range m.meta.Topics() {
+		for _, t := range topics.Topics() {
 			for i := int32(0); i < t.Partitions; i++ {
 				p := m.parts.Get(t.Name, i)
 				if p == nil && int(i) < len(t.Replicas) && slices.Contains(t.Replicas[i], me) {
@@ -76,16 +77,14 @@ func (m *Manager) repairLoop(stop <-chan struct{}) {
 				if p == nil {
 					continue
 				}
-				st, err := p.RaftStatus()
-				why := st.Failed
-				if err != nil {
-					// A replica left without its group by an interrupted
-					// repair: finish it.
-					why = err.Error()
-				}
-				if why == "" {
+				// The group's failure, or, for a replica left without its
+				// group by an interrupted repair, ErrUnknownGroup: finish
+				// it.
+				err := m.host.GroupFailed(p.RaftGroup())
+				if err == nil {
 					continue
 				}
+				why := err.Error()
 				g := p.RaftGroup()
 				seen[g] = true
 				if due(g) {

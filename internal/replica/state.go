@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"holdfast/internal/controller"
+	"holdfast/internal/partition"
 )
 
 // State is a partition's leadership as this node sees it: what Metadata,
@@ -86,4 +87,35 @@ func (m *Manager) State(t controller.Topic, i int32) State {
 	slices.Sort(s.ISR)
 	slices.Sort(s.Offline)
 	return s
+}
+
+// RaftChanges is the change count of p's Raft group (raft.Host.Changes):
+// while it and the metadata's Generation stay the same, so does
+// InSyncCount(p).
+func (m *Manager) RaftChanges(p *partition.Partition) uint64 { return m.host.Changes(p.RaftGroup()) }
+
+// InSyncCount is len(State(t, p.Index()).ISR) for this node's replica p of
+// topic t, without State's copies where this node leads p: the stats loop
+// asks it of every partition this node leads each second. buf is scratch
+// space, returned for the next call.
+func (m *Manager) InSyncCount(p *partition.Partition, buf []uint64) (int, []uint64) {
+	ids, leading := m.host.InSyncVoters(p.RaftGroup(), buf[:0])
+	if !leading {
+		// Not (or no longer) the leader: State's other cases.
+		t, ok := m.meta.Topic(p.Topic())
+		if !ok {
+			return 0, ids
+		}
+		return len(m.State(t, p.Index()).ISR), ids
+	}
+	if m.meta.Fenced(m.cfg.NodeID) {
+		return 0, ids // a fenced leader is none (State: LEADER_NOT_AVAILABLE)
+	}
+	n := 0
+	for _, id := range ids {
+		if !m.meta.Fenced(int32(id)) {
+			n++
+		}
+	}
+	return n, ids
 }

@@ -56,6 +56,12 @@ type Options struct {
 	Syncer *Syncer      // default: one shared process-wide Syncer
 	Logger *slog.Logger // default slog.Default()
 	Now    func() time.Time
+	// CleanShutdown: the log was last closed by a clean shutdown (every
+	// log closed and fsynced, then a marker written; see
+	// replica.Manager.Close) and nothing wrote to it since, so what
+	// recovery keeps is on disk already and Open does not fsync it again.
+	// Recovery still checks the tail and cuts (and fsyncs) a torn one.
+	CleanShutdown bool
 }
 
 // AppendInfo describes an appended batch.
@@ -127,6 +133,8 @@ type Log struct {
 	lru        []*segment // sealed segments with loaded indexes, least recently used first
 	lruEntries int        // index entries they hold
 	dev        uint64     // device of the files, for syncfs grouping (0: none)
+
+	clean bool // opened after a clean shutdown (Options.CleanShutdown)
 }
 
 // Open opens (creating if missing) the log in dir and recovers it: the
@@ -153,6 +161,7 @@ func Open(dir string, cfg Config, opts Options) (*Log, error) {
 		now:    opts.Now,
 		cfg:    cfg.normalize(),
 		waitCh: make(chan struct{}),
+		clean:  opts.CleanShutdown,
 
 		blockedRemoval: -1,
 	}
@@ -388,9 +397,12 @@ func (l *Log) recover() error {
 		}
 	}
 	// What recovery kept is durable from here on; fsync it in case it was
-	// only in the page cache (a process crash, not a power loss).
-	if err := act.f.Sync(); err != nil {
-		return fmt.Errorf("storage: open %s: sync %s: %w", l.dir, act.f.Name(), err)
+	// only in the page cache (a process crash, not a power loss). After a
+	// clean shutdown the last Close fsynced it.
+	if !l.clean {
+		if err := act.f.Sync(); err != nil {
+			return fmt.Errorf("storage: open %s: sync %s: %w", l.dir, act.f.Name(), err)
+		}
 	}
 	act.idxMu.Lock()
 	if err := act.persistLocked(l, act.size, false); err != nil {

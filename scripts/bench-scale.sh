@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Many partitions on real processes (issue 17: "10,000 partitions on 3
+# nodes: start-up to first produce under 10 s, idle CPU under 5% of a core,
+# memory stated per partition"). Each round starts NODES `holdfast serve`
+# processes (a cluster; one node: a single node), creates a topic of
+# PARTITIONS partitions at replication factor RF, produces one record with
+# acks=all to its last partition, then measures the brokers' idle CPU
+# (user + system from /proc/PID/stat, summed over the nodes, over IDLE
+# seconds after QUIESCE seconds) and RSS; then stops every node with SIGTERM
+# (a clean shutdown), starts them all again together and reports the time
+# until every node listens and until the first record is acknowledged
+# (acks=all, retried until it is), and the idle CPU and RSS after that.
+# Several binaries are compared, interleaved round by round.
+#
+#   scripts/bench-scale.sh [BINARY...]     # default: this tree
+#   NODES=3 RF=3 PARTITIONS=10000 ROUNDS=1 scripts/bench-scale.sh OLD NEW
+#
+# Each node needs about one file descriptor per replica it holds: the
+# script raises its soft limit to the hard one (ulimit -n) as serve does.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+nodes=${NODES:-3}
+rf=${RF:-1}
+parts=${PARTITIONS:-10000}
+rounds=${ROUNDS:-1}
+idle=${IDLE:-10}
+quiesce=${QUIESCE:-5}
+port=${PORT:-47300}
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+ulimit -n "$(ulimit -Hn)"
+bins=()
+if [ $# -ge 1 ]; then
+	for b in "$@"; do cp "$b" "$work/B${#bins[@]}"; bins+=("B${#bins[@]}"); done
+else
+	bins=(B0); (cd "$repo" && CGO_ENABLED=0 go build -o "$work/B0" ./cmd/holdfast)
+fi
+hz=$(getconf CLK_TCK)
+bootstrap=""
+for i in $(seq "$nodes"); do bootstrap+="${bootstrap:+,}127.0.0.1:$((port + i))"; done
+
+pids=()
+now() { date +%s.%N; }
+since() { echo "$(now) $1" | awk '{printf "%.2f", $1 - $2}'; }
+listening() {
+	local i
+	for i in $(seq "$nodes"); do (exec 3<>/dev/tcp/127.0.0.1/$((port + i))) 2>/dev/null || return 1; done
+}
+ticks() {
+	local t=0 p
+	for p in "${pids[@]}"; do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done
+	echo $t
+}
+rss_mib() {
+	local k=0 p
+	for p in "${pids[@]}"; do k=$((k + $(awk '/^VmRSS/ {print $2}' "/proc/$p/status"))); done
+	echo $((k / 1024))
+}
+start() { # BIN
+	local bin=$1 peers="" i
+	pids=()
+	for i in $(seq "$nodes"); do peers+="${peers:+,}$i@127.0.0.1:$((port + 50 + i))"; done
+	for i in $(seq "$nodes"); do
+		if [ "$nodes" = 1 ]; then
+			"$work/$bin" serve --listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "" --log-level warn 2>>"$work/log" &
+		else
+			"$work/$bin" serve --node-id "$i" --peers "$peers" --raft-listen 127.0.0.1:$((port + 50 + i)) \
+				--listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "" --log-level warn 2>>"$work/log" &
+		fi
+		pids+=($!)
+	done
+}
+stop() {
+	local p
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	pids=()
+}
+produce_one() { # BIN: until one record to the last partition is acknowledged
+	local bin=$1
+	until echo x | "$work/$bin" produce scale --partition $((parts - 1)) --acks all --bootstrap "$bootstrap" --timeout 10s >/dev/null 2>&1; do
+		sleep 0.1
+	done
+}
+idle_cpu() { # percent of a core over $idle s, after $quiesce s
+	sleep "$quiesce"
+	local t0 t1
+	t0=$(ticks); sleep "$idle"; t1=$(ticks)
+	echo "$t0 $t1" | awk -v hz="$hz" -v d="$idle" '{printf "%.1f", 100 * ($2 - $1) / hz / d}'
+}
+
+for round in $(seq "$rounds"); do
+	for bin in "${bins[@]}"; do
+		rm -rf "$work/data"
+		start "$bin"
+		until listening; do
+			for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || { echo "a node exited:"; tail -5 "$work/log"; exit 1; }; done
+			sleep 0.1
+		done
+		sleep 1
+		empty=$(rss_mib)
+		t0=$(now)
+		# Retried until every broker has registered (RF > the brokers known is refused).
+		until "$work/$bin" topic create scale --if-not-exists --partitions "$parts" --replication-factor "$rf" \
+			--bootstrap "$bootstrap" --timeout 10m >/dev/null 2>>"$work/log"; do sleep 0.5; done
+		produce_one "$bin"
+		created=$(since "$t0")
+		cpu=$(idle_cpu); rss=$(rss_mib)
+		per=$(echo "$rss $empty" | awk -v n=$((parts * rf)) '{printf "%.1f", ($1 - $2) * 1024 / n}')
+		stop
+		t0=$(now)
+		start "$bin"
+		until listening; do sleep 0.05; done
+		up=$(since "$t0")
+		produce_one "$bin"
+		first=$(since "$t0")
+		cpu2=$(idle_cpu); rss2=$(rss_mib)
+		stop
+		echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts: created+first ack ${created}s; idle ${cpu}% of a core, RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); restart: listening ${up}s, first ack ${first}s; idle ${cpu2}%, RSS ${rss2} MiB"
+	done
+done
