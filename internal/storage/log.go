@@ -252,6 +252,16 @@ func (l *Log) recover() error {
 			l.firstDirty, l.nextHorizon, l.blockedRemoval = 0, 0, -1
 		}
 	}
+	ords := map[int64]int64{}
+	if haveOrds {
+		b, err := ReadFile(l.fs, filepath.Join(l.dir, ordinalCheckpoint), maxOrdinalCkpt)
+		if err == nil {
+			ords, err = parseOrdinalCheckpoint(b)
+		}
+		if err != nil {
+			return fmt.Errorf("storage: open %s: damaged %s: %w", l.dir, ordinalCheckpoint, err)
+		}
+	}
 	bases := make([]int64, 0, len(logs))
 	for b := range logs {
 		bases = append(bases, b)
@@ -264,6 +274,13 @@ func (l *Log) recover() error {
 		}
 		last := i == len(bases)-1
 		if !last {
+			if _, nextListed := ords[bases[i+1]]; s.size == 0 && haveOrds && !nextListed && i+1 == len(bases)-1 {
+				// The segment before an unlisted last one may never have
+				// been sealed: empty, it lost its batches, and what was
+				// rolled after it lies beyond a hole (recoverUnsealed).
+				l.segs = append(l.segs, s)
+				continue
+			}
 			if s.size == 0 {
 				// Nothing to lose; an empty sealed segment only confuses lookups.
 				l.logger.Warn("storage: removing empty sealed segment", "file", s.f.Name())
@@ -286,16 +303,6 @@ func (l *Log) recover() error {
 			}
 		}
 		l.segs = append(l.segs, s)
-	}
-	ords := map[int64]int64{}
-	if haveOrds {
-		b, err := ReadFile(l.fs, filepath.Join(l.dir, ordinalCheckpoint), maxOrdinalCkpt)
-		if err == nil {
-			ords, err = parseOrdinalCheckpoint(b)
-		}
-		if err != nil {
-			return fmt.Errorf("storage: open %s: damaged %s: %w", l.dir, ordinalCheckpoint, err)
-		}
 	}
 	if len(l.segs) == 0 {
 		if err := l.writeOrdinalsLocked(l.start, 0); err != nil {
