@@ -201,6 +201,14 @@ type Host struct {
 	dirty   map[*group]struct{}
 	kick    chan struct{}
 
+	// The Ready loop's two stages (ready.go): one worker at a time takes
+	// Readys (readyMu), one stores the queued appends (appendMu).
+	readyMu  sync.Mutex
+	appendMu sync.Mutex
+	qMu      sync.Mutex
+	appendQ  []*appendItem
+	jflush   bool // the journal holds records written outside the store stage
+
 	done   chan struct{}
 	wg     sync.WaitGroup
 	closed sync.Once
@@ -213,6 +221,8 @@ type group struct {
 
 	mu          sync.Mutex
 	rn          *raft.RawNode
+	gen         uint64 // counts RawNodes: responses of an older one are not stepped
+	inflight    int    // its appends queued or in the store stage
 	readyTerm   uint64 // the term in which this node leads and its empty entry is stored
 	nextOffset  int64  // leader: offset of the next proposal, counting unstable entries
 	nextIndex   uint64 // leader: Raft index of the next proposal
@@ -287,8 +297,9 @@ func NewHost(cfg Config) (*Host, error) {
 	if cfg.stepped {
 		return h, nil
 	}
-	h.wg.Add(2)
+	h.wg.Add(3)
 	go h.tickLoop()
+	go h.readyLoop() // two workers: one stores while the other takes Readys
 	go h.readyLoop()
 	return h, nil
 }
@@ -452,12 +463,17 @@ func (h *Host) newRawNode(st *store, applied uint64) (*raft.RawNode, error) {
 		PreVote:                   true,
 		StepDownOnRemoval:         true,
 		Logger:                    h.rlog,
+		// The Ready loop's stages (ready.go): a leader's MsgApp leaves
+		// while its own append is being fsynced, and the next append's
+		// fsync starts as soon as the last one ends.
+		AsyncStorageWrites: true,
 	})
 }
 
 // resetLocked recreates the group's RawNode from what is stored: the node
 // becomes a follower in its persisted term, with fresh progress for every
-// peer. Only between cycles (no Ready outstanding); unstable proposals are
+// peer. Only with none of its appends queued or being stored (inflight);
+// unstable proposals are
 // dropped (their waiters see ErrProposalLost or time out).
 func (h *Host) resetLocked(g *group) {
 	g.reset = false
@@ -467,6 +483,7 @@ func (h *Host) resetLocked(g *group) {
 		return
 	}
 	g.rn, g.readyTerm = rn, 0
+	g.gen++
 	g.publishLocked()
 	// The fresh RawNode is a follower that must tick to elect a leader;
 	// left quiesced (a reset leader of an idle group usually is), it never
@@ -501,6 +518,10 @@ func (h *Host) RetryGroup(id uint64) error {
 	if err := g.cfg.Log.Failed(); err != nil {
 		return fmt.Errorf("raft: group %d: its log failed (%w): the replica must be reopened", id, err)
 	}
+	// Not while a store round may still write to its log (an append
+	// taken before it failed): the store is rebuilt from the log.
+	h.appendMu.Lock()
+	defer h.appendMu.Unlock()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.failed == nil || g.removed {
@@ -529,6 +550,7 @@ func (h *Host) RetryGroup(id uint64) error {
 	}
 	end, _ := g.st.endOf(applied)
 	g.rn, g.readyTerm, g.failed = rn, 0, nil
+	g.gen++
 	g.commitIndex, g.commitEnd = applied, end
 	g.publishLocked()
 	g.unquiesceLocked()
