@@ -388,13 +388,6 @@ func (j *journal) snapshot(g uint64) groupState {
 	return out
 }
 
-// pending reports whether records wait to be written or fsynced.
-func (j *journal) pending() bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return len(j.buf) > 0 || j.dirty
-}
-
 // flush writes the buffered records, fsyncing if any needs it (or force).
 func (j *journal) flush(force bool) error {
 	j.mu.Lock()

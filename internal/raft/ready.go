@@ -18,27 +18,27 @@ import (
 
 // The Ready loop runs etcd raft with AsyncStorageWrites, in two stages:
 //
-//   - Taking Readys (takeReadys, one goroutine at a time: readyMu): each
+//   - Taking Readys (takeReadys, one worker at a time: readyMu): each
 //     group's messages to its peers leave at once - a leader's MsgApp no
-//     longer waits for its own fsync in progress -, its committed entries
-//     are applied (MsgStorageApply: in async mode Raft hands out only
-//     entries stored here, so they are in the log), and its appends
-//     (MsgStorageAppend: entries, HardState, snapshot) are queued.
-//   - Storing (storeQueued, one goroutine at a time: appendMu): every
-//     queued append of every group, in queue order, then one group-commit
-//     round (the journal and each log that took entries fsynced), then the
-//     responses Raft attached to each append are delivered: to this node
-//     (its own MsgAppResp, which is how a leader's copy counts towards the
-//     quorum; MsgStorageAppendResp) stepped, to peers (a follower's
-//     MsgAppResp, votes) sent. Nothing that depends on the append leaves
-//     before it is durable.
+//     longer waits for its own fsync in progress -; its appends
+//     (MsgStorageAppend: entries, HardState, snapshot) are written, not
+//     fsynced, in Raft's order, and queued; its committed entries are
+//     applied (MsgStorageApply: in async mode Raft hands out only entries
+//     this node has stored, so they are in the log).
+//   - The store round (storeQueued, one worker at a time: appendMu): one
+//     group-commit fsync (the journal and each log written by a queued
+//     append), then the responses Raft attached to each queued append
+//     are delivered: to this node stepped (its own MsgAppResp, which is
+//     how a leader's copy counts towards the quorum; MsgStorageAppendResp),
+//     to peers sent (a follower's MsgAppResp, votes). Nothing that depends
+//     on an append leaves before it is durable.
 //
-// Two workers share the two stages: a worker that finds the store stage
-// free runs it itself after taking Readys (no hand-off: an idle single node
+// Two workers share the stages: a worker that finds the store stage free
+// runs it itself after taking Readys (no hand-off: an idle single node
 // acknowledges as fast as a loop doing both), and while it waits for the
-// fsync the other worker takes the next Readys, sends and applies. What
-// the fsync in progress does not cover waits in the queue for the next
-// round, which starts as soon as the last ends.
+// fsync the other worker takes the next Readys, sends, writes and applies;
+// what the fsync in progress does not cover waits in the queue for the
+// next round, which starts as soon as the last one ends.
 func (h *Host) readyLoop() {
 	defer h.wg.Done()
 	for {
@@ -52,20 +52,21 @@ func (h *Host) readyLoop() {
 	}
 }
 
-// appendItem is one group's MsgStorageAppend, queued for the store stage.
+// appendItem is one group's MsgStorageAppend: written by takeReadys,
+// queued for the store round.
 type appendItem struct {
 	g         *group
 	gen       uint64 // the group's RawNode generation when it was taken
 	m         *pb.Message
 	rd        raft.Ready // the append as a Ready: Entries, HardState, Snapshot
 	err       error
-	skip      bool   // the group failed, was removed or reset meanwhile
 	emptyTerm uint64 // the term of the last empty (new leader) entry stored
-	sync      bool
-	side      bool // journaled side entries or a truncation: fsync the journal before the log
+	sync      bool   // its log must be fsynced
+	side      bool   // journaled side entries or a truncation: fsync the journal before the log
 }
 
-// takeReadys takes the Ready of every dirty group: sends, applies, queues.
+// takeReadys takes the Ready of every dirty group: sends, writes and
+// queues its append, applies.
 func (h *Host) takeReadys() {
 	h.readyMu.Lock()
 	defer h.readyMu.Unlock()
@@ -75,6 +76,7 @@ func (h *Host) takeReadys() {
 	}
 	type taken struct {
 		g      *group
+		gen    uint64
 		rd     raft.Ready
 		rejoin bool
 	}
@@ -82,14 +84,14 @@ func (h *Host) takeReadys() {
 	for _, g := range gs {
 		g.mu.Lock()
 		if g.reset && g.inflight == 0 {
-			// Not with appends of the old RawNode in the store stage: their
-			// responses would be stepped into the new one.
+			// Not with appends of the old RawNode queued: their responses
+			// would be stepped into the new one.
 			h.resetLocked(g)
 		}
 		if !g.removed {
 			h.guardLocked(g, func() {
 				if g.rn.HasReady() {
-					t := taken{g: g, rd: g.rn.Ready(), rejoin: g.rejoin}
+					t := taken{g: g, gen: g.gen, rd: g.rn.Ready(), rejoin: g.rejoin}
 					for _, m := range t.rd.Messages {
 						if m.GetTo() == raft.LocalAppendThread {
 							g.inflight++
@@ -101,26 +103,21 @@ func (h *Host) takeReadys() {
 		}
 		g.mu.Unlock()
 	}
-	var queue []*appendItem
-	var applies []*pb.Message
+	var items []*appendItem
 	for _, t := range ts {
 		var tag []byte
 		for _, m := range t.rd.Messages {
 			switch m.GetTo() {
 			case raft.LocalAppendThread:
-				it := &appendItem{g: t.g, m: m, rd: raft.Ready{Entries: m.Entries}}
-				t.g.mu.Lock()
-				it.gen = t.g.gen
-				t.g.mu.Unlock()
+				it := &appendItem{g: t.g, gen: t.gen, m: m, rd: raft.Ready{Entries: m.Entries}}
 				if m.Term != nil { // a HardState (rawnode.go: newStorageAppendMsg)
 					it.rd.HardState = &pb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
 				}
 				if m.Snapshot != nil {
 					it.rd.Snapshot = m.Snapshot
 				}
-				queue = append(queue, it)
+				items = append(items, it)
 			case raft.LocalApplyThread:
-				applies = append(applies, m)
 			default:
 				if t.rejoin && m.GetType() == pb.MessageType_MsgHeartbeatResp {
 					if tag == nil {
@@ -133,33 +130,85 @@ func (h *Host) takeReadys() {
 			}
 		}
 	}
-	if len(queue) > 0 {
-		h.qMu.Lock()
-		h.appendQ = append(h.appendQ, queue...)
-		h.qMu.Unlock()
+	if len(items) > 0 {
+		h.write(items)
 	}
 	for _, t := range ts {
 		for _, m := range t.rd.Messages {
 			if m.GetTo() == raft.LocalApplyThread {
-				h.applyMsg(t.g, m)
+				h.applyMsg(t.g, t.gen, m)
 			}
 		}
 	}
-	_ = applies
+}
+
+// write writes the appends of one takeReadys (one per group) and queues
+// them for the store round.
+func (h *Host) write(items []*appendItem) {
+	// A snapshot install or a truncation replaces what a store round in
+	// progress may be fsyncing: it waits for the round (rare: a follower
+	// whose log diverged, or far behind).
+	wait := false
+	for _, it := range items {
+		if !raft.IsEmptySnap(it.rd.Snapshot) {
+			wait = true
+		} else if len(it.rd.Entries) > 0 {
+			if last, _ := it.g.st.LastIndex(); it.rd.Entries[0].GetIndex() <= last {
+				wait = true
+			}
+		}
+	}
+	if wait {
+		h.appendMu.Lock()
+	}
+	// Side entries and truncations reach the journal, fsynced, before any
+	// data entry after them reaches a log (store.go): one fsync for all.
+	side := false
+	for _, it := range items {
+		it.err = h.persistSide(it)
+		side = side || it.side && it.err == nil
+	}
+	if side {
+		if err := h.journal.flush(true); err != nil {
+			for _, it := range items {
+				if it.side && it.err == nil {
+					it.err = err
+				}
+			}
+		}
+	}
+	if wait {
+		h.appendMu.Unlock()
+	}
+	var queue []*appendItem
+	for _, it := range items {
+		if it.err == nil {
+			it.err = h.persist(it)
+		}
+		if it.err != nil {
+			h.failGroup(it.g, it.err)
+			h.doneItem(it.g)
+			continue
+		}
+		queue = append(queue, it)
+	}
+	h.qMu.Lock()
+	h.appendQ = append(h.appendQ, queue...)
+	h.qMu.Unlock()
 }
 
 // applyMsg applies one MsgStorageApply and steps its response back.
-func (h *Host) applyMsg(g *group, m *pb.Message) {
+func (h *Host) applyMsg(g *group, gen uint64, m *pb.Message) {
 	g.mu.Lock()
-	ok := g.failed == nil && !g.removed
+	ok := g.failed == nil && !g.removed && g.gen == gen
 	g.mu.Unlock()
 	if !ok {
 		return
 	}
-	h.apply(g, m.Entries)
+	journaled := h.apply(g, m.Entries)
 	g.mu.Lock()
 	ready := false
-	if g.failed == nil && !g.removed {
+	if g.failed == nil && !g.removed && g.gen == gen {
 		h.guardLocked(g, func() {
 			for _, r := range m.Responses {
 				_ = g.rn.Step(r)
@@ -169,9 +218,9 @@ func (h *Host) applyMsg(g *group, m *pb.Message) {
 		g.publishLocked()
 	}
 	g.mu.Unlock()
-	if h.journal.pending() {
+	if journaled {
 		h.qMu.Lock()
-		h.jflush = true // a conf state or a rejoin's end to write
+		h.jflush = true // a conf state or a rejoin's end, for the next store round
 		h.qMu.Unlock()
 	}
 	if ready {
@@ -179,7 +228,7 @@ func (h *Host) applyMsg(g *group, m *pb.Message) {
 	}
 }
 
-// storeQueued runs the store stage for what is queued, unless another
+// storeQueued runs the store round for what is queued, unless another
 // worker runs it already (it takes what was queued meanwhile when its
 // round ends).
 func (h *Host) storeQueued() {
@@ -206,72 +255,11 @@ func (h *Host) storeQueued() {
 	}
 }
 
-// storeItems stores the queued appends, runs one group-commit round and
-// delivers their responses.
+// storeItems is one store round: the group-commit fsync of what items
+// wrote, then their responses.
 func (h *Host) storeItems(items []*appendItem) {
-	for _, it := range items {
-		g := it.g
-		g.mu.Lock()
-		it.skip = g.gen != it.gen || g.failed != nil || g.removed
-		g.mu.Unlock()
-	}
-	// A group's appends are stored in the order Raft made them, in
-	// sub-rounds: the k-th queued append of every group in the k-th. Each
-	// sub-round's side entries and truncations reach the journal, fsynced,
-	// before any data entry after them reaches a log (store.go) - one
-	// fsync for all groups - and an append's side entries sit at the
-	// offsets its group's earlier appends left. A later append of a group
-	// whose earlier one failed is not stored.
-	var rounds [][]*appendItem
-	nth := map[*group]int{}
-	for _, it := range items {
-		if it.skip {
-			continue
-		}
-		k := nth[it.g]
-		nth[it.g] = k + 1
-		if k == len(rounds) {
-			rounds = append(rounds, nil)
-		}
-		rounds[k] = append(rounds[k], it)
-	}
-	failed := map[*group]bool{}
-	for _, round := range rounds {
-		side := false
-		for _, it := range round {
-			if failed[it.g] {
-				it.skip = true
-				continue
-			}
-			if it.err = h.persistSide(it); it.err != nil {
-				failed[it.g] = true
-			}
-			side = side || it.side && it.err == nil
-		}
-		if side {
-			if err := h.journal.flush(true); err != nil {
-				for _, it := range round {
-					if it.side && it.err == nil && !it.skip {
-						it.err = err
-						failed[it.g] = true
-					}
-				}
-			}
-		}
-		for _, it := range round {
-			if it.skip || it.err != nil {
-				continue
-			}
-			if it.err = h.persist(it); it.err != nil {
-				failed[it.g] = true
-			}
-		}
-	}
 	if h.cfg.ackBeforeFsync { // the planted bug (Config)
 		for _, it := range items {
-			if it.skip || it.err != nil {
-				continue
-			}
 			it.m.Responses = deleteFunc(it.m.Responses, func(r *pb.Message) bool {
 				if r.GetType() != pb.MessageType_MsgAppResp || r.GetTo() == h.cfg.ID {
 					return false
@@ -281,12 +269,15 @@ func (h *Host) storeItems(items []*appendItem) {
 			})
 		}
 	}
-	// One group-commit round: every log that took entries and the journal.
-	// Logs sharing a Syncer get one of its cycles (syncfs for many logs on
-	// one device).
+	// One group-commit round: the journal and every log that took entries
+	// (once each, however many of its group's appends are queued). Logs
+	// sharing a Syncer get one of its cycles (syncfs for many logs on one
+	// device).
 	var syncs []*appendItem
+	seen := map[*group]*appendItem{}
 	for _, it := range items {
-		if !it.skip && it.err == nil && it.sync {
+		if it.sync && seen[it.g] == nil {
+			seen[it.g] = it
 			syncs = append(syncs, it)
 		}
 	}
@@ -295,15 +286,12 @@ func (h *Host) storeItems(items []*appendItem) {
 		h.syncLogs(syncs)
 	}
 	for _, it := range items {
-		if it.skip {
-			h.doneItem(it.g)
-			continue
+		err := jerr
+		if s := seen[it.g]; err == nil && s != nil {
+			err = s.err
 		}
-		if jerr != nil && it.err == nil {
-			it.err = jerr
-		}
-		if it.err != nil {
-			h.failGroup(it.g, it.err)
+		if err != nil {
+			h.failGroup(it.g, err)
 			h.doneItem(it.g)
 			continue
 		}
@@ -558,17 +546,19 @@ func (h *Host) persist(it *appendItem) error {
 
 // apply delivers committed entries and advances the commit offset. In
 // async mode Raft hands out only entries this node has stored, so each is
-// in the store.
-func (h *Host) apply(g *group, ents []*pb.Entry) {
+// in the store. journaled: it buffered journal records (a conf state, a
+// rejoin's end) that the next store round writes.
+func (h *Host) apply(g *group, ents []*pb.Entry) (journaled bool) {
 	n := len(ents)
 	if n == 0 {
-		return
+		return false
 	}
 	var out []Committed
 	for _, e := range ents {
 		switch e.GetType() {
 		case pb.EntryType_EntryConfChange, pb.EntryType_EntryConfChangeV2:
 			h.applyConfChange(g, e)
+			journaled = true
 		}
 		if g.cfg.OnCommit != nil {
 			base, _ := g.st.offsetOf(e.GetIndex())
@@ -587,7 +577,7 @@ func (h *Host) apply(g *group, ents []*pb.Entry) {
 	end, ok := g.st.endOf(last)
 	if !ok {
 		h.log.Error("raft: committed entry not in the log", "group", g.id, "index", last)
-		return
+		return journaled
 	}
 	if g.cfg.OnCommit != nil {
 		g.cfg.OnCommit(g.id, out)
@@ -603,8 +593,10 @@ func (h *Host) apply(g *group, ents []*pb.Entry) {
 		g.rejoin = false
 		h.journal.putTrusted(g.id) // fsynced with the next store round; lost, it just catches up again
 		h.log.Info("raft: replica caught up after losing its storage, voting again", "group", g.id, "index", g.commitIndex)
+		journaled = true
 	}
 	g.mu.Unlock()
+	return journaled
 }
 
 func (h *Host) applyConfChange(g *group, e *pb.Entry) {
