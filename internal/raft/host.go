@@ -518,8 +518,11 @@ func (h *Host) RetryGroup(id uint64) error {
 	if err := g.cfg.Log.Failed(); err != nil {
 		return fmt.Errorf("raft: group %d: its log failed (%w): the replica must be reopened", id, err)
 	}
-	// Not while a store round may still write to its log (an append
-	// taken before it failed): the store is rebuilt from the log.
+	// Not while a Ready taken before it failed may still be written to its
+	// log, or a store round fsync it: the store is rebuilt from the log.
+	// (Lock order: readyMu, appendMu, the group's.)
+	h.readyMu.Lock()
+	defer h.readyMu.Unlock()
 	h.appendMu.Lock()
 	defer h.appendMu.Unlock()
 	g.mu.Lock()
