@@ -147,7 +147,7 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 			if w.local {
 				err = w.p.WaitLocal(wctx, w.end)
 			} else {
-				err = w.p.WaitProduced(wctx, w.end)
+				err = w.p.WaitCommitted(wctx, w.end)
 			}
 			if err == nil {
 				err = w.p.ConfirmStored(w.res)

@@ -306,18 +306,7 @@ func (p *Partition) WaitCommitted(ctx context.Context, end int64) error {
 	if err := p.Failed(); err != nil {
 		return err
 	}
-	return p.waitReplicated(ctx, end, false)
-}
-
-// WaitProduced is WaitCommitted for a caller that holds no lock (a produce
-// request's reply): while no worker of the Raft host's Ready loop is
-// taking Readys, it runs the loop's stages itself instead of sleeping
-// until a worker's fsync wakes it (raft.Host.Drive).
-func (p *Partition) WaitProduced(ctx context.Context, end int64) error {
-	if err := p.Failed(); err != nil {
-		return err
-	}
-	return p.waitReplicated(ctx, end, true)
+	return p.waitReplicated(ctx, end)
 }
 
 // advance raises the high watermark to hw and wakes long polls.

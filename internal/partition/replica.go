@@ -326,9 +326,7 @@ func (p *Partition) proposeLocked(v *records.Validated) (int64, error) {
 
 // waitReplicated waits until the batch ending at end is committed by the
 // group (a majority, each fsynced under flush=sync).
-// drive: the caller holds no lock, and the host's Ready loop may run on it
-// (raft.Host.Drive).
-func (p *Partition) waitReplicated(ctx context.Context, end int64, drive bool) error {
+func (p *Partition) waitReplicated(ctx context.Context, end int64) error {
 	rep := p.rep
 	rep.mu.Lock()
 	prop, ok := rep.pending[end]
@@ -336,9 +334,6 @@ func (p *Partition) waitReplicated(ctx context.Context, end int64, drive bool) e
 	rep.mu.Unlock()
 	var err error
 	if ok {
-		if drive {
-			rep.host.Drive()
-		}
 		err = rep.host.WaitCommitted(ctx, prop)
 	} else {
 		// A deduplicated retry: its original is in the log.

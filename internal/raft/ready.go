@@ -65,48 +65,11 @@ type appendItem struct {
 	side      bool   // journaled side entries or a truncation: fsync the journal before the log
 }
 
-// Drive runs the Ready loop's two stages once on the caller's goroutine if
-// no worker is taking Readys now: a waiter that would only sleep until a
-// worker's fsync wakes it does the work itself, which saves the hand-off
-// to a worker and back (on an idle node, tens of microseconds of a
-// sub-millisecond acknowledgement). The caller must hold no lock: the
-// groups' callbacks (OnCommit, OnLeadership, OnTruncate) may run on it.
-func (h *Host) Drive() {
-	if h.cfg.stepped || !h.readyMu.TryLock() {
-		return
-	}
-	h.takeReadysLocked()
-	h.readyMu.Unlock()
-	if !h.appendMu.TryLock() {
-		return // a worker's round takes what was queued when it ends
-	}
-	h.qMu.Lock()
-	items, jflush := h.appendQ, h.jflush
-	h.appendQ, h.jflush = nil, false
-	h.qMu.Unlock()
-	if len(items) > 0 || jflush {
-		h.storeItems(items)
-	}
-	h.appendMu.Unlock()
-	if h.storePending() {
-		// Queued during this round: a worker takes it (one round here, so
-		// that this caller's own wait ends).
-		select {
-		case h.kick <- struct{}{}:
-		default:
-		}
-	}
-}
-
 // takeReadys takes the Ready of every dirty group: sends, writes and
 // queues its append, applies.
 func (h *Host) takeReadys() {
 	h.readyMu.Lock()
 	defer h.readyMu.Unlock()
-	h.takeReadysLocked()
-}
-
-func (h *Host) takeReadysLocked() {
 	gs := h.takeDirty()
 	if len(gs) == 0 {
 		return
