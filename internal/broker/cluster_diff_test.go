@@ -113,24 +113,39 @@ func runWorkload(t *testing.T, seeds []string, rf int, change func(step string))
 	// kadm's CommitOffsets resolves topic ids with a Metadata request
 	// first, and when that request fails (on the connection to a node that
 	// just restarted) it reports UNKNOWN_TOPIC_OR_PARTITION without sending
-	// the commit. Retriable in Kafka's error table: an application retries
-	// it, and so does the test (and logs it).
-	for attempt := 1; ; attempt++ {
-		r, err := adm.CommitOffsets(ctx, diffGroup, offs)
-		if err == nil && r.Error() == nil {
-			break
+	// the commit; DeleteRecords right after a leader change can meet
+	// LEADER_NOT_AVAILABLE. Retriable in Kafka's error table: an application
+	// retries them, and so does the test (and logs it).
+	retry := func(what string, fn func() error) {
+		t.Helper()
+		for attempt := 1; ; attempt++ {
+			err := fn()
+			if err == nil {
+				return
+			}
+			if attempt == 50 || !kerr.IsRetriable(err) {
+				t.Fatalf("%s: %v", what, err)
+			}
+			t.Logf("%s, attempt %d: %v (retriable: retrying)", what, attempt, err)
+			time.Sleep(200 * time.Millisecond)
 		}
-		if attempt == 10 || err != nil || !kerr.IsRetriable(r.Error()) {
-			t.Fatalf("commit offsets: %v %v", err, r.Error())
-		}
-		t.Logf("commit offsets, attempt %d: %v (retriable: retrying)", attempt, r.Error())
-		time.Sleep(200 * time.Millisecond)
 	}
+	retry("commit offsets", func() error {
+		r, err := adm.CommitOffsets(ctx, diffGroup, offs)
+		if err != nil {
+			return err
+		}
+		return r.Error()
+	})
 	del := kadm.Offsets{}
 	del.Add(kadm.Offset{Topic: diffTopic, Partition: 0, At: 3})
-	if r, err := adm.DeleteRecords(ctx, del); err != nil || r.Error() != nil {
-		t.Fatalf("delete records: %v %v", err, r.Error())
-	}
+	retry("delete records", func() error {
+		r, err := adm.DeleteRecords(ctx, del)
+		if err != nil {
+			return err
+		}
+		return r.Error()
+	})
 	change("after DeleteRecords")
 	idem("late", 2)
 

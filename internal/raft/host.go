@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -393,6 +394,15 @@ func (h *Host) AddGroup(gc GroupConfig) error {
 		// after an election timeout (a single node starts in well under
 		// a second).
 		g.rejoin = false
+		h.guardLocked(g, func() { _ = g.rn.Campaign() })
+	}
+	if !sole && js.hs == nil && !g.rejoin && len(gc.Voters) > 1 && gc.Voters[0] == h.cfg.ID && slices.Contains(cs.Voters, h.cfg.ID) {
+		// A new group (no Raft state anywhere yet): its first replica, the
+		// preferred leader (Kafka makes it the leader of a new partition),
+		// campaigns at once instead of everyone waiting an election
+		// timeout (1-2 s by default: the first produce to a new topic
+		// waited that long). Safe as any campaign (pre-vote); the others
+		// wait their timeout as before.
 		h.guardLocked(g, func() { _ = g.rn.Campaign() })
 	}
 	if g.rejoin {
