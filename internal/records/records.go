@@ -390,7 +390,13 @@ func decode(b []byte, fn func(Record)) (int, error) {
 		}
 		body := decoder{b: d.b[:n]}
 		data = d.b[n:]
-		r, offDelta := body.record(h)
+		var r Record
+		var offDelta int32
+		if fn != nil {
+			r, offDelta = body.record(h)
+		} else {
+			offDelta = body.skipRecord() // only checked: nothing built
+		}
 		if body.err != nil {
 			return 0, fmt.Errorf("records: record %d: %v: %w", i, body.err, ErrCorrupt)
 		}
@@ -421,6 +427,13 @@ var errShort = errors.New("short buffer")
 func (d *decoder) varint() int64 {
 	if d.err != nil {
 		return 0
+	}
+	if len(d.b) > 0 && d.b[0] < 0x80 {
+		// One byte, the common case for lengths, deltas and counts of
+		// small records (zigzag, as binary.Varint).
+		u := uint64(d.b[0])
+		d.b = d.b[1:]
+		return int64(u>>1) ^ -int64(u&1)
 	}
 	v, n := binary.Varint(d.b)
 	if n <= 0 {
@@ -463,6 +476,55 @@ func (d *decoder) bytes() []byte {
 		v = []byte{}
 	}
 	return v
+}
+
+// skipBytes skips what bytes reads; null reports a null (-1) string.
+func (d *decoder) skipBytes() (null bool) {
+	n := d.varint()
+	if d.err != nil {
+		return false
+	}
+	if n == -1 {
+		return true
+	}
+	if n < -1 || n > int64(len(d.b)) {
+		d.err = fmt.Errorf("byte string of %d with %d left", n, len(d.b))
+		return false
+	}
+	d.b = d.b[n:]
+	return false
+}
+
+// skipRecord checks a record as record does, in the same order and with
+// the same errors, without building it (no headers slice, no strings):
+// what validating a produced batch needs.
+func (d *decoder) skipRecord() int32 {
+	d.int8()
+	d.varint()
+	offDelta := d.varint()
+	if offDelta < 0 || offDelta > 1<<31-1 {
+		if d.err == nil {
+			d.err = fmt.Errorf("offset delta %d", offDelta)
+		}
+		return 0
+	}
+	d.skipBytes()
+	d.skipBytes()
+	nh := d.varint()
+	if d.err != nil {
+		return 0
+	}
+	if nh < 0 || nh > int64(len(d.b))/2 {
+		d.err = fmt.Errorf("header count %d with %d bytes left", nh, len(d.b))
+		return 0
+	}
+	for range nh {
+		if d.skipBytes() && d.err == nil {
+			d.err = errors.New("null header key")
+		}
+		d.skipBytes()
+	}
+	return int32(offDelta)
 }
 
 func (d *decoder) record(h Header) (Record, int32) {

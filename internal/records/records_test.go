@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"testing"
 
@@ -387,5 +388,68 @@ func TestValidatedSetters(t *testing.T) {
 	b[len(b)-1] ^= 1
 	if _, err := Check(b, 0); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("bad CRC: %v", err)
+	}
+}
+
+// TestValidateRecordsAgreesWithDecode: the checking-only walk of
+// ValidateRecords accepts and refuses exactly what decoding every record
+// (Records) does, with the same error, over batches of records with and
+// without keys, values and headers, one byte of their records changed at
+// a time (varints of one and of several bytes among them).
+func TestValidateRecordsAgreesWithDecode(t *testing.T) {
+	recs := sampleRecords(5)
+	recs[3].Value = bytes.Repeat([]byte("w"), 300) // a two-byte length
+	recs[4].Headers = []kmsg.Header{{Key: "", Value: nil}, {Key: "k", Value: bytes.Repeat([]byte("h"), 200)}}
+	good, err := Build(Batch{}, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i := HeaderSize; i < len(good); i++ {
+		for _, v := range []byte{0x00, 0x01, 0x7f, 0x80, 0xfe, 0xff, good[i] + 1, good[i] - 1} {
+			b := append([]byte(nil), good...)
+			b[i] = v
+			_, errDecode := Records(b)
+			errCheck := ValidateRecords(b)
+			if (errDecode == nil) != (errCheck == nil) || errDecode != nil && errDecode.Error() != errCheck.Error() {
+				t.Fatalf("byte %d = %#x: decoding says %v, checking says %v", i, v, errDecode, errCheck)
+			}
+			if errCheck != nil {
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no change was refused")
+	}
+	if err := ValidateRecords(good); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkValidateRecords: decoding every record of a produced batch to
+// check it (what Append does after the CRC), for records of 100 B and 1 KiB
+// without headers, as kload produces them.
+//
+//	go test ./internal/records -run '^$' -bench ValidateRecords -count 6
+func BenchmarkValidateRecords(b *testing.B) {
+	for _, size := range []int{100, 1024} {
+		b.Run(fmt.Sprintf("record=%dB", size), func(b *testing.B) {
+			recs := make([]Record, (1<<20)/size)
+			for i := range recs {
+				recs[i] = Record{Timestamp: 1_700_000_000_000, Value: bytes.Repeat([]byte("v"), size)}
+			}
+			bt, err := Build(Batch{}, recs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(bt)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := ValidateRecords(bt); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

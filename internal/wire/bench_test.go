@@ -45,9 +45,10 @@ func (produceHandler) Handle(_ context.Context, r *Request) Reply {
 // BenchmarkReadFrame: produce frames of a given size over loopback into a
 // server whose handler only looks at them: the cost of reading, decoding
 // and answering a frame, and the garbage it leaves (B/op, allocs/op count
-// both ends). -benchmem is implied.
+// both ends). -benchmem is implied. The client keeps at most 5 requests in
+// flight, as a Kafka producer with idempotence does.
 func BenchmarkReadFrame(b *testing.B) {
-	for _, size := range []int{16 << 10, 256 << 10, 1 << 20} {
+	for _, size := range []int{16 << 10, 256 << 10, 1 << 20, 3 << 20} {
 		b.Run(fmt.Sprintf("frame=%dKiB", size>>10), func(b *testing.B) {
 			benchReadFrame(b, size)
 		})
@@ -80,6 +81,9 @@ func benchReadFrame(b *testing.B, size int) {
 	f := frame(req, 7, 1)
 	b.SetBytes(int64(len(f)))
 	b.ResetTimer()
+	// At most 5 requests in flight, as a Kafka producer with idempotence
+	// has (max.in.flight.requests.per.connection).
+	inflight := make(chan struct{}, 5)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // responses
@@ -99,9 +103,11 @@ func benchReadFrame(b *testing.B, size int) {
 				b.Error(err)
 				return
 			}
+			<-inflight
 		}
 	}()
 	for i := 0; i < b.N; i++ {
+		inflight <- struct{}{}
 		if _, err := c.Write(f); err != nil {
 			b.Fatal(err)
 		}

@@ -26,6 +26,7 @@ const (
 var (
 	framePool   [maxFrameClass + 1]chan []byte
 	pooledBytes atomic.Int64
+	framesGrown atomic.Int64 // frame buffers replaced by a larger one while reading (tests)
 )
 
 func init() {
@@ -56,6 +57,22 @@ func getFrame(n int) []byte {
 		return b[:0]
 	default:
 		return make([]byte, 0, 1<<c)
+	}
+}
+
+// pooledFrame returns a free pooled buffer of capacity at least n, only if
+// the pool has one of n's class (it allocates nothing).
+func pooledFrame(n int) ([]byte, bool) {
+	c, ok := frameClass(n)
+	if !ok {
+		return nil, false
+	}
+	select {
+	case b := <-framePool[c]:
+		pooledBytes.Add(-int64(cap(b)))
+		return b[:0], true
+	default:
+		return nil, false
 	}
 }
 

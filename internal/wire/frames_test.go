@@ -100,3 +100,63 @@ func TestKeptFrameIsNotReused(t *testing.T) {
 		t.Fatal("recycled frames never reached the pool")
 	}
 }
+
+// checkHandler answers a produce after checking that its records are one
+// byte repeated (the frame's buffer held nothing of an earlier request),
+// and recycles every frame.
+type checkHandler struct{ bad chan string }
+
+func (checkHandler) Versions(_ *Listener, key int16) (int16, int16, bool) {
+	return produceHandler{}.Versions(nil, key)
+}
+
+func (h checkHandler) Handle(_ context.Context, r *Request) Reply {
+	req := r.Body.(*kmsg.ProduceRequest)
+	recs := req.Topics[0].Partitions[0].Records
+	if len(recs) == 0 || !bytes.Equal(recs, bytes.Repeat(recs[:1], len(recs))) {
+		select {
+		case h.bad <- "records of a frame are not what the client sent":
+		default:
+		}
+	}
+	r.RecycleFrame()
+	return Respond(req.ResponseKind())
+}
+
+// TestLargeFrameFromPool: a frame larger than frameUpfront reads straight
+// into a free pooled buffer of its size once there is one (no growing and
+// copying), and gets exactly its own bytes.
+func TestLargeFrameFromPool(t *testing.T) {
+	h := checkHandler{bad: make(chan string, 1)}
+	s := NewServer(h, Limits{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c := dial(t, serve(t, s))
+	defer c.Close()
+	send := func(fill byte, n int) {
+		req := kmsg.NewPtrProduceRequest()
+		req.Acks = -1
+		tp := kmsg.NewProduceRequestTopic()
+		tp.Topic = "t"
+		p := kmsg.NewProduceRequestTopicPartition()
+		p.Records = bytes.Repeat([]byte{fill}, n)
+		tp.Partitions = append(tp.Partitions, p)
+		req.Topics = append(req.Topics, tp)
+		if _, err := c.Write(frame(req, 7, 1)); err != nil {
+			t.Fatal(err)
+		}
+		readFrame(t, c)
+	}
+	send('a', 3<<20) // grows (or finds a pooled buffer another test left)
+	grown := framesGrown.Load()
+	for i := range 6 {
+		send(byte('b'+i), 3<<20-i*1000)
+	}
+	if g := framesGrown.Load() - grown; g != 0 {
+		t.Fatalf("frames of 3 MiB grew their buffer %d times with a pooled one free", g)
+	}
+	send('x', 200<<10) // smaller frames still work after large ones
+	select {
+	case msg := <-h.bad:
+		t.Fatal(msg)
+	default:
+	}
+}
