@@ -144,8 +144,9 @@ type GroupConfig struct {
 	// held: it must not block or call the Host.
 	OnLeadership func(group uint64, l Leadership)
 	// AckOnQuorum: WaitCommitted returns as soon as Raft's commit index
-	// passes the proposal - when the leader steps the MsgAppResp that
-	// makes a quorum, or at the Advance after its own fsync - instead of
+	// passes the proposal (and the leader's store holds it) - when the
+	// leader steps the MsgAppResp that makes a quorum, or its own after
+	// its store round's fsync - instead of
 	// when the next Ready delivers the entry (which waits for the
 	// leader's fsync in progress, a whole fsync for a quorum of
 	// followers). For a group whose waiters need nothing of OnCommit (a
