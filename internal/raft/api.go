@@ -67,8 +67,8 @@ func (h *Host) ProposeValidated(ctx context.Context, groupID uint64, v *records.
 
 // preWriteLocked writes a batch the leader just proposed to its log at
 // once, on the proposer's goroutine, and reports whether it did. The Ready
-// loop then only records it (store.appendEntry): the write no longer waits
-// for the previous cycle's fsync and Advance, but runs while the fsync
+// loop then only records it (store.appendEntry): the write does not wait
+// for a Ready, but runs while the fsync in progress
 // does, as a single node's append did before every partition was a Raft
 // group; the group commit that follows covers it as before, and the batch
 // counts as Raft's only once a Ready has stored it.
@@ -532,8 +532,8 @@ func (g *group) leadershipLocked() Leadership {
 }
 
 // publishLocked gives OnLeadership the group's Leadership if it changed.
-// Called wherever what it is made of may change: the Ready loop's Advance
-// and apply (role, readyTerm, commit), a failure, a reset, a tick, a
+// Called wherever what it is made of may change: the Ready loop's store
+// rounds and apply (role, readyTerm, commit), a failure, a reset, a tick, a
 // campaign or a transfer. A change that Raft makes while stepping a
 // message shows at the next cycle, which that change always causes (a new
 // role is a Ready): until then the hot path may act on the previous

@@ -280,10 +280,13 @@ func (g *group) ackIndexLocked() uint64 { return max(g.commitIndex, g.quorumInde
 // noteQuorumLocked wakes an AckOnQuorum group's commit waiters as soon as
 // Raft's commit index moved on this leader (a quorum holds the entries,
 // each fsynced: followers answer MsgApp after their fsync, and the
-// leader's own copy counts from the Advance after its fsync). The entries
-// are in the store already: a leader records an entry before it sends it.
+// leader's own copy counts from the response of its store round). Only up
+// to what the store holds: with async storage writes a quorum of followers
+// can commit an entry before the leader's own store round has recorded it,
+// and until then its proposer's batch (localBatch) is still read - a
+// waiter that returned would let the caller reuse those bytes.
 // commitIndex, OnCommit and the journal's applied index still move only
-// when the Ready loop delivers the entries.
+// when the Ready loop applies the entries.
 func (g *group) noteQuorumLocked() {
 	if !g.cfg.AckOnQuorum || g.failed != nil {
 		return
@@ -292,7 +295,8 @@ func (g *group) noteQuorumLocked() {
 	if bs.RaftState != raft.StateLeader {
 		return
 	}
-	if c := bs.GetCommit(); c > max(g.quorumIndex, g.commitIndex) {
+	last, _ := g.st.LastIndex()
+	if c := min(bs.GetCommit(), last); c > max(g.quorumIndex, g.commitIndex) {
 		g.quorumIndex = c
 		close(g.commitCh)
 		g.commitCh = make(chan struct{})

@@ -145,8 +145,9 @@ type GroupConfig struct {
 	// held: it must not block or call the Host.
 	OnLeadership func(group uint64, l Leadership)
 	// AckOnQuorum: WaitCommitted returns as soon as Raft's commit index
-	// passes the proposal - when the leader steps the MsgAppResp that
-	// makes a quorum, or at the Advance after its own fsync - instead of
+	// passes the proposal (and the leader's store holds it) - when the
+	// leader steps the MsgAppResp that makes a quorum, or its own after
+	// its store round's fsync - instead of
 	// when the next Ready delivers the entry (which waits for the
 	// leader's fsync in progress, a whole fsync for a quorum of
 	// followers). For a group whose waiters need nothing of OnCommit (a
@@ -208,6 +209,14 @@ type Host struct {
 	dirty   map[*group]struct{}
 	kick    chan struct{}
 
+	// The Ready loop's two stages (ready.go): one worker at a time takes
+	// Readys (readyMu), one stores the queued appends (appendMu).
+	readyMu  sync.Mutex
+	appendMu sync.Mutex
+	qMu      sync.Mutex
+	appendQ  []*appendItem
+	jflush   bool // the journal holds records written outside the store stage
+
 	done   chan struct{}
 	wg     sync.WaitGroup
 	closed sync.Once
@@ -220,6 +229,8 @@ type group struct {
 
 	mu          sync.Mutex
 	rn          *raft.RawNode
+	gen         uint64 // counts RawNodes: responses of an older one are not stepped
+	inflight    int    // its appends queued or in the store stage
 	readyTerm   uint64 // the term in which this node leads and its empty entry is stored
 	nextOffset  int64  // leader: offset of the next proposal, counting unstable entries
 	nextIndex   uint64 // leader: Raft index of the next proposal
@@ -299,8 +310,9 @@ func NewHost(cfg Config) (*Host, error) {
 	if cfg.stepped {
 		return h, nil
 	}
-	h.wg.Add(2)
+	h.wg.Add(3)
 	go h.tickLoop()
+	go h.readyLoop() // two workers: one stores while the other takes Readys
 	go h.readyLoop()
 	return h, nil
 }
@@ -497,12 +509,17 @@ func (h *Host) newRawNode(st *store, applied uint64) (*raft.RawNode, error) {
 		PreVote:                   true,
 		StepDownOnRemoval:         true,
 		Logger:                    h.rlog,
+		// The Ready loop's stages (ready.go): a leader's MsgApp leaves
+		// while its own append is being fsynced, and the next append's
+		// fsync starts as soon as the last one ends.
+		AsyncStorageWrites: true,
 	})
 }
 
 // resetLocked recreates the group's RawNode from what is stored: the node
 // becomes a follower in its persisted term, with fresh progress for every
-// peer. Only between cycles (no Ready outstanding); unstable proposals are
+// peer. Only with none of its appends queued or being stored (inflight);
+// unstable proposals are
 // dropped (their waiters see ErrProposalLost or time out).
 func (h *Host) resetLocked(g *group) {
 	g.reset = false
@@ -513,6 +530,7 @@ func (h *Host) resetLocked(g *group) {
 	}
 	g.rn, g.readyTerm = rn, 0
 	g.changes.Add(1)
+	g.gen++
 	g.publishLocked()
 	// The fresh RawNode is a follower that must tick to elect a leader;
 	// left quiesced (a reset leader of an idle group usually is), it never
@@ -547,6 +565,13 @@ func (h *Host) RetryGroup(id uint64) error {
 	if err := g.cfg.Log.Failed(); err != nil {
 		return fmt.Errorf("raft: group %d: its log failed (%w): the replica must be reopened", id, err)
 	}
+	// Not while a Ready taken before it failed may still be written to its
+	// log, or a store round fsync it: the store is rebuilt from the log.
+	// (Lock order: readyMu, appendMu, the group's.)
+	h.readyMu.Lock()
+	defer h.readyMu.Unlock()
+	h.appendMu.Lock()
+	defer h.appendMu.Unlock()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.failed == nil || g.removed {
@@ -576,6 +601,7 @@ func (h *Host) RetryGroup(id uint64) error {
 	end, _ := g.st.endOf(applied)
 	g.rn, g.readyTerm, g.failed = rn, 0, nil
 	g.changes.Add(1)
+	g.gen++
 	g.commitIndex, g.commitEnd = applied, end
 	g.publishLocked()
 	g.unquiesceLocked()

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime/debug"
-	"slices"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -17,8 +16,29 @@ import (
 	"holdfast/internal/storage"
 )
 
-// readyLoop runs cycles: collect Ready from every group with work, persist
-// all of it, one group-commit round, then send, apply and advance.
+// The Ready loop runs etcd raft with AsyncStorageWrites, in two stages:
+//
+//   - Taking Readys (takeReadys, one worker at a time: readyMu): each
+//     group's messages to its peers leave at once - a leader's MsgApp no
+//     longer waits for its own fsync in progress -; its appends
+//     (MsgStorageAppend: entries, HardState, snapshot) are written, not
+//     fsynced, in Raft's order, and queued; its committed entries are
+//     applied (MsgStorageApply: in async mode Raft hands out only entries
+//     this node has stored, so they are in the log).
+//   - The store round (storeQueued, one worker at a time: appendMu): one
+//     group-commit fsync (the journal and each log written by a queued
+//     append), then the responses Raft attached to each queued append
+//     are delivered: to this node stepped (its own MsgAppResp, which is
+//     how a leader's copy counts towards the quorum; MsgStorageAppendResp),
+//     to peers sent (a follower's MsgAppResp, votes). Nothing that depends
+//     on an append leaves before it is durable.
+//
+// Two workers share the stages: a worker that finds the store stage free
+// runs it itself after taking Readys (no hand-off: an idle single node
+// acknowledges as fast as a loop doing both), and while it waits for the
+// fsync the other worker takes the next Readys, sends, writes and applies;
+// what the fsync in progress does not cover waits in the queue for the
+// next round, which starts as soon as the last one ends.
 func (h *Host) readyLoop() {
 	defer h.wg.Done()
 	for {
@@ -27,83 +47,119 @@ func (h *Host) readyLoop() {
 			return
 		case <-h.kick:
 		}
-		h.runReady()
+		h.takeReadys()
+		h.storeQueued()
 	}
 }
 
-type readyItem struct {
+// appendItem is one group's MsgStorageAppend: written by takeReadys,
+// queued for the store round.
+type appendItem struct {
 	g         *group
-	rd        raft.Ready
+	gen       uint64 // the group's RawNode generation when it was taken
+	m         *pb.Message
+	rd        raft.Ready // the append as a Ready: Entries, HardState, Snapshot
 	err       error
 	emptyTerm uint64 // the term of the last empty (new leader) entry stored
-	sync      bool
-	side      bool // journaled side entries or a truncation: fsync the journal before the log
-	rejoin    bool
-	leader    bool          // leader when the Ready was taken
-	prevHS    *pb.HardState // persisted before this Ready
+	sync      bool   // its log must be fsynced
+	side      bool   // journaled side entries or a truncation: fsync the journal before the log
 }
 
-// sendEarly sends a leader's appends and heartbeats before its own fsync
-// (Raft thesis §10.2.1): followers write and fsync in parallel with the
-// leader, and the leader's own vote for its entries still only counts after
-// its fsync (RawNode steps it at Advance), so "committed" still means a
-// durable majority. Only when term and vote did not change in this Ready:
-// those must be durable before anything that depends on them leaves.
-func (h *Host) sendEarly(it *readyItem) {
-	if len(it.rd.Messages) == 0 {
+// takeReadys takes the Ready of every dirty group: sends, writes and
+// queues its append, applies.
+func (h *Host) takeReadys() {
+	h.readyMu.Lock()
+	defer h.readyMu.Unlock()
+	gs := h.takeDirty()
+	if len(gs) == 0 {
 		return
 	}
-	if !it.leader {
-		if h.cfg.ackBeforeFsync { // the planted bug (Config)
-			it.rd.Messages = slices.DeleteFunc(it.rd.Messages, func(m *pb.Message) bool {
-				if m.GetType() != pb.MessageType_MsgAppResp {
-					return false
-				}
-				h.tr.send(it.g.id, m)
-				return true
-			})
-		}
-		return
+	type taken struct {
+		g      *group
+		gen    uint64
+		rd     raft.Ready
+		rejoin bool
 	}
-	if hs := it.rd.HardState; !raft.IsEmptyHardState(hs) &&
-		(it.prevHS == nil || hs.GetTerm() != it.prevHS.GetTerm() || hs.GetVote() != it.prevHS.GetVote()) {
-		return
-	}
-	late := it.rd.Messages[:0:0]
-	for _, m := range it.rd.Messages {
-		switch m.GetType() {
-		case pb.MessageType_MsgApp, pb.MessageType_MsgHeartbeat, pb.MessageType_MsgSnap:
-			h.tr.send(it.g.id, m)
-		default:
-			late = append(late, m)
-		}
-	}
-	it.rd.Messages = late
-}
-
-func (h *Host) cycle(gs []*group) {
-	items := make([]*readyItem, 0, len(gs))
+	var ts []taken
 	for _, g := range gs {
 		g.mu.Lock()
-		if g.reset {
+		if g.reset && g.inflight == 0 {
+			// Not with appends of the old RawNode queued: their responses
+			// would be stepped into the new one.
 			h.resetLocked(g)
 		}
 		if !g.removed {
 			h.guardLocked(g, func() {
 				if g.rn.HasReady() {
-					it := &readyItem{g: g, rd: g.rn.Ready(), rejoin: g.rejoin}
-					it.leader = g.rn.BasicStatus().RaftState == raft.StateLeader
-					g.st.mu.RLock()
-					it.prevHS = g.st.hs
-					g.st.mu.RUnlock()
-					items = append(items, it)
+					t := taken{g: g, gen: g.gen, rd: g.rn.Ready(), rejoin: g.rejoin}
+					for _, m := range t.rd.Messages {
+						if m.GetTo() == raft.LocalAppendThread {
+							g.inflight++
+						}
+					}
+					ts = append(ts, t)
 				}
 			})
 		}
 		g.mu.Unlock()
 	}
-	if len(items) == 0 {
-		return
+	var items []*appendItem
+	for _, t := range ts {
+		var tag []byte
+		for _, m := range t.rd.Messages {
+			switch m.GetTo() {
+			case raft.LocalAppendThread:
+				it := &appendItem{g: t.g, gen: t.gen, m: m, rd: raft.Ready{Entries: m.Entries}}
+				if m.Term != nil { // a HardState (rawnode.go: newStorageAppendMsg)
+					it.rd.HardState = &pb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
+				}
+				if m.Snapshot != nil {
+					it.rd.Snapshot = m.Snapshot
+				}
+				items = append(items, it)
+			case raft.LocalApplyThread:
+			default:
+				if t.rejoin && m.GetType() == pb.MessageType_MsgHeartbeatResp {
+					if tag == nil {
+						last, _ := t.g.st.LastIndex()
+						tag = binary.BigEndian.AppendUint64(bytes.Clone(rejoinCtx), last)
+					}
+					m.Context = tag
+				}
+				h.tr.send(t.g.id, m)
+			}
+		}
+	}
+	if len(items) > 0 {
+		h.write(items)
+	}
+	for _, t := range ts {
+		for _, m := range t.rd.Messages {
+			if m.GetTo() == raft.LocalApplyThread {
+				h.applyMsg(t.g, t.gen, m)
+			}
+		}
+	}
+}
+
+// write writes the appends of one takeReadys (one per group) and queues
+// them for the store round.
+func (h *Host) write(items []*appendItem) {
+	// A snapshot install or a truncation replaces what a store round in
+	// progress may be fsyncing: it waits for the round (rare: a follower
+	// whose log diverged, or far behind).
+	wait := false
+	for _, it := range items {
+		if !raft.IsEmptySnap(it.rd.Snapshot) {
+			wait = true
+		} else if len(it.rd.Entries) > 0 {
+			if last, _ := it.g.st.LastIndex(); it.rd.Entries[0].GetIndex() <= last {
+				wait = true
+			}
+		}
+	}
+	if wait {
+		h.appendMu.Lock()
 	}
 	// Side entries and truncations reach the journal, fsynced, before any
 	// data entry after them reaches a log (store.go): one fsync for all.
@@ -121,33 +177,107 @@ func (h *Host) cycle(gs []*group) {
 			}
 		}
 	}
+	if wait {
+		h.appendMu.Unlock()
+	}
+	var queue []*appendItem
 	for _, it := range items {
 		if it.err == nil {
 			it.err = h.persist(it)
 		}
-		if it.err == nil {
-			h.sendEarly(it)
+		if it.err != nil {
+			h.failGroup(it.g, it.err)
+			h.doneItem(it.g)
+			continue
+		}
+		queue = append(queue, it)
+	}
+	h.qMu.Lock()
+	h.appendQ = append(h.appendQ, queue...)
+	h.qMu.Unlock()
+}
+
+// applyMsg applies one MsgStorageApply and steps its response back.
+func (h *Host) applyMsg(g *group, gen uint64, m *pb.Message) {
+	g.mu.Lock()
+	ok := g.failed == nil && !g.removed && g.gen == gen
+	g.mu.Unlock()
+	if !ok {
+		return
+	}
+	journaled := h.apply(g, m.Entries)
+	g.mu.Lock()
+	ready := false
+	if g.failed == nil && !g.removed && g.gen == gen {
+		h.guardLocked(g, func() {
+			for _, r := range m.Responses {
+				_ = g.rn.Step(r)
+			}
+			ready = g.rn.HasReady()
+		})
+		g.publishLocked()
+	}
+	g.mu.Unlock()
+	if journaled {
+		h.qMu.Lock()
+		h.jflush = true // a conf state or a rejoin's end, for the next store round
+		h.qMu.Unlock()
+	}
+	if ready {
+		h.markDirty(g)
+	}
+}
+
+// storeQueued runs the store round for what is queued, unless another
+// worker runs it already (it takes what was queued meanwhile when its
+// round ends).
+func (h *Host) storeQueued() {
+	for {
+		if !h.appendMu.TryLock() {
+			return
+		}
+		h.qMu.Lock()
+		items, jflush := h.appendQ, h.jflush
+		h.appendQ, h.jflush = nil, false
+		h.qMu.Unlock()
+		if len(items) > 0 || jflush {
+			h.storeItems(items)
+		}
+		h.appendMu.Unlock()
+		// Queued while this round held appendMu: the worker that queued
+		// it found the stage taken and left it to this one.
+		h.qMu.Lock()
+		more := len(h.appendQ) > 0 || h.jflush
+		h.qMu.Unlock()
+		if !more {
+			return
 		}
 	}
-	// Committed entries are applied before this Ready's own entries are
-	// fsynced, as etcd's server does: committed means stored on a quorum
-	// (a sole voter's, and a leader's, own copies were fsynced in an
-	// earlier cycle: their commit index moves only at Advance). Waiting
-	// would hold every acknowledgement for the next batch's fsync.
-	for _, it := range items {
-		if it.err == nil {
-			h.apply(it)
+}
+
+// storeItems is one store round: the group-commit fsync of what items
+// wrote, then their responses.
+func (h *Host) storeItems(items []*appendItem) {
+	if h.cfg.ackBeforeFsync { // the planted bug (Config)
+		for _, it := range items {
+			it.m.Responses = deleteFunc(it.m.Responses, func(r *pb.Message) bool {
+				if r.GetType() != pb.MessageType_MsgAppResp || r.GetTo() == h.cfg.ID {
+					return false
+				}
+				h.tr.send(it.g.id, r)
+				return true
+			})
 		}
 	}
-	// One group-commit round: every log that took entries and the journal.
-	// The fsyncs run here, on the Ready loop, which waits for them anyway:
-	// going through a goroutine per log and the Syncer's loop cost two
-	// hand-offs per cycle, which on a busy machine were a fifth of a single
-	// partition's ack latency. Logs sharing a Syncer get one of its cycles
-	// (syncfs for many logs on one device).
-	var syncs []*readyItem
+	// One group-commit round: the journal and every log that took entries
+	// (once each, however many of its group's appends are queued). Logs
+	// sharing a Syncer get one of its cycles (syncfs for many logs on one
+	// device).
+	var syncs []*appendItem
+	seen := map[*group]*appendItem{}
 	for _, it := range items {
-		if it.err == nil && it.sync {
+		if it.sync && seen[it.g] == nil {
+			seen[it.g] = it
 			syncs = append(syncs, it)
 		}
 	}
@@ -156,84 +286,114 @@ func (h *Host) cycle(gs []*group) {
 		h.syncLogs(syncs)
 	}
 	for _, it := range items {
-		if jerr != nil && it.err == nil {
-			it.err = jerr
+		err := jerr
+		if s := seen[it.g]; err == nil && s != nil {
+			err = s.err
 		}
-		if it.err != nil {
-			h.failGroup(it.g, it.err)
+		if err != nil {
+			h.failGroup(it.g, err)
+			h.doneItem(it.g)
 			continue
 		}
-		if len(it.rd.Entries) > 0 || !raft.IsEmptySnap(it.rd.Snapshot) {
-			g := it.g
-			g.mu.Lock()
-			close(g.storedCh)
-			g.storedCh = make(chan struct{})
-			g.mu.Unlock()
-		}
-		var tag []byte
-		if it.rejoin {
-			last, _ := it.g.st.LastIndex()
-			tag = binary.BigEndian.AppendUint64(bytes.Clone(rejoinCtx), last)
-		}
-		for _, m := range it.rd.Messages {
-			if tag != nil && m.GetType() == pb.MessageType_MsgHeartbeatResp {
-				m.Context = tag
-			}
-			h.tr.send(it.g.id, m)
-		}
+		h.delivered(it)
 	}
-	for _, it := range items {
-		if it.err != nil {
-			continue
-		}
-		g := it.g
-		g.mu.Lock()
-		if !h.guardLocked(g, func() { g.rn.Advance(it.rd) }) {
-			g.mu.Unlock()
-			continue
-		}
-		bs := g.rn.BasicStatus()
-		if bs.RaftState == raft.StateLeader {
-			if g.readyTerm != bs.GetTerm() && it.emptyTerm == bs.GetTerm() {
-				// Our empty entry of this term is stored and nothing was
-				// proposed since: the log end is where proposals start.
-				g.st.mu.RLock()
-				g.nextOffset, g.nextIndex = g.st.end, g.st.lastLocked()+1
-				g.termStart = g.st.lastLocked()
-				g.st.mu.RUnlock()
-				g.readyTerm = bs.GetTerm()
-				g.lastSide = 0
-			}
-			if last, _ := g.st.LastIndex(); g.readyTerm == bs.GetTerm() && last >= g.nextIndex {
-				// Proposals are matched to their entries by index: an entry
-				// nobody proposed would acknowledge the wrong one.
-				h.failLocked(g, fmt.Errorf("raft: leader stored entry %d, beyond the next proposal's index %d", last, g.nextIndex))
-				g.mu.Unlock()
-				continue
-			}
-		} else {
-			g.readyTerm = 0
-			// What it proposed and has not stored yet is checked in
-			// full if it comes, and may not come.
-			g.dropLocalLocked(len(g.local))
-		}
-		g.noteQuorumLocked() // a sole voter's (or the deciding) own fsync
-		g.publishLocked()
-		if bs.Lead != g.lastLeader {
-			g.lastLeader = bs.Lead
-			h.log.Debug("raft: leader changed", "group", g.id, "leader", bs.Lead, "term", bs.GetTerm())
-		}
-		ready := false
-		h.guardLocked(g, func() { ready = g.rn.HasReady() })
+}
+
+// doneItem counts an append out of the store stage.
+func (h *Host) doneItem(g *group) {
+	g.mu.Lock()
+	g.inflight--
+	reset := g.reset && g.inflight == 0
+	g.mu.Unlock()
+	if reset {
+		h.markDirty(g)
+	}
+}
+
+// delivered: it is durable; its responses go where they belong.
+func (h *Host) delivered(it *appendItem) {
+	g := it.g
+	var out []*pb.Message
+	g.mu.Lock()
+	g.inflight--
+	if len(it.rd.Entries) > 0 || !raft.IsEmptySnap(it.rd.Snapshot) {
+		close(g.storedCh)
+		g.storedCh = make(chan struct{})
+	}
+	if g.gen != it.gen || g.failed != nil || g.removed {
+		ready := g.reset && g.inflight == 0
 		g.mu.Unlock()
 		if ready {
 			h.markDirty(g)
 		}
+		return
+	}
+	if !h.guardLocked(g, func() {
+		for _, r := range it.m.Responses {
+			if r.GetTo() == h.cfg.ID {
+				_ = g.rn.Step(r)
+			} else {
+				out = append(out, r)
+			}
+		}
+	}) {
+		g.mu.Unlock()
+		return
+	}
+	bs := g.rn.BasicStatus()
+	if bs.RaftState == raft.StateLeader {
+		if g.readyTerm != bs.GetTerm() && it.emptyTerm == bs.GetTerm() {
+			// Our empty entry of this term is stored and nothing was
+			// proposed since: the log end is where proposals start.
+			g.st.mu.RLock()
+			g.nextOffset, g.nextIndex = g.st.end, g.st.lastLocked()+1
+			g.termStart = g.st.lastLocked()
+			g.st.mu.RUnlock()
+			g.readyTerm = bs.GetTerm()
+			g.lastSide = 0
+		}
+		if last, _ := g.st.LastIndex(); g.readyTerm == bs.GetTerm() && last >= g.nextIndex {
+			// Proposals are matched to their entries by index: an entry
+			// nobody proposed would acknowledge the wrong one.
+			h.failLocked(g, fmt.Errorf("raft: leader stored entry %d, beyond the next proposal's index %d", last, g.nextIndex))
+			g.mu.Unlock()
+			return
+		}
+	} else {
+		g.readyTerm = 0
+		// What it proposed and has not stored yet is checked in
+		// full if it comes, and may not come.
+		g.dropLocalLocked(len(g.local))
+	}
+	g.noteQuorumLocked() // a sole voter's (or the deciding) own fsync
+	g.publishLocked()
+	if bs.Lead != g.lastLeader {
+		g.lastLeader = bs.Lead
+		h.log.Debug("raft: leader changed", "group", g.id, "leader", bs.Lead, "term", bs.GetTerm())
+	}
+	ready := g.reset && g.inflight == 0
+	h.guardLocked(g, func() { ready = ready || g.rn.HasReady() })
+	g.mu.Unlock()
+	for _, m := range out {
+		h.tr.send(g.id, m)
+	}
+	if ready {
+		h.markDirty(g)
 	}
 }
 
+func deleteFunc(s []*pb.Message, del func(*pb.Message) bool) []*pb.Message {
+	out := s[:0:0]
+	for _, m := range s {
+		if !del(m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // syncLogs fsyncs the logs of items, setting each one's err.
-func (h *Host) syncLogs(items []*readyItem) {
+func (h *Host) syncLogs(items []*appendItem) {
 	if len(items) == 1 || h.cfg.stepped {
 		// A stepped host (the simulation) fsyncs one log after another,
 		// in its sorted order, so that its runs repeat.
@@ -242,7 +402,7 @@ func (h *Host) syncLogs(items []*readyItem) {
 		}
 		return
 	}
-	bySyncer := map[*storage.Syncer][]*readyItem{}
+	bySyncer := map[*storage.Syncer][]*appendItem{}
 	for _, it := range items {
 		s := it.g.st.log.Syncer()
 		bySyncer[s] = append(bySyncer[s], it)
@@ -271,7 +431,7 @@ func (h *Host) syncLogs(items []*readyItem) {
 // data entries are written: a snapshot install, the truncation of a
 // conflicting suffix (Log.Truncate syncs), and the journal records of the
 // side entries, each with the offset it will sit at.
-func (h *Host) persistSide(it *readyItem) error {
+func (h *Host) persistSide(it *appendItem) error {
 	g, rd := it.g, it.rd
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		md := rd.Snapshot.GetMetadata()
@@ -338,7 +498,7 @@ func (h *Host) persistSide(it *readyItem) error {
 }
 
 // persist stores one Ready's entries and hardstate (no fsync).
-func (h *Host) persist(it *readyItem) error {
+func (h *Host) persist(it *appendItem) error {
 	g, rd := it.g, it.rd
 	if len(rd.Entries) > 0 {
 		// The batches this node proposed were checked by its proposer;
@@ -384,18 +544,21 @@ func (h *Host) persist(it *readyItem) error {
 	return nil
 }
 
-// apply delivers committed entries and advances the commit offset.
-func (h *Host) apply(it *readyItem) {
-	g := it.g
-	n := len(it.rd.CommittedEntries)
+// apply delivers committed entries and advances the commit offset. In
+// async mode Raft hands out only entries this node has stored, so each is
+// in the store. journaled: it buffered journal records (a conf state, a
+// rejoin's end) that the next store round writes.
+func (h *Host) apply(g *group, ents []*pb.Entry) (journaled bool) {
+	n := len(ents)
 	if n == 0 {
-		return
+		return false
 	}
 	var out []Committed
-	for _, e := range it.rd.CommittedEntries {
+	for _, e := range ents {
 		switch e.GetType() {
 		case pb.EntryType_EntryConfChange, pb.EntryType_EntryConfChangeV2:
 			h.applyConfChange(g, e)
+			journaled = true
 		}
 		if g.cfg.OnCommit != nil {
 			base, _ := g.st.offsetOf(e.GetIndex())
@@ -410,11 +573,11 @@ func (h *Host) apply(it *readyItem) {
 			out = append(out, c)
 		}
 	}
-	last := it.rd.CommittedEntries[n-1].GetIndex()
+	last := ents[n-1].GetIndex()
 	end, ok := g.st.endOf(last)
 	if !ok {
 		h.log.Error("raft: committed entry not in the log", "group", g.id, "index", last)
-		return
+		return journaled
 	}
 	if g.cfg.OnCommit != nil {
 		g.cfg.OnCommit(g.id, out)
@@ -428,10 +591,12 @@ func (h *Host) apply(it *readyItem) {
 	}
 	if g.rejoin && g.rejoinTarget > 0 && g.commitIndex >= g.rejoinTarget {
 		g.rejoin = false
-		h.journal.putTrusted(g.id) // fsynced with the next cycle; lost, it just catches up again
+		h.journal.putTrusted(g.id) // fsynced with the next store round; lost, it just catches up again
 		h.log.Info("raft: replica caught up after losing its storage, voting again", "group", g.id, "index", g.commitIndex)
+		journaled = true
 	}
 	g.mu.Unlock()
+	return journaled
 }
 
 func (h *Host) applyConfChange(g *group, e *pb.Entry) {

@@ -72,15 +72,35 @@ func (h *Host) tickOnce() {
 	}
 }
 
-// runReady runs one Ready cycle over the groups with work, if any (one
-// turn of readyLoop), and reports whether there were any.
+// runReady takes the Readys of the groups with work, if any (the first
+// stage of readyLoop), and reports whether there were any.
 func (h *Host) runReady() bool {
-	gs := h.takeDirty()
-	if len(gs) == 0 {
+	h.dirtyMu.Lock()
+	n := len(h.dirty)
+	h.dirtyMu.Unlock()
+	if n == 0 {
 		return false
 	}
-	h.cycle(gs)
+	h.takeReadys()
 	return true
+}
+
+// runStore runs one store round over the queued appends, if any (the
+// second stage of readyLoop), and reports whether there were any.
+func (h *Host) runStore() bool {
+	if !h.storePending() {
+		return false
+	}
+	h.storeQueued()
+	return true
+}
+
+// storePending reports whether appends (or journal records) wait for a
+// store round.
+func (h *Host) storePending() bool {
+	h.qMu.Lock()
+	defer h.qMu.Unlock()
+	return len(h.appendQ) > 0 || h.jflush
 }
 
 // takeDirty returns the groups marked dirty since the last call (in id

@@ -374,15 +374,29 @@ func hasWork(h *Host) bool {
 	return len(h.dirty) > 0
 }
 
+// A host's two Ready stages (ready.go) are picked apart, so that messages
+// are delivered and Readys taken between an append and its store round:
+// a leader's followers acknowledge before its own fsync, a power cut
+// falls between the two.
+type simWork struct {
+	id    uint64
+	store bool
+}
+
 // drain delivers messages and runs Ready cycles, picked at random, until
 // neither is left for this tick.
 func (s *sim) drain() {
 	for range 100_000 {
 		cands := s.net.candidates()
-		var busy []uint64
+		var busy []simWork
 		for _, id := range s.c.ids {
-			if h := s.live(id); h != nil && hasWork(h) {
-				busy = append(busy, id)
+			if h := s.live(id); h != nil {
+				if hasWork(h) {
+					busy = append(busy, simWork{id, false})
+				}
+				if h.storePending() {
+					busy = append(busy, simWork{id, true})
+				}
 			}
 		}
 		if len(cands)+len(busy) == 0 {
@@ -393,8 +407,13 @@ func (s *sim) drain() {
 			s.net.deliverIndex(cands[k])
 			continue
 		}
-		id := busy[k-len(cands)]
-		s.c.nodes[id].host.runReady()
+		w := busy[k-len(cands)]
+		id := w.id
+		if w.store {
+			s.c.nodes[id].host.runStore()
+		} else {
+			s.c.nodes[id].host.runReady()
+		}
 		if s.c.nodes[id].fs.Down() {
 			s.note("node %d: power cut during its I/O", id)
 			s.kill(id)
