@@ -76,8 +76,15 @@ func runRdkafkaGroups(t *testing.T, brokers []string, logs func() string, rf int
 		}
 		seen := map[int]int{}
 		for i, m := range r.Members {
-			if len(m.Values) == 0 || m.MaxPartitions == 0 {
-				t.Errorf("%s: member %d (%s) held at most %d partitions and read %d records", tc.name, i, m.Protocol, m.MaxPartitions, len(m.Values))
+			// Every member must get partitions. Whether it also reads some
+			// depends on timing: a member whose partitions move back (its
+			// heartbeat late on a loaded machine) before its first fetch may
+			// read none while the others read them all - Kafka's contract is
+			// every record read, none twice, checked below.
+			if m.MaxPartitions == 0 {
+				t.Errorf("%s: member %d (%s) never held a partition (read %d records)", tc.name, i, m.Protocol, len(m.Values))
+			} else if len(m.Values) == 0 {
+				t.Logf("%s: member %d (%s) held up to %d partitions but read none (the others read them)", tc.name, i, m.Protocol, m.MaxPartitions)
 			}
 			for _, v := range m.Values {
 				seen[v]++

@@ -1053,6 +1053,18 @@ func TestCleanConcurrent(t *testing.T) {
 			written[info.BaseOffset] = rec{info.BaseOffset, key, val, 1}
 			mu.Unlock()
 		}
+		// The appends can all land before a cleaning pass finishes (each
+		// one they overlap aborts): keep the cleaner, readers and
+		// deletions going until a pass has swapped something in, bounded
+		// (the check below then fails).
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			mu.Lock()
+			n := swapped
+			mu.Unlock()
+			if n > 0 {
+				return
+			}
+		}
 	}()
 	for _, fn := range []func(rng *rand.Rand){
 		func(rng *rand.Rand) { // cleaner
