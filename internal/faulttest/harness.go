@@ -346,12 +346,7 @@ func (c *Cluster) Kill(i int) {
 	fmt.Fprintf(&n.logs, "=== faulttest: SIGKILL\n")
 	n.signal(syscall.SIGCONT) // a stopped process dies on SIGKILL too, but be explicit
 	n.signal(syscall.SIGKILL)
-	n.mu.Lock()
-	done := n.done
-	n.mu.Unlock()
-	if done != nil {
-		<-done
-	}
+	n.awaitExit()
 }
 
 // Stop sends SIGTERM to node i (a clean shutdown) and waits for it to
@@ -360,6 +355,12 @@ func (c *Cluster) Stop(i int) {
 	n := c.Node(i)
 	fmt.Fprintf(&n.logs, "=== faulttest: SIGTERM\n")
 	n.signal(syscall.SIGTERM)
+	n.awaitExit()
+}
+
+// awaitExit waits until the node's process has exited (at once if it is
+// not running).
+func (n *Node) awaitExit() {
 	n.mu.Lock()
 	done := n.done
 	n.mu.Unlock()
@@ -483,12 +484,7 @@ func (c *Cluster) cleanup() {
 	for _, n := range c.Nodes {
 		n.signal(syscall.SIGCONT)
 		n.signal(syscall.SIGKILL)
-		n.mu.Lock()
-		done := n.done
-		n.mu.Unlock()
-		if done != nil {
-			<-done
-		}
+		n.awaitExit()
 	}
 	if c.t.Failed() {
 		for _, n := range c.Nodes {

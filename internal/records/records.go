@@ -457,17 +457,24 @@ func (d *decoder) int8() int8 {
 	return v
 }
 
-// bytes reads a varint-length-prefixed byte string; -1 means null.
-func (d *decoder) bytes() []byte {
+// byteLen reads a byte string's varint length, -1 for null, checked
+// against what is left; -2 when d.err is set.
+func (d *decoder) byteLen() int64 {
 	n := d.varint()
 	if d.err != nil {
-		return nil
-	}
-	if n == -1 {
-		return nil
+		return -2
 	}
 	if n < -1 || n > int64(len(d.b)) {
 		d.err = fmt.Errorf("byte string of %d with %d left", n, len(d.b))
+		return -2
+	}
+	return n
+}
+
+// bytes reads a varint-length-prefixed byte string; -1 means null.
+func (d *decoder) bytes() []byte {
+	n := d.byteLen()
+	if n < 0 {
 		return nil
 	}
 	v := d.b[:n:n]
@@ -480,16 +487,9 @@ func (d *decoder) bytes() []byte {
 
 // skipBytes skips what bytes reads; null reports a null (-1) string.
 func (d *decoder) skipBytes() (null bool) {
-	n := d.varint()
-	if d.err != nil {
-		return false
-	}
-	if n == -1 {
-		return true
-	}
-	if n < -1 || n > int64(len(d.b)) {
-		d.err = fmt.Errorf("byte string of %d with %d left", n, len(d.b))
-		return false
+	n := d.byteLen()
+	if n < 0 {
+		return n == -1
 	}
 	d.b = d.b[n:]
 	return false

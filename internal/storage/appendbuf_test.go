@@ -314,18 +314,7 @@ func TestAppendQueue(t *testing.T) {
 					total += len(b)
 				}
 			}
-			check := func(l *Log) {
-				t.Helper()
-				got := readAll(t, l, 0)
-				if len(got) != len(want) {
-					t.Fatalf("%d batches, want %d", len(got), len(want))
-				}
-				for i := range want {
-					if !bytes.Equal(got[i], want[i]) {
-						t.Fatalf("batch %d differs", i)
-					}
-				}
-			}
+			check := func(l *Log) { t.Helper(); checkBatches(t, l, want) }
 			appendN(bufMax * (maxQueued + 1) / 2) // fills some buffers: queued, written behind
 			check(l)
 			// Cut inside the second buffer, append again.
@@ -464,18 +453,7 @@ func TestDirectIOOS(t *testing.T) {
 			}
 		}
 	}
-	check := func(l *Log) {
-		t.Helper()
-		got := readAll(t, l, 0)
-		if len(got) != len(want) {
-			t.Fatalf("%d batches, want %d", len(got), len(want))
-		}
-		for i := range want {
-			if !bytes.Equal(got[i], want[i]) {
-				t.Fatalf("batch %d differs", i)
-			}
-		}
-	}
+	check := func(l *Log) { t.Helper(); checkBatches(t, l, want) }
 	check(l)
 	if f, err := os.OpenFile(filepath.Join(dir, "probe"), os.O_CREATE|os.O_WRONLY|syscall.O_DIRECT, 0o644); err != nil {
 		t.Logf("this filesystem refuses O_DIRECT (%v): the page cache path was tested", err)
@@ -495,4 +473,18 @@ func TestDirectIOOS(t *testing.T) {
 	}
 	defer l.Close()
 	check(l)
+}
+
+// checkBatches fails t unless l holds exactly want, batch for batch.
+func checkBatches(t *testing.T, l *Log, want [][]byte) {
+	t.Helper()
+	got := readAll(t, l, 0)
+	if len(got) != len(want) {
+		t.Fatalf("%d batches, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("batch %d differs", i)
+		}
+	}
 }
