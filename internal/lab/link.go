@@ -23,7 +23,7 @@ type link struct {
 	conns map[*linkConn]struct{}
 
 	blackhole   atomic.Bool  // writes vanish
-	dropEvery   atomic.Int64 // lose every n-th Produce response; 0: none
+	dropEvery   atomic.Int64 // lose the 1st Produce response and every n-th after it; 0: none
 	responses   atomic.Int64 // Produce responses seen
 	dropped     atomic.Int64 // Produce responses lost
 	swallowed   atomic.Int64 // request bytes lost
@@ -126,7 +126,10 @@ func (c *linkConn) Read(p []byte) (int, error) {
 		c.pmu.Unlock()
 		if produce {
 			k := c.l.responses.Add(1)
-			if every := c.l.dropEvery.Load(); every > 0 && k%every == 0 {
+			if every := c.l.dropEvery.Load(); every > 0 && (k-1)%every == 0 {
+				// From the first on: a producer that packed everything
+				// into three requests (it waited for a leader) still
+				// loses one answer.
 				c.l.dropped.Add(1)
 				c.Conn.Close()
 				return 0, errResponseLost

@@ -193,11 +193,12 @@ func acks1Failover(ctx context.Context, e *env) []Row {
 }
 
 // lostAck: the connection between producer and broker breaks right after
-// the broker appended a batch, before its answer arrived (every fourth
-// Produce response is lost). The producer cannot tell a lost request from
-// a lost answer and sends the batch again. Without idempotence the broker
-// appends it twice; an idempotent producer's retry carries the same
-// producer id and sequence, and the broker answers with the first append.
+// the broker appended a batch, before its answer arrived (the first
+// Produce response and every fourth after it are lost). The producer
+// cannot tell a lost request from a lost answer and sends the batch
+// again. Without idempotence the broker appends it twice; an idempotent
+// producer's retry carries the same producer id and sequence, and the
+// broker answers with the first append.
 func lostAck(ctx context.Context, e *env) []Row {
 	rows := []Row{
 		{Setting: "acks=all, not idempotent", Expect: ExpectDuplicates,
@@ -218,7 +219,7 @@ func lostAck(ctx context.Context, e *env) []Row {
 			ln := newLink()
 			if !e.cfg.noFault {
 				ln.dropEvery.Store(4)
-				r.mark("every 4th produce response lost with its connection, from the start", true)
+				r.mark("the 1st produce response and every 4th after it lost with its connection", true)
 			}
 			cl, err := producer(c, topic, "all", idem, ln.dialer())
 			if err != nil {
