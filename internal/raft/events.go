@@ -59,6 +59,17 @@ func (h *Host) tickGroup(g *group, electionTimeout time.Duration) {
 			h.guardLocked(g, func() { g.rn.Tick() })
 		}
 	}
+	if g.eagerTicks > 0 {
+		g.eagerTicks--
+		bs := g.rn.BasicStatus()
+		switch {
+		case bs.Lead != 0 || bs.RaftState == raft.StateLeader || bs.RaftState == raft.StateCandidate:
+			g.eagerTicks = 0 // elected, or the pre-vote won: nothing to repeat
+		case bs.RaftState == raft.StatePreCandidate && g.eagerTicks%2 == 0:
+			// Pre-votes change no term: asking again disturbs nobody.
+			h.guardLocked(g, func() { _ = g.rn.Campaign() })
+		}
+	}
 	ready := false
 	h.guardLocked(g, func() { ready = g.rn.HasReady() })
 	g.publishLocked() // a leader transfer that timed out

@@ -266,6 +266,12 @@ type group struct {
 	rejoinTarget uint64
 	reset        bool // leader: recreate the RawNode (fresh progress for every peer)
 	idleTicks    int
+	// eagerTicks: a new group's first replica campaigned at once, but a
+	// peer that had not created the group yet dropped its pre-vote (no
+	// state to answer from). For this many ticks it asks again every
+	// other tick while still a pre-candidate, instead of waiting a whole
+	// election timeout (a new topic sometimes had no leader for 1.3 s).
+	eagerTicks int
 
 	// local: the batches this node proposed and Raft has not handed to
 	// the Ready loop yet, in index order (api.go).
@@ -445,6 +451,7 @@ func (h *Host) openGroup(gc GroupConfig) (*group, error) {
 		// waited that long). Safe as any campaign (pre-vote); the others
 		// wait their timeout as before.
 		h.guardLocked(g, func() { _ = g.rn.Campaign() })
+		g.eagerTicks = h.cfg.ElectionTicks
 	}
 	if g.rejoin {
 		h.log.Info("raft: replica opens without a vote until it has caught up (new data directory)", "group", gc.ID)

@@ -26,7 +26,7 @@ type State struct {
 // State describes partition i of t. A leader knows its followers'
 // progress: the in-sync set is the voters replicating now. A follower
 // reports the unfenced replicas; a node without a replica the first
-// unfenced one as leader.
+// unfenced one as leader; a replica not open here yet, no leader.
 func (m *Manager) State(t controller.Topic, i int32) State {
 	s := State{Leader: -1, LeaderEpoch: -1, Replicas: []int32{}, ISR: []int32{}, Offline: []int32{}}
 	if int(i) < len(t.Replicas) {
@@ -40,7 +40,12 @@ func (m *Manager) State(t controller.Topic, i int32) State {
 	live := slices.DeleteFunc(slices.Clone(s.Replicas), m.meta.Fenced)
 	p := m.Get(t.Name, i)
 	if p == nil {
-		if len(live) == 0 {
+		if len(live) == 0 || slices.Contains(s.Replicas, m.cfg.NodeID) {
+			// No live replica, or ours is not open yet (the topic was
+			// just created or the node is starting): naming a guessed
+			// leader here sent a client to a partition with no leader
+			// and let a "wait until in sync" check pass on an election
+			// that had not happened.
 			s.Err = kerr.LeaderNotAvailable.Code
 			return s
 		}
