@@ -156,7 +156,8 @@ func (b *Broker) Close() error {
 func (b *Broker) Config() Config { return b.cfg }
 
 // startStorage opens the node's metadata and every partition it lists, and
-// starts the retention loop. Closers run in reverse: retention stops first,
+// starts the retention loop. Closers run in reverse: the replicas'
+// background work stops first, then the cluster node and its Raft host,
 // then the partitions close (final fsyncs through the syncer), then the
 // syncer.
 func (b *Broker) startStorage() error {
@@ -181,6 +182,13 @@ func (b *Broker) startStorage() error {
 		FS: b.cfg.FS, Logger: b.log,
 	}, meta, b.cluster.Host(), b.syncer)
 	b.closers = append(b.closers, b.replicas.Close)
+	// Runs just before the logs close (closers run newest first): the
+	// replicas' background work stops, then the cluster node with its Raft
+	// host, so no group writes to a closed log. Node.Close is idempotent.
+	b.closers = append(b.closers, func() error {
+		b.replicas.StopBackground()
+		return b.cluster.Close()
+	})
 	if err := b.replicas.OpenAll(); err != nil {
 		return err
 	}
