@@ -478,6 +478,11 @@ func (p *Partition) close(snapshot bool) error {
 	// What the state covers: on a follower, the log may hold entries past
 	// it that are not committed yet; the next open scans those.
 	end := p.stateEnd.Load()
+	// No snapshot where it would hold nothing an open does not rebuild for
+	// free (no producer, no transaction, no batch below end to scan): a
+	// snapshot costs a file creation, two fsyncs and a rename, most of a
+	// stop's time with 10,000 mostly empty partitions.
+	snapshot = snapshot && !p.emptyStateBelow(end)
 	err := p.log.Close()
 	if snapshot && err == nil && p.Failed() == nil && !p.stateStale.Load() {
 		if serr := p.writeSnapshot(end); serr != nil {

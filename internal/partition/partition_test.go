@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"os"
 	"testing"
 	"time"
 
@@ -321,4 +322,48 @@ func lastOffsetIn(b []byte) int64 {
 		b = rest
 	}
 	return last
+}
+
+// TestSnapshotOnlyWithStateToKeep: a clean close writes no producer
+// snapshot for a partition with nothing in it (an open rebuilds that empty
+// state for free; with 10,000 partitions the snapshots were most of a
+// stop), and still writes one for a partition with a producer, which then
+// comes back from it.
+func TestSnapshotOnlyWithStateToKeep(t *testing.T) {
+	dir := t.TempDir()
+	m := newNode(t, dir)
+	cfg := storage.DefaultConfig()
+	empty, err := m.Open("t", [16]byte{1}, 0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used, err := m.Open("t", [16]byte{1}, 1, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b0 := batch(t, 7, 0, 0, 3)
+	mustAppend(t, used, append([]byte(nil), b0...), 0, false)
+	emptySnap, usedSnap := empty.snapPath, used.snapPath
+	m.stop()
+	if _, err := os.Stat(emptySnap); err == nil {
+		t.Errorf("an empty partition left a producer snapshot at %s", emptySnap)
+	}
+	if _, err := os.Stat(usedSnap); err != nil {
+		t.Fatalf("a partition with a producer left no snapshot: %v", err)
+	}
+	m = newNode(t, dir)
+	empty, err = m.Open("t", [16]byte{1}, 0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used, err = m.Open("t", [16]byte{1}, 1, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(empty.producers) != 0 || empty.LogEndOffset() != 0 {
+		t.Fatalf("empty partition reopened with %d producers, end %d", len(empty.producers), empty.LogEndOffset())
+	}
+	mustAppend(t, empty, batch(t, 8, 0, 0, 1), 0, false)
+	mustAppend(t, used, append([]byte(nil), b0...), 0, true) // the snapshot's producer state
+	mustAppend(t, used, batch(t, 7, 0, 3, 1), 3, false)
 }

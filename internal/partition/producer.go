@@ -288,6 +288,18 @@ func (p *Partition) writeSnapshot(end int64) error {
 	return err
 }
 
+// emptyStateBelow reports whether the producer state is empty and the log
+// holds no batch below end: loadProducers rebuilds exactly that state
+// without a snapshot (it scans from the log start). Under appendMu.
+func (p *Partition) emptyStateBelow(end int64) bool {
+	if len(p.producers) > 0 || end > p.log.StartOffset() {
+		return false
+	}
+	p.txnMu.Lock()
+	defer p.txnMu.Unlock()
+	return len(p.txn.open) == 0 && len(p.txn.aborted) == 0
+}
+
 // readSnapshot loads the snapshot if there is a valid one.
 func (p *Partition) readSnapshot() (*snapshot, error) {
 	f, err := p.fs.OpenFile(p.snapPath, os.O_RDONLY, 0)
