@@ -100,12 +100,19 @@ type journal struct {
 	fs     storage.FS
 	logger *slog.Logger
 
-	mu     sync.Mutex
-	f      storage.File
-	size   int64
-	buf    []byte
-	dirty  bool // buf holds records that must be fsynced (term, vote, anchor, conf)
-	groups map[uint64]*groupState
+	// flushMu serializes flushes (and close): the file, its size and
+	// checkAt change under it. mu guards the rest, and is not held through
+	// a flush's write and fsync, so that the Ready loop's puts and
+	// AddGroup's snapshot of a group do not wait behind a disk flush.
+	// Lock order: flushMu, then mu.
+	flushMu sync.Mutex
+	mu      sync.Mutex
+	f       storage.File
+	size    int64
+	buf     []byte
+	spare   []byte // the buffer the last flush wrote, for reuse
+	dirty   bool   // buf holds records that must be fsynced (term, vote, anchor, conf)
+	groups  map[uint64]*groupState
 	// checkAt is the size at which flush next measures the live state
 	// (a walk of every group) to decide on a rewrite.
 	checkAt int64
@@ -392,26 +399,44 @@ func (j *journal) snapshot(g uint64) groupState {
 }
 
 // flush writes the buffered records, fsyncing if any needs it (or force).
+// Everything buffered before the call is written (and fsynced, if it
+// needed it) when it returns. Records buffered while it writes wait for
+// the next flush.
 func (j *journal) flush(force bool) error {
+	j.flushMu.Lock()
+	defer j.flushMu.Unlock()
 	j.mu.Lock()
-	defer j.mu.Unlock()
 	if j.f == nil {
+		j.mu.Unlock()
 		return errors.New("raft: journal closed")
 	}
-	if len(j.buf) > 0 {
-		n, err := j.f.Write(j.buf)
+	b, sync := j.buf, j.dirty || force
+	j.buf, j.spare, j.dirty = j.spare[:0], nil, false
+	j.mu.Unlock()
+	var err error
+	if len(b) > 0 {
+		var n int
+		n, err = j.f.Write(b)
 		j.size += int64(n)
 		if err != nil {
-			return fmt.Errorf("raft: journal write: %w", err)
+			err = fmt.Errorf("raft: journal write: %w", err)
 		}
-		j.buf = j.buf[:0]
 	}
-	if j.dirty || force {
-		if err := j.f.Sync(); err != nil {
-			return fmt.Errorf("raft: journal fsync: %w", err)
+	if err == nil && sync {
+		if serr := j.f.Sync(); serr != nil {
+			err = fmt.Errorf("raft: journal fsync: %w", serr)
 		}
-		j.dirty = false
 	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err != nil {
+		// Not fsynced: the next flush must fsync again. (A failed write
+		// leaves the file in an unknown state, as it always did: the host
+		// fails the cycle.)
+		j.dirty = j.dirty || sync
+		return err
+	}
+	j.spare = b[:0]
 	if j.size <= max(4<<20, j.checkAt) {
 		return nil
 	}
@@ -439,6 +464,8 @@ func (j *journal) liveSizeLocked() int64 {
 }
 
 // rewriteLocked replaces the file by one holding only the live state.
+// Under flushMu and mu, with buf empty or holding only records newer than
+// the state it writes (they go to the new file with the next flush).
 func (j *journal) rewriteLocked() error {
 	var b []byte
 	for _, g := range slices.Sorted(maps.Keys(j.groups)) { // the same bytes for the same state
@@ -495,8 +522,13 @@ func (j *journal) close() error {
 		return nil
 	}
 	ferr := j.flush(true)
+	j.flushMu.Lock()
+	defer j.flushMu.Unlock()
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.f == nil {
+		return ferr
+	}
 	err := j.f.Close()
 	j.f = nil
 	return errors.Join(ferr, err)
