@@ -266,7 +266,7 @@ type group struct {
 	rejoinTarget uint64
 	reset        bool // leader: recreate the RawNode (fresh progress for every peer)
 	idleTicks    int
-	// eagerTicks: a new group's first replica campaigned at once, but a
+	// eagerTicks: the first replica campaigned at once (new group, restart), but a
 	// peer that had not created the group yet dropped its pre-vote (no
 	// state to answer from). For this many ticks it asks again every
 	// other tick while still a pre-candidate, instead of waiting a whole
@@ -443,13 +443,19 @@ func (h *Host) openGroup(gc GroupConfig) (*group, error) {
 		g.rejoin = false
 		h.guardLocked(g, func() { _ = g.rn.Campaign() })
 	}
-	if !sole && js.hs == nil && !g.rejoin && len(gc.Voters) > 1 && gc.Voters[0] == h.cfg.ID && slices.Contains(cs.Voters, h.cfg.ID) {
-		// A new group (no Raft state anywhere yet): its first replica, the
-		// preferred leader (Kafka makes it the leader of a new partition),
-		// campaigns at once instead of everyone waiting an election
-		// timeout (1-2 s by default: the first produce to a new topic
-		// waited that long). Safe as any campaign (pre-vote); the others
-		// wait their timeout as before.
+	if !sole && !g.rejoin && len(gc.Voters) > 1 && gc.Voters[0] == h.cfg.ID && slices.Contains(cs.Voters, h.cfg.ID) {
+		// The first replica, the preferred leader (Kafka makes it the
+		// leader of a new partition, and balancing moves leadership back
+		// to it), campaigns at once instead of everyone waiting an
+		// election timeout (1-2 s by default): for a new group (the first
+		// produce to a new topic waited that long) and at a restart (a
+		// whole cluster restarted with 10,000 partitions waited that long
+		// after its last open). The others wait their timeout as before,
+		// so at most one replica per group asks early. It cannot churn
+		// terms: a pre-vote changes no term, and a peer that still hears
+		// from a leader (CheckQuorum's lease, also while quiesced) ignores
+		// it; only where no leader is left does it win, as it would after
+		// the timeout.
 		h.guardLocked(g, func() { _ = g.rn.Campaign() })
 		g.eagerTicks = h.cfg.ElectionTicks
 	}
