@@ -598,6 +598,10 @@ func (h *Host) GroupFailed(groupID uint64) error {
 	return g.failed
 }
 
+// Failures counts the group failures on this host so far: a repair loop
+// that saw every group well need not look at them again until it moves.
+func (h *Host) Failures() uint64 { return h.failures.Load() }
+
 // InSyncVoters is InSync's set: on the leader (not failed) it appends to
 // buf the voters Status shows Active and in StateReplicate, and this node,
 // and returns them and true; elsewhere buf and false. For the stats loop,

@@ -217,6 +217,9 @@ type Host struct {
 	appendQ  []*appendItem
 	jflush   bool // the journal holds records written outside the store stage
 
+	// failures counts group failures (Failures).
+	failures atomic.Uint64
+
 	done   chan struct{}
 	wg     sync.WaitGroup
 	closed sync.Once

@@ -662,6 +662,7 @@ func (h *Host) failGroup(g *group, err error) {
 func (h *Host) failLocked(g *group, err error) {
 	if g.failed == nil {
 		g.failed = fmt.Errorf("%w: group %d: %w", ErrGroupFailed, g.id, err)
+		h.failures.Add(1)
 		g.changes.Add(1)
 		g.publishLocked()
 		h.log.Error("raft: group failed", "group", g.id, "err", err)

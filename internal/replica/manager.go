@@ -513,6 +513,12 @@ func (m *Manager) logAppendTime(t controller.Topic) bool {
 	return topicconfig.LogAppendTime(m.cfg.LogDefaults, t.Configs)
 }
 
+func (m *Manager) anyOffline() bool {
+	m.offlineMu.Lock()
+	defer m.offlineMu.Unlock()
+	return len(m.offline) > 0
+}
+
 func (m *Manager) isOffline(tp topicPartition) bool {
 	m.offlineMu.Lock()
 	defer m.offlineMu.Unlock()

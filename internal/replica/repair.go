@@ -52,12 +52,21 @@ func (m *Manager) repairLoop(stop <-chan struct{}) {
 		r.pause = min(2*r.pause, repairMaxPause)
 		return true
 	}
+	// A walk of every partition each tick was a steady cost with 10,000 of
+	// them (issue 17). Only a group failure (the host counts them), a
+	// replica offline, or one the last walk left to retry needs a walk.
+	walked, lastFailures := false, uint64(0)
 	for {
 		select {
 		case <-stop:
 			return
 		case <-tick.C:
 		}
+		failures := m.host.Failures()
+		if walked && failures == lastFailures && len(tries) == 0 && !m.anyOffline() {
+			continue
+		}
+		walked, lastFailures = true, failures
 		seen := map[uint64]bool{}
 		me := m.cfg.NodeID
 		for _, t := range topics.Topics() {
