@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"holdfast/internal/controller"
 	"holdfast/internal/partition"
 	"holdfast/internal/storage"
 )
@@ -108,6 +109,7 @@ type logCleaner struct {
 	busy        map[*storage.Log]bool
 	uncleanable map[*storage.Log]string
 	stats       CleanerStats
+	topics      *controller.TopicsCache
 }
 
 // startCleaner starts the cleaner's threads (none if it is disabled).
@@ -117,7 +119,7 @@ func (m *Manager) startCleaner() error {
 		cfg = DefaultCleanerConfig()
 	}
 	lc := &logCleaner{m: m, cfg: cfg, wake: make(chan struct{}, 1),
-		busy: map[*storage.Log]bool{}, uncleanable: map[*storage.Log]string{}}
+		busy: map[*storage.Log]bool{}, uncleanable: map[*storage.Log]string{}, topics: m.meta.NewTopicsCache()}
 	lc.stats.Enabled, lc.stats.Threads = cfg.Enable, cfg.Threads
 	lc.stats.lastUtil, lc.stats.lastTime = map[int]float64{}, map[int]float64{}
 	m.cleaner = lc
@@ -185,10 +187,19 @@ func (lc *logCleaner) pick() (*partition.Partition, bool) {
 	var parts []CleanerPartition
 	open := map[*storage.Log]bool{}
 	maxDirty, maxDelay := 0.0, time.Duration(0)
-	for _, t := range lc.m.meta.Topics() {
-		for i := int32(0); i < t.Partitions; i++ {
+	// Shared and read only: no copy of every topic each pass.
+	for _, t := range lc.topics.Topics() {
+		// A topic's replicas share its config: one not compacted is passed
+		// over whole after its first open replica here (10,000 partitions
+		// of a delete-policy topic were looked up one by one every pass).
+		skip := false
+		for i := int32(0); i < t.Partitions && !skip; i++ {
 			p := lc.m.parts.Get(t.Name, i)
-			if p == nil || !p.Log().Config().Compact {
+			if p == nil {
+				continue
+			}
+			if !p.Log().Config().Compact {
+				skip = true
 				continue
 			}
 			l := p.Log()
