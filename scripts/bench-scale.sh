@@ -10,7 +10,9 @@
 # (a clean shutdown), starts them all again together and reports the time
 # until every node listens and until the first record is acknowledged
 # (acks=all, retried until it is), and the idle CPU and RSS after that.
-# Several binaries are compared, interleaved round by round.
+# The clean stop is timed too, with the ERROR lines the nodes logged during
+# it (KEEP_LOG=path keeps that log). Several binaries are compared,
+# interleaved round by round.
 #
 #   scripts/bench-scale.sh [BINARY...]     # default: this tree
 #   NODES=3 RF=3 PARTITIONS=10000 ROUNDS=1 scripts/bench-scale.sh OLD NEW
@@ -107,7 +109,12 @@ for round in $(seq "$rounds"); do
 		created=$(since "$t0")
 		cpu=$(idle_cpu); rss=$(rss_mib)
 		per=$(echo "$rss $empty" | awk -v n=$((parts * rf)) '{printf "%.1f", ($1 - $2) * 1024 / n}')
+		: >"$work/log"
+		t0=$(now)
 		stop
+		stopped=$(since "$t0")
+		errs=$(grep -c 'level=ERROR' "$work/log" || true)
+		[ -z "${KEEP_LOG:-}" ] || cp "$work/log" "$KEEP_LOG.$round.$bin"
 		t0=$(now)
 		start "$bin"
 		until listening; do sleep 0.05; done
@@ -116,6 +123,6 @@ for round in $(seq "$rounds"); do
 		first=$(since "$t0")
 		cpu2=$(idle_cpu); rss2=$(rss_mib)
 		stop
-		echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts: created+first ack ${created}s; idle ${cpu}% of a core, RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); restart: listening ${up}s, first ack ${first}s; idle ${cpu2}%, RSS ${rss2} MiB"
+		echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts: created+first ack ${created}s; idle ${cpu}% of a core, RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); stop ${stopped}s (${errs} ERROR lines); restart: listening ${up}s, first ack ${first}s; idle ${cpu2}%, RSS ${rss2} MiB"
 	done
 done
