@@ -44,7 +44,7 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 	if req.Version >= 13 {
 		unknownID = make([]bool, len(req.Topics))
 		for ti := range req.Topics {
-			if t, ok := b.meta.TopicByID(req.Topics[ti].TopicID); ok {
+			if t, ok := b.meta.TopicHeaderByID(req.Topics[ti].TopicID); ok {
 				req.Topics[ti].Topic = t.Name
 			} else {
 				req.Topics[ti].Topic, unknownID[ti] = "", true
@@ -69,7 +69,7 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 	for ti, rt := range req.Topics {
 		st := kmsg.NewProduceResponseTopic()
 		st.Topic, st.TopicID = rt.Topic, rt.TopicID
-		t, topicOK := b.meta.Topic(rt.Topic)
+		t, topicOK := b.meta.TopicHeader(rt.Topic) // its settings only
 		topicOK = topicOK && (unknownID == nil || !unknownID[ti])
 		topicDenied := !txnDenied && (unknownID == nil || !unknownID[ti]) && !b.authorize(r, auth.OpWrite, auth.ResourceTopic, rt.Topic)
 		// The topic's settings once per topic, not per partition: a
