@@ -7,6 +7,7 @@
 package raft
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -752,13 +753,26 @@ func (h *Host) snapshotGroupsInto(out []*group) []*group {
 // chatty about every election).
 type raftLogger struct{ l *slog.Logger }
 
-func (r *raftLogger) Debug(v ...any) { r.l.Debug(fmt.Sprint(v...)) }
+// debug formats only when debug logs are on: etcd raft logs every
+// election at Info (our Debug), and 1,000 groups electing at start-up
+// formatted 1,000s of strings nobody read.
+func (r *raftLogger) debug(msg func() string) {
+	if r.l.Enabled(context.Background(), slog.LevelDebug) {
+		r.l.Debug(msg())
+	}
+}
 
-func (r *raftLogger) Debugf(f string, v ...any) { r.l.Debug(fmt.Sprintf(f, v...)) }
+func (r *raftLogger) Debug(v ...any) { r.debug(func() string { return fmt.Sprint(v...) }) }
 
-func (r *raftLogger) Info(v ...any) { r.l.Debug(fmt.Sprint(v...)) }
+func (r *raftLogger) Debugf(f string, v ...any) {
+	r.debug(func() string { return fmt.Sprintf(f, v...) })
+}
 
-func (r *raftLogger) Infof(f string, v ...any) { r.l.Debug(fmt.Sprintf(f, v...)) }
+func (r *raftLogger) Info(v ...any) { r.debug(func() string { return fmt.Sprint(v...) }) }
+
+func (r *raftLogger) Infof(f string, v ...any) {
+	r.debug(func() string { return fmt.Sprintf(f, v...) })
+}
 
 func (r *raftLogger) Warning(v ...any) { r.l.Warn(fmt.Sprint(v...)) }
 
