@@ -467,7 +467,18 @@ func TestConsumerGroupHeartbeatErrors(t *testing.T) {
 	next.MemberEpoch = 1
 	check("unknown member", hb(next).ErrorCode, kerr.UnknownMemberID.Code)
 	next.Group = "cg-none"
-	check("unknown group", hb(next).ErrorCode, kerr.GroupIDNotFound.Code)
+	// cg-none may live in another __consumer_offsets partition, whose
+	// coordinator may still be loading (NOT_COORDINATOR until it is).
+	var code int16
+	waitFor(t, 20*time.Second, "cg-none's coordinator", func() bool {
+		code = hb(next).ErrorCode
+		switch code {
+		case kerr.NotCoordinator.Code, kerr.CoordinatorLoadInProgress.Code, kerr.CoordinatorNotAvailable.Code:
+			return false
+		}
+		return true
+	})
+	check("unknown group", code, kerr.GroupIDNotFound.Code)
 
 	// Offsets: the member commits with its epoch; a wrong epoch is stale,
 	// an unknown member is unknown.

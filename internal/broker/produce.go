@@ -44,7 +44,7 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 	if req.Version >= 13 {
 		unknownID = make([]bool, len(req.Topics))
 		for ti := range req.Topics {
-			if t, ok := b.meta.TopicByID(req.Topics[ti].TopicID); ok {
+			if t, ok := b.meta.TopicHeaderByID(req.Topics[ti].TopicID); ok {
 				req.Topics[ti].Topic = t.Name
 			} else {
 				req.Topics[ti].Topic, unknownID[ti] = "", true
@@ -69,9 +69,16 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 	for ti, rt := range req.Topics {
 		st := kmsg.NewProduceResponseTopic()
 		st.Topic, st.TopicID = rt.Topic, rt.TopicID
-		t, topicOK := b.meta.Topic(rt.Topic)
+		t, topicOK := b.meta.TopicHeader(rt.Topic) // its settings only
 		topicOK = topicOK && (unknownID == nil || !unknownID[ti])
 		topicDenied := !txnDenied && (unknownID == nil || !unknownID[ti]) && !b.authorize(r, auth.OpWrite, auth.ResourceTopic, rt.Topic)
+		// The topic's settings once per topic, not per partition: a
+		// request for 1,000 partitions of one topic carries 1,000 batches.
+		var logAppendTime bool
+		var minInsync int32
+		if topicOK {
+			logAppendTime, minInsync = b.topicLogAppendTime(t), b.topicMinInsyncReplicas(t)
+		}
 		st.Partitions = make([]kmsg.ProduceResponseTopicPartition, 0, len(rt.Partitions))
 		for pi, rp := range rt.Partitions {
 			sp := kmsg.NewProduceResponseTopicPartition()
@@ -100,16 +107,18 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 				sp.ErrorCode = kerr.KafkaStorageError.Code
 			case !p.IsLeader():
 				sp.ErrorCode = kerr.NotLeaderForPartition.Code
-			case req.Acks == -1 && int32(p.InSyncReplicas()) < b.topicMinInsyncReplicas(t):
+			case req.Acks == -1 && minInsync > 1 && int32(p.InSyncReplicas()) < minInsync:
 				// Kafka refuses before appending when the leader cannot
-				// currently reach min.insync.replicas replicas.
+				// currently reach min.insync.replicas replicas. The leader
+				// counts itself, so min.insync.replicas=1 needs no count
+				// (which locks the partition's Raft group).
 				sp.ErrorCode = kerr.NotEnoughReplicas.Code
 			case verify[ti][pi] != 0:
 				sp.ErrorCode = verify[ti][pi]
 				msg := "transactional batch refused by the transaction coordinator's verification (KIP-890)"
 				sp.ErrorMessage = &msg
 			default:
-				p.SetLogAppendTime(b.topicLogAppendTime(t))
+				p.SetLogAppendTime(logAppendTime)
 				res, err := b.produceOne(p, rp.Records, &sp)
 				appended++
 				if err == nil && req.Acks != 0 {

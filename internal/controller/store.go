@@ -252,6 +252,44 @@ func (s *Store) TopicByID(id [16]byte) (Topic, bool) {
 	return s.st.Topics[i].clone(), true
 }
 
+// TopicHeader is Topic without the per-partition assignment: the name,
+// id, partition count, flags and a copy of the config overrides; Replicas,
+// Initial, Dirs and Reassigning are nil. For a request handler that needs
+// only those per request: Topic copies a slice and a map per partition,
+// thousands of allocations for every produce request to a topic of 1,000
+// partitions.
+func (s *Store) TopicHeader(name string) (Topic, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	i, ok := s.byName[name]
+	if !ok {
+		return Topic{}, false
+	}
+	return s.st.Topics[i].header(), true
+}
+
+// TopicHeaderByID is TopicHeader by topic id.
+func (s *Store) TopicHeaderByID(id [16]byte) (Topic, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	i, ok := s.byID[id]
+	if !ok {
+		return Topic{}, false
+	}
+	return s.st.Topics[i].header(), true
+}
+
+func (t Topic) header() Topic {
+	return Topic{Name: t.Name, ID: t.ID, Partitions: t.Partitions, Configs: t.configsCopy(), Internal: t.Internal, PreRaft: t.PreRaft}
+}
+
+func (t Topic) configsCopy() map[string]string {
+	if t.Configs == nil {
+		return map[string]string{}
+	}
+	return maps.Clone(t.Configs)
+}
+
 // Topics returns every topic, sorted by name.
 func (s *Store) Topics() []Topic {
 	s.mu.RLock()

@@ -259,3 +259,38 @@ func TestTopicsCache(t *testing.T) {
 	}
 	same("deletion finished")
 }
+
+// TestTopicHeader: the header carries what Topic does except the
+// per-partition assignment, by name and by id, and its configs are a copy.
+func TestTopicHeader(t *testing.T) {
+	s := open(t, storage.OSFS(), filepath.Join(t.TempDir(), "meta"))
+	if _, ok := s.TopicHeader("a"); ok {
+		t.Fatal("header of a topic that does not exist")
+	}
+	if _, err := createTopic(s, "a", 3, map[string]string{"min.insync.replicas": "2"}, false); err != nil {
+		t.Fatal(err)
+	}
+	full, _ := s.Topic("a")
+	for _, get := range []func() (Topic, bool){
+		func() (Topic, bool) { return s.TopicHeader("a") },
+		func() (Topic, bool) { return s.TopicHeaderByID(full.ID) },
+	} {
+		h, ok := get()
+		if !ok || h.Name != "a" || h.ID != full.ID || h.Partitions != 3 || h.Internal || h.Configs["min.insync.replicas"] != "2" {
+			t.Fatalf("header %+v, topic %+v", h, full)
+		}
+		if h.Replicas != nil || h.Initial != nil || h.Dirs != nil || h.Reassigning != nil {
+			t.Fatalf("header copied the assignment: %+v", h)
+		}
+		h.Configs["min.insync.replicas"] = "3"
+	}
+	if again, _ := s.Topic("a"); again.Configs["min.insync.replicas"] != "2" {
+		t.Fatalf("changing a header's configs changed the store: %v", again.Configs)
+	}
+	if _, err := createTopic(s, "b", 1, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	if h, ok := s.TopicHeader("b"); !ok || h.Configs == nil {
+		t.Fatalf("header of a topic without overrides: %+v %v (Configs must be an empty map, as Topic's)", h, ok)
+	}
+}

@@ -205,7 +205,7 @@ func (h *Host) WaitCommitted(ctx context.Context, p Proposal) error {
 	}
 	for {
 		g.mu.Lock()
-		failed, removed, idx, ch := g.failed, g.removed, g.ackIndexLocked(), g.commitCh
+		failed, removed, idx, ch := g.failed, g.removed, g.ackIndexLocked(), g.commitChLocked()
 		g.mu.Unlock()
 		if failed != nil {
 			return failed
@@ -240,7 +240,7 @@ func (h *Host) WaitLocal(ctx context.Context, p Proposal) error {
 	}
 	for {
 		g.mu.Lock()
-		failed, removed, ch := g.failed, g.removed, g.storedCh
+		failed, removed, ch := g.failed, g.removed, g.storedChLocked()
 		g.mu.Unlock()
 		if failed != nil {
 			return failed
@@ -276,7 +276,7 @@ func (h *Host) WaitCommitOffset(ctx context.Context, groupID uint64, offset int6
 	}
 	for {
 		g.mu.Lock()
-		failed, end, ch := g.failed, g.commitEnd, g.commitCh
+		failed, end, ch := g.failed, g.commitEnd, g.commitChLocked()
 		g.mu.Unlock()
 		if failed != nil {
 			return failed
@@ -304,7 +304,7 @@ func (h *Host) CommitNotify(groupID uint64) (<-chan struct{}, error) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.commitCh, nil
+	return g.commitChLocked(), nil
 }
 
 // CommitOffset is the group's commit offset on this node (the high
@@ -566,7 +566,7 @@ func (h *Host) WaitSettled(ctx context.Context, groupID uint64) error {
 		}
 		g.mu.Lock()
 		l := g.leadershipLocked()
-		failed, ch, stored := g.failed, g.commitCh, g.storedCh
+		failed, ch, stored := g.failed, g.commitChLocked(), g.storedChLocked()
 		g.mu.Unlock()
 		switch {
 		case failed != nil:

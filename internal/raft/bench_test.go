@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -83,4 +84,62 @@ func benchCommit(b *testing.B, groups, inflight int, quorum bool) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50_ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99_ms")
 	b.ReportMetric(float64(b.N)*1024/elapsed.Seconds()/1e6, "MB/s")
+}
+
+// BenchmarkReadyManyGroups: the cost per batch of the Ready cycle when
+// many groups each take one small batch per cycle - what 1,000 partitions
+// on one node see (issue 17): one host, each group its only voter
+// (AckOnQuorum, flush=sync, real logs in a temp dir sharing one Syncer).
+// Each round proposes one 1 KiB batch to every group from one goroutine
+// (as a connection's read loop does for a multi-partition produce), then
+// waits for all to commit; ns/op is per batch, all of the cycle included
+// (propose, Ready, write-out, syncfs, delivery, apply). cpu-ns/op is the
+// process's user + system CPU time per batch (getrusage): on a shared,
+// noisy machine the steadier figure, since the wall time is mostly the
+// fsync's.
+//
+//	go test ./internal/raft -run '^$' -bench ReadyManyGroups -count 6 | tee new.txt; benchstat old.txt new.txt
+func BenchmarkReadyManyGroups(b *testing.B) {
+	for _, groups := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("groups=%d", groups), func(b *testing.B) {
+			c := newCluster(b, 1, groups, func(c *cluster) { c.ackOnQuorum = true })
+			h := c.nodes[1].host
+			for _, g := range c.groups {
+				c.waitLeader(g)
+				c.propose(g, "warm-up")
+			}
+			bt := batch(b, strings.Repeat("x", 1024))
+			ps := make([]Proposal, groups)
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0 := cpuTime()
+			for done := 0; done < b.N; {
+				n := min(groups, b.N-done)
+				for i, g := range c.groups[:n] {
+					p, err := h.Propose(ctx, g, bt)
+					if err != nil {
+						b.Fatal(err)
+					}
+					ps[i] = p
+				}
+				for _, p := range ps[:n] {
+					if err := h.WaitCommitted(ctx, p); err != nil {
+						b.Fatal(err)
+					}
+				}
+				done += n
+			}
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// cpuTime is the process's user + system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -309,7 +309,6 @@ func (g *group) noteQuorumLocked() {
 	last, _ := g.st.LastIndex()
 	if c := min(bs.GetCommit(), last); c > max(g.quorumIndex, g.commitIndex) {
 		g.quorumIndex = c
-		close(g.commitCh)
-		g.commitCh = make(chan struct{})
+		g.wakeCommitLocked()
 	}
 }

@@ -7,6 +7,7 @@
 package raft
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -205,9 +206,15 @@ type Host struct {
 	// tickBuf: tickOnce's list of the groups, reused (tickLoop's only).
 	tickBuf []*group
 
-	dirtyMu sync.Mutex
-	dirty   map[*group]struct{}
-	kick    chan struct{}
+	// dirty: the groups with work for the next takeReadys, each once
+	// (group.dirty), in the order they were marked - a list, not a map: at
+	// 1,000 partitions every produce request marks 1,000 groups, and the
+	// Ready loop takes them all each cycle. dirtySpare is the array of the
+	// list takeReadys had last, reused.
+	dirtyMu    sync.Mutex
+	dirty      []*group
+	dirtySpare []*group
+	kick       chan struct{}
 
 	// The Ready loop's two stages (ready.go): one worker at a time takes
 	// Readys (readyMu), one stores the queued appends (appendMu).
@@ -243,11 +250,19 @@ type group struct {
 	// quorumIndex: AckOnQuorum: Raft's commit index as last seen on the
 	// leader, ahead of commitIndex until the Ready loop delivers it.
 	quorumIndex uint64
-	commitCh    chan struct{} // closed and replaced when the commit advances
-	storedCh    chan struct{} // closed and replaced after a cycle stored entries
-	failed      error
-	removed     bool
-	lastLeader  uint64
+	// commitCh is closed when the commit advances, storedCh after a cycle
+	// stored entries; each is made when a waiter first asks for it
+	// (commitChLocked, storedChLocked), so a group nobody waits on (most,
+	// for storedCh) makes and closes no channel per cycle.
+	commitCh   chan struct{}
+	storedCh   chan struct{}
+	failed     error
+	removed    bool
+	lastLeader uint64
+	dirty      bool // in Host.dirty (under Host.dirtyMu, not mu)
+	// storeSync: during a store round's setup, the group's first queued
+	// append that needs its log synced (storeItems; appendMu, not mu).
+	storeSync *appendItem
 	// changes moves whenever the group's Raft state may have changed:
 	// every call into its RawNode (guardLocked), a reset, a failure
 	// (Host.Changes).
@@ -288,6 +303,36 @@ type group struct {
 	published Leadership
 }
 
+func (g *group) commitChLocked() chan struct{} {
+	if g.commitCh == nil {
+		g.commitCh = make(chan struct{})
+	}
+	return g.commitCh
+}
+
+func (g *group) storedChLocked() chan struct{} {
+	if g.storedCh == nil {
+		g.storedCh = make(chan struct{})
+	}
+	return g.storedCh
+}
+
+// wakeCommitLocked wakes the commit's waiters, if any.
+func (g *group) wakeCommitLocked() {
+	if g.commitCh != nil {
+		close(g.commitCh)
+		g.commitCh = nil
+	}
+}
+
+// wakeStoredLocked wakes the waiters for a stored cycle, if any.
+func (g *group) wakeStoredLocked() {
+	if g.storedCh != nil {
+		close(g.storedCh)
+		g.storedCh = nil
+	}
+}
+
 // NewHost opens the journal, starts the transport and the loops.
 func NewHost(cfg Config) (*Host, error) {
 	cfg.defaults()
@@ -301,8 +346,8 @@ func NewHost(cfg Config) (*Host, error) {
 	}
 	h := &Host{
 		cfg: cfg, log: logger, rlog: &raftLogger{logger}, journal: j,
-		groups: map[uint64]*group{}, dirty: map[*group]struct{}{},
-		kick: make(chan struct{}, 1), done: make(chan struct{}),
+		groups: map[uint64]*group{},
+		kick:   make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	if cfg.newTransport != nil {
 		h.tr, err = cfg.newTransport(h)
@@ -436,7 +481,7 @@ func (h *Host) openGroup(gc GroupConfig) (*group, error) {
 		return nil, fmt.Errorf("raft: group %d: %w", gc.ID, err)
 	}
 	end, _ := st.endOf(applied)
-	g := &group{id: gc.ID, cfg: gc, st: st, rn: rn, commitIndex: applied, commitEnd: end, commitCh: make(chan struct{}), storedCh: make(chan struct{}), rejoin: gc.Rejoin && !js.trusted || js.rejoin}
+	g := &group{id: gc.ID, cfg: gc, st: st, rn: rn, commitIndex: applied, commitEnd: end, rejoin: gc.Rejoin && !js.trusted || js.rejoin}
 	sole := h.soleVoter(cs)
 	if sole {
 		// Nobody else holds this group's log: there is nothing to catch
@@ -641,10 +686,8 @@ func (h *Host) removeGroup(id uint64, flush bool) error {
 	g.mu.Lock()
 	g.removed = true
 	h.wakePeersLocked(g)
-	close(g.commitCh)
-	g.commitCh = make(chan struct{})
-	close(g.storedCh)
-	g.storedCh = make(chan struct{})
+	g.wakeCommitLocked()
+	g.wakeStoredLocked()
 	g.mu.Unlock()
 	h.journal.remove(id)
 	if !flush {
@@ -659,10 +702,23 @@ func (h *Host) group(id uint64) *group {
 	return h.groups[id]
 }
 
+// markDirty queues g for the next takeReadys. Only the mark that finds
+// the list empty kicks a worker: while the list is not empty, the kick of
+// its first mark is pending, or was taken by a worker that has yet to take
+// the list (the kick is sent after the mark, the list taken after the kick).
 func (h *Host) markDirty(g *group) {
 	h.dirtyMu.Lock()
-	h.dirty[g] = struct{}{}
+	if g.dirty {
+		h.dirtyMu.Unlock()
+		return
+	}
+	g.dirty = true
+	h.dirty = append(h.dirty, g)
+	first := len(h.dirty) == 1
 	h.dirtyMu.Unlock()
+	if !first {
+		return
+	}
 	select {
 	case h.kick <- struct{}{}:
 	default:
@@ -706,13 +762,26 @@ func (h *Host) snapshotGroupsInto(out []*group) []*group {
 // chatty about every election).
 type raftLogger struct{ l *slog.Logger }
 
-func (r *raftLogger) Debug(v ...any) { r.l.Debug(fmt.Sprint(v...)) }
+// debug formats only when debug logs are on: etcd raft logs every
+// election at Info (our Debug), and 1,000 groups electing at start-up
+// formatted 1,000s of strings nobody read.
+func (r *raftLogger) debug(msg func() string) {
+	if r.l.Enabled(context.Background(), slog.LevelDebug) {
+		r.l.Debug(msg())
+	}
+}
 
-func (r *raftLogger) Debugf(f string, v ...any) { r.l.Debug(fmt.Sprintf(f, v...)) }
+func (r *raftLogger) Debug(v ...any) { r.debug(func() string { return fmt.Sprint(v...) }) }
 
-func (r *raftLogger) Info(v ...any) { r.l.Debug(fmt.Sprint(v...)) }
+func (r *raftLogger) Debugf(f string, v ...any) {
+	r.debug(func() string { return fmt.Sprintf(f, v...) })
+}
 
-func (r *raftLogger) Infof(f string, v ...any) { r.l.Debug(fmt.Sprintf(f, v...)) }
+func (r *raftLogger) Info(v ...any) { r.debug(func() string { return fmt.Sprint(v...) }) }
+
+func (r *raftLogger) Infof(f string, v ...any) {
+	r.debug(func() string { return fmt.Sprintf(f, v...) })
+}
 
 func (r *raftLogger) Warning(v ...any) { r.l.Warn(fmt.Sprint(v...)) }
 

@@ -63,6 +63,12 @@ type appendItem struct {
 	emptyTerm uint64 // the term of the last empty (new leader) entry stored
 	sync      bool   // its log must be fsynced
 	side      bool   // journaled side entries or a truncation: fsync the journal before the log
+	// hs and its fields back rd.HardState: one allocation with the item.
+	hs                 pb.HardState
+	term, vote, commit uint64
+	// syncs: in a store round, the item whose log sync covers this one's
+	// group (the first of the group's items that needs one), nil if none.
+	syncs *appendItem
 }
 
 // takeReadys takes the Ready of every dirty group: sends, writes and
@@ -71,6 +77,7 @@ func (h *Host) takeReadys() {
 	h.readyMu.Lock()
 	defer h.readyMu.Unlock()
 	gs := h.takeDirty()
+	defer h.putDirty(gs)
 	if len(gs) == 0 {
 		return
 	}
@@ -80,7 +87,8 @@ func (h *Host) takeReadys() {
 		rd     raft.Ready
 		rejoin bool
 	}
-	var ts []taken
+	ts := make([]taken, 0, len(gs))
+	appends := 0
 	for _, g := range gs {
 		g.mu.Lock()
 		if g.reset && g.inflight == 0 {
@@ -95,6 +103,7 @@ func (h *Host) takeReadys() {
 					for _, m := range t.rd.Messages {
 						if m.GetTo() == raft.LocalAppendThread {
 							g.inflight++
+							appends++
 						}
 					}
 					ts = append(ts, t)
@@ -103,15 +112,21 @@ func (h *Host) takeReadys() {
 		}
 		g.mu.Unlock()
 	}
-	var items []*appendItem
+	// The items in one array (appends counted above: it never grows, so
+	// the pointers into it stay valid until the store round is done).
+	all := make([]appendItem, 0, appends)
+	items := make([]*appendItem, 0, appends)
 	for _, t := range ts {
 		var tag []byte
 		for _, m := range t.rd.Messages {
 			switch m.GetTo() {
 			case raft.LocalAppendThread:
-				it := &appendItem{g: t.g, gen: t.gen, m: m, rd: raft.Ready{Entries: m.Entries}}
+				all = append(all, appendItem{g: t.g, gen: t.gen, m: m, rd: raft.Ready{Entries: m.Entries}})
+				it := &all[len(all)-1]
 				if m.Term != nil { // a HardState (rawnode.go: newStorageAppendMsg)
-					it.rd.HardState = &pb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
+					it.term, it.vote, it.commit = m.GetTerm(), m.GetVote(), m.GetCommit()
+					it.hs = pb.HardState{Term: &it.term, Vote: &it.vote, Commit: &it.commit}
+					it.rd.HardState = &it.hs
 				}
 				if m.Snapshot != nil {
 					it.rd.Snapshot = m.Snapshot
@@ -273,13 +288,20 @@ func (h *Host) storeItems(items []*appendItem) {
 	// (once each, however many of its group's appends are queued). Logs
 	// sharing a Syncer get one of its cycles (syncfs for many logs on one
 	// device).
+	// The first item of each group that needs a sync stands for all of its
+	// group's (group.storeSync, used by this stage only: appendMu).
 	var syncs []*appendItem
-	seen := map[*group]*appendItem{}
 	for _, it := range items {
-		if it.sync && seen[it.g] == nil {
-			seen[it.g] = it
+		if it.sync && it.g.storeSync == nil {
+			it.g.storeSync = it
 			syncs = append(syncs, it)
 		}
+	}
+	for _, it := range items {
+		it.syncs = it.g.storeSync
+	}
+	for _, it := range syncs {
+		it.g.storeSync = nil
 	}
 	jerr := h.journal.flush(false)
 	if jerr == nil {
@@ -287,7 +309,7 @@ func (h *Host) storeItems(items []*appendItem) {
 	}
 	for _, it := range items {
 		err := jerr
-		if s := seen[it.g]; err == nil && s != nil {
+		if s := it.syncs; err == nil && s != nil {
 			err = s.err
 		}
 		if err != nil {
@@ -317,8 +339,7 @@ func (h *Host) delivered(it *appendItem) {
 	g.mu.Lock()
 	g.inflight--
 	if len(it.rd.Entries) > 0 || !raft.IsEmptySnap(it.rd.Snapshot) {
-		close(g.storedCh)
-		g.storedCh = make(chan struct{})
+		g.wakeStoredLocked()
 	}
 	if g.gen != it.gen || g.failed != nil || g.removed {
 		ready := g.reset && g.inflight == 0
@@ -586,8 +607,7 @@ func (h *Host) apply(g *group, ents []*pb.Entry) (journaled bool) {
 	if last > g.commitIndex {
 		g.commitIndex, g.commitEnd = last, end
 		g.publishLocked() // before the waiters wake: a settled leader is seen settled
-		close(g.commitCh)
-		g.commitCh = make(chan struct{})
+		g.wakeCommitLocked()
 	}
 	if g.rejoin && g.rejoinTarget > 0 && g.commitIndex >= g.rejoinTarget {
 		g.rejoin = false
@@ -666,10 +686,8 @@ func (h *Host) failLocked(g *group, err error) {
 		g.changes.Add(1)
 		g.publishLocked()
 		h.log.Error("raft: group failed", "group", g.id, "err", err)
-		close(g.commitCh)
-		g.commitCh = make(chan struct{})
-		close(g.storedCh)
-		g.storedCh = make(chan struct{})
+		g.wakeCommitLocked()
+		g.wakeStoredLocked()
 		h.wakePeersLocked(g)
 	}
 }

@@ -104,19 +104,30 @@ func (h *Host) storePending() bool {
 }
 
 // takeDirty returns the groups marked dirty since the last call (in id
-// order on a stepped host) and clears the set.
+// order on a stepped host) and clears the set. The caller (takeReadys,
+// under readyMu) hands the list back with putDirty when done with it.
 func (h *Host) takeDirty() []*group {
 	h.dirtyMu.Lock()
-	gs := make([]*group, 0, len(h.dirty))
-	for g := range h.dirty {
-		gs = append(gs, g)
+	gs := h.dirty
+	h.dirty, h.dirtySpare = h.dirtySpare[:0], nil
+	for _, g := range gs {
+		g.dirty = false
 	}
-	clear(h.dirty)
 	h.dirtyMu.Unlock()
 	if h.cfg.stepped {
 		slices.SortFunc(gs, func(a, b *group) int { return cmp.Compare(a.id, b.id) })
 	}
 	return gs
+}
+
+// putDirty gives takeDirty's list back for reuse.
+func (h *Host) putDirty(gs []*group) {
+	clear(gs) // keeps no removed group alive
+	h.dirtyMu.Lock()
+	if h.dirtySpare == nil {
+		h.dirtySpare = gs[:0]
+	}
+	h.dirtyMu.Unlock()
 }
 
 // goAsync runs fn on its own goroutine, or inline on a stepped host (whose
