@@ -162,32 +162,42 @@ var errBadMessage = errors.New("raft: malformed message")
 // slices of b (b must not change afterwards); the rest is what
 // proto.Unmarshal gives.
 func decodeMessage(b []byte) (*pb.Message, error) {
-	var rest []byte // the fields other than entries, as they came
-	var ents []*pb.Entry
+	// First pass: check the fields and count the entries, so that they
+	// and their scalars come from one allocation.
+	count, restLo, restHi, contiguous := 0, -1, -1, true
 	for p := b; len(p) > 0; {
 		num, typ, n := protowire.ConsumeTag(p)
 		if n < 0 {
 			return nil, fmt.Errorf("%w: %v", errBadMessage, protowire.ParseError(n))
 		}
-		if num == 7 && typ == protowire.BytesType {
-			v, k := protowire.ConsumeBytes(p[n:])
-			if k < 0 {
-				return nil, fmt.Errorf("%w: entry: %v", errBadMessage, protowire.ParseError(k))
-			}
-			e, err := decodeEntry(v)
-			if err != nil {
-				return nil, err
-			}
-			ents = append(ents, e)
-			p = p[n+k:]
-			continue
-		}
 		k := protowire.ConsumeFieldValue(num, typ, p[n:])
 		if k < 0 {
 			return nil, fmt.Errorf("%w: field %d: %v", errBadMessage, num, protowire.ParseError(k))
 		}
-		rest = append(rest, p[:n+k]...) // a few dozen bytes: a message's own fields
+		if num == 7 && typ == protowire.BytesType {
+			count++
+		} else if off := len(b) - len(p); restLo < 0 {
+			restLo, restHi = off, off+n+k
+		} else {
+			contiguous = contiguous && off == restHi
+			restHi = off + n + k
+		}
 		p = p[n+k:]
+	}
+	var rest []byte // the fields other than entries, as they came
+	switch {
+	case restLo < 0:
+	case contiguous:
+		rest = b[restLo:restHi] // proto.Unmarshal copies what it keeps
+	default:
+		for p := b; len(p) > 0; {
+			num, typ, n := protowire.ConsumeTag(p)
+			k := protowire.ConsumeFieldValue(num, typ, p[n:])
+			if num != 7 || typ != protowire.BytesType {
+				rest = append(rest, p[:n+k]...)
+			}
+			p = p[n+k:]
+		}
 	}
 	m := &pb.Message{}
 	if len(rest) > 0 {
@@ -195,16 +205,39 @@ func decodeMessage(b []byte) (*pb.Message, error) {
 			return nil, fmt.Errorf("%w: %v", errBadMessage, err)
 		}
 	}
-	if len(ents) > 0 {
-		m.Entries = append(m.Entries, ents...)
+	if count == 0 {
+		return m, nil
 	}
+	boxes := make([]entryBox, count)
+	ents := make([]*pb.Entry, 0, count)
+	for p := b; len(p) > 0; {
+		num, typ, n := protowire.ConsumeTag(p)
+		k := protowire.ConsumeFieldValue(num, typ, p[n:])
+		if num == 7 && typ == protowire.BytesType {
+			v, _ := protowire.ConsumeBytes(p[n:])
+			e, err := boxes[len(ents)].decode(v)
+			if err != nil {
+				return nil, err
+			}
+			ents = append(ents, e)
+		}
+		p = p[n+k:]
+	}
+	m.Entries = append(m.Entries, ents...)
 	return m, nil
 }
 
-// decodeEntry decodes one entry, its Data a slice of b; an entry with
+// entryBox holds an entry and what its pointer fields point at.
+type entryBox struct {
+	e           pb.Entry
+	term, index uint64
+	typ         pb.EntryType
+}
+
+// decode decodes one entry into x, its Data a slice of b; an entry with
 // anything this version does not know goes through proto.Unmarshal.
-func decodeEntry(b []byte) (*pb.Entry, error) {
-	e := &pb.Entry{}
+func (x *entryBox) decode(b []byte) (*pb.Entry, error) {
+	e := &x.e
 	for p := b; len(p) > 0; {
 		num, typ, n := protowire.ConsumeTag(p)
 		if n < 0 {
@@ -220,15 +253,17 @@ func decodeEntry(b []byte) (*pb.Entry, error) {
 			p = p[k:]
 			switch num {
 			case 1:
-				t := pb.EntryType(int32(v))
-				if _, known := pb.EntryType_name[int32(t)]; !known {
+				x.typ = pb.EntryType(int32(v))
+				if _, known := pb.EntryType_name[int32(x.typ)]; !known {
 					return slowEntry(b) // proto2: an unknown enum value is an unknown field
 				}
-				e.Type = &t
+				e.Type = &x.typ
 			case 2:
-				e.Term = &v
+				x.term = v
+				e.Term = &x.term
 			case 3:
-				e.Index = &v
+				x.index = v
+				e.Index = &x.index
 			}
 		case num == 4 && typ == protowire.BytesType:
 			v, k := protowire.ConsumeBytes(p)
