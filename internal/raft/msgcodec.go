@@ -55,6 +55,8 @@ func (fe *frameEncoder) reset() {
 	fe.buf = fe.buf[:0]
 	clear(fe.refs) // do not keep batch bytes alive
 	fe.refs = fe.refs[:0]
+	clear(fe.vec)
+	fe.vec = fe.vec[:0]
 }
 
 // size is the length of the frame built so far.
@@ -153,7 +155,8 @@ func (fe *frameEncoder) buffers() net.Buffers {
 		fe.vec = append(fe.vec, fe.buf[prev:r.pos], r.data)
 		prev = r.pos
 	}
-	return append(fe.vec, fe.buf[prev:])
+	fe.vec = append(fe.vec, fe.buf[prev:])
+	return fe.vec
 }
 
 var errBadMessage = errors.New("raft: malformed message")
