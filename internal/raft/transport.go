@@ -17,8 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	pb "go.etcd.io/raft/v3/raftpb"
 )
 
@@ -207,7 +205,9 @@ func (t *tcpTransport) sender(p *peer) {
 		}
 	}()
 	var batch []outMsg
+	var fe frameEncoder
 	for {
+		clear(batch) // the messages sent last hold batch bytes
 		batch = batch[:0]
 		select {
 		case <-t.done:
@@ -258,13 +258,24 @@ func (t *tcpTransport) sender(p *peer) {
 			backoff = 20 * time.Millisecond
 			conn, w = c, bufio.NewWriterSize(c, 64<<10)
 		}
-		frame, err := t.encode(batch)
+		err := t.encode(&fe, batch)
 		if err == nil {
 			conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-			if _, err = w.Write(frame); err == nil {
-				err = w.Flush()
+			if tc, ok := conn.(*net.TCPConn); ok {
+				vec := fe.buffers()
+				_, err = vec.WriteTo(tc) // writev: entry data from the batch bytes
+			} else {
+				for _, b := range fe.buffers() {
+					if _, err = w.Write(b); err != nil {
+						break
+					}
+				}
+				if err == nil {
+					err = w.Flush()
+				}
 			}
 		}
+		fe.reset()
 		if err != nil {
 			t.logger.Debug("raft: send failed", "peer", p.id, "err", err)
 			conn.Close()
@@ -309,10 +320,11 @@ func (t *tcpTransport) setIdentity(id NodeIdentity) {
 	t.ident.Store(&id)
 }
 
-func (t *tcpTransport) encode(batch []outMsg) ([]byte, error) {
+// encode builds the frame of batch in fe (see msgcodec.go).
+func (t *tcpTransport) encode(fe *frameEncoder, batch []outMsg) error {
 	id := t.ident.Load()
-	b := make([]byte, 4, 64)
-	b = append(b, frameVersion)
+	fe.reset()
+	b := append(fe.buf, 0, 0, 0, 0, frameVersion)
 	b = append(b, id.Cluster[:]...)
 	b = binary.BigEndian.AppendUint64(b, t.id)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(batch)))
@@ -325,22 +337,26 @@ func (t *tcpTransport) encode(batch []outMsg) ([]byte, error) {
 			b = append(b, d[:]...)
 		}
 	}
+	fe.buf = b
 	for _, m := range batch {
-		b = binary.BigEndian.AppendUint64(b, m.group)
-		n := len(b)
-		b = append(b, 0, 0, 0, 0)
-		var err error
-		b, err = proto.MarshalOptions{}.MarshalAppend(b, m.m)
+		fe.buf = binary.BigEndian.AppendUint64(fe.buf, m.group)
+		n := len(fe.buf)
+		fe.buf = append(fe.buf, 0, 0, 0, 0)
+		size, err := fe.appendMessage(m.m)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		binary.BigEndian.PutUint32(b[n:], uint32(len(b)-n-4))
+		if size > maxFrame {
+			return fmt.Errorf("raft: message of %d bytes", size)
+		}
+		binary.BigEndian.PutUint32(fe.buf[n:], uint32(size))
 	}
-	if len(b)-4 > maxFrame {
-		return nil, fmt.Errorf("raft: frame of %d bytes", len(b)-4)
+	n := fe.size() - 4
+	if n > maxFrame {
+		return fmt.Errorf("raft: frame of %d bytes", n)
 	}
-	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
-	return b, nil
+	binary.BigEndian.PutUint32(fe.buf, uint32(n))
+	return nil
 }
 
 // dial connects to a peer, over mutual TLS when configured.
@@ -428,25 +444,21 @@ func (t *tcpTransport) read(c net.Conn) {
 			return
 		}
 		c.SetReadDeadline(time.Now().Add(frameTimeout))
-		buf, err := t.readFrame(r, int(n))
-		if err != nil {
-			return
-		}
-		if buf[0] != frameVersion {
-			t.release(len(buf))
+		f, err := t.readFrame(r, int(n))
+		var version versionError
+		switch {
+		case errors.As(err, &version):
 			t.refused.Add(1)
-			t.warnOnce(c, "raft: frame of another protocol version (a node of another Holdfast version?), closing connection", "version", buf[0])
+			t.warnOnce(c, "raft: frame of another protocol version (a node of another Holdfast version?), closing connection", "version", uint8(version))
 			return
-		}
-		var cluster [16]byte
-		copy(cluster[:], buf[1:17])
-		from, msgs, ident, err := decodeFrame(buf[17:])
-		t.release(len(buf)) // decoding copied what the messages keep
-		if err != nil {
+		case errors.Is(err, errBadFrame):
 			t.refused.Add(1)
 			t.logger.Warn("raft: bad frame, closing connection", "err", err, "remote", c.RemoteAddr().String())
 			return
+		case err != nil:
+			return
 		}
+		cluster, from, msgs, ident := f.cluster, f.from, f.msgs, f.ident
 		if cut, _ := t.faults.check(from, t.id); cut {
 			continue // sent before the cut, delivered after: drop
 		}
@@ -491,89 +503,164 @@ func (t *tcpTransport) identities() map[uint64]PeerIdentity {
 	return out
 }
 
-// readFrame reads an n-byte frame body, taking the shared budget a chunk
-// at a time as the bytes arrive (a stalled peer holds one chunk, until
-// frameTimeout). On error nothing stays taken; on success the caller
-// releases len(buf).
-func (t *tcpTransport) readFrame(r io.Reader, n int) ([]byte, error) {
-	buf := make([]byte, 0, min(n, frameChunk))
-	for len(buf) < n {
-		k := min(n-len(buf), frameChunk)
-		select {
-		case t.budget <- struct{}{}:
-		case <-t.done:
-			t.release(len(buf))
-			return nil, errors.New("raft: transport closed")
+// frame is what a frame carried.
+type frame struct {
+	cluster [16]byte
+	from    uint64
+	msgs    []outMsg
+	ident   *NodeIdentity // a heartbeat frame's
+}
+
+// versionError: a frame of another protocol version.
+type versionError uint8
+
+func (v versionError) Error() string { return fmt.Sprintf("raft: frame version %d", uint8(v)) }
+
+var errBadFrame = errors.New("raft: bad frame")
+
+// readFrame reads and decodes an n-byte frame body. Each message is read
+// into a buffer of its own that its entries' data then point into (see
+// msgcodec.go). The bytes are read under the shared budget, a chunk at a
+// time as they arrive (a stalled peer holds one chunk, until
+// frameTimeout), and the budget is given back when the frame is read.
+func (t *tcpTransport) readFrame(r io.Reader, n int) (frame, error) {
+	var f frame
+	fr := frameReader{t: t, r: r}
+	defer fr.release()
+	var hdr [frameHeader]byte
+	if err := fr.read(hdr[:]); err != nil {
+		return f, err
+	}
+	if hdr[0] != frameVersion {
+		return f, versionError(hdr[0])
+	}
+	copy(f.cluster[:], hdr[1:17])
+	f.from = binary.BigEndian.Uint64(hdr[17:])
+	count := binary.BigEndian.Uint32(hdr[25:])
+	left := n - frameHeader
+	if count == 0 {
+		b, err := fr.body(left)
+		if err != nil {
+			return f, err
 		}
-		if len(buf)+k > cap(buf) {
-			grown := make([]byte, len(buf), min(n, 2*cap(buf)+frameChunk))
-			copy(grown, buf)
-			buf = grown
+		f.ident, err = decodeIdentity(b)
+		return f, err
+	}
+	if int64(count) > int64(left/12) {
+		return f, fmt.Errorf("%w: %d messages in %d bytes", errBadFrame, count, left)
+	}
+	f.msgs = make([]outMsg, 0, count)
+	var mh [12]byte
+	for range count {
+		if left < len(mh) {
+			return f, fmt.Errorf("%w: truncated message header", errBadFrame)
 		}
-		buf = buf[:len(buf)+k]
-		if _, err := io.ReadFull(r, buf[len(buf)-k:]); err != nil {
-			t.release(len(buf))
+		if err := fr.read(mh[:]); err != nil {
+			return f, err
+		}
+		left -= len(mh)
+		g, k := binary.BigEndian.Uint64(mh[:]), binary.BigEndian.Uint32(mh[8:])
+		if int64(k) > int64(left) {
+			return f, fmt.Errorf("%w: message of %d bytes, %d left in the frame", errBadFrame, k, left)
+		}
+		b, err := fr.body(int(k))
+		if err != nil {
+			return f, err
+		}
+		left -= int(k)
+		m, err := decodeMessage(b)
+		if err != nil {
+			return f, fmt.Errorf("%w: group %d: %w", errBadFrame, g, err)
+		}
+		f.msgs = append(f.msgs, outMsg{g, m})
+	}
+	if left != 0 {
+		return f, fmt.Errorf("%w: %d bytes after the last message", errBadFrame, left)
+	}
+	return f, nil
+}
+
+// frameReader reads a frame's bytes under the shared budget: one token
+// per frameChunk bytes read, taken as they are about to be read.
+type frameReader struct {
+	t      *tcpTransport
+	r      io.Reader
+	got    int // bytes read
+	tokens int // budget taken
+}
+
+func (fr *frameReader) read(dst []byte) error {
+	for len(dst) > 0 {
+		if fr.got == fr.tokens*frameChunk {
+			select {
+			case fr.t.budget <- struct{}{}:
+				fr.tokens++
+			case <-fr.t.done:
+				return errors.New("raft: transport closed")
+			}
+		}
+		k := min(len(dst), fr.tokens*frameChunk-fr.got)
+		if _, err := io.ReadFull(fr.r, dst[:k]); err != nil {
+			return err
+		}
+		fr.got += k
+		dst = dst[k:]
+	}
+	return nil
+}
+
+// body reads the next n bytes into a new buffer that grows as they
+// arrive (an announced size is not allocated before its bytes come).
+func (fr *frameReader) body(n int) ([]byte, error) {
+	if n <= frameChunk {
+		b := make([]byte, n)
+		return b, fr.read(b)
+	}
+	b := make([]byte, 0, frameChunk)
+	for len(b) < n {
+		k := min(n-len(b), frameChunk)
+		if len(b)+k > cap(b) {
+			grown := make([]byte, len(b), min(n, 2*cap(b)+frameChunk))
+			copy(grown, b)
+			b = grown
+		}
+		b = b[:len(b)+k]
+		if err := fr.read(b[len(b)-k:]); err != nil {
 			return nil, err
 		}
 	}
-	return buf, nil
+	return b, nil
 }
 
-// release returns the budget of an n-byte frame.
-func (t *tcpTransport) release(n int) {
-	for i := 0; i < (n+frameChunk-1)/frameChunk; i++ {
-		<-t.budget
+func (fr *frameReader) release() {
+	for range fr.tokens {
+		<-fr.t.budget
 	}
+	fr.tokens = 0
 }
 
-func decodeFrame(b []byte) (uint64, []outMsg, *NodeIdentity, error) {
-	from := binary.BigEndian.Uint64(b)
-	count := binary.BigEndian.Uint32(b[8:])
-	b = b[12:]
-	if count == 0 {
-		if len(b) < 18 {
-			return 0, nil, nil, errors.New("truncated identity")
-		}
-		id := &NodeIdentity{}
-		copy(id.Directory[:], b)
-		n := int(binary.BigEndian.Uint16(b[16:]))
-		b = b[18:]
-		if len(b) != n*24 {
-			return 0, nil, nil, fmt.Errorf("identity claims %d voters in %d bytes", n, len(b))
-		}
-		if n > 0 {
-			id.Bootstrap = make(map[uint64][16]byte, n)
-		}
-		for range n {
-			var d [16]byte
-			copy(d[:], b[8:24])
-			id.Bootstrap[binary.BigEndian.Uint64(b)] = d
-			b = b[24:]
-		}
-		return from, nil, id, nil
+// decodeIdentity decodes a heartbeat frame's sender identity.
+func decodeIdentity(b []byte) (*NodeIdentity, error) {
+	if len(b) < 18 {
+		return nil, fmt.Errorf("%w: truncated identity", errBadFrame)
 	}
-	if int(count) > len(b)/12 {
-		return 0, nil, nil, fmt.Errorf("frame claims %d messages in %d bytes", count, len(b))
+	id := &NodeIdentity{}
+	copy(id.Directory[:], b)
+	n := int(binary.BigEndian.Uint16(b[16:]))
+	b = b[18:]
+	if len(b) != n*24 {
+		return nil, fmt.Errorf("%w: identity claims %d voters in %d bytes", errBadFrame, n, len(b))
 	}
-	msgs := make([]outMsg, 0, count)
-	for range count {
-		if len(b) < 12 {
-			return 0, nil, nil, errors.New("truncated message header")
-		}
-		g := binary.BigEndian.Uint64(b)
-		n := binary.BigEndian.Uint32(b[8:])
-		b = b[12:]
-		if int(n) > len(b) {
-			return 0, nil, nil, errors.New("truncated message")
-		}
-		m := &pb.Message{}
-		if err := proto.Unmarshal(b[:n], m); err != nil {
-			return 0, nil, nil, err
-		}
-		msgs = append(msgs, outMsg{g, m})
-		b = b[n:]
+	if n > 0 {
+		id.Bootstrap = make(map[uint64][16]byte, n)
 	}
-	return from, msgs, nil, nil
+	for range n {
+		var d [16]byte
+		copy(d[:], b[8:24])
+		id.Bootstrap[binary.BigEndian.Uint64(b)] = d
+		b = b[24:]
+	}
+	return id, nil
 }
 
 // heardWithin reports whether a frame from peer arrived within d.
