@@ -58,7 +58,11 @@ func TestClusterDirectIO(t *testing.T) {
 			t.Fatalf("%s: read %d of %d records", stage, len(seen), n)
 		}
 	}
+	hits := storage.ReadCache().Hits
 	read("after produce")
+	if storage.SegmentWrites().DirectBytes != before && storage.ReadCache().Hits == hits {
+		t.Fatal("bytes went O_DIRECT but no fetch of them was served from the read cache")
+	}
 	if storage.SegmentWrites().DirectBytes == before {
 		probe, err := os.OpenFile(filepath.Join(t.TempDir(), "probe"), os.O_CREATE|os.O_WRONLY|syscall.O_DIRECT, 0o644)
 		if err == nil {
