@@ -1234,8 +1234,17 @@ type Slice struct {
 }
 
 type sliceRef struct {
-	once sync.Once
-	seg  *segment
+	once   sync.Once
+	seg    *segment
+	chunks []*cacheChunk // read cache chunks lent out by CachedBytes
+}
+
+func (r *sliceRef) release() {
+	r.seg.unref()
+	for _, c := range r.chunks {
+		c.unlend()
+	}
+	r.chunks = nil
 }
 
 // Bytes reads the range.
@@ -1254,7 +1263,7 @@ func (s Slice) Bytes() ([]byte, error) {
 // Release drops the Slice's hold on the segment; idempotent.
 func (s Slice) Release() {
 	if s.ref != nil {
-		s.ref.once.Do(s.ref.seg.unref)
+		s.ref.once.Do(s.ref.release)
 	}
 }
 

@@ -14,10 +14,11 @@ import (
 // A write-out's buffer is not handed back to its pool once written: it
 // joins the file's run of cached chunks, which always ends where the file
 // ends and holds exactly the file's bytes (appends only add at the end; a
-// Truncate drops every chunk past the cut, a Close all of them). Chunks are
-// never written again after they join (a buffer leaves its pool for good),
-// so a reader may keep a sub-slice of one past an eviction or a Truncate;
-// it then holds what the file held when it read, as a held Slice does. One
+// Truncate drops every chunk past the cut, a Close all of them). A fetch
+// (Slice.CachedBytes) is lent sub-slices of chunks until its Slice is
+// released: a chunk dropped meanwhile (evicted, cut) goes back to its pool
+// only after that, so the fetch sends what the file held when it read, as
+// a held Slice's file range does; reads (ReadAt) copy under the lock. One
 // node-wide budget bounds the chunks' memory (counted by their buffers'
 // capacity): the oldest chunk of any file goes first.
 
@@ -27,9 +28,30 @@ const DefaultReadCacheBytes = 64 << 20
 type cacheChunk struct {
 	f      *appendFile
 	pos    int64  // file offset of data[0]
-	data   []byte // the bytes, never modified
+	data   []byte // the bytes, never modified while in the cache or lent
 	cost   int64  // memory held (the buffer's capacity)
 	queued bool   // in readCache.fifo (guarded by readCache.mu)
+	buf    pendBuf
+
+	// lent counts the Slices holding parts of data (CachedBytes) and has
+	// chunkGone added once the file dropped the chunk: whoever brings it
+	// to exactly chunkGone gives the buffer back to its pool.
+	lent atomic.Int64
+}
+
+const chunkGone = 1 << 40
+
+// gone: the file dropped c (its mu held, c no longer in its cache).
+func (c *cacheChunk) gone() {
+	if c.lent.Add(chunkGone) == chunkGone {
+		c.buf.release()
+	}
+}
+
+func (c *cacheChunk) unlend() {
+	if c.lent.Add(-1) == chunkGone {
+		c.buf.release()
+	}
 }
 
 type readCache struct {
@@ -151,7 +173,7 @@ func (a *appendFile) keepChunk(b pendBuf, pos int64) bool {
 	if !a.cacheOn.Load() || b.back == nil || len(b.data) == 0 || readCacheLimit() == 0 {
 		return false
 	}
-	c := &cacheChunk{f: a, pos: pos, data: b.data, cost: int64(cap(*b.back))}
+	c := &cacheChunk{f: a, pos: pos, data: b.data, cost: int64(cap(*b.back)), buf: b}
 	var dropped []*cacheChunk
 	a.mu.Lock()
 	if a.closed {
@@ -164,6 +186,9 @@ func (a *appendFile) keepChunk(b pendBuf, pos int64) bool {
 			// cache) came between. The cache is a run that ends at the
 			// file's end; start a new one.
 			dropped = a.cached
+			for _, c := range dropped {
+				c.gone()
+			}
 			a.cached = nil
 		}
 	}
@@ -193,7 +218,10 @@ func (a *appendFile) dropChunk(c *cacheChunk) {
 	defer a.mu.Unlock()
 	for i, x := range a.cached {
 		if x == c {
-			a.cached[i] = nil
+			for _, y := range a.cached[:i+1] {
+				y.gone()
+			}
+			clear(a.cached[:i+1])
 			a.cached = a.cached[i+1:]
 			if len(a.cached) == 0 {
 				a.cached = nil
@@ -210,6 +238,9 @@ func (a *appendFile) dropCachedFromLocked(size int64) []*cacheChunk {
 	for i, c := range a.cached {
 		if c.pos+int64(len(c.data)) > size {
 			out := append([]*cacheChunk(nil), a.cached[i:]...)
+			for _, c := range out {
+				c.gone()
+			}
 			clear(a.cached[i:])
 			a.cached = a.cached[:i]
 			if i == 0 {
@@ -224,16 +255,24 @@ func (a *appendFile) dropCachedFromLocked(size int64) []*cacheChunk {
 // cachedRangeLocked returns the bytes [off, off+n) from the cache as
 // sub-slices of its chunks, or nil if they are not all there (mu held).
 func (a *appendFile) cachedRangeLocked(off int64, n int) [][]byte {
+	parts, _ := a.cachedChunksLocked(off, n, false)
+	return parts
+}
+
+// cachedChunksLocked is cachedRangeLocked that also returns the chunks
+// the parts come from, lent (to be given back with unlend) if lend.
+func (a *appendFile) cachedChunksLocked(off int64, n int, lend bool) ([][]byte, []*cacheChunk) {
 	if len(a.cached) == 0 || n <= 0 {
-		return nil
+		return nil, nil
 	}
 	first := a.cached[0]
 	last := a.cached[len(a.cached)-1]
 	end := off + int64(n)
 	if off < first.pos || end > last.pos+int64(len(last.data)) {
-		return nil
+		return nil, nil
 	}
 	var out [][]byte
+	var used []*cacheChunk
 	for _, c := range a.cached {
 		cend := c.pos + int64(len(c.data))
 		if cend <= off {
@@ -245,22 +284,32 @@ func (a *appendFile) cachedRangeLocked(off int64, n int) [][]byte {
 		lo := max(off, c.pos) - c.pos
 		hi := min(end, cend) - c.pos
 		out = append(out, c.data[lo:hi])
+		if lend {
+			c.lent.Add(1)
+			used = append(used, c)
+		}
 	}
-	return out
+	return out, used
 }
 
 // CachedBytes returns the slice's bytes from the read cache, as parts to
 // send one after the other, or nil if they are not all in memory (then
 // the file has them: sendfile). The parts are never modified; the caller
-// keeps the Slice until it is done with them, as with the file range.
+// keeps the Slice until it is done with them, as with the file range: the
+// chunks' buffers go back to their pool only when dropped from the cache
+// and released by every Slice that was lent them.
 func (s Slice) CachedBytes() [][]byte {
 	a, ok := s.File.(*appendFile)
 	if !ok || !a.cacheOn.Load() || s.Size == 0 {
 		return nil
 	}
+	if s.ref == nil {
+		return nil
+	}
 	a.mu.Lock()
-	parts := a.cachedRangeLocked(s.Pos, s.Size)
+	parts, used := a.cachedChunksLocked(s.Pos, s.Size, true)
 	a.mu.Unlock()
+	s.ref.chunks = append(s.ref.chunks, used...) // given back by Release
 	if parts == nil {
 		rcMisses.Add(1)
 		rcMissBytes.Add(int64(s.Size))

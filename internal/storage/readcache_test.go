@@ -172,6 +172,37 @@ func TestReadCacheServesRecent(t *testing.T) {
 	}
 }
 
+// TestReadCacheLent: bytes a fetch was lent stay as they were while its
+// Slice is held, though the cache dropped their chunk and later
+// write-outs took buffers from the pool.
+func TestReadCacheLent(t *testing.T) {
+	withReadCache(t, 1<<20)
+	l, _ := directLog(t, testConfig2(64<<20))
+	m := &model{}
+	appendDurable(t, l, m, 40, 3000)
+	h, _ := records.ParseHeader(m.batches[0])
+	s, err := l.Read(h.BaseOffset, h.BaseOffset+1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := s.CachedBytes()
+	if parts == nil {
+		t.Fatal("not cached")
+	}
+	for i := 0; i < 40; i++ { // write-outs of the same size class through a 1 MiB budget
+		appendDurable(t, l, m, 40, 3000)
+	}
+	if again := s.CachedBytes(); again != nil {
+		t.Fatal("the first chunk is still in the cache")
+	}
+	if !bytes.Equal(bytes.Join(parts, nil), m.batches[0]) {
+		t.Fatal("lent bytes changed while the Slice was held")
+	}
+	s.Release()
+	checkReadCache(t, l)
+	m.checkFetches(t, l)
+}
+
 // TestReadCacheTruncate: a follower's truncation (leader change) cuts the
 // cache with the file; the new bytes appended at the same positions are
 // what a fetch then gets, never the old ones.
