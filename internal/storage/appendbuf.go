@@ -131,9 +131,10 @@ type appendFile struct {
 
 	// The read cache (readcache.go): written bytes kept in memory, on
 	// with direct I/O. cached and closed are guarded by mu.
-	cacheOn atomic.Bool
-	cached  []*cacheChunk
-	closed  bool
+	cacheOn   atomic.Bool
+	cached    []*cacheChunk
+	closed    bool
+	lastFetch *atomic.Int64 // the log's: when a fetch last asked the cache
 }
 
 func newAppendFile(f File, size int64) *appendFile {

@@ -80,6 +80,10 @@ type epochEntry struct {
 // Log is one partition's segmented log. All methods are safe for concurrent
 // use; appends are serialized.
 type Log struct {
+	// lastFetch: when a fetch last asked the read cache (unix ns), shared
+	// with the segment files (readcache.go).
+	lastFetch atomic.Int64
+
 	dir    string
 	fs     FS
 	syncer *Syncer
@@ -452,6 +456,7 @@ func (l *Log) openSegment(base int64, create bool) (*segment, error) {
 	s.size = size
 	af := newAppendFile(f, size)
 	af.onDirectOff = l.directUnavailable
+	af.lastFetch = &l.lastFetch
 	s.f = af
 	s.refs.Store(1)
 	return s, nil

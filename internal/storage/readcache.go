@@ -3,6 +3,7 @@ package storage
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // The read cache keeps the most recently written bytes of segment files in
@@ -21,6 +22,16 @@ import (
 // a held Slice's file range does; reads (ReadAt) copy under the lock. One
 // node-wide budget bounds the chunks' memory (counted by their buffers'
 // capacity): the oldest chunk of any file goes first.
+
+// readCacheIdle: a log no fetch asked the read cache for this long keeps
+// no chunks (a write-only load would otherwise pay for cycling its
+// write-outs through the whole budget: fresh, cold buffers instead of the
+// few warm ones the pool hands back); the first fetch after that is
+// served from the file, and the write-outs after it are kept. 0: always
+// keep (tests).
+var readCacheIdle atomic.Int64
+
+func init() { readCacheIdle.Store(int64(10 * time.Second)) }
 
 // DefaultReadCacheBytes is the read cache's default budget.
 const DefaultReadCacheBytes = 64 << 20
@@ -173,6 +184,9 @@ func (a *appendFile) keepChunk(b pendBuf, pos int64) bool {
 	if !a.cacheOn.Load() || b.back == nil || len(b.data) == 0 || readCacheLimit() == 0 {
 		return false
 	}
+	if idle := readCacheIdle.Load(); idle > 0 && (a.lastFetch == nil || time.Now().UnixNano()-a.lastFetch.Load() > idle) {
+		return false // nobody reads this log's recent bytes
+	}
 	c := &cacheChunk{f: a, pos: pos, data: b.data, cost: int64(cap(*b.back)), buf: b}
 	var dropped []*cacheChunk
 	a.mu.Lock()
@@ -305,6 +319,11 @@ func (s Slice) CachedBytes() [][]byte {
 	}
 	if s.ref == nil {
 		return nil
+	}
+	if a.lastFetch != nil {
+		if now := time.Now().UnixNano(); now-a.lastFetch.Load() > int64(time.Second) {
+			a.lastFetch.Store(now) // at most once a second: one cache line, many fetchers
+		}
 	}
 	a.mu.Lock()
 	parts, used := a.cachedChunksLocked(s.Pos, s.Size, true)

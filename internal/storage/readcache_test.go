@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"holdfast/internal/records"
 )
@@ -86,7 +87,11 @@ func withReadCache(t *testing.T, n int64) {
 	old := readCacheLimit()
 	SetReadCacheBytes(0) // drops what logs of earlier tests left (a crash test's abandoned ones)
 	SetReadCacheBytes(n)
-	t.Cleanup(func() { SetReadCacheBytes(old) })
+	idle := readCacheIdle.Swap(0) // keep chunks before the first fetch too
+	t.Cleanup(func() {
+		SetReadCacheBytes(old)
+		readCacheIdle.Store(idle)
+	})
 }
 
 func directLog(t *testing.T, cfg Config) (*Log, *CrashFS) {
@@ -356,4 +361,40 @@ func TestReadCacheOS(t *testing.T) {
 			t.Log("the filesystem refused O_DIRECT: no cache to check")
 		}
 	}
+}
+
+// TestReadCacheIdle: a log nobody fetched from keeps no chunks (a
+// write-only load does not cycle its write-outs through the budget); the
+// first fetch is served from the file, and what is written after it is
+// kept.
+func TestReadCacheIdle(t *testing.T) {
+	withReadCache(t, 64<<20)
+	readCacheIdle.Store(int64(time.Hour))
+	l, _ := directLog(t, testConfig2(64<<20))
+	m := &model{}
+	appendDurable(t, l, m, 40, 3000)
+	if st := ReadCache(); st.Bytes != 0 {
+		t.Fatalf("%d bytes cached before any fetch", st.Bytes)
+	}
+	h, _ := records.ParseHeader(m.batches[0])
+	s, err := l.Read(h.BaseOffset, h.BaseOffset+1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.CachedBytes() != nil {
+		t.Fatal("served from the cache before anything was kept")
+	}
+	s.Release()
+	appendDurable(t, l, m, 40, 3000)
+	h, _ = records.ParseHeader(m.batches[len(m.batches)-1])
+	s, err = l.Read(h.BaseOffset, h.BaseOffset+1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Release()
+	if s.CachedBytes() == nil {
+		t.Fatal("written after a fetch, and not kept")
+	}
+	checkReadCache(t, l)
+	m.checkFetches(t, l)
 }
