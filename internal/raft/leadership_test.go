@@ -2,9 +2,12 @@ package raft
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
+	"testing/cryptotest"
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -154,5 +157,61 @@ func TestWrittenAheadTailCut(t *testing.T) {
 	}
 	if got := values(t, l); !slices.Equal(got, []string{"stored", "other"}) {
 		t.Fatalf("log holds %v", got)
+	}
+}
+
+// TestNewGroupLeaderWhilePeersOpenLate: a new group's first replica
+// campaigns at once, but its peers create the group a few ticks later (they
+// learn of a new topic from the metadata log after it does) and drop the
+// pre-votes that came first. The first replica asks again while it is a
+// pre-candidate, so the group has a leader within a few ticks of the peers
+// opening it, not an election timeout (10-20 ticks) later. Stepped hosts:
+// ticks are counted, not timed.
+func TestNewGroupLeaderWhilePeersOpenLate(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			cryptotest.SetGlobalRandom(t, seed)
+			rng := rand.New(rand.NewPCG(seed, 0x5eed))
+			s := &sim{t: t, rng: rng, net: newMemNet(rng, simTick), trace: sha256.New(),
+				committed: map[uint64]map[uint64]commitRec{1: {}}, leaders: map[[2]uint64]uint64{}, acks: map[uint64][]acked{},
+				ackTimes: map[uint64][]ackTime{}, next: map[uint64]int{}}
+			s.c = &cluster{tb: t, nodes: map[uint64]*testNode{}, logger: testLogger(t), tick: simTick}
+			for id := uint64(1); id <= 3; id++ {
+				s.c.ids = append(s.c.ids, id)
+				s.c.nodes[id] = &testNode{id: id, dir: fmt.Sprint("/node", id), fs: storage.NewCrashFS(int64(seed + id))}
+			}
+			s.c.voters = slices.Clone(s.c.ids)
+			defer func() {
+				for _, id := range s.c.ids {
+					s.kill(id)
+				}
+			}()
+			for _, id := range s.c.ids {
+				s.start(id) // no groups yet
+			}
+			s.c.groups = []uint64{1}
+			s.addGroup(1, 1) // the first replica: it campaigns at once
+			const peersAt = 3
+			for tick := 1; tick <= 30; tick++ {
+				if tick == peersAt {
+					s.addGroup(2, 1)
+					s.addGroup(3, 1)
+				}
+				s.now++
+				s.net.now = s.now
+				for _, id := range s.c.ids {
+					s.c.nodes[id].host.tickOnce()
+					s.net.heartbeats(id, s.c.ids)
+				}
+				s.drain()
+				if len(s.leaders) > 0 {
+					if tick > peersAt+3 {
+						t.Fatalf("a leader only at tick %d, the peers opened the group at tick %d: %v", tick, peersAt, s.leaders)
+					}
+					return
+				}
+			}
+			t.Fatalf("no leader in 30 ticks")
+		})
 	}
 }

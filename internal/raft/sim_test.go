@@ -219,19 +219,26 @@ func (s *sim) start(id uint64) {
 	}
 	nd.host = h
 	nd.logs = map[uint64]*storage.Log{}
-	lc := storage.DefaultConfig()
-	lc.SegmentBytes = 16 << 10 // segments roll and compaction drops them
 	for _, g := range s.c.groups {
-		l, err := storage.Open(fmt.Sprint(nd.dir, "/logs/", g), lc, storage.Options{FS: nd.fs, Syncer: nd.syncer, Logger: s.c.logger, Now: s.clock})
-		if err != nil {
-			s.t.Fatalf("node %d: open log: %v", id, err)
-		}
-		nd.logs[g] = l
-		if err := h.AddGroup(GroupConfig{ID: g, Log: l, Voters: s.c.voters, OnCommit: s.onCommit(id), AckOnQuorum: true}); err != nil {
-			s.t.Fatalf("node %d add group %d: %v", id, g, err)
-		}
+		s.addGroup(id, g)
 	}
 	s.note("node %d started", id)
+}
+
+// addGroup opens group g's log on node id and adds the group to its host.
+func (s *sim) addGroup(id, g uint64) {
+	s.t.Helper()
+	nd := s.c.nodes[id]
+	lc := storage.DefaultConfig()
+	lc.SegmentBytes = 16 << 10 // segments roll and compaction drops them
+	l, err := storage.Open(fmt.Sprint(nd.dir, "/logs/", g), lc, storage.Options{FS: nd.fs, Syncer: nd.syncer, Logger: s.c.logger, Now: s.clock})
+	if err != nil {
+		s.t.Fatalf("node %d: open log: %v", id, err)
+	}
+	nd.logs[g] = l
+	if err := nd.host.AddGroup(GroupConfig{ID: g, Log: l, Voters: s.c.voters, OnCommit: s.onCommit(id), AckOnQuorum: true}); err != nil {
+		s.t.Fatalf("node %d add group %d: %v", id, g, err)
+	}
 }
 
 func (s *sim) clock() time.Time {

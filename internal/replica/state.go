@@ -40,6 +40,12 @@ func (m *Manager) State(t controller.Topic, i int32) State {
 	live := slices.DeleteFunc(slices.Clone(s.Replicas), m.meta.Fenced)
 	p := m.Get(t.Name, i)
 	if p == nil {
+		if m.isOffline(topicPartition{t.Name, i}) {
+			// Assigned here, and its storage could not be opened.
+			s.Err = kerr.KafkaStorageError.Code
+			s.Offline = []int32{m.cfg.NodeID}
+			return s
+		}
 		if len(live) == 0 || slices.Contains(s.Replicas, m.cfg.NodeID) {
 			// No live replica, or ours is not open yet (the topic was
 			// just created or the node is starting): naming a guessed
