@@ -48,7 +48,7 @@ type serveConfig struct {
 	shareDeliveries, shareMaxSize, shareSessions                          int
 	shareLocks                                                            int64
 	txnAbortIv, txnIDExpiry, offsRetCheck                                 time.Duration
-	segBytes, retBytes, maxQueued                                         int64
+	segBytes, retBytes, maxQueued, dioCache                               int64
 	autoCreate, rebalance, ctrlShut, directIO                             bool
 	console, consoleLab, metricsInternal                                  bool
 	consoleSample                                                         time.Duration
@@ -90,6 +90,7 @@ func (c *serveConfig) register(s *settings) {
 			return fmt.Sprintf("interval:%dms", n), nil
 		}))
 	s.Bool(&c.directIO, "log-direct-io", def.DirectIO, "write partition logs' large sync-cycle write-outs with O_DIRECT, past the page cache (docs/storage.md; falls back to the page cache where the filesystem refuses it)", kafka("log.direct.io"))
+	s.Int64(&c.dioCache, "log-direct-io-cache-bytes", storage.DefaultReadCacheBytes, "with --log-direct-io: memory for the newest segment bytes written, so fetches of recent data are served from memory instead of the disk (0: none; one budget per process)", kafka("log.direct.io.cache.bytes"))
 	s.Bool(&c.autoCreate, "auto-create-topics", def.AutoCreateTopics, "create topics on first use (a Metadata request that allows it)", kafka("auto.create.topics.enable"))
 	s.Int(&c.numParts, "num-partitions", int(def.NumPartitions), "partitions of auto-created topics", kafka("num.partitions"))
 	s.Int(&c.offsetParts, "offsets-partitions", int(def.OffsetsTopicPartitions), "partitions of __consumer_offsets", kafka("offsets.topic.num.partitions"))
@@ -209,12 +210,18 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 		return cfg, lim, nil, fmt.Errorf("--broker-session-timeout (%v) must be longer than --broker-heartbeat-interval (%v), both positive", c.session, c.hbInterval)
 	case c.fetchSessionSlots < 0:
 		return cfg, lim, nil, fmt.Errorf("--fetch-session-slots %d: must be 0 or more (0: no fetch sessions)", c.fetchSessionSlots)
+	case c.dioCache < 0:
+		return cfg, lim, nil, fmt.Errorf("--log-direct-io-cache-bytes %d: must be 0 or more", c.dioCache)
 	case c.retentionCheck <= 0:
 		return cfg, lim, nil, fmt.Errorf("--retention-check-interval %v: must be positive", c.retentionCheck)
 	}
 	cfg.NodeID = int32(c.nodeID)
 	cfg.DataDir = c.dataDir
 	cfg.DirectIO = c.directIO
+	cfg.DirectIOCacheBytes = c.dioCache
+	if c.dioCache == 0 {
+		cfg.DirectIOCacheBytes = -1
+	}
 	cfg.Rack = c.rack
 	cfg.ReplicaSelector = c.replicaSelector
 	cfg.FetchSessionSlots = c.fetchSessionSlots

@@ -136,6 +136,10 @@ type Config struct {
 	// DirectIO (log.direct.io): partition logs write a sync cycle's large
 	// write-outs with O_DIRECT, past the page cache (docs/storage.md).
 	DirectIO bool
+	// DirectIOCacheBytes (log.direct.io.cache.bytes): with DirectIO, the
+	// process's read cache of newly written segment bytes (0: the default,
+	// storage.DefaultReadCacheBytes; negative: none).
+	DirectIOCacheBytes int64
 	// RaftFaults, when set, is the Raft transport's fault seam (cut or
 	// delay links between nodes): for in-process clusters in tests and
 	// `holdfast lab`. nil: none.

@@ -15,6 +15,7 @@ import (
 
 	"holdfast/internal/auth"
 	"holdfast/internal/controller"
+	"holdfast/internal/storage"
 	"holdfast/internal/topicconfig"
 	"holdfast/internal/wire"
 )
@@ -270,6 +271,18 @@ func (b *Broker) describeBrokerConfigs(names []string, synonyms, docs bool) []de
 	all = append(all, brokerConfig{name: "log.direct.io", typ: kmsg.ConfigTypeBoolean, kafkaDefault: "false",
 		doc:   "Holdfast: partition logs write each sync cycle's large write-outs (64 KiB of whole blocks or more) with O_DIRECT, past the page cache; smaller ones, and filesystems that refuse O_DIRECT (tmpfs), go through the page cache.",
 		value: val(func(b *Broker) string { return strconv.FormatBool(b.cfg.DirectIO) })})
+	all = append(all, brokerConfig{name: "log.direct.io.cache.bytes", typ: kmsg.ConfigTypeLong, kafkaDefault: strconv.Itoa(storage.DefaultReadCacheBytes),
+		doc: "Holdfast: with log.direct.io, memory (per process) for the newest segment bytes written, so that fetches of recent data are served from memory instead of the disk; 0: none.",
+		value: val(func(b *Broker) string {
+			switch n := b.cfg.DirectIOCacheBytes; {
+			case n == 0:
+				return strconv.Itoa(storage.DefaultReadCacheBytes)
+			case n < 0:
+				return "0"
+			default:
+				return strconv.FormatInt(n, 10)
+			}
+		})})
 	slices.SortFunc(all, func(x, y brokerConfig) int { return strings.Compare(x.name, y.name) })
 
 	var out []describedConfig

@@ -284,10 +284,19 @@ func abortedOf(aborted []partition.AbortedTxn) []kmsg.FetchResponseTopicPartitio
 }
 
 // fetchRecords turns a read's file range into what the response carries: a
-// placeholder that the connection writer replaces by the range (sendfile),
-// which then belongs to files; or, for a file without a descriptor, the
-// bytes, and the range is released.
+// placeholder that the connection writer replaces by the range (sendfile,
+// or the bytes from the storage's read cache when it holds them: recent
+// data written with log.direct.io is not in the page cache), which then
+// belongs to files; or, for a file without a descriptor, the bytes, and the
+// range is released.
 func (b *Broker) fetchRecords(files *wire.Spliced, slices *[]storage.Slice, s storage.Slice) ([]byte, error) {
+	if mem := s.CachedBytes(); mem != nil {
+		ph := wire.NewPlaceholder()
+		files.Placeholders = append(files.Placeholders, ph)
+		files.Ranges = append(files.Ranges, wire.FileRange{Off: s.Pos, Len: s.Size, ReadAt: s.File.ReadAt, Mem: mem})
+		*slices = append(*slices, s)
+		return ph, nil
+	}
 	if fd := s.File.Fd(); fd != 0 {
 		ph := wire.NewPlaceholder()
 		files.Placeholders = append(files.Placeholders, ph)

@@ -44,6 +44,16 @@ func New(cfg Config) (*Broker, error) {
 			cfg.FS = storage.OSFSDirectIO()
 		}
 	}
+	if cfg.DirectIO {
+		switch {
+		case cfg.DirectIOCacheBytes == 0:
+			storage.SetReadCacheBytes(storage.DefaultReadCacheBytes)
+		case cfg.DirectIOCacheBytes < 0:
+			storage.SetReadCacheBytes(0)
+		default:
+			storage.SetReadCacheBytes(cfg.DirectIOCacheBytes)
+		}
+	}
 	if len(cfg.Peers) == 0 {
 		// A single node is a cluster of one: its only voter, with no Raft
 		// port (nobody to talk to), on exactly the replicated path.

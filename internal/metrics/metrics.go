@@ -463,17 +463,40 @@ var descFsync = prometheus.NewDesc("holdfast_log_flush_duration_seconds", "Durat
 
 var descLogWrites = prometheus.NewDesc("holdfast_log_write_bytes_total", "Bytes written to partition log segments, by path: direct (O_DIRECT, log.direct.io) or page_cache.", []string{"path"}, nil)
 
+var (
+	descCacheHits      = prometheus.NewDesc("holdfast_log_cache_hits_total", "Fetches of a partition log's records answered from the read cache of recently written segment bytes (log.direct.io.cache.bytes; cf. Kafka Streams' record-cache hit ratio).", nil, nil)
+	descCacheMisses    = prometheus.NewDesc("holdfast_log_cache_misses_total", "Fetches of a partition log's records, with log.direct.io, that the read cache did not hold: sent from the file (sendfile).", nil, nil)
+	descCacheReadBytes = prometheus.NewDesc("holdfast_log_cache_fetch_bytes_total", "Record bytes fetched with log.direct.io, by source: cache (memory) or file (sendfile).", []string{"source"}, nil)
+	descCacheBytes     = prometheus.NewDesc("holdfast_log_cache_bytes", "Memory held by the read cache of recently written segment bytes.", nil, nil)
+	descCacheLimit     = prometheus.NewDesc("holdfast_log_cache_limit_bytes", "The read cache's budget (log.direct.io.cache.bytes; used with log.direct.io only).", nil, nil)
+	descCacheEvictions = prometheus.NewDesc("holdfast_log_cache_evictions_total", "Chunks of segment bytes dropped from the read cache to stay within its budget.", nil, nil)
+)
+
 type fsyncCollector struct{ b *broker.Broker }
 
 func (c *fsyncCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descFsync
 	ch <- descLogWrites
+	ch <- descCacheHits
+	ch <- descCacheMisses
+	ch <- descCacheReadBytes
+	ch <- descCacheBytes
+	ch <- descCacheLimit
+	ch <- descCacheEvictions
 }
 
 func (c *fsyncCollector) Collect(ch chan<- prometheus.Metric) {
 	ws := storage.SegmentWrites()
 	ch <- prometheus.MustNewConstMetric(descLogWrites, prometheus.CounterValue, float64(ws.DirectBytes), "direct")
 	ch <- prometheus.MustNewConstMetric(descLogWrites, prometheus.CounterValue, float64(ws.CachedBytes), "page_cache")
+	rc := storage.ReadCache()
+	ch <- prometheus.MustNewConstMetric(descCacheHits, prometheus.CounterValue, float64(rc.Hits))
+	ch <- prometheus.MustNewConstMetric(descCacheMisses, prometheus.CounterValue, float64(rc.Misses))
+	ch <- prometheus.MustNewConstMetric(descCacheReadBytes, prometheus.CounterValue, float64(rc.HitBytes), "cache")
+	ch <- prometheus.MustNewConstMetric(descCacheReadBytes, prometheus.CounterValue, float64(rc.MissBytes), "file")
+	ch <- prometheus.MustNewConstMetric(descCacheBytes, prometheus.GaugeValue, float64(rc.Bytes))
+	ch <- prometheus.MustNewConstMetric(descCacheLimit, prometheus.GaugeValue, float64(rc.Limit))
+	ch <- prometheus.MustNewConstMetric(descCacheEvictions, prometheus.CounterValue, float64(rc.Evictions))
 	s := c.b.FsyncLatency()
 	bounds := storage.HistogramBounds()
 	buckets := make(map[float64]uint64, len(bounds))

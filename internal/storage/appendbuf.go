@@ -128,6 +128,13 @@ type appendFile struct {
 
 	direct      bool        // write-outs may use O_DIRECT
 	onDirectOff func(error) // told once when O_DIRECT turns out unsupported
+
+	// The read cache (readcache.go): written bytes kept in memory, on
+	// with direct I/O. cached and closed are guarded by mu.
+	cacheOn   atomic.Bool
+	cached    []*cacheChunk
+	closed    bool
+	lastFetch *atomic.Int64 // the log's: when a fetch last asked the cache
 }
 
 func newAppendFile(f File, size int64) *appendFile {
@@ -135,6 +142,7 @@ func newAppendFile(f File, size int64) *appendFile {
 	a.written.Store(size)
 	if dw, ok := f.(directWriter); ok && dw.DirectIO() {
 		a.direct = true
+		a.cacheOn.Store(true)
 	}
 	return a
 }
@@ -212,8 +220,14 @@ func (a *appendFile) Write(b []byte) (int, error) {
 	if a.cur.back == nil {
 		a.cur = a.takeLocked(appendBufSmall)
 	}
-	if len(a.cur.data)+len(b) > a.cur.class {
-		nb := a.takeLocked(a.bufMax())
+	if need := len(a.cur.data) + len(b); need > a.cur.class {
+		class := a.bufMax()
+		if need <= appendBufSize && a.cur.class < appendBufSize {
+			// With direct I/O 256 KiB before 1 MiB: a written buffer
+			// stays in the read cache, which counts its capacity.
+			class = appendBufSize
+		}
+		nb := a.takeLocked(class)
 		nb.data = append(nb.data, a.cur.data...)
 		a.cur.release()
 		a.cur = nb
@@ -288,8 +302,12 @@ func (a *appendFile) writeQueued(all bool) error {
 			return fmt.Errorf("write %s: %w", a.Name(), err)
 		}
 		a.written.Add(int64(n))
-		a.queued[0].release()
 		a.queued = a.queued[1:]
+		a.mu.Unlock()
+		if !a.keepChunk(b, w) {
+			b.release()
+		}
+		a.mu.Lock()
 	}
 	defer a.mu.Unlock()
 	if len(a.queued) == 0 {
@@ -328,6 +346,7 @@ func (a *appendFile) writeOut(p []byte, aligned bool) (int, error) {
 	if errors.Is(err, errDirectUnsupported) {
 		a.mu.Lock()
 		a.direct = false
+		a.cacheOn.Store(false) // the page cache holds what is written
 		a.mu.Unlock()
 		if a.onDirectOff != nil {
 			a.onDirectOff(err)
@@ -371,6 +390,18 @@ func SegmentWrites() WriteStats {
 // newest batches), the rest from the file.
 func (a *appendFile) ReadAt(p []byte, off int64) (int, error) {
 	if off+int64(len(p)) <= a.written.Load() {
+		if a.cacheOn.Load() {
+			a.mu.Lock()
+			parts := a.cachedRangeLocked(off, len(p))
+			n := 0
+			for _, b := range parts {
+				n += copy(p[n:], b)
+			}
+			a.mu.Unlock()
+			if parts != nil {
+				return n, nil
+			}
+		}
 		return a.File.ReadAt(p, off)
 	}
 	a.mu.Lock()
@@ -378,9 +409,16 @@ func (a *appendFile) ReadAt(p []byte, off int64) (int, error) {
 	w := a.written.Load() // stable while mu is held
 	n := 0
 	if off < w {
-		k, err := a.File.ReadAt(p[:min(int64(len(p)), w-off)], off)
-		if n = k; err != nil {
-			return n, err
+		q := p[:min(int64(len(p)), w-off)]
+		if parts := a.cachedRangeLocked(off, len(q)); parts != nil {
+			for _, b := range parts {
+				n += copy(q[n:], b)
+			}
+		} else {
+			k, err := a.File.ReadAt(q, off)
+			if n = k; err != nil {
+				return n, err
+			}
 		}
 	}
 	pos := w // file offset of the next buffer's first byte
@@ -419,6 +457,8 @@ func (a *appendFile) Sync() error {
 func (a *appendFile) Truncate(size int64) error {
 	a.wmu.Lock()
 	defer a.wmu.Unlock()
+	var dropped []*cacheChunk
+	defer func() { rcache.remove(dropped) }() // after mu is released
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	w := a.written.Load()
@@ -454,6 +494,9 @@ func (a *appendFile) Truncate(size int64) error {
 	}
 	a.queued = nil
 	a.cur.release()
+	// The cache goes first: whatever the file holds past size after a
+	// failed Truncate, the cache holds none of it.
+	dropped = a.dropCachedFromLocked(size)
 	if err := a.File.Truncate(size); err != nil {
 		return err
 	}
@@ -482,7 +525,10 @@ func (a *appendFile) Close() error {
 	}
 	a.queued = nil
 	a.cur.release()
+	a.closed = true
+	dropped := a.dropCachedFromLocked(-1)
 	a.mu.Unlock()
 	a.wmu.Unlock()
+	rcache.remove(dropped)
 	return a.File.Close()
 }

@@ -355,15 +355,20 @@ func benchGroupCommit(b *testing.B, nlogs, per, size int) {
 //
 // The log=... cases are the same through storage.Log (Append +
 // WaitDurable from 64 appenders, group commit): the page cache against
-// log.direct.io (OSFSDirectIO), over one log and over eight.
+// log.direct.io (OSFSDirectIO), with its read cache and without, over one
+// log and over eight.
 func BenchmarkDurableWrite(b *testing.B) {
 	for _, c := range []struct{ logs, size int }{{1, 64 << 10}, {8, 64 << 10}, {1, 16 << 10}} {
-		for _, direct := range []bool{false, true} {
-			fsys, name := OSFS(), "pagecache"
-			if direct {
-				fsys, name = OSFSDirectIO(), "direct"
+		for _, name := range []string{"pagecache", "direct", "direct-nocache"} {
+			fsys := OSFS()
+			if name != "pagecache" {
+				fsys = OSFSDirectIO()
 			}
 			b.Run(fmt.Sprintf("log=%s/logs=%d/batch=%dKiB", name, c.logs, c.size>>10), func(b *testing.B) {
+				if name == "direct-nocache" { // log.direct.io.cache.bytes=0
+					defer SetReadCacheBytes(readCacheLimit())
+					SetReadCacheBytes(0)
+				}
 				benchAppend(b, fsys, c.size, 64, c.logs, false)
 			})
 		}

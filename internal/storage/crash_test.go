@@ -105,13 +105,18 @@ func TestCrashRecoveryDirect(t *testing.T) {
 	directMin.Store(directBlock)
 	seeds := crashSeeds(200)
 	var directs int64
+	hits := ReadCache().Hits
 	for _, seed := range append(seedRange(seeds), 365, 494, 1943) { // as in TestCrashRecovery
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { directs += crashSeed(t, seed, true) })
 	}
 	if directs == 0 {
 		t.Fatal("no direct write happened")
 	}
-	t.Logf("%d direct writes", directs)
+	hits = ReadCache().Hits - hits
+	if hits == 0 {
+		t.Fatal("no fetch was served from the read cache")
+	}
+	t.Logf("%d direct writes, %d fetches from the read cache", directs, hits)
 }
 
 // crashSeeds is the number of seeds a crash test runs: def, 10 with
@@ -156,6 +161,13 @@ func crashSeed(t *testing.T, seed int64, direct bool) int64 {
 		rng := rand.New(rand.NewSource(seed))
 		fs := NewCrashFS(seed)
 		fs.SetDirectIO(direct)
+		if direct {
+			// The read cache (readcache.go) is on with direct I/O; a
+			// budget from none to ample, from its own source so the
+			// seeds' operations stay what they were.
+			budgets := []int64{0, 20 << 10, 1 << 20, 3 << 20, DefaultReadCacheBytes}
+			withReadCache(t, budgets[rand.New(rand.NewSource(seed*7919)).Intn(len(budgets))])
+		}
 		sy := newSyncer(t)
 		cfg := testConfig()
 		cfg.SegmentBytes = int64(1024 + rng.Intn(4096))
@@ -213,6 +225,12 @@ func crashSeed(t *testing.T, seed int64, direct bool) int64 {
 						}
 					}
 				}
+			}
+			if direct {
+				// What the cache holds is what the files hold, and
+				// fetches of every batch, cached or not, are the model's.
+				checkReadCache(t, l)
+				m.checkFetches(t, l)
 			}
 			durable := l.DurableOffset()
 			if debugOrd {

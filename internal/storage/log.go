@@ -80,6 +80,10 @@ type epochEntry struct {
 // Log is one partition's segmented log. All methods are safe for concurrent
 // use; appends are serialized.
 type Log struct {
+	// lastFetch: when a fetch last asked the read cache (unix ns), shared
+	// with the segment files (readcache.go).
+	lastFetch atomic.Int64
+
 	dir    string
 	fs     FS
 	syncer *Syncer
@@ -452,6 +456,7 @@ func (l *Log) openSegment(base int64, create bool) (*segment, error) {
 	s.size = size
 	af := newAppendFile(f, size)
 	af.onDirectOff = l.directUnavailable
+	af.lastFetch = &l.lastFetch
 	s.f = af
 	s.refs.Store(1)
 	return s, nil
@@ -1234,8 +1239,17 @@ type Slice struct {
 }
 
 type sliceRef struct {
-	once sync.Once
-	seg  *segment
+	once   sync.Once
+	seg    *segment
+	chunks []*cacheChunk // read cache chunks lent out by CachedBytes
+}
+
+func (r *sliceRef) release() {
+	r.seg.unref()
+	for _, c := range r.chunks {
+		c.unlend()
+	}
+	r.chunks = nil
 }
 
 // Bytes reads the range.
@@ -1254,7 +1268,7 @@ func (s Slice) Bytes() ([]byte, error) {
 // Release drops the Slice's hold on the segment; idempotent.
 func (s Slice) Release() {
 	if s.ref != nil {
-		s.ref.once.Do(s.ref.seg.unref)
+		s.ref.once.Do(s.ref.release)
 	}
 }
 

@@ -26,6 +26,9 @@ type FileRange struct {
 	// ReadAt reads the range when it cannot be sent with sendfile (no Fd,
 	// or a socket that is not TCP).
 	ReadAt func(p []byte, off int64) (int, error)
+	// Mem, if not nil, holds the range's bytes in memory (the storage's
+	// read cache), Len in all: written with writev, not sendfile.
+	Mem [][]byte
 }
 
 // Spliced is a response with file ranges. Placeholders[i] stands for
@@ -109,6 +112,10 @@ func writeParts(nc net.Conn, parts []part) (int64, error) {
 			}
 			continue
 		}
+		if p.f.Mem != nil {
+			bufs = append(bufs, p.f.Mem...)
+			continue
+		}
 		if err := flush(); err != nil {
 			return written, err
 		}
@@ -183,6 +190,12 @@ func flatten(parts []part) ([]byte, error) {
 	for _, p := range parts {
 		if p.f == nil {
 			out = append(out, p.b...)
+			continue
+		}
+		if p.f.Mem != nil {
+			for _, b := range p.f.Mem {
+				out = append(out, b...)
+			}
 			continue
 		}
 		at := len(out)

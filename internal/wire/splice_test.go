@@ -20,6 +20,7 @@ type spliceHandler struct {
 	f        *os.File
 	data     []byte
 	noFd     bool
+	mem      bool // the ranges' bytes in memory (a read cache), in two parts
 	released atomic.Int32
 }
 
@@ -49,7 +50,13 @@ func (h *spliceHandler) Handle(ctx context.Context, r *Request) Reply {
 			fd = 0
 		}
 		sp.Placeholders = append(sp.Placeholders, ph)
-		sp.Ranges = append(sp.Ranges, FileRange{Fd: fd, Off: int64(rg[0]), Len: rg[1], ReadAt: h.f.ReadAt})
+		fr := FileRange{Fd: fd, Off: int64(rg[0]), Len: rg[1], ReadAt: h.f.ReadAt}
+		if h.mem {
+			lo, mid, hi := rg[0], rg[0]+rg[1]/3, rg[0]+rg[1]
+			fr.Fd, fr.Mem = 0, [][]byte{h.data[lo:mid], h.data[mid:hi]}
+			fr.ReadAt = func([]byte, int64) (int, error) { return 0, os.ErrInvalid } // must not be used
+		}
+		sp.Ranges = append(sp.Ranges, fr)
 		t.Partitions = append(t.Partitions, p)
 	}
 	resp.Topics = append(resp.Topics, t)
@@ -68,8 +75,9 @@ func TestSplicedFileRanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	for _, noFd := range []bool{false, true} {
-		h := &spliceHandler{f: f, data: data, noFd: noFd}
+	for _, mode := range []string{"sendfile", "readat", "mem"} {
+		noFd := mode != "sendfile"
+		h := &spliceHandler{f: f, data: data, noFd: noFd, mem: mode == "mem"}
 		s := NewServer(h, Limits{}, nil)
 		addr := serve(t, s)
 		c := dial(t, addr)
@@ -84,11 +92,11 @@ func TestSplicedFileRanges(t *testing.T) {
 				body = body[1:] // response header tags
 			}
 			if err := resp.ReadFrom(body); err != nil {
-				t.Fatalf("v%d (fd %v): decoding the spliced response: %v", v, !noFd, err)
+				t.Fatalf("v%d (%s): decoding the spliced response: %v", v, mode, err)
 			}
 			for j, want := range [][]byte{data[100:5100], data[7000:77000]} {
 				if got := resp.Topics[0].Partitions[j].RecordBatches; !bytes.Equal(got, want) {
-					t.Fatalf("v%d partition %d: %d bytes, not the file range", v, j, len(got))
+					t.Fatalf("v%d (%s) partition %d: %d bytes, not the file range", v, mode, j, len(got))
 				}
 			}
 		}
@@ -100,5 +108,19 @@ func TestSplicedFileRanges(t *testing.T) {
 		if got := h.released.Load(); got != 4 {
 			t.Fatalf("released %d of 4 spliced responses", got)
 		}
+	}
+}
+
+// TestFlattenMem: a connection that cannot sendfile (TLS) joins the parts
+// into one buffer; a range held in memory is copied from its parts.
+func TestFlattenMem(t *testing.T) {
+	fail := func([]byte, int64) (int, error) { return 0, os.ErrInvalid }
+	parts := []part{{b: []byte("head|")}, {f: &FileRange{Len: 7, ReadAt: fail, Mem: [][]byte{[]byte("abc"), []byte("defg")}}}, {b: []byte("|tail")}}
+	got, err := flatten(parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != "head|abcdefg|tail" {
+		t.Fatalf("flattened %q", got)
 	}
 }
