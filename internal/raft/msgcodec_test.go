@@ -334,16 +334,7 @@ func TestTransportBadFrameClosesThatConnection(t *testing.T) {
 	}
 	defer a.close()
 	a.addPeer(2, b.addr())
-	want := codecMessages()[0]
-	want.To = new(uint64(2))
-	a.send(5, want)
-	waitFor(t, "delivery from a good peer", func() bool { return rb.count() > 0 })
-	rb.mu.Lock()
-	got := rb.got[0]
-	rb.mu.Unlock()
-	if got.group != 5 || !proto.Equal(got.m, want) {
-		t.Fatalf("received group %d %v", got.group, got.m)
-	}
+	sendAppend(t, a, rb, 5, "delivery from a good peer")
 }
 
 func isTimeout(err error) bool {

@@ -235,16 +235,7 @@ func TestTransportMutualTLS(t *testing.T) {
 	waitFor(t, "delivery between cluster nodes over mTLS", func() bool { return rb.count() > 0 })
 	// Entries, large ones included, arrive byte for byte over TLS too (no
 	// writev there: the pieces go through the buffered writer).
-	app := codecMessages()[0]
-	app.To = new(uint64(2))
-	a.send(3, app)
-	waitFor(t, "an append over mTLS", func() bool { return rb.count() > 1 })
-	rb.mu.Lock()
-	got := rb.got[1]
-	rb.mu.Unlock()
-	if got.group != 3 || !proto.Equal(got.m, app) {
-		t.Fatalf("over mTLS: group %d %v", got.group, got.m)
-	}
+	sendAppend(t, a, rb, 3, "an append over mTLS")
 
 	intruder.addPeer(2, b.addr())
 	plain.addPeer(2, b.addr())
@@ -312,4 +303,21 @@ func TestTransportFrameLimits(t *testing.T) {
 	a.addPeer(2, b.addr())
 	a.send(1, heartbeat(2, 1))
 	waitFor(t, "delivery beside stalled peers", func() bool { return rb.count() > 0 })
+}
+
+// sendAppend sends node 2 the first of codecMessages (entries, large ones
+// included) from a for group and waits until rb received it, byte for byte.
+func sendAppend(t *testing.T, a *tcpTransport, rb *recorder, group uint64, what string) {
+	t.Helper()
+	before := rb.count()
+	want := codecMessages()[0]
+	want.To = new(uint64(2))
+	a.send(group, want)
+	waitFor(t, what, func() bool { return rb.count() > before })
+	rb.mu.Lock()
+	got := rb.got[before]
+	rb.mu.Unlock()
+	if got.group != group || !proto.Equal(got.m, want) {
+		t.Fatalf("%s: received group %d %v", what, got.group, got.m)
+	}
 }
