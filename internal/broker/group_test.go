@@ -148,9 +148,6 @@ func waitStable(t testing.TB, n *brokertest.Node, group string, members, partiti
 	var g kadm.DescribedGroup
 	waitFor(t, 20*time.Second, fmt.Sprintf("%s stable with %d members", group, members), func() bool {
 		gs, err := n.Admin().DescribeGroups(gctx(t, 5*time.Second), group)
-		if err == nil {
-			err = gs[group].Err
-		}
 		if kerr.IsRetriable(err) || errors.Is(err, context.DeadlineExceeded) {
 			// The coordinator's partition is still opening or electing
 			// (__consumer_offsets is created by the consumers' first
@@ -161,6 +158,9 @@ func waitStable(t testing.TB, n *brokertest.Node, group string, members, partiti
 			t.Fatalf("describe %s: %v", group, err)
 		}
 		g = gs[group]
+		if g.Err != nil {
+			return false // not joined yet (GROUP_ID_NOT_FOUND), or loading
+		}
 		if g.State != "Stable" || len(g.Members) != members {
 			return false
 		}
