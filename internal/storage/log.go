@@ -922,7 +922,10 @@ func (l *Log) sealAsync(old *segment, gen uint64) error {
 	old.idxMu.Lock()
 	perr := old.openIndexFilesLocked(l)
 	if perr == nil {
-		perr = old.persistLocked(l, old.size, false)
+		// Written but left open: persistLocked would close them, and
+		// the fsyncs below would then have nothing to sync (sealed
+		// indexes went unsynced until the next recovery rebuilt them).
+		perr = old.persistOpenLocked(l, old.size, false)
 	}
 	// The ticket's reference keeps these open (closeFiles runs at the last unref).
 	idx, tf := old.idxFile, old.timeFile
@@ -934,6 +937,13 @@ func (l *Log) sealAsync(old *segment, gen uint64) error {
 	if perr == nil && tf != nil {
 		perr = tf.Sync()
 	}
+	// A sealed segment keeps no index descriptors open (10,000
+	// partitions); whoever closed or replaced them meanwhile is left be.
+	old.idxMu.Lock()
+	if old.idxFile == idx && old.timeFile == tf {
+		old.closeIndexFilesLocked()
+	}
+	old.idxMu.Unlock()
 	l.mu.Lock()
 	if l.pendingSeal != old || l.truncGen != gen || l.closed {
 		l.mu.Unlock()
