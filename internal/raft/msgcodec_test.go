@@ -296,11 +296,7 @@ func FuzzReadFrame(f *testing.F) {
 // peer sends still arrives, large entries byte for byte.
 func TestTransportBadFrameClosesThatConnection(t *testing.T) {
 	rb := &recorder{}
-	b, err := newTransport(2, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rb, nil, testLogger(t), 1024, time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.close()
+	b := plainTransport(t, 2, rb)
 	good := frameBytes(t, []outMsg{{1, heartbeat(2, 1)}})
 	bad := bytes.Clone(good)
 	bad = append(bad[:len(bad)-3], 0xff, 0xff, 0xff) // the message's last field: a broken varint
@@ -328,11 +324,7 @@ func TestTransportBadFrameClosesThatConnection(t *testing.T) {
 		t.Fatalf("%d messages delivered from bad frames", rb.count())
 	}
 	ra := &recorder{}
-	a, err := newTransport(1, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", ra, nil, testLogger(t), 1024, time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.close()
+	a := plainTransport(t, 1, ra)
 	a.addPeer(2, b.addr())
 	sendAppend(t, a, rb, 5, "delivery from a good peer")
 }

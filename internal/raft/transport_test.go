@@ -95,11 +95,7 @@ func TestTransportDeliversInOrder(t *testing.T) {
 
 func TestTransportRefusesOtherCluster(t *testing.T) {
 	ra, rb := &recorder{}, &recorder{}
-	a, err := newTransport(1, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", ra, nil, testLogger(t), 1024, time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.close()
+	a := plainTransport(t, 1, ra)
 	b, err := newTransport(2, NodeIdentity{Cluster: [16]byte{8}}, "127.0.0.1:0", rb, nil, testLogger(t), 1024, time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -224,11 +220,7 @@ func TestTransportMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer intruder.close()
-	plain, err := newTransport(4, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rc, nil, testLogger(t), 1024, time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.close()
+	plain := plainTransport(t, 4, rc)
 
 	a.addPeer(2, b.addr())
 	a.send(1, heartbeat(2, 1))
@@ -264,11 +256,7 @@ func TestTransportMutualTLS(t *testing.T) {
 // chunk of the shared budget.
 func TestTransportFrameLimits(t *testing.T) {
 	rb := &recorder{}
-	b, err := newTransport(2, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rb, nil, testLogger(t), 1024, time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.close()
+	b := plainTransport(t, 2, rb)
 	big, err := net.Dial("tcp", b.addr())
 	if err != nil {
 		t.Fatal(err)
@@ -295,11 +283,7 @@ func TestTransportFrameLimits(t *testing.T) {
 	}
 	// A real peer still gets through.
 	ra := &recorder{}
-	a, err := newTransport(1, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", ra, nil, testLogger(t), 1024, time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.close()
+	a := plainTransport(t, 1, ra)
 	a.addPeer(2, b.addr())
 	a.send(1, heartbeat(2, 1))
 	waitFor(t, "delivery beside stalled peers", func() bool { return rb.count() > 0 })
@@ -320,4 +304,16 @@ func sendAppend(t *testing.T, a *tcpTransport, rb *recorder, group uint64, what 
 	if got.group != group || !proto.Equal(got.m, want) {
 		t.Fatalf("%s: received group %d %v", what, got.group, got.m)
 	}
+}
+
+// plainTransport is node id's transport on a free local port, without TLS
+// or faults, delivering to ev; closed when the test ends.
+func plainTransport(t *testing.T, id uint64, ev transportEvents) *tcpTransport {
+	t.Helper()
+	tr, err := newTransport(id, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", ev, nil, testLogger(t), 1024, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.close)
+	return tr
 }
