@@ -56,13 +56,7 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 	// every producer WRITE on the topic (which implies idempotent writes).
 	txnDenied := req.TransactionID != nil && !b.authorize(r, auth.OpWrite, auth.ResourceTransactionalID, *req.TransactionID)
 	var waits []committedWait
-	// proposed: a batch of the frame went to Raft. Its bytes are then
-	// Raft's (raft.Host.ProposeValidated: entries share the proposer's
-	// bytes, third_party/etcd-raft/PATCHES.md) for as long as Raft, its
-	// transport or the store's recent entries hold them, which can be long
-	// after the commit (a lagging follower catches up from them): such a
-	// frame never goes back to the pool (wire.Request.RecycleFrame).
-	proposed := false
+	appended := 0 // partitions whose batch went to produceOne
 	// KIP-890: transactional batches are verified with their transaction
 	// coordinator first (txnverify.go).
 	verify := make([][]int16, len(req.Topics))
@@ -126,9 +120,7 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 			default:
 				p.SetLogAppendTime(logAppendTime)
 				res, err := b.produceOne(p, rp.Records, &sp)
-				if err == nil && !res.Duplicate {
-					proposed = true
-				}
+				appended++
 				if err == nil && req.Acks != 0 {
 					waits = append(waits, committedWait{p: p, end: res.LastOffset + 1, ti: ti, pi: pi, local: req.Acks == 1, res: res})
 				}
@@ -142,12 +134,10 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 		return func(context.Context) kmsg.Response { return nil }
 	}
 	listener := b.listenerName(r)
-	if !proposed {
-		// Nothing took the records: refused, or duplicates answered from
-		// the producer state. Recycled once the reply is written.
-		r.RecycleFrame()
-	}
 	if len(waits) == 0 {
+		if appended == 0 {
+			r.RecycleFrame() // nothing took the records
+		}
 		b.produceLeaderHints(req.Version, resp, listener)
 		return wire.Respond(resp)
 	}
@@ -191,6 +181,12 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 				sp.ErrorCode = kerr.KafkaStorageError.Code
 			}
 			sp.BaseOffset, sp.LogAppendTime = -1, -1
+		}
+		if ok == len(waits) && ok == appended {
+			// Every batch is stored (committed, or on the leader's disk),
+			// so the Raft host has written it and dropped what it kept
+			// of the proposal: the request's frame can be reused.
+			r.RecycleFrame()
 		}
 		b.produceLeaderHints(req.Version, resp, listener)
 		return resp

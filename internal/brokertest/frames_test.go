@@ -15,20 +15,20 @@ import (
 	"holdfast/internal/wire"
 )
 
-// TestClusterSlowFollowerGetsProposedBytes: Raft keeps a proposed batch's
-// bytes, not a copy (third_party/etcd-raft/PATCHES.md): a leader's MsgApp
-// to a follower, queued or delayed in the transport, is encoded from the
-// request frame the batch came in. So a produce frame must never be reused
-// for a later request (the frame pool, wire/frames.go), not even after its
-// batch is committed: the commit needs one follower of two, the other may
-// not have been sent the batch yet. RF=3, one partition: the leader's link
-// to one follower is slow while 300 records are produced, one request
-// each, so that a reused frame would hold a later request's bytes when the
-// slow follower's MsgApp is encoded. Every node must then hold exactly
-// every record, and no Raft group may have failed on the way. With a frame
-// recycled after the commit, the slow follower gets a later batch in place
-// of one it lacks, and its group fails (repair then mends it from the
-// leader's log) or it holds wrong records.
+// TestClusterSlowFollowerGetsProposedBytes guards who owns a proposed
+// batch's bytes. A produce frame goes back to the wire's pool (and is
+// reused for a later request) once its batches are committed - by a
+// quorum, so a slow follower's MsgApp may still be unsent. That is safe
+// only because etcd raft copies every proposed entry (raft.appendEntry's
+// proto.Clone); a Raft that shared the proposer's bytes (branch
+// h-clone-shallow, docs/benchmarks.md) must stop the reuse. RF=3, one
+// partition: the leader's link to one follower is slow while 300 records
+// are produced, one 6 KiB request each, so that a reused frame holds the
+// next request's bytes when the slow follower's MsgApp is encoded. Every
+// node must then hold exactly every record, and no Raft group may have
+// failed on the way: with shared bytes and the reuse, the slow follower
+// gets a later batch in place of one it lacks and its group fails (repair
+// then mends it from the leader's log, so the log alone would not tell).
 func TestClusterSlowFollowerGetsProposedBytes(t *testing.T) {
 	c := brokertest.NewCluster(t, 3, func(cfg *broker.Config, _ *wire.Limits) {
 		cfg.ControlledShutdown = false

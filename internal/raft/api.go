@@ -34,16 +34,9 @@ func (h *Host) Propose(ctx context.Context, groupID uint64, batch []byte) (Propo
 // ProposeValidated is Propose for a batch the caller checked
 // (records.Check): nothing is parsed, checksummed or copied again here. The
 // batch is stamped in place with its base offset and the term as leader
-// epoch (v's header follows), as a local append would.
-//
-// On success the batch's bytes are Raft's: the Raft library keeps them, not
-// a copy (third_party/etcd-raft/PATCHES.md), in its log, in the MsgApps the
-// transport sends (a slow follower's may be encoded long after the commit)
-// and in the store's recent entries. The caller must never modify them
-// again or reuse their memory (a produce request's frame is not given back
-// to the wire's pool, broker/produce.go). After a failed proposal they are
-// the caller's again. The Ready loop writes the entry under v's facts
-// (records.Validated.Rebind), or only records it if preWriteLocked wrote it.
+// epoch (v's header follows), as a local append would. The Raft library
+// proposes a clone of it (raft.appendEntry), which the Ready loop writes to
+// the log under v's facts (records.Validated.Rebind).
 func (h *Host) ProposeValidated(ctx context.Context, groupID uint64, v *records.Validated) (Proposal, error) {
 	g := h.group(groupID)
 	if g == nil {
@@ -99,8 +92,8 @@ func (h *Host) preWriteLocked(g *group, v *records.Validated) bool {
 }
 
 // localBatch is a batch this node proposed, checked by its proposer: when
-// the Ready loop stores the entry at index in term, whose data is the
-// batch's bytes (Raft shares them), it writes it under these facts (Validated.Rebind)
+// the Ready loop stores the entry at index in term, whose data is Raft's
+// clone of the batch, it writes it under these facts (Validated.Rebind)
 // instead of checking it again, or only records it if the proposer wrote it
 // already (written). Anything else - entries from another leader - is
 // checked in full.

@@ -216,10 +216,9 @@ func (v Validated) Bytes() []byte { return v.b }
 // Header is the batch's header as checked and since rewritten.
 func (v Validated) Header() Header { return v.h }
 
-// Rebind returns v's facts over b, which must be v's batch as it is now, or
-// a whole copy of it made by code trusted to copy it (the Raft host writes
-// the entry Raft hands back for a proposal: the proposed bytes, or a copy
-// where the Raft library makes one). It checks what
+// Rebind returns v's facts over b, which must be a whole copy of v's batch
+// as it is now, made by code trusted to copy it (the Raft library clones
+// each proposed entry: the Raft host writes that clone). It checks what
 // costs nothing - the length and the header's bytes, CRC included - and
 // reports false if those differ; it does not checksum or decode the body
 // again, which is the point.
