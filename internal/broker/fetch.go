@@ -64,11 +64,11 @@ func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
 	for _, rt := range f.topics {
 		name := rt.Topic
 		if req.Version >= 13 {
-			t, ok := b.meta.TopicByID(rt.TopicID)
+			n, ok := b.meta.TopicName(rt.TopicID)
 			if !ok {
 				continue // UNKNOWN_TOPIC_ID, as for anyone
 			}
-			name = t.Name
+			name = n
 		}
 		if !b.authorize(r, auth.OpRead, auth.ResourceTopic, name) {
 			if denied == nil {
@@ -162,8 +162,8 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest, topics []kmsg.FetchRequestTop
 		st.Topic, st.TopicID = rt.Topic, rt.TopicID
 		name, topicCode := rt.Topic, int16(0)
 		if byID {
-			if t, ok := b.meta.TopicByID(rt.TopicID); ok {
-				name = t.Name
+			if n, ok := b.meta.TopicName(rt.TopicID); ok {
+				name = n
 			} else {
 				topicCode = kerr.UnknownTopicID.Code
 			}

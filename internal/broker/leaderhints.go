@@ -94,11 +94,11 @@ func (b *Broker) fetchLeaderHints(version int16, resp *kmsg.FetchResponse, liste
 		rt := &resp.Topics[ti]
 		name := rt.Topic
 		if version >= 13 { // topics by id
-			t, ok := b.meta.TopicByID(rt.TopicID)
+			n, ok := b.meta.TopicName(rt.TopicID)
 			if !ok {
 				continue
 			}
-			name = t.Name
+			name = n
 		}
 		for pi := range rt.Partitions {
 			sp := &rt.Partitions[pi]

@@ -261,7 +261,8 @@ func TestTopicsCache(t *testing.T) {
 }
 
 // TestTopicHeader: the header carries what Topic does except the
-// per-partition assignment, by name and by id, and its configs are a copy.
+// per-partition assignment, by name and by id, and its configs are a copy;
+// TopicName finds the name by id.
 func TestTopicHeader(t *testing.T) {
 	s := open(t, storage.OSFS(), filepath.Join(t.TempDir(), "meta"))
 	if _, ok := s.TopicHeader("a"); ok {
@@ -286,6 +287,12 @@ func TestTopicHeader(t *testing.T) {
 	}
 	if again, _ := s.Topic("a"); again.Configs["min.insync.replicas"] != "2" {
 		t.Fatalf("changing a header's configs changed the store: %v", again.Configs)
+	}
+	if n, ok := s.TopicName(full.ID); !ok || n != "a" {
+		t.Fatalf("TopicName(%x) = %q, %v", full.ID, n, ok)
+	}
+	if n, ok := s.TopicName([16]byte{1}); ok {
+		t.Fatalf("TopicName of an unknown id = %q", n)
 	}
 	if _, err := createTopic(s, "b", 1, nil, false); err != nil {
 		t.Fatal(err)
