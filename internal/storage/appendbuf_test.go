@@ -179,6 +179,14 @@ func TestIndexWrittenInBulk(t *testing.T) {
 	cfg.SegmentBytes = 1 << 20
 	l := openLog(t, fs, "/d", cfg, newSyncer(t), nil)
 	idx := "/d/" + segmentName(0, indexSuffix)
+	// Sync returns once the durable offset moved, which the sync cycle does
+	// under the log lock just before it writes due index entries: taking the
+	// lock waits for the end of that cycle.
+	indexSize := func() int {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return fs.Sizes()[idx]
+	}
 	var want [][]byte
 	for i := 0; i < indexPersistEntries-1; i++ {
 		b := batch(t, 1, cfg.IndexIntervalBytes, int64(i)) // an entry per batch
@@ -190,7 +198,7 @@ func TestIndexWrittenInBulk(t *testing.T) {
 		}
 		want = append(want, b)
 	}
-	if n := fs.Sizes()[idx]; n != 0 {
+	if n := indexSize(); n != 0 {
 		t.Fatalf("index has %d bytes before %d entries were due", n, indexPersistEntries)
 	}
 	b := batch(t, 1, cfg.IndexIntervalBytes, 99)
@@ -201,7 +209,7 @@ func TestIndexWrittenInBulk(t *testing.T) {
 	if err := l.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	if n := fs.Sizes()[idx]; n != indexPersistEntries*offEntrySize {
+	if n := indexSize(); n != indexPersistEntries*offEntrySize {
 		t.Fatalf("index has %d bytes, want %d", n, indexPersistEntries*offEntrySize)
 	}
 	for i := 0; i < 5; i++ {
