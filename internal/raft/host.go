@@ -205,6 +205,11 @@ type Host struct {
 	adding map[uint64]bool
 	// tickBuf: tickOnce's list of the groups, reused (tickLoop's only).
 	tickBuf []*group
+	// active: the groups to tick while every peer is heard from - each
+	// group not quiesced, once (group.inActive), and some that quiesced
+	// since they were listed (tickOnce drops them). activate adds.
+	activeMu sync.Mutex
+	active   []*group
 
 	// dirty: the groups with work for the next takeReadys, each once
 	// (group.dirty), in the order they were marked - a list, not a map: at
@@ -236,6 +241,10 @@ type group struct {
 	id  uint64
 	cfg GroupConfig
 	st  *store
+	h   *Host // for activate; nil in some unit tests
+
+	// inActive: on Host.active (under Host.activeMu).
+	inActive bool
 
 	mu          sync.Mutex
 	rn          *raft.RawNode
@@ -424,6 +433,7 @@ func (h *Host) AddGroup(gc GroupConfig) error {
 	g.mu.Lock()
 	g.publishLocked()
 	g.mu.Unlock()
+	h.activate(g)
 	h.markDirty(g)
 	return nil
 }
@@ -481,7 +491,7 @@ func (h *Host) openGroup(gc GroupConfig) (*group, error) {
 		return nil, fmt.Errorf("raft: group %d: %w", gc.ID, err)
 	}
 	end, _ := st.endOf(applied)
-	g := &group{id: gc.ID, cfg: gc, st: st, rn: rn, commitIndex: applied, commitEnd: end, rejoin: gc.Rejoin && !js.trusted || js.rejoin}
+	g := &group{id: gc.ID, cfg: gc, st: st, h: h, rn: rn, commitIndex: applied, commitEnd: end, rejoin: gc.Rejoin && !js.trusted || js.rejoin}
 	sole := h.soleVoter(cs)
 	if sole {
 		// Nobody else holds this group's log: there is nothing to catch
