@@ -231,6 +231,9 @@ type Host struct {
 
 	// failures counts group failures (Failures).
 	failures atomic.Uint64
+	// changes moves with every group's changes, and as groups come and go
+	// (AllChanges).
+	changes atomic.Uint64
 
 	done   chan struct{}
 	wg     sync.WaitGroup
@@ -434,6 +437,7 @@ func (h *Host) AddGroup(gc GroupConfig) error {
 	g.publishLocked()
 	g.mu.Unlock()
 	h.activate(g)
+	h.changes.Add(1)
 	h.markDirty(g)
 	return nil
 }
@@ -601,6 +605,7 @@ func (h *Host) resetLocked(g *group) {
 	}
 	g.rn, g.readyTerm = rn, 0
 	g.changes.Add(1)
+	h.changes.Add(1)
 	g.gen++
 	g.publishLocked()
 	// The fresh RawNode is a follower that must tick to elect a leader;
@@ -672,6 +677,7 @@ func (h *Host) RetryGroup(id uint64) error {
 	end, _ := g.st.endOf(applied)
 	g.rn, g.readyTerm, g.failed = rn, 0, nil
 	g.changes.Add(1)
+	h.changes.Add(1)
 	g.gen++
 	g.commitIndex, g.commitEnd = applied, end
 	g.publishLocked()
@@ -693,6 +699,7 @@ func (h *Host) removeGroup(id uint64, flush bool) error {
 	if g == nil {
 		return ErrUnknownGroup
 	}
+	h.changes.Add(1)
 	g.mu.Lock()
 	g.removed = true
 	h.wakePeersLocked(g)
