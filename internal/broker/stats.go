@@ -321,3 +321,9 @@ func (b *Broker) ShareStats() share.Stats {
 	}
 	return b.share.Stats()
 }
+
+// RaftGroupFailures is how many of this node's Raft groups failed since it
+// started (raft.Host.Failures: a storage error, or an entry that cannot be
+// stored); a replica's repair brings them back, so tests that must see none
+// ask this.
+func (b *Broker) RaftGroupFailures() uint64 { return b.cluster.Host().Failures() }

@@ -1,0 +1,68 @@
+package brokertest_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"holdfast/internal/broker"
+	"holdfast/internal/brokertest"
+	"holdfast/internal/wire"
+)
+
+// TestClusterSlowFollowerGetsProposedBytes guards who owns a proposed
+// batch's bytes. A produce frame goes back to the wire's pool (and is
+// reused for a later request) once its batches are committed - by a
+// quorum, so a slow follower's MsgApp may still be unsent. That is safe
+// only because etcd raft copies every proposed entry (raft.appendEntry's
+// proto.Clone); a Raft that shared the proposer's bytes (branch
+// h-clone-shallow, docs/benchmarks.md) must stop the reuse. RF=3, one
+// partition: the leader's link to one follower is slow while 300 records
+// are produced, one 6 KiB request each, so that a reused frame holds the
+// next request's bytes when the slow follower's MsgApp is encoded. Every
+// node must then hold exactly every record, and no Raft group may have
+// failed on the way: with shared bytes and the reuse, the slow follower
+// gets a later batch in place of one it lacks and its group fails (repair
+// then mends it from the leader's log, so the log alone would not tell).
+func TestClusterSlowFollowerGetsProposedBytes(t *testing.T) {
+	c := brokertest.NewCluster(t, 3, func(cfg *broker.Config, _ *wire.Limits) {
+		cfg.ControlledShutdown = false
+	})
+	const topic = "proposed-bytes"
+	c.CreateTopic(topic, 1, 3, nil)
+	c.AwaitInSync(topic, 0)
+	cl := c.Client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic(topic), kgo.RetryTimeout(90*time.Second),
+		kgo.MetadataMinAge(100*time.Millisecond), kgo.ProducerBatchCompression(kgo.NoCompression()))
+	produce(t, cl, 0, 10)
+	l, _ := c.AwaitLeader(topic, 0)
+	slow := 1 + l%3
+	c.Delay(l, slow, 50*time.Millisecond)
+	const n = 300
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i := 10; i < n; i++ {
+		// A request, and a frame, per record. The key makes the frames
+		// 6 KiB, a size class of the pool that only these requests use,
+		// so that each frame is reused by the next request at once.
+		r := &kgo.Record{Key: bytes.Repeat([]byte{byte(i)}, 6000), Value: []byte(strconv.Itoa(i))}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatalf("produce %d: %v", i, err)
+		}
+	}
+	c.Heal()
+	for _, node := range c.Nodes {
+		brokertest.Await(t, fmt.Sprintf("node %d's log to hold every acknowledged record", node.Cfg.NodeID), func() error {
+			return holdsExactly(node, topic, n)
+		})
+		// A wrong batch fails the follower's group, which repair then
+		// brings back from the leader: the log alone would not tell.
+		if f := node.B.RaftGroupFailures(); f != 0 {
+			t.Errorf("node %d: %d Raft group failures", node.Cfg.NodeID, f)
+		}
+	}
+}
