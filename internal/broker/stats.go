@@ -149,8 +149,11 @@ type statsState struct {
 	samples                     atomic.Int64
 	mu                          sync.Mutex
 	led                         map[topicPartition]*ledSample
-	pass                        uint64   // sampling passes, for ledSample.seen
-	buf                         []uint64 // scratch for replica.Manager.InSyncCount
+	pass                        uint64 // sampling passes, for ledSample.seen
+	// What the last pass saw of the whole node: while neither moved, a
+	// pass would find what it found (every ledSample holds).
+	allChanges, allMetaGen uint64
+	buf                    []uint64 // scratch for replica.Manager.InSyncCount
 }
 
 // ledSample is what the last pass saw of a partition this node led.
@@ -196,8 +199,17 @@ func (b *Broker) sampleReplication() {
 	if s.led == nil {
 		s.led = map[topicPartition]*ledSample{}
 	}
-	s.pass++
 	metaGen := b.meta.Generation()
+	all := b.replicas.AllRaftChanges() // before reading what it covers
+	if s.pass > 0 && all == s.allChanges && metaGen == s.allMetaGen {
+		// No group changed, none came or went, the metadata is the same:
+		// an idle node with 10,000 partitions walked them all each second
+		// to find nothing.
+		s.samples.Add(1)
+		return
+	}
+	s.allChanges, s.allMetaGen = all, metaGen
+	s.pass++
 	for _, p := range b.replicas.Partitions() {
 		if !p.IsLeader() {
 			continue

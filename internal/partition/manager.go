@@ -50,6 +50,9 @@ type Manager struct {
 	opening map[key]chan struct{}
 	// snapSync fsyncs the producer snapshot directory for the opens.
 	snapSync *dirSyncer
+	// startRaised counts the log starts raised by log-start commands in
+	// any partition (LogStartRaises).
+	startRaised atomic.Uint64
 
 	verify atomic.Pointer[Verifier] // txn.go
 
@@ -72,6 +75,12 @@ func (m *Manager) LeadershipChanged() <-chan struct{} {
 	}
 	return m.leadCh
 }
+
+// LogStartRaises counts the times a committed log-start command raised a
+// partition's log start (partition.LogStartCommand), in any partition of
+// this manager: a loop that compacts logs to their raised starts looks at
+// the partitions only when it moved (or its last pass left work).
+func (m *Manager) LogStartRaises() uint64 { return m.startRaised.Load() }
 
 // leadershipChanged runs on the Raft Ready loop: it only wakes the waiters.
 func (m *Manager) leadershipChanged() {
@@ -175,6 +184,7 @@ func (m *Manager) open(opts storage.Options, topic string, topicID [16]byte, ind
 		return nil, fmt.Errorf("partition %s-%d: %w", topic, index, err)
 	}
 	r.changed = m.leadershipChanged
+	r.startRaised = &m.startRaised
 	p, err := newPartition(topic, topicID, index, dir, m.snapshotPath(topic, index), m.snapSync, l, opts, &m.verify, r)
 	if err != nil {
 		l.Close()
@@ -383,6 +393,15 @@ func (m *Manager) claimDir(dir string, id [16]byte) error {
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
-	_, err = storage.WriteFileAtomic(fsys, path, []byte("version: 0\n"+want+"\n"))
+	data := []byte("version: 0\n" + want + "\n")
+	if names, err := fsys.ReadDir(dir); err == nil && len(names) == 0 {
+		// A new partition: the log created in it next fsyncs the
+		// directory (its ordinal checkpoint), which makes this name
+		// durable too - one directory fsync per new partition instead of
+		// two. A crash before that leaves an unclaimed empty directory,
+		// claimed again at the next open.
+		return storage.WriteFileAtomicNoDirSync(fsys, path, data)
+	}
+	_, err = storage.WriteFileAtomic(fsys, path, data)
 	return err
 }

@@ -35,6 +35,9 @@ type replica struct {
 	// changed tells the partition's manager that the leadership changed
 	// (Manager.LeadershipChanged); nil for none.
 	changed func()
+	// startRaised counts, for the partition's manager, the log starts
+	// raised by commands (Manager.LogStartRaises); nil for none.
+	startRaised *atomic.Uint64
 
 	mu      sync.Mutex
 	pending map[int64]raft.Proposal // by end offset, until its waiter takes it
@@ -57,8 +60,9 @@ type Replication struct {
 	AdoptPreRaft bool
 
 	// changed is set by the Manager: it is told of every leadership
-	// change.
-	changed func()
+	// change; startRaised counts the log starts raised by commands.
+	changed     func()
+	startRaised *atomic.Uint64
 }
 
 // replicate joins p to its Raft group.
@@ -66,7 +70,7 @@ func (p *Partition) replicate(r Replication) error {
 	if r.Host == nil || r.Group == 0 || len(r.Voters) == 0 {
 		return errors.New("a partition needs its Raft group")
 	}
-	rep := &replica{host: r.Host, group: r.Group, pending: map[int64]raft.Proposal{}, changed: r.changed}
+	rep := &replica{host: r.Host, group: r.Group, pending: map[int64]raft.Proposal{}, changed: r.changed, startRaised: r.startRaised}
 	p.rep = rep
 	// Consumers see only what Raft committed: start from the log start
 	// and let the commit callback raise the watermark.
@@ -404,7 +408,13 @@ func ParseLogStartCommand(cmd []byte) (int64, bool) {
 func (p *Partition) raiseStart(start int64) {
 	for {
 		cur := p.minStart.Load()
-		if start <= cur || p.minStart.CompareAndSwap(cur, start) {
+		if start <= cur {
+			return
+		}
+		if p.minStart.CompareAndSwap(cur, start) {
+			if p.rep != nil && p.rep.startRaised != nil {
+				p.rep.startRaised.Add(1)
+			}
 			return
 		}
 	}

@@ -625,6 +625,11 @@ func (h *Host) InSyncVoters(groupID uint64, buf []uint64) ([]uint64, bool) {
 	return buf, true
 }
 
+// AllChanges is a count that moves whenever any group's Changes does, and
+// as groups are added or removed: a poller of every group that saw the
+// same count last time can skip its whole pass.
+func (h *Host) AllChanges() uint64 { return h.changes.Load() }
+
 // Changes is a count that moves whenever the group's Raft state (role,
 // term, progress of the replicas, failure) may have changed, 0 for an
 // unknown group: a poller that saw the same count last time can keep what

@@ -32,12 +32,13 @@ func (h *Host) tickLoop() {
 	}
 }
 
-// tickGroup is one tick of one group.
-func (h *Host) tickGroup(g *group, electionTimeout time.Duration) {
+// tickGroup is one tick of one group; false if the group failed or was
+// removed (it ticks no more until RetryGroup wakes it).
+func (h *Host) tickGroup(g *group, electionTimeout time.Duration) bool {
 	g.mu.Lock()
 	if g.failed != nil || g.removed {
 		g.mu.Unlock()
-		return
+		return false
 	}
 	if g.quiesced {
 		h.checkQuiescedLocked(g, electionTimeout)
@@ -47,7 +48,7 @@ func (h *Host) tickGroup(g *group, electionTimeout time.Duration) {
 			// for, nothing to publish (a node with 10,000 idle groups
 			// spent a fifth of a core here, issue 17).
 			g.mu.Unlock()
-			return
+			return true
 		}
 	}
 	var qmsgs []*pb.Message
@@ -81,6 +82,7 @@ func (h *Host) tickGroup(g *group, electionTimeout time.Duration) {
 	if ready {
 		h.markDirty(g)
 	}
+	return true
 }
 
 // maybeQuiesceLocked: a leader with every voter caught up, everything
@@ -153,6 +155,21 @@ func (g *group) unquiesceLocked() {
 	g.quiesced = false
 	g.quiet.Store(false)
 	g.idleTicks = 0
+	if g.h != nil {
+		g.h.activate(g)
+	}
+}
+
+// activate puts g on the tick list (tickOnce), once. After g.quiet is
+// cleared: tickOnce, putting back what it ticked, reads quiet under
+// activeMu, so a group woken meanwhile is listed by one or the other.
+func (h *Host) activate(g *group) {
+	h.activeMu.Lock()
+	if !g.inActive {
+		g.inActive = true
+		h.active = append(h.active, g)
+	}
+	h.activeMu.Unlock()
 }
 
 // receive implements transportEvents: step every message into its group.

@@ -205,6 +205,11 @@ type Host struct {
 	adding map[uint64]bool
 	// tickBuf: tickOnce's list of the groups, reused (tickLoop's only).
 	tickBuf []*group
+	// active: the groups to tick while every peer is heard from - each
+	// group not quiesced, once (group.inActive), and some that quiesced
+	// since they were listed (tickOnce drops them). activate adds.
+	activeMu sync.Mutex
+	active   []*group
 
 	// dirty: the groups with work for the next takeReadys, each once
 	// (group.dirty), in the order they were marked - a list, not a map: at
@@ -226,6 +231,9 @@ type Host struct {
 
 	// failures counts group failures (Failures).
 	failures atomic.Uint64
+	// changes moves with every group's changes, and as groups come and go
+	// (AllChanges).
+	changes atomic.Uint64
 
 	done   chan struct{}
 	wg     sync.WaitGroup
@@ -236,6 +244,10 @@ type group struct {
 	id  uint64
 	cfg GroupConfig
 	st  *store
+	h   *Host // for activate; nil in some unit tests
+
+	// inActive: on Host.active (under Host.activeMu).
+	inActive bool
 
 	mu          sync.Mutex
 	rn          *raft.RawNode
@@ -424,6 +436,8 @@ func (h *Host) AddGroup(gc GroupConfig) error {
 	g.mu.Lock()
 	g.publishLocked()
 	g.mu.Unlock()
+	h.activate(g)
+	h.changes.Add(1)
 	h.markDirty(g)
 	return nil
 }
@@ -481,7 +495,7 @@ func (h *Host) openGroup(gc GroupConfig) (*group, error) {
 		return nil, fmt.Errorf("raft: group %d: %w", gc.ID, err)
 	}
 	end, _ := st.endOf(applied)
-	g := &group{id: gc.ID, cfg: gc, st: st, rn: rn, commitIndex: applied, commitEnd: end, rejoin: gc.Rejoin && !js.trusted || js.rejoin}
+	g := &group{id: gc.ID, cfg: gc, st: st, h: h, rn: rn, commitIndex: applied, commitEnd: end, rejoin: gc.Rejoin && !js.trusted || js.rejoin}
 	sole := h.soleVoter(cs)
 	if sole {
 		// Nobody else holds this group's log: there is nothing to catch
@@ -591,6 +605,7 @@ func (h *Host) resetLocked(g *group) {
 	}
 	g.rn, g.readyTerm = rn, 0
 	g.changes.Add(1)
+	h.changes.Add(1)
 	g.gen++
 	g.publishLocked()
 	// The fresh RawNode is a follower that must tick to elect a leader;
@@ -662,6 +677,7 @@ func (h *Host) RetryGroup(id uint64) error {
 	end, _ := g.st.endOf(applied)
 	g.rn, g.readyTerm, g.failed = rn, 0, nil
 	g.changes.Add(1)
+	h.changes.Add(1)
 	g.gen++
 	g.commitIndex, g.commitEnd = applied, end
 	g.publishLocked()
@@ -683,6 +699,7 @@ func (h *Host) removeGroup(id uint64, flush bool) error {
 	if g == nil {
 		return ErrUnknownGroup
 	}
+	h.changes.Add(1)
 	g.mu.Lock()
 	g.removed = true
 	h.wakePeersLocked(g)

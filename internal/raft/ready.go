@@ -659,6 +659,7 @@ func (h *Host) guardLocked(g *group, fn func()) (ok bool) {
 		return false
 	}
 	g.changes.Add(1)
+	h.changes.Add(1)
 	defer func() {
 		if r := recover(); r != nil {
 			h.failLocked(g, fmt.Errorf("raft panicked: %v", r))
@@ -684,6 +685,7 @@ func (h *Host) failLocked(g *group, err error) {
 		g.failed = fmt.Errorf("%w: group %d: %w", ErrGroupFailed, g.id, err)
 		h.failures.Add(1)
 		g.changes.Add(1)
+		h.changes.Add(1)
 		g.publishLocked()
 		h.log.Error("raft: group failed", "group", g.id, "err", err)
 		g.wakeCommitLocked()

@@ -33,6 +33,9 @@ import (
 // the lag of a follower's log start behind the leader's.
 const compactEvery = time.Second
 
+// compactFullEvery: compactLoop's walk when no log start was raised.
+const compactFullEvery = time.Minute
+
 // ReplicateLogStart moves p's log start to start on every replica: it
 // proposes the command on the leader (this node), waits for the commit, and
 // compacts the local log. Followers compact when their loop finds the
@@ -80,23 +83,36 @@ func (m *Manager) compactReplica(p *partition.Partition, group uint64, start int
 // as each command commits (and, after a restart, from every command its
 // group still holds), without waiting for the segments to go; this loop
 // deletes them: a replica whose committed start is above its log's start
-// is compacted to it. A pass reads two offsets of each open replica and
-// allocates only the list of them: an idle node with many partitions does
-// no more.
+// is compacted to it. It walks the replicas only when a log start was
+// raised since its last pass (partition.Manager.LogStartRaises) or that
+// pass left one to retry, and every compactFullEvery as a backstop (a
+// log whose own start moved, as a snapshot install moves it): an idle node
+// with 10,000 partitions walked them all every second for nothing.
 func (m *Manager) compactLoop(stop <-chan struct{}) {
 	tick := time.NewTicker(compactEvery)
 	defer tick.Stop()
+	var seen uint64
+	retry := true // the first pass looks at every replica
+	last := time.Now()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-tick.C:
 		}
+		raised := m.parts.LogStartRaises() // before the walk: a raise during it is seen next time
+		if raised == seen && !retry && time.Since(last) < compactFullEvery {
+			continue
+		}
+		seen, retry, last = raised, false, time.Now()
 		for _, p := range m.parts.Partitions("") {
-			err := m.applyLogStart(p)
+			done, err := m.applyLogStart(p)
 			switch {
-			case err == nil, errors.Is(err, storage.ErrClosed), errors.Is(err, raft.ErrUnknownGroup):
+			case err == nil:
+				retry = retry || !done
+			case errors.Is(err, storage.ErrClosed), errors.Is(err, raft.ErrUnknownGroup):
 			default:
+				retry = true
 				m.log.Warn("applying log start commands", "topic", p.Topic(), "partition", p.Index(), "err", err)
 			}
 		}
@@ -104,19 +120,20 @@ func (m *Manager) compactLoop(stop <-chan struct{}) {
 }
 
 // applyLogStart compacts p to the start its committed log-start commands
-// name, if its log still begins below it.
-func (m *Manager) applyLogStart(p *partition.Partition) error {
+// name, if its log still begins below it; done is false if that has to
+// wait for a later pass.
+func (m *Manager) applyLogStart(p *partition.Partition) (done bool, err error) {
 	target := p.LogStartOffset() // the commands' start, or the log's own
 	if target <= p.Log().StartOffset() {
-		return nil
+		return true, nil
 	}
 	// The partition learns of a command on the Ready loop just before the
 	// host counts it committed (raft.GroupConfig.OnCommit): until then
 	// Compact would refuse the offset, so wait for the next pass.
 	if commit, err := m.host.CommitOffset(p.RaftGroup()); err != nil || target > commit {
-		return err
+		return false, err
 	}
-	return m.compactReplica(p, p.RaftGroup(), target)
+	return true, m.compactReplica(p, p.RaftGroup(), target)
 }
 
 // leadsGroup reports whether this node leads the Raft group and accepts

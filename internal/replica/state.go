@@ -105,6 +105,10 @@ func (m *Manager) State(t controller.Topic, i int32) State {
 // InSyncCount(p).
 func (m *Manager) RaftChanges(p *partition.Partition) uint64 { return m.host.Changes(p.RaftGroup()) }
 
+// AllRaftChanges moves with every replica's RaftChanges, and as replicas'
+// groups come and go (raft.Host.AllChanges).
+func (m *Manager) AllRaftChanges() uint64 { return m.host.AllChanges() }
+
 // InSyncCount is len(State(t, p.Index()).ISR) for this node's replica p of
 // topic t, without State's copies where this node leads p: the stats loop
 // asks it of every partition this node leads each second. buf is scratch

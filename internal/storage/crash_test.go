@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -648,5 +649,46 @@ func checkRecovered(t *testing.T, fs *CrashFS, want [][]byte) {
 	}
 	if _, err := l.OffsetOfOrdinal(info.Ordinal); err != nil {
 		t.Fatalf("ordinal of the new batch: %v", err)
+	}
+}
+
+// A new log's creation is durable once Open returns - its segment's and
+// its checkpoint's names share one directory fsync - and a power cut at
+// any step of it leaves a directory that opens as an empty log.
+func TestCreateLogCrashAtEveryStep(t *testing.T) {
+	sy := NewSyncer(quiet)
+	defer sy.Close()
+	probe := NewCrashFS(1)
+	l, err := Open("/d", testConfig(), Options{FS: probe, Syncer: sy, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	steps := probe.Ops()
+	for n := int64(1); n <= steps+1; n++ {
+		fs := NewCrashFS(n)
+		fs.CrashAfter(n)
+		l, err := Open("/d", testConfig(), Options{FS: fs, Syncer: sy, Logger: quiet})
+		created := err == nil
+		if created {
+			fs.Crash() // the power goes right after Open returned
+		}
+		fs.Reboot()
+		if created {
+			names, _ := fs.ReadDir("/d")
+			for _, want := range []string{segmentName(0, logSuffix), ordinalCheckpoint} {
+				if !slices.Contains(names, want) {
+					t.Fatalf("crash after step %d: Open had returned, but %s is lost (%v)", n, want, names)
+				}
+			}
+		}
+		l, err = Open("/d", testConfig(), Options{FS: fs, Syncer: sy, Logger: quiet})
+		if err != nil {
+			t.Fatalf("crash after step %d of %d: reopen: %v", n, steps, err)
+		}
+		if l.StartOffset() != 0 || l.EndOffset() != 0 {
+			t.Fatalf("crash after step %d: log [%d, %d), want empty", n, l.StartOffset(), l.EndOffset())
+		}
+		l.Close()
 	}
 }

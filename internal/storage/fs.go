@@ -184,10 +184,21 @@ func (osFS) SyncDir(dir string) error {
 // be true with an error when only the directory fsync failed (the change
 // may then not survive a power cut, but readers already see it).
 func WriteFileAtomic(fsys FS, name string, data []byte) (renamed bool, err error) {
+	if err := WriteFileAtomicNoDirSync(fsys, name, data); err != nil {
+		return false, err
+	}
+	return true, fsys.SyncDir(filepath.Dir(name))
+}
+
+// WriteFileAtomicNoDirSync is WriteFileAtomic without the directory's
+// fsync: the file's content is durable, its name only after the caller's
+// next fsync of the directory (a new partition's directory, whose new log
+// fsyncs it right after).
+func WriteFileAtomicNoDirSync(fsys FS, name string, data []byte) error {
 	tmp := name + ".tmp"
 	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
 	if err != nil {
-		return false, err
+		return err
 	}
 	_, err = f.Write(data)
 	if err == nil {
@@ -197,12 +208,9 @@ func WriteFileAtomic(fsys FS, name string, data []byte) (renamed bool, err error
 		err = cerr
 	}
 	if err != nil {
-		return false, errors.Join(err, fsys.Remove(tmp))
+		return errors.Join(err, fsys.Remove(tmp))
 	}
-	if err := fsys.Rename(tmp, name); err != nil {
-		return false, err
-	}
-	return true, fsys.SyncDir(filepath.Dir(name))
+	return fsys.Rename(tmp, name)
 }
 
 func writeFileAtomic(fsys FS, name string, data []byte) error {
