@@ -235,8 +235,12 @@ func (c *Coordinator) updateAndJoin(g *group, m *member, j joinParams, now time.
 
 // staticRejoin handles a known group.instance.id joining with no member id
 // (a restarted static member, KIP-345): the old member id is fenced, and if
-// nothing about its protocols changed the group keeps its generation and
-// assignment.
+// the group is Stable and the member's new protocols leave the group's
+// protocol selected, the group keeps its generation and assignment, as
+// Kafka's coordinator does. Not a byte comparison of the metadata: a
+// cooperative-sticky member's metadata lists the partitions it owned,
+// which a restarted client no longer knows, so that would rebalance on
+// nearly every restart - what static membership exists to avoid.
 func (c *Coordinator) staticRejoin(g *group, old *member, newID string, j joinParams, now time.Time) Reply {
 	oldID := old.id
 	fence := func() {
@@ -260,10 +264,18 @@ func (c *Coordinator) staticRejoin(g *group, old *member, newID string, j joinPa
 			g.leader = newID
 		}
 	}
-	unchanged := old.sameProtocols(j.req.Protocols) && j.req.ProtocolType == g.protocolType
 	fence()
-	c.log.Info("static member rejoined", "group", g.name, "instance", *j.req.InstanceID, "old", oldID, "member", newID, "rebalance", !(unchanged && g.state == Stable))
-	if g.state == Stable && unchanged {
+	unchanged := false
+	if g.state == Stable && j.req.ProtocolType == g.protocolType {
+		prev := old.protocols
+		old.protocols = j.req.Protocols
+		unchanged = g.selectProtocol() == g.protocol
+		if !unchanged {
+			old.protocols = prev // updateAndJoin sets them
+		}
+	}
+	c.log.Info("static member rejoined", "group", g.name, "instance", *j.req.InstanceID, "old", oldID, "member", newID, "rebalance", !unchanged)
+	if unchanged {
 		old.sessionTimeout, old.rebalanceTimeout = j.session, j.rebalance
 		old.clientID, old.clientHost = j.clientID, j.clientHost
 		old.expires = now.Add(j.session)
