@@ -400,7 +400,13 @@ func (m *Manager) claimDir(dir string, id [16]byte) error {
 		// durable too - one directory fsync per new partition instead of
 		// two. A crash before that leaves an unclaimed empty directory,
 		// claimed again at the next open.
-		return storage.WriteFileAtomicNoDirSync(fsys, path, data)
+		if err := storage.WriteFileAtomicNoDirSync(fsys, path, data); err != nil {
+			return err
+		}
+		// The directory's own name is an entry of the data directory:
+		// fsync that too, or a power cut could drop the whole partition
+		// directory under a Raft journal that remembers its entries.
+		return fsys.SyncDir(filepath.Dir(dir))
 	}
 	_, err = storage.WriteFileAtomic(fsys, path, data)
 	return err
