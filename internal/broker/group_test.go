@@ -146,7 +146,9 @@ func describe(t testing.TB, n *brokertest.Node, group string) kadm.DescribedGrou
 func waitStable(t testing.TB, n *brokertest.Node, group string, members, partitions int) kadm.DescribedGroup {
 	t.Helper()
 	var g kadm.DescribedGroup
-	waitFor(t, 20*time.Second, fmt.Sprintf("%s stable with %d members", group, members), func() bool {
+	// 45 s: under CI's load a join round can take several rebalance
+	// timeouts; a group that settles returns at once.
+	waitFor(t, 45*time.Second, fmt.Sprintf("%s stable with %d members", group, members), func() bool {
 		gs, err := n.Admin().DescribeGroups(gctx(t, 5*time.Second), group)
 		if kerr.IsRetriable(err) || errors.Is(err, context.DeadlineExceeded) {
 			// The coordinator's partition is still opening or electing
@@ -281,7 +283,10 @@ func TestGroupSaramaSharesPartitionsExactlyOnce(t *testing.T) {
 	cfg.Version = sarama.V2_8_0_0
 	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
 	cfg.Consumer.Offsets.AutoCommit.Interval = 100 * time.Millisecond
-	cfg.Consumer.Group.Session.Timeout = 600 * time.Millisecond
+	// Sessions long enough that a starved client (CI runs every package
+	// at once on two cores) is not expired into a rebalance loop; no
+	// member here dies, so nothing waits on the session.
+	cfg.Consumer.Group.Session.Timeout = 6 * time.Second
 	cfg.Consumer.Group.Heartbeat.Interval = 100 * time.Millisecond
 	cfg.Consumer.Group.Rebalance.Timeout = 3 * time.Second
 	cfg.Consumer.MaxWaitTime = 200 * time.Millisecond
@@ -342,7 +347,7 @@ func TestGroupKafkaGoSharesPartitionsExactlyOnce(t *testing.T) {
 			MinBytes:          1,
 			MaxBytes:          1 << 20,
 			MaxWait:           200 * time.Millisecond,
-			SessionTimeout:    time.Second,
+			SessionTimeout:    6 * time.Second, // as the Sarama test's
 			HeartbeatInterval: 100 * time.Millisecond,
 			RebalanceTimeout:  3 * time.Second,
 			JoinGroupBackoff:  100 * time.Millisecond,
