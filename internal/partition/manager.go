@@ -395,11 +395,11 @@ func (m *Manager) claimDir(dir string, id [16]byte) error {
 	}
 	data := []byte("version: 0\n" + want + "\n")
 	if names, err := fsys.ReadDir(dir); err == nil && len(names) == 0 {
-		// A new partition: the log created in it next fsyncs the
-		// directory (its ordinal checkpoint), which makes this name
-		// durable too - one directory fsync per new partition instead of
-		// two. A crash before that leaves an unclaimed empty directory,
-		// claimed again at the next open.
+		// A new partition: the log created in it next fsyncs this
+		// directory (its ordinal checkpoint), which makes this file's
+		// name durable too - one fsync of it instead of two. A crash
+		// before that leaves an unclaimed empty directory, claimed again
+		// at the next open.
 		if err := storage.WriteFileAtomicNoDirSync(fsys, path, data); err != nil {
 			return err
 		}
