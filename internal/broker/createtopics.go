@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -25,6 +26,17 @@ const maxPartitionsPerTopic = 10000
 func (b *Broker) handleCreateTopics(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.CreateTopicsRequest)
 	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
+	// timeout_ms bounds the whole request, as Kafka's controller does: a
+	// topic not committed by then answers REQUEST_TIMED_OUT. Once it is
+	// committed it is created, and its partitions come online after (the
+	// answer does not wait for 10,000 replicas to open). Without a
+	// timeout, the metadata proposal's own bound applies.
+	ctx := context.Background()
+	if req.TimeoutMillis > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMillis)*time.Millisecond)
+		defer cancel()
+	}
 
 	count := map[string]int{}
 	for _, rt := range req.Topics {
@@ -61,7 +73,7 @@ func (b *Broker) handleCreateTopics(_ context.Context, r *wire.Request) wire.Rep
 			resp.Topics = append(resp.Topics, st)
 			continue
 		}
-		t, err := b.createTopic(rt, req.ValidateOnly)
+		t, err := b.createTopic(ctx, rt, req.ValidateOnly)
 		if err == nil && !req.ValidateOnly {
 			mq.Record(int(t.Partitions))
 		}
@@ -111,7 +123,7 @@ func joinNames(names []string) string {
 // createTopic validates one topic of a CreateTopics request in Kafka's
 // order and creates it unless validateOnly. The returned topic has a zero
 // id when validateOnly.
-func (b *Broker) createTopic(rt kmsg.CreateTopicsRequestTopic, validateOnly bool) (controller.Topic, error) {
+func (b *Broker) createTopic(ctx context.Context, rt kmsg.CreateTopicsRequestTopic, validateOnly bool) (controller.Topic, error) {
 	name := rt.Topic
 	if err := controller.ValidateTopicName(name); err != nil {
 		return controller.Topic{}, errCode(kerr.InvalidTopicException, "%v", err)
@@ -195,7 +207,7 @@ func (b *Broker) createTopic(rt kmsg.CreateTopicsRequestTopic, validateOnly bool
 	if validateOnly {
 		return controller.Topic{Name: name, Partitions: partitions, Configs: configs}, nil
 	}
-	return b.createClusterTopic(name, partitions, rt.ReplicationFactor, assign, configs)
+	return b.createClusterTopic(ctx, name, partitions, rt.ReplicationFactor, assign, configs)
 }
 
 // validateAssignment checks a manual replica list: registered brokers,
@@ -216,6 +228,6 @@ func (b *Broker) validateAssignment(replicas []int32) error {
 }
 
 // createClusterTopic is CreateTopics in cluster mode.
-func (b *Broker) createClusterTopic(name string, partitions int32, rf int16, assign [][]int32, configs map[string]string) (controller.Topic, error) {
-	return b.cluster.CreateTopic(name, partitions, rf, assign, configs, false, true)
+func (b *Broker) createClusterTopic(ctx context.Context, name string, partitions int32, rf int16, assign [][]int32, configs map[string]string) (controller.Topic, error) {
+	return b.cluster.CreateTopic(ctx, name, partitions, rf, assign, configs, false, true)
 }

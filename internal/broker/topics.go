@@ -1,7 +1,9 @@
 package broker
 
 import (
+	"context"
 	"errors"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
@@ -72,7 +74,9 @@ func (b *Broker) ensureTopic(name string, partitions int32, configs map[string]s
 	if t, ok := b.meta.Topic(name); ok && b.replicas.AllOpen(t) {
 		return t, nil
 	}
-	return b.cluster.CreateTopic(name, partitions, -1, nil, configs, internal, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	return b.cluster.CreateTopic(ctx, name, partitions, -1, nil, configs, internal, false)
 }
 
 // deleteTopic deletes the topic through the controller; every node

@@ -430,16 +430,16 @@ func (n *Node) apply(end int64, cmd controller.Command) error {
 		return err
 	}
 	switch cmd.Op {
+	// The replicas a change brings here are queued to open, not opened
+	// here: opening 10,000 took longer than the proposer (a CreateTopics
+	// reply) may wait, and held every later metadata change back
+	// (internal/replica/opens.go keeps a later delete or move winning).
 	case controller.OpCreateTopic:
 		n.log.Info("created topic", "topic", t.Name, "partitions", t.Partitions, "topic_id", t.IDString(), "replicas", t.Replicas)
-		if err := n.replicas.OpenTopic(t, 0); err != nil {
-			n.log.Error("opening replicas", "topic", t.Name, "err", err)
-		}
+		n.replicas.QueueOpenTopic(t, 0)
 	case controller.OpAddPartitions:
 		n.log.Info("added partitions", "topic", t.Name, "from", old.Partitions, "to", t.Partitions)
-		if err := n.replicas.OpenTopic(t, old.Partitions); err != nil {
-			n.log.Error("opening replicas", "topic", t.Name, "err", err)
-		}
+		n.replicas.QueueOpenTopic(t, old.Partitions)
 	case controller.OpDeleteTopic:
 		n.log.Info("deleted topic", "topic", t.Name, "topic_id", t.IDString())
 		if err := n.replicas.RemoveTopic(t); err != nil {
@@ -478,9 +478,7 @@ func (n *Node) apply(end int64, cmd controller.Command) error {
 		if r, ok := t.Reassignment(cmd.Partition); ok {
 			n.log.Info("reassigning partition", "topic", t.Name, "partition", cmd.Partition, "target", r.Target, "replicas", t.Replicas[cmd.Partition])
 		}
-		if err := n.replicas.OpenTopic(t, 0); err != nil {
-			n.log.Error("opening replicas", "topic", t.Name, "err", err)
-		}
+		n.replicas.QueueOpenTopic(t, 0)
 	}
 	return nil
 }
@@ -619,7 +617,16 @@ func (n *Node) DefaultReplicationFactor() int16 {
 //
 // assign, if set, is the replicas of each partition (a manual assignment,
 // checked by the caller); otherwise they are placed here.
-func (n *Node) CreateTopic(name string, partitions int32, rf int16, assign [][]int32, configs map[string]string, internal, mustBeNew bool) (controller.Topic, error) {
+//
+// ctx bounds the wait (a CreateTopics request's timeout_ms): if it ends
+// before the creation is committed and applied here, the error is
+// REQUEST_TIMED_OUT (the creation may still happen, as in Kafka). Once it
+// is applied, the topic is created: the replicas open after, in the
+// background. The answer waits for this node's replicas to open for at
+// most half of what is left of ctx's deadline (none without one), so a
+// small topic is ready to use when this returns and a large one is
+// answered in time.
+func (n *Node) CreateTopic(ctx context.Context, name string, partitions int32, rf int16, assign [][]int32, configs map[string]string, internal, mustBeNew bool) (controller.Topic, error) {
 	if t, ok := n.meta.Topic(name); ok {
 		if mustBeNew {
 			return controller.Topic{}, kafkaerr.New(kerr.TopicAlreadyExists, "Topic '%s' already exists.", name)
@@ -655,8 +662,13 @@ func (n *Node) CreateTopic(name string, partitions int32, rf int16, assign [][]i
 		}
 	}
 	t := controller.Topic{Name: name, ID: controller.NewTopicID(), Partitions: partitions, Configs: configs, Internal: internal || controller.IsInternalTopic(name), Replicas: reps}
-	if err := n.Propose(context.Background(), controller.Command{Op: controller.OpCreateTopic, Topic: &t}); err != nil {
+	if err := n.Propose(ctx, controller.Command{Op: controller.OpCreateTopic, Topic: &t}); err != nil {
 		return controller.Topic{}, err
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		wctx, cancel := context.WithTimeout(ctx, time.Until(deadline)/2)
+		n.replicas.WaitOpened(wctx, name)
+		cancel()
 	}
 	t, _ = n.meta.Topic(name)
 	return t, nil

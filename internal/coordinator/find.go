@@ -127,7 +127,9 @@ func (h *Host) createTopic(topic string, partitions int, typ int8, key string, f
 		if t, ok := h.meta.Topic(topic); ok && h.replicas.AllOpen(t) {
 			return t, nil
 		}
-		t, err := h.node.CreateTopic(topic, int32(partitions), -1, nil, h.internalConfigs(topic), true, false)
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		t, err := h.node.CreateTopic(ctx, topic, int32(partitions), -1, nil, h.internalConfigs(topic), true, false)
+		cancel()
 		if err != nil {
 			h.log.Warn("creating a coordinator topic", "topic", topic, "err", err)
 		}

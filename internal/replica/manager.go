@@ -64,8 +64,13 @@ type Manager struct {
 
 	// mu is the lifecycle lock: held while the metadata changes and the
 	// replicas follow (internal/cluster applies under it), and while a
-	// repair reopens a replica, so neither undoes the other.
-	mu sync.Mutex
+	// repair reopens a replica, so neither undoes the other. A queued open
+	// (opens.go) holds it shared: opens run together, and a metadata
+	// change waits only for the opens under way, never for a queue of
+	// thousands.
+	mu sync.RWMutex
+
+	opens openQueue // replica opens the metadata asked for (opens.go)
 
 	// offline: replicas assigned here that could not be opened, and why
 	// (the repair loop retries them).
@@ -167,6 +172,7 @@ func (m *Manager) Start() error {
 // log closed", logged at ERROR, and the stop took tens of seconds with
 // 10,000 partitions).
 func (m *Manager) StopBackground() {
+	m.stopOpens()
 	for i := len(m.stops) - 1; i >= 0; i-- {
 		m.stops[i]()
 	}
@@ -189,7 +195,7 @@ func (m *Manager) Close() error {
 	m.offlineMu.Lock()
 	offline := len(m.offline)
 	m.offlineMu.Unlock()
-	if offline > 0 {
+	if offline > 0 || m.opensAbandoned() {
 		return nil // logs not opened in this run: recovered next time
 	}
 	for _, p := range open {
@@ -302,8 +308,10 @@ func (m *Manager) assignedHere(t controller.Topic, i int32) bool {
 }
 
 // OpenTopic opens this node's replicas of partitions from.. of t, each as
-// a Raft group bootstrapped with the partition's initial voters. Called
-// with the lifecycle lock held (or before Start).
+// a Raft group bootstrapped with the partition's initial voters, and
+// returns when they are open. Called with the lifecycle lock held (or
+// before Start). The metadata apply queues its opens instead
+// (QueueOpenTopic).
 func (m *Manager) OpenTopic(t controller.Topic, from int32) error {
 	return errors.Join(m.runOpens(m.openJobs(t, from))...)
 }

@@ -73,6 +73,9 @@ func (m *Manager) repairLoop(stop <-chan struct{}) {
 			for i := int32(0); i < t.Partitions; i++ {
 				p := m.parts.Get(t.Name, i)
 				if p == nil && int(i) < len(t.Replicas) && slices.Contains(t.Replicas[i], me) {
+					if m.openQueued(t.Name, i) {
+						continue // the metadata's open of it is queued (opens.go)
+					}
 					// Assigned here but not open: a repair that discarded
 					// the replica could not reopen it (the disk still
 					// failed). Without its data it must catch up first.
@@ -147,7 +150,7 @@ func (m *Manager) repair(t controller.Topic, i int32, p *partition.Partition, wh
 func (m *Manager) reopen(t controller.Topic, i int32) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if cur, ok := m.meta.Topic(t.Name); !ok || cur.ID != t.ID || m.parts.Get(t.Name, i) != nil {
+	if cur, ok := m.meta.Topic(t.Name); !ok || cur.ID != t.ID || m.parts.Get(t.Name, i) != nil || m.openQueued(t.Name, i) {
 		return
 	}
 	m.reopenLocked(t, i)

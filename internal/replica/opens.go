@@ -1,0 +1,228 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"holdfast/internal/controller"
+)
+
+// The metadata apply does not open replicas itself: a topic of 10,000
+// partitions took longer to open than a CreateTopics request may wait
+// (the apply, and so the controller's reply, waited for every open). The
+// apply queues the opens (QueueOpenTopic, under the lifecycle lock) and
+// returns; up to openParallelism workers take them in order, each open
+// under the lifecycle lock held shared.
+//
+// Order with later metadata changes: a change that follows takes the lock
+// exclusively, so it waits for the opens under way (never for the queue)
+// and the opens still queued run after it. Each re-reads the metadata
+// before it opens: a replica whose topic was deleted (or deleted and
+// created again: another id) or that a reassignment moved away since is
+// not opened, so a delete or a move that comes after a create wins, as it
+// did when the apply opened everything itself. The repair loop leaves
+// alone a replica whose open is queued (it would reopen it empty, as one
+// that lost its data).
+
+// openQueue is the manager's queue of replica opens.
+type openQueue struct {
+	mu        sync.Mutex
+	jobs      []queuedOpen
+	workers   int
+	pending   map[topicPartition]int // queued or running opens per replica
+	changed   chan struct{}          // closed when pending shrinks or a worker ends
+	stopped   bool
+	abandoned bool // StopBackground dropped queued opens
+}
+
+// queuedOpen is one open of a batch queued by one metadata change.
+type queuedOpen struct {
+	job   openJob
+	batch *openBatch
+}
+
+// openBatch collects the errors of one QueueOpenTopic call, logged once
+// when its last open is done (as OpenTopic's joined error was).
+type openBatch struct {
+	topic string
+	left  int
+	errs  []error
+}
+
+// QueueOpenTopic queues the opens of this node's replicas of partitions
+// from.. of t (what OpenTopic opens) and returns at once. Called with the
+// lifecycle lock held, by the metadata apply.
+func (m *Manager) QueueOpenTopic(t controller.Topic, from int32) {
+	jobs := m.openJobs(t, from)
+	if len(jobs) == 0 {
+		return
+	}
+	q := &m.opens
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.stopped {
+		q.abandoned = true
+		return
+	}
+	if q.pending == nil {
+		q.pending = map[topicPartition]int{}
+	}
+	b := &openBatch{topic: t.Name, left: len(jobs)}
+	for _, j := range jobs {
+		q.jobs = append(q.jobs, queuedOpen{j, b})
+		q.pending[topicPartition{j.t.Name, j.i}]++
+	}
+	for q.workers < openParallelism && q.workers < len(q.jobs) {
+		q.workers++
+		go m.openWorker()
+	}
+}
+
+func (m *Manager) openWorker() {
+	q := &m.opens
+	for {
+		q.mu.Lock()
+		if len(q.jobs) == 0 || q.stopped {
+			q.workers--
+			q.signal()
+			q.mu.Unlock()
+			return
+		}
+		o := q.jobs[0]
+		q.jobs[0] = queuedOpen{}
+		q.jobs = q.jobs[1:]
+		q.mu.Unlock()
+
+		err := m.runQueued(o.job)
+
+		q.mu.Lock()
+		tp := topicPartition{o.job.t.Name, o.job.i}
+		if q.pending[tp]--; q.pending[tp] <= 0 {
+			delete(q.pending, tp)
+		}
+		q.signal()
+		b := o.batch
+		if err != nil {
+			b.errs = append(b.errs, err)
+		}
+		b.left--
+		last := b.left == 0
+		q.mu.Unlock()
+		if last && len(b.errs) > 0 {
+			m.log.Error("opening replicas", "topic", b.topic, "err", errors.Join(b.errs...))
+		}
+	}
+}
+
+// runQueued opens one queued replica if the metadata, as it is now, still
+// assigns it here (see the comment at the top).
+func (m *Manager) runQueued(j openJob) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	cur, ok := m.meta.Topic(j.t.Name)
+	if !ok || cur.ID != j.t.ID || j.i >= cur.Partitions {
+		return nil // deleted (or deleted and created again) since
+	}
+	switch {
+	case m.assignedHere(cur, j.i):
+		return m.open(cur, j.i, false)
+	case j.drop && m.parts.Get(cur.Name, j.i) == nil:
+		// A replica moved away whose removal a crash interrupted: open it
+		// (so its Raft journal state is found) and drop it.
+		return errors.Join(m.open(cur, j.i, false), m.Drop(cur, j.i))
+	}
+	return nil // moved away since
+}
+
+// openQueued reports whether an open of partition i of topic is queued or
+// under way.
+func (m *Manager) openQueued(topic string, i int32) bool {
+	q := &m.opens
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.pending[topicPartition{topic, i}] > 0
+}
+
+// WaitOpened waits until no open of a replica of topic is queued or under
+// way, or ctx ends (its error is returned then). It does not say the opens
+// succeeded: Lookup does, replica by replica.
+func (m *Manager) WaitOpened(ctx context.Context, topic string) error {
+	q := &m.opens
+	for {
+		q.mu.Lock()
+		busy := false
+		for tp := range q.pending {
+			if tp.topic == topic {
+				busy = true
+				break
+			}
+		}
+		if !busy {
+			q.mu.Unlock()
+			return nil
+		}
+		if q.changed == nil {
+			q.changed = make(chan struct{})
+		}
+		ch := q.changed
+		q.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// stopOpens drops the queued opens and waits for those under way; the
+// ones dropped stay closed (their logs were not opened in this run, so
+// Close leaves no clean shutdown marker: the next start recovers them).
+func (m *Manager) stopOpens() {
+	q := &m.opens
+	q.mu.Lock()
+	q.stopped = true
+	if len(q.jobs) > 0 {
+		q.abandoned = true
+		for _, o := range q.jobs {
+			tp := topicPartition{o.job.t.Name, o.job.i}
+			if q.pending[tp]--; q.pending[tp] <= 0 {
+				delete(q.pending, tp)
+			}
+		}
+		q.jobs = nil
+		q.signal()
+	}
+	q.mu.Unlock()
+	// The workers under way finish their open and see stopped.
+	for {
+		q.mu.Lock()
+		n := q.workers
+		if n == 0 {
+			q.signal()
+			q.mu.Unlock()
+			return
+		}
+		if q.changed == nil {
+			q.changed = make(chan struct{})
+		}
+		ch := q.changed
+		q.mu.Unlock()
+		<-ch
+	}
+}
+
+// signal wakes the waiters (WaitOpened, stopOpens); q.mu held.
+func (q *openQueue) signal() {
+	if q.changed != nil {
+		close(q.changed)
+		q.changed = nil
+	}
+}
+
+func (m *Manager) opensAbandoned() bool {
+	q := &m.opens
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.abandoned
+}
