@@ -9,7 +9,9 @@
 # seconds after QUIESCE seconds) and RSS; then stops every node with SIGTERM
 # (a clean shutdown), starts them all again together and reports the time
 # until every node listens and until the first record is acknowledged
-# (acks=all, retried until it is), and the idle CPU and RSS after that.
+# (acks=all, retried until it is), with the CPU the nodes spent until then
+# (a loaded machine moves the wall time far more than the CPU), and the
+# idle CPU and RSS after that.
 # The clean stop is timed too, with the ERROR lines the nodes logged during
 # it (KEEP_LOG=path keeps that log). Several binaries are compared,
 # interleaved round by round.
@@ -101,12 +103,13 @@ for round in $(seq "$rounds"); do
 		done
 		sleep 1
 		empty=$(rss_mib)
-		t0=$(now)
+		t0=$(now); c0=$(ticks)
 		# Retried until every broker has registered (RF > the brokers known is refused).
 		until "$work/$bin" topic create scale --if-not-exists --partitions "$parts" --replication-factor "$rf" \
 			--bootstrap "$bootstrap" --timeout 10m >/dev/null 2>>"$work/log"; do sleep 0.5; done
 		produce_one "$bin"
 		created=$(since "$t0")
+		ccpu=$(echo "$(ticks) $c0" | awk -v hz="$hz" '{printf "%.1f", ($1 - $2) / hz}')
 		cpu=$(idle_cpu); rss=$(rss_mib)
 		per=$(echo "$rss $empty" | awk -v n=$((parts * rf)) '{printf "%.1f", ($1 - $2) * 1024 / n}')
 		: >"$work/log"
@@ -121,8 +124,9 @@ for round in $(seq "$rounds"); do
 		up=$(since "$t0")
 		produce_one "$bin"
 		first=$(since "$t0")
+		rcpu=$(echo "$(ticks)" | awk -v hz="$hz" '{printf "%.1f", $1 / hz}')
 		cpu2=$(idle_cpu); rss2=$(rss_mib)
 		stop
-		echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts: created+first ack ${created}s; idle ${cpu}% of a core, RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); stop ${stopped}s (${errs} ERROR lines); restart: listening ${up}s, first ack ${first}s; idle ${cpu2}%, RSS ${rss2} MiB"
+		echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts: created+first ack ${created}s (${ccpu} CPU-s of the nodes); idle ${cpu}% of a core, RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); stop ${stopped}s (${errs} ERROR lines); restart: listening ${up}s, first ack ${first}s (${rcpu} CPU-s of the nodes); idle ${cpu2}%, RSS ${rss2} MiB"
 	done
 done
