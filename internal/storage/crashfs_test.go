@@ -175,3 +175,22 @@ func TestMkdirAllDurable(t *testing.T) {
 		t.Fatalf("directory made at the power cut: %v", err)
 	}
 }
+
+func TestMkdirAllDurableOS(t *testing.T) {
+	dir := t.TempDir() + "/a/b"
+	if err := MkdirAllDurable(OSFS(), dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := MkdirAllDurable(OSFS(), dir); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		t.Fatalf("%v %v", st, err)
+	}
+	if err := os.WriteFile(dir+"/f", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := MkdirAllDurable(OSFS(), dir+"/f/g"); err == nil {
+		t.Fatal("a directory under a file")
+	}
+}

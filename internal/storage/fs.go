@@ -247,8 +247,20 @@ func ReadFile(fsys FS, name string, limit int64) ([]byte, error) {
 func MkdirAllDurable(fsys FS, dir string) error {
 	dir = filepath.Clean(dir)
 	var missing []string // deepest first
+	exists := func(d string) error {
+		if _, ok := fsys.(osFS); ok {
+			// A stat, not a listing of a data directory of thousands.
+			st, err := os.Stat(d)
+			if err == nil && !st.IsDir() {
+				err = &os.PathError{Op: "mkdir", Path: d, Err: syscall.ENOTDIR}
+			}
+			return err
+		}
+		_, err := fsys.ReadDir(d)
+		return err
+	}
 	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := fsys.ReadDir(d); err == nil {
+		if err := exists(d); err == nil {
 			break
 		} else if !errors.Is(err, os.ErrNotExist) {
 			return err
