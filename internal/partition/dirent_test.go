@@ -50,6 +50,9 @@ func TestNewPartitionSurvivesPowerCut(t *testing.T) {
 	}
 	mustAppend(t, p, batch(t, -1, -1, -1, 3), 0, false)
 	m.powerCut(fsys, false)
+	if _, ok := fsys.ReadFileForTest("/data/t-0/" + metadataFile); !ok {
+		t.Fatalf("%s lost: the directory would be claimed by whichever topic opens it next", metadataFile)
+	}
 
 	m = newCrashNode(t, fsys, "/data")
 	if p, err = m.Open("t", [16]byte{1}, 0, storage.DefaultConfig()); err != nil {
@@ -62,7 +65,7 @@ func TestNewPartitionSurvivesPowerCut(t *testing.T) {
 
 // TestDeletedTopicStaysDeletedAfterPowerCut: a topic deleted while its
 // partition was not open in this process (a restart in between, as the
-// start-up's FinishPendingDelete does), then a power cut. Its directory
+// start-up's FinishPendingDelete does), or while open, then a power cut. Its directory
 // can come back, whole or (the unlinks inside it half done) without some
 // files - partition.metadata among them; a new topic of the same name
 // must then neither serve the old records (claiming the directory as its
@@ -70,7 +73,8 @@ func TestNewPartitionSurvivesPowerCut(t *testing.T) {
 // finished: nothing would ever remove it).
 func TestDeletedTopicStaysDeletedAfterPowerCut(t *testing.T) {
 	for seed := int64(1); seed <= 20; seed++ {
-		for _, torn := range []bool{false, true} {
+		for _, c := range []struct{ torn, restart bool }{{false, true}, {true, true}, {false, false}, {true, false}} {
+			torn := c.torn
 			fsys := storage.NewCrashFS(seed)
 			m := newCrashNode(t, fsys, "/data")
 			p, err := m.Open("d", [16]byte{4}, 0, storage.DefaultConfig())
@@ -78,9 +82,10 @@ func TestDeletedTopicStaysDeletedAfterPowerCut(t *testing.T) {
 				t.Fatal(err)
 			}
 			mustAppend(t, p, batch(t, -1, -1, -1, 3), 0, false)
-			m.stop()
-
-			m = newCrashNode(t, fsys, "/data")
+			if c.restart { // else deleted while open (removeData)
+				m.stop()
+				m = newCrashNode(t, fsys, "/data")
+			}
 			if err := m.DeleteTopic("d"); err != nil {
 				t.Fatal(err)
 			}
