@@ -43,6 +43,7 @@ func TestClusterSlowFollowerGetsProposedBytes(t *testing.T) {
 	slow := 1 + l%3
 	c.Delay(l, slow, 50*time.Millisecond)
 	const n = 300
+	recycled := wire.FramesRecycled()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for i := 10; i < n; i++ {
@@ -55,6 +56,11 @@ func TestClusterSlowFollowerGetsProposedBytes(t *testing.T) {
 		}
 	}
 	c.Heal()
+	// The frames must have been reused meanwhile, or this tests nothing.
+	t.Logf("recycled %d", wire.FramesRecycled()-recycled)
+	if r := wire.FramesRecycled() - recycled; r < n/2 {
+		t.Errorf("%d frames went back to the pool for %d produce requests: the test needs them reused", r, n-10)
+	}
 	for _, node := range c.Nodes {
 		brokertest.Await(t, fmt.Sprintf("node %d's log to hold every acknowledged record", node.Cfg.NodeID), func() error {
 			return holdsExactly(node, topic, n)

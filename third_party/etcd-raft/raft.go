@@ -813,10 +813,15 @@ func (r *raft) appendEntry(es ...*pb.Entry) (accepted bool) {
 	li := r.raftLog.lastIndex()
 	cloned := make([]*pb.Entry, len(es))
 	for i := range es {
-		// TODO: Consider whether cloning/copying is necessary at all, and aim to eliminate it if possible.
-		cloned[i] = proto.Clone(es[i]).(*pb.Entry)
-		cloned[i].Term = new(r.Term)
-		cloned[i].Index = new(li + 1 + uint64(i))
+		// Holdfast patch (see PATCHES.md): a new Entry that shares the
+		// proposal's Data instead of proto.Clone, which copied every
+		// proposed batch. The proposer must not modify or reuse Data after
+		// proposing it. The Term and Index set here are new values, so the
+		// proposer's entry is not modified, as before.
+		cloned[i] = &pb.Entry{Data: es[i].Data, Term: new(r.Term), Index: new(li + 1 + uint64(i))}
+		if es[i].Type != nil {
+			cloned[i].Type = new(*es[i].Type)
+		}
 	}
 	// Track the size of this uncommitted proposal.
 	if !r.increaseUncommittedSize(cloned) {
