@@ -16,12 +16,11 @@ import (
 )
 
 // TestClusterSlowFollowerGetsProposedBytes guards who owns a proposed
-// batch's bytes. A produce frame goes back to the wire's pool (and is
-// reused for a later request) once its batches are committed - by a
-// quorum, so a slow follower's MsgApp may still be unsent. That is safe
-// only because etcd raft copies every proposed entry (raft.appendEntry's
-// proto.Clone); a Raft that shared the proposer's bytes (branch
-// h-clone-shallow, docs/benchmarks.md) must stop the reuse. RF=3, one
+// batch's bytes. etcd raft shares them (third_party/etcd-raft), so Raft's
+// entries point into the produce request's frame, and the frame goes back
+// to the wire's pool (and is reused for a later request) only once every
+// holder let go (bufref; raft.Host.ProposeOwned): a slow follower's MsgApp
+// may still be unsent long after the quorum committed. RF=3, one
 // partition: the leader's link to one follower is slow while 300 records
 // are produced, one 6 KiB request each, so that a reused frame holds the
 // next request's bytes when the slow follower's MsgApp is encoded. Every

@@ -207,8 +207,8 @@ func (h *Host) preWriteLocked(g *group, v *records.Validated) bool {
 }
 
 // localBatch is a batch this node proposed, checked by its proposer: when
-// the Ready loop stores the entry at index in term, whose data is Raft's
-// clone of the batch, it writes it under these facts (Validated.Rebind)
+// the Ready loop stores the entry at index in term, whose data is the
+// proposed batch's bytes (Raft shares them), it writes it under these facts (Validated.Rebind)
 // instead of checking it again, or only records it if the proposer wrote it
 // already (written). Anything else - entries from another leader - is
 // checked in full.
