@@ -2,6 +2,7 @@ package wire
 
 import (
 	"math/bits"
+	"os"
 	"sync/atomic"
 
 	"holdfast/internal/bufref"
@@ -79,9 +80,32 @@ func pooledFrame(n int) ([]byte, bool) {
 	}
 }
 
+// poisonFrames makes putFrame overwrite every buffer it is given, so that
+// a holder that still reads a frame after giving it back (a broken
+// ownership rule: Raft sharing a produce frame's bytes, bufref) reads
+// garbage that fails a batch's CRC at once, instead of another request's
+// valid bytes. Off in production; the tests that start brokers turn it on
+// (SetPoisonFrames, or HOLDFAST_POISON_FRAMES=1 in a child process's
+// environment).
+var poisonFrames atomic.Bool
+
+func init() { poisonFrames.Store(os.Getenv("HOLDFAST_POISON_FRAMES") == "1") }
+
+// SetPoisonFrames turns poisonFrames on or off (tests).
+func SetPoisonFrames(on bool) { poisonFrames.Store(on) }
+
 // putFrame offers b back to the pool; buffers of a foreign capacity, and
 // those over the pool's limits, are dropped.
 func putFrame(b []byte) {
+	if poisonFrames.Load() {
+		b = b[:cap(b)]
+		if len(b) > 0 {
+			b[0] = 0xdb
+			for n := 1; n < len(b); n *= 2 {
+				copy(b[n:], b[:n])
+			}
+		}
+	}
 	c, ok := frameClass(cap(b))
 	if !ok || cap(b) != 1<<c {
 		return
