@@ -71,6 +71,12 @@ start_peer() { # name -> starts it on $port, sets $pid
 }
 stop_peer() { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
 cpu_ticks() { awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$1/stat"; }
+# The client's own CPU (user + system seconds, from GNU time when installed):
+# client and broker share the machine's cores, so a case's records/s can
+# never pass cores / (client + broker CPU per record).
+timed() {
+	if [ -x /usr/bin/time ]; then /usr/bin/time -f '%U %S' -o "$work/client-cpu" "$@"; else echo "0 0" >"$work/client-cpu"; "$@"; fi
+}
 
 # run CASE PEER ROUND: one kload produce; appends a JSON line to $work/results.
 run() {
@@ -84,16 +90,16 @@ run() {
 	consume)
 		"${produce[@]}" -acked "$work/acked" >/dev/null
 		c0=$(cpu_ticks "$pid")
-		out=$("$work/kload" consume -brokers 127.0.0.1:$port -topic "$topic" -expect "$work/acked" | tail -1)
+		out=$(timed "$work/kload" consume -brokers 127.0.0.1:$port -topic "$topic" -expect "$work/acked" | tail -1)
 		c1=$(cpu_ticks "$pid") ;;
 	e2e)
 		c0=$(cpu_ticks "$pid")
-		out=$("$work/kload" e2e -brokers 127.0.0.1:$port -topic "$topic" -create -partitions "$parts" \
+		out=$(timed "$work/kload" e2e -brokers 127.0.0.1:$port -topic "$topic" -create -partitions "$parts" \
 			-records "$records" -size "$size" -acks all -rate "$rate" | tail -1)
 		c1=$(cpu_ticks "$pid") ;;
 	*)
 		c0=$(cpu_ticks "$pid")
-		out=$("${produce[@]}" | tail -1)
+		out=$(timed "${produce[@]}" | tail -1)
 		c1=$(cpu_ticks "$pid") ;;
 	esac
 	if [ -r "/proc/$pid/status" ]; then rss=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$pid/status"); fi
@@ -105,8 +111,9 @@ if r.get("cmd") == "e2e":  # the row: produce rate, end-to-end latency
     r = dict(r["produce"], produce_latency=lat)
 elif r.get("cmd") == "consume":  # the row: consume rate, no latency
     r = dict(r, records=r["fetched"], acked=r["fetched"], failed=r.get("lost", 0), produce_latency={"p50_ms": 0, "p99_ms": 0})
-r.update(case=sys.argv[2], peer=sys.argv[3], round=int(sys.argv[4]), cpu_s=(int(sys.argv[6])-int(sys.argv[5]))/100.0, rss_mib=int(sys.argv[7]))
-print(json.dumps(r))' "$out" "$name" "$peer" "$round" "$c0" "$c1" "$rss" >>"$work/results"
+r.update(case=sys.argv[2], peer=sys.argv[3], round=int(sys.argv[4]), cpu_s=(int(sys.argv[6])-int(sys.argv[5]))/100.0, rss_mib=int(sys.argv[7]),
+         client_cpu_s=sum(float(x) for x in sys.argv[8].split()[:2]))
+print(json.dumps(r))' "$out" "$name" "$peer" "$round" "$c0" "$c1" "$rss" "$(tail -1 "$work/client-cpu" 2>/dev/null || echo 0 0)" >>"$work/results"
 }
 
 for name in $cases; do
@@ -127,17 +134,19 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 cases = list(dict.fromkeys(r["case"] for r in rows))
 peers = list(dict.fromkeys(r["peer"] for r in rows))
 med = lambda xs: statistics.median(xs) if xs else float("nan")
-print("| case | peer | records/s | MB/s | p50 ms | p99 ms | broker CPU µs/record | peak RSS MiB | failed |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| case | peer | records/s | MB/s | p50 ms | p99 ms | broker CPU µs/record | client CPU µs/record | peak RSS MiB | failed |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for c in cases:
     for p in peers:
         rs = [r for r in rows if r["case"] == c and r["peer"] == p]
         if not rs: continue
         l = [r["produce_latency"] for r in rs]
-        cpu = med([1e6 * r["cpu_s"] / max(1, r["acked"] if "acked" in r else r["records"]) for r in rs])
-        print("| %s | %s | %.0f | %.1f | %.2f | %.2f | %.2f | %s | %d |" % (c, p,
+        n = lambda r: max(1, r["acked"] if "acked" in r else r["records"])
+        cpu = med([1e6 * r["cpu_s"] / n(r) for r in rs])
+        ccpu = med([1e6 * r.get("client_cpu_s", 0) / n(r) for r in rs])
+        print("| %s | %s | %.0f | %.1f | %.2f | %.2f | %.2f | %.2f | %s | %d |" % (c, p,
             med([r["records_per_s"] for r in rs]), med([r["mb_per_s"] for r in rs]),
-            med([x["p50_ms"] for x in l]), med([x["p99_ms"] for x in l]), cpu,
+            med([x["p50_ms"] for x in l]), med([x["p99_ms"] for x in l]), cpu, ccpu,
             max(r["rss_mib"] for r in rs) or "-", sum(r["failed"] for r in rs)))
 print()
 print("Per round, holdfast / kfake-sync (records/s; CPU per record)" + (" and holdfast / holdfast-base" if "holdfast-base" in peers else "") + ":")

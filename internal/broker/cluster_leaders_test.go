@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -225,6 +227,24 @@ func TestClusterElectLeaders(t *testing.T) {
 // each partition of topic, and the top-level code.
 func electRaw(t *testing.T, n *brokertest.Node, typ int8, topic string, timeout time.Duration, parts ...int32) (map[int32]int16, int16) {
 	t.Helper()
+	resp := electResp(t, n, typ, topic, timeout, parts...)
+	out := map[int32]int16{}
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if rt.Topic == topic {
+				out[rp.Partition] = rp.ErrorCode
+			}
+			if rp.ErrorMessage != nil {
+				t.Logf("node %d: %s-%d: %s", n.Cfg.NodeID, rt.Topic, rp.Partition, *rp.ErrorMessage)
+			}
+		}
+	}
+	return out, resp.ErrorCode
+}
+
+// electResp sends one ElectLeaders request to n and returns its response.
+func electResp(t *testing.T, n *brokertest.Node, typ int8, topic string, timeout time.Duration, parts ...int32) *kmsg.ElectLeadersResponse {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(n.Addr))
 	if err != nil {
 		t.Fatal(err)
@@ -241,19 +261,7 @@ func electRaw(t *testing.T, n *brokertest.Node, typ int8, topic string, timeout 
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp := kresp.(*kmsg.ElectLeadersResponse)
-	out := map[int32]int16{}
-	for _, rt := range resp.Topics {
-		for _, rp := range rt.Partitions {
-			if rt.Topic == topic {
-				out[rp.Partition] = rp.ErrorCode
-			}
-			if rp.ErrorMessage != nil {
-				t.Logf("node %d: %s-%d: %s", n.Cfg.NodeID, rt.Topic, rp.Partition, *rp.ErrorMessage)
-			}
-		}
-	}
-	return out, resp.ErrorCode
+	return kresp.(*kmsg.ElectLeadersResponse)
 }
 
 func wantCodes(t *testing.T, what string, got map[int32]int16, want map[int32]*kerr.Error) {
@@ -332,9 +340,38 @@ func TestClusterElectLeadersErrors(t *testing.T) {
 		}
 	}
 
+	// The preferred replica of partition 0 fenced (shutting down, as
+	// FenceForShutdown does before a clean stop) while it runs and is
+	// caught up: not given leadership, as Kafka's controller gives none
+	// to a broker in controlled shutdown. Stopping it first moves its
+	// leaderships away, so the election would otherwise have work to do.
+	ls, err := leaders(nodes[0], topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fenced := nodeByID(nodes, ls[0].preferred)
+	stopAndAwaitMoved(t, nodes, fenced, topic)
+	fenced.Restart()
+	all := []int32{1, 2, 3}
+	awaitBrokers(t, nodes, all)
+	fctx, fcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer fcancel()
+	// (Retried: the restarted node may not know the controller yet.)
+	awaitCluster(t, "the broker fenced for shutdown", func() error { return fenced.B.FenceForShutdown(fctx) })
+	awaitBrokers(t, without(nodes, fenced), slices.DeleteFunc(slices.Clone(all), func(id int32) bool { return id == fenced.Cfg.NodeID }))
+	for _, n := range without(nodes, fenced) {
+		resp := electResp(t, n, 0, topic, 2*time.Second, 0)
+		rp := resp.Topics[0].Partitions[0]
+		if rp.ErrorCode != kerr.PreferredLeaderNotAvailable.Code || rp.ErrorMessage == nil || !strings.Contains(*rp.ErrorMessage, "fenced") {
+			t.Errorf("preferred replica fenced, via node %d: %v %v, want PREFERRED_LEADER_NOT_AVAILABLE (fenced)", n.Cfg.NodeID, kerr.ErrorForCode(rp.ErrorCode), rp.ErrorMessage)
+		}
+	}
+	fenced.Restart()
+	awaitBrokers(t, nodes, all)
+
 	// The preferred replica of partition 0 down: not available; once
 	// another broker also stops there is no leader at all.
-	ls, err := leaders(nodes[0], topic)
+	ls, err = leaders(nodes[0], topic)
 	if err != nil {
 		t.Fatal(err)
 	}

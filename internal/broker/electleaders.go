@@ -171,6 +171,10 @@ func (b *Broker) electLeaders(ctx context.Context, tps []topicPartition, typ int
 			errs[i] = errCode(kerr.ElectionNotNeeded, "preferred replica %d already leads", w.preferred)
 		case st.Leader == 0:
 			errs[i] = errCode(kerr.PreferredLeaderNotAvailable, "no leader: an election is running")
+		case b.meta.Fenced(reps[0]):
+			// As Kafka: a fenced broker (shutting down, or out of its
+			// session) is not given leadership.
+			errs[i] = errCode(kerr.PreferredLeaderNotAvailable, "preferred replica %d is fenced", reps[0])
 		case st.State != "StateLeader" && !forwarded:
 			// Only the leader knows whether the preferred replica is
 			// caught up: ask it.

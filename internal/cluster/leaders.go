@@ -114,6 +114,9 @@ func (n *Node) balanceLeaders() {
 		if notLed[m.preferred]*100 <= pct*preferred[m.preferred] {
 			continue
 		}
+		if n.meta.Fenced(int32(m.preferred)) {
+			continue // shutting down or out of its session: not a leader to give work to
+		}
 		st, err := h.Status(m.group)
 		if err != nil || st.State != "StateLeader" || Transferable(st, m.preferred) != nil {
 			continue
@@ -171,7 +174,7 @@ func (n *Node) controlledShutdown() {
 				hope = true
 				continue
 			}
-			if to := transferTarget(st, prefs[g]); to != 0 {
+			if to := transferTarget(st, prefs[g], n.fencedReplica); to != 0 {
 				h.TransferLeader(g, to)
 				asked[g] = time.Now()
 				hope = true
@@ -191,20 +194,27 @@ func (n *Node) controlledShutdown() {
 
 // transferTarget picks who takes over a group from this leader: the
 // preferred replica if it can, else the caught-up voter furthest along; 0
-// if none can now.
-func transferTarget(st raft.Status, preferred uint64) uint64 {
-	if preferred != 0 && preferred != st.Node && Transferable(st, preferred) == nil {
+// if none can now. A fenced broker is never picked: it is shutting down
+// too (or out of its session), and handing it leadership would only move
+// the group again - as Kafka's controller leaves brokers in controlled
+// shutdown out of leader election.
+func transferTarget(st raft.Status, preferred uint64, fenced func(uint64) bool) uint64 {
+	if preferred != 0 && preferred != st.Node && !fenced(preferred) && Transferable(st, preferred) == nil {
 		return preferred
 	}
 	var best uint64
 	var bestOff int64 = -1
 	for _, r := range st.Replicas {
-		if r.ID != st.Node && Transferable(st, r.ID) == nil && r.MatchOffset > bestOff {
+		if r.ID != st.Node && !fenced(r.ID) && Transferable(st, r.ID) == nil && r.MatchOffset > bestOff {
 			best, bestOff = r.ID, r.MatchOffset
 		}
 	}
 	return best
 }
+
+// fencedReplica reports whether the broker behind Raft node id is fenced
+// in the committed metadata (node ids are broker ids).
+func (n *Node) fencedReplica(id uint64) bool { return n.meta.Fenced(int32(id)) }
 
 // ErrBehind: the replica is up but has not acknowledged the commit point.
 var ErrBehind = errors.New("not caught up")
