@@ -128,3 +128,53 @@ func TestIndexCreatorCrashAtEveryStep(t *testing.T) {
 		}
 	}
 }
+
+// TestNoIndexFilesUntilDue: index files are made for entries that are due,
+// not for every log: a new log, closed and reopened, and one with a few
+// batches, cut by a power loss and recovered, have none (on a node with
+// 10,000 idle partitions those were 20,000 file creations at the first
+// clean stop or restart).
+func TestNoIndexFilesUntilDue(t *testing.T) {
+	fs := NewCrashFS(1)
+	sy := newSyncer(t)
+	noIndexFiles := func(when string) {
+		t.Helper()
+		names, err := fs.ReadDir("/d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			if _, suf, ok := parseSegmentName(n); ok && suf != logSuffix {
+				t.Fatalf("%s: index file %s exists (%v)", when, n, names)
+			}
+		}
+	}
+	cfg := testConfig()
+	l := openLog(t, fs, "/d", cfg, sy, nil)
+	l.Close()
+	l = openLog(t, fs, "/d", cfg, sy, nil)
+	l.Close()
+	noIndexFiles("empty log closed twice")
+	l = openLog(t, fs, "/d", cfg, sy, nil)
+	for i := 0; i < 4; i++ {
+		if _, err := l.Append(batch(t, 1, cfg.IndexIntervalBytes, int64(i)), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs.Crash()
+	l = openLog(t, fs, "/d", cfg, sy, nil)
+	sy.waitIndexJobs()
+	noIndexFiles("recovered with entries not due")
+	if got := readAll(t, l, 0); len(got) != 4 {
+		t.Fatalf("%d batches recovered, want 4", len(got))
+	}
+	l.Close() // now it has entries: Close writes them
+	l = openLog(t, fs, "/d", cfg, sy, nil)
+	defer l.Close()
+	if got := readAll(t, l, 0); len(got) != 4 {
+		t.Fatalf("%d batches after a clean reopen, want 4", len(got))
+	}
+}

@@ -1930,7 +1930,7 @@ func (l *Log) Close() error {
 			s.idxMu.Lock()
 			if s.idxExists || len(s.offIdx) > 0 || len(s.timeIdx) > 0 {
 				errs = append(errs, s.persistLocked(l, s.size, true))
-			} // else an empty segment without index files: nothing to write (10,000 idle logs made 20,000 empty files at shutdown)
+			} // else an empty segment without index files: nothing to write (10,000 idle logs made 20,000 empty files at their first shutdown)
 			s.idxMu.Unlock()
 		}
 	}
