@@ -26,11 +26,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/freeport"
+	"holdfast/internal/wire"
 )
 
 var binary string // built once by TestMain
 
 func TestMain(m *testing.M) {
+	// Every broker these tests run, child process or not, poisons the
+	// frames it puts back (internal/wire poisonFrames).
+	os.Setenv("HOLDFAST_POISON_FRAMES", "1")
+	wire.SetPoisonFrames(true)
 	dir, err := os.MkdirTemp("", "holdfast-bin")
 	if err != nil {
 		panic(err)

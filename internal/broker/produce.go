@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
+	"holdfast/internal/bufref"
 	"holdfast/internal/partition"
 	"holdfast/internal/records"
 	"holdfast/internal/wire"
@@ -56,7 +57,12 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 	// every producer WRITE on the topic (which implies idempotent writes).
 	txnDenied := req.TransactionID != nil && !b.authorize(r, auth.OpWrite, auth.ResourceTransactionalID, *req.TransactionID)
 	var waits []committedWait
-	appended := 0 // partitions whose batch went to produceOne
+	// The batches are proposed to Raft as they lie in the request's frame
+	// (no copy): the Raft host holds a reference to the frame for as long
+	// as it may read them (raft.Host.ProposeOwned), so the frame goes back
+	// to the pool once the reply is written and Raft let go.
+	frame := r.FrameRef()
+	r.RecycleFrame()
 	// KIP-890: transactional batches are verified with their transaction
 	// coordinator first (txnverify.go).
 	verify := make([][]int16, len(req.Topics))
@@ -119,8 +125,7 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 				sp.ErrorMessage = &msg
 			default:
 				p.SetLogAppendTime(logAppendTime)
-				res, err := b.produceOne(p, rp.Records, &sp)
-				appended++
+				res, err := b.produceOne(p, rp.Records, frame, &sp)
 				if err == nil && req.Acks != 0 {
 					waits = append(waits, committedWait{p: p, end: res.LastOffset + 1, ti: ti, pi: pi, local: req.Acks == 1, res: res})
 				}
@@ -135,9 +140,6 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 	}
 	listener := b.listenerName(r)
 	if len(waits) == 0 {
-		if appended == 0 {
-			r.RecycleFrame() // nothing took the records
-		}
 		b.produceLeaderHints(req.Version, resp, listener)
 		return wire.Respond(resp)
 	}
@@ -149,7 +151,6 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 			wctx, cancel = context.WithTimeout(ctx, timeout)
 			defer cancel()
 		}
-		ok := 0 // waits that ended stored
 		for _, w := range waits {
 			sp := &resp.Topics[w.ti].Partitions[w.pi]
 			var err error
@@ -164,7 +165,6 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 			var ke *kerr.Error
 			switch {
 			case err == nil:
-				ok++
 				continue
 			case ctx.Err() != nil:
 				return resp // the connection is gone; nothing is written
@@ -182,19 +182,13 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 			}
 			sp.BaseOffset, sp.LogAppendTime = -1, -1
 		}
-		if ok == len(waits) && ok == appended {
-			// Every batch is stored (committed, or on the leader's disk),
-			// so the Raft host has written it and dropped what it kept
-			// of the proposal: the request's frame can be reused.
-			r.RecycleFrame()
-		}
 		b.produceLeaderHints(req.Version, resp, listener)
 		return resp
 	}
 }
 
 // produceOne appends one partition's records and fills sp.
-func (b *Broker) produceOne(p *partition.Partition, recs []byte, sp *kmsg.ProduceResponseTopicPartition) (partition.AppendResult, error) {
+func (b *Broker) produceOne(p *partition.Partition, recs []byte, frame *bufref.Ref, sp *kmsg.ProduceResponseTopicPartition) (partition.AppendResult, error) {
 	// v3+ carries exactly one batch per partition (Kafka refuses more, and
 	// so do we: one batch is one unit of deduplication and of atomicity).
 	batch, rest, err := records.Next(recs)
@@ -203,7 +197,7 @@ func (b *Broker) produceOne(p *partition.Partition, recs []byte, sp *kmsg.Produc
 	}
 	if err == nil {
 		var res partition.AppendResult
-		res, err = p.Append(batch)
+		res, err = p.AppendOwned(batch, frame)
 		if err == nil {
 			sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = res.BaseOffset, res.LogAppendTime, res.LogStartOffset
 			return res, nil

@@ -1118,3 +1118,41 @@ func TestTxnAddPartitionsV4(t *testing.T) {
 		}
 	}
 }
+
+// TestPowerCutAfterFirstStart: a power cut right after a new node started
+// (nothing done since but what the start itself wrote: its identity, Raft
+// journal and metadata log, each in a directory it made) leaves a node that
+// starts again as the same cluster and takes topics. The directories' own
+// names must have been fsynced into their parents: the metadata log's
+// directory lost under a Raft journal that remembers its entries, or a data
+// directory lost altogether, is a node that does not come back as itself.
+func TestPowerCutAfterFirstStart(t *testing.T) {
+	cb := startCrashBroker(t, 11)
+	ctx := testCtx(t)
+	adm := kadm.NewClient(cb.client())
+	md, err := adm.Metadata(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := md.Cluster
+
+	cb.powerCut()
+
+	adm = kadm.NewClient(cb.client())
+	if md, err = adm.Metadata(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if md.Cluster != before {
+		t.Fatalf("cluster id %q after the power cut, was %q", md.Cluster, before)
+	}
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "after"); err != nil {
+		t.Fatal(err)
+	}
+	p := cb.client(kgo.DefaultProduceTopic("after"))
+	if err := p.ProduceSync(ctx, &kgo.Record{Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if got := cb.values("after", false, 1); len(got) != 1 {
+		t.Fatalf("after the cut: %v", got)
+	}
+}

@@ -107,6 +107,9 @@ func StartCluster(t testing.TB, n int, opts ...func(*broker.Config, *wire.Limits
 // prepare makes a node's config (a fresh data directory, a free port) and
 // its listener, without starting it.
 func prepare(t testing.TB, opts ...func(*broker.Config, *wire.Limits)) (*Node, net.Listener) {
+	// Every broker a test starts poisons the frames it puts back, so a
+	// holder reading a frame after its release reads garbage (wire.poisonFrames).
+	wire.SetPoisonFrames(true)
 	cfg := broker.DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.OffsetsTopicPartitions = 3 // keep start-up quick in tests
@@ -211,6 +214,7 @@ func StartClusterListeners(t testing.TB, n int, listenersFor func(id int32) []*w
 
 func prepareListeners(t testing.TB, listeners []*wire.Listener, setup ...func(*broker.Config, *wire.Limits)) (*Node, []net.Listener) {
 	t.Helper()
+	wire.SetPoisonFrames(true) // as prepare
 	cfg := broker.DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.OffsetsTopicPartitions = 3

@@ -16,12 +16,11 @@ import (
 )
 
 // TestClusterSlowFollowerGetsProposedBytes guards who owns a proposed
-// batch's bytes. A produce frame goes back to the wire's pool (and is
-// reused for a later request) once its batches are committed - by a
-// quorum, so a slow follower's MsgApp may still be unsent. That is safe
-// only because etcd raft copies every proposed entry (raft.appendEntry's
-// proto.Clone); a Raft that shared the proposer's bytes (branch
-// h-clone-shallow, docs/benchmarks.md) must stop the reuse. RF=3, one
+// batch's bytes. etcd raft shares them (third_party/etcd-raft), so Raft's
+// entries point into the produce request's frame, and the frame goes back
+// to the wire's pool (and is reused for a later request) only once every
+// holder let go (bufref; raft.Host.ProposeOwned): a slow follower's MsgApp
+// may still be unsent long after the quorum committed. RF=3, one
 // partition: the leader's link to one follower is slow while 300 records
 // are produced, one 6 KiB request each, so that a reused frame holds the
 // next request's bytes when the slow follower's MsgApp is encoded. Every
@@ -43,6 +42,7 @@ func TestClusterSlowFollowerGetsProposedBytes(t *testing.T) {
 	slow := 1 + l%3
 	c.Delay(l, slow, 50*time.Millisecond)
 	const n = 300
+	recycled := wire.FramesRecycled()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for i := 10; i < n; i++ {
@@ -55,6 +55,11 @@ func TestClusterSlowFollowerGetsProposedBytes(t *testing.T) {
 		}
 	}
 	c.Heal()
+	// The frames must have been reused meanwhile, or this tests nothing.
+	t.Logf("recycled %d", wire.FramesRecycled()-recycled)
+	if r := wire.FramesRecycled() - recycled; r < n/2 {
+		t.Errorf("%d frames went back to the pool for %d produce requests: the test needs them reused", r, n-10)
+	}
 	for _, node := range c.Nodes {
 		brokertest.Await(t, fmt.Sprintf("node %d's log to hold every acknowledged record", node.Cfg.NodeID), func() error {
 			return holdsExactly(node, topic, n)

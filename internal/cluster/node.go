@@ -181,7 +181,9 @@ func Open(cfg Config) (*Node, error) {
 	if listen == "" {
 		listen = cfg.Peers[cfg.NodeID]
 	}
-	if err := cfg.FS.MkdirAll(cfg.DataDir, 0o755); err != nil {
+	// Durably: a power cut must not drop a new data directory's name
+	// with the identity and the Raft journal written in it.
+	if err := storage.MkdirAllDurable(cfg.FS, cfg.DataDir); err != nil {
 		return nil, err
 	}
 	peers := make(map[uint64]string, len(cfg.Peers))
@@ -228,7 +230,9 @@ func (n *Node) Start(meta *controller.Store, replicas *replica.Manager, syncer *
 	cfg.RetentionMs, cfg.RetentionBytes = -1, -1
 	cfg.Flush = storage.FlushPolicy{Mode: storage.FlushSync}
 	dir := filepath.Join(n.cfg.DataDir, metadataLogDir)
-	if err := n.cfg.FS.MkdirAll(dir, 0o755); err != nil {
+	// Durably: the metadata log's directory is an entry of the data
+	// directory, dropped by a power cut unless that is fsynced.
+	if err := storage.MkdirAllDurable(n.cfg.FS, dir); err != nil {
 		return err
 	}
 	l, err := storage.Open(dir, cfg, storage.Options{FS: n.cfg.FS, Syncer: syncer, Logger: n.log})

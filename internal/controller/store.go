@@ -14,7 +14,6 @@ import (
 	"hash/crc32"
 	"log/slog"
 	"maps"
-	"path/filepath"
 	"slices"
 	"sync"
 
@@ -177,11 +176,9 @@ func Open(dir string, fs storage.FS, log *slog.Logger, clusterID string) (*Store
 		log = slog.Default()
 	}
 	s := &Store{dir: dir, fs: fs, log: log}
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("controller: %w", err)
-	}
-	// The directory itself may be new: make its entry durable too.
-	if err := fs.SyncDir(filepath.Dir(dir)); err != nil {
+	// The directory itself may be new (and its parents): make their
+	// entries durable too.
+	if err := storage.MkdirAllDurable(fs, dir); err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
 	data, err := readFile(fs, join(dir, fileName))

@@ -109,7 +109,10 @@ var ErrLegacy = errors.New("datadir: data directory of an older, incompatible fo
 // another node, or of a format this version does not read, is refused with
 // a message that says what to do.
 func Open(fsys storage.FS, dir string, nodeID int32) (Identity, error) {
-	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+	// A new directory's name must be durable before the identity in it
+	// is: a power cut would otherwise drop the directory with the id
+	// other nodes may have heard.
+	if err := storage.MkdirAllDurable(fsys, dir); err != nil {
 		return Identity{}, err
 	}
 	path := filepath.Join(dir, FileName)

@@ -261,19 +261,42 @@ func (m *Manager) DeleteTopic(topic string) error {
 	for _, p := range victims {
 		errs = append(errs, m.removeData(p))
 	}
-	// Directories of partitions that were never opened in this process.
+	// Directories of partitions that were never opened in this process:
+	// renamed aside too, durably, before they are removed. A removal is
+	// durable only with the data directory's fsync, and a power cut
+	// before it can bring a directory back at its name, whole or without
+	// some of its files (partition.metadata among them, and a new topic
+	// of the name would take the rest as its own) - after the deletion
+	// was recorded as finished.
+	var asides []string
 	if names, err := fsys.ReadDir(m.root); err == nil {
 		for _, n := range names {
 			if idx, ok := strings.CutPrefix(n, topic+"-"); ok {
 				if i, err := strconv.ParseInt(idx, 10, 32); err == nil {
-					if err := fsys.RemoveAll(filepath.Join(m.root, n)); err != nil {
+					var r [4]byte
+					rand.Read(r[:])
+					aside := filepath.Join(m.root, n) + "." + hex.EncodeToString(r[:]) + deleteSuffix
+					if err := fsys.Rename(filepath.Join(m.root, n), aside); err != nil {
 						errs = append(errs, err)
+						continue
 					}
+					asides = append(asides, aside)
 					if err := fsys.Remove(m.snapshotPath(topic, int32(i))); err != nil && !errors.Is(err, fs.ErrNotExist) {
 						errs = append(errs, err)
 					}
 				}
 			}
+		}
+	}
+	if len(asides) > 0 {
+		if err := fsys.SyncDir(m.root); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+	}
+	for _, aside := range asides {
+		if err := fsys.RemoveAll(aside); err != nil {
+			// Left for the next start-up to remove.
+			m.log.Warn("removing deleted partition", "dir", aside, "err", err)
 		}
 	}
 	return errors.Join(errs...)

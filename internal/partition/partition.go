@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"holdfast/internal/bufref"
 	"holdfast/internal/raft"
 	"holdfast/internal/records"
 	"holdfast/internal/storage"
@@ -167,7 +168,19 @@ func (p *Partition) fail(err error) error {
 // The batch is checked here, once (records.Check, then every record
 // decoded); what is below - the Raft host, the log - takes the checked
 // batch as it is.
+//
+// Raft shares the batch's bytes (no copy): once Append has proposed it,
+// the caller must never modify or reuse them; a buffer meant for reuse is
+// appended with AppendOwned.
 func (p *Partition) Append(batch []byte) (AppendResult, error) {
+	return p.AppendOwned(batch, nil)
+}
+
+// AppendOwned is Append for a batch that lies in a counted buffer (a
+// produce request's frame, wire.Request.FrameRef): the Raft host holds a
+// reference to owner while it may read the batch (raft.Host.ProposeOwned),
+// so the buffer is reused only after that.
+func (p *Partition) AppendOwned(batch []byte, owner *bufref.Ref) (AppendResult, error) {
 	maxBytes := p.log.Config().MaxMessageBytes
 	v, err := records.Check(batch, maxBytes)
 	if err != nil {
@@ -238,7 +251,7 @@ func (p *Partition) Append(batch []byte) (AppendResult, error) {
 		lat = p.now().UnixMilli()
 		v.SetLogAppendTime(lat)
 	}
-	base, err := p.proposeLocked(&v)
+	base, err := p.proposeLocked(&v, owner)
 	if err != nil {
 		return AppendResult{}, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"holdfast/internal/bufref"
 	"holdfast/internal/raft"
 	"holdfast/internal/records"
 )
@@ -296,9 +297,9 @@ func (p *Partition) rebuildLocked() error {
 // proposeLocked proposes a checked batch through the partition's Raft
 // group (on the leader; leaderCheckLocked came first) and returns its base
 // offset. The batch is stamped in place with its offsets and epoch.
-func (p *Partition) proposeLocked(v *records.Validated) (int64, error) {
+func (p *Partition) proposeLocked(v *records.Validated, owner *bufref.Ref) (int64, error) {
 	rep := p.rep
-	prop, err := rep.host.ProposeValidated(context.Background(), rep.group, v)
+	prop, err := rep.host.ProposeOwned(context.Background(), rep.group, v, owner)
 	if err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
 			return 0, errNotLeader

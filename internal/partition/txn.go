@@ -298,7 +298,7 @@ func (p *Partition) appendLocked(v *records.Validated) (int64, error) {
 	if err := p.leaderCheckLocked(); err != nil {
 		return 0, err
 	}
-	return p.proposeLocked(v)
+	return p.proposeLocked(v, nil)
 }
 
 // LastStableOffset is the offset below which every transaction is decided:

@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
 
+	"holdfast/internal/bufref"
 	"holdfast/internal/records"
 	"holdfast/internal/storage"
 )
@@ -34,10 +36,21 @@ func (h *Host) Propose(ctx context.Context, groupID uint64, batch []byte) (Propo
 // ProposeValidated is Propose for a batch the caller checked
 // (records.Check): nothing is parsed, checksummed or copied again here. The
 // batch is stamped in place with its base offset and the term as leader
-// epoch (v's header follows), as a local append would. The Raft library
-// proposes a clone of it (raft.appendEntry), which the Ready loop writes to
-// the log under v's facts (records.Validated.Rebind).
+// epoch (v's header follows), as a local append would. Raft's entry shares
+// v's bytes (third_party/etcd-raft/PATCHES.md: no clone), and the Ready
+// loop writes it to the log under v's facts (records.Validated.Rebind):
+// the bytes are Raft's from now on, and the caller must never modify or
+// reuse them (a buffer that would be reused goes through ProposeOwned).
 func (h *Host) ProposeValidated(ctx context.Context, groupID uint64, v *records.Validated) (Proposal, error) {
+	return h.ProposeOwned(ctx, groupID, v, nil)
+}
+
+// ProposeOwned is ProposeValidated for a batch that lies in a counted
+// buffer (a produce request's frame): the host holds a reference to owner
+// for as long as anything of Raft's may read the batch's bytes, and the
+// buffer is reused only after the last holder let go (group.held). With
+// owner nil it is ProposeValidated.
+func (h *Host) ProposeOwned(ctx context.Context, groupID uint64, v *records.Validated, owner *bufref.Ref) (Proposal, error) {
 	g := h.group(groupID)
 	if g == nil {
 		return Proposal{}, fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
@@ -54,15 +67,117 @@ func (h *Host) ProposeValidated(ctx context.Context, groupID uint64, v *records.
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	proposed := false
 	p, err := h.proposeLocked(g, func(base int64, term uint64) int64 {
 		v.SetBaseOffset(base)
 		v.SetLeaderEpoch(int32(term))
 		return base + int64(hdr.LastOffsetDelta) + 1
-	}, func() error { return g.rn.Propose(v.Bytes()) })
+	}, func() error {
+		if owner != nil {
+			// Before Raft takes the bytes: a failed group may keep them
+			// in its RawNode, and then keeps this reference too.
+			owner.Retain()
+		}
+		proposed = true
+		return g.rn.Propose(v.Bytes())
+	})
+	if owner != nil && proposed {
+		switch {
+		case err == nil:
+			g.held = append(g.held, heldRef{index: p.Index, ref: owner})
+		case g.failed == nil && errors.Is(err, ErrProposalDropped):
+			owner.Release() // Raft refused it: it keeps nothing
+		}
+	}
 	if err == nil {
 		g.local = append(g.local, localBatch{index: p.Index, term: p.Term, v: *v, written: h.preWriteLocked(g, v)})
 	}
 	return p, err
+}
+
+// heldRef is a reference the group holds to the buffer its proposal at
+// index lies in (ProposeOwned).
+type heldRef struct {
+	index uint64
+	ref   *bufref.Ref
+}
+
+// Who reads a proposal's bytes after ProposeOwned, and when each stops
+// (the group holds the buffer's reference until all have):
+//
+//   - Raft's unstable log, its entries handed to the store (persist: the
+//     log write, records.Validated.Rebind) and g.local: until the entry is
+//     stored and Raft has been told so. In async mode Raft applies only
+//     stored entries, so applied (commitIndex >= index) implies this.
+//   - The store's recent entries, which serve Raft's reads (Entries) of
+//     committed entries to apply and of entries to send: until recent
+//     drops the entry (storeRecentHolds).
+//   - The apply (OnCommit gets Data): synchronous, before commitIndex
+//     moves past the entry.
+//   - Messages to peers (MsgApp) whose entries come from the unstable log
+//     or from recent: each takes its own reference when its Ready is
+//     taken (retainSentLocked), released by the transport once the
+//     message is written or dropped (outMsg.refs). A message Raft built
+//     but has not handed out in a Ready yet has no reference: so a
+//     reference is given back only right after a Ready was taken, or when
+//     the RawNode has no Ready (releaseHeldLocked's caller), once the
+//     first two holders are done - Raft builds no later message from the
+//     proposal's bytes: its reads then come from the log.
+//
+// A reference kept too long (a failed or reset group, a proposal another
+// leader's entry replaced and nothing committed past yet) only costs the
+// pool the buffer; the garbage collector takes it.
+
+// retainSentLocked takes a reference, for each message of msgs to a peer,
+// to every held buffer its entries lie in, and returns them by message
+// (nil if none): the transport releases them (sendHeld).
+func (g *group) retainSentLocked(msgs []*pb.Message) (refs [][]*bufref.Ref) {
+	if len(g.held) == 0 {
+		return nil
+	}
+	for i, m := range msgs {
+		if len(m.Entries) == 0 || m.GetTo() == raft.LocalAppendThread || m.GetTo() == raft.LocalApplyThread {
+			continue
+		}
+		for _, e := range m.Entries {
+			if len(e.Data) == 0 {
+				continue
+			}
+			for _, hr := range g.held {
+				if hr.ref.Holds(e.Data) {
+					if refs == nil {
+						refs = make([][]*bufref.Ref, len(msgs))
+					}
+					if !slices.Contains(refs[i], hr.ref) {
+						hr.ref.Retain()
+						refs[i] = append(refs[i], hr.ref)
+					}
+					break
+				}
+			}
+		}
+	}
+	return refs
+}
+
+// releaseHeldLocked gives back the references of proposals nothing of
+// Raft's reads any more: applied, and out of the store's recent entries.
+// The caller has just taken the group's Ready, or found it has none (no
+// message built from the bytes is still inside the RawNode).
+func (g *group) releaseHeldLocked() {
+	n := 0
+	for n < len(g.held) {
+		hr := g.held[n]
+		if hr.index > g.commitIndex || g.st.recentHolds(hr.index, hr.ref) {
+			break
+		}
+		hr.ref.Release()
+		n++
+	}
+	if n > 0 {
+		clear(g.held[:n])
+		g.held = g.held[n:]
+	}
 }
 
 // preWriteLocked writes a batch the leader just proposed to its log at
@@ -92,8 +207,8 @@ func (h *Host) preWriteLocked(g *group, v *records.Validated) bool {
 }
 
 // localBatch is a batch this node proposed, checked by its proposer: when
-// the Ready loop stores the entry at index in term, whose data is Raft's
-// clone of the batch, it writes it under these facts (Validated.Rebind)
+// the Ready loop stores the entry at index in term, whose data is the
+// proposed batch's bytes (Raft shares them), it writes it under these facts (Validated.Rebind)
 // instead of checking it again, or only records it if the proposer wrote it
 // already (written). Anything else - entries from another leader - is
 // checked in full.

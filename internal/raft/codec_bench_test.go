@@ -25,7 +25,7 @@ func BenchmarkMsgAppFrame(b *testing.B) {
 				for i := range 4 {
 					m.Entries = append(m.Entries, testEntry(uint64(101+i), size, pb.EntryType_EntryNormal))
 				}
-				batch = append(batch, outMsg{uint64(g), m})
+				batch = append(batch, outMsg{group: uint64(g), m: m})
 			}
 			tr := &tcpTransport{id: 1, budget: make(chan struct{}, maxInboundBytes/frameChunk), done: make(chan struct{})}
 			tr.setIdentity(NodeIdentity{Cluster: [16]byte{7}})

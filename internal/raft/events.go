@@ -73,6 +73,11 @@ func (h *Host) tickGroup(g *group, electionTimeout time.Duration) bool {
 	}
 	ready := false
 	h.guardLocked(g, func() { ready = g.rn.HasReady() })
+	if !ready && len(g.held) > 0 && g.failed == nil {
+		// An idle group gives back the buffers of its last proposals
+		// (no message of them is left inside the RawNode).
+		g.releaseHeldLocked()
+	}
 	g.publishLocked() // a leader transfer that timed out
 	g.mu.Unlock()
 	// Sent unlocked: a drop reports back into the group.

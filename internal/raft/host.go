@@ -295,7 +295,10 @@ type group struct {
 	rejoin       bool
 	rejoinTarget uint64
 	reset        bool // leader: recreate the RawNode (fresh progress for every peer)
-	idleTicks    int
+	// held: references to the buffers of proposals Raft may still read,
+	// in index order (ProposeOwned, releaseHeldLocked).
+	held      []heldRef
+	idleTicks int
 	// eagerTicks: the first replica campaigned at once (new group, restart), but a
 	// peer that had not created the group yet dropped its pre-vote (no
 	// state to answer from). For this many ticks it asks again every

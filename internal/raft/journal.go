@@ -122,7 +122,8 @@ type journal struct {
 const maxJournalSize = 1 << 30
 
 func openJournal(fsys storage.FS, dir string, logger *slog.Logger) (*journal, error) {
-	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+	// A new directory's name is durable before the journal in it is.
+	if err := storage.MkdirAllDurable(fsys, dir); err != nil {
 		return nil, err
 	}
 	j := &journal{path: filepath.Join(dir, journalName), fs: fsys, logger: logger, groups: map[uint64]*groupState{}}

@@ -8,6 +8,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "go.etcd.io/raft/v3/raftpb"
+
+	"holdfast/internal/bufref"
 )
 
 // memNet is an in-memory network between stepped hosts (the simulation's
@@ -178,7 +180,7 @@ func (n *memNet) deliver(e *envelope) {
 	if err := proto.Unmarshal(e.data, m); err != nil {
 		panic(fmt.Sprintf("memnet: %v", err)) // we marshaled it
 	}
-	dst.ev.receive(e.from, []outMsg{{e.group, m}})
+	dst.ev.receive(e.from, []outMsg{{group: e.group, m: m}})
 	if e.typ == pb.MessageType_MsgSnap && !e.inc.closed {
 		e.inc.ev.snapshotSent(e.to, e.group, true)
 	}
@@ -213,6 +215,12 @@ func (ep *memEndpoint) send(group uint64, m *pb.Message) {
 	}
 	ep.sent++
 	ep.net.enqueue(&envelope{from: ep.id, to: m.GetTo(), inc: ep, group: group, data: b, typ: m.GetType()})
+}
+
+// sendHeld: send marshals m at once, so the buffers are free after it.
+func (ep *memEndpoint) sendHeld(group uint64, m *pb.Message, refs []*bufref.Ref) {
+	ep.send(group, m)
+	releaseRefs(refs)
 }
 
 func (ep *memEndpoint) setIdentity(id NodeIdentity) { ep.ident = id }

@@ -246,7 +246,7 @@ func TestFrameRoundTrip(t *testing.T) {
 	msgs := codecMessages()
 	var batch []outMsg
 	for i, m := range msgs {
-		batch = append(batch, outMsg{uint64(100 + i), m})
+		batch = append(batch, outMsg{group: uint64(100 + i), m: m})
 	}
 	wire := append(frameBytes(t, nil), frameBytes(t, batch)...)
 	frames, err := readFrames(t, wire)
@@ -278,7 +278,7 @@ func TestFrameRoundTrip(t *testing.T) {
 func FuzzReadFrame(f *testing.F) {
 	small := &pb.Message{Type: pb.MessageType_MsgApp.Enum(), Entries: []*pb.Entry{testEntry(1, 10, pb.EntryType_EntryNormal)}}
 	f.Add(frameBytes(f, nil))
-	f.Add(frameBytes(f, []outMsg{{1, small}, {2, heartbeat(2, 1)}}))
+	f.Add(frameBytes(f, []outMsg{{group: 1, m: small}, {group: 2, m: heartbeat(2, 1)}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		frames, _ := readFrames(t, b)
 		for _, fr := range frames {
@@ -297,7 +297,7 @@ func FuzzReadFrame(f *testing.F) {
 func TestTransportBadFrameClosesThatConnection(t *testing.T) {
 	rb := &recorder{}
 	b := plainTransport(t, 2, rb)
-	good := frameBytes(t, []outMsg{{1, heartbeat(2, 1)}})
+	good := frameBytes(t, []outMsg{{group: 1, m: heartbeat(2, 1)}})
 	bad := bytes.Clone(good)
 	bad = append(bad[:len(bad)-3], 0xff, 0xff, 0xff) // the message's last field: a broken varint
 	truncated := good[:len(good)-5]

@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"holdfast/internal/bufref"
 	"holdfast/internal/records"
 	"holdfast/internal/storage"
 )
@@ -86,6 +87,7 @@ func (h *Host) takeReadys() {
 		gen    uint64
 		rd     raft.Ready
 		rejoin bool
+		refs   [][]*bufref.Ref // by message: held buffers its entries lie in
 	}
 	ts := make([]taken, 0, len(gs))
 	appends := 0
@@ -100,6 +102,13 @@ func (h *Host) takeReadys() {
 			h.guardLocked(g, func() {
 				if g.rn.HasReady() {
 					t := taken{g: g, gen: g.gen, rd: g.rn.Ready(), rejoin: g.rejoin}
+					if len(g.held) > 0 {
+						// Every message built from a proposal's bytes is
+						// in this Ready or an earlier one: references
+						// first, then what nothing reads any more.
+						t.refs = g.retainSentLocked(t.rd.Messages)
+						g.releaseHeldLocked()
+					}
 					for _, m := range t.rd.Messages {
 						if m.GetTo() == raft.LocalAppendThread {
 							g.inflight++
@@ -118,7 +127,7 @@ func (h *Host) takeReadys() {
 	items := make([]*appendItem, 0, appends)
 	for _, t := range ts {
 		var tag []byte
-		for _, m := range t.rd.Messages {
+		for mi, m := range t.rd.Messages {
 			switch m.GetTo() {
 			case raft.LocalAppendThread:
 				all = append(all, appendItem{g: t.g, gen: t.gen, m: m, rd: raft.Ready{Entries: m.Entries}})
@@ -141,7 +150,11 @@ func (h *Host) takeReadys() {
 					}
 					m.Context = tag
 				}
-				h.tr.send(t.g.id, m)
+				if t.refs != nil && t.refs[mi] != nil {
+					h.tr.sendHeld(t.g.id, m, t.refs[mi])
+				} else {
+					h.tr.send(t.g.id, m)
+				}
 			}
 		}
 	}

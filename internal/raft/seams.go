@@ -6,6 +6,8 @@ import (
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
+
+	"holdfast/internal/bufref"
 )
 
 // The seams of a Host: what it depends on that the deterministic
@@ -24,6 +26,10 @@ type transport interface {
 	addr() string
 	addPeer(id uint64, addr string)
 	send(group uint64, m *pb.Message)
+	// sendHeld is send for a message whose entries' data lie in refs'
+	// buffers: it releases one reference of each once it no longer reads
+	// m (written to the peer, or dropped).
+	sendHeld(group uint64, m *pb.Message, refs []*bufref.Ref)
 	setIdentity(NodeIdentity)
 	identities() map[uint64]PeerIdentity
 	// heardWithin: a frame from peer arrived within d (quiesced groups
@@ -40,6 +46,11 @@ type transport interface {
 type outMsg struct {
 	group uint64
 	m     *pb.Message
+	// refs: the counted buffers m's entries' data lie in (a produce
+	// frame, Host.ProposeOwned), one reference each that the transport
+	// releases once m is written or dropped: until then the buffer is not
+	// reused.
+	refs []*bufref.Ref
 }
 
 // transportEvents is what a transport tells its host.

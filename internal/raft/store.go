@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"holdfast/internal/bufref"
 	"holdfast/internal/records"
 	"holdfast/internal/storage"
 )
@@ -323,6 +324,18 @@ func (s *store) forgetFromLocked(i uint64) {
 		s.recent[k] = nil
 		s.recent = s.recent[:k]
 	}
+}
+
+// recentHolds reports whether recent holds entry i with its data in ref's
+// buffer.
+func (s *store) recentHolds(i uint64, ref *bufref.Ref) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	n := uint64(len(s.recent))
+	if n == 0 || i < s.recentLo || i >= s.recentLo+n {
+		return false
+	}
+	return ref.Holds(s.recent[i-s.recentLo].Data)
 }
 
 // recentLocked returns entries [lo, hi) within maxSize (at least one) if

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
+
+	"holdfast/internal/bufref"
 )
 
 // Frame on the wire between nodes:
@@ -173,18 +175,21 @@ func (t *tcpTransport) addPeer(id uint64, addr string) {
 // send queues m for its destination; never blocks. A full queue or an
 // unknown peer drops the message (Raft retransmits) and reports the peer
 // unreachable for that group.
-func (t *tcpTransport) send(group uint64, m *pb.Message) {
+func (t *tcpTransport) send(group uint64, m *pb.Message) { t.sendHeld(group, m, nil) }
+
+func (t *tcpTransport) sendHeld(group uint64, m *pb.Message, refs []*bufref.Ref) {
 	to := m.GetTo()
 	t.mu.Lock()
 	p := t.peers[to]
 	t.mu.Unlock()
 	if p != nil {
 		select {
-		case p.q <- outMsg{group, m}:
+		case p.q <- outMsg{group: group, m: m, refs: refs}:
 			return
 		default:
 		}
 	}
+	releaseRefs(refs)
 	t.dropped.Add(1)
 	t.ev.unreachable(to, []uint64{group})
 	if m.GetType() == pb.MessageType_MsgSnap {
@@ -285,6 +290,7 @@ func (t *tcpTransport) sender(p *peer) {
 		}
 		t.framesSent.Add(1)
 		t.msgsSent.Add(int64(len(batch)))
+		releaseBatch(batch) // written: the entries' buffers may be reused
 		for _, m := range batch {
 			if m.m.GetType() == pb.MessageType_MsgSnap {
 				t.ev.snapshotSent(p.id, m.group, true)
@@ -293,11 +299,28 @@ func (t *tcpTransport) sender(p *peer) {
 	}
 }
 
+// releaseBatch gives back the buffer references of a batch the sender no
+// longer reads (fe.reset came first: the frame encoder's pieces point into
+// them).
+func releaseBatch(batch []outMsg) {
+	for i := range batch {
+		releaseRefs(batch[i].refs)
+		batch[i].refs = nil
+	}
+}
+
+func releaseRefs(refs []*bufref.Ref) {
+	for _, r := range refs {
+		r.Release()
+	}
+}
+
 // fail drops a batch that could not be sent.
 func (t *tcpTransport) fail(peer uint64, batch []outMsg) {
 	if len(batch) == 0 {
 		return
 	}
+	releaseBatch(batch)
 	t.dropped.Add(int64(len(batch)))
 	groups := make([]uint64, 0, len(batch))
 	seen := map[uint64]bool{}
@@ -572,7 +595,7 @@ func (t *tcpTransport) readFrame(r io.Reader, n int) (frame, error) {
 		if err != nil {
 			return f, fmt.Errorf("%w: group %d: %w", errBadFrame, g, err)
 		}
-		f.msgs = append(f.msgs, outMsg{g, m})
+		f.msgs = append(f.msgs, outMsg{group: g, m: m})
 	}
 	if left != 0 {
 		return f, fmt.Errorf("%w: %d bytes after the last message", errBadFrame, left)

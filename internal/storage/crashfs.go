@@ -18,18 +18,22 @@ import (
 // CrashFS is an in-memory FS for tests that models what survives a power
 // loss, strictly: file contents survive only up to the last Sync of that
 // file, and creations, renames and removals only once the parent directory
-// was synced (SyncDir). Crash drops everything else; CrashTorn additionally
-// keeps a random prefix of each file's unsynced appended bytes (a torn write).
+// was synced (SyncDir). Directories are entries of their parent like files:
+// a directory made by MkdirAll (and all below it) is gone after a crash
+// unless its parent was synced since; a directory renamed is back at its
+// old name, and one removed by RemoveAll is back, until the parent's sync.
+// Crash drops everything else; CrashTorn additionally keeps a random prefix
+// of each file's unsynced appended bytes (a torn write), and a directory
+// that RemoveAll removed without its parent's sync comes back with only
+// some of its entries (the unlinks inside it reached the disk in part).
 //
 // Errors can be injected per operation and path substring, and a capacity
 // makes writes fail with ENOSPC once the total size would exceed it.
 type CrashFS struct {
 	mu       sync.Mutex
 	rng      *rand.Rand
-	names    map[string]*memNode // current namespace
-	durable  map[string]*memNode // namespace as of the last SyncDir of each dir
-	dirs     map[string]bool
-	gen      int // bumped by a crash; older handles are dead
+	roots    map[string]*memDir // "/" and "." (relative paths): always there, durably
+	gen      int                // bumped by a crash; older handles are dead
 	capacity int64
 	inject   []injected
 	delay    time.Duration // added to every Sync, to model device latency
@@ -150,14 +154,7 @@ func (fs *CrashFS) DurableCopy() *CrashFS {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	out := NewCrashFS(1)
-	for name, n := range fs.durable {
-		data := append([]byte(nil), n.synced...)
-		nn := &memNode{data: data, synced: append([]byte(nil), data...)}
-		out.names[name], out.durable[name] = nn, nn
-	}
-	for d := range fs.dirs {
-		out.dirs[d] = true
-	}
+	out.roots = fs.durableTree(false)
 	return out
 }
 
@@ -173,6 +170,191 @@ type memNode struct {
 	synced []byte // content as of the last Sync
 }
 
+// memDir is a directory (an inode): its entries now, and as of its last
+// SyncDir, which is what a crash leaves of it if it is itself still
+// reachable through durable entries from a root.
+type memDir struct {
+	cur, dur map[string]memEntry
+	// removing: RemoveAll unlinked everything in it (CrashTorn keeps a
+	// random part of the durable entries of such a directory).
+	removing bool
+}
+
+// memEntry is a directory entry: a file or a directory.
+type memEntry struct {
+	f *memNode
+	d *memDir
+}
+
+func newMemDir() *memDir {
+	return &memDir{cur: map[string]memEntry{}, dur: map[string]memEntry{}}
+}
+
+// split returns the root and the components of a cleaned path.
+func splitPath(name string) (root string, parts []string) {
+	name = filepath.Clean(name)
+	if filepath.IsAbs(name) {
+		root, name = "/", strings.TrimLeft(name, "/")
+	} else {
+		root = "."
+	}
+	if name == "" || name == "." {
+		return root, nil
+	}
+	return root, strings.Split(name, string(filepath.Separator))
+}
+
+// lookupDir returns the directory at path now, or nil (fs.mu held).
+func (fs *CrashFS) lookupDir(path string) *memDir {
+	root, parts := splitPath(path)
+	d := fs.roots[root]
+	for _, p := range parts {
+		e := d.cur[p]
+		if e.d == nil {
+			return nil
+		}
+		d = e.d
+	}
+	return d
+}
+
+// parentOf returns the directory holding name's entry now (nil if none)
+// and the entry's name in it (fs.mu held).
+func (fs *CrashFS) parentOf(name string) (*memDir, string) {
+	root, parts := splitPath(name)
+	if len(parts) == 0 {
+		return nil, ""
+	}
+	d := fs.roots[root]
+	for _, p := range parts[:len(parts)-1] {
+		e := d.cur[p]
+		if e.d == nil {
+			return nil, ""
+		}
+		d = e.d
+	}
+	return d, parts[len(parts)-1]
+}
+
+// walk calls fn for every file reachable now, with its path.
+func (fs *CrashFS) walk(fn func(path string, n *memNode)) {
+	var rec func(path string, d *memDir)
+	rec = func(path string, d *memDir) {
+		for name, e := range d.cur {
+			p := filepath.Join(path, name)
+			if e.f != nil {
+				fn(p, e.f)
+			} else {
+				rec(p, e.d)
+			}
+		}
+	}
+	for root, d := range fs.roots {
+		rec(root, d)
+	}
+}
+
+// durableTree builds the namespace a power loss leaves: from each root,
+// the entries as of each directory's last sync, and each file's content as
+// of its last Sync (torn: plus a random part of what was appended since).
+// fs is not changed but for its rng (fs.mu held).
+func (fs *CrashFS) durableTree(torn bool) map[string]*memDir {
+	// The durable files in path order: a deterministic use of the rng.
+	type pathNode struct {
+		path string
+		n    *memNode
+	}
+	var files []pathNode
+	seen := map[*memDir]bool{}
+	var collect func(path string, d *memDir)
+	collect = func(path string, d *memDir) {
+		if seen[d] {
+			return
+		}
+		seen[d] = true
+		for name, e := range d.dur {
+			p := filepath.Join(path, name)
+			if e.f != nil {
+				files = append(files, pathNode{p, e.f})
+			} else {
+				collect(p, e.d)
+			}
+		}
+	}
+	roots := make([]string, 0, len(fs.roots))
+	for r := range fs.roots {
+		roots = append(roots, r)
+	}
+	sort.Strings(roots)
+	for _, r := range roots {
+		collect(r, fs.roots[r])
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].path < files[j].path })
+	nodes := map[*memNode]*memNode{}
+	for _, pn := range files {
+		if nodes[pn.n] == nil {
+			nodes[pn.n] = fs.survivor(pn.n, torn)
+		}
+	}
+	dirs := map[*memDir]*memDir{}
+	var build func(d *memDir) *memDir
+	build = func(d *memDir) *memDir {
+		if nd := dirs[d]; nd != nil {
+			return nd
+		}
+		nd := newMemDir()
+		dirs[d] = nd
+		names := make([]string, 0, len(d.dur))
+		for name := range d.dur {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			e := d.dur[name]
+			if torn && d.removing && fs.rng.Intn(2) == 0 {
+				continue // its unlink reached the disk
+			}
+			var ne memEntry
+			if e.f != nil {
+				ne.f = nodes[e.f]
+			} else {
+				ne.d = build(e.d)
+			}
+			nd.cur[name], nd.dur[name] = ne, ne
+		}
+		return nd
+	}
+	out := map[string]*memDir{}
+	for _, r := range roots {
+		out[r] = build(fs.roots[r])
+	}
+	return out
+}
+
+// survivor is what a crash leaves of a file (fs.mu held).
+func (fs *CrashFS) survivor(n *memNode, torn bool) *memNode {
+	data := append([]byte(nil), n.synced...)
+	if torn && len(n.data) > len(n.synced) && string(n.data[:len(n.synced)]) == string(n.synced) {
+		extra := n.data[len(n.synced):]
+		k := fs.rng.Intn(len(extra) + 1)
+		data = append(data, extra[:k]...)
+		if k > 0 && fs.rng.Intn(2) == 0 {
+			data[len(data)-1] ^= byte(1 + fs.rng.Intn(255))
+		}
+		if fs.direct && k > 0 && fs.rng.Intn(3) == 0 {
+			// Writes reach the device out of order (direct writes,
+			// writeback): a block within the kept bytes was never
+			// written and reads as zeros.
+			first := int64(len(n.synced))
+			b := (first + fs.rng.Int63n(int64(k))) / directBlock * directBlock
+			for i := max(b, first); i < min(b+directBlock, int64(len(data))); i++ {
+				data[i] = 0
+			}
+		}
+	}
+	return &memNode{data: data, synced: append([]byte(nil), data...)}
+}
+
 type injected struct {
 	op, path string
 	err      error
@@ -182,9 +364,7 @@ type injected struct {
 func NewCrashFS(seed int64) *CrashFS {
 	return &CrashFS{
 		rng:      rand.New(rand.NewSource(seed)),
-		names:    map[string]*memNode{},
-		durable:  map[string]*memNode{},
-		dirs:     map[string]bool{},
+		roots:    map[string]*memDir{"/": newMemDir(), ".": newMemDir()},
 		capacity: -1,
 	}
 }
@@ -258,48 +438,12 @@ func (fs *CrashFS) crash(torn bool) {
 
 func (fs *CrashFS) crashLocked(torn bool) {
 	fs.gen++
-	names := map[string]*memNode{}
-	keys := make([]string, 0, len(fs.durable))
-	for k := range fs.durable {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys) // deterministic use of rng
-	for _, name := range keys {
-		n := fs.durable[name]
-		data := append([]byte(nil), n.synced...)
-		if torn && len(n.data) > len(n.synced) && string(n.data[:len(n.synced)]) == string(n.synced) {
-			extra := n.data[len(n.synced):]
-			k := fs.rng.Intn(len(extra) + 1)
-			data = append(data, extra[:k]...)
-			if k > 0 && fs.rng.Intn(2) == 0 {
-				data[len(data)-1] ^= byte(1 + fs.rng.Intn(255))
-			}
-			if fs.direct && k > 0 && fs.rng.Intn(3) == 0 {
-				// Writes reach the device out of order (direct writes,
-				// writeback): a block within the kept bytes was never
-				// written and reads as zeros.
-				first := int64(len(n.synced))
-				b := (first + fs.rng.Int63n(int64(k))) / directBlock * directBlock
-				for i := max(b, first); i < min(b+directBlock, int64(len(data))); i++ {
-					data[i] = 0
-				}
-			}
-		}
-		nn := &memNode{data: data, synced: append([]byte(nil), data...)}
-		names[name] = nn
-	}
-	fs.names = names
-	fs.durable = map[string]*memNode{}
-	for k, v := range names {
-		fs.durable[k] = v
-	}
+	fs.roots = fs.durableTree(torn)
 }
 
 func (fs *CrashFS) used() int64 {
 	var n int64
-	for _, f := range fs.names {
-		n += int64(len(f.data))
-	}
+	fs.walk(func(_ string, f *memNode) { n += int64(len(f.data)) })
 	return n
 }
 
@@ -320,10 +464,15 @@ func (fs *CrashFS) OpenFile(name string, flag int, perm os.FileMode) (File, erro
 			return nil, err
 		}
 	}
-	if !fs.dirs[filepath.Dir(name)] {
+	dir, base := fs.parentOf(name)
+	if dir == nil {
 		return nil, &os.PathError{Op: "open", Path: name, Err: os.ErrNotExist}
 	}
-	n, ok := fs.names[name]
+	e, ok := dir.cur[base]
+	if e.d != nil {
+		return nil, &os.PathError{Op: "open", Path: name, Err: syscall.EISDIR}
+	}
+	n := e.f
 	switch {
 	case ok && flag&os.O_CREATE != 0 && flag&os.O_EXCL != 0:
 		return nil, &os.PathError{Op: "open", Path: name, Err: os.ErrExist}
@@ -331,7 +480,7 @@ func (fs *CrashFS) OpenFile(name string, flag int, perm os.FileMode) (File, erro
 		return nil, &os.PathError{Op: "open", Path: name, Err: os.ErrNotExist}
 	case !ok:
 		n = &memNode{}
-		fs.names[name] = n
+		dir.cur[base] = memEntry{f: n}
 	}
 	if flag&os.O_TRUNC != 0 {
 		n.data = nil
@@ -339,7 +488,8 @@ func (fs *CrashFS) OpenFile(name string, flag int, perm os.FileMode) (File, erro
 	return &memFile{fs: fs, node: n, name: name, gen: fs.gen, writable: flag&(os.O_RDWR|os.O_WRONLY) != 0}, nil
 }
 
-// Remove removes a file (open handles keep working, as on Linux).
+// Remove removes a file or an empty directory (open handles keep working,
+// as on Linux).
 func (fs *CrashFS) Remove(name string) error {
 	name = filepath.Clean(name)
 	fs.mu.Lock()
@@ -350,13 +500,23 @@ func (fs *CrashFS) Remove(name string) error {
 	if err := fs.tick(OpRemove, name); err != nil {
 		return err
 	}
-	if _, ok := fs.names[name]; !ok {
+	dir, base := fs.parentOf(name)
+	if dir == nil {
 		return &os.PathError{Op: "remove", Path: name, Err: os.ErrNotExist}
 	}
-	delete(fs.names, name)
+	e, ok := dir.cur[base]
+	switch {
+	case !ok:
+		return &os.PathError{Op: "remove", Path: name, Err: os.ErrNotExist}
+	case e.d != nil && len(e.d.cur) > 0:
+		return &os.PathError{Op: "remove", Path: name, Err: syscall.ENOTEMPTY}
+	}
+	delete(dir.cur, base)
 	return nil
 }
 
+// Rename moves a file or a directory (with everything below it). The old
+// name stays durable, and the new one is not, until each parent's SyncDir.
 func (fs *CrashFS) Rename(oldname, newname string) error {
 	oldname, newname = filepath.Clean(oldname), filepath.Clean(newname)
 	fs.mu.Lock()
@@ -367,58 +527,62 @@ func (fs *CrashFS) Rename(oldname, newname string) error {
 	if err := fs.tick(OpRename, oldname); err != nil {
 		return err
 	}
-	n, ok := fs.names[oldname]
-	if !ok {
-		if fs.dirs[oldname] {
-			fs.renameDirLocked(oldname, newname)
-			return nil
-		}
+	from, fromBase := fs.parentOf(oldname)
+	if from == nil {
 		return &os.PathError{Op: "rename", Path: oldname, Err: os.ErrNotExist}
 	}
-	delete(fs.names, oldname)
-	fs.names[newname] = n
+	e, ok := from.cur[fromBase]
+	if !ok {
+		return &os.PathError{Op: "rename", Path: oldname, Err: os.ErrNotExist}
+	}
+	to, toBase := fs.parentOf(newname)
+	if to == nil {
+		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: os.ErrNotExist}
+	}
+	if e.d != nil && (newname == oldname || strings.HasPrefix(newname, oldname+string(filepath.Separator))) {
+		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: syscall.EINVAL}
+	}
+	if old, ok := to.cur[toBase]; ok {
+		switch {
+		case e.f != nil && old.d != nil:
+			return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: syscall.EISDIR}
+		case e.d != nil && old.f != nil:
+			return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: syscall.ENOTDIR}
+		case old.d != nil && len(old.d.cur) > 0:
+			return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: syscall.ENOTEMPTY}
+		}
+	}
+	delete(from.cur, fromBase)
+	to.cur[toBase] = e
 	return nil
 }
 
-// renameDirLocked moves a directory and everything below it, durably at
-// once (a simplification, like MkdirAll and RemoveAll).
-func (fs *CrashFS) renameDirLocked(oldname, newname string) {
-	prefix := oldname + string(filepath.Separator)
-	move := func(name string) (string, bool) {
-		if name == oldname {
-			return newname, true
-		}
-		if strings.HasPrefix(name, prefix) {
-			return newname + name[len(oldname):], true
-		}
-		return "", false
-	}
-	for _, m := range []map[string]*memNode{fs.names, fs.durable} {
-		for name, n := range m {
-			if to, ok := move(name); ok {
-				delete(m, name)
-				m[to] = n
-			}
-		}
-	}
-	for d := range fs.dirs {
-		if to, ok := move(d); ok {
-			delete(fs.dirs, d)
-			fs.dirs[to] = true
-		}
-	}
-}
-
-// MkdirAll creates directories; they are durable at once (a simplification).
+// MkdirAll creates dir and any missing parents; each new directory's name
+// is durable only once its parent is synced (SyncDir).
 func (fs *CrashFS) MkdirAll(dir string, perm os.FileMode) error {
+	dir = filepath.Clean(dir)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
-		fs.dirs[d] = true
-		if d == filepath.Dir(d) {
-			return nil
-		}
+	if fs.down {
+		return &os.PathError{Op: "mkdir", Path: dir, Err: errCrashed}
 	}
+	root, parts := splitPath(dir)
+	d := fs.roots[root]
+	for i, p := range parts {
+		e, ok := d.cur[p]
+		switch {
+		case ok && e.f != nil:
+			return &os.PathError{Op: "mkdir", Path: filepath.Join(append([]string{root}, parts[:i+1]...)...), Err: syscall.ENOTDIR}
+		case !ok:
+			if err := fs.tick("mkdir", dir); err != nil {
+				return err
+			}
+			e = memEntry{d: newMemDir()}
+			d.cur[p] = e
+		}
+		d = e.d
+	}
+	return nil
 }
 
 func (fs *CrashFS) ReadDir(dir string) ([]string, error) {
@@ -428,36 +592,52 @@ func (fs *CrashFS) ReadDir(dir string) ([]string, error) {
 	if fs.down {
 		return nil, &os.PathError{Op: "readdir", Path: dir, Err: errCrashed}
 	}
-	if !fs.dirs[dir] {
+	d := fs.lookupDir(dir)
+	if d == nil {
 		return nil, &os.PathError{Op: "readdir", Path: dir, Err: os.ErrNotExist}
 	}
-	var out []string
-	for name := range fs.names {
-		if filepath.Dir(name) == dir {
-			out = append(out, filepath.Base(name))
-		}
+	out := make([]string, 0, len(d.cur))
+	for name := range d.cur {
+		out = append(out, name)
 	}
 	sort.Strings(out)
 	return out, nil
 }
 
-// RemoveAll removes dir and everything below it, durably (a simplification).
+// RemoveAll removes dir and everything below it. Until the parent's
+// SyncDir a crash brings the directory back: whole after Crash, with part
+// of its entries after CrashTorn.
 func (fs *CrashFS) RemoveAll(dir string) error {
 	dir = filepath.Clean(dir)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	prefix := dir + string(filepath.Separator)
-	for _, m := range []map[string]*memNode{fs.names, fs.durable} {
-		for name := range m {
-			if strings.HasPrefix(name, prefix) {
-				delete(m, name)
+	if fs.down {
+		return &os.PathError{Op: "removeall", Path: dir, Err: errCrashed}
+	}
+	parent, base := fs.parentOf(dir)
+	if parent == nil {
+		return nil
+	}
+	e, ok := parent.cur[base]
+	if !ok {
+		return nil
+	}
+	if err := fs.tick("removeall", dir); err != nil {
+		return err
+	}
+	delete(parent.cur, base)
+	if e.d != nil {
+		var unlink func(d *memDir)
+		unlink = func(d *memDir) {
+			d.removing = true
+			for name, e := range d.cur {
+				if e.d != nil {
+					unlink(e.d)
+				}
+				delete(d.cur, name)
 			}
 		}
-	}
-	for d := range fs.dirs {
-		if d == dir || strings.HasPrefix(d, prefix) {
-			delete(fs.dirs, d)
-		}
+		unlink(e.d)
 	}
 	return nil
 }
@@ -474,15 +654,14 @@ func (fs *CrashFS) SyncDir(dir string) error {
 		fs.mu.Unlock()
 		return err
 	}
-	for name := range fs.durable {
-		if filepath.Dir(name) == dir {
-			delete(fs.durable, name)
-		}
+	d := fs.lookupDir(dir)
+	if d == nil {
+		fs.mu.Unlock()
+		return &os.PathError{Op: "open", Path: dir, Err: os.ErrNotExist}
 	}
-	for name, n := range fs.names {
-		if filepath.Dir(name) == dir {
-			fs.durable[name] = n
-		}
+	d.dur = make(map[string]memEntry, len(d.cur))
+	for name, e := range d.cur {
+		d.dur[name] = e
 	}
 	fs.mu.Unlock()
 	fs.synced(dir)
@@ -494,30 +673,55 @@ func (fs *CrashFS) Sizes() map[string]int {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	m := map[string]int{}
-	for k, v := range fs.names {
-		m[k] = len(v.data)
-	}
+	fs.walk(func(path string, n *memNode) { m[path] = len(n.data) })
 	return m
 }
 
-// WriteFileForTest replaces a file's content, durably (for damage tests).
+// WriteFileForTest replaces a file's content, durably, creating its
+// directory durably if need be (for damage tests).
 func (fs *CrashFS) WriteFileForTest(name string, data []byte) {
 	name = filepath.Clean(name)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	d := fs.mkdirDurableLocked(filepath.Dir(name))
 	n := &memNode{data: append([]byte(nil), data...), synced: append([]byte(nil), data...)}
-	fs.names[name] = n
-	fs.durable[name] = n
+	e := memEntry{f: n}
+	d.cur[filepath.Base(name)], d.dur[filepath.Base(name)] = e, e
+}
+
+// MkdirAllForTest creates dir and its parents durably, as if they were
+// there before the test (a data directory the operator made): a crash
+// keeps them, and what is in them follows the usual rules.
+func (fs *CrashFS) MkdirAllForTest(dir string) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.mkdirDurableLocked(dir)
+}
+
+func (fs *CrashFS) mkdirDurableLocked(dir string) *memDir {
+	root, parts := splitPath(dir)
+	d := fs.roots[root]
+	for _, p := range parts {
+		e, ok := d.cur[p]
+		if !ok || e.d == nil {
+			e = memEntry{d: newMemDir()}
+			d.cur[p] = e
+		}
+		d.dur[p] = e
+		d = e.d
+	}
+	return d
 }
 
 // ReadFileForTest returns a file's current content.
 func (fs *CrashFS) ReadFileForTest(name string) ([]byte, bool) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	n, ok := fs.names[filepath.Clean(name)]
-	if !ok {
+	dir, base := fs.parentOf(name)
+	if dir == nil || dir.cur[base].f == nil {
 		return nil, false
 	}
+	n := dir.cur[base].f
 	return append([]byte(nil), n.data...), true
 }
 

@@ -238,3 +238,48 @@ func ReadFile(fsys FS, name string, limit int64) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// MkdirAllDurable is MkdirAll that also makes the names of the directories
+// it creates durable: a new directory is an entry of its parent, which a
+// power cut drops unless the parent is fsynced after the creation (and
+// with it everything written below). It fsyncs the parent of each
+// directory it made; it does nothing more where dir exists.
+func MkdirAllDurable(fsys FS, dir string) error {
+	dir = filepath.Clean(dir)
+	var missing []string // deepest first
+	exists := func(d string) error {
+		if _, ok := fsys.(osFS); ok {
+			// A stat, not a listing of a data directory of thousands.
+			st, err := os.Stat(d)
+			if err == nil && !st.IsDir() {
+				err = &os.PathError{Op: "mkdir", Path: d, Err: syscall.ENOTDIR}
+			}
+			return err
+		}
+		_, err := fsys.ReadDir(d)
+		return err
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if err := exists(d); err == nil {
+			break
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, d)
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := fsys.SyncDir(filepath.Dir(missing[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -182,10 +182,15 @@ func Open(dir string, cfg Config, opts Options) (*Log, error) {
 func (l *Log) cfgIndexInterval() int { return l.cfg.IndexIntervalBytes }
 
 func (l *Log) recover() error {
-	if err := l.fs.MkdirAll(l.dir, 0o755); err != nil {
-		return fmt.Errorf("storage: open %s: %w", l.dir, err)
-	}
 	names, err := l.fs.ReadDir(l.dir)
+	if errors.Is(err, os.ErrNotExist) {
+		// A new log: its directory's name must survive a power cut as
+		// its files do (the partition manager made and fsynced it
+		// already; a log opened on its own makes it here).
+		if err = MkdirAllDurable(l.fs, l.dir); err == nil {
+			names, err = l.fs.ReadDir(l.dir)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("storage: open %s: %w", l.dir, err)
 	}

@@ -2,7 +2,10 @@ package wire
 
 import (
 	"math/bits"
+	"os"
 	"sync/atomic"
+
+	"holdfast/internal/bufref"
 )
 
 // Frame buffers are reused: a produce frame of 1 MiB allocated fresh for
@@ -24,9 +27,10 @@ const (
 )
 
 var (
-	framePool   [maxFrameClass + 1]chan []byte
-	pooledBytes atomic.Int64
-	framesGrown atomic.Int64 // frame buffers replaced by a larger one while reading (tests)
+	framePool      [maxFrameClass + 1]chan []byte
+	pooledBytes    atomic.Int64
+	framesGrown    atomic.Int64 // frame buffers replaced by a larger one while reading (tests)
+	framesRecycled atomic.Int64 // buffers put back in the pool (FramesRecycled)
 )
 
 func init() {
@@ -76,9 +80,32 @@ func pooledFrame(n int) ([]byte, bool) {
 	}
 }
 
+// poisonFrames makes putFrame overwrite every buffer it is given, so that
+// a holder that still reads a frame after giving it back (a broken
+// ownership rule: Raft sharing a produce frame's bytes, bufref) reads
+// garbage that fails a batch's CRC at once, instead of another request's
+// valid bytes. Off in production; the tests that start brokers turn it on
+// (SetPoisonFrames, or HOLDFAST_POISON_FRAMES=1 in a child process's
+// environment).
+var poisonFrames atomic.Bool
+
+func init() { poisonFrames.Store(os.Getenv("HOLDFAST_POISON_FRAMES") == "1") }
+
+// SetPoisonFrames turns poisonFrames on or off (tests).
+func SetPoisonFrames(on bool) { poisonFrames.Store(on) }
+
 // putFrame offers b back to the pool; buffers of a foreign capacity, and
 // those over the pool's limits, are dropped.
 func putFrame(b []byte) {
+	if poisonFrames.Load() {
+		b = b[:cap(b)]
+		if len(b) > 0 {
+			b[0] = 0xdb
+			for n := 1; n < len(b); n *= 2 {
+				copy(b[n:], b[:n])
+			}
+		}
+	}
 	c, ok := frameClass(cap(b))
 	if !ok || cap(b) != 1<<c {
 		return
@@ -89,10 +116,16 @@ func putFrame(b []byte) {
 	}
 	select {
 	case framePool[c] <- b[:0]:
+		framesRecycled.Add(1)
 	default:
 		pooledBytes.Add(-int64(cap(b)))
 	}
 }
+
+// FramesRecycled is how many frame buffers went back to the pool since the
+// process started (tests: a test of who may still read a frame must see
+// frames reused, or it tests nothing).
+func FramesRecycled() int64 { return framesRecycled.Load() }
 
 // RecycleFrame tells the server that nothing the handler or its Reply
 // started refers to the request's bytes once the Reply has returned (no
@@ -102,11 +135,34 @@ func putFrame(b []byte) {
 // always safe.
 func (r *Request) RecycleFrame() { r.recycle.Store(true) }
 
+// FrameRef returns the count of the request's frame's holders, for a
+// handler that hands the frame's bytes to something that outlives the
+// reply (a produce's batches proposed to Raft): that holder Retains it
+// before the handler returns (or, from a Reply, before the Reply returns)
+// and Releases it when it no longer reads the bytes. The request itself is
+// the first holder; its reference is released after the reply, as a frame
+// was put back before, if RecycleFrame was called. So the frame goes back
+// to the pool when the reply is written and every other holder let go;
+// without RecycleFrame it is left to the garbage collector whatever the
+// others do. Call it on the handler's goroutine (or the Reply's).
+func (r *Request) FrameRef() *bufref.Ref {
+	if r.ref == nil && r.frame != nil {
+		r.ref = bufref.New(r.frame, putFrame)
+	}
+	return r.ref
+}
+
 // recycleFrame returns a request's frame to the pool if its handler
-// allowed it. The writer calls it after the reply has returned.
+// allowed it, or gives the request's reference back if the frame has
+// other holders (FrameRef). The writer calls it after the reply has
+// returned.
 func (r *Request) recycleFrame() {
 	if r.frame != nil && r.recycle.Load() {
-		putFrame(r.frame)
-		r.frame = nil
+		if r.ref != nil {
+			r.ref.Release()
+		} else {
+			putFrame(r.frame)
+		}
+		r.frame, r.ref = nil, nil
 	}
 }

@@ -160,3 +160,19 @@ func TestLargeFrameFromPool(t *testing.T) {
 	default:
 	}
 }
+
+// TestPoisonFrames: with poisoning on (as in every test that starts a
+// broker), a frame put back is overwritten at once, so a holder that reads
+// it after its release cannot read valid bytes.
+func TestPoisonFrames(t *testing.T) {
+	SetPoisonFrames(true)
+	defer SetPoisonFrames(false)
+	b := getFrame(4096)[:100]
+	copy(b, "a record batch")
+	putFrame(b)
+	for i, c := range b[:cap(b)] {
+		if c != 0xdb {
+			t.Fatalf("byte %d of a put-back frame is %#x, want the poison 0xdb", i, c)
+		}
+	}
+}

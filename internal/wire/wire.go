@@ -30,6 +30,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
+	"holdfast/internal/bufref"
 )
 
 // Limits bound what one client can make the server hold. Names in comments
@@ -75,6 +76,7 @@ type Request struct {
 
 	frame   []byte      // the bytes the body was decoded from (frames.go)
 	recycle atomic.Bool // RecycleFrame was called
+	ref     *bufref.Ref // FrameRef's count of the frame's holders, nil until asked
 }
 
 // Reply produces the response for a request. It runs on the connection's

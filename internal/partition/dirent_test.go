@@ -1,0 +1,105 @@
+package partition
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"holdfast/internal/raft"
+	"holdfast/internal/storage"
+)
+
+// newCrashNode is newNode on a CrashFS: the data directory exists
+// durably (the operator made it), what the node writes in it follows the
+// power-loss rules.
+func newCrashNode(t *testing.T, fsys *storage.CrashFS, dir string) *testNode {
+	t.Helper()
+	fsys.MkdirAllForTest(dir)
+	s := storage.NewSyncer(nil)
+	h, err := raft.NewHost(raft.Config{ID: 1, Dir: dir, TickInterval: 10 * time.Millisecond, FS: fsys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &testNode{Manager: NewManager(dir, storage.Options{FS: fsys, Syncer: s}), t: t, dir: dir, sync: s, host: h}
+	t.Cleanup(n.stop)
+	return n
+}
+
+// powerCut loses everything not durable, then tears the node down (its
+// handles are dead: nothing more reaches the disk).
+func (n *testNode) powerCut(fsys *storage.CrashFS, torn bool) {
+	if torn {
+		fsys.CrashTorn()
+	} else {
+		fsys.Crash()
+	}
+	n.crash()
+}
+
+// TestNewPartitionSurvivesPowerCut: records acknowledged in a partition
+// created just before are there after a power cut. The partition's
+// directory is a new entry of the data directory: claimDir fsyncs that,
+// or the cut drops the directory with the log in it (and the Raft journal
+// remembers entries the node no longer has).
+func TestNewPartitionSurvivesPowerCut(t *testing.T) {
+	fsys := storage.NewCrashFS(1)
+	m := newCrashNode(t, fsys, "/data")
+	p, err := m.Open("t", [16]byte{1}, 0, storage.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, p, batch(t, -1, -1, -1, 3), 0, false)
+	m.powerCut(fsys, false)
+	if _, ok := fsys.ReadFileForTest("/data/t-0/" + metadataFile); !ok {
+		t.Fatalf("%s lost: the directory would be claimed by whichever topic opens it next", metadataFile)
+	}
+
+	m = newCrashNode(t, fsys, "/data")
+	if p, err = m.Open("t", [16]byte{1}, 0, storage.DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if end := p.LogEndOffset(); end != 3 {
+		t.Fatalf("log end %d after the power cut, want the 3 acknowledged records", end)
+	}
+}
+
+// TestDeletedTopicStaysDeletedAfterPowerCut: a topic deleted while its
+// partition was not open in this process (a restart in between, as the
+// start-up's FinishPendingDelete does), or while open, then a power cut. Its directory
+// can come back, whole or (the unlinks inside it half done) without some
+// files - partition.metadata among them; a new topic of the same name
+// must then neither serve the old records (claiming the directory as its
+// own) nor fail to open over it (ErrForeignData, with the deletion already
+// finished: nothing would ever remove it).
+func TestDeletedTopicStaysDeletedAfterPowerCut(t *testing.T) {
+	for seed := int64(1); seed <= 20; seed++ {
+		for _, c := range []struct{ torn, restart bool }{{false, true}, {true, true}, {false, false}, {true, false}} {
+			torn := c.torn
+			fsys := storage.NewCrashFS(seed)
+			m := newCrashNode(t, fsys, "/data")
+			p, err := m.Open("d", [16]byte{4}, 0, storage.DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustAppend(t, p, batch(t, -1, -1, -1, 3), 0, false)
+			if c.restart { // else deleted while open (removeData)
+				m.stop()
+				m = newCrashNode(t, fsys, "/data")
+			}
+			if err := m.DeleteTopic("d"); err != nil {
+				t.Fatal(err)
+			}
+			m.powerCut(fsys, torn)
+
+			m = newCrashNode(t, fsys, "/data")
+			p, err = m.Open("d", [16]byte{5}, 0, storage.DefaultConfig())
+			if err != nil {
+				t.Fatalf("seed %d torn %v: the new topic does not open over the deleted one's directory: %v (foreign data: %v)", seed, torn, err, errors.Is(err, ErrForeignData))
+			}
+			if end := p.LogEndOffset(); end != 0 {
+				t.Fatalf("seed %d torn %v: the new topic has the deleted one's records (end %d)", seed, torn, end)
+			}
+			m.stop()
+		}
+	}
+}
