@@ -209,6 +209,9 @@ func TestIndexWrittenInBulk(t *testing.T) {
 	if err := l.Sync(); err != nil {
 		t.Fatal(err)
 	}
+	// The first due cycle asks the index creator for the files, which then
+	// writes what is durable (indexcreate.go).
+	l.syncer.waitIndexJobs()
 	if n := indexSize(); n != indexPersistEntries*offEntrySize {
 		t.Fatalf("index has %d bytes, want %d", n, indexPersistEntries*offEntrySize)
 	}

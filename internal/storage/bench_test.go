@@ -428,3 +428,76 @@ func benchDurableWrite(b *testing.B, chunk int, direct bool) {
 	cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(written), "cpu-ns/B")
 }
+
+// BenchmarkIndexDue: 1,000 new logs, each sync cycle one batch per log of
+// one index interval (an index entry each), SyncNow over all of them as
+// the Raft store round does, for 48 cycles: around cycle 32 every log's
+// first index entries are due at once (indexDueLocked), which is when the
+// index files of the active segments are first needed. One op is the whole
+// run; reported: the slowest of the cycles around the one where the entries
+// come due (due-cycle-ms), the slowest of all (the first writes to new
+// files are slow too) and the median one (wall ms: what every
+// acknowledgement of the node waits for), and the process's CPU over the
+// cycles and the Closes (every index file created and fsynced by then).
+func BenchmarkIndexDue(b *testing.B) {
+	const nlogs, cycles = 1000, 48
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		dir := b.TempDir()
+		sy := NewSyncer(quiet)
+		cfg := DefaultConfig()
+		logs := make([]*Log, nlogs)
+		for i := range logs {
+			l, err := Open(filepath.Join(dir, fmt.Sprint(i)), cfg, Options{Syncer: sy, Logger: quiet})
+			if err != nil {
+				b.Fatal(err)
+			}
+			logs[i] = l
+		}
+		proto := batch(b, 1, cfg.IndexIntervalBytes, time.Now().UnixMilli())
+		buf := make([]byte, len(proto))
+		var ru0, ru1 syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+		b.StartTimer()
+		took := make([]time.Duration, 0, cycles)
+		for c := 0; c < cycles; c++ {
+			start := time.Now()
+			for _, l := range logs {
+				copy(buf, proto)
+				if _, err := l.Append(buf, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for _, err := range sy.SyncNow(logs) {
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			took = append(took, time.Since(start))
+		}
+		// Close writes and fsyncs every index (creating the files the
+		// creator has not made yet): the CPU of the files is all counted.
+		for _, l := range logs {
+			l.Close()
+		}
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+		b.StopTimer()
+		sy.Close()
+		cpu := ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
+		if testing.Verbose() {
+			b.Logf("cycles (ms): %v", fmt.Sprint(slices.Collect(func(yield func(int64) bool) {
+				for _, d := range took {
+					if !yield(d.Milliseconds()) {
+						return
+					}
+				}
+			})))
+		}
+		b.ReportMetric(float64(slices.Max(took[indexPersistEntries-2:indexPersistEntries+2]).Microseconds())/1000, "due-cycle-ms")
+		slices.Sort(took)
+		b.ReportMetric(float64(took[len(took)-1].Microseconds())/1000, "max-cycle-ms")
+		b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-cycle-ms")
+		b.ReportMetric(float64(cpu)/1e6, "cpu-ms")
+		b.StartTimer()
+	}
+}

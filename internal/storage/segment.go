@@ -103,6 +103,13 @@ type segment struct {
 	maxTSPos      int64 // position of the batch holding maxTS
 	lruTracked    bool  // loaded lazily, listed in Log.lru (may be evicted)
 	lruCount      int   // index entries counted in Log.lruEntries
+	// idxExists: both index files are known to exist (this process
+	// created or opened them, or recovery found them). While false, the
+	// sync cycle does not create them: it queues the segment for the
+	// Syncer's index creator (idxQueued) and the entries wait in memory,
+	// as they do anyway until indexPersistEntries are due (indexcreate.go).
+	idxExists bool
+	idxQueued bool
 }
 
 func (s *segment) path(suffix string) string {
@@ -338,6 +345,7 @@ func (s *segment) rebuildLocked(l *Log) error {
 		s.timeFile.Close()
 		s.timeFile = nil
 	}
+	s.idxExists = false
 	// Best effort: a failure only means the rebuild happens again next time.
 	if err := s.persistLocked(l, s.size, true); err != nil {
 		l.logger.Warn("storage: could not write rebuilt index", "file", s.path(indexSuffix), "err", err)
@@ -579,17 +587,34 @@ func (s *segment) maxTimestamp(l *Log) (int64, int64, error) {
 
 // openIndexFilesLocked opens (creating) both index files for appending.
 func (s *segment) openIndexFilesLocked(l *Log) error {
+	return s.openIndexFilesFlagLocked(l, false)
+}
+
+// openIndexFilesFlagLocked is openIndexFilesLocked; fresh (the index
+// creator) also empties a file of which this process has written nothing
+// (its persisted count is 0): one that exists then holds nothing of this
+// segment's (a leftover of a removed segment of the same name), and
+// appending after it would misplace every entry.
+func (s *segment) openIndexFilesFlagLocked(l *Log, fresh bool) error {
 	var err error
+	flag := func(persisted int) int {
+		f := os.O_RDWR | os.O_CREATE | os.O_APPEND
+		if fresh && persisted == 0 {
+			f |= os.O_TRUNC
+		}
+		return f
+	}
 	if s.idxFile == nil {
-		if s.idxFile, err = l.fs.OpenFile(s.path(indexSuffix), os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644); err != nil {
+		if s.idxFile, err = l.fs.OpenFile(s.path(indexSuffix), flag(s.offPersisted), 0o644); err != nil {
 			return err
 		}
 	}
 	if s.timeFile == nil {
-		if s.timeFile, err = l.fs.OpenFile(s.path(timeIndexSuffix), os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644); err != nil {
+		if s.timeFile, err = l.fs.OpenFile(s.path(timeIndexSuffix), flag(s.timePersisted), 0o644); err != nil {
 			return err
 		}
 	}
+	s.idxExists = true
 	return nil
 }
 
@@ -605,21 +630,37 @@ func (s *segment) truncateIndexLocked(l *Log, offset, ord int64) error {
 	s.timeIdx = s.timeIdx[:j]
 	s.offPersisted = min(s.offPersisted, i)
 	s.timePersisted = min(s.timePersisted, j)
+	// Only files that exist are opened (and left open for the caller to
+	// sync) and cut: a missing one holds nothing to drop, and creating it
+	// here cost two file creations per log at every restart (and at every
+	// truncation) even for a log whose index was never due. The index
+	// creator makes them when entries are due (indexcreate.go).
 	var errs []error
-	if err := s.openIndexFilesLocked(l); err != nil {
-		errs = append(errs, err)
-	} else {
-		for _, c := range []struct {
-			f    File
-			want int64
-		}{{s.idxFile, int64(s.offPersisted) * offEntrySize}, {s.timeFile, int64(s.timePersisted) * timeEntrySize}} {
-			if n, err := c.f.Size(); err != nil {
-				errs = append(errs, err)
-			} else if n > c.want {
-				errs = append(errs, c.f.Truncate(c.want))
+	present := 0
+	for _, c := range []struct {
+		f      *File
+		suffix string
+		want   int64
+	}{{&s.idxFile, indexSuffix, int64(s.offPersisted) * offEntrySize}, {&s.timeFile, timeIndexSuffix, int64(s.timePersisted) * timeEntrySize}} {
+		if *c.f == nil {
+			f, err := l.fs.OpenFile(s.path(c.suffix), os.O_RDWR|os.O_APPEND, 0o644)
+			if errors.Is(err, os.ErrNotExist) {
+				continue
 			}
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			*c.f = f
+		}
+		present++
+		if n, err := (*c.f).Size(); err != nil {
+			errs = append(errs, err)
+		} else if n > c.want {
+			errs = append(errs, (*c.f).Truncate(c.want))
 		}
 	}
+	s.idxExists = present == 2
 	s.maxTS, s.maxTSOff, s.maxTSPos = -1, -1, 0
 	if j > 0 {
 		e := s.timeIdx[j-1]

@@ -31,6 +31,16 @@ type Syncer struct {
 
 	noSyncfs bool
 
+	// The index creator (indexcreate.go): one goroutine making active
+	// segments' index files off the sync cycle.
+	idxMu       sync.Mutex
+	idxJobs     []indexJob
+	idxRunning  bool
+	idxClosed   bool
+	idxIdle     *sync.Cond // on idxMu: the queue emptied
+	idxKick     chan struct{}
+	manualIndex bool // tests: jobs wait for runIndexJobs
+
 	cycles, fsyncs, syncfs, requests atomic.Int64
 	latency                          Histogram // of each fdatasync or syncfs
 }
@@ -60,9 +70,12 @@ func NewSyncer(logger *slog.Logger) *Syncer {
 		running: map[*Log]struct{}{},
 		kick:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
+		idxKick: make(chan struct{}, 1),
 	}
-	s.wg.Add(1)
+	s.idxIdle = sync.NewCond(&s.idxMu)
+	s.wg.Add(2)
 	go s.loop()
+	go s.indexLoop()
 	return s
 }
 
@@ -301,6 +314,10 @@ func (s *Syncer) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	s.idxMu.Lock()
+	s.idxClosed = true
+	s.idxIdle.Broadcast()
+	s.idxMu.Unlock()
 	close(s.done)
 	s.wg.Wait()
 	// Serve whatever was queued when Close ran.
