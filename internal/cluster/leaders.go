@@ -160,10 +160,12 @@ func (n *Node) controlledShutdown() {
 	total := len(asked)
 	n.log.Info("controlled shutdown: moving leadership", "groups", total, "max_wait", n.cfg.ControlledShutdownMaxWait)
 	deadline := start.Add(n.cfg.ControlledShutdownMaxWait)
+	hope := false
 	for {
 		// A group with a transfer under way, or one that can start now;
-		// without any (the last node of a quorum) waiting is pointless.
-		hope := false
+		// without any (the last node of a quorum, or every other replica
+		// fenced: stopping too) waiting is pointless.
+		hope = false
 		for g, at := range asked {
 			st, err := h.Status(g)
 			if err != nil || st.State != "StateLeader" {
@@ -184,6 +186,12 @@ func (n *Node) controlledShutdown() {
 			break
 		}
 		time.Sleep(transferPoll)
+	}
+	if len(asked) > 0 && !hope {
+		// Nobody to hand them to: every other replica is down, behind or
+		// fenced (stopping too, as when a whole cluster stops).
+		n.log.Info("controlled shutdown: no replica can take over the rest; those groups elect after a timeout", "moved", total-len(asked), "remaining", len(asked), "elapsed", time.Since(start).Round(time.Millisecond))
+		return
 	}
 	if len(asked) > 0 {
 		n.log.Warn("controlled shutdown: leadership not moved in time; those groups elect after a timeout", "moved", total-len(asked), "remaining", len(asked), "elapsed", time.Since(start).Round(time.Millisecond))
