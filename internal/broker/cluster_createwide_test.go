@@ -40,12 +40,34 @@ func startGatedCluster(t *testing.T, prefix string) ([]*brokertest.Node, func())
 	gate := make(chan struct{})
 	var once sync.Once
 	release := func() { once.Do(func() { close(gate) }) }
-	t.Cleanup(release) // before the nodes stop (cleanups run last first)
 	nodes := startCluster(t, 3, func(c *broker.Config) {
 		c.FS = gatedFS{FS: storage.OSFS(), prefix: prefix, open: gate}
 	})
-	t.Cleanup(release)
+	t.Cleanup(release) // before the nodes stop (cleanups run last first)
 	return nodes, release
+}
+
+// createGated starts a gated cluster for topic (startGatedCluster) and
+// creates topic with partitions at RF=3 through kadm with a 4 s request
+// timeout: the answer must come while no replica of it can open.
+func createGated(t *testing.T, ctx context.Context, topic string, partitions int32) ([]*brokertest.Node, *kadm.Client, func(), kadm.CreateTopicResponse) {
+	t.Helper()
+	nodes, release := startGatedCluster(t, topic)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokertest.Addrs(nodes)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	adm := kadm.NewClient(cl)
+	adm.SetTimeoutMillis(4000)
+	resp, err := adm.CreateTopics(ctx, partitions, 3, nil, topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatalf("CreateTopics %s with every replica's open held back: %v", topic, err)
+	}
+	return nodes, adm, release, resp[topic]
 }
 
 // awaitLeaders waits until every running node's metadata shows each of the
@@ -77,25 +99,10 @@ func awaitLeaders(t *testing.T, nodes []*brokertest.Node, topic string, partitio
 // no replica of the topic can open until the answer has come: with the
 // opens inside the metadata apply, it never came in time.
 func TestClusterCreateTopicsAnswersBeforeReplicasOpen(t *testing.T) {
-	nodes, release := startGatedCluster(t, "wide")
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokertest.Addrs(nodes)...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	adm.SetTimeoutMillis(4000)
 	const partitions = 500
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	resp, err := adm.CreateTopics(ctx, partitions, 3, nil, "wide")
-	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil {
-		t.Fatalf("CreateTopics with every replica's open held back: %v", err)
-	}
-	r := resp["wide"]
+	nodes, _, release, r := createGated(t, ctx, "wide", partitions)
 	if r.NumPartitions != partitions || r.ReplicationFactor != 3 {
 		t.Fatalf("answer: %d partitions, replication factor %d", r.NumPartitions, r.ReplicationFactor)
 	}
@@ -122,24 +129,9 @@ func TestClusterCreateTopicsAnswersBeforeReplicasOpen(t *testing.T) {
 // wins: no replica of the deleted topic opens after it, and a topic of the
 // same name created next starts empty and comes online.
 func TestClusterDeleteWinsOverQueuedOpens(t *testing.T) {
-	nodes, release := startGatedCluster(t, "doomed")
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokertest.Addrs(nodes)...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	adm.SetTimeoutMillis(4000)
-	const partitions = 200
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	resp, err := adm.CreateTopics(ctx, partitions, 3, nil, "doomed")
-	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil {
-		t.Fatalf("create: %v", err)
-	}
+	nodes, adm, release, _ := createGated(t, ctx, "doomed", 200)
 	// The deletion's apply waits for the opens under way (held by the
 	// gate); the queued ones come after it and must not open.
 	deleted := make(chan error, 1)
@@ -170,7 +162,7 @@ func TestClusterDeleteWinsOverQueuedOpens(t *testing.T) {
 		return nil
 	})
 
-	resp, err = adm.CreateTopics(ctx, 3, 3, nil, "doomed")
+	resp, err := adm.CreateTopics(ctx, 3, 3, nil, "doomed")
 	if err == nil {
 		err = resp.Error()
 	}
