@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -281,11 +283,7 @@ func (fs *CrashFS) durableTree(torn bool) map[string]*memDir {
 			}
 		}
 	}
-	roots := make([]string, 0, len(fs.roots))
-	for r := range fs.roots {
-		roots = append(roots, r)
-	}
-	sort.Strings(roots)
+	roots := slices.Sorted(maps.Keys(fs.roots))
 	for _, r := range roots {
 		collect(r, fs.roots[r])
 	}
@@ -304,12 +302,7 @@ func (fs *CrashFS) durableTree(torn bool) map[string]*memDir {
 		}
 		nd := newMemDir()
 		dirs[d] = nd
-		names := make([]string, 0, len(d.dur))
-		for name := range d.dur {
-			names = append(names, name)
-		}
-		sort.Strings(names)
-		for _, name := range names {
+		for _, name := range slices.Sorted(maps.Keys(d.dur)) {
 			e := d.dur[name]
 			if torn && d.removing && fs.rng.Intn(2) == 0 {
 				continue // its unlink reached the disk
@@ -596,12 +589,7 @@ func (fs *CrashFS) ReadDir(dir string) ([]string, error) {
 	if d == nil {
 		return nil, &os.PathError{Op: "readdir", Path: dir, Err: os.ErrNotExist}
 	}
-	out := make([]string, 0, len(d.cur))
-	for name := range d.cur {
-		out = append(out, name)
-	}
-	sort.Strings(out)
-	return out, nil
+	return slices.Sorted(maps.Keys(d.cur)), nil
 }
 
 // RemoveAll removes dir and everything below it. Until the parent's
