@@ -539,13 +539,21 @@ func TestConsumerGroupHeartbeatErrors(t *testing.T) {
 	cj := kmsg.NewPtrJoinGroupRequest()
 	cj.Group, cj.SessionTimeoutMillis, cj.RebalanceTimeoutMillis, cj.ProtocolType = "cg-connect", 10000, 10000, "connect"
 	cj.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "sessioned", Metadata: []byte{0, 1}}}
-	first, err := n.Request(cj)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The group's __consumer_offsets partition may still be opening
+	// (CreateTopic answers once the topic is committed; its replicas open
+	// after): NOT_COORDINATOR until it leads, which clients retry.
+	var first kmsg.Response
+	waitFor(t, 45*time.Second, "the connect group's coordinator", func() bool {
+		if first, err = n.Request(cj); err != nil {
+			t.Fatal(err)
+		}
+		return first.(*kmsg.JoinGroupResponse).ErrorCode != kerr.NotCoordinator.Code
+	})
 	cj.MemberID = first.(*kmsg.JoinGroupResponse).MemberID // KIP-394's round trip
 	go n.Request(cj)                                       //nolint:errcheck // answered after the initial rebalance delay; only its membership matters
-	waitFor(t, 10*time.Second, "the connect member in the group", func() bool {
+	// Up to 45 s: CI runs every package at once on two cores, and this
+	// wait (a join, then DescribeGroups) ran out at 10 s there once.
+	waitFor(t, 45*time.Second, "the connect member in the group", func() bool {
 		gs, err := n.Admin().DescribeGroups(gctx(t, 5*time.Second), "cg-connect")
 		return err == nil && len(gs["cg-connect"].Members) == 1
 	})
