@@ -56,8 +56,13 @@ func TestClusterSlowFollowerGetsProposedBytes(t *testing.T) {
 	}
 	c.Heal()
 	// The frames must have been reused meanwhile, or this tests nothing.
+	// Not every frame is: the slow link sends its queue in bursts, and a
+	// burst of frames let go at once overflows the pool's class (64 kept),
+	// so 130-230 of the 290 are counted from run to run (CI failed at 130
+	// with a floor of half); a quarter still means dozens of requests ran
+	// in a frame an earlier one had used while the slow link was behind.
 	t.Logf("recycled %d", wire.FramesRecycled()-recycled)
-	if r := wire.FramesRecycled() - recycled; r < n/2 {
+	if r := wire.FramesRecycled() - recycled; r < n/4 {
 		t.Errorf("%d frames went back to the pool for %d produce requests: the test needs them reused", r, n-10)
 	}
 	for _, node := range c.Nodes {
