@@ -12,6 +12,14 @@
 # (acks=all, retried until it is), with the CPU the nodes spent until then
 # (a loaded machine moves the wall time far more than the CPU), and the
 # idle CPU and RSS after that.
+# Each node runs with GODEBUG=gctrace=1 (a line per GC cycle, to a file of
+# its own): the report gives the GC cycles that fell inside each idle
+# window and the CPU they marked with (summed over the nodes). An idle node
+# with 10,000 replicas holds ~1M heap objects, and a cycle marks them in
+# 0.1-0.3 CPU-s: one landing in a 10 s window moves the figure by up to 3
+# points per node (the runtime forces one every 2 minutes, and the last
+# allocations of a creation or a restart can trigger one), so IDLE=60
+# gives a steadier figure than the default 10 s.
 # The clean stop is timed too, with the ERROR lines the nodes logged during
 # it (KEEP_LOG=path keeps that log). Several binaries are compared,
 # interleaved round by round.
@@ -60,19 +68,31 @@ rss_mib() {
 	for p in "${pids[@]}"; do k=$((k + $(awk '/^VmRSS/ {print $2}' "/proc/$p/status"))); done
 	echo $((k / 1024))
 }
-start() { # BIN
+start() { # BIN PHASE
 	local bin=$1 peers="" i
 	pids=()
+	phase=$2
+	t_start=$(now)
 	for i in $(seq "$nodes"); do peers+="${peers:+,}$i@127.0.0.1:$((port + 50 + i))"; done
 	for i in $(seq "$nodes"); do
 		if [ "$nodes" = 1 ]; then
-			"$work/$bin" serve --listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "" --log-level warn 2>>"$work/log" &
+			GODEBUG=gctrace=1 "$work/$bin" serve --listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "" --log-level warn 2> >(gcsplit "$phase.n$i") &
 		else
-			"$work/$bin" serve --node-id "$i" --peers "$peers" --raft-listen 127.0.0.1:$((port + 50 + i)) \
-				--listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "" --log-level warn 2>>"$work/log" &
+			GODEBUG=gctrace=1 "$work/$bin" serve --node-id "$i" --peers "$peers" --raft-listen 127.0.0.1:$((port + 50 + i)) \
+				--listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "" --log-level warn 2> >(gcsplit "$phase.n$i") &
 		fi
 		pids+=($!)
 	done
+}
+gcsplit() { # NAME: gctrace lines to $work/gc.NAME, the rest to the log
+	awk -v gc="$work/gc.$1" -v lg="$work/log" '/^gc [0-9]+ @/ {print >> gc; fflush(gc); next} {print >> lg; fflush(lg)}'
+}
+gc_in() { # PHASE FROM TO (seconds since the phase's start): "cycles/mark CPU ms" over the nodes
+	cat "$work"/gc."$1".n* 2>/dev/null | awk -v a="$2" -v b="$3" '
+		{ t = substr($3, 2) + 0; if (t < a || t >= b) next
+		  for (i = 1; i <= NF; i++) if ($(i + 1) == "ms" && $(i + 2) == "cpu,") { split($i, p, /[+\/]/); for (k in p) ms += p[k] }
+		  n++ }
+		END { printf "%d/%.0f", n, ms }'
 }
 stop() {
 	local p
@@ -86,17 +106,19 @@ produce_one() { # BIN: until one record to the last partition is acknowledged
 		sleep 0.1
 	done
 }
-idle_cpu() { # percent of a core over $idle s, after $quiesce s
+idle_cpu() { # PHASE: percent of a core over $idle s, after $quiesce s, and the GC cycles in that window
 	sleep "$quiesce"
-	local t0 t1
-	t0=$(ticks); sleep "$idle"; t1=$(ticks)
-	echo "$t0 $t1" | awk -v hz="$hz" -v d="$idle" '{printf "%.1f", 100 * ($2 - $1) / hz / d}'
+	local t0 t1 w0 w1
+	w0=$(since "$t_start"); t0=$(ticks); sleep "$idle"; t1=$(ticks); w1=$(since "$t_start")
+	sleep 0.5 # the gctrace lines of the window's last cycles
+	# (gctrace times count from each node's start, within ms of t_start)
+	echo "$(echo "$t0 $t1" | awk -v hz="$hz" -v d="$idle" '{printf "%.1f", 100 * ($2 - $1) / hz / d}') $(gc_in "$1" "$w0" "$w1")"
 }
 
 for round in $(seq "$rounds"); do
 	for bin in "${bins[@]}"; do
 		rm -rf "$work/data"
-		start "$bin"
+		start "$bin" "c$round.$bin"
 		until listening; do
 			for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || { echo "a node exited:"; tail -5 "$work/log"; exit 1; }; done
 			sleep 0.1
@@ -110,7 +132,7 @@ for round in $(seq "$rounds"); do
 		produce_one "$bin"
 		created=$(since "$t0")
 		ccpu=$(echo "$(ticks) $c0" | awk -v hz="$hz" '{printf "%.1f", ($1 - $2) / hz}')
-		cpu=$(idle_cpu); rss=$(rss_mib)
+		read -r cpu gcs < <(idle_cpu "c$round.$bin"); rss=$(rss_mib)
 		per=$(echo "$rss $empty" | awk -v n=$((parts * rf)) '{printf "%.1f", ($1 - $2) * 1024 / n}')
 		: >"$work/log"
 		t0=$(now)
@@ -119,14 +141,14 @@ for round in $(seq "$rounds"); do
 		errs=$(grep -c 'level=ERROR' "$work/log" || true)
 		[ -z "${KEEP_LOG:-}" ] || cp "$work/log" "$KEEP_LOG.$round.$bin"
 		t0=$(now)
-		start "$bin"
+		start "$bin" "r$round.$bin"
 		until listening; do sleep 0.05; done
 		up=$(since "$t0")
 		produce_one "$bin"
 		first=$(since "$t0")
 		rcpu=$(echo "$(ticks)" | awk -v hz="$hz" '{printf "%.1f", $1 / hz}')
-		cpu2=$(idle_cpu); rss2=$(rss_mib)
+		read -r cpu2 gcs2 < <(idle_cpu "r$round.$bin"); rss2=$(rss_mib)
 		stop
-		echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts: created+first ack ${created}s (${ccpu} CPU-s of the nodes); idle ${cpu}% of a core, RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); stop ${stopped}s (${errs} ERROR lines); restart: listening ${up}s, first ack ${first}s (${rcpu} CPU-s of the nodes); idle ${cpu2}%, RSS ${rss2} MiB"
+		echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts: created+first ack ${created}s (${ccpu} CPU-s of the nodes); idle ${cpu}% of a core (GC cycles/mark CPU-ms in it ${gcs}), RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); stop ${stopped}s (${errs} ERROR lines); restart: listening ${up}s, first ack ${first}s (${rcpu} CPU-s of the nodes); idle ${cpu2}% (GC ${gcs2}), RSS ${rss2} MiB"
 	done
 done

@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"holdfast/internal/raft"
 	"holdfast/internal/share"
 	"holdfast/internal/storage"
 )
@@ -295,6 +296,10 @@ type ReplicationStats struct {
 	FailedGroups int   // groups stopped by a failure, not yet repaired (repair.go)
 	Repairs      int64 // replicas discarded after a storage failure and reopened to catch up
 }
+
+// RaftActivity counts this node's Raft groups that are quiesced and those
+// that still tick, by role (raft.Host.Activity).
+func (b *Broker) RaftActivity() raft.Activity { return b.cluster.Host().Activity() }
 
 // ReplicationStats reports this node's Raft groups.
 func (b *Broker) ReplicationStats() ReplicationStats {

@@ -78,6 +78,21 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) *prometheus.Regist
 		func() float64 { return float64(b.ReplicationStats().Groups) })
 	gauge("holdfast_raft_groups_failed", "Raft groups stopped on this node by a failure and not yet repaired: they send and acknowledge nothing.",
 		func() float64 { return float64(b.ReplicationStats().FailedGroups) })
+	for _, role := range []string{"leader", "follower", "electing"} {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "holdfast_raft_groups_ticking", Help: "Raft groups on this node that are not quiesced, by role: an idle node's groups all quiesce (they tick and heartbeat only while they carry traffic or elect).",
+			ConstLabels: prometheus.Labels{"role": role},
+		}, func() float64 {
+			a := b.RaftActivity()
+			switch role {
+			case "leader":
+				return float64(a.Leaders)
+			case "follower":
+				return float64(a.Followers)
+			}
+			return float64(a.Electing)
+		}))
+	}
 	gauge("holdfast_fetch_sessions", "Consumers' fetch sessions this broker keeps (KIP-227; Kafka: FetchSessionCache NumIncrementalFetchSessions), at most max.incremental.fetch.session.cache.slots.",
 		func() float64 { return float64(b.FetchSessions()) })
 	gauge("holdfast_share_partitions", "Share partitions (group, topic, partition) this node holds as partition leader (KIP-932).",
