@@ -140,6 +140,7 @@ for round in $(seq "$rounds"); do
 		stopped=$(since "$t0")
 		errs=$(grep -c 'level=ERROR' "$work/log" || true)
 		[ -z "${KEEP_LOG:-}" ] || cp "$work/log" "$KEEP_LOG.$round.$bin"
+		: >"$work/log"
 		t0=$(now)
 		start "$bin" "r$round.$bin"
 		until listening; do sleep 0.05; done
@@ -148,7 +149,8 @@ for round in $(seq "$rounds"); do
 		first=$(since "$t0")
 		rcpu=$(echo "$(ticks)" | awk -v hz="$hz" '{printf "%.1f", $1 / hz}')
 		read -r cpu2 gcs2 < <(idle_cpu "r$round.$bin"); rss2=$(rss_mib)
+		silent2=$(grep -c 'has not been heard' "$work/log" || true)
 		stop
-		echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts: created+first ack ${created}s (${ccpu} CPU-s of the nodes); idle ${cpu}% of a core (GC cycles/mark CPU-ms in it ${gcs}), RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); stop ${stopped}s (${errs} ERROR lines); restart: listening ${up}s, first ack ${first}s (${rcpu} CPU-s of the nodes); idle ${cpu2}% (GC ${gcs2}), RSS ${rss2} MiB"
+		echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts: created+first ack ${created}s (${ccpu} CPU-s of the nodes); idle ${cpu}% of a core (GC cycles/mark CPU-ms in it ${gcs}; peer silences ${silent}), RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); stop ${stopped}s (${errs} ERROR lines); restart: listening ${up}s, first ack ${first}s (${rcpu} CPU-s of the nodes); idle ${cpu2}% (GC ${gcs2}; peer silences ${silent2}), RSS ${rss2} MiB"
 	done
 done

@@ -93,6 +93,8 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) *prometheus.Regist
 			return float64(a.Electing)
 		}))
 	}
+	counter("holdfast_raft_silent_peer_ticks_total", "Raft ticks that found a peer not heard from for an election timeout: each ticks every group and wakes the quiesced ones that depend on that peer.",
+		func() int64 { return int64(b.RaftActivity().SilentTicks) })
 	gauge("holdfast_fetch_sessions", "Consumers' fetch sessions this broker keeps (KIP-227; Kafka: FetchSessionCache NumIncrementalFetchSessions), at most max.incremental.fetch.session.cache.slots.",
 		func() float64 { return float64(b.FetchSessions()) })
 	gauge("holdfast_share_partitions", "Share partitions (group, topic, partition) this node holds as partition leader (KIP-932).",

@@ -205,6 +205,10 @@ type Host struct {
 	adding map[uint64]bool
 	// tickBuf: tickOnce's list of the groups, reused (tickLoop's only).
 	tickBuf []*group
+	// silent: the last tick found a peer not heard from for an election
+	// timeout (tickLoop's only); silentTicks counts such ticks (Activity).
+	silent      bool
+	silentTicks atomic.Uint64
 	// active: the groups to tick while every peer is heard from - each
 	// group not quiesced, once (group.inActive), and some that quiesced
 	// since they were listed (tickOnce drops them). activate adds.
@@ -776,11 +780,15 @@ type Activity struct {
 	// Ticking groups, by role: a leader not quiesced heartbeats its
 	// followers every tick.
 	Leaders, Followers, Electing int
+	// SilentTicks counts the ticks since the host started that found a
+	// peer not heard from for an election timeout: each walks every group
+	// and wakes the quiesced ones that depend on that peer.
+	SilentTicks uint64
 }
 
 // Activity reports how many groups are quiesced and how many tick.
 func (h *Host) Activity() Activity {
-	var a Activity
+	a := Activity{SilentTicks: h.silentTicks.Load()}
 	for _, g := range h.snapshotGroupsInto(nil) {
 		g.mu.Lock()
 		switch {

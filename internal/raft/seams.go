@@ -72,6 +72,14 @@ type transportEvents interface {
 func (h *Host) tickOnce() {
 	electionTimeout := h.cfg.TickInterval * time.Duration(h.cfg.ElectionTicks)
 	if !h.tr.heardAllWithin(electionTimeout) {
+		if h.silentTicks.Add(1); !h.silent {
+			// Every quiesced group that depends on the silent peer wakes
+			// and ticks (at 10,000 partitions a burst of elections and
+			// heartbeats): said once per silence, so that a burst of idle
+			// CPU can be told from one.
+			h.silent = true
+			h.log.Warn("raft: a peer has not been heard from for an election timeout: every group ticks, and the quiesced ones that depend on it wake", "timeout", electionTimeout)
+		}
 		h.tickBuf = h.snapshotGroupsInto(h.tickBuf[:0])
 		gs := h.tickBuf
 		if h.cfg.stepped {
@@ -82,6 +90,10 @@ func (h *Host) tickOnce() {
 			h.tickGroup(g, electionTimeout)
 		}
 		return
+	}
+	if h.silent {
+		h.silent = false
+		h.log.Warn("raft: every peer heard from again")
 	}
 	h.activeMu.Lock()
 	gs := h.active
