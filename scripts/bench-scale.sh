@@ -20,6 +20,10 @@
 # points per node (the runtime forces one every 2 minutes, and the last
 # allocations of a creation or a restart can trigger one), so IDLE=60
 # gives a steadier figure than the default 10 s.
+# After each window (not measured) the nodes' metrics give the Raft groups
+# that still tick, by role (0/0/0 when every group quiesced), and the ticks
+# that found a peer silent (each wakes the quiesced groups depending on it);
+# a binary without those metrics shows blanks.
 # The clean stop is timed too, with the ERROR lines the nodes logged during
 # it (KEEP_LOG=path keeps that log). Several binaries are compared,
 # interleaved round by round.
@@ -79,7 +83,7 @@ start() { # BIN PHASE
 			GODEBUG=gctrace=1 "$work/$bin" serve --listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "" --log-level warn 2> >(gcsplit "$phase.n$i") &
 		else
 			GODEBUG=gctrace=1 "$work/$bin" serve --node-id "$i" --peers "$peers" --raft-listen 127.0.0.1:$((port + 50 + i)) \
-				--listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "" --log-level warn 2> >(gcsplit "$phase.n$i") &
+				--listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "127.0.0.1:$((port + 20 + i))" --log-level warn 2> >(gcsplit "$phase.n$i") &
 		fi
 		pids+=($!)
 	done
@@ -93,6 +97,16 @@ gc_in() { # PHASE FROM TO (seconds since the phase's start): "cycles/mark CPU ms
 		  for (i = 1; i <= NF; i++) if ($(i + 1) == "ms" && $(i + 2) == "cpu,") { split($i, p, /[+\/]/); for (k in p) ms += p[k] }
 		  n++ }
 		END { printf "%d/%.0f", n, ms }'
+}
+ticking() { # after an idle window (its scrape is not measured): each node's Raft groups not quiesced, leaders/followers/electing, and silent-peer ticks
+	local i out=""
+	for i in $(seq "$nodes"); do
+		out+="${out:+ }n$i:$(curl -s --max-time 20 "127.0.0.1:$((port + 20 + i))/metrics" | awk '
+			/^holdfast_raft_groups_ticking\{role="leader"\}/ {l = $2} /^holdfast_raft_groups_ticking\{role="follower"\}/ {f = $2}
+			/^holdfast_raft_groups_ticking\{role="electing"\}/ {e = $2} /^holdfast_raft_silent_peer_ticks_total/ {s = $2}
+			END {printf "%s/%s/%s,%s", l, f, e, s}')"
+	done
+	echo "$out"
 }
 stop() {
 	local p
@@ -134,6 +148,8 @@ for round in $(seq "$rounds"); do
 		ccpu=$(echo "$(ticks) $c0" | awk -v hz="$hz" '{printf "%.1f", ($1 - $2) / hz}')
 		read -r cpu gcs < <(idle_cpu "c$round.$bin"); rss=$(rss_mib)
 		per=$(echo "$rss $empty" | awk -v n=$((parts * rf)) '{printf "%.1f", ($1 - $2) * 1024 / n}')
+		silent=$(grep -c 'has not been heard' "$work/log" || true)
+		tick1=$([ "$nodes" = 1 ] || ticking)
 		: >"$work/log"
 		t0=$(now)
 		stop
@@ -150,7 +166,8 @@ for round in $(seq "$rounds"); do
 		rcpu=$(echo "$(ticks)" | awk -v hz="$hz" '{printf "%.1f", $1 / hz}')
 		read -r cpu2 gcs2 < <(idle_cpu "r$round.$bin"); rss2=$(rss_mib)
 		silent2=$(grep -c 'has not been heard' "$work/log" || true)
+		tick2=$([ "$nodes" = 1 ] || ticking)
 		stop
-		echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts: created+first ack ${created}s (${ccpu} CPU-s of the nodes); idle ${cpu}% of a core (GC cycles/mark CPU-ms in it ${gcs}; peer silences ${silent}), RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); stop ${stopped}s (${errs} ERROR lines); restart: listening ${up}s, first ack ${first}s (${rcpu} CPU-s of the nodes); idle ${cpu2}% (GC ${gcs2}; peer silences ${silent2}), RSS ${rss2} MiB"
+		echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts: created+first ack ${created}s (${ccpu} CPU-s of the nodes); idle ${cpu}% of a core (GC cycles/mark CPU-ms in it ${gcs}; peer silences ${silent}; ticking L/F/E,silent ticks ${tick1}), RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); stop ${stopped}s (${errs} ERROR lines); restart: listening ${up}s, first ack ${first}s (${rcpu} CPU-s of the nodes); idle ${cpu2}% (GC ${gcs2}; peer silences ${silent2}; ticking ${tick2}), RSS ${rss2} MiB"
 	done
 done
