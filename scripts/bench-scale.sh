@@ -23,7 +23,8 @@
 # After each window (not measured) the nodes' metrics give the Raft groups
 # that still tick, by role (0/0/0 when every group quiesced), and the ticks
 # that found a peer silent (each wakes the quiesced groups depending on it);
-# a binary without those metrics shows blanks.
+# a binary without those metrics shows blanks. (The admin listener serves
+# only the metrics: --console=false, as before the listener was on.)
 # The clean stop is timed too, with the ERROR lines the nodes logged during
 # it (KEEP_LOG=path keeps that log). Several binaries are compared,
 # interleaved round by round.
@@ -83,7 +84,7 @@ start() { # BIN PHASE
 			GODEBUG=gctrace=1 "$work/$bin" serve --listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "" --log-level warn 2> >(gcsplit "$phase.n$i") &
 		else
 			GODEBUG=gctrace=1 "$work/$bin" serve --node-id "$i" --peers "$peers" --raft-listen 127.0.0.1:$((port + 50 + i)) \
-				--listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "127.0.0.1:$((port + 20 + i))" --log-level warn 2> >(gcsplit "$phase.n$i") &
+				--listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "127.0.0.1:$((port + 20 + i))" --console=false --log-level warn 2> >(gcsplit "$phase.n$i") &
 		fi
 		pids+=($!)
 	done
