@@ -133,6 +133,7 @@ idle_cpu() { # PHASE: percent of a core over $idle s, after $quiesce s, and the 
 for round in $(seq "$rounds"); do
 	for bin in "${bins[@]}"; do
 		rm -rf "$work/data"
+		: >"$work/log" # the last binary's stop logged its peers' silences
 		start "$bin" "c$round.$bin"
 		until listening; do
 			for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || { echo "a node exited:"; tail -5 "$work/log"; exit 1; }; done
