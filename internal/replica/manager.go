@@ -18,7 +18,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -117,13 +116,6 @@ func New(cfg Config, meta *controller.Store, host *raft.Host, syncer *storage.Sy
 // After a clean shutdown (the marker Close leaves) the logs skip the fsync
 // of what their recovery keeps: the marker is removed, durably, before any
 // log opens, so a crash from here on always takes the full recovery.
-// openAllGCPercent is the GC percent while OpenAll opens at least
-// openAllGCJobs replicas.
-const (
-	openAllGCPercent = 400
-	openAllGCJobs    = 1000
-)
-
 func (m *Manager) OpenAll() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -144,21 +136,6 @@ func (m *Manager) OpenAll() error {
 	var jobs []openJob
 	for _, t := range m.meta.Topics() {
 		jobs = append(jobs, m.openJobs(t, 0)...)
-	}
-	if len(jobs) >= openAllGCJobs {
-		// Each open allocates its log's, partition's and Raft group's
-		// state, most of it kept: the live heap grows all the way, and
-		// with the default GOGC the collector ran every few hundred
-		// opens, marking everything opened so far each time (10,000
-		// replicas: ~30 cycles per node, 10-12% of a restart's CPU). A
-		// higher GC percent while opening runs a few cycles instead;
-		// the default comes back when the opens are done (GOMEMLIMIT
-		// still bounds the heap; GOGC=off or above this is left alone).
-		if old := debug.SetGCPercent(openAllGCPercent); old < 0 || old >= openAllGCPercent {
-			debug.SetGCPercent(old)
-		} else {
-			defer debug.SetGCPercent(old)
-		}
 	}
 	errs := m.runOpens(jobs)
 	byTopic := map[string][]error{}
