@@ -87,6 +87,7 @@ func Start(cfg Config, meta *controller.Store, node *cluster.Node, replicas *rep
 			return -1
 		},
 		Unowned: true,
+		Leading: h.leading(controller.OffsetsTopic),
 		Topic: func(name string) (group.TopicInfo, bool) {
 			t, ok := meta.Topic(name)
 			return group.TopicInfo{Name: t.Name, ID: t.ID, Partitions: t.Partitions}, ok
@@ -136,6 +137,7 @@ func Start(cfg Config, meta *controller.Store, node *cluster.Node, replicas *rep
 		NextID:  h.ids.Next,
 		Markers: h.writeMarkersEverywhere,
 		Unowned: true,
+		Leading: h.leading(controller.TransactionTopic),
 	})
 	h.watch(controller.TransactionTopic, n, h.txn.LoadPartition, h.txn.UnloadPartition)
 	return h
