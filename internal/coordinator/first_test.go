@@ -138,7 +138,7 @@ func checkFirstRequests(t *testing.T, nodes []*brokertest.Node, typ int8) {
 		// FindCoordinator: the topic is being created, or a partition has
 		// no leader yet.
 		findRetries int
-		done    = map[string]bool{}
+		done        = map[string]bool{}
 	)
 	deadline := time.Now().Add(90 * time.Second)
 	for round := 0; len(pending) > 0; round++ {
