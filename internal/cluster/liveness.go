@@ -242,6 +242,13 @@ func (n *Node) FenceForShutdown(ctx context.Context) error {
 	n.live.shutdown = true
 	n.live.mu.Unlock()
 	if n.IsController() {
+		if others := slices.DeleteFunc(n.UnfencedBrokers(), func(br controller.BrokerInfo) bool { return br.ID == n.cfg.NodeID }); len(others) == 0 {
+			// Every other broker is fenced (stopping too, as when the
+			// whole cluster stops): no one to send clients to instead, and
+			// the quorum may be gone already, so the proposal would only
+			// wait out ctx.
+			return nil
+		}
 		return n.Propose(ctx, controller.Command{Op: controller.OpFence, IDs: []int32{n.cfg.NodeID}})
 	}
 	err := n.heartbeat(ctx, true)
