@@ -20,30 +20,32 @@ import (
 // sysmon polling every 20 us (storage's osFile.Write says the same of
 // page-cache writes). A raw read keeps its P: the core is copying either
 // way.
-type rawReader struct{ rc syscall.RawConn }
+//
+// One per connection, used by its reader goroutine alone: the state of a
+// Read lives in it, so a Read allocates nothing (a closure over p per call
+// was one allocation per read(2), dozens per produce frame).
+type rawReader struct {
+	rc    syscall.RawConn
+	fn    func(fd uintptr) bool // r.read, bound once
+	p     []byte
+	n     int
+	errno syscall.Errno
+}
 
-func (r rawReader) Read(p []byte) (int, error) {
+func newRawReader(rc syscall.RawConn) *rawReader {
+	r := &rawReader{rc: rc}
+	r.fn = r.read
+	return r
+}
+
+func (r *rawReader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	n := 0
-	var errno syscall.Errno
-	err := r.rc.Read(func(fd uintptr) bool {
-		for {
-			k, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			switch e {
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return false // wait in the poller, then try again
-			case 0:
-				n = int(k)
-			default:
-				errno = e
-			}
-			return true
-		}
-	})
+	r.p, r.n, r.errno = p, 0, 0
+	err := r.rc.Read(r.fn)
+	n, errno := r.n, r.errno
+	r.p = nil
 	switch {
 	case err != nil:
 		return 0, err // closed, or the deadline passed
@@ -55,12 +57,29 @@ func (r rawReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+func (r *rawReader) read(fd uintptr) bool {
+	for {
+		k, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&r.p[0])), uintptr(len(r.p)))
+		switch e {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false // wait in the poller, then try again
+		case 0:
+			r.n = int(k)
+		default:
+			r.errno = e
+		}
+		return true
+	}
+}
+
 // socketReader is what the connection's frames are read from: a rawReader
 // on a plain TCP socket, else the connection itself (TLS).
 func socketReader(nc net.Conn, plainTCP bool) io.Reader {
 	if sc, ok := nc.(syscall.Conn); ok && plainTCP {
 		if rc, err := sc.SyscallConn(); err == nil {
-			return rawReader{rc}
+			return newRawReader(rc)
 		}
 	}
 	return nc
