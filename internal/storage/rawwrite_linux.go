@@ -1,10 +1,15 @@
 package storage
 
 import (
+	"fmt"
 	"io"
 	"os"
+	"strings"
+	"sync"
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // Write appends p to the file with write(2) issued as a raw system call,
@@ -32,7 +37,17 @@ import (
 // fdatasync, syncfs and O_DIRECT writes wait for the device and stay
 // ordinary system calls. Nothing about durability changes: the bytes and
 // the order of write and fdatasync are the same.
+//
+// A write to a page under writeback waits for the device where the device
+// or the filesystem wants stable pages (btrfs, data-integrity devices): an
+// append to the last partial page while an fdatasync is in flight would
+// then hold its P for the device's latency. So writes go raw only on ext4,
+// XFS and tmpfs, and on ext4 and XFS only when the block device does not
+// ask for stable writes (rawWriteAllowed); elsewhere os.File.Write.
 func (f *osFile) Write(p []byte) (int, error) {
+	if !f.raw {
+		return f.File.Write(p)
+	}
 	rc, err := f.File.SyscallConn()
 	if err != nil {
 		return 0, err
@@ -62,4 +77,52 @@ func (f *osFile) Write(p []byte) (int, error) {
 		werr = &os.PathError{Op: "write", Path: f.File.Name(), Err: cerr}
 	}
 	return n, werr
+}
+
+// Filesystem types (statfs f_type) whose buffered writes wait for
+// writeback only if the block device asks for stable pages.
+const (
+	ext4Magic  = 0xEF53
+	xfsMagic   = 0x58465342
+	tmpfsMagic = 0x01021994
+)
+
+// rawWriteDevs caches rawWriteAllowed by device.
+var rawWriteDevs sync.Map // uint64 -> bool
+
+// rawWriteAllowed reports whether writes to f may go as raw system calls
+// (osFile.Write): its filesystem is tmpfs, or ext4 or XFS on a block device
+// whose queue/stable_writes is 0. Anything unknown answers false.
+func rawWriteAllowed(f *os.File) bool {
+	var st syscall.Stat_t
+	if syscall.Fstat(int(f.Fd()), &st) != nil {
+		return false
+	}
+	if v, ok := rawWriteDevs.Load(uint64(st.Dev)); ok {
+		return v.(bool)
+	}
+	ok := false
+	var fs syscall.Statfs_t
+	if syscall.Fstatfs(int(f.Fd()), &fs) == nil {
+		switch fs.Type {
+		case tmpfsMagic:
+			ok = true
+		case ext4Magic, xfsMagic:
+			ok = !stableWrites(uint64(st.Dev))
+		}
+	}
+	rawWriteDevs.Store(uint64(st.Dev), ok)
+	return ok
+}
+
+// stableWrites reports whether the block device dev (or, for a partition,
+// its disk) asks for stable pages; true when that cannot be read.
+func stableWrites(dev uint64) bool {
+	base := fmt.Sprintf("/sys/dev/block/%d:%d/", unix.Major(dev), unix.Minor(dev))
+	for _, q := range []string{"queue/stable_writes", "../queue/stable_writes"} {
+		if b, err := os.ReadFile(base + q); err == nil {
+			return strings.TrimSpace(string(b)) != "0"
+		}
+	}
+	return true
 }

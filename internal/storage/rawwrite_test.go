@@ -7,14 +7,27 @@ import (
 	"testing"
 )
 
-// osFile.Write (a raw write(2)) appends every byte in order, large writes
-// and small, and reports a closed file as an error with nothing written.
+// osFile.Write, raw write(2) or os.File.Write, appends every byte in order,
+// large writes and small, and reports a closed file as an error with
+// nothing written.
 func TestOSFileRawWrite(t *testing.T) {
+	for _, raw := range []bool{true, false} {
+		t.Run(map[bool]string{true: "raw", false: "os"}[raw], func(t *testing.T) {
+			testOSFileWrite(t, raw)
+		})
+	}
+}
+
+func testOSFileWrite(t *testing.T, raw bool) {
 	name := filepath.Join(t.TempDir(), "f")
 	f, err := OSFS().OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if raw && !f.(*osFile).raw {
+		t.Logf("this filesystem does not get raw writes (rawWriteAllowed); testing them anyway")
+	}
+	f.(*osFile).raw = raw
 	var want []byte
 	for i, size := range []int{1, 4095, 3 << 20, 0, 17, 1 << 20} {
 		p := make([]byte, size)
