@@ -16,10 +16,10 @@ import (
 // Why: the socket is non-blocking, so read(2) never sleeps; it copies what
 // the kernel holds, up to a produce frame's few MiB, which takes long
 // enough (tens to hundreds of microseconds) for the runtime's sysmon to
-// take the reader's P away and hand it to another thread, and to keep
-// sysmon polling every 20 us (storage's osFile.Write says the same of
-// page-cache writes). A raw read keeps its P: the core is copying either
-// way.
+// take the reader's P away and hand it to another thread (a futex wake-up
+// and a context switch), and to keep sysmon polling every 20 us. A raw
+// read keeps its P: the core is copying either way. (Page-cache writes
+// stay ordinary system calls: they can sleep; docs/storage.md.)
 //
 // One per connection, used by its reader goroutine alone: the state of a
 // Read lives in it, so a Read allocates nothing (a closure over p per call
