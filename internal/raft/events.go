@@ -241,6 +241,12 @@ func (h *Host) receive(from uint64, msgs []outMsg) {
 			m.Context = nil // raft reads a response's context as a ReadIndex position
 		}
 		ref := receivedRef(om)
+		if ref != nil && m.GetTerm() < g.rn.BasicStatus().GetTerm() {
+			// A stale leader's: Raft keeps nothing of it. Held, its
+			// indexes (perhaps far beyond the log's) would hold up the
+			// release of every buffer after it (releaseHeldLocked).
+			ref = nil
+		}
 		if ref != nil {
 			// Before Raft takes the entries: a group that fails in Step
 			// may keep them in its RawNode, and then keeps this too.
