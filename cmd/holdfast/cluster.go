@@ -376,6 +376,7 @@ func devCluster(out io.Writer, nodes, basePort int, dir, flush, logLevel string,
 	type running struct {
 		b   *broker.Broker
 		srv *wire.Server
+		log *slog.Logger
 	}
 	var rs []running
 	defer func() {
@@ -432,7 +433,7 @@ func devCluster(out io.Writer, nodes, basePort int, dir, flush, logLevel string,
 		if b != nil {
 			srv := wire.NewServer(b, lims[i], cfgs[i].Logger)
 			go func(ln net.Listener) { errc <- srv.Serve(ln) }(lns[i])
-			rs = append(rs, running{b, srv})
+			rs = append(rs, running{b, srv, cfgs[i].Logger})
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -448,5 +449,16 @@ func devCluster(out io.Writer, nodes, basePort int, dir, flush, logLevel string,
 	case err := <-errc:
 		return err
 	}
+	// Every node fenced first, together, as serve does on SIGTERM: while
+	// the metadata quorum is whole, so each fence commits at once, and the
+	// controller stops naming the nodes to clients. Each node's controlled
+	// shutdown then leaves its leaderships where they are (every other
+	// replica is stopping too) instead of passing them to a node about to
+	// close; the last node waited a second for that.
+	var fenced sync.WaitGroup
+	for _, r := range rs {
+		fenced.Go(func() { fenceForShutdown(r.b, r.log) })
+	}
+	fenced.Wait()
 	return nil
 }

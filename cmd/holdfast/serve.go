@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"holdfast/internal/broker"
+	"holdfast/internal/cluster"
 	"holdfast/internal/group"
 	"holdfast/internal/quota"
 	"holdfast/internal/storage"
@@ -475,13 +476,7 @@ func serve(sc *serveConfig, unsupported []string) error {
 		}
 		logger.Error("listener failed", "err", err)
 	}
-	// Fenced first, so the controller stops naming this broker to clients
-	// now rather than after its session expires.
-	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	if ferr := b.FenceForShutdown(fctx); ferr != nil {
-		logger.Warn("fencing this broker before shutdown", "err", ferr)
-	}
-	fcancel()
+	fenceForShutdown(b, logger)
 	if hs != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		hs.Shutdown(ctx)
@@ -493,6 +488,24 @@ func serve(sc *serveConfig, unsupported []string) error {
 	}
 	logger.Info("stopped")
 	return err
+}
+
+// fenceForShutdown fences b before it closes, so the controller stops
+// naming it to clients now rather than after its session expires. A
+// controller that went first (stopping or stopped: the whole cluster
+// stops together) is expected, and said at info; any other failure at
+// warn.
+func fenceForShutdown(b *broker.Broker, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := b.FenceForShutdown(ctx)
+	switch {
+	case err == nil:
+	case errors.Is(err, cluster.ErrControllerGone):
+		logger.Info("not fenced before shutdown: the controller stopped first; the next one fences this broker when its session expires", "err", err)
+	default:
+		logger.Warn("fencing this broker before shutdown", "err", err)
+	}
 }
 
 // listen binds every Kafka listener, or none.

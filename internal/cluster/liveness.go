@@ -3,8 +3,12 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -137,7 +141,7 @@ func (n *Node) heartbeat(ctx context.Context, shutdown bool) error {
 	lv := n.live
 	ctrl := n.ControllerID()
 	if ctrl < 0 {
-		return errors.New("no controller known")
+		return errNoController
 	}
 	info, ok := n.meta.Broker(ctrl)
 	if !ok {
@@ -227,6 +231,9 @@ func (n *Node) Heartbeat(ctx context.Context, id int32, fence bool) (bool, error
 // shutdown does, so that clients stop being sent to it before its session
 // would expire. It does nothing on a single node (nobody to send clients
 // to instead). Call it before Close.
+//
+// An error that says the controller is stopping or gone wraps
+// ErrControllerGone: the caller may log it quietly.
 func (n *Node) FenceForShutdown(ctx context.Context) error {
 	if n.live == nil || n.SingleNode() {
 		return nil
@@ -235,9 +242,48 @@ func (n *Node) FenceForShutdown(ctx context.Context) error {
 	n.live.shutdown = true
 	n.live.mu.Unlock()
 	if n.IsController() {
+		if others := slices.DeleteFunc(n.UnfencedBrokers(), func(br controller.BrokerInfo) bool { return br.ID == n.cfg.NodeID }); len(others) == 0 {
+			// Every other broker is fenced (stopping too, as when the
+			// whole cluster stops): no one to send clients to instead, and
+			// the quorum may be gone already, so the proposal would only
+			// wait out ctx.
+			return nil
+		}
 		return n.Propose(ctx, controller.Command{Op: controller.OpFence, IDs: []int32{n.cfg.NodeID}})
 	}
-	return n.heartbeat(ctx, true)
+	err := n.heartbeat(ctx, true)
+	if err != nil && controllerGone(err) {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			// franz-go's message for an EOF on a new connection guesses
+			// at TLS or SASL; here it is the controller closing.
+			err = errors.New("the controller closed the connection")
+		}
+		return fmt.Errorf("%w: %v", ErrControllerGone, err)
+	}
+	return err
+}
+
+// ErrControllerGone is FenceForShutdown's error when the controller could
+// not be asked because it is stopping or has stopped: it closed or refused
+// the connection, answered NOT_CONTROLLER (it handed the metadata group
+// over as it stops), or no controller is known. Expected when the whole
+// cluster stops together and the controller goes first; a later
+// controller fences this broker when its session expires.
+var ErrControllerGone = errors.New("the controller is stopping or has stopped")
+
+var errNoController = errors.New("no controller known")
+
+// controllerGone reports whether err, from a heartbeat, says the
+// controller is stopping or gone rather than that it refused or failed
+// the request.
+func controllerGone(err error) bool {
+	for _, gone := range []error{errNoController, io.EOF, io.ErrUnexpectedEOF, net.ErrClosed,
+		syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EPIPE, kerr.NotController} {
+		if errors.Is(err, gone) {
+			return true
+		}
+	}
+	return false
 }
 
 // UnfencedBrokers are the registered brokers that are not fenced.

@@ -114,26 +114,41 @@ func (h *Host) leaderOf(t controller.Topic, i int32, listener string) Answer {
 // topicMu serializes this node's creations of the internal topics.
 var topicMu sync.Mutex
 
+// createWait bounds the creation of an internal topic, readyWait the part
+// of it spent waiting for its partitions' leaders once it is created.
+const (
+	createWait = 15 * time.Second
+	readyWait  = 5 * time.Second
+)
+
 // createTopic creates an internal topic through the controller. Only the
 // controller may: CreateTopics refuses internal topics from clients.
 // Another node passes the client's FindCoordinator on to the controller,
 // which creates the topic as it answers, and reports the topic as not
 // there yet (retriable) - once only: a forwarded request is not forwarded
 // again.
+//
+// Either way it returns once every partition has a leader (awaitLeaders,
+// at most readyWait), not only once the topic is committed and this
+// node's replicas are open: the FindCoordinator that follows then names a
+// coordinator for every key, and one that serves it.
 func (h *Host) createTopic(topic string, partitions int, typ int8, key string, forwarded bool) (controller.Topic, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), createWait)
+	defer cancel()
 	if h.node.IsController() {
 		topicMu.Lock()
 		defer topicMu.Unlock()
 		if t, ok := h.meta.Topic(topic); ok && h.replicas.AllOpen(t) {
+			h.awaitLeaders(ctx, topic)
 			return t, nil
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		t, err := h.node.CreateTopic(ctx, topic, int32(partitions), -1, nil, h.internalConfigs(topic), true, false)
-		cancel()
 		if err != nil {
 			h.log.Warn("creating a coordinator topic", "topic", topic, "err", err)
+			return t, err
 		}
-		return t, err
+		h.awaitLeaders(ctx, topic)
+		return t, nil
 	}
 	if forwarded {
 		return controller.Topic{}, errors.New("this node is not the controller")
@@ -146,13 +161,79 @@ func (h *Host) createTopic(topic string, partitions int, typ int8, key string, f
 	req.Version = 4
 	req.CoordinatorType = typ
 	req.CoordinatorKeys = []string{key}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if _, err := h.node.Send(ctx, ctrl, req); err != nil {
+	resp, err := h.node.Send(ctx, ctrl, req)
+	if err != nil {
 		return controller.Topic{}, fmt.Errorf("asking the controller (node %d): %w", ctrl, err)
+	}
+	_, known := h.meta.Topic(topic)
+	if cs := resp.(*kmsg.FindCoordinatorResponse).Coordinators; known || len(cs) == 1 && cs[0].ErrorCode == 0 {
+		// The controller created the topic and answered once its
+		// partitions had leaders; this node applies the creation, opens
+		// its replicas and hears of the leaders a little later.
+		h.awaitLeaders(ctx, topic)
 	}
 	if t, ok := h.meta.Topic(topic); ok {
 		return t, nil
 	}
 	return controller.Topic{}, errors.New("created by the controller, not applied here yet")
+}
+
+// awaitLeaders waits, for at most readyWait (and until ctx ends), until
+// every partition of the internal topic has a leader this node knows of,
+// registered and not fenced, and this node's coordinator has loaded the
+// partitions it leads. It reports whether they got there; if not, the
+// coordinators not ready yet answer COORDINATOR_NOT_AVAILABLE
+// (FindCoordinator) or COORDINATOR_LOAD_IN_PROGRESS, which clients retry.
+func (h *Host) awaitLeaders(ctx context.Context, topic string) bool {
+	ctx, cancel := context.WithTimeout(ctx, readyWait)
+	defer cancel()
+	// Leadership events wake it; the replicas' opens, the leaders'
+	// registrations and the loads' ends do not, hence the poll.
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		changed := h.replicas.LeadershipChanged()
+		if h.led(topic) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			h.log.Debug("coordinator topic's partitions not all led yet", "topic", topic)
+			return false
+		case <-changed:
+		case <-poll.C:
+		}
+	}
+}
+
+// led reports whether every partition of the internal topic has a leader
+// that the metadata knows and that serves its keys: loaded, if it is this
+// node.
+func (h *Host) led(topic string) bool {
+	t, ok := h.meta.Topic(topic)
+	if !ok {
+		return false
+	}
+	_, n := h.internalTopic(KeyGroup)
+	loaded := h.groups.Loaded
+	if topic == controller.TransactionTopic {
+		_, n = h.internalTopic(KeyTransaction)
+		loaded = h.txn.Loaded
+	}
+	if int(t.Partitions) != n {
+		return true // Locate answers why; nothing to wait for
+	}
+	for i := range t.Partitions {
+		st := h.replicas.State(t, i)
+		if st.Err != 0 || st.Leader < 0 {
+			return false
+		}
+		if _, ok := h.meta.Broker(st.Leader); !ok || h.meta.Fenced(st.Leader) {
+			return false
+		}
+		if st.Leader == h.cfg.NodeID && !loaded(i) {
+			return false
+		}
+	}
+	return true
 }

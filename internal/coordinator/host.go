@@ -4,9 +4,11 @@
 // leader of __transaction_state partition p(T), as in Kafka. Every node
 // builds both coordinators with all partitions unowned (NOT_COORDINATOR);
 // a watcher loads a partition's state when this node comes to lead it and
-// drops it when it stops (leadership.go). The internal topics are created
-// through the controller at first need (find.go); transaction markers go
-// to each partition's leader (markers.go).
+// drops it when it stops (leadership.go); from the election until the load
+// ends its keys answer COORDINATOR_LOAD_IN_PROGRESS, as Kafka's do. The
+// internal topics are created through the controller at first need, and
+// the creation answers once every partition has a leader (find.go);
+// transaction markers go to each partition's leader (markers.go).
 package coordinator
 
 import (
@@ -87,6 +89,7 @@ func Start(cfg Config, meta *controller.Store, node *cluster.Node, replicas *rep
 			return -1
 		},
 		Unowned: true,
+		Leading: h.leading(controller.OffsetsTopic),
 		Topic: func(name string) (group.TopicInfo, bool) {
 			t, ok := meta.Topic(name)
 			return group.TopicInfo{Name: t.Name, ID: t.ID, Partitions: t.Partitions}, ok
@@ -136,6 +139,7 @@ func Start(cfg Config, meta *controller.Store, node *cluster.Node, replicas *rep
 		NextID:  h.ids.Next,
 		Markers: h.writeMarkersEverywhere,
 		Unowned: true,
+		Leading: h.leading(controller.TransactionTopic),
 	})
 	h.watch(controller.TransactionTopic, n, h.txn.LoadPartition, h.txn.UnloadPartition)
 	return h

@@ -122,3 +122,20 @@ func (h *Host) readyLeaderTerm(topic string, i int32, cur uint64) uint64 {
 	}
 	return l.Term
 }
+
+// leading is the coordinators' Leading hook for topic: whether this node
+// is the Raft leader of its partition p now. Between the election and the
+// watcher's load (which waits for the leader to settle) the coordinator
+// answers COORDINATOR_LOAD_IN_PROGRESS, as Kafka's does while it loads,
+// not NOT_COORDINATOR: FindCoordinator names this node as soon as it
+// leads, and NOT_COORDINATOR sends the client back to look again.
+func (h *Host) leading(topic string) func(int32) bool {
+	return func(i int32) bool {
+		p := h.replicas.Get(topic, i)
+		if p == nil {
+			return false
+		}
+		l, err := h.node.Host().Leadership(p.RaftGroup())
+		return err == nil && l.Leading
+	}
+}

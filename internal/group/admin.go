@@ -75,7 +75,7 @@ func (c *Coordinator) ListGroups(req *kmsg.ListGroupsRequest) Reply {
 	resp := req.ResponseKind().(*kmsg.ListGroupsResponse)
 	for i := range c.loaded {
 		// Partitions another node leads are not ours to list.
-		if !c.loaded[i].Load() && !c.unowned[i].Load() {
+		if c.loading(int32(i)) {
 			resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
 		}
 	}

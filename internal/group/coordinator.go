@@ -105,6 +105,13 @@ type Options struct {
 	// Unowned starts every partition as led elsewhere (cluster mode): its
 	// groups answer NOT_COORDINATOR until LoadPartition.
 	Unowned bool
+	// Leading reports whether this node leads offsets partition p now
+	// (its Raft leader). A partition not loaded yet that this node leads
+	// is about to load: its groups answer COORDINATOR_LOAD_IN_PROGRESS,
+	// as Kafka's do between the election and the load, not
+	// NOT_COORDINATOR, which would send the client to look again for the
+	// node it just found. Nil: only LoadPartition makes p ours.
+	Leading func(p int32) bool
 	// Topic and Topics describe the topics for consumer groups'
 	// server-side assignment (KIP-848): by name, and all of them (for
 	// regular-expression subscriptions).
@@ -318,17 +325,32 @@ func (c *Coordinator) Loading(group string) bool { return !c.loaded[c.partition(
 
 // Unavailable is the error code for a request about group on this node:
 // NOT_COORDINATOR if another node leads its partition,
-// COORDINATOR_LOAD_IN_PROGRESS while it replays, else 0.
+// COORDINATOR_LOAD_IN_PROGRESS while it replays or is about to (Leading),
+// else 0.
 func (c *Coordinator) Unavailable(group string) int16 {
 	p := c.partition(group)
 	switch {
 	case c.unowned[p].Load():
+		if c.leading(p) {
+			return kerr.CoordinatorLoadInProgress.Code
+		}
 		return kerr.NotCoordinator.Code
 	case !c.loaded[p].Load():
 		return kerr.CoordinatorLoadInProgress.Code
 	}
 	return 0
 }
+
+// loading reports whether this node coordinates partition p and has not
+// loaded it yet: replaying, or led here and about to be loaded.
+func (c *Coordinator) loading(p int32) bool {
+	if c.unowned[p].Load() {
+		return c.leading(p)
+	}
+	return !c.loaded[p].Load()
+}
+
+func (c *Coordinator) leading(p int32) bool { return c.opts.Leading != nil && c.opts.Leading(p) }
 
 // admit is the first check of every request about one group: a valid
 // name whose partition this node coordinates and has loaded.

@@ -80,6 +80,12 @@ type Options struct {
 	// mode): its transactional ids answer NOT_COORDINATOR until
 	// LoadPartition.
 	Unowned bool
+	// Leading reports whether this node leads __transaction_state
+	// partition p now (its Raft leader): an unowned partition it leads is
+	// about to load, and its ids answer COORDINATOR_LOAD_IN_PROGRESS, as
+	// Kafka's do between the election and the load, not NOT_COORDINATOR
+	// (which sends the client to look again for the node it just found).
+	Leading func(p int32) bool
 }
 
 // Partition states of a coordinator.
@@ -241,10 +247,15 @@ func (c *Coordinator) Load() error {
 }
 
 // ownerErr is NOT_COORDINATOR for an id whose partition another node
-// leads, COORDINATOR_LOAD_IN_PROGRESS while it replays, else nil.
+// leads, COORDINATOR_LOAD_IN_PROGRESS while it replays or is about to
+// (Options.Leading), else nil.
 func (c *Coordinator) ownerErr(id string) error {
-	switch c.parts[PartitionFor(id, len(c.logs))].Load() {
+	p := PartitionFor(id, len(c.logs))
+	switch c.parts[p].Load() {
 	case partUnowned:
+		if c.opts.Leading != nil && c.opts.Leading(p) {
+			return kerr.CoordinatorLoadInProgress
+		}
 		return kerr.NotCoordinator
 	case partLoading:
 		return kerr.CoordinatorLoadInProgress
@@ -321,6 +332,9 @@ func (c *Coordinator) dropLocked(p int32) {
 
 // NumPartitions is the number of __transaction_state partitions.
 func (c *Coordinator) NumPartitions() int { return len(c.logs) }
+
+// Loaded reports whether partition p is this node's and replayed.
+func (c *Coordinator) Loaded(p int32) bool { return c.parts[p].Load() == partLoaded }
 
 func (c *Coordinator) replay(p int32, l Log) error {
 	n := 0
