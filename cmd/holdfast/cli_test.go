@@ -20,6 +20,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/brokertest"
 )
 
 type result struct {
@@ -127,7 +129,20 @@ func TestCLITopics(t *testing.T) {
 	ok(t, "", "topic", "add-partitions", "t1", "--partitions", "3", b)
 	desc = ok(t, "", "topic", "describe", "t1", "--no-configs", b)
 	row(t, desc, "topic", "t1", "partitions", "3")
-	row(t, desc, "2", "1") // partition 2, led by node 1
+	// The new partitions' Raft groups elect after the answer: until then
+	// describe shows them without a leader (LEADER_NOT_AVAILABLE, offsets
+	// "-"), as Kafka's metadata does for a partition being elected.
+	if f := row(t, desc, "2"); f[1] == "-1" {
+		row(t, desc, "2", "-1", "-1", "1", "-", "-", "LEADER_NOT_AVAILABLE")
+	}
+	brokertest.Await(t, "partition 2 of t1 led by node 1", func() error {
+		desc = ok(t, "", "topic", "describe", "t1", "--no-configs", b)
+		if f := row(t, desc, "2"); f[1] != "1" {
+			return fmt.Errorf("partition 2: %v", f)
+		}
+		return nil
+	})
+	row(t, desc, "2", "1", "1", "1", "1", "0", "0")
 	fails(t, 1, "INVALID_PARTITIONS", "topic", "add-partitions", "t1", "--partitions", "2", b)
 
 	ok(t, "", "topic", "delete", "t1", b)

@@ -71,8 +71,11 @@ func topicDescribeCmd(conn *connFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				// A partition's own error (LEADER_NOT_AVAILABLE right after
+				// create or add-partitions, while its group elects) leaves
+				// its offsets out: shown as "-", not a failed describe.
 				offs, err := c.TopicOffsets(ctx, topics...)
-				if err != nil {
+				if err != nil && offs == nil {
 					return err
 				}
 				out := cmd.OutOrStdout()
@@ -84,8 +87,11 @@ func topicDescribeCmd(conn *connFlags) *cobra.Command {
 					w := tw(out)
 					fmt.Fprintln(w, "PARTITION\tLEADER\tEPOCH\tREPLICAS\tISR\tLOG-START\tHIGH-WATERMARK\tERROR")
 					for _, p := range t.Partitions {
-						o := offs[t.Name][p.Partition]
-						fmt.Fprintf(w, "%d\t%d\t%d\t%s\t%s\t%d\t%d\t%s\n", p.Partition, p.Leader, p.Epoch, ids(p.Replicas), ids(p.ISR), o.Start, o.End, p.Err)
+						start, end := "-", "-"
+						if o, ok := offs[t.Name][p.Partition]; ok {
+							start, end = strconv.FormatInt(o.Start, 10), strconv.FormatInt(o.End, 10)
+						}
+						fmt.Fprintf(w, "%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", p.Partition, p.Leader, p.Epoch, ids(p.Replicas), ids(p.ISR), start, end, p.Err)
 					}
 					if err := w.Flush(); err != nil {
 						return err

@@ -218,21 +218,31 @@ func (c *Client) brokers(ctx context.Context, md *kmsg.MetadataResponse) []kmsg.
 type Offsets struct{ Start, End int64 }
 
 // TopicOffsets lists the start and end (high watermark) of every partition
-// of the topics.
+// of the topics. A partition whose offsets could not be listed (no leader
+// yet) is left out of the map, and the first such error is returned with
+// the rest; a failed request returns a nil map.
 func (c *Client) TopicOffsets(ctx context.Context, topics ...string) (map[string]map[int32]Offsets, error) {
-	start, err := c.A.ListStartOffsets(ctx, topics...)
-	if err != nil {
-		return nil, err
+	// kadm returns what the brokers answered along with a shard's error
+	// (a partition without a leader has no broker to ask).
+	start, first := c.A.ListStartOffsets(ctx, topics...)
+	if start == nil {
+		return nil, first
 	}
 	end, err := c.A.ListEndOffsets(ctx, topics...)
-	if err != nil {
+	if end == nil {
 		return nil, err
 	}
+	if first == nil {
+		first = err
+	}
 	out := map[string]map[int32]Offsets{}
-	var first error
 	end.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil {
-			if first == nil {
+		s, ok := start.Lookup(o.Topic, o.Partition)
+		if o.Err == nil && ok {
+			o.Err = s.Err
+		}
+		if o.Err != nil || !ok {
+			if first == nil && o.Err != nil {
 				first = fmt.Errorf("%s: %w", o.Topic, o.Err)
 			}
 			return
@@ -240,7 +250,6 @@ func (c *Client) TopicOffsets(ctx context.Context, topics ...string) (map[string
 		if out[o.Topic] == nil {
 			out[o.Topic] = map[int32]Offsets{}
 		}
-		s, _ := start.Lookup(o.Topic, o.Partition)
 		out[o.Topic][o.Partition] = Offsets{Start: s.Offset, End: o.Offset}
 	})
 	return out, first

@@ -501,3 +501,91 @@ func BenchmarkIndexDue(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// BenchmarkSegmentWrite: what a segment file's write(2) costs the process
+// when a busy broker issues it: writers (one file each, as a produce
+// handler per partition) append 1 MiB batches through OSFS with an
+// fdatasync every 4 MiB, while as many goroutines again keep the Ps busy
+// with other work, as the rest of a broker does. cpu-ns/B is the process's
+// user + system time per byte written, scheduler work included (a write
+// that the runtime hands its P away from costs wake-ups and context
+// switches besides the copy).
+func BenchmarkSegmentWrite(b *testing.B) {
+	for _, writers := range []int{2, 6} {
+		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
+			const chunk, syncEvery = 1 << 20, 4 << 20
+			dir := b.TempDir()
+			buf := make([]byte, chunk)
+			for i := range buf {
+				buf[i] = byte(i)
+			}
+			files := make([]File, writers)
+			for i := range files {
+				f, err := OSFS().OpenFile(filepath.Join(dir, fmt.Sprint(i)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer f.Close()
+				files[i] = f
+			}
+			stop := make(chan struct{})
+			var busy sync.WaitGroup
+			for range writers {
+				busy.Add(1)
+				go func() { // other work: small allocations and hashing
+					defer busy.Done()
+					x := uint64(1)
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						for range 1000 {
+							x = x*6364136223846793005 + 1442695040888963407
+						}
+						runtime_keep(x)
+						time.Sleep(20 * time.Microsecond)
+					}
+				}()
+			}
+			var ru0, ru1 syscall.Rusage
+			syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+			b.SetBytes(chunk)
+			b.ResetTimer()
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			for _, f := range files {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					written := 0
+					for next.Add(1) <= int64(b.N) {
+						if _, err := f.Write(buf); err != nil {
+							b.Error(err)
+							return
+						}
+						if written += chunk; written%syncEvery == 0 {
+							if err := f.Sync(); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}
+					f.Sync()
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+			close(stop)
+			busy.Wait()
+			cpu := ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
+			b.ReportMetric(float64(cpu)/float64(b.N*chunk), "cpu-ns/B")
+		})
+	}
+}
+
+var keepSink atomic.Uint64
+
+func runtime_keep(x uint64) { keepSink.Store(x) }

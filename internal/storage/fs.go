@@ -73,6 +73,7 @@ var osDirectWrites atomic.Int64
 type osFile struct {
 	*os.File
 	direct bool
+	raw    bool // Write is a raw write(2) (rawwrite_linux.go)
 
 	dmu  sync.Mutex
 	dfd  *os.File // the same file opened with O_DIRECT, on first use
@@ -145,7 +146,7 @@ func (fs osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &osFile{File: f, direct: fs.direct}, nil
+	return &osFile{File: f, direct: fs.direct, raw: rawWriteAllowed(f)}, nil
 }
 
 func (osFS) Remove(name string) error               { return os.Remove(name) }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -80,7 +81,18 @@ func benchReadFrame(b *testing.B, size int) {
 	req.Topics = append(req.Topics, t)
 	f := frame(req, 7, 1)
 	b.SetBytes(int64(len(f)))
+	// The process's CPU (user + system) per byte of frames: client and
+	// server together, so what the server saves shows against the same
+	// client work.
+	var ru0, ru1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	b.ResetTimer()
+	defer func() {
+		b.StopTimer()
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+		cpu := ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
+		b.ReportMetric(float64(cpu)/float64(b.N*len(f)), "cpu-ns/B")
+	}()
 	// At most 5 requests in flight, as a Kafka producer with idempotence
 	// has (max.in.flight.requests.per.connection).
 	inflight := make(chan struct{}, 5)

@@ -275,6 +275,7 @@ func (s *Server) accept(nc net.Conn, l *Listener) {
 		s:        s,
 		nc:       nc,
 		plainTCP: plainTCP,
+		rd:       socketReader(nc, plainTCP),
 		listener: l,
 		info:     &Conn{ID: s.nextID.Add(1), Remote: nc.RemoteAddr(), Local: nc.LocalAddr(), Listener: l, Host: remoteIP(nc.RemoteAddr())},
 		pending:  make(chan pending, s.limits.MaxInFlight),
@@ -320,7 +321,8 @@ type pending struct {
 type serverConn struct {
 	s        *Server
 	nc       net.Conn
-	plainTCP bool // nc is a TCP socket (sendfile works); false under TLS
+	plainTCP bool      // nc is a TCP socket (sendfile works); false under TLS
+	rd       io.Reader // frames are read from it: nc, or a rawReader on nc's socket
 	listener *Listener
 	info     *Conn
 	auth     authState // the reader's alone
@@ -354,7 +356,7 @@ func (c *serverConn) readLoop() {
 	var sizeBuf [4]byte
 	for {
 		c.nc.SetReadDeadline(time.Now().Add(c.s.limits.IdleTimeout))
-		if _, err := io.ReadFull(c.nc, sizeBuf[:]); err != nil {
+		if _, err := io.ReadFull(c.rd, sizeBuf[:]); err != nil {
 			if c.ctx.Err() == nil && !errors.Is(err, io.EOF) {
 				var ne net.Error
 				if errors.As(err, &ne) && ne.Timeout() {
@@ -520,7 +522,7 @@ func (c *serverConn) readFrame(size int) ([]byte, error) {
 			buf = grown
 		}
 		buf = buf[:len(buf)+n]
-		if _, err := io.ReadFull(c.nc, buf[len(buf)-n:]); err != nil {
+		if _, err := io.ReadFull(c.rd, buf[len(buf)-n:]); err != nil {
 			c.s.budget.release(int64(len(buf)))
 			return nil, err
 		}
