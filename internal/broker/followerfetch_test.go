@@ -70,15 +70,27 @@ func TestLeaderHints(t *testing.T) {
 	fp.CurrentLeaderEpoch, fp.PartitionMaxBytes = epoch-1, 1<<20
 	ft.Partitions = append(ft.Partitions, fp)
 	fr.Topics = append(fr.Topics, ft)
-	resp, err = f.Request(fr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fresp := resp.(*kmsg.FetchResponse)
+	// The follower's replica learns the leader's epoch from Raft, which can
+	// come after the metadata that named it above: until then it serves a
+	// fetch of the older epoch (code 0), as a Kafka follower that has not
+	// heard of the new epoch does. Ask again until it knows.
+	var fresp *kmsg.FetchResponse
+	var fsp kmsg.FetchResponseTopicPartition
+	brokertest.Await(t, fmt.Sprintf("follower %d to fence epoch %d", f.Cfg.NodeID, epoch-1), func() error {
+		resp, err := f.Request(fr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresp = resp.(*kmsg.FetchResponse)
+		fsp = fresp.Topics[0].Partitions[0]
+		if fsp.ErrorCode == 0 {
+			return fmt.Errorf("fetch served")
+		}
+		return nil
+	})
 	if fresp.Version < 16 {
 		t.Fatalf("fetch v%d: the endpoints need v16", fresp.Version)
 	}
-	fsp := fresp.Topics[0].Partitions[0]
 	if fsp.ErrorCode != kerr.FencedLeaderEpoch.Code || fsp.CurrentLeader.LeaderID != leader || fsp.CurrentLeader.LeaderEpoch != epoch {
 		t.Fatalf("fetch with an old epoch from follower %d: code %d, current leader %+v; want FENCED_LEADER_EPOCH naming %d epoch %d",
 			f.Cfg.NodeID, fsp.ErrorCode, fsp.CurrentLeader, leader, epoch)

@@ -22,6 +22,7 @@ import (
 	"holdfast/internal/broker"
 	"holdfast/internal/controller"
 	"holdfast/internal/freeport"
+	"holdfast/internal/raft"
 	"holdfast/internal/wire"
 )
 
@@ -110,6 +111,7 @@ func prepare(t testing.TB, opts ...func(*broker.Config, *wire.Limits)) (*Node, n
 	// Every broker a test starts poisons the frames it puts back, so a
 	// holder reading a frame after its release reads garbage (wire.poisonFrames).
 	wire.SetPoisonFrames(true)
+	raft.SetPoisonBuffers(true) // and the buffers of the Raft messages it receives
 	cfg := broker.DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.OffsetsTopicPartitions = 3 // keep start-up quick in tests
@@ -215,6 +217,7 @@ func StartClusterListeners(t testing.TB, n int, listenersFor func(id int32) []*w
 func prepareListeners(t testing.TB, listeners []*wire.Listener, setup ...func(*broker.Config, *wire.Limits)) (*Node, []net.Listener) {
 	t.Helper()
 	wire.SetPoisonFrames(true) // as prepare
+	raft.SetPoisonBuffers(true)
 	cfg := broker.DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.OffsetsTopicPartitions = 3

@@ -12,6 +12,7 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
+	"holdfast/internal/raft"
 	"holdfast/internal/wire"
 )
 
@@ -71,6 +72,65 @@ func TestClusterSlowFollowerGetsProposedBytes(t *testing.T) {
 		})
 		// A wrong batch fails the follower's group, which repair then
 		// brings back from the leader: the log alone would not tell.
+		if f := node.B.RaftGroupFailures(); f != 0 {
+			t.Errorf("node %d: %d Raft group failures", node.Cfg.NodeID, f)
+		}
+	}
+}
+
+// TestClusterFollowerReceivedBuffers guards who owns the bytes a follower
+// receives. A follower reads each Raft message into a pooled buffer that
+// its entries point into (internal/raft/recvpool.go), and the buffer is
+// reused (poisoned first, in tests) only when every holder let go: Raft's
+// unstable log, the log write, the store's recent entries that serve the
+// apply, the apply itself (the partition's producer state). RF=3, one
+// partition, one 6 KiB request per record, the leader's link to one
+// follower slow, so that each follower's later messages arrive while the
+// earlier ones' entries are still held; then the leader stops, and a
+// follower leads with the log, the recent entries and the producer state
+// it built from received buffers, and takes more records from the same
+// idempotent producer. Every node must hold exactly every record, and no
+// Raft group may have failed (a batch read from a reused buffer fails its
+// CRC when written, and the group with it).
+func TestClusterFollowerReceivedBuffers(t *testing.T) {
+	c := brokertest.NewCluster(t, 3, func(cfg *broker.Config, _ *wire.Limits) {
+		cfg.ControlledShutdown = false
+	})
+	const topic = "received-bytes"
+	c.CreateTopic(topic, 1, 3, nil)
+	c.AwaitInSync(topic, 0)
+	cl := c.Client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic(topic), kgo.RetryTimeout(90*time.Second),
+		kgo.MetadataMinAge(100*time.Millisecond), kgo.ProducerBatchCompression(kgo.NoCompression()))
+	produce(t, cl, 0, 10)
+	l, _ := c.AwaitLeader(topic, 0)
+	c.Delay(l, 1+l%3, 50*time.Millisecond)
+	const n = 300
+	recycled := raft.RecvBuffersRecycled()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	produceKeyed := func(from, to int) {
+		for i := from; i < to; i++ {
+			r := &kgo.Record{Key: bytes.Repeat([]byte{byte(i)}, 6000), Value: []byte(strconv.Itoa(i))}
+			if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+				t.Fatalf("produce %d: %v", i, err)
+			}
+		}
+	}
+	produceKeyed(10, n)
+	c.Heal()
+	// The followers' buffers must have been reused meanwhile, or this
+	// tests nothing.
+	t.Logf("received buffers recycled: %d", raft.RecvBuffersRecycled()-recycled)
+	if r := raft.RecvBuffersRecycled() - recycled; r < n/4 {
+		t.Errorf("%d received buffers went back to the pool for %d produce requests: the test needs them reused", r, n-10)
+	}
+	c.Node(l).Stop()
+	c.AwaitLeader(topic, 0, l)
+	produceKeyed(n, n+20)
+	for _, node := range c.Running() {
+		brokertest.Await(t, fmt.Sprintf("node %d's log to hold every acknowledged record", node.Cfg.NodeID), func() error {
+			return holdsExactly(node, topic, n+20)
+		})
 		if f := node.B.RaftGroupFailures(); f != 0 {
 			t.Errorf("node %d: %d Raft group failures", node.Cfg.NodeID, f)
 		}

@@ -81,7 +81,10 @@ func (p *Partition) replicate(r Replication) error {
 		Rejoin: r.Rejoin, AdoptPreRaft: r.AdoptPreRaft,
 		// A produce waits for the quorum, not for the Ready that delivers
 		// the entry: waitReplicated raises the high watermark itself.
-		AckOnQuorum: true}); err != nil {
+		AckOnQuorum: true,
+		// onCommit reads a batch's header and markers, keeps none of its
+		// bytes: a follower's received batches go back to their pool.
+		BorrowCommitData: true}); err != nil {
 		return err
 	}
 	// Log-start commands committed before this start whose compaction may

@@ -2,6 +2,7 @@ package raft
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -96,10 +97,12 @@ func (h *Host) ProposeOwned(ctx context.Context, groupID uint64, v *records.Vali
 }
 
 // heldRef is a reference the group holds to the buffer its proposal at
-// index lies in (ProposeOwned).
+// index lies in (ProposeOwned), or the buffer of a received MsgApp whose
+// entries first..index lie in it (holdReceivedLocked; first is 0 for a
+// proposal).
 type heldRef struct {
-	index uint64
-	ref   *bufref.Ref
+	first, index uint64
+	ref          *bufref.Ref
 }
 
 // Who reads a proposal's bytes after ProposeOwned, and when each stops
@@ -168,7 +171,7 @@ func (g *group) releaseHeldLocked() {
 	n := 0
 	for n < len(g.held) {
 		hr := g.held[n]
-		if hr.index > g.commitIndex || g.st.recentHolds(hr.index, hr.ref) {
+		if hr.index > g.commitIndex || g.st.recentHolds(cmp.Or(hr.first, hr.index), hr.index, hr.ref) {
 			break
 		}
 		hr.ref.Release()

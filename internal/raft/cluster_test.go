@@ -44,6 +44,12 @@ type cluster struct {
 	root   string
 	// ackOnQuorum: every group is added with AckOnQuorum (BenchmarkCommit).
 	ackOnQuorum bool
+	// borrow: groups are added with BorrowCommitData (on unless an option
+	// turns it off): followers read batches into pooled buffers, poisoned
+	// when given back in this package's tests (recvpool_test.go).
+	borrow bool
+	// onCommit, if set, is every group's OnCommit.
+	onCommit func(node, group uint64, ents []Committed)
 
 	mu sync.Mutex
 }
@@ -66,7 +72,7 @@ func newClusterTick(tb testing.TB, n int, groups int, tick time.Duration) *clust
 // newClusterOpts: crash gives every node its own in-memory CrashFS (its
 // disk), so a test can cut the power.
 func newClusterOpts(tb testing.TB, n int, groups int, tick time.Duration, crash bool, opts ...func(*cluster)) *cluster {
-	c := &cluster{tb: tb, faults: NewFaults(), nodes: map[uint64]*testNode{}, logger: testLogger(tb), tick: tick}
+	c := &cluster{tb: tb, faults: NewFaults(), nodes: map[uint64]*testNode{}, logger: testLogger(tb), tick: tick, borrow: true}
 	for _, o := range opts {
 		o(c)
 	}
@@ -148,7 +154,12 @@ func (c *cluster) start(id uint64) {
 		}
 		nd.logs[g] = l
 		onLead := func(g uint64, l Leadership) { nd.published.Store(g, l) }
-		if err := h.AddGroup(GroupConfig{ID: g, Log: l, Voters: c.voters, OnLeadership: onLead, AckOnQuorum: c.ackOnQuorum}); err != nil {
+		var onCommit func(uint64, []Committed)
+		if c.onCommit != nil {
+			onCommit = func(g uint64, ents []Committed) { c.onCommit(id, g, ents) }
+		}
+		if err := h.AddGroup(GroupConfig{ID: g, Log: l, Voters: c.voters, OnLeadership: onLead, AckOnQuorum: c.ackOnQuorum,
+			OnCommit: onCommit, BorrowCommitData: c.borrow}); err != nil {
 			c.tb.Fatalf("node %d add group %d: %v", id, g, err)
 		}
 	}

@@ -11,7 +11,8 @@ import (
 
 // BenchmarkMsgAppFrame: one frame of appends (8 groups, 4 entries each)
 // encoded by the sender, copied once (as the kernel does), and read and
-// decoded by the receiver. The sizes: a produce batch of a few records,
+// decoded by the receiver, whose buffers are then given back (as the
+// groups do once the entries are applied). The sizes: a produce batch of a few records,
 // one of the RF=3 benchmark's, and a large one.
 //
 //	go test -run - -bench MsgAppFrame -count 8 ./internal/raft | benchstat -
@@ -36,9 +37,13 @@ func BenchmarkMsgAppFrame(b *testing.B) {
 			for b.Loop() {
 				wire.Reset()
 				codec.send(batch, &wire)
-				if got := codec.receive(bufio.NewReaderSize(&wire, 64<<10)); len(got) != len(batch) {
+				got := codec.receive(bufio.NewReaderSize(&wire, 64<<10))
+				if len(got) != len(batch) {
 					b.Fatalf("%d messages", len(got))
 				}
+				// What the groups hold is let go (applied, out of
+				// recent): a received buffer goes back to its pool.
+				releaseBatch(got)
 			}
 		})
 	}

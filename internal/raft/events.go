@@ -7,6 +7,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
+
+	"holdfast/internal/bufref"
 )
 
 var (
@@ -238,7 +240,21 @@ func (h *Host) receive(from uint64, msgs []outMsg) {
 		if quiesce && typ == pb.MessageType_MsgHeartbeatResp {
 			m.Context = nil // raft reads a response's context as a ReadIndex position
 		}
-		h.guardLocked(g, func() { _ = g.rn.Step(m) }) // errors: stale or foreign messages, nothing to do
+		ref := receivedRef(om)
+		if ref != nil && m.GetTerm() < g.rn.BasicStatus().GetTerm() {
+			// A stale leader's: Raft keeps nothing of it. Held, its
+			// indexes (perhaps far beyond the log's) would hold up the
+			// release of every buffer after it (releaseHeldLocked).
+			ref = nil
+		}
+		if ref != nil {
+			// Before Raft takes the entries: a group that fails in Step
+			// may keep them in its RawNode, and then keeps this too.
+			ref.Retain()
+		}
+		if h.guardLocked(g, func() { _ = g.rn.Step(m) }) && ref != nil { // errors: stale or foreign messages, nothing to do
+			g.holdReceivedLocked(m, ref)
+		}
 		if typ == pb.MessageType_MsgAppResp {
 			g.noteQuorumLocked()
 		}
@@ -360,4 +376,33 @@ func (g *group) noteQuorumLocked() {
 		g.quorumIndex = c
 		g.wakeCommitLocked()
 	}
+}
+
+// receivedRef is the counted buffer a received MsgApp's batches lie in
+// (transport.go's receivedRefs), nil if none.
+func receivedRef(om outMsg) *bufref.Ref {
+	if len(om.refs) != 1 || om.m.GetType() != pb.MessageType_MsgApp || len(om.m.Entries) == 0 {
+		return nil
+	}
+	return om.refs[0]
+}
+
+// holdReceivedLocked keeps ref, which the caller took for the group
+// before stepping m (a MsgApp whose batches lie in ref's buffer), for as
+// long as anything of the group's may read m's entries. The holders are
+// those of a proposal's bytes (api.go, above heldRef): Raft's unstable
+// log and the log write (until stored: implied by applied), the store's
+// recent entries, the apply, and messages to peers built from them (a
+// follower that becomes leader sends what it holds: retainSentLocked).
+// The group holds it as one heldRef over the message's indexes, given
+// back by releaseHeldLocked once every one of them is applied and out of
+// recent. A group whose OnCommit may keep Committed.Data past the call
+// (GroupConfig.BorrowCommitData false) never gives it back: the buffer is
+// then the garbage collector's, as every received buffer was before.
+func (g *group) holdReceivedLocked(m *pb.Message, ref *bufref.Ref) {
+	if !g.cfg.BorrowCommitData {
+		return
+	}
+	ents := m.Entries
+	g.held = append(g.held, heldRef{first: ents[0].GetIndex(), index: ents[len(ents)-1].GetIndex(), ref: ref})
 }

@@ -130,6 +130,11 @@ type GroupConfig struct {
 	// OnCommit, if set, is called on the Ready loop with newly committed
 	// entries, in order. It must not block.
 	OnCommit func(group uint64, ents []Committed)
+	// BorrowCommitData: OnCommit keeps no part of Committed.Data (nor
+	// Command) past its return. A follower then reads the batches it
+	// receives into pooled buffers that are reused once applied
+	// (recvpool.go); without it they are left to the garbage collector.
+	BorrowCommitData bool
 	// OnTruncate, if set, is called on the Ready loop when the log loses
 	// its suffix from offset on (a follower's uncommitted entries replaced
 	// by a new leader's, or the whole log replaced by a snapshot), and when

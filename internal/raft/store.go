@@ -326,16 +326,22 @@ func (s *store) forgetFromLocked(i uint64) {
 	}
 }
 
-// recentHolds reports whether recent holds entry i with its data in ref's
-// buffer.
-func (s *store) recentHolds(i uint64, ref *bufref.Ref) bool {
+// recentHolds reports whether recent holds an entry of lo..hi with its
+// data in ref's buffer.
+func (s *store) recentHolds(lo, hi uint64, ref *bufref.Ref) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	n := uint64(len(s.recent))
-	if n == 0 || i < s.recentLo || i >= s.recentLo+n {
+	if n == 0 {
 		return false
 	}
-	return ref.Holds(s.recent[i-s.recentLo].Data)
+	lo, hi = max(lo, s.recentLo), min(hi, s.recentLo+n-1)
+	for i := lo; i <= hi; i++ {
+		if ref.Holds(s.recent[i-s.recentLo].Data) {
+			return true
+		}
+	}
+	return false
 }
 
 // recentLocked returns entries [lo, hi) within maxSize (at least one) if

@@ -2,6 +2,7 @@ package raft
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/base64"
@@ -481,29 +482,40 @@ func (t *tcpTransport) read(c net.Conn) {
 		case err != nil:
 			return
 		}
-		cluster, from, msgs, ident := f.cluster, f.from, f.msgs, f.ident
-		if cut, _ := t.faults.check(from, t.id); cut {
-			continue // sent before the cut, delivered after: drop
-		}
-		if ident != nil {
-			ident.Cluster = cluster
-			t.peerIdent.Store(from, PeerIdentity{NodeIdentity: *ident, Seen: time.Now()})
-		}
-		mine := t.ident.Load().Cluster
-		switch {
-		case cluster == mine:
-		case cluster != [16]byte{} && mine != [16]byte{}:
-			t.warnOnce(c, "raft: frame from a node of another cluster, closing connection", "from", from,
-				"cluster", base64.RawURLEncoding.EncodeToString(cluster[:]), "ours", base64.RawURLEncoding.EncodeToString(mine[:]))
+		if !t.deliver(c, f) {
 			return
-		default:
-			continue // one side has no cluster yet: identities only
-		}
-		t.lastHeard.Store(from, time.Now())
-		if len(msgs) > 0 {
-			t.ev.receive(from, msgs)
 		}
 	}
+}
+
+// deliver hands a frame's messages to the host, and reports whether the
+// connection stays open. The transport's references to the messages'
+// buffers are given back after (the groups took their own).
+func (t *tcpTransport) deliver(c net.Conn, f frame) bool {
+	defer releaseBatch(f.msgs)
+	cluster, from, msgs, ident := f.cluster, f.from, f.msgs, f.ident
+	if cut, _ := t.faults.check(from, t.id); cut {
+		return true // sent before the cut, delivered after: drop
+	}
+	if ident != nil {
+		ident.Cluster = cluster
+		t.peerIdent.Store(from, PeerIdentity{NodeIdentity: *ident, Seen: time.Now()})
+	}
+	mine := t.ident.Load().Cluster
+	switch {
+	case cluster == mine:
+	case cluster != [16]byte{} && mine != [16]byte{}:
+		t.warnOnce(c, "raft: frame from a node of another cluster, closing connection", "from", from,
+			"cluster", base64.RawURLEncoding.EncodeToString(cluster[:]), "ours", base64.RawURLEncoding.EncodeToString(mine[:]))
+		return false
+	default:
+		return true // one side has no cluster yet: identities only
+	}
+	t.lastHeard.Store(from, time.Now())
+	if len(msgs) > 0 {
+		t.ev.receive(from, msgs)
+	}
+	return true
 }
 
 // warnOnce logs a refused connection at most once a minute per remote host.
@@ -546,10 +558,15 @@ var errBadFrame = errors.New("raft: bad frame")
 // msgcodec.go). The bytes are read under the shared budget, a chunk at a
 // time as they arrive (a stalled peer holds one chunk, until
 // frameTimeout), and the budget is given back when the frame is read.
-func (t *tcpTransport) readFrame(r io.Reader, n int) (frame, error) {
-	var f frame
+func (t *tcpTransport) readFrame(r io.Reader, n int) (f frame, err error) {
 	fr := frameReader{t: t, r: r}
 	defer fr.release()
+	defer func() {
+		if err != nil {
+			releaseBatch(f.msgs) // a bad frame: nothing was stepped
+			f.msgs = nil
+		}
+	}()
 	var hdr [frameHeader]byte
 	if err := fr.read(hdr[:]); err != nil {
 		return f, err
@@ -595,12 +612,41 @@ func (t *tcpTransport) readFrame(r io.Reader, n int) (frame, error) {
 		if err != nil {
 			return f, fmt.Errorf("%w: group %d: %w", errBadFrame, g, err)
 		}
-		f.msgs = append(f.msgs, outMsg{group: g, m: m})
+		f.msgs = append(f.msgs, outMsg{group: g, m: m, refs: receivedRefs(m, b)})
 	}
 	if left != 0 {
 		return f, fmt.Errorf("%w: %d bytes after the last message", errBadFrame, left)
 	}
 	return f, nil
+}
+
+// receivedRefs returns the reference to b, the pooled buffer m was
+// decoded from, that the transport holds while m is stepped (nil if b is
+// not pooled, or m does not point into it: then b goes back at once). Only
+// a MsgApp's batches stay in b: a side entry's data (a command, a
+// membership change, kept by the store and the journal) and the entries
+// of any other message are copied out first.
+func receivedRefs(m *pb.Message, b []byte) []*bufref.Ref {
+	r := recvRef(b)
+	if r == nil {
+		return nil
+	}
+	held := false
+	for _, e := range m.Entries {
+		if !r.Holds(e.Data) {
+			continue
+		}
+		if m.GetType() != pb.MessageType_MsgApp || !isDataEntry(e) {
+			e.Data = bytes.Clone(e.Data)
+			continue
+		}
+		held = true
+	}
+	if !held {
+		r.Release()
+		return nil
+	}
+	return []*bufref.Ref{r}
 }
 
 // frameReader reads a frame's bytes under the shared budget: one token
@@ -632,18 +678,31 @@ func (fr *frameReader) read(dst []byte) error {
 	return nil
 }
 
-// body reads the next n bytes into a new buffer that grows as they
-// arrive (an announced size is not allocated before its bytes come).
+// body reads the next n bytes into a buffer: from recvpool.go's pool if
+// n is of a pooled class (at least recvPooledMin), else a new one. A
+// large one grows as its bytes arrive (an announced size is not allocated
+// before its bytes come) unless the pool has a free buffer for it.
 func (fr *frameReader) body(n int) ([]byte, error) {
-	if n <= frameChunk {
+	if n < recvPooledMin {
 		b := make([]byte, n)
+		return b, fr.read(b)
+	}
+	if n <= frameChunk {
+		b := recvBuf(n)
+		return b, fr.read(b)
+	}
+	if b, ok := recvPooledBuf(n); ok {
 		return b, fr.read(b)
 	}
 	b := make([]byte, 0, frameChunk)
 	for len(b) < n {
 		k := min(n-len(b), frameChunk)
 		if len(b)+k > cap(b) {
-			grown := make([]byte, len(b), min(n, 2*cap(b)+frameChunk))
+			c := min(n, 2*cap(b)+frameChunk)
+			if cl, ok := recvClass(n); ok && c == n {
+				c = 1 << cl // the last growth: a pooled class
+			}
+			grown := make([]byte, len(b), c)
 			copy(grown, b)
 			b = grown
 		}

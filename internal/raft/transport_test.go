@@ -26,7 +26,15 @@ type recorder struct {
 func (r *recorder) receive(from uint64, msgs []outMsg) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.got = append(r.got, msgs...)
+	for _, m := range msgs {
+		// It keeps the messages: a holder of their buffers, as a group
+		// (never released: the garbage collector takes them).
+		for _, ref := range m.refs {
+			ref.Retain()
+		}
+		m.refs = nil
+		r.got = append(r.got, m)
+	}
 }
 
 func (r *recorder) unreachable(peer uint64, groups []uint64) {
