@@ -93,7 +93,7 @@ func (h *Host) tickOnce() {
 	}
 	if h.silent {
 		h.silent = false
-		h.log.Warn("raft: every peer heard from again")
+		h.log.Info("raft: every peer heard from again")
 	}
 	h.activeMu.Lock()
 	gs := h.active
