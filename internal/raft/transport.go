@@ -699,7 +699,7 @@ func (fr *frameReader) body(n int) ([]byte, error) {
 		k := min(n-len(b), frameChunk)
 		if len(b)+k > cap(b) {
 			c := min(n, 2*cap(b)+frameChunk)
-			if cl, ok := recvClass(n); ok && c == n {
+			if cl, ok := recvPool.Class(n); ok && c == n {
 				c = 1 << cl // the last growth: a pooled class
 			}
 			grown := make([]byte, len(b), c)

@@ -10,42 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-func TestFrameClasses(t *testing.T) {
-	for _, c := range []struct {
-		n    int
-		want int
-		ok   bool
-	}{{1, 12, true}, {4096, 12, true}, {4097, 13, true}, {1 << 20, 20, true}, {8 << 20, 23, true}, {8<<20 + 1, 24, false}} {
-		got, ok := frameClass(c.n)
-		if got != c.want || ok != c.ok {
-			t.Errorf("frameClass(%d) = %d, %v; want %d, %v", c.n, got, ok, c.want, c.ok)
-		}
-		if b := getFrame(c.n); cap(b) < c.n || len(b) != 0 {
-			t.Errorf("getFrame(%d): len %d cap %d", c.n, len(b), cap(b))
-		}
-	}
-	// A buffer of a foreign capacity is not pooled (it would be handed
-	// out for a class it does not fill).
-	before := pooledBytes.Load()
-	putFrame(make([]byte, 5000))
-	if pooledBytes.Load() != before {
-		t.Fatalf("a 5000-byte buffer was pooled")
-	}
-	// The pool holds at most maxPooledBytes.
-	for i := 0; i < 2*maxPooledBytes/(8<<20)+perClass; i++ {
-		putFrame(make([]byte, 8<<20))
-	}
-	if n := pooledBytes.Load(); n > maxPooledBytes {
-		t.Fatalf("pool holds %d bytes, limit %d", n, maxPooledBytes)
-	}
-	// Drain what this test put in, for the tests after it.
-	for c := minFrameClass; c <= maxFrameClass; c++ {
-		for len(framePool[c]) > 0 {
-			getFrame(1 << c)
-		}
-	}
-}
-
 // keepHandler keeps the records of every produce whose records start with
 // 'K' (and does not recycle those frames); it recycles all others.
 type keepHandler struct{ kept chan []byte }
@@ -89,14 +53,14 @@ func TestKeptFrameIsNotReused(t *testing.T) {
 	}
 	send('K')
 	kept := <-h.kept
-	reusedBefore := pooledBytes.Load()
+	reusedBefore := FramesRecycled()
 	for i := 0; i < 20; i++ {
 		send(byte('a' + i))
 	}
 	if !bytes.Equal(kept, bytes.Repeat([]byte{'K'}, 100<<10)) {
 		t.Fatal("the records a handler kept were overwritten by a later request")
 	}
-	if pooledBytes.Load() == reusedBefore && len(framePool[17]) == 0 {
+	if FramesRecycled() == reusedBefore {
 		t.Fatal("recycled frames never reached the pool")
 	}
 }
