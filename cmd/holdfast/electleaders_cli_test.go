@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -9,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,32 +43,53 @@ func devClusterPorts(t *testing.T) int {
 	return 0
 }
 
-// TestClusterElectLeadersCLI runs `holdfast cluster elect-leaders` against
-// a 3-node dev cluster: afterwards every partition is led by its preferred
-// replica; an unknown topic exits non-zero and names the error.
-func TestClusterElectLeadersCLI(t *testing.T) {
-	base := devClusterPorts(t)
-	cmd := exec.Command(binary, "dev-cluster", "--nodes", "3", "--dir", t.TempDir(), "--base-port", strconv.Itoa(base))
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-done })
-	boot := "127.0.0.1:" + strconv.Itoa(base)
+// devClusterProc is a running `holdfast dev-cluster --nodes 3` on a free
+// port range: boot is its first node's address, done closes when it exits.
+type devClusterProc struct {
+	cmd  *exec.Cmd
+	dir  string
+	base int
+	boot string
+	done chan struct{}
+	out  syncBuffer
+}
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(boot))
-	if err != nil {
+// runDevCluster starts a 3-node dev cluster (with extra flags) until the
+// test ends (SIGTERM, then kill after 20 s); it does not wait for the
+// cluster to form (startDevCluster does).
+func runDevCluster(t *testing.T, extra ...string) *devClusterProc {
+	t.Helper()
+	base := devClusterPorts(t)
+	dc := &devClusterProc{dir: t.TempDir(), base: base, boot: "127.0.0.1:" + strconv.Itoa(base), done: make(chan struct{})}
+	dc.cmd = exec.Command(binary, append([]string{"dev-cluster", "--nodes", "3", "--dir", dc.dir, "--base-port", strconv.Itoa(base)}, extra...)...)
+	dc.cmd.Stdout, dc.cmd.Stderr = &dc.out, &dc.out
+	if err := dc.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
+	go func() { dc.cmd.Wait(); close(dc.done) }()
+	t.Cleanup(func() {
+		dc.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-dc.done:
+		case <-time.After(20 * time.Second):
+			dc.cmd.Process.Kill()
+			<-dc.done
+		}
+	})
+	return dc
+}
+
+// Logs is what the cluster's nodes logged so far.
+func (dc *devClusterProc) Logs() string { return dc.out.String() }
+
+// createTopic creates a 6-partition topic of replication factor 3, asking
+// again while the cluster forms.
+func (dc *devClusterProc) createTopic(t *testing.T, adm *kadm.Client, topic string) {
+	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		resp, err := adm.CreateTopics(ctx, 6, 3, nil, "cli-elect")
+		resp, err := adm.CreateTopics(ctx, 6, 3, nil, topic)
 		cancel()
 		if err == nil {
 			err = resp.Error()
@@ -77,13 +98,28 @@ func TestClusterElectLeadersCLI(t *testing.T) {
 			if rf := resp.Sorted()[0].ReplicationFactor; rf != 3 {
 				t.Fatalf("CreateTopics answered replication factor %d, want 3", rf)
 			}
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("create topic: %v\n%s", err, logs.String())
+			t.Fatalf("create topic %s: %v\n%s", topic, err, dc.Logs())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// TestClusterElectLeadersCLI runs `holdfast cluster elect-leaders` against
+// a 3-node dev cluster: afterwards every partition is led by its preferred
+// replica; an unknown topic exits non-zero and names the error.
+func TestClusterElectLeadersCLI(t *testing.T) {
+	dc := runDevCluster(t)
+	boot := dc.boot
+	cl, err := kgo.NewClient(kgo.SeedBrokers(boot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	dc.createTopic(t, kadm.NewClient(cl), "cli-elect")
+	deadline := time.Now().Add(60 * time.Second)
 
 	var out []byte
 	for {

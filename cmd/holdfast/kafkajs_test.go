@@ -306,25 +306,20 @@ func TestKafkajsDevCluster(t *testing.T) {
 // returns the Kafka addresses and the cluster's log.
 func startDevCluster(t *testing.T, extra ...string) (brokers []string, logs func() string) {
 	t.Helper()
-	base := devClusterPorts(t)
-	dir := t.TempDir()
-	cmd := exec.Command(binary, append([]string{"dev-cluster", "--nodes", "3", "--dir", dir, "--base-port", strconv.Itoa(base)}, extra...)...)
-	var out syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	startUntilCleanup(t, cmd)
+	dc := runDevCluster(t, extra...)
 	for i := range 3 {
-		brokers = append(brokers, fmt.Sprintf("127.0.0.1:%d", base+i))
+		brokers = append(brokers, fmt.Sprintf("127.0.0.1:%d", dc.base+i))
 	}
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		r := hfIn(t, dir, "cluster", "status", "--bootstrap", brokers[0], "--timeout", "5s")
+		r := hfIn(t, dc.dir, "cluster", "status", "--bootstrap", brokers[0], "--timeout", "5s")
 		if r.code == 0 && strings.Count(r.out, " alive") == 3 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("cluster status: exit %d\n%s%s\n%s", r.code, r.out, r.err, out.String())
+			t.Fatalf("cluster status: exit %d\n%s%s\n%s", r.code, r.out, r.err, dc.Logs())
 		}
 	}
-	return brokers, out.String
+	return brokers, dc.Logs
 }
 
 // TestKafkajsSecurity: one broker with a SASL_SSL listener (SCRAM-SHA-512
