@@ -30,31 +30,11 @@ import (
 // gets a later batch in place of one it lacks and its group fails (repair
 // then mends it from the leader's log, so the log alone would not tell).
 func TestClusterSlowFollowerGetsProposedBytes(t *testing.T) {
-	c := brokertest.NewCluster(t, 3, func(cfg *broker.Config, _ *wire.Limits) {
-		cfg.ControlledShutdown = false
-	})
 	const topic = "proposed-bytes"
-	c.CreateTopic(topic, 1, 3, nil)
-	c.AwaitInSync(topic, 0)
-	cl := c.Client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic(topic), kgo.RetryTimeout(90*time.Second),
-		kgo.MetadataMinAge(100*time.Millisecond), kgo.ProducerBatchCompression(kgo.NoCompression()))
-	produce(t, cl, 0, 10)
-	l, _ := c.AwaitLeader(topic, 0)
-	slow := 1 + l%3
-	c.Delay(l, slow, 50*time.Millisecond)
+	c, cl, _ := slowLinkCluster(t, topic)
 	const n = 300
 	recycled := wire.FramesRecycled()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	for i := 10; i < n; i++ {
-		// A request, and a frame, per record. The key makes the frames
-		// 6 KiB, a size class of the pool that only these requests use,
-		// so that each frame is reused by the next request at once.
-		r := &kgo.Record{Key: bytes.Repeat([]byte{byte(i)}, 6000), Value: []byte(strconv.Itoa(i))}
-		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-			t.Fatalf("produce %d: %v", i, err)
-		}
-	}
+	produceKeyed(t, cl, 10, n)
 	c.Heal()
 	// The frames must have been reused meanwhile, or this tests nothing.
 	// Not every frame is: the slow link sends its queue in bursts, and a
@@ -93,30 +73,11 @@ func TestClusterSlowFollowerGetsProposedBytes(t *testing.T) {
 // Raft group may have failed (a batch read from a reused buffer fails its
 // CRC when written, and the group with it).
 func TestClusterFollowerReceivedBuffers(t *testing.T) {
-	c := brokertest.NewCluster(t, 3, func(cfg *broker.Config, _ *wire.Limits) {
-		cfg.ControlledShutdown = false
-	})
 	const topic = "received-bytes"
-	c.CreateTopic(topic, 1, 3, nil)
-	c.AwaitInSync(topic, 0)
-	cl := c.Client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic(topic), kgo.RetryTimeout(90*time.Second),
-		kgo.MetadataMinAge(100*time.Millisecond), kgo.ProducerBatchCompression(kgo.NoCompression()))
-	produce(t, cl, 0, 10)
-	l, _ := c.AwaitLeader(topic, 0)
-	c.Delay(l, 1+l%3, 50*time.Millisecond)
+	c, cl, l := slowLinkCluster(t, topic)
 	const n = 300
 	recycled := raft.RecvBuffersRecycled()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	produceKeyed := func(from, to int) {
-		for i := from; i < to; i++ {
-			r := &kgo.Record{Key: bytes.Repeat([]byte{byte(i)}, 6000), Value: []byte(strconv.Itoa(i))}
-			if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-				t.Fatalf("produce %d: %v", i, err)
-			}
-		}
-	}
-	produceKeyed(10, n)
+	produceKeyed(t, cl, 10, n)
 	c.Heal()
 	// The followers' buffers must have been reused meanwhile, or this
 	// tests nothing.
@@ -126,13 +87,46 @@ func TestClusterFollowerReceivedBuffers(t *testing.T) {
 	}
 	c.Node(l).Stop()
 	c.AwaitLeader(topic, 0, l)
-	produceKeyed(n, n+20)
+	produceKeyed(t, cl, n, n+20)
 	for _, node := range c.Running() {
 		brokertest.Await(t, fmt.Sprintf("node %d's log to hold every acknowledged record", node.Cfg.NodeID), func() error {
 			return holdsExactly(node, topic, n+20)
 		})
 		if f := node.B.RaftGroupFailures(); f != 0 {
 			t.Errorf("node %d: %d Raft group failures", node.Cfg.NodeID, f)
+		}
+	}
+}
+
+// slowLinkCluster starts 3 nodes with a one-partition RF=3 topic holding
+// 10 records, and slows the leader's link to one follower (50 ms); it
+// returns the cluster, an acks=all client producing to the topic and the
+// leader.
+func slowLinkCluster(t *testing.T, topic string) (*brokertest.Cluster, *kgo.Client, int32) {
+	c := brokertest.NewCluster(t, 3, func(cfg *broker.Config, _ *wire.Limits) {
+		cfg.ControlledShutdown = false
+	})
+	c.CreateTopic(topic, 1, 3, nil)
+	c.AwaitInSync(topic, 0)
+	cl := c.Client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic(topic), kgo.RetryTimeout(90*time.Second),
+		kgo.MetadataMinAge(100*time.Millisecond), kgo.ProducerBatchCompression(kgo.NoCompression()))
+	produce(t, cl, 0, 10)
+	l, _ := c.AwaitLeader(topic, 0)
+	c.Delay(l, 1+l%3, 50*time.Millisecond)
+	return c, cl, l
+}
+
+// produceKeyed produces records from..to-1 one request (and frame) each.
+// The key makes the frames 6 KiB, a size class of the pools that only
+// these requests use, so that each frame is reused by the next request at
+// once.
+func produceKeyed(t *testing.T, cl *kgo.Client, from, to int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i := from; i < to; i++ {
+		r := &kgo.Record{Key: bytes.Repeat([]byte{byte(i)}, 6000), Value: []byte(strconv.Itoa(i))}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatalf("produce %d: %v", i, err)
 		}
 	}
 }
