@@ -46,16 +46,7 @@ func TestClusterSlowFollowerGetsProposedBytes(t *testing.T) {
 	if r := wire.FramesRecycled() - recycled; r < n/4 {
 		t.Errorf("%d frames went back to the pool for %d produce requests: the test needs them reused", r, n-10)
 	}
-	for _, node := range c.Nodes {
-		brokertest.Await(t, fmt.Sprintf("node %d's log to hold every acknowledged record", node.Cfg.NodeID), func() error {
-			return holdsExactly(node, topic, n)
-		})
-		// A wrong batch fails the follower's group, which repair then
-		// brings back from the leader: the log alone would not tell.
-		if f := node.B.RaftGroupFailures(); f != 0 {
-			t.Errorf("node %d: %d Raft group failures", node.Cfg.NodeID, f)
-		}
-	}
+	holdExactlyUnfailed(t, c.Nodes, topic, n)
 }
 
 // TestClusterFollowerReceivedBuffers guards who owns the bytes a follower
@@ -88,9 +79,18 @@ func TestClusterFollowerReceivedBuffers(t *testing.T) {
 	c.Node(l).Stop()
 	c.AwaitLeader(topic, 0, l)
 	produceKeyed(t, cl, n, n+20)
-	for _, node := range c.Running() {
+	holdExactlyUnfailed(t, c.Running(), topic, n+20)
+}
+
+// holdExactlyUnfailed waits until every node's log holds exactly records
+// 0..n-1, and requires that no node's Raft group failed on the way: a
+// wrong batch fails a follower's group, which repair then brings back from
+// the leader, so the log alone would not tell.
+func holdExactlyUnfailed(t *testing.T, nodes []*brokertest.Node, topic string, n int) {
+	t.Helper()
+	for _, node := range nodes {
 		brokertest.Await(t, fmt.Sprintf("node %d's log to hold every acknowledged record", node.Cfg.NodeID), func() error {
-			return holdsExactly(node, topic, n+20)
+			return holdsExactly(node, topic, n)
 		})
 		if f := node.B.RaftGroupFailures(); f != 0 {
 			t.Errorf("node %d: %d Raft group failures", node.Cfg.NodeID, f)
