@@ -330,13 +330,10 @@ func (c *Coordinator) Loading(group string) bool { return !c.loaded[c.partition(
 func (c *Coordinator) Unavailable(group string) int16 {
 	p := c.partition(group)
 	switch {
-	case c.unowned[p].Load():
-		if c.leading(p) {
-			return kerr.CoordinatorLoadInProgress.Code
-		}
-		return kerr.NotCoordinator.Code
-	case !c.loaded[p].Load():
+	case c.loading(p):
 		return kerr.CoordinatorLoadInProgress.Code
+	case c.unowned[p].Load():
+		return kerr.NotCoordinator.Code
 	}
 	return 0
 }
