@@ -460,5 +460,13 @@ func devCluster(out io.Writer, nodes, basePort int, dir, flush, logLevel string,
 		fenced.Go(func() { fenceForShutdown(r.b, r.log) })
 	}
 	fenced.Wait()
+	// A fence is committed on the controller first; each node's metadata
+	// applies it a moment later, and a node that closes before it sees the
+	// others fenced would still hand them leaderships.
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if !slices.ContainsFunc(rs, func(r running) bool { return len(r.b.FencedBrokers()) < len(rs) }) {
+			break
+		}
+	}
 	return nil
 }

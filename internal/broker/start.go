@@ -150,6 +150,9 @@ func (b *Broker) startLeadership() error {
 // stops (see cluster.Node.FenceForShutdown).
 func (b *Broker) FenceForShutdown(ctx context.Context) error { return b.cluster.FenceForShutdown(ctx) }
 
+// FencedBrokers are the brokers this node's metadata has fenced so far.
+func (b *Broker) FencedBrokers() []int32 { return b.meta.FencedBrokers() }
+
 // Close stops every subsystem, newest first.
 func (b *Broker) Close() error {
 	var first error

@@ -242,14 +242,25 @@ func (n *Node) FenceForShutdown(ctx context.Context) error {
 	n.live.shutdown = true
 	n.live.mu.Unlock()
 	if n.IsController() {
+		fence := controller.Command{Op: controller.OpFence, IDs: []int32{n.cfg.NodeID}}
 		if others := slices.DeleteFunc(n.UnfencedBrokers(), func(br controller.BrokerInfo) bool { return br.ID == n.cfg.NodeID }); len(others) == 0 {
-			// Every other broker is fenced (stopping too, as when the
-			// whole cluster stops): no one to send clients to instead, and
-			// the quorum may be gone already, so the proposal would only
-			// wait out ctx.
-			return nil
+			// Every other broker is fenced: stopping too, as when the
+			// whole cluster stops. Fenced brokers that are still up must
+			// not hand this one leaderships in their controlled shutdown,
+			// so the fence is still worth proposing - but their quorum may
+			// be gone already, and then the proposal would only wait out
+			// ctx: it gets selfFenceWait (a whole quorum commits in
+			// milliseconds).
+			short, cancel := context.WithTimeout(ctx, selfFenceWait)
+			defer cancel()
+			err := n.Propose(short, fence)
+			if err != nil && short.Err() != nil && ctx.Err() == nil {
+				n.log.Info("not fenced before shutdown: every other broker is fenced and the metadata quorum did not commit in time", "wait", selfFenceWait)
+				return nil
+			}
+			return err
 		}
-		return n.Propose(ctx, controller.Command{Op: controller.OpFence, IDs: []int32{n.cfg.NodeID}})
+		return n.Propose(ctx, fence)
 	}
 	err := n.heartbeat(ctx, true)
 	if err != nil && controllerGone(err) {
@@ -262,6 +273,10 @@ func (n *Node) FenceForShutdown(ctx context.Context) error {
 	}
 	return err
 }
+
+// selfFenceWait bounds the controller's fence of itself when every other
+// broker is fenced already (the whole cluster stopping).
+const selfFenceWait = time.Second
 
 // ErrControllerGone is FenceForShutdown's error when the controller could
 // not be asked because it is stopping or has stopped: it closed or refused
