@@ -79,6 +79,7 @@ type Config struct {
 	ControlledShutdownMaxWait    time.Duration
 	BrokerHeartbeatInterval      time.Duration // 0: the default
 	BrokerSessionTimeout         time.Duration // 0: the default
+	StartupHold                  time.Duration // 0: the default (StartupHold)
 
 	// Self is this broker as it registers (its endpoints and rack);
 	// InterBrokerListener names the endpoint nodes reach each other on.
@@ -303,11 +304,15 @@ func (n *Node) StartupHold() time.Duration {
 	if at == 0 || n.SingleNode() {
 		return 0
 	}
-	left := startupWindow - time.Since(time.Unix(0, at))
+	hold := startupHoldMax
+	if n.cfg.StartupHold > 0 {
+		hold = n.cfg.StartupHold
+	}
+	left := max(startupWindow, 10*hold) - time.Since(time.Unix(0, at))
 	if left <= 0 {
 		return 0
 	}
-	return min(left, startupHoldMax)
+	return min(left, hold)
 }
 
 // Close stops the node's loops, then the Raft host (every group of this
