@@ -127,4 +127,3 @@ func leaderless(seeds []string, topic string) (int, error) {
 	}
 	return 0, last
 }
-
