@@ -102,13 +102,21 @@ func (b *Broker) handleMetadata(ctx context.Context, r *wire.Request) wire.Reply
 // producer its metadata min age (5 s) before it asked again. Kafka's
 // brokers name the leaders their metadata log kept; here the answer waits
 // for Raft to name them - leadership stays Raft's.
-func (b *Broker) respondMetadata(ctx context.Context, r *wire.Request, resp *kmsg.MetadataResponse) wire.Reply {
-	if b.cluster != nil && leaderless(resp) {
-		if hold := b.cluster.StartupHold(); hold > 0 {
-			b.awaitLeaders(ctx, r, resp, hold)
-		}
+// The wait runs in the Reply, on the connection's writer goroutine: the
+// reader must not block.
+func (b *Broker) respondMetadata(_ context.Context, r *wire.Request, resp *kmsg.MetadataResponse) wire.Reply {
+	if b.cluster == nil || !leaderless(resp) {
+		return wire.Respond(resp)
 	}
-	return wire.Respond(resp)
+	hold := b.cluster.StartupHold()
+	if hold <= 0 {
+		return wire.Respond(resp)
+	}
+	listener := b.listenerName(r)
+	return func(ctx context.Context) kmsg.Response {
+		b.awaitLeaders(ctx, listener, resp, hold)
+		return resp
+	}
 }
 
 // metadataHoldPoll is how often a held Metadata answer looks again (only
@@ -117,12 +125,11 @@ const metadataHoldPoll = 20 * time.Millisecond
 
 // awaitLeaders refreshes resp's brokers and its leaderless partitions
 // until every partition has a leader, for at most hold.
-func (b *Broker) awaitLeaders(ctx context.Context, r *wire.Request, resp *kmsg.MetadataResponse, hold time.Duration) {
+func (b *Broker) awaitLeaders(ctx context.Context, listener string, resp *kmsg.MetadataResponse, hold time.Duration) {
 	deadline := time.NewTimer(hold)
 	defer deadline.Stop()
 	tick := time.NewTicker(metadataHoldPoll)
 	defer tick.Stop()
-	listener := b.listenerName(r)
 	changes, gen := b.replicas.AllRaftChanges(), b.meta.Generation()
 	for {
 		select {
