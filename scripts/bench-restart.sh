@@ -14,6 +14,7 @@
 #
 #   scripts/bench-restart.sh [BINARY...]     # default: this tree
 #   PARTITIONS=300 ROUNDS=3 PORT=41000 scripts/bench-restart.sh OLD NEW
+#   KCAT_DEBUG=metadata,topic KEEP_LOG=/tmp/x scripts/bench-restart.sh   # kcat's debug log kept
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 nodes=${NODES:-3}
@@ -74,9 +75,10 @@ for round in $(seq "$rounds"); do
 		stop
 		start "$bin"
 		t0=$(now)
-		echo x | kcat -P -b "$bootstrap" -t restart -p $((parts - 1)) -X request.required.acks=-1 2>>"$work/log"
+		echo x | kcat -P -b "$bootstrap" -t restart -p $((parts - 1)) -X request.required.acks=-1 ${KCAT_DEBUG:+-d "$KCAT_DEBUG"} 2>>"$work/log"
 		kc=$(since "$t0")
 		stop
+		[ -z "${KEEP_LOG:-}" ] || cp "$work/log" "$KEEP_LOG.$round.$bin"
 		echo "round $round $bin partitions=$parts rf=$rf: franz-go $fr; kcat first_ack=${kc}s"
 	done
 done
