@@ -71,7 +71,7 @@ for round in $(seq "$rounds"); do
 		sleep 3 # groups quiesce
 		stop
 		start "$bin"
-		fr=$("$work/probe" -bootstrap "$bootstrap" -topic restart -partitions "$parts" 2>>"$work/log")
+		fr=$("$work/probe" ${PROBE_VERBOSE:+-v} -bootstrap "$bootstrap" -topic restart -partitions "$parts" 2>>"$work/log")
 		stop
 		start "$bin"
 		t0=$(now)

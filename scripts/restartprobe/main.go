@@ -46,6 +46,7 @@ func main() {
 	topic := flag.String("topic", "restart", "topic")
 	parts := flag.Int("partitions", 300, "partitions of the topic: one record to each")
 	timeout := flag.Duration("timeout", 60*time.Second, "give up after")
+	verbose := flag.Bool("v", false, "log the client's info lines to stderr")
 	flag.Parse()
 
 	h := &hooks{errs: map[string]int{}}
@@ -56,13 +57,20 @@ func main() {
 	if n, err := leaderless(seeds, *topic); err == nil {
 		h.leaderless.Store(int64(n))
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(*topic),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.WithHooks(h))
+	opts := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(*topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.WithHooks(h)}
+	if *verbose {
+		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, func() string { return time.Now().Format("15:04:05.000 ") })))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	defer cl.Close()
+	if *verbose {
+		fmt.Fprintf(os.Stderr, "%s probe start, first Metadata answered\n", start.Format("15:04:05.000"))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	var first atomic.Int64
