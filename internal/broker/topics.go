@@ -98,7 +98,7 @@ func (b *Broker) setTopicConfigs(name string, configs map[string]string) (contro
 
 // topicLogConfig is the log configuration of t's partitions.
 func (b *Broker) topicLogConfig(t controller.Topic) storage.Config {
-	return topicconfig.LogConfig(b.cfg.LogDefaults, t.Configs, func(name, value string, err error) {
+	return topicconfig.LogConfig(b.cfg.LogDefaults, b.replicas.Dynamic().Under(t.Configs), func(name, value string, err error) {
 		b.log.Warn("ignoring bad topic config", "topic", t.Name, "config", name, "value", value, "err", err)
 	})
 }
@@ -106,10 +106,10 @@ func (b *Broker) topicLogConfig(t controller.Topic) storage.Config {
 // topicLogAppendTime reports whether t's message.timestamp.type is
 // LogAppendTime.
 func (b *Broker) topicLogAppendTime(t controller.Topic) bool {
-	return topicconfig.LogAppendTime(b.cfg.LogDefaults, t.Configs)
+	return topicconfig.LogAppendTime(b.cfg.LogDefaults, b.replicas.Dynamic().Under(t.Configs))
 }
 
 // topicMinInsyncReplicas is t's min.insync.replicas.
 func (b *Broker) topicMinInsyncReplicas(t controller.Topic) int32 {
-	return topicconfig.MinInsyncReplicas(b.cfg.LogDefaults, t.Configs)
+	return topicconfig.MinInsyncReplicas(b.cfg.LogDefaults, b.replicas.Dynamic().Under(t.Configs))
 }
