@@ -351,10 +351,11 @@ func (n *Node) applyLoop() {
 				if end > st.CommitOffset {
 					return errStopScan
 				}
+				var err error
 				if !h.IsControl() {
-					n.applyBatch(end, batch)
+					err = n.applyBatch(end, batch)
 				}
-				n.setApplied(end, nil)
+				n.setApplied(end, err)
 				return nil
 			})
 			if err != nil && !errors.Is(err, errStopScan) {
