@@ -392,10 +392,11 @@ func (n *Node) applyLoop() {
 				if end > st.CommitOffset {
 					return errStopScan
 				}
+				var err error
 				if !h.IsControl() {
-					n.applyBatch(end, batch)
+					err = n.applyBatch(end, batch)
 				}
-				n.setApplied(end, nil)
+				n.setApplied(end, err)
 				return nil
 			})
 			if err != nil && !errors.Is(err, errStopScan) {
@@ -492,6 +493,9 @@ func (n *Node) apply(end int64, cmd controller.Command) error {
 		}
 	case controller.OpTopicConfigs:
 		n.replicas.ApplyConfigs(t)
+	case controller.OpBrokerConfigs:
+		n.log.Info("dynamic broker configs changed", "scope", brokerScope(cmd.Name), "configs", cmd.Configs)
+		n.replicas.RefreshDynamic()
 	case controller.OpRegister:
 		n.log.Info("broker registered", "broker", cmd.Broker.ID, "host", cmd.Broker.Host, "port", cmd.Broker.Port, "rack", cmd.Broker.Rack, "raft_addr", cmd.Broker.RaftAddr)
 		if cmd.Broker.RaftAddr != "" && cmd.Broker.ID != n.cfg.NodeID {
@@ -942,7 +946,10 @@ func (n *Node) DeleteTopic(name string) (controller.Topic, error) {
 	return t, n.Propose(context.Background(), controller.Command{Op: controller.OpDeleteTopic, Name: name})
 }
 
-func (n *Node) AddPartitions(name string, total int32) (controller.Topic, error) {
+// AddPartitions grows topic name to total partitions through the
+// controller, the new ones placed on assign's replicas (one list per new
+// partition, already validated) or, without assign, like a new topic's.
+func (n *Node) AddPartitions(name string, total int32, assign [][]int32) (controller.Topic, error) {
 	t, ok := n.meta.Topic(name)
 	if !ok {
 		return t, controller.ErrUnknownTopic
@@ -953,19 +960,31 @@ func (n *Node) AddPartitions(name string, total int32) (controller.Topic, error)
 	if total <= t.Partitions {
 		return t, controller.ErrInvalidCount
 	}
-	rf := int16(len(n.cfg.Peers))
-	if len(t.Replicas) > 0 {
-		rf = int16(len(t.Replicas[0]))
-	}
-	reps, err := n.placeReplicas(total-t.Partitions, rf)
-	if err != nil {
-		return t, err
+	reps := assign
+	if reps == nil {
+		rf := int16(len(n.cfg.Peers))
+		if len(t.Replicas) > 0 {
+			rf = int16(len(t.Replicas[0]))
+		}
+		var err error
+		if reps, err = n.placeReplicas(total-t.Partitions, rf); err != nil {
+			return t, err
+		}
 	}
 	if err := n.Propose(context.Background(), controller.Command{Op: controller.OpAddPartitions, Name: name, Partitions: total, Replicas: reps}); err != nil {
 		return t, err
 	}
 	t, _ = n.meta.Topic(name)
 	return t, nil
+}
+
+// SetBrokerConfigs replaces the dynamic broker configs of scope ("" the
+// cluster-wide default, else a broker id) through the controller.
+func (n *Node) SetBrokerConfigs(scope string, configs map[string]string) error {
+	if !n.IsController() {
+		return notController()
+	}
+	return n.Propose(context.Background(), controller.Command{Op: controller.OpBrokerConfigs, Name: scope, Configs: configs})
 }
 
 func (n *Node) SetTopicConfigs(name string, configs map[string]string) (controller.Topic, error) {
@@ -1084,4 +1103,12 @@ func (n *Node) waitAppliedPast(ctx context.Context, before int64) {
 			return
 		}
 	}
+}
+
+// brokerScope names a dynamic broker config scope for the log.
+func brokerScope(name string) string {
+	if name == "" {
+		return "cluster default"
+	}
+	return "broker " + name
 }
