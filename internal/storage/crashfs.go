@@ -351,6 +351,7 @@ func (fs *CrashFS) survivor(n *memNode, torn bool) *memNode {
 type injected struct {
 	op, path string
 	err      error
+	exact    bool // path is the whole path, not a substring
 }
 
 // NewCrashFS returns an empty CrashFS; seed drives torn-write lengths.
@@ -372,14 +373,27 @@ const (
 	OpRemove   = "remove"
 	OpRename   = "rename"
 	OpSyncDir  = "syncdir"
+	// OpMkdir fails MkdirAll when it would create a directory whose path
+	// matches (one that exists is not made again, so not matched).
+	OpMkdir     = "mkdir"
+	OpRemoveAll = "removeall"
+	OpReadDir   = "readdir"
 )
 
 // InjectError makes op on every path containing pathSubstr fail with err
-// until ClearErrors.
+// until ClearErrors. For a rename the old name is matched.
 func (fs *CrashFS) InjectError(op, pathSubstr string, err error) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	fs.inject = append(fs.inject, injected{op, pathSubstr, err})
+	fs.inject = append(fs.inject, injected{op: op, path: pathSubstr, err: err})
+}
+
+// InjectErrorPath is InjectError for exactly one path (a directory whose
+// name is a prefix of every path below it: its own SyncDir only).
+func (fs *CrashFS) InjectErrorPath(op, path string, err error) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.inject = append(fs.inject, injected{op: op, path: filepath.Clean(path), err: err, exact: true})
 }
 
 // ClearErrors removes all injected errors and the capacity limit.
@@ -406,7 +420,7 @@ func (fs *CrashFS) SetCapacity(bytes int64) {
 
 func (fs *CrashFS) injectedErr(op, path string) error {
 	for _, in := range fs.inject {
-		if in.op == op && strings.Contains(path, in.path) {
+		if in.op == op && (in.path == path || !in.exact && strings.Contains(path, in.path)) {
 			return &os.PathError{Op: op, Path: path, Err: in.err}
 		}
 	}
@@ -567,7 +581,11 @@ func (fs *CrashFS) MkdirAll(dir string, perm os.FileMode) error {
 		case ok && e.f != nil:
 			return &os.PathError{Op: "mkdir", Path: filepath.Join(append([]string{root}, parts[:i+1]...)...), Err: syscall.ENOTDIR}
 		case !ok:
-			if err := fs.tick("mkdir", dir); err != nil {
+			made := filepath.Join(append([]string{root}, parts[:i+1]...)...)
+			if err := fs.injectedErr(OpMkdir, made); err != nil {
+				return err
+			}
+			if err := fs.tick(OpMkdir, made); err != nil {
 				return err
 			}
 			e = memEntry{d: newMemDir()}
@@ -582,6 +600,9 @@ func (fs *CrashFS) ReadDir(dir string) ([]string, error) {
 	dir = filepath.Clean(dir)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	if err := fs.injectedErr(OpReadDir, dir); err != nil {
+		return nil, err
+	}
 	if fs.down {
 		return nil, &os.PathError{Op: "readdir", Path: dir, Err: errCrashed}
 	}
@@ -599,6 +620,9 @@ func (fs *CrashFS) RemoveAll(dir string) error {
 	dir = filepath.Clean(dir)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	if err := fs.injectedErr(OpRemoveAll, dir); err != nil {
+		return err
+	}
 	if fs.down {
 		return &os.PathError{Op: "removeall", Path: dir, Err: errCrashed}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"syscall"
 	"testing"
 )
 
@@ -192,5 +193,43 @@ func TestMkdirAllDurableOS(t *testing.T) {
 	}
 	if err := MkdirAllDurable(OSFS(), dir+"/f/g"); err == nil {
 		t.Fatal("a directory under a file")
+	}
+}
+
+// Errors can be injected into the directory operations too: mkdir (only
+// where a directory is made), RemoveAll, ReadDir, and with an exact path
+// a directory's own SyncDir without those below it.
+func TestCrashFSDirectoryErrorInjection(t *testing.T) {
+	fs := NewCrashFS(1)
+	fs.MkdirAllForTest("/data/old")
+	fs.InjectError(OpMkdir, "/data/new", syscall.EMFILE)
+	if err := fs.MkdirAll("/data/old", 0o755); err != nil {
+		t.Fatalf("mkdir of an existing directory: %v", err)
+	}
+	if err := fs.MkdirAll("/data/new/q", 0o755); !errors.Is(err, syscall.EMFILE) {
+		t.Fatalf("injected mkdir error: %v", err)
+	}
+	if got := dirNames(t, fs, "/data"); !slices.Equal(got, []string{"old"}) {
+		t.Fatalf("a failed mkdir made %v", got)
+	}
+	fs.InjectError(OpRemoveAll, "old", syscall.EIO)
+	if err := fs.RemoveAll("/data/old"); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("injected removeall error: %v", err)
+	}
+	fs.InjectError(OpReadDir, "old", syscall.EIO)
+	if _, err := fs.ReadDir("/data/old"); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("injected readdir error: %v", err)
+	}
+	fs.InjectErrorPath(OpSyncDir, "/data", syscall.EIO)
+	if err := fs.SyncDir("/data"); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("injected syncdir error: %v", err)
+	}
+	mustSyncDir(t, fs, "/data/old")
+	fs.ClearErrors()
+	if err := fs.MkdirAll("/data/new/q", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.RemoveAll("/data/old"); err != nil {
+		t.Fatal(err)
 	}
 }
