@@ -218,6 +218,10 @@ func writeFileAtomic(fsys FS, name string, data []byte) error {
 	return err
 }
 
+// errFileTooLarge: ReadFile found more than its limit (damaged content,
+// not an I/O error).
+var errFileTooLarge = errors.New("file too large")
+
 // ReadFile reads a whole (small) file, refusing more than limit bytes.
 func ReadFile(fsys FS, name string, limit int64) ([]byte, error) {
 	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
@@ -230,7 +234,7 @@ func ReadFile(fsys FS, name string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	if n > limit {
-		return nil, errors.New("file too large")
+		return nil, fmt.Errorf("%s: %w", name, errFileTooLarge)
 	}
 	b := make([]byte, n)
 	if _, err := f.ReadAt(b, 0); err != nil && !(err == io.EOF && n == 0) {

@@ -387,7 +387,14 @@ func (l *Log) recover() error {
 		act = l.active()
 	}
 	if haveEpochs {
+		// A checkpoint that cannot be read (EMFILE, EIO) fails the open:
+		// only damaged content is rebuilt from the batches, which lose
+		// the epoch of start-1 once its segment is gone, and the rebuilt
+		// file would replace the good one for good.
 		b, err := ReadFile(l.fs, filepath.Join(l.dir, epochCheckpoint), 64+int64(maxEpochEntries)*32)
+		if err != nil && !errors.Is(err, errFileTooLarge) {
+			return fmt.Errorf("storage: open %s: read %s: %w", l.dir, epochCheckpoint, err)
+		}
 		if err == nil {
 			l.epochs, err = parseEpochCheckpoint(b)
 		}
