@@ -2,6 +2,7 @@ package partition
 
 import (
 	"errors"
+	"syscall"
 	"testing"
 	"time"
 
@@ -126,5 +127,75 @@ func TestProducerSnapshotSurvivesPowerCut(t *testing.T) {
 	fsys.Crash()
 	if _, ok := fsys.ReadFileForTest(snap); !ok {
 		t.Fatalf("the producer snapshot %s is gone after a power cut that followed the clean stop", snap)
+	}
+}
+
+// TestDeleteWithFailedDirSyncStaysDeleted: the data directory's fsync
+// after a partition's directory was renamed aside fails (EIO), so the
+// rename is not durable; the deletion fails and is retried (as the
+// replica manager's FinishPendingDelete does), succeeds, then the power
+// goes. The directory must not come back at its name: whole, the new
+// topic of the name could never open over it; without some files
+// (partition.metadata), it would serve the deleted topic's records.
+func TestDeleteWithFailedDirSyncStaysDeleted(t *testing.T) {
+	for seed := int64(1); seed <= 10; seed++ {
+		for _, torn := range []bool{false, true} {
+			fsys := storage.NewCrashFS(seed)
+			m := newCrashNode(t, fsys, "/data")
+			p, err := m.Open("d", [16]byte{4}, 0, storage.DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustAppend(t, p, batch(t, -1, -1, -1, 3), 0, false)
+			fsys.InjectErrorPath(storage.OpSyncDir, "/data", syscall.EIO)
+			if err := m.DeleteTopic("d"); !errors.Is(err, syscall.EIO) {
+				t.Fatalf("delete with a failing fsync of the data directory: %v", err)
+			}
+			fsys.ClearErrors()
+			if err := m.DeleteTopic("d"); err != nil {
+				t.Fatalf("retried delete: %v", err)
+			}
+			m.powerCut(fsys, torn)
+
+			m = newCrashNode(t, fsys, "/data")
+			p, err = m.Open("d", [16]byte{5}, 0, storage.DefaultConfig())
+			if err != nil {
+				t.Fatalf("seed %d torn %v: the new topic does not open over the deleted one's directory: %v", seed, torn, err)
+			}
+			if end := p.LogEndOffset(); end != 0 {
+				t.Fatalf("seed %d torn %v: the new topic has the deleted one's records (end %d)", seed, torn, end)
+			}
+			m.stop()
+		}
+	}
+}
+
+// TestDeleteTopicListingErrorFails: DeleteTopic finds the directories of
+// partitions not open in this process by listing the data directory; when
+// the listing fails (EMFILE) the deletion must fail too, to be retried,
+// not pass as finished with the directories left at their names.
+func TestDeleteTopicListingErrorFails(t *testing.T) {
+	fsys := storage.NewCrashFS(1)
+	m := newCrashNode(t, fsys, "/data")
+	p, err := m.Open("d", [16]byte{4}, 0, storage.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, p, batch(t, -1, -1, -1, 3), 0, false)
+	m.stop()
+	m = newCrashNode(t, fsys, "/data")
+	fsys.InjectErrorPath(storage.OpReadDir, "/data", syscall.EMFILE)
+	if err := m.DeleteTopic("d"); !errors.Is(err, syscall.EMFILE) {
+		t.Fatalf("delete with a failing listing of the data directory: %v", err)
+	}
+	fsys.ClearErrors()
+	if err := m.DeleteTopic("d"); err != nil {
+		t.Fatalf("retried delete: %v", err)
+	}
+	if p, err = m.Open("d", [16]byte{5}, 0, storage.DefaultConfig()); err != nil {
+		t.Fatalf("the new topic does not open after the deletion: %v", err)
+	}
+	if end := p.LogEndOffset(); end != 0 {
+		t.Fatalf("the new topic has the deleted one's records (end %d)", end)
 	}
 }
