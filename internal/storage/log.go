@@ -1957,23 +1957,6 @@ func (l *Log) Close() error {
 	return nil
 }
 
-// Delete closes the log and removes its directory (topic deletion).
-func (l *Log) Delete() error {
-	l.mu.Lock()
-	if !l.closed {
-		l.closed = true
-		for _, s := range l.segs {
-			s.unref()
-		}
-		l.wake()
-	}
-	l.mu.Unlock()
-	if err := l.fs.RemoveAll(l.dir); err != nil {
-		return fmt.Errorf("storage: delete %s: %w", l.dir, err)
-	}
-	return nil
-}
-
 // Dir returns the log's directory.
 func (l *Log) Dir() string { return l.dir }
 
