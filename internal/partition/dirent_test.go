@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"context"
 	"errors"
 	"syscall"
 	"testing"
@@ -197,5 +198,77 @@ func TestDeleteTopicListingErrorFails(t *testing.T) {
 	}
 	if end := p.LogEndOffset(); end != 0 {
 		t.Fatalf("the new topic has the deleted one's records (end %d)", end)
+	}
+}
+
+// TestDeleteRecreateCrashAtEveryStep: create a topic, acknowledge
+// records, delete it, create a topic of the same name and acknowledge
+// records in it, with a power cut in place of each filesystem operation
+// in turn (torn on odd steps). After it, with the deletion retried if it
+// had not finished (as the replica manager's start-up does), the new
+// topic opens, holds every record acknowledged in it and none of the
+// deleted one's. The old topic's batch has 3 records, the new one's 2.
+func TestDeleteRecreateCrashAtEveryStep(t *testing.T) {
+	ctx := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard only
+		t.Cleanup(cancel)
+		return ctx
+	}
+	for step := int64(1); ; step++ {
+		fsys := storage.NewCrashFS(step)
+		m := newCrashNode(t, fsys, "/data")
+		if step%2 == 1 {
+			fsys.CrashTornAfter(step)
+		} else {
+			fsys.CrashAfter(step)
+		}
+		deleted, acked := false, false
+		func() {
+			p, err := m.Open("d", [16]byte{4}, 0, storage.DefaultConfig())
+			if err != nil {
+				return
+			}
+			res, err := p.Append(batch(t, -1, -1, -1, 3))
+			if err != nil || p.WaitCommitted(ctx(), res.LastOffset+1) != nil {
+				return
+			}
+			if m.DeleteTopic("d") != nil {
+				return
+			}
+			deleted = true
+			if p, err = m.Open("d", [16]byte{5}, 0, storage.DefaultConfig()); err != nil {
+				return
+			}
+			if res, err = p.Append(batch(t, -1, -1, -1, 2)); err != nil || p.WaitCommitted(ctx(), res.LastOffset+1) != nil {
+				return
+			}
+			acked = true
+		}()
+		done := !fsys.Down()
+		if done {
+			fsys.Crash()
+		}
+		m.crash()
+		fsys.Reboot()
+
+		m = newCrashNode(t, fsys, "/data")
+		if !deleted {
+			if err := m.DeleteTopic("d"); err != nil {
+				t.Fatalf("step %d: retried delete: %v", step, err)
+			}
+		}
+		p, err := m.Open("d", [16]byte{5}, 0, storage.DefaultConfig())
+		if err != nil {
+			t.Fatalf("step %d: the new topic does not open: %v", step, err)
+		}
+		end := p.LogEndOffset()
+		if end != 0 && end != 2 || acked && end != 2 {
+			t.Fatalf("step %d (deleted %v, acked %v): the new topic ends at %d: want its 2 records (0 if unacknowledged), never the deleted one's 3", step, deleted, acked, end)
+		}
+		m.stop()
+		if done {
+			t.Logf("%d steps", step)
+			return
+		}
 	}
 }

@@ -44,13 +44,14 @@ type CrashFS struct {
 	// crashIn > 0 crashes the FS when that many more have been asked for
 	// (the last one does not happen), after which it is down - every
 	// operation fails - until Reboot.
-	ops      int64
-	crashIn  int64
-	down     bool
-	onSync   func(path string)
-	delayFor map[string]time.Duration // extra Sync delay by path substring
-	direct   bool                     // files accept WriteDirect (SetDirectIO)
-	directs  int64                    // WriteDirect calls that wrote
+	ops       int64
+	crashIn   int64
+	crashTorn bool // the power cut CrashAfter chose is CrashTorn's
+	down      bool
+	onSync    func(path string)
+	delayFor  map[string]time.Duration // extra Sync delay by path substring
+	direct    bool                     // files accept WriteDirect (SetDirectIO)
+	directs   int64                    // WriteDirect calls that wrote
 }
 
 // SetDirectIO makes the files accept direct writes (log.direct.io), with
@@ -78,7 +79,14 @@ func (fs *CrashFS) DirectWrites() int64 {
 func (fs *CrashFS) CrashAfter(n int64) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	fs.crashIn = n
+	fs.crashIn, fs.crashTorn = n, false
+}
+
+// CrashTornAfter is CrashAfter with a torn power cut (CrashTorn).
+func (fs *CrashFS) CrashTornAfter(n int64) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.crashIn, fs.crashTorn = n, true
 }
 
 // Reboot brings a crashed FS back up (the machine restarted).
@@ -112,7 +120,7 @@ func (fs *CrashFS) tick(op, path string) error {
 	fs.ops++
 	if fs.crashIn > 0 {
 		if fs.crashIn--; fs.crashIn == 0 {
-			fs.crashLocked(false)
+			fs.crashLocked(fs.crashTorn)
 			fs.down = true
 			return &os.PathError{Op: op, Path: path, Err: errCrashed}
 		}
