@@ -216,6 +216,7 @@ func TestDeleteRecreateCrashAtEveryStep(t *testing.T) {
 	}
 	for step := int64(1); ; step++ {
 		fsys := storage.NewCrashFS(step)
+		fsys.SetDirPrefix(true)
 		m := newCrashNode(t, fsys, "/data")
 		if step%2 == 1 {
 			fsys.CrashTornAfter(step)

@@ -52,6 +52,57 @@ type CrashFS struct {
 	delayFor  map[string]time.Duration // extra Sync delay by path substring
 	direct    bool                     // files accept WriteDirect (SetDirectIO)
 	directs   int64                    // WriteDirect calls that wrote
+	// pending: directory changes not yet made durable by their
+	// directory's SyncDir, in the order they were made (SetDirPrefix).
+	pending   []dirOp
+	opGroup   int
+	dirPrefix bool
+	dirRng    *rand.Rand // its own source: fs.rng's draws (torn lengths) stay what they were per seed
+}
+
+// dirOp is one change of a directory entry: name set to e, or removed.
+// The two halves of a rename share a group and persist together.
+type dirOp struct {
+	d       *memDir
+	name    string
+	e       memEntry
+	present bool
+	group   int
+}
+
+// SetDirPrefix makes CrashTorn (and CrashTornAfter) also keep a random
+// prefix, in the order they were made, of the directory changes that no
+// SyncDir made durable yet: a journaling filesystem (ext4) commits them in
+// order, and a power cut can fall after any commit. A rename's two entries
+// persist together. Off, every unsynced directory change is lost.
+func (fs *CrashFS) SetDirPrefix(on bool) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.dirPrefix = on
+}
+
+// noteOp records a directory change (fs.mu held).
+func (fs *CrashFS) noteOp(d *memDir, name string, e memEntry, present bool, newGroup bool) {
+	if newGroup {
+		fs.opGroup++
+	}
+	fs.pending = append(fs.pending, dirOp{d: d, name: name, e: e, present: present, group: fs.opGroup})
+}
+
+// applyPrefixLocked makes a random prefix of the pending directory changes
+// durable (a torn crash with SetDirPrefix).
+func (fs *CrashFS) applyPrefixLocked() {
+	k := fs.dirRng.Intn(len(fs.pending) + 1)
+	for k > 0 && k < len(fs.pending) && fs.pending[k].group == fs.pending[k-1].group {
+		k++
+	}
+	for _, op := range fs.pending[:k] {
+		if op.present {
+			op.d.dur[op.name] = op.e
+		} else {
+			delete(op.d.dur, op.name)
+		}
+	}
 }
 
 // SetDirectIO makes the files accept direct writes (log.direct.io), with
@@ -366,6 +417,7 @@ type injected struct {
 func NewCrashFS(seed int64) *CrashFS {
 	return &CrashFS{
 		rng:      rand.New(rand.NewSource(seed)),
+		dirRng:   rand.New(rand.NewSource(seed*7877 + 1)),
 		roots:    map[string]*memDir{"/": newMemDir(), ".": newMemDir()},
 		capacity: -1,
 	}
@@ -452,6 +504,10 @@ func (fs *CrashFS) crash(torn bool) {
 }
 
 func (fs *CrashFS) crashLocked(torn bool) {
+	if torn && fs.dirPrefix && len(fs.pending) > 0 {
+		fs.applyPrefixLocked()
+	}
+	fs.pending = nil
 	fs.gen++
 	fs.roots = fs.durableTree(torn)
 }
@@ -496,6 +552,7 @@ func (fs *CrashFS) OpenFile(name string, flag int, perm os.FileMode) (File, erro
 	case !ok:
 		n = &memNode{}
 		dir.cur[base] = memEntry{f: n}
+		fs.noteOp(dir, base, dir.cur[base], true, true)
 	}
 	if flag&os.O_TRUNC != 0 {
 		n.data = nil
@@ -527,6 +584,7 @@ func (fs *CrashFS) Remove(name string) error {
 		return &os.PathError{Op: "remove", Path: name, Err: syscall.ENOTEMPTY}
 	}
 	delete(dir.cur, base)
+	fs.noteOp(dir, base, memEntry{}, false, true)
 	return nil
 }
 
@@ -569,6 +627,8 @@ func (fs *CrashFS) Rename(oldname, newname string) error {
 	}
 	delete(from.cur, fromBase)
 	to.cur[toBase] = e
+	fs.noteOp(to, toBase, e, true, true)
+	fs.noteOp(from, fromBase, memEntry{}, false, false)
 	return nil
 }
 
@@ -598,6 +658,7 @@ func (fs *CrashFS) MkdirAll(dir string, perm os.FileMode) error {
 			}
 			e = memEntry{d: newMemDir()}
 			d.cur[p] = e
+			fs.noteOp(d, p, e, true, true)
 		}
 		d = e.d
 	}
@@ -646,6 +707,7 @@ func (fs *CrashFS) RemoveAll(dir string) error {
 		return err
 	}
 	delete(parent.cur, base)
+	fs.noteOp(parent, base, memEntry{}, false, true)
 	if e.d != nil {
 		var unlink func(d *memDir)
 		unlink = func(d *memDir) {
@@ -683,6 +745,7 @@ func (fs *CrashFS) SyncDir(dir string) error {
 	for name, e := range d.cur {
 		d.dur[name] = e
 	}
+	fs.pending = slices.DeleteFunc(fs.pending, func(op dirOp) bool { return op.d == d })
 	fs.mu.Unlock()
 	fs.synced(dir)
 	return nil

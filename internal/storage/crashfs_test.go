@@ -2,6 +2,7 @@ package storage
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"syscall"
@@ -231,5 +232,36 @@ func TestCrashFSDirectoryErrorInjection(t *testing.T) {
 	}
 	if err := fs.RemoveAll("/data/old"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// With SetDirPrefix, a torn crash keeps a prefix, in order, of the
+// directory changes no SyncDir made durable, and a rename's two entries
+// persist together; every prefix length comes up over the seeds.
+func TestCrashFSDirPrefix(t *testing.T) {
+	kept := map[string]bool{}
+	for seed := int64(1); seed <= 60; seed++ {
+		fs := NewCrashFS(seed)
+		fs.SetDirPrefix(true)
+		fs.MkdirAllForTest("/d/e")
+		cfsWriteSynced(t, fs, "/d/a", "a")
+		cfsWriteSynced(t, fs, "/d/b", "b")
+		if err := fs.Rename("/d/b", "/d/e/b"); err != nil {
+			t.Fatal(err)
+		}
+		if err := fs.Remove("/d/a"); err != nil {
+			t.Fatal(err)
+		}
+		fs.CrashTorn()
+		got := fmt.Sprint(dirNames(t, fs, "/d"), dirNames(t, fs, "/d/e"))
+		switch got {
+		case "[e] []", "[a e] []", "[a b e] []", "[a e] [b]", "[e] [b]":
+		default:
+			t.Fatalf("seed %d: after the torn crash %s: not a prefix of create a, create b, rename b, remove a", seed, got)
+		}
+		kept[got] = true
+	}
+	if len(kept) != 5 {
+		t.Fatalf("prefixes seen: %v, want all 5", kept)
 	}
 }
