@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"syscall"
@@ -271,5 +272,56 @@ func TestDeleteRecreateCrashAtEveryStep(t *testing.T) {
 			t.Logf("%d steps", step)
 			return
 		}
+	}
+}
+
+// TestSnapshotReadErrorFailsOpen: a producer snapshot that cannot be read
+// (EMFILE) fails the partition's open (it is offline and retried) rather
+// than being removed and the producers rebuilt by scanning the log: the
+// scan cannot see producers whose batches retention removed, and the
+// removal made the loss permanent. Once the file reads again, the open
+// restores them: a retry of the producer's last batch is recognised.
+func TestSnapshotReadErrorFailsOpen(t *testing.T) {
+	fsys := storage.NewCrashFS(1)
+	m := newCrashNode(t, fsys, "/data")
+	cfg := storage.DefaultConfig()
+	cfg.SegmentBytes = 1024
+	p, err := m.Open("t", [16]byte{1}, 0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := batch(t, 7, 0, 0, 3)
+	mustAppend(t, p, bytes.Clone(last), 0, false)
+	for i := range 40 { // other producers, until the log has rolled
+		mustAppend(t, p, batch(t, int64(100+i), 0, 0, 1), int64(3+i), false)
+	}
+	if p.Log().Segments() < 2 {
+		t.Fatalf("%d segments: no roll", p.Log().Segments())
+	}
+	if err := m.host.Compact(p.RaftGroup(), p.Log().EndOffset()-1); err != nil {
+		t.Fatal(err)
+	}
+	snap := p.snapPath
+	m.stop()
+
+	m = newCrashNode(t, fsys, "/data")
+	fsys.InjectErrorPath(storage.OpOpen, snap, syscall.EMFILE)
+	if _, err := m.Open("t", [16]byte{1}, 0, cfg); !errors.Is(err, syscall.EMFILE) {
+		t.Fatalf("open with an unreadable producer snapshot: %v, want the read error", err)
+	}
+	fsys.ClearErrors()
+	if _, ok := fsys.ReadFileForTest(snap); !ok {
+		t.Fatal("the producer snapshot was removed after a read error")
+	}
+	p, err = m.Open("t", [16]byte{1}, 0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Append(bytes.Clone(last))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Duplicate {
+		t.Fatalf("producer 7's retried batch appended again at %d: its state was lost", res.BaseOffset)
 	}
 }
