@@ -325,3 +325,37 @@ func TestSnapshotReadErrorFailsOpen(t *testing.T) {
 		t.Fatalf("producer 7's retried batch appended again at %d: its state was lost", res.BaseOffset)
 	}
 }
+
+// TestNewPartitionDirSyncFailureRetried: the data directory's fsync that
+// makes a new partition's directory name durable fails (or the listing
+// that tells a new directory fails), so the open fails (the replica is
+// offline) and is retried. The retry must still make the directory's name
+// durable - with partition.metadata already in it, it took the directory
+// as made long ago - or a power cut drops the partition with records
+// acknowledged after the retry.
+func TestNewPartitionDirSyncFailureRetried(t *testing.T) {
+	for _, fault := range []struct{ op, path string }{{storage.OpSyncDir, "/data"}, {storage.OpReadDir, "/data/t-0"}} {
+		fsys := storage.NewCrashFS(1)
+		m := newCrashNode(t, fsys, "/data")
+		fsys.InjectErrorPath(fault.op, fault.path, syscall.EIO)
+		if _, err := m.Open("t", [16]byte{1}, 0, storage.DefaultConfig()); !errors.Is(err, syscall.EIO) {
+			t.Fatalf("%s %s fails: open: %v", fault.op, fault.path, err)
+		}
+		fsys.ClearErrors()
+		p, err := m.Open("t", [16]byte{1}, 0, storage.DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustAppend(t, p, batch(t, -1, -1, -1, 3), 0, false)
+		m.powerCut(fsys, false)
+
+		m = newCrashNode(t, fsys, "/data")
+		if p, err = m.Open("t", [16]byte{1}, 0, storage.DefaultConfig()); err != nil {
+			t.Fatal(err)
+		}
+		if end := p.LogEndOffset(); end != 3 {
+			t.Fatalf("%s %s failed once: log end %d after the power cut, want the 3 acknowledged records", fault.op, fault.path, end)
+		}
+		m.stop()
+	}
+}

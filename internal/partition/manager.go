@@ -450,19 +450,27 @@ func (m *Manager) claimDir(dir string, id [16]byte) error {
 		return err
 	}
 	data := []byte("version: 0\n" + want + "\n")
-	if names, err := fsys.ReadDir(dir); err == nil && len(names) == 0 {
-		// A new partition: the log created in it next fsyncs this
-		// directory (its ordinal checkpoint), which makes this file's
-		// name durable too - one fsync of it instead of two. A crash
-		// before that leaves an unclaimed empty directory, claimed again
-		// at the next open.
-		if err := storage.WriteFileAtomicNoDirSync(fsys, path, data); err != nil {
+	names, err := fsys.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	if len(names) == 0 {
+		// A new partition. The directory's own name is an entry of the
+		// data directory: fsync that first, or a power cut could drop
+		// the whole partition directory under a Raft journal that
+		// remembers its entries. First, so that a failed fsync leaves
+		// the directory empty and the retry comes here again: once
+		// partition.metadata is in it, an open takes the directory as
+		// made long ago and fsyncs nothing.
+		if err := fsys.SyncDir(filepath.Dir(dir)); err != nil {
 			return err
 		}
-		// The directory's own name is an entry of the data directory:
-		// fsync that too, or a power cut could drop the whole partition
-		// directory under a Raft journal that remembers its entries.
-		return fsys.SyncDir(filepath.Dir(dir))
+		// The log created in it next fsyncs this directory (its
+		// ordinal checkpoint), which makes this file's name durable
+		// too - one fsync of it instead of two. A crash before that
+		// leaves an unclaimed empty directory, claimed again at the
+		// next open.
+		return storage.WriteFileAtomicNoDirSync(fsys, path, data)
 	}
 	_, err = storage.WriteFileAtomic(fsys, path, data)
 	return err
