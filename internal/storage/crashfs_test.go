@@ -265,3 +265,27 @@ func TestCrashFSDirPrefix(t *testing.T) {
 		t.Fatalf("prefixes seen: %v, want all 5", kept)
 	}
 }
+
+// TestMkdirAllDurableSyncFailureRetried: when the parent's fsync fails,
+// MkdirAllDurable fails and takes back the directories it made, so that
+// its retry makes them again and fsyncs their parents; left in place, the
+// retry found them and did nothing, and a power cut dropped them with all
+// that was written in them since.
+func TestMkdirAllDurableSyncFailureRetried(t *testing.T) {
+	fs := NewCrashFS(1)
+	fs.MkdirAllForTest("/data")
+	fs.InjectErrorPath(OpSyncDir, "/data", syscall.EIO)
+	if err := MkdirAllDurable(fs, "/data/p/q"); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("MkdirAllDurable with a failing fsync of the parent: %v", err)
+	}
+	fs.ClearErrors()
+	if err := MkdirAllDurable(fs, "/data/p/q"); err != nil {
+		t.Fatal(err)
+	}
+	cfsWriteSynced(t, fs, "/data/p/q/f", "x")
+	mustSyncDir(t, fs, "/data/p/q")
+	fs.Crash()
+	if b, ok := fs.ReadFileForTest("/data/p/q/f"); !ok || string(b) != "x" {
+		t.Fatalf("file in a directory made by a retried MkdirAllDurable: %q %v after a power cut", b, ok)
+	}
+}

@@ -247,7 +247,9 @@ func ReadFile(fsys FS, name string, limit int64) ([]byte, error) {
 // it creates durable: a new directory is an entry of its parent, which a
 // power cut drops unless the parent is fsynced after the creation (and
 // with it everything written below). It fsyncs the parent of each
-// directory it made; it does nothing more where dir exists.
+// directory it made; it does nothing more where dir exists, so when an
+// fsync fails it removes the directories it made before returning the
+// error: its retry makes them again.
 func MkdirAllDurable(fsys FS, dir string) error {
 	dir = filepath.Clean(dir)
 	var missing []string // deepest first
@@ -282,6 +284,11 @@ func MkdirAllDurable(fsys FS, dir string) error {
 	}
 	for i := len(missing) - 1; i >= 0; i-- {
 		if err := fsys.SyncDir(filepath.Dir(missing[i])); err != nil {
+			// Take back what was made (still empty: nothing was told
+			// of it), or the retry would find it and fsync nothing.
+			for _, d := range missing {
+				fsys.Remove(d)
+			}
 			return err
 		}
 	}
