@@ -87,8 +87,8 @@ func (b *Broker) deleteTopic(name string) (controller.Topic, error) {
 
 // addPartitions raises t's partition count to total through the
 // controller.
-func (b *Broker) addPartitions(name string, total int32) (controller.Topic, error) {
-	return b.cluster.AddPartitions(name, total)
+func (b *Broker) addPartitions(name string, total int32, assign [][]int32) (controller.Topic, error) {
+	return b.cluster.AddPartitions(name, total, assign)
 }
 
 // setTopicConfigs replaces t's overrides through the controller.

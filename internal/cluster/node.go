@@ -901,7 +901,10 @@ func (n *Node) DeleteTopic(name string) (controller.Topic, error) {
 	return t, n.Propose(context.Background(), controller.Command{Op: controller.OpDeleteTopic, Name: name})
 }
 
-func (n *Node) AddPartitions(name string, total int32) (controller.Topic, error) {
+// AddPartitions grows topic name to total partitions through the
+// controller, the new ones placed on assign's replicas (one list per new
+// partition, already validated) or, without assign, like a new topic's.
+func (n *Node) AddPartitions(name string, total int32, assign [][]int32) (controller.Topic, error) {
 	t, ok := n.meta.Topic(name)
 	if !ok {
 		return t, controller.ErrUnknownTopic
@@ -912,13 +915,16 @@ func (n *Node) AddPartitions(name string, total int32) (controller.Topic, error)
 	if total <= t.Partitions {
 		return t, controller.ErrInvalidCount
 	}
-	rf := int16(len(n.cfg.Peers))
-	if len(t.Replicas) > 0 {
-		rf = int16(len(t.Replicas[0]))
-	}
-	reps, err := n.placeReplicas(total-t.Partitions, rf)
-	if err != nil {
-		return t, err
+	reps := assign
+	if reps == nil {
+		rf := int16(len(n.cfg.Peers))
+		if len(t.Replicas) > 0 {
+			rf = int16(len(t.Replicas[0]))
+		}
+		var err error
+		if reps, err = n.placeReplicas(total-t.Partitions, rf); err != nil {
+			return t, err
+		}
 	}
 	if err := n.Propose(context.Background(), controller.Command{Op: controller.OpAddPartitions, Name: name, Partitions: total, Replicas: reps}); err != nil {
 		return t, err
