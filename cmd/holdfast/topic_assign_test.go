@@ -15,13 +15,9 @@ import (
 	"holdfast/internal/brokertest"
 )
 
-// TestClusterReplicaAssignmentCLI: on a 3-node dev cluster, `topic create
-// --replica-assignment` and `topic add-partitions --replica-assignment`
-// (kafka-topics.sh's syntax) place every partition on exactly the named
-// brokers, the first one leading it, and the partitions take records; an
-// assignment of another replication factor or naming an unknown broker is
-// refused with INVALID_REPLICA_ASSIGNMENT, and nothing is created.
-func TestClusterReplicaAssignmentCLI(t *testing.T) {
+// TestClusterAdminCLI runs the cluster admin commands against one 3-node
+// dev cluster.
+func TestClusterAdminCLI(t *testing.T) {
 	dc := runDevCluster(t)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(dc.boot), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
@@ -30,7 +26,17 @@ func TestClusterReplicaAssignmentCLI(t *testing.T) {
 	defer cl.Close()
 	dc.createTopic(t, kadm.NewClient(cl), "formed") // waits until the cluster formed
 	b := "--bootstrap=" + dc.boot
+	t.Run("replica-assignment", func(t *testing.T) { testReplicaAssignmentCLI(t, dc, cl, b) })
+	t.Run("broker-config", func(t *testing.T) { testBrokerConfigCLI(t, cl, b) })
+}
 
+// testReplicaAssignmentCLI: `topic create --replica-assignment` and `topic
+// add-partitions --replica-assignment` (kafka-topics.sh's syntax) place
+// every partition on exactly the named brokers, the first one leading it,
+// and the partitions take records; an assignment of another replication
+// factor or naming an unknown broker is refused with
+// INVALID_REPLICA_ASSIGNMENT, and nothing is created.
+func testReplicaAssignmentCLI(t *testing.T, dc *devClusterProc, cl *kgo.Client, b string) {
 	out := ok(t, "", "topic", "create", "pinned", "--replica-assignment", "3:1,2:3,1:2", b)
 	if want := "created pinned (3 partitions, replication factor 2)"; !strings.Contains(out, want) {
 		t.Fatalf("create: %q, want %q", out, want)
@@ -124,4 +130,44 @@ func replicasOf(t *testing.T, cl *kgo.Client, topic string) [][]int32 {
 		}
 	}
 	return out
+}
+
+// testBrokerConfigCLI: `cluster config --set` changes the cluster-wide
+// defaults every node describes and topics inherit; `--broker N` one
+// broker's; `--delete` takes them back; a static config is refused.
+func testBrokerConfigCLI(t *testing.T, cl *kgo.Client, b string) {
+	if out := ok(t, "", "cluster", "config", b); !strings.Contains(out, "no dynamic configs in the cluster-wide defaults") {
+		t.Fatalf("cluster config before any change:\n%s", out)
+	}
+	ok(t, "", "cluster", "config", "--set", "log.retention.ms=86400000", "--set", "min.insync.replicas=2", b)
+	out := ok(t, "", "cluster", "config", b)
+	row(t, out, "log.retention.ms", "86400000", "dynamic_default_broker")
+	row(t, out, "min.insync.replicas", "2", "dynamic_default_broker")
+	ok(t, "", "topic", "create", "inherits", "--partitions", "1", "--replication-factor", "3", b)
+	brokertest.Await(t, "every node to describe the inherited retention.ms", func() error {
+		desc := hf(t, "", "topic", "describe", "inherits", b)
+		if !strings.Contains(desc.out, "86400000") {
+			return fmt.Errorf("describe:\n%s%s", desc.out, desc.err)
+		}
+		return nil
+	})
+	ok(t, "", "cluster", "config", "--broker", "2", "--set", "log.retention.ms=3600000", b)
+	brokertest.Await(t, "broker 2 to describe its own log.retention.ms", func() error {
+		out := ok(t, "", "cluster", "config", "--broker", "2", b)
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) == 3 && f[0] == "log.retention.ms" {
+				if f[1] != "3600000" || f[2] != "dynamic_broker" {
+					return fmt.Errorf("%v", f)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no log.retention.ms in:\n%s", out)
+	})
+	fails(t, 1, "INVALID_CONFIG", "cluster", "config", "--set", "log.dirs=/elsewhere", b)
+	ok(t, "", "cluster", "config", "--delete", "log.retention.ms", "--delete", "min.insync.replicas", b)
+	ok(t, "", "cluster", "config", "--broker", "2", "--delete", "log.retention.ms", b)
+	if out := ok(t, "", "cluster", "config", b); !strings.Contains(out, "no dynamic configs") {
+		t.Fatalf("cluster config after deleting them:\n%s", out)
+	}
 }

@@ -351,10 +351,11 @@ func (n *Node) applyLoop() {
 				if end > st.CommitOffset {
 					return errStopScan
 				}
+				var err error
 				if !h.IsControl() {
-					n.applyBatch(end, batch)
+					err = n.applyBatch(end, batch)
 				}
-				n.setApplied(end, nil)
+				n.setApplied(end, err)
 				return nil
 			})
 			if err != nil && !errors.Is(err, errStopScan) {
@@ -451,6 +452,9 @@ func (n *Node) apply(end int64, cmd controller.Command) error {
 		}
 	case controller.OpTopicConfigs:
 		n.replicas.ApplyConfigs(t)
+	case controller.OpBrokerConfigs:
+		n.log.Info("dynamic broker configs changed", "scope", brokerScope(cmd.Name), "configs", cmd.Configs)
+		n.replicas.RefreshDynamic()
 	case controller.OpRegister:
 		n.log.Info("broker registered", "broker", cmd.Broker.ID, "host", cmd.Broker.Host, "port", cmd.Broker.Port, "rack", cmd.Broker.Rack, "raft_addr", cmd.Broker.RaftAddr)
 		if cmd.Broker.RaftAddr != "" && cmd.Broker.ID != n.cfg.NodeID {
@@ -933,6 +937,15 @@ func (n *Node) AddPartitions(name string, total int32, assign [][]int32) (contro
 	return t, nil
 }
 
+// SetBrokerConfigs replaces the dynamic broker configs of scope ("" the
+// cluster-wide default, else a broker id) through the controller.
+func (n *Node) SetBrokerConfigs(scope string, configs map[string]string) error {
+	if !n.IsController() {
+		return notController()
+	}
+	return n.Propose(context.Background(), controller.Command{Op: controller.OpBrokerConfigs, Name: scope, Configs: configs})
+}
+
 func (n *Node) SetTopicConfigs(name string, configs map[string]string) (controller.Topic, error) {
 	t, ok := n.meta.Topic(name)
 	if !ok {
@@ -1049,4 +1062,12 @@ func (n *Node) waitAppliedPast(ctx context.Context, before int64) {
 			return
 		}
 	}
+}
+
+// brokerScope names a dynamic broker config scope for the log.
+func brokerScope(name string) string {
+	if name == "" {
+		return "cluster default"
+	}
+	return "broker " + name
 }
