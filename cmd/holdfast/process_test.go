@@ -31,6 +31,10 @@ import (
 
 var binary string // built once by TestMain
 
+// buildFlags are the go build flags of the binary TestMain builds
+// (race_test.go adds -race under go test -race).
+var buildFlags []string
+
 func TestMain(m *testing.M) {
 	// Every broker these tests run, child process or not, poisons the
 	// frames it puts back (internal/wire poisonFrames).
@@ -41,7 +45,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "holdfast")
-	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	out, err := exec.Command("go", append(append([]string{"build"}, buildFlags...), "-o", binary, ".")...).CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "building holdfast: %v\n%s", err, out)
 		os.Exit(1)
