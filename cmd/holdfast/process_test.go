@@ -58,7 +58,10 @@ func TestMain(m *testing.M) {
 type proc struct {
 	cmd  *exec.Cmd
 	addr string
-	logs *bytes.Buffer
+	// logs is written by the child's output while the test reads it: a
+	// plain bytes.Buffer locked only on the write side raced with every
+	// read (go test -race, TestServeWarnsBeyondLoopback).
+	logs *syncBuffer
 	done chan struct{}
 }
 
@@ -78,10 +81,8 @@ func startProc(t *testing.T, dir, addr string, args ...string) *proc {
 	cmd := exec.Command(binary, append([]string{"serve"}, args...)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "HOLDFAST_OFFSETS_PARTITIONS=3")
-	p := &proc{cmd: cmd, addr: addr, logs: &bytes.Buffer{}, done: make(chan struct{})}
-	var mu sync.Mutex
-	w := writerFunc(func(b []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return p.logs.Write(b) })
-	cmd.Stdout, cmd.Stderr = w, w
+	p := &proc{cmd: cmd, addr: addr, logs: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.logs, p.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
