@@ -16,10 +16,12 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -58,10 +60,10 @@ func init() {
 func newClusterCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "cluster",
-		Short: "Cluster status, leader elections, unregistering brokers",
+		Short: "Cluster status, leader elections, dynamic broker configs, unregistering brokers",
 	}
 	conn := clientCommand(c)
-	c.AddCommand(clusterStatusCmd(conn), electLeadersCmd(conn), unregisterCmd(conn))
+	c.AddCommand(clusterStatusCmd(conn), electLeadersCmd(conn), clusterConfigCmd(conn), unregisterCmd(conn))
 	return c
 }
 
@@ -240,6 +242,90 @@ func kerrFor(ts []kmsg.MetadataResponseTopic) error {
 
 // unregisterCmd is `cluster unregister --id N`: UnregisterBroker for a
 // broker-only node whose replicas were moved away (topic reassign).
+// clusterConfigCmd shows or changes the dynamic broker configs, as
+// kafka-configs.sh --entity-type brokers does.
+func clusterConfigCmd(conn *connFlags) *cobra.Command {
+	var (
+		set, del []string
+		broker   int32
+	)
+	c := &cobra.Command{
+		Use:   "config [--set k=v ...] [--delete k ...] [--broker N]",
+		Short: "Show or change the dynamic broker configs (the topic defaults: log.retention.ms, message.max.bytes, ...)",
+		Long: `Without --set or --delete, lists the dynamic broker configs: the cluster-wide
+defaults, or with --broker N that broker's configs (every one, with where its value
+comes from). --set and --delete change the cluster-wide defaults (kafka-configs.sh
+--entity-type brokers --entity-default), or with --broker N that broker's own. Only
+the topic defaults are dynamic; a topic's own config still wins over them.`,
+		Example: `  holdfast cluster config --set log.retention.ms=86400000 --set min.insync.replicas=2
+  holdfast cluster config --broker 2 --delete log.retention.ms
+  holdfast cluster config --broker 2`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			kv, err := kvList("set", set)
+			if err != nil {
+				return err
+			}
+			var ids []int32
+			scope := "cluster-wide defaults"
+			if broker >= 0 {
+				ids, scope = []int32{broker}, fmt.Sprintf("broker %d", broker)
+			}
+			return conn.call(func(ctx context.Context, c *admin.Client) error {
+				if len(kv)+len(del) == 0 {
+					var rcs kadm.ResourceConfigs
+					if rcs, err = c.A.DescribeBrokerConfigs(ctx, ids...); err != nil {
+						return err
+					}
+					return printBrokerConfigs(cmd.OutOrStdout(), rcs, scope)
+				}
+				var alter []kadm.AlterConfig
+				for _, k := range slices.Sorted(maps.Keys(kv)) {
+					alter = append(alter, kadm.AlterConfig{Op: kadm.SetConfig, Name: k, Value: kadm.StringPtr(kv[k])})
+				}
+				for _, k := range del {
+					alter = append(alter, kadm.AlterConfig{Op: kadm.DeleteConfig, Name: k})
+				}
+				resp, err := c.A.AlterBrokerConfigs(ctx, alter, ids...)
+				if err != nil {
+					return err
+				}
+				for _, r := range resp {
+					if r.Err != nil {
+						return fmt.Errorf("%s: %w %s", scope, r.Err, r.ErrMessage)
+					}
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "altered the %s\n", scope)
+				return nil
+			})
+		},
+	}
+	c.Flags().StringArrayVar(&set, "set", nil, "config key=value to set, repeatable")
+	c.Flags().StringArrayVar(&del, "delete", nil, "config to remove (back to the static setting), repeatable")
+	c.Flags().Int32Var(&broker, "broker", -1, "one broker's configs instead of the cluster-wide defaults")
+	return c
+}
+
+func printBrokerConfigs(out io.Writer, rcs kadm.ResourceConfigs, scope string) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "CONFIG\tVALUE\tSOURCE")
+	n := 0
+	for _, rc := range rcs {
+		if rc.Err != nil {
+			return fmt.Errorf("%s: %w %s", scope, rc.Err, rc.ErrMessage)
+		}
+		for _, c := range rc.Configs {
+			fmt.Fprintf(w, "%s\t%s\t%s\n", c.Key, c.MaybeValue(), strings.ToLower(strings.TrimSuffix(c.Source.String(), "_CONFIG")))
+			n++
+		}
+	}
+	if n == 0 {
+		fmt.Fprintf(out, "no dynamic configs in the %s\n", scope)
+		return nil
+	}
+	return w.Flush()
+}
+
 func unregisterCmd(conn *connFlags) *cobra.Command {
 	var id int32
 	c := &cobra.Command{

@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/admin"
 )
@@ -134,12 +136,14 @@ func topicCreateCmd(conn *connFlags) *cobra.Command {
 		rf         int16
 		configs    []string
 		ifNotExist bool
+		assignment string
 	)
 	c := &cobra.Command{
 		Use:   "create TOPIC...",
 		Short: "Create topics",
 		Example: `  holdfast topic create orders --partitions 6 --replication-factor 3
-  holdfast topic create t --config retention.ms=3600000 --config cleanup.policy=delete`,
+  holdfast topic create t --config retention.ms=3600000 --config cleanup.policy=delete
+  holdfast topic create pinned --replica-assignment 1:2,2:3,3:1`,
 		Args: minArgs(1),
 		RunE: func(cmd *cobra.Command, topics []string) error {
 			cfg, err := kvList("config", configs)
@@ -150,8 +154,23 @@ func topicCreateCmd(conn *connFlags) *cobra.Command {
 			for k, v := range cfg {
 				m[k] = &v
 			}
+			var assign [][]int32
+			if assignment != "" {
+				if cmd.Flags().Changed("partitions") || cmd.Flags().Changed("replication-factor") {
+					return usagef("topic create: --replica-assignment gives the partitions and their replicas; leave out --partitions and --replication-factor")
+				}
+				if assign, err = parseAssignment(assignment); err != nil {
+					return err
+				}
+			}
 			return conn.call(func(ctx context.Context, c *admin.Client) error {
-				resp, err := c.A.CreateTopics(ctx, partitions, rf, m, topics...)
+				var resp kadm.CreateTopicResponses
+				var err error
+				if assign != nil {
+					resp, err = createAssigned(ctx, c, assign, m, topics)
+				} else {
+					resp, err = c.A.CreateTopics(ctx, partitions, rf, m, topics...)
+				}
 				if err != nil {
 					return err
 				}
@@ -173,7 +192,66 @@ func topicCreateCmd(conn *connFlags) *cobra.Command {
 	c.Flags().Int16VarP(&rf, "replication-factor", "r", -1, "replicas per partition, -1 for the broker's default.replication.factor")
 	c.Flags().StringArrayVarP(&configs, "config", "c", nil, "topic config key=value, repeatable (retention.ms=3600000)")
 	c.Flags().BoolVar(&ifNotExist, "if-not-exists", false, "a topic that exists is not an error")
+	c.Flags().StringVar(&assignment, "replica-assignment", "", "each partition's replicas, Kafka's syntax: partitions separated by commas, the broker ids of one by colons, the first its preferred leader (1:2,2:3,3:1)")
 	return c
+}
+
+// parseAssignment reads kafka-topics.sh's --replica-assignment: one
+// colon-separated list of broker ids per partition, the partitions
+// separated by commas.
+func parseAssignment(s string) ([][]int32, error) {
+	var out [][]int32
+	for i, part := range strings.Split(s, ",") {
+		var reps []int32
+		for _, id := range strings.Split(part, ":") {
+			n, err := strconv.ParseInt(strings.TrimSpace(id), 10, 32)
+			if err != nil || n < 0 {
+				return nil, usagef("--replica-assignment: partition %d: %q is not a broker id (want e.g. 1:2,2:3)", i, id)
+			}
+			reps = append(reps, int32(n))
+		}
+		out = append(out, reps)
+	}
+	return out, nil
+}
+
+// createAssigned is CreateTopics with a manual replica assignment (kadm
+// has no call for it): the partition count and replication factor are -1,
+// as Kafka requires with one.
+func createAssigned(ctx context.Context, c *admin.Client, assign [][]int32, configs map[string]*string, topics []string) (kadm.CreateTopicResponses, error) {
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.TimeoutMillis = 30000
+	for _, name := range topics {
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, -1, -1
+		for p, reps := range assign {
+			a := kmsg.NewCreateTopicsRequestTopicReplicaAssignment()
+			a.Partition, a.Replicas = int32(p), reps
+			rt.ReplicaAssignment = append(rt.ReplicaAssignment, a)
+		}
+		for k, v := range configs {
+			cfg := kmsg.NewCreateTopicsRequestTopicConfig()
+			cfg.Name, cfg.Value = k, v
+			rt.Configs = append(rt.Configs, cfg)
+		}
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, c.K)
+	if err != nil {
+		return nil, err
+	}
+	out := kadm.CreateTopicResponses{}
+	for _, t := range resp.Topics {
+		r := kadm.CreateTopicResponse{
+			Topic: t.Topic, ID: kadm.TopicID(t.TopicID), Err: kerr.ErrorForCode(t.ErrorCode),
+			NumPartitions: int32(len(assign)), ReplicationFactor: int16(len(assign[0])),
+		}
+		if t.ErrorMessage != nil {
+			r.ErrMessage = *t.ErrorMessage
+		}
+		out[t.Topic] = r
+	}
+	return out, nil
 }
 
 func topicDeleteCmd(conn *connFlags) *cobra.Command {
@@ -250,18 +328,39 @@ func topicAlterConfigCmd(conn *connFlags) *cobra.Command {
 }
 
 func topicAddPartitionsCmd(conn *connFlags) *cobra.Command {
-	var total int
+	var (
+		total      int
+		assignment string
+	)
 	c := &cobra.Command{
 		Use:               "add-partitions TOPIC... --partitions N",
 		ValidArgsFunction: completeNames(conn, false),
 		Short:             "Grow topics to N partitions (CreatePartitions)",
-		Args:              minArgs(1),
+		Example: `  holdfast topic add-partitions orders --partitions 12
+  holdfast topic add-partitions pinned --partitions 4 --replica-assignment 1:2,2:3,3:1,1:3`,
+		Args: minArgs(1),
 		RunE: func(cmd *cobra.Command, topics []string) error {
 			if total <= 0 {
 				return usagef("topic add-partitions: --partitions N (the new total) is required")
 			}
+			var assign [][]int32
+			if assignment != "" {
+				if len(topics) != 1 {
+					return usagef("topic add-partitions: --replica-assignment is for one topic")
+				}
+				var err error
+				if assign, err = parseAssignment(assignment); err != nil {
+					return err
+				}
+			}
 			return conn.call(func(ctx context.Context, c *admin.Client) error {
-				resp, err := c.A.UpdatePartitions(ctx, total, topics...)
+				var resp kadm.CreatePartitionsResponses
+				var err error
+				if assign != nil {
+					resp, err = addAssigned(ctx, c, topics[0], total, assign)
+				} else {
+					resp, err = c.A.UpdatePartitions(ctx, total, topics...)
+				}
 				if err != nil {
 					return err
 				}
@@ -276,7 +375,57 @@ func topicAddPartitionsCmd(conn *connFlags) *cobra.Command {
 		},
 	}
 	c.Flags().IntVarP(&total, "partitions", "p", 0, "the new total number of partitions")
+	c.Flags().StringVar(&assignment, "replica-assignment", "", "replicas of every partition (as kafka-topics.sh: the existing ones first, which stay as they are) or of the new ones only; syntax as topic create's")
 	return c
+}
+
+// addAssigned is CreatePartitions with a manual assignment of the new
+// partitions. Like kafka-topics.sh --alter, it takes the whole topic's
+// assignment and sends the new partitions' part; a list of only the new
+// partitions is taken as it is.
+func addAssigned(ctx context.Context, c *admin.Client, topic string, total int, assign [][]int32) (kadm.CreatePartitionsResponses, error) {
+	td, err := c.A.ListTopics(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	d, ok := td[topic]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("%s: %w", topic, kerr.UnknownTopicOrPartition)
+	case d.Err != nil:
+		return nil, fmt.Errorf("%s: %w", topic, d.Err)
+	}
+	existing := len(d.Partitions)
+	switch len(assign) {
+	case total:
+		assign = assign[existing:]
+	case total - existing:
+	default:
+		return nil, usagef("--replica-assignment names %d partitions: give all %d, or the %d new ones", len(assign), total, total-existing)
+	}
+	req := kmsg.NewPtrCreatePartitionsRequest()
+	req.TimeoutMillis = 30000
+	rt := kmsg.NewCreatePartitionsRequestTopic()
+	rt.Topic, rt.Count = topic, int32(total)
+	for _, reps := range assign {
+		a := kmsg.NewCreatePartitionsRequestTopicAssignment()
+		a.Replicas = reps
+		rt.Assignment = append(rt.Assignment, a)
+	}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, c.K)
+	if err != nil {
+		return nil, err
+	}
+	out := kadm.CreatePartitionsResponses{}
+	for _, t := range resp.Topics {
+		r := kadm.CreatePartitionsResponse{Topic: t.Topic, Err: kerr.ErrorForCode(t.ErrorCode)}
+		if t.ErrorMessage != nil {
+			r.ErrMessage = *t.ErrorMessage
+		}
+		out[t.Topic] = r
+	}
+	return out, nil
 }
 
 func topicReassignCmd(conn *connFlags) *cobra.Command {

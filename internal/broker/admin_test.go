@@ -358,9 +358,10 @@ func TestAdminConfigs(t *testing.T) {
 	if c := configOf(t, brcs, "log.direct.io"); c.MaybeValue() != "false" || c.Source != kmsg.ConfigSourceDefaultConfig {
 		t.Fatalf("log.direct.io = %+v", c)
 	}
-	bresp, err := adm.AlterBrokerConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "log.retention.ms", Value: kadm.StringPtr("1")}}, n.Cfg.NodeID)
+	// Only the topic defaults are dynamic (TestClusterDynamicBrokerConfigs).
+	bresp, err := adm.AlterBrokerConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "log.dirs", Value: kadm.StringPtr("/elsewhere")}}, n.Cfg.NodeID)
 	mustNil(t, "alter broker request", err)
-	wantErr(t, "alter broker config", bresp[0].Err, kerr.InvalidConfig)
+	wantErr(t, "alter static broker config", bresp[0].Err, kerr.InvalidConfig)
 }
 
 // An altered max.message.bytes applies to the open log at once.

@@ -55,11 +55,15 @@ func (b *Broker) handleDescribeConfigs(_ context.Context, r *wire.Request) wire.
 			}
 		case rr.ResourceType == kmsg.ConfigResourceTypeBroker:
 			var cluster bool
-			if cluster, err = b.checkBrokerResource(rr.ResourceName); err == nil && !cluster {
-				res.Configs = b.describeBrokerConfigs(rr.ConfigNames, synonyms, docs)
+			if cluster, err = b.checkBrokerResource(rr.ResourceName); err == nil {
+				if cluster {
+					// The cluster-wide default resource lists the dynamic
+					// defaults only, as Kafka's does.
+					res.Configs = b.describeClusterDefaults(rr.ConfigNames, synonyms, docs)
+				} else {
+					res.Configs = b.describeBrokerConfigs(rr.ConfigNames, synonyms, docs)
+				}
 			}
-			// The cluster-wide default resource ("") lists dynamic defaults
-			// only, and there are none.
 		default:
 			err = errCode(kerr.InvalidRequest, "Unsupported resource type %s for DescribeConfigs", rr.ResourceType)
 		}
@@ -124,6 +128,7 @@ func (b *Broker) describeTopicConfigs(t controller.Topic, names []string, synony
 		if v, ok := t.Configs[name]; ok {
 			add(name, v, kmsg.ConfigSourceDynamicTopicConfig)
 		}
+		b.addDynamicSynonyms(spec.BrokerName, add)
 		if bv := spec.BrokerValue(b.cfg.LogDefaults); bv != spec.KafkaDefault {
 			add(spec.BrokerName, bv, kmsg.ConfigSourceStaticBrokerConfig)
 		}
@@ -145,13 +150,52 @@ func (b *Broker) describeTopicConfigs(t controller.Topic, names []string, synony
 	return out
 }
 
-// brokerConfig is one broker config DescribeConfigs reports. Broker configs
-// are static (flags, environment): none is dynamically alterable yet.
+// brokerConfig is one broker config DescribeConfigs reports: set by flags
+// and environment, and for the topic defaults also dynamically
+// (IncrementalAlterConfigs on a BROKER resource, kept by the controller).
 type brokerConfig struct {
 	name, kafkaDefault string
 	typ                kmsg.ConfigType
 	doc                string
-	value              func(b *Broker) *string
+	value              func(b *Broker) *string // the static value
+}
+
+// addDynamicSynonyms adds the dynamic values of broker config name, this
+// broker's own first, then the cluster-wide default, as Kafka orders them.
+func (b *Broker) addDynamicSynonyms(name string, add func(n, v string, src kmsg.ConfigSource)) {
+	if v, ok := b.meta.BrokerConfigs(strconv.Itoa(int(b.cfg.NodeID)))[name]; ok {
+		add(name, v, kmsg.ConfigSourceDynamicBrokerConfig)
+	}
+	if v, ok := b.meta.BrokerConfigs("")[name]; ok {
+		add(name, v, kmsg.ConfigSourceDynamicDefaultBrokerConfig)
+	}
+}
+
+// describeClusterDefaults lists the cluster-wide dynamic broker configs.
+func (b *Broker) describeClusterDefaults(names []string, synonyms, docs bool) []describedConfig {
+	dyn := b.meta.BrokerConfigs("")
+	var out []describedConfig
+	for _, name := range slices.Sorted(maps.Keys(dyn)) {
+		if names != nil && !slices.Contains(names, name) {
+			continue
+		}
+		c := kmsg.NewDescribeConfigsResponseResourceConfig()
+		c.Name, c.Value, c.Source = name, strp(dyn[name]), kmsg.ConfigSourceDynamicDefaultBrokerConfig
+		spec, ok := topicconfig.BrokerSpec(name)
+		if ok {
+			c.ConfigType = spec.Type
+		}
+		if synonyms {
+			syn := kmsg.NewDescribeConfigsResponseResourceConfigConfigSynonym()
+			syn.Name, syn.Value, syn.Source = c.Name, c.Value, c.Source
+			c.ConfigSynonyms = append(c.ConfigSynonyms, syn)
+		}
+		if docs && ok {
+			c.Documentation = strp("The default of the topic config " + spec.Name + ". " + spec.Doc)
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 func val(f func(b *Broker) string) func(*Broker) *string {
@@ -290,19 +334,32 @@ func (b *Broker) describeBrokerConfigs(names []string, synonyms, docs bool) []de
 		if names != nil && !slices.Contains(names, bc.name) {
 			continue
 		}
+		// A topic default is alterable at run time (dynamic broker configs).
+		_, dynamic := topicconfig.BrokerSpec(bc.name)
 		c := kmsg.NewDescribeConfigsResponseResourceConfig()
 		c.Name = bc.name
-		c.Value = bc.value(b)
-		c.ReadOnly = true
+		c.ReadOnly = !dynamic
 		c.ConfigType = bc.typ
-		c.Source = kmsg.ConfigSourceStaticBrokerConfig
-		if c.Value != nil && *c.Value == bc.kafkaDefault {
-			c.Source = kmsg.ConfigSourceDefaultConfig
-		}
-		if synonyms {
+		var chain []kmsg.DescribeConfigsResponseResourceConfigConfigSynonym
+		add := func(n, v string, src kmsg.ConfigSource) {
 			syn := kmsg.NewDescribeConfigsResponseResourceConfigConfigSynonym()
-			syn.Name, syn.Value, syn.Source = c.Name, c.Value, c.Source
-			c.ConfigSynonyms = append(c.ConfigSynonyms, syn)
+			syn.Name, syn.Value, syn.Source = n, strp(v), src
+			chain = append(chain, syn)
+		}
+		if dynamic {
+			b.addDynamicSynonyms(bc.name, add)
+		}
+		static := bc.value(b)
+		src := kmsg.ConfigSourceStaticBrokerConfig
+		if static != nil && *static == bc.kafkaDefault {
+			src = kmsg.ConfigSourceDefaultConfig
+		}
+		syn := kmsg.NewDescribeConfigsResponseResourceConfigConfigSynonym()
+		syn.Name, syn.Value, syn.Source = c.Name, static, src
+		chain = append(chain, syn)
+		c.Value, c.Source = chain[0].Value, chain[0].Source
+		if synonyms {
+			c.ConfigSynonyms = chain
 		}
 		if docs {
 			c.Documentation = strp(bc.doc)
@@ -325,7 +382,9 @@ func (b *Broker) handleAlterConfigs(_ context.Context, r *wire.Request) wire.Rep
 		func(rr kmsg.AlterConfigsRequestResource) resourceKey {
 			return resourceKey{rr.ResourceType, rr.ResourceName}
 		},
-		func(rr kmsg.AlterConfigsRequestResource) error { return b.alterConfigs(rr, req.ValidateOnly) },
+		func(rr kmsg.AlterConfigsRequestResource) error {
+			return b.alterConfigs(rr, req.ValidateOnly, b.forwardedBy(r))
+		},
 		func(rr kmsg.AlterConfigsRequestResource, code int16, msg *string) {
 			res := kmsg.NewAlterConfigsResponseResource()
 			res.ResourceType, res.ResourceName, res.ErrorCode, res.ErrorMessage = rr.ResourceType, rr.ResourceName, code, msg
@@ -390,19 +449,28 @@ func alterReply[RR any](b *Broker, r *wire.Request, resp kmsg.Response, resource
 		})
 		return resp
 	}
-	topics := len(resources) > 0
+	stored := len(resources) > 0
 	for _, rr := range resources {
-		typ := key(rr).typ
-		topics = topics && (typ == kmsg.ConfigResourceTypeTopic || typ == kmsg.ConfigResourceTypeGroupConfig)
+		switch key(rr).typ {
+		case kmsg.ConfigResourceTypeTopic, kmsg.ConfigResourceTypeGroupConfig, kmsg.ConfigResourceTypeBroker:
+		default:
+			stored = false
+		}
 	}
-	if !topics || b.cluster.IsController() || b.forwardedBy(r) {
+	if !stored || b.cluster.IsController() || b.forwardedBy(r) {
 		return wire.Respond(local())
 	}
 	denied := map[int]error{}
 	var allowed []RR
 	for i, rr := range resources {
 		k := key(rr)
-		if err := b.authorizeAlter(r, k.typ, k.name); err != nil {
+		err := b.authorizeAlter(r, k.typ, k.name)
+		if err == nil && k.typ == kmsg.ConfigResourceTypeBroker {
+			// A broker's own configs are altered through that broker (the
+			// controller takes the forwarded change without this check).
+			_, err = b.checkBrokerResource(k.name)
+		}
+		if err != nil {
 			denied[i] = err
 		} else {
 			allowed = append(allowed, rr)
@@ -467,7 +535,7 @@ func alterEach[R any](resources []R, key func(R) resourceKey, alter func(R) erro
 
 // alterConfigs replaces a resource's whole set of overrides (the legacy,
 // non-incremental AlterConfigs: anything not listed reverts to default).
-func (b *Broker) alterConfigs(rr kmsg.AlterConfigsRequestResource, validateOnly bool) error {
+func (b *Broker) alterConfigs(rr kmsg.AlterConfigsRequestResource, validateOnly, forwarded bool) error {
 	configs := map[string]string{}
 	for _, c := range rr.Configs {
 		if _, dup := configs[c.Name]; dup {
@@ -485,22 +553,31 @@ func (b *Broker) alterConfigs(rr kmsg.AlterConfigsRequestResource, validateOnly 
 		}
 		return b.applyTopicConfigs(rr.ResourceName, configs, validateOnly)
 	case kmsg.ConfigResourceTypeBroker:
-		return b.alterBrokerConfigs(rr.ResourceName, slices.Sorted(maps.Keys(configs)))
+		if !forwarded {
+			if _, err := b.checkBrokerResource(rr.ResourceName); err != nil {
+				return err
+			}
+		}
+		return b.setBrokerConfigs(rr.ResourceName, configs, validateOnly)
 	case kmsg.ConfigResourceTypeGroupConfig:
 		return b.setGroupConfigs(rr.ResourceName, configs, validateOnly)
 	}
 	return errCode(kerr.InvalidRequest, "Unsupported resource type %s for AlterConfigs", rr.ResourceType)
 }
 
-// alterBrokerConfigs refuses every change: broker configs are static.
-func (b *Broker) alterBrokerConfigs(name string, names []string) error {
-	if _, err := b.checkBrokerResource(name); err != nil {
-		return err
+// setBrokerConfigs validates configs as the whole set of dynamic broker
+// configs of scope ("" the cluster-wide default, else a broker id) and,
+// unless validateOnly, has the controller store it. Only the topic
+// defaults (log.retention.ms, min.insync.replicas, ...) are dynamic; the
+// rest are flags.
+func (b *Broker) setBrokerConfigs(scope string, configs map[string]string, validateOnly bool) error {
+	if err := topicconfig.ValidateBroker(configs); err != nil {
+		return errCode(kerr.InvalidConfig, "%v", err)
 	}
-	if len(names) == 0 {
+	if validateOnly {
 		return nil
 	}
-	return errCode(kerr.InvalidConfig, "Cannot update these configs dynamically: %s (Holdfast broker configs are set by flags and HOLDFAST_* variables)", strings.Join(names, ", "))
+	return b.cluster.SetBrokerConfigs(scope, configs)
 }
 
 // applyTopicConfigs validates configs as the topic's complete override set
@@ -524,7 +601,7 @@ func (b *Broker) handleIncrementalAlterConfigs(_ context.Context, r *wire.Reques
 			return resourceKey{rr.ResourceType, rr.ResourceName}
 		},
 		func(rr kmsg.IncrementalAlterConfigsRequestResource) error {
-			return b.incrementalAlterConfigs(rr, req.ValidateOnly)
+			return b.incrementalAlterConfigs(rr, req.ValidateOnly, b.forwardedBy(r))
 		},
 		func(rr kmsg.IncrementalAlterConfigsRequestResource, code int16, msg *string) {
 			res := kmsg.NewIncrementalAlterConfigsResponseResource()
@@ -546,7 +623,7 @@ func (b *Broker) handleIncrementalAlterConfigs(_ context.Context, r *wire.Reques
 		})
 }
 
-func (b *Broker) incrementalAlterConfigs(rr kmsg.IncrementalAlterConfigsRequestResource, validateOnly bool) error {
+func (b *Broker) incrementalAlterConfigs(rr kmsg.IncrementalAlterConfigsRequestResource, validateOnly, forwarded bool) error {
 	seen := map[string]bool{}
 	for _, c := range rr.Configs {
 		if seen[c.Name] {
@@ -560,7 +637,12 @@ func (b *Broker) incrementalAlterConfigs(rr kmsg.IncrementalAlterConfigsRequestR
 	switch rr.ResourceType {
 	case kmsg.ConfigResourceTypeTopic:
 	case kmsg.ConfigResourceTypeBroker:
-		return b.alterBrokerConfigs(rr.ResourceName, slices.Sorted(maps.Keys(seen)))
+		if !forwarded {
+			if _, err := b.checkBrokerResource(rr.ResourceName); err != nil {
+				return err
+			}
+		}
+		return b.incrementalBrokerConfigs(rr, validateOnly)
 	case kmsg.ConfigResourceTypeGroupConfig:
 		return b.incrementalGroupConfigs(rr, validateOnly)
 	default:
@@ -612,6 +694,42 @@ func (b *Broker) incrementalAlterConfigs(rr kmsg.IncrementalAlterConfigsRequestR
 	}
 	_, err = b.setTopicConfigs(t.Name, configs)
 	return err
+}
+
+// incrementalBrokerConfigs edits the dynamic broker configs of one scope:
+// read, modify and write under alterMu, as for a topic.
+func (b *Broker) incrementalBrokerConfigs(rr kmsg.IncrementalAlterConfigsRequestResource, validateOnly bool) error {
+	b.alterMu.Lock()
+	defer b.alterMu.Unlock()
+	configs := maps.Clone(b.meta.BrokerConfigs(rr.ResourceName))
+	if configs == nil {
+		configs = map[string]string{}
+	}
+	for _, c := range rr.Configs {
+		switch c.Op {
+		case kmsg.IncrementalAlterConfigOpSet:
+			if c.Value == nil {
+				return errCode(kerr.InvalidRequest, "Null value not supported for : %s", c.Name)
+			}
+			configs[c.Name] = *c.Value
+		case kmsg.IncrementalAlterConfigOpDelete:
+			delete(configs, c.Name)
+		case kmsg.IncrementalAlterConfigOpAppend, kmsg.IncrementalAlterConfigOpSubtract:
+			spec, ok := topicconfig.BrokerSpec(c.Name)
+			if !ok || spec.Type != kmsg.ConfigTypeList {
+				return errCode(kerr.InvalidConfig, "Config value append is not allowed for config key: %s", c.Name)
+			}
+			if c.Value == nil {
+				return errCode(kerr.InvalidRequest, "Null value not supported for : %s", c.Name)
+			}
+			cur, ok := configs[c.Name]
+			if !ok {
+				cur = spec.BrokerValue(b.cfg.LogDefaults)
+			}
+			configs[c.Name] = editList(cur, *c.Value, c.Op == kmsg.IncrementalAlterConfigOpAppend)
+		}
+	}
+	return b.setBrokerConfigs(rr.ResourceName, configs, validateOnly)
 }
 
 // editList appends the items of delta missing from the comma-separated

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -65,22 +66,28 @@ func (b *Broker) createPartitions(rt kmsg.CreatePartitionsRequestTopic, validate
 		return errCode(kerr.PolicyViolation, "Holdfast allows at most %d partitions per topic; %d were requested", maxPartitionsPerTopic, rt.Count)
 	}
 	additional := rt.Count - t.Partitions
+	var assign [][]int32
 	if rt.Assignment != nil {
 		if int32(len(rt.Assignment)) != additional {
 			return errCode(kerr.InvalidReplicaAssignment, "Attempted to add %d additional partition(s), but only %d assignment(s) were specified.", additional, len(rt.Assignment))
 		}
-		for _, a := range rt.Assignment {
+		rf := 1
+		if len(t.Replicas) > 0 {
+			rf = len(t.Replicas[0])
+		}
+		for i, a := range rt.Assignment {
 			if err := b.validateAssignment(a.Replicas); err != nil {
 				return err
 			}
-			if len(a.Replicas) != 1 {
-				return errCode(kerr.InvalidReplicaAssignment, "The manual partition assignment includes a partition with %d replica(s), but this is not consistent with previous partitions, which have 1 replica(s).", len(a.Replicas))
+			if len(a.Replicas) != rf {
+				return errCode(kerr.InvalidReplicaAssignment, "Inconsistent replication factor between partitions, partition 0 has %d while partition %d has %d.", rf, t.Partitions+int32(i), len(a.Replicas))
 			}
+			assign = append(assign, slices.Clone(a.Replicas))
 		}
 	}
 	if validateOnly {
 		return nil
 	}
-	_, err := b.addPartitions(t.Name, rt.Count)
+	_, err := b.addPartitions(t.Name, rt.Count, assign)
 	return err
 }

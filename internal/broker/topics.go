@@ -9,7 +9,6 @@ import (
 
 	"holdfast/internal/controller"
 	"holdfast/internal/kafkaerr"
-	"holdfast/internal/storage"
 	"holdfast/internal/topicconfig"
 )
 
@@ -87,8 +86,8 @@ func (b *Broker) deleteTopic(name string) (controller.Topic, error) {
 
 // addPartitions raises t's partition count to total through the
 // controller.
-func (b *Broker) addPartitions(name string, total int32) (controller.Topic, error) {
-	return b.cluster.AddPartitions(name, total)
+func (b *Broker) addPartitions(name string, total int32, assign [][]int32) (controller.Topic, error) {
+	return b.cluster.AddPartitions(name, total, assign)
 }
 
 // setTopicConfigs replaces t's overrides through the controller.
@@ -96,20 +95,13 @@ func (b *Broker) setTopicConfigs(name string, configs map[string]string) (contro
 	return b.cluster.SetTopicConfigs(name, configs)
 }
 
-// topicLogConfig is the log configuration of t's partitions.
-func (b *Broker) topicLogConfig(t controller.Topic) storage.Config {
-	return topicconfig.LogConfig(b.cfg.LogDefaults, t.Configs, func(name, value string, err error) {
-		b.log.Warn("ignoring bad topic config", "topic", t.Name, "config", name, "value", value, "err", err)
-	})
-}
-
 // topicLogAppendTime reports whether t's message.timestamp.type is
 // LogAppendTime.
 func (b *Broker) topicLogAppendTime(t controller.Topic) bool {
-	return topicconfig.LogAppendTime(b.cfg.LogDefaults, t.Configs)
+	return topicconfig.LogAppendTime(b.cfg.LogDefaults, b.replicas.Dynamic().Under(t.Configs))
 }
 
 // topicMinInsyncReplicas is t's min.insync.replicas.
 func (b *Broker) topicMinInsyncReplicas(t controller.Topic) int32 {
-	return topicconfig.MinInsyncReplicas(b.cfg.LogDefaults, t.Configs)
+	return topicconfig.MinInsyncReplicas(b.cfg.LogDefaults, b.replicas.Dynamic().Under(t.Configs))
 }

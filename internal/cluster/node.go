@@ -79,6 +79,7 @@ type Config struct {
 	ControlledShutdownMaxWait    time.Duration
 	BrokerHeartbeatInterval      time.Duration // 0: the default
 	BrokerSessionTimeout         time.Duration // 0: the default
+	StartupHold                  time.Duration // 0: the default (StartupHold)
 
 	// Self is this broker as it registers (its endpoints and rack);
 	// InterBrokerListener names the endpoint nodes reach each other on.
@@ -110,6 +111,9 @@ type Node struct {
 	meta     *controller.Store
 	replicas *replica.Manager
 	metaLog  *storage.Log
+	// started is when Start returned: Metadata may wait for elections
+	// for a while after it (StartupHold).
+	started atomic.Int64 // unix nanoseconds; 0 before
 
 	qmu   sync.Mutex
 	queue []raft.Committed
@@ -271,7 +275,44 @@ func (n *Node) Start(meta *controller.Store, replicas *replica.Manager, syncer *
 	n.goRun(n.reassignLoop)
 	n.goLoop(n.metaRepairLoop)
 	n.startLiveness()
+	n.started.Store(time.Now().UnixNano())
 	return nil
+}
+
+// Metadata's wait for leaders after a start (StartupHold).
+const (
+	// startupWindow is how long after Start a Metadata answer may be
+	// held: the time for every group to elect once all nodes of a
+	// cluster restarted together (their opens end at different times).
+	startupWindow = 10 * time.Second
+	// startupHoldMax bounds one held answer: an election timeout (the
+	// preferred replica campaigns at once; the others after 1-2 s).
+	startupHoldMax = time.Second
+)
+
+// StartupHold is how long a Metadata answer that names no leader for some
+// partition may wait for one, this soon after Start: 0 outside the
+// window, on a single node, and before Start. Right after a whole-cluster
+// restart the Raft groups are still electing (and the brokers unfencing)
+// when the nodes listen: an answer of LEADER_NOT_AVAILABLE then made
+// franz-go wait out its metadata min age (5 s) before asking again, where
+// a Kafka broker, whose controller keeps leaders across restarts, would
+// have named the leader. The leaders named after the wait are Raft's, as
+// always; only the answer waits.
+func (n *Node) StartupHold() time.Duration {
+	at := n.started.Load()
+	if at == 0 || n.SingleNode() {
+		return 0
+	}
+	hold := startupHoldMax
+	if n.cfg.StartupHold > 0 {
+		hold = n.cfg.StartupHold
+	}
+	left := max(startupWindow, 10*hold) - time.Since(time.Unix(0, at))
+	if left <= 0 {
+		return 0
+	}
+	return min(left, hold)
 }
 
 // Close stops the node's loops, then the Raft host (every group of this
@@ -351,10 +392,11 @@ func (n *Node) applyLoop() {
 				if end > st.CommitOffset {
 					return errStopScan
 				}
+				var err error
 				if !h.IsControl() {
-					n.applyBatch(end, batch)
+					err = n.applyBatch(end, batch)
 				}
-				n.setApplied(end, nil)
+				n.setApplied(end, err)
 				return nil
 			})
 			if err != nil && !errors.Is(err, errStopScan) {
@@ -451,6 +493,9 @@ func (n *Node) apply(end int64, cmd controller.Command) error {
 		}
 	case controller.OpTopicConfigs:
 		n.replicas.ApplyConfigs(t)
+	case controller.OpBrokerConfigs:
+		n.log.Info("dynamic broker configs changed", "scope", brokerScope(cmd.Name), "configs", cmd.Configs)
+		n.replicas.RefreshDynamic()
 	case controller.OpRegister:
 		n.log.Info("broker registered", "broker", cmd.Broker.ID, "host", cmd.Broker.Host, "port", cmd.Broker.Port, "rack", cmd.Broker.Rack, "raft_addr", cmd.Broker.RaftAddr)
 		if cmd.Broker.RaftAddr != "" && cmd.Broker.ID != n.cfg.NodeID {
@@ -901,7 +946,10 @@ func (n *Node) DeleteTopic(name string) (controller.Topic, error) {
 	return t, n.Propose(context.Background(), controller.Command{Op: controller.OpDeleteTopic, Name: name})
 }
 
-func (n *Node) AddPartitions(name string, total int32) (controller.Topic, error) {
+// AddPartitions grows topic name to total partitions through the
+// controller, the new ones placed on assign's replicas (one list per new
+// partition, already validated) or, without assign, like a new topic's.
+func (n *Node) AddPartitions(name string, total int32, assign [][]int32) (controller.Topic, error) {
 	t, ok := n.meta.Topic(name)
 	if !ok {
 		return t, controller.ErrUnknownTopic
@@ -912,19 +960,31 @@ func (n *Node) AddPartitions(name string, total int32) (controller.Topic, error)
 	if total <= t.Partitions {
 		return t, controller.ErrInvalidCount
 	}
-	rf := int16(len(n.cfg.Peers))
-	if len(t.Replicas) > 0 {
-		rf = int16(len(t.Replicas[0]))
-	}
-	reps, err := n.placeReplicas(total-t.Partitions, rf)
-	if err != nil {
-		return t, err
+	reps := assign
+	if reps == nil {
+		rf := int16(len(n.cfg.Peers))
+		if len(t.Replicas) > 0 {
+			rf = int16(len(t.Replicas[0]))
+		}
+		var err error
+		if reps, err = n.placeReplicas(total-t.Partitions, rf); err != nil {
+			return t, err
+		}
 	}
 	if err := n.Propose(context.Background(), controller.Command{Op: controller.OpAddPartitions, Name: name, Partitions: total, Replicas: reps}); err != nil {
 		return t, err
 	}
 	t, _ = n.meta.Topic(name)
 	return t, nil
+}
+
+// SetBrokerConfigs replaces the dynamic broker configs of scope ("" the
+// cluster-wide default, else a broker id) through the controller.
+func (n *Node) SetBrokerConfigs(scope string, configs map[string]string) error {
+	if !n.IsController() {
+		return notController()
+	}
+	return n.Propose(context.Background(), controller.Command{Op: controller.OpBrokerConfigs, Name: scope, Configs: configs})
 }
 
 func (n *Node) SetTopicConfigs(name string, configs map[string]string) (controller.Topic, error) {
@@ -1043,4 +1103,12 @@ func (n *Node) waitAppliedPast(ctx context.Context, before int64) {
 			return
 		}
 	}
+}
+
+// brokerScope names a dynamic broker config scope for the log.
+func brokerScope(name string) string {
+	if name == "" {
+		return "cluster default"
+	}
+	return "broker " + name
 }

@@ -98,10 +98,10 @@ const (
 	OpDeleteTopic   = "delete_topic"
 	OpAddPartitions = "add_partitions"
 	OpTopicConfigs  = "topic_configs"
-	OpBrokerConfigs = "broker_configs"
-	OpReassign      = "reassign"      // reassign.go
-	OpReassignDone  = "reassign_done" // reassign.go
-	OpUnregister    = "unregister"    // a broker-only node leaves
+	OpBrokerConfigs = "broker_configs" // Name: scope ("" or a broker id)
+	OpReassign      = "reassign"       // reassign.go
+	OpReassignDone  = "reassign_done"  // reassign.go
+	OpUnregister    = "unregister"     // a broker-only node leaves
 	// A fenced broker's session with the controller expired (or it shut
 	// down cleanly): it is left out of Metadata and never named as leader
 	// or coordinator until a heartbeat unfences it. Committed, so every
@@ -265,7 +265,17 @@ func (s *Store) applyTo(next *state, c Command, out *Topic) error {
 		next.Topics[i] = t
 		*out = t
 	case OpBrokerConfigs:
-		next.BrokerConfigs = maps.Clone(c.Configs)
+		// Name is the scope: "" the cluster-wide default, else a broker
+		// id; Configs its whole new set (empty: none).
+		next.BrokerConfigs = maps.Clone(next.BrokerConfigs)
+		if len(c.Configs) == 0 {
+			delete(next.BrokerConfigs, c.Name)
+		} else {
+			if next.BrokerConfigs == nil {
+				next.BrokerConfigs = map[string]map[string]string{}
+			}
+			next.BrokerConfigs[c.Name] = maps.Clone(c.Configs)
+		}
 	case OpReassign, OpReassignDone:
 		i := find(c.Name)
 		if i < 0 {

@@ -109,10 +109,13 @@ func cloneSets(in [][]int32) [][]int32 {
 
 // state is what is persisted. Field names are part of the on-disk format.
 type state struct {
-	Version       int               `json:"version"`
-	ClusterID     string            `json:"cluster_id"`
-	Topics        []Topic           `json:"topics"`
-	BrokerConfigs map[string]string `json:"broker_configs,omitempty"`
+	Version   int     `json:"version"`
+	ClusterID string  `json:"cluster_id"`
+	Topics    []Topic `json:"topics"`
+	// BrokerConfigs are the dynamic broker configs (IncrementalAlterConfigs
+	// on a BROKER resource) by scope: "" the cluster-wide default, else a
+	// broker id. Each scope's map is replaced whole, never edited in place.
+	BrokerConfigs map[string]map[string]string `json:"dynamic_broker_configs,omitempty"`
 	// Deleting are topics removed from Topics whose data may still be on
 	// disk: a crash between "forget the topic" and "remove its logs" must
 	// not let a later topic of the same name reopen the old data.
@@ -299,6 +302,14 @@ func (t Topic) configsCopy() map[string]string {
 		return map[string]string{}
 	}
 	return maps.Clone(t.Configs)
+}
+
+// BrokerConfigs are the dynamic broker configs of scope ("" for the
+// cluster-wide default, else a broker id); nil if none. Read-only.
+func (s *Store) BrokerConfigs(scope string) map[string]string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.st.BrokerConfigs[scope]
 }
 
 // Topics returns every topic, sorted by name.

@@ -610,7 +610,11 @@ func (h *Host) apply(g *group, ents []*pb.Entry) (journaled bool) {
 	last := ents[n-1].GetIndex()
 	end, ok := g.st.endOf(last)
 	if !ok {
-		h.log.Error("raft: committed entry not in the log", "group", g.id, "index", last)
+		// A broken invariant of this replica's log: stop the group (its
+		// waiters wake with the failure, the repair loop rebuilds the
+		// replica) rather than leave them waiting for a commit that never
+		// comes.
+		h.failGroup(g, fmt.Errorf("committed entry %d not in the log", last))
 		return journaled
 	}
 	if g.cfg.OnCommit != nil {
@@ -637,14 +641,16 @@ func (h *Host) applyConfChange(g *group, e *pb.Entry) {
 	if e.GetType() == pb.EntryType_EntryConfChange {
 		c := &pb.ConfChange{}
 		if err := proto.Unmarshal(e.Data, c); err != nil {
-			h.log.Error("raft: bad conf change", "group", g.id, "index", e.GetIndex(), "err", err)
+			// Committed, so every replica has it: skipping it would leave
+			// this one with another membership than the rest.
+			h.failGroup(g, fmt.Errorf("undecodable conf change at index %d: %w", e.GetIndex(), err))
 			return
 		}
 		cc = c
 	} else {
 		c := &pb.ConfChangeV2{}
 		if err := proto.Unmarshal(e.Data, c); err != nil {
-			h.log.Error("raft: bad conf change", "group", g.id, "index", e.GetIndex(), "err", err)
+			h.failGroup(g, fmt.Errorf("undecodable conf change at index %d: %w", e.GetIndex(), err))
 			return
 		}
 		cc = c
@@ -660,7 +666,7 @@ func (h *Host) applyConfChange(g *group, e *pb.Entry) {
 	// Journaled before the next cycle's applied index: a crash in between
 	// makes Raft redeliver (and us reapply) the change.
 	if err := h.journal.putConfState(g.id, cs, e.GetIndex(), true); err != nil {
-		h.log.Error("raft: journal conf state", "group", g.id, "err", err)
+		h.failGroup(g, fmt.Errorf("journaling conf state: %w", err))
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,6 +87,10 @@ type Manager struct {
 
 	cleaner *logCleaner
 	stops   []func()
+
+	// dynamic are the dynamic broker configs (the cluster-wide default and
+	// this broker's own) as topic defaults; RefreshDynamic keeps them.
+	dynamic atomic.Pointer[topicconfig.Dynamic]
 }
 
 type topicPartition struct {
@@ -103,8 +108,29 @@ func New(cfg Config, meta *controller.Store, host *raft.Host, syncer *storage.Sy
 	if cfg.FS == nil {
 		cfg.FS = storage.OSFS()
 	}
-	return &Manager{cfg: cfg, log: cfg.Logger, meta: meta, host: host,
+	m := &Manager{cfg: cfg, log: cfg.Logger, meta: meta, host: host,
 		parts: partition.NewManager(cfg.DataDir, storage.Options{FS: cfg.FS, Syncer: syncer, Logger: cfg.Logger})}
+	m.dynamic.Store(m.readDynamic())
+	return m
+}
+
+func (m *Manager) readDynamic() *topicconfig.Dynamic {
+	d := topicconfig.NewDynamic(m.meta.BrokerConfigs(""), m.meta.BrokerConfigs(strconv.Itoa(int(m.cfg.NodeID))))
+	return &d
+}
+
+// Dynamic are the dynamic broker configs that stand in for a topic's
+// missing overrides.
+func (m *Manager) Dynamic() topicconfig.Dynamic { return *m.dynamic.Load() }
+
+// RefreshDynamic rereads the dynamic broker configs after the metadata
+// changed them and pushes every topic's new effective config to its open
+// replicas.
+func (m *Manager) RefreshDynamic() {
+	m.dynamic.Store(m.readDynamic())
+	for _, t := range m.meta.Topics() {
+		m.ApplyConfigs(t)
+	}
 }
 
 // OpenAll finishes the deletions a crash interrupted, so that no deleted
@@ -512,13 +538,13 @@ func (m *Manager) ApplyConfigs(t controller.Topic) {
 }
 
 func (m *Manager) logConfig(t controller.Topic) storage.Config {
-	return topicconfig.LogConfig(m.cfg.LogDefaults, t.Configs, func(name, value string, err error) {
+	return topicconfig.LogConfig(m.cfg.LogDefaults, m.Dynamic().Under(t.Configs), func(name, value string, err error) {
 		m.log.Warn("ignoring bad topic config", "topic", t.Name, "config", name, "value", value, "err", err)
 	})
 }
 
 func (m *Manager) logAppendTime(t controller.Topic) bool {
-	return topicconfig.LogAppendTime(m.cfg.LogDefaults, t.Configs)
+	return topicconfig.LogAppendTime(m.cfg.LogDefaults, m.Dynamic().Under(t.Configs))
 }
 
 func (m *Manager) anyOffline() bool {

@@ -36,7 +36,7 @@ func (m *Manager) retentionLoop(stop <-chan struct{}) {
 // cleaner (cleaner.go) keeps it to the latest record per key instead.
 func (m *Manager) enforceRetention() {
 	for _, t := range m.meta.Topics() {
-		if !cleanupDeletes(topicconfig.Value(m.cfg.LogDefaults, t.Configs, "cleanup.policy")) {
+		if !cleanupDeletes(topicconfig.Value(m.cfg.LogDefaults, m.Dynamic().Under(t.Configs), "cleanup.policy")) {
 			continue
 		}
 		for i := int32(0); i < t.Partitions; i++ {

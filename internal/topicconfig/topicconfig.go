@@ -560,3 +560,70 @@ func Internal(segmentBytes int64) map[string]string {
 	}
 	return c
 }
+
+// Dynamic are the dynamic broker configs that stand in for a topic's
+// missing overrides (kafka-configs.sh --entity-type brokers: a broker's
+// own, then the cluster-wide default), by topic config name. nil: none.
+type Dynamic map[string]string
+
+// BrokerSpec is the topic config whose broker-level default is the broker
+// config name (log.retention.ms is retention.ms's); only these can be
+// changed while the brokers run.
+func BrokerSpec(name string) (Spec, bool) {
+	for _, s := range specs {
+		if s.BrokerName == name {
+			return s, true
+		}
+	}
+	return Spec{}, false
+}
+
+// ValidateBroker checks dynamic broker configs (broker names); the error
+// is the message of an INVALID_CONFIG answer.
+func ValidateBroker(configs map[string]string) error {
+	var static []string
+	for _, n := range slices.Sorted(maps.Keys(configs)) {
+		spec, ok := BrokerSpec(n)
+		if !ok {
+			static = append(static, n)
+			continue
+		}
+		if err := spec.validate(configs[n]); err != nil {
+			return fmt.Errorf("Invalid value %s for configuration %s: %v", configs[n], n, err)
+		}
+	}
+	if len(static) > 0 {
+		return fmt.Errorf("Cannot update these configs dynamically: %s (only the topic defaults, log.retention.ms and the like, change while Holdfast runs; the others are set by flags and HOLDFAST_* variables)", strings.Join(static, ", "))
+	}
+	return nil
+}
+
+// NewDynamic turns layers of dynamic broker configs (broker names, the
+// later layer winning: the cluster-wide default, then the broker's own)
+// into topic-config defaults. Names that are not a topic default are left
+// out (ValidateBroker refused them on the way in).
+func NewDynamic(layers ...map[string]string) Dynamic {
+	var d Dynamic
+	for _, l := range layers {
+		for n, v := range l {
+			if spec, ok := BrokerSpec(n); ok {
+				if d == nil {
+					d = Dynamic{}
+				}
+				d[spec.Name] = v
+			}
+		}
+	}
+	return d
+}
+
+// Under is overrides with the dynamic defaults under them: what the topic
+// gets. Without dynamic defaults it is overrides itself (no copy).
+func (d Dynamic) Under(overrides map[string]string) map[string]string {
+	if len(d) == 0 {
+		return overrides
+	}
+	out := maps.Clone(map[string]string(d))
+	maps.Copy(out, overrides)
+	return out
+}
