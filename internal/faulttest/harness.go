@@ -42,6 +42,9 @@ var (
 	buildDir  string
 	buildPath string
 	buildErr  error
+	// buildFlags are the go build flags of the nodes' binary (race.go
+	// adds -race under go test -race).
+	buildFlags []string
 )
 
 // Binary builds ./cmd/holdfast once per test binary and returns its path.
@@ -64,7 +67,7 @@ func Binary(t testing.TB) string {
 			return
 		}
 		buildPath = filepath.Join(buildDir, "holdfast")
-		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/holdfast")
+		cmd := exec.Command("go", append(append([]string{"build"}, buildFlags...), "-o", buildPath, "./cmd/holdfast")...)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build ./cmd/holdfast: %w\n%s", err, out)
