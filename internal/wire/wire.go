@@ -20,6 +20,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -36,13 +37,21 @@ import (
 // Limits bound what one client can make the server hold. Names in comments
 // are Kafka's broker config names.
 type Limits struct {
-	MaxRequestBytes int32         // socket.request.max.bytes: a larger frame closes the connection
-	MaxConnections  int           // max.connections: further connections are closed at accept
-	MaxInFlight     int           // requests decoded but not yet answered, per connection
-	MaxQueuedBytes  int64         // queued.max.request.bytes: request bytes held across all connections
-	IdleTimeout     time.Duration // connections.max.idle.ms: no request for this long closes the connection
-	ReadTimeout     time.Duration // a started frame must arrive completely within this
-	WriteTimeout    time.Duration // a response must be written within this
+	MaxRequestBytes int32 // socket.request.max.bytes: a larger frame closes the connection
+	MaxConnections  int   // max.connections: further connections are closed at accept
+	// MaxConnectionsPerIP is max.connections.per.ip: connections one
+	// client address may hold; further ones are closed at accept
+	// (connlimit.go). 0: DefaultLimits' value; UnlimitedPerIP: no limit
+	// (Kafka's default); negative: none but the overrides' (Kafka's 0).
+	MaxConnectionsPerIP int
+	// MaxConnectionsPerIPOverrides is max.connections.per.ip.overrides,
+	// its host names resolved: addresses with their own limit.
+	MaxConnectionsPerIPOverrides map[netip.Addr]int
+	MaxInFlight                  int           // requests decoded but not yet answered, per connection
+	MaxQueuedBytes               int64         // queued.max.request.bytes: request bytes held across all connections
+	IdleTimeout                  time.Duration // connections.max.idle.ms: no request for this long closes the connection
+	ReadTimeout                  time.Duration // a started frame must arrive completely within this
+	WriteTimeout                 time.Duration // a response must be written within this
 }
 
 // DefaultLimits are Kafka's defaults where Kafka has one, and bounds that keep
@@ -51,11 +60,14 @@ func DefaultLimits() Limits {
 	return Limits{
 		MaxRequestBytes: 100 << 20,
 		MaxConnections:  10000,
-		MaxInFlight:     64,
-		MaxQueuedBytes:  256 << 20,
-		IdleTimeout:     10 * time.Minute,
-		ReadTimeout:     30 * time.Second,
-		WriteTimeout:    30 * time.Second,
+		// Kafka has no limit per address; 1000 keeps one client (a
+		// connection leak, a reconnect loop) from taking all 10000.
+		MaxConnectionsPerIP: 1000,
+		MaxInFlight:         64,
+		MaxQueuedBytes:      256 << 20,
+		IdleTimeout:         10 * time.Minute,
+		ReadTimeout:         30 * time.Second,
+		WriteTimeout:        30 * time.Second,
 	}
 }
 
@@ -145,6 +157,10 @@ func sinceStart() time.Duration { return time.Since(processStart) }
 // Stats are the server's counters, read by metrics.
 type Stats struct {
 	Accepted, Rejected, Open atomic.Int64
+	// RejectedPerIP counts connections closed at accept by
+	// max.connections.per.ip; Throttled those held and closed by a
+	// connection_creation_rate quota (KIP-612).
+	RejectedPerIP, Throttled atomic.Int64
 	Requests, BadFrames      atomic.Int64
 	BytesIn, BytesOut        atomic.Int64
 	// Authentication outcomes: TLS handshakes and SASL exchanges that
@@ -169,12 +185,17 @@ type Server struct {
 	// runs on the connection's writer goroutine: it must be quick.
 	OnReply func(req *Request, resp kmsg.Response, took time.Duration)
 
-	mu     sync.Mutex
-	lns    []net.Listener
-	conns  map[*serverConn]struct{}
-	nextID atomic.Uint64
-	closed bool
-	wg     sync.WaitGroup
+	mu    sync.Mutex
+	lns   []net.Listener
+	conns map[*serverConn]struct{}
+	perIP map[netip.Addr]int // open connections by client address
+	// refusals rate-limits the refusal log lines; held are the throttled
+	// connections waiting for their close (connlimit.go).
+	refusals map[refusalKey]refusalLog
+	held     map[net.Conn]*time.Timer
+	nextID   atomic.Uint64
+	closed   bool
+	wg       sync.WaitGroup
 }
 
 // NewServer returns a server that dispatches to h.
@@ -188,6 +209,9 @@ func NewServer(h Handler, limits Limits, log *slog.Logger) *Server {
 	}
 	if limits.MaxConnections <= 0 {
 		limits.MaxConnections = def.MaxConnections
+	}
+	if limits.MaxConnectionsPerIP == 0 {
+		limits.MaxConnectionsPerIP = def.MaxConnectionsPerIP
 	}
 	if limits.MaxInFlight <= 0 {
 		limits.MaxInFlight = def.MaxInFlight
@@ -208,7 +232,8 @@ func NewServer(h Handler, limits Limits, log *slog.Logger) *Server {
 	if limits.WriteTimeout <= 0 {
 		limits.WriteTimeout = def.WriteTimeout
 	}
-	return &Server{h: h, limits: limits, log: log, budget: newBudget(limits.MaxQueuedBytes), conns: map[*serverConn]struct{}{}}
+	return &Server{h: h, limits: limits, log: log, budget: newBudget(limits.MaxQueuedBytes), conns: map[*serverConn]struct{}{},
+		perIP: map[netip.Addr]int{}, refusals: map[refusalKey]refusalLog{}, held: map[net.Conn]*time.Timer{}}
 }
 
 // Serve accepts connections on ln as the default listener (PLAINTEXT,
@@ -256,6 +281,8 @@ func (s *Server) ServeListener(ln net.Listener, l *Listener) error {
 }
 
 func (s *Server) accept(nc net.Conn, l *Listener) {
+	ip := connIP(nc.RemoteAddr())
+	exempt := s.exempt(ip, l)
 	s.mu.Lock()
 	if s.closed || len(s.conns) >= s.limits.MaxConnections {
 		s.mu.Unlock()
@@ -264,6 +291,35 @@ func (s *Server) accept(nc net.Conn, l *Listener) {
 		nc.Close()
 		return
 	}
+	s.mu.Unlock()
+	if !exempt {
+		// Kafka records the connection against the address's rate
+		// before counting it, so a refused one counts too.
+		if d := s.throttle(ip); d > 0 {
+			s.Stats.Throttled.Add(1)
+			s.mu.Lock()
+			s.logRefusal(ip, "connection_creation_rate quota exceeded; closing after the throttle time", "throttle", d)
+			s.mu.Unlock()
+			s.hold(nc, d)
+			return
+		}
+	}
+	s.mu.Lock()
+	if s.closed || len(s.conns) >= s.limits.MaxConnections {
+		// Closed, or the other listeners took the last places meanwhile.
+		s.mu.Unlock()
+		s.Stats.Rejected.Add(1)
+		nc.Close()
+		return
+	}
+	if limit := s.perIPLimit(ip); !exempt && s.perIP[ip] >= limit {
+		s.logRefusal(ip, "max.connections.per.ip reached", "limit", limit)
+		s.mu.Unlock()
+		s.Stats.RejectedPerIP.Add(1)
+		nc.Close()
+		return
+	}
+	s.perIP[ip]++
 	tc, plainTCP := nc.(*net.TCPConn)
 	if plainTCP {
 		tc.SetNoDelay(true)
@@ -277,6 +333,7 @@ func (s *Server) accept(nc net.Conn, l *Listener) {
 		plainTCP: plainTCP,
 		rd:       socketReader(nc, plainTCP),
 		listener: l,
+		ip:       ip,
 		info:     &Conn{ID: s.nextID.Add(1), Remote: nc.RemoteAddr(), Local: nc.LocalAddr(), Listener: l, Host: remoteIP(nc.RemoteAddr())},
 		pending:  make(chan pending, s.limits.MaxInFlight),
 		auth:     authState{principal: auth.Anonymous, authed: !l.Protocol.UsesSASL()},
@@ -302,6 +359,11 @@ func (s *Server) Close() error {
 	for c := range s.conns {
 		c.close()
 	}
+	for nc, t := range s.held {
+		t.Stop()
+		nc.Close()
+		delete(s.held, nc)
+	}
 	s.mu.Unlock()
 	s.wg.Wait()
 	return nil
@@ -321,8 +383,9 @@ type pending struct {
 type serverConn struct {
 	s        *Server
 	nc       net.Conn
-	plainTCP bool      // nc is a TCP socket (sendfile works); false under TLS
-	rd       io.Reader // frames are read from it: nc, or a rawReader on nc's socket
+	plainTCP bool       // nc is a TCP socket (sendfile works); false under TLS
+	ip       netip.Addr // the client's address, as Server.perIP counts it
+	rd       io.Reader  // frames are read from it: nc, or a rawReader on nc's socket
 	listener *Listener
 	info     *Conn
 	auth     authState // the reader's alone
@@ -630,6 +693,9 @@ func (c *serverConn) writeLoop() {
 	defer func() {
 		c.s.mu.Lock()
 		delete(c.s.conns, c)
+		if c.s.perIP[c.ip]--; c.s.perIP[c.ip] <= 0 {
+			delete(c.s.perIP, c.ip)
+		}
 		c.s.mu.Unlock()
 		c.s.Stats.Open.Add(-1)
 	}()
