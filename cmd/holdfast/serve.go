@@ -42,7 +42,7 @@ type serveConfig struct {
 	metricsListen, logLevel, logFormat                                    string
 	nodeID, numParts, offsetParts, txnParts, defaultRF, fetchSessionSlots int
 	maxMsg, maxReq, maxConns, imbalancePct                                int
-	maxConnsPerIP                                                         int
+	maxConnsPerIP, maxConnRate                                            int
 	maxConnsPerIPOverrides                                                string
 	groupMaxSize, offsetMetaMax, indexInterval                            int
 	cgMaxSize                                                             int
@@ -113,6 +113,7 @@ func (c *serveConfig) register(s *settings) {
 	s.Int(&c.maxReq, "max-request-bytes", int(lim.MaxRequestBytes), "largest request frame", kafka("socket.request.max.bytes"))
 	s.Int(&c.maxConns, "max-connections", lim.MaxConnections, "connection limit", kafka("max.connections"))
 	s.Int(&c.maxConnsPerIP, "max-connections-per-ip", lim.MaxConnectionsPerIP, "connections one client address may hold (the cluster's other nodes exempt on the inter-broker listener); 2147483647: no limit (Kafka's default); 0: only the overrides' addresses", kafka("max.connections.per.ip"))
+	s.Int(&c.maxConnRate, "max-connection-creation-rate", wire.UnlimitedPerIP, "new connections per second across this broker, a second's worth at once; past it the listener waits before taking the next (the cluster's other nodes exempt on the inter-broker listener); 2147483647: no limit", kafka("max.connection.creation.rate"))
 	s.String(&c.maxConnsPerIPOverrides, "max-connections-per-ip-overrides", "", "per-address limits, host:count,... (host names resolved at start)", kafka("max.connections.per.ip.overrides"))
 	s.Int64(&c.maxQueued, "max-queued-bytes", lim.MaxQueuedBytes, "request bytes held in memory across all connections", kafka("queued.max.request.bytes"))
 	s.Duration(&c.idle, "idle-timeout", lim.IdleTimeout, "close connections idle this long", kafkaDuration("connections.max.idle.ms", ms))
@@ -366,6 +367,10 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 
 	lim.MaxRequestBytes = int32(c.maxReq)
 	lim.MaxConnections = c.maxConns
+	if c.maxConnRate <= 0 {
+		return cfg, lim, nil, fmt.Errorf("--max-connection-creation-rate %d: must be positive (2147483647: no limit)", c.maxConnRate)
+	}
+	lim.MaxConnectionCreationRate = c.maxConnRate
 	if lim.MaxConnectionsPerIPOverrides, err = parsePerIPOverrides(c.maxConnsPerIPOverrides); err != nil {
 		return cfg, lim, nil, err
 	}

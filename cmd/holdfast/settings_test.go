@@ -249,9 +249,9 @@ func TestMaxConnectionsPerIPSettings(t *testing.T) {
 	if err != nil || lim.MaxConnectionsPerIP != 1000 || len(lim.MaxConnectionsPerIPOverrides) != 0 {
 		t.Fatalf("default: %d %v (%v), want 1000 and no overrides", lim.MaxConnectionsPerIP, lim.MaxConnectionsPerIPOverrides, err)
 	}
-	lim, err = limits("max.connections.per.ip=2147483647\n")
-	if err != nil || lim.MaxConnectionsPerIP != wire.UnlimitedPerIP {
-		t.Fatalf("Kafka's default: %d (%v)", lim.MaxConnectionsPerIP, err)
+	lim, err = limits("max.connections.per.ip=2147483647\nmax.connection.creation.rate=50\n")
+	if err != nil || lim.MaxConnectionsPerIP != wire.UnlimitedPerIP || lim.MaxConnectionCreationRate != 50 {
+		t.Fatalf("Kafka's default: %d, rate %d (%v)", lim.MaxConnectionsPerIP, lim.MaxConnectionCreationRate, err)
 	}
 	lim, err = limits("max.connections.per.ip=0\nmax.connections.per.ip.overrides=localhost:9,10.0.0.1:5, [::1]:7\n")
 	want := map[netip.Addr]int{netip.MustParseAddr("10.0.0.1"): 5, netip.MustParseAddr("::1"): 7}
@@ -262,6 +262,7 @@ func TestMaxConnectionsPerIPSettings(t *testing.T) {
 	for file, msg := range map[string]string{
 		"max.connections.per.ip=0\n":                                "only with",
 		"max.connections.per.ip=-1\n":                               "must not be negative",
+		"max.connection.creation.rate=0\n":                          "must be positive",
 		"max.connections.per.ip.overrides=10.0.0.1\n":               "is not host:count",
 		"max.connections.per.ip.overrides=10.0.0.1:many\n":          "want a count",
 		"max.connections.per.ip.overrides=no.such.host.invalid:3\n": "no.such.host.invalid",

@@ -155,3 +155,34 @@ func TestConnectionGate(t *testing.T) {
 	}
 	awaitPerIP(t, s, hammer.String(), 0)
 }
+
+// TestMaxConnectionCreationRate: past max.connection.creation.rate new
+// connections wait to be taken, none is refused; a node's connection on
+// the inter-broker listener does not wait.
+func TestMaxConnectionCreationRate(t *testing.T) {
+	node := netip.MustParseAddr("127.0.0.4")
+	g := &gateHandler{nodes: map[netip.Addr]bool{node: true}, recorded: map[netip.Addr]int{}}
+	s := NewServer(g, Limits{MaxConnectionCreationRate: 10}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	addr := serve(t, s)
+	// 10 a second, 10 at once: 40 opened together cannot all be taken
+	// without a wait unless opening them took 3 s.
+	const k = 40
+	conns := make([]net.Conn, k)
+	for i := range conns {
+		conns[i] = dialFrom(t, "127.0.0.2", addr)
+	}
+	for _, c := range conns {
+		served(t, c)
+	}
+	delayed := s.Stats.AcceptDelayed.Load()
+	if delayed == 0 || s.Stats.Rejected.Load()+s.Stats.RejectedPerIP.Load()+s.Stats.Throttled.Load() != 0 {
+		t.Fatalf("%d connections waited, some refused: %+v", delayed, &s.Stats)
+	}
+	// Nodes' connections take no tokens: 40 of them leave the count alone.
+	for range k {
+		served(t, dialFrom(t, node.String(), addr))
+	}
+	if got := s.Stats.AcceptDelayed.Load(); got != delayed {
+		t.Fatalf("node connections waited: %d delayed, was %d", got, delayed)
+	}
+}

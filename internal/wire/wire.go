@@ -29,6 +29,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"golang.org/x/time/rate"
 
 	"holdfast/internal/auth"
 	"holdfast/internal/bufref"
@@ -47,11 +48,16 @@ type Limits struct {
 	// MaxConnectionsPerIPOverrides is max.connections.per.ip.overrides,
 	// its host names resolved: addresses with their own limit.
 	MaxConnectionsPerIPOverrides map[netip.Addr]int
-	MaxInFlight                  int           // requests decoded but not yet answered, per connection
-	MaxQueuedBytes               int64         // queued.max.request.bytes: request bytes held across all connections
-	IdleTimeout                  time.Duration // connections.max.idle.ms: no request for this long closes the connection
-	ReadTimeout                  time.Duration // a started frame must arrive completely within this
-	WriteTimeout                 time.Duration // a response must be written within this
+	// MaxConnectionCreationRate is max.connection.creation.rate: new
+	// connections per second across the server, a second's worth at
+	// once; past it a listener waits before it takes the next connection
+	// (Kafka blocks its acceptor). 0 or UnlimitedPerIP: no limit.
+	MaxConnectionCreationRate int
+	MaxInFlight               int           // requests decoded but not yet answered, per connection
+	MaxQueuedBytes            int64         // queued.max.request.bytes: request bytes held across all connections
+	IdleTimeout               time.Duration // connections.max.idle.ms: no request for this long closes the connection
+	ReadTimeout               time.Duration // a started frame must arrive completely within this
+	WriteTimeout              time.Duration // a response must be written within this
 }
 
 // DefaultLimits are Kafka's defaults where Kafka has one, and bounds that keep
@@ -161,8 +167,11 @@ type Stats struct {
 	// max.connections.per.ip; Throttled those held and closed by a
 	// connection_creation_rate quota (KIP-612).
 	RejectedPerIP, Throttled atomic.Int64
-	Requests, BadFrames      atomic.Int64
-	BytesIn, BytesOut        atomic.Int64
+	// AcceptDelayed counts connections that waited for
+	// max.connection.creation.rate, AcceptDelay their total wait (ns).
+	AcceptDelayed, AcceptDelay atomic.Int64
+	Requests, BadFrames        atomic.Int64
+	BytesIn, BytesOut          atomic.Int64
 	// Authentication outcomes: TLS handshakes and SASL exchanges that
 	// failed, SASL exchanges that succeeded (re-authentications excluded).
 	AuthFailures, AuthSuccesses atomic.Int64
@@ -193,6 +202,11 @@ type Server struct {
 	// connections waiting for their close (connlimit.go).
 	refusals map[refusalKey]refusalLog
 	held     map[net.Conn]*time.Timer
+	// creation is max.connection.creation.rate (nil: none); stop ends its
+	// waits on Close.
+	creation *rate.Limiter
+	stop     context.Context
+	stopped  context.CancelFunc
 	nextID   atomic.Uint64
 	closed   bool
 	wg       sync.WaitGroup
@@ -232,8 +246,13 @@ func NewServer(h Handler, limits Limits, log *slog.Logger) *Server {
 	if limits.WriteTimeout <= 0 {
 		limits.WriteTimeout = def.WriteTimeout
 	}
-	return &Server{h: h, limits: limits, log: log, budget: newBudget(limits.MaxQueuedBytes), conns: map[*serverConn]struct{}{},
+	s := &Server{h: h, limits: limits, log: log, budget: newBudget(limits.MaxQueuedBytes), conns: map[*serverConn]struct{}{},
 		perIP: map[netip.Addr]int{}, refusals: map[refusalKey]refusalLog{}, held: map[net.Conn]*time.Timer{}}
+	if r := limits.MaxConnectionCreationRate; r > 0 && r < UnlimitedPerIP {
+		s.creation = rate.NewLimiter(rate.Limit(r), r)
+	}
+	s.stop, s.stopped = context.WithCancel(context.Background())
+	return s
 }
 
 // Serve accepts connections on ln as the default listener (PLAINTEXT,
@@ -283,6 +302,18 @@ func (s *Server) ServeListener(ln net.Listener, l *Listener) error {
 func (s *Server) accept(nc net.Conn, l *Listener) {
 	ip := connIP(nc.RemoteAddr())
 	exempt := s.exempt(ip, l)
+	if s.creation != nil && !exempt && !s.creation.Allow() {
+		// Over max.connection.creation.rate: this listener takes no
+		// further connection until the rate allows this one (they wait
+		// in the kernel's backlog), as Kafka's acceptor does.
+		start := time.Now()
+		if err := s.creation.Wait(s.stop); err != nil {
+			nc.Close()
+			return
+		}
+		s.Stats.AcceptDelayed.Add(1)
+		s.Stats.AcceptDelay.Add(int64(time.Since(start)))
+	}
 	s.mu.Lock()
 	if s.closed || len(s.conns) >= s.limits.MaxConnections {
 		s.mu.Unlock()
@@ -351,6 +382,7 @@ func (s *Server) accept(nc net.Conn, l *Listener) {
 // Close stops accepting, closes every connection and waits for their
 // goroutines. Replies still waiting see their context cancelled.
 func (s *Server) Close() error {
+	s.stopped()
 	s.mu.Lock()
 	s.closed = true
 	for _, ln := range s.lns {
