@@ -31,6 +31,10 @@ import (
 
 var binary string // built once by TestMain
 
+// buildFlags are the go build flags of the binary TestMain builds
+// (race_test.go adds -race under go test -race).
+var buildFlags []string
+
 func TestMain(m *testing.M) {
 	// Every broker these tests run, child process or not, poisons the
 	// frames it puts back (internal/wire poisonFrames).
@@ -41,7 +45,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "holdfast")
-	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	out, err := exec.Command("go", append(append([]string{"build"}, buildFlags...), "-o", binary, ".")...).CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "building holdfast: %v\n%s", err, out)
 		os.Exit(1)
@@ -54,7 +58,10 @@ func TestMain(m *testing.M) {
 type proc struct {
 	cmd  *exec.Cmd
 	addr string
-	logs *bytes.Buffer
+	// logs is written by the child's output while the test reads it: a
+	// plain bytes.Buffer locked only on the write side raced with every
+	// read (go test -race, TestServeWarnsBeyondLoopback).
+	logs *syncBuffer
 	done chan struct{}
 }
 
@@ -74,10 +81,8 @@ func startProc(t *testing.T, dir, addr string, args ...string) *proc {
 	cmd := exec.Command(binary, append([]string{"serve"}, args...)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "HOLDFAST_OFFSETS_PARTITIONS=3")
-	p := &proc{cmd: cmd, addr: addr, logs: &bytes.Buffer{}, done: make(chan struct{})}
-	var mu sync.Mutex
-	w := writerFunc(func(b []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return p.logs.Write(b) })
-	cmd.Stdout, cmd.Stderr = w, w
+	p := &proc{cmd: cmd, addr: addr, logs: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.logs, p.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -27,8 +27,9 @@ type rdGroup struct {
 		MaxPartitions int
 		Partitions    []int
 	}
-	TimedOut bool
-	Errors   []string
+	TimedOut     bool
+	Errors       []string
+	StaleCommits int // commits refused with STALE_MEMBER_EPOCH and made again
 }
 
 // runRdkafkaGroups: two librdkafka members with the consumer protocol
@@ -100,7 +101,7 @@ func runRdkafkaGroups(t *testing.T, brokers []string, logs func() string, rf int
 				dup++
 			}
 		}
-		t.Logf("%s: members %v read %d records, %d more than once", tc.name, tc.members, records, dup)
+		t.Logf("%s: members %v read %d records, %d more than once; %d commits made again after STALE_MEMBER_EPOCH", tc.name, tc.members, records, dup, r.StaleCommits)
 		// What they read is committed: the group's offsets reach the end.
 		offs, err := adm.FetchOffsets(ctx, tc.name+"-app")
 		if err != nil {

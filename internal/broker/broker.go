@@ -121,6 +121,12 @@ type Config struct {
 	// (broker.session.timeout.ms, default 9 s). Zero means the default.
 	BrokerHeartbeatInterval time.Duration
 	BrokerSessionTimeout    time.Duration
+	// MetadataStartupHold bounds how long a Metadata answer naming no
+	// leader for some partition waits for one in the first moments after
+	// the node started (cluster.Node.StartupHold); zero means the default
+	// (1 s, an election timeout). Tests raise it so that what they assert
+	// does not depend on how fast a loaded machine elects.
+	MetadataStartupHold time.Duration
 
 	// Quotas are the client quotas' windows (quota.window.num,
 	// quota.window.size.seconds, controller.quota.*); the zero value is

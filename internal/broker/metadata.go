@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -21,7 +22,7 @@ func init() { register(kmsg.Metadata, 0, 13, (*Broker).handleMetadata) }
 // to SSL endpoints) and with the topics the principal may describe: a
 // topic it may not is left out of a full listing and answered with
 // TOPIC_AUTHORIZATION_FAILED when named, whether it exists or not.
-func (b *Broker) handleMetadata(_ context.Context, r *wire.Request) wire.Reply {
+func (b *Broker) handleMetadata(ctx context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.MetadataRequest)
 	resp := req.ResponseKind().(*kmsg.MetadataResponse)
 	v := req.Version
@@ -41,7 +42,7 @@ func (b *Broker) handleMetadata(_ context.Context, r *wire.Request) wire.Reply {
 				resp.Topics = append(resp.Topics, b.topicMetadata(r, req, t))
 			}
 		}
-		return wire.Respond(resp)
+		return b.respondMetadata(ctx, r, resp)
 	}
 
 	// Before v4 there is no flag: the broker's setting alone decides.
@@ -90,7 +91,96 @@ func (b *Broker) handleMetadata(_ context.Context, r *wire.Request) wire.Reply {
 		}
 		resp.Topics = append(resp.Topics, b.topicMetadata(r, req, t))
 	}
-	return wire.Respond(resp)
+	return b.respondMetadata(ctx, r, resp)
+}
+
+// respondMetadata answers resp, first waiting (StartupHold: only soon
+// after this node started, and bounded by an election timeout) while some
+// partition in it has no leader. After a whole-cluster restart the nodes
+// listen before their Raft groups have elected and before the controller
+// has unfenced them; answering LEADER_NOT_AVAILABLE then cost a franz-go
+// producer its metadata min age (5 s) before it asked again. Kafka's
+// brokers name the leaders their metadata log kept; here the answer waits
+// for Raft to name them - leadership stays Raft's.
+// The wait runs in the Reply, on the connection's writer goroutine: the
+// reader must not block.
+func (b *Broker) respondMetadata(_ context.Context, r *wire.Request, resp *kmsg.MetadataResponse) wire.Reply {
+	if b.cluster == nil || !leaderless(resp) {
+		return wire.Respond(resp)
+	}
+	hold := b.cluster.StartupHold()
+	if hold <= 0 {
+		return wire.Respond(resp)
+	}
+	listener := b.listenerName(r)
+	return func(ctx context.Context) kmsg.Response {
+		b.awaitLeaders(ctx, listener, resp, hold)
+		return resp
+	}
+}
+
+// metadataHoldPoll is how often a held Metadata answer looks again (only
+// when the metadata or some Raft group changed).
+const metadataHoldPoll = 20 * time.Millisecond
+
+// awaitLeaders refreshes resp's brokers and its leaderless partitions
+// until every partition has a leader, for at most hold.
+func (b *Broker) awaitLeaders(ctx context.Context, listener string, resp *kmsg.MetadataResponse, hold time.Duration) {
+	deadline := time.NewTimer(hold)
+	defer deadline.Stop()
+	next := time.NewTimer(metadataHoldPoll)
+	defer next.Stop()
+	changes, gen := b.replicas.AllRaftChanges(), b.meta.Generation()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			return
+		case <-next.C:
+		}
+		c, g := b.replicas.AllRaftChanges(), b.meta.Generation()
+		if c == changes && g == gen {
+			next.Reset(metadataHoldPoll)
+			continue
+		}
+		changes, gen = c, g
+		began := time.Now()
+		resp.Brokers, resp.ControllerID = b.brokers(listener), b.cluster.ControllerID()
+		for ti := range resp.Topics {
+			mt := &resp.Topics[ti]
+			if mt.ErrorCode != 0 {
+				continue
+			}
+			t, ok := b.meta.TopicByID(mt.TopicID)
+			if !ok {
+				continue
+			}
+			for pi := range mt.Partitions {
+				if mp := &mt.Partitions[pi]; mp.ErrorCode == kerr.LeaderNotAvailable.Code {
+					*mp = b.partitionMetadata(t, mp.Partition)
+				}
+			}
+		}
+		if !leaderless(resp) {
+			return
+		}
+		// A pass over thousands of leaderless partitions (a start with
+		// 10,000) is not free: at most a third of the time goes to it.
+		next.Reset(max(metadataHoldPoll, 2*time.Since(began)))
+	}
+}
+
+// leaderless reports whether some partition in resp has no leader yet.
+func leaderless(resp *kmsg.MetadataResponse) bool {
+	for _, mt := range resp.Topics {
+		for _, mp := range mt.Partitions {
+			if mp.ErrorCode == kerr.LeaderNotAvailable.Code {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // brokerEntry is this node as Metadata lists it to a client of listener.

@@ -9,7 +9,6 @@ import (
 
 	"holdfast/internal/controller"
 	"holdfast/internal/kafkaerr"
-	"holdfast/internal/storage"
 	"holdfast/internal/topicconfig"
 )
 
@@ -94,13 +93,6 @@ func (b *Broker) addPartitions(name string, total int32, assign [][]int32) (cont
 // setTopicConfigs replaces t's overrides through the controller.
 func (b *Broker) setTopicConfigs(name string, configs map[string]string) (controller.Topic, error) {
 	return b.cluster.SetTopicConfigs(name, configs)
-}
-
-// topicLogConfig is the log configuration of t's partitions.
-func (b *Broker) topicLogConfig(t controller.Topic) storage.Config {
-	return topicconfig.LogConfig(b.cfg.LogDefaults, b.replicas.Dynamic().Under(t.Configs), func(name, value string, err error) {
-		b.log.Warn("ignoring bad topic config", "topic", t.Name, "config", name, "value", value, "err", err)
-	})
 }
 
 // topicLogAppendTime reports whether t's message.timestamp.type is

@@ -73,13 +73,20 @@ func (lv *liveness) sessions(term uint64) map[int32]time.Time {
 
 func (n *Node) livenessLoop(stop <-chan struct{}) {
 	lv := n.live
-	tick := time.NewTicker(lv.interval)
-	defer tick.Stop()
+	// The first beat goes at once, not after an interval: a broker that
+	// fenced itself to stop (or was fenced while down) restarts fenced,
+	// and while it is, Metadata leaves it out and names no partition
+	// leader on it - after a whole-cluster restart every partition
+	// answered LEADER_NOT_AVAILABLE for the first interval (2 s), and
+	// franz-go then waited out its metadata min age (5 s) before asking
+	// again.
+	t := time.NewTimer(0)
+	defer t.Stop()
 	for {
 		select {
 		case <-stop:
 			return
-		case <-tick.C:
+		case <-t.C:
 		}
 		lv.mu.Lock()
 		shutdown := lv.shutdown
@@ -95,7 +102,23 @@ func (n *Node) livenessLoop(stop <-chan struct{}) {
 		if err != nil {
 			n.log.Debug("broker liveness", "err", err)
 		}
+		t.Reset(lv.next(shutdown, n.meta.Fenced(n.cfg.NodeID)))
 	}
+}
+
+// fencedBeat is how often a broker that is fenced (and not stopping)
+// beats until the controller unfences it - as a Kafka broker starting up
+// heartbeats until it is unfenced - instead of once per interval: the
+// controller is being elected, or a beat did not reach it yet. On the
+// controller the same beat unfences itself.
+const fencedBeat = 100 * time.Millisecond
+
+// next is the wait before the next beat.
+func (lv *liveness) next(shutdown, fenced bool) time.Duration {
+	if fenced && !shutdown {
+		return min(lv.interval, fencedBeat)
+	}
+	return lv.interval
 }
 
 // fenceExpired runs on the controller: it fences every registered broker

@@ -79,6 +79,7 @@ type Config struct {
 	ControlledShutdownMaxWait    time.Duration
 	BrokerHeartbeatInterval      time.Duration // 0: the default
 	BrokerSessionTimeout         time.Duration // 0: the default
+	StartupHold                  time.Duration // 0: the default (StartupHold)
 
 	// Self is this broker as it registers (its endpoints and rack);
 	// InterBrokerListener names the endpoint nodes reach each other on.
@@ -110,6 +111,9 @@ type Node struct {
 	meta     *controller.Store
 	replicas *replica.Manager
 	metaLog  *storage.Log
+	// started is when Start returned: Metadata may wait for elections
+	// for a while after it (StartupHold).
+	started atomic.Int64 // unix nanoseconds; 0 before
 
 	qmu   sync.Mutex
 	queue []raft.Committed
@@ -271,7 +275,44 @@ func (n *Node) Start(meta *controller.Store, replicas *replica.Manager, syncer *
 	n.goRun(n.reassignLoop)
 	n.goLoop(n.metaRepairLoop)
 	n.startLiveness()
+	n.started.Store(time.Now().UnixNano())
 	return nil
+}
+
+// Metadata's wait for leaders after a start (StartupHold).
+const (
+	// startupWindow is how long after Start a Metadata answer may be
+	// held: the time for every group to elect once all nodes of a
+	// cluster restarted together (their opens end at different times).
+	startupWindow = 10 * time.Second
+	// startupHoldMax bounds one held answer: an election timeout (the
+	// preferred replica campaigns at once; the others after 1-2 s).
+	startupHoldMax = time.Second
+)
+
+// StartupHold is how long a Metadata answer that names no leader for some
+// partition may wait for one, this soon after Start: 0 outside the
+// window, on a single node, and before Start. Right after a whole-cluster
+// restart the Raft groups are still electing (and the brokers unfencing)
+// when the nodes listen: an answer of LEADER_NOT_AVAILABLE then made
+// franz-go wait out its metadata min age (5 s) before asking again, where
+// a Kafka broker, whose controller keeps leaders across restarts, would
+// have named the leader. The leaders named after the wait are Raft's, as
+// always; only the answer waits.
+func (n *Node) StartupHold() time.Duration {
+	at := n.started.Load()
+	if at == 0 || n.SingleNode() {
+		return 0
+	}
+	hold := startupHoldMax
+	if n.cfg.StartupHold > 0 {
+		hold = n.cfg.StartupHold
+	}
+	left := max(startupWindow, 10*hold) - time.Since(time.Unix(0, at))
+	if left <= 0 {
+		return 0
+	}
+	return min(left, hold)
 }
 
 // Close stops the node's loops, then the Raft host (every group of this

@@ -81,8 +81,13 @@ func keysPerPartition(typ int8) []string {
 // to be served.
 func checkFirstRequests(t *testing.T, nodes []*brokertest.Node, typ int8) {
 	t.Helper()
+	// clients is shared by the goroutines that send each key's first
+	// request, so it has its own lock.
+	var clientsMu sync.Mutex
 	clients := map[string]*kgo.Client{}
 	client := func(addr string) *kgo.Client {
+		clientsMu.Lock()
+		defer clientsMu.Unlock()
 		if cl, ok := clients[addr]; ok {
 			return cl
 		}

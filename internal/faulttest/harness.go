@@ -42,6 +42,9 @@ var (
 	buildDir  string
 	buildPath string
 	buildErr  error
+	// buildFlags are the go build flags of the nodes' binary (race.go
+	// adds -race under go test -race).
+	buildFlags []string
 )
 
 // Binary builds ./cmd/holdfast once per test binary and returns its path.
@@ -64,7 +67,7 @@ func Binary(t testing.TB) string {
 			return
 		}
 		buildPath = filepath.Join(buildDir, "holdfast")
-		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/holdfast")
+		cmd := exec.Command("go", append(append([]string{"build"}, buildFlags...), "-o", buildPath, "./cmd/holdfast")...)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build ./cmd/holdfast: %w\n%s", err, out)
@@ -374,6 +377,46 @@ func (c *Cluster) Pause(i int) {
 	n := c.Node(i)
 	fmt.Fprintf(&n.logs, "=== faulttest: SIGSTOP\n")
 	n.signal(syscall.SIGSTOP)
+	n.awaitStopped()
+}
+
+// awaitStopped returns once every thread of the node's process is stopped: a signal is
+// delivered asynchronously, and a process still running for a moment
+// after SIGSTOP answered the request meant to find it frozen
+// (TestHarnessNetworkFaults, 1 of 3 full-suite runs).
+func (n *Node) awaitStopped() {
+	n.mu.Lock()
+	var pid int
+	if n.cmd != nil && n.cmd.Process != nil {
+		pid = n.cmd.Process.Pid
+	}
+	n.mu.Unlock()
+	if pid == 0 {
+		return
+	}
+	stopped := func(stat string) bool {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			return true // the thread is gone
+		}
+		// The state follows the command name in parentheses.
+		j := bytes.LastIndexByte(b, ')')
+		return j >= 0 && j+2 < len(b) && (b[j+2] == 'T' || b[j+2] == 't')
+	}
+	for range 5000 { // bounded: a process that exited is never stopped
+		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		if err != nil || len(tasks) == 0 {
+			return // gone, or no /proc: nothing to wait for
+		}
+		all := true
+		for _, st := range tasks {
+			all = all && stopped(st)
+		}
+		if all {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // Resume continues node i with SIGCONT.

@@ -100,7 +100,10 @@ type Options struct {
 	// Partitions reports how many partitions a topic has, or -1 if the topic
 	// does not exist (for UNKNOWN_TOPIC_OR_PARTITION on commit).
 	Partitions func(topic string) int32
-	// Now is the clock (time.Now if nil); timers still use real time.
+	// Now is the clock (time.Now if nil). Deadlines are set and checked
+	// on it; the timer that checks them waits their distance from it in
+	// real time (a test that moves its clock forward sees them pass when
+	// that timer fires).
 	Now func() time.Time
 	// Unowned starts every partition as led elsewhere (cluster mode): its
 	// groups answer NOT_COORDINATOR until LoadPartition.

@@ -486,7 +486,7 @@ func (c *Coordinator) arm(g *group) {
 		return
 	}
 	g.timerAt = next
-	d := time.Until(next)
+	d := next.Sub(c.opts.Now())
 	if g.timer == nil {
 		g.timer = time.AfterFunc(d, func() { c.onTimer(g) })
 	} else {
@@ -501,7 +501,7 @@ func (c *Coordinator) onTimer(g *group) {
 		return
 	}
 	g.timerAt = time.Time{}
-	c.expire(g, time.Now())
+	c.expire(g, c.opts.Now())
 	c.arm(g)
 }
 

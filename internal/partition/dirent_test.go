@@ -1,7 +1,10 @@
 package partition
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"syscall"
 	"testing"
 	"time"
 
@@ -126,5 +129,233 @@ func TestProducerSnapshotSurvivesPowerCut(t *testing.T) {
 	fsys.Crash()
 	if _, ok := fsys.ReadFileForTest(snap); !ok {
 		t.Fatalf("the producer snapshot %s is gone after a power cut that followed the clean stop", snap)
+	}
+}
+
+// TestDeleteWithFailedDirSyncStaysDeleted: the data directory's fsync
+// after a partition's directory was renamed aside fails (EIO), so the
+// rename is not durable; the deletion fails and is retried (as the
+// replica manager's FinishPendingDelete does), succeeds, then the power
+// goes. The directory must not come back at its name: whole, the new
+// topic of the name could never open over it; without some files
+// (partition.metadata), it would serve the deleted topic's records.
+func TestDeleteWithFailedDirSyncStaysDeleted(t *testing.T) {
+	for seed := int64(1); seed <= 10; seed++ {
+		for _, torn := range []bool{false, true} {
+			fsys := storage.NewCrashFS(seed)
+			m := newCrashNode(t, fsys, "/data")
+			p, err := m.Open("d", [16]byte{4}, 0, storage.DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustAppend(t, p, batch(t, -1, -1, -1, 3), 0, false)
+			fsys.InjectErrorPath(storage.OpSyncDir, "/data", syscall.EIO)
+			if err := m.DeleteTopic("d"); !errors.Is(err, syscall.EIO) {
+				t.Fatalf("delete with a failing fsync of the data directory: %v", err)
+			}
+			fsys.ClearErrors()
+			if err := m.DeleteTopic("d"); err != nil {
+				t.Fatalf("retried delete: %v", err)
+			}
+			m.powerCut(fsys, torn)
+
+			m = newCrashNode(t, fsys, "/data")
+			p, err = m.Open("d", [16]byte{5}, 0, storage.DefaultConfig())
+			if err != nil {
+				t.Fatalf("seed %d torn %v: the new topic does not open over the deleted one's directory: %v", seed, torn, err)
+			}
+			if end := p.LogEndOffset(); end != 0 {
+				t.Fatalf("seed %d torn %v: the new topic has the deleted one's records (end %d)", seed, torn, end)
+			}
+			m.stop()
+		}
+	}
+}
+
+// TestDeleteTopicListingErrorFails: DeleteTopic finds the directories of
+// partitions not open in this process by listing the data directory; when
+// the listing fails (EMFILE) the deletion must fail too, to be retried,
+// not pass as finished with the directories left at their names.
+func TestDeleteTopicListingErrorFails(t *testing.T) {
+	fsys := storage.NewCrashFS(1)
+	m := newCrashNode(t, fsys, "/data")
+	p, err := m.Open("d", [16]byte{4}, 0, storage.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, p, batch(t, -1, -1, -1, 3), 0, false)
+	m.stop()
+	m = newCrashNode(t, fsys, "/data")
+	fsys.InjectErrorPath(storage.OpReadDir, "/data", syscall.EMFILE)
+	if err := m.DeleteTopic("d"); !errors.Is(err, syscall.EMFILE) {
+		t.Fatalf("delete with a failing listing of the data directory: %v", err)
+	}
+	fsys.ClearErrors()
+	if err := m.DeleteTopic("d"); err != nil {
+		t.Fatalf("retried delete: %v", err)
+	}
+	if p, err = m.Open("d", [16]byte{5}, 0, storage.DefaultConfig()); err != nil {
+		t.Fatalf("the new topic does not open after the deletion: %v", err)
+	}
+	if end := p.LogEndOffset(); end != 0 {
+		t.Fatalf("the new topic has the deleted one's records (end %d)", end)
+	}
+}
+
+// TestDeleteRecreateCrashAtEveryStep: create a topic, acknowledge
+// records, delete it, create a topic of the same name and acknowledge
+// records in it, with a power cut in place of each filesystem operation
+// in turn (torn on odd steps). After it, with the deletion retried if it
+// had not finished (as the replica manager's start-up does), the new
+// topic opens, holds every record acknowledged in it and none of the
+// deleted one's. The old topic's batch has 3 records, the new one's 2.
+func TestDeleteRecreateCrashAtEveryStep(t *testing.T) {
+	ctx := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard only
+		t.Cleanup(cancel)
+		return ctx
+	}
+	for step := int64(1); ; step++ {
+		fsys := storage.NewCrashFS(step)
+		fsys.SetDirPrefix(true)
+		m := newCrashNode(t, fsys, "/data")
+		if step%2 == 1 {
+			fsys.CrashTornAfter(step)
+		} else {
+			fsys.CrashAfter(step)
+		}
+		deleted, acked := false, false
+		func() {
+			p, err := m.Open("d", [16]byte{4}, 0, storage.DefaultConfig())
+			if err != nil {
+				return
+			}
+			res, err := p.Append(batch(t, -1, -1, -1, 3))
+			if err != nil || p.WaitCommitted(ctx(), res.LastOffset+1) != nil {
+				return
+			}
+			if m.DeleteTopic("d") != nil {
+				return
+			}
+			deleted = true
+			if p, err = m.Open("d", [16]byte{5}, 0, storage.DefaultConfig()); err != nil {
+				return
+			}
+			if res, err = p.Append(batch(t, -1, -1, -1, 2)); err != nil || p.WaitCommitted(ctx(), res.LastOffset+1) != nil {
+				return
+			}
+			acked = true
+		}()
+		done := !fsys.Down()
+		if done {
+			fsys.Crash()
+		}
+		m.crash()
+		fsys.Reboot()
+
+		m = newCrashNode(t, fsys, "/data")
+		if !deleted {
+			if err := m.DeleteTopic("d"); err != nil {
+				t.Fatalf("step %d: retried delete: %v", step, err)
+			}
+		}
+		p, err := m.Open("d", [16]byte{5}, 0, storage.DefaultConfig())
+		if err != nil {
+			t.Fatalf("step %d: the new topic does not open: %v", step, err)
+		}
+		end := p.LogEndOffset()
+		if end != 0 && end != 2 || acked && end != 2 {
+			t.Fatalf("step %d (deleted %v, acked %v): the new topic ends at %d: want its 2 records (0 if unacknowledged), never the deleted one's 3", step, deleted, acked, end)
+		}
+		m.stop()
+		if done {
+			t.Logf("%d steps", step)
+			return
+		}
+	}
+}
+
+// TestSnapshotReadErrorFailsOpen: a producer snapshot that cannot be read
+// (EMFILE) fails the partition's open (it is offline and retried) rather
+// than being removed and the producers rebuilt by scanning the log: the
+// scan cannot see producers whose batches retention removed, and the
+// removal made the loss permanent. Once the file reads again, the open
+// restores them: a retry of the producer's last batch is recognised.
+func TestSnapshotReadErrorFailsOpen(t *testing.T) {
+	fsys := storage.NewCrashFS(1)
+	m := newCrashNode(t, fsys, "/data")
+	cfg := storage.DefaultConfig()
+	cfg.SegmentBytes = 1024
+	p, err := m.Open("t", [16]byte{1}, 0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := batch(t, 7, 0, 0, 3)
+	mustAppend(t, p, bytes.Clone(last), 0, false)
+	for i := range 40 { // other producers, until the log has rolled
+		mustAppend(t, p, batch(t, int64(100+i), 0, 0, 1), int64(3+i), false)
+	}
+	if p.Log().Segments() < 2 {
+		t.Fatalf("%d segments: no roll", p.Log().Segments())
+	}
+	if err := m.host.Compact(p.RaftGroup(), p.Log().EndOffset()-1); err != nil {
+		t.Fatal(err)
+	}
+	snap := p.snapPath
+	m.stop()
+
+	m = newCrashNode(t, fsys, "/data")
+	fsys.InjectErrorPath(storage.OpOpen, snap, syscall.EMFILE)
+	if _, err := m.Open("t", [16]byte{1}, 0, cfg); !errors.Is(err, syscall.EMFILE) {
+		t.Fatalf("open with an unreadable producer snapshot: %v, want the read error", err)
+	}
+	fsys.ClearErrors()
+	if _, ok := fsys.ReadFileForTest(snap); !ok {
+		t.Fatal("the producer snapshot was removed after a read error")
+	}
+	p, err = m.Open("t", [16]byte{1}, 0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Append(bytes.Clone(last))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Duplicate {
+		t.Fatalf("producer 7's retried batch appended again at %d: its state was lost", res.BaseOffset)
+	}
+}
+
+// TestNewPartitionDirSyncFailureRetried: the data directory's fsync that
+// makes a new partition's directory name durable fails (or the listing
+// that tells a new directory fails), so the open fails (the replica is
+// offline) and is retried. The retry must still make the directory's name
+// durable - with partition.metadata already in it, it took the directory
+// as made long ago - or a power cut drops the partition with records
+// acknowledged after the retry.
+func TestNewPartitionDirSyncFailureRetried(t *testing.T) {
+	for _, fault := range []struct{ op, path string }{{storage.OpSyncDir, "/data"}, {storage.OpReadDir, "/data/t-0"}} {
+		fsys := storage.NewCrashFS(1)
+		m := newCrashNode(t, fsys, "/data")
+		fsys.InjectErrorPath(fault.op, fault.path, syscall.EIO)
+		if _, err := m.Open("t", [16]byte{1}, 0, storage.DefaultConfig()); !errors.Is(err, syscall.EIO) {
+			t.Fatalf("%s %s fails: open: %v", fault.op, fault.path, err)
+		}
+		fsys.ClearErrors()
+		p, err := m.Open("t", [16]byte{1}, 0, storage.DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustAppend(t, p, batch(t, -1, -1, -1, 3), 0, false)
+		m.powerCut(fsys, false)
+
+		m = newCrashNode(t, fsys, "/data")
+		if p, err = m.Open("t", [16]byte{1}, 0, storage.DefaultConfig()); err != nil {
+			t.Fatal(err)
+		}
+		if end := p.LogEndOffset(); end != 3 {
+			t.Fatalf("%s %s failed once: log end %d after the power cut, want the 3 acknowledged records", fault.op, fault.path, end)
+		}
+		m.stop()
 	}
 }

@@ -268,10 +268,21 @@ func (m *Manager) DeleteTopic(topic string) error {
 	// some of its files (partition.metadata among them, and a new topic
 	// of the name would take the rest as its own) - after the deletion
 	// was recorded as finished.
+	//
+	// Directories of this topic already renamed aside by an earlier try
+	// whose fsync of the data directory failed (removeData left them):
+	// the rename is durable only with this fsync, and until it is, a
+	// power cut brings the directory back at its name.
 	var asides []string
-	if names, err := fsys.ReadDir(m.root); err == nil {
+	if names, err := fsys.ReadDir(m.root); err != nil {
+		errs = append(errs, err)
+	} else {
 		for _, n := range names {
 			if idx, ok := strings.CutPrefix(n, topic+"-"); ok {
+				if isAside(idx) {
+					asides = append(asides, filepath.Join(m.root, n))
+					continue
+				}
 				if i, err := strconv.ParseInt(idx, 10, 32); err == nil {
 					var r [4]byte
 					rand.Read(r[:])
@@ -300,6 +311,24 @@ func (m *Manager) DeleteTopic(topic string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// isAside reports whether rest, a directory name after "<topic>-", is a
+// partition directory of that topic renamed aside: "<index>.<8 hex>-delete".
+func isAside(rest string) bool {
+	idx, r, ok := strings.Cut(rest, ".")
+	if !ok {
+		return false
+	}
+	if _, err := strconv.ParseInt(idx, 10, 32); err != nil {
+		return false
+	}
+	h, ok := strings.CutSuffix(r, deleteSuffix)
+	if !ok || len(h) != 8 {
+		return false
+	}
+	_, err := hex.DecodeString(h)
+	return err == nil
 }
 
 // Remove closes one partition and removes its data (a replica moved away
@@ -335,11 +364,15 @@ func (m *Manager) removeData(p *Partition) error {
 	if err := fsys.Rename(p.dir, aside); err != nil {
 		return errors.Join(append(errs, fmt.Errorf("partition %s-%d: rename aside: %w", p.topic, p.index, err))...)
 	}
-	if err := fsys.SyncDir(m.root); err != nil {
-		errs = append(errs, err)
-	}
 	if err := fsys.Remove(p.snapPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		errs = append(errs, err)
+	}
+	if err := fsys.SyncDir(m.root); err != nil {
+		// The rename may not survive a power cut: removing the
+		// directory now could bring it back at its name, whole or in
+		// part. Left aside for DeleteTopic's retry (or the next
+		// start-up) to make durable and remove.
+		return errors.Join(append(errs, fmt.Errorf("partition %s-%d: rename aside: %w", p.topic, p.index, err))...)
 	}
 	if err := fsys.RemoveAll(aside); err != nil {
 		// Left for the next start-up to remove.
@@ -417,19 +450,27 @@ func (m *Manager) claimDir(dir string, id [16]byte) error {
 		return err
 	}
 	data := []byte("version: 0\n" + want + "\n")
-	if names, err := fsys.ReadDir(dir); err == nil && len(names) == 0 {
-		// A new partition: the log created in it next fsyncs this
-		// directory (its ordinal checkpoint), which makes this file's
-		// name durable too - one fsync of it instead of two. A crash
-		// before that leaves an unclaimed empty directory, claimed again
-		// at the next open.
-		if err := storage.WriteFileAtomicNoDirSync(fsys, path, data); err != nil {
+	names, err := fsys.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	if len(names) == 0 {
+		// A new partition. The directory's own name is an entry of the
+		// data directory: fsync that first, or a power cut could drop
+		// the whole partition directory under a Raft journal that
+		// remembers its entries. First, so that a failed fsync leaves
+		// the directory empty and the retry comes here again: once
+		// partition.metadata is in it, an open takes the directory as
+		// made long ago and fsyncs nothing.
+		if err := fsys.SyncDir(filepath.Dir(dir)); err != nil {
 			return err
 		}
-		// The directory's own name is an entry of the data directory:
-		// fsync that too, or a power cut could drop the whole partition
-		// directory under a Raft journal that remembers its entries.
-		return fsys.SyncDir(filepath.Dir(dir))
+		// The log created in it next fsyncs this directory (its
+		// ordinal checkpoint), which makes this file's name durable
+		// too - one fsync of it instead of two. A crash before that
+		// leaves an unclaimed empty directory, claimed again at the
+		// next open.
+		return storage.WriteFileAtomicNoDirSync(fsys, path, data)
 	}
 	_, err = storage.WriteFileAtomic(fsys, path, data)
 	return err

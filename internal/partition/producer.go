@@ -336,12 +336,14 @@ func (p *Partition) readSnapshot() (*snapshot, error) {
 // loadProducers rebuilds the producer state: from the snapshot of a clean
 // close when it matches the log, otherwise by scanning the log. The
 // snapshot is removed once read, so after a crash a stale one is never
-// trusted - the scan is the source of truth.
+// trusted - the scan is the source of truth. A snapshot that cannot be
+// read (EMFILE, EIO) fails the open, to be retried, and stays: the scan
+// cannot see the producers whose batches retention removed, and removing
+// the snapshot would lose them for good (damaged content is ignored).
 func (p *Partition) loadProducers() error {
 	s, err := p.readSnapshot()
 	if err != nil {
-		p.lg.Warn("reading producer state snapshot; rescanning the log", "err", err)
-		s = nil
+		return fmt.Errorf("partition %s-%d: reading the producer state snapshot: %w", p.topic, p.index, err)
 	}
 	end := p.log.EndOffset()
 	from := p.log.StartOffset()
@@ -359,7 +361,7 @@ func (p *Partition) loadProducers() error {
 		p.txn.aborted = append(p.txn.aborted, s.AbortedTxns...)
 		from = s.End
 	}
-	if s != nil || err != nil {
+	if s != nil {
 		if rerr := p.fs.Remove(p.snapPath); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 			return rerr
 		}

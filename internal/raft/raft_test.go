@@ -121,13 +121,21 @@ func TestProposeOnFollower(t *testing.T) {
 		if id == leader {
 			continue
 		}
-		_, err := c.nodes[id].host.Propose(context.Background(), 1, batch(t, "y"))
-		var nl *NotLeaderError
-		if !errors.As(err, &nl) || !isNotLeader(err) {
-			t.Fatalf("propose on follower %d: %v", id, err)
-		}
-		if nl.Leader != leader {
-			t.Fatalf("leader hint %d, want %d", nl.Leader, leader)
+		// The commit needed one follower only: the other may not have
+		// heard from the leader yet, and then hints no leader (0) - never
+		// another one.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			_, err := c.nodes[id].host.Propose(context.Background(), 1, batch(t, "y"))
+			var nl *NotLeaderError
+			if !errors.As(err, &nl) || !isNotLeader(err) {
+				t.Fatalf("propose on follower %d: %v", id, err)
+			}
+			if nl.Leader == leader {
+				break
+			}
+			if nl.Leader != 0 || time.Now().After(deadline) {
+				t.Fatalf("leader hint %d, want %d", nl.Leader, leader)
+			}
 		}
 	}
 }

@@ -39,7 +39,10 @@ func TestReceivedBuffersOutliveRaft(t *testing.T) {
 		}
 		mu.Unlock()
 	}
-	c := newCluster(t, 3, 1, func(c *cluster) {
+	// 100 ms ticks (a 1 s election timeout): the roles this test sets up
+	// must not change under a loaded machine's pauses (with 20 ms ticks
+	// the cut-off leader lost its leadership mid-test at load 20).
+	c := newClusterOpts(t, 3, 1, 100*time.Millisecond, false, func(c *cluster) {
 		c.onCommit = func(node, g uint64, ents []Committed) {
 			for _, e := range ents {
 				if e.Data == nil {

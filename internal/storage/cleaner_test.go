@@ -869,8 +869,11 @@ func newCleanFixture(t *testing.T, keepEmpty bool) *cleanFixture {
 // resurrected (everything there was written at that offset, and the view
 // of a consumer reading from the start is the one before the pass).
 func TestCleanCrashAtEachStep(t *testing.T) {
-	for _, keepEmpty := range []bool{false, true} {
-		t.Run(fmt.Sprint("keepEmpty=", keepEmpty), func(t *testing.T) {
+	for _, c := range []struct{ keepEmpty, torn bool }{{false, false}, {true, false}, {false, true}} {
+		keepEmpty := c.keepEmpty
+		// torn: the cut tears unsynced writes and keeps a prefix of the
+		// unsynced directory changes (a commit's renames in part).
+		t.Run(fmt.Sprint("keepEmpty=", keepEmpty, ",torn=", c.torn), func(t *testing.T) {
 			ref := newCleanFixture(t, keepEmpty)
 			ops0 := ref.fs.Ops()
 			res := mustClean(t, ref.l, ref.opts)
@@ -885,7 +888,12 @@ func TestCleanCrashAtEachStep(t *testing.T) {
 			swaps := 0
 			for n := int64(1); n <= nops; n++ {
 				f := newCleanFixture(t, keepEmpty)
-				f.fs.CrashAfter(n)
+				if c.torn {
+					f.fs.SetDirPrefix(true)
+					f.fs.CrashTornAfter(n)
+				} else {
+					f.fs.CrashAfter(n)
+				}
 				if _, err := f.l.Clean(f.opts); err == nil {
 					t.Fatalf("op %d: pass survived the power cut", n)
 				}
@@ -960,7 +968,12 @@ func TestCleanCrashAtEachStep(t *testing.T) {
 				// Replay the same crash, then crash the recovery at each step.
 				for m := int64(1); m <= rops; m++ {
 					g := newCleanFixture(t, keepEmpty)
-					g.fs.CrashAfter(n)
+					if c.torn {
+						g.fs.SetDirPrefix(true)
+						g.fs.CrashTornAfter(n)
+					} else {
+						g.fs.CrashAfter(n)
+					}
 					g.l.Clean(g.opts)
 					g.l.Close()
 					g.fs.Reboot()

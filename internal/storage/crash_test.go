@@ -162,6 +162,7 @@ func crashSeed(t *testing.T, seed int64, direct bool) int64 {
 		rng := rand.New(rand.NewSource(seed))
 		fs := NewCrashFS(seed)
 		fs.SetDirectIO(direct)
+		fs.SetDirPrefix(true)
 		if direct {
 			// The read cache (readcache.go) is on with direct I/O; a
 			// budget from none to ample, from its own source so the

@@ -44,13 +44,65 @@ type CrashFS struct {
 	// crashIn > 0 crashes the FS when that many more have been asked for
 	// (the last one does not happen), after which it is down - every
 	// operation fails - until Reboot.
-	ops      int64
-	crashIn  int64
-	down     bool
-	onSync   func(path string)
-	delayFor map[string]time.Duration // extra Sync delay by path substring
-	direct   bool                     // files accept WriteDirect (SetDirectIO)
-	directs  int64                    // WriteDirect calls that wrote
+	ops       int64
+	crashIn   int64
+	crashTorn bool // the power cut CrashAfter chose is CrashTorn's
+	down      bool
+	onSync    func(path string)
+	delayFor  map[string]time.Duration // extra Sync delay by path substring
+	direct    bool                     // files accept WriteDirect (SetDirectIO)
+	directs   int64                    // WriteDirect calls that wrote
+	// pending: directory changes not yet made durable by their
+	// directory's SyncDir, in the order they were made (SetDirPrefix).
+	pending   []dirOp
+	opGroup   int
+	dirPrefix bool
+	dirRng    *rand.Rand // its own source: fs.rng's draws (torn lengths) stay what they were per seed
+}
+
+// dirOp is one change of a directory entry: name set to e, or removed.
+// The two halves of a rename share a group and persist together.
+type dirOp struct {
+	d       *memDir
+	name    string
+	e       memEntry
+	present bool
+	group   int
+}
+
+// SetDirPrefix makes CrashTorn (and CrashTornAfter) also keep a random
+// prefix, in the order they were made, of the directory changes that no
+// SyncDir made durable yet: a journaling filesystem (ext4) commits them in
+// order, and a power cut can fall after any commit. A rename's two entries
+// persist together. Off, every unsynced directory change is lost.
+func (fs *CrashFS) SetDirPrefix(on bool) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.dirPrefix = on
+}
+
+// noteOp records a directory change (fs.mu held).
+func (fs *CrashFS) noteOp(d *memDir, name string, e memEntry, present bool, newGroup bool) {
+	if newGroup {
+		fs.opGroup++
+	}
+	fs.pending = append(fs.pending, dirOp{d: d, name: name, e: e, present: present, group: fs.opGroup})
+}
+
+// applyPrefixLocked makes a random prefix of the pending directory changes
+// durable (a torn crash with SetDirPrefix).
+func (fs *CrashFS) applyPrefixLocked() {
+	k := fs.dirRng.Intn(len(fs.pending) + 1)
+	for k > 0 && k < len(fs.pending) && fs.pending[k].group == fs.pending[k-1].group {
+		k++
+	}
+	for _, op := range fs.pending[:k] {
+		if op.present {
+			op.d.dur[op.name] = op.e
+		} else {
+			delete(op.d.dur, op.name)
+		}
+	}
 }
 
 // SetDirectIO makes the files accept direct writes (log.direct.io), with
@@ -78,7 +130,14 @@ func (fs *CrashFS) DirectWrites() int64 {
 func (fs *CrashFS) CrashAfter(n int64) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	fs.crashIn = n
+	fs.crashIn, fs.crashTorn = n, false
+}
+
+// CrashTornAfter is CrashAfter with a torn power cut (CrashTorn).
+func (fs *CrashFS) CrashTornAfter(n int64) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.crashIn, fs.crashTorn = n, true
 }
 
 // Reboot brings a crashed FS back up (the machine restarted).
@@ -112,7 +171,7 @@ func (fs *CrashFS) tick(op, path string) error {
 	fs.ops++
 	if fs.crashIn > 0 {
 		if fs.crashIn--; fs.crashIn == 0 {
-			fs.crashLocked(false)
+			fs.crashLocked(fs.crashTorn)
 			fs.down = true
 			return &os.PathError{Op: op, Path: path, Err: errCrashed}
 		}
@@ -351,12 +410,14 @@ func (fs *CrashFS) survivor(n *memNode, torn bool) *memNode {
 type injected struct {
 	op, path string
 	err      error
+	exact    bool // path is the whole path, not a substring
 }
 
 // NewCrashFS returns an empty CrashFS; seed drives torn-write lengths.
 func NewCrashFS(seed int64) *CrashFS {
 	return &CrashFS{
 		rng:      rand.New(rand.NewSource(seed)),
+		dirRng:   rand.New(rand.NewSource(seed*7877 + 1)),
 		roots:    map[string]*memDir{"/": newMemDir(), ".": newMemDir()},
 		capacity: -1,
 	}
@@ -372,14 +433,27 @@ const (
 	OpRemove   = "remove"
 	OpRename   = "rename"
 	OpSyncDir  = "syncdir"
+	// OpMkdir fails MkdirAll when it would create a directory whose path
+	// matches (one that exists is not made again, so not matched).
+	OpMkdir     = "mkdir"
+	OpRemoveAll = "removeall"
+	OpReadDir   = "readdir"
 )
 
 // InjectError makes op on every path containing pathSubstr fail with err
-// until ClearErrors.
+// until ClearErrors. For a rename the old name is matched.
 func (fs *CrashFS) InjectError(op, pathSubstr string, err error) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	fs.inject = append(fs.inject, injected{op, pathSubstr, err})
+	fs.inject = append(fs.inject, injected{op: op, path: pathSubstr, err: err})
+}
+
+// InjectErrorPath is InjectError for exactly one path (a directory whose
+// name is a prefix of every path below it: its own SyncDir only).
+func (fs *CrashFS) InjectErrorPath(op, path string, err error) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.inject = append(fs.inject, injected{op: op, path: filepath.Clean(path), err: err, exact: true})
 }
 
 // ClearErrors removes all injected errors and the capacity limit.
@@ -406,7 +480,7 @@ func (fs *CrashFS) SetCapacity(bytes int64) {
 
 func (fs *CrashFS) injectedErr(op, path string) error {
 	for _, in := range fs.inject {
-		if in.op == op && strings.Contains(path, in.path) {
+		if in.op == op && (in.path == path || !in.exact && strings.Contains(path, in.path)) {
 			return &os.PathError{Op: op, Path: path, Err: in.err}
 		}
 	}
@@ -430,6 +504,10 @@ func (fs *CrashFS) crash(torn bool) {
 }
 
 func (fs *CrashFS) crashLocked(torn bool) {
+	if torn && fs.dirPrefix && len(fs.pending) > 0 {
+		fs.applyPrefixLocked()
+	}
+	fs.pending = nil
 	fs.gen++
 	fs.roots = fs.durableTree(torn)
 }
@@ -474,6 +552,7 @@ func (fs *CrashFS) OpenFile(name string, flag int, perm os.FileMode) (File, erro
 	case !ok:
 		n = &memNode{}
 		dir.cur[base] = memEntry{f: n}
+		fs.noteOp(dir, base, dir.cur[base], true, true)
 	}
 	if flag&os.O_TRUNC != 0 {
 		n.data = nil
@@ -505,6 +584,7 @@ func (fs *CrashFS) Remove(name string) error {
 		return &os.PathError{Op: "remove", Path: name, Err: syscall.ENOTEMPTY}
 	}
 	delete(dir.cur, base)
+	fs.noteOp(dir, base, memEntry{}, false, true)
 	return nil
 }
 
@@ -547,6 +627,8 @@ func (fs *CrashFS) Rename(oldname, newname string) error {
 	}
 	delete(from.cur, fromBase)
 	to.cur[toBase] = e
+	fs.noteOp(to, toBase, e, true, true)
+	fs.noteOp(from, fromBase, memEntry{}, false, false)
 	return nil
 }
 
@@ -567,11 +649,16 @@ func (fs *CrashFS) MkdirAll(dir string, perm os.FileMode) error {
 		case ok && e.f != nil:
 			return &os.PathError{Op: "mkdir", Path: filepath.Join(append([]string{root}, parts[:i+1]...)...), Err: syscall.ENOTDIR}
 		case !ok:
-			if err := fs.tick("mkdir", dir); err != nil {
+			made := filepath.Join(append([]string{root}, parts[:i+1]...)...)
+			if err := fs.injectedErr(OpMkdir, made); err != nil {
+				return err
+			}
+			if err := fs.tick(OpMkdir, made); err != nil {
 				return err
 			}
 			e = memEntry{d: newMemDir()}
 			d.cur[p] = e
+			fs.noteOp(d, p, e, true, true)
 		}
 		d = e.d
 	}
@@ -582,6 +669,9 @@ func (fs *CrashFS) ReadDir(dir string) ([]string, error) {
 	dir = filepath.Clean(dir)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	if err := fs.injectedErr(OpReadDir, dir); err != nil {
+		return nil, err
+	}
 	if fs.down {
 		return nil, &os.PathError{Op: "readdir", Path: dir, Err: errCrashed}
 	}
@@ -599,6 +689,9 @@ func (fs *CrashFS) RemoveAll(dir string) error {
 	dir = filepath.Clean(dir)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	if err := fs.injectedErr(OpRemoveAll, dir); err != nil {
+		return err
+	}
 	if fs.down {
 		return &os.PathError{Op: "removeall", Path: dir, Err: errCrashed}
 	}
@@ -614,6 +707,7 @@ func (fs *CrashFS) RemoveAll(dir string) error {
 		return err
 	}
 	delete(parent.cur, base)
+	fs.noteOp(parent, base, memEntry{}, false, true)
 	if e.d != nil {
 		var unlink func(d *memDir)
 		unlink = func(d *memDir) {
@@ -651,6 +745,7 @@ func (fs *CrashFS) SyncDir(dir string) error {
 	for name, e := range d.cur {
 		d.dur[name] = e
 	}
+	fs.pending = slices.DeleteFunc(fs.pending, func(op dirOp) bool { return op.d == d })
 	fs.mu.Unlock()
 	fs.synced(dir)
 	return nil

@@ -2,8 +2,10 @@ package storage
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"slices"
+	"syscall"
 	"testing"
 )
 
@@ -192,5 +194,98 @@ func TestMkdirAllDurableOS(t *testing.T) {
 	}
 	if err := MkdirAllDurable(OSFS(), dir+"/f/g"); err == nil {
 		t.Fatal("a directory under a file")
+	}
+}
+
+// Errors can be injected into the directory operations too: mkdir (only
+// where a directory is made), RemoveAll, ReadDir, and with an exact path
+// a directory's own SyncDir without those below it.
+func TestCrashFSDirectoryErrorInjection(t *testing.T) {
+	fs := NewCrashFS(1)
+	fs.MkdirAllForTest("/data/old")
+	fs.InjectError(OpMkdir, "/data/new", syscall.EMFILE)
+	if err := fs.MkdirAll("/data/old", 0o755); err != nil {
+		t.Fatalf("mkdir of an existing directory: %v", err)
+	}
+	if err := fs.MkdirAll("/data/new/q", 0o755); !errors.Is(err, syscall.EMFILE) {
+		t.Fatalf("injected mkdir error: %v", err)
+	}
+	if got := dirNames(t, fs, "/data"); !slices.Equal(got, []string{"old"}) {
+		t.Fatalf("a failed mkdir made %v", got)
+	}
+	fs.InjectError(OpRemoveAll, "old", syscall.EIO)
+	if err := fs.RemoveAll("/data/old"); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("injected removeall error: %v", err)
+	}
+	fs.InjectError(OpReadDir, "old", syscall.EIO)
+	if _, err := fs.ReadDir("/data/old"); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("injected readdir error: %v", err)
+	}
+	fs.InjectErrorPath(OpSyncDir, "/data", syscall.EIO)
+	if err := fs.SyncDir("/data"); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("injected syncdir error: %v", err)
+	}
+	mustSyncDir(t, fs, "/data/old")
+	fs.ClearErrors()
+	if err := fs.MkdirAll("/data/new/q", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.RemoveAll("/data/old"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// With SetDirPrefix, a torn crash keeps a prefix, in order, of the
+// directory changes no SyncDir made durable, and a rename's two entries
+// persist together; every prefix length comes up over the seeds.
+func TestCrashFSDirPrefix(t *testing.T) {
+	kept := map[string]bool{}
+	for seed := int64(1); seed <= 60; seed++ {
+		fs := NewCrashFS(seed)
+		fs.SetDirPrefix(true)
+		fs.MkdirAllForTest("/d/e")
+		cfsWriteSynced(t, fs, "/d/a", "a")
+		cfsWriteSynced(t, fs, "/d/b", "b")
+		if err := fs.Rename("/d/b", "/d/e/b"); err != nil {
+			t.Fatal(err)
+		}
+		if err := fs.Remove("/d/a"); err != nil {
+			t.Fatal(err)
+		}
+		fs.CrashTorn()
+		got := fmt.Sprint(dirNames(t, fs, "/d"), dirNames(t, fs, "/d/e"))
+		switch got {
+		case "[e] []", "[a e] []", "[a b e] []", "[a e] [b]", "[e] [b]":
+		default:
+			t.Fatalf("seed %d: after the torn crash %s: not a prefix of create a, create b, rename b, remove a", seed, got)
+		}
+		kept[got] = true
+	}
+	if len(kept) != 5 {
+		t.Fatalf("prefixes seen: %v, want all 5", kept)
+	}
+}
+
+// TestMkdirAllDurableSyncFailureRetried: when the parent's fsync fails,
+// MkdirAllDurable fails and takes back the directories it made, so that
+// its retry makes them again and fsyncs their parents; left in place, the
+// retry found them and did nothing, and a power cut dropped them with all
+// that was written in them since.
+func TestMkdirAllDurableSyncFailureRetried(t *testing.T) {
+	fs := NewCrashFS(1)
+	fs.MkdirAllForTest("/data")
+	fs.InjectErrorPath(OpSyncDir, "/data", syscall.EIO)
+	if err := MkdirAllDurable(fs, "/data/p/q"); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("MkdirAllDurable with a failing fsync of the parent: %v", err)
+	}
+	fs.ClearErrors()
+	if err := MkdirAllDurable(fs, "/data/p/q"); err != nil {
+		t.Fatal(err)
+	}
+	cfsWriteSynced(t, fs, "/data/p/q/f", "x")
+	mustSyncDir(t, fs, "/data/p/q")
+	fs.Crash()
+	if b, ok := fs.ReadFileForTest("/data/p/q/f"); !ok || string(b) != "x" {
+		t.Fatalf("file in a directory made by a retried MkdirAllDurable: %q %v after a power cut", b, ok)
 	}
 }

@@ -218,6 +218,10 @@ func writeFileAtomic(fsys FS, name string, data []byte) error {
 	return err
 }
 
+// errFileTooLarge: ReadFile found more than its limit (damaged content,
+// not an I/O error).
+var errFileTooLarge = errors.New("file too large")
+
 // ReadFile reads a whole (small) file, refusing more than limit bytes.
 func ReadFile(fsys FS, name string, limit int64) ([]byte, error) {
 	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
@@ -230,7 +234,7 @@ func ReadFile(fsys FS, name string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	if n > limit {
-		return nil, errors.New("file too large")
+		return nil, fmt.Errorf("%s: %w", name, errFileTooLarge)
 	}
 	b := make([]byte, n)
 	if _, err := f.ReadAt(b, 0); err != nil && !(err == io.EOF && n == 0) {
@@ -243,7 +247,9 @@ func ReadFile(fsys FS, name string, limit int64) ([]byte, error) {
 // it creates durable: a new directory is an entry of its parent, which a
 // power cut drops unless the parent is fsynced after the creation (and
 // with it everything written below). It fsyncs the parent of each
-// directory it made; it does nothing more where dir exists.
+// directory it made; it does nothing more where dir exists, so when an
+// fsync fails it removes the directories it made before returning the
+// error: its retry makes them again.
 func MkdirAllDurable(fsys FS, dir string) error {
 	dir = filepath.Clean(dir)
 	var missing []string // deepest first
@@ -278,6 +284,11 @@ func MkdirAllDurable(fsys FS, dir string) error {
 	}
 	for i := len(missing) - 1; i >= 0; i-- {
 		if err := fsys.SyncDir(filepath.Dir(missing[i])); err != nil {
+			// Take back what was made (still empty: nothing was told
+			// of it), or the retry would find it and fsync nothing.
+			for _, d := range missing {
+				fsys.Remove(d)
+			}
 			return err
 		}
 	}

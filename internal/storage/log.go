@@ -387,7 +387,14 @@ func (l *Log) recover() error {
 		act = l.active()
 	}
 	if haveEpochs {
+		// A checkpoint that cannot be read (EMFILE, EIO) fails the open:
+		// only damaged content is rebuilt from the batches, which lose
+		// the epoch of start-1 once its segment is gone, and the rebuilt
+		// file would replace the good one for good.
 		b, err := ReadFile(l.fs, filepath.Join(l.dir, epochCheckpoint), 64+int64(maxEpochEntries)*32)
+		if err != nil && !errors.Is(err, errFileTooLarge) {
+			return fmt.Errorf("storage: open %s: read %s: %w", l.dir, epochCheckpoint, err)
+		}
 		if err == nil {
 			l.epochs, err = parseEpochCheckpoint(b)
 		}
@@ -1946,23 +1953,6 @@ func (l *Log) Close() error {
 	l.wake()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("storage: close %s: %w", l.dir, err)
-	}
-	return nil
-}
-
-// Delete closes the log and removes its directory (topic deletion).
-func (l *Log) Delete() error {
-	l.mu.Lock()
-	if !l.closed {
-		l.closed = true
-		for _, s := range l.segs {
-			s.unref()
-		}
-		l.wake()
-	}
-	l.mu.Unlock()
-	if err := l.fs.RemoveAll(l.dir); err != nil {
-		return fmt.Errorf("storage: delete %s: %w", l.dir, err)
 	}
 	return nil
 }

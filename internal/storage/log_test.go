@@ -1258,3 +1258,53 @@ func TestSealedIndexesFsynced(t *testing.T) {
 		}
 	}
 }
+
+// TestEpochCheckpointReadErrorFailsOpen: a leader epoch checkpoint that
+// cannot be read (EMFILE, EIO) is not rebuilt by scanning the batches: the
+// scan cannot know the epoch of the offset before the log start once the
+// segment holding it is gone (Raft asks for the term before its first
+// index), and the rebuilt checkpoint would replace the good one for good.
+// The open fails instead (the replica is offline and retried); once the
+// file reads again the log opens with what it held.
+func TestEpochCheckpointReadErrorFailsOpen(t *testing.T) {
+	fs := NewCrashFS(1)
+	sy := newSyncer(t)
+	l := openLog(t, fs, "/d", testConfig(), sy, nil)
+	for l.Segments() < 2 {
+		if _, err := l.Append(batch(t, 2, 100, 1), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 5 {
+		if _, err := l.Append(batch(t, 2, 100, 1), 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	second := l.segs[1].base
+	if err := l.DeleteBefore(second); err != nil {
+		t.Fatal(err)
+	}
+	if l.Segments() != 1 || l.StartOffset() != second {
+		t.Fatalf("DeleteBefore(%d): %d segments, start %d", second, l.Segments(), l.StartOffset())
+	}
+	if got := l.EpochAt(second - 1); got != 1 {
+		t.Fatalf("epoch before the start: %d, want 1", got)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ckpt := filepath.Join("/d", epochCheckpoint)
+	fs.InjectErrorPath(OpOpen, ckpt, syscall.EMFILE)
+	if l, err := Open("/d", testConfig(), Options{FS: fs, Syncer: sy, Logger: quiet}); err == nil {
+		defer l.Close()
+		t.Fatalf("opened with an unreadable epoch checkpoint (EpochAt(%d) = %d)", second-1, l.EpochAt(second-1))
+	} else if !errors.Is(err, syscall.EMFILE) {
+		t.Fatalf("open: %v, want the read error", err)
+	}
+	fs.ClearErrors()
+	l = openLog(t, fs, "/d", testConfig(), sy, nil)
+	defer l.Close()
+	if got := l.EpochAt(second - 1); got != 1 {
+		t.Fatalf("after the read error cleared, the epoch before the start is %d, want 1: the checkpoint was rewritten from a scan", got)
+	}
+}

@@ -50,7 +50,8 @@ const consume = (c, n) => new Promise((resolve, reject) => c.consume(n, (err, ms
 const disconnect = c => new Promise(resolve => c.disconnect(() => resolve()))
 
 async function group(o) {
-  const out = { Members: [], TimedOut: false, Errors: [] }
+  const out = { Members: [], TimedOut: false, Errors: [], StaleCommits: 0 }
+  let stale = 0
   const seen = new Set()
   const deadline = Date.now() + (o.timeoutMs || 90000)
   const done = () => seen.size >= o.records || Date.now() > deadline
@@ -59,6 +60,29 @@ async function group(o) {
     const m = { Protocol: protocol, Values: [], MaxPartitions: 0, Partitions: [] }
     out.Members.push(m)
     const c = member(o, i, protocol)
+    // What it read and has not committed yet. A commit that races a
+    // change of the member's epoch (a heartbeat gave it partitions back
+    // after it had read them at an older epoch) is refused with
+    // STALE_MEMBER_EPOCH, and librdkafka hands that to the application
+    // (it sends the next heartbeat at once): an application commits again
+    // once it has the new epoch, as Kafka's Java consumer does by itself.
+    const pending = new Map()
+    const commitPending = () => {
+      if (pending.size === 0) {
+        return true
+      }
+      try {
+        c.commitSync([...pending].map(([partition, offset]) => ({ topic: o.topic, partition, offset })))
+      } catch (e) {
+        if (e && e.code === Kafka.CODES.ERRORS.ERR_STALE_MEMBER_EPOCH) {
+          stale++
+          return false
+        }
+        throw e
+      }
+      pending.clear()
+      return true
+    }
     await connect(c)
     c.subscribe([o.topic])
     // Each member reads a few records alone before the next joins, so the
@@ -69,16 +93,13 @@ async function group(o) {
       while (!done()) {
         const calm = settled()
         const ms = await consume(c, calm ? 100 : 3)
-        const next = new Map()
         for (const msg of ms) {
           const v = Number(msg.value.toString())
           m.Values.push(v)
           seen.add(v)
-          next.set(msg.partition, msg.offset + 1)
+          pending.set(msg.partition, Math.max(pending.get(msg.partition) || 0, msg.offset + 1))
         }
-        if (next.size > 0) {
-          c.commitSync([...next].map(([partition, offset]) => ({ topic: o.topic, partition, offset })))
-        }
+        commitPending()
         const held = c.assignments().map(tp => tp.partition)
         m.MaxPartitions = Math.max(m.MaxPartitions, held.length)
         if (held.length > 0) {
@@ -91,6 +112,12 @@ async function group(o) {
           started[i + 1] = true
           runs.push(run(i + 1, o.members[i + 1]))
         }
+      }
+      for (const until = Date.now() + 30000; !commitPending(); ) {
+        if (Date.now() > until) {
+          throw new Error(`still STALE_MEMBER_EPOCH committing ${JSON.stringify([...pending])} after 30 s`)
+        }
+        await sleep(200)
       }
     } catch (e) {
       out.Errors.push(`member ${i}: ${e && e.message ? e.message : e}`)
@@ -105,6 +132,7 @@ async function group(o) {
     await runs[n]
   }
   out.TimedOut = seen.size < o.records
+  out.StaleCommits = stale
   return out
 }
 
