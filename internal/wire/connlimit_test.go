@@ -162,10 +162,10 @@ func TestConnectionGate(t *testing.T) {
 func TestMaxConnectionCreationRate(t *testing.T) {
 	node := netip.MustParseAddr("127.0.0.4")
 	g := &gateHandler{nodes: map[netip.Addr]bool{node: true}, recorded: map[netip.Addr]int{}}
-	s := NewServer(g, Limits{MaxConnectionCreationRate: 10}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := NewServer(g, Limits{MaxConnectionCreationRate: 4}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	addr := serve(t, s)
-	// 10 a second, 10 at once: 40 opened together cannot all be taken
-	// without a wait unless opening them took 3 s.
+	// 4 a second, 4 at once: 40 opened together cannot all be taken
+	// without a wait unless taking them took the broker 9 s.
 	const k = 40
 	conns := make([]net.Conn, k)
 	for i := range conns {
