@@ -470,8 +470,20 @@ func (n *Node) apply(end int64, cmd controller.Command) error {
 	if cmd.Op == controller.OpAddPartitions {
 		old, _ = n.meta.Topic(cmd.Name)
 	}
+	// This broker-only node's own unregistration: gone is set before the
+	// metadata forgets the broker, not after. registerLoop runs without
+	// the lifecycle lock and re-registers a broker it finds missing
+	// unless gone is set: in between, it registered the node again and
+	// the unregistration did not stick.
+	leaving := cmd.Op == controller.OpUnregister && cmd.BrokerID == n.cfg.NodeID && !n.gone.Load()
+	if leaving {
+		n.gone.Store(true)
+	}
 	t, err := n.meta.Apply(end, cmd)
 	if err != nil {
+		if leaving {
+			n.gone.Store(false) // refused: still registered
+		}
 		n.log.Debug("metadata command refused", "op", cmd.Op, "topic", cmd.Name, "err", err)
 		return err
 	}
@@ -510,7 +522,6 @@ func (n *Node) apply(end int64, cmd controller.Command) error {
 	case controller.OpUnregister:
 		n.log.Info("broker unregistered", "broker", cmd.BrokerID)
 		if cmd.BrokerID == n.cfg.NodeID {
-			n.gone.Store(true)
 			n.log.Warn("this broker was unregistered from the cluster: stop it (restarting it registers it again)")
 		}
 	case controller.OpReassign, controller.OpReassignDone:
