@@ -203,8 +203,10 @@ func (b *Broker) createTopic(ctx context.Context, rt kmsg.CreateTopicsRequestTop
 		if n := b.RegisteredBrokers(); int(rt.ReplicationFactor) > n {
 			return controller.Topic{}, errCode(kerr.InvalidReplicationFactor, "Unable to replicate the partition %d time(s): The target replication factor of %d cannot be reached because only %d broker(s) are registered.", rt.ReplicationFactor, rt.ReplicationFactor, n)
 		}
-		if len(b.cluster.UnfencedBrokers()) == 0 {
+		if n, need := len(b.cluster.UnfencedBrokers()), int(rt.ReplicationFactor)/2+1; n == 0 {
 			return controller.Topic{}, errCode(kerr.InvalidReplicationFactor, "Unable to replicate the partition %d time(s): All brokers are currently fenced.", rt.ReplicationFactor)
+		} else if rt.ReplicationFactor > 0 && n < need {
+			return controller.Topic{}, errCode(kerr.InvalidReplicationFactor, "Unable to replicate the partition %d time(s): only %d broker(s) are unfenced, and a partition needs a majority (%d) of its replicas running to elect a leader.", rt.ReplicationFactor, n, need)
 		}
 	}
 	if partitions > maxPartitionsPerTopic {

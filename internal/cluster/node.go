@@ -618,8 +618,10 @@ func notController() error {
 // with one broker of three down (fenced after its session), a topic of
 // replication factor 3 is still created, its partitions led by the live
 // brokers and under-replicated until the fenced one comes back and catches
-// up; only a factor larger than the registered brokers, or no unfenced
-// broker at all, is refused (INVALID_REPLICATION_FACTOR).
+// up. Refused (INVALID_REPLICATION_FACTOR): a factor larger than the
+// registered brokers, no unfenced broker at all (as Kafka), and fewer
+// unfenced brokers than a majority of the factor (Holdfast's own: a Raft
+// group needs a majority to elect a leader).
 func (n *Node) placeReplicas(count int32, rf int16) ([][]int32, error) {
 	unfenced := n.UnfencedBrokers()
 	all := n.meta.Brokers()
@@ -631,6 +633,12 @@ func (n *Node) placeReplicas(count int32, rf int16) ([][]int32, error) {
 	}
 	if len(unfenced) == 0 {
 		return nil, kafkaerr.New(kerr.InvalidReplicationFactor, "Unable to replicate the partition %d time(s): All brokers are currently fenced.", rf)
+	}
+	// Unlike Kafka's (a leader and an ISR of one), a partition here is a
+	// Raft group: it has no leader until a majority of its replicas runs.
+	// A topic that could not take a write is refused instead.
+	if need := int(rf)/2 + 1; len(unfenced) < need {
+		return nil, kafkaerr.New(kerr.InvalidReplicationFactor, "Unable to replicate the partition %d time(s): only %d broker(s) are unfenced, and a partition needs a majority (%d) of its replicas running to elect a leader.", rf, len(unfenced), need)
 	}
 	order := rackOrder(unfenced)
 	var fenced []int32
