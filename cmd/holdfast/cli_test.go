@@ -446,6 +446,19 @@ func TestCLISecurityCommands(t *testing.T) {
 	fails(t, exitUsage, "not both", "quota", "alter", "--user", "a", "--user-defaults", "--add-config", "producer_byte_rate=1", b)
 	fails(t, exitUsage, "is not a number", "quota", "alter", "--user", "a", "--add-config", "producer_byte_rate=fast", b)
 	fails(t, exitUsage, "give --add-config", "quota", "alter", "--user", "a", b)
+	// ip entities (KIP-612), kafka-configs --ip/--ip-defaults.
+	if out := ok(t, "", "quota", "alter", "--ip", "10.1.2.3", "--add-config", "connection_creation_rate=20", b); out != "altered quotas of ip=10.1.2.3\n" {
+		t.Fatalf("quota alter --ip: %q", out)
+	}
+	ok(t, "", "quota", "alter", "--ip-defaults", "--add-config", "connection_creation_rate=100", b)
+	ipq := ok(t, "", "quota", "describe", "--ip", "10.1.2.3", b)
+	row(t, ipq, "ip=10.1.2.3", "connection_creation_rate", "20")
+	if strings.Contains(ipq, "<default>") {
+		t.Fatalf("quota describe --ip 10.1.2.3 lists the default:\n%s", ipq)
+	}
+	row(t, ok(t, "", "quota", "describe", "--ip-defaults", b), "ip=<default>", "connection_creation_rate", "100")
+	fails(t, exitUsage, "stands alone", "quota", "alter", "--ip", "10.1.2.3", "--user", "a", "--add-config", "connection_creation_rate=1", b)
+	fails(t, exitFailed, "INVALID_REQUEST", "quota", "alter", "--ip", "10.1.2.3", "--add-config", "producer_byte_rate=1", b)
 
 	// Without an authorizer the ACL APIs answer SECURITY_DISABLED.
 	fails(t, exitFailed, "SECURITY_DISABLED", "acl", "list", b)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // devClusterPorts finds a base port whose Kafka (base..base+2) and Raft
@@ -173,17 +172,7 @@ func TestClusterElectLeadersCLI(t *testing.T) {
 // preferred replica, "" if there is none.
 func notPreferred(t *testing.T, cl *kgo.Client, topic string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req := kmsg.NewPtrMetadataRequest()
-	rt := kmsg.NewMetadataRequestTopic()
-	rt.Topic = kmsg.StringPtr(topic)
-	req.Topics = append(req.Topics, rt)
-	md, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range md.Topics[0].Partitions {
+	for _, p := range topicMetadata(t, cl, topic).Partitions {
 		if len(p.Replicas) == 0 || p.Leader != p.Replicas[0] {
 			return fmt.Sprintf("partition %d: leader %d, replicas %v", p.Partition, p.Leader, p.Replicas)
 		}

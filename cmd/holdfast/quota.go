@@ -17,13 +17,14 @@ import (
 func init() { addCommand(newQuotaCmd) }
 
 // newQuotaCmd manages client quotas with AlterClientQuotas and
-// DescribeClientQuotas, as kafka-configs.sh --entity-type users/clients
-// does: --user/--user-defaults and --client/--client-defaults name the
-// entity, --add-config and --delete-config change its quotas.
+// DescribeClientQuotas, as kafka-configs.sh --entity-type users/clients/ips
+// does: --user/--user-defaults and --client/--client-defaults (or
+// --ip/--ip-defaults) name the entity, --add-config and --delete-config
+// change its quotas.
 func newQuotaCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "quota",
-		Short: "Set, remove and describe client quotas (producer_byte_rate, consumer_byte_rate, request_percentage, controller_mutation_rate)",
+		Short: "Set, remove and describe client quotas (producer_byte_rate, consumer_byte_rate, request_percentage, controller_mutation_rate; connection_creation_rate of an IP)",
 		Long: `Client quotas limit a user, a client id, or a user's client id. A client over
 its quota is throttled: its responses carry throttle_time_ms and the broker
 reads nothing more from its connection for that long.
@@ -33,7 +34,12 @@ The quota that applies to a (user, client id) is the first set of, in order:
   --user-defaults --client C, --user-defaults --client-defaults,
   --user-defaults, --client C, --client-defaults.
 A quota on a user alone is shared by all its client ids, one on a client id
-alone by every user with it.`,
+alone by every user with it.
+
+An IP address (--ip A, or --ip-defaults for every address without its own)
+has one quota, connection_creation_rate (KIP-612): new connections per
+second; the broker holds a connection past it unanswered for the throttle
+time, then closes it.`,
 	}
 	conn := clientCommand(c)
 	c.AddCommand(quotaAlterCmd(conn), quotaDescribeCmd(conn))
@@ -42,8 +48,8 @@ alone by every user with it.`,
 
 // quotaEntityFlags name an entity, kafka-configs' way.
 type quotaEntityFlags struct {
-	user, client                 string
-	userDefaults, clientDefaults bool
+	user, client, ip                         string
+	userDefaults, clientDefaults, ipDefaults bool
 }
 
 func (f *quotaEntityFlags) register(c *cobra.Command) {
@@ -51,6 +57,8 @@ func (f *quotaEntityFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&f.client, "client", "", "the client id")
 	c.Flags().BoolVar(&f.userDefaults, "user-defaults", false, "the default for every user (<default>)")
 	c.Flags().BoolVar(&f.clientDefaults, "client-defaults", false, "the default for every client id (<default>)")
+	c.Flags().StringVar(&f.ip, "ip", "", "a client IP address (KIP-612 connection_creation_rate; alone, not with --user or --client)")
+	c.Flags().BoolVar(&f.ipDefaults, "ip-defaults", false, "the default for every client IP address (<default>)")
 }
 
 func (f *quotaEntityFlags) check() error {
@@ -59,6 +67,12 @@ func (f *quotaEntityFlags) check() error {
 	}
 	if f.client != "" && f.clientDefaults {
 		return usagef("give --client or --client-defaults, not both")
+	}
+	if f.ip != "" && f.ipDefaults {
+		return usagef("give --ip or --ip-defaults, not both")
+	}
+	if (f.ip != "" || f.ipDefaults) && (f.user != "" || f.userDefaults || f.client != "" || f.clientDefaults) {
+		return usagef("an ip entity stands alone: --ip/--ip-defaults cannot go with --user or --client")
 	}
 	return nil
 }
@@ -78,6 +92,12 @@ func (f *quotaEntityFlags) entity() kadm.ClientQuotaEntity {
 	case f.clientDefaults:
 		e = append(e, kadm.ClientQuotaEntityComponent{Type: "client-id"})
 	}
+	switch {
+	case f.ip != "":
+		e = append(e, kadm.ClientQuotaEntityComponent{Type: "ip", Name: kmsg.StringPtr(f.ip)})
+	case f.ipDefaults:
+		e = append(e, kadm.ClientQuotaEntityComponent{Type: "ip"})
+	}
 	return e
 }
 
@@ -95,6 +115,7 @@ func (f *quotaEntityFlags) filter() []kadm.DescribeClientQuotaComponent {
 	}
 	add("user", f.user, f.userDefaults)
 	add("client-id", f.client, f.clientDefaults)
+	add("ip", f.ip, f.ipDefaults)
 	return comps
 }
 
@@ -141,7 +162,7 @@ deleted per second).`,
 			}
 			e := ent.entity()
 			if len(e) == 0 {
-				return usagef("name the entity: --user, --user-defaults, --client and/or --client-defaults")
+				return usagef("name the entity: --user, --user-defaults, --client and/or --client-defaults, or --ip or --ip-defaults")
 			}
 			if len(add) == 0 && len(del) == 0 {
 				return usagef("give --add-config and/or --delete-config")

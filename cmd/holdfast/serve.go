@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"slices"
@@ -41,6 +42,8 @@ type serveConfig struct {
 	metricsListen, logLevel, logFormat                                    string
 	nodeID, numParts, offsetParts, txnParts, defaultRF, fetchSessionSlots int
 	maxMsg, maxReq, maxConns, imbalancePct                                int
+	maxConnsPerIP, maxConnRate                                            int
+	maxConnsPerIPOverrides                                                string
 	groupMaxSize, offsetMetaMax, indexInterval                            int
 	cgMaxSize                                                             int
 	cgSession, cgHeartbeat                                                time.Duration
@@ -109,6 +112,9 @@ func (c *serveConfig) register(s *settings) {
 	s.Int(&c.maxMsg, "max-message-bytes", def.LogDefaults.MaxMessageBytes, "largest record batch accepted", kafka("message.max.bytes"))
 	s.Int(&c.maxReq, "max-request-bytes", int(lim.MaxRequestBytes), "largest request frame", kafka("socket.request.max.bytes"))
 	s.Int(&c.maxConns, "max-connections", lim.MaxConnections, "connection limit", kafka("max.connections"))
+	s.Int(&c.maxConnsPerIP, "max-connections-per-ip", lim.MaxConnectionsPerIP, "connections one client address may hold (the cluster's other nodes exempt on the inter-broker listener); 2147483647: no limit (Kafka's default); 0: only the overrides' addresses", kafka("max.connections.per.ip"))
+	s.Int(&c.maxConnRate, "max-connection-creation-rate", wire.UnlimitedPerIP, "new connections per second across this broker, a second's worth at once; past it the listener waits before taking the next (the cluster's other nodes exempt on the inter-broker listener); 2147483647: no limit", kafka("max.connection.creation.rate"))
+	s.String(&c.maxConnsPerIPOverrides, "max-connections-per-ip-overrides", "", "per-address limits, host:count,... (host names resolved at start)", kafka("max.connections.per.ip.overrides"))
 	s.Int64(&c.maxQueued, "max-queued-bytes", lim.MaxQueuedBytes, "request bytes held in memory across all connections", kafka("queued.max.request.bytes"))
 	s.Duration(&c.idle, "idle-timeout", lim.IdleTimeout, "close connections idle this long", kafkaDuration("connections.max.idle.ms", ms))
 	s.Duration(&c.groupInitialDelay, "group-initial-rebalance-delay", def.Groups.InitialRebalanceDelay, "how long a new group waits for more members before its first rebalance", kafkaDuration("group.initial.rebalance.delay.ms", ms))
@@ -182,6 +188,43 @@ func (c *serveConfig) register(s *settings) {
 	s.Secret(&c.addScram, "add-scram", "create a SCRAM user at start if it does not exist, repeatable, as kafka-storage's --add-scram: SCRAM-SHA-512=[name=admin,password=...]")
 	c.security = props{}
 	s.Passthrough(kafkaSecurityKey, c.security)
+}
+
+// parsePerIPOverrides parses max.connections.per.ip.overrides, Kafka's
+// host:count,host:count (an IPv6 address may be bracketed), resolving host
+// names now as Kafka does at start; a name's every address gets its count.
+func parsePerIPOverrides(v string) (map[netip.Addr]int, error) {
+	out := map[netip.Addr]int{}
+	for _, e := range strings.Split(v, ",") {
+		e = strings.TrimSpace(e)
+		if e == "" {
+			continue
+		}
+		i := strings.LastIndex(e, ":")
+		if i <= 0 {
+			return nil, fmt.Errorf("--max-connections-per-ip-overrides: %q is not host:count", e)
+		}
+		host := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(e[:i]), "["), "]")
+		n, err := strconv.Atoi(strings.TrimSpace(e[i+1:]))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("--max-connections-per-ip-overrides: %q: want a count of 0 or more", e)
+		}
+		addrs := []netip.Addr{}
+		if a, err := netip.ParseAddr(host); err == nil {
+			addrs = append(addrs, a)
+		} else {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			addrs, err = net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+			cancel()
+			if err != nil {
+				return nil, fmt.Errorf("--max-connections-per-ip-overrides: %s: %w", host, err)
+			}
+		}
+		for _, a := range addrs {
+			out[a.Unmap().WithZone("")] = n
+		}
+	}
+	return out, nil
 }
 
 func oneDir(v string) (string, error) {
@@ -324,6 +367,24 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 
 	lim.MaxRequestBytes = int32(c.maxReq)
 	lim.MaxConnections = c.maxConns
+	if c.maxConnRate <= 0 {
+		return cfg, lim, nil, fmt.Errorf("--max-connection-creation-rate %d: must be positive (2147483647: no limit)", c.maxConnRate)
+	}
+	lim.MaxConnectionCreationRate = c.maxConnRate
+	if lim.MaxConnectionsPerIPOverrides, err = parsePerIPOverrides(c.maxConnsPerIPOverrides); err != nil {
+		return cfg, lim, nil, err
+	}
+	switch {
+	case c.maxConnsPerIP < 0:
+		return cfg, lim, nil, fmt.Errorf("--max-connections-per-ip %d: must not be negative", c.maxConnsPerIP)
+	case c.maxConnsPerIP == 0 && len(lim.MaxConnectionsPerIPOverrides) == 0:
+		// Kafka's rule: 0 lets nobody in unless overrides name who may.
+		return cfg, lim, nil, errors.New("--max-connections-per-ip (max.connections.per.ip) can be 0 only with --max-connections-per-ip-overrides (max.connections.per.ip.overrides)")
+	case c.maxConnsPerIP == 0:
+		lim.MaxConnectionsPerIP = -1 // wire's "none but the overrides"
+	default:
+		lim.MaxConnectionsPerIP = c.maxConnsPerIP
+	}
 	lim.MaxQueuedBytes = c.maxQueued
 	lim.IdleTimeout = c.idle
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"holdfast/internal/wire"
 )
 
 func TestReadProperties(t *testing.T) {
@@ -222,6 +225,50 @@ func TestReadmeListsEverySetting(t *testing.T) {
 			if !strings.Contains(string(readme), "`"+k.name+"`") {
 				t.Errorf("README.md does not name %s (--%s)", k.name, st.flag)
 			}
+		}
+	}
+}
+
+// TestMaxConnectionsPerIPSettings: max.connections.per.ip and its
+// overrides under Kafka's names and syntax; Kafka's 0 only with overrides;
+// Kafka's unlimited default one setting away.
+func TestMaxConnectionsPerIPSettings(t *testing.T) {
+	limits := func(file string) (wire.Limits, error) {
+		t.Helper()
+		sc, _, err := loadServe(t, file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, lim, sec, err := sc.brokerConfig(nil)
+		if err == nil {
+			sec.close()
+		}
+		return lim, err
+	}
+	lim, err := limits("")
+	if err != nil || lim.MaxConnectionsPerIP != 1000 || len(lim.MaxConnectionsPerIPOverrides) != 0 {
+		t.Fatalf("default: %d %v (%v), want 1000 and no overrides", lim.MaxConnectionsPerIP, lim.MaxConnectionsPerIPOverrides, err)
+	}
+	lim, err = limits("max.connections.per.ip=2147483647\nmax.connection.creation.rate=50\n")
+	if err != nil || lim.MaxConnectionsPerIP != wire.UnlimitedPerIP || lim.MaxConnectionCreationRate != 50 {
+		t.Fatalf("Kafka's default: %d, rate %d (%v)", lim.MaxConnectionsPerIP, lim.MaxConnectionCreationRate, err)
+	}
+	lim, err = limits("max.connections.per.ip=0\nmax.connections.per.ip.overrides=localhost:9,10.0.0.1:5, [::1]:7\n")
+	want := map[netip.Addr]int{netip.MustParseAddr("10.0.0.1"): 5, netip.MustParseAddr("::1"): 7}
+	if err != nil || lim.MaxConnectionsPerIP >= 0 || lim.MaxConnectionsPerIPOverrides[netip.MustParseAddr("10.0.0.1")] != 5 || lim.MaxConnectionsPerIPOverrides[netip.MustParseAddr("::1")] != 7 ||
+		lim.MaxConnectionsPerIPOverrides[netip.MustParseAddr("127.0.0.1")] != 9 {
+		t.Fatalf("zero with overrides: %d %v (%v), want none but %v and localhost's", lim.MaxConnectionsPerIP, lim.MaxConnectionsPerIPOverrides, err, want)
+	}
+	for file, msg := range map[string]string{
+		"max.connections.per.ip=0\n":                                "only with",
+		"max.connections.per.ip=-1\n":                               "must not be negative",
+		"max.connection.creation.rate=0\n":                          "must be positive",
+		"max.connections.per.ip.overrides=10.0.0.1\n":               "is not host:count",
+		"max.connections.per.ip.overrides=10.0.0.1:many\n":          "want a count",
+		"max.connections.per.ip.overrides=no.such.host.invalid:3\n": "no.such.host.invalid",
+	} {
+		if _, err := limits(file); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%q: %v, want an error with %q", file, err, msg)
 		}
 	}
 }

@@ -113,6 +113,19 @@ func testReplicaAssignmentCLI(t *testing.T, dc *devClusterProc, cl *kgo.Client, 
 // replicasOf is each partition's replica list in the Metadata answer.
 func replicasOf(t *testing.T, cl *kgo.Client, topic string) [][]int32 {
 	t.Helper()
+	mt := topicMetadata(t, cl, topic)
+	out := make([][]int32, len(mt.Partitions))
+	for _, p := range mt.Partitions {
+		if int(p.Partition) < len(out) {
+			out[p.Partition] = p.Replicas
+		}
+	}
+	return out
+}
+
+// topicMetadata is topic's part of a Metadata answer.
+func topicMetadata(t *testing.T, cl *kgo.Client, topic string) kmsg.MetadataResponseTopic {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req := kmsg.NewPtrMetadataRequest()
@@ -123,13 +136,10 @@ func replicasOf(t *testing.T, cl *kgo.Client, topic string) [][]int32 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := make([][]int32, len(md.Topics[0].Partitions))
-	for _, p := range md.Topics[0].Partitions {
-		if int(p.Partition) < len(out) {
-			out[p.Partition] = p.Replicas
-		}
+	if len(md.Topics) != 1 {
+		t.Fatalf("metadata of %s: %d topics", topic, len(md.Topics))
 	}
-	return out
+	return md.Topics[0]
 }
 
 // testBrokerConfigCLI: `cluster config --set` changes the cluster-wide

@@ -13,8 +13,9 @@ import (
 )
 
 // AlterClientQuotas v0-1 (KIP-546): set and remove quota keys of user and
-// client-id entities; what kafka-configs.sh --alter --entity-type
-// users/clients and kadm send. The valid entries commit together through
+// client-id entities, and connection_creation_rate of ip entities
+// (KIP-612); what kafka-configs.sh --alter --entity-type users/clients/ips
+// and kadm send. The valid entries commit together through
 // the metadata log, so every node throttles from them. Needs ALTER_CONFIGS
 // on the cluster.
 func init() { register(kmsg.AlterClientQuotas, 0, 1, (*Broker).handleAlterClientQuotas) }
@@ -110,7 +111,7 @@ func quotaAlteration(e kmsg.AlterClientQuotasRequestEntry) (controller.QuotaAlte
 			a.Remove = append(a.Remove, op.Key)
 			continue
 		}
-		if err := controller.ValidateQuotaValue(op.Key, op.Value); err != nil {
+		if err := controller.ValidateQuotaValue(a.Entity, op.Key, op.Value); err != nil {
 			return a, err
 		}
 		if a.Set == nil {

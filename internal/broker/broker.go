@@ -206,6 +206,9 @@ type Broker struct {
 	fetchSessions fetchSessions
 	// quotas measures clients against the client quotas (quotas.go).
 	quotas *quota.Manager
+	// nodeAddrs are the other nodes' addresses, exempt from the per-IP
+	// connection limits on the inter-broker listener (connquota.go).
+	nodeAddrs nodeAddrs
 
 	// stats counts replication events for metrics (stats.go).
 	stats statsState

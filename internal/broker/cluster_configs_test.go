@@ -27,19 +27,9 @@ func TestClusterAlterConfigsAnyNode(t *testing.T) {
 		var code int16
 		var msg *string
 		if i%2 == 0 {
-			req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-			rr := kmsg.NewIncrementalAlterConfigsRequestResource()
-			rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, "cfg"
-			cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-			cfg.Name, cfg.Value, cfg.Op = "retention.ms", &want, kmsg.IncrementalAlterConfigOpSet
-			rr.Configs = append(rr.Configs, cfg)
-			req.Resources = append(req.Resources, rr)
-			resp, err := n.Request(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := resp.(*kmsg.IncrementalAlterConfigsResponse).Resources[0]
-			code, msg = r.ErrorCode, r.ErrorMessage
+			var m string
+			code, m = incrementalAlter(t, n, kmsg.ConfigResourceTypeTopic, "cfg", "retention.ms", &want, kmsg.IncrementalAlterConfigOpSet)
+			msg = &m
 		} else {
 			req := kmsg.NewPtrAlterConfigsRequest()
 			rr := kmsg.NewAlterConfigsRequestResource()
@@ -100,19 +90,7 @@ func TestClusterDynamicBrokerConfigs(t *testing.T) {
 	c.CreateTopic("dyn", 3, 3, nil)
 	alter := func(n *brokertest.Node, scope, name string, value *string, op kmsg.IncrementalAlterConfigOp) (int16, string) {
 		t.Helper()
-		req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-		rr := kmsg.NewIncrementalAlterConfigsRequestResource()
-		rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeBroker, scope
-		cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-		cfg.Name, cfg.Value, cfg.Op = name, value, op
-		rr.Configs = append(rr.Configs, cfg)
-		req.Resources = append(req.Resources, rr)
-		resp, err := n.Request(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := resp.(*kmsg.IncrementalAlterConfigsResponse).Resources[0]
-		return r.ErrorCode, deref(r.ErrorMessage)
+		return incrementalAlter(t, n, kmsg.ConfigResourceTypeBroker, scope, name, value, op)
 	}
 	describe := func(n *brokertest.Node, typ kmsg.ConfigResourceType, name, config string) (kmsg.DescribeConfigsResponseResourceConfig, error) {
 		req := kmsg.NewPtrDescribeConfigsRequest()
@@ -176,7 +154,7 @@ func TestClusterDynamicBrokerConfigs(t *testing.T) {
 		}
 	}
 	// A topic override wins over the dynamic default.
-	if code, msg := alterTopic(c.Nodes[1], "dyn", "max.message.bytes", "4096"); code != 0 {
+	if code, msg := alterTopic(t, c.Nodes[1], "dyn", "max.message.bytes", "4096"); code != 0 {
 		t.Fatalf("topic override: %v %s", kerr.ErrorForCode(code), msg)
 	}
 	for _, n := range c.Nodes {
@@ -204,6 +182,18 @@ func TestClusterDynamicBrokerConfigs(t *testing.T) {
 		}
 	}
 	awaitValue(c.Nodes[0], kmsg.ConfigResourceTypeBroker, "", "log.retention.ms", want, kmsg.ConfigSourceDynamicDefaultBrokerConfig)
+
+	// APPEND starts from the static value of a list; a non-list refuses it.
+	if code, msg := alter(c.Nodes[0], "", "log.cleanup.policy", v("compact"), kmsg.IncrementalAlterConfigOpAppend); code != 0 {
+		t.Fatalf("appending to log.cleanup.policy: %v %s", kerr.ErrorForCode(code), msg)
+	}
+	awaitValue(c.Nodes[0], kmsg.ConfigResourceTypeBroker, "", "log.cleanup.policy", "delete,compact", kmsg.ConfigSourceDynamicDefaultBrokerConfig)
+	if code, msg := alter(c.Nodes[0], "", "log.cleanup.policy", nil, kmsg.IncrementalAlterConfigOpDelete); code != 0 {
+		t.Fatalf("deleting log.cleanup.policy: %v %s", kerr.ErrorForCode(code), msg)
+	}
+	if code, _ := alter(c.Nodes[0], "", "log.retention.ms", v("1"), kmsg.IncrementalAlterConfigOpAppend); code != kerr.InvalidConfig.Code {
+		t.Fatalf("appending to log.retention.ms: %v, want INVALID_CONFIG", kerr.ErrorForCode(code))
+	}
 
 	// Kept in the metadata log: a restarted node still has them.
 	n3 := c.Node(3)
@@ -234,17 +224,25 @@ func TestClusterDynamicBrokerConfigs(t *testing.T) {
 }
 
 // alterTopic sets one topic config through node n.
-func alterTopic(n *brokertest.Node, topic, name, value string) (int16, string) {
+func alterTopic(t *testing.T, n *brokertest.Node, topic, name, value string) (int16, string) {
+	t.Helper()
+	return incrementalAlter(t, n, kmsg.ConfigResourceTypeTopic, topic, name, &value, kmsg.IncrementalAlterConfigOpSet)
+}
+
+// incrementalAlter sends one IncrementalAlterConfigs operation to node n
+// and returns its answer's error code and message.
+func incrementalAlter(t *testing.T, n *brokertest.Node, typ kmsg.ConfigResourceType, resource, name string, value *string, op kmsg.IncrementalAlterConfigOp) (int16, string) {
+	t.Helper()
 	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
 	rr := kmsg.NewIncrementalAlterConfigsRequestResource()
-	rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, topic
+	rr.ResourceType, rr.ResourceName = typ, resource
 	cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-	cfg.Name, cfg.Value, cfg.Op = name, &value, kmsg.IncrementalAlterConfigOpSet
+	cfg.Name, cfg.Value, cfg.Op = name, value, op
 	rr.Configs = append(rr.Configs, cfg)
 	req.Resources = append(req.Resources, rr)
 	resp, err := n.Request(req)
 	if err != nil {
-		return kerr.UnknownServerError.Code, err.Error()
+		t.Fatal(err)
 	}
 	r := resp.(*kmsg.IncrementalAlterConfigsResponse).Resources[0]
 	return r.ErrorCode, deref(r.ErrorMessage)

@@ -658,33 +658,20 @@ func (b *Broker) incrementalAlterConfigs(rr kmsg.IncrementalAlterConfigsRequestR
 	if err != nil {
 		return err
 	}
-	configs := maps.Clone(t.Configs)
 	for _, c := range rr.Configs {
-		spec, known := topicconfig.Lookup(c.Name)
-		if c.Op != kmsg.IncrementalAlterConfigOpDelete && !known {
+		if _, known := topicconfig.Lookup(c.Name); c.Op != kmsg.IncrementalAlterConfigOpDelete && !known {
 			return errCode(kerr.InvalidConfig, "Unknown topic config name: %s", c.Name)
 		}
-		switch c.Op {
-		case kmsg.IncrementalAlterConfigOpSet:
-			if c.Value == nil {
-				return errCode(kerr.InvalidRequest, "Null value not supported for : %s", c.Name)
-			}
-			configs[c.Name] = *c.Value
-		case kmsg.IncrementalAlterConfigOpDelete:
-			delete(configs, c.Name)
-		case kmsg.IncrementalAlterConfigOpAppend, kmsg.IncrementalAlterConfigOpSubtract:
-			if spec.Type != kmsg.ConfigTypeList {
-				return errCode(kerr.InvalidConfig, "Config value append is not allowed for config key: %s", c.Name)
-			}
-			if c.Value == nil {
-				return errCode(kerr.InvalidRequest, "Null value not supported for : %s", c.Name)
-			}
-			cur, ok := configs[c.Name]
-			if !ok {
-				cur = spec.BrokerValue(b.cfg.LogDefaults)
-			}
-			configs[c.Name] = editList(cur, *c.Value, c.Op == kmsg.IncrementalAlterConfigOpAppend)
+	}
+	configs := maps.Clone(t.Configs)
+	if err := editConfigs(configs, rr.Configs, func(name string) (string, bool) {
+		spec, ok := topicconfig.Lookup(name)
+		if !ok || spec.Type != kmsg.ConfigTypeList {
+			return "", false
 		}
+		return spec.BrokerValue(b.cfg.LogDefaults), true
+	}); err != nil {
+		return err
 	}
 	if err := topicconfig.Validate(configs); err != nil {
 		return errCode(kerr.InvalidConfig, "%v", err)
@@ -705,31 +692,45 @@ func (b *Broker) incrementalBrokerConfigs(rr kmsg.IncrementalAlterConfigsRequest
 	if configs == nil {
 		configs = map[string]string{}
 	}
-	for _, c := range rr.Configs {
+	if err := editConfigs(configs, rr.Configs, func(name string) (string, bool) {
+		spec, ok := topicconfig.BrokerSpec(name)
+		if !ok || spec.Type != kmsg.ConfigTypeList {
+			return "", false
+		}
+		return spec.BrokerValue(b.cfg.LogDefaults), true
+	}); err != nil {
+		return err
+	}
+	return b.setBrokerConfigs(rr.ResourceName, configs, validateOnly)
+}
+
+// editConfigs applies IncrementalAlterConfigs' operations to configs.
+// list gives the value an APPEND or SUBTRACT of name starts from when
+// configs has none, and false if name is not a list (nothing to append
+// to).
+func editConfigs(configs map[string]string, ops []kmsg.IncrementalAlterConfigsRequestResourceConfig, list func(name string) (string, bool)) error {
+	for _, c := range ops {
+		if c.Op != kmsg.IncrementalAlterConfigOpDelete && c.Value == nil {
+			return errCode(kerr.InvalidRequest, "Null value not supported for : %s", c.Name)
+		}
 		switch c.Op {
 		case kmsg.IncrementalAlterConfigOpSet:
-			if c.Value == nil {
-				return errCode(kerr.InvalidRequest, "Null value not supported for : %s", c.Name)
-			}
 			configs[c.Name] = *c.Value
 		case kmsg.IncrementalAlterConfigOpDelete:
 			delete(configs, c.Name)
-		case kmsg.IncrementalAlterConfigOpAppend, kmsg.IncrementalAlterConfigOpSubtract:
-			spec, ok := topicconfig.BrokerSpec(c.Name)
-			if !ok || spec.Type != kmsg.ConfigTypeList {
+		default: // APPEND, SUBTRACT
+			def, ok := list(c.Name)
+			if !ok {
 				return errCode(kerr.InvalidConfig, "Config value append is not allowed for config key: %s", c.Name)
 			}
-			if c.Value == nil {
-				return errCode(kerr.InvalidRequest, "Null value not supported for : %s", c.Name)
-			}
-			cur, ok := configs[c.Name]
-			if !ok {
-				cur = spec.BrokerValue(b.cfg.LogDefaults)
+			cur, has := configs[c.Name]
+			if !has {
+				cur = def
 			}
 			configs[c.Name] = editList(cur, *c.Value, c.Op == kmsg.IncrementalAlterConfigOpAppend)
 		}
 	}
-	return b.setBrokerConfigs(rr.ResourceName, configs, validateOnly)
+	return nil
 }
 
 // editList appends the items of delta missing from the comma-separated

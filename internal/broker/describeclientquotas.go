@@ -16,7 +16,7 @@ import (
 
 // DescribeClientQuotas v0-1 (KIP-546): the quota entities a filter
 // matches, with their keys; what kafka-configs.sh --describe
-// --entity-type users/clients and kadm send. Each filter component names an
+// --entity-type users/clients/ips and kadm send. Each filter component names an
 // entity type and matches a name (exact), the default, or any entity that
 // has the type; strict drops entities with types the filter does not name.
 // Answered from this node's copy of the metadata. Needs DESCRIBE_CONFIGS on
@@ -40,7 +40,7 @@ func (b *Broker) handleDescribeClientQuotas(_ context.Context, r *wire.Request) 
 			continue
 		}
 		e := kmsg.NewDescribeClientQuotasResponseEntry()
-		for _, typ := range []string{controller.QuotaUser, controller.QuotaClientID} {
+		for _, typ := range []string{controller.QuotaUser, controller.QuotaClientID, controller.QuotaIP} {
 			name, ok := q.Entity[typ]
 			if !ok {
 				continue

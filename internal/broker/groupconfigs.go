@@ -202,18 +202,8 @@ func (b *Broker) incrementalGroupConfigs(rr kmsg.IncrementalAlterConfigsRequestR
 	if configs == nil {
 		configs = map[string]string{}
 	}
-	for _, c := range rr.Configs {
-		switch c.Op {
-		case kmsg.IncrementalAlterConfigOpSet:
-			if c.Value == nil {
-				return errCode(kerr.InvalidRequest, "Null value not supported for : %s", c.Name)
-			}
-			configs[c.Name] = *c.Value
-		case kmsg.IncrementalAlterConfigOpDelete:
-			delete(configs, c.Name)
-		default:
-			return errCode(kerr.InvalidConfig, "Config value append is not allowed for config key: %s", c.Name)
-		}
+	if err := editConfigs(configs, rr.Configs, func(string) (string, bool) { return "", false }); err != nil {
+		return err
 	}
 	return b.setGroupConfigs(rr.ResourceName, configs, validateOnly)
 }

@@ -100,7 +100,11 @@ func TestClientQuotasAdmin(t *testing.T) {
 		"fractional byte rate": quotaSet(app, "producer_byte_rate", 1.5),
 		"unknown key":          quotaSet(app, "bananas_per_second", 1),
 		"zero rate":            quotaSet(app, "consumer_byte_rate", 0),
-		"ip entity":            quotaSet(kadm.ClientQuotaEntity{{Type: "ip", Name: strp("10.0.0.1")}}, "connection_creation_rate", 5),
+		"ip with user":         quotaSet(kadm.ClientQuotaEntity{{Type: "ip", Name: strp("10.0.0.1")}, {Type: "user", Name: strp("a")}}, "connection_creation_rate", 5),
+		"ip host name":         quotaSet(kadm.ClientQuotaEntity{{Type: "ip", Name: strp("not-an-address")}}, "connection_creation_rate", 5),
+		"byte rate of an ip":   quotaSet(kadm.ClientQuotaEntity{{Type: "ip", Name: strp("10.0.0.1")}}, "producer_byte_rate", 5),
+		"fractional conn rate": quotaSet(kadm.ClientQuotaEntity{{Type: "ip"}}, "connection_creation_rate", 2.5),
+		"conn rate of a user":  quotaSet(alice, "connection_creation_rate", 5),
 		"unknown entity type":  quotaSet(kadm.ClientQuotaEntity{{Type: "group", Name: strp("g")}}, "producer_byte_rate", 5),
 		"empty name":           quotaSet(kadm.ClientQuotaEntity{{Type: "user", Name: strp("")}}, "producer_byte_rate", 5),
 		"duplicate type":       quotaSet(kadm.ClientQuotaEntity{{Type: "user", Name: strp("a")}, {Type: "user", Name: strp("b")}}, "producer_byte_rate", 5),
@@ -144,6 +148,23 @@ func TestClientQuotasAdmin(t *testing.T) {
 		}
 	}
 
+	// ip entities (KIP-612, kafka-configs --entity-type ips): a named
+	// address and the default, alone, connection_creation_rate only;
+	// filtered by type like the others, never with user or client-id.
+	ip, defIP := kadm.ClientQuotaEntity{{Type: "ip", Name: strp("10.0.0.1")}}, kadm.ClientQuotaEntity{{Type: "ip"}}
+	res, err = adm.AlterClientQuotas(ctx, []kadm.AlterClientQuotaEntry{quotaSet(ip, "connection_creation_rate", 5), quotaSet(defIP, "connection_creation_rate", 100)})
+	mustNil(t, "alter ip", err)
+	for _, r := range res {
+		mustNil(t, "alter "+r.Entity.String(), r.Err)
+	}
+	sameLines(t, "any ip", describeAll(t, adm, false, kadm.DescribeClientQuotaComponent{Type: "ip", MatchType: kmsg.QuotasMatchTypeAny}),
+		"ip=10.0.0.1: connection_creation_rate=5", "ip=<default>: connection_creation_rate=100")
+	sameLines(t, "ip default", describeAll(t, adm, false, kadm.DescribeClientQuotaComponent{Type: "ip", MatchType: kmsg.QuotasMatchTypeDefault}),
+		"ip=<default>: connection_creation_rate=100")
+	sameLines(t, "ip exact", describeAll(t, adm, true, kadm.DescribeClientQuotaComponent{Type: "ip", MatchName: strp("10.0.0.1")}),
+		"ip=10.0.0.1: connection_creation_rate=5")
+	sameLines(t, "user=alice leaves ips out", describeAll(t, adm, false, kadm.DescribeClientQuotaComponent{Type: "user", MatchName: strp("alice")}), all[2:]...)
+
 	// Removing the last key forgets the entity.
 	res, err = adm.AlterClientQuotas(ctx, []kadm.AlterClientQuotaEntry{{Entity: alice, Ops: []kadm.AlterClientQuotaOp{{Key: "producer_byte_rate", Remove: true}}}})
 	mustNil(t, "remove", err)
@@ -155,6 +176,9 @@ func TestClientQuotasAdmin(t *testing.T) {
 	before := describeAll(t, adm, false)
 	n.Restart()
 	sameLines(t, "after restart", describeAll(t, n.Admin(), false), before...)
+	if !strings.Contains(strings.Join(before, "\n"), "ip=10.0.0.1: connection_creation_rate=5") {
+		t.Fatalf("the ip quota was not among those that survived the restart: %q", before)
+	}
 }
 
 // TestClientQuotasSaramaAndKafkaGo: the other two clients' admin APIs

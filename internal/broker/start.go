@@ -77,6 +77,7 @@ func New(cfg Config) (*Broker, error) {
 		{"coordinators", b.startCoordinators},
 		{"leadership", b.startLeadership},
 		{"stats", b.startStats},
+		{"connection gate", b.startConnectionGate},
 	}
 	for _, s := range steps {
 		if err := s.fn(); err != nil {

@@ -338,6 +338,9 @@ func (n *Node) Client(opts ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
+// Server is the node's Kafka connection server (its Stats, PerIP).
+func (n *Node) Server() *wire.Server { return n.srv }
+
 // Admin returns a kadm client for the node.
 func (n *Node) Admin() *kadm.Client { return kadm.NewClient(n.Client()) }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net/netip"
 	"slices"
 	"sort"
 	"strings"
@@ -27,6 +28,9 @@ const (
 	QuotaConsumerByteRate       = "consumer_byte_rate"
 	QuotaRequestPercentage      = "request_percentage"
 	QuotaControllerMutationRate = "controller_mutation_rate"
+	// QuotaConnectionCreationRate is KIP-612's quota of an ip entity:
+	// new connections per second from one client address (Kafka's INT).
+	QuotaConnectionCreationRate = "connection_creation_rate"
 )
 
 // QuotaKeys are the quota keys of user and client-id entities; the byte
@@ -105,17 +109,18 @@ type QuotaAlteration struct {
 }
 
 // ValidateQuotaEntity checks an entity as Kafka's controller does: user
-// and/or client-id, each at most once, names not empty. ip entities
-// (connection_creation_rate) are Kafka's but not Holdfast's.
+// and/or client-id, each at most once, names not empty; or an ip entity
+// alone (KIP-612), a named one being an IP address. Kafka also takes a
+// host name it can resolve there; Holdfast does not, as a name resolved
+// when the entry is applied could mean different addresses on different
+// nodes.
 func ValidateQuotaEntity(e QuotaEntity) error {
 	if len(e) == 0 {
 		return fmt.Errorf("Invalid empty client quota entity")
 	}
 	for t, n := range e {
 		switch t {
-		case QuotaUser, QuotaClientID:
-		case QuotaIP:
-			return fmt.Errorf("ip quotas (connection_creation_rate) are not supported by Holdfast")
+		case QuotaUser, QuotaClientID, QuotaIP:
 		default:
 			return fmt.Errorf("Unhandled client quota entity type: %s", t)
 		}
@@ -123,19 +128,48 @@ func ValidateQuotaEntity(e QuotaEntity) error {
 			return fmt.Errorf("Empty %s not supported", t)
 		}
 	}
+	if ip, ok := e[QuotaIP]; ok {
+		if len(e) > 1 {
+			return fmt.Errorf("Invalid empty client quota entity") // Kafka's words for a mixed entity
+		}
+		if ip != nil {
+			if _, err := netip.ParseAddr(*ip); err != nil {
+				return fmt.Errorf("%s is not a valid IP or resolvable host.", *ip)
+			}
+		}
+	}
 	return nil
 }
 
-// ValidateQuotaValue checks one key and value: a known key, a whole number
-// for the byte rates (Kafka's LONG), and a positive value (a zero rate
-// would throttle forever: Holdfast refuses it where Kafka does not).
-func ValidateQuotaValue(key string, v float64) error {
+// QuotaIPAddr is the address a named ip entity names, unmapped (an
+// IPv4-mapped IPv6 address is its IPv4 address, as connections report it).
+func QuotaIPAddr(name string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(name)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return a.Unmap().WithZone(""), true
+}
+
+// ValidateQuotaValue checks one key and value for entity e: a key of the
+// entity's type (connection_creation_rate for ip entities, the others for
+// user and client-id ones), a whole number for the byte rates (Kafka's
+// LONG) and the connection rate (Kafka's INT), and a positive value (a
+// zero rate would throttle forever: Holdfast refuses it where Kafka does
+// not).
+func ValidateQuotaValue(e QuotaEntity, key string, v float64) error {
 	long, ok := QuotaKeys[key]
+	if _, ip := e[QuotaIP]; ip {
+		long, ok = true, key == QuotaConnectionCreationRate
+	}
 	if !ok {
 		return fmt.Errorf("Invalid configuration key %s", key)
 	}
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return fmt.Errorf("Configuration %s must be a finite number", key)
+	}
+	if key == QuotaConnectionCreationRate && v > math.MaxInt32 {
+		return fmt.Errorf("Configuration %s must be an Integer value", key)
 	}
 	if long {
 		const epsilon = 1e-6
@@ -178,7 +212,7 @@ func applyQuotas(next *state, c Command) (handled bool, err error) {
 			return true, fmt.Errorf("controller: %w", err)
 		}
 		for k, v := range a.Set {
-			if err := ValidateQuotaValue(k, v); err != nil {
+			if err := ValidateQuotaValue(a.Entity, k, v); err != nil {
 				return true, fmt.Errorf("controller: %w", err)
 			}
 		}

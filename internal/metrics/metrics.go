@@ -54,6 +54,12 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) *prometheus.Regist
 	st := &srv.Stats
 	counter("holdfast_connections_accepted_total", "Connections accepted.", st.Accepted.Load)
 	counter("holdfast_connections_rejected_total", "Connections closed at accept because max.connections was reached.", st.Rejected.Load)
+	counter("holdfast_connections_rejected_per_ip_total", "Connections closed at accept because their client address already held max.connections.per.ip (or its max.connections.per.ip.overrides entry).", st.RejectedPerIP.Load)
+	counter("holdfast_connections_throttled_total", "Connections held unanswered for the throttle time, then closed, because their client address went over its connection_creation_rate quota (KIP-612).", st.Throttled.Load)
+	counter("holdfast_connections_accept_delayed_total", "Connections that waited to be taken because max.connection.creation.rate was reached.", st.AcceptDelayed.Load)
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "holdfast_connection_accept_throttle_seconds_total",
+		Help: "Time connections waited for max.connection.creation.rate (Kafka: connection-accept-throttle-time)."},
+		func() float64 { return time.Duration(st.AcceptDelay.Load()).Seconds() }))
 	counter("holdfast_requests_total", "Requests decoded (Kafka: kafka.network RequestsPerSec; by API: holdfast_request_duration_seconds_count).", st.Requests.Load)
 	counter("holdfast_bad_frames_total", "Connections closed for an unreadable, oversized or unsupported frame.", st.BadFrames.Load)
 	counter("holdfast_handler_panics_total", "Requests whose handler panicked: each closed its own connection (logged with the API and a stack).", st.Panics.Load)

@@ -17,6 +17,7 @@ package quota
 
 import (
 	"math"
+	"net/netip"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -96,6 +97,10 @@ type entityKey struct{ user, client part }
 type table struct {
 	any      [numTypes]bool
 	byEntity map[entityKey][numTypes]float64 // 0: no quota of that type
+	// KIP-612's connection_creation_rate of ip entities: by address, and
+	// the default ip entity's (0: none).
+	ipRate    map[netip.Addr]float64
+	ipDefault float64
 }
 
 // sensorKey is who shares a rate: Kafka's metric tags (user, client-id),
@@ -126,6 +131,9 @@ type Manager struct {
 	mu        sync.Mutex
 	sensors   map[sensorKey]*sensor
 	lastSweep time.Duration
+	// ipSensors are the connection rates of client addresses (ipconn.go).
+	ipSensors   map[netip.Addr]*sensor
+	ipLastSweep time.Duration
 }
 
 // New returns a manager with no quotas.
@@ -143,7 +151,7 @@ func New(cfg Config) *Manager {
 	if cfg.ControllerWindowSize <= 0 {
 		cfg.ControllerWindowSize = d.ControllerWindowSize
 	}
-	m := &Manager{cfg: cfg, base: time.Now(), sensors: map[sensorKey]*sensor{}}
+	m := &Manager{cfg: cfg, base: time.Now(), sensors: map[sensorKey]*sensor{}, ipSensors: map[netip.Addr]*sensor{}}
 	m.now = func() time.Duration { return time.Since(m.base) }
 	m.quotas.Store(&table{})
 	return m
@@ -154,8 +162,21 @@ func (m *Manager) Config() Config { return m.cfg }
 
 // SetQuotas replaces the quotas (every committed entity).
 func (m *Manager) SetQuotas(qs []controller.ClientQuota) {
-	t := &table{byEntity: make(map[entityKey][numTypes]float64, len(qs))}
+	t := &table{byEntity: make(map[entityKey][numTypes]float64, len(qs)), ipRate: map[netip.Addr]float64{}}
 	for _, q := range qs {
+		if name, ok := q.Entity[controller.QuotaIP]; ok {
+			v := q.Values[controller.QuotaConnectionCreationRate]
+			switch {
+			case v <= 0:
+			case name == nil:
+				t.ipDefault = v
+			default:
+				if a, ok := controller.QuotaIPAddr(*name); ok {
+					t.ipRate[a] = v
+				}
+			}
+			continue
+		}
 		var k entityKey
 		ok := true
 		for typ, name := range q.Entity {

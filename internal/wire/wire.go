@@ -20,6 +20,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"golang.org/x/time/rate"
 
 	"holdfast/internal/auth"
 	"holdfast/internal/bufref"
@@ -36,13 +38,26 @@ import (
 // Limits bound what one client can make the server hold. Names in comments
 // are Kafka's broker config names.
 type Limits struct {
-	MaxRequestBytes int32         // socket.request.max.bytes: a larger frame closes the connection
-	MaxConnections  int           // max.connections: further connections are closed at accept
-	MaxInFlight     int           // requests decoded but not yet answered, per connection
-	MaxQueuedBytes  int64         // queued.max.request.bytes: request bytes held across all connections
-	IdleTimeout     time.Duration // connections.max.idle.ms: no request for this long closes the connection
-	ReadTimeout     time.Duration // a started frame must arrive completely within this
-	WriteTimeout    time.Duration // a response must be written within this
+	MaxRequestBytes int32 // socket.request.max.bytes: a larger frame closes the connection
+	MaxConnections  int   // max.connections: further connections are closed at accept
+	// MaxConnectionsPerIP is max.connections.per.ip: connections one
+	// client address may hold; further ones are closed at accept
+	// (connlimit.go). 0: DefaultLimits' value; UnlimitedPerIP: no limit
+	// (Kafka's default); negative: none but the overrides' (Kafka's 0).
+	MaxConnectionsPerIP int
+	// MaxConnectionsPerIPOverrides is max.connections.per.ip.overrides,
+	// its host names resolved: addresses with their own limit.
+	MaxConnectionsPerIPOverrides map[netip.Addr]int
+	// MaxConnectionCreationRate is max.connection.creation.rate: new
+	// connections per second across the server, a second's worth at
+	// once; past it a listener waits before it takes the next connection
+	// (Kafka blocks its acceptor). 0 or UnlimitedPerIP: no limit.
+	MaxConnectionCreationRate int
+	MaxInFlight               int           // requests decoded but not yet answered, per connection
+	MaxQueuedBytes            int64         // queued.max.request.bytes: request bytes held across all connections
+	IdleTimeout               time.Duration // connections.max.idle.ms: no request for this long closes the connection
+	ReadTimeout               time.Duration // a started frame must arrive completely within this
+	WriteTimeout              time.Duration // a response must be written within this
 }
 
 // DefaultLimits are Kafka's defaults where Kafka has one, and bounds that keep
@@ -51,11 +66,14 @@ func DefaultLimits() Limits {
 	return Limits{
 		MaxRequestBytes: 100 << 20,
 		MaxConnections:  10000,
-		MaxInFlight:     64,
-		MaxQueuedBytes:  256 << 20,
-		IdleTimeout:     10 * time.Minute,
-		ReadTimeout:     30 * time.Second,
-		WriteTimeout:    30 * time.Second,
+		// Kafka has no limit per address; 1000 keeps one client (a
+		// connection leak, a reconnect loop) from taking all 10000.
+		MaxConnectionsPerIP: 1000,
+		MaxInFlight:         64,
+		MaxQueuedBytes:      256 << 20,
+		IdleTimeout:         10 * time.Minute,
+		ReadTimeout:         30 * time.Second,
+		WriteTimeout:        30 * time.Second,
 	}
 }
 
@@ -145,8 +163,15 @@ func sinceStart() time.Duration { return time.Since(processStart) }
 // Stats are the server's counters, read by metrics.
 type Stats struct {
 	Accepted, Rejected, Open atomic.Int64
-	Requests, BadFrames      atomic.Int64
-	BytesIn, BytesOut        atomic.Int64
+	// RejectedPerIP counts connections closed at accept by
+	// max.connections.per.ip; Throttled those held and closed by a
+	// connection_creation_rate quota (KIP-612).
+	RejectedPerIP, Throttled atomic.Int64
+	// AcceptDelayed counts connections that waited for
+	// max.connection.creation.rate, AcceptDelay their total wait (ns).
+	AcceptDelayed, AcceptDelay atomic.Int64
+	Requests, BadFrames        atomic.Int64
+	BytesIn, BytesOut          atomic.Int64
 	// Authentication outcomes: TLS handshakes and SASL exchanges that
 	// failed, SASL exchanges that succeeded (re-authentications excluded).
 	AuthFailures, AuthSuccesses atomic.Int64
@@ -169,12 +194,22 @@ type Server struct {
 	// runs on the connection's writer goroutine: it must be quick.
 	OnReply func(req *Request, resp kmsg.Response, took time.Duration)
 
-	mu     sync.Mutex
-	lns    []net.Listener
-	conns  map[*serverConn]struct{}
-	nextID atomic.Uint64
-	closed bool
-	wg     sync.WaitGroup
+	mu    sync.Mutex
+	lns   []net.Listener
+	conns map[*serverConn]struct{}
+	perIP map[netip.Addr]int // open connections by client address
+	// refusals rate-limits the refusal log lines; held are the throttled
+	// connections waiting for their close (connlimit.go).
+	refusals map[refusalKey]refusalLog
+	held     map[net.Conn]*time.Timer
+	// creation is max.connection.creation.rate (nil: none); stop ends its
+	// waits on Close.
+	creation *rate.Limiter
+	stop     context.Context
+	stopped  context.CancelFunc
+	nextID   atomic.Uint64
+	closed   bool
+	wg       sync.WaitGroup
 }
 
 // NewServer returns a server that dispatches to h.
@@ -188,6 +223,9 @@ func NewServer(h Handler, limits Limits, log *slog.Logger) *Server {
 	}
 	if limits.MaxConnections <= 0 {
 		limits.MaxConnections = def.MaxConnections
+	}
+	if limits.MaxConnectionsPerIP == 0 {
+		limits.MaxConnectionsPerIP = def.MaxConnectionsPerIP
 	}
 	if limits.MaxInFlight <= 0 {
 		limits.MaxInFlight = def.MaxInFlight
@@ -208,7 +246,13 @@ func NewServer(h Handler, limits Limits, log *slog.Logger) *Server {
 	if limits.WriteTimeout <= 0 {
 		limits.WriteTimeout = def.WriteTimeout
 	}
-	return &Server{h: h, limits: limits, log: log, budget: newBudget(limits.MaxQueuedBytes), conns: map[*serverConn]struct{}{}}
+	s := &Server{h: h, limits: limits, log: log, budget: newBudget(limits.MaxQueuedBytes), conns: map[*serverConn]struct{}{},
+		perIP: map[netip.Addr]int{}, refusals: map[refusalKey]refusalLog{}, held: map[net.Conn]*time.Timer{}}
+	if r := limits.MaxConnectionCreationRate; r > 0 && r < UnlimitedPerIP {
+		s.creation = rate.NewLimiter(rate.Limit(r), r)
+	}
+	s.stop, s.stopped = context.WithCancel(context.Background())
+	return s
 }
 
 // Serve accepts connections on ln as the default listener (PLAINTEXT,
@@ -256,6 +300,20 @@ func (s *Server) ServeListener(ln net.Listener, l *Listener) error {
 }
 
 func (s *Server) accept(nc net.Conn, l *Listener) {
+	ip := connIP(nc.RemoteAddr())
+	exempt := s.exempt(ip, l)
+	if s.creation != nil && !exempt && !s.creation.Allow() {
+		// Over max.connection.creation.rate: this listener takes no
+		// further connection until the rate allows this one (they wait
+		// in the kernel's backlog), as Kafka's acceptor does.
+		start := time.Now()
+		if err := s.creation.Wait(s.stop); err != nil {
+			nc.Close()
+			return
+		}
+		s.Stats.AcceptDelayed.Add(1)
+		s.Stats.AcceptDelay.Add(int64(time.Since(start)))
+	}
 	s.mu.Lock()
 	if s.closed || len(s.conns) >= s.limits.MaxConnections {
 		s.mu.Unlock()
@@ -264,6 +322,35 @@ func (s *Server) accept(nc net.Conn, l *Listener) {
 		nc.Close()
 		return
 	}
+	s.mu.Unlock()
+	if !exempt {
+		// Kafka records the connection against the address's rate
+		// before counting it, so a refused one counts too.
+		if d := s.throttle(ip); d > 0 {
+			s.Stats.Throttled.Add(1)
+			s.mu.Lock()
+			s.logRefusal(ip, "connection_creation_rate quota exceeded; closing after the throttle time", "throttle", d)
+			s.mu.Unlock()
+			s.hold(nc, d)
+			return
+		}
+	}
+	s.mu.Lock()
+	if s.closed || len(s.conns) >= s.limits.MaxConnections {
+		// Closed, or the other listeners took the last places meanwhile.
+		s.mu.Unlock()
+		s.Stats.Rejected.Add(1)
+		nc.Close()
+		return
+	}
+	if limit := s.perIPLimit(ip); !exempt && s.perIP[ip] >= limit {
+		s.logRefusal(ip, "max.connections.per.ip reached", "limit", limit)
+		s.mu.Unlock()
+		s.Stats.RejectedPerIP.Add(1)
+		nc.Close()
+		return
+	}
+	s.perIP[ip]++
 	tc, plainTCP := nc.(*net.TCPConn)
 	if plainTCP {
 		tc.SetNoDelay(true)
@@ -277,6 +364,7 @@ func (s *Server) accept(nc net.Conn, l *Listener) {
 		plainTCP: plainTCP,
 		rd:       socketReader(nc, plainTCP),
 		listener: l,
+		ip:       ip,
 		info:     &Conn{ID: s.nextID.Add(1), Remote: nc.RemoteAddr(), Local: nc.LocalAddr(), Listener: l, Host: remoteIP(nc.RemoteAddr())},
 		pending:  make(chan pending, s.limits.MaxInFlight),
 		auth:     authState{principal: auth.Anonymous, authed: !l.Protocol.UsesSASL()},
@@ -294,6 +382,7 @@ func (s *Server) accept(nc net.Conn, l *Listener) {
 // Close stops accepting, closes every connection and waits for their
 // goroutines. Replies still waiting see their context cancelled.
 func (s *Server) Close() error {
+	s.stopped()
 	s.mu.Lock()
 	s.closed = true
 	for _, ln := range s.lns {
@@ -301,6 +390,11 @@ func (s *Server) Close() error {
 	}
 	for c := range s.conns {
 		c.close()
+	}
+	for nc, t := range s.held {
+		t.Stop()
+		nc.Close()
+		delete(s.held, nc)
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
@@ -321,8 +415,9 @@ type pending struct {
 type serverConn struct {
 	s        *Server
 	nc       net.Conn
-	plainTCP bool      // nc is a TCP socket (sendfile works); false under TLS
-	rd       io.Reader // frames are read from it: nc, or a rawReader on nc's socket
+	plainTCP bool       // nc is a TCP socket (sendfile works); false under TLS
+	ip       netip.Addr // the client's address, as Server.perIP counts it
+	rd       io.Reader  // frames are read from it: nc, or a rawReader on nc's socket
 	listener *Listener
 	info     *Conn
 	auth     authState // the reader's alone
@@ -630,6 +725,9 @@ func (c *serverConn) writeLoop() {
 	defer func() {
 		c.s.mu.Lock()
 		delete(c.s.conns, c)
+		if c.s.perIP[c.ip]--; c.s.perIP[c.ip] <= 0 {
+			delete(c.s.perIP, c.ip)
+		}
 		c.s.mu.Unlock()
 		c.s.Stats.Open.Add(-1)
 	}()

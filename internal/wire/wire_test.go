@@ -347,7 +347,7 @@ func TestThousandsOfStalledConnections(t *testing.T) {
 		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
 	}
 	const conns = 2000
-	s, addr := startServer(t, Limits{MaxRequestBytes: 1 << 20, ReadTimeout: time.Minute})
+	s, addr := startServer(t, Limits{MaxRequestBytes: 1 << 20, ReadTimeout: time.Minute, MaxConnectionsPerIP: UnlimitedPerIP})
 	var open []net.Conn
 	defer func() {
 		for _, c := range open {
