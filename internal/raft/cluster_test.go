@@ -50,6 +50,9 @@ type cluster struct {
 	borrow bool
 	// onCommit, if set, is every group's OnCommit.
 	onCommit func(node, group uint64, ents []Committed)
+	// electionTicks, quiesceTicks: every node's (0: 10 and the Host's
+	// default).
+	electionTicks, quiesceTicks int
 
 	mu sync.Mutex
 }
@@ -123,13 +126,17 @@ func (c *cluster) start(id uint64) {
 	if nd.fs != nil {
 		fsys = nd.fs
 	}
+	electionTicks := c.electionTicks
+	if electionTicks == 0 {
+		electionTicks = 10
+	}
 	var h *Host
 	var err error
 	// The old port may linger briefly after a stop: retry.
 	for try := 0; try < 50; try++ {
 		h, err = NewHost(Config{
 			ID: id, Dir: nd.dir, Listen: nd.addr, Peers: peers, TickInterval: c.tick,
-			ElectionTicks: 10, Faults: c.faults, Logger: c.logger.With("test_node", id), FS: fsys,
+			ElectionTicks: electionTicks, QuiesceTicks: c.quiesceTicks, Faults: c.faults, Logger: c.logger.With("test_node", id), FS: fsys,
 		})
 		if err == nil {
 			break

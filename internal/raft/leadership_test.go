@@ -29,7 +29,12 @@ func (c *cluster) publishedLeadership(id, g uint64) (Leadership, bool) {
 // the host: on every node the last event is what Leadership answers, as a
 // leader is elected, settles, hands over to another node and fails.
 func TestLeadershipEvents(t *testing.T) {
-	c := newCluster(t, 3, 1)
+	// 100 election ticks (2-4 s), not 10: the test reads the leader's
+	// events after waitLeader and a propose, and at 200-400 ms a heartbeat
+	// held up on a loaded machine elected another leader in between. Its
+	// only elections are the first one (the preferred replica's campaign)
+	// and a transfer, neither of which waits a timeout.
+	c := newCluster(t, 3, 1, func(c *cluster) { c.electionTicks = 100 })
 	agree := func(what string) {
 		t.Helper()
 		waitFor(t, what, func() bool {

@@ -114,7 +114,12 @@ func TestReplicateAndCommit(t *testing.T) {
 }
 
 func TestProposeOnFollower(t *testing.T) {
-	c := newCluster(t, 3, 1)
+	// 100 election ticks (2-4 s), not 10: a follower must hint the one
+	// leader or none, and at 200-400 ms a heartbeat held up on a loaded
+	// machine elected another leader, which a follower then rightly hints.
+	// Nothing here waits an election timeout (the first leader is the
+	// preferred replica's campaign).
+	c := newCluster(t, 3, 1, func(c *cluster) { c.electionTicks = 100 })
 	leader, _ := c.waitLeader(1)
 	c.propose(1, "x")
 	for _, id := range c.ids {
