@@ -196,8 +196,17 @@ func (b *Broker) createTopic(ctx context.Context, rt kmsg.CreateTopicsRequestTop
 		if partitions == -1 {
 			partitions = b.cfg.NumPartitions
 		}
-		if n := len(b.cluster.UnfencedBrokers()); int(rt.ReplicationFactor) > n {
-			return controller.Topic{}, errCode(kerr.InvalidReplicationFactor, "Replication factor: %d larger than available brokers: %d.", rt.ReplicationFactor, n)
+		// Fenced brokers count, as in Kafka (KRaft's replica placer): a
+		// broker down for longer than its session still takes replicas
+		// (never the leader), so creating a topic does not fail while
+		// one node restarts. The controller places them (placeReplicas).
+		if n := b.RegisteredBrokers(); int(rt.ReplicationFactor) > n {
+			return controller.Topic{}, errCode(kerr.InvalidReplicationFactor, "Unable to replicate the partition %d time(s): The target replication factor of %d cannot be reached because only %d broker(s) are registered.", rt.ReplicationFactor, rt.ReplicationFactor, n)
+		}
+		if n, need := len(b.cluster.UnfencedBrokers()), int(rt.ReplicationFactor)/2+1; n == 0 {
+			return controller.Topic{}, errCode(kerr.InvalidReplicationFactor, "Unable to replicate the partition %d time(s): All brokers are currently fenced.", rt.ReplicationFactor)
+		} else if rt.ReplicationFactor > 0 && n < need {
+			return controller.Topic{}, errCode(kerr.InvalidReplicationFactor, "Unable to replicate the partition %d time(s): only %d broker(s) are unfenced, and a partition needs a majority (%d) of its replicas running to elect a leader.", rt.ReplicationFactor, n, need)
 		}
 	}
 	if partitions > maxPartitionsPerTopic {

@@ -619,17 +619,64 @@ func notController() error {
 }
 
 // placeReplicas assigns rf replicas to each of n partitions over the
-// registered brokers that are not fenced: round-robin from a random start over a list that
+// registered brokers: round-robin from a random start over a list that
 // alternates racks, so a partition's replicas land on different racks when
 // there are enough (Kafka's rack-aware assignment, simplified).
+//
+// Fenced brokers count, as in Kafka's StripedReplicaPlacer: a partition's
+// first replica (its preferred leader) is always an unfenced broker, the
+// others are unfenced ones while there are enough, then fenced ones. So
+// with one broker of three down (fenced after its session), a topic of
+// replication factor 3 is still created, its partitions led by the live
+// brokers and under-replicated until the fenced one comes back and catches
+// up. Refused (INVALID_REPLICATION_FACTOR): a factor larger than the
+// registered brokers, no unfenced broker at all (as Kafka), and fewer
+// unfenced brokers than a majority of the factor (Holdfast's own: a Raft
+// group needs a majority to elect a leader).
 func (n *Node) placeReplicas(count int32, rf int16) ([][]int32, error) {
-	brokers := n.UnfencedBrokers()
+	unfenced := n.UnfencedBrokers()
+	all := n.meta.Brokers()
 	if rf <= 0 {
 		rf = n.DefaultReplicationFactor()
 	}
-	if int(rf) > len(brokers) {
-		return nil, kafkaerr.New(kerr.InvalidReplicationFactor, "Replication factor: %d larger than available brokers: %d.", rf, len(brokers))
+	if int(rf) > len(all) {
+		return nil, kafkaerr.New(kerr.InvalidReplicationFactor, "Unable to replicate the partition %d time(s): The target replication factor of %d cannot be reached because only %d broker(s) are registered.", rf, rf, len(all))
 	}
+	if len(unfenced) == 0 {
+		return nil, kafkaerr.New(kerr.InvalidReplicationFactor, "Unable to replicate the partition %d time(s): All brokers are currently fenced.", rf)
+	}
+	// Unlike Kafka's (a leader and an ISR of one), a partition here is a
+	// Raft group: it has no leader until a majority of its replicas runs.
+	// A topic that could not take a write is refused instead.
+	if need := int(rf)/2 + 1; len(unfenced) < need {
+		return nil, kafkaerr.New(kerr.InvalidReplicationFactor, "Unable to replicate the partition %d time(s): only %d broker(s) are unfenced, and a partition needs a majority (%d) of its replicas running to elect a leader.", rf, len(unfenced), need)
+	}
+	order := rackOrder(unfenced)
+	var fenced []int32
+	for _, br := range all {
+		if !slices.ContainsFunc(unfenced, func(u controller.BrokerInfo) bool { return u.ID == br.ID }) {
+			fenced = append(fenced, br.ID)
+		}
+	}
+	slices.Sort(fenced)
+	start := rand.IntN(len(order))
+	out := make([][]int32, count)
+	for i := range out {
+		rs := make([]int32, 0, rf)
+		for j := 0; j < int(rf) && j < len(order); j++ {
+			rs = append(rs, order[(start+i+j)%len(order)])
+		}
+		for j := 0; len(rs) < int(rf); j++ {
+			rs = append(rs, fenced[(start+i+j)%len(fenced)])
+		}
+		out[i] = rs
+	}
+	return out, nil
+}
+
+// rackOrder lists brokers alternating racks (racks sorted by name, each
+// rack's brokers in registration order).
+func rackOrder(brokers []controller.BrokerInfo) []int32 {
 	byRack := map[string][]int32{}
 	var racks []string
 	for _, br := range brokers {
@@ -648,16 +695,7 @@ func (n *Node) placeReplicas(count int32, rf int16) ([][]int32, error) {
 			}
 		}
 	}
-	start := rand.IntN(len(order))
-	out := make([][]int32, count)
-	for i := range out {
-		rs := make([]int32, rf)
-		for j := range rs {
-			rs[j] = order[(start+i+j)%len(order)]
-		}
-		out[i] = rs
-	}
-	return out, nil
+	return order
 }
 
 // DefaultReplicationFactor is default.replication.factor: 1 on a single
