@@ -75,17 +75,7 @@ func (m *Manager) RecordConnection(ip netip.Addr) time.Duration {
 
 // sweepIP forgets connection rates unused for an hour, at most once a
 // minute (or when the table is full). Called with mu held.
-func (m *Manager) sweepIP(now time.Duration) {
-	if now-m.ipLastSweep < time.Minute && len(m.ipSensors) < MaxSensors {
-		return
-	}
-	m.ipLastSweep = now
-	for k, s := range m.ipSensors {
-		if now-s.used > sensorIdle {
-			delete(m.ipSensors, k)
-		}
-	}
-}
+func (m *Manager) sweepIP(now time.Duration) { sweepIdle(now, &m.ipLastSweep, m.ipSensors) }
 
 // IPStat is one address's connection rate, for metrics.
 type IPStat struct {

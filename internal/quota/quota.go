@@ -287,14 +287,18 @@ func (m *Manager) sensorFor(t Type, user, client string, now time.Duration) *sen
 
 // sweep forgets rates unused for an hour, at most once a minute (or when
 // the table is full).
-func (m *Manager) sweep(now time.Duration) {
-	if now-m.lastSweep < time.Minute && len(m.sensors) < MaxSensors {
+func (m *Manager) sweep(now time.Duration) { sweepIdle(now, &m.lastSweep, m.sensors) }
+
+// sweepIdle removes the sensors of table unused for sensorIdle, at most
+// once a minute (last: when it last did) unless the table is full.
+func sweepIdle[K comparable](now time.Duration, last *time.Duration, table map[K]*sensor) {
+	if now-*last < time.Minute && len(table) < MaxSensors {
 		return
 	}
-	m.lastSweep = now
-	for k, s := range m.sensors {
+	*last = now
+	for k, s := range table {
 		if now-s.used > sensorIdle {
-			delete(m.sensors, k)
+			delete(table, k)
 		}
 	}
 }
