@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -90,16 +89,7 @@ func TestClusterIdleGroupsAllQuiesce(t *testing.T) {
 	for _, n := range c.Nodes {
 		n.Stop()
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(c.Nodes))
-	for i, n := range c.Nodes {
-		ln := relistenRetry(t, n.Addr)
-		wg.Go(func() { errs[i] = n.startErr(ln) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
+	startTogether(t, c.Nodes)
 	produceEach("c")
 	awaitQuiescent(t, c, "after a restart of the whole cluster")
 }

@@ -2,7 +2,6 @@ package brokertest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -78,15 +77,7 @@ func TestClusterRestartMetadataNamesLeaders(t *testing.T) {
 	for _, n := range c.Nodes {
 		n.Stop()
 	}
-	errs := make([]error, len(c.Nodes))
-	for i, n := range c.Nodes {
-		ln := relistenRetry(t, n.Addr)
-		wg.Go(func() { errs[i] = n.startErr(ln) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
+	startTogether(t, c.Nodes)
 
 	// Every node serves now: its first answer names the leaders.
 	for _, n := range c.Nodes {

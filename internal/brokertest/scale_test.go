@@ -89,18 +89,7 @@ func TestScalePartitions(t *testing.T) {
 	}
 	stopProf := startProfile(t, "restart.pprof")
 	t0 = time.Now()
-	var wg sync.WaitGroup
-	errs := make([]error, len(nodes))
-	for i, n := range nodes {
-		ln := relistenRetry(t, n.Addr)
-		wg.Go(func() { errs[i] = n.startErr(ln) })
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	startTogether(t, nodes)
 	started := time.Since(t0)
 	produceOne(t, nodes, parts)
 	first := time.Since(t0)
@@ -231,6 +220,22 @@ func allLed(nodes []*Node, parts int) error {
 		}
 	}
 	return nil
+}
+
+// startTogether starts stopped nodes again on their addresses, all at
+// once: a cluster needs its quorum up to serve.
+func startTogether(t *testing.T, nodes []*Node) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(nodes))
+	for i, n := range nodes {
+		ln := relistenRetry(t, n.Addr)
+		wg.Go(func() { errs[i] = n.startErr(ln) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func relistenRetry(t *testing.T, addr string) net.Listener {
