@@ -37,6 +37,23 @@ func (r *dirFaultRun) produce(topic string) int16 {
 	return p.ErrorCode
 }
 
+// faultAcrossRestart writes to topic bad, injects a fault, restarts
+// (power cut) and checks that bad answers KAFKA_STORAGE_ERROR (or
+// NOT_LEADER while its group is down) while healthy keeps serving.
+func (r *dirFaultRun) faultAcrossRestart(adm *kadm.Client, what string, inject func()) {
+	createTopic(r.t, adm, "bad")
+	r.mustProduce("bad")
+	inject()
+	r.cb.powerCut()
+	r.cl = r.cb.client()
+	r.mustProduce("healthy")
+	if code := r.produce("bad"); code != kerr.KafkaStorageError.Code && code != kerr.NotLeaderForPartition.Code {
+		r.t.Fatalf("produce to a partition whose %s: %v, want KAFKA_STORAGE_ERROR", what, kerr.ErrorForCode(code))
+	}
+	r.mustProduce("healthy")
+	r.cb.fs.ClearErrors()
+}
+
 func (r *dirFaultRun) mustProduce(topic string) {
 	r.t.Helper()
 	if code := r.produce(topic); code != 0 {
@@ -111,31 +128,15 @@ func TestDirectoryFaults(t *testing.T) {
 			r.produceUntilOK("bad")
 		}},
 		{"rename", func(r *dirFaultRun, adm *kadm.Client) {
-			createTopic(r.t, adm, "bad")
-			r.mustProduce("bad")
 			// The next epoch's checkpoint: a restart begins one.
-			r.cb.fs.InjectError(storage.OpRename, "/data/bad-0/", syscall.EIO)
-			r.cb.powerCut()
-			r.cl = r.cb.client()
-			r.mustProduce("healthy")
-			if code := r.produce("bad"); code != kerr.KafkaStorageError.Code && code != kerr.NotLeaderForPartition.Code {
-				r.t.Fatalf("produce to a partition whose checkpoint rename fails: %v, want KAFKA_STORAGE_ERROR", kerr.ErrorForCode(code))
-			}
-			r.mustProduce("healthy")
-			r.cb.fs.ClearErrors()
+			r.faultAcrossRestart(adm, "checkpoint rename fails", func() {
+				r.cb.fs.InjectError(storage.OpRename, "/data/bad-0/", syscall.EIO)
+			})
 		}},
 		{"syncdir", func(r *dirFaultRun, adm *kadm.Client) {
-			createTopic(r.t, adm, "bad")
-			r.mustProduce("bad")
-			r.cb.fs.InjectErrorPath(storage.OpSyncDir, "/data/bad-0", syscall.EIO)
-			r.cb.powerCut()
-			r.cl = r.cb.client()
-			r.mustProduce("healthy")
-			if code := r.produce("bad"); code != kerr.KafkaStorageError.Code && code != kerr.NotLeaderForPartition.Code {
-				r.t.Fatalf("produce to a partition whose directory fsync fails: %v, want KAFKA_STORAGE_ERROR", kerr.ErrorForCode(code))
-			}
-			r.mustProduce("healthy")
-			r.cb.fs.ClearErrors()
+			r.faultAcrossRestart(adm, "directory fsync fails", func() {
+				r.cb.fs.InjectErrorPath(storage.OpSyncDir, "/data/bad-0", syscall.EIO)
+			})
 		}},
 		{"removeall", func(r *dirFaultRun, adm *kadm.Client) {
 			createTopic(r.t, adm, "bad")
