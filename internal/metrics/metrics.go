@@ -253,6 +253,14 @@ func (rc *requestCounters) observe(req *wire.Request, resp kmsg.Response, took t
 		rc.produced(req.Body.(*kmsg.ProduceRequest), r)
 	case *kmsg.FetchResponse:
 		rc.fetched(r, spliced)
+	case *kmsg.ApiVersionsResponse:
+		// UNSUPPORTED_VERSION here is the negotiation KIP-511 defines (a
+		// client asks with its newest version and retries with the one the
+		// answer names), not a failure: counting it kept the error panel of
+		// every dashboard lit by ordinary connects.
+		if r.ErrorCode != kerr.UnsupportedVersion.Code {
+			rc.walkErrors(key, reflect.ValueOf(resp))
+		}
 	default:
 		rc.walkErrors(key, reflect.ValueOf(resp))
 	}
