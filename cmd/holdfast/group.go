@@ -101,7 +101,7 @@ func printGroups(out io.Writer, gs []admin.Group) error {
 			fmt.Fprintln(out)
 		}
 		fmt.Fprintf(out, "group %s  state %s  protocol %s/%s  coordinator %d  lag %d  time lag %s\n",
-			g.Name, g.State, g.ProtocolType, g.Protocol, g.Coordinator, g.TotalLag, fmtAge(g.MaxTimeLag))
+			g.Name, g.State, g.ProtocolType, g.Protocol, g.Coordinator, g.TotalLag, admin.FormatAge(g.MaxTimeLag))
 		w := tw(out)
 		fmt.Fprintln(w, "MEMBER\tINSTANCE\tCLIENT\tHOST\tLAG\tASSIGNED")
 		for _, m := range g.Members {
@@ -121,7 +121,7 @@ func printGroups(out io.Writer, gs []admin.Group) error {
 			if p.Lag >= 0 {
 				lag = strconv.FormatInt(p.Lag, 10)
 			}
-			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%s\t%s\n", p.Topic, p.Partition, committed, p.End, lag, fmtAge(p.TimeLag), p.Member)
+			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%s\t%s\n", p.Topic, p.Partition, committed, p.End, lag, admin.FormatAge(p.TimeLag), p.Member)
 		}
 		if err := w.Flush(); err != nil {
 			return err
@@ -172,16 +172,6 @@ func printShareGroup(ctx context.Context, out io.Writer, c *admin.Client, g kadm
 		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\n", o.Topic, o.Partition, o.StartOffset, end, pending)
 	}
 	return w.Flush()
-}
-
-func fmtAge(d time.Duration) string {
-	if d <= 0 {
-		return "0s"
-	}
-	if d < time.Second {
-		return d.Round(time.Millisecond).String()
-	}
-	return d.Round(time.Second).String()
 }
 
 func groupDeleteCmd(conn *connFlags) *cobra.Command {

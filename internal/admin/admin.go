@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -303,9 +304,14 @@ type GroupPartition struct {
 	Partition int32
 	Committed int64 // -1: no commit
 	End       int64 // high watermark
-	Lag       int64 // -1: unknown
-	// TimeLag is how old the next record the group will read is (zero
-	// when it is caught up or the age is unknown).
+	// Lag is End - Committed; -1 (shown "-") when either is unknown, a
+	// partition with no commit included: Kafka's kafka-consumer-groups.sh
+	// and the holdfast_group_lag metrics define it so too, so a total here
+	// and in Prometheus agree.
+	Lag int64
+	// TimeLag is how old the next record the group will read is: zero
+	// when it is caught up, negative when the age is unknown (no time lag
+	// asked for, no commit, or the record could not be read in time).
 	TimeLag time.Duration
 	Member  string
 }
@@ -348,7 +354,6 @@ func (c *Client) Groups(ctx context.Context, timeLag bool, groups ...string) ([]
 		return nil, err
 	}
 	var out []Group
-	ages := map[tp]int64{} // next record to read -> its offset, filled with its timestamp
 	for _, name := range groups {
 		l, ok := lags[name]
 		if !ok {
@@ -370,13 +375,10 @@ func (c *Client) Groups(ctx context.Context, timeLag bool, groups ...string) ([]
 			if pl.Member != nil {
 				gp.Member = pl.Member.MemberID
 			}
-			if pl.Err == nil && pl.Lag >= 0 {
+			if pl.Err == nil && pl.Lag >= 0 && gp.Committed >= 0 {
 				gp.Lag = pl.Lag
 				g.TotalLag += pl.Lag
 				memberLag[gp.Member] += pl.Lag
-				if pl.Lag > 0 && gp.Committed >= 0 {
-					ages[tp{gp.Topic, gp.Partition}] = gp.Committed
-				}
 			}
 			g.Partitions = append(g.Partitions, gp)
 		}
@@ -395,23 +397,67 @@ func (c *Client) Groups(ctx context.Context, timeLag bool, groups ...string) ([]
 		out = append(out, g)
 	}
 	c.consumerGroups(ctx, out)
-	if timeLag && len(ages) > 0 {
-		ts := c.timestampsAt(ctx, ages)
-		now := time.Now()
-		for gi := range out {
-			for pi := range out[gi].Partitions {
-				p := &out[gi].Partitions[pi]
-				if p.Lag <= 0 || p.Committed < 0 {
-					continue
-				}
-				if at, ok := ts[tpo{p.Topic, p.Partition, p.Committed}]; ok {
-					p.TimeLag = max(now.Sub(at), 0)
-					out[gi].MaxTimeLag = max(out[gi].MaxTimeLag, p.TimeLag)
+	c.fillTimeLag(ctx, out, timeLag)
+	return out, nil
+}
+
+// fillTimeLag sets each partition's time lag: zero when caught up, the age
+// of the next record to read when behind and asked for (read), else
+// unknown. Every group's partitions count, KIP-848 ones included, and
+// several groups at different offsets of one partition each get their own.
+func (c *Client) fillTimeLag(ctx context.Context, gs []Group, read bool) {
+	want := map[tp][]int64{}
+	for gi := range gs {
+		for pi := range gs[gi].Partitions {
+			p := &gs[gi].Partitions[pi]
+			if p.Lag == 0 {
+				continue
+			}
+			p.TimeLag = -1
+			if read && p.Lag > 0 && p.Committed >= 0 {
+				k := tp{p.Topic, p.Partition}
+				if !slices.Contains(want[k], p.Committed) {
+					want[k] = append(want[k], p.Committed)
 				}
 			}
 		}
 	}
-	return out, nil
+	var ts map[tpo]time.Time
+	if len(want) > 0 {
+		ts = c.timestampsAt(ctx, want)
+	}
+	now := time.Now()
+	for gi := range gs {
+		g := &gs[gi]
+		unknown := false
+		for pi := range g.Partitions {
+			p := &g.Partitions[pi]
+			if at, ok := ts[tpo{p.Topic, p.Partition, p.Committed}]; ok && p.Lag > 0 && p.Committed >= 0 {
+				p.TimeLag = max(now.Sub(at), 0)
+			}
+			if p.TimeLag < 0 {
+				unknown = true
+			}
+			g.MaxTimeLag = max(g.MaxTimeLag, p.TimeLag)
+		}
+		if unknown && g.MaxTimeLag == 0 {
+			g.MaxTimeLag = -1 // behind, by an age no partition could tell
+		}
+	}
+}
+
+// FormatAge shows a time lag as the CLI and the console print it: "-"
+// when unknown.
+func FormatAge(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "-"
+	case d == 0:
+		return "0s"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
 }
 
 // consumerGroups fills in the KIP-848 groups among gs: DescribeGroups
@@ -515,19 +561,19 @@ type tpo struct {
 // timestampsAt reads the record at each offset (the first at or after it)
 // and returns their timestamps. It gives up on what it has not read within
 // a few seconds or by ctx's deadline.
-func (c *Client) timestampsAt(ctx context.Context, at map[tp]int64) map[tpo]time.Time {
+func (c *Client) timestampsAt(ctx context.Context, at map[tp][]int64) map[tpo]time.Time {
 	out := map[tpo]time.Time{}
 	// Several groups may read the same partition from different offsets:
 	// one pass per distinct offset is overkill; read from the smallest and
 	// answer each offset with the first record at or after it.
 	parts := map[string]map[int32]kgo.Offset{}
 	want := map[tp][]int64{}
-	for k, off := range at {
+	for k, offs := range at {
 		if parts[k.topic] == nil {
 			parts[k.topic] = map[int32]kgo.Offset{}
 		}
-		parts[k.topic][k.partition] = kgo.NewOffset().At(off)
-		want[k] = append(want[k], off)
+		parts[k.topic][k.partition] = kgo.NewOffset().At(slices.Min(offs))
+		want[k] = slices.Clone(offs)
 	}
 	rc, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Seeds...), kgo.ConsumePartitions(parts),
 		kgo.FetchMaxBytes(1 << 20), kgo.FetchMaxPartitionBytes(64 << 10)}, c.Opts...)...)

@@ -27,18 +27,10 @@ var funcs = template.FuncMap{
 		return strings.Join(s, ",")
 	},
 	"bytes": humanBytes,
-	"age": func(d time.Duration) string {
-		if d <= 0 {
-			return "0s"
-		}
-		if d < time.Second {
-			return d.Round(time.Millisecond).String()
-		}
-		return d.Round(time.Second).String()
-	},
-	"ts":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
-	"add":  func(a, b int) int { return a + b },
-	"join": func(s []string) string { return strings.Join(s, ", ") },
+	"age":   admin.FormatAge,
+	"ts":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
+	"add":   func(a, b int) int { return a + b },
+	"join":  func(s []string) string { return strings.Join(s, ", ") },
 }
 
 func humanBytes(n int64) string {
