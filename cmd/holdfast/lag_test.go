@@ -71,7 +71,9 @@ func TestLagIsOneNumber(t *testing.T) {
 	}
 	var commitErr error
 	ccl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{"lagt": {0: {Epoch: -1, Offset: 2}}},
-		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) { commitErr = err })
+		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
+			commitErr = err
+		})
 	if commitErr != nil {
 		t.Fatal(commitErr)
 	}
