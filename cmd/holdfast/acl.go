@@ -157,9 +157,10 @@ and/or --cluster.`,
 func aclListCmd(conn *connFlags) *cobra.Command {
 	var f aclFlags
 	c := &cobra.Command{
-		Use:   "list [--topic T | --group G | --transactional-id X | --cluster] [--allow P | --deny P]",
-		Short: "List ACLs (all, or those of a resource or principal)",
-		Args:  noArgs,
+		Use:     "list [--topic T | --group G | --transactional-id X | --cluster] [--allow P | --deny P]",
+		Aliases: []string{"ls"},
+		Short:   "List ACLs (all, or those of a resource or principal)",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			b, err := f.builder(true)
 			if err != nil {

@@ -93,10 +93,18 @@ func startBroker(t *testing.T, args ...string) string {
 // TestCLITopics: create (flags after the name), describe, alter-config,
 // add-partitions, list, delete; and the errors a script can tell apart.
 func TestCLITopics(t *testing.T) {
-	b := "--bootstrap=" + startBroker(t)
+	addr := startBroker(t, "--num-partitions", "2")
+	b := "--bootstrap=" + addr
+	// No --partitions: the broker's num.partitions, as kafka-topics.sh.
 	out := ok(t, "", "topic", "create", "t1", "--config", "retention.ms=3600000", b, "-c", "segment.ms=600000")
-	if !strings.Contains(out, "created t1 (1 partitions") {
+	if !strings.Contains(out, "created t1 (2 partitions") {
 		t.Fatalf("create: %s", out)
+	}
+	// Kafka's tools' spellings: --bootstrap-server, -b, ls.
+	for _, args := range [][]string{{"topic", "ls", "--bootstrap-server", addr}, {"topic", "list", "-b", addr}} {
+		if list := ok(t, "", args...); !strings.Contains(list, "t1") {
+			t.Fatalf("%v:\n%s", args, list)
+		}
 	}
 	desc := ok(t, "", "topic", "describe", "t1", b)
 	if f := row(t, desc, "retention.ms"); f[1] != "3600000" || f[2] != "topic" {
@@ -204,6 +212,15 @@ func TestCLIProduceConsume(t *testing.T) {
 	}
 	if out := ok(t, "", "consume", "pc", "-p", "2", "-o", "-2", "-e", b); out != "v8\nv9\n" {
 		t.Fatalf("--offset -2: %q", out)
+	}
+	// An offset past the end is refused, or moved as --auto-offset-reset
+	// says, and said (it printed the log from 0 silently).
+	fails(t, 2, "holds offsets 0 to 10 (OFFSET_OUT_OF_RANGE)", "consume", "pc", "-p", "2", "-o", "100", "-e", b)
+	if r := hf(t, "", "consume", "pc", "-p", "2", "-o", "100", "-e", "--auto-offset-reset", "earliest", b); r.code != 0 || strings.Count(r.out, "\n") != 10 || !strings.Contains(r.err, "starting at the earliest, 0") {
+		t.Fatalf("--offset 100 --auto-offset-reset earliest: exit %d\n%s%s", r.code, r.out, r.err)
+	}
+	if r := hf(t, "", "consume", "pc", "-p", "2", "-o", "100", "-e", "--auto-offset-reset", "latest", b); r.code != 0 || r.out != "" || !strings.Contains(r.err, "starting at the latest, 10") {
+		t.Fatalf("--offset 100 --auto-offset-reset latest: exit %d\n%s%s", r.code, r.out, r.err)
 	}
 	if out := ok(t, "", "consume", "pc", "-p", "2", "-o", "9", "-e", "--format", "hex", b); out != "7639\n" {
 		t.Fatalf("hex: %q", out)

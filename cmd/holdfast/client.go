@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -41,7 +42,15 @@ func clientCommand(c *cobra.Command) *connFlags {
 	if v := os.Getenv("HOLDFAST_BOOTSTRAP"); v != "" {
 		def = v
 	}
-	c.PersistentFlags().StringVar(&f.bootstrap, "bootstrap", def, "comma-separated broker addresses (env HOLDFAST_BOOTSTRAP)")
+	c.PersistentFlags().StringVarP(&f.bootstrap, "bootstrap", "b", def, "comma-separated broker addresses (env HOLDFAST_BOOTSTRAP; also --bootstrap-server, as Kafka's tools spell it)")
+	// Kafka's tools (and kcat's -b) spell it so; an operator's fingers
+	// should not have to learn a new name.
+	c.SetGlobalNormalizationFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "bootstrap-server" {
+			name = "bootstrap"
+		}
+		return pflag.NormalizedName(name)
+	})
 	c.PersistentFlags().DurationVar(&f.timeout, "timeout", 30*time.Second, "longest wait for the brokers to answer; then exit 3")
 	c.PersistentFlags().StringVar(&f.commandConfig, "command-config", os.Getenv("HOLDFAST_COMMAND_CONFIG"),
 		"Kafka client properties for a secured cluster: security.protocol, sasl.*, ssl.* (env HOLDFAST_COMMAND_CONFIG; docs/security.md)")

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,6 +34,7 @@ type consumeOpts struct {
 	readCommitted bool
 	format        string
 	verbose       bool
+	reset         string // auto.offset.reset for an --offset N outside the log
 }
 
 func newConsumeCmd() *cobra.Command {
@@ -67,12 +70,16 @@ with no commit starts at --offset earliest or latest).`,
 	f.BoolVar(&o.readCommitted, "read-committed", false, "read only committed transactional records")
 	f.StringVarP(&o.format, "format", "F", "text", "text (the value), json (one object per record, all fields), or hex (the value in hex)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "text and hex: print partition, offset, timestamp, key and headers before each value")
+	f.StringVar(&o.reset, "auto-offset-reset", "none", "an --offset N outside a partition's log: none (refuse, OFFSET_OUT_OF_RANGE), earliest or latest (start there, and say so)")
 	return c
 }
 
 func consume(cmd *cobra.Command, conn *connFlags, o *consumeOpts, topic string) error {
 	if o.format != "text" && o.format != "json" && o.format != "hex" {
 		return usagef("--format %q: want text, json or hex", o.format)
+	}
+	if o.reset != "none" && o.reset != "earliest" && o.reset != "latest" {
+		return usagef("--auto-offset-reset %q: want none, earliest or latest", o.reset)
 	}
 	if o.group != "" && len(o.partitions) > 0 {
 		return usagef("--partition and --group: a group's partitions are assigned by the group")
@@ -123,8 +130,18 @@ func consume(cmd *cobra.Command, conn *connFlags, o *consumeOpts, topic string) 
 				return usagef("--partition %d: topic %s has %d partitions", p, topic, len(ends))
 			}
 		}
+		if err := o.outOfRange(cmd.ErrOrStderr(), topic, ends, parts); err != nil {
+			return err
+		}
+		reset := kgo.NoResetOffset() // the log moved under us: an error, not a silent jump
+		switch o.reset {
+		case "earliest":
+			reset = kgo.NewOffset().AtStart()
+		case "latest":
+			reset = kgo.NewOffset().AtEnd()
+		}
 		opts = append(opts, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
-			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+			kgo.ConsumeResetOffset(reset))
 		assigned.Store(true)
 	}
 	if o.readCommitted {
@@ -257,6 +274,35 @@ func (o *consumeOpts) startOffset(ends map[int32]admin.Offsets) (func(int32) kgo
 	}, nil
 }
 
+// outOfRange checks an --offset N against each partition's log, as a
+// Kafka consumer's fetch would (OFFSET_OUT_OF_RANGE), and applies
+// --auto-offset-reset: none refuses, earliest and latest move the start
+// there and say so on stderr. kafka-console-consumer jumps silently; a
+// user who asked for offset 100 is told instead.
+func (o *consumeOpts) outOfRange(stderr io.Writer, topic string, ends map[int32]admin.Offsets, parts map[int32]kgo.Offset) error {
+	n, err := strconv.ParseInt(o.offset, 10, 64)
+	if err != nil || n < 0 || o.at != "" {
+		return nil // earliest, latest, -N (clamped to the log) or a time
+	}
+	for _, p := range slices.Sorted(maps.Keys(parts)) {
+		e := ends[p]
+		if n >= e.Start && n <= e.End {
+			continue
+		}
+		switch o.reset {
+		case "earliest":
+			parts[p] = kgo.NewOffset().At(e.Start)
+			fmt.Fprintf(stderr, "%s[%d]: offset %d is outside the log (%d to %d); starting at the earliest, %d (--auto-offset-reset earliest)\n", topic, p, n, e.Start, e.End, e.Start)
+		case "latest":
+			parts[p] = kgo.NewOffset().At(e.End)
+			fmt.Fprintf(stderr, "%s[%d]: offset %d is outside the log (%d to %d); starting at the latest, %d (--auto-offset-reset latest)\n", topic, p, n, e.Start, e.End, e.End)
+		default:
+			return usagef("--offset %d: %s[%d] holds offsets %d to %d (OFFSET_OUT_OF_RANGE); --auto-offset-reset earliest or latest starts there instead", n, topic, p, e.Start, e.End)
+		}
+	}
+	return nil
+}
+
 // firstOffset is where reading a partition starts, as far as it is known
 // before reading (a group's commit and a timestamp are not: the start).
 func (o *consumeOpts) firstOffset(e admin.Offsets) int64 {
@@ -270,10 +316,15 @@ func (o *consumeOpts) firstOffset(e admin.Offsets) int64 {
 		return e.Start
 	}
 	n, _ := strconv.ParseInt(o.offset, 10, 64)
-	if n < 0 {
+	switch {
+	case n < 0:
 		return max(e.End+n, e.Start)
+	case n >= e.Start && n <= e.End:
+		return n
+	case o.reset == "latest":
+		return e.End
 	}
-	return max(n, e.Start)
+	return e.Start // earliest; none was refused before reading
 }
 
 func containsInt32(v []int32, x int32) bool {

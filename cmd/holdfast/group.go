@@ -29,9 +29,10 @@ func newGroupCmd() *cobra.Command {
 
 func groupListCmd(conn *connFlags) *cobra.Command {
 	return &cobra.Command{
-		Use:   "list",
-		Short: "List consumer groups with their state",
-		Args:  noArgs,
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List consumer groups with their state",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return conn.call(func(ctx context.Context, c *admin.Client) error {
 				gs, err := c.ListGroups(ctx)

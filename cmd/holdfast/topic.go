@@ -35,9 +35,10 @@ func tw(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, 
 func topicListCmd(conn *connFlags) *cobra.Command {
 	var internal bool
 	c := &cobra.Command{
-		Use:   "list",
-		Short: "List topics with their partition counts",
-		Args:  noArgs,
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List topics with their partition counts",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return conn.call(func(ctx context.Context, c *admin.Client) error {
 				details, err := c.A.ListTopicsWithInternal(ctx)
@@ -188,7 +189,7 @@ func topicCreateCmd(conn *connFlags) *cobra.Command {
 			})
 		},
 	}
-	c.Flags().Int32VarP(&partitions, "partitions", "p", 1, "partitions; -1 for the broker's num.partitions")
+	c.Flags().Int32VarP(&partitions, "partitions", "p", -1, "partitions; -1 (the default) for the broker's num.partitions, as kafka-topics.sh")
 	c.Flags().Int16VarP(&rf, "replication-factor", "r", -1, "replicas per partition, -1 for the broker's default.replication.factor")
 	c.Flags().StringArrayVarP(&configs, "config", "c", nil, "topic config key=value, repeatable (retention.ms=3600000)")
 	c.Flags().BoolVar(&ifNotExist, "if-not-exists", false, "a topic that exists is not an error")

@@ -93,9 +93,10 @@ out of the process list and the shell's history.`,
 func userListCmd(conn *connFlags) *cobra.Command {
 	var names []string
 	c := &cobra.Command{
-		Use:   "list [--name NAME]...",
-		Short: "List SCRAM users with their mechanisms and iterations (never their secrets)",
-		Args:  noArgs,
+		Use:     "list [--name NAME]...",
+		Aliases: []string{"ls"},
+		Short:   "List SCRAM users with their mechanisms and iterations (never their secrets)",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return conn.call(func(ctx context.Context, c *admin.Client) error {
 				res, err := c.A.DescribeUserSCRAMs(ctx, names...)
