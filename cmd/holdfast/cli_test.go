@@ -291,6 +291,9 @@ func TestCLIGroupsAndRecords(t *testing.T) {
 
 	time.Sleep(50 * time.Millisecond)
 	desc := ok(t, "", "group", "describe", "readers", b)
+	if !strings.Contains(desc, "state Empty  protocol consumer  coordinator") {
+		t.Fatalf("an Empty group's protocol:\n%s", desc)
+	}
 	f := row(t, desc, "gr", "0", "2", "5", "3") // committed 2, end 5, lag 3
 	if d, err := time.ParseDuration(f[5]); err != nil || d <= 0 {
 		t.Fatalf("time lag %q of a lagging partition:\n%s", f[5], desc)

@@ -100,6 +100,7 @@ func (f *connFlags) connect(ctx context.Context, extra ...kgo.Opt) (*admin.Clien
 	}
 	pctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
+	start := time.Now()
 	if _, err := kmsg.NewPtrApiVersionsRequest().RequestWith(pctx, c.K); err != nil {
 		c.Close()
 		if ctx.Err() != nil {
@@ -108,7 +109,9 @@ func (f *connFlags) connect(ctx context.Context, extra ...kgo.Opt) (*admin.Clien
 		if refusedLogin(err) {
 			return nil, fmt.Errorf("%s refused this client's login: %w (--command-config)", f.bootstrap, err)
 		}
-		return nil, fmt.Errorf("%w at %s within %v (%v); is a broker running there? (--bootstrap, --timeout)", errNoAnswer, f.bootstrap, f.timeout, err)
+		// Said as it happened: a refused connection fails in milliseconds,
+		// and "within 30s" would send the user looking for a slow network.
+		return nil, fmt.Errorf("%w at %s: %v (after %v, --timeout %v); is a broker running there? (--bootstrap)", errNoAnswer, f.bootstrap, err, time.Since(start).Truncate(time.Microsecond), f.timeout)
 	}
 	return c, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -101,8 +102,13 @@ func printGroups(out io.Writer, gs []admin.Group) error {
 		if i > 0 {
 			fmt.Fprintln(out)
 		}
-		fmt.Fprintf(out, "group %s  state %s  protocol %s/%s  coordinator %d  lag %d  time lag %s\n",
-			g.Name, g.State, g.ProtocolType, g.Protocol, g.Coordinator, g.TotalLag, admin.FormatAge(g.MaxTimeLag))
+		// An Empty group has a protocol type but no chosen assignor yet.
+		proto := g.ProtocolType + "/" + g.Protocol
+		if g.Protocol == "" {
+			proto = cmp.Or(g.ProtocolType, "-")
+		}
+		fmt.Fprintf(out, "group %s  state %s  protocol %s  coordinator %d  lag %d  time lag %s\n",
+			g.Name, g.State, proto, g.Coordinator, g.TotalLag, admin.FormatAge(g.MaxTimeLag))
 		w := tw(out)
 		fmt.Fprintln(w, "MEMBER\tINSTANCE\tCLIENT\tHOST\tLAG\tASSIGNED")
 		for _, m := range g.Members {

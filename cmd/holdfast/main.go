@@ -22,6 +22,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -112,7 +113,7 @@ func run(args []string) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(os.Stderr, "holdfast: %v\n", err)
+	fmt.Fprintf(os.Stderr, "holdfast: %s\n", plainError(err))
 	var ue usageError
 	switch {
 	case errors.As(err, &ue) || isCobraUsage(err):
@@ -121,6 +122,27 @@ func run(args []string) int {
 		return exitTimeout
 	}
 	return exitFailed
+}
+
+// plainError is err's text with a Kafka error code's generic description
+// (franz-go's, e.g. INVALID_REQUEST's "most likely ... malformed by the
+// client library") left out where the broker said what was wrong itself:
+// the code and the broker's words are the message.
+func plainError(err error) string {
+	msg := err.Error()
+	var ke *kerr.Error
+	if !errors.As(err, &ke) {
+		return msg
+	}
+	i := strings.Index(msg, ke.Error())
+	if i < 0 {
+		return msg
+	}
+	rest := msg[i+len(ke.Error()):]
+	if strings.TrimSpace(strings.Trim(rest, "():;,.")) == "" {
+		return msg // nothing from the broker: the description is all there is
+	}
+	return msg[:i] + ke.Message + rest
 }
 
 // isCobraUsage recognises cobra's own command-line errors.
