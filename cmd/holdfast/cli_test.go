@@ -307,6 +307,13 @@ func TestCLIGroupsAndRecords(t *testing.T) {
 	row(t, ok(t, "", "group", "describe", "readers", b), "gr", "0", "2")
 	ok(t, "", "group", "reset-offsets", "readers", "--to-offset", "4", "--execute", b)
 	row(t, ok(t, "", "group", "describe", "readers", b), "gr", "0", "4", "5", "1")
+	// kafka-consumer-groups.sh's other modes and per-partition selection.
+	row(t, ok(t, "", "group", "reset-offsets", "readers", "--topic", "gr:0", "--shift-by", "-3", "--execute", b), "gr", "0", "4", "1")
+	row(t, ok(t, "", "group", "reset-offsets", "readers", "--by-duration", "PT1H", "--dry-run", b), "gr", "0", "1", "0")
+	row(t, ok(t, "", "group", "reset-offsets", "readers", "--to-current", b), "gr", "0", "1", "1")
+	row(t, ok(t, "", "group", "reset-offsets", "readers", "--shift-by", "3", "--execute", b), "gr", "0", "1", "4")
+	fails(t, 1, "UNKNOWN_TOPIC_OR_PARTITION", "group", "reset-offsets", "readers", "--topic", "gr:5", "--to-earliest", b)
+	fails(t, 2, "not a number", "group", "reset-offsets", "readers", "--topic", "gr:x", "--to-earliest", b)
 	fails(t, 2, "choose one of", "group", "reset-offsets", "readers", b)
 
 	out := ok(t, "", "records", "delete", "gr", "--before", "3", b)

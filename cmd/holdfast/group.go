@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -210,21 +211,94 @@ func groupDeleteCmd(conn *connFlags) *cobra.Command {
 }
 
 type resetSpec struct {
-	earliest, latest bool
-	at               time.Time
-	offset           int64
+	earliest, latest, current bool
+	at                        time.Time
+	offset                    int64
+	shift                     int64 // with shifting: add to the committed offset
+	shifting                  bool
+}
+
+// parseResetTopics reads kafka-consumer-groups.sh's --topic values: a
+// topic, or topic:p,q,... for some of its partitions (nil: all).
+func parseResetTopics(vals []string) ([]string, map[string]map[int32]bool, error) {
+	var topics []string
+	parts := map[string]map[int32]bool{}
+	for _, v := range vals {
+		name, list, has := strings.Cut(v, ":")
+		if name == "" {
+			return nil, nil, usagef("--topic %q: want TOPIC or TOPIC:P,Q", v)
+		}
+		if _, seen := parts[name]; !seen {
+			topics = append(topics, name)
+			parts[name] = nil
+		}
+		if !has {
+			continue
+		}
+		if parts[name] == nil {
+			parts[name] = map[int32]bool{}
+		}
+		for _, f := range strings.Split(list, ",") {
+			n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 32)
+			if err != nil || n < 0 {
+				return nil, nil, usagef("--topic %q: partition %q is not a number", v, f)
+			}
+			parts[name][int32(n)] = true
+		}
+	}
+	return topics, parts, nil
+}
+
+// parseResetTime reads --to-datetime: RFC 3339, or Kafka's
+// yyyy-MM-ddTHH:mm:ss.SSS (local time, as kafka-consumer-groups.sh).
+func parseResetTime(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	for _, layout := range []string{"2006-01-02T15:04:05.000", "2006-01-02T15:04:05"} {
+		if t, err := time.ParseInLocation(layout, s, time.Local); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, usagef("--to-datetime %q: want RFC 3339 (2026-01-02T15:04:05Z) or yyyy-MM-ddTHH:mm:ss.SSS", s)
+}
+
+var isoDuration = regexp.MustCompile(`^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$`)
+
+// parseISODuration reads --by-duration: Kafka's ISO-8601 PnDTnHnMnS, or a
+// Go duration (90m).
+func parseISODuration(s string) (time.Duration, error) {
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return d, nil
+	}
+	m := isoDuration.FindStringSubmatch(strings.ToUpper(s))
+	if m == nil || s == "P" || strings.HasSuffix(strings.ToUpper(s), "T") {
+		return 0, usagef("--by-duration %q: want PnDTnHnMnS (P1DT2H) or a duration (90m)", s)
+	}
+	var d time.Duration
+	for i, unit := range []time.Duration{24 * time.Hour, time.Hour, time.Minute} {
+		if m[i+1] != "" {
+			n, _ := strconv.ParseInt(m[i+1], 10, 64)
+			d += time.Duration(n) * unit
+		}
+	}
+	if m[4] != "" {
+		f, _ := strconv.ParseFloat(m[4], 64)
+		d += time.Duration(f * float64(time.Second))
+	}
+	return d, nil
 }
 
 func groupResetCmd(conn *connFlags) *cobra.Command {
 	var (
-		topics           []string
-		earliest, latest bool
-		datetime         string
-		toOffset         int64
-		execute          bool
+		topics                    []string
+		earliest, latest, current bool
+		datetime, duration        string
+		toOffset, shiftBy         int64
+		execute, dryRun           bool
 	)
 	c := &cobra.Command{
-		Use:               "reset-offsets GROUP (--to-earliest | --to-latest | --to-datetime TIME | --to-offset N) [--topic T]... [--execute]",
+		Use:               "reset-offsets GROUP (--to-earliest | --to-latest | --to-current | --to-datetime TIME | --by-duration D | --to-offset N | --shift-by N) [--topic T[:P,Q]]... [--dry-run | --execute]",
 		Short:             "Move a group's committed offsets (a dry run unless --execute)",
 		ValidArgsFunction: completeNames(conn, true),
 		Long: `Compute new committed offsets for a group and, with --execute, commit them.
@@ -232,41 +306,60 @@ Like Kafka's tool it refuses a group with live members: their next commit
 would overwrite the reset.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			shifting := cmd.Flags().Changed("shift-by")
 			n := 0
-			for _, set := range []bool{earliest, latest, datetime != "", toOffset >= 0} {
+			for _, set := range []bool{earliest, latest, current, datetime != "", duration != "", toOffset >= 0, shifting} {
 				if set {
 					n++
 				}
 			}
 			if n != 1 {
-				return usagef("group reset-offsets: choose one of --to-earliest, --to-latest, --to-datetime, --to-offset")
+				return usagef("group reset-offsets: choose one of --to-earliest, --to-latest, --to-current, --to-datetime, --by-duration, --to-offset, --shift-by")
 			}
-			spec := resetSpec{earliest: earliest, latest: latest, offset: toOffset}
-			if datetime != "" {
-				ts, err := time.Parse(time.RFC3339, datetime)
+			if execute && dryRun {
+				return usagef("group reset-offsets: --dry-run or --execute, not both")
+			}
+			spec := resetSpec{earliest: earliest, latest: latest, current: current, offset: toOffset, shift: shiftBy, shifting: shifting}
+			switch {
+			case datetime != "":
+				ts, err := parseResetTime(datetime)
 				if err != nil {
-					return usagef("--to-datetime: %v", err)
+					return err
 				}
 				spec.at = ts
+			case duration != "":
+				d, err := parseISODuration(duration)
+				if err != nil {
+					return err
+				}
+				spec.at = time.Now().Add(-d)
+			}
+			names, parts, err := parseResetTopics(topics)
+			if err != nil {
+				return err
 			}
 			return conn.call(func(ctx context.Context, c *admin.Client) error {
-				return resetOffsets(ctx, cmd.OutOrStdout(), c.A, args[0], topics, spec, execute)
+				return resetOffsets(ctx, cmd.OutOrStdout(), c.A, args[0], names, parts, spec, execute)
 			})
 		},
 	}
 	f := c.Flags()
-	f.StringArrayVar(&topics, "topic", nil, "topic to reset, repeatable; all the group's committed topics if none")
+	f.StringArrayVar(&topics, "topic", nil, "topic to reset, or TOPIC:P,Q for some partitions (kafka-consumer-groups.sh's syntax), repeatable; all the group's committed topics if none")
 	f.BoolVar(&earliest, "to-earliest", false, "reset to the log start offset")
 	f.BoolVar(&latest, "to-latest", false, "reset to the log end offset")
-	f.StringVar(&datetime, "to-datetime", "", "reset to the first offset at or after this RFC 3339 time")
+	f.BoolVar(&current, "to-current", false, "reset to the committed offset (a partition with none: an error)")
+	f.StringVar(&datetime, "to-datetime", "", "reset to the first offset at or after this time (RFC 3339, or yyyy-MM-ddTHH:mm:ss.SSS local)")
+	f.StringVar(&duration, "by-duration", "", "reset to the first offset at or after this long ago (PnDTnHnMnS, or 90m)")
 	f.Int64Var(&toOffset, "to-offset", -1, "reset to this offset, clamped to the log")
+	f.Int64Var(&shiftBy, "shift-by", 0, "move the committed offset by N (negative: back), clamped to the log")
+	f.BoolVar(&dryRun, "dry-run", false, "only show the new offsets (the default without --execute)")
 	f.BoolVar(&execute, "execute", false, "commit the new offsets; without it only show them (dry run)")
 	return c
 }
 
 // resetOffsets computes new committed offsets for a group and, with
 // execute, commits them.
-func resetOffsets(ctx context.Context, out io.Writer, adm *kadm.Client, group string, topics []string, spec resetSpec, execute bool) error {
+func resetOffsets(ctx context.Context, out io.Writer, adm *kadm.Client, group string, topics []string, parts map[string]map[int32]bool, spec resetSpec, execute bool) error {
 	dg, err := adm.DescribeGroups(ctx, group)
 	if err != nil {
 		return err
@@ -312,7 +405,18 @@ func resetOffsets(ctx context.Context, out io.Writer, adm *kadm.Client, group st
 	w := tw(out)
 	fmt.Fprintln(w, "TOPIC\tPARTITION\tCURRENT\tNEW")
 	var rows []kadm.ListedOffset
-	ends.Each(func(o kadm.ListedOffset) { rows = append(rows, o) })
+	ends.Each(func(o kadm.ListedOffset) {
+		if want := parts[o.Topic]; want == nil || want[o.Partition] {
+			rows = append(rows, o)
+		}
+	})
+	for _, t := range topics {
+		for p := range parts[t] {
+			if _, ok := ends.Lookup(t, p); !ok {
+				return fmt.Errorf("%s-%d: UNKNOWN_TOPIC_OR_PARTITION: the topic has no partition %d", t, p, p)
+			}
+		}
+	}
 	sort.Slice(rows, func(i, j int) bool {
 		if rows[i].Topic != rows[j].Topic {
 			return rows[i].Topic < rows[j].Topic
@@ -324,8 +428,16 @@ func resetOffsets(ctx context.Context, out io.Writer, adm *kadm.Client, group st
 			return fmt.Errorf("%s-%d: %w", end.Topic, end.Partition, end.Err)
 		}
 		start, _ := starts.Lookup(end.Topic, end.Partition)
+		committed, hasCommit := current.Lookup(end.Topic, end.Partition)
+		hasCommit = hasCommit && committed.Err == nil && committed.At >= 0
 		var at int64
-		if target != nil {
+		switch {
+		case spec.current || spec.shifting:
+			if !hasCommit {
+				return fmt.Errorf("%s-%d: the group has no committed offset to %s", end.Topic, end.Partition, map[bool]string{true: "shift", false: "keep"}[spec.shifting])
+			}
+			at = min(max(committed.At+spec.shift, start.Offset), end.Offset)
+		case target != nil:
 			o, ok := target.Lookup(end.Topic, end.Partition)
 			if !ok || o.Err != nil {
 				return fmt.Errorf("%s-%d: no offset for the target", end.Topic, end.Partition)
@@ -334,12 +446,12 @@ func resetOffsets(ctx context.Context, out io.Writer, adm *kadm.Client, group st
 			if at < 0 { // no record at or after the time: the end
 				at = end.Offset
 			}
-		} else {
+		default:
 			at = min(max(spec.offset, start.Offset), end.Offset)
 		}
 		cur := "-"
-		if c, ok := current.Lookup(end.Topic, end.Partition); ok && c.Err == nil && c.At >= 0 {
-			cur = fmt.Sprint(c.At)
+		if hasCommit {
+			cur = fmt.Sprint(committed.At)
 		}
 		next.Add(kadm.Offset{Topic: end.Topic, Partition: end.Partition, At: at, LeaderEpoch: -1})
 		fmt.Fprintf(w, "%s\t%d\t%s\t%d\n", end.Topic, end.Partition, cur, at)
