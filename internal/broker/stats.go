@@ -43,6 +43,17 @@ type PartitionStats struct {
 	// IsLeader); MinISR the topic's min.insync.replicas.
 	ISR    int
 	MinISR int32
+	// FollowerLag is, where this node leads, each other replica's
+	// distance from the log end in records (its Raft match offset):
+	// Kafka's follower-side FetcherLagMetrics ConsumerLag, seen from the
+	// leader, which is where Holdfast knows it.
+	FollowerLag []ReplicaLag
+}
+
+// ReplicaLag is one follower's lag behind its leader.
+type ReplicaLag struct {
+	Replica int32
+	Records int64
 }
 
 // UnderReplicated is Kafka's UnderReplicatedPartitions test, for a
@@ -73,6 +84,15 @@ func (b *Broker) PartitionStats() []PartitionStats {
 			mp := b.partitionMetadata(t, i)
 			ps.Leader, ps.Replicas, ps.ISR = mp.Leader, len(mp.Replicas), len(mp.ISR)
 			ps.IsLeader = p.IsLeader()
+			if ps.IsLeader && ps.Replicas > 1 {
+				if st, err := p.RaftStatus(); err == nil && st.State == "StateLeader" {
+					for _, r := range st.Replicas {
+						if r.ID != st.Node {
+							ps.FollowerLag = append(ps.FollowerLag, ReplicaLag{Replica: int32(r.ID), Records: max(ps.LogEnd-r.MatchOffset, 0)})
+						}
+					}
+				}
+			}
 			out = append(out, ps)
 		}
 	}

@@ -32,10 +32,10 @@ type Options struct {
 	InternalPartitions bool
 }
 
-// New returns a registry with the node's metrics, Go runtime and process
-// metrics. It installs srv.OnReply to count and time requests, so call it
+// New returns the node's metrics, Go runtime and process metrics, with
+// the Kafka names of the broker's (kafkanames.go). It installs srv.OnReply to count and time requests, so call it
 // before Serve.
-func New(b *broker.Broker, srv *wire.Server, opts ...Options) *prometheus.Registry {
+func New(b *broker.Broker, srv *wire.Server, opts ...Options) prometheus.Gatherer {
 	var o Options
 	if len(opts) > 0 {
 		o = opts[0]
@@ -121,7 +121,7 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) *prometheus.Regist
 		func() int64 { return b.ReplicationStats().Repairs })
 
 	reg.MustRegister(&partitionCollector{b: b, internal: o.InternalPartitions}, &clusterCollector{b: b}, &groupCollector{b: b}, &fsyncCollector{b: b}, &cleanerCollector{b: b, internal: o.InternalPartitions}, &quotaCollector{b: b})
-	return reg
+	return withKafkaNames{reg}
 }
 
 // requestCounters are kept per answered request.
@@ -374,6 +374,7 @@ var (
 	descLeader   = prometheus.NewDesc("holdfast_partition_leader", "1 if this node leads the partition.", labels, nil)
 	descISR      = prometheus.NewDesc("holdfast_partition_in_sync_replicas", "In-sync replicas of a partition this node leads (Kafka: Partition InSyncReplicasCount).", labels, nil)
 	descReplicas = prometheus.NewDesc("holdfast_partition_replicas", "Replicas of the partition (Kafka: Partition ReplicasCount).", labels, nil)
+	descFollower = prometheus.NewDesc("holdfast_replica_lag_records", "Records a follower of a partition this node leads is behind the log end (its Raft match offset; Kafka: FetcherLagMetrics ConsumerLag, which the follower reports).", append(labels, "replica"), nil)
 
 	internalLabels  = []string{"topic"}
 	descIntParts    = prometheus.NewDesc("holdfast_internal_topic_partitions", "Partitions of an internal topic held here (per-partition series: --metrics-internal-partitions).", internalLabels, nil)
@@ -392,7 +393,7 @@ type partitionCollector struct {
 }
 
 func (c *partitionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLogStart, descLogEnd, descHW, descDurable, descSize, descSegments, descLeader, descISR, descReplicas,
+	for _, d := range []*prometheus.Desc{descLogStart, descLogEnd, descHW, descDurable, descSize, descSegments, descLeader, descISR, descReplicas, descFollower,
 		descIntParts, descIntSize, descIntLogEnd, descURP, descUnderMinISR, descPartCount, descLeaderCount} {
 		ch <- d
 	}
@@ -442,6 +443,9 @@ func (c *partitionCollector) Collect(ch chan<- prometheus.Metric) {
 		if p.IsLeader {
 			lead = 1
 			gauge(descISR, float64(p.ISR), l...)
+		}
+		for _, f := range p.FollowerLag {
+			gauge(descFollower, float64(f.Records), append(l, strconv.Itoa(int(f.Replica)))...)
 		}
 		gauge(descLeader, lead, l...)
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,10 +28,10 @@ import (
 
 // startWithMetrics starts a broker whose server has the metrics' OnReply
 // installed before it serves, as holdfast serve does.
-func startWithMetrics(t *testing.T, opts metrics.Options) (*brokertest.Node, func() *prometheus.Registry) {
-	var reg *prometheus.Registry
+func startWithMetrics(t *testing.T, opts metrics.Options) (*brokertest.Node, func() prometheus.Gatherer) {
+	var reg prometheus.Gatherer
 	n := brokertest.StartServing(t, func(b *broker.Broker, srv *wire.Server) { reg = metrics.New(b, srv, opts) })
-	return n, func() *prometheus.Registry { return reg }
+	return n, func() prometheus.Gatherer { return reg }
 }
 
 type gathered []*dto.MetricFamily
@@ -66,7 +67,7 @@ func (g gathered) value(name string, want map[string]string) (float64, bool) {
 	return 0, false
 }
 
-func gather(t *testing.T, reg *prometheus.Registry) gathered {
+func gather(t *testing.T, reg prometheus.Gatherer) gathered {
 	t.Helper()
 	fs, err := reg.Gather()
 	if err != nil {
@@ -78,7 +79,7 @@ func gather(t *testing.T, reg *prometheus.Registry) gathered {
 // settled gathers until done says the counters caught up with what the
 // client saw (the server counts a request after writing its response), or
 // for 10 s, and returns the last gathering.
-func settled(t *testing.T, reg *prometheus.Registry, done func(gathered) bool) gathered {
+func settled(t *testing.T, reg prometheus.Gatherer, done func(gathered) bool) gathered {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		g := gather(t, reg)
@@ -390,5 +391,108 @@ func apiVersionsAbove(t *testing.T, addr string) {
 		if code := int16(binary.BigEndian.Uint16(resp[4:])); code != want {
 			t.Fatalf("ApiVersions v%d answered code %d, want %d", version, code, want)
 		}
+	}
+}
+
+// TestKafkaNames: the names the common Kafka dashboards query (the JMX
+// exporter's broker, replica manager, controller, request and log series,
+// kafka-exporter's consumer groups) are exported, each with the value of
+// the holdfast_* series behind it.
+func TestKafkaNames(t *testing.T) {
+	n, reg := startWithMetrics(t, metrics.Options{})
+	n.CreateTopic("k", 1, nil)
+	cl := n.Client(kgo.DefaultProduceTopic("k"), kgo.ProducerLinger(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := 0; i < 3; i++ {
+		if err := cl.ProduceSync(ctx, kgo.StringRecord("x")).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var offs kadm.Offsets
+	offs.Add(kadm.Offset{Topic: "k", Partition: 0, At: 1, LeaderEpoch: -1})
+	if resp, err := kadm.NewClient(cl).CommitOffsets(ctx, "kg", offs); err != nil || resp.Error() != nil {
+		t.Fatalf("commit: %v %v", err, resp.Error())
+	}
+	g := settled(t, reg(), func(g gathered) bool {
+		v, _ := g.value("kafka_server_brokertopicmetrics_messagesin_total", map[string]string{"topic": "k"})
+		return v >= 3
+	})
+	tp := map[string]string{"topic": "k", "partition": "0"}
+	for _, c := range []struct {
+		kafka string
+		want  float64
+		l     map[string]string
+	}{
+		{"kafka_server_brokertopicmetrics_messagesin_total", 3, map[string]string{"topic": "k"}},
+		{"kafka_server_replicamanager_underreplicatedpartitions", 0, nil},
+		{"kafka_server_replicamanager_leadercount", -1, nil},
+		{"kafka_server_replicamanager_partitioncount", -1, nil},
+		{"kafka_controller_kafkacontroller_activecontrollercount", 1, nil},
+		{"kafka_controller_kafkacontroller_offlinepartitionscount", 0, nil},
+		{"kafka_log_log_logendoffset", 3, tp},
+		{"kafka_log_log_size", -1, tp},
+		{"kafka_network_requestmetrics_requests_total", -1, map[string]string{"request": "Produce"}},
+		{"kafka_server_socket_server_metrics_connection_count", -1, nil},
+		{"kafka_consumergroup_current_offset", 1, map[string]string{"consumergroup": "kg", "topic": "k", "partition": "0"}},
+		{"kafka_consumergroup_lag", 2, map[string]string{"consumergroup": "kg", "topic": "k", "partition": "0"}},
+		{"kafka_consumergroup_lag_sum", 2, map[string]string{"consumergroup": "kg"}},
+	} {
+		v, ok := g.value(c.kafka, c.l)
+		if !ok {
+			t.Errorf("%s%v not exported", c.kafka, c.l)
+		} else if c.want >= 0 && v != c.want {
+			t.Errorf("%s%v = %v, want %v", c.kafka, c.l, v, c.want)
+		}
+	}
+	if v, _ := g.value("kafka_network_requestmetrics_requests_total", map[string]string{"request": "Produce"}); v < 3 {
+		t.Errorf("Produce requests counted %v, want at least 3", v)
+	}
+}
+
+// TestFollowerLag: the leader reports each follower's lag in records; a
+// stopped follower falls behind by exactly what was written after it
+// stopped, under its Kafka name too.
+func TestFollowerLag(t *testing.T) {
+	nodes := brokertest.StartCluster(t, 3)
+	brokertest.CreateClusterTopic(t, nodes, "f", 1, 3, nil)
+	md, err := nodes[0].Metadata("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaderID := md.Topics[0].Partitions[0].Leader
+	var leader, follower *brokertest.Node
+	for _, n := range nodes {
+		if n.Cfg.NodeID == leaderID {
+			leader = n
+		} else {
+			follower = n
+		}
+	}
+	cl := leader.Client(kgo.DefaultProduceTopic("f"), kgo.ProducerLinger(0), kgo.RequiredAcks(kgo.AllISRAcks()))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	produce := func(k int) {
+		for i := 0; i < k; i++ {
+			if err := cl.ProduceSync(ctx, kgo.StringRecord("x")).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	produce(2)
+	reg := metrics.New(leader.B, wire.NewServer(leader.B, wire.Limits{}, nil))
+	lag := func(g gathered, name, replica string) (float64, bool) {
+		return g.value(name, map[string]string{"topic": "f", "partition": "0", "replica": replica})
+	}
+	fid := strconv.Itoa(int(follower.Cfg.NodeID))
+	settled(t, reg, func(g gathered) bool { v, ok := lag(g, "holdfast_replica_lag_records", fid); return ok && v == 0 })
+	follower.Stop()
+	produce(5)
+	g := settled(t, reg, func(g gathered) bool { v, _ := lag(g, "holdfast_replica_lag_records", fid); return v == 5 })
+	if v, ok := lag(g, "holdfast_replica_lag_records", fid); !ok || v != 5 {
+		t.Errorf("holdfast_replica_lag_records for the stopped follower: %v %v, want 5", v, ok)
+	}
+	if v, ok := lag(g, "kafka_server_fetcherlagmetrics_consumerlag", fid); !ok || v != 5 {
+		t.Errorf("kafka_server_fetcherlagmetrics_consumerlag for the stopped follower: %v %v, want 5", v, ok)
 	}
 }
