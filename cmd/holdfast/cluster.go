@@ -531,7 +531,7 @@ func devCluster(out io.Writer, nodes, basePort int, dir, flush, logLevel string,
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	select {
 	case s := <-sig:
-		logger.Warn("dev-cluster stopping", "signal", s.String())
+		logger.Info("dev-cluster stopping", "signal", s.String())
 	case err := <-errc:
 		return err
 	}

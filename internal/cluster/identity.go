@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -83,6 +84,7 @@ func (n *Node) joinCluster(h *raft.Host) error {
 	}
 	voters := slices.Sorted(maps.Keys(n.cfg.Peers))
 	var last time.Time
+	started := time.Now()
 	var deadline time.Time
 	if n.cfg.JoinTimeout > 0 {
 		deadline = time.Now().Add(n.cfg.JoinTimeout)
@@ -131,7 +133,14 @@ func (n *Node) joinCluster(h *raft.Host) error {
 			return fmt.Errorf("no cluster to form or join within %v: %s", n.cfg.JoinTimeout, why)
 		}
 		if time.Since(last) > 5*time.Second {
-			n.log.Warn("waiting to form or join the cluster", "why", why)
+			// Nodes of a new cluster start within a second or two of
+			// each other: waiting for them is normal at first, a
+			// warning only when it lasts.
+			level := slog.LevelInfo
+			if time.Since(started) > 10*time.Second {
+				level = slog.LevelWarn
+			}
+			n.log.Log(context.Background(), level, "waiting to form or join the cluster", "why", why)
 			last = time.Now()
 		}
 		time.Sleep(100 * time.Millisecond)
