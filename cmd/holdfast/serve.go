@@ -40,6 +40,7 @@ type serveConfig struct {
 	listen, advertised, dataDir, rack, flush, replicaSelector             string
 	peers, raftListen, join                                               string
 	metricsListen, logLevel, logFormat                                    string
+	adminAuth, adminAuthMetrics                                           string
 	nodeID, numParts, offsetParts, txnParts, defaultRF, fetchSessionSlots int
 	maxMsg, maxReq, maxConns, imbalancePct                                int
 	maxConnsPerIP, maxConnRate                                            int
@@ -179,6 +180,8 @@ func (c *serveConfig) register(s *settings) {
 	s.Duration(&c.hbInterval, "broker-heartbeat-interval", def.BrokerHeartbeatInterval, "cluster mode: how often a broker heartbeats the controller", kafkaDuration("broker.heartbeat.interval.ms", ms))
 	s.Duration(&c.session, "broker-session-timeout", def.BrokerSessionTimeout, "cluster mode: the controller fences a broker not heard from this long", kafkaDuration("broker.session.timeout.ms", ms))
 	s.String(&c.metricsListen, "metrics-listen", "localhost:9095", "admin listener: web console (/), Prometheus /metrics, /healthz and /debug/pprof; empty to disable")
+	s.String(&c.adminAuth, "admin-auth", "auto", "logins on the admin listener (Kafka users of this cluster; docs/security.md): auto = the console asks for one when any Kafka listener authenticates, /metrics and /debug/pprof also when the admin listener is beyond loopback; required = everything but /healthz asks; none = nothing asks")
+	s.String(&c.adminAuthMetrics, "admin-auth-metrics", "login", "/metrics when --admin-auth asks for logins there: login (a scraper sends HTTP Basic credentials of a user allowed to DESCRIBE the CLUSTER) or open")
 	s.Bool(&c.console, "console", true, "serve the web console at / of the admin listener")
 	s.Bool(&c.consoleLab, "console-lab", true, "let the web console start durability lab runs (a holdfast lab child process, one at a time) and load lab results; with authenticating clients only a user allowed to ALTER the CLUSTER may")
 	s.Duration(&c.consoleSample, "console-lag-sample-interval", 10*time.Second, "how often the console samples consumer group lag for its lag-over-time charts")
@@ -401,14 +404,21 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	cfg.Security = sec.broker
 	first := sec.broker.Listeners[0]
 	cfg.AdvertisedHost, cfg.AdvertisedPort = first.Host, first.Port
-	if c.console && c.metricsListen != "" && sec.authenticates {
+	pages, endpoints, err := c.adminLogins(sec.authenticates)
+	if err != nil {
+		return cfg, lim, nil, err
+	}
+	if c.console && c.metricsListen != "" && sec.authenticates && !pages {
+		sec.warnings = append(sec.warnings, fmt.Sprintf("the web console on %s (--metrics-listen) reads every topic as this node and asks nobody who they are (--admin-auth=none): every local user bypasses the Kafka listeners' authentication and ACLs; drop --admin-auth=none, or turn the console off (--console=false)", c.metricsListen))
+	}
+	if c.metricsListen != "" && !endpoints {
 		if host, _, err := net.SplitHostPort(c.metricsListen); err != nil || !loopback(host) {
-			sec.warnings = append(sec.warnings, fmt.Sprintf("the web console on %s (--metrics-listen) reads every topic as this node and asks nobody who they are: keep it on loopback, behind an authenticating proxy, or turn it off (--console=false)", c.metricsListen))
+			sec.warnings = append(sec.warnings, fmt.Sprintf("/metrics and /debug/pprof on %s (--metrics-listen) answer anyone who reaches them (--admin-auth=none): keep the admin listener on loopback or drop --admin-auth=none", c.metricsListen))
 		}
 	}
-	if c.console && c.consoleLab && c.metricsListen != "" && !sec.authenticates {
+	if c.console && c.consoleLab && c.metricsListen != "" && !pages {
 		if host, _, err := net.SplitHostPort(c.metricsListen); err != nil || !loopback(host) {
-			sec.warnings = append(sec.warnings, fmt.Sprintf("the web console on %s (--metrics-listen) lets anyone who reaches it start durability lab runs, which use this machine's CPU and disk (one at a time): keep it on loopback, make clients authenticate (then only a user allowed to ALTER the CLUSTER may), or --console-lab=false", c.metricsListen))
+			sec.warnings = append(sec.warnings, fmt.Sprintf("the web console on %s (--metrics-listen) lets anyone who reaches it start durability lab runs, which use this machine's CPU and disk (one at a time): keep it on loopback, ask for logins (--admin-auth=required, or clients that authenticate: then only a user allowed to ALTER the CLUSTER may), or --console-lab=false", c.metricsListen))
 		}
 	}
 	return cfg, lim, sec, nil
@@ -505,7 +515,12 @@ func serve(sc *serveConfig, unsupported []string) error {
 			closeAll(lns)
 			return fmt.Errorf("admin listener (--metrics-listen): %w", err)
 		}
-		handler, closeAdmin := adminHandler(b, srv, logger, sec, lns, sc)
+		handler, closeAdmin, err := adminHandler(b, srv, logger, sec, lns, sc)
+		if err != nil {
+			mln.Close()
+			closeAll(lns)
+			return err
+		}
 		defer closeAdmin()
 		hs = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	}
