@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+)
+
+// webUser is a browser of the console: a cookie jar, no redirects
+// followed, the session's CSRF token once logged in.
+type webUser struct {
+	t    *testing.T
+	base string
+	cl   *http.Client
+	csrf string
+}
+
+func newWebUser(t *testing.T, base string) *webUser {
+	jar, _ := cookiejar.New(nil)
+	return &webUser{t: t, base: base, cl: &http.Client{Jar: jar, Timeout: 30 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+func (u *webUser) do(method, path string, form url.Values, hdr ...string) (*http.Response, string) {
+	u.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, _ := http.NewRequest(method, u.base+path, body)
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := u.cl.Do(req)
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func (u *webUser) get(path string, hdr ...string) (int, string) {
+	u.t.Helper()
+	resp, body := u.do("GET", path, nil, hdr...)
+	return resp.StatusCode, body
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// login posts the login form; on success it keeps the session's CSRF token
+// (from the page's logout form) and returns the Set-Cookie header.
+func (u *webUser) login(user, pass string) (int, string) {
+	u.t.Helper()
+	resp, body := u.do("POST", "/login", url.Values{"user": {user}, "password": {pass}, "next": {"/topics"}})
+	if resp.StatusCode != http.StatusSeeOther {
+		return resp.StatusCode, body
+	}
+	if loc := resp.Header.Get("Location"); loc != "/topics" {
+		u.t.Errorf("a login sent to %q, not back to /topics", loc)
+	}
+	_, page := u.get("/topics")
+	m := csrfField.FindStringSubmatch(page)
+	if m == nil {
+		u.t.Fatalf("no CSRF token on the page after logging in as %s:\n%s", user, page)
+	}
+	u.csrf = m[1]
+	return resp.StatusCode, resp.Header.Get("Set-Cookie")
+}
+
+// TestConsoleLogin: a real `holdfast serve` whose only Kafka listener is
+// SASL_PLAINTEXT (SCRAM-SHA-512 and PLAIN) with ACLs; its console, on
+// loopback with the default --admin-auth, asks for a login. Without one:
+// a browser is sent to the login page, anything else gets 401, /metrics
+// and /debug/pprof too, /healthz answers. A wrong password is refused.
+// alice (SCRAM, READ on public) does not see orders in any list and its
+// page and messages are refused; bob (SCRAM, READ on orders) and carol (a
+// PLAIN user of the JAAS config) read its message. The session cookie is
+// HttpOnly and SameSite=Strict; POSTs without the session's CSRF token are
+// 403; logout ends the session. /debug/pprof needs ALTER on the CLUSTER
+// (bob 403, admin 200); Prometheus scrapes /metrics with HTTP Basic.
+func TestConsoleLogin(t *testing.T) {
+	dir := t.TempDir()
+	kafka := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	web := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	props := fmt.Sprintf(`listeners=SASL_PLAINTEXT://%s
+sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN
+sasl.mechanism.inter.broker.protocol=PLAIN
+sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="node" password="node-secret" user_node="node-secret" user_carol="carol-secret";
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:admin;User:node
+add-scram=SCRAM-SHA-512=[name=admin,password=admin-secret]
+`, kafka)
+	adminProps := "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\nsasl.username=admin\nsasl.password=admin-secret\n"
+	for name, body := range map[string]string{"server.properties": props, "admin.properties": adminProps} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logs := bgServe(t, dir, docEnv(), "holdfast serve --config server.properties --metrics-listen "+web)
+	awaitReady(t, logs)
+	admin := func(args ...string) {
+		t.Helper()
+		if r := hfIn(t, dir, append(args, "--bootstrap", kafka, "--command-config", "admin.properties")...); r.code != 0 {
+			t.Fatalf("holdfast %v: exit %d\n%s%s\nbroker logs:\n%s", args, r.code, r.out, r.err, logs())
+		}
+	}
+	admin("topic", "create", "orders")
+	admin("topic", "create", "public")
+	admin("user", "set", "--name", "alice", "--password", "alice-secret")
+	admin("user", "set", "--name", "bob", "--password", "bob-secret")
+	admin("acl", "create", "--allow", "User:alice", "--operation", "read", "--topic", "public")
+	admin("acl", "create", "--allow", "User:bob", "--operation", "read", "--topic", "orders")
+	admin("acl", "create", "--allow", "User:carol", "--operation", "read", "--topic", "orders")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kafka), kgo.SASL(scram.Auth{User: "admin", Pass: "admin-secret"}.AsSha512Mechanism()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "orders", Value: []byte("first order")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + web
+
+	// No login.
+	anon := newWebUser(t, base)
+	resp, _ := anon.do("GET", "/topics", nil, "Accept", "text/html")
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/login?next=%2Ftopics" {
+		t.Errorf("a browser without a login: %d %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	for _, path := range []string{"/topics", "/messages?topic=orders&offset=earliest", "/metrics", "/debug/pprof/", "/debug/pprof/profile?seconds=1"} {
+		if code, body := anon.get(path); code != 401 || strings.Contains(body, "first order") {
+			t.Errorf("GET %s without a login: %d\n%s", path, code, body)
+		}
+	}
+	if code, _ := anon.get("/healthz"); code != 200 {
+		t.Errorf("/healthz: %d", code)
+	}
+	if code, body := anon.get("/login"); code != 200 || !strings.Contains(body, `action="/login"`) {
+		t.Errorf("the login page: %d\n%s", code, body)
+	}
+	if code, body := anon.login("bob", "alice-secret"); code != 401 || !strings.Contains(body, "wrong user or password") {
+		t.Errorf("bob with alice's password: %d\n%s", code, body)
+	}
+	if code, body := anon.login("mallory", "x"); code != 401 {
+		t.Errorf("an unknown user: %d\n%s", code, body)
+	}
+
+	// alice may not DESCRIBE orders: it is nowhere, and refused.
+	alice := newWebUser(t, base)
+	code, cookie := alice.login("alice", "alice-secret")
+	if code != http.StatusSeeOther {
+		t.Fatalf("alice's login: %d\n%s\nbroker logs:\n%s", code, cookie, logs())
+	}
+	for _, attr := range []string{"holdfast_session=", "HttpOnly", "SameSite=Strict", "Path=/"} {
+		if !strings.Contains(cookie, attr) {
+			t.Errorf("the session cookie lacks %s: %s", attr, cookie)
+		}
+	}
+	for _, path := range []string{"/", "/topics", "/messages"} {
+		if code, body := alice.get(path); code != 200 || strings.Contains(body, "orders") || !strings.Contains(body, "User:alice") {
+			t.Errorf("alice's %s: %d\n%s", path, code, body)
+		}
+	}
+	if _, body := alice.get("/topics"); !strings.Contains(body, `href="/topics/public"`) {
+		t.Errorf("alice's topics lack public:\n%s", body)
+	}
+	for _, path := range []string{"/messages?topic=orders&offset=earliest", "/topics/orders"} {
+		if code, body := alice.get(path); code != http.StatusForbidden || strings.Contains(body, "first order") || !strings.Contains(body, "TOPIC_AUTHORIZATION_FAILED") {
+			t.Errorf("alice's %s: %d\n%s", path, code, body)
+		}
+	}
+
+	// bob (SCRAM) and carol (PLAIN) may.
+	for _, u := range []struct{ name, pass string }{{"bob", "bob-secret"}, {"carol", "carol-secret"}} {
+		w := newWebUser(t, base)
+		if code, body := w.login(u.name, u.pass); code != http.StatusSeeOther {
+			t.Fatalf("%s's login: %d\n%s", u.name, code, body)
+		}
+		if _, body := w.get("/topics"); !strings.Contains(body, `href="/topics/orders"`) || strings.Contains(body, "public") {
+			t.Errorf("%s's topics:\n%s", u.name, body)
+		}
+		if code, body := w.get("/messages?topic=orders&offset=earliest"); code != 200 || !strings.Contains(body, "first order") {
+			t.Errorf("%s's messages of orders: %d\n%s", u.name, code, body)
+		}
+	}
+
+	// CSRF, logout.
+	for _, path := range []string{"/logout", "/lab/run"} {
+		if resp, body := alice.do("POST", path, url.Values{}); resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "CSRF") {
+			t.Errorf("POST %s without the CSRF token: %d %s", path, resp.StatusCode, body)
+		}
+	}
+	if resp, body := alice.do("POST", "/lab/run", url.Values{"csrf": {alice.csrf}}); resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "User:alice may not ALTER the CLUSTER") {
+		t.Errorf("alice starting a lab run: %d %s", resp.StatusCode, body)
+	}
+	if resp, _ := alice.do("POST", "/logout", url.Values{"csrf": {alice.csrf}}); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("logout: %d", resp.StatusCode)
+	}
+	if code, _ := alice.get("/topics"); code != 401 {
+		t.Errorf("after logout: %d", code)
+	}
+
+	// /debug/pprof and /metrics by HTTP Basic (curl, Prometheus).
+	basic := func(user, pass, path string) (int, string) {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		req.SetBasicAuth(user, pass)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := basic("bob", "bob-secret", "/debug/pprof/"); code != http.StatusForbidden || !strings.Contains(body, "CLUSTER_AUTHORIZATION_FAILED") {
+		t.Errorf("bob's pprof: %d %s", code, body)
+	}
+	if code, _ := basic("admin", "admin-secret", "/debug/pprof/"); code != 200 {
+		t.Errorf("admin's pprof: %d", code)
+	}
+	if code, body := basic("admin", "admin-secret", "/metrics"); code != 200 || !strings.Contains(body, "holdfast_partition_count") {
+		t.Errorf("admin's /metrics: %d", code)
+	}
+	if code, _ := basic("admin", "wrong", "/metrics"); code != 401 {
+		t.Errorf("/metrics with a wrong password: %d", code)
+	}
+}
