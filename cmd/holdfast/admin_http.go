@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"slices"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -29,8 +30,12 @@ func adminHandler(b *broker.Broker, srv *wire.Server, logger *slog.Logger, sec *
 	if err != nil {
 		return nil, nil, err
 	}
-	gate, err := console.NewGate(console.GateConfig{Pages: pages, Endpoints: endpoints, MetricsOpen: sc.adminAuthMetrics == "open",
-		Password: sec.checkPassword, Authorized: b.Authorized, Logger: logger.With("component", "console")})
+	gc := console.GateConfig{Pages: pages, Endpoints: endpoints, MetricsOpen: sc.adminAuthMetrics == "open",
+		Password: sec.checkPassword, Authorized: b.Authorized, Logger: logger.With("component", "console")}
+	if l, _ := sec.adminTLS(sc.adminTLS); l != nil {
+		gc.Certificate = l.CertPrincipal
+	}
+	gate, err := console.NewGate(gc)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -89,4 +94,23 @@ func (c *serveConfig) adminLogins(kafkaAuth bool) (pages, endpoints bool, err er
 		return kafkaAuth, kafkaAuth || beyond, nil
 	}
 	return false, false, fmt.Errorf("--admin-auth %q: want auto, required or none", c.adminAuth)
+}
+
+// adminTLS is the Kafka listener whose TLS settings the admin listener
+// uses (--admin-tls-listener): nil for plain HTTP.
+func (sec *serveSecurity) adminTLS(name string) (*wire.Listener, error) {
+	if name == "" {
+		return nil, nil
+	}
+	var names []string
+	for _, l := range sec.listeners {
+		if strings.EqualFold(l.wire.Name, name) {
+			if l.wire.TLS == nil {
+				return nil, fmt.Errorf("--admin-tls-listener %s: listener %s is %s, without TLS", name, l.wire.Name, l.wire.Protocol)
+			}
+			return l.wire, nil
+		}
+		names = append(names, l.wire.Name)
+	}
+	return nil, fmt.Errorf("--admin-tls-listener %s: not a listener of this node (%s)", name, strings.Join(names, ", "))
 }

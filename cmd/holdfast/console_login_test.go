@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,8 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"holdfast/internal/auth"
 )
 
 // webUser is a browser of the console: a cookie jar, no redirects
@@ -241,5 +246,111 @@ add-scram=SCRAM-SHA-512=[name=admin,password=admin-secret]
 	}
 	if code, _ := basic("admin", "wrong", "/metrics"); code != 401 {
 		t.Errorf("/metrics with a wrong password: %d", code)
+	}
+}
+
+// TestConsoleCertificateLogin: the admin listener over TLS with the SSL
+// listener's settings (--admin-tls-listener SSL, ssl.client.auth=required,
+// the CN as principal). A client certificate is the login: alice's
+// browser lands on her pages with a Secure session cookie and does not see
+// orders, bob's reads its message; without a certificate there is no
+// connection; a POST still needs the session's CSRF token.
+func TestConsoleCertificateLogin(t *testing.T) {
+	dir := t.TempDir()
+	kafka := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	web := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	ca, err := auth.NewCA("test CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs := map[string]auth.Cert{}
+	for _, name := range []string{"node-1", "alice", "bob"} {
+		o := auth.CertOptions{CommonName: name}
+		if name == "node-1" {
+			o.Hosts = []string{"127.0.0.1", "localhost"}
+		}
+		if certs[name], err = ca.Issue(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string][]byte{"ca.pem": ca.CertPEM, "node-1.pem": certs["node-1"].Keystore(), "server.properties": []byte(fmt.Sprintf(`listeners=SSL://%s
+ssl.keystore.type=PEM
+ssl.keystore.location=node-1.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=ca.pem
+ssl.client.auth=required
+ssl.principal.mapping.rules=RULE:^CN=([^,]*).*$/$1/,DEFAULT
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:node-1
+`, kafka))}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, failed := runToExit(t, dir, "serve", "--config", "server.properties", "--metrics-listen", web, "--admin-tls-listener", "PLAIN"); !failed || !strings.Contains(out, "--admin-tls-listener PLAIN: not a listener of this node (SSL)") {
+		t.Errorf("--admin-tls-listener naming no listener: %s", out)
+	}
+	logs := bgServe(t, dir, docEnv(), "holdfast serve --config server.properties --metrics-listen "+web+" --admin-tls-listener SSL")
+	awaitReady(t, logs)
+	if !strings.Contains(logs(), "console=https://"+web+"/") {
+		t.Errorf("the ready line does not give the console's https address:\n%s", logs())
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.CertPEM)
+	tlsFor := func(name string) *tls.Config {
+		c := &tls.Config{RootCAs: roots}
+		if name != "" {
+			kp, err := tls.X509KeyPair(certs[name].CertPEM, certs[name].KeyPEM)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Certificates = []tls.Certificate{kp}
+		}
+		return c
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kafka), kgo.DialTLSConfig(tlsFor("node-1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := adm.CreateACLs(ctx, kadm.NewACLs().Allow("User:bob").AllowHosts().Topics("orders").Operations(kadm.OpRead)); err != nil || res[0].Err != nil {
+		t.Fatalf("ACL: %v %v", err, res)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "orders", Value: []byte("first order")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	browser := func(name string) *webUser {
+		u := newWebUser(t, "https://"+web)
+		u.cl.Transport = &http.Transport{TLSClientConfig: tlsFor(name)}
+		return u
+	}
+	if _, err := browser("").cl.Get("https://" + web + "/topics"); err == nil {
+		t.Errorf("the admin listener served a client without a certificate")
+	}
+	alice := browser("alice")
+	resp, body := alice.do("GET", "/topics", nil, "Accept", "text/html")
+	if resp.StatusCode != 200 || !strings.Contains(body, "User:alice") || strings.Contains(body, "orders") {
+		t.Errorf("alice's topics: %d\n%s", resp.StatusCode, body)
+	}
+	if ck := resp.Header.Get("Set-Cookie"); !strings.Contains(ck, "Secure") || !strings.Contains(ck, "HttpOnly") || !strings.Contains(ck, "SameSite=Strict") {
+		t.Errorf("the session cookie over TLS: %s", ck)
+	}
+	if code, body := alice.get("/messages?topic=orders&offset=earliest"); code != http.StatusForbidden || strings.Contains(body, "first order") {
+		t.Errorf("alice's messages of orders: %d\n%s", code, body)
+	}
+	bob := browser("bob")
+	if code, body := bob.get("/messages?topic=orders&offset=earliest", "Accept", "text/html"); code != 200 || !strings.Contains(body, "first order") {
+		t.Errorf("bob's messages of orders: %d\n%s", code, body)
+	}
+	if resp, body := bob.do("POST", "/lab/run", url.Values{}); resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "CSRF") {
+		t.Errorf("bob's POST without the CSRF token: %d %s", resp.StatusCode, body)
 	}
 }

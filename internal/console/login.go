@@ -179,14 +179,17 @@ func (g *Gate) safe(r *http.Request) bool {
 }
 
 // identify finds who r is from: its session, its client certificate (a
-// session is opened for it, so that its POSTs carry a CSRF token too), or
-// on a read its HTTP Basic credentials.
+// browser gets a session for it, so that its POSTs carry a CSRF token
+// too), or on a read its HTTP Basic credentials.
 func (g *Gate) identify(w http.ResponseWriter, r *http.Request) (identity, bool) {
 	host := remoteIP(r)
 	if s := g.session(r); s != nil {
 		return identity{principal: s.principal, host: host, csrf: s.csrf}, true
 	}
 	if p, ok := g.certificate(r); ok {
+		if !strings.Contains(r.Header.Get("Accept"), "text/html") {
+			return identity{principal: p, host: host}, true // a tool: it reads, and keeps no cookie
+		}
 		s := g.open(w, r, p)
 		return identity{principal: p, host: host, csrf: s.csrf}, true
 	}
