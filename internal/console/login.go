@@ -219,7 +219,11 @@ func (g *Gate) challenge(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 		return
 	}
-	w.Header().Set("WWW-Authenticate", `Basic realm="Holdfast", charset="UTF-8"`)
+	if r.Header.Get("X-Console-Fragment") == "" {
+		// Not to a page's own refresh: the browser would pop up its
+		// password dialog over the page whose session ended.
+		w.Header().Set("WWW-Authenticate", `Basic realm="Holdfast", charset="UTF-8"`)
+	}
 	http.Error(w, ErrLoginRequired.Error(), http.StatusUnauthorized)
 }
 
@@ -373,9 +377,13 @@ func (g *Gate) end(token string) {
 	g.mu.Unlock()
 }
 
-// localPath keeps a redirect on this site: a path, never another host.
+// localPath keeps a redirect on this site: a path, never another host
+// (browsers drop tabs and newlines and read a backslash as a slash, so
+// none may be in it).
 func localPath(p string) string {
-	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") || strings.HasPrefix(p, "/login") {
+	u, err := url.Parse(p)
+	if err != nil || u.Scheme != "" || u.Host != "" || !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") ||
+		strings.ContainsAny(p, "\\\t\r\n") || strings.HasPrefix(p, "/login") {
 		return "/"
 	}
 	return p

@@ -171,6 +171,11 @@ func TestLoginACLs(t *testing.T) {
 	if resp, err := anon.Do(req); err != nil || resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/login?next=%2Fmessages%3Ftopic%3Dsecret" {
 		t.Errorf("a browser without a login: %v %v", err, resp)
 	}
+	req, _ = http.NewRequest("GET", srv.URL+"/topics", nil)
+	req.Header.Set("X-Console-Fragment", "1")
+	if resp, err := anon.Do(req); err != nil || resp.StatusCode != 401 || resp.Header.Get("WWW-Authenticate") != "" {
+		t.Errorf("a page's refresh without a login (no password dialog over the page): %v %v", err, resp)
+	}
 	if code, body := getWith(t, anon, srv.URL+"/login"); code != 200 || !strings.Contains(body, `<form method="post" action="/login"`) {
 		t.Errorf("the login page: %d\n%s", code, body)
 	}
