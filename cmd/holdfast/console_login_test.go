@@ -10,6 +10,7 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -160,6 +161,13 @@ add-scram=SCRAM-SHA-512=[name=admin,password=admin-secret]
 	}
 	if code, body := anon.get("/login"); code != 200 || !strings.Contains(body, `action="/login"`) {
 		t.Errorf("the login page: %d\n%s", code, body)
+	}
+	// A real browser asking for a page lands on the login form.
+	if chromium, err := exec.LookPath("chromium"); err == nil {
+		dom := dumpDOM(t, chromium, base+"/topics", time.Second)
+		if !strings.Contains(dom, `<form method="post" action="/login" class="browse" id="login">`) || !strings.Contains(dom, `value="/topics"`) || strings.Contains(dom, "orders") {
+			t.Errorf("Chromium asking for /topics without a login:\n%s", dom)
+		}
 	}
 	if code, body := anon.login("bob", "alice-secret"); code != 401 || !strings.Contains(body, "wrong user or password") {
 		t.Errorf("bob with alice's password: %d\n%s", code, body)
