@@ -362,3 +362,39 @@ super.users=User:node-1
 		t.Errorf("bob's POST without the CSRF token: %d %s", resp.StatusCode, body)
 	}
 }
+
+// TestAdminLogins: where --admin-auth asks for logins. auto: the console
+// when Kafka clients authenticate, /metrics and /debug/pprof then and
+// beyond loopback; the zero-config start asks nothing.
+func TestAdminLogins(t *testing.T) {
+	for _, tc := range []struct {
+		mode, listen, metrics string
+		kafkaAuth             bool
+		pages, endpoints      bool
+		err                   string
+	}{
+		{mode: "auto", listen: "localhost:9095"},
+		{mode: "auto", listen: "127.0.0.1:9095", kafkaAuth: true, pages: true, endpoints: true},
+		{mode: "auto", listen: "0.0.0.0:9095", endpoints: true},
+		{mode: "auto", listen: ":9095", endpoints: true},
+		{mode: "auto", listen: "10.0.0.5:9095", kafkaAuth: true, pages: true, endpoints: true},
+		{mode: "required", listen: "localhost:9095", pages: true, endpoints: true},
+		{mode: "none", listen: "0.0.0.0:9095", kafkaAuth: true},
+		{mode: "sometimes", listen: "localhost:9095", err: `--admin-auth "sometimes": want auto, required or none`},
+		{mode: "auto", listen: "localhost:9095", metrics: "public", err: `--admin-auth-metrics "public": want login or open`},
+	} {
+		c := &serveConfig{adminAuth: tc.mode, metricsListen: tc.listen, adminAuthMetrics: tc.metrics}
+		if c.adminAuthMetrics == "" {
+			c.adminAuthMetrics = "login"
+		}
+		pages, endpoints, err := c.adminLogins(tc.kafkaAuth)
+		switch {
+		case tc.err != "":
+			if err == nil || err.Error() != tc.err {
+				t.Errorf("%+v: error %v, want %s", tc, err, tc.err)
+			}
+		case err != nil || pages != tc.pages || endpoints != tc.endpoints:
+			t.Errorf("%+v: pages %v, endpoints %v, %v", tc, pages, endpoints, err)
+		}
+	}
+}
