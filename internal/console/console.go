@@ -59,8 +59,9 @@ type Config struct {
 	// LabTempDir is where runs put their clusters, as shown on the page
 	// ("": the system's temporary directory).
 	LabTempDir string
-	// Gate, when the cluster's clients authenticate, makes every page
-	// need a login and shows each user what the broker's authorizer lets
+	// Gate, when the console asks who users are (the cluster's clients
+	// authenticate, or holdfast serve --admin-auth=required), makes every
+	// page need a login and shows each user what the broker's authorizer lets
 	// that user see (login.go); starting, cancelling and loading lab runs
 	// then need ALTER on the CLUSTER. nil: anyone who reaches the console
 	// sees everything, as this node does.
