@@ -10,14 +10,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"holdfast/internal/auth"
@@ -121,48 +119,9 @@ func (l *limitedWriter) Write(b []byte) (int, error) {
 	return l.w.Write(b)
 }
 
-// consoleAuthorize is who may change state through the console (start or
-// cancel a lab run, load results) when the cluster's clients authenticate:
-// a Kafka user of this cluster, by HTTP Basic with the password of a
-// SCRAM credential or of a listener's PLAIN (JAAS) users, whom the
-// authorizer lets ALTER the CLUSTER (a super user, or an ACL; every user
-// when there is no authorizer, as in Kafka). nil when clients do not
-// authenticate: there is nobody to tell apart. Logins are checked one at
-// a time and a failed one holds the next for half a second: a password
-// cannot be guessed at speed.
-func (sec *serveSecurity) consoleAuthorize() func(*http.Request) (string, error) {
-	if !sec.authenticates {
-		return nil
-	}
-	var mu sync.Mutex
-	return func(r *http.Request) (string, error) {
-		user, pass, ok := r.BasicAuth()
-		if !ok || user == "" {
-			return "", console.ErrLoginRequired
-		}
-		mu.Lock()
-		good := sec.checkPassword(user, pass)
-		if !good {
-			time.Sleep(500 * time.Millisecond)
-		}
-		mu.Unlock()
-		p := auth.User(user)
-		if !good {
-			return "", fmt.Errorf("%w: wrong user or password", console.ErrLoginRequired)
-		}
-		host, _, err := net.SplitHostPort(r.RemoteAddr)
-		if err != nil {
-			host = r.RemoteAddr
-		}
-		if az := sec.broker.Authorizer; az != nil && !az.Authorize(p, host, auth.OpAlter, auth.ResourceCluster, auth.ClusterName) {
-			return p.String(), fmt.Errorf("%w: %s may not ALTER the CLUSTER (CLUSTER_AUTHORIZATION_FAILED): a super user or an ACL is needed", console.ErrDenied, p)
-		}
-		return p.String(), nil
-	}
-}
-
 // checkPassword: user's password is a PLAIN user's of some listener, or
-// the one its SCRAM credential was made from.
+// the one its SCRAM credential was made from (the console's logins; the
+// console checks one at a time and holds the next after a failure).
 func (sec *serveSecurity) checkPassword(user, pass string) bool {
 	if pass == "" || strings.ContainsRune(user, 0) || strings.ContainsRune(pass, 0) {
 		return false
@@ -186,8 +145,9 @@ func (sec *serveSecurity) checkPassword(user, pass string) bool {
 }
 
 // consoleLab fills the console's lab settings: runs as child processes,
-// results kept in the data directory, logins when clients authenticate.
-func consoleLab(cfg *console.Config, sc *serveConfig, sec *serveSecurity, log *slog.Logger) {
+// results kept in the data directory (who may start them is the gate's:
+// a user allowed to ALTER the CLUSTER when the console asks for logins).
+func consoleLab(cfg *console.Config, sc *serveConfig, log *slog.Logger) {
 	cfg.LabDir = filepath.Join(sc.dataDir, "console")
 	cfg.LabTempDir = os.TempDir()
 	if !sc.consoleLab {
@@ -199,7 +159,6 @@ func consoleLab(cfg *console.Config, sc *serveConfig, sec *serveSecurity, log *s
 		return
 	}
 	cfg.LabRun = labProcess(exe, cfg.LabTempDir, log)
-	cfg.Authorize = sec.consoleAuthorize()
 	if host, _, err := net.SplitHostPort(sc.metricsListen); err == nil && host != "" {
 		cfg.ActionHosts = append(cfg.ActionHosts, host)
 	}

@@ -241,15 +241,25 @@ func TestSecurityDocSingleNode(t *testing.T) {
 		t.Errorf("a missing --command-config: exit %d\n%s", r.code, r.err)
 	}
 
-	// The console reads the secured broker as the node.
+	// The console asks who you are, as the listeners do: bob, who may
+	// read orders, sees it; nobody gets nothing.
+	if page := httpGet("http://127.0.0.1:" + admin + "/topics"); strings.Contains(page, "orders") || !strings.Contains(page, "log in") {
+		t.Errorf("the console answered without a login:\n%s", page)
+	}
 	var page string
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if page = httpGet("http://127.0.0.1:" + admin + "/topics"); strings.Contains(page, "orders") {
-			break
+		req, _ := http.NewRequest("GET", "http://127.0.0.1:"+admin+"/topics", nil)
+		req.SetBasicAuth("bob", "bob-secret")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if page = string(b); strings.Contains(page, "orders") {
+				break
+			}
 		}
 	}
 	if !strings.Contains(page, "orders") {
-		t.Errorf("the console does not show topic orders:\n%s\nbroker logs:\n%s", page, logs())
+		t.Errorf("the console does not show topic orders to bob:\n%s\nbroker logs:\n%s", page, logs())
 	}
 	if l := logs(); strings.Contains(l, "SECURITY:") {
 		t.Errorf("a broker whose listeners all authenticate and whose console is on loopback logged a security warning:\n%s", l)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,6 +41,7 @@ type serveConfig struct {
 	listen, advertised, dataDir, rack, flush, replicaSelector             string
 	peers, raftListen, join                                               string
 	metricsListen, logLevel, logFormat                                    string
+	adminAuth, adminAuthMetrics, adminTLS                                 string
 	nodeID, numParts, offsetParts, txnParts, defaultRF, fetchSessionSlots int
 	maxMsg, maxReq, maxConns, imbalancePct                                int
 	maxConnsPerIP, maxConnRate                                            int
@@ -179,6 +181,9 @@ func (c *serveConfig) register(s *settings) {
 	s.Duration(&c.hbInterval, "broker-heartbeat-interval", def.BrokerHeartbeatInterval, "cluster mode: how often a broker heartbeats the controller", kafkaDuration("broker.heartbeat.interval.ms", ms))
 	s.Duration(&c.session, "broker-session-timeout", def.BrokerSessionTimeout, "cluster mode: the controller fences a broker not heard from this long", kafkaDuration("broker.session.timeout.ms", ms))
 	s.String(&c.metricsListen, "metrics-listen", "localhost:9095", "admin listener: web console (/), Prometheus /metrics, /healthz and /debug/pprof; empty to disable")
+	s.String(&c.adminAuth, "admin-auth", "auto", "logins on the admin listener (Kafka users of this cluster; docs/security.md): auto = the console asks for one when any Kafka listener authenticates, /metrics and /debug/pprof also when the admin listener is beyond loopback; required = everything but /healthz asks; none = nothing asks")
+	s.String(&c.adminAuthMetrics, "admin-auth-metrics", "login", "/metrics when --admin-auth asks for logins there: login (a scraper sends HTTP Basic credentials of a user allowed to DESCRIBE the CLUSTER) or open")
+	s.String(&c.adminTLS, "admin-tls-listener", "", "serve the admin listener over TLS with this Kafka listener's TLS settings (keystore, truststore, ssl.client.auth, ssl.principal.mapping.rules): a client certificate it verifies logs its principal in to the console; empty = plain HTTP")
 	s.Bool(&c.console, "console", true, "serve the web console at / of the admin listener")
 	s.Bool(&c.consoleLab, "console-lab", true, "let the web console start durability lab runs (a holdfast lab child process, one at a time) and load lab results; with authenticating clients only a user allowed to ALTER the CLUSTER may")
 	s.Duration(&c.consoleSample, "console-lag-sample-interval", 10*time.Second, "how often the console samples consumer group lag for its lag-over-time charts")
@@ -401,14 +406,24 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	cfg.Security = sec.broker
 	first := sec.broker.Listeners[0]
 	cfg.AdvertisedHost, cfg.AdvertisedPort = first.Host, first.Port
-	if c.console && c.metricsListen != "" && sec.authenticates {
+	pages, endpoints, err := c.adminLogins(sec.authenticates)
+	if err != nil {
+		return cfg, lim, nil, err
+	}
+	if _, err := sec.adminTLS(c.adminTLS); err != nil {
+		return cfg, lim, nil, err
+	}
+	if c.console && c.metricsListen != "" && sec.authenticates && !pages {
+		sec.warnings = append(sec.warnings, fmt.Sprintf("the web console on %s (--metrics-listen) reads every topic as this node and asks nobody who they are (--admin-auth=none): every local user bypasses the Kafka listeners' authentication and ACLs; drop --admin-auth=none, or turn the console off (--console=false)", c.metricsListen))
+	}
+	if c.metricsListen != "" && !endpoints {
 		if host, _, err := net.SplitHostPort(c.metricsListen); err != nil || !loopback(host) {
-			sec.warnings = append(sec.warnings, fmt.Sprintf("the web console on %s (--metrics-listen) reads every topic as this node and asks nobody who they are: keep it on loopback, behind an authenticating proxy, or turn it off (--console=false)", c.metricsListen))
+			sec.warnings = append(sec.warnings, fmt.Sprintf("/metrics and /debug/pprof on %s (--metrics-listen) answer anyone who reaches them (--admin-auth=none): keep the admin listener on loopback or drop --admin-auth=none", c.metricsListen))
 		}
 	}
-	if c.console && c.consoleLab && c.metricsListen != "" && !sec.authenticates {
+	if c.console && c.consoleLab && c.metricsListen != "" && !pages {
 		if host, _, err := net.SplitHostPort(c.metricsListen); err != nil || !loopback(host) {
-			sec.warnings = append(sec.warnings, fmt.Sprintf("the web console on %s (--metrics-listen) lets anyone who reaches it start durability lab runs, which use this machine's CPU and disk (one at a time): keep it on loopback, make clients authenticate (then only a user allowed to ALTER the CLUSTER may), or --console-lab=false", c.metricsListen))
+			sec.warnings = append(sec.warnings, fmt.Sprintf("the web console on %s (--metrics-listen) lets anyone who reaches it start durability lab runs, which use this machine's CPU and disk (one at a time): keep it on loopback, ask for logins (--admin-auth=required, or clients that authenticate: then only a user allowed to ALTER the CLUSTER may), or --console-lab=false", c.metricsListen))
 		}
 	}
 	return cfg, lim, sec, nil
@@ -505,7 +520,15 @@ func serve(sc *serveConfig, unsupported []string) error {
 			closeAll(lns)
 			return fmt.Errorf("admin listener (--metrics-listen): %w", err)
 		}
-		handler, closeAdmin := adminHandler(b, srv, logger, sec, lns, sc)
+		if l, _ := sec.adminTLS(sc.adminTLS); l != nil {
+			mln = tls.NewListener(mln, l.TLS)
+		}
+		handler, closeAdmin, err := adminHandler(b, srv, logger, sec, lns, sc)
+		if err != nil {
+			mln.Close()
+			closeAll(lns)
+			return err
+		}
 		defer closeAdmin()
 		hs = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	}
@@ -524,7 +547,7 @@ func serve(sc *serveConfig, unsupported []string) error {
 	}
 	logger.Info("ready", append([]any{"listeners", strings.Join(bound, ","), "advertised", strings.Join(advertised, ","),
 		"inter_broker_listener", cfg.Security.InterBrokerListener, "authorizer", cfg.Security.Authorizer != nil,
-		"console", consoleURL(sc.metricsListen), "startup", time.Since(start).Round(time.Millisecond)}, b.Summary()...)...)
+		"console", consoleURL(sc.metricsListen, sc.adminTLS != ""), "startup", time.Since(start).Round(time.Millisecond)}, b.Summary()...)...)
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
@@ -602,12 +625,15 @@ func clientAddr(bound, configured string) string {
 	return net.JoinHostPort(host, port)
 }
 
-func consoleURL(addr string) string {
+func consoleURL(addr string, tls bool) string {
 	if addr == "" {
 		return "off"
 	}
 	if strings.HasPrefix(addr, ":") {
 		addr = "localhost" + addr
+	}
+	if tls {
+		return "https://" + addr + "/"
 	}
 	return "http://" + addr + "/"
 }

@@ -59,11 +59,13 @@ type Config struct {
 	// LabTempDir is where runs put their clusters, as shown on the page
 	// ("": the system's temporary directory).
 	LabTempDir string
-	// Authorize decides who may change state through the console (start
-	// or cancel a lab run, load results): it returns who the request is
-	// from, or an error wrapping ErrLoginRequired or ErrDenied. nil:
-	// anyone who reaches the console (clients do not authenticate).
-	Authorize func(*http.Request) (string, error)
+	// Gate, when the console asks who users are (the cluster's clients
+	// authenticate, or holdfast serve --admin-auth=required), makes every
+	// page need a login and shows each user what the broker's authorizer lets
+	// that user see (login.go); starting, cancelling and loading lab runs
+	// then need ALTER on the CLUSTER. nil: anyone who reaches the console
+	// sees everything, as this node does.
+	Gate *Gate
 	// ActionHosts are Host names accepted on state-changing requests
 	// besides IP addresses and localhost (a page whose name was rebound
 	// to this console's address sends its own name).
@@ -79,6 +81,8 @@ type Console struct {
 	cl    *admin.Client
 	pages *template.Template
 	mux   *http.ServeMux
+	// handler is mux behind the gate's logins.
+	handler http.Handler
 
 	cop *http.CrossOriginProtection
 
@@ -134,12 +138,13 @@ func New(cfg Config) (*Console, error) {
 	c.mux.Handle("POST /lab/run", c.action(c.startLab))
 	c.mux.Handle("POST /lab/cancel", c.action(c.cancelLab))
 	c.mux.Handle("POST /lab/results", c.action(c.loadResults))
+	c.handler = cfg.Gate.Pages(c.mux)
 	go c.sampleLoop()
 	return c, nil
 }
 
 // ServeHTTP serves the console's pages under /.
-func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.ServeHTTP(w, r) }
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.handler.ServeHTTP(w, r) }
 
 // Close cancels a lab run in progress and stops the sampler and the
 // client.
@@ -164,6 +169,8 @@ func (c *Console) page(name string, data func(context.Context, *http.Request) (a
 		case err == nil:
 		case errors.Is(err, kerr.UnknownTopicOrPartition):
 			status = http.StatusNotFound
+		case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.GroupAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
+			status = http.StatusForbidden
 		default:
 			status = http.StatusBadGateway // the cluster did not answer as asked
 		}
@@ -180,7 +187,12 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, d 
 		Node    int32
 		Now     time.Time
 		Refresh bool
+		User    string // logged in as; "": the console asks nobody
+		CSRF    string
 	}{Page: name, Data: d, Node: c.cfg.Broker.Config().NodeID, Now: time.Now(), Refresh: name != "messages"}
+	if id, ok := userOf(r); ok {
+		view.User, view.CSRF = id.principal.String(), id.csrf
+	}
 	if name == "lab" {
 		view.Refresh = c.labRunning() // the page follows a run, and stops when it ends
 	}

@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/lab"
 	"holdfast/internal/storage"
 )
@@ -55,8 +56,8 @@ var labSizes = []struct {
 }
 
 var (
-	// ErrLoginRequired: the request carries no credentials, or wrong
-	// ones (401, the browser asks for a user and password).
+	// ErrLoginRequired: the request carries no login, or a wrong one
+	// (401).
 	ErrLoginRequired = errors.New("log in with a Kafka user and password of this cluster")
 	// ErrDenied: the user may not do this (403).
 	ErrDenied = errors.New("not authorized")
@@ -195,7 +196,8 @@ func (c *Console) stopLab() {
 // action guards a state-changing request: a POST from this console's own
 // pages (http.CrossOriginProtection: browsers say where a request comes
 // from), to a Host that names this console (a DNS-rebinding page cannot),
-// and from someone Authorize lets through.
+// and, when the console asks who users are, from a user allowed to ALTER
+// the CLUSTER.
 func (c *Console) action(h func(w http.ResponseWriter, r *http.Request, who string)) http.Handler {
 	return c.cop.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c.cfg.LabRun == nil {
@@ -208,21 +210,14 @@ func (c *Console) action(h func(w http.ResponseWriter, r *http.Request, who stri
 		}
 		from := remoteIP(r)
 		who := "anonymous from " + from
-		if c.cfg.Authorize != nil {
-			p, err := c.cfg.Authorize(r)
-			switch {
-			case errors.Is(err, ErrLoginRequired):
-				w.Header().Set("WWW-Authenticate", `Basic realm="Holdfast console", charset="UTF-8"`)
-				c.labFail(w, r, http.StatusUnauthorized, err.Error())
-				return
-			case errors.Is(err, ErrDenied):
-				c.labFail(w, r, http.StatusForbidden, err.Error())
-				return
-			case err != nil:
-				c.labFail(w, r, http.StatusInternalServerError, err.Error())
+		if id, ok := userOf(r); ok {
+			// The gate let in a logged-in user with the session's CSRF
+			// token; the lab is the cluster's administrators'.
+			if !c.allowed(r, auth.OpAlter, auth.ResourceCluster, auth.ClusterName) {
+				c.labFail(w, r, http.StatusForbidden, fmt.Sprintf("%v: %s may not ALTER the CLUSTER (CLUSTER_AUTHORIZATION_FAILED): a super user or an ACL is needed", ErrDenied, id.principal))
 				return
 			}
-			who = p + " from " + from
+			who = id.principal.String() + " from " + from
 		}
 		h(w, r, who)
 	}))
@@ -261,7 +256,7 @@ func (c *Console) labFail(w http.ResponseWriter, r *http.Request, status int, ms
 		fmt.Fprintln(w, msg)
 		return
 	}
-	c.render(w, r, "lab", c.labView(), errors.New(msg), status)
+	c.render(w, r, "lab", c.labView(r), errors.New(msg), status)
 }
 
 func (c *Console) seeLab(w http.ResponseWriter, r *http.Request) {
@@ -495,7 +490,8 @@ func (c *Console) labStatusJSON(w http.ResponseWriter, _ *http.Request) {
 
 type labView struct {
 	Actions   bool   // runs can be started here
-	Login     bool   // actions need a login
+	Login     bool   // the console asks who users are
+	CSRF      string // the session's token, for the forms
 	TempDir   string // where runs put their clusters
 	Scenarios []lab.Scenario
 	Sizes     []labSize
@@ -551,13 +547,14 @@ func verdictWord(r lab.Row) (word, class string) {
 	return word, "bad"
 }
 
-func (c *Console) labPage(context.Context, *http.Request) (any, error) {
-	return c.labView(), nil
+func (c *Console) labPage(_ context.Context, r *http.Request) (any, error) {
+	return c.labView(r), nil
 }
 
-func (c *Console) labView() labView {
+func (c *Console) labView(r *http.Request) labView {
 	st := c.labStatus()
-	v := labView{Actions: c.cfg.LabRun != nil, Login: c.cfg.Authorize != nil, TempDir: os.TempDir(), Scenarios: lab.Scenarios(),
+	id, login := userOf(r)
+	v := labView{Actions: c.cfg.LabRun != nil, Login: login, CSRF: id.csrf, TempDir: os.TempDir(), Scenarios: lab.Scenarios(),
 		Min: LabMinRecords, Max: LabMaxRecords, Ended: st.Ended}
 	if c.cfg.LabTempDir != "" {
 		v.TempDir = c.cfg.LabTempDir

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/brokertest"
 	"holdfast/internal/console"
 	"holdfast/internal/lab"
@@ -167,56 +168,64 @@ func TestLabActions(t *testing.T) {
 		t.Errorf("results.json without results: %v %v", err, resp.Status)
 	}
 
-	// With logins: none or a wrong one is 401 with a Basic challenge; a
-	// user without the permission 403; nothing starts.
-	authz := func(r *http.Request) (string, error) {
-		u, p, ok := r.BasicAuth()
-		switch {
-		case !ok || p != "pw":
-			return "", console.ErrLoginRequired
-		case u != "admin":
-			return "User:" + u, fmt.Errorf("%w: User:%s may not", console.ErrDenied, u)
-		}
-		return "User:admin", nil
+	// With logins: none is 401, a wrong one too; a user without ALTER on
+	// the CLUSTER 403; a session's POST without its CSRF token 403;
+	// nothing starts.
+	gate, err := console.NewGate(console.GateConfig{Pages: true,
+		Password: func(u, p string) bool { return p == "pw" },
+		Authorized: func(p auth.Principal, _ string, op auth.Operation, typ auth.ResourceType, _ string) bool {
+			return p.Name == "admin" || typ != auth.ResourceCluster || op != auth.OpAlter
+		}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	c2, err := console.New(console.Config{Broker: n.B, Seeds: []string{n.Addr}, LabRun: run, Authorize: authz})
+	c2, err := console.New(console.Config{Broker: n.B, Seeds: []string{n.Addr}, LabRun: run, Gate: gate})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c2.Close()
-	srv2 := httptest.NewServer(c2)
+	srv2 := httptest.NewServer(gatedMux(gate, c2))
 	defer srv2.Close()
-	basic := func(u, p string) map[string]string {
-		r, _ := http.NewRequest("GET", "/", nil)
-		r.SetBasicAuth(u, p)
-		return map[string]string{"Authorization": r.Header.Get("Authorization")}
+	if code, _, _ := post(t, srv2.URL, "/lab/run", nil, nil); code != 401 {
+		t.Errorf("anonymous: %d", code)
 	}
-	if code, _, h := post(t, srv2.URL, "/lab/run", nil, nil); code != 401 || !strings.HasPrefix(h.Get("WWW-Authenticate"), "Basic ") {
-		t.Errorf("anonymous: %d %v", code, h)
+	if _, _, err := login(t, srv2.URL, "admin", "wrong"); err == nil {
+		t.Errorf("a wrong password logged in")
 	}
-	if code, _, _ := post(t, srv2.URL, "/lab/run", nil, basic("admin", "wrong")); code != 401 {
-		t.Errorf("a wrong password: %d", code)
+	bob, bobToken, err := login(t, srv2.URL, "bob", "pw")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if code, body, _ := post(t, srv2.URL, "/lab/run", nil, basic("bob", "pw")); code != 403 || !strings.Contains(body, "User:bob may not") {
+	if code, body := postWith(t, bob, srv2.URL+"/lab/run", url.Values{"csrf": {bobToken}}); code != 403 || !strings.Contains(body, "User:bob may not ALTER the CLUSTER") {
 		t.Errorf("bob: %d %s", code, body)
 	}
-	if len(started) != 0 {
-		t.Fatal("a refused login started a run")
+	admin, adminToken, err := login(t, srv2.URL, "admin", "pw")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if code, _, _ := post(t, srv2.URL, "/lab/run", url.Values{"records": {"100"}}, basic("admin", "pw")); code != http.StatusSeeOther {
-		t.Fatalf("admin: %d", code)
+	if code, body := postWith(t, admin, srv2.URL+"/lab/run", url.Values{"records": {"100"}}); code != 403 || !strings.Contains(body, "CSRF") {
+		t.Errorf("admin without the CSRF token: %d %s", code, body)
+	}
+	if code, body := postWith(t, admin, srv2.URL+"/lab/run", url.Values{"records": {"100"}, "csrf": {bobToken}}); code != 403 || !strings.Contains(body, "CSRF") {
+		t.Errorf("admin with bob's CSRF token: %d %s", code, body)
+	}
+	if len(started) != 0 {
+		t.Fatal("a refused request started a run")
+	}
+	if code, body := postWith(t, admin, srv2.URL+"/lab/run", url.Values{"records": {"100"}, "csrf": {adminToken}}); code != http.StatusSeeOther {
+		t.Fatalf("admin: %d %s", code, body)
 	}
 	<-started
-	if s := labStatus(t, srv2.URL); s.By != "User:admin from 127.0.0.1" {
-		t.Errorf("run by %q", s.By)
+	if code, body := getWith(t, admin, srv2.URL+"/lab/status"); code != 200 || !strings.Contains(body, `"by":"User:admin from 127.0.0.1"`) {
+		t.Errorf("run by: %d %s", code, body)
 	}
 	if code, _, _ := post(t, srv2.URL, "/lab/cancel", nil, nil); code != 401 {
 		t.Errorf("anonymous cancel: %d", code)
 	}
 	// Close cancels the run and waits for it.
 	c2.Close()
-	if s := labStatus(t, srv2.URL); s.Running || !strings.Contains(s.Ended, "cancelled by this node's shutdown") {
-		t.Errorf("after Close: %+v", s)
+	if code, body := getWith(t, admin, srv2.URL+"/lab/status"); code != 200 || !strings.Contains(body, "cancelled by this node's shutdown") {
+		t.Errorf("after Close: %d %s", code, body)
 	}
 
 	// Without a runner, nothing changes state.

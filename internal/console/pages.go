@@ -14,7 +14,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"holdfast/internal/admin"
+	"holdfast/internal/auth"
 	"holdfast/internal/broker"
 )
 
@@ -54,11 +58,12 @@ type clusterView struct {
 	Local                                []broker.PartitionStats
 }
 
-func (c *Console) clusterPage(ctx context.Context, _ *http.Request) (any, error) {
+func (c *Console) clusterPage(ctx context.Context, r *http.Request) (any, error) {
 	cl, err := c.cl.ClusterStatus(ctx)
 	if err != nil {
 		return nil, err
 	}
+	c.visibleTopics(r, cl)
 	v := clusterView{Cluster: cl}
 	for _, t := range cl.Topics {
 		for _, p := range t.Partitions {
@@ -71,9 +76,56 @@ func (c *Console) clusterPage(ctx context.Context, _ *http.Request) (any, error)
 		}
 	}
 	if gs, err := c.cl.ListGroups(ctx); err == nil {
-		v.Groups = len(gs)
+		v.Groups = len(c.visibleGroups(r, gs))
 	}
 	return v, nil
+}
+
+// --- what the user may see ---
+
+// allowed reports whether the request's user may perform op on the
+// resource, by the broker's own rule (broker.Authorized): the console
+// reads as this node and shows a user what that user's Kafka client
+// would be shown. Yes for everything when the console asks nobody.
+func (c *Console) allowed(r *http.Request, op auth.Operation, typ auth.ResourceType, name string) bool {
+	id, ok := userOf(r)
+	if !ok {
+		return true
+	}
+	return c.cfg.Gate.cfg.Authorized(id.principal, id.host, op, typ, name)
+}
+
+// visibleTopics drops the topics the user may not DESCRIBE (Metadata's
+// rule: they are hidden, not refused).
+func (c *Console) visibleTopics(r *http.Request, cl *admin.Cluster) {
+	cl.Topics = slices.DeleteFunc(cl.Topics, func(t admin.Topic) bool {
+		return !c.allowed(r, auth.OpDescribe, auth.ResourceTopic, t.Name)
+	})
+}
+
+// visibleGroups is ListGroups' rule: every group for DESCRIBE on the
+// CLUSTER, else the groups the user may DESCRIBE.
+func (c *Console) visibleGroups(r *http.Request, gs []kadm.ListedGroup) []kadm.ListedGroup {
+	if c.allowed(r, auth.OpDescribe, auth.ResourceCluster, auth.ClusterName) {
+		return gs
+	}
+	return slices.DeleteFunc(gs, func(g kadm.ListedGroup) bool {
+		return !c.allowed(r, auth.OpDescribe, auth.ResourceGroup, g.Group)
+	})
+}
+
+// mayTopic refuses a named topic to a user who may not op on it: Kafka's
+// TOPIC_AUTHORIZATION_FAILED (403).
+func (c *Console) mayTopic(r *http.Request, op auth.Operation, topic string) error {
+	if !c.allowed(r, op, auth.ResourceTopic, topic) {
+		return fmt.Errorf("topic %s: %s may not %s it: %w", topic, userName(r), op, kerr.TopicAuthorizationFailed)
+	}
+	return nil
+}
+
+func userName(r *http.Request) string {
+	id, _ := userOf(r)
+	return id.principal.String()
 }
 
 // --- topics ---
@@ -88,11 +140,12 @@ type topicRow struct {
 	LocalPartitions          int
 }
 
-func (c *Console) topicsPage(ctx context.Context, _ *http.Request) (any, error) {
+func (c *Console) topicsPage(ctx context.Context, r *http.Request) (any, error) {
 	cl, err := c.cl.ClusterStatus(ctx)
 	if err != nil {
 		return nil, err
 	}
+	c.visibleTopics(r, cl)
 	var names []string
 	for _, t := range cl.Topics {
 		names = append(names, t.Name)
@@ -148,6 +201,9 @@ type topicView struct {
 
 func (c *Console) topicPage(ctx context.Context, r *http.Request) (any, error) {
 	name := r.PathValue("topic")
+	if err := c.mayTopic(r, auth.OpDescribe, name); err != nil {
+		return nil, err
+	}
 	cl, err := c.cl.ClusterStatus(ctx, name)
 	if err != nil {
 		return nil, err
@@ -180,7 +236,9 @@ func (c *Console) topicPage(ctx context.Context, r *http.Request) (any, error) {
 		}
 		v.Partitions = append(v.Partitions, pv)
 	}
-	if v.Configs, err = c.cl.TopicConfigs(ctx, name); err != nil {
+	if err := c.mayTopic(r, auth.OpDescribeConfigs, name); err != nil {
+		v.ConfigErr = err.Error()
+	} else if v.Configs, err = c.cl.TopicConfigs(ctx, name); err != nil {
 		v.ConfigErr = err.Error()
 	}
 	return v, nil
@@ -188,11 +246,12 @@ func (c *Console) topicPage(ctx context.Context, r *http.Request) (any, error) {
 
 // --- groups ---
 
-func (c *Console) groupsPage(ctx context.Context, _ *http.Request) (any, error) {
+func (c *Console) groupsPage(ctx context.Context, r *http.Request) (any, error) {
 	gs, err := c.cl.ListGroups(ctx)
 	if err != nil {
 		return nil, err
 	}
+	gs = c.visibleGroups(r, gs)
 	var names []string
 	for _, g := range gs {
 		if g.ProtocolType != "share" { // share groups have no committed offsets or lag to show here
@@ -202,7 +261,36 @@ func (c *Console) groupsPage(ctx context.Context, _ *http.Request) (any, error) 
 	if len(names) == 0 {
 		return []admin.Group(nil), nil
 	}
-	return c.cl.Groups(ctx, false, names...)
+	groups, err := c.cl.Groups(ctx, false, names...)
+	for i := range groups {
+		c.visibleOffsets(r, &groups[i])
+	}
+	return groups, err
+}
+
+// visibleOffsets drops a group's offsets in topics the user may not
+// DESCRIBE (OffsetFetch's rule), and reports whether any were.
+func (c *Console) visibleOffsets(r *http.Request, g *admin.Group) (hidden bool) {
+	n := len(g.Partitions)
+	g.Partitions = slices.DeleteFunc(g.Partitions, func(p admin.GroupPartition) bool {
+		return !c.allowed(r, auth.OpDescribe, auth.ResourceTopic, p.Topic)
+	})
+	if len(g.Partitions) == n {
+		return false
+	}
+	g.TotalLag, g.MaxTimeLag = 0, 0
+	lag := map[string]int64{}
+	for _, p := range g.Partitions {
+		if p.Lag > 0 {
+			g.TotalLag += p.Lag
+			lag[p.Member] += p.Lag
+		}
+		g.MaxTimeLag = max(g.MaxTimeLag, p.TimeLag)
+	}
+	for i := range g.Members {
+		g.Members[i].Lag = lag[g.Members[i].ID]
+	}
+	return true
 }
 
 type groupView struct {
@@ -213,6 +301,9 @@ type groupView struct {
 
 func (c *Console) groupPage(ctx context.Context, r *http.Request) (any, error) {
 	name := r.PathValue("group")
+	if !c.allowed(r, auth.OpDescribe, auth.ResourceGroup, name) {
+		return nil, fmt.Errorf("group %s: %s may not DESCRIBE it: %w", name, userName(r), kerr.GroupAuthorizationFailed)
+	}
 	gs, err := c.cl.Groups(ctx, true, name)
 	if err != nil {
 		return nil, err
@@ -222,6 +313,10 @@ func (c *Console) groupPage(ctx context.Context, r *http.Request) (any, error) {
 	}
 	g := gs[0]
 	c.record(g.Name, g.TotalLag) // a view is a sample too
+	if c.visibleOffsets(r, &g) {
+		// The samples sum every topic's lag, hidden ones too.
+		return groupView{Group: g}, nil
+	}
 	h := c.lagHistory(g.Name)
 	return groupView{Group: g, Chart: lagChart(h), Samples: len(h)}, nil
 }
@@ -306,6 +401,9 @@ func (c *Console) messagesPage(ctx context.Context, r *http.Request) (any, error
 		return v, err
 	}
 	for _, t := range ts.Sorted() {
+		if !c.allowed(r, auth.OpDescribe, auth.ResourceTopic, t.Topic) {
+			continue
+		}
 		v.Topics = append(v.Topics, t.Topic)
 		if t.Topic == v.Topic {
 			v.Partitions = len(t.Partitions)
@@ -313,6 +411,10 @@ func (c *Console) messagesPage(ctx context.Context, r *http.Request) (any, error
 	}
 	if v.Topic == "" {
 		return v, nil
+	}
+	if err := c.mayTopic(r, auth.OpRead, v.Topic); err != nil {
+		v.Partitions = 0
+		return v, err
 	}
 	if offs, err := c.cl.TopicOffsets(ctx, v.Topic); err == nil {
 		if o, ok := offs[v.Topic][v.Partition]; ok {
@@ -385,7 +487,7 @@ type nodeConfigs struct {
 	Err     string
 }
 
-func (c *Console) configsPage(ctx context.Context, _ *http.Request) (any, error) {
+func (c *Console) configsPage(ctx context.Context, r *http.Request) (any, error) {
 	nodes, err := c.cl.Nodes(ctx)
 	if err != nil {
 		return nil, err
@@ -393,6 +495,11 @@ func (c *Console) configsPage(ctx context.Context, _ *http.Request) (any, error)
 	var out []nodeConfigs
 	for _, n := range nodes {
 		nc := nodeConfigs{Node: n.ID}
+		if !c.allowed(r, auth.OpDescribeConfigs, auth.ResourceCluster, auth.ClusterName) {
+			nc.Err = fmt.Sprintf("%s may not DESCRIBE_CONFIGS on the CLUSTER: %v", userName(r), kerr.ClusterAuthorizationFailed)
+			out = append(out, nc)
+			continue
+		}
 		rcs, err := c.cl.A.DescribeBrokerConfigs(ctx, n.ID)
 		if err == nil {
 			var rc = rcs[0]
