@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -455,6 +456,14 @@ func TestKafkaNames(t *testing.T) {
 // stopped, under its Kafka name too.
 func TestFollowerLag(t *testing.T) {
 	nodes := brokertest.StartCluster(t, 3)
+	// RF=3 needs every broker registered first.
+	brokertest.Await(t, "three registered brokers", func() error {
+		md, err := nodes[0].Metadata()
+		if err == nil && len(md.Brokers) != 3 {
+			err = fmt.Errorf("%d brokers", len(md.Brokers))
+		}
+		return err
+	})
 	brokertest.CreateClusterTopic(t, nodes, "f", 1, 3, nil)
 	md, err := nodes[0].Metadata("f")
 	if err != nil {
