@@ -39,11 +39,32 @@ func adminHandler(b *broker.Broker, srv *wire.Server, logger *slog.Logger, sec *
 	if err != nil {
 		return nil, nil, err
 	}
+	var cc *console.Config
+	if sc.console {
+		i := slices.IndexFunc(sec.listeners, func(l serveListener) bool { return l.wire.Internal })
+		seed, opts, err := sec.consoleClient(clientAddr(lns[i].Addr().String(), sec.listeners[i].bind))
+		if err != nil {
+			logger.Error("console disabled", "err", err)
+		} else {
+			cc = &console.Config{Broker: b, Seeds: []string{seed}, ClientOpts: opts, Logger: logger.With("component", "console"),
+				LagSampleInterval: sc.consoleSample, Gate: gate}
+			consoleLab(cc, sc, cc.Logger)
+		}
+	}
+	mux, stop := adminMux(b, srv, gate, metrics.Options{InternalPartitions: sc.metricsInternal}, cc, logger)
+	return mux, stop, nil
+}
+
+// adminMux serves the admin listener's paths: /metrics, /healthz and
+// /debug/pprof behind gate (nil: open), and the console made from cc (nil:
+// none) at /. serve and each dev-cluster node use it. The returned func
+// stops the console.
+func adminMux(b *broker.Broker, srv *wire.Server, gate *console.Gate, mo metrics.Options, cc *console.Config, logger *slog.Logger) (http.Handler, func()) {
 	mux := http.NewServeMux()
 	if gate != nil {
 		gate.Routes(mux)
 	}
-	reg := metrics.New(b, srv, metrics.Options{InternalPartitions: sc.metricsInternal})
+	reg := metrics.New(b, srv, mo)
 	mux.Handle("/metrics", gate.Endpoint(auth.OpDescribe, true, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	// Profiles of a live broker: its administrators'.
@@ -51,24 +72,15 @@ func adminHandler(b *broker.Broker, srv *wire.Server, logger *slog.Logger, sec *
 	mux.Handle("/debug/pprof/profile", gate.Endpoint(auth.OpAlter, false, http.HandlerFunc(pprof.Profile)))
 	mux.Handle("/debug/pprof/trace", gate.Endpoint(auth.OpAlter, false, http.HandlerFunc(pprof.Trace)))
 	stop := func() {}
-	if sc.console {
-		i := slices.IndexFunc(sec.listeners, func(l serveListener) bool { return l.wire.Internal })
-		seed, opts, err := sec.consoleClient(clientAddr(lns[i].Addr().String(), sec.listeners[i].bind))
-		var c *console.Console
-		if err == nil {
-			cc := console.Config{Broker: b, Seeds: []string{seed}, ClientOpts: opts, Logger: logger.With("component", "console"),
-				LagSampleInterval: sc.consoleSample, Gate: gate}
-			consoleLab(&cc, sc, cc.Logger)
-			c, err = console.New(cc)
-		}
-		if err != nil {
+	if cc != nil {
+		if c, err := console.New(*cc); err != nil {
 			logger.Error("console disabled", "err", err)
 		} else {
 			mux.Handle("/", c)
 			stop = c.Close
 		}
 	}
-	return mux, stop, nil
+	return mux, stop
 }
 
 // adminLogins resolves --admin-auth: whether the console's pages, and

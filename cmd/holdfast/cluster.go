@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -28,6 +29,8 @@ import (
 
 	"holdfast/internal/admin"
 	"holdfast/internal/broker"
+	"holdfast/internal/console"
+	"holdfast/internal/metrics"
 	"holdfast/internal/storage"
 	"holdfast/internal/wire"
 )
@@ -368,12 +371,15 @@ func newDevClusterCmd() *cobra.Command {
 		dir, flush, logLevel string
 		config               string
 		overrides            []string
+		admin                bool
 	)
 	c := &cobra.Command{
 		Use:   "dev-cluster",
 		Short: "Run a local N-node cluster in one process for development",
 		Long: `Run N brokers in this process on 127.0.0.1: node i serves Kafka on
-base-port+i-1 and Raft on base-port+100+i-1, with its data in DIR/node-i.
+base-port+i-1, Raft on base-port+100+i-1 and its admin listener (web
+console, /metrics, /healthz, /debug/pprof) on base-port+200+i-1, with its
+data in DIR/node-i.
 Prints the bootstrap string, then runs until SIGINT/SIGTERM. Every flag can
 also be set as HOLDFAST_<FLAG>.
 
@@ -394,6 +400,7 @@ is an error. PLAINTEXT only.`,
 	s.Int(&basePort, "base-port", 19092, "Kafka port of node 1; node i listens on base-port+i-1, its Raft on base-port+100+i-1")
 	s.String(&flush, "flush", "sync", "durability policy (as serve --flush)")
 	s.String(&logLevel, "log-level", "warn", "debug, info, warn or error")
+	s.Bool(&admin, "admin", true, "give each node an admin listener (console, /metrics) on base-port+200+i-1, printed after the bootstrap string")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		if _, err := s.load("", nil); err != nil {
 			return usageError{err}
@@ -402,7 +409,7 @@ is an error. PLAINTEXT only.`,
 		if err != nil {
 			return usageError{err}
 		}
-		return devCluster(cmd.OutOrStdout(), nodes, basePort, dir, flush, logLevel, base)
+		return devCluster(cmd.OutOrStdout(), devClusterOpts{nodes: nodes, basePort: basePort, dir: dir, flush: flush, logLevel: logLevel, admin: admin}, base)
 	}
 	return c
 }
@@ -443,15 +450,23 @@ func devClusterBase(config string, overrides []string) (func(*slog.Logger) (brok
 	}, nil
 }
 
-func devCluster(out io.Writer, nodes, basePort int, dir, flush, logLevel string, base func(*slog.Logger) (broker.Config, wire.Limits, error)) error {
+// devClusterOpts are dev-cluster's own settings.
+type devClusterOpts struct {
+	nodes, basePort      int
+	dir, flush, logLevel string
+	admin                bool // an admin listener per node on basePort+200+i-1
+}
+
+func devCluster(out io.Writer, o devClusterOpts, base func(*slog.Logger) (broker.Config, wire.Limits, error)) error {
+	nodes, basePort, dir := o.nodes, o.basePort, o.dir
 	if nodes < 1 || nodes > 99 {
 		return usagef("--nodes %d: want 1..99", nodes)
 	}
-	logger, err := newLogger(logLevel, "text")
+	logger, err := newLogger(o.logLevel, "text")
 	if err != nil {
 		return usageError{err}
 	}
-	policy, err := storage.ParseFlushPolicy(flush)
+	policy, err := storage.ParseFlushPolicy(o.flush)
 	if err != nil {
 		return usageError{err}
 	}
@@ -483,6 +498,25 @@ func devCluster(out io.Writer, nodes, basePort int, dir, flush, logLevel string,
 		}
 	}()
 	lims := make([]wire.Limits, nodes)
+	// The admin listeners are bound with the Kafka ones: a port in use
+	// fails the start, as serve's --metrics-listen does.
+	var admins []net.Listener
+	var consoles []string
+	defer func() {
+		for _, ln := range admins {
+			ln.Close()
+		}
+	}()
+	if o.admin {
+		for i := 1; i <= nodes; i++ {
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(basePort+200+i-1)))
+			if err != nil {
+				return fmt.Errorf("admin listener of node %d (--admin=false leaves them out): %w", i, err)
+			}
+			admins = append(admins, ln)
+			consoles = append(consoles, "http://"+ln.Addr().String())
+		}
+	}
 	for i := 1; i <= nodes; i++ {
 		cfg, lim := broker.DefaultConfig(), wire.DefaultLimits()
 		if base != nil {
@@ -518,6 +552,15 @@ func devCluster(out io.Writer, nodes, basePort int, dir, flush, logLevel string,
 	for i, b := range bs {
 		if b != nil {
 			srv := wire.NewServer(b, lims[i], cfgs[i].Logger)
+			if o.admin {
+				// Before Serve: the metrics install the server's OnReply hook.
+				cc := &console.Config{Broker: b, Seeds: []string{boot[i]}, Logger: cfgs[i].Logger.With("component", "console")}
+				handler, stop := adminMux(b, srv, nil, metrics.Options{}, cc, cfgs[i].Logger)
+				defer stop()
+				hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+				go hs.Serve(admins[i])
+				defer hs.Close()
+			}
 			go func(ln net.Listener) { errc <- srv.Serve(ln) }(lns[i])
 			rs = append(rs, running{b, srv, cfgs[i].Logger})
 		}
@@ -526,6 +569,9 @@ func devCluster(out io.Writer, nodes, basePort int, dir, flush, logLevel string,
 		return err
 	}
 	fmt.Fprintln(out, strings.Join(boot, ","))
+	for i, c := range consoles {
+		fmt.Fprintf(out, "node %d: console %s/  metrics %s/metrics\n", i+1, c, c)
+	}
 	os.Stdout.Sync()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)

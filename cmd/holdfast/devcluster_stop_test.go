@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,6 +24,21 @@ func TestDevClusterStopFencesEveryNode(t *testing.T) {
 	defer cl.Close()
 	// Every node then leads some of its partitions (preferred leaders).
 	dc.createTopic(t, kadm.NewClient(cl), "stop")
+
+	// Each node's admin listener, printed after the bootstrap string: its
+	// console and its own metrics.
+	for i := 0; i < 3; i++ {
+		console := fmt.Sprintf("http://127.0.0.1:%d", dc.base+200+i)
+		if !strings.Contains(dc.Logs(), fmt.Sprintf("node %d: console %s/  metrics %s/metrics", i+1, console, console)) {
+			t.Fatalf("node %d's admin listener not printed:\n%s", i+1, dc.Logs())
+		}
+		if page := get(t, console+"/"); !strings.Contains(page, "Cluster") {
+			t.Errorf("node %d's console:\n%s", i+1, page)
+		}
+		if m := get(t, console+"/metrics"); !strings.Contains(m, `holdfast_partition_leader{partition="0",topic="stop"}`) {
+			t.Errorf("node %d's /metrics has no partition of topic stop", i+1)
+		}
+	}
 
 	dc.cmd.Process.Signal(syscall.SIGTERM)
 	select {

@@ -22,11 +22,11 @@ func devClusterPorts(t *testing.T) int {
 	t.Helper()
 	for range 20 {
 		base := freePort(t)
-		if base+102 > 65535 {
+		if base+202 > 65535 {
 			continue
 		}
 		free := true
-		for _, p := range []int{base, base + 1, base + 2, base + 100, base + 101, base + 102} {
+		for _, p := range []int{base, base + 1, base + 2, base + 100, base + 101, base + 102, base + 200, base + 201, base + 202} {
 			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 			if err != nil {
 				free = false
