@@ -35,7 +35,6 @@ type member struct {
 	expires time.Time
 	join    chan kmsg.Response // waiting JoinGroup reply, if any
 	sync    chan kmsg.Response // waiting SyncGroup reply, if any
-	joinVer int16              // version of the waiting JoinGroup
 	isNew   bool               // joined during the current rebalance
 	synced  bool               // sent SyncGroup in the current generation
 }

@@ -412,19 +412,6 @@ func (h *Host) WaitCommitOffset(ctx context.Context, groupID uint64, offset int6
 	}
 }
 
-// CommitNotify returns a channel closed when the group's commit offset
-// next advances (or the group fails or is removed): for long polls on the
-// high watermark.
-func (h *Host) CommitNotify(groupID uint64) (<-chan struct{}, error) {
-	g := h.group(groupID)
-	if g == nil {
-		return nil, fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.commitChLocked(), nil
-}
-
 // CommitOffset is the group's commit offset on this node (the high
 // watermark on the leader; possibly behind on a follower).
 func (h *Host) CommitOffset(groupID uint64) (int64, error) {
