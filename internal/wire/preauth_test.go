@@ -2,6 +2,8 @@ package wire
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"io"
 	"log/slog"
@@ -13,6 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"holdfast/internal/auth"
 )
 
 // serveSASL runs a SASL_PLAINTEXT listener (alice/alice-secret with
@@ -221,5 +225,50 @@ func TestPerIPLimitBeforeAuth(t *testing.T) {
 	defer cancel()
 	if err := metadataAs(ctx, cl); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPreAuthFrameLimitSASLSSL: the same on SASL_SSL, where the frame
+// arrives inside TLS records: the connection is closed after the
+// handshake, from the announced size; an authenticated TLS client is
+// served.
+func TestPreAuthFrameLimitSASLSSL(t *testing.T) {
+	ca, err := auth.NewCA("test CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, _ := ca.Issue(auth.CertOptions{CommonName: "node", Hosts: []string{"127.0.0.1"}})
+	dir := t.TempDir()
+	writeFile(t, dir+"/node.pem", node.Keystore())
+	writeFile(t, dir+"/ca.pem", ca.CertPEM)
+	mat, err := auth.LoadTLS(auth.TLSConfig{KeystoreLocation: dir + "/node.pem", TruststoreLocation: dir + "/ca.pem"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, addr := serveListener(t, testHandler{}, &Listener{Name: "SASL_SSL", Protocol: SASLSSL, TLS: mat.ServerConfig(), SASL: saslServer(t)})
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.CertPEM)
+	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const announced = 100 << 20
+	if sent, err := streamFrame(c, announced); err == nil || sent >= announced {
+		t.Fatalf("a %d-byte unauthenticated frame was read whole over TLS (sent %d, err %v)", announced, sent, err)
+	}
+	if got := s.Stats.PreAuthRefused.Load(); got != 1 {
+		t.Fatalf("refused pre-authentication frames: %d, want 1", got)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DialTLSConfig(&tls.Config{RootCAs: pool}),
+		kgo.SASL(scram.Auth{User: "alice", Pass: "alice-secret"}.AsSha512Mechanism()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := bigMetadata(600<<10).RequestWith(ctx, cl); err != nil {
+		t.Fatalf("a 600 KiB request after authentication over TLS: %v", err)
 	}
 }
