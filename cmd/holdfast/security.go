@@ -479,6 +479,9 @@ func (sec *serveSecurity) oauthValidator(p props, log *slog.Logger) (*auth.OAuth
 			return nil, fmt.Errorf("sasl.oauthbearer.clock.skew.seconds %q: want a number of seconds", v)
 		}
 		c.ClockSkew = time.Duration(s) * time.Second
+		if s == 0 {
+			c.ClockSkew = -1 // none (0 is the validator's "default")
+		}
 	}
 	if c.AllowUnsecured && c.JWKSURL == "" {
 		sec.warnings = append(sec.warnings, "OAUTHBEARER accepts unsigned tokens (sasl.oauthbearer.allow.unsecured.tokens=true): anyone can claim any principal; for development only")
@@ -656,8 +659,13 @@ func saslMechanism(mech, user, pass string) (sasl.Mechanism, error) {
 
 // scramFlag is --add-scram, repeatable, in kafka-storage's syntax:
 // SCRAM-SHA-512=[name=alice,password=alice-secret] (iterations=N optional).
-// Errors never repeat the value: it holds a password.
+// Errors never repeat the value: it holds a password. Values from the
+// command line, --override, HOLDFAST_ADD_SCRAM and the file add up; of two
+// for the same user and mechanism the first set is kept (the settings
+// load them in their precedence order: command line, environment, file).
 type scramFlag []auth.ScramCredential
+
+func (f *scramFlag) appends() {}
 
 func (f *scramFlag) Type() string { return "scram-user" }
 
@@ -699,6 +707,11 @@ func (f *scramFlag) Set(v string) error {
 	c, err := auth.NewScramCredential(kv["name"], mech, kv["password"], iters)
 	if err != nil {
 		return err
+	}
+	for _, have := range *f {
+		if have.User == c.User && have.Mechanism == c.Mechanism {
+			return nil // given with a higher precedence already
+		}
 	}
 	*f = append(*f, c)
 	return nil

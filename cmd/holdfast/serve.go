@@ -46,6 +46,9 @@ type serveConfig struct {
 	maxMsg, maxReq, maxConns, imbalancePct                                int
 	maxConnsPerIP, maxConnRate                                            int
 	maxConnsPerIPOverrides                                                string
+	saslMaxReceive                                                        int
+	preAuthQueued                                                         int64
+	authTimeout                                                           time.Duration
 	groupMaxSize, offsetMetaMax, indexInterval                            int
 	cgMaxSize                                                             int
 	cgSession, cgHeartbeat                                                time.Duration
@@ -119,6 +122,9 @@ func (c *serveConfig) register(s *settings) {
 	s.String(&c.maxConnsPerIPOverrides, "max-connections-per-ip-overrides", "", "per-address limits, host:count,... (host names resolved at start)", kafka("max.connections.per.ip.overrides"))
 	s.Int64(&c.maxQueued, "max-queued-bytes", lim.MaxQueuedBytes, "request bytes held in memory across all connections", kafka("queued.max.request.bytes"))
 	s.Duration(&c.idle, "idle-timeout", lim.IdleTimeout, "close connections idle this long", kafkaDuration("connections.max.idle.ms", ms))
+	s.Int(&c.saslMaxReceive, "sasl-max-receive-size", int(lim.MaxPreAuthBytes), "SASL listeners: largest frame a client may send before it has authenticated (and while it re-authenticates); a larger one closes the connection unread", kafka("sasl.server.max.receive.size"))
+	s.Int64(&c.preAuthQueued, "preauth-queued-bytes", lim.MaxPreAuthQueuedBytes, "SASL listeners: request bytes held in memory for connections that have not authenticated, all together (apart from --max-queued-bytes, which they never use)")
+	s.Duration(&c.authTimeout, "sasl-authentication-timeout", lim.AuthTimeout, "SASL listeners: close a connection not authenticated this long after it was accepted (TLS handshake included; Kafka has no such bound)")
 	s.Duration(&c.groupInitialDelay, "group-initial-rebalance-delay", def.Groups.InitialRebalanceDelay, "how long a new group waits for more members before its first rebalance", kafkaDuration("group.initial.rebalance.delay.ms", ms))
 	s.Duration(&c.groupMinSession, "group-min-session-timeout", def.Groups.MinSessionTimeout, "shortest session timeout a consumer may ask for", kafkaDuration("group.min.session.timeout.ms", ms))
 	s.Duration(&c.groupMaxSession, "group-max-session-timeout", def.Groups.MaxSessionTimeout, "longest session timeout a consumer may ask for", kafkaDuration("group.max.session.timeout.ms", ms))
@@ -392,6 +398,15 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	}
 	lim.MaxQueuedBytes = c.maxQueued
 	lim.IdleTimeout = c.idle
+	switch {
+	case c.saslMaxReceive <= 0 || c.saslMaxReceive > c.maxReq:
+		return cfg, lim, nil, fmt.Errorf("--sasl-max-receive-size (sasl.server.max.receive.size) %d: want 1..--max-request-bytes (%d)", c.saslMaxReceive, c.maxReq)
+	case c.preAuthQueued < int64(c.saslMaxReceive):
+		return cfg, lim, nil, fmt.Errorf("--preauth-queued-bytes %d: must hold at least one frame of --sasl-max-receive-size (%d)", c.preAuthQueued, c.saslMaxReceive)
+	case c.authTimeout <= 0:
+		return cfg, lim, nil, fmt.Errorf("--sasl-authentication-timeout %v: must be positive", c.authTimeout)
+	}
+	lim.MaxPreAuthBytes, lim.MaxPreAuthQueuedBytes, lim.AuthTimeout = int32(c.saslMaxReceive), c.preAuthQueued, c.authTimeout
 
 	// Listeners and security last: they load certificates.
 	raftAddr := c.raftListen

@@ -46,7 +46,16 @@ type setting struct {
 	flag   string
 	kafka  []kafkaName
 	secret bool // values are never repeated in errors
+	// repeatable: each value adds to the others (its flag type's Set
+	// appends), from every source: the command line, --override, the
+	// environment and the file add up instead of the first hiding the
+	// rest (a broker given one more --add-scram user on the command line
+	// kept the file's admin).
+	repeatable bool
 }
+
+// appender is a flag type whose Set adds a value to the ones it has.
+type appender interface{ appends() }
 
 // kafkaName is a Kafka broker config name for a setting and how a Kafka
 // value is turned into the flag's syntax (nil: taken as it is).
@@ -124,12 +133,15 @@ func (s *settings) Passthrough(match func(name string) bool, into map[string]str
 }
 
 // Secret registers a setting of a custom flag type whose values hold
-// passwords: errors never repeat them. A repeatable one (its Set appends)
-// takes every line of the file that names it.
+// passwords: errors never repeat them. A repeatable one (an appender)
+// takes every value given anywhere: flags, --override, its environment
+// variable and every line of the file that names it.
 func (s *settings) Secret(v pflag.Value, flag, help string, names ...kafkaName) {
 	s.fs.Var(v, flag, "")
 	s.add(flag, help, names)
-	s.all[len(s.all)-1].secret = true
+	st := s.all[len(s.all)-1]
+	st.secret = true
+	_, st.repeatable = v.(appender)
 }
 
 // set sets a flag; the error of a secret one does not repeat its value.
@@ -214,6 +226,8 @@ func (s *settings) load(configPath string, overrides []string) (unsupported []st
 				unsupported = append(unsupported, k)
 			}
 			return nil
+		case s.byFlag(flag).repeatable:
+			// Adds to what the command line and the environment gave.
 		case override && set[flag]:
 			return fmt.Errorf("%s: %s sets --%s, which the command line sets too", where, k, flag)
 		case !override && set[flag]:
@@ -234,7 +248,7 @@ func (s *settings) load(configPath string, overrides []string) (unsupported []st
 		}
 	}
 	for _, st := range s.all {
-		if s.fs.Changed(st.flag) {
+		if s.fs.Changed(st.flag) && !st.repeatable {
 			set[st.flag] = true
 			continue
 		}

@@ -272,3 +272,77 @@ func TestMaxConnectionsPerIPSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestPreAuthSettings: sasl.server.max.receive.size under Kafka's name, as
+// a flag and from the environment; the pre-authentication budget and
+// timeout by their flag names (in the file too); bad values refused.
+func TestPreAuthSettings(t *testing.T) {
+	limits := func(file string, args ...string) (wire.Limits, error) {
+		t.Helper()
+		sc, _, err := loadServe(t, file, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, lim, sec, err := sc.brokerConfig(nil)
+		if err == nil {
+			sec.close()
+		}
+		return lim, err
+	}
+	lim, err := limits("")
+	if err != nil || lim.MaxPreAuthBytes != 512<<10 || lim.MaxPreAuthQueuedBytes != 16<<20 || lim.AuthTimeout != 30*time.Second {
+		t.Fatalf("defaults: %d %d %v (%v)", lim.MaxPreAuthBytes, lim.MaxPreAuthQueuedBytes, lim.AuthTimeout, err)
+	}
+	lim, err = limits("sasl.server.max.receive.size=65536\npreauth-queued-bytes=1048576\nsasl-authentication-timeout=5s\n")
+	if err != nil || lim.MaxPreAuthBytes != 65536 || lim.MaxPreAuthQueuedBytes != 1<<20 || lim.AuthTimeout != 5*time.Second {
+		t.Fatalf("from the file: %d %d %v (%v)", lim.MaxPreAuthBytes, lim.MaxPreAuthQueuedBytes, lim.AuthTimeout, err)
+	}
+	if lim, err = limits("sasl.server.max.receive.size=65536\n", "--sasl-max-receive-size", "4096"); err != nil || lim.MaxPreAuthBytes != 4096 {
+		t.Fatalf("the flag over the file: %d (%v)", lim.MaxPreAuthBytes, err)
+	}
+	for file, msg := range map[string]string{
+		"sasl.server.max.receive.size=0\n":                                  "want 1..",
+		"sasl.server.max.receive.size=2000000\nmax-request-bytes=1000000\n": "want 1..",
+		"preauth-queued-bytes=1000\n":                                       "at least one frame",
+		"sasl-authentication-timeout=0s\n":                                  "must be positive",
+	} {
+		if _, err := limits(file); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%q: %v, want an error with %q", file, err, msg)
+		}
+	}
+	t.Setenv("HOLDFAST_SASL_MAX_RECEIVE_SIZE", "8192")
+	if lim, err = limits("sasl.server.max.receive.size=65536\n"); err != nil || lim.MaxPreAuthBytes != 8192 {
+		t.Fatalf("the environment over the file: %d (%v)", lim.MaxPreAuthBytes, err)
+	}
+}
+
+// TestAddScramAddsUp: --add-scram values from the command line,
+// --override, the environment and the file add up (a broker started with
+// one more user on the command line kept the file's admin only after
+// this); for the same user and mechanism the higher precedence wins.
+func TestAddScramAddsUp(t *testing.T) {
+	file := "add-scram=SCRAM-SHA-512=[name=admin,password=admin-secret]\nadd-scram=SCRAM-SHA-512=[name=bob,password=from-file]\n"
+	t.Setenv("HOLDFAST_ADD_SCRAM", "SCRAM-SHA-256=[name=carol,password=carol-secret]")
+	sc, _, err := loadServeOverrides(t, file, []string{"add-scram=SCRAM-SHA-512=[name=dave,password=dave-secret]"},
+		"--add-scram", "SCRAM-SHA-512=[name=alice,password=alice-secret]", "--add-scram", "SCRAM-SHA-512=[name=bob,password=from-flag]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sc.addScram.String(), "SCRAM-SHA-256=carol,SCRAM-SHA-512=admin,SCRAM-SHA-512=alice,SCRAM-SHA-512=bob,SCRAM-SHA-512=dave"; got != want {
+		t.Fatalf("users %s, want %s", got, want)
+	}
+	for _, c := range sc.addScram {
+		if c.User == "bob" && (!c.VerifyPassword("from-flag") || c.VerifyPassword("from-file")) {
+			t.Fatal("bob's password is the file's, not the command line's")
+		}
+	}
+	// The file alone, and the flag alone, as before.
+	t.Setenv("HOLDFAST_ADD_SCRAM", "")
+	os.Unsetenv("HOLDFAST_ADD_SCRAM")
+	if sc, _, err = loadServe(t, file); err != nil || sc.addScram.String() != "SCRAM-SHA-512=admin,SCRAM-SHA-512=bob" {
+		t.Fatalf("file only: %s (%v)", sc.addScram.String(), err)
+	}
+	if sc, _, err = loadServe(t, "", "--add-scram", "SCRAM-SHA-512=[name=alice,password=alice-secret]"); err != nil || sc.addScram.String() != "SCRAM-SHA-512=alice" {
+		t.Fatalf("flag only: %s (%v)", sc.addScram.String(), err)
+	}
+}

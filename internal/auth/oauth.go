@@ -35,7 +35,10 @@ type OAuthConfig struct {
 	// SubClaim is sasl.oauthbearer.sub.claim.name (default "sub"): the
 	// claim that names the principal.
 	SubClaim string
-	// ClockSkew is sasl.oauthbearer.clock.skew.seconds (default 30 s).
+	// ClockSkew is sasl.oauthbearer.clock.skew.seconds: how far the
+	// token issuer's clock may be off this node's, for exp, nbf and iat
+	// alike (a token is accepted until exp plus the skew, and its
+	// session lasts that long). 0: Kafka's default, 30 s; negative: none.
 	ClockSkew time.Duration
 	// AllowUnsecured accepts unsigned tokens ({"alg":"none"}), as Kafka's
 	// default validator does when no JWKS is configured; expiry and the
@@ -66,6 +69,7 @@ func NewOAuthValidator(cfg OAuthConfig) (*OAuthValidator, error) {
 	if cfg.ClockSkew == 0 {
 		cfg.ClockSkew = 30 * time.Second
 	}
+	cfg.ClockSkew = max(cfg.ClockSkew, 0)
 	if cfg.Refresh <= 0 {
 		cfg.Refresh = time.Hour
 	}
@@ -129,7 +133,11 @@ func (v *OAuthValidator) Close() {
 	}
 }
 
-// Validate checks a token and returns its principal name and expiry.
+// Validate checks a token and returns its principal name and expiry: the
+// token's exp plus the clock skew, the instant this node stops accepting
+// it. (Returning the bare exp made a token within the skew past its exp
+// pass the JWT checks and then fail as expired: the skew applied to nbf
+// and iat only.)
 func (v *OAuthValidator) Validate(token string) (string, time.Time, error) {
 	opts := []jwt.ParserOption{
 		jwt.WithExpirationRequired(),
@@ -163,7 +171,7 @@ func (v *OAuthValidator) Validate(token string) (string, time.Time, error) {
 	if err != nil || exp == nil {
 		return "", time.Time{}, fmt.Errorf("%w: no exp claim", ErrInvalidToken)
 	}
-	return sub, exp.Time, nil
+	return sub, exp.Time.Add(v.cfg.ClockSkew), nil
 }
 
 // parseUnsecured accepts only alg "none" tokens with an empty signature,

@@ -88,7 +88,8 @@ type Session interface {
 	// Principal is who authenticated, once done.
 	Principal() Principal
 	// Expiry is when the credential stops being valid (an OAUTHBEARER
-	// token's exp); zero if it does not expire.
+	// token's exp plus the allowed clock skew); zero if it does not
+	// expire.
 	Expiry() time.Time
 }
 

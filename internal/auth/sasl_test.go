@@ -169,7 +169,7 @@ func TestOAuthUnsecured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sess.Principal() != User("admin") || sess.Expiry().Unix() != exp {
+	if sess.Principal() != User("admin") || sess.Expiry().Unix() != exp+30 {
 		t.Errorf("principal %v expiry %v", sess.Principal(), sess.Expiry())
 	}
 	_, err = exchange(t, srv, oauth.Auth{Token: unsecuredToken(fmt.Sprintf(`{"sub":"admin","exp":%d}`, time.Now().Add(-time.Hour).Unix()))}.AsMechanism())
@@ -364,5 +364,68 @@ func TestSCRAMLibrdkafkaNonce(t *testing.T) {
 		if err != nil || !done {
 			t.Fatalf("double nonce %v: %v", double, err)
 		}
+	}
+}
+
+// TestOAuthClockSkewAppliesToExp: sasl.oauthbearer.clock.skew.seconds
+// covers exp as it does nbf and iat: a token 10 s past its exp is accepted
+// with the default 30 s skew and its session lasts until exp + 30 s (it
+// used to pass the JWT checks and then fail as expired); 40 s past it is
+// refused; with the skew set to none, 10 s past is refused too.
+func TestOAuthClockSkewAppliesToExp(t *testing.T) {
+	now := time.Now()
+	token := func(exp time.Time) sasl.Mechanism {
+		return oauth.Auth{Token: unsecuredToken(fmt.Sprintf(`{"sub":"svc","exp":%d}`, exp.Unix()))}.AsMechanism()
+	}
+	for _, c := range []struct {
+		name string
+		skew time.Duration
+		exp  time.Time
+		ok   bool
+	}{
+		{"10s late, default skew", 0, now.Add(-10 * time.Second), true},
+		{"40s late, default skew", 0, now.Add(-40 * time.Second), false},
+		{"10s late, 60s skew", time.Minute, now.Add(-10 * time.Second), true},
+		{"10s late, no skew", -1, now.Add(-10 * time.Second), false},
+		{"nbf 10s ahead, default skew", 0, time.Time{}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v, err := NewOAuthValidator(OAuthConfig{AllowUnsecured: true, ClockSkew: c.skew})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv, err := NewSASLServer(SASLConfig{Mechanisms: []string{MechOAuthBearer}, OAuth: v})
+			if err != nil {
+				t.Fatal(err)
+			}
+			mech := token(c.exp)
+			if c.exp.IsZero() {
+				mech = oauth.Auth{Token: unsecuredToken(fmt.Sprintf(`{"sub":"svc","exp":%d,"nbf":%d}`, now.Add(time.Hour).Unix(), now.Add(10*time.Second).Unix()))}.AsMechanism()
+			}
+			sess, err := exchange(t, srv, mech)
+			if !c.ok {
+				if err == nil {
+					t.Fatalf("accepted, session until %v", sess.Expiry())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The session must outlive now: the wire layer refuses a
+			// credential whose expiry has passed.
+			if !sess.Expiry().After(time.Now()) {
+				t.Fatalf("session expiry %v is already past", sess.Expiry())
+			}
+			if !c.exp.IsZero() {
+				skew := c.skew
+				if skew == 0 {
+					skew = 30 * time.Second
+				}
+				if want := c.exp.Unix() + int64(skew/time.Second); sess.Expiry().Unix() != want {
+					t.Fatalf("session expiry %d, want exp + skew = %d", sess.Expiry().Unix(), want)
+				}
+			}
+		})
 	}
 }

@@ -68,6 +68,14 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) prometheus.Gathere
 	// Kafka's socket-server-metrics failed-/successful-authentication-total.
 	counter("holdfast_failed_authentication_total", "TLS handshakes and SASL exchanges that failed (bad credentials, certificates, expired tokens).", st.AuthFailures.Load)
 	counter("holdfast_successful_authentication_total", "SASL authentications that succeeded (re-authentications not counted).", st.AuthSuccesses.Load)
+	counter("holdfast_preauth_frames_refused_total", "SASL listeners' connections closed for a frame above sasl.server.max.receive.size before (or while re-)authenticating, unread (Kafka: InvalidReceiveException).", st.PreAuthRefused.Load)
+	counter("holdfast_preauth_timeouts_total", "SASL listeners' connections closed for not authenticating within --sasl-authentication-timeout.", st.AuthTimeouts.Load)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "holdfast_request_memory_pool_used_bytes",
+		Help: "Request bytes held now of queued.max.request.bytes, by authenticated connections (Kafka: SocketServer MemoryPoolUsed)."},
+		func() float64 { return float64(srv.MemoryPool().Used) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "holdfast_preauth_memory_pool_used_bytes",
+		Help: "Request bytes held now of --preauth-queued-bytes, by SASL listeners' connections that have not authenticated."},
+		func() float64 { return float64(srv.MemoryPool().PreAuthUsed) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "holdfast_connections_open", Help: "Open client connections."},
 		func() float64 { return float64(st.Open.Load()) }))
 	counter("holdfast_isr_shrinks_total", "Times the in-sync replica set of a partition this node leads got smaller (Kafka: ReplicaManager IsrShrinksPerSec; sampled every second).",

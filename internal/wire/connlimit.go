@@ -98,8 +98,15 @@ type refusalLog struct {
 // logRefusal logs a refusal of ip's connection, at most once per address
 // and kind per refusalLogEvery. Called with s.mu held.
 func (s *Server) logRefusal(ip netip.Addr, kind string, args ...any) {
+	s.logLimited(ip, "connection refused: "+kind, args...)
+}
+
+// logLimited logs msg about ip's connection at most once per address and
+// msg per refusalLogEvery, with the count of the ones not logged since.
+// Called with s.mu held.
+func (s *Server) logLimited(ip netip.Addr, msg string, args ...any) {
 	now := time.Now()
-	k := refusalKey{ip, kind}
+	k := refusalKey{ip, msg}
 	r, ok := s.refusals[k]
 	if ok && now.Sub(r.last) < refusalLogEvery {
 		r.missed++
@@ -116,7 +123,7 @@ func (s *Server) logRefusal(ip netip.Addr, kind string, args ...any) {
 	if len(s.refusals) < 10000 {
 		s.refusals[k] = refusalLog{last: now}
 	}
-	s.log.Warn("connection refused: "+kind, append([]any{"ip", ip.String(), "refused_since_last_logged", r.missed}, args...)...)
+	s.log.Warn(msg, append([]any{"ip", ip.String(), "refused_since_last_logged", r.missed}, args...)...)
 }
 
 // hold keeps a throttled connection open, unread, for d, then closes it;

@@ -257,6 +257,9 @@ func (c *serverConn) saslStep(token []byte, version int16, raw bool) (out []byte
 		c.s.log.Debug("SASL authenticated", "peer", c.info.Remote.String(), "listener", c.listener.Name, "mechanism", a.mech, "principal", p.String())
 	}
 	a.authed, a.principal = true, p
+	if !c.authenticated.Swap(true) && c.authTimer != nil {
+		c.authTimer.Stop()
+	}
 	a.reauthOK = !raw && version >= 1
 	a.expires = time.Time{}
 	if c.listener.ReauthAfter > 0 {

@@ -373,8 +373,13 @@ func (l *pipeListener) Close() error {
 func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
 
 // FuzzSASLConn feeds arbitrary frames to a SASL listener's connection: no
-// input may panic the server, and no request may reach the handler from an
-// unauthenticated client (the only credentials are bob's PLAIN password).
+// input may panic the server, no request may reach the handler from an
+// unauthenticated client (the only credentials are bob's PLAIN password),
+// an unauthenticated client's frames never take from the shared request
+// budget nor more than their own, and every byte of either budget is
+// given back when the connection ends. The limits are small (4 KiB frames
+// before authentication) so short inputs reach them; more seeds are in
+// testdata/fuzz/FuzzSASLConn.
 //
 //	go test ./internal/wire -run X -fuzz FuzzSASLConn
 func FuzzSASLConn(f *testing.F) {
@@ -405,7 +410,8 @@ func FuzzSASLConn(f *testing.F) {
 	f.Add(cat(frame(kmsg.NewPtrApiVersionsRequest(), 3, 0), hs("PLAIN", 1), hs("PLAIN", 1), md))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		h := &principalHandler{}
-		s := NewServer(h, Limits{ReadTimeout: time.Second, IdleTimeout: time.Second}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		lim := Limits{ReadTimeout: time.Second, IdleTimeout: time.Second, MaxPreAuthBytes: 4096, MaxPreAuthQueuedBytes: 8192}
+		s := NewServer(h, lim, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		ss, err := auth.NewSASLServer(auth.SASLConfig{Mechanisms: []string{auth.MechPlain, auth.MechScramSHA512}, Scram: creds{}, PlainUsers: map[string]string{"bob": "bob-secret"}})
 		if err != nil {
 			t.Fatal(err)
@@ -428,6 +434,13 @@ func FuzzSASLConn(f *testing.F) {
 		}
 		if len(h.seen) > 0 && !bytes.Contains(in, []byte("bob-secret")) {
 			t.Fatal("served without the password")
+		}
+		m := s.MemoryPool()
+		if m.Used != 0 || m.PreAuthUsed != 0 {
+			t.Fatalf("budget not given back: %+v", m)
+		}
+		if m.PreAuthPeak > m.PreAuthSize || m.UsedPeak > 0 && !bytes.Contains(in, []byte("bob-secret")) {
+			t.Fatalf("an unauthenticated client's frames took from the shared budget, or more than their own: %+v", m)
 		}
 	})
 }

@@ -56,8 +56,24 @@ type Limits struct {
 	MaxInFlight               int           // requests decoded but not yet answered, per connection
 	MaxQueuedBytes            int64         // queued.max.request.bytes: request bytes held across all connections
 	IdleTimeout               time.Duration // connections.max.idle.ms: no request for this long closes the connection
-	ReadTimeout               time.Duration // a started frame must arrive completely within this
-	WriteTimeout              time.Duration // a response must be written within this
+	// MaxPreAuthBytes is sasl.server.max.receive.size: on a SASL
+	// listener, before the client has authenticated and during a
+	// re-authentication, a frame announcing more than this closes the
+	// connection from its 4-byte size alone (Kafka's
+	// InvalidReceiveException), nothing of it read or allocated.
+	MaxPreAuthBytes int32
+	// MaxPreAuthQueuedBytes is what the frames of unauthenticated
+	// connections may hold, all together: a budget of their own, apart
+	// from MaxQueuedBytes, so no number of them delays an authenticated
+	// client (preauth.go).
+	MaxPreAuthQueuedBytes int64
+	// AuthTimeout: a SASL listener's connection that has not
+	// authenticated this long after it was accepted is closed (TLS
+	// handshake included). Kafka has no such bound; without one a
+	// connection that never authenticates lasts until IdleTimeout.
+	AuthTimeout  time.Duration
+	ReadTimeout  time.Duration // a started frame must arrive completely within this
+	WriteTimeout time.Duration // a response must be written within this
 }
 
 // DefaultLimits are Kafka's defaults where Kafka has one, and bounds that keep
@@ -72,8 +88,12 @@ func DefaultLimits() Limits {
 		MaxInFlight:         64,
 		MaxQueuedBytes:      256 << 20,
 		IdleTimeout:         10 * time.Minute,
-		ReadTimeout:         30 * time.Second,
-		WriteTimeout:        30 * time.Second,
+		// Kafka's sasl.server.max.receive.size default.
+		MaxPreAuthBytes:       512 << 10,
+		MaxPreAuthQueuedBytes: 16 << 20,
+		AuthTimeout:           30 * time.Second,
+		ReadTimeout:           30 * time.Second,
+		WriteTimeout:          30 * time.Second,
 	}
 }
 
@@ -178,6 +198,11 @@ type Stats struct {
 	// Panics counts handlers that panicked: each closed its connection,
 	// nothing else.
 	Panics atomic.Int64
+	// PreAuthRefused counts connections closed for a frame above
+	// sasl.server.max.receive.size before (or while re-)authenticating;
+	// AuthTimeouts those closed for not authenticating within
+	// AuthTimeout (preauth.go).
+	PreAuthRefused, AuthTimeouts atomic.Int64
 }
 
 // Server accepts Kafka connections.
@@ -186,6 +211,9 @@ type Server struct {
 	limits Limits
 	log    *slog.Logger
 	budget *budget
+	// preauth is the budget of unauthenticated connections' frames
+	// (MaxPreAuthQueuedBytes, preauth.go).
+	preauth *budget
 
 	Stats Stats
 	// OnReply, if set before Serve, is told of each answered request: the
@@ -240,13 +268,28 @@ func NewServer(h Handler, limits Limits, log *slog.Logger) *Server {
 	if limits.IdleTimeout <= 0 {
 		limits.IdleTimeout = def.IdleTimeout
 	}
+	if limits.MaxPreAuthBytes <= 0 {
+		limits.MaxPreAuthBytes = def.MaxPreAuthBytes
+	}
+	if limits.MaxPreAuthBytes > limits.MaxRequestBytes {
+		limits.MaxPreAuthBytes = limits.MaxRequestBytes
+	}
+	if limits.MaxPreAuthQueuedBytes <= 0 {
+		limits.MaxPreAuthQueuedBytes = def.MaxPreAuthQueuedBytes
+	}
+	if limits.MaxPreAuthQueuedBytes < int64(limits.MaxPreAuthBytes) {
+		limits.MaxPreAuthQueuedBytes = int64(limits.MaxPreAuthBytes)
+	}
+	if limits.AuthTimeout <= 0 {
+		limits.AuthTimeout = def.AuthTimeout
+	}
 	if limits.ReadTimeout <= 0 {
 		limits.ReadTimeout = def.ReadTimeout
 	}
 	if limits.WriteTimeout <= 0 {
 		limits.WriteTimeout = def.WriteTimeout
 	}
-	s := &Server{h: h, limits: limits, log: log, budget: newBudget(limits.MaxQueuedBytes), conns: map[*serverConn]struct{}{},
+	s := &Server{h: h, limits: limits, log: log, budget: newBudget(limits.MaxQueuedBytes), preauth: newBudget(limits.MaxPreAuthQueuedBytes), conns: map[*serverConn]struct{}{},
 		perIP: map[netip.Addr]int{}, refusals: map[refusalKey]refusalLog{}, held: map[net.Conn]*time.Timer{}}
 	if r := limits.MaxConnectionCreationRate; r > 0 && r < UnlimitedPerIP {
 		s.creation = rate.NewLimiter(rate.Limit(r), r)
@@ -370,6 +413,9 @@ func (s *Server) accept(nc net.Conn, l *Listener) {
 		auth:     authState{principal: auth.Anonymous, authed: !l.Protocol.UsesSASL()},
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	if !c.auth.authed {
+		c.authTimer = time.AfterFunc(s.limits.AuthTimeout, c.authTimedOut)
+	}
 	s.conns[c] = struct{}{}
 	s.wg.Add(2)
 	s.mu.Unlock()
@@ -402,10 +448,11 @@ func (s *Server) Close() error {
 }
 
 type pending struct {
-	req   *Request
-	reply Reply
-	size  int64 // bytes held in the budget until the reply is written
-	start time.Time
+	req    *Request
+	reply  Reply
+	budget *budget // the budget size is held in: the shared one, or the pre-authentication one
+	size   int64   // bytes held in the budget until the reply is written
+	start  time.Time
 	// raw is a bare SASL token to send (after SaslHandshake v0) instead
 	// of a response; closeAfter closes the connection once written.
 	raw        []byte
@@ -425,20 +472,36 @@ type serverConn struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	once     sync.Once
+	// authTimer closes a SASL listener's connection that has not
+	// authenticated within AuthTimeout; authenticated stops it (the
+	// timer's goroutine reads it, the reader sets it once).
+	authTimer     *time.Timer
+	authenticated atomic.Bool
 }
 
 func (c *serverConn) close() {
 	c.once.Do(func() {
 		c.cancel()
 		c.nc.Close()
+		if c.authTimer != nil {
+			c.authTimer.Stop()
+		}
 	})
 }
 
 // drop closes the connection because of what the peer sent. It is logged once
-// per connection (the connection is gone after it).
+// per connection (the connection is gone after it); before authentication
+// at most once a minute per client address and reason (anyone can send
+// bad frames as fast as they can connect).
 func (c *serverConn) drop(reason string, args ...any) {
 	c.s.Stats.BadFrames.Add(1)
-	c.s.log.Warn("closing connection: "+reason, append([]any{"peer", c.info.Remote.String()}, args...)...)
+	if !c.auth.authed {
+		c.s.mu.Lock()
+		c.s.logLimited(c.ip, "closing unauthenticated connection: "+reason, append([]any{"peer", c.info.Remote.String(), "listener", c.listener.Name}, args...)...)
+		c.s.mu.Unlock()
+	} else {
+		c.s.log.Warn("closing connection: "+reason, append([]any{"peer", c.info.Remote.String()}, args...)...)
+	}
 	c.close()
 }
 
@@ -462,9 +525,14 @@ func (c *serverConn) readLoop() {
 			return
 		}
 		size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
+		b, preAuth := c.frameBudget()
+		if preAuth && size > c.s.limits.MaxPreAuthBytes {
+			c.refusePreAuth(size)
+			return
+		}
 		if c.auth.raw {
 			// After SaslHandshake v0: a bare SASL token, not a request.
-			if !c.rawToken(size) {
+			if !c.rawToken(size, b) {
 				return
 			}
 			continue
@@ -475,7 +543,7 @@ func (c *serverConn) readLoop() {
 			return
 		}
 		c.nc.SetReadDeadline(time.Now().Add(c.s.limits.ReadTimeout))
-		buf, err := c.readFrame(int(size))
+		buf, err := c.readFrame(int(size), b, preAuth)
 		if err != nil {
 			if c.ctx.Err() == nil {
 				c.drop("truncated frame", "size", size, "err", err)
@@ -485,7 +553,7 @@ func (c *serverConn) readLoop() {
 		c.s.Stats.BytesIn.Add(int64(size) + 4)
 		req, err := c.decode(buf)
 		if err != nil {
-			c.s.budget.release(int64(size))
+			b.release(int64(size))
 			c.drop("undecodable request", "err", err)
 			return
 		}
@@ -497,12 +565,12 @@ func (c *serverConn) readLoop() {
 			case <-t.C:
 			case <-c.ctx.Done():
 				t.Stop()
-				c.s.budget.release(int64(size))
+				b.release(int64(size))
 				return
 			}
 		}
 		if reason := c.admit(req.Key); reason != "" {
-			c.s.budget.release(int64(size))
+			b.release(int64(size))
 			c.drop("unexpected request: " + reason)
 			return
 		}
@@ -525,14 +593,14 @@ func (c *serverConn) readLoop() {
 			reply = Respond(resp)
 		default:
 			if reply = c.handle(req); reply == nil {
-				c.s.budget.release(int64(size))
+				b.release(int64(size))
 				return // it panicked: the connection is closed
 			}
 		}
 		select {
-		case c.pending <- pending{req: req, reply: reply, size: int64(size), start: start, closeAfter: closeAfter}:
+		case c.pending <- pending{req: req, reply: reply, budget: b, size: int64(size), start: start, closeAfter: closeAfter}:
 		case <-c.ctx.Done():
-			c.s.budget.release(int64(size))
+			b.release(int64(size))
 			return
 		}
 		if closeAfter {
@@ -543,14 +611,14 @@ func (c *serverConn) readLoop() {
 
 // rawToken reads and answers one bare SASL token (SaslHandshake v0's
 // framing: a size and the token, both ways). false: stop reading.
-func (c *serverConn) rawToken(size int32) bool {
+func (c *serverConn) rawToken(size int32, b *budget) bool {
 	const maxToken = 64 << 10
 	if size < 0 || size > maxToken {
 		c.drop("bad SASL token size", "size", size)
 		return false
 	}
 	c.nc.SetReadDeadline(time.Now().Add(c.s.limits.ReadTimeout))
-	buf, err := c.readFrame(int(size))
+	buf, err := c.readFrame(int(size), b, b == c.s.preauth)
 	if err != nil {
 		if c.ctx.Err() == nil {
 			c.drop("truncated SASL token", "size", size, "err", err)
@@ -561,7 +629,7 @@ func (c *serverConn) rawToken(size int32) bool {
 	out, code, _, _, fatal := c.saslStep(buf, 0, true)
 	if code != 0 || fatal {
 		// v0 has no way to say why: Kafka closes the connection.
-		c.s.budget.release(int64(size))
+		b.release(int64(size))
 		c.close()
 		return false
 	}
@@ -569,10 +637,10 @@ func (c *serverConn) rawToken(size int32) bool {
 		c.auth.raw = false // done
 	}
 	select {
-	case c.pending <- pending{req: &Request{Key: -1}, size: int64(size), start: time.Now(), raw: append([]byte{}, out...)}:
+	case c.pending <- pending{req: &Request{Key: -1}, budget: b, size: int64(size), start: time.Now(), raw: append([]byte{}, out...)}:
 		return true
 	case <-c.ctx.Done():
-		c.s.budget.release(int64(size))
+		b.release(int64(size))
 		return false
 	}
 }
@@ -580,13 +648,18 @@ func (c *serverConn) rawToken(size int32) bool {
 // frameChunk is how much of a frame is reserved and read at a time.
 const frameChunk = 64 << 10
 
-// readFrame reads a frame body of size bytes, taking memory from the shared
-// budget as the bytes arrive rather than for the announced size up front:
-// a client that announces a large frame and stalls holds at most one chunk
-// (until ReadTimeout), so stalled clients cannot starve the others. On
-// error nothing stays reserved; on success size bytes are, until the reply
-// is written.
-func (c *serverConn) readFrame(size int) ([]byte, error) {
+// readFrame reads a frame body of size bytes into memory taken from b,
+// reserved as the bytes arrive rather than for the announced size up
+// front: a client that announces a large frame and stalls holds at most
+// one chunk (until ReadTimeout), so stalled clients cannot starve the
+// others. On error nothing stays reserved; on success size bytes are,
+// until the reply is written.
+//
+// A pre-authentication frame (preAuth) takes no buffer before its budget:
+// its buffer grows with what it reserved (at most twice that), so the
+// memory of unauthenticated connections stays within about twice
+// MaxPreAuthQueuedBytes however many announce a frame and stall.
+func (c *serverConn) readFrame(size int, b *budget, preAuth bool) ([]byte, error) {
 	// Up to frameUpfront the whole frame's buffer comes at once from the
 	// pool (frames.go): no doubling, no copy, no zeroing. A larger frame
 	// also takes a whole buffer if the pool has a free one of its size:
@@ -595,14 +668,20 @@ func (c *serverConn) readFrame(size int) ([]byte, error) {
 	// client that announces a huge frame and stalls holds little memory.
 	// (Frames of a few MiB are the common case under a saturated producer:
 	// a 1 MiB batch per partition; doubling copied each one about once.)
-	buf, ok := pooledFrame(size)
-	if !ok {
-		buf = getFrame(min(size, frameUpfront))
+	var buf []byte
+	if !preAuth {
+		var ok bool
+		if buf, ok = pooledFrame(size); !ok {
+			buf = getFrame(min(size, frameUpfront))
+		}
 	}
 	for len(buf) < size {
 		n := min(size-len(buf), frameChunk)
-		if !c.s.budget.acquire(c.ctx, int64(n)) {
-			c.s.budget.release(int64(len(buf)))
+		if !b.acquire(c.ctx, int64(n)) {
+			b.release(int64(len(buf)))
+			if buf != nil {
+				putFrame(buf)
+			}
 			return nil, c.ctx.Err()
 		}
 		if len(buf)+n > cap(buf) {
@@ -610,15 +689,21 @@ func (c *serverConn) readFrame(size int) ([]byte, error) {
 			// then costs a few buffers and one frame's worth of copying,
 			// not a dozen (growing by chunks was a quarter of the
 			// broker's CPU under a 1 KiB-record load).
-			framesGrown.Add(1)
-			grown := getFrame(min(size, max(2*cap(buf), 4*frameChunk)))[:len(buf)]
-			copy(grown, buf)
-			putFrame(buf)
+			want := max(2*cap(buf), 4*frameChunk)
+			if preAuth {
+				want = max(2*cap(buf), len(buf)+n)
+			}
+			grown := getFrame(min(size, want))[:len(buf)]
+			if buf != nil {
+				framesGrown.Add(1)
+				copy(grown, buf)
+				putFrame(buf)
+			}
 			buf = grown
 		}
 		buf = buf[:len(buf)+n]
 		if _, err := io.ReadFull(c.rd, buf[len(buf)-n:]); err != nil {
-			c.s.budget.release(int64(len(buf)))
+			b.release(int64(len(buf)))
 			return nil, err
 		}
 	}
@@ -734,7 +819,7 @@ func (c *serverConn) writeLoop() {
 	var out []byte
 	for p := range c.pending {
 		if p.raw != nil {
-			c.s.budget.release(p.size)
+			p.budget.release(p.size)
 			out = binary.BigEndian.AppendUint32(out[:0], uint32(len(p.raw)))
 			out = append(out, p.raw...)
 			c.nc.SetWriteDeadline(time.Now().Add(c.s.limits.WriteTimeout))
@@ -746,7 +831,7 @@ func (c *serverConn) writeLoop() {
 			continue
 		}
 		resp := c.run(p)
-		c.s.budget.release(p.size)
+		p.budget.release(p.size)
 		if resp == nil || c.ctx.Err() != nil {
 			if sp, ok := resp.(*Spliced); ok && sp.Release != nil {
 				sp.Release() // never written: let its files go
@@ -885,11 +970,13 @@ func skipTags(b []byte) ([]byte, error) {
 type budget struct {
 	mu    sync.Mutex
 	cond  *sync.Cond
+	size  int64
 	avail int64
+	peak  int64 // most ever held at once (tests, metrics)
 }
 
 func newBudget(n int64) *budget {
-	b := &budget{avail: n}
+	b := &budget{size: n, avail: n}
 	b.cond = sync.NewCond(&b.mu)
 	return b
 }
@@ -897,23 +984,22 @@ func newBudget(n int64) *budget {
 func (b *budget) acquire(ctx context.Context, n int64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.avail >= n {
-		b.avail -= n
-		return true
-	}
-	stop := context.AfterFunc(ctx, func() {
-		b.mu.Lock()
-		b.cond.Broadcast()
-		b.mu.Unlock()
-	})
-	defer stop()
-	for b.avail < n {
-		if ctx.Err() != nil {
-			return false
+	if b.avail < n {
+		stop := context.AfterFunc(ctx, func() {
+			b.mu.Lock()
+			b.cond.Broadcast()
+			b.mu.Unlock()
+		})
+		defer stop()
+		for b.avail < n {
+			if ctx.Err() != nil {
+				return false
+			}
+			b.cond.Wait()
 		}
-		b.cond.Wait()
 	}
 	b.avail -= n
+	b.peak = max(b.peak, b.size-b.avail)
 	return true
 }
 
@@ -922,4 +1008,11 @@ func (b *budget) release(n int64) {
 	b.avail += n
 	b.cond.Broadcast()
 	b.mu.Unlock()
+}
+
+// used is what the budget's holders hold now and the most they held at once.
+func (b *budget) used() (now, peak int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.size - b.avail, b.peak
 }
