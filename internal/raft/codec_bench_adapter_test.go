@@ -31,7 +31,7 @@ func (c *benchCodec) receive(r *bufio.Reader) []outMsg {
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		panic(err)
 	}
-	f, err := c.t.readFrame(r, int(binary.BigEndian.Uint32(hdr[:])))
+	f, err := c.t.readFrame(r, int(binary.BigEndian.Uint32(hdr[:])), nil)
 	if err != nil {
 		panic(err)
 	}
