@@ -50,8 +50,14 @@ type SecurityConfig struct {
 	// password of that listener's sasl.jaas.config).
 	NodeSASL *NodeSASL
 	// RaftTLS runs the Raft transport over mutual TLS with NodeTLS: only
-	// nodes with a certificate from the cluster's CA take part.
+	// nodes with a certificate from the cluster's CA take part, each
+	// speaking for the node its certificate names (RaftMapper).
 	RaftTLS bool
+	// RaftMapper maps a Raft peer's certificate to its principal
+	// (ssl.principal.mapping.rules of the RAFT listener): node N is
+	// User:node-N, or has the CN node-N (auth.PrincipalMapper.CertNode).
+	// nil: DEFAULT.
+	RaftMapper *auth.PrincipalMapper
 	// BootstrapScram are SCRAM users created when they do not exist yet
 	// (Kafka's kafka-storage format --add-scram): the first admin and
 	// the nodes' own users.
