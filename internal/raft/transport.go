@@ -738,8 +738,10 @@ func (t *tcpTransport) readFrame(r io.Reader, n int, admit func(*frame) error) (
 			f.msgs = nil
 		}
 	}()
+	// The header outside the budget: a connection not yet identified
+	// (that may never send it) holds none of the budget.
 	var hdr [frameHeader]byte
-	if err := fr.read(hdr[:]); err != nil {
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return f, err
 	}
 	if hdr[0] != frameVersion {

@@ -482,6 +482,18 @@ func TestTransportFrameLimits(t *testing.T) {
 	if _, err := big.Read(make([]byte, 1)); err == nil {
 		t.Fatal("a connection announcing an oversized frame stayed open")
 	}
+	// Peers that start a large frame and stall hold one chunk each;
+	// connections that announce one but never say who they are hold none.
+	ra := &recorder{}
+	a := plainTransport(t, 1, ra)
+	b.addPeer(1, a.addr())
+	start := binary.BigEndian.AppendUint32(nil, maxFrame)
+	start = append(start, frameVersion, 7)
+	start = append(start, make([]byte, 15)...)                            // cluster 7
+	start = binary.BigEndian.AppendUint64(start, 1)                       // from node 1
+	start = binary.BigEndian.AppendUint32(start, 1)                       // one message
+	start = binary.BigEndian.AppendUint64(start, 1)                       // group 1
+	start = binary.BigEndian.AppendUint32(start, maxFrame-frameHeader-12) // its size; none of it sent
 	stalled := make([]net.Conn, 8)
 	for i := range stalled {
 		c, err := net.Dial("tcp", b.addr())
@@ -489,18 +501,28 @@ func TestTransportFrameLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		c.Write(binary.BigEndian.AppendUint32(nil, maxFrame)) // announce 64 MiB, send nothing
+		c.Write(start)
 		stalled[i] = c
 	}
+	for range 8 {
+		c, err := net.Dial("tcp", b.addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write(binary.BigEndian.AppendUint32(nil, maxFrame)) // announce 64 MiB, send nothing
+	}
 	waitFor(t, "the stalled frames to take their chunk", func() bool { return len(b.budget) == len(stalled) })
+	waitFor(t, "the silent connections to wait for identification", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.unidentified == 8
+	})
 	if held := len(b.budget) * frameChunk; held > len(stalled)*frameChunk {
 		t.Fatalf("stalled peers hold %d bytes", held)
 	}
 	// A real peer still gets through.
-	ra := &recorder{}
-	a := plainTransport(t, 1, ra)
 	a.addPeer(2, b.addr())
-	b.addPeer(1, a.addr())
 	a.send(1, heartbeat(2, 1))
 	waitFor(t, "delivery beside stalled peers", func() bool { return rb.count() > 0 })
 }
