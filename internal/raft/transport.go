@@ -461,8 +461,12 @@ func (t *tcpTransport) dial(id uint64, addr string) (net.Conn, error) {
 		t.logger.Debug("raft: TLS dial failed", "addr", addr, "err", err)
 		return nil, err
 	}
-	certs := c.(*tls.Conn).ConnectionState().PeerCertificates
-	node, err := t.tls.NodeOf(certs[0])
+	var node uint64
+	if certs := c.(*tls.Conn).ConnectionState().PeerCertificates; len(certs) == 0 {
+		err = errors.New("no certificate")
+	} else {
+		node, err = t.tls.NodeOf(certs[0])
+	}
 	if err == nil && node != id {
 		err = fmt.Errorf("the certificate is node %d's", node)
 	}
@@ -555,7 +559,12 @@ func (t *tcpTransport) read(c net.Conn, host string) {
 			t.refuse(c, refusedHandshake, "raft: TLS handshake failed, closing connection (a node without the cluster's certificate?)", "err", err)
 			return
 		}
-		cert := tc.ConnectionState().PeerCertificates[0] // RequireAndVerifyClientCert: there is one
+		certs := tc.ConnectionState().PeerCertificates
+		if len(certs) == 0 { // a server config that does not require client certificates
+			t.refuse(c, refusedNotNode, "raft: a peer without a certificate, closing connection")
+			return
+		}
+		cert := certs[0]
 		node, err := t.tls.NodeOf(cert)
 		if err != nil {
 			t.refuse(c, refusedNotNode, "raft: a certificate that is not a node's, closing connection", "subject", cert.Subject.String(), "err", err)
