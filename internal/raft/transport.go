@@ -138,7 +138,7 @@ var refusalNames = [numRefusals]string{"tls_handshake", "not_a_node", "unknown_n
 	"wrong_address", "other_cluster", "bad_frame", "connection_limit", "wrong_server"}
 
 // RefusalReasons are the reasons TransportStats.RefusedBy counts.
-func RefusalReasons() []string { return refusalNames[:] }
+func RefusalReasons() []string { return slices.Clone(refusalNames[:]) }
 
 // refusedError is a frame the reader refuses, and why.
 type refusedError struct {
