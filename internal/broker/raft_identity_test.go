@@ -6,6 +6,8 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -18,6 +20,8 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"holdfast/internal/auth"
+	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
 	"holdfast/internal/cluster"
 	"holdfast/internal/datadir"
@@ -148,4 +152,30 @@ func metadataQuorum(t *testing.T, cl *kgo.Client) (leader, epoch int32) {
 		return last
 	})
 	return leader, epoch
+}
+
+// TestRaftTLSNeedsOwnCertificate: a node whose certificate names another
+// node, or none, refuses to start with Raft over TLS (its peers would
+// refuse every session of it) and says why.
+func TestRaftTLSNeedsOwnCertificate(t *testing.T) {
+	s := newSecureSetup(t)
+	for name, want := range map[string]string{
+		s.issue(t, "node-2", "127.0.0.1"): "names node 2, not this node (1)",
+		s.issue(t, "alice"):               "must name node 1",
+	} {
+		cfg := broker.DefaultConfig()
+		cfg.NodeID, cfg.DataDir = 1, t.TempDir()
+		cfg.Peers = map[int32]string{1: "127.0.0.1:0", 2: "127.0.0.1:1"}
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Security.NodeTLS = s.material(t, name, auth.ClientAuthRequired)
+		cfg.Security.RaftTLS = true
+		b, err := broker.New(cfg)
+		if err == nil {
+			b.Close()
+			t.Fatalf("%s: started", name)
+		}
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want it to say %q", name, err, want)
+		}
+	}
 }

@@ -111,6 +111,21 @@ func (b *Broker) checkSecurity() error {
 	if sc.RaftTLS && (sc.NodeTLS == nil || !sc.NodeTLS.HasKeystore() || !sc.NodeTLS.HasTruststore()) {
 		return fmt.Errorf("Raft over TLS needs this node's keystore and the cluster's truststore")
 	}
+	if sc.RaftTLS {
+		// The other nodes take this node's Raft session for the node its
+		// certificate names: say so now rather than be refused by all.
+		leaf := sc.NodeTLS.Leaf()
+		if leaf == nil {
+			return fmt.Errorf("Raft over TLS: this node's certificate does not parse")
+		}
+		node, err := sc.RaftMapper.CertNode(leaf)
+		if err != nil {
+			return fmt.Errorf("Raft over TLS: this node's certificate must name node %d (CN node-%d, or a principal node-%d through ssl.principal.mapping.rules): %w", b.cfg.NodeID, b.cfg.NodeID, b.cfg.NodeID, err)
+		}
+		if node != uint64(b.cfg.NodeID) {
+			return fmt.Errorf("Raft over TLS: this node's certificate %q names node %d, not this node (%d): each node needs its own certificate", leaf.Subject.String(), node, b.cfg.NodeID)
+		}
+	}
 	b.cfg.Security = sc
 	return nil
 }
