@@ -40,9 +40,11 @@ certificates, as PEM files:
   NAME.crt, NAME.key   the same apart: librdkafka's ssl.certificate.location, ssl.key.location
 
 Node certificates (node-1 ... node-N) carry --hosts as names and serve for
-server and client authentication; client certificates (--clients) for client
-authentication, with the name as CN. A convenience for development and
-tests, not a PKI (docs/security.md).`,
+server and client authentication; node N's certificate is node N's identity
+on the Raft transport (CN node-N). Client certificates (--clients) are for
+client authentication only, with the name as CN: the Raft transport never
+takes one for a node's, and a client may not be called node-N. A
+convenience for development and tests, not a PKI (docs/security.md).`,
 		Example: `  holdfast certs --dir certs --nodes 1 --hosts localhost,127.0.0.1 --clients alice
   holdfast certs --dir certs --nodes 0 --clients bob   # one more client, same CA`,
 		Args: noArgs,
@@ -71,6 +73,9 @@ func makeCerts(out io.Writer, dir string, nodes int, hosts, clients []string, va
 	for _, c := range clients {
 		if !certName.MatchString(c) || c == "ca" {
 			return usagef("--clients: %q: a name is letters, digits, '.', '_' and '-' (and not ca)", c)
+		}
+		if _, node := auth.NodeOfPrincipal(strings.ToLower(c)); node {
+			return usagef("--clients: %q is a node's name (node-N names node N on the Raft transport): name the client otherwise", c)
 		}
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {

@@ -6,7 +6,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/auth"
 	"holdfast/internal/brokertest"
 )
 
@@ -515,6 +518,23 @@ func TestCLISecurityCommands(t *testing.T) {
 		t.Fatalf("certs with an existing CA:\n%s", out)
 	}
 	fails(t, exitUsage, "--clients", "certs", "--dir", dir, "--clients", "../evil")
+	fails(t, exitUsage, "a node's name", "certs", "--dir", dir, "--clients", "node-3")
+	// Only the node certificates name a node on the Raft transport.
+	for name, want := range map[string]uint64{"node-1": 1, "node-2": 2, "alice": 0, "bob": 0} {
+		raw, err := os.ReadFile(filepath.Join(dir, name+".crt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		blk, _ := pem.Decode(raw)
+		cert, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rules *auth.PrincipalMapper
+		if node, err := rules.CertNode(cert); node != want || (want == 0) != (err != nil) {
+			t.Errorf("%s's certificate: node %d, %v; want node %d", name, node, err, want)
+		}
+	}
 	fails(t, exitUsage, "--days", "certs", "--dir", dir, "--days", "0")
 
 	// A --command-config that cannot be used is a usage error.

@@ -544,7 +544,12 @@ func (sec *serveSecurity) raftTransport(p props, protoMap map[string]wire.Securi
 		if sb.NodeTLS == nil {
 			sb.NodeTLS = m
 		}
-		sb.RaftTLS = true
+		rules, _ := p.listenerProp("RAFT", "ssl.principal.mapping.rules")
+		mapper, err := auth.ParseMappingRules(rules)
+		if err != nil {
+			return err
+		}
+		sb.RaftTLS, sb.RaftMapper = true, mapper
 	case wire.Plaintext, "":
 		if host, _, err := net.SplitHostPort(raftListen); err == nil && loopback(host) {
 			break

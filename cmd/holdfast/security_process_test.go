@@ -309,16 +309,17 @@ func TestSecurityDocCluster(t *testing.T) {
 	env := docEnv()
 	nolog := func() string { return "" }
 	mustSh(t, dir, env, docBlock(t, "secure-cluster-certs", nil), nolog)
-	client, raft := map[int]string{}, map[string]string{}
+	client, raft, metricsPort := map[int]string{}, map[string]string{}, map[int]string{}
 	for i := 1; i <= 3; i++ {
 		client[i] = strconv.Itoa(freePort(t))
+		metricsPort[i] = strconv.Itoa(freePort(t))
 		raft[fmt.Sprintf("localhost:929%d", i)] = "localhost:" + strconv.Itoa(freePort(t))
 	}
 	placeholder := regexp.MustCompile(`[0-9-]N\b|nodeN|id N\b`)
 	var logs []func() string
 	for i := 1; i <= 3; i++ {
 		n := strconv.Itoa(i)
-		props := strings.NewReplacer("909N", client[i], "919N", strconv.Itoa(freePort(t)), "939N", strconv.Itoa(freePort(t)),
+		props := strings.NewReplacer("909N", client[i], "919N", strconv.Itoa(freePort(t)), "939N", metricsPort[i],
 			"node-N", "node-"+n, "data-N", "data-"+n).Replace(docBlock(t, "secure-cluster-node", nil))
 		line := strings.NewReplacer("nodeN", "node"+n, "--node-id N", "--node-id "+n).Replace(strings.TrimSpace(docBlock(t, "secure-cluster-serve", raft)))
 		if placeholder.MatchString(props) || placeholder.MatchString(line) {
@@ -390,6 +391,7 @@ func TestSecurityDocCluster(t *testing.T) {
 	if l := all(); strings.Contains(l, "SECURITY:") {
 		t.Errorf("a cluster with every listener and Raft authenticated logged a security warning:\n%s", l)
 	}
+	raftForgeries(t, dir, func(n int) string { return raft[fmt.Sprintf("localhost:929%d", n)] }, client, metricsPort, logs)
 }
 
 // TestServeWarnsBeyondLoopback: listening on every interface without

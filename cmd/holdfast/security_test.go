@@ -76,6 +76,9 @@ func TestBuildSecurity(t *testing.T) {
 		{name: "cluster: TLS between nodes puts Raft on mTLS", listen: "INTERNAL://127.0.0.1:9094", cluster: true,
 			props: tlsProps + "listener.security.protocol.map=INTERNAL:SSL\nlistener.name.internal.ssl.client.auth=required\n",
 			want:  want{listeners: "INTERNAL=127.0.0.1:9094>127.0.0.1:9094", ib: "INTERNAL", raftTLS: true, warn: []string{"no authorizer is set"}}},
+		{name: "cluster: a Raft mapping rule that does not parse", listen: "INTERNAL://127.0.0.1:9094", cluster: true,
+			props: tlsProps + "listener.security.protocol.map=INTERNAL:SSL\nlistener.name.internal.ssl.client.auth=required\nlistener.name.raft.ssl.principal.mapping.rules=RULE:broken\n",
+			want:  want{err: "ssl.principal.mapping.rules"}},
 		{name: "cluster: Raft in the clear on loopback", listen: "localhost:9092", cluster: true,
 			want: want{listeners: "PLAINTEXT=localhost:9092>localhost:9092", ib: "PLAINTEXT"}},
 		{name: "cluster: Raft in the clear beyond loopback", listen: "localhost:9092", cluster: true, raft: "10.0.0.1:9300",
@@ -140,6 +143,9 @@ func TestBuildSecurity(t *testing.T) {
 			}
 			if got := strings.Join(sec.ignored, " "); got != tc.want.ignored {
 				t.Errorf("ignored %q, want %q", got, tc.want.ignored)
+			}
+			if sec.broker.RaftTLS && sec.broker.RaftMapper == nil {
+				t.Error("Raft over TLS without a mapping of certificates to nodes")
 			}
 			if sec.broker.RaftTLS != tc.want.raftTLS || (sec.broker.Authorizer != nil) != tc.want.authz {
 				t.Errorf("raft TLS %v, authorizer %v", sec.broker.RaftTLS, sec.broker.Authorizer != nil)

@@ -123,3 +123,63 @@ func (m *PrincipalMapper) CertPrincipal(cert *x509.Certificate) (Principal, erro
 	}
 	return User(name), nil
 }
+
+// NodePrincipalPrefix starts a node's principal name: node N is
+// User:node-N (what `holdfast certs` names its node certificates, and the
+// super users docs/security.md lists).
+const NodePrincipalPrefix = "node-"
+
+// CertNode returns the node a verified peer certificate belongs to, for
+// the Raft transport: a session with it speaks for that node only. The
+// certificate must be valid for server authentication (every node serves
+// its peers; a client-only certificate, such as `holdfast certs
+// --clients` issues, is never a node's), and name node N: its principal
+// after the mapping rules is User:node-N, or, if the rules give no node
+// name, its subject CN is node-N. m nil: DEFAULT.
+func (m *PrincipalMapper) CertNode(cert *x509.Certificate) (uint64, error) {
+	if !serverAuth(cert) {
+		return 0, fmt.Errorf("certificate %q is not valid for server authentication (a client certificate): not a node's", cert.Subject.String())
+	}
+	if m != nil {
+		if name, err := m.Map(cert.Subject.String()); err == nil {
+			if id, ok := NodeOfPrincipal(name); ok {
+				return id, nil
+			}
+		}
+	}
+	if id, ok := NodeOfPrincipal(cert.Subject.CommonName); ok {
+		return id, nil
+	}
+	return 0, fmt.Errorf("certificate %q names no node (want the principal or the CN node-<id>)", cert.Subject.String())
+}
+
+// NodeOfPrincipal parses a node principal's name, "node-N" with N a
+// positive decimal without leading zeros.
+func NodeOfPrincipal(name string) (uint64, bool) {
+	s, ok := strings.CutPrefix(name, NodePrincipalPrefix)
+	if !ok || s == "" || s[0] == '0' || len(s) > 10 {
+		return 0, false
+	}
+	var id uint64
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		id = id*10 + uint64(c-'0')
+	}
+	return id, id <= 1<<31-1
+}
+
+// serverAuth: no extended key usage (valid for anything), or one that
+// includes server authentication.
+func serverAuth(cert *x509.Certificate) bool {
+	if len(cert.ExtKeyUsage) == 0 && len(cert.UnknownExtKeyUsage) == 0 {
+		return true
+	}
+	for _, u := range cert.ExtKeyUsage {
+		if u == x509.ExtKeyUsageServerAuth || u == x509.ExtKeyUsageAny {
+			return true
+		}
+	}
+	return false
+}

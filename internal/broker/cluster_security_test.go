@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"strconv"
@@ -56,7 +57,10 @@ func startSecureCluster(t *testing.T, s *secureSetup, n int) ([]*brokertest.Node
 		c.Security.InterBrokerListener = "INTERNAL"
 		c.Security.Authorizer = auth.NewAuthorizer(supers, false)
 		c.Security.NodeTLS = mats[id]
-		c.Security.RaftTLS = true
+		c.Security.RaftTLS, c.Security.RaftMapper = true, mapper
+		if s.warnings != nil {
+			c.Logger = slog.New(slog.NewTextHandler(s.warnings, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", id)
+		}
 		c.Security.BootstrapScram = []auth.ScramCredential{admin}
 	})
 	for _, nd := range nodes {
@@ -94,9 +98,12 @@ func startSecureCluster(t *testing.T, s *secureSetup, n int) ([]*brokertest.Node
 // TestSecureCluster runs the ACL matrix across three nodes: users and ACLs
 // made on any node are committed to the metadata log and enforced by all;
 // a client cannot fence or register a broker; a node without the
-// cluster's certificate cannot reach Raft.
+// cluster's certificate cannot reach Raft, and a certificate of the
+// cluster's CA speaks Raft only for the node it names (raftForgeries).
 func TestSecureCluster(t *testing.T) {
 	s := newSecureSetup(t)
+	warnings := &lockedLog{}
+	s.warnings = warnings
 	nodes, peers := startSecureCluster(t, s, 3)
 	ctx := testCtx(t)
 	var seeds []string
@@ -227,6 +234,7 @@ func TestSecureCluster(t *testing.T) {
 	if _, err := net.DialTimeout("tcp", peers[1], time.Second); err != nil {
 		t.Fatal(err) // the port is there; only TLS with the cluster's CA gets further
 	}
+	raftForgeries(t, s, nodes, peers, adminCl, warnings)
 
 	// The cluster kept working throughout.
 	alice2, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.SASL(scramMech("alice", "alice-secret")), kgo.DefaultProduceTopic("A"))

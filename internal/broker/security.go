@@ -50,8 +50,14 @@ type SecurityConfig struct {
 	// password of that listener's sasl.jaas.config).
 	NodeSASL *NodeSASL
 	// RaftTLS runs the Raft transport over mutual TLS with NodeTLS: only
-	// nodes with a certificate from the cluster's CA take part.
+	// nodes with a certificate from the cluster's CA take part, each
+	// speaking for the node its certificate names (RaftMapper).
 	RaftTLS bool
+	// RaftMapper maps a Raft peer's certificate to its principal
+	// (ssl.principal.mapping.rules of the RAFT listener): node N is
+	// User:node-N, or has the CN node-N (auth.PrincipalMapper.CertNode).
+	// nil: DEFAULT.
+	RaftMapper *auth.PrincipalMapper
 	// BootstrapScram are SCRAM users created when they do not exist yet
 	// (Kafka's kafka-storage format --add-scram): the first admin and
 	// the nodes' own users.
@@ -104,6 +110,21 @@ func (b *Broker) checkSecurity() error {
 	}
 	if sc.RaftTLS && (sc.NodeTLS == nil || !sc.NodeTLS.HasKeystore() || !sc.NodeTLS.HasTruststore()) {
 		return fmt.Errorf("Raft over TLS needs this node's keystore and the cluster's truststore")
+	}
+	if sc.RaftTLS {
+		// The other nodes take this node's Raft session for the node its
+		// certificate names: say so now rather than be refused by all.
+		leaf := sc.NodeTLS.Leaf()
+		if leaf == nil {
+			return fmt.Errorf("Raft over TLS: this node's certificate does not parse")
+		}
+		node, err := sc.RaftMapper.CertNode(leaf)
+		if err != nil {
+			return fmt.Errorf("Raft over TLS: this node's certificate must name node %d (CN node-%d, or a principal node-%d through ssl.principal.mapping.rules): %w", b.cfg.NodeID, b.cfg.NodeID, b.cfg.NodeID, err)
+		}
+		if node != uint64(b.cfg.NodeID) {
+			return fmt.Errorf("Raft over TLS: this node's certificate %q names node %d, not this node (%d): each node needs its own certificate", leaf.Subject.String(), node, b.cfg.NodeID)
+		}
 	}
 	b.cfg.Security = sc
 	return nil

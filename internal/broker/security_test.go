@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -41,6 +42,9 @@ type secureSetup struct {
 	ca       auth.Cert
 	jwtKey   *ecdsa.PrivateKey
 	jwksPath string
+	// warnings, if set, gets the warnings of the nodes startSecureCluster
+	// starts.
+	warnings io.Writer
 }
 
 func newSecureSetup(t *testing.T) *secureSetup {

@@ -96,8 +96,9 @@ func (b *Broker) openCluster() error {
 	if sc.RaftTLS {
 		// Mutual TLS with this node's certificate: a node without one
 		// from the cluster's CA cannot take part (checkSecurity made sure
-		// both stores are there).
-		rtls = &raft.TransportTLS{Server: sc.NodeTLS.MutualServerConfig(), Client: sc.NodeTLS.ClientConfig}
+		// both stores are there), and a peer speaks only for the node its
+		// certificate names.
+		rtls = &raft.TransportTLS{Server: sc.NodeTLS.MutualServerConfig(), Client: sc.NodeTLS.ClientConfig, NodeOf: sc.RaftMapper.CertNode}
 	}
 	c := b.cfg
 	node, err := cluster.Open(cluster.Config{

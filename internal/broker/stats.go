@@ -321,6 +321,10 @@ type ReplicationStats struct {
 // that still tick, by role (raft.Host.Activity).
 func (b *Broker) RaftActivity() raft.Activity { return b.cluster.Host().Activity() }
 
+// RaftTransportStats reports the Raft transport's counters, refused
+// connections by reason among them.
+func (b *Broker) RaftTransportStats() raft.TransportStats { return b.cluster.Host().TransportStats() }
+
 // ReplicationStats reports this node's Raft groups.
 func (b *Broker) ReplicationStats() ReplicationStats {
 	out := ReplicationStats{Repairs: b.replicas.Repairs()}

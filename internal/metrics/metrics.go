@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/broker"
+	"holdfast/internal/raft"
 	"holdfast/internal/storage"
 	"holdfast/internal/wire"
 )
@@ -124,6 +125,12 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) prometheus.Gathere
 			Name: "holdfast_share_record_acknowledgements_total", Help: "Records share consumers acknowledged, by type (Kafka: ShareGroupMetrics RecordAcknowledgementsPerSec ackType).",
 			ConstLabels: prometheus.Labels{"ack_type": typ},
 		}, func() float64 { return float64(b.ShareStats().Acks[i]) }))
+	}
+	for _, reason := range raft.RefusalReasons() {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "holdfast_raft_refused_total", Help: "Raft peer connections closed by this node, by reason: a failed TLS handshake, a certificate that is not a peer node's, a frame speaking for another node or carrying another node's message, a bad frame, another cluster, a connection limit, or a dialed node with another node's certificate (each logged, once a minute per remote host and reason).",
+			ConstLabels: prometheus.Labels{"reason": reason},
+		}, func() float64 { return float64(b.RaftTransportStats().RefusedBy[reason]) }))
 	}
 	counter("holdfast_raft_replica_repairs_total", "Replicas whose storage failed, discarded and reopened to catch up from the others.",
 		func() int64 { return b.ReplicationStats().Repairs })

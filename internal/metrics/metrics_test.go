@@ -24,6 +24,7 @@ import (
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
 	"holdfast/internal/metrics"
+	"holdfast/internal/raft"
 	"holdfast/internal/wire"
 )
 
@@ -294,6 +295,11 @@ func TestGrafanaDashboard(t *testing.T) {
 		_, ok := g.value("holdfast_topic_bytes_in_total", map[string]string{"topic": "d"})
 		return ok
 	})
+	for _, reason := range raft.RefusalReasons() {
+		if v, ok := g.value("holdfast_raft_refused_total", map[string]string{"reason": reason}); !ok || v != 0 {
+			t.Errorf("holdfast_raft_refused_total{reason=%q}: %v %v, want 0", reason, v, ok)
+		}
+	}
 	exported := map[string]bool{}
 	for _, f := range g {
 		exported[f.GetName()] = true

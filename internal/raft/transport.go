@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
@@ -45,9 +46,24 @@ import (
 // large frames and stall cannot grow memory; a connection that sends
 // nothing for idleTimeout (peers send a heartbeat frame every tick) or
 // takes longer than frameTimeout to deliver a started frame is closed; at
-// most maxInboundConns peers connect at once. With TLS set, only peers
-// whose certificate the cluster's CA signed connect at all (mutual TLS,
-// both ways), and the TLS handshake must finish within handshakeTimeout.
+// most maxInboundConns peers connect at once.
+//
+// A connection speaks for one node. With TLS set, only peers whose
+// certificate the cluster's CA signed connect at all (mutual TLS, both
+// ways), and the certificate must name a node that is one of our peers
+// (TransportTLS.NodeOf): that node is the session's, and a frame whose
+// from is another node closes the connection. So a client's certificate
+// of the same CA gets no session, and a node's certificate cannot speak
+// for another node; a node we dial must present the certificate of the
+// node we meant. Without TLS there is no identity: the first frame names
+// the session's node, which must be a peer. Either way every message's
+// From is the frame's and its To is this node. Until a peer is
+// identified (the TLS handshake and its certificate, or the first
+// frame's header without TLS) it has handshakeTimeout and holds no
+// frame buffer; at most maxUnidentified connections (maxUnidentifiedPerHost
+// from one address) wait to be identified. Every refusal is counted by
+// reason (TransportStats.RefusedBy) and logged, once a minute per remote
+// host and reason.
 const (
 	frameVersion     = 2
 	maxFrame         = 64 << 20
@@ -59,6 +75,9 @@ const (
 	idleTimeout      = 30 * time.Second
 	frameTimeout     = 30 * time.Second
 	handshakeTimeout = 10 * time.Second
+	// connections not yet identified, in all and from one remote host
+	maxUnidentified        = 128
+	maxUnidentifiedPerHost = 16
 )
 
 // TransportTLS runs the transport over mutual TLS: Server is the listener's
@@ -67,6 +86,9 @@ const (
 type TransportTLS struct {
 	Server *tls.Config
 	Client func(addr string) *tls.Config
+	// NodeOf returns the node a verified peer certificate belongs to
+	// (auth.PrincipalMapper.CertNode), an error for one that is no node's.
+	NodeOf func(cert *x509.Certificate) (uint64, error)
 }
 
 // NodeIdentity is what a node tells its peers about itself.
@@ -87,10 +109,45 @@ type PeerIdentity struct {
 // TransportStats counts the transport's work.
 type TransportStats struct {
 	FramesSent, MessagesSent, Dropped, Reconnects int64
-	// Refused counts inbound connections closed for a failed TLS
-	// handshake, a bad frame or the connection limit.
-	Refused int64
+	// Refused counts connections closed for a failed TLS handshake, a
+	// certificate that is not a node's, a frame that speaks for another
+	// node, a bad frame or a connection limit; RefusedBy by reason
+	// (refusalNames).
+	Refused   int64
+	RefusedBy map[string]int64
 }
+
+// refusal is why the transport closed a connection.
+type refusal int
+
+const (
+	refusedHandshake     refusal = iota // TLS handshake failed (no certificate of the cluster's CA, ...)
+	refusedNotNode                      // a verified certificate that names no node (a client's)
+	refusedUnknownNode                  // a certificate or frame of a node that is not a peer (or is this node)
+	refusedImpersonation                // a frame whose from is not the session's node
+	refusedAddress                      // a message whose From is not the frame's, or whose To is not this node
+	refusedOtherCluster                 // a frame of another cluster
+	refusedBadFrame                     // malformed, oversized, of another version
+	refusedLimit                        // too many connections, or too many not yet identified
+	refusedWrongServer                  // a node we dialed presented another node's certificate
+	numRefusals
+)
+
+// refusalNames label the refusals (holdfast_raft_refused_total{reason}).
+var refusalNames = [numRefusals]string{"tls_handshake", "not_a_node", "unknown_node", "impersonation",
+	"wrong_address", "other_cluster", "bad_frame", "connection_limit", "wrong_server"}
+
+// RefusalReasons are the reasons TransportStats.RefusedBy counts.
+func RefusalReasons() []string { return slices.Clone(refusalNames[:]) }
+
+// refusedError is a frame the reader refuses, and why.
+type refusedError struct {
+	why  refusal
+	msg  string
+	args []any
+}
+
+func (e *refusedError) Error() string { return e.msg }
 
 type tcpTransport struct {
 	id        uint64
@@ -112,10 +169,15 @@ type tcpTransport struct {
 	wg     sync.WaitGroup
 
 	framesSent, msgsSent, dropped, reconnects atomic.Int64
-	refused                                   atomic.Int64 // inbound connections closed: bad handshake, frame or limit
-	lastHeard                                 sync.Map     // peer id -> time.Time
-	peerIdent                                 sync.Map     // peer id -> PeerIdentity
-	warned                                    sync.Map     // remote addr -> time.Time of the last foreign-cluster warning
+	refused                                   [numRefusals]atomic.Int64
+	lastHeard                                 sync.Map // peer id -> time.Time
+	peerIdent                                 sync.Map // peer id -> PeerIdentity
+
+	unidentified   int            // inbound connections not yet identified (under mu)
+	unidentifiedBy map[string]int // by remote host (under mu)
+
+	warnMu sync.Mutex
+	warned map[string]time.Time // remote host and message -> last warning
 }
 
 type peer struct {
@@ -125,8 +187,8 @@ type peer struct {
 }
 
 func newTransport(id uint64, ident NodeIdentity, listen string, ev transportEvents, faults *Faults, logger *slog.Logger, queueLen int, heartbeat time.Duration, tlsCfg *TransportTLS) (*tcpTransport, error) {
-	if tlsCfg != nil && (tlsCfg.Server == nil || tlsCfg.Client == nil) {
-		return nil, errors.New("raft: TLS needs a server and a client config")
+	if tlsCfg != nil && (tlsCfg.Server == nil || tlsCfg.Client == nil || tlsCfg.NodeOf == nil) {
+		return nil, errors.New("raft: TLS needs a server and a client config and a certificate to node mapping")
 	}
 	var ln net.Listener
 	if listen != "" {
@@ -138,6 +200,7 @@ func newTransport(id uint64, ident NodeIdentity, listen string, ev transportEven
 	t := &tcpTransport{
 		id: id, ln: ln, tls: tlsCfg, ev: ev, faults: faults, logger: logger, queueLen: queueLen, heartbeat: heartbeat,
 		peers: map[uint64]*peer{}, conns: map[net.Conn]struct{}{}, done: make(chan struct{}),
+		unidentifiedBy: map[string]int{}, warned: map[string]time.Time{},
 		budget: make(chan struct{}, maxInboundBytes/frameChunk),
 	}
 	t.setIdentity(ident)
@@ -249,7 +312,7 @@ func (t *tcpTransport) sender(p *peer) {
 			}
 		}
 		if conn == nil {
-			c, err := t.dial(p.addr)
+			c, err := t.dial(p.id, p.addr)
 			if err != nil {
 				t.fail(p.id, batch)
 				select {
@@ -383,8 +446,9 @@ func (t *tcpTransport) encode(fe *frameEncoder, batch []outMsg) error {
 	return nil
 }
 
-// dial connects to a peer, over mutual TLS when configured.
-func (t *tcpTransport) dial(addr string) (net.Conn, error) {
+// dial connects to peer id, over mutual TLS when configured: then the
+// peer must present node id's certificate.
+func (t *tcpTransport) dial(id uint64, addr string) (net.Conn, error) {
 	d := &net.Dialer{Timeout: time.Second}
 	if t.tls == nil {
 		return d.Dial("tcp", addr)
@@ -395,8 +459,37 @@ func (t *tcpTransport) dial(addr string) (net.Conn, error) {
 	c, err := td.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		t.logger.Debug("raft: TLS dial failed", "addr", addr, "err", err)
+		return nil, err
 	}
-	return c, err
+	var node uint64
+	if certs := c.(*tls.Conn).ConnectionState().PeerCertificates; len(certs) == 0 {
+		err = errors.New("no certificate")
+	} else {
+		node, err = t.tls.NodeOf(certs[0])
+	}
+	if err == nil && node != id {
+		err = fmt.Errorf("the certificate is node %d's", node)
+	}
+	if err != nil {
+		t.refuse(c, refusedWrongServer, "raft: the peer at this address is not the node we dialed, closing connection", "node", id, "err", err)
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// isPeer reports whether id is one of this node's peers (not itself).
+func (t *tcpTransport) isPeer(id uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.peers[id]
+	return ok
+}
+
+// refuse counts a refused connection and logs why (rate-limited).
+func (t *tcpTransport) refuse(c net.Conn, why refusal, msg string, args ...any) {
+	t.refused[why].Add(1)
+	t.warnOnce(c, msg, append(args, "reason", refusalNames[why])...)
 }
 
 func (t *tcpTransport) accept() {
@@ -416,10 +509,11 @@ func (t *tcpTransport) accept() {
 			c.Close()
 			return
 		}
-		if len(t.conns) >= maxInboundConns {
+		host := remoteHost(c)
+		if len(t.conns) >= maxInboundConns || t.unidentified >= maxUnidentified || t.unidentifiedBy[host] >= maxUnidentifiedPerHost {
 			t.mu.Unlock()
-			t.refused.Add(1)
-			t.warnOnce(c, "raft: too many inbound connections, refusing one", "limit", maxInboundConns)
+			t.refuse(c, refusedLimit, "raft: too many inbound connections (or too many not yet identified), refusing one",
+				"limit", maxInboundConns, "unidentified_limit", maxUnidentified, "unidentified_per_host_limit", maxUnidentifiedPerHost)
 			c.Close()
 			continue
 		}
@@ -427,63 +521,122 @@ func (t *tcpTransport) accept() {
 			c = tls.Server(c, t.tls.Server)
 		}
 		t.conns[c] = struct{}{}
+		t.unidentified++
+		t.unidentifiedBy[host]++
 		t.wg.Add(1)
 		t.mu.Unlock()
-		go t.read(c)
+		go t.read(c, host)
 	}
 }
 
-func (t *tcpTransport) read(c net.Conn) {
+func (t *tcpTransport) read(c net.Conn, host string) {
 	defer t.wg.Done()
+	pending := true
+	identified := func() { // no longer counted as waiting to be identified
+		if pending {
+			pending = false
+			t.mu.Lock()
+			t.unidentified--
+			if t.unidentifiedBy[host]--; t.unidentifiedBy[host] <= 0 {
+				delete(t.unidentifiedBy, host)
+			}
+			t.mu.Unlock()
+		}
+	}
 	defer func() {
+		identified()
 		c.Close()
 		t.mu.Lock()
 		delete(t.conns, c)
 		t.mu.Unlock()
 	}()
+	// Until identified: the handshake and (without TLS) the first frame's
+	// header within handshakeTimeout, read without a buffer of its own.
+	c.SetDeadline(time.Now().Add(handshakeTimeout))
+	var session uint64 // the node this connection speaks for; 0: not yet known
 	if tc, ok := c.(*tls.Conn); ok {
-		tc.SetDeadline(time.Now().Add(handshakeTimeout))
 		if err := tc.Handshake(); err != nil {
-			t.refused.Add(1)
-			t.warnOnce(c, "raft: TLS handshake failed, closing connection (a node without the cluster's certificate?)", "err", err)
+			t.refuse(c, refusedHandshake, "raft: TLS handshake failed, closing connection (a node without the cluster's certificate?)", "err", err)
 			return
 		}
-		tc.SetDeadline(time.Time{})
+		certs := tc.ConnectionState().PeerCertificates
+		if len(certs) == 0 { // a server config that does not require client certificates
+			t.refuse(c, refusedNotNode, "raft: a peer without a certificate, closing connection")
+			return
+		}
+		cert := certs[0]
+		node, err := t.tls.NodeOf(cert)
+		if err != nil {
+			t.refuse(c, refusedNotNode, "raft: a certificate that is not a node's, closing connection", "subject", cert.Subject.String(), "err", err)
+			return
+		}
+		if node == t.id || !t.isPeer(node) {
+			t.refuse(c, refusedUnknownNode, "raft: the certificate of a node that is not a peer, closing connection", "node", node, "subject", cert.Subject.String())
+			return
+		}
+		session = node
+		identified()
+		c.SetDeadline(time.Time{})
 	}
-	r := bufio.NewReaderSize(c, 64<<10)
+	var r io.Reader = c
+	if session != 0 {
+		r = bufio.NewReaderSize(c, 64<<10)
+	}
+	admit := func(f *frame) error {
+		switch {
+		case session != 0 && f.from != session:
+			return &refusedError{refusedImpersonation, "raft: a frame that speaks for another node than the connection's, closing connection", []any{"from", f.from, "node", session}}
+		case f.from == t.id || !t.isPeer(f.from):
+			return &refusedError{refusedUnknownNode, "raft: a frame from a node that is not a peer, closing connection", []any{"from", f.from}}
+		}
+		if session == 0 {
+			session = f.from
+			identified()
+			c.SetReadDeadline(time.Now().Add(frameTimeout))
+		}
+		return nil
+	}
 	var hdr [4]byte
 	for {
-		c.SetReadDeadline(time.Now().Add(max(idleTimeout, 10*t.heartbeat)))
+		if session != 0 {
+			c.SetReadDeadline(time.Now().Add(max(idleTimeout, 10*t.heartbeat)))
+		}
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				t.logger.Info("raft: closing idle peer connection", "remote", c.RemoteAddr().String())
+				t.logger.Info("raft: closing idle peer connection", "remote", c.RemoteAddr().String(), "node", session)
 			}
 			return
 		}
 		n := binary.BigEndian.Uint32(hdr[:])
 		if n < frameHeader || n > maxFrame {
-			t.refused.Add(1)
-			t.logger.Warn("raft: bad frame length, closing connection", "len", n, "remote", c.RemoteAddr().String())
+			t.refuse(c, refusedBadFrame, "raft: bad frame length, closing connection", "len", n)
 			return
 		}
-		c.SetReadDeadline(time.Now().Add(frameTimeout))
-		f, err := t.readFrame(r, int(n))
+		if session != 0 {
+			c.SetReadDeadline(time.Now().Add(frameTimeout))
+		}
+		f, err := t.readFrame(r, int(n), admit)
 		var version versionError
+		var refused *refusedError
 		switch {
+		case errors.As(err, &refused):
+			t.refuse(c, refused.why, refused.msg, refused.args...)
+			return
 		case errors.As(err, &version):
-			t.refused.Add(1)
-			t.warnOnce(c, "raft: frame of another protocol version (a node of another Holdfast version?), closing connection", "version", uint8(version))
+			t.refuse(c, refusedBadFrame, "raft: frame of another protocol version (a node of another Holdfast version?), closing connection", "version", uint8(version))
 			return
 		case errors.Is(err, errBadFrame):
-			t.refused.Add(1)
-			t.logger.Warn("raft: bad frame, closing connection", "err", err, "remote", c.RemoteAddr().String())
+			t.refuse(c, refusedBadFrame, "raft: bad frame, closing connection", "err", err)
 			return
 		case err != nil:
 			return
 		}
 		if !t.deliver(c, f) {
 			return
+		}
+		if _, buffered := r.(*bufio.Reader); !buffered {
+			r = bufio.NewReaderSize(c, 64<<10) // identified: nothing read ahead yet
 		}
 	}
 }
@@ -505,7 +658,7 @@ func (t *tcpTransport) deliver(c net.Conn, f frame) bool {
 	switch {
 	case cluster == mine:
 	case cluster != [16]byte{} && mine != [16]byte{}:
-		t.warnOnce(c, "raft: frame from a node of another cluster, closing connection", "from", from,
+		t.refuse(c, refusedOtherCluster, "raft: frame from a node of another cluster, closing connection", "from", from,
 			"cluster", base64.RawURLEncoding.EncodeToString(cluster[:]), "ours", base64.RawURLEncoding.EncodeToString(mine[:]))
 		return false
 	default:
@@ -518,14 +671,37 @@ func (t *tcpTransport) deliver(c net.Conn, f frame) bool {
 	return true
 }
 
-// warnOnce logs a refused connection at most once a minute per remote host.
+// warnOnce logs a refused connection at most once a minute per remote
+// host and message.
 func (t *tcpTransport) warnOnce(c net.Conn, msg string, args ...any) {
-	host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-	if v, ok := t.warned.Load(host); ok && time.Since(v.(time.Time)) < time.Minute {
+	key, now := remoteHost(c)+" "+msg, time.Now()
+	t.warnMu.Lock()
+	last, ok := t.warned[key]
+	if ok && now.Sub(last) < time.Minute {
+		t.warnMu.Unlock()
 		return
 	}
-	t.warned.Store(host, time.Now())
+	if len(t.warned) >= 4096 { // many hosts: forget those not warned of lately
+		for k, v := range t.warned {
+			if now.Sub(v) >= time.Minute {
+				delete(t.warned, k)
+			}
+		}
+	}
+	if len(t.warned) < 4096 {
+		t.warned[key] = now
+	}
+	t.warnMu.Unlock()
 	t.logger.Warn(msg, append(args, "remote", c.RemoteAddr().String())...)
+}
+
+// remoteHost is the host part of a connection's remote address.
+func remoteHost(c net.Conn) string {
+	host, _, err := net.SplitHostPort(c.RemoteAddr().String())
+	if err != nil {
+		return c.RemoteAddr().String()
+	}
+	return host
 }
 
 // identities returns what each peer last said of itself.
@@ -558,7 +734,11 @@ var errBadFrame = errors.New("raft: bad frame")
 // msgcodec.go). The bytes are read under the shared budget, a chunk at a
 // time as they arrive (a stalled peer holds one chunk, until
 // frameTimeout), and the budget is given back when the frame is read.
-func (t *tcpTransport) readFrame(r io.Reader, n int) (f frame, err error) {
+//
+// admit, if set, is asked about the frame once its header is read (before
+// any of its body), and any message whose From is not the frame's or whose
+// To is not this node is refused.
+func (t *tcpTransport) readFrame(r io.Reader, n int, admit func(*frame) error) (f frame, err error) {
 	fr := frameReader{t: t, r: r}
 	defer fr.release()
 	defer func() {
@@ -567,8 +747,10 @@ func (t *tcpTransport) readFrame(r io.Reader, n int) (f frame, err error) {
 			f.msgs = nil
 		}
 	}()
+	// The header outside the budget: a connection not yet identified
+	// (that may never send it) holds none of the budget.
 	var hdr [frameHeader]byte
-	if err := fr.read(hdr[:]); err != nil {
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return f, err
 	}
 	if hdr[0] != frameVersion {
@@ -577,6 +759,11 @@ func (t *tcpTransport) readFrame(r io.Reader, n int) (f frame, err error) {
 	copy(f.cluster[:], hdr[1:17])
 	f.from = binary.BigEndian.Uint64(hdr[17:])
 	count := binary.BigEndian.Uint32(hdr[25:])
+	if admit != nil {
+		if err := admit(&f); err != nil {
+			return f, err
+		}
+	}
 	left := n - frameHeader
 	if count == 0 {
 		b, err := fr.body(left)
@@ -589,7 +776,9 @@ func (t *tcpTransport) readFrame(r io.Reader, n int) (f frame, err error) {
 	if int64(count) > int64(left/12) {
 		return f, fmt.Errorf("%w: %d messages in %d bytes", errBadFrame, count, left)
 	}
-	f.msgs = make([]outMsg, 0, count)
+	// Grown as messages arrive: an announced count is not allocated
+	// before its bytes come.
+	f.msgs = make([]outMsg, 0, min(count, 64))
 	var mh [12]byte
 	for range count {
 		if left < len(mh) {
@@ -613,6 +802,10 @@ func (t *tcpTransport) readFrame(r io.Reader, n int) (f frame, err error) {
 			return f, fmt.Errorf("%w: group %d: %w", errBadFrame, g, err)
 		}
 		f.msgs = append(f.msgs, outMsg{group: g, m: m, refs: receivedRefs(m, b)})
+		if m.GetFrom() != f.from || m.GetTo() != t.id {
+			return f, &refusedError{refusedAddress, "raft: a message not from the frame's node or not to this node, closing connection",
+				[]any{"from", f.from, "message_from", m.GetFrom(), "message_to", m.GetTo(), "group", g, "type", m.GetType().String()}}
+		}
 	}
 	if left != 0 {
 		return f, fmt.Errorf("%w: %d bytes after the last message", errBadFrame, left)
@@ -761,7 +954,14 @@ func (t *tcpTransport) heardAllWithin(d time.Duration) bool {
 }
 
 func (t *tcpTransport) stats() TransportStats {
-	return TransportStats{FramesSent: t.framesSent.Load(), MessagesSent: t.msgsSent.Load(), Dropped: t.dropped.Load(), Reconnects: t.reconnects.Load(), Refused: t.refused.Load()}
+	st := TransportStats{FramesSent: t.framesSent.Load(), MessagesSent: t.msgsSent.Load(), Dropped: t.dropped.Load(), Reconnects: t.reconnects.Load(),
+		RefusedBy: make(map[string]int64, numRefusals)}
+	for i := range t.refused {
+		n := t.refused[i].Load()
+		st.Refused += n
+		st.RefusedBy[refusalNames[i]] = n
+	}
+	return st
 }
 
 func (t *tcpTransport) close() {

@@ -1,10 +1,14 @@
 package raft
 
 import (
+	"bytes"
+	"crypto/tls"
 	"encoding/binary"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -79,6 +83,7 @@ func TestTransportDeliversInOrder(t *testing.T) {
 	defer b.close()
 	f.Delay(1, 2, 100*time.Millisecond)
 	a.addPeer(2, b.addr())
+	b.addPeer(1, a.addr())
 	for i := range 500 {
 		a.send(uint64(i%7+1), heartbeat(2, uint64(i+1)))
 	}
@@ -110,6 +115,7 @@ func TestTransportRefusesOtherCluster(t *testing.T) {
 	}
 	defer b.close()
 	a.addPeer(2, b.addr())
+	b.addPeer(1, a.addr())
 	// b closes the connection on the first frame; a's later sends fail
 	// and are reported as unreachable.
 	waitFor(t, "sends to the foreign node to fail", func() bool {
@@ -137,6 +143,7 @@ func TestTransportFaultsDrop(t *testing.T) {
 	}
 	defer b.close()
 	a.addPeer(2, b.addr())
+	b.addPeer(1, a.addr())
 	f.Cut(1, 2)
 	a.send(1, heartbeat(2, 1))
 	waitFor(t, "the cut message to be dropped", func() bool { return a.stats().Dropped > 0 })
@@ -188,42 +195,63 @@ func TestTransportIdentities(t *testing.T) {
 	})
 }
 
-// TestTransportMutualTLS: nodes with certificates from the cluster's CA
-// exchange messages; a node whose certificate another CA signed (or that
-// has none) cannot deliver a single one.
-func TestTransportMutualTLS(t *testing.T) {
+// testPKI issues certificates for transport tests: material returns a
+// node's (or, without hosts, a client's) keystore signed by signer with
+// the cluster CA as its truststore.
+type testPKI struct {
+	t   *testing.T
+	ca  auth.Cert
+	dir string
+}
+
+func newTestPKI(t *testing.T) *testPKI {
 	ca, err := auth.NewCA("cluster CA", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, _ := auth.NewCA("intruder CA", time.Hour)
-	dir := t.TempDir()
-	material := func(name string, signer auth.Cert) *TransportTLS {
-		c, err := signer.Issue(auth.CertOptions{CommonName: name, Hosts: []string{"127.0.0.1"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ks, ts := filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-ca.pem")
-		os.WriteFile(ks, c.Keystore(), 0o600)
-		os.WriteFile(ts, ca.CertPEM, 0o600)
-		m, err := auth.LoadTLS(auth.TLSConfig{KeystoreLocation: ks, TruststoreLocation: ts}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &TransportTLS{Server: m.MutualServerConfig(), Client: m.ClientConfig}
+	return &testPKI{t: t, ca: ca, dir: t.TempDir()}
+}
+
+func (p *testPKI) material(name string, signer auth.Cert, hosts ...string) *auth.TLSMaterial {
+	c, err := signer.Issue(auth.CertOptions{CommonName: name, Hosts: hosts})
+	if err != nil {
+		p.t.Fatal(err)
 	}
+	ks, ts := filepath.Join(p.dir, name+".pem"), filepath.Join(p.dir, name+"-ca.pem")
+	os.WriteFile(ks, c.Keystore(), 0o600)
+	os.WriteFile(ts, p.ca.CertPEM, 0o600)
+	m, err := auth.LoadTLS(auth.TLSConfig{KeystoreLocation: ks, TruststoreLocation: ts}, nil)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return m
+}
+
+// transportTLS is a node's transport TLS with material: nodes are named
+// by their certificates' CN (DEFAULT mapping rules).
+func transportTLS(m *auth.TLSMaterial) *TransportTLS {
+	var rules *auth.PrincipalMapper
+	return &TransportTLS{Server: m.MutualServerConfig(), Client: m.ClientConfig, NodeOf: rules.CertNode}
+}
+
+// TestTransportMutualTLS: nodes with certificates from the cluster's CA
+// exchange messages; a node whose certificate another CA signed (or that
+// has none) cannot deliver a single one.
+func TestTransportMutualTLS(t *testing.T) {
+	pki := newTestPKI(t)
+	other, _ := auth.NewCA("intruder CA", time.Hour)
 	ra, rb, rc := &recorder{}, &recorder{}, &recorder{}
-	a, err := newTransport(1, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", ra, nil, testLogger(t), 1024, time.Hour, material("node-1", ca))
+	a, err := newTransport(1, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", ra, nil, testLogger(t), 1024, time.Hour, transportTLS(pki.material("node-1", pki.ca, "127.0.0.1")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.close()
-	b, err := newTransport(2, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rb, nil, testLogger(t), 1024, time.Hour, material("node-2", ca))
+	b, err := newTransport(2, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rb, nil, testLogger(t), 1024, time.Hour, transportTLS(pki.material("node-2", pki.ca, "127.0.0.1")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.close()
-	intruder, err := newTransport(3, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rc, nil, testLogger(t), 1024, time.Hour, material("node-3", other))
+	intruder, err := newTransport(3, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rc, nil, testLogger(t), 1024, time.Hour, transportTLS(pki.material("node-3", other, "127.0.0.1")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,6 +259,7 @@ func TestTransportMutualTLS(t *testing.T) {
 	plain := plainTransport(t, 4, rc)
 
 	a.addPeer(2, b.addr())
+	b.addPeer(1, a.addr())
 	a.send(1, heartbeat(2, 1))
 	waitFor(t, "delivery between cluster nodes over mTLS", func() bool { return rb.count() > 0 })
 	// Entries, large ones included, arrive byte for byte over TLS too (no
@@ -243,7 +272,7 @@ func TestTransportMutualTLS(t *testing.T) {
 	waitFor(t, "the intruders' connections to be refused", func() bool {
 		intruder.send(1, heartbeat(2, 9))
 		plain.send(1, heartbeat(2, 9))
-		return b.stats().Refused >= 2
+		return b.stats().RefusedBy["tls_handshake"] >= 2
 	})
 	if rb.count() != before {
 		t.Fatalf("node 2 accepted %d messages from nodes without the cluster's certificate", rb.count()-before)
@@ -256,6 +285,184 @@ func TestTransportMutualTLS(t *testing.T) {
 	})
 	if rc.count() != 0 {
 		t.Fatalf("the intruder received %d messages", rc.count())
+	}
+}
+
+// rawFrame is the wire form of a frame that says it is from node from,
+// of cluster 7.
+func rawFrame(t testing.TB, from uint64, msgs ...outMsg) []byte {
+	tr := &tcpTransport{id: from}
+	tr.setIdentity(NodeIdentity{Cluster: [16]byte{7}})
+	var fe frameEncoder
+	if err := tr.encode(&fe, msgs); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	vec := fe.buffers()
+	vec.WriteTo(&out)
+	return out.Bytes()
+}
+
+// forged is a heartbeat at a high term that says it is from node from.
+func forged(from, to uint64) outMsg {
+	return outMsg{group: 1, m: &pb.Message{Type: pb.MessageType_MsgHeartbeat.Enum(), To: new(to), From: new(from), Term: new(uint64(1000))}}
+}
+
+// sendRefused writes frame on c and waits until the other side closes the
+// connection.
+func sendRefused(t *testing.T, what string, c net.Conn, frame []byte) {
+	t.Helper()
+	defer c.Close()
+	c.Write(frame)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Fatalf("%s: connection not closed (%v)", what, err)
+	}
+}
+
+// TestTransportNodeIdentity: a Raft session belongs to the node its
+// certificate names. A client certificate of the cluster's CA gets no
+// session; node 1's certificate cannot speak for node 3, nor carry a
+// message of another node's or to another node; a certificate of a node
+// that is no peer gets no session; a node we dial must be the node we
+// meant. Each is refused, counted by reason, and delivers nothing; node
+// 1's own frames still arrive.
+func TestTransportNodeIdentity(t *testing.T) {
+	pki := newTestPKI(t)
+	rb := &recorder{}
+	var logs lockedBuffer
+	b, err := newTransport(2, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", rb, nil, slog.New(slog.NewTextHandler(&logs, nil)), 1024, time.Hour, transportTLS(pki.material("node-2", pki.ca, "127.0.0.1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	ra := &recorder{}
+	a, err := newTransport(1, NodeIdentity{Cluster: [16]byte{7}}, "127.0.0.1:0", ra, nil, testLogger(t), 1024, time.Hour, transportTLS(pki.material("node-1", pki.ca, "127.0.0.1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
+	b.addPeer(1, a.addr())
+	b.addPeer(3, "127.0.0.1:1") // a peer, never reached
+	dial := func(m *auth.TLSMaterial) net.Conn {
+		c, err := tls.Dial("tcp", b.addr(), m.ClientConfig(b.addr()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	node1, alice, node9 := pki.material("node-1", pki.ca, "127.0.0.1"), pki.material("alice", pki.ca), pki.material("node-9", pki.ca, "127.0.0.1")
+	cases := []struct {
+		what, reason string
+		conn         *auth.TLSMaterial
+		frame        []byte
+	}{
+		{"a client certificate of the cluster's CA, as node 1", "not_a_node", alice, rawFrame(t, 1, forged(1, 2))},
+		{"node 1's certificate, as node 3", "impersonation", node1, rawFrame(t, 3, forged(3, 2))},
+		{"node 1's certificate, a heartbeat frame as node 3", "impersonation", node1, rawFrame(t, 3)},
+		{"node 1's frame with node 3's message", "wrong_address", node1, rawFrame(t, 1, forged(3, 2))},
+		{"node 1's frame with a message to node 3", "wrong_address", node1, rawFrame(t, 1, forged(1, 3))},
+		{"a node that is not a peer", "unknown_node", node9, rawFrame(t, 9, forged(9, 2))},
+	}
+	for _, c := range cases {
+		before := b.stats().RefusedBy[c.reason]
+		sendRefused(t, c.what, dial(c.conn), c.frame)
+		waitFor(t, c.what+": refused as "+c.reason, func() bool { return b.stats().RefusedBy[c.reason] == before+1 })
+	}
+	if n := rb.count(); n != 0 {
+		t.Fatalf("node 2 took %d forged messages", n)
+	}
+	// Logged, once a minute per remote host and reason.
+	for _, reason := range []string{"not_a_node", "impersonation", "wrong_address", "unknown_node"} {
+		if n := strings.Count(logs.String(), "reason="+reason); n != 1 {
+			t.Errorf("%d warnings of %s, want 1:\n%s", n, reason, logs.String())
+		}
+	}
+	// Node 1's own frame on its own session arrives.
+	c := dial(node1)
+	defer c.Close()
+	c.Write(rawFrame(t, 1, forged(1, 2)))
+	waitFor(t, "node 1's own message", func() bool { return rb.count() == 1 })
+
+	// Node 2 dials "node 3" at node 1's address: node 1's certificate
+	// there is not node 3's, and nothing is sent.
+	b.addPeer(3, a.addr())
+	waitFor(t, "the dial to be refused", func() bool {
+		b.send(1, &pb.Message{Type: pb.MessageType_MsgHeartbeat.Enum(), To: new(uint64(3)), From: new(uint64(2))})
+		return b.stats().RefusedBy["wrong_server"] > 0
+	})
+	if n := ra.count(); n != 0 {
+		t.Fatalf("node 1 received %d messages meant for node 3", n)
+	}
+}
+
+// lockedBuffer is a log destination for several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestTransportPlaintextPeers: without TLS there is no identity, but a
+// frame must come from a peer and stay that peer's on its connection,
+// and its messages must be from it and to this node.
+func TestTransportPlaintextPeers(t *testing.T) {
+	rb := &recorder{}
+	b := plainTransport(t, 2, rb)
+	b.addPeer(1, "127.0.0.1:1")
+	b.addPeer(3, "127.0.0.1:1")
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", b.addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	cases := []struct {
+		what, reason string
+		frame        []byte
+	}{
+		{"a node that is not a peer", "unknown_node", rawFrame(t, 9, forged(9, 2))},
+		{"this node itself", "unknown_node", rawFrame(t, 2, forged(2, 2))},
+		{"a message to node 3", "wrong_address", rawFrame(t, 1, forged(1, 3))},
+		{"node 3's message in node 1's frame", "wrong_address", rawFrame(t, 1, forged(3, 2))},
+		{"node 1, then node 3 on one connection", "impersonation", append(rawFrame(t, 1), rawFrame(t, 3, forged(3, 2))...)},
+	}
+	for _, c := range cases {
+		before := b.stats().RefusedBy[c.reason]
+		sendRefused(t, c.what, dial(), c.frame)
+		waitFor(t, c.what+": refused as "+c.reason, func() bool { return b.stats().RefusedBy[c.reason] == before+1 })
+	}
+	if n := rb.count(); n != 0 {
+		t.Fatalf("node 2 took %d forged messages", n)
+	}
+	// A connection that never identifies itself is closed after
+	// handshakeTimeout; from one host at most maxUnidentifiedPerHost wait.
+	var idle []net.Conn
+	for range maxUnidentifiedPerHost {
+		c := dial()
+		defer c.Close()
+		idle = append(idle, c)
+	}
+	waitFor(t, "the unidentified connections to be counted", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.unidentified == maxUnidentifiedPerHost
+	})
+	sendRefused(t, "one connection too many before identification", dial(), nil)
+	if b.stats().RefusedBy["connection_limit"] != 1 {
+		t.Fatalf("refused %v", b.stats().RefusedBy)
 	}
 }
 
@@ -275,6 +482,18 @@ func TestTransportFrameLimits(t *testing.T) {
 	if _, err := big.Read(make([]byte, 1)); err == nil {
 		t.Fatal("a connection announcing an oversized frame stayed open")
 	}
+	// Peers that start a large frame and stall hold one chunk each;
+	// connections that announce one but never say who they are hold none.
+	ra := &recorder{}
+	a := plainTransport(t, 1, ra)
+	b.addPeer(1, a.addr())
+	start := binary.BigEndian.AppendUint32(nil, maxFrame)
+	start = append(start, frameVersion, 7)
+	start = append(start, make([]byte, 15)...)                            // cluster 7
+	start = binary.BigEndian.AppendUint64(start, 1)                       // from node 1
+	start = binary.BigEndian.AppendUint32(start, 1)                       // one message
+	start = binary.BigEndian.AppendUint64(start, 1)                       // group 1
+	start = binary.BigEndian.AppendUint32(start, maxFrame-frameHeader-12) // its size; none of it sent
 	stalled := make([]net.Conn, 8)
 	for i := range stalled {
 		c, err := net.Dial("tcp", b.addr())
@@ -282,16 +501,27 @@ func TestTransportFrameLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		c.Write(binary.BigEndian.AppendUint32(nil, maxFrame)) // announce 64 MiB, send nothing
+		c.Write(start)
 		stalled[i] = c
 	}
+	for range 8 {
+		c, err := net.Dial("tcp", b.addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write(binary.BigEndian.AppendUint32(nil, maxFrame)) // announce 64 MiB, send nothing
+	}
 	waitFor(t, "the stalled frames to take their chunk", func() bool { return len(b.budget) == len(stalled) })
+	waitFor(t, "the silent connections to wait for identification", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.unidentified == 8
+	})
 	if held := len(b.budget) * frameChunk; held > len(stalled)*frameChunk {
 		t.Fatalf("stalled peers hold %d bytes", held)
 	}
 	// A real peer still gets through.
-	ra := &recorder{}
-	a := plainTransport(t, 1, ra)
 	a.addPeer(2, b.addr())
 	a.send(1, heartbeat(2, 1))
 	waitFor(t, "delivery beside stalled peers", func() bool { return rb.count() > 0 })
