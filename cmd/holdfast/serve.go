@@ -21,6 +21,7 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/cluster"
+	"holdfast/internal/controller"
 	"holdfast/internal/group"
 	"holdfast/internal/quota"
 	"holdfast/internal/storage"
@@ -65,6 +66,9 @@ type serveConfig struct {
 	cleanerMem, offsetsSeg, txnSeg                  int64
 	cleanerRate, cleanableRatio                     float64
 	cleanerBackoff, deleteRetention, minLag, maxLag time.Duration
+	// Metadata snapshots (docs/architecture.md).
+	metaSnapBytes    int64
+	metaSnapInterval time.Duration
 	// Client quota windows (docs/quotas.md).
 	quotaWindows, ctrlQuotaWindows       int
 	quotaWindowSize, ctrlQuotaWindowSize time.Duration
@@ -108,6 +112,8 @@ func (c *serveConfig) register(s *settings) {
 		kafkaDuration("log.retention.ms", ms), kafkaDuration("log.retention.minutes", mins), kafkaDuration("log.retention.hours", hours))
 	s.Int64(&c.retBytes, "retention-bytes", def.LogDefaults.RetentionBytes, "default retention size per partition, -1 unlimited", kafka("log.retention.bytes"))
 	s.Duration(&c.retentionCheck, "retention-check-interval", def.RetentionCheckInterval, "how often retention runs", kafkaDuration("log.retention.check.interval.ms", ms))
+	s.Int64(&c.metaSnapBytes, "metadata-snapshot-bytes", def.MetadataSnapshot.MaxBytes, "bytes of metadata log between metadata snapshots (or the last snapshot's size, if larger): what a restart replays at most", kafka("metadata.log.max.record.bytes.between.snapshots"))
+	s.Duration(&c.metaSnapInterval, "metadata-snapshot-interval", def.MetadataSnapshot.MaxInterval, "longest time between metadata snapshots while the metadata changes (0: bytes only)", kafkaDuration("metadata.log.max.snapshot.interval.ms", ms))
 	s.Int(&c.indexInterval, "index-interval-bytes", def.LogDefaults.IndexIntervalBytes, "bytes between offset index entries", kafka("log.index.interval.bytes"))
 	s.Int(&c.maxMsg, "max-message-bytes", def.LogDefaults.MaxMessageBytes, "largest record batch accepted", kafka("message.max.bytes"))
 	s.Int(&c.maxReq, "max-request-bytes", int(lim.MaxRequestBytes), "largest request frame", kafka("socket.request.max.bytes"))
@@ -277,6 +283,7 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	cfg.OffsetsTopicPartitions = int32(c.offsetParts)
 	cfg.Txn.StatePartitions, cfg.Txn.MaxTimeout = int32(c.txnParts), c.txnMax
 	cfg.RetentionCheckInterval = c.retentionCheck
+	cfg.MetadataSnapshot = controller.SnapshotPolicy{MaxBytes: c.metaSnapBytes, MaxInterval: c.metaSnapInterval}
 	cfg.LogDefaults.SegmentBytes = c.segBytes
 	cfg.LogDefaults.SegmentMs = c.segmentMs
 	cfg.LogDefaults.RetentionMs = c.retention

@@ -70,6 +70,13 @@ type Config struct {
 	// minutes): how often retention runs over every log (state.go).
 	RetentionCheckInterval time.Duration
 
+	// MetadataSnapshot says when the metadata is snapshotted
+	// (metadata.log.max.record.bytes.between.snapshots,
+	// metadata.log.max.snapshot.interval.ms): between snapshots the
+	// metadata Raft log is the record, and a restart replays at most
+	// this much of it (internal/controller/snapshot.go).
+	MetadataSnapshot controller.SnapshotPolicy
+
 	// LogDefaults are the topic config defaults (log.segment.bytes,
 	// log.retention.ms, message.max.bytes, log.flush policy ...).
 	LogDefaults storage.Config
@@ -167,6 +174,7 @@ func DefaultConfig() Config {
 		Txn:                      txn.DefaultConfig(),
 		Share:                    DefaultShareConfig(),
 		RetentionCheckInterval:   5 * time.Minute,
+		MetadataSnapshot:         controller.DefaultSnapshotPolicy,
 		LogDefaults:              storage.DefaultConfig(),
 		LogCleaner:               DefaultCleanerConfig(),
 		OffsetsTopicSegmentBytes: 100 << 20,

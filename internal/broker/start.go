@@ -184,6 +184,15 @@ func (b *Broker) startStorage() error {
 		return err
 	}
 	b.meta = meta
+	meta.SetSnapshotPolicy(b.cfg.MetadataSnapshot)
+	// Runs after the cluster node stopped applying (closers run newest
+	// first): a last snapshot, so a clean restart replays nothing.
+	b.closers = append(b.closers, meta.Close)
+	// The snapshot plus the metadata log's committed entries after it,
+	// before the replicas open what the metadata lists.
+	if err := b.cluster.OpenMetadata(meta, b.syncer); err != nil {
+		return err
+	}
 	if b.cluster.SingleNode() {
 		if err := b.singleNodeAdopt(); err != nil {
 			return err

@@ -1,0 +1,93 @@
+package controller
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"holdfast/internal/storage"
+)
+
+// BenchmarkApply is the cost of applying and persisting one metadata
+// command with 0, 10,000 and 100,000 partitions in the state (topics of
+// 100 partitions): the command decoded from its log bytes as the apply
+// loop does, applied, and its share of the persistence (the snapshot
+// writes that fall inside the timed loop, which waits for the last one).
+// The cost per command must not grow with the cluster (issue 27: 100k
+// within 2x of 0).
+func BenchmarkApply(b *testing.B) {
+	for _, parts := range []int{0, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("alter_config/partitions=%d", parts), func(b *testing.B) {
+			s, end := benchStore(b, parts)
+			values := [2][]byte{}
+			for i := range values {
+				values[i] = mustEncode(b, Command{Op: OpTopicConfigs, Name: "bench",
+					Configs: map[string]string{"retention.ms": fmt.Sprint(1000 + i)}})
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				c, err := DecodeCommand(values[i%2])
+				if err != nil {
+					b.Fatal(err)
+				}
+				end++
+				if _, err := s.Apply(end, c); err != nil {
+					b.Fatal(err)
+				}
+			}
+			benchFlush(b, s)
+		})
+		b.Run(fmt.Sprintf("create_topic/partitions=%d", parts), func(b *testing.B) {
+			s, end := benchStore(b, parts)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				data := mustEncode(b, Command{Op: OpCreateTopic, Topic: &Topic{Name: fmt.Sprintf("new-%d", i), ID: NewTopicID(),
+					Partitions: 1, Replicas: [][]int32{{1}}}})
+				b.StartTimer()
+				c, err := DecodeCommand(data)
+				if err != nil {
+					b.Fatal(err)
+				}
+				end++
+				if _, err := s.Apply(end, c); err != nil {
+					b.Fatal(err)
+				}
+			}
+			benchFlush(b, s)
+		})
+	}
+}
+
+// benchStore is a store on the real filesystem holding partitions
+// partitions (topics of 100) and a one-partition topic "bench".
+func benchStore(b *testing.B, partitions int) (*Store, int64) {
+	b.Helper()
+	s, err := Open(filepath.Join(b.TempDir(), "meta"), storage.OSFS(), nil, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	end := s.Applied()
+	var cmds []Command
+	for t := 0; t < partitions/100; t++ {
+		reps := make([][]int32, 100)
+		for i := range reps {
+			reps[i] = []int32{1, 2, 3}
+		}
+		cmds = append(cmds, Command{Op: OpCreateTopic, Topic: &Topic{Name: fmt.Sprintf("topic-%05d", t), ID: NewTopicID(),
+			Partitions: 100, Replicas: reps, Configs: map[string]string{"retention.ms": "86400000"}}})
+	}
+	cmds = append(cmds, Command{Op: OpCreateTopic, Topic: &Topic{Name: "bench", ID: NewTopicID(), Partitions: 1, Replicas: [][]int32{{1}}}})
+	end = benchLoad(b, s, end, cmds)
+	return s, end
+}
+
+func mustEncode(b *testing.B, c Command) []byte {
+	data, err := EncodeCommand(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return data
+}
