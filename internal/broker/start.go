@@ -39,10 +39,7 @@ func New(cfg Config) (*Broker, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.FS == nil {
-		cfg.FS = storage.OSFS()
-		if cfg.DirectIO {
-			cfg.FS = storage.OSFSDirectIO()
-		}
+		cfg.FS = storage.OSFSBudget(cfg.DirectIO, cfg.MaxOpenFiles)
 	}
 	if cfg.DirectIO {
 		switch {
@@ -103,6 +100,7 @@ func (b *Broker) openCluster() error {
 	node, err := cluster.Open(cluster.Config{
 		NodeID: c.NodeID, DataDir: c.DataDir, Peers: c.Peers, RaftListen: c.RaftListen,
 		Join: c.Join, JoinTimeout: c.JoinTimeout, DefaultReplicationFactor: c.DefaultReplicationFactor,
+		MaxBrokerPartitions: c.MaxBrokerPartitions,
 		AutoLeaderRebalance: c.AutoLeaderRebalance, LeaderImbalanceCheckInterval: c.LeaderImbalanceCheckInterval,
 		LeaderImbalancePerBrokerPct: c.LeaderImbalancePerBrokerPct,
 		ControlledShutdown:          c.ControlledShutdown, ControlledShutdownMaxWait: c.ControlledShutdownMaxWait,

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"path/filepath"
@@ -71,6 +72,13 @@ type Config struct {
 	JoinTimeout time.Duration
 
 	DefaultReplicationFactor int16 // 0: min(3, brokers)
+	// MaxBrokerPartitions is max.broker.partitions (KIP-578): the
+	// partition replicas one broker may hold; a CreateTopics or
+	// CreatePartitions that would place more on any broker is refused
+	// with POLICY_VIOLATION (internal topics excepted). The controller
+	// applies its own value to every broker: configure nodes alike.
+	// 0: no limit.
+	MaxBrokerPartitions int
 
 	AutoLeaderRebalance          bool
 	LeaderImbalanceCheckInterval time.Duration
@@ -823,6 +831,11 @@ func (n *Node) CreateTopic(ctx context.Context, name string, partitions int32, r
 		}
 	}
 	t := controller.Topic{Name: name, ID: controller.NewTopicID(), Partitions: partitions, Configs: configs, Internal: internal || controller.IsInternalTopic(name), Replicas: reps}
+	if !t.Internal {
+		if err := n.checkBrokerPartitions(reps); err != nil {
+			return controller.Topic{}, err
+		}
+	}
 	if err := n.Propose(ctx, controller.Command{Op: controller.OpCreateTopic, Topic: &t}); err != nil {
 		return controller.Topic{}, err
 	}
@@ -833,6 +846,33 @@ func (n *Node) CreateTopic(ctx context.Context, name string, partitions int32, r
 	}
 	t, _ = n.meta.Topic(name)
 	return t, nil
+}
+
+// checkBrokerPartitions refuses new replicas reps that would take a
+// broker past max.broker.partitions: a node holds a descriptor per
+// replica (its active segment), and one that runs out of them accepts no
+// connection at all. Two requests at once may both pass: the limit can be
+// passed by one request's replicas, never wedge the node (its data files
+// have their own budget, log.max.open.files).
+func (n *Node) checkBrokerPartitions(reps [][]int32) error {
+	limit := n.cfg.MaxBrokerPartitions
+	if limit <= 0 {
+		return nil
+	}
+	adds := map[int32]int{}
+	for _, rs := range reps {
+		for _, r := range rs {
+			adds[r]++
+		}
+	}
+	img := n.meta.Image()
+	ids := slices.Sorted(maps.Keys(adds))
+	for _, id := range ids {
+		if have := img.ReplicaCount(id); have+adds[id] > limit {
+			return kafkaerr.New(kerr.PolicyViolation, "Broker %d would hold %d partition replicas, more than max.broker.partitions (%d): it holds %d and this request adds %d. Raise the open-file limit (ulimit -n) or max.broker.partitions, or lower max.connections (docs/storage.md).", id, have+adds[id], limit, have, adds[id])
+		}
+	}
+	return nil
 }
 
 // forwardCreate asks the controller to create a topic and waits until the
@@ -1082,6 +1122,9 @@ func (n *Node) AddPartitions(name string, total int32, assign [][]int32) (contro
 		if reps, err = n.placeReplicas(total-t.Partitions, rf); err != nil {
 			return t, err
 		}
+	}
+	if err := n.checkBrokerPartitions(reps); err != nil {
+		return t, err
 	}
 	if err := n.Propose(context.Background(), controller.Command{Op: controller.OpAddPartitions, Name: name, Partitions: total, Replicas: reps}); err != nil {
 		return t, err

@@ -22,6 +22,11 @@ type Image struct {
 	names  pmap[string]
 	ids    pmap[[16]byte]
 	sorted *sortedTopics
+	// replicas counts the partition replicas each broker holds (while a
+	// partition moves, both its old and new replicas): derived, never
+	// persisted; replaced whole (a map per broker count, not per
+	// partition) by a command that changes it.
+	replicas map[int32]int
 }
 
 // sortedTopics is an image's topics by name, built once on first use by a
@@ -44,11 +49,12 @@ type Delta struct {
 
 // newImage is the image of a decoded snapshot.
 func newImage(st state) *Image {
-	im := &Image{sorted: &sortedTopics{}}
+	im := &Image{sorted: &sortedTopics{}, replicas: map[int32]int{}}
 	for i := range st.Topics {
 		t := st.Topics[i]
 		im.names = im.names.set(t.Name, &t)
 		im.ids = im.ids.set(t.ID, &t)
+		countReplicas(im.replicas, &t, 1)
 	}
 	st.Topics = nil
 	im.st = st
@@ -74,6 +80,31 @@ func (im *Image) Topic(name string) (*Topic, bool) { return im.names.get(name) }
 
 // TopicByID is the topic with id, shared with the image: read-only.
 func (im *Image) TopicByID(id [16]byte) (*Topic, bool) { return im.ids.get(id) }
+
+// ReplicaCount is the number of partition replicas broker holds
+// (max.broker.partitions counts these).
+func (im *Image) ReplicaCount(broker int32) int { return im.replicas[broker] }
+
+// countReplicas adds sign times t's replicas to counts.
+func countReplicas(counts map[int32]int, t *Topic, sign int) {
+	for _, rs := range t.Replicas {
+		for _, r := range rs {
+			counts[r] += sign
+		}
+	}
+}
+
+// recount replaces the replica counts for old becoming new (either nil).
+func (im *Image) recount(old, new *Topic) {
+	c := maps.Clone(im.replicas)
+	if old != nil {
+		countReplicas(c, old, -1)
+	}
+	if new != nil {
+		countReplicas(c, new, 1)
+	}
+	im.replicas = c
+}
 
 // TopicCount is the number of topics.
 func (im *Image) TopicCount() int { return im.names.len() }
@@ -166,6 +197,7 @@ func (next *Image) applyTo(c Command, d *Delta) error {
 		nt.Dirs = nil
 		recordDirs(st, &nt, 0)
 		next.putTopic(&nt)
+		next.recount(nil, &nt)
 		d.Topic = &nt
 	case OpDeleteTopic:
 		t, ok := next.names.get(c.Name)
@@ -173,6 +205,7 @@ func (next *Image) applyTo(c Command, d *Delta) error {
 			return ErrUnknownTopic
 		}
 		next.dropTopic(t)
+		next.recount(t, nil)
 		st.Deleting = append(slices.Clip(st.Deleting), *t)
 		d.Topic = t
 	case OpAddPartitions:
@@ -192,6 +225,8 @@ func (next *Image) applyTo(c Command, d *Delta) error {
 		t.Dirs = slices.Clip(t.Dirs)
 		recordDirs(st, t, old)
 		next.putTopic(t)
+		next.recount(nil, &Topic{Replicas: c.Replicas}) // the new partitions'
+
 		d.Topic = t
 	case OpTopicConfigs:
 		t, err := change(c.Name)
@@ -236,6 +271,7 @@ func (next *Image) applyTo(c Command, d *Delta) error {
 			return err
 		}
 		next.putTopic(&t)
+		next.recount(old, &t)
 		d.Topic = &t
 	case OpUnregister:
 		inUse := false

@@ -549,6 +549,7 @@ func (s *Store) AdoptSingleNode(node int32, dir string, nextProducerID int64) (b
 			t.Dirs[p] = map[int32]string{node: dir}
 		}
 		next.putTopic(&t)
+		next.recount(old, &t)
 		changed = true
 	}
 	if nextProducerID > next.st.NextProducerID {
