@@ -81,11 +81,14 @@ func (s *Store) SetSnapshotPolicy(p SnapshotPolicy) {
 func (sn *snapshotter) applied(size int) {
 	sn.dirty = true
 	sn.since += int64(max(size, 1))
+	if sn.closed {
+		return // nothing is written after Close: the log has it
+	}
 	if sn.since >= max(sn.policy.MaxBytes, sn.size) {
 		sn.take()
 		return
 	}
-	if sn.policy.MaxInterval > 0 && sn.timer == nil && !sn.closed {
+	if sn.policy.MaxInterval > 0 && sn.timer == nil {
 		sn.timer = time.AfterFunc(sn.policy.MaxInterval, sn.timed)
 	}
 }

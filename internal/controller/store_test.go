@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"holdfast/internal/storage"
 )
@@ -450,4 +451,51 @@ func TestTopicHeader(t *testing.T) {
 	if h, ok := s.TopicHeader("b"); !ok || h.Configs == nil {
 		t.Fatalf("header of a topic without overrides: %+v %v (Configs must be an empty map, as Topic's)", h, ok)
 	}
+}
+
+// TestStoreSnapshotPolicy: a snapshot is written once the commands since
+// the last one add up to MaxBytes of log (not before), and after
+// MaxInterval when anything changed.
+func TestStoreSnapshotPolicy(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "meta")
+	fs := storage.OSFS()
+	s := open(t, fs, dir)
+	onDisk := func() int64 {
+		t.Helper()
+		data, err := readFile(fs, join(dir, fileName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := decode(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Applied
+	}
+	var log metaLog
+	fence := Command{Op: OpFence, IDs: []int32{7}}
+	data, _ := EncodeCommand(fence)
+	s.SetSnapshotPolicy(SnapshotPolicy{MaxBytes: int64(10 * len(data))})
+	for i := range 9 {
+		log.apply(t, s, fence)
+		waitSnapshots(s)
+		if got := onDisk(); got != 0 {
+			t.Fatalf("after %d commands of %d bytes (policy %d bytes): snapshot at %d", i+1, len(data), 10*len(data), got)
+		}
+	}
+	log.apply(t, s, fence)
+	waitSnapshots(s)
+	if got := onDisk(); got != 10 {
+		t.Fatalf("after 10 commands: snapshot at %d, want 10", got)
+	}
+	s.SetSnapshotPolicy(SnapshotPolicy{MaxBytes: 1 << 30, MaxInterval: time.Millisecond})
+	log.apply(t, s, fence)
+	deadline := time.Now().Add(10 * time.Second)
+	for onDisk() != 11 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no snapshot after MaxInterval: on disk %d", onDisk())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	closeStore(t, s)
 }
