@@ -27,7 +27,9 @@ import (
 //  1. checkSecurity: listener defaults, and can this node reach the others;
 //  2. lockDataDir: one process per data directory;
 //  3. openCluster: the Raft host and this node's identity (cluster.Open);
-//  4. startStorage: the syncer, the metadata store, every replica;
+//  4. startStorage: the syncer, the metadata store (its snapshot, then the
+//     metadata log's committed entries after it: cluster.OpenMetadata),
+//     every replica;
 //  5. cluster.Start: follow the metadata log, register, the controller's
 //     loops (a single node is registered when it returns);
 //  6. startSecurity: ACLs into the authorizer, bootstrap SCRAM users;
