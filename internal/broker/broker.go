@@ -152,6 +152,8 @@ type Config struct {
 	// connections. 0: no bound. `holdfast serve` derives it from the
 	// open-file limit (DescriptorBudget).
 	MaxOpenFiles int
+	// (The node's own files - Raft journal, metadata log and snapshots -
+	// are outside the budget: few, and needed to keep the node running.)
 	// MaxBrokerPartitions (max.broker.partitions) refuses a CreateTopics
 	// or CreatePartitions that would give a broker more partition
 	// replicas (POLICY_VIOLATION). 0: no limit; `holdfast serve` derives
@@ -204,6 +206,7 @@ func DefaultConfig() Config {
 // Broker serves the Kafka APIs of one node.
 type Broker struct {
 	cfg    Config
+	dataFS storage.FS       // the partitions' files: cfg.FS, or with the MaxOpenFiles budget
 	ident  datadir.Identity // identity.go
 	log    *slog.Logger
 	syncer *storage.Syncer

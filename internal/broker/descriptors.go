@@ -1,5 +1,7 @@
 package broker
 
+import "holdfast/internal/storage"
+
 // Descriptors: a node holds a descriptor per partition replica (its active
 // segment; more for sealed segments) besides its connections. At 20,000
 // partitions on a node whose limit was 20,000, the partition files took
@@ -33,4 +35,11 @@ func DescriptorBudget(nofile uint64, maxConns int) (files, partitions int, cover
 		files = n / 2
 	}
 	return files, max(files*3/4, 1), covered
+}
+
+// OpenFiles reports the partitions' data files open and their budget
+// (log.max.open.files; 0 with none).
+func (b *Broker) OpenFiles() (open, budget int64) {
+	open, budget, _ = storage.OpenFiles(b.dataFS)
+	return open, budget
 }

@@ -16,7 +16,6 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
-	"holdfast/internal/storage"
 	"holdfast/internal/wire"
 )
 
@@ -102,8 +101,10 @@ func TestMaxBrokerPartitions(t *testing.T) {
 // this process while the test runs) and more partitions than it could
 // hold, the data files stop at their budget (log.max.open.files): the
 // partitions past it stay offline, while the node keeps accepting every
-// connection and serving the partitions that opened. Without the budget
-// the partition files took every descriptor and accept failed (EMFILE).
+// connection and serving the partitions that opened (its own files, the
+// Raft journal and the metadata, are outside the budget). Without the
+// budget the partition files took every descriptor and accept failed
+// (EMFILE).
 func TestDescriptorsLeftForConnections(t *testing.T) {
 	const (
 		budget  = 40  // data files
@@ -115,8 +116,7 @@ func TestDescriptorsLeftForConnections(t *testing.T) {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
 		t.Skip(err)
 	}
-	fsys := storage.OSFSBudget(false, budget)
-	n := brokertest.Start(t, func(c *broker.Config, _ *wire.Limits) { c.FS = fsys })
+	n := brokertest.Start(t, func(c *broker.Config, _ *wire.Limits) { c.MaxOpenFiles = budget })
 	n.CreateTopic("small", 1, nil)
 	cl := n.Client(kgo.DefaultProduceTopic("small"))
 	if err := cl.ProduceSync(testCtx(t), &kgo.Record{Value: []byte("before")}).FirstErr(); err != nil {
@@ -145,7 +145,7 @@ func TestDescriptorsLeftForConnections(t *testing.T) {
 	}
 	// The opens run in the background; wait until the budget is full.
 	brokertest.Await(t, "the data files to reach their budget", func() error {
-		if open, _, _ := storage.OpenFiles(fsys); open < budget {
+		if open, _ := n.B.OpenFiles(); open < budget {
 			return fmt.Errorf("%d data files open", open)
 		}
 		return nil

@@ -40,8 +40,13 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	// The partitions' data files open through a budget (MaxOpenFiles);
+	// the node's own files (Raft journal, metadata log and snapshots) do
+	// not: they are few, and a full budget must not stop the node's Raft.
+	dataFS := cfg.FS
 	if cfg.FS == nil {
-		cfg.FS = storage.OSFSBudget(cfg.DirectIO, cfg.MaxOpenFiles)
+		cfg.FS = storage.OSFSBudget(cfg.DirectIO, 0)
+		dataFS = storage.OSFSBudget(cfg.DirectIO, cfg.MaxOpenFiles)
 	}
 	if cfg.DirectIO {
 		switch {
@@ -61,7 +66,7 @@ func New(cfg Config) (*Broker, error) {
 	if err := checkReplicaSelector(cfg.ReplicaSelector); err != nil {
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger, quotas: quota.New(cfg.Quotas)}
+	b := &Broker{cfg: cfg, log: cfg.Logger, quotas: quota.New(cfg.Quotas), dataFS: dataFS}
 	b.fetchSessions.init(cfg.FetchSessionSlots)
 	steps := []struct {
 		name string
@@ -203,7 +208,7 @@ func (b *Broker) startStorage() error {
 		NodeID: b.cfg.NodeID, DataDir: b.cfg.DataDir,
 		DirectoryID: b.ident.DirectoryID.String(), BootstrapMember: b.ident.BootstrapMember(),
 		LogDefaults: b.cfg.LogDefaults, RetentionCheckInterval: b.cfg.RetentionCheckInterval, Cleaner: b.cfg.LogCleaner,
-		FS: b.cfg.FS, Logger: b.log,
+		FS: b.dataFS, Logger: b.log,
 	}, meta, b.cluster.Host(), b.syncer)
 	b.closers = append(b.closers, b.replicas.Close)
 	// Runs just before the logs close (closers run newest first): the
