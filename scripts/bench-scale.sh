@@ -34,6 +34,10 @@
 #
 # Each node needs about one file descriptor per replica it holds: the
 # script raises its soft limit to the hard one (ulimit -n) as serve does.
+# Serve keeps --max-connections descriptors for connections and refuses
+# replicas past what the rest can hold (max.broker.partitions,
+# docs/storage.md): the nodes run with MAX_CONNECTIONS=1000 (default),
+# which leaves 14,058 replicas a node at a limit of 20,000.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 nodes=${NODES:-3}
@@ -43,6 +47,7 @@ rounds=${ROUNDS:-1}
 idle=${IDLE:-10}
 quiesce=${QUIESCE:-5}
 port=${PORT:-47300}
+maxconns=${MAX_CONNECTIONS:-1000}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 ulimit -n "$(ulimit -Hn)"
@@ -81,10 +86,10 @@ start() { # BIN PHASE
 	for i in $(seq "$nodes"); do peers+="${peers:+,}$i@127.0.0.1:$((port + 50 + i))"; done
 	for i in $(seq "$nodes"); do
 		if [ "$nodes" = 1 ]; then
-			GODEBUG=gctrace=1 "$work/$bin" serve --listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "" --log-level warn 2> >(gcsplit "$phase.n$i") &
+			GODEBUG=gctrace=1 "$work/$bin" serve --listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "" --log-level warn --max-connections "$maxconns" 2> >(gcsplit "$phase.n$i") &
 		else
 			GODEBUG=gctrace=1 "$work/$bin" serve --node-id "$i" --peers "$peers" --raft-listen 127.0.0.1:$((port + 50 + i)) \
-				--listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "127.0.0.1:$((port + 20 + i))" --console=false --log-level warn 2> >(gcsplit "$phase.n$i") &
+				--listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "127.0.0.1:$((port + 20 + i))" --console=false --log-level warn --max-connections "$maxconns" 2> >(gcsplit "$phase.n$i") &
 		fi
 		pids+=($!)
 	done

@@ -22,6 +22,7 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/cluster"
+	"holdfast/internal/controller"
 	"holdfast/internal/group"
 	"holdfast/internal/quota"
 	"holdfast/internal/storage"
@@ -70,6 +71,11 @@ type serveConfig struct {
 	cleanerMem, offsetsSeg, txnSeg                  int64
 	cleanerRate, cleanableRatio                     float64
 	cleanerBackoff, deleteRetention, minLag, maxLag time.Duration
+	// Metadata snapshots (docs/architecture.md).
+	metaSnapBytes    int64
+	metaSnapInterval time.Duration
+	// Descriptor budget (docs/storage.md).
+	maxOpenFiles, maxBrokerParts int
 	// Client quota windows (docs/quotas.md).
 	quotaWindows, ctrlQuotaWindows       int
 	quotaWindowSize, ctrlQuotaWindowSize time.Duration
@@ -113,10 +119,14 @@ func (c *serveConfig) register(s *settings) {
 		kafkaDuration("log.retention.ms", ms), kafkaDuration("log.retention.minutes", mins), kafkaDuration("log.retention.hours", hours))
 	s.Int64(&c.retBytes, "retention-bytes", def.LogDefaults.RetentionBytes, "default retention size per partition, -1 unlimited", kafka("log.retention.bytes"))
 	s.Duration(&c.retentionCheck, "retention-check-interval", def.RetentionCheckInterval, "how often retention runs", kafkaDuration("log.retention.check.interval.ms", ms))
+	s.Int64(&c.metaSnapBytes, "metadata-snapshot-bytes", def.MetadataSnapshot.MaxBytes, "bytes of metadata log between metadata snapshots (or the last snapshot's size, if larger): what a restart replays at most", kafka("metadata.log.max.record.bytes.between.snapshots"))
+	s.Duration(&c.metaSnapInterval, "metadata-snapshot-interval", def.MetadataSnapshot.MaxInterval, "longest time between metadata snapshots while the metadata changes (0: bytes only)", kafkaDuration("metadata.log.max.snapshot.interval.ms", ms))
 	s.Int(&c.indexInterval, "index-interval-bytes", def.LogDefaults.IndexIntervalBytes, "bytes between offset index entries", kafka("log.index.interval.bytes"))
 	s.Int(&c.maxMsg, "max-message-bytes", def.LogDefaults.MaxMessageBytes, "largest record batch accepted", kafka("message.max.bytes"))
 	s.Int(&c.maxReq, "max-request-bytes", int(lim.MaxRequestBytes), "largest request frame", kafka("socket.request.max.bytes"))
 	s.Int(&c.maxConns, "max-connections", lim.MaxConnections, "connection limit", kafka("max.connections"))
+	s.Int(&c.maxOpenFiles, "log-max-open-files", 0, "data files (segments, indexes, metadata) held open at once; past it a partition cannot open and stays offline, and the descriptors left stay for connections (0: the open-file limit less --max-connections and a reserve of 256; -1: no bound)", kafka("log.max.open.files"))
+	s.Int(&c.maxBrokerParts, "max-broker-partitions", 0, "partition replicas a broker may hold: a CreateTopics or CreatePartitions that would place more is refused with POLICY_VIOLATION (0: three quarters of --log-max-open-files; -1: no limit)", kafka("max.broker.partitions"))
 	s.Int(&c.maxConnsPerIP, "max-connections-per-ip", lim.MaxConnectionsPerIP, "connections one client address may hold (the cluster's other nodes exempt on the inter-broker listener); 2147483647: no limit (Kafka's default); 0: only the overrides' addresses", kafka("max.connections.per.ip"))
 	s.Int(&c.maxConnRate, "max-connection-creation-rate", wire.UnlimitedPerIP, "new connections per second across this broker, a second's worth at once; past it the listener waits before taking the next (the cluster's other nodes exempt on the inter-broker listener); 2147483647: no limit", kafka("max.connection.creation.rate"))
 	s.String(&c.maxConnsPerIPOverrides, "max-connections-per-ip-overrides", "", "per-address limits, host:count,... (host names resolved at start)", kafka("max.connections.per.ip.overrides"))
@@ -288,6 +298,7 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	cfg.OffsetsTopicPartitions = int32(c.offsetParts)
 	cfg.Txn.StatePartitions, cfg.Txn.MaxTimeout = int32(c.txnParts), c.txnMax
 	cfg.RetentionCheckInterval = c.retentionCheck
+	cfg.MetadataSnapshot = controller.SnapshotPolicy{MaxBytes: c.metaSnapBytes, MaxInterval: c.metaSnapInterval}
 	cfg.LogDefaults.SegmentBytes = c.segBytes
 	cfg.LogDefaults.SegmentMs = c.segmentMs
 	cfg.LogDefaults.RetentionMs = c.retention
@@ -511,6 +522,7 @@ func serve(sc *serveConfig, unsupported []string) error {
 	}
 
 	raiseOpenFileLimit(logger)
+	descriptorBudget(&cfg, lim.MaxConnections, sc.maxOpenFiles, sc.maxBrokerParts, logger)
 	start := time.Now()
 	logger.Info("starting", "version", version, "node", cfg.NodeID, "data_dir", cfg.DataDir, "flush", cfg.LogDefaults.Flush.String(), "voters", max(len(cfg.Peers), 1))
 	for _, w := range sec.warnings {
@@ -666,6 +678,37 @@ func newLogger(level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
 	}
 	return nil, fmt.Errorf("log format %q: want text or json", format)
+}
+
+// descriptorBudget sets the data files' budget and the partition replica
+// limit from the open-file limit (broker.DescriptorBudget), unless given:
+// 0 derives, -1 is none.
+func descriptorBudget(cfg *broker.Config, maxConns, files, parts int, logger *slog.Logger) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		logger.Warn("reading the open-file limit", "err", err)
+		return
+	}
+	dfiles, dparts, covered := broker.DescriptorBudget(lim.Cur, maxConns)
+	if !covered && files == 0 {
+		logger.Warn("the open-file limit does not cover --max-connections: connections will be bounded by the descriptors left (raise ulimit -n or lower --max-connections)", "open_file_limit", lim.Cur, "max_connections", maxConns, "data_files", dfiles)
+	}
+	switch {
+	case files == 0:
+		files = dfiles
+	case files < 0:
+		files = 0
+	}
+	switch {
+	case parts == 0 && files > 0:
+		parts = max(files*3/4, 1)
+	case parts == 0:
+		parts = dparts
+	case parts < 0:
+		parts = 0
+	}
+	cfg.MaxOpenFiles, cfg.MaxBrokerPartitions = files, parts
+	logger.Info("descriptor budget", "open_file_limit", lim.Cur, "max_connections", maxConns, "log_max_open_files", files, "max_broker_partitions", parts)
 }
 
 // raiseOpenFileLimit raises the soft limit on open files to the hard one,

@@ -70,6 +70,13 @@ type Config struct {
 	// minutes): how often retention runs over every log (state.go).
 	RetentionCheckInterval time.Duration
 
+	// MetadataSnapshot says when the metadata is snapshotted
+	// (metadata.log.max.record.bytes.between.snapshots,
+	// metadata.log.max.snapshot.interval.ms): between snapshots the
+	// metadata Raft log is the record, and a restart replays at most
+	// this much of it (internal/controller/snapshot.go).
+	MetadataSnapshot controller.SnapshotPolicy
+
 	// LogDefaults are the topic config defaults (log.segment.bytes,
 	// log.retention.ms, message.max.bytes, log.flush policy ...).
 	LogDefaults storage.Config
@@ -138,7 +145,20 @@ type Config struct {
 	Security SecurityConfig
 
 	Logger *slog.Logger
-	FS     storage.FS // nil: the OS filesystem (with DirectIO: storage.OSFSDirectIO)
+	FS     storage.FS // nil: the OS filesystem (with DirectIO: storage.OSFSDirectIO), with MaxOpenFiles
+	// MaxOpenFiles (log.max.open.files) bounds the data files (segments,
+	// indexes, metadata) held open at once when FS is nil: past it a log
+	// cannot open and stays offline, and the descriptors left stay for
+	// connections. 0: no bound. `holdfast serve` derives it from the
+	// open-file limit (DescriptorBudget).
+	MaxOpenFiles int
+	// (The node's own files - Raft journal, metadata log and snapshots -
+	// are outside the budget: few, and needed to keep the node running.)
+	// MaxBrokerPartitions (max.broker.partitions) refuses a CreateTopics
+	// or CreatePartitions that would give a broker more partition
+	// replicas (POLICY_VIOLATION). 0: no limit; `holdfast serve` derives
+	// it from the open-file limit (DescriptorBudget).
+	MaxBrokerPartitions int
 	// DirectIO (log.direct.io): partition logs write a sync cycle's large
 	// write-outs with O_DIRECT, past the page cache (docs/storage.md).
 	DirectIO bool
@@ -167,6 +187,7 @@ func DefaultConfig() Config {
 		Txn:                      txn.DefaultConfig(),
 		Share:                    DefaultShareConfig(),
 		RetentionCheckInterval:   5 * time.Minute,
+		MetadataSnapshot:         controller.DefaultSnapshotPolicy,
 		LogDefaults:              storage.DefaultConfig(),
 		LogCleaner:               DefaultCleanerConfig(),
 		OffsetsTopicSegmentBytes: 100 << 20,
@@ -185,6 +206,7 @@ func DefaultConfig() Config {
 // Broker serves the Kafka APIs of one node.
 type Broker struct {
 	cfg    Config
+	dataFS storage.FS       // the partitions' files: cfg.FS, or with the MaxOpenFiles budget
 	ident  datadir.Identity // identity.go
 	log    *slog.Logger
 	syncer *storage.Syncer

@@ -27,7 +27,9 @@ import (
 //  1. checkSecurity: listener defaults, and can this node reach the others;
 //  2. lockDataDir: one process per data directory;
 //  3. openCluster: the Raft host and this node's identity (cluster.Open);
-//  4. startStorage: the syncer, the metadata store, every replica;
+//  4. startStorage: the syncer, the metadata store (its snapshot, then the
+//     metadata log's committed entries after it: cluster.OpenMetadata),
+//     every replica;
 //  5. cluster.Start: follow the metadata log, register, the controller's
 //     loops (a single node is registered when it returns);
 //  6. startSecurity: ACLs into the authorizer, bootstrap SCRAM users;
@@ -38,11 +40,13 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	// The partitions' data files open through a budget (MaxOpenFiles);
+	// the node's own files (Raft journal, metadata log and snapshots) do
+	// not: they are few, and a full budget must not stop the node's Raft.
+	dataFS := cfg.FS
 	if cfg.FS == nil {
-		cfg.FS = storage.OSFS()
-		if cfg.DirectIO {
-			cfg.FS = storage.OSFSDirectIO()
-		}
+		cfg.FS = storage.OSFSBudget(cfg.DirectIO, 0)
+		dataFS = storage.OSFSBudget(cfg.DirectIO, cfg.MaxOpenFiles)
 	}
 	if cfg.DirectIO {
 		switch {
@@ -62,7 +66,7 @@ func New(cfg Config) (*Broker, error) {
 	if err := checkReplicaSelector(cfg.ReplicaSelector); err != nil {
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger, quotas: quota.New(cfg.Quotas)}
+	b := &Broker{cfg: cfg, log: cfg.Logger, quotas: quota.New(cfg.Quotas), dataFS: dataFS}
 	b.fetchSessions.init(cfg.FetchSessionSlots)
 	steps := []struct {
 		name string
@@ -104,6 +108,7 @@ func (b *Broker) openCluster() error {
 	node, err := cluster.Open(cluster.Config{
 		NodeID: c.NodeID, DataDir: c.DataDir, Peers: c.Peers, RaftListen: c.RaftListen,
 		Join: c.Join, JoinTimeout: c.JoinTimeout, DefaultReplicationFactor: c.DefaultReplicationFactor,
+		MaxBrokerPartitions: c.MaxBrokerPartitions,
 		AutoLeaderRebalance: c.AutoLeaderRebalance, LeaderImbalanceCheckInterval: c.LeaderImbalanceCheckInterval,
 		LeaderImbalancePerBrokerPct: c.LeaderImbalancePerBrokerPct,
 		ControlledShutdown:          c.ControlledShutdown, ControlledShutdownMaxWait: c.ControlledShutdownMaxWait,
@@ -185,6 +190,15 @@ func (b *Broker) startStorage() error {
 		return err
 	}
 	b.meta = meta
+	meta.SetSnapshotPolicy(b.cfg.MetadataSnapshot)
+	// Runs after the cluster node stopped applying (closers run newest
+	// first): a last snapshot, so a clean restart replays nothing.
+	b.closers = append(b.closers, meta.Close)
+	// The snapshot plus the metadata log's committed entries after it,
+	// before the replicas open what the metadata lists.
+	if err := b.cluster.OpenMetadata(meta, b.syncer); err != nil {
+		return err
+	}
 	if b.cluster.SingleNode() {
 		if err := b.singleNodeAdopt(); err != nil {
 			return err
@@ -195,7 +209,7 @@ func (b *Broker) startStorage() error {
 		NodeID: b.cfg.NodeID, DataDir: b.cfg.DataDir,
 		DirectoryID: b.ident.DirectoryID.String(), BootstrapMember: b.ident.BootstrapMember(),
 		LogDefaults: b.cfg.LogDefaults, RetentionCheckInterval: b.cfg.RetentionCheckInterval, Cleaner: b.cfg.LogCleaner,
-		FS: b.cfg.FS, Logger: b.log,
+		FS: b.dataFS, Logger: b.log,
 	}, meta, b.cluster.Host(), b.syncer)
 	b.closers = append(b.closers, b.replicas.Close)
 	// Runs just before the logs close (closers run newest first): the

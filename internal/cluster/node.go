@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"path/filepath"
@@ -71,6 +72,13 @@ type Config struct {
 	JoinTimeout time.Duration
 
 	DefaultReplicationFactor int16 // 0: min(3, brokers)
+	// MaxBrokerPartitions is max.broker.partitions (KIP-578): the
+	// partition replicas one broker may hold; a CreateTopics or
+	// CreatePartitions that would place more on any broker is refused
+	// with POLICY_VIOLATION (internal topics excepted). The controller
+	// applies its own value to every broker: configure nodes alike.
+	// 0: no limit.
+	MaxBrokerPartitions int
 
 	AutoLeaderRebalance          bool
 	LeaderImbalanceCheckInterval time.Duration
@@ -229,25 +237,8 @@ func (n *Node) Identity() datadir.Identity { return n.ident }
 // node registers itself (a single node synchronously, so that it can place
 // topics before it serves anyone) and runs the controller's loops.
 func (n *Node) Start(meta *controller.Store, replicas *replica.Manager, syncer *storage.Syncer) error {
-	n.meta, n.replicas = meta, replicas
-	cfg := storage.DefaultConfig()
-	cfg.RetentionMs, cfg.RetentionBytes = -1, -1
-	cfg.Flush = storage.FlushPolicy{Mode: storage.FlushSync}
-	dir := filepath.Join(n.cfg.DataDir, metadataLogDir)
-	// Durably: the metadata log's directory is an entry of the data
-	// directory, dropped by a power cut unless that is fsynced.
-	if err := storage.MkdirAllDurable(n.cfg.FS, dir); err != nil {
-		return err
-	}
-	l, err := storage.Open(dir, cfg, storage.Options{FS: n.cfg.FS, Syncer: syncer, Logger: n.log})
-	if err != nil {
-		return err
-	}
-	n.metaLog = l
-	// A directory the cluster was not formed with has lost whatever this
-	// node acknowledged before: it catches up before it votes.
-	rejoin := !n.ident.BootstrapMember()
-	if err := n.host.AddGroup(raft.GroupConfig{ID: MetadataGroup, Log: l, Voters: n.voters, OnCommit: n.onMetaCommit, Rejoin: rejoin}); err != nil {
+	n.replicas = replicas
+	if err := n.OpenMetadata(meta, syncer); err != nil {
 		return err
 	}
 	// Broker-only nodes are not in --peers: their Raft addresses come
@@ -276,6 +267,83 @@ func (n *Node) Start(meta *controller.Store, replicas *replica.Manager, syncer *
 	n.goLoop(n.metaRepairLoop)
 	n.startLiveness()
 	n.started.Store(time.Now().UnixNano())
+	return nil
+}
+
+// OpenMetadata opens the metadata log and its Raft group, and brings meta
+// up to the log's commit offset: the store holds its last snapshot, and
+// the committed entries after the snapshot's applied offset are applied
+// here, to the metadata alone, before anything reads it (the replicas open
+// what it lists, as they would after those entries). Entries committed
+// later reach the apply loop, which Start starts. Start calls it if the
+// broker did not.
+func (n *Node) OpenMetadata(meta *controller.Store, syncer *storage.Syncer) error {
+	if n.metaLog != nil {
+		return nil
+	}
+	n.meta = meta
+	cfg := storage.DefaultConfig()
+	// Never compacted: a follower below a compacted start would get a
+	// log-start snapshot, which carries no metadata image, and a restart
+	// replays from the last metadata snapshot's offset.
+	cfg.RetentionMs, cfg.RetentionBytes = -1, -1
+	cfg.Flush = storage.FlushPolicy{Mode: storage.FlushSync}
+	dir := filepath.Join(n.cfg.DataDir, metadataLogDir)
+	// Durably: the metadata log's directory is an entry of the data
+	// directory, dropped by a power cut unless that is fsynced.
+	if err := storage.MkdirAllDurable(n.cfg.FS, dir); err != nil {
+		return err
+	}
+	l, err := storage.Open(dir, cfg, storage.Options{FS: n.cfg.FS, Syncer: syncer, Logger: n.log})
+	if err != nil {
+		return err
+	}
+	// A directory the cluster was not formed with has lost whatever this
+	// node acknowledged before: it catches up before it votes.
+	rejoin := !n.ident.BootstrapMember()
+	if err := n.host.AddGroup(raft.GroupConfig{ID: MetadataGroup, Log: l, Voters: n.voters, OnCommit: n.onMetaCommit, Rejoin: rejoin}); err != nil {
+		l.Close()
+		return err
+	}
+	n.metaLog = l
+	st, err := n.host.Status(MetadataGroup)
+	if err != nil {
+		return err
+	}
+	from := meta.Applied()
+	if from >= st.CommitOffset || from >= l.EndOffset() {
+		return nil
+	}
+	if from < l.StartOffset() {
+		n.log.Error("the metadata log starts after the metadata snapshot", "snapshot_offset", from, "log_start", l.StartOffset())
+	}
+	began, entries := time.Now(), 0
+	err = l.Scan(max(from, l.StartOffset()), func(h records.Header, batch []byte) error {
+		end := h.LastOffset() + 1
+		if end > st.CommitOffset {
+			return errStopScan
+		}
+		entries++
+		if h.IsControl() {
+			return nil
+		}
+		recs, err := records.Records(batch)
+		if err != nil || len(recs) != 1 {
+			n.log.Error("undecodable metadata entry", "offset", end-1, "err", err)
+			return nil
+		}
+		cmd, err := controller.DecodeCommand(recs[0].Value)
+		if err != nil {
+			n.log.Error("undecodable metadata command", "offset", end-1, "err", err)
+			return nil
+		}
+		meta.Apply(end, cmd) // a refused command fails again, as it did
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStopScan) {
+		return fmt.Errorf("replaying the metadata log: %w", err)
+	}
+	n.log.Info("replayed the metadata log after its snapshot", "from", from, "to", meta.Applied(), "entries", entries, "took", time.Since(began))
 	return nil
 }
 
@@ -458,6 +526,9 @@ func (n *Node) applyBatch(end int64, batch []byte) error {
 
 // apply changes the metadata and then this node's replicas to match.
 func (n *Node) apply(end int64, cmd controller.Command) error {
+	if end <= n.meta.Applied() {
+		return nil // applied before: replayed at start (OpenMetadata)
+	}
 	n.replicas.Lock()
 	defer n.replicas.Unlock()
 	if cmd.Op == controller.OpCreateTopic && cmd.Topic != nil {
@@ -760,6 +831,11 @@ func (n *Node) CreateTopic(ctx context.Context, name string, partitions int32, r
 		}
 	}
 	t := controller.Topic{Name: name, ID: controller.NewTopicID(), Partitions: partitions, Configs: configs, Internal: internal || controller.IsInternalTopic(name), Replicas: reps}
+	if !t.Internal {
+		if err := n.checkBrokerPartitions(reps); err != nil {
+			return controller.Topic{}, err
+		}
+	}
 	if err := n.Propose(ctx, controller.Command{Op: controller.OpCreateTopic, Topic: &t}); err != nil {
 		return controller.Topic{}, err
 	}
@@ -770,6 +846,33 @@ func (n *Node) CreateTopic(ctx context.Context, name string, partitions int32, r
 	}
 	t, _ = n.meta.Topic(name)
 	return t, nil
+}
+
+// checkBrokerPartitions refuses new replicas reps that would take a
+// broker past max.broker.partitions: a node holds a descriptor per
+// replica (its active segment), and one that runs out of them accepts no
+// connection at all. Two requests at once may both pass: the limit can be
+// passed by one request's replicas, never wedge the node (its data files
+// have their own budget, log.max.open.files).
+func (n *Node) checkBrokerPartitions(reps [][]int32) error {
+	limit := n.cfg.MaxBrokerPartitions
+	if limit <= 0 {
+		return nil
+	}
+	adds := map[int32]int{}
+	for _, rs := range reps {
+		for _, r := range rs {
+			adds[r]++
+		}
+	}
+	img := n.meta.Image()
+	ids := slices.Sorted(maps.Keys(adds))
+	for _, id := range ids {
+		if have := img.ReplicaCount(id); have+adds[id] > limit {
+			return kafkaerr.New(kerr.PolicyViolation, "Broker %d would hold %d partition replicas, more than max.broker.partitions (%d): it holds %d and this request adds %d. Raise the open-file limit (ulimit -n) or max.broker.partitions, or lower max.connections (docs/storage.md).", id, have+adds[id], limit, have, adds[id])
+		}
+	}
+	return nil
 }
 
 // forwardCreate asks the controller to create a topic and waits until the
@@ -1019,6 +1122,9 @@ func (n *Node) AddPartitions(name string, total int32, assign [][]int32) (contro
 		if reps, err = n.placeReplicas(total-t.Partitions, rf); err != nil {
 			return t, err
 		}
+	}
+	if err := n.checkBrokerPartitions(reps); err != nil {
+		return t, err
 	}
 	if err := n.Propose(context.Background(), controller.Command{Op: controller.OpAddPartitions, Name: name, Partitions: total, Replicas: reps}); err != nil {
 		return t, err

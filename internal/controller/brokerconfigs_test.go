@@ -73,6 +73,7 @@ func TestBrokerConfigsCopyOnWrite(t *testing.T) {
 	if got := s.BrokerConfigs("1"); !maps.Equal(got, map[string]string{"min.insync.replicas": "1"}) {
 		t.Fatalf("broker 1's configs %v", got)
 	}
+	closeStore(t, s) // a clean stop: its last snapshot holds everything
 	s2 := open(t, storage.OSFS(), dir)
 	if got, want := s2.BrokerConfigs(""), map[string]string{"log.retention.ms": "1000", "log.segment.bytes": "1048576"}; !maps.Equal(got, want) {
 		t.Fatalf("cluster default after reopen %v, want %v", got, want)

@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
-	"sort"
 
 	"holdfast/internal/auth"
 )
@@ -88,6 +86,10 @@ type Command struct {
 	Quotas []QuotaAlteration `json:"quotas,omitempty"`
 	// OpFeatures (features.go): finalized feature levels by name.
 	Features map[string]int16 `json:"features,omitempty"`
+
+	// Size is the length of the log record the command was decoded from
+	// (DecodeCommand): what it adds to the log a snapshot bounds.
+	Size int `json:"-"`
 }
 
 // Metadata commands.
@@ -124,6 +126,7 @@ func DecodeCommand(b []byte) (Command, error) {
 	if err := json.Unmarshal(b, &c); err != nil {
 		return c, fmt.Errorf("controller: bad metadata command: %w", err)
 	}
+	c.Size = len(b)
 	return c, nil
 }
 
@@ -131,209 +134,40 @@ func DecodeCommand(b []byte) (Command, error) {
 func (s *Store) Applied() int64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.st.Applied
+	return s.img.st.Applied
 }
 
 // Brokers returns the registered brokers by id.
 func (s *Store) Brokers() []BrokerInfo {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return slices.Clone(s.st.Brokers)
+	return slices.Clone(s.img.st.Brokers)
 }
 
 // Fenced reports whether broker id is fenced.
 func (s *Store) Fenced(id int32) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return slices.Contains(s.st.Fenced, id)
+	return slices.Contains(s.img.st.Fenced, id)
 }
 
 // FencedBrokers returns the fenced broker ids, sorted.
 func (s *Store) FencedBrokers() []int32 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return slices.Clone(s.st.Fenced)
+	return slices.Clone(s.img.st.Fenced)
 }
 
 // Broker returns one registered broker.
 func (s *Store) Broker(id int32) (BrokerInfo, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	for _, b := range s.st.Brokers {
+	for _, b := range s.img.st.Brokers {
 		if b.ID == id {
 			return b, true
 		}
 	}
 	return BrokerInfo{}, false
-}
-
-// Apply applies one committed metadata command whose log entry ends at
-// end. The change and the applied offset are persisted together, so a
-// restart replays exactly the entries after it. An entry at or below the
-// applied offset is skipped. A command that cannot apply (a topic created
-// twice by racing proposals) still advances the applied offset, and fails
-// the same way on every node: the state stays identical everywhere.
-func (s *Store) Apply(end int64, c Command) (Topic, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if end <= s.st.Applied {
-		return Topic{}, nil
-	}
-	next := s.st
-	var t Topic
-	err := s.applyTo(&next, c, &t)
-	if err != nil {
-		next = s.st // only the applied offset moves
-	}
-	next.Applied = end
-	if cerr := s.commit(next); cerr != nil {
-		return Topic{}, cerr
-	}
-	return t.clone(), err
-}
-
-func (s *Store) applyTo(next *state, c Command, out *Topic) error {
-	find := func(name string) int {
-		return slices.IndexFunc(next.Topics, func(t Topic) bool { return t.Name == name })
-	}
-	switch c.Op {
-	case OpInit:
-		if c.ClusterID == "" {
-			return fmt.Errorf("controller: init without a cluster id")
-		}
-		next.ClusterID = c.ClusterID
-	case OpRegister:
-		if c.Broker == nil {
-			return fmt.Errorf("controller: register without a broker")
-		}
-		bs := slices.DeleteFunc(slices.Clone(next.Brokers), func(b BrokerInfo) bool { return b.ID == c.Broker.ID })
-		bs = append(bs, *c.Broker)
-		sort.Slice(bs, func(i, j int) bool { return bs[i].ID < bs[j].ID })
-		next.Brokers = bs
-	case OpCreateTopic:
-		t := c.Topic
-		if t == nil || t.Partitions <= 0 || len(t.Replicas) != int(t.Partitions) {
-			return ErrInvalidCount
-		}
-		if find(t.Name) >= 0 {
-			return ErrTopicExists
-		}
-		if _, dup := s.byID[t.ID]; dup {
-			return ErrTopicExists
-		}
-		nt := t.clone()
-		nt.Dirs = nil
-		recordDirs(next, &nt, 0)
-		next.Topics = append(slices.Clone(next.Topics), nt)
-		sort.Slice(next.Topics, func(i, j int) bool { return next.Topics[i].Name < next.Topics[j].Name })
-		*out = nt
-	case OpDeleteTopic:
-		i := find(c.Name)
-		if i < 0 {
-			return ErrUnknownTopic
-		}
-		*out = next.Topics[i]
-		next.Topics = slices.Delete(slices.Clone(next.Topics), i, i+1)
-		next.Deleting = append(slices.Clone(next.Deleting), *out)
-	case OpAddPartitions:
-		i := find(c.Name)
-		if i < 0 {
-			return ErrUnknownTopic
-		}
-		t := next.Topics[i].clone()
-		if c.Partitions <= t.Partitions || int(c.Partitions-t.Partitions) != len(c.Replicas) {
-			return ErrInvalidCount
-		}
-		old := t.Partitions
-		t.Partitions = c.Partitions
-		t.Replicas = append(t.Replicas, c.Replicas...)
-		recordDirs(next, &t, old)
-		next.Topics = slices.Clone(next.Topics)
-		next.Topics[i] = t
-		*out = t
-	case OpTopicConfigs:
-		i := find(c.Name)
-		if i < 0 {
-			return ErrUnknownTopic
-		}
-		t := next.Topics[i].clone()
-		t.Configs = maps.Clone(c.Configs)
-		if t.Configs == nil {
-			t.Configs = map[string]string{}
-		}
-		next.Topics = slices.Clone(next.Topics)
-		next.Topics[i] = t
-		*out = t
-	case OpBrokerConfigs:
-		// Name is the scope: "" the cluster-wide default, else a broker
-		// id; Configs its whole new set (empty: none).
-		next.BrokerConfigs = maps.Clone(next.BrokerConfigs)
-		if len(c.Configs) == 0 {
-			delete(next.BrokerConfigs, c.Name)
-		} else {
-			if next.BrokerConfigs == nil {
-				next.BrokerConfigs = map[string]map[string]string{}
-			}
-			next.BrokerConfigs[c.Name] = maps.Clone(c.Configs)
-		}
-	case OpReassign, OpReassignDone:
-		i := find(c.Name)
-		if i < 0 {
-			return ErrUnknownTopic
-		}
-		t := next.Topics[i].clone()
-		var err error
-		if c.Op == OpReassign {
-			if err = applyReassign(next, &t, c); err == nil {
-				recordDirs(next, &t, 0)
-			}
-		} else {
-			err = applyReassignDone(&t, c)
-		}
-		if err != nil {
-			return err
-		}
-		next.Topics = slices.Clone(next.Topics)
-		next.Topics[i] = t
-		*out = t
-	case OpUnregister:
-		for _, t := range next.Topics {
-			for _, rs := range t.Replicas {
-				if slices.Contains(rs, c.BrokerID) {
-					return ErrBrokerInUse
-				}
-			}
-		}
-		next.Brokers = slices.DeleteFunc(slices.Clone(next.Brokers), func(b BrokerInfo) bool { return b.ID == c.BrokerID })
-	case OpFence, OpUnfence:
-		if len(c.IDs) == 0 {
-			return fmt.Errorf("controller: %s without broker ids", c.Op)
-		}
-		fenced := slices.DeleteFunc(slices.Clone(next.Fenced), func(id int32) bool { return slices.Contains(c.IDs, id) })
-		if c.Op == OpFence {
-			fenced = append(fenced, c.IDs...)
-			slices.Sort(fenced)
-			fenced = slices.Compact(fenced)
-		}
-		next.Fenced = fenced
-	case OpAllocateProducerIDs:
-		return applyProducerIDs(next, c)
-	default:
-		if handled, err := applySecurity(next, c); handled {
-			return err
-		}
-		if handled, err := applyQuotas(next, c); handled {
-			return err
-		}
-		if handled, err := applyGroupConfigs(next, c); handled {
-			return err
-		}
-		if handled, err := applyFeatures(next, c); handled {
-			return err
-		}
-		return fmt.Errorf("controller: unknown metadata command %q", c.Op)
-	}
-	return nil
 }
 
 // recordDirs records, for each replica of partitions from.. of t that has

@@ -21,14 +21,14 @@ const MaxFeatures = 32
 func (s *Store) FeatureLevels() map[string]int16 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return maps.Clone(s.st.Features)
+	return maps.Clone(s.img.st.Features)
 }
 
 // FeatureLevel returns the level UpdateFeatures set for name, if any.
 func (s *Store) FeatureLevel(name string) (int16, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	l, ok := s.st.Features[name]
+	l, ok := s.img.st.Features[name]
 	return l, ok
 }
 

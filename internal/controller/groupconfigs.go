@@ -21,7 +21,7 @@ const MaxConfiguredGroups = 100000
 func (s *Store) GroupConfigs(group string) map[string]string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return maps.Clone(s.st.GroupConfigs[group])
+	return maps.Clone(s.img.st.GroupConfigs[group])
 }
 
 // applyGroupConfigs applies OpGroupConfigs; handled is false for other

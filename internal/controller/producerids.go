@@ -26,7 +26,7 @@ var ErrStaleProducerIDBlock = errors.New("controller: producer id block already 
 func (s *Store) ProducerIDBlockStart() int64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.st.NextProducerID
+	return s.img.st.NextProducerID
 }
 
 // ProducerIDIssued reports whether id lies in a block this node's metadata
@@ -34,7 +34,7 @@ func (s *Store) ProducerIDBlockStart() int64 {
 func (s *Store) ProducerIDIssued(id int64) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return id >= 0 && id < s.st.NextProducerID
+	return id >= 0 && id < s.img.st.NextProducerID
 }
 
 func applyProducerIDs(next *state, c Command) error {

@@ -36,6 +36,7 @@ func TestProducerIDBlocks(t *testing.T) {
 	if err := apply(Command{Op: OpAllocateProducerIDs, BrokerID: 2, ProducerIDStart: start + 1000, ProducerIDLen: 0}); err == nil {
 		t.Fatal("an empty block applied")
 	}
+	closeStore(t, s)
 	s = open(t, fs, dir)
 	if got := s.ProducerIDBlockStart(); got != 1000 {
 		t.Fatalf("after reopen the next block starts at %d, want 1000", got)

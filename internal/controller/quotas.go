@@ -187,8 +187,8 @@ func ValidateQuotaValue(e QuotaEntity, key string, v float64) error {
 func (s *Store) ClientQuotas() []ClientQuota {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make([]ClientQuota, len(s.st.Quotas))
-	for i, q := range s.st.Quotas {
+	out := make([]ClientQuota, len(s.img.st.Quotas))
+	for i, q := range s.img.st.Quotas {
 		out[i] = ClientQuota{Entity: q.Entity.clone(), Values: maps.Clone(q.Values)}
 	}
 	return out

@@ -51,6 +51,7 @@ func TestClientQuotaCommands(t *testing.T) {
 		t.Fatalf("quotas %+v, want %+v", got, want)
 	}
 	// Persisted with the applied offset.
+	closeStore(t, s)
 	s2, err := Open(dir, storage.OSFS(), nil, "")
 	if err != nil {
 		t.Fatal(err)

@@ -63,6 +63,7 @@ func TestReassignCommands(t *testing.T) {
 	if _, err := apply(Command{Op: OpUnregister, BrokerID: 4}); !errors.Is(err, ErrBrokerInUse) {
 		t.Fatalf("unregister a broker holding a replica: %v", err)
 	}
+	closeStore(t, s)
 	s = open(t, storage.OSFS(), dir) // the ongoing move is persisted
 	if _, err := apply(Command{Op: OpReassignDone, Name: "t", Partition: 0, Target: []int32{4, 3, 2}}); err != nil {
 		t.Fatal(err)

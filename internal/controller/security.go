@@ -30,7 +30,7 @@ type ScramKey struct {
 func (s *Store) ACLs() []auth.ACL {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return slices.Clone(s.st.ACLs)
+	return slices.Clone(s.img.st.ACLs)
 }
 
 // ScramCredential returns a user's credential for a mechanism
@@ -38,7 +38,7 @@ func (s *Store) ACLs() []auth.ACL {
 func (s *Store) ScramCredential(user, mechanism string) (auth.ScramCredential, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	for _, c := range s.st.Scram {
+	for _, c := range s.img.st.Scram {
 		if c.User == user && c.Mechanism == mechanism {
 			return c, true
 		}
@@ -50,20 +50,26 @@ func (s *Store) ScramCredential(user, mechanism string) (auth.ScramCredential, b
 func (s *Store) ScramCredentials() []auth.ScramCredential {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return slices.Clone(s.st.Scram)
+	return slices.Clone(s.img.st.Scram)
 }
 
 // Do applies a command to a single node's metadata (no log: the change is
-// persisted at once). Cluster mode applies commands through Apply.
+// persisted at once, in a snapshot). The cluster applies commands through
+// Apply.
 func (s *Store) Do(c Command) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	next := s.st
-	var t Topic
-	if err := s.applyTo(&next, c, &t); err != nil {
+	next, _, err := s.img.Apply(s.img.st.Applied, c)
+	if err != nil {
 		return err
 	}
-	return s.commit(next)
+	prev := s.img
+	s.setImage(next)
+	if err := s.snapshotNowLocked(); err != nil {
+		s.setImage(prev)
+		return err
+	}
+	return nil
 }
 
 // Limits on security metadata, so a client cannot grow it without bound.

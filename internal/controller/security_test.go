@@ -36,6 +36,7 @@ func TestSecurityCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Everything survives a restart (the metadata file).
+	closeStore(t, s)
 	s2, err := Open(dir, storage.OSFS(), nil, "")
 	if err != nil {
 		t.Fatal(err)

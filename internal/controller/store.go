@@ -1,8 +1,9 @@
-// Package controller holds the node's durable cluster metadata: the cluster
-// id, the topics (name, id, partition count, config overrides) and dynamic
-// broker configs. On a single node it is a small file rewritten atomically
-// on every change; in a cluster it becomes the metadata Raft group's state
-// machine, with the same methods.
+// Package controller holds the node's cluster metadata: the cluster id,
+// the topics (name, id, partition count, config overrides), brokers,
+// configs, ACLs, quotas. It is the metadata Raft group's state machine:
+// an immutable Image per applied offset (image.go), changed only by
+// applying committed commands, and snapshotted to disk every so many
+// bytes of the metadata log (snapshot.go), which is the record.
 package controller
 
 import (
@@ -150,18 +151,21 @@ type state struct {
 
 const stateVersion = 1
 
-// Store is the node's metadata. Safe for concurrent use; every mutation is
-// on disk (fsynced) before it returns and before readers can see it.
+// Store is the node's metadata: the current Image, replaced whole by each
+// applied command, and its snapshots on disk (snapshot.go). Safe for
+// concurrent use. Applying a command changes memory only: the metadata
+// Raft log is the record of every command, and a snapshot every so many
+// bytes of log or so much time bounds what a restart replays from it.
 type Store struct {
 	dir string
 	fs  storage.FS
 	log *slog.Logger
 
-	mu     sync.RWMutex
-	st     state
-	byName map[string]int // index into st.Topics
-	byID   map[[16]byte]int
-	gen    uint64 // counts the states st has held (TopicsCache)
+	mu  sync.RWMutex
+	img *Image
+	gen uint64 // counts the images the store has held (TopicsCache)
+
+	snap snapshotter // snapshot.go; guarded by mu
 }
 
 const (
@@ -169,8 +173,10 @@ const (
 	tmpName  = fileName + ".tmp" // what storage.WriteFileAtomic writes first
 )
 
-// Open loads the metadata under dir, creating it (with a fresh cluster id)
-// if there is none.
+// Open loads the metadata under dir - its last snapshot, and the deletions
+// finished since - creating it (with a fresh cluster id) if there is none.
+// The applied offset is the snapshot's: the caller replays the metadata
+// log's committed entries after it (cluster.Node.OpenMetadata).
 //
 // clusterID is the cluster this node belongs to (from its data directory's
 // identity): a new store takes it, an existing one must have it.
@@ -179,6 +185,7 @@ func Open(dir string, fs storage.FS, log *slog.Logger, clusterID string) (*Store
 		log = slog.Default()
 	}
 	s := &Store{dir: dir, fs: fs, log: log}
+	s.snap.init(s)
 	// The directory itself may be new (and its parents): make their
 	// entries durable too.
 	if err := storage.MkdirAllDurable(fs, dir); err != nil {
@@ -194,62 +201,66 @@ func Open(dir string, fs storage.FS, log *slog.Logger, clusterID string) (*Store
 		if clusterID != "" && st.ClusterID != clusterID {
 			return nil, fmt.Errorf("controller: %s belongs to cluster %s, this node to %s", join(dir, fileName), st.ClusterID, clusterID)
 		}
-		s.st = st
+		s.img = newImage(st)
+		s.snap.size = int64(len(data))
+		if err := s.loadFinished(); err != nil {
+			return nil, err
+		}
 	case isNotExist(err):
 		// A leftover temp file is an interrupted first write: nothing was
 		// ever acknowledged from it.
 		if clusterID == "" {
 			clusterID = newClusterID()
 		}
-		s.st = state{Version: stateVersion, ClusterID: clusterID}
-		if _, err := s.persist(s.st); err != nil {
+		s.img = newImage(state{Version: stateVersion, ClusterID: clusterID})
+		if err := s.snapshotNowLocked(); err != nil {
 			return nil, err
 		}
-		log.Info("created cluster metadata", "cluster_id", s.st.ClusterID, "dir", dir)
+		log.Info("created cluster metadata", "cluster_id", s.img.st.ClusterID, "dir", dir)
 	default:
 		return nil, fmt.Errorf("controller: %w", err)
 	}
-	s.reindex()
+	s.gen++
 	return s, nil
 }
 
-func (s *Store) reindex() {
+// Image is the current metadata image: immutable, so a reader may keep it
+// as long as it likes (it does not see later changes).
+func (s *Store) Image() *Image {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.img
+}
+
+// setImage makes next current. Called with mu held.
+func (s *Store) setImage(next *Image) {
+	s.img = next
 	s.gen++
-	s.byName = make(map[string]int, len(s.st.Topics))
-	s.byID = make(map[[16]byte]int, len(s.st.Topics))
-	for i, t := range s.st.Topics {
-		s.byName[t.Name] = i
-		s.byID[t.ID] = i
-	}
 }
 
 // ClusterID is the cluster's id, generated once and persisted.
 func (s *Store) ClusterID() string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.st.ClusterID
+	return s.img.st.ClusterID
 }
 
 // Topic returns the named topic.
 func (s *Store) Topic(name string) (Topic, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	i, ok := s.byName[name]
+	t, ok := s.Image().Topic(name)
 	if !ok {
 		return Topic{}, false
 	}
-	return s.st.Topics[i].clone(), true
+	return t.clone(), true
 }
 
 // TopicByID returns the topic with the given id.
 func (s *Store) TopicByID(id [16]byte) (Topic, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	i, ok := s.byID[id]
+	t, ok := s.Image().TopicByID(id)
 	if !ok {
 		return Topic{}, false
 	}
-	return s.st.Topics[i].clone(), true
+	return t.clone(), true
 }
 
 // TopicName is the name of the topic with this id: what a fetch or a
@@ -257,13 +268,11 @@ func (s *Store) TopicByID(id [16]byte) (Topic, bool) {
 // partition, tens of thousands of allocations per fetch of a topic of
 // 10,000 partitions).
 func (s *Store) TopicName(id [16]byte) (string, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	i, ok := s.byID[id]
+	t, ok := s.Image().TopicByID(id)
 	if !ok {
 		return "", false
 	}
-	return s.st.Topics[i].Name, true
+	return t.Name, true
 }
 
 // TopicHeader is Topic without the per-partition assignment: the name,
@@ -273,24 +282,20 @@ func (s *Store) TopicName(id [16]byte) (string, bool) {
 // thousands of allocations for every produce request to a topic of 1,000
 // partitions.
 func (s *Store) TopicHeader(name string) (Topic, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	i, ok := s.byName[name]
+	t, ok := s.Image().Topic(name)
 	if !ok {
 		return Topic{}, false
 	}
-	return s.st.Topics[i].header(), true
+	return t.header(), true
 }
 
 // TopicHeaderByID is TopicHeader by topic id.
 func (s *Store) TopicHeaderByID(id [16]byte) (Topic, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	i, ok := s.byID[id]
+	t, ok := s.Image().TopicByID(id)
 	if !ok {
 		return Topic{}, false
 	}
-	return s.st.Topics[i].header(), true
+	return t.header(), true
 }
 
 func (t Topic) header() Topic {
@@ -309,15 +314,14 @@ func (t Topic) configsCopy() map[string]string {
 func (s *Store) BrokerConfigs(scope string) map[string]string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.st.BrokerConfigs[scope]
+	return s.img.st.BrokerConfigs[scope]
 }
 
 // Topics returns every topic, sorted by name.
 func (s *Store) Topics() []Topic {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]Topic, len(s.st.Topics))
-	for i, t := range s.st.Topics {
+	ts := s.Image().topics()
+	out := make([]Topic, len(ts))
+	for i, t := range ts {
 		out[i] = t.clone()
 	}
 	return out
@@ -351,13 +355,15 @@ func (c *TopicsCache) Topics() []Topic {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.s.mu.RLock()
-	defer c.s.mu.RUnlock()
-	if c.gen != c.s.gen {
-		c.topics = make([]Topic, len(c.s.st.Topics))
-		for i, t := range c.s.st.Topics {
+	img, gen := c.s.img, c.s.gen
+	c.s.mu.RUnlock()
+	if c.gen != gen {
+		ts := img.topics()
+		c.topics = make([]Topic, len(ts))
+		for i, t := range ts {
 			c.topics[i] = t.clone()
 		}
-		c.gen = c.s.gen
+		c.gen = gen
 	}
 	return c.topics
 }
@@ -367,39 +373,61 @@ func (c *TopicsCache) Topics() []Topic {
 func (s *Store) Deleting() []Topic {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make([]Topic, len(s.st.Deleting))
-	for i, t := range s.st.Deleting {
+	out := make([]Topic, len(s.img.st.Deleting))
+	for i, t := range s.img.st.Deleting {
 		out[i] = t.clone()
 	}
 	return out
 }
 
+// Apply applies one committed metadata command whose log entry ends at
+// end, in memory: the log holds the command, and the next snapshot its
+// effect (snapshot.go). An entry at or below the applied offset is
+// skipped. A command that cannot apply (a topic created twice by racing
+// proposals) still advances the applied offset, and fails the same way on
+// every node: the state stays identical everywhere.
+func (s *Store) Apply(end int64, c Command) (Topic, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if end <= s.img.st.Applied {
+		return Topic{}, nil
+	}
+	next, d, err := s.img.Apply(end, c)
+	if err == nil && c.Op == OpDeleteTopic {
+		// Node-local: this node may have removed the topic's data
+		// before a crash that kept an older snapshot (replay).
+		next.st.Deleting = s.snap.dropFinished(next.st.Deleting)
+	}
+	s.setImage(next)
+	s.snap.applied(c.Size)
+	if err != nil {
+		return Topic{}, err
+	}
+	if d.Topic == nil {
+		return Topic{}, nil
+	}
+	return d.Topic.clone(), nil
+}
+
 // FinishDelete drops the deletion record of the topic with id, once its
-// data is gone from disk.
+// data is gone from disk. Node-local and not in the metadata log: it is
+// durable when this returns (a small file of the deletions finished since
+// the last snapshot), so that a replay after a crash does not remove the
+// data of a new topic of the same name.
 func (s *Store) FinishDelete(id [16]byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	i := slices.IndexFunc(s.st.Deleting, func(t Topic) bool { return t.ID == id })
+	i := slices.IndexFunc(s.img.st.Deleting, func(t Topic) bool { return t.ID == id })
 	if i < 0 {
 		return nil
 	}
-	next := s.st
-	next.Deleting = slices.Delete(slices.Clone(s.st.Deleting), i, i+1)
-	return s.commit(next)
-}
-
-// commit persists next and only then makes it visible. Called with mu held.
-// If the new file replaced the old one but the directory sync failed, the
-// change may or may not survive a power cut; memory follows what a restart
-// without one would read, and the error tells the caller the outcome is
-// unknown.
-func (s *Store) commit(next state) error {
-	renamed, err := s.persist(next)
-	if renamed {
-		s.st = next
-		s.reindex()
+	if err := s.snap.finish(id); err != nil {
+		return err
 	}
-	return err
+	next := s.img.with()
+	next.st.Deleting = slices.Delete(slices.Clone(s.img.st.Deleting), i, i+1)
+	s.setImage(next)
+	return nil
 }
 
 // The file is the JSON state followed by a line with its CRC-32C, so a
@@ -439,19 +467,18 @@ func decode(data []byte) (state, error) {
 	return st, nil
 }
 
-// persist writes st atomically: temp file, fsync, rename over the old
-// file, fsync the directory. A crash at any point leaves either the old or
-// the new file, never a mix.
-func (s *Store) persist(st state) (renamed bool, err error) {
+// persist writes a snapshot atomically: temp file, fsync, rename over
+// the old file, fsync the directory. A crash at any point leaves either
+// the old or the new file, never a mix. It returns the snapshot's size.
+func (s *Store) persist(st state) (int64, error) {
 	data, err := encode(st)
 	if err != nil {
-		return false, fmt.Errorf("controller: encoding metadata: %w", err)
+		return 0, fmt.Errorf("controller: encoding metadata: %w", err)
 	}
-	renamed, err = storage.WriteFileAtomic(s.fs, join(s.dir, fileName), data)
-	if err != nil {
-		return renamed, fmt.Errorf("controller: persisting metadata: %w", err)
+	if _, err = storage.WriteFileAtomic(s.fs, join(s.dir, fileName), data); err != nil {
+		return 0, fmt.Errorf("controller: persisting metadata: %w", err)
 	}
-	return renamed, nil
+	return int64(len(data)), nil
 }
 
 // newClusterID returns a Kafka-style cluster id: 16 random bytes in URL-safe
@@ -508,28 +535,36 @@ func StoredClusterID(dir string, fs storage.FS) (string, error) {
 func (s *Store) AdoptSingleNode(node int32, dir string, nextProducerID int64) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	next := s.st
+	next := s.img.with()
 	changed := false
-	topics := slices.Clone(next.Topics)
-	for i, t := range topics {
-		if len(t.Replicas) == int(t.Partitions) {
+	for _, old := range s.img.topics() {
+		if len(old.Replicas) == int(old.Partitions) {
 			continue
 		}
-		t = t.clone()
+		t := old.clone()
 		t.PreRaft = true
 		t.Replicas, t.Dirs = make([][]int32, t.Partitions), make([]map[int32]string, t.Partitions)
 		for p := range t.Replicas {
 			t.Replicas[p] = []int32{node}
 			t.Dirs[p] = map[int32]string{node: dir}
 		}
-		topics[i], changed = t, true
+		next.putTopic(&t)
+		next.recount(old, &t)
+		changed = true
 	}
-	next.Topics = topics
-	if nextProducerID > next.NextProducerID {
-		next.NextProducerID, changed = nextProducerID, true
+	if nextProducerID > next.st.NextProducerID {
+		next.st.NextProducerID, changed = nextProducerID, true
 	}
 	if !changed {
 		return false, nil
 	}
-	return true, s.commit(next)
+	// Not in the metadata log (its one voter's store is the only state
+	// there is): durable before it returns.
+	prev := s.img
+	s.setImage(next)
+	if err := s.snapshotNowLocked(); err != nil {
+		s.setImage(prev)
+		return true, err
+	}
+	return true, nil
 }

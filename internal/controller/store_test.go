@@ -2,11 +2,14 @@ package controller
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"holdfast/internal/storage"
 )
@@ -82,6 +85,7 @@ func TestStoreSurvivesReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	closeStore(t, s)
 	s = open(t, fs, dir)
 	if s.ClusterID() != cid {
 		t.Fatalf("cluster id changed across reopen: %q -> %q", cid, s.ClusterID())
@@ -114,48 +118,194 @@ func TestStoreSurvivesReopen(t *testing.T) {
 	}
 }
 
-// Every mutation is durable when it returns, and a power cut at any point
-// leaves the old or the new state, never a torn one.
-func TestStoreCrashAtomicity(t *testing.T) {
-	fs := storage.NewCrashFS(1)
-	dir := "/data/meta"
-	s := open(t, fs, dir)
-	cid := s.ClusterID()
-	for i, name := range []string{"t0", "t1", "t2", "t3"} {
-		if _, err := createTopic(s, name, int32(i+1), nil, false); err != nil {
+// closeStore stops s cleanly: Close writes the last snapshot.
+func closeStore(t *testing.T, s *Store) {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
+
+// waitSnapshots waits until no snapshot is being written.
+func waitSnapshots(s *Store) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.snap.writing {
+		s.snap.idle.Wait()
+	}
+}
+
+// summary is what a test compares of two stores: every topic, the
+// pending deletions, the fenced brokers, the applied offset.
+func summary(s *Store) string {
+	var b strings.Builder
+	for _, t := range s.Topics() {
+		fmt.Fprintf(&b, "%s %x %d %v %v %v;", t.Name, t.ID, t.Partitions, t.Replicas, t.Configs, t.Dirs)
+	}
+	for _, t := range s.Deleting() {
+		fmt.Fprintf(&b, "deleting %s %x;", t.Name, t.ID)
+	}
+	fmt.Fprintf(&b, "fenced %v applied %d", s.FencedBrokers(), s.Applied())
+	return b.String()
+}
+
+// metaLog stands in for the metadata Raft log: the commands, entry i
+// ending at offset i+1, as their encoded bytes (so DecodeCommand gives
+// each its size, as the apply loop's do).
+type metaLog [][]byte
+
+func (l *metaLog) apply(t *testing.T, s *Store, c Command) (Topic, error) {
+	t.Helper()
+	data, err := EncodeCommand(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	*l = append(*l, data)
+	dc, err := DecodeCommand(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Apply(int64(len(*l)), dc)
+}
+
+// replay applies the entries after the store's applied offset, as
+// cluster.Node.OpenMetadata does at start; it returns how many.
+func (l metaLog) replay(t *testing.T, s *Store) int {
+	t.Helper()
+	from := s.Applied()
+	for i := from; i < int64(len(l)); i++ {
+		c, err := DecodeCommand(l[i])
+		if err != nil {
 			t.Fatal(err)
 		}
+		s.Apply(i+1, c) // a refused command fails again, as it did
+	}
+	return len(l) - int(from)
+}
+
+// TestStoreCrashReplay: between snapshots the metadata log is the record.
+// A power cut after any command - with snapshots written every few
+// commands, one of them failing - leaves the last snapshot, and replaying
+// the log after its applied offset gives exactly the state before the
+// cut. A deletion this node finished (FinishDelete, not in the log) stays
+// finished across the replay, so a new topic of the same name is not
+// taken for the deleted one's leftover data.
+func TestStoreCrashReplay(t *testing.T) {
+	fs := storage.NewCrashFS(1)
+	dir := "/data/meta"
+	policy := SnapshotPolicy{MaxBytes: 600} // a snapshot every few commands
+	s := open(t, fs, dir)
+	s.SetSnapshotPolicy(policy)
+	var log metaLog
+	reps := func(n int) [][]int32 {
+		r := make([][]int32, n)
+		for i := range r {
+			r[i] = []int32{1, 2}
+		}
+		return r
+	}
+	var ids [][16]byte
+	steps := []func() error{}
+	for i := range 6 {
+		steps = append(steps, func() error {
+			id := NewTopicID()
+			ids = append(ids, id)
+			_, err := log.apply(t, s, Command{Op: OpCreateTopic, Topic: &Topic{Name: fmt.Sprintf("t%d", i), ID: id, Partitions: int32(i + 1), Replicas: reps(i + 1)}})
+			return err
+		})
+	}
+	steps = append(steps,
+		func() error {
+			_, err := log.apply(t, s, Command{Op: OpTopicConfigs, Name: "t1", Configs: map[string]string{"retention.ms": "1000"}})
+			return err
+		},
+		func() error {
+			_, err := log.apply(t, s, Command{Op: OpAddPartitions, Name: "t2", Partitions: 5, Replicas: reps(2)})
+			return err
+		},
+		func() error {
+			_, err := log.apply(t, s, Command{Op: OpFence, IDs: []int32{2}})
+			return err
+		},
+		func() error {
+			_, err := log.apply(t, s, Command{Op: OpDeleteTopic, Name: "t0"})
+			return err
+		},
+		func() error {
+			// Refused on every node: only the applied offset moves.
+			if _, err := log.apply(t, s, Command{Op: OpCreateTopic, Topic: &Topic{Name: "t1", ID: NewTopicID(), Partitions: 1, Replicas: reps(1)}}); !errors.Is(err, ErrTopicExists) {
+				return fmt.Errorf("duplicate create: %v", err)
+			}
+			return nil
+		},
+		func() error {
+			// A snapshot write fails: the log still has everything.
+			fs.InjectError(storage.OpRename, fileName, syscall.EIO)
+			for i := range 4 {
+				if _, err := log.apply(t, s, Command{Op: OpTopicConfigs, Name: "t3", Configs: map[string]string{"segment.bytes": fmt.Sprint(4096 + i)}}); err != nil {
+					return err
+				}
+			}
+			waitSnapshots(s)
+			fs.ClearErrors()
+			return nil
+		},
+	)
+	replayed, snapshotted := 0, 0
+	for i, step := range steps {
+		if err := step(); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		want := summary(s)
+		waitSnapshots(s)
 		fs.CrashTorn()
 		s = open(t, fs, dir)
-		if s.ClusterID() != cid {
-			t.Fatalf("cluster id changed after crash")
+		s.SetSnapshotPolicy(policy)
+		if s.Applied() > 0 {
+			snapshotted++
 		}
-		if n := len(s.Topics()); n != i+1 {
-			t.Fatalf("after crash: %d topics, want %d (acknowledged creates lost)", n, i+1)
+		if n := log.replay(t, s); n > 0 {
+			replayed++
 		}
+		if got := summary(s); got != want {
+			t.Fatalf("step %d: after a crash and replay\n got %s\nwant %s", i, got, want)
+		}
+	}
+	if replayed == 0 || snapshotted == 0 {
+		t.Fatalf("crashes replayed entries %d times and found a snapshot %d times: both paths must be exercised", replayed, snapshotted)
 	}
 
-	// A failed write (disk full) changes nothing, in memory or on disk.
-	fs.SetCapacity(0)
-	if _, err := createTopic(s, "full", 1, nil, false); err == nil {
-		t.Fatal("create succeeded on a full disk")
+	// The data of deleted t0 is removed and a new t0 is created, with no
+	// snapshot since: a replay re-applies the delete, which must not make
+	// the new t0's data look like the old one's leftovers.
+	s.SetSnapshotPolicy(SnapshotPolicy{MaxBytes: 1 << 30})
+	if d := s.Deleting(); len(d) != 1 || d[0].ID != ids[0] {
+		t.Fatalf("Deleting = %+v, want t0", d)
 	}
-	fs.ClearErrors()
-	if _, ok := s.Topic("full"); ok {
-		t.Fatal("failed create is visible")
+	if err := s.FinishDelete(ids[0]); err != nil {
+		t.Fatal(err)
 	}
-	fs.InjectError(storage.OpRename, "cluster.json", syscall.EIO)
-	if _, err := deleteTopic(s, "t0"); err == nil {
-		t.Fatal("delete succeeded although the rename failed")
+	if _, err := log.apply(t, s, Command{Op: OpCreateTopic, Topic: &Topic{Name: "t0", ID: NewTopicID(), Partitions: 1, Replicas: reps(1)}}); err != nil {
+		t.Fatal(err)
 	}
-	fs.ClearErrors()
-	if _, ok := s.Topic("t0"); !ok {
-		t.Fatal("failed delete took effect in memory")
-	}
-	fs.Crash()
+	want := summary(s)
+	fs.CrashTorn()
 	s = open(t, fs, dir)
-	if _, ok := s.Topic("t0"); !ok || len(s.Topics()) != 4 {
-		t.Fatalf("after failed writes and a crash: %d topics", len(s.Topics()))
+	if n := log.replay(t, s); n == 0 {
+		t.Fatal("nothing replayed: the case needs the delete in the replay")
+	}
+	if got := summary(s); got != want {
+		t.Fatalf("after FinishDelete, a new t0, a crash and replay\n got %s\nwant %s", got, want)
+	}
+	// A clean stop snapshots: nothing to replay, and the finished
+	// deletions are trimmed.
+	closeStore(t, s)
+	s = open(t, fs, dir)
+	if n := log.replay(t, s); n != 0 || summary(s) != want {
+		t.Fatalf("after a clean stop: %d entries replayed, state %s", n, summary(s))
+	}
+	if _, err := readFile(fs, join(dir, finishedName)); !isNotExist(err) {
+		t.Fatalf("finished deletions kept after a snapshot holding them: %v", err)
 	}
 }
 
@@ -205,6 +355,7 @@ func TestStoreFencing(t *testing.T) {
 	if err := apply(4, OpUnfence, 3); err != nil {
 		t.Fatal(err)
 	}
+	closeStore(t, s)
 	s = open(t, fs, dir)
 	if got := s.FencedBrokers(); !slices.Equal(got, []int32{2}) || !s.Fenced(2) || s.Fenced(3) || s.Applied() != 4 {
 		t.Fatalf("after reopen: fenced %v, applied %d; want [2], 4", got, s.Applied())
@@ -300,4 +451,116 @@ func TestTopicHeader(t *testing.T) {
 	if h, ok := s.TopicHeader("b"); !ok || h.Configs == nil {
 		t.Fatalf("header of a topic without overrides: %+v %v (Configs must be an empty map, as Topic's)", h, ok)
 	}
+}
+
+// TestStoreSnapshotPolicy: a snapshot is written once the commands since
+// the last one add up to MaxBytes of log (not before), and after
+// MaxInterval when anything changed.
+func TestStoreSnapshotPolicy(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "meta")
+	fs := storage.OSFS()
+	s := open(t, fs, dir)
+	onDisk := func() int64 {
+		t.Helper()
+		data, err := readFile(fs, join(dir, fileName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := decode(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Applied
+	}
+	var log metaLog
+	fence := Command{Op: OpFence, IDs: []int32{7}}
+	data, _ := EncodeCommand(fence)
+	s.SetSnapshotPolicy(SnapshotPolicy{MaxBytes: int64(10 * len(data))})
+	for i := range 9 {
+		log.apply(t, s, fence)
+		waitSnapshots(s)
+		if got := onDisk(); got != 0 {
+			t.Fatalf("after %d commands of %d bytes (policy %d bytes): snapshot at %d", i+1, len(data), 10*len(data), got)
+		}
+	}
+	log.apply(t, s, fence)
+	waitSnapshots(s)
+	if got := onDisk(); got != 10 {
+		t.Fatalf("after 10 commands: snapshot at %d, want 10", got)
+	}
+	s.SetSnapshotPolicy(SnapshotPolicy{MaxBytes: 1 << 30, MaxInterval: time.Millisecond})
+	log.apply(t, s, fence)
+	deadline := time.Now().Add(10 * time.Second)
+	for onDisk() != 11 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no snapshot after MaxInterval: on disk %d", onDisk())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	closeStore(t, s)
+}
+
+// TestImageSharedSafely: readers holding older images, and snapshots
+// encoded in the background, while commands change the same topics: under
+// the race detector (CI's race run) any write into a structure an older
+// image shares is reported; without it, every image read must still say
+// what it said when it was taken.
+func TestImageSharedSafely(t *testing.T) {
+	s := open(t, storage.OSFS(), filepath.Join(t.TempDir(), "meta"))
+	s.SetSnapshotPolicy(SnapshotPolicy{MaxBytes: 1}) // a snapshot after every command
+	var log metaLog
+	reps := [][]int32{{1, 2}, {2, 3}}
+	for _, name := range []string{"a", "b"} {
+		if _, err := log.apply(t, s, Command{Op: OpCreateTopic, Topic: &Topic{Name: name, ID: NewTopicID(), Partitions: 2, Replicas: reps}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := log.apply(t, s, Command{Op: OpRegister, Broker: &BrokerInfo{ID: 4, Host: "h", Port: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	errs := make(chan error, 1)
+	go func() {
+		defer close(errs)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			img := s.Image()
+			a, _ := img.Topic("a")
+			want := fmt.Sprint(a.Partitions, a.Replicas, a.Configs, a.Dirs, a.Reassigning)
+			for range 3 {
+				s.Topics()
+				if got := fmt.Sprint(a.Partitions, a.Replicas, a.Configs, a.Dirs, a.Reassigning); got != want {
+					errs <- fmt.Errorf("an image's topic changed under its reader: %s, was %s", got, want)
+					return
+				}
+			}
+		}
+	}()
+	for i := range 60 {
+		var c Command
+		switch i % 4 {
+		case 0:
+			c = Command{Op: OpTopicConfigs, Name: "a", Configs: map[string]string{"retention.ms": fmt.Sprint(i)}}
+		case 1:
+			c = Command{Op: OpAddPartitions, Name: "a", Partitions: int32(3 + i/4), Replicas: [][]int32{{1, 2}}}
+		case 2:
+			c = Command{Op: OpReassign, Name: "a", Partition: 0, Target: []int32{4, 2}}
+		case 3:
+			if i%8 == 3 {
+				c = Command{Op: OpReassignDone, Name: "a", Partition: 0, Target: []int32{4, 2}}
+			} else {
+				c = Command{Op: OpReassign, Name: "a", Partition: 0} // cancel
+			}
+		}
+		log.apply(t, s, c) // some are refused (a move in progress): fine
+	}
+	close(done)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	closeStore(t, s)
 }

@@ -46,7 +46,55 @@ func OSFS() FS { return osFS{} }
 // cache and says so once.
 func OSFSDirectIO() FS { return osFS{direct: true} }
 
-type osFS struct{ direct bool }
+// OSFSBudget is OSFS (OSFSDirectIO with direct) holding at most maxOpen
+// files open at once (log.max.open.files): an open past it fails with
+// ErrOpenFileBudget, so data files - a segment per partition replica and
+// more - cannot use up the process's descriptors and leave none for
+// connections. The log that cannot open goes offline and is retried
+// (KAFKA_STORAGE_ERROR), as after EMFILE; everything else keeps running.
+// maxOpen <= 0: no budget.
+func OSFSBudget(direct bool, maxOpen int) FS {
+	if maxOpen <= 0 {
+		return osFS{direct: direct}
+	}
+	return osFS{direct: direct, budget: &fileBudget{max: int64(maxOpen)}}
+}
+
+// ErrOpenFileBudget: an OSFSBudget filesystem holds its budget of open
+// files.
+var ErrOpenFileBudget = errors.New("storage: the open-file budget for data files is used up (log.max.open.files)")
+
+// OpenFiles reports the files fsys holds open and its budget, if it is an
+// OSFSBudget filesystem.
+func OpenFiles(fsys FS) (open, budget int64, ok bool) {
+	o, isOS := fsys.(osFS)
+	if !isOS || o.budget == nil {
+		return 0, 0, false
+	}
+	return o.budget.open.Load(), o.budget.max, true
+}
+
+type osFS struct {
+	direct bool
+	budget *fileBudget // nil: none
+}
+
+type fileBudget struct {
+	max  int64
+	open atomic.Int64
+}
+
+func (b *fileBudget) take() bool {
+	for {
+		n := b.open.Load()
+		if n >= b.max {
+			return false
+		}
+		if b.open.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
 
 // directBlock: O_DIRECT writes have their offset, length and memory
 // aligned to this; 4 KiB covers the logical block size of every device
@@ -73,6 +121,8 @@ var osDirectWrites atomic.Int64
 type osFile struct {
 	*os.File
 	direct bool
+	budget *fileBudget // given back once, at the first Close
+	closed atomic.Bool
 
 	dmu  sync.Mutex
 	dfd  *os.File // the same file opened with O_DIRECT, on first use
@@ -111,6 +161,9 @@ func (f *osFile) WriteDirect(p []byte, off int64) (int, error) {
 }
 
 func (f *osFile) Close() error {
+	if f.budget != nil && f.closed.CompareAndSwap(false, true) {
+		f.budget.open.Add(-1)
+	}
 	f.dmu.Lock()
 	if f.dfd != nil {
 		f.dfd.Close()
@@ -141,11 +194,17 @@ func (f *osFile) Size() (int64, error) {
 }
 
 func (fs osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	if fs.budget != nil && !fs.budget.take() {
+		return nil, &os.PathError{Op: "open", Path: name, Err: fmt.Errorf("%w: %d files open", ErrOpenFileBudget, fs.budget.max)}
+	}
 	f, err := os.OpenFile(name, flag, perm)
 	if err != nil {
+		if fs.budget != nil {
+			fs.budget.open.Add(-1)
+		}
 		return nil, err
 	}
-	return &osFile{File: f, direct: fs.direct}, nil
+	return &osFile{File: f, direct: fs.direct, budget: fs.budget}, nil
 }
 
 func (osFS) Remove(name string) error               { return os.Remove(name) }

@@ -1,0 +1,258 @@
+package controller
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"holdfast/internal/storage"
+)
+
+// SnapshotPolicy says when the store writes a snapshot of its image
+// (cluster.json). Between snapshots the metadata Raft log is the record:
+// a restart loads the snapshot and replays the log's committed entries
+// after its applied offset, so these bound the replay.
+type SnapshotPolicy struct {
+	// MaxBytes: a snapshot is taken once the commands applied since the
+	// last one add up to this many bytes of log, or to the size of the
+	// last snapshot if that is larger - so the cost of snapshots per
+	// command stays proportional to the command, never to the cluster
+	// (Kafka's metadata.log.max.record.bytes.between.snapshots).
+	MaxBytes int64
+	// MaxInterval: a snapshot is taken this long after the last one if
+	// anything changed since (metadata.log.max.snapshot.interval.ms);
+	// 0: never for time alone.
+	MaxInterval time.Duration
+}
+
+// DefaultSnapshotPolicy is Kafka's: 20 MiB of log or an hour.
+var DefaultSnapshotPolicy = SnapshotPolicy{MaxBytes: 20 << 20, MaxInterval: time.Hour}
+
+// finishedName is the file of the deletions this node finished (their data
+// removed) since the last snapshot: node-local, not in the metadata log.
+const finishedName = "finished-deletes.json"
+
+// finishedDelete is one FinishDelete: the topic id and the applied offset
+// then. The delete command was at or below At, so a snapshot at a higher
+// applied offset holds its effect and the entry can go.
+type finishedDelete struct {
+	ID [16]byte `json:"id"`
+	At int64    `json:"applied_offset"`
+}
+
+// snapshotter decides when to snapshot and writes snapshots off the apply
+// path: it encodes an immutable image while later commands apply. Guarded
+// by the store's mu.
+type snapshotter struct {
+	s      *Store
+	policy SnapshotPolicy
+	since  int64 // log bytes applied since the last snapshot was taken
+	size   int64 // the last snapshot's size in bytes
+	dirty  bool  // the image changed since the last snapshot was taken
+	timer  *time.Timer
+
+	writing bool // a background write is under way
+	pending bool // and another was asked for meanwhile
+	idle    *sync.Cond
+	closed  bool
+
+	finished []finishedDelete
+}
+
+func (sn *snapshotter) init(s *Store) {
+	sn.s, sn.policy = s, DefaultSnapshotPolicy
+	sn.idle = sync.NewCond(&s.mu)
+}
+
+// SetSnapshotPolicy replaces the snapshot policy (zero fields: the
+// default's).
+func (s *Store) SetSnapshotPolicy(p SnapshotPolicy) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p.MaxBytes <= 0 {
+		p.MaxBytes = DefaultSnapshotPolicy.MaxBytes
+	}
+	s.snap.policy = p
+}
+
+// applied counts a command of size bytes of log. Called with mu held.
+func (sn *snapshotter) applied(size int) {
+	sn.dirty = true
+	sn.since += int64(max(size, 1))
+	if sn.closed {
+		return // nothing is written after Close: the log has it
+	}
+	if sn.since >= max(sn.policy.MaxBytes, sn.size) {
+		sn.take()
+		return
+	}
+	if sn.policy.MaxInterval > 0 && sn.timer == nil {
+		sn.timer = time.AfterFunc(sn.policy.MaxInterval, sn.timed)
+	}
+}
+
+func (sn *snapshotter) timed() {
+	sn.s.mu.Lock()
+	defer sn.s.mu.Unlock()
+	sn.timer = nil
+	if sn.dirty && !sn.closed {
+		sn.take()
+	}
+}
+
+// take starts a snapshot of the current image in the background. Called
+// with mu held.
+func (sn *snapshotter) take() {
+	sn.since, sn.dirty = 0, false
+	if sn.timer != nil {
+		sn.timer.Stop()
+		sn.timer = nil
+	}
+	if sn.writing {
+		sn.pending = true
+		return
+	}
+	sn.writing = true
+	go sn.write(sn.s.img)
+}
+
+func (sn *snapshotter) write(img *Image) {
+	s := sn.s
+	for {
+		size, err := s.persist(img.state())
+		s.mu.Lock()
+		if err != nil {
+			// The log still holds every command: the next snapshot
+			// retries, and a restart replays more meanwhile.
+			s.log.Error("writing a metadata snapshot", "applied_offset", img.Applied(), "err", err)
+			sn.dirty = true
+		} else {
+			sn.done(img, size)
+		}
+		if !sn.pending || sn.closed {
+			sn.writing, sn.pending = false, false
+			sn.idle.Broadcast()
+			s.mu.Unlock()
+			return
+		}
+		sn.pending = false
+		img = s.img
+		s.mu.Unlock()
+	}
+}
+
+// done records a durable snapshot of img. Called with mu held.
+func (sn *snapshotter) done(img *Image, size int64) {
+	sn.size = size
+	keep := slices.DeleteFunc(slices.Clone(sn.finished), func(f finishedDelete) bool { return f.At < img.Applied() })
+	if len(keep) != len(sn.finished) {
+		sn.finished = keep
+		if err := sn.writeFinished(keep); err != nil {
+			// Entries left in the file are harmless: they name deleted
+			// topics' ids, never reused.
+			sn.s.log.Warn("trimming the finished deletions", "err", err)
+		}
+	}
+}
+
+// snapshotNowLocked writes a snapshot of the current image before it
+// returns (the store's creation, a node-local change, Close). Called with
+// mu held; waits for a background write first.
+func (s *Store) snapshotNowLocked() error {
+	sn := &s.snap
+	for sn.writing {
+		sn.idle.Wait()
+	}
+	img := s.img
+	size, err := s.persist(img.state())
+	if err != nil {
+		return err
+	}
+	sn.since, sn.dirty = 0, false
+	sn.done(img, size)
+	return nil
+}
+
+// Close writes a last snapshot if anything changed since the one before
+// (so a clean restart replays nothing), after any write under way. Apply
+// after Close still changes memory, and the log still records it.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sn := &s.snap
+	sn.closed = true
+	if sn.timer != nil {
+		sn.timer.Stop()
+		sn.timer = nil
+	}
+	if !sn.dirty {
+		for sn.writing {
+			sn.idle.Wait()
+		}
+		return nil
+	}
+	return s.snapshotNowLocked()
+}
+
+// finish records, durably, that the data of deleted topic id is gone.
+// Called with mu held.
+func (sn *snapshotter) finish(id [16]byte) error {
+	next := append(slices.Clip(sn.finished), finishedDelete{ID: id, At: sn.s.img.st.Applied})
+	if err := sn.writeFinished(next); err != nil {
+		return err
+	}
+	sn.finished = next
+	return nil
+}
+
+func (sn *snapshotter) writeFinished(fs []finishedDelete) error {
+	s := sn.s
+	path := join(s.dir, finishedName)
+	if len(fs) == 0 {
+		if err := s.fs.Remove(path); err != nil && !isNotExist(err) {
+			return fmt.Errorf("controller: %w", err)
+		}
+		return nil
+	}
+	data, err := json.Marshal(fs)
+	if err != nil {
+		return err
+	}
+	if _, err := storage.WriteFileAtomic(s.fs, path, data); err != nil {
+		return fmt.Errorf("controller: recording a finished deletion: %w", err)
+	}
+	return nil
+}
+
+// loadFinished reads the deletions finished since the snapshot and drops
+// them from the image's Deleting. Called by Open.
+func (s *Store) loadFinished() error {
+	data, err := readFile(s.fs, join(s.dir, finishedName))
+	if isNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	var fs []finishedDelete
+	if err := json.Unmarshal(data, &fs); err != nil {
+		return fmt.Errorf("controller: %s: %w: %v", join(s.dir, finishedName), errCorruptMetaDoc, err)
+	}
+	s.snap.finished = fs
+	s.img.st.Deleting = s.snap.dropFinished(s.img.st.Deleting)
+	return nil
+}
+
+// dropFinished is deleting without the topics whose data this node
+// already removed; a new slice if any is dropped.
+func (sn *snapshotter) dropFinished(deleting []Topic) []Topic {
+	fin := func(t Topic) bool {
+		return slices.ContainsFunc(sn.finished, func(f finishedDelete) bool { return f.ID == t.ID })
+	}
+	if !slices.ContainsFunc(deleting, fin) {
+		return deleting
+	}
+	return slices.DeleteFunc(slices.Clone(deleting), fin)
+}
