@@ -587,7 +587,7 @@ func (n *Node) Propose(ctx context.Context, cmd controller.Command) error {
 		return kafkaerr.New(kerr.RequestTimedOut, "metadata proposal: %v", err)
 	}
 	if err := n.host.WaitCommitted(ctx, p); err != nil {
-		if errors.Is(err, raft.ErrProposalLost) {
+		if errors.Is(err, raft.ErrProposalLost) || errors.Is(err, raft.ErrNotLeader) {
 			return kafkaerr.New(kerr.NotController, "lost the controller role before the change committed")
 		}
 		return kafkaerr.New(kerr.RequestTimedOut, "metadata commit: %v", err)

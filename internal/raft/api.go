@@ -315,7 +315,12 @@ func (h *Host) proposeLocked(g *group, stamp func(base int64, term uint64) int64
 }
 
 // WaitCommitted returns nil once p is committed; ErrProposalLost if a
-// different entry was committed at its index (a new leader overwrote it).
+// different entry was committed at its index (a new leader overwrote it);
+// a *NotLeaderError (naming the new leader if known) as soon as this node
+// no longer leads p's term with p not known committed: whether p commits
+// is up to the next leader now, and a retry there is deduplicated (an
+// idempotent producer's) where it did. Waiting on cost a failover the
+// waiter's whole deadline (issue 26).
 func (h *Host) WaitCommitted(ctx context.Context, p Proposal) error {
 	g := h.group(p.Group)
 	if g == nil {
@@ -324,12 +329,21 @@ func (h *Host) WaitCommitted(ctx context.Context, p Proposal) error {
 	for {
 		g.mu.Lock()
 		failed, removed, idx, ch := g.failed, g.removed, g.ackIndexLocked(), g.commitChLocked()
+		var lost *NotLeaderError
+		if failed == nil && !removed && idx < p.Index {
+			if bs := g.rn.BasicStatus(); bs.RaftState != raft.StateLeader || bs.GetTerm() != p.Term {
+				lost = &NotLeaderError{Group: g.id, Leader: bs.Lead, Term: bs.GetTerm()}
+			}
+		}
 		g.mu.Unlock()
 		if failed != nil {
 			return failed
 		}
 		if removed {
 			return fmt.Errorf("%w: %d", ErrUnknownGroup, p.Group)
+		}
+		if lost != nil {
+			return lost
 		}
 		if idx >= p.Index {
 			if g.st.holds(p) {
@@ -656,12 +670,20 @@ func (g *group) leadershipLocked() Leadership {
 // message shows at the next cycle, which that change always causes (a new
 // role is a Ready): until then the hot path may act on the previous
 // answer, and proposeLocked, which checks under the lock, refuses.
+//
+// A leader that stops leading its term wakes the commit's waiters
+// (WaitCommitted): their proposals may never commit, and they answer at
+// once instead of waiting out their deadline.
 func (g *group) publishLocked() {
-	if g.cfg.OnLeadership == nil {
+	l := g.leadershipLocked()
+	if l == g.published {
 		return
 	}
-	if l := g.leadershipLocked(); l != g.published {
-		g.published = l
+	if g.published.Leading && (!l.Leading || l.Term != g.published.Term) {
+		g.wakeCommitLocked()
+	}
+	g.published = l
+	if g.cfg.OnLeadership != nil {
 		g.cfg.OnLeadership(g.id, l)
 	}
 }
