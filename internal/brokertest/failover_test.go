@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -23,19 +24,42 @@ import (
 // or the new leader's first message), naming the new leader when it knows
 // it (KIP-951), not at the request's deadline: a produce with a 30 s
 // timeout it appended but cannot commit, and a fetch long-poll with a 30 s
-// MaxWait (a version before follower fetching). Before, the produce got REQUEST_TIMED_OUT after its timeout
-// and the fetch its empty answer after its wait; a producer lost its
-// request timeout at each failover. An idempotent producer writing across
-// the cut loses and duplicates nothing. The producer's worst latency is
-// logged (docs/faults.md), not asserted.
+// MaxWait (a version before follower fetching). Before, the produce got
+// REQUEST_TIMED_OUT after its timeout and the fetch its empty answer after
+// its wait; a producer lost its request timeout at each failover. An
+// idempotent producer writing across the cut loses and duplicates
+// nothing. Once as a partition leader that is not the controller, once
+// as the controller leading the partition, which must also hand the
+// controller role over. The producer's worst latency is logged
+// (docs/faults.md), not asserted.
 func TestClusterLeaderCutMidProduce(t *testing.T) {
+	for _, onController := range []bool{false, true} {
+		t.Run(map[bool]string{false: "partition-leader", true: "controller"}[onController], func(t *testing.T) {
+			leaderCutMidProduce(t, onController)
+		})
+	}
+}
+
+func leaderCutMidProduce(t *testing.T, onController bool) {
 	c := brokertest.NewCluster(t, 3, func(cfg *broker.Config, _ *wire.Limits) {
 		cfg.ControlledShutdown = false
 	})
 	const topic = "cutover"
-	c.CreateTopic(topic, 1, 3, nil)
-	c.AwaitInSync(topic, 0)
+	md, err := c.Nodes[0].Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl := md.ControllerID
+	// The partition's preferred leader: the controller, or the node after it.
+	want := ctrl
+	if !onController {
+		want = 1 + ctrl%3
+	}
+	createLedBy(t, c, topic, want)
 	leader, epoch := c.AwaitLeader(topic, 0)
+	if leader != want {
+		t.Fatalf("node %d leads %s/0 after a preferred election of %d", leader, topic, want)
+	}
 	cl := c.Client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic(topic), kgo.RetryTimeout(90*time.Second),
 		kgo.MetadataMinAge(100*time.Millisecond))
 	produce(t, cl, 0, 50)
@@ -90,6 +114,22 @@ func TestClusterLeaderCutMidProduce(t *testing.T) {
 		t.Errorf("the produce answer names leader %d without its endpoint", pa.leader)
 	}
 	t.Logf("new leader %d (epoch %d)", newLeader, newEpoch)
+	if onController {
+		// The metadata group's leader cannot reach its quorum either: the
+		// others elect another controller, and every node says so.
+		brokertest.Await(t, "another controller", func() error {
+			for _, n := range c.Nodes {
+				md, err := n.Metadata()
+				if err != nil {
+					return err
+				}
+				if md.ControllerID == ctrl || md.ControllerID < 0 {
+					return fmt.Errorf("node %d names controller %d", n.Cfg.NodeID, md.ControllerID)
+				}
+			}
+			return nil
+		})
+	}
 
 	c.Heal()
 	c.AwaitInSync(topic, 0)
@@ -99,6 +139,40 @@ func TestClusterLeaderCutMidProduce(t *testing.T) {
 			return holdsExactly(n, topic, next+50)
 		})
 	}
+}
+
+// createLedBy creates topic with one partition on all three nodes, lead
+// first in its replica list, and makes lead its leader (a preferred
+// election).
+func createLedBy(t *testing.T, c *brokertest.Cluster, topic string, lead int32) {
+	t.Helper()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, -1, -1
+	a := kmsg.NewCreateTopicsRequestTopicReplicaAssignment()
+	a.Partition, a.Replicas = 0, []int32{lead, 1 + lead%3, 1 + (lead+1)%3}
+	rt.ReplicaAssignment = append(rt.ReplicaAssignment, a)
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 30000
+	resp, err := req.RequestWith(context.Background(), c.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := resp.Topics[0].ErrorCode; code != 0 {
+		t.Fatalf("create %s: %v", topic, kerr.ErrorForCode(code))
+	}
+	c.AwaitInSync(topic, 0)
+	adm := kadm.NewClient(c.Client())
+	brokertest.Await(t, fmt.Sprintf("node %d to lead %s/0", lead, topic), func() error {
+		if l, _ := c.AwaitLeader(topic, 0); l == lead {
+			return nil
+		}
+		res, err := adm.ElectLeaders(context.Background(), kadm.ElectPreferredReplica, kadm.TopicsSet{topic: {0: {}}})
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("not yet: %v", res)
+	})
 }
 
 type produceAnswer struct {
