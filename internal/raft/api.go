@@ -320,12 +320,16 @@ func (h *Host) proposeLocked(g *group, stamp func(base int64, term uint64) int64
 // no longer leads p's term with p not known committed: whether p commits
 // is up to the next leader now, and a retry there is deduplicated (an
 // idempotent producer's) where it did. Waiting on cost a failover the
-// waiter's whole deadline (issue 26).
+// waiter's whole deadline (issue 26). A node that stepped down before it
+// heard of its successor (a vote request, CheckQuorum, a leadership
+// transfer) waits up to two election timeouts for it, so that the answer
+// can name it (KIP-951) and the client need not ask Metadata first.
 func (h *Host) WaitCommitted(ctx context.Context, p Proposal) error {
 	g := h.group(p.Group)
 	if g == nil {
 		return fmt.Errorf("%w: %d", ErrUnknownGroup, p.Group)
 	}
+	var unknown <-chan time.Time // the wait for a successor's name
 	for {
 		g.mu.Lock()
 		failed, removed, idx, ch := g.failed, g.removed, g.ackIndexLocked(), g.commitChLocked()
@@ -343,7 +347,24 @@ func (h *Host) WaitCommitted(ctx context.Context, p Proposal) error {
 			return fmt.Errorf("%w: %d", ErrUnknownGroup, p.Group)
 		}
 		if lost != nil {
-			return lost
+			if lost.Leader != 0 && lost.Leader != h.cfg.ID {
+				return lost
+			}
+			if unknown == nil {
+				t := time.NewTimer(2 * h.cfg.TickInterval * time.Duration(h.cfg.ElectionTicks))
+				defer t.Stop()
+				unknown = t.C
+			}
+			select {
+			case <-ch:
+				continue
+			case <-unknown:
+				return lost
+			case <-ctx.Done():
+				return lost // answered as lost: it is not the deadline's fault
+			case <-h.done:
+				return ErrClosed
+			}
 		}
 		if idx >= p.Index {
 			if g.st.holds(p) {
@@ -679,7 +700,10 @@ func (g *group) publishLocked() {
 	if l == g.published {
 		return
 	}
-	if g.published.Leading && (!l.Leading || l.Term != g.published.Term) {
+	if g.published.Leading && (!l.Leading || l.Term != g.published.Term) ||
+		!l.Leading && l.Leader != g.published.Leader {
+		// Also when a former leader learns its successor: its waiters
+		// name it.
 		g.wakeCommitLocked()
 	}
 	g.published = l
@@ -722,6 +746,42 @@ func (h *Host) WaitSettled(ctx context.Context, groupID uint64) error {
 			return ctx.Err()
 		case <-h.done:
 			return ErrClosed
+		}
+	}
+}
+
+// AwaitSuccessor returns once this node, not leading the group, knows
+// who does, or leads it and takes proposals again (a transfer that gave
+// up, or none), or the group failed; at the latest after two election
+// timeouts or when ctx ends. An answer NOT_LEADER_OR_FOLLOWER given
+// meanwhile (during a leadership transfer, or an election) could not name
+// the new leader (KIP-951), and the client asked Metadata first.
+func (h *Host) AwaitSuccessor(ctx context.Context, groupID uint64) {
+	limit := time.NewTimer(2 * h.cfg.TickInterval * time.Duration(h.cfg.ElectionTicks))
+	defer limit.Stop()
+	tick := time.NewTicker(20 * time.Millisecond) // a change that closes no channel
+	defer tick.Stop()
+	for {
+		g := h.group(groupID)
+		if g == nil {
+			return
+		}
+		g.mu.Lock()
+		l := g.leadershipLocked()
+		ch := g.commitChLocked()
+		g.mu.Unlock()
+		if l.Failed || l.Proposing || !l.Leading && l.Leader != 0 && l.Leader != h.cfg.ID {
+			return
+		}
+		select {
+		case <-ch:
+		case <-tick.C:
+		case <-limit.C:
+			return
+		case <-ctx.Done():
+			return
+		case <-h.done:
+			return
 		}
 	}
 }
