@@ -588,6 +588,10 @@ func serve(sc *serveConfig, unsupported []string) error {
 		logger.Error("listener failed", "err", err)
 	}
 	fenceForShutdown(b, logger)
+	// Leaderships move while the listeners still answer: clients are
+	// told where each partition went (KIP-951) instead of losing their
+	// connections first.
+	b.HandOver()
 	if hs != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		hs.Shutdown(ctx)

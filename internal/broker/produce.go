@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -57,6 +58,9 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 	// every producer WRITE on the topic (which implies idempotent writes).
 	txnDenied := req.TransactionID != nil && !b.authorize(r, auth.OpWrite, auth.ResourceTransactionalID, *req.TransactionID)
 	var waits []committedWait
+	// moving: partitions answered NOT_LEADER_OR_FOLLOWER, whose hint may
+	// wait for a leadership on the move (Produce v10+).
+	var moving []*partition.Partition
 	// The batches are proposed to Raft as they lie in the request's frame
 	// (no copy): the Raft host holds a reference to the frame for as long
 	// as it may read them (raft.Host.ProposeOwned), so the frame goes back
@@ -130,6 +134,9 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 					waits = append(waits, committedWait{p: p, end: res.LastOffset + 1, ti: ti, pi: pi, local: req.Acks == 1, res: res})
 				}
 			}
+			if p != nil && sp.ErrorCode == kerr.NotLeaderForPartition.Code && req.Version >= 10 {
+				moving = append(moving, p)
+			}
 			st.Partitions = append(st.Partitions, sp)
 		}
 		resp.Topics = append(resp.Topics, st)
@@ -139,7 +146,7 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 		return func(context.Context) kmsg.Response { return nil }
 	}
 	listener := b.listenerName(r)
-	if len(waits) == 0 {
+	if len(waits) == 0 && len(moving) == 0 {
 		b.produceLeaderHints(req.Version, resp, listener)
 		return wire.Respond(resp)
 	}
@@ -151,6 +158,15 @@ func (b *Broker) handleProduce(ctx context.Context, r *wire.Request) wire.Reply 
 			wctx, cancel = context.WithTimeout(ctx, timeout)
 			defer cancel()
 		}
+		// Refused for leadership while it moves (a transfer under way: a
+		// controlled shutdown, a preferred-leader election) or while
+		// nobody leads: the answer waits until this node knows the new
+		// leader, to name it (KIP-951), at most two election timeouts.
+		var moved sync.WaitGroup
+		for _, p := range moving {
+			moved.Go(func() { b.cluster.Host().AwaitSuccessor(wctx, p.RaftGroup()) })
+		}
+		moved.Wait()
 		for _, w := range waits {
 			sp := &resp.Topics[w.ti].Partitions[w.pi]
 			var err error

@@ -315,6 +315,9 @@ type ReplicationStats struct {
 	Groups       int   // Raft groups on this node (partition replicas and the metadata group)
 	FailedGroups int   // groups stopped by a failure, not yet repaired (repair.go)
 	Repairs      int64 // replicas discarded after a storage failure and reopened to catch up
+	// RepairsDeferred: repairs of replicas failed for a full disk put
+	// off until it has room.
+	RepairsDeferred int64
 }
 
 // RaftActivity counts this node's Raft groups that are quiesced and those
@@ -327,7 +330,7 @@ func (b *Broker) RaftTransportStats() raft.TransportStats { return b.cluster.Hos
 
 // ReplicationStats reports this node's Raft groups.
 func (b *Broker) ReplicationStats() ReplicationStats {
-	out := ReplicationStats{Repairs: b.replicas.Repairs()}
+	out := ReplicationStats{Repairs: b.replicas.Repairs(), RepairsDeferred: b.replicas.RepairsDeferred()}
 	for _, g := range b.cluster.Host().Groups() {
 		out.Groups++
 		if st, err := b.cluster.Host().Status(g); err == nil && st.Failed != "" {

@@ -266,6 +266,7 @@ func (n *Node) Stop() {
 	if n.srv == nil {
 		return
 	}
+	n.B.HandOver() // while the listener still answers, as serve does
 	n.srv.Close()
 	if err := n.B.Close(); err != nil {
 		n.t.Errorf("broker close: %v", err)

@@ -531,6 +531,14 @@ func (n *Node) apply(end int64, cmd controller.Command) error {
 	}
 	n.replicas.Lock()
 	defer n.replicas.Unlock()
+	// Raft delivers again, after a restart, entries the metadata file
+	// already has (its applied offset is durable, Raft's is not): they
+	// were applied, effects and all, so nothing happens and nothing is
+	// logged. Store.Apply would skip them too, returning an empty topic
+	// the cases below would log and hand to the replicas.
+	if end <= n.meta.Applied() {
+		return nil
+	}
 	if cmd.Op == controller.OpCreateTopic && cmd.Topic != nil {
 		// Node-local: data of a deleted topic of that name goes first.
 		if err := n.replicas.FinishPendingDelete(cmd.Topic.Name); err != nil {
@@ -650,7 +658,7 @@ func (n *Node) Propose(ctx context.Context, cmd controller.Command) error {
 		return kafkaerr.New(kerr.RequestTimedOut, "metadata proposal: %v", err)
 	}
 	if err := n.host.WaitCommitted(ctx, p); err != nil {
-		if errors.Is(err, raft.ErrProposalLost) {
+		if errors.Is(err, raft.ErrProposalLost) || errors.Is(err, raft.ErrNotLeader) {
 			return kafkaerr.New(kerr.NotController, "lost the controller role before the change committed")
 		}
 		return kafkaerr.New(kerr.RequestTimedOut, "metadata commit: %v", err)

@@ -105,6 +105,10 @@ type Options struct {
 	Args    []string // extra `serve` flags for every node
 	// Loopback forces the fallback without network namespaces.
 	Loopback bool
+	// Bin, when set, is the binary every node starts with instead of the
+	// one built from this tree (an older release: a rolling upgrade
+	// replaces it node by node, Upgrade).
+	Bin string
 	// DiskBytes, when positive, puts each node's data directory on its own
 	// tmpfs of that size (root only), so a test can fill the disk; see
 	// ResizeDisk.
@@ -126,6 +130,7 @@ type Node struct {
 	Addr     string // Kafka listener, host:port
 	RaftAddr string
 	DataDir  string
+	bin      string // the binary it runs; "" for the one built from this tree
 	ns       string // network namespace, empty in loopback mode
 	veth     string // host end of the node's veth
 
@@ -168,7 +173,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		}
 	}
 	for i := 1; i <= opts.Nodes; i++ {
-		n := &Node{c: c, ID: i, DataDir: filepath.Join(root, "n"+strconv.Itoa(i))}
+		n := &Node{c: c, ID: i, DataDir: filepath.Join(root, "n"+strconv.Itoa(i)), bin: opts.Bin}
 		if c.net != nil {
 			ip := c.net.nodeIP(i)
 			n.Addr = net.JoinHostPort(ip, strconv.Itoa(kafkaPort))
@@ -264,7 +269,10 @@ func (n *Node) start() {
 			t.Fatalf("faulttest: node %d is already running", n.ID)
 		}
 	}
-	bin, args := Binary(t), n.c.args(n)
+	bin, args := n.bin, n.c.args(n)
+	if bin == "" {
+		bin = Binary(t)
+	}
 	if n.ns != "" {
 		// ip netns exec execs in place, so the pid is holdfast's own and
 		// signals reach it directly.
@@ -359,6 +367,22 @@ func (c *Cluster) Stop(i int) {
 	fmt.Fprintf(&n.logs, "=== faulttest: SIGTERM\n")
 	n.signal(syscall.SIGTERM)
 	n.awaitExit()
+}
+
+// Upgrade stops node i with SIGTERM (a clean shutdown, with controlled
+// shutdown) and starts it again on its data directory with the binary
+// built from this tree, waiting until it serves: one step of a rolling
+// upgrade from Options.Bin.
+func (c *Cluster) Upgrade(i int) {
+	c.t.Helper()
+	c.Stop(i)
+	n := c.Node(i)
+	n.mu.Lock()
+	n.bin = ""
+	n.mu.Unlock()
+	fmt.Fprintf(&n.logs, "=== faulttest: upgrade to %s\n", Binary(c.t))
+	n.start()
+	n.waitReady()
 }
 
 // awaitExit waits until the node's process has exited (at once if it is

@@ -138,6 +138,8 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) prometheus.Gathere
 	}
 	counter("holdfast_raft_replica_repairs_total", "Replicas whose storage failed, discarded and reopened to catch up from the others.",
 		func() int64 { return b.ReplicationStats().Repairs })
+	counter("holdfast_raft_replica_repairs_deferred_total", "Repairs of replicas that failed for a full disk (ENOSPC) put off until the filesystem has room.",
+		func() int64 { return b.ReplicationStats().RepairsDeferred })
 
 	reg.MustRegister(&partitionCollector{b: b, internal: o.InternalPartitions}, &clusterCollector{b: b}, &groupCollector{b: b}, &fsyncCollector{b: b}, &cleanerCollector{b: b, internal: o.InternalPartitions}, &quotaCollector{b: b})
 	return withKafkaNames{reg}

@@ -337,6 +337,17 @@ func (p *Partition) advance(hw int64) {
 	p.hwCh = make(chan struct{})
 }
 
+// wakeReaders wakes what waits on Notify without moving the watermark.
+func (p *Partition) wakeReaders() {
+	p.hwMu.Lock()
+	defer p.hwMu.Unlock()
+	if p.closed {
+		return
+	}
+	close(p.hwCh)
+	p.hwCh = make(chan struct{})
+}
+
 // HighWatermark is the end of what consumers may see.
 func (p *Partition) HighWatermark() int64 {
 	p.hwMu.Lock()
@@ -358,8 +369,9 @@ func (p *Partition) OffsetForTimestamp(ts int64) (offset, timestamp int64, err e
 	return p.log.OffsetForTimestampFrom(ts, p.LogStartOffset())
 }
 
-// Notify returns a channel closed when the high watermark next advances (or
-// the partition closes). Take it before checking the watermark.
+// Notify returns a channel closed when the high watermark next advances,
+// this node stops serving as the leader, or the partition closes. Take it
+// before checking the watermark.
 func (p *Partition) Notify() <-chan struct{} {
 	p.hwMu.Lock()
 	defer p.hwMu.Unlock()

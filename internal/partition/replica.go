@@ -185,7 +185,13 @@ func (p *Partition) mustApply(e raft.Committed) bool {
 // onLeadership runs on the Ready loop (with the group's lock held) each
 // time the group's leadership changes.
 func (p *Partition) onLeadership(_ uint64, l raft.Leadership) {
-	p.rep.lead.Store(&l)
+	prev := p.rep.lead.Swap(&l)
+	if prev != nil && prev.Settled && !l.Settled {
+		// No longer serving: fetch long-polls waiting for the watermark
+		// look again now and answer NOT_LEADER_OR_FOLLOWER with the new
+		// leader, instead of at the end of their MaxWaitMillis.
+		p.wakeReaders()
+	}
 	if p.rep.changed != nil {
 		p.rep.changed()
 	}

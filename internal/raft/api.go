@@ -315,21 +315,56 @@ func (h *Host) proposeLocked(g *group, stamp func(base int64, term uint64) int64
 }
 
 // WaitCommitted returns nil once p is committed; ErrProposalLost if a
-// different entry was committed at its index (a new leader overwrote it).
+// different entry was committed at its index (a new leader overwrote it);
+// a *NotLeaderError (naming the new leader if known) as soon as this node
+// no longer leads p's term with p not known committed: whether p commits
+// is up to the next leader now, and a retry there is deduplicated (an
+// idempotent producer's) where it did. Waiting on cost a failover the
+// waiter's whole deadline (issue 26). A node that stepped down before it
+// heard of its successor (a vote request, CheckQuorum, a leadership
+// transfer) waits up to two election timeouts for it, so that the answer
+// can name it (KIP-951) and the client need not ask Metadata first.
 func (h *Host) WaitCommitted(ctx context.Context, p Proposal) error {
 	g := h.group(p.Group)
 	if g == nil {
 		return fmt.Errorf("%w: %d", ErrUnknownGroup, p.Group)
 	}
+	var unknown <-chan time.Time // the wait for a successor's name
 	for {
 		g.mu.Lock()
 		failed, removed, idx, ch := g.failed, g.removed, g.ackIndexLocked(), g.commitChLocked()
+		var lost *NotLeaderError
+		if failed == nil && !removed && idx < p.Index {
+			if bs := g.rn.BasicStatus(); bs.RaftState != raft.StateLeader || bs.GetTerm() != p.Term {
+				lost = &NotLeaderError{Group: g.id, Leader: bs.Lead, Term: bs.GetTerm()}
+			}
+		}
 		g.mu.Unlock()
 		if failed != nil {
 			return failed
 		}
 		if removed {
 			return fmt.Errorf("%w: %d", ErrUnknownGroup, p.Group)
+		}
+		if lost != nil {
+			if lost.Leader != 0 && lost.Leader != h.cfg.ID {
+				return lost
+			}
+			if unknown == nil {
+				t := time.NewTimer(2 * h.cfg.TickInterval * time.Duration(h.cfg.ElectionTicks))
+				defer t.Stop()
+				unknown = t.C
+			}
+			select {
+			case <-ch:
+				continue
+			case <-unknown:
+				return lost
+			case <-ctx.Done():
+				return lost // answered as lost: it is not the deadline's fault
+			case <-h.done:
+				return ErrClosed
+			}
 		}
 		if idx >= p.Index {
 			if g.st.holds(p) {
@@ -643,12 +678,23 @@ func (g *group) leadershipLocked() Leadership {
 // message shows at the next cycle, which that change always causes (a new
 // role is a Ready): until then the hot path may act on the previous
 // answer, and proposeLocked, which checks under the lock, refuses.
+//
+// A leader that stops leading its term wakes the commit's waiters
+// (WaitCommitted): their proposals may never commit, and they answer at
+// once instead of waiting out their deadline.
 func (g *group) publishLocked() {
-	if g.cfg.OnLeadership == nil {
+	l := g.leadershipLocked()
+	if l == g.published {
 		return
 	}
-	if l := g.leadershipLocked(); l != g.published {
-		g.published = l
+	if g.published.Leading && (!l.Leading || l.Term != g.published.Term) ||
+		!l.Leading && l.Leader != g.published.Leader {
+		// Also when a former leader learns its successor: its waiters
+		// name it.
+		g.wakeCommitLocked()
+	}
+	g.published = l
+	if g.cfg.OnLeadership != nil {
 		g.cfg.OnLeadership(g.id, l)
 	}
 }
@@ -687,6 +733,42 @@ func (h *Host) WaitSettled(ctx context.Context, groupID uint64) error {
 			return ctx.Err()
 		case <-h.done:
 			return ErrClosed
+		}
+	}
+}
+
+// AwaitSuccessor returns once this node, not leading the group, knows
+// who does, or leads it and takes proposals again (a transfer that gave
+// up, or none), or the group failed; at the latest after two election
+// timeouts or when ctx ends. An answer NOT_LEADER_OR_FOLLOWER given
+// meanwhile (during a leadership transfer, or an election) could not name
+// the new leader (KIP-951), and the client asked Metadata first.
+func (h *Host) AwaitSuccessor(ctx context.Context, groupID uint64) {
+	limit := time.NewTimer(2 * h.cfg.TickInterval * time.Duration(h.cfg.ElectionTicks))
+	defer limit.Stop()
+	tick := time.NewTicker(20 * time.Millisecond) // a change that closes no channel
+	defer tick.Stop()
+	for {
+		g := h.group(groupID)
+		if g == nil {
+			return
+		}
+		g.mu.Lock()
+		l := g.leadershipLocked()
+		ch := g.commitChLocked()
+		g.mu.Unlock()
+		if l.Failed || l.Proposing || !l.Leading && l.Leader != 0 && l.Leader != h.cfg.ID {
+			return
+		}
+		select {
+		case <-ch:
+		case <-tick.C:
+		case <-limit.C:
+			return
+		case <-ctx.Done():
+			return
+		case <-h.done:
+			return
 		}
 	}
 }

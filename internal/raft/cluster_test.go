@@ -290,6 +290,12 @@ func (c *cluster) propose(g uint64, value string, among ...uint64) Proposal {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err = h.WaitCommitted(ctx, p)
+		for errors.Is(err, ErrNotLeader) && ctx.Err() == nil {
+			// The node stepped down: whether p commits is up to the next
+			// leader, and it shows here once the commit passes p.
+			time.Sleep(10 * time.Millisecond)
+			err = h.WaitCommitted(ctx, p)
+		}
 		cancel()
 		if err == nil {
 			return p

@@ -210,16 +210,18 @@ func (h *Host) activate(g *group) {
 func (h *Host) receive(from uint64, msgs []outMsg) {
 	for _, om := range msgs {
 		g := h.group(om.group)
+		m := om.m
 		if g == nil {
+			h.noteHeard(om.group, from, m)
 			continue // not (yet) created here; Raft retransmits
 		}
-		m := om.m
 		typ := m.GetType()
 		quiesce := bytes.Equal(m.Context, quiesceCtx) &&
 			(typ == pb.MessageType_MsgHeartbeat || typ == pb.MessageType_MsgHeartbeatResp)
 		g.mu.Lock()
 		if g.failed != nil || g.removed {
 			g.mu.Unlock()
+			h.noteHeard(om.group, from, m)
 			continue
 		}
 		// Anything but a heartbeat response, or a plain heartbeat from the
@@ -269,6 +271,46 @@ func (h *Host) receive(from uint64, msgs []outMsg) {
 		g.mu.Unlock()
 		h.markDirty(g)
 	}
+}
+
+type heardLeader struct{ leader, term uint64 }
+
+// maxHeard bounds Host.heard: a node hears from the leaders of the groups
+// it is a replica of, but a peer may still send for a group deleted here.
+const maxHeard = 1 << 16
+
+// noteHeard records the sender of a message only a leader sends (appends,
+// heartbeats, snapshots) to a group this node does not step: a replica
+// that failed (or could not be opened) still learns who leads, and says
+// so in Metadata (HeardLeader).
+func (h *Host) noteHeard(group, from uint64, m *pb.Message) {
+	switch m.GetType() {
+	case pb.MessageType_MsgApp, pb.MessageType_MsgHeartbeat, pb.MessageType_MsgSnap:
+	default:
+		return
+	}
+	h.heardMu.Lock()
+	defer h.heardMu.Unlock()
+	old, ok := h.heard[group]
+	switch {
+	case ok && old.term > m.GetTerm():
+		return
+	case !ok && len(h.heard) >= maxHeard:
+		return
+	case h.heard == nil:
+		h.heard = map[uint64]heardLeader{}
+	}
+	h.heard[group] = heardLeader{leader: from, term: m.GetTerm()}
+}
+
+// HeardLeader is the leader of a group this node does not step (absent
+// here, or failed) as its messages last said, and its term; 0, 0 if none
+// was heard. A running group's own Status knows better.
+func (h *Host) HeardLeader(group uint64) (leader, term uint64) {
+	h.heardMu.Lock()
+	defer h.heardMu.Unlock()
+	l := h.heard[group]
+	return l.leader, l.term
 }
 
 // checkLostStorageLocked handles a replica that lost its log: it returns

@@ -240,6 +240,10 @@ type Host struct {
 
 	// failures counts group failures (Failures).
 	failures atomic.Uint64
+	// heard: for groups this node cannot step (not here, or failed), the
+	// leader whose appends or heartbeats reached it last (HeardLeader).
+	heardMu sync.Mutex
+	heard   map[uint64]heardLeader
 	// changes moves with every group's changes, and as groups come and go
 	// (AllChanges).
 	changes atomic.Uint64

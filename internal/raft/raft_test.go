@@ -1394,3 +1394,98 @@ func TestChangesMoveWithTheState(t *testing.T) {
 		t.Fatal("an unknown group has a change count")
 	}
 }
+
+// TestSteppedDownLeaderAnswersWaiters: a leader that stops leading answers
+// its pending WaitCommitted at once with a *NotLeaderError (the new leader
+// when it knows it), not at the waiter's deadline: a producer's request
+// waited out its whole timeout on the old leader before it retried
+// (issue 26). Cut off entirely, CheckQuorum steps the leader down within
+// an election timeout; cut off one way, the new leader's messages reach
+// it and it names the new leader. Its proposal was never committed: after
+// healing it is ErrProposalLost.
+func TestSteppedDownLeaderAnswersWaiters(t *testing.T) {
+	for _, oneWay := range []bool{false, true} {
+		t.Run(map[bool]string{false: "isolated", true: "one-way"}[oneWay], func(t *testing.T) {
+			c := newCluster(t, 3, 1)
+			old, _ := c.waitLeader(1)
+			c.propose(1, "before")
+			var rest []uint64
+			for _, id := range c.ids {
+				if id != old {
+					rest = append(rest, id)
+				}
+			}
+			for _, id := range rest {
+				c.faults.Lose(old, id, 1) // its appends and heartbeats go nowhere
+				if !oneWay {
+					c.faults.Lose(id, old, 1)
+				}
+			}
+			h := c.nodes[old].host
+			p, err := h.Propose(context.Background(), 1, batch(t, "cut off"))
+			if err != nil {
+				t.Skipf("the leader stepped down before the proposal: %v", err) // not expected; never flake
+			}
+			// Far longer than an election timeout (20 ticks of 20 ms):
+			// the old code waited all of it.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err = h.WaitCommitted(ctx, p)
+			var nl *NotLeaderError
+			if !errors.As(err, &nl) || !errors.Is(err, ErrNotLeader) {
+				t.Fatalf("WaitCommitted on a leader that lost its quorum: %v, want a NotLeaderError", err)
+			}
+			if oneWay {
+				// It may have stepped down by CheckQuorum before the new
+				// leader's first message came: the leader it names, once
+				// known, is the new one.
+				waitFor(t, "the old leader to learn the new one", func() bool {
+					err = h.WaitCommitted(ctx, p)
+					return errors.As(err, &nl) && nl.Leader != 0
+				})
+				if nl.Leader == old {
+					t.Fatalf("the old leader names itself: %v", err)
+				}
+			}
+			c.faults.HealAll()
+			c.propose(1, "after")
+			c.waitConverged(1)
+			err = h.WaitCommitted(context.Background(), p)
+			if !errors.Is(err, ErrProposalLost) {
+				t.Fatalf("after healing: %v, want ErrProposalLost", err)
+			}
+		})
+	}
+}
+
+// TestAwaitSuccessorNamesNewLeader: asked while its leadership transfer
+// is under way (it still leads, but takes no proposal), the old leader's
+// AwaitSuccessor returns once it knows the new leader: a produce refused
+// meanwhile is answered naming it (KIP-951) instead of sending the client
+// to Metadata, which still named the old leader (a controlled shutdown
+// cost franz-go its 5 s metadata min age, issue 26).
+func TestAwaitSuccessorNamesNewLeader(t *testing.T) {
+	c := newCluster(t, 3, 1)
+	old, _ := c.waitLeader(1)
+	c.propose(1, "before")
+	c.waitConverged(1)
+	target := c.ids[0]
+	if target == old {
+		target = c.ids[1]
+	}
+	h := c.nodes[old].host
+	if err := h.TransferLeader(1, target); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := h.Leadership(1); l.Proposing {
+		t.Skip("the transfer was over before it could be observed") // not expected; never flake
+	}
+	h.AwaitSuccessor(context.Background(), 1)
+	l, err := h.Leadership(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Leading || l.Leader != target {
+		t.Fatalf("after AwaitSuccessor during a transfer to %d: %+v", target, l)
+	}
+}

@@ -79,6 +79,9 @@ type Manager struct {
 	offline   map[topicPartition]error
 
 	repairs atomic.Int64 // replicas discarded and reopened after a storage failure
+	// repairsDeferred: repairs of replicas failed for ENOSPC put off for
+	// want of free space (repair.go).
+	repairsDeferred atomic.Int64
 
 	// compactMu serializes Host.Compact calls (a DeleteRecords reply and
 	// the log-start loop may both compact a group, and the anchors they
@@ -562,6 +565,9 @@ func (m *Manager) isOffline(tp topicPartition) bool {
 
 // Repairs counts replicas discarded and reopened after a storage failure.
 func (m *Manager) Repairs() int64 { return m.repairs.Load() }
+
+// RepairsDeferred counts repairs put off until a full disk has room.
+func (m *Manager) RepairsDeferred() int64 { return m.repairsDeferred.Load() }
 
 // SetVerifier installs the transaction coordinator's check for
 // transactional appends (partition.Verifier) on every replica.

@@ -3,11 +3,13 @@ package replica
 import (
 	"errors"
 	"slices"
+	"syscall"
 	"time"
 
 	"holdfast/internal/controller"
 	"holdfast/internal/partition"
 	"holdfast/internal/raft"
+	"holdfast/internal/storage"
 )
 
 // A Raft group that fails stops on this node only: it sends and
@@ -23,15 +25,52 @@ import (
 //   - any other failure (etcd raft panicked on a broken invariant or an
 //     unreadable log) restarts the group from its log and journal, as a
 //     restart of the broker would.
+//
+// The pause is remembered after a repair until the replica has stayed
+// healthy for as long, so one that fails again soon (a disk that fills
+// again) waits twice as long each time, up to repairMaxPause. A replica
+// that failed for ENOSPC also waits, checked at every walk, until its
+// filesystem has recopyReserve bytes free plus an eighth of what the
+// replica held: recopied at once, a full follower's replica filled the
+// disk again, 41 times in 70 s, each recopy costing its partition's leader
+// an election (issue 26). RepairsDeferred counts the checks that put a
+// recopy off for room.
 
 const (
 	repairEvery    = 2 * time.Second
 	repairMaxPause = 5 * time.Minute
+	recopyReserve  = 16 << 20
 )
 
 type repairState struct {
 	next  time.Time
 	pause time.Duration
+	// noSpace: the replica failed for ENOSPC; size is what it held then.
+	noSpace bool
+	size    int64
+	waiting bool // put off for room since the last check (logged once)
+}
+
+// roomToRecopy: a replica that failed for a full disk is recopied only
+// once its filesystem has room (where statfs can tell); checked at every
+// walk, so the recopy starts as soon as there is room, and waiting for it
+// does not lengthen the pause.
+func (m *Manager) roomToRecopy(r *repairState, topic string, i int32) bool {
+	if !r.noSpace {
+		return true
+	}
+	free, ok := storage.FreeBytes(m.cfg.FS, m.cfg.DataDir)
+	need := recopyReserve + r.size/8
+	if !ok || free >= need {
+		r.waiting = false
+		return true
+	}
+	m.repairsDeferred.Add(1)
+	if !r.waiting {
+		r.waiting = true
+		m.log.Warn("replica failed for a full disk: not recopying it until there is room", "topic", topic, "partition", i, "free_bytes", free, "need_bytes", need)
+	}
+	return false
 }
 
 func (m *Manager) repairLoop(stop <-chan struct{}) {
@@ -39,12 +78,16 @@ func (m *Manager) repairLoop(stop <-chan struct{}) {
 	defer tick.Stop()
 	tries := map[uint64]*repairState{}
 	topics := m.meta.NewTopicsCache()
-	due := func(g uint64) bool {
+	state := func(g uint64) *repairState {
 		r := tries[g]
 		if r == nil {
 			r = &repairState{pause: repairEvery}
 			tries[g] = r
 		}
+		return r
+	}
+	due := func(g uint64) bool {
+		r := state(g)
 		if time.Now().Before(r.next) {
 			return false
 		}
@@ -81,7 +124,7 @@ func (m *Manager) repairLoop(stop <-chan struct{}) {
 					// failed). Without its data it must catch up first.
 					g := Group(t.ID, i)
 					seen[g] = true
-					if due(g) {
+					if m.roomToRecopy(state(g), t.Name, i) && due(g) {
 						m.reopen(t, i)
 					}
 					continue
@@ -99,14 +142,17 @@ func (m *Manager) repairLoop(stop <-chan struct{}) {
 				why := err.Error()
 				g := p.RaftGroup()
 				seen[g] = true
-				if due(g) {
+				if r := state(g); errors.Is(err, syscall.ENOSPC) {
+					r.noSpace, r.size = true, p.Log().Size()
+				}
+				if m.roomToRecopy(state(g), t.Name, i) && due(g) {
 					m.repair(t, i, p, why)
 				}
 			}
 		}
-		for g := range tries {
-			if !seen[g] {
-				delete(tries, g)
+		for g, r := range tries {
+			if !seen[g] && time.Now().After(r.next.Add(r.pause)) {
+				delete(tries, g) // healthy for as long as its last pause
 			}
 		}
 	}

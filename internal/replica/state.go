@@ -18,15 +18,17 @@ type State struct {
 	ISR         []int32 // sorted
 	Offline     []int32 // sorted
 	// Err is Kafka's code when there is no usable leader:
-	// LEADER_NOT_AVAILABLE (an election, a fenced leader) or
-	// KAFKA_STORAGE_ERROR (this node's replica failed).
+	// LEADER_NOT_AVAILABLE (an election, a fenced leader, or this node's
+	// replica failed and it knows no other leader) or KAFKA_STORAGE_ERROR
+	// (this node's replica failed and no other is live).
 	Err int16
 }
 
 // State describes partition i of t. A leader knows its followers'
 // progress: the in-sync set is the voters replicating now. A follower
 // reports the unfenced replicas; a node without a replica the first
-// unfenced one as leader; a replica not open here yet, no leader.
+// unfenced one as leader; a replica not open here yet, no leader; a
+// replica that failed here, the leader Raft last named (unserved).
 func (m *Manager) State(t controller.Topic, i int32) State {
 	s := State{Leader: -1, LeaderEpoch: -1, Replicas: []int32{}, ISR: []int32{}, Offline: []int32{}}
 	if int(i) < len(t.Replicas) {
@@ -42,9 +44,7 @@ func (m *Manager) State(t controller.Topic, i int32) State {
 	if p == nil {
 		if m.isOffline(topicPartition{t.Name, i}) {
 			// Assigned here, and its storage could not be opened.
-			s.Err = kerr.KafkaStorageError.Code
-			s.Offline = []int32{m.cfg.NodeID}
-			return s
+			return m.unserved(s, live, Group(t.ID, i), 0, 0)
 		}
 		if len(live) == 0 || slices.Contains(s.Replicas, m.cfg.NodeID) {
 			// No live replica, or ours is not open yet (the topic was
@@ -61,9 +61,7 @@ func (m *Manager) State(t controller.Topic, i int32) State {
 	st, err := p.RaftStatus()
 	switch {
 	case err != nil || st.Failed != "":
-		s.Err = kerr.KafkaStorageError.Code
-		s.Offline = []int32{m.cfg.NodeID}
-		return s
+		return m.unserved(s, live, p.RaftGroup(), st.Leader, st.Term)
 	case st.Leader == 0 || m.meta.Fenced(int32(st.Leader)):
 		// An election is running, or the leader we last heard of is
 		// fenced: clients must not be sent to it.
@@ -97,6 +95,38 @@ func (m *Manager) State(t controller.Topic, i int32) State {
 	}
 	slices.Sort(s.ISR)
 	slices.Sort(s.Offline)
+	return s
+}
+
+// unserved is State for a partition whose replica here failed or could
+// not be opened, so that this node cannot serve it: the leader is the one
+// Raft last told this node of (the failed group's last view, or a later
+// leader whose appends and heartbeats still reach it), this replica is
+// offline and not in sync, as Kafka answers for a replica on an offline
+// log directory. It said leader -1 with KAFKA_STORAGE_ERROR, although a
+// healthy leader served the partition elsewhere: clients that asked this
+// node (kadm's ListOffsets) failed as a whole. LEADER_NOT_AVAILABLE when
+// no other live leader is known; KAFKA_STORAGE_ERROR still when no other
+// replica is live (a single node's).
+func (m *Manager) unserved(s State, live []int32, group, leader, term uint64) State {
+	me := m.cfg.NodeID
+	if !slices.Contains(s.Offline, me) {
+		s.Offline = append(s.Offline, me)
+		slices.Sort(s.Offline)
+	}
+	if l, tm := m.host.HeardLeader(group); l != 0 && tm >= term {
+		leader, term = l, tm
+	}
+	s.ISR = slices.DeleteFunc(live, func(id int32) bool { return id == me })
+	if len(s.ISR) == 0 {
+		s.Err = kerr.KafkaStorageError.Code // the only copy is the failed one
+		return s
+	}
+	if leader == 0 || int32(leader) == me || m.meta.Fenced(int32(leader)) || !slices.Contains(s.Replicas, int32(leader)) {
+		s.Err = kerr.LeaderNotAvailable.Code
+		return s
+	}
+	s.Leader, s.LeaderEpoch = int32(leader), int32(term)
 	return s
 }
 
