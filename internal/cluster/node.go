@@ -526,14 +526,11 @@ func (n *Node) applyBatch(end int64, batch []byte) error {
 
 // apply changes the metadata and then this node's replicas to match.
 func (n *Node) apply(end int64, cmd controller.Command) error {
-	if end <= n.meta.Applied() {
-		return nil // applied before: replayed at start (OpenMetadata)
-	}
 	n.replicas.Lock()
 	defer n.replicas.Unlock()
-	// Raft delivers again, after a restart, entries the metadata file
-	// already has (its applied offset is durable, Raft's is not): they
-	// were applied, effects and all, so nothing happens and nothing is
+	// Raft delivers again entries the metadata already has (replayed at
+	// start by OpenMetadata, or applied before a restart): they were
+	// applied, effects and all, so nothing happens and nothing is
 	// logged. Store.Apply would skip them too, returning an empty topic
 	// the cases below would log and hand to the replicas.
 	if end <= n.meta.Applied() {
