@@ -52,7 +52,7 @@ type serveConfig struct {
 	shareDeliveries, shareMaxSize, shareSessions                          int
 	shareLocks                                                            int64
 	txnAbortIv, txnIDExpiry, offsRetCheck                                 time.Duration
-	segBytes, retBytes, maxQueued, dioCache                               int64
+	segBytes, retBytes, maxQueued, dioCache, scrubRate                    int64
 	autoCreate, rebalance, ctrlShut, directIO                             bool
 	console, consoleLab, metricsInternal                                  bool
 	consoleSample                                                         time.Duration
@@ -108,6 +108,7 @@ func (c *serveConfig) register(s *settings) {
 		kafkaDuration("log.retention.ms", ms), kafkaDuration("log.retention.minutes", mins), kafkaDuration("log.retention.hours", hours))
 	s.Int64(&c.retBytes, "retention-bytes", def.LogDefaults.RetentionBytes, "default retention size per partition, -1 unlimited", kafka("log.retention.bytes"))
 	s.Duration(&c.retentionCheck, "retention-check-interval", def.RetentionCheckInterval, "how often retention runs", kafkaDuration("log.retention.check.interval.ms", ms))
+	s.Int64(&c.scrubRate, "log-scrub-bytes-per-second", def.LogScrubBytesPerSecond, "how fast the background scrubber reads partition logs to check their CRCs (a corrupt replica is copied again from the others); 0 = off, as Kafka", kafka("log.scrub.bytes.per.second"))
 	s.Int(&c.indexInterval, "index-interval-bytes", def.LogDefaults.IndexIntervalBytes, "bytes between offset index entries", kafka("log.index.interval.bytes"))
 	s.Int(&c.maxMsg, "max-message-bytes", def.LogDefaults.MaxMessageBytes, "largest record batch accepted", kafka("message.max.bytes"))
 	s.Int(&c.maxReq, "max-request-bytes", int(lim.MaxRequestBytes), "largest request frame", kafka("socket.request.max.bytes"))
@@ -277,6 +278,10 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	cfg.OffsetsTopicPartitions = int32(c.offsetParts)
 	cfg.Txn.StatePartitions, cfg.Txn.MaxTimeout = int32(c.txnParts), c.txnMax
 	cfg.RetentionCheckInterval = c.retentionCheck
+	if c.scrubRate < 0 {
+		return cfg, lim, nil, fmt.Errorf("--log-scrub-bytes-per-second %d: must be 0 (off) or more", c.scrubRate)
+	}
+	cfg.LogScrubBytesPerSecond = c.scrubRate
 	cfg.LogDefaults.SegmentBytes = c.segBytes
 	cfg.LogDefaults.SegmentMs = c.segmentMs
 	cfg.LogDefaults.RetentionMs = c.retention

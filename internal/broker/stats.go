@@ -295,6 +295,8 @@ type ReplicationStats struct {
 	Groups       int   // Raft groups on this node (partition replicas and the metadata group)
 	FailedGroups int   // groups stopped by a failure, not yet repaired (repair.go)
 	Repairs      int64 // replicas discarded after a storage failure and reopened to catch up
+	Corruptions  int64 // corrupt data found in this node's logs (each replica is rebuilt)
+	Scrubbed     int64 // bytes the scrubber checked (log.scrub.bytes.per.second)
 }
 
 // RaftActivity counts this node's Raft groups that are quiesced and those
@@ -303,7 +305,7 @@ func (b *Broker) RaftActivity() raft.Activity { return b.cluster.Host().Activity
 
 // ReplicationStats reports this node's Raft groups.
 func (b *Broker) ReplicationStats() ReplicationStats {
-	out := ReplicationStats{Repairs: b.replicas.Repairs()}
+	out := ReplicationStats{Repairs: b.replicas.Repairs(), Corruptions: b.replicas.Corruptions(), Scrubbed: b.replicas.ScrubbedBytes()}
 	for _, g := range b.cluster.Host().Groups() {
 		out.Groups++
 		if st, err := b.cluster.Host().Status(g); err == nil && st.Failed != "" {

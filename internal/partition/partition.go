@@ -378,9 +378,32 @@ func (p *Partition) Read(offset int64, maxBytes int, readCommitted bool) (ReadRe
 	}
 	defer s.Release()
 	if res.Records, err = s.Bytes(); err != nil {
-		return res, fmt.Errorf("%w: %w", ErrStorage, err)
+		return res, p.storageError(err)
 	}
 	return res, nil
+}
+
+// Scrub checks up to budget bytes of the log not checked yet
+// (storage.Log.ScrubStep): how many it read, and whether more is left.
+// Corrupt data stops the replica's group (storageError).
+func (p *Partition) Scrub(budget int) (int, bool, error) {
+	n, more, err := p.log.ScrubStep(budget)
+	if err != nil {
+		err = p.storageError(err)
+	}
+	return n, more, err
+}
+
+// storageError wraps a failed read in ErrStorage. Corrupt data
+// (storage.ErrCorrupt: the log has failed) also stops this replica's Raft
+// group at once: a leader steps down (its peers elect a healthy one, where
+// the client goes next), and the replica manager rebuilds it from the
+// others (replica/repair.go).
+func (p *Partition) storageError(err error) error {
+	if errors.Is(err, storage.ErrCorrupt) && p.rep != nil {
+		_ = p.rep.host.FailGroup(p.rep.group, err)
+	}
+	return fmt.Errorf("%w: %w", ErrStorage, err)
 }
 
 // ReadFile is Read without the copy: the records stay in the segment file,
@@ -404,11 +427,19 @@ func (p *Partition) ReadFile(offset int64, maxBytes int, readCommitted bool) (re
 		return res, s, err
 	}
 	s, err = p.log.Read(offset, limit, maxBytes)
+	if err == nil {
+		// The range goes out as it is (sendfile): checked first, once
+		// (storage/verify.go).
+		if err = s.Verify(); err != nil {
+			s.Release()
+			s = storage.Slice{}
+		}
+	}
 	if err != nil {
 		if errors.Is(err, storage.ErrOffsetOutOfRange) {
 			return res, s, ErrOffsetOutOfRange
 		}
-		return res, s, fmt.Errorf("%w: %w", ErrStorage, err)
+		return res, s, p.storageError(err)
 	}
 	if readCommitted && s.Size > 0 {
 		p.trimAborted(res.LogStartOffset)
@@ -445,7 +476,7 @@ func (p *Partition) readCompacted(offset, limit int64, maxBytes int, res *ReadRe
 		buf, err := s.Bytes()
 		s.Release()
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrStorage, err)
+			return nil, p.storageError(err)
 		}
 		scanned += len(buf)
 		kept, last, err := records.DropEmpty(buf)

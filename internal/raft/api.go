@@ -716,6 +716,19 @@ func (h *Host) GroupFailed(groupID uint64) error {
 	return g.failed
 }
 
+// FailGroup stops a group on this node for a reason found outside Raft
+// (its log's data is corrupt: storage.ErrCorrupt): as a storage failure,
+// it sends and acknowledges nothing from now on, so a leader's peers elect
+// another, and the replica's owner repairs it (GroupFailed says why).
+func (h *Host) FailGroup(groupID uint64, err error) error {
+	g := h.group(groupID)
+	if g == nil {
+		return fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	h.failGroup(g, err)
+	return nil
+}
+
 // Failures counts the group failures on this host so far: a repair loop
 // that saw every group well need not look at them again until it moves.
 func (h *Host) Failures() uint64 { return h.failures.Load() }

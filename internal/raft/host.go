@@ -639,6 +639,19 @@ func (h *Host) DiscardGroup(id uint64) error {
 	return h.journal.flush(true)
 }
 
+// DiscardStopped is DiscardGroup for a group not running on this node (its
+// replica's log could not be opened: corrupt data): its journal state is
+// forgotten and the replica marked as one that lost its data, durably,
+// before the caller deletes the log.
+func (h *Host) DiscardStopped(id uint64) error {
+	if h.group(id) != nil {
+		return fmt.Errorf("raft: group %d is running: DiscardGroup", id)
+	}
+	h.journal.remove(id)
+	h.journal.putRejoin(id)
+	return h.journal.flush(true)
+}
+
 // RetryGroup brings back a group that failed for a reason other than its
 // log (an I/O error reading it, a broken invariant that made etcd raft
 // panic): its store and RawNode are rebuilt from the log and the journal,

@@ -153,6 +153,9 @@ func (m *Manager) reopen(t controller.Topic, i int32) {
 	if cur, ok := m.meta.Topic(t.Name); !ok || cur.ID != t.ID || m.parts.Get(t.Name, i) != nil || m.openQueued(t.Name, i) {
 		return
 	}
+	if !m.discardCorruptLocked(t, i) {
+		return
+	}
 	m.reopenLocked(t, i)
 }
 

@@ -62,6 +62,9 @@ type Options struct {
 	// recovery keeps is on disk already and Open does not fsync it again.
 	// Recovery still checks the tail and cuts (and fsyncs) a torn one.
 	CleanShutdown bool
+	// OnCorrupt is called once for each corruption a log finds (at open,
+	// on a read, by the scrubber): the owner's count of them.
+	OnCorrupt func()
 }
 
 // AppendInfo describes an appended batch.
@@ -139,6 +142,8 @@ type Log struct {
 	dev        uint64     // device of the files, for syncfs grouping (0: none)
 
 	clean bool // opened after a clean shutdown (Options.CleanShutdown)
+
+	onCorrupt func() // Options.OnCorrupt
 }
 
 // Open opens (creating if missing) the log in dir and recovers it: the
@@ -158,14 +163,15 @@ func Open(dir string, cfg Config, opts Options) (*Log, error) {
 		opts.Now = time.Now
 	}
 	l := &Log{
-		dir:    filepath.Clean(dir),
-		fs:     opts.FS,
-		syncer: opts.Syncer,
-		logger: opts.Logger.With("dir", dir),
-		now:    opts.Now,
-		cfg:    cfg.normalize(),
-		waitCh: make(chan struct{}),
-		clean:  opts.CleanShutdown,
+		dir:       filepath.Clean(dir),
+		fs:        opts.FS,
+		syncer:    opts.Syncer,
+		logger:    opts.Logger.With("dir", dir),
+		now:       opts.Now,
+		cfg:       cfg.normalize(),
+		waitCh:    make(chan struct{}),
+		clean:     opts.CleanShutdown,
+		onCorrupt: opts.OnCorrupt,
 
 		blockedRemoval: -1,
 	}

@@ -180,7 +180,7 @@ func (l *Log) corrupt(s *segment, pos int64, cause error) error {
 	}
 	l.mu.Unlock()
 	if first {
-		corruptions.Add(1)
+		l.countCorrupt()
 		l.logger.Error("storage: corrupt data: this replica stops serving the log and must be rebuilt from a healthy one",
 			"file", s.path(logSuffix), "position", pos, "err", cause)
 	}
@@ -312,7 +312,7 @@ func containsSeg(segs []*segment, s *segment) bool {
 // corruptAtOpen reports corruption found by recovery: the open fails
 // with ErrCorrupt (the replica is rebuilt, not cut).
 func (l *Log) corruptAtOpen(s *segment, pos int64, cause error) error {
-	corruptions.Add(1)
+	l.countCorrupt()
 	l.logger.Error("storage: corrupt data found at open: refusing the log, it must be rebuilt from a healthy replica",
 		"file", s.path(logSuffix), "position", pos, "err", cause)
 	return fmt.Errorf("storage: open %s: %w: %s at byte %d: %w", l.dir, ErrCorrupt, s.path(logSuffix), pos, cause)
@@ -351,7 +351,26 @@ func (l *Log) goodBatchAfter(s *segment, pos, next int64) (int64, bool) {
 // can be (a checkpoint is replaced atomically, a sealed segment was
 // fsynced): corruption, refused with ErrCorrupt.
 func (l *Log) damagedAtOpen(file string, cause error) error {
-	corruptions.Add(1)
+	l.countCorrupt()
 	l.logger.Error("storage: damaged file found at open: refusing the log, it must be rebuilt from a healthy replica", "file", file, "err", cause)
 	return fmt.Errorf("storage: open %s: %w: damaged %s: %w", l.dir, ErrCorrupt, file, cause)
+}
+
+func (l *Log) countCorrupt() {
+	corruptions.Add(1)
+	if l.onCorrupt != nil {
+		l.onCorrupt()
+	}
+}
+
+// Unverify forgets which bytes were checked: every byte is checked again
+// on its next read or by the scrubber (its next pass).
+func (l *Log) Unverify() {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for _, s := range l.segs {
+		s.ver.mu.Lock()
+		s.ver.r = nil
+		s.ver.mu.Unlock()
+	}
 }
