@@ -1,0 +1,183 @@
+package brokertest_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"holdfast/internal/broker"
+	"holdfast/internal/brokertest"
+	"holdfast/internal/records"
+	"holdfast/internal/wire"
+)
+
+// TestClusterCorruptReplicaHeals (issue 26): RF=3, one partition. The
+// preferred replica is stopped, 64 bytes in the middle of one of its
+// sealed segments are flipped, and it is started again (sealed segments
+// are not read at open) and made leader. A consumer reading from the start
+// must never get the bad bytes: the leader checks the cold range before
+// it sends it, finds the corruption, steps down (KAFKA_STORAGE_ERROR, the
+// client moves to the new leader) and is rebuilt from the two good copies.
+// Every acknowledged record (before and after the flip) is read back once,
+// in order; the node counts the corruption and the repair; the partition
+// ends with three in-sync replicas, the rebuilt one holding every record.
+// On the old code the consumer re-fetched the corrupt offset forever.
+func TestClusterCorruptReplicaHeals(t *testing.T) {
+	c := brokertest.NewCluster(t, 3, func(cfg *broker.Config, _ *wire.Limits) {
+		cfg.ControlledShutdown = false
+		cfg.LogScrubBytesPerSecond = 0 // the read path is under test here
+	})
+	const topic = "corrupt"
+	seg := "16384"
+	c.CreateTopic(topic, 1, 3, map[string]*string{"segment.bytes": &seg})
+	c.AwaitInSync(topic, 0)
+	cl := c.Client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic(topic), kgo.RetryTimeout(60*time.Second),
+		kgo.MetadataMinAge(100*time.Millisecond))
+	defer cl.Close()
+	const before, after = 3000, 500
+	for i := 0; i < before; i += 100 {
+		produce(t, cl, i, 100) // one batch each
+	}
+	c.AwaitInSync(topic, 0)
+
+	p, err := c.Nodes[0].Partition(topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := c.Node(p.Replicas[0]) // the preferred leader
+	dir := filepath.Join(victim.Cfg.DataDir, topic+"-0")
+	victim.Stop()
+	flipped := flipMiddleBatch(t, dir)
+	t.Logf("node %d stopped, 64 bytes flipped in %s; restarting it", victim.Cfg.NodeID, flipped)
+	victim.Restart()
+
+	// Make the corrupt replica the leader (a preferred election moves the
+	// leadership back to it once it has caught up).
+	adm := kadm.NewClient(c.Client())
+	defer adm.Close()
+	brokertest.Await(t, fmt.Sprintf("node %d to lead or to have found the corruption", victim.Cfg.NodeID), func() error {
+		if victim.B.ReplicationStats().Corruptions > 0 {
+			return nil
+		}
+		if st, err := victim.Partition(topic, 0); err == nil && st.Leader == victim.Cfg.NodeID {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, _ = adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{topic: {0: {}}})
+		return fmt.Errorf("not leading yet")
+	})
+
+	// Consume everything from the start while producing more.
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		for i := before; i < before+after; i += 50 {
+			recs := make([]*kgo.Record, 50)
+			for k := range recs {
+				recs[k] = &kgo.Record{Value: []byte(strconv.Itoa(i + k))}
+			}
+			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	cons := c.Client(kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.MetadataMinAge(100*time.Millisecond), kgo.FetchMaxWait(200*time.Millisecond))
+	defer cons.Close()
+	next := 0
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for next < before+after {
+		fs := cons.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("consumed %d of %d records (the rest never came)", next, before+after)
+		}
+		fs.EachError(func(_ string, _ int32, err error) {
+			t.Logf("fetch error (the client retries): %v", err)
+		})
+		fs.EachRecord(func(r *kgo.Record) {
+			if string(r.Value) != strconv.Itoa(next) {
+				t.Fatalf("record %d at offset %d is %q", next, r.Offset, r.Value)
+			}
+			next++
+		})
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("produce after the flip: %v", err)
+	}
+
+	brokertest.Await(t, "the corrupt replica to be found and rebuilt", func() error {
+		st := victim.B.ReplicationStats()
+		if st.Corruptions == 0 || st.Repairs == 0 {
+			return fmt.Errorf("node %d: corruptions %d, repairs %d", victim.Cfg.NodeID, st.Corruptions, st.Repairs)
+		}
+		return nil
+	})
+	c.AwaitInSync(topic, 0)
+	brokertest.Await(t, fmt.Sprintf("the rebuilt node %d's log to hold every acknowledged record", victim.Cfg.NodeID), func() error {
+		return holdsExactly(victim, topic, before+after)
+	})
+	st := victim.B.ReplicationStats()
+	t.Logf("node %d: corruptions %d, repairs %d; %d records read back in order", victim.Cfg.NodeID, st.Corruptions, st.Repairs, next)
+}
+
+// flipMiddleBatch flips 64 bytes inside the records of a batch in the
+// middle of the first segment (sealed) of the log in dir, and returns the
+// file's name.
+func flipMiddleBatch(t *testing.T, dir string) string {
+	t.Helper()
+	names, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs []string
+	for _, n := range names {
+		if filepath.Ext(n.Name()) == ".log" {
+			logs = append(logs, n.Name())
+		}
+	}
+	slices.Sort(logs)
+	if len(logs) < 2 {
+		t.Fatalf("%d segments in %s: none sealed", len(logs), dir)
+	}
+	path := filepath.Join(dir, logs[0])
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pos []int
+	for rest := b; len(rest) > 0; {
+		batch, next, err := records.Next(rest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pos = append(pos, len(b)-len(rest))
+		if len(batch) < records.HeaderSize+64 {
+			t.Fatalf("batch of %d bytes", len(batch))
+		}
+		rest = next
+	}
+	if len(pos) < 3 {
+		t.Fatalf("%d batches in %s", len(pos), path)
+	}
+	at := pos[len(pos)/2] + records.HeaderSize
+	for i := at; i < at+64; i++ {
+		b[i] ^= 0xff
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
