@@ -313,7 +313,7 @@ func (b *Broker) describeBrokerConfigs(names []string, synonyms, docs bool) []de
 		doc:   "Holdfast's durability policy: sync (fsync with group commit before every acknowledgement), interval:<duration>, or os (page cache only, Kafka's behaviour).",
 		value: val(func(b *Broker) string { return b.cfg.LogDefaults.Flush.String() })})
 	all = append(all, brokerConfig{name: "log.scrub.bytes.per.second", typ: kmsg.ConfigTypeLong, kafkaDefault: strconv.Itoa(DefaultScrubBytesPerSecond),
-		doc:   "Holdfast: how fast the background scrubber reads partition logs to check every batch's CRC (data not checked since this process opened it; a full pass again every 24 hours); corrupt data makes the replica copy itself again from the others. 0: off (Kafka has no scrubber).",
+		doc:   "Holdfast: how fast the background scrubber reads partition logs to check every batch's CRC (data not checked since this process opened it; a full pass again every hour); corrupt data makes the replica copy itself again from the others. 0: off (Kafka has no scrubber).",
 		value: val(func(b *Broker) string { return strconv.FormatInt(b.cfg.LogScrubBytesPerSecond, 10) })})
 	all = append(all, brokerConfig{name: "log.direct.io", typ: kmsg.ConfigTypeBoolean, kafkaDefault: "false",
 		doc:   "Holdfast: partition logs write each sync cycle's large write-outs (64 KiB of whole blocks or more) with O_DIRECT, past the page cache; smaller ones, and filesystems that refuse O_DIRECT (tmpfs), go through the page cache.",

@@ -31,31 +31,53 @@ import (
 // ends with three in-sync replicas, the rebuilt one holding every record.
 // On the old code the consumer re-fetched the corrupt offset forever.
 func TestClusterCorruptReplicaHeals(t *testing.T) {
+	t.Run("consumer", func(t *testing.T) { corruptReplicaHeals(t, "consumer") })
+	// A follower that was cut off while the corrupt batch was written
+	// needs it from the corrupt leader's disk: Raft's read of the entries
+	// finds the corruption (it went on failing every 2-4 s for good).
+	t.Run("follower", func(t *testing.T) { corruptReplicaHeals(t, "follower") })
+	// A sealed segment whose first batch header is damaged is refused at
+	// open: the replica was reopened on the same files forever.
+	t.Run("open", func(t *testing.T) { corruptReplicaHeals(t, "open") })
+}
+
+func corruptReplicaHeals(t *testing.T, mode string) {
+	lagging := mode == "follower"
 	c := brokertest.NewCluster(t, 3, func(cfg *broker.Config, _ *wire.Limits) {
 		cfg.ControlledShutdown = false
-		cfg.LogScrubBytesPerSecond = 0 // the read path is under test here
+		cfg.LogScrubBytesPerSecond = 0 // the read paths are under test here
 	})
 	const topic = "corrupt"
-	seg := "16384"
+	seg := "8192"
 	c.CreateTopic(topic, 1, 3, map[string]*string{"segment.bytes": &seg})
 	c.AwaitInSync(topic, 0)
 	cl := c.Client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic(topic), kgo.RetryTimeout(60*time.Second),
 		kgo.MetadataMinAge(100*time.Millisecond))
 	defer cl.Close()
-	const before, after = 3000, 500
-	for i := 0; i < before; i += 100 {
-		produce(t, cl, i, 100) // one batch each
-	}
-	c.AwaitInSync(topic, 0)
-
 	p, err := c.Nodes[0].Partition(topic, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	victim := c.Node(p.Replicas[0]) // the preferred leader
+	lag := c.Node(p.Replicas[2])
+	const before, after = 3000, 500
+	from := 0
+	if lagging {
+		produce(t, cl, 0, 100)
+		c.Isolate(lag.Cfg.NodeID)
+		t.Logf("node %d cut off", lag.Cfg.NodeID)
+		from = 100
+	}
+	for i := from; i < before; i += 100 {
+		produce(t, cl, i, 100) // one batch each
+	}
+	if !lagging {
+		c.AwaitInSync(topic, 0)
+	}
+
 	dir := filepath.Join(victim.Cfg.DataDir, topic+"-0")
 	victim.Stop()
-	flipped := flipMiddleBatch(t, dir)
+	flipped := flipMiddleBatch(t, dir, mode == "open")
 	t.Logf("node %d stopped, 64 bytes flipped in %s; restarting it", victim.Cfg.NodeID, flipped)
 	victim.Restart()
 
@@ -65,6 +87,9 @@ func TestClusterCorruptReplicaHeals(t *testing.T) {
 	defer adm.Close()
 	brokertest.Await(t, fmt.Sprintf("node %d to lead or to have found the corruption", victim.Cfg.NodeID), func() error {
 		if victim.B.ReplicationStats().Corruptions > 0 {
+			if mode == "consumer" {
+				t.Log("the corruption was found before the consumer read it")
+			}
 			return nil
 		}
 		if st, err := victim.Partition(topic, 0); err == nil && st.Leader == victim.Cfg.NodeID {
@@ -75,6 +100,15 @@ func TestClusterCorruptReplicaHeals(t *testing.T) {
 		_, _ = adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{topic: {0: {}}})
 		return fmt.Errorf("not leading yet")
 	})
+	if lagging {
+		c.Heal()
+		brokertest.Await(t, "the corrupt leader to find the corruption reading for the follower", func() error {
+			if n := victim.B.ReplicationStats().Corruptions; n == 0 {
+				return fmt.Errorf("node %d found none yet", victim.Cfg.NodeID)
+			}
+			return nil
+		})
+	}
 
 	// Consume everything from the start while producing more.
 	done := make(chan error, 1)
@@ -126,17 +160,20 @@ func TestClusterCorruptReplicaHeals(t *testing.T) {
 		return nil
 	})
 	c.AwaitInSync(topic, 0)
-	brokertest.Await(t, fmt.Sprintf("the rebuilt node %d's log to hold every acknowledged record", victim.Cfg.NodeID), func() error {
-		return holdsExactly(victim, topic, before+after)
-	})
+	for _, n := range c.Nodes {
+		brokertest.Await(t, fmt.Sprintf("node %d's log to hold every acknowledged record", n.Cfg.NodeID), func() error {
+			return holdsExactly(n, topic, before+after)
+		})
+	}
 	st := victim.B.ReplicationStats()
 	t.Logf("node %d: corruptions %d, repairs %d; %d records read back in order", victim.Cfg.NodeID, st.Corruptions, st.Repairs, next)
 }
 
 // flipMiddleBatch flips 64 bytes inside the records of a batch in the
-// middle of the first segment (sealed) of the log in dir, and returns the
+// middle of the first segment (sealed) of the log in dir, or with header
+// the first 64 bytes of the second segment (sealed too), and returns the
 // file's name.
-func flipMiddleBatch(t *testing.T, dir string) string {
+func flipMiddleBatch(t *testing.T, dir string, header bool) string {
 	t.Helper()
 	names, err := os.ReadDir(dir)
 	if err != nil {
@@ -149,10 +186,13 @@ func flipMiddleBatch(t *testing.T, dir string) string {
 		}
 	}
 	slices.Sort(logs)
-	if len(logs) < 2 {
-		t.Fatalf("%d segments in %s: none sealed", len(logs), dir)
+	if len(logs) < 3 {
+		t.Fatalf("%d segments in %s: fewer than two sealed", len(logs), dir)
 	}
 	path := filepath.Join(dir, logs[0])
+	if header {
+		path = filepath.Join(dir, logs[1])
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -173,6 +213,9 @@ func flipMiddleBatch(t *testing.T, dir string) string {
 		t.Fatalf("%d batches in %s", len(pos), path)
 	}
 	at := pos[len(pos)/2] + records.HeaderSize
+	if header {
+		at = 0
+	}
 	for i := at; i < at+64; i++ {
 		b[i] ^= 0xff
 	}

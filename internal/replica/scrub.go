@@ -15,11 +15,12 @@ import (
 // replica the one that serves it). Corrupt data stops the replica's group
 // and the repair loop rebuilds it from the others (repair.go). A pass that
 // finds nothing left to check ends; the next one starts scrubPassEvery
-// after the last began, forgetting what was checked, so bytes that rot
-// while the process runs are found too.
+// after the last began, forgetting what was checked (reads check cold
+// bytes again then, once), so bytes that change while the process runs
+// are found too: within about an hour plus a pass.
 
 const (
-	scrubPassEvery = 24 * time.Hour
+	scrubPassEvery = time.Hour
 	scrubStepMax   = 1 << 20
 )
 

@@ -1312,6 +1312,7 @@ type sliceRef struct {
 	once   sync.Once
 	seg    *segment
 	log    *Log          // nil: the bytes need no check (verify.go)
+	gen    uint64        // the log's truncGen when the slice was made
 	chunks []*cacheChunk // read cache chunks lent out by CachedBytes
 }
 
@@ -1335,7 +1336,7 @@ func (s Slice) Bytes() ([]byte, error) {
 		return nil, fmt.Errorf("storage: read %s at %d: %w", s.File.Name(), s.Pos, err)
 	}
 	if s.ref != nil && s.ref.log != nil {
-		if err := s.ref.log.verifyBytes(s.ref.seg, s.Pos, b); err != nil {
+		if err := s.ref.log.verifyBytes(s.ref.seg, s.Pos, b, s.ref.gen); err != nil {
 			return nil, err
 		}
 	}
@@ -1432,7 +1433,7 @@ func (l *Log) Read(offset, maxOffset int64, maxBytes int) (Slice, error) {
 			last = nh.BaseOffset - 1
 		}
 		s.ref()
-		return Slice{File: s.f, Pos: first, Size: int(endPos - first), BaseOffset: h.BaseOffset, LastOffset: last, ref: &sliceRef{seg: s, log: l}}, nil
+		return Slice{File: s.f, Pos: first, Size: int(endPos - first), BaseOffset: h.BaseOffset, LastOffset: last, ref: &sliceRef{seg: s, log: l, gen: l.truncGen}}, nil
 	}
 	return Slice{BaseOffset: 0, LastOffset: -1}, nil
 }

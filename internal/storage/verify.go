@@ -141,9 +141,12 @@ func (v *verifiedRanges) firstGap(from, end int64) (int64, int64, bool) {
 	return a, end, a < end
 }
 
-// verifyBytes checks every batch of b (the bytes at pos of s) and, if all
-// pass, marks them verified. A failure is reported as corruption.
-func (l *Log) verifyBytes(s *segment, pos int64, b []byte) error {
+// verifyBytes checks every batch of b (the bytes at pos of s, read after
+// the log's truncation generation was gen) and, if all pass, marks them
+// verified. A failure is reported as corruption, unless the bytes may
+// have changed under the read (a truncation, the segment replaced or
+// removed): then it is only an error.
+func (l *Log) verifyBytes(s *segment, pos int64, b []byte, gen uint64) error {
 	end := pos + int64(len(b))
 	if s.ver.covers(pos, end) {
 		return nil
@@ -155,6 +158,9 @@ func (l *Log) verifyBytes(s *segment, pos int64, b []byte) error {
 			_, err = records.Validate(batch, 0)
 		}
 		if err != nil {
+			if l.changedSince(s, at, gen) {
+				return fmt.Errorf("storage: %s changed while read at byte %d: %w", s.path(logSuffix), at, err)
+			}
 			return l.corrupt(s, at, err)
 		}
 		at += int64(len(batch))
@@ -162,6 +168,14 @@ func (l *Log) verifyBytes(s *segment, pos int64, b []byte) error {
 	}
 	s.ver.add(pos, end)
 	return nil
+}
+
+// changedSince reports whether the bytes at pos of s may have changed
+// since the log's truncation generation was gen.
+func (l *Log) changedSince(s *segment, pos int64, gen uint64) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.closed || l.truncGen != gen || pos >= s.size || !containsSeg(l.segs, s)
 }
 
 // corrupt records corruption found at pos of s: the log fails with
@@ -202,7 +216,7 @@ func (s Slice) Verify() error {
 	if n, err := s.File.ReadAt(b, s.Pos); n < len(b) {
 		return fmt.Errorf("storage: read %s at %d: %w", s.File.Name(), s.Pos, err)
 	}
-	return s.ref.log.verifyBytes(seg, s.Pos, b)
+	return s.ref.log.verifyBytes(seg, s.Pos, b, s.ref.gen)
 }
 
 // ScrubStep checks up to budget bytes of the log's not yet verified data,
@@ -236,8 +250,9 @@ func (l *Log) ScrubStep(budget int) (int, bool, error) {
 			return read, false, nil
 		}
 		seg.ref()
+		gen := l.truncGen
 		l.mu.RUnlock()
-		n, err := l.scrubRange(seg, a, min(b, a+int64(budget-read)))
+		n, err := l.scrubRange(seg, a, min(b, a+int64(budget-read)), gen)
 		seg.unref()
 		read += n
 		if err != nil {
@@ -252,7 +267,7 @@ func (l *Log) ScrubStep(budget int) (int, bool, error) {
 
 // scrubRange checks the whole batches from a (a batch boundary) whose
 // start lies below b, reading at most 1 MiB past b.
-func (l *Log) scrubRange(s *segment, a, b int64) (int, error) {
+func (l *Log) scrubRange(s *segment, a, b int64, gen uint64) (int, error) {
 	const chunk = 1 << 20
 	pos, read := a, 0
 	hdr := make([]byte, records.HeaderSize)
@@ -269,16 +284,16 @@ func (l *Log) scrubRange(s *segment, a, b int64) (int, error) {
 			err = fmt.Errorf("batch length %d: %w", h.Length, records.ErrCorrupt)
 		}
 		if err != nil {
-			return read, l.scrubFailed(s, pos, err)
+			return read, l.scrubFailed(s, pos, gen, err)
 		}
 		if cap(buf) < int(size) {
 			buf = make([]byte, max(size, chunk))
 		}
 		b1 := buf[:size]
 		if n, err := s.f.ReadAt(b1, pos); n < len(b1) {
-			return read, l.scrubFailed(s, pos, fmt.Errorf("batch of %d bytes runs past the file: %v: %w", size, err, records.ErrTruncated))
+			return read, l.scrubFailed(s, pos, gen, fmt.Errorf("batch of %d bytes runs past the file: %v: %w", size, err, records.ErrTruncated))
 		}
-		if err := l.verifyBytes(s, pos, b1); err != nil {
+		if err := l.verifyBytes(s, pos, b1, gen); err != nil {
 			return read, err
 		}
 		scrubbed.Add(size)
@@ -288,13 +303,10 @@ func (l *Log) scrubRange(s *segment, a, b int64) (int, error) {
 	return read, nil
 }
 
-// scrubFailed reports a bad batch at pos unless the segment was cut or
-// removed meanwhile (then it is no longer there to be bad).
-func (l *Log) scrubFailed(s *segment, pos int64, err error) error {
-	l.mu.RLock()
-	gone := l.closed || pos >= s.size || !containsSeg(l.segs, s)
-	l.mu.RUnlock()
-	if gone {
+// scrubFailed reports a bad batch at pos unless the segment was cut,
+// replaced or removed meanwhile (then it is no longer there to be bad).
+func (l *Log) scrubFailed(s *segment, pos int64, gen uint64, err error) error {
+	if l.changedSince(s, pos, gen) {
 		return nil
 	}
 	return l.corrupt(s, pos, err)
