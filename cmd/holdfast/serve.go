@@ -53,7 +53,7 @@ type serveConfig struct {
 	shareLocks                                                            int64
 	txnAbortIv, txnIDExpiry, offsRetCheck                                 time.Duration
 	segBytes, retBytes, maxQueued, dioCache, scrubRate                    int64
-	autoCreate, rebalance, ctrlShut, directIO                             bool
+	autoCreate, rebalance, ctrlShut, directIO, verifyReads                bool
 	console, consoleLab, metricsInternal                                  bool
 	consoleSample                                                         time.Duration
 	txnMax, retention, segmentMs, retentionCheck, idle                    time.Duration
@@ -108,6 +108,7 @@ func (c *serveConfig) register(s *settings) {
 		kafkaDuration("log.retention.ms", ms), kafkaDuration("log.retention.minutes", mins), kafkaDuration("log.retention.hours", hours))
 	s.Int64(&c.retBytes, "retention-bytes", def.LogDefaults.RetentionBytes, "default retention size per partition, -1 unlimited", kafka("log.retention.bytes"))
 	s.Duration(&c.retentionCheck, "retention-check-interval", def.RetentionCheckInterval, "how often retention runs", kafkaDuration("log.retention.check.interval.ms", ms))
+	s.Bool(&c.verifyReads, "log-verify-reads", true, "check the CRC of log bytes before handing them to a consumer or a follower, once per process (false: Kafka's behaviour, a corrupt replica keeps serving the bad batch)", kafka("log.verify.reads"))
 	s.Int64(&c.scrubRate, "log-scrub-bytes-per-second", def.LogScrubBytesPerSecond, "how fast the background scrubber reads partition logs to check their CRCs (a corrupt replica is copied again from the others); 0 = off, as Kafka", kafka("log.scrub.bytes.per.second"))
 	s.Int(&c.indexInterval, "index-interval-bytes", def.LogDefaults.IndexIntervalBytes, "bytes between offset index entries", kafka("log.index.interval.bytes"))
 	s.Int(&c.maxMsg, "max-message-bytes", def.LogDefaults.MaxMessageBytes, "largest record batch accepted", kafka("message.max.bytes"))
@@ -282,6 +283,7 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 		return cfg, lim, nil, fmt.Errorf("--log-scrub-bytes-per-second %d: must be 0 (off) or more", c.scrubRate)
 	}
 	cfg.LogScrubBytesPerSecond = c.scrubRate
+	cfg.LogNoReadChecks = !c.verifyReads
 	cfg.LogDefaults.SegmentBytes = c.segBytes
 	cfg.LogDefaults.SegmentMs = c.segmentMs
 	cfg.LogDefaults.RetentionMs = c.retention

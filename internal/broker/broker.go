@@ -80,6 +80,11 @@ type Config struct {
 	// background scrubber reads logs to check their CRCs
 	// (replica/scrub.go); 0: off (Kafka has no scrubber).
 	LogScrubBytesPerSecond int64
+	// LogNoReadChecks is log.verify.reads=false: partition logs hand
+	// bytes to consumers and followers without checking their CRCs first
+	// (Kafka's behaviour: a corrupt replica keeps serving the bad batch,
+	// which every client refuses). The default checks them once.
+	LogNoReadChecks bool
 	// OffsetsTopicSegmentBytes and TxnTopicSegmentBytes are
 	// offsets.topic.segment.bytes and transaction.state.log.segment.bytes
 	// (100 MiB): the segment size the internal topics are created with,

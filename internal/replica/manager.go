@@ -54,8 +54,11 @@ type Config struct {
 	// ScrubBytesPerSecond is log.scrub.bytes.per.second: the scrubber's
 	// read rate (scrub.go); 0 turns it off.
 	ScrubBytesPerSecond int64
-	FS                  storage.FS
-	Logger              *slog.Logger
+	// NoReadChecks is log.verify.reads=false: bytes are handed out
+	// unchecked (Kafka's behaviour; storage.Options.NoReadChecks).
+	NoReadChecks bool
+	FS           storage.FS
+	Logger       *slog.Logger
 }
 
 // Manager is this node's set of replicas.
@@ -115,7 +118,7 @@ func New(cfg Config, meta *controller.Store, host *raft.Host, syncer *storage.Sy
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, meta: meta, host: host}
 	m.parts = partition.NewManager(cfg.DataDir, storage.Options{FS: cfg.FS, Syncer: syncer, Logger: cfg.Logger,
-		OnCorrupt: func() { m.corruptions.Add(1) }})
+		OnCorrupt: func() { m.corruptions.Add(1) }, NoReadChecks: cfg.NoReadChecks})
 	m.dynamic.Store(m.readDynamic())
 	return m
 }

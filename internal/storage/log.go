@@ -65,6 +65,10 @@ type Options struct {
 	// OnCorrupt is called once for each corruption a log finds (at open,
 	// on a read, by the scrubber): the owner's count of them.
 	OnCorrupt func()
+	// NoReadChecks hands bytes out without checking them first (Kafka's
+	// behaviour: only the client's CRC check sees corruption, and a
+	// corrupt replica keeps serving it). Off by default (verify.go).
+	NoReadChecks bool
 }
 
 // AppendInfo describes an appended batch.
@@ -144,6 +148,7 @@ type Log struct {
 	clean bool // opened after a clean shutdown (Options.CleanShutdown)
 
 	onCorrupt func() // Options.OnCorrupt
+	noChecks  bool   // Options.NoReadChecks
 }
 
 // Open opens (creating if missing) the log in dir and recovers it: the
@@ -172,6 +177,7 @@ func Open(dir string, cfg Config, opts Options) (*Log, error) {
 		waitCh:    make(chan struct{}),
 		clean:     opts.CleanShutdown,
 		onCorrupt: opts.OnCorrupt,
+		noChecks:  opts.NoReadChecks,
 
 		blockedRemoval: -1,
 	}
@@ -1433,7 +1439,11 @@ func (l *Log) Read(offset, maxOffset int64, maxBytes int) (Slice, error) {
 			last = nh.BaseOffset - 1
 		}
 		s.ref()
-		return Slice{File: s.f, Pos: first, Size: int(endPos - first), BaseOffset: h.BaseOffset, LastOffset: last, ref: &sliceRef{seg: s, log: l, gen: l.truncGen}}, nil
+		ref := &sliceRef{seg: s, log: l, gen: l.truncGen}
+		if l.noChecks {
+			ref.log = nil
+		}
+		return Slice{File: s.f, Pos: first, Size: int(endPos - first), BaseOffset: h.BaseOffset, LastOffset: last, ref: ref}, nil
 	}
 	return Slice{BaseOffset: 0, LastOffset: -1}, nil
 }
