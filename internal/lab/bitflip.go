@@ -40,7 +40,7 @@ func bitFlip(ctx context.Context, e *env) []Row {
 				return err
 			}
 			const topic = "bit-flip"
-			seg := strconv.Itoa(max(4096, min(e.n*40, 8<<20))) // a few sealed segments
+			seg := strconv.Itoa(max(4096, min(e.n*10, 8<<20))) // a few sealed segments
 			if err := c.createTopic(ctx, topic, 1, map[string]*string{"segment.bytes": &seg}); err != nil {
 				return err
 			}

@@ -395,15 +395,31 @@ func (p *Partition) Scrub(budget int) (int, bool, error) {
 }
 
 // storageError wraps a failed read in ErrStorage. Corrupt data
-// (storage.ErrCorrupt: the log has failed) also stops this replica's Raft
-// group at once: a leader steps down (its peers elect a healthy one, where
-// the client goes next), and the replica manager rebuilds it from the
-// others (replica/repair.go).
+// (storage.ErrCorrupt) also stops this replica's Raft group at once where
+// other replicas exist: a leader steps down (its peers elect a healthy
+// one, where the client goes next), and the replica manager rebuilds it
+// from the others (replica/repair.go). An only replica goes on: writes
+// and the rest of the log are served, the bad range answers an error.
 func (p *Partition) storageError(err error) error {
-	if errors.Is(err, storage.ErrCorrupt) && p.rep != nil {
+	if errors.Is(err, storage.ErrCorrupt) && p.rep != nil && p.hasPeers() {
 		_ = p.rep.host.FailGroup(p.rep.group, err)
 	}
 	return fmt.Errorf("%w: %w", ErrStorage, err)
+}
+
+// hasPeers reports whether the partition's group has a replica besides
+// this one.
+func (p *Partition) hasPeers() bool {
+	st, err := p.rep.host.Status(p.rep.group)
+	if err != nil {
+		return true // failed or gone already: stopping it again is harmless
+	}
+	for _, id := range append(st.Voters, st.Learners...) {
+		if id != st.Node {
+			return true
+		}
+	}
+	return false
 }
 
 // ReadFile is Read without the copy: the records stay in the segment file,

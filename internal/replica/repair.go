@@ -116,7 +116,7 @@ func (m *Manager) repairLoop(stop <-chan struct{}) {
 func (m *Manager) repair(t controller.Topic, i int32, p *partition.Partition, why string) {
 	lg := m.log.With("topic", t.Name, "partition", i)
 	g := p.RaftGroup()
-	if _, err := m.host.Status(g); err == nil && p.Log().Failed() == nil {
+	if _, err := m.host.Status(g); err == nil && p.Log().Failed() == nil && p.Log().Corrupt() == nil {
 		if err := m.host.RetryGroup(g); err != nil {
 			lg.Error("restarting a failed replica", "failure", why, "err", err)
 		}

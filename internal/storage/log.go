@@ -147,8 +147,9 @@ type Log struct {
 
 	clean bool // opened after a clean shutdown (Options.CleanShutdown)
 
-	onCorrupt func() // Options.OnCorrupt
-	noChecks  bool   // Options.NoReadChecks
+	onCorrupt  func() // Options.OnCorrupt
+	corruptErr error  // sticky: the first corruption found (verify.go)
+	noChecks   bool   // Options.NoReadChecks
 }
 
 // Open opens (creating if missing) the log in dir and recovers it: the

@@ -22,9 +22,10 @@ import (
 // scrubber (Log.ScrubStep) walks the rest at a bounded rate.
 //
 // A batch that fails its check is corruption, never a torn tail (the crash
-// model keeps fsynced bytes as written): the log fails with ErrCorrupt
-// (Failed), which its owner answers by discarding the replica and copying
-// it again from a healthy one; the bad bytes are never served.
+// model keeps fsynced bytes as written): the log records it (Corrupt),
+// which its owner answers by discarding the replica and copying it again
+// from a healthy one; the bad bytes are never served. Appends go on (an
+// only replica keeps taking writes; only the bad range is unreadable).
 
 // ErrCorrupt is data that fails its CRC (or framing) where the crash model
 // says it is intact: fsynced bytes, or a bad batch followed by good ones.
@@ -178,19 +179,14 @@ func (l *Log) changedSince(s *segment, pos int64, gen uint64) bool {
 	return l.closed || l.truncGen != gen || pos >= s.size || !containsSeg(l.segs, s)
 }
 
-// corrupt records corruption found at pos of s: the log fails with
-// ErrCorrupt (so its owner rebuilds the replica) and the error is returned.
+// corrupt records corruption found at pos of s (Corrupt, so its owner
+// rebuilds the replica) and returns the error.
 func (l *Log) corrupt(s *segment, pos int64, cause error) error {
 	err := fmt.Errorf("%w: %s at byte %d: %w", ErrCorrupt, s.path(logSuffix), pos, cause)
 	l.mu.Lock()
-	first := l.failed == nil || !errors.Is(l.failed, ErrCorrupt)
-	if l.failed == nil {
-		l.failed = err
-		l.wake()
-	} else if first {
-		// A log failed for another reason (a failed fsync) is rebuilt
-		// anyway; say what was found too.
-		l.failed = errors.Join(l.failed, err)
+	first := l.corruptErr == nil
+	if first {
+		l.corruptErr = err
 	}
 	l.mu.Unlock()
 	if first {
@@ -199,6 +195,15 @@ func (l *Log) corrupt(s *segment, pos int64, cause error) error {
 			"file", s.path(logSuffix), "position", pos, "err", cause)
 	}
 	return err
+}
+
+// Corrupt returns the first corruption a read or the scrubber found in
+// the log (wrapping ErrCorrupt), nil if none: the replica must be rebuilt
+// from a healthy one.
+func (l *Log) Corrupt() error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.corruptErr
 }
 
 // Verify checks the slice's batches (their CRCs) unless they were checked
@@ -221,8 +226,9 @@ func (s Slice) Verify() error {
 
 // ScrubStep checks up to budget bytes of the log's not yet verified data,
 // oldest segment first, and returns how many bytes it read and whether
-// anything is left to check. A corrupt batch fails the log (ErrCorrupt)
-// and is returned. The active segment's unverified part (written by an
+// anything is left to check. A corrupt batch is recorded (Corrupt)
+// and is returned (as is an earlier one: a corrupt log is not scrubbed
+// further). The active segment's unverified part (written by an
 // earlier process) is checked too, up to its size when the step starts.
 func (l *Log) ScrubStep(budget int) (int, bool, error) {
 	read := 0
@@ -232,8 +238,8 @@ func (l *Log) ScrubStep(budget int) (int, bool, error) {
 			l.mu.RUnlock()
 			return read, false, ErrClosed
 		}
-		if l.failed != nil {
-			err := l.failed
+		if l.corruptErr != nil {
+			err := l.corruptErr
 			l.mu.RUnlock()
 			return read, false, err
 		}

@@ -157,8 +157,12 @@ func TestColdReadsAreVerified(t *testing.T) {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("read of a flipped sealed segment: %v, want ErrCorrupt", err)
 			}
-			if !errors.Is(l.Failed(), ErrCorrupt) {
-				t.Fatalf("log not failed: %v", l.Failed())
+			if !errors.Is(l.Corrupt(), ErrCorrupt) {
+				t.Fatalf("log not marked corrupt: %v", l.Corrupt())
+			}
+			// Appends go on (an only replica keeps taking writes).
+			if _, err := l.Append(batch(t, 1, 100, 1), 0); err != nil {
+				t.Fatalf("append to a log with a corrupt sealed segment: %v", err)
 			}
 			if Corruptions() != before+1 {
 				t.Fatalf("corruptions %d, want %d", Corruptions(), before+1)
