@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
@@ -77,14 +78,19 @@ func corruptReplicaHeals(t *testing.T, mode string) {
 
 	dir := filepath.Join(victim.Cfg.DataDir, topic+"-0")
 	victim.Stop()
-	flipped := flipMiddleBatch(t, dir, mode == "open")
+	flipped, _ := flipMiddleBatch(t, dir, mode == "open")
 	t.Logf("node %d stopped, 64 bytes flipped in %s; restarting it", victim.Cfg.NodeID, flipped)
 	victim.Restart()
 
 	// Make the corrupt replica the leader (a preferred election moves the
-	// leadership back to it once it has caught up).
-	adm := kadm.NewClient(c.Client())
-	defer adm.Close()
+	// leadership back to it once it has caught up). Asked of the replica
+	// itself: a client's admin request may go to the cut-off node, which
+	// cannot reach the leader.
+	elect := kmsg.NewPtrElectLeadersRequest()
+	elect.ElectionType, elect.TimeoutMillis = 0, 2000
+	et := kmsg.NewElectLeadersRequestTopic()
+	et.Topic, et.Partitions = topic, []int32{0}
+	elect.Topics = append(elect.Topics, et)
 	brokertest.Await(t, fmt.Sprintf("node %d to lead or to have found the corruption", victim.Cfg.NodeID), func() error {
 		if victim.B.ReplicationStats().Corruptions > 0 {
 			if mode == "consumer" {
@@ -95,9 +101,7 @@ func corruptReplicaHeals(t *testing.T, mode string) {
 		if st, err := victim.Partition(topic, 0); err == nil && st.Leader == victim.Cfg.NodeID {
 			return nil
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_, _ = adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{topic: {0: {}}})
+		_, _ = victim.Request(elect)
 		return fmt.Errorf("not leading yet")
 	})
 	if lagging {
@@ -172,8 +176,8 @@ func corruptReplicaHeals(t *testing.T, mode string) {
 // flipMiddleBatch flips 64 bytes inside the records of a batch in the
 // middle of the first segment (sealed) of the log in dir, or with header
 // the first 64 bytes of the second segment (sealed too), and returns the
-// file's name.
-func flipMiddleBatch(t *testing.T, dir string, header bool) string {
+// file's name and the flipped batch's base offset.
+func flipMiddleBatch(t *testing.T, dir string, header bool) (string, int64) {
 	t.Helper()
 	names, err := os.ReadDir(dir)
 	if err != nil {
@@ -212,9 +216,14 @@ func flipMiddleBatch(t *testing.T, dir string, header bool) string {
 	if len(pos) < 3 {
 		t.Fatalf("%d batches in %s", len(pos), path)
 	}
-	at := pos[len(pos)/2] + records.HeaderSize
+	start := pos[len(pos)/2]
+	at := start + records.HeaderSize
 	if header {
-		at = 0
+		start, at = 0, 0
+	}
+	h, err := records.ParseHeader(b[start:])
+	if err != nil {
+		t.Fatal(err)
 	}
 	for i := at; i < at+64; i++ {
 		b[i] ^= 0xff
@@ -222,5 +231,67 @@ func flipMiddleBatch(t *testing.T, dir string, header bool) string {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return path
+	return path, h.BaseOffset
+}
+
+// TestSingleNodeCorruptBatch: the only replica of a partition (a single
+// node) has 64 flipped bytes in a sealed segment. There is nothing to
+// rebuild from, so it keeps its data and keeps serving: a fetch of the bad
+// range answers KAFKA_STORAGE_ERROR (never the bytes), the corruption is
+// counted, records after it are read, and produce goes on.
+func TestSingleNodeCorruptBatch(t *testing.T) {
+	n := brokertest.Start(t, func(cfg *broker.Config, _ *wire.Limits) { cfg.LogScrubBytesPerSecond = 0 })
+	const topic = "corrupt1"
+	seg := "8192"
+	n.CreateTopic(topic, 1, map[string]*string{"segment.bytes": &seg})
+	cl := n.Client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic(topic))
+	defer cl.Close()
+	for i := 0; i < 3000; i += 100 {
+		produce(t, cl, i, 100)
+	}
+	n.Stop()
+	_, bad := flipMiddleBatch(t, filepath.Join(n.Cfg.DataDir, topic+"-0"), false)
+	n.Restart()
+	cl2 := n.Client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic(topic))
+	defer cl2.Close()
+
+	fetch := func(offset int64) kmsg.FetchResponseTopicPartition {
+		req := kmsg.NewPtrFetchRequest()
+		req.MaxWaitMillis, req.MinBytes, req.MaxBytes = 100, 1, 1<<20
+		req.SessionEpoch = -1
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic = topic
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.FetchOffset, rp.PartitionMaxBytes = offset, 1<<20
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := n.Request(brokertest.Pin(req, 11))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.(*kmsg.FetchResponse).Topics[0].Partitions[0]
+	}
+	if p := fetch(bad); p.ErrorCode != kerr.KafkaStorageError.Code || len(p.RecordBatches) != 0 {
+		t.Fatalf("fetch of the flipped batch at %d: %v with %d bytes, want KAFKA_STORAGE_ERROR and none", bad, kerr.ErrorForCode(p.ErrorCode), len(p.RecordBatches))
+	}
+	if got := n.B.ReplicationStats().Corruptions; got != 1 {
+		t.Fatalf("corruptions %d, want 1", got)
+	}
+	produce(t, cl2, 3000, 100) // the only replica still takes writes
+	cons := n.Client(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(bad + 100)}}))
+	defer cons.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for next := bad + 100; next < 3100; {
+		fs := cons.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read up to %d of 3100 past the bad batch", next)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if string(r.Value) != strconv.Itoa(int(next)) {
+				t.Fatalf("offset %d is %q", r.Offset, r.Value)
+			}
+			next++
+		})
+	}
 }
