@@ -40,6 +40,11 @@ func TestClusterCorruptReplicaHeals(t *testing.T) {
 	// A sealed segment whose first batch header is damaged is refused at
 	// open: the replica was reopened on the same files forever.
 	t.Run("open", func(t *testing.T) { corruptReplicaHeals(t, "open") })
+	// Issue 26's second fault: a replica whose disk was replaced (no vote
+	// until caught up) copies from the corrupt leader. The leader hands
+	// its leadership to the healthy follower before it stops: had it only
+	// stopped, its vote would be gone too and nobody could be elected.
+	t.Run("wiped", func(t *testing.T) { corruptReplicaHeals(t, "wiped") })
 }
 
 func corruptReplicaHeals(t *testing.T, mode string) {
@@ -91,19 +96,43 @@ func corruptReplicaHeals(t *testing.T, mode string) {
 	et := kmsg.NewElectLeadersRequestTopic()
 	et.Topic, et.Partitions = topic, []int32{0}
 	elect.Topics = append(elect.Topics, et)
-	brokertest.Await(t, fmt.Sprintf("node %d to lead or to have found the corruption", victim.Cfg.NodeID), func() error {
-		if victim.B.ReplicationStats().Corruptions > 0 {
-			if mode == "consumer" {
-				t.Log("the corruption was found before the consumer read it")
+	leadOrFound := func() {
+		brokertest.Await(t, fmt.Sprintf("node %d to lead or to have found the corruption", victim.Cfg.NodeID), func() error {
+			if victim.B.ReplicationStats().Corruptions > 0 {
+				if mode == "consumer" {
+					t.Log("the corruption was found before the consumer read it")
+				}
+				return nil
 			}
+			if st, err := victim.Partition(topic, 0); err == nil && st.Leader == victim.Cfg.NodeID {
+				return nil
+			}
+			_, _ = victim.Request(elect)
+			return fmt.Errorf("not leading yet")
+		})
+	}
+	leadOrFound()
+	if mode == "wiped" {
+		lag.Wipe()
+		lag.Start()
+		t.Logf("node %d wiped and restarted: it copies from the corrupt leader %d", lag.Cfg.NodeID, victim.Cfg.NodeID)
+		// Its rejoin resets the leader's progress, which costs an
+		// election: the healthy node may win it and feed the wiped one
+		// instead. Then the corruption is still unseen; the consumer
+		// below finds it once the corrupt replica leads again.
+		brokertest.Await(t, "the corrupt leader to find the corruption, or the wiped node to catch up from the healthy one", func() error {
+			if victim.B.ReplicationStats().Corruptions > 0 {
+				t.Log("the corrupt leader found it reading for the wiped node")
+				return nil
+			}
+			if err := holdsExactly(lag, topic, before); err != nil {
+				return fmt.Errorf("neither: %w", err)
+			}
+			t.Log("the wiped node caught up from the healthy one")
 			return nil
-		}
-		if st, err := victim.Partition(topic, 0); err == nil && st.Leader == victim.Cfg.NodeID {
-			return nil
-		}
-		_, _ = victim.Request(elect)
-		return fmt.Errorf("not leading yet")
-	})
+		})
+		leadOrFound()
+	}
 	if lagging {
 		c.Heal()
 		brokertest.Await(t, "the corrupt leader to find the corruption reading for the follower", func() error {

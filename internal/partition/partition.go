@@ -395,14 +395,15 @@ func (p *Partition) Scrub(budget int) (int, bool, error) {
 }
 
 // storageError wraps a failed read in ErrStorage. Corrupt data
-// (storage.ErrCorrupt) also stops this replica's Raft group at once where
-// other replicas exist: a leader steps down (its peers elect a healthy
-// one, where the client goes next), and the replica manager rebuilds it
-// from the others (replica/repair.go). An only replica goes on: writes
-// and the rest of the log are served, the bad range answers an error.
+// (storage.ErrCorrupt) also stops this replica's Raft group where other
+// replicas exist: a leader first hands its leadership to an in-sync
+// follower (where the client goes next; raft.Host.FailCorrupt), and the
+// replica manager rebuilds it from the others (replica/repair.go). An
+// only replica goes on: writes and the rest of the log are served, the
+// bad range answers an error.
 func (p *Partition) storageError(err error) error {
 	if errors.Is(err, storage.ErrCorrupt) && p.rep != nil && p.hasPeers() {
-		_ = p.rep.host.FailGroup(p.rep.group, err)
+		_ = p.rep.host.FailCorrupt(p.rep.group, err)
 	}
 	return fmt.Errorf("%w: %w", ErrStorage, err)
 }

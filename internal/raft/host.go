@@ -508,6 +508,7 @@ func (h *Host) openGroup(gc GroupConfig) (*group, error) {
 	}
 	end, _ := st.endOf(applied)
 	g := &group{id: gc.ID, cfg: gc, st: st, h: h, rn: rn, commitIndex: applied, commitEnd: end, rejoin: gc.Rejoin && !js.trusted || js.rejoin}
+	st.onCorrupt = func(err error) { go h.corruptLog(g, err) }
 	sole := h.soleVoter(cs)
 	if sole {
 		// Nobody else holds this group's log: there is nothing to catch
