@@ -16,7 +16,9 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
+	"holdfast/internal/datadir"
 	"holdfast/internal/records"
+	"holdfast/internal/storage"
 	"holdfast/internal/wire"
 )
 
@@ -323,4 +325,68 @@ func TestSingleNodeCorruptBatch(t *testing.T) {
 			next++
 		})
 	}
+}
+
+// TestClusterCorruptJournalRejoins (issue 26): bytes flip in the middle of
+// a node's Raft hard-state journal while it is stopped. The journal is not
+// cut (that forgot every later term and vote); the node moves its data
+// directory aside, comes back with a new directory id as a replaced disk,
+// copies its replicas from the others without voting until caught up, and
+// ends holding every acknowledged record, in sync.
+func TestClusterCorruptJournalRejoins(t *testing.T) {
+	c := brokertest.NewCluster(t, 3, func(cfg *broker.Config, _ *wire.Limits) {
+		cfg.ControlledShutdown = false
+	})
+	const topic = "journal"
+	c.CreateTopic(topic, 1, 3, nil)
+	c.AwaitInSync(topic, 0)
+	cl := c.Client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic(topic), kgo.RetryTimeout(60*time.Second),
+		kgo.MetadataMinAge(100*time.Millisecond))
+	defer cl.Close()
+	produce(t, cl, 0, 500)
+	c.AwaitInSync(topic, 0)
+	victim := c.Nodes[2]
+	dirID := func() datadir.UUID {
+		id, err := datadir.Open(storage.OSFS(), victim.Cfg.DataDir, victim.Cfg.NodeID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id.DirectoryID
+	}
+	oldDir := dirID()
+	victim.Stop()
+	path := filepath.Join(victim.Cfg.DataDir, "raft-state.journal")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 200 {
+		t.Fatalf("journal of %d bytes", len(b))
+	}
+	for i := len(b) / 2; i < len(b)/2+8; i++ {
+		b[i] ^= 0xff
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	victim.Restart()
+	if id := dirID(); id == oldDir {
+		t.Fatalf("node %d kept its directory id %s after a corrupt journal", victim.Cfg.NodeID, id)
+	}
+	ents, err := os.ReadDir(victim.Cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quarantined := false
+	for _, e := range ents {
+		quarantined = quarantined || e.IsDir() && len(e.Name()) > 13 && e.Name()[:13] == ".quarantined-"
+	}
+	if !quarantined {
+		t.Fatalf("no quarantined directory in %s", victim.Cfg.DataDir)
+	}
+	produce(t, cl, 500, 100)
+	c.AwaitInSync(topic, 0)
+	brokertest.Await(t, fmt.Sprintf("node %d's log to hold every acknowledged record", victim.Cfg.NodeID), func() error {
+		return holdsExactly(victim, topic, 600)
+	})
 }

@@ -160,7 +160,7 @@ func openJournal(fsys storage.FS, dir string, logger *slog.Logger) (*journal, er
 			f.Close()
 			logger.Error("raft: journal is corrupt in the middle: refusing to start the Raft groups", "path", j.path, "size", len(data), "bad_record_at", good, "good_record_at", at)
 			return nil, fmt.Errorf("%w: %s: a bad record at byte %d is followed by a good one at byte %d (not a torn tail); "+
-				"move the data directory aside and restart: the node rejoins as a replaced disk and copies its replicas from the others, voting only once caught up",
+				"a node of a cluster moves its data directory aside and rejoins as a replaced disk, copying its replicas from the others and voting only once caught up; a single node has nothing to copy from: move the data directory aside to start empty, or restore it",
 				ErrJournalCorrupt, j.path, good, at)
 		}
 		logger.Warn("raft: journal has a torn tail, cut", "path", j.path, "size", len(data), "kept", good)
