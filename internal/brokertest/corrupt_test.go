@@ -47,6 +47,9 @@ func TestClusterCorruptReplicaHeals(t *testing.T) {
 	// its leadership to the healthy follower before it stops: had it only
 	// stopped, its vote would be gone too and nobody could be elected.
 	t.Run("wiped", func(t *testing.T) { corruptReplicaHeals(t, "wiped") })
+	// Nobody reads the flipped batch: the scrubber finds it on the
+	// follower that holds it.
+	t.Run("scrub", func(t *testing.T) { corruptReplicaHeals(t, "scrub") })
 }
 
 func corruptReplicaHeals(t *testing.T, mode string) {
@@ -54,6 +57,9 @@ func corruptReplicaHeals(t *testing.T, mode string) {
 	c := brokertest.NewCluster(t, 3, func(cfg *broker.Config, _ *wire.Limits) {
 		cfg.ControlledShutdown = false
 		cfg.LogScrubBytesPerSecond = 0 // the read paths are under test here
+		if mode == "scrub" {
+			cfg.LogScrubBytesPerSecond = 64 << 20
+		}
 	})
 	const topic = "corrupt"
 	seg := "8192"
@@ -113,7 +119,16 @@ func corruptReplicaHeals(t *testing.T, mode string) {
 			return fmt.Errorf("not leading yet")
 		})
 	}
-	leadOrFound()
+	if mode == "scrub" {
+		brokertest.Await(t, "the scrubber to find the corruption", func() error {
+			if st := victim.B.ReplicationStats(); st.Corruptions == 0 {
+				return fmt.Errorf("node %d: none found yet, %d bytes scrubbed", victim.Cfg.NodeID, st.Scrubbed)
+			}
+			return nil
+		})
+	} else {
+		leadOrFound()
+	}
 	if mode == "wiped" {
 		lag.Wipe()
 		lag.Start()

@@ -22,6 +22,8 @@ import (
 const (
 	scrubPassEvery = time.Hour
 	scrubStepMax   = 1 << 20
+	// scrubStartDelay: the first pass starts this long after Start.
+	scrubStartDelay = 3 * time.Second
 )
 
 func (m *Manager) scrubLoop(stop <-chan struct{}) {
@@ -39,7 +41,7 @@ func (m *Manager) scrubLoop(stop <-chan struct{}) {
 	}
 	// Start-up reads the newest data first (recovery, Raft catching up):
 	// the first pass waits a little.
-	if !wait(10 * time.Second) {
+	if !wait(scrubStartDelay) {
 		return
 	}
 	for pass := 0; ; pass++ {
