@@ -154,7 +154,8 @@ type Log struct {
 
 // Open opens (creating if missing) the log in dir and recovers it: the
 // active segment is scanned from its last index entry, every batch's CRC
-// checked, and a torn or corrupt tail truncated.
+// checked, and a torn tail truncated (a bad batch followed by good ones
+// fails the open with ErrCorrupt).
 func Open(dir string, cfg Config, opts Options) (*Log, error) {
 	if opts.FS == nil {
 		opts.FS = OSFS()
