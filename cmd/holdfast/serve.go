@@ -58,8 +58,8 @@ type serveConfig struct {
 	shareDeliveries, shareMaxSize, shareSessions                          int
 	shareLocks                                                            int64
 	txnAbortIv, txnIDExpiry, offsRetCheck                                 time.Duration
-	segBytes, retBytes, maxQueued, dioCache                               int64
-	autoCreate, rebalance, ctrlShut, directIO                             bool
+	segBytes, retBytes, maxQueued, dioCache, scrubRate                    int64
+	autoCreate, rebalance, ctrlShut, directIO, verifyReads                bool
 	console, consoleLab, metricsInternal                                  bool
 	consoleSample                                                         time.Duration
 	txnMax, retention, segmentMs, retentionCheck, idle                    time.Duration
@@ -121,6 +121,8 @@ func (c *serveConfig) register(s *settings) {
 	s.Duration(&c.retentionCheck, "retention-check-interval", def.RetentionCheckInterval, "how often retention runs", kafkaDuration("log.retention.check.interval.ms", ms))
 	s.Int64(&c.metaSnapBytes, "metadata-snapshot-bytes", def.MetadataSnapshot.MaxBytes, "bytes of metadata log between metadata snapshots (or the last snapshot's size, if larger): what a restart replays at most", kafka("metadata.log.max.record.bytes.between.snapshots"))
 	s.Duration(&c.metaSnapInterval, "metadata-snapshot-interval", def.MetadataSnapshot.MaxInterval, "longest time between metadata snapshots while the metadata changes (0: bytes only)", kafkaDuration("metadata.log.max.snapshot.interval.ms", ms))
+	s.Bool(&c.verifyReads, "log-verify-reads", true, "check the CRC of log bytes before handing them to a consumer or a follower, once per process (false: Kafka's behaviour, a corrupt replica keeps serving the bad batch)", kafka("log.verify.reads"))
+	s.Int64(&c.scrubRate, "log-scrub-bytes-per-second", def.LogScrubBytesPerSecond, "how fast the background scrubber reads partition logs to check their CRCs (a corrupt replica is copied again from the others); 0 = off, as Kafka", kafka("log.scrub.bytes.per.second"))
 	s.Int(&c.indexInterval, "index-interval-bytes", def.LogDefaults.IndexIntervalBytes, "bytes between offset index entries", kafka("log.index.interval.bytes"))
 	s.Int(&c.maxMsg, "max-message-bytes", def.LogDefaults.MaxMessageBytes, "largest record batch accepted", kafka("message.max.bytes"))
 	s.Int(&c.maxReq, "max-request-bytes", int(lim.MaxRequestBytes), "largest request frame", kafka("socket.request.max.bytes"))
@@ -299,6 +301,11 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	cfg.Txn.StatePartitions, cfg.Txn.MaxTimeout = int32(c.txnParts), c.txnMax
 	cfg.RetentionCheckInterval = c.retentionCheck
 	cfg.MetadataSnapshot = controller.SnapshotPolicy{MaxBytes: c.metaSnapBytes, MaxInterval: c.metaSnapInterval}
+	if c.scrubRate < 0 {
+		return cfg, lim, nil, fmt.Errorf("--log-scrub-bytes-per-second %d: must be 0 (off) or more", c.scrubRate)
+	}
+	cfg.LogScrubBytesPerSecond = c.scrubRate
+	cfg.LogNoReadChecks = !c.verifyReads
 	cfg.LogDefaults.SegmentBytes = c.segBytes
 	cfg.LogDefaults.SegmentMs = c.segmentMs
 	cfg.LogDefaults.RetentionMs = c.retention

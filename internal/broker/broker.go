@@ -83,6 +83,15 @@ type Config struct {
 	// LogCleaner is the log cleaner's config (log.cleaner.*, cleaner.go);
 	// the zero value means DefaultCleanerConfig.
 	LogCleaner CleanerConfig
+	// LogScrubBytesPerSecond is log.scrub.bytes.per.second: how fast the
+	// background scrubber reads logs to check their CRCs
+	// (replica/scrub.go); 0: off (Kafka has no scrubber).
+	LogScrubBytesPerSecond int64
+	// LogNoReadChecks is log.verify.reads=false: partition logs hand
+	// bytes to consumers and followers without checking their CRCs first
+	// (Kafka's behaviour: a corrupt replica keeps serving the bad batch,
+	// which every client refuses). The default checks them once.
+	LogNoReadChecks bool
 	// OffsetsTopicSegmentBytes and TxnTopicSegmentBytes are
 	// offsets.topic.segment.bytes and transaction.state.log.segment.bytes
 	// (100 MiB): the segment size the internal topics are created with,
@@ -172,6 +181,11 @@ type Config struct {
 	RaftFaults *raft.Faults
 }
 
+// DefaultScrubBytesPerSecond is log.scrub.bytes.per.second's default: a
+// terabyte of logs is checked in about three days, at a small fraction of
+// a disk's bandwidth.
+const DefaultScrubBytesPerSecond = 4 << 20
+
 // DefaultConfig is what `holdfast serve` runs with no flags.
 func DefaultConfig() Config {
 	return Config{
@@ -190,6 +204,7 @@ func DefaultConfig() Config {
 		MetadataSnapshot:         controller.DefaultSnapshotPolicy,
 		LogDefaults:              storage.DefaultConfig(),
 		LogCleaner:               DefaultCleanerConfig(),
+		LogScrubBytesPerSecond:   DefaultScrubBytesPerSecond,
 		OffsetsTopicSegmentBytes: 100 << 20,
 		TxnTopicSegmentBytes:     100 << 20,
 		BrokerHeartbeatInterval:  cluster.DefaultHeartbeatInterval,

@@ -312,6 +312,12 @@ func (b *Broker) describeBrokerConfigs(names []string, synonyms, docs bool) []de
 	all = append(all, brokerConfig{name: "holdfast.flush.policy", typ: kmsg.ConfigTypeString, kafkaDefault: "sync",
 		doc:   "Holdfast's durability policy: sync (fsync with group commit before every acknowledgement), interval:<duration>, or os (page cache only, Kafka's behaviour).",
 		value: val(func(b *Broker) string { return b.cfg.LogDefaults.Flush.String() })})
+	all = append(all, brokerConfig{name: "log.scrub.bytes.per.second", typ: kmsg.ConfigTypeLong, kafkaDefault: strconv.Itoa(DefaultScrubBytesPerSecond),
+		doc:   "Holdfast: how fast the background scrubber reads partition logs to check every batch's CRC (data not checked since this process opened it; a full pass again every hour); corrupt data makes the replica copy itself again from the others. 0: off (Kafka has no scrubber).",
+		value: val(func(b *Broker) string { return strconv.FormatInt(b.cfg.LogScrubBytesPerSecond, 10) })})
+	all = append(all, brokerConfig{name: "log.verify.reads", typ: kmsg.ConfigTypeBoolean, kafkaDefault: "true",
+		doc:   "Holdfast: partition logs check the CRC of every byte they hand to a consumer or a follower that was not checked since this process opened it; a corrupt replica then steps down and is copied again from the others. false: Kafka's behaviour (the bytes go out unchecked; only the client's check sees corruption).",
+		value: val(func(b *Broker) string { return strconv.FormatBool(!b.cfg.LogNoReadChecks) })})
 	all = append(all, brokerConfig{name: "log.direct.io", typ: kmsg.ConfigTypeBoolean, kafkaDefault: "false",
 		doc:   "Holdfast: partition logs write each sync cycle's large write-outs (64 KiB of whole blocks or more) with O_DIRECT, past the page cache; smaller ones, and filesystems that refuse O_DIRECT (tmpfs), go through the page cache.",
 		value: val(func(b *Broker) string { return strconv.FormatBool(b.cfg.DirectIO) })})

@@ -318,6 +318,8 @@ type ReplicationStats struct {
 	// RepairsDeferred: repairs of replicas failed for a full disk put
 	// off until it has room.
 	RepairsDeferred int64
+	Corruptions     int64 // corrupt data found in this node's logs (each replica is rebuilt)
+	Scrubbed        int64 // bytes the scrubber checked (log.scrub.bytes.per.second)
 }
 
 // RaftActivity counts this node's Raft groups that are quiesced and those
@@ -330,7 +332,7 @@ func (b *Broker) RaftTransportStats() raft.TransportStats { return b.cluster.Hos
 
 // ReplicationStats reports this node's Raft groups.
 func (b *Broker) ReplicationStats() ReplicationStats {
-	out := ReplicationStats{Repairs: b.replicas.Repairs(), RepairsDeferred: b.replicas.RepairsDeferred()}
+	out := ReplicationStats{Repairs: b.replicas.Repairs(), RepairsDeferred: b.replicas.RepairsDeferred(), Corruptions: b.replicas.Corruptions(), Scrubbed: b.replicas.ScrubbedBytes()}
 	for _, g := range b.cluster.Host().Groups() {
 		out.Groups++
 		if st, err := b.cluster.Host().Status(g); err == nil && st.Failed != "" {

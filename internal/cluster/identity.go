@@ -7,6 +7,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -15,6 +16,7 @@ import (
 	"holdfast/internal/controller"
 	"holdfast/internal/datadir"
 	"holdfast/internal/raft"
+	"holdfast/internal/storage"
 )
 
 // A node's identity lives in its data directory (internal/datadir): the
@@ -167,4 +169,45 @@ func (n *Node) joinThroughBrokers() (datadir.Identity, bool, string) {
 	id := n.ident
 	id.ClusterID, id.Bootstrap = *md.ClusterID, nil
 	return id, true, ""
+}
+
+// quarantinePrefix names the directories inside a data directory that
+// hold a quarantined one's former content.
+const quarantinePrefix = ".quarantined-"
+
+// quarantineDataDir moves everything in the data directory (but its lock
+// and earlier quarantines) into a new directory inside it,
+// .quarantined-<unix seconds>, durably, and logs why: the node then starts
+// as one with a new, empty data directory (a new directory id), which the
+// cluster treats as a replaced disk: every group copies its replica from
+// the others and votes only once caught up. Nothing is deleted; the
+// operator removes the quarantined directory once the node is back in
+// sync (or keeps it to look at).
+func (n *Node) quarantineDataDir(why error) error {
+	fsys, dir := n.cfg.FS, n.cfg.DataDir
+	names, err := fsys.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	q := filepath.Join(dir, fmt.Sprintf("%s%d", quarantinePrefix, time.Now().Unix()))
+	if err := storage.MkdirAllDurable(fsys, q); err != nil {
+		return err
+	}
+	for _, name := range names {
+		if name == storage.LockFileName || strings.HasPrefix(name, quarantinePrefix) {
+			continue
+		}
+		if err := fsys.Rename(filepath.Join(dir, name), filepath.Join(q, name)); err != nil {
+			return fmt.Errorf("cluster: quarantine %s: %w", name, err)
+		}
+	}
+	if err := fsys.SyncDir(q); err != nil {
+		return err
+	}
+	if err := fsys.SyncDir(dir); err != nil {
+		return err
+	}
+	n.log.Error("the Raft journal is corrupt: this node's data directory was moved aside and the node rejoins as a replaced disk, copying every replica from the other nodes and voting only once caught up; delete the quarantined directory once it is back in sync",
+		"quarantined", q, "err", why)
+	return nil
 }

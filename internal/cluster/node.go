@@ -210,10 +210,25 @@ func Open(cfg Config) (*Node, error) {
 	if err := n.openIdentity(); err != nil {
 		return nil, err
 	}
-	h, err := raft.NewHost(raft.Config{
-		ID: uint64(cfg.NodeID), Dir: cfg.DataDir, Listen: listen, Peers: peers, Identity: n.raftIdentity(),
-		FS: cfg.FS, Logger: n.log.With("component", "raft"), TLS: cfg.RaftTLS, Faults: cfg.RaftFaults,
-	})
+	newHost := func() (*raft.Host, error) {
+		return raft.NewHost(raft.Config{
+			ID: uint64(cfg.NodeID), Dir: cfg.DataDir, Listen: listen, Peers: peers, Identity: n.raftIdentity(),
+			FS: cfg.FS, Logger: n.log.With("component", "raft"), TLS: cfg.RaftTLS, Faults: cfg.RaftFaults,
+		})
+	}
+	h, err := newHost()
+	if errors.Is(err, raft.ErrJournalCorrupt) && !n.SingleNode() && !n.BrokerOnly() {
+		// No group of this node may go on from a journal that lost a
+		// record in the middle (a term or vote may be gone): the node
+		// rejoins as a replaced disk (identity.go, quarantineDataDir).
+		if qerr := n.quarantineDataDir(err); qerr != nil {
+			return nil, errors.Join(err, qerr)
+		}
+		if err := n.openIdentity(); err != nil {
+			return nil, err
+		}
+		h, err = newHost()
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -51,6 +51,9 @@ type clusterOptions struct {
 	// power loss keeps only what was fsynced) instead of the disk.
 	crashFS bool
 	flush   storage.FlushPolicy // the brokers' log.flush policy (default: sync)
+	// noReadChecks: log.verify.reads=false and no scrubber (Kafka's
+	// behaviour: bytes go out unchecked).
+	noReadChecks bool
 }
 
 // startCluster starts a new cluster under dir: node ids 1..n, started
@@ -77,6 +80,9 @@ func startCluster(ctx context.Context, dir string, log *slog.Logger, o clusterOp
 		cfg.DataDir = filepath.Join(dir, "node-"+strconv.Itoa(i))
 		cfg.AdvertisedHost, cfg.AdvertisedPort = host, int32(p)
 		cfg.LogDefaults.Flush = o.flush
+		if o.noReadChecks {
+			cfg.LogNoReadChecks, cfg.LogScrubBytesPerSecond = true, 0
+		}
 		cfg.Logger = log.With("node", i)
 		cfg.RaftFaults = c.faults
 		// Internal topics with few partitions and no wait before a
@@ -158,6 +164,13 @@ func (n *node) stop() {
 	if b != nil {
 		b.Close()
 	}
+}
+
+// broker is the node's running broker, nil while it is stopped.
+func (n *node) broker() *broker.Broker {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.b
 }
 
 func (n *node) running() bool {

@@ -20,6 +20,7 @@ var scenarios = []Scenario{
 	{Name: "power-loss", Title: "every node loses power at once, with acknowledged records in the page cache", run: powerLoss},
 	{Name: "consumer", Title: "a consumer crashes: commit before processing, process then commit, or a transaction", run: consumers},
 	{Name: "replaced-disk", Title: "one node's disk is replaced while another replica is behind", run: replacedDisk},
+	{Name: "bit-flip", Title: "bytes flip in a sealed segment of one replica of three, which then leads", run: bitFlip},
 }
 
 // producer makes a client of c for topic with the given acks ("all", "1",

@@ -140,6 +140,10 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) prometheus.Gathere
 		func() int64 { return b.ReplicationStats().Repairs })
 	counter("holdfast_raft_replica_repairs_deferred_total", "Repairs of replicas that failed for a full disk (ENOSPC) put off until the filesystem has room.",
 		func() int64 { return b.ReplicationStats().RepairsDeferred })
+	counter("holdfast_storage_corruptions_total", "Corrupt data found in this node's partition logs (a batch failing its CRC where no torn write can be: on a read for a consumer or a follower, by the scrubber, or at open); each such replica is discarded and copied again from the others.",
+		func() int64 { return b.ReplicationStats().Corruptions })
+	counter("holdfast_storage_scrubbed_bytes_total", "Bytes of partition logs the background scrubber read and CRC-checked (log.scrub.bytes.per.second).",
+		func() int64 { return b.ReplicationStats().Scrubbed })
 
 	reg.MustRegister(&partitionCollector{b: b, internal: o.InternalPartitions}, &clusterCollector{b: b}, &groupCollector{b: b}, &fsyncCollector{b: b}, &cleanerCollector{b: b, internal: o.InternalPartitions}, &quotaCollector{b: b})
 	return withKafkaNames{reg}

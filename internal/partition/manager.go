@@ -350,7 +350,6 @@ func (m *Manager) Remove(topic string, index int32) error {
 // The directory is renamed aside first, so a partition of the same name
 // can be opened as soon as this returns.
 func (m *Manager) removeData(p *Partition) error {
-	fsys := m.opts.FS
 	var errs []error
 	if err := p.rep.host.RemoveGroup(p.rep.group); err != nil && !errors.Is(err, raft.ErrUnknownGroup) {
 		errs = append(errs, err)
@@ -358,13 +357,39 @@ func (m *Manager) removeData(p *Partition) error {
 	if err := p.close(false); err != nil {
 		errs = append(errs, err)
 	}
+	return errors.Join(append(errs, m.removeDir(p.dir, p.snapPath, p.topic, p.index))...)
+}
+
+// RemoveUnopened deletes the data of a partition that is not open here
+// (its open failed: the replica manager discards a corrupt replica,
+// replica/repair.go). Its Raft group's journal state is the caller's.
+func (m *Manager) RemoveUnopened(topic string, index int32) error {
+	m.mu.Lock()
+	m.awaitOpensLocked(func(k key) bool { return k == key{topic, index} })
+	open := m.parts[key{topic, index}] != nil
+	m.mu.Unlock()
+	if open {
+		return fmt.Errorf("partition %s-%d is open", topic, index)
+	}
+	dir := m.Dir(topic, index)
+	if _, err := m.opts.FS.ReadDir(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return m.removeDir(dir, m.snapshotPath(topic, index), topic, index)
+}
+
+// removeDir renames a partition's directory aside, durably, and removes
+// it and its producer snapshot.
+func (m *Manager) removeDir(dir, snapPath, topic string, index int32) error {
+	fsys := m.opts.FS
+	var errs []error
 	var r [4]byte
 	rand.Read(r[:])
-	aside := p.dir + "." + hex.EncodeToString(r[:]) + deleteSuffix
-	if err := fsys.Rename(p.dir, aside); err != nil {
-		return errors.Join(append(errs, fmt.Errorf("partition %s-%d: rename aside: %w", p.topic, p.index, err))...)
+	aside := dir + "." + hex.EncodeToString(r[:]) + deleteSuffix
+	if err := fsys.Rename(dir, aside); err != nil {
+		return errors.Join(append(errs, fmt.Errorf("partition %s-%d: rename aside: %w", topic, index, err))...)
 	}
-	if err := fsys.Remove(p.snapPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := fsys.Remove(snapPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		errs = append(errs, err)
 	}
 	if err := fsys.SyncDir(m.root); err != nil {
@@ -372,11 +397,11 @@ func (m *Manager) removeData(p *Partition) error {
 		// directory now could bring it back at its name, whole or in
 		// part. Left aside for DeleteTopic's retry (or the next
 		// start-up) to make durable and remove.
-		return errors.Join(append(errs, fmt.Errorf("partition %s-%d: rename aside: %w", p.topic, p.index, err))...)
+		return errors.Join(append(errs, fmt.Errorf("partition %s-%d: rename aside: %w", topic, index, err))...)
 	}
 	if err := fsys.RemoveAll(aside); err != nil {
 		// Left for the next start-up to remove.
-		m.log.Warn("removing deleted partition", "topic", p.topic, "partition", p.index, "err", err)
+		m.log.Warn("removing deleted partition", "topic", topic, "partition", index, "err", err)
 	}
 	return errors.Join(errs...)
 }

@@ -390,9 +390,49 @@ func (p *Partition) Read(offset int64, maxBytes int, readCommitted bool) (ReadRe
 	}
 	defer s.Release()
 	if res.Records, err = s.Bytes(); err != nil {
-		return res, fmt.Errorf("%w: %w", ErrStorage, err)
+		return res, p.storageError(err)
 	}
 	return res, nil
+}
+
+// Scrub checks up to budget bytes of the log not checked yet
+// (storage.Log.ScrubStep): how many it read, and whether more is left.
+// Corrupt data stops the replica's group (storageError).
+func (p *Partition) Scrub(budget int) (int, bool, error) {
+	n, more, err := p.log.ScrubStep(budget)
+	if err != nil {
+		err = p.storageError(err)
+	}
+	return n, more, err
+}
+
+// storageError wraps a failed read in ErrStorage. Corrupt data
+// (storage.ErrCorrupt) also stops this replica's Raft group where other
+// replicas exist: a leader first hands its leadership to an in-sync
+// follower (where the client goes next; raft.Host.FailCorrupt), and the
+// replica manager rebuilds it from the others (replica/repair.go). An
+// only replica goes on: writes and the rest of the log are served, the
+// bad range answers an error.
+func (p *Partition) storageError(err error) error {
+	if errors.Is(err, storage.ErrCorrupt) && p.rep != nil && p.hasPeers() {
+		_ = p.rep.host.FailCorrupt(p.rep.group, err)
+	}
+	return fmt.Errorf("%w: %w", ErrStorage, err)
+}
+
+// hasPeers reports whether the partition's group has a replica besides
+// this one.
+func (p *Partition) hasPeers() bool {
+	st, err := p.rep.host.Status(p.rep.group)
+	if err != nil {
+		return true // failed or gone already: stopping it again is harmless
+	}
+	for _, id := range append(st.Voters, st.Learners...) {
+		if id != st.Node {
+			return true
+		}
+	}
+	return false
 }
 
 // ReadFile is Read without the copy: the records stay in the segment file,
@@ -416,11 +456,19 @@ func (p *Partition) ReadFile(offset int64, maxBytes int, readCommitted bool) (re
 		return res, s, err
 	}
 	s, err = p.log.Read(offset, limit, maxBytes)
+	if err == nil {
+		// The range goes out as it is (sendfile): checked first, once
+		// (storage/verify.go).
+		if err = s.Verify(); err != nil {
+			s.Release()
+			s = storage.Slice{}
+		}
+	}
 	if err != nil {
 		if errors.Is(err, storage.ErrOffsetOutOfRange) {
 			return res, s, ErrOffsetOutOfRange
 		}
-		return res, s, fmt.Errorf("%w: %w", ErrStorage, err)
+		return res, s, p.storageError(err)
 	}
 	if readCommitted && s.Size > 0 {
 		p.trimAborted(res.LogStartOffset)
@@ -457,7 +505,7 @@ func (p *Partition) readCompacted(offset, limit int64, maxBytes int, res *ReadRe
 		buf, err := s.Bytes()
 		s.Release()
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrStorage, err)
+			return nil, p.storageError(err)
 		}
 		scanned += len(buf)
 		kept, last, err := records.DropEmpty(buf)

@@ -785,6 +785,73 @@ func (h *Host) GroupFailed(groupID uint64) error {
 	return g.failed
 }
 
+// FailCorrupt stops a group whose replica's log is corrupt
+// (storage.ErrCorrupt), as FailGroup, but a leader first hands its
+// leadership to an in-sync follower (waiting up to corruptHandover): a
+// replica that only stopped would take its vote with it, and where
+// another replica cannot vote yet (a replaced disk catching up) the
+// others could not elect anyone. It returns at once.
+func (h *Host) FailCorrupt(groupID uint64, err error) error {
+	g := h.group(groupID)
+	if g == nil {
+		return fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	if g.st.corrupt.CompareAndSwap(false, true) { // one handover per replica
+		go h.corruptLog(g, err)
+	}
+	return nil
+}
+
+// corruptHandover bounds how long a leader with a corrupt log waits for
+// its leadership to move before it stops.
+const corruptHandover = 3 * time.Second
+
+// corruptLog is FailCorrupt's work.
+func (h *Host) corruptLog(g *group, err error) {
+	deadline := time.Now().Add(corruptHandover)
+	for moved := false; time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		g.mu.Lock()
+		if g.failed != nil || g.removed {
+			g.mu.Unlock()
+			return
+		}
+		st := g.rn.BasicStatus()
+		if st.RaftState != raft.StateLeader {
+			g.mu.Unlock()
+			break
+		}
+		if !moved && st.LeadTransferee == 0 {
+			var target, match uint64
+			g.rn.WithProgress(func(id uint64, typ raft.ProgressType, pr trackerProgress) {
+				if id != h.cfg.ID && typ == raft.ProgressTypePeer && !pr.IsLearner && pr.RecentActive && pr.State == tracker.StateReplicate && pr.Match >= match {
+					target, match = id, pr.Match
+				}
+			})
+			if target != 0 {
+				h.log.Warn("raft: this replica's log is corrupt: handing the leadership over before it stops", "group", g.id, "to", target)
+				h.guardLocked(g, func() { g.rn.TransferLeader(target) })
+				h.markDirty(g)
+				moved = true
+			}
+		}
+		g.mu.Unlock()
+	}
+	h.failGroup(g, err)
+}
+
+// FailGroup stops a group on this node for a reason found outside Raft
+// (its log's data is corrupt: storage.ErrCorrupt): as a storage failure,
+// it sends and acknowledges nothing from now on, so a leader's peers elect
+// another, and the replica's owner repairs it (GroupFailed says why).
+func (h *Host) FailGroup(groupID uint64, err error) error {
+	g := h.group(groupID)
+	if g == nil {
+		return fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	h.failGroup(g, err)
+	return nil
+}
+
 // Failures counts the group failures on this host so far: a repair loop
 // that saw every group well need not look at them again until it moves.
 func (h *Host) Failures() uint64 { return h.failures.Load() }

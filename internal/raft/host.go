@@ -512,6 +512,7 @@ func (h *Host) openGroup(gc GroupConfig) (*group, error) {
 	}
 	end, _ := st.endOf(applied)
 	g := &group{id: gc.ID, cfg: gc, st: st, h: h, rn: rn, commitIndex: applied, commitEnd: end, rejoin: gc.Rejoin && !js.trusted || js.rejoin}
+	st.onCorrupt = func(err error) { go h.corruptLog(g, err) }
 	sole := h.soleVoter(cs)
 	if sole {
 		// Nobody else holds this group's log: there is nothing to catch
@@ -639,6 +640,19 @@ func (h *Host) DiscardGroup(id uint64) error {
 	if err := h.removeGroup(id, false); err != nil {
 		return err
 	}
+	h.journal.putRejoin(id)
+	return h.journal.flush(true)
+}
+
+// DiscardStopped is DiscardGroup for a group not running on this node (its
+// replica's log could not be opened: corrupt data): its journal state is
+// forgotten and the replica marked as one that lost its data, durably,
+// before the caller deletes the log.
+func (h *Host) DiscardStopped(id uint64) error {
+	if h.group(id) != nil {
+		return fmt.Errorf("raft: group %d is running: DiscardGroup", id)
+	}
+	h.journal.remove(id)
 	h.journal.putRejoin(id)
 	return h.journal.flush(true)
 }

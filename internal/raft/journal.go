@@ -150,7 +150,20 @@ func openJournal(fsys storage.FS, dir string, logger *slog.Logger) (*journal, er
 	}
 	good := j.replay(data)
 	if good < len(data) {
-		logger.Warn("raft: journal has a torn or corrupt tail, cut", "path", j.path, "size", len(data), "kept", good)
+		if at, ok := validRecordAfter(data, good); ok {
+			// A torn tail is only the last, partial record: a good record
+			// after the bad one means the file changed in the middle. What
+			// the bad record held (a group's term and vote, an anchor, a
+			// side entry) is unknown, so no group of this node may go on
+			// from this journal: cutting it here forgot every newer vote,
+			// and a node could vote twice in one term.
+			f.Close()
+			logger.Error("raft: journal is corrupt in the middle: refusing to start the Raft groups", "path", j.path, "size", len(data), "bad_record_at", good, "good_record_at", at)
+			return nil, fmt.Errorf("%w: %s: a bad record at byte %d is followed by a good one at byte %d (not a torn tail); "+
+				"a node of a cluster moves its data directory aside and rejoins as a replaced disk, copying its replicas from the others and voting only once caught up; a single node has nothing to copy from: move the data directory aside to start empty, or restore it",
+				ErrJournalCorrupt, j.path, good, at)
+		}
+		logger.Warn("raft: journal has a torn tail, cut", "path", j.path, "size", len(data), "kept", good)
 		if err := f.Truncate(int64(good)); err != nil {
 			f.Close()
 			return nil, err
@@ -164,18 +177,46 @@ func openJournal(fsys storage.FS, dir string, logger *slog.Logger) (*journal, er
 	return j, nil
 }
 
+// ErrJournalCorrupt: the hard-state journal has a bad record with good
+// ones after it. The node's groups do not start.
+var ErrJournalCorrupt = errors.New("raft: hard-state journal corrupt")
+
+// recordAt returns the body of the whole record with a valid CRC at pos.
+func recordAt(data []byte, pos int) ([]byte, bool) {
+	if len(data)-pos < 8 {
+		return nil, false
+	}
+	n := int(binary.BigEndian.Uint32(data[pos:]))
+	if n < 9 || n > maxJournalRec || len(data)-pos-8 < n {
+		return nil, false
+	}
+	body := data[pos+8 : pos+8+n]
+	if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(data[pos+4:]) {
+		return nil, false
+	}
+	return body, true
+}
+
+// validRecordAfter looks for a whole record with a valid CRC and a known
+// kind starting anywhere after pos, where replay stopped.
+func validRecordAfter(data []byte, pos int) (int, bool) {
+	for q := pos + 1; q+8+9 <= len(data); q++ {
+		if body, ok := recordAt(data, q); ok && body[0] >= jHardState && body[0] <= jRejoin {
+			return q, true
+		}
+	}
+	return 0, false
+}
+
 // replay applies every whole, valid record and returns the length they cover.
 func (j *journal) replay(data []byte) int {
 	pos := 0
 	for len(data)-pos >= 8 {
-		n := int(binary.BigEndian.Uint32(data[pos:]))
-		if n < 9 || n > maxJournalRec || len(data)-pos-8 < n {
+		body, ok := recordAt(data, pos)
+		if !ok {
 			break
 		}
-		body := data[pos+8 : pos+8+n]
-		if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(data[pos+4:]) {
-			break
-		}
+		n := len(body)
 		if err := j.apply(body); err != nil {
 			j.logger.Warn("raft: journal record ignored", "err", err)
 			break

@@ -1,6 +1,8 @@
 package raft
 
 import (
+	"bytes"
+	"errors"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -98,4 +100,79 @@ func TestJournalPutsDoNotWaitForFsync(t *testing.T) {
 	if s := j.snapshot(2); s.hs.GetTerm() != 3 || s.hs.GetVote() != 2 {
 		t.Fatalf("group 2 after reopen: %+v", s.hs)
 	}
+}
+
+// TestJournalCorruptionIsNotATornTail: a bad record in the middle of the
+// journal, with good ones after it, stops the open with ErrJournalCorrupt
+// and leaves the file as it was (the old replay cut the file there,
+// forgetting every later term and vote); a bad last record is a torn
+// tail, cut.
+func TestJournalCorruptionIsNotATornTail(t *testing.T) {
+	write := func(t *testing.T) (string, []int) {
+		dir := t.TempDir()
+		j, err := openJournal(storage.OSFS(), dir, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ends []int
+		for i := range 20 {
+			j.putHardState(uint64(1+i%4), &pb.HardState{Term: new(uint64(10 + i)), Vote: new(uint64(1 + i%3)), Commit: new(uint64(i))}, uint64(i))
+			if err := j.flush(true); err != nil {
+				t.Fatal(err)
+			}
+			ends = append(ends, int(j.size))
+		}
+		if err := j.close(); err != nil {
+			t.Fatal(err)
+		}
+		return dir, ends
+	}
+	flip := func(t *testing.T, path string, at int) []byte {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[at] ^= 0x5a
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	t.Run("middle", func(t *testing.T) {
+		dir, ends := write(t)
+		path := dir + "/" + journalName
+		want := flip(t, path, ends[9]+20) // inside the 11th record's body
+		_, err := openJournal(storage.OSFS(), dir, testLogger(t))
+		if !errors.Is(err, ErrJournalCorrupt) {
+			t.Fatalf("open of a journal with a flipped middle record: %v, want ErrJournalCorrupt", err)
+		}
+		if got, _ := os.ReadFile(path); !bytes.Equal(got, want) {
+			t.Fatalf("the corrupt journal was changed: %d bytes, was %d", len(got), len(want))
+		}
+	})
+	t.Run("length", func(t *testing.T) {
+		dir, ends := write(t)
+		flip(t, dir+"/"+journalName, ends[4]+2) // a record's length
+		if _, err := openJournal(storage.OSFS(), dir, testLogger(t)); !errors.Is(err, ErrJournalCorrupt) {
+			t.Fatalf("open: %v, want ErrJournalCorrupt", err)
+		}
+	})
+	t.Run("torn", func(t *testing.T) {
+		dir, ends := write(t)
+		path := dir + "/" + journalName
+		if err := os.Truncate(path, int64(ends[19]-7)); err != nil {
+			t.Fatal(err)
+		}
+		j, err := openJournal(storage.OSFS(), dir, testLogger(t))
+		if err != nil {
+			t.Fatalf("torn tail: %v", err)
+		}
+		defer j.close()
+		if j.size != int64(ends[18]) {
+			t.Fatalf("kept %d bytes, want %d", j.size, ends[18])
+		}
+		if s := j.snapshot(4); s.hs.GetTerm() != 10+15 {
+			t.Fatalf("group 4 term %d, want 25", s.hs.GetTerm())
+		}
+	})
 }

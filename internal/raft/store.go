@@ -77,6 +77,14 @@ type store struct {
 	// rebound counts the batches written under their proposer's checks
 	// (appendEntry's local), not checked again.
 	rebound atomic.Int64
+
+	// corrupt: a read found corrupt data (storage.ErrCorrupt). Entries
+	// answers ErrCompacted from then on where it cannot return a prefix,
+	// and Snapshot is unavailable, so a leader sends the bad entry to no
+	// one and does not panic; onCorrupt (the host's corruptLog) hands the
+	// leadership over and then stops the group.
+	corrupt   atomic.Bool
+	onCorrupt func(error)
 }
 
 // openStore rebuilds the index from the log and the journal's side entries
@@ -432,6 +440,9 @@ func (s *store) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 				}
 				buf, err = sl.Bytes()
 				sl.Release()
+				if errors.Is(err, storage.ErrCorrupt) {
+					return s.corruptRead(out, err)
+				}
 				if err != nil {
 					return nil, err
 				}
@@ -462,6 +473,19 @@ func (s *store) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 		return nil, raft.ErrUnavailable
 	}
 	return out, nil
+}
+
+// corruptRead answers an Entries call that met corrupt data: the entries
+// before it, or ErrCompacted (the leader then tries a snapshot, which
+// Snapshot refuses for now: nothing is sent, nothing panics).
+func (s *store) corruptRead(out []*pb.Entry, err error) ([]*pb.Entry, error) {
+	if s.corrupt.CompareAndSwap(false, true) && s.onCorrupt != nil {
+		s.onCorrupt(err)
+	}
+	if len(out) > 0 {
+		return out, nil
+	}
+	return nil, raft.ErrCompacted
 }
 
 // Term implements raft.Storage.
@@ -500,7 +524,7 @@ func (s *store) FirstIndex() (uint64, error) {
 func (s *store) Snapshot() (*pb.Snapshot, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.anc.Index == 0 {
+	if s.anc.Index == 0 || s.corrupt.Load() {
 		return nil, raft.ErrSnapshotTemporarilyUnavailable
 	}
 	cs := &pb.ConfState{}

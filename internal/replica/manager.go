@@ -51,8 +51,14 @@ type Config struct {
 	// Cleaner is the log cleaner's config (the zero value: Kafka's
 	// defaults).
 	Cleaner CleanerConfig
-	FS      storage.FS
-	Logger  *slog.Logger
+	// ScrubBytesPerSecond is log.scrub.bytes.per.second: the scrubber's
+	// read rate (scrub.go); 0 turns it off.
+	ScrubBytesPerSecond int64
+	// NoReadChecks is log.verify.reads=false: bytes are handed out
+	// unchecked (Kafka's behaviour; storage.Options.NoReadChecks).
+	NoReadChecks bool
+	FS           storage.FS
+	Logger       *slog.Logger
 }
 
 // Manager is this node's set of replicas.
@@ -78,7 +84,9 @@ type Manager struct {
 	offlineMu sync.Mutex
 	offline   map[topicPartition]error
 
-	repairs atomic.Int64 // replicas discarded and reopened after a storage failure
+	repairs     atomic.Int64 // replicas discarded and reopened after a storage failure
+	corruptions atomic.Int64 // corrupt data found by this node's logs (storage.Options.OnCorrupt)
+	scrubbed    atomic.Int64 // bytes the scrubber checked (scrub.go)
 	// repairsDeferred: repairs of replicas failed for ENOSPC put off for
 	// want of free space (repair.go).
 	repairsDeferred atomic.Int64
@@ -111,8 +119,9 @@ func New(cfg Config, meta *controller.Store, host *raft.Host, syncer *storage.Sy
 	if cfg.FS == nil {
 		cfg.FS = storage.OSFS()
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, meta: meta, host: host,
-		parts: partition.NewManager(cfg.DataDir, storage.Options{FS: cfg.FS, Syncer: syncer, Logger: cfg.Logger})}
+	m := &Manager{cfg: cfg, log: cfg.Logger, meta: meta, host: host}
+	m.parts = partition.NewManager(cfg.DataDir, storage.Options{FS: cfg.FS, Syncer: syncer, Logger: cfg.Logger,
+		OnCorrupt: func() { m.corruptions.Add(1) }, NoReadChecks: cfg.NoReadChecks})
 	m.dynamic.Store(m.readDynamic())
 	return m
 }
@@ -191,6 +200,9 @@ func (m *Manager) Start() error {
 	m.goLoop(m.repairLoop)
 	m.goLoop(m.retentionLoop)
 	m.goLoop(m.compactLoop)
+	if m.cfg.ScrubBytesPerSecond > 0 {
+		m.goLoop(m.scrubLoop)
+	}
 	return m.startCleaner()
 }
 
@@ -568,6 +580,13 @@ func (m *Manager) Repairs() int64 { return m.repairs.Load() }
 
 // RepairsDeferred counts repairs put off until a full disk has room.
 func (m *Manager) RepairsDeferred() int64 { return m.repairsDeferred.Load() }
+
+// Corruptions counts the corrupt data this node's logs found (a bad
+// batch read, scrubbed or met at open); each one's replica is rebuilt.
+func (m *Manager) Corruptions() int64 { return m.corruptions.Load() }
+
+// ScrubbedBytes counts the bytes the scrubber has checked (scrub.go).
+func (m *Manager) ScrubbedBytes() int64 { return m.scrubbed.Load() }
 
 // SetVerifier installs the transaction coordinator's check for
 // transactional appends (partition.Verifier) on every replica.

@@ -162,7 +162,7 @@ func (m *Manager) repairLoop(stop <-chan struct{}) {
 func (m *Manager) repair(t controller.Topic, i int32, p *partition.Partition, why string) {
 	lg := m.log.With("topic", t.Name, "partition", i)
 	g := p.RaftGroup()
-	if _, err := m.host.Status(g); err == nil && p.Log().Failed() == nil {
+	if _, err := m.host.Status(g); err == nil && p.Log().Failed() == nil && p.Log().Corrupt() == nil {
 		if err := m.host.RetryGroup(g); err != nil {
 			lg.Error("restarting a failed replica", "failure", why, "err", err)
 		}
@@ -197,6 +197,9 @@ func (m *Manager) reopen(t controller.Topic, i int32) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if cur, ok := m.meta.Topic(t.Name); !ok || cur.ID != t.ID || m.parts.Get(t.Name, i) != nil || m.openQueued(t.Name, i) {
+		return
+	}
+	if !m.discardCorruptLocked(t, i) {
 		return
 	}
 	m.reopenLocked(t, i)

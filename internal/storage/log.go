@@ -62,6 +62,13 @@ type Options struct {
 	// recovery keeps is on disk already and Open does not fsync it again.
 	// Recovery still checks the tail and cuts (and fsyncs) a torn one.
 	CleanShutdown bool
+	// OnCorrupt is called once for each corruption a log finds (at open,
+	// on a read, by the scrubber): the owner's count of them.
+	OnCorrupt func()
+	// NoReadChecks hands bytes out without checking them first (Kafka's
+	// behaviour: only the client's CRC check sees corruption, and a
+	// corrupt replica keeps serving it). Off by default (verify.go).
+	NoReadChecks bool
 }
 
 // AppendInfo describes an appended batch.
@@ -139,11 +146,16 @@ type Log struct {
 	dev        uint64     // device of the files, for syncfs grouping (0: none)
 
 	clean bool // opened after a clean shutdown (Options.CleanShutdown)
+
+	onCorrupt  func() // Options.OnCorrupt
+	corruptErr error  // sticky: the first corruption found (verify.go)
+	noChecks   bool   // Options.NoReadChecks
 }
 
 // Open opens (creating if missing) the log in dir and recovers it: the
 // active segment is scanned from its last index entry, every batch's CRC
-// checked, and a torn or corrupt tail truncated.
+// checked, and a torn tail truncated (a bad batch followed by good ones
+// fails the open with ErrCorrupt).
 func Open(dir string, cfg Config, opts Options) (*Log, error) {
 	if opts.FS == nil {
 		opts.FS = OSFS()
@@ -158,14 +170,16 @@ func Open(dir string, cfg Config, opts Options) (*Log, error) {
 		opts.Now = time.Now
 	}
 	l := &Log{
-		dir:    filepath.Clean(dir),
-		fs:     opts.FS,
-		syncer: opts.Syncer,
-		logger: opts.Logger.With("dir", dir),
-		now:    opts.Now,
-		cfg:    cfg.normalize(),
-		waitCh: make(chan struct{}),
-		clean:  opts.CleanShutdown,
+		dir:       filepath.Clean(dir),
+		fs:        opts.FS,
+		syncer:    opts.Syncer,
+		logger:    opts.Logger.With("dir", dir),
+		now:       opts.Now,
+		cfg:       cfg.normalize(),
+		waitCh:    make(chan struct{}),
+		clean:     opts.CleanShutdown,
+		onCorrupt: opts.OnCorrupt,
+		noChecks:  opts.NoReadChecks,
 
 		blockedRemoval: -1,
 	}
@@ -245,7 +259,7 @@ func (l *Log) recover() error {
 		}
 		v, err := parseStartCheckpoint(b)
 		if err != nil {
-			return fmt.Errorf("storage: open %s: damaged %s: %w", l.dir, startCheckpoint, err)
+			return l.damagedAtOpen(startCheckpoint, err)
 		}
 		l.start = v
 	}
@@ -264,11 +278,11 @@ func (l *Log) recover() error {
 	ords := map[int64]int64{}
 	if haveOrds {
 		b, err := ReadFile(l.fs, filepath.Join(l.dir, ordinalCheckpoint), maxOrdinalCkpt)
-		if err == nil {
-			ords, err = parseOrdinalCheckpoint(b)
-		}
 		if err != nil {
-			return fmt.Errorf("storage: open %s: damaged %s: %w", l.dir, ordinalCheckpoint, err)
+			return fmt.Errorf("storage: open %s: read %s: %w", l.dir, ordinalCheckpoint, err)
+		}
+		if ords, err = parseOrdinalCheckpoint(b); err != nil {
+			return l.damagedAtOpen(ordinalCheckpoint, err)
 		}
 	}
 	bases := make([]int64, 0, len(logs))
@@ -305,6 +319,9 @@ func (l *Log) recover() error {
 			}
 			if err != nil {
 				l.segs = append(l.segs, s)
+				if errors.Is(err, records.ErrCorrupt) || errors.Is(err, records.ErrTruncated) {
+					return l.damagedAtOpen(s.f.Name(), err)
+				}
 				return fmt.Errorf("storage: open %s: damaged segment %s: %w", l.dir, s.f.Name(), err)
 			}
 			if n := len(l.segs); n > 0 {
@@ -537,8 +554,15 @@ func (l *Log) recoverActive(s *segment) error {
 			break
 		}
 		e := s.offIdx[keep-1]
-		if _, err := l.checkBatchAt(s, int64(e.pos), s.base+int64(e.rel)); err == nil {
+		_, err := l.checkBatchAt(s, int64(e.pos), s.base+int64(e.rel))
+		if err == nil {
 			break
+		}
+		if errors.Is(err, records.ErrCorrupt) && !errors.Is(err, records.ErrTruncated) {
+			// The entry passed its own CRC, and an entry is written only
+			// once its batch was fsynced (invariant 2): the batch was
+			// durable and is damaged now. Not a torn tail.
+			return l.corruptAtOpen(s, int64(e.pos), err)
 		}
 		keep--
 	}
@@ -552,6 +576,7 @@ func (l *Log) recoverActive(s *segment) error {
 		return fmt.Errorf("storage: open %s: truncate index: %w", l.dir, err)
 	}
 	s.sinceIndex = l.cfg.IndexIntervalBytes // index the first scanned batch
+	scanFrom, full := pos, false
 	var reason error
 	for pos < s.size {
 		h, err := l.checkBatchAt(s, pos, -1)
@@ -560,6 +585,7 @@ func (l *Log) recoverActive(s *segment) error {
 		}
 		if err == nil && (h.LastOffset()-s.base > math.MaxUint32 || len(s.offIdx) >= maxIndexEntries) {
 			err = fmt.Errorf("batch at %d does not fit the segment's index", pos)
+			full = true
 		}
 		if err != nil {
 			reason = err
@@ -578,7 +604,12 @@ func (l *Log) recoverActive(s *segment) error {
 		s.firstTS = l.now().UnixMilli()
 	}
 	if reason != nil {
-		l.logger.Warn("storage: truncating torn or corrupt tail", "file", s.f.Name(), "position", pos, "size", s.size, "reason", reason)
+		// A torn tail is only the last, partial batch: a good batch after
+		// the bad one means bytes in the middle changed (verify.go).
+		if at, ok := l.goodBatchAfter(s, pos, next); ok && !full {
+			return l.corruptAtOpen(s, pos, fmt.Errorf("%w, and a good batch follows at byte %d", reason, at))
+		}
+		l.logger.Warn("storage: truncating torn tail", "file", s.f.Name(), "position", pos, "size", s.size, "reason", reason)
 		if err := s.f.Truncate(pos); err != nil {
 			return fmt.Errorf("storage: open %s: truncate %s at %d: %w", l.dir, s.f.Name(), pos, err)
 		}
@@ -587,6 +618,7 @@ func (l *Log) recoverActive(s *segment) error {
 		}
 		s.size = pos
 	}
+	s.ver.add(scanFrom, pos)
 	s.next = next
 	s.loaded = true
 	return nil
@@ -786,6 +818,8 @@ func (l *Log) appendLocked(batch []byte, h records.Header) (AppendInfo, error) {
 	ord := s.firstOrd + s.nbatches
 	s.indexBatchLocked(l.cfg.IndexIntervalBytes, h, pos)
 	s.idxMu.Unlock()
+	s.ver.add(pos, pos+int64(n)) // every append path checked the batch
+
 	if s.firstTS < 0 {
 		s.firstTS = l.now().UnixMilli()
 	}
@@ -1285,6 +1319,8 @@ type Slice struct {
 type sliceRef struct {
 	once   sync.Once
 	seg    *segment
+	log    *Log          // nil: the bytes need no check (verify.go)
+	gen    uint64        // the log's truncGen when the slice was made
 	chunks []*cacheChunk // read cache chunks lent out by CachedBytes
 }
 
@@ -1296,7 +1332,8 @@ func (r *sliceRef) release() {
 	r.chunks = nil
 }
 
-// Bytes reads the range.
+// Bytes reads the range, checking its batches' CRCs unless they were
+// checked before (verify.go): corrupt bytes are never returned.
 func (s Slice) Bytes() ([]byte, error) {
 	if s.Size == 0 {
 		return nil, nil
@@ -1305,6 +1342,11 @@ func (s Slice) Bytes() ([]byte, error) {
 	n, err := s.File.ReadAt(b, s.Pos)
 	if n < len(b) {
 		return nil, fmt.Errorf("storage: read %s at %d: %w", s.File.Name(), s.Pos, err)
+	}
+	if s.ref != nil && s.ref.log != nil {
+		if err := s.ref.log.verifyBytes(s.ref.seg, s.Pos, b, s.ref.gen); err != nil {
+			return nil, err
+		}
 	}
 	return b, nil
 }
@@ -1399,7 +1441,11 @@ func (l *Log) Read(offset, maxOffset int64, maxBytes int) (Slice, error) {
 			last = nh.BaseOffset - 1
 		}
 		s.ref()
-		return Slice{File: s.f, Pos: first, Size: int(endPos - first), BaseOffset: h.BaseOffset, LastOffset: last, ref: &sliceRef{seg: s}}, nil
+		ref := &sliceRef{seg: s, log: l, gen: l.truncGen}
+		if l.noChecks {
+			ref.log = nil
+		}
+		return Slice{File: s.f, Pos: first, Size: int(endPos - first), BaseOffset: h.BaseOffset, LastOffset: last, ref: ref}, nil
 	}
 	return Slice{BaseOffset: 0, LastOffset: -1}, nil
 }
@@ -1561,6 +1607,7 @@ func (l *Log) Truncate(offset int64) error {
 	}
 	s.closeIndexFilesLocked()
 	s.idxMu.Unlock()
+	s.ver.cut(pos)
 	if err := s.f.Truncate(pos); err != nil {
 		errs = append(errs, err)
 	} else {

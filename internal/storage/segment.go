@@ -87,6 +87,8 @@ type segment struct {
 
 	refs atomic.Int32 // 1 for the log + 1 per outstanding Slice/sync
 
+	ver verifiedRanges // byte ranges whose CRCs were checked (verify.go)
+
 	idxMu         sync.Mutex // guards everything below
 	loaded        bool
 	offIdx        []offEntry

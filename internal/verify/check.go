@@ -35,6 +35,11 @@ type CheckOptions struct {
 	// CommitWait is how long to wait for the end offsets to pass every
 	// acknowledged offset (default 3 s; negative: do not wait).
 	CommitWait time.Duration
+	// StallTimeout, when positive, ends the read once no partition has
+	// moved for that long: what is left unread counts as lost (records a
+	// client cannot read, e.g. behind a corrupt batch it refuses forever).
+	// Zero reads until ctx ends.
+	StallTimeout time.Duration
 }
 
 // EndOffsets lists the end offsets of every partition of topic (the high
@@ -143,11 +148,18 @@ func (r *Run) Check(ctx context.Context, opts CheckOptions) (Report, error) {
 		}
 		defer cl.Close()
 		var read int64
+		moved := time.Now()
 		for len(from) > 0 {
-			fs := cl.PollFetches(ctx)
+			pctx, cancel := ctx, context.CancelFunc(func() {})
+			if opts.StallTimeout > 0 {
+				pctx, cancel = context.WithTimeout(ctx, time.Second)
+			}
+			fs := cl.PollFetches(pctx)
+			cancel()
 			if ctx.Err() != nil {
 				return Report{}, fmt.Errorf("reading %s back: %w (partition positions %v, ends %v)", topic, ctx.Err(), pos, end)
 			}
+			before := read
 			fs.EachError(func(_ string, p int32, err error) {
 				if !errors.Is(err, context.DeadlineExceeded) {
 					r.logf("verify: fetch partition %d: %v", p, err)
@@ -169,6 +181,12 @@ func (r *Run) Check(ctx context.Context, opts CheckOptions) (Report, error) {
 			})
 			if opts.Progress != nil {
 				opts.Progress(read, total)
+			}
+			if read != before {
+				moved = time.Now()
+			} else if opts.StallTimeout > 0 && time.Since(moved) > opts.StallTimeout {
+				r.logf("verify: nothing read for %v at positions %v (ends %v): the rest counts as lost", opts.StallTimeout, pos, end)
+				break
 			}
 		}
 	}

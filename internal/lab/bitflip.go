@@ -1,0 +1,174 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"holdfast/internal/records"
+	"holdfast/internal/verify"
+)
+
+// bitFlip: one partition, three replicas. The preferred replica stops, 64
+// bytes flip inside a batch in the middle of its first (sealed) segment —
+// a bad sector, a firmware bug, bit rot — and it starts again and leads
+// (a preferred election, as after any rolling restart). The other two
+// copies are good. Kafka sends the bytes as they are: every client's CRC
+// check refuses the batch, and the consumer asks for the same offset again
+// forever; the records from there on cannot be read while that replica
+// leads (counted as lost after 10 s without progress). Holdfast checks
+// cold bytes before it sends them: the leader finds the bad batch, steps
+// down, a good replica leads, and the corrupt one is copied again.
+func bitFlip(ctx context.Context, e *env) []Row {
+	rows := []Row{
+		{Setting: "reads unchecked (Kafka)", Expect: ExpectLoss,
+			Takeaway: "a replica serving corrupt bytes keeps leading: the client refuses the batch and everything after it is unreadable, though two good copies exist"},
+		{Setting: "CRC checked on read, scrubber", Default: true, Expect: ExpectNothing,
+			Takeaway: "the leader checks cold bytes before it sends them: it steps down, a good copy serves, and the bad one is rebuilt from the others"},
+	}
+	for i, unchecked := range []bool{true, false} {
+		rows[i] = e.timed(rows[i], func(r *Row) error {
+			c, err := e.cluster(ctx, clusterOptions{noReadChecks: unchecked})
+			if err != nil {
+				return err
+			}
+			const topic = "bit-flip"
+			seg := strconv.Itoa(max(4096, min(e.n*10, 8<<20))) // a few sealed segments
+			if err := c.createTopic(ctx, topic, 1, map[string]*string{"segment.bytes": &seg}); err != nil {
+				return err
+			}
+			cl, err := producer(c, topic, "all", true)
+			if err != nil {
+				return err
+			}
+			run := verify.NewRun(topic)
+			p := run.StartProducer(cl, verify.ProducerConfig{Rate: e.n, Records: int64(e.n)})
+			r.follow(run)
+			p.Stop(60 * time.Second)
+			r.mark("producer done", false)
+			if err := c.waitInSync(ctx, topic); err != nil {
+				return err
+			}
+			adm, err := c.client()
+			if err != nil {
+				return err
+			}
+			defer adm.Close()
+			md, err := kadm.NewClient(adm).Metadata(ctx, topic)
+			if err != nil {
+				return err
+			}
+			pd, ok := md.Topics[topic].Partitions[0]
+			if !ok || len(pd.Replicas) == 0 {
+				return fmt.Errorf("no replicas of %s/0 in the metadata", topic)
+			}
+			v := pd.Replicas[0] // the preferred replica
+			r.Fault = "no fault"
+			if !e.cfg.noFault {
+				c.node(v).stop()
+				at, err := flipSealedBatch(filepath.Join(c.node(v).cfg.DataDir, topic+"-0"))
+				if err != nil {
+					return err
+				}
+				r.mark(fmt.Sprintf("node %d stopped, 64 bytes flipped in %s", v, at), true)
+				if err := c.node(v).start(ctx); err != nil {
+					return err
+				}
+				if err := electPreferred(ctx, c, topic, v); err != nil {
+					return err
+				}
+				r.mark(fmt.Sprintf("node %d restarted and leads", v), true)
+				r.Fault = fmt.Sprintf("64 bytes flipped in a sealed segment of node %d, which then led", v)
+				r.Injected = true
+			}
+			return r.check(ctx, c, run, verify.CheckOptions{StallTimeout: 10 * time.Second})
+		})
+		e.closeAll()
+	}
+	return rows
+}
+
+// electPreferred makes node v lead topic/0 (a preferred election, retried
+// until it has caught up), or finds that it cannot: with read checks the
+// corrupt replica may have found its corruption first.
+func electPreferred(ctx context.Context, c *cluster, topic string, v int32) error {
+	acl, err := c.client()
+	if err != nil {
+		return err
+	}
+	defer acl.Close()
+	adm := kadm.NewClient(acl)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if l, err := c.leader(ctx, topic, 0); err == nil && l == v {
+			return nil
+		}
+		if b := c.node(v).broker(); b != nil && b.ReplicationStats().Corruptions > 0 {
+			return nil // found before it led: the fault still bit
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("node %d never led %s/0 after the flip", v, topic)
+		}
+		ectx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, _ = adm.ElectLeaders(ectx, kadm.ElectPreferredReplica, kadm.TopicsSet{topic: {0: {}}})
+		cancel()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// flipSealedBatch flips 64 bytes inside the records of the middle batch of
+// the first segment of the log in dir (sealed: a later one exists).
+func flipSealedBatch(dir string) (string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return "", err
+	}
+	var logs []string
+	for _, en := range ents {
+		if filepath.Ext(en.Name()) == ".log" {
+			logs = append(logs, en.Name())
+		}
+	}
+	slices.Sort(logs)
+	if len(logs) < 2 {
+		return "", fmt.Errorf("%s: %d segments, none sealed (more records needed)", dir, len(logs))
+	}
+	path := filepath.Join(dir, logs[0])
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	var big []int // batches with room for the flip past their header
+	for rest := b; len(rest) > 0; {
+		batch, next, err := records.Next(rest)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		if len(batch) >= records.HeaderSize+64 {
+			big = append(big, len(b)-len(rest))
+		}
+		rest = next
+	}
+	if len(big) == 0 {
+		return "", errors.New(path + ": no batch of 125 bytes or more")
+	}
+	at := big[len(big)/2] + records.HeaderSize
+	for i := at; i < at+64; i++ {
+		b[i] ^= 0xff
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return "", err
+	}
+	return path, nil
+}
