@@ -2,6 +2,7 @@ package raft
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -135,6 +136,12 @@ func proposeOn(t *testing.T, h *Host, g uint64, value string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	p, err := h.Propose(ctx, g, batch(t, value))
+	// A node just elected refuses proposals until its first Ready of the
+	// term (readyTerm): nothing was proposed, so asking again is safe.
+	for nl := (*NotLeaderError)(nil); errors.As(err, &nl) && nl.Leader == h.ID() && ctx.Err() == nil; {
+		time.Sleep(10 * time.Millisecond)
+		p, err = h.Propose(ctx, g, batch(t, value))
+	}
 	if err == nil {
 		err = h.WaitCommitted(ctx, p)
 	}
