@@ -35,6 +35,7 @@ var funcs = template.FuncMap{
 	"ts":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
 	"add":   func(a, b int) int { return a + b },
 	"join":  func(s []string) string { return strings.Join(s, ", ") },
+	"list":  func(s ...string) []string { return s },
 }
 
 func humanBytes(n int64) string {
