@@ -641,6 +641,10 @@ func (c *Console) securityPage(ctx context.Context, r *http.Request) (any, error
 			v.ACLErr = err.Error()
 		} else {
 			for _, d := range res {
+				if errors.Is(d.Err, kerr.SecurityDisabled) {
+					v.ACLErr, v.MayACLs = "no authorizer is configured (authorizer.class.name): the cluster enforces no ACLs", false
+					continue
+				}
 				if d.Err != nil {
 					v.ACLErr = kafkaErr("ACLs", d.Err, d.ErrMessage).Error()
 					continue
