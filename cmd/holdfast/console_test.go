@@ -176,9 +176,14 @@ func TestConsoleInChromium(t *testing.T) {
 	dom = dumpDOM(t, chromium, base+"/groups/billing/reset", time.Second)
 	mustMatch(t, "groupreset", dom, `<option>orders</option>`)
 	dom = dumpDOM(t, chromium, base+"/security", time.Second)
-	mustMatch(t, "security", dom, `id="acl-create"`)
+	mustMatch(t, "security", dom, `no authorizer is configured`)
+	mustMatch(t, "security", dom, `id="user-create"`)
 	mustMatch(t, "security", dom, `id="quota-set"`)
-	for name, path := range map[string]string{"topic-edit": "/topics/orders/edit", "security": "/security", "group-reset": "/groups/billing/reset"} {
+	// Every partition at once, searched.
+	dom = dumpDOM(t, chromium, base+"/messages?topic=orders&offset=earliest&value=%22order%22%3A3", time.Second)
+	mustMatch(t, "messages", dom, `<td class="n">1</td><td class="n">3</td><td>[^<]+</td><td>k3</td>`)
+	mustMatch(t, "messages", dom, `orders: 2 partitions, merged by timestamp;\s*scanned 10 records \(at most 1000, shared between the partitions\); 1 matched`)
+	for name, path := range map[string]string{"messages-search": "/messages?topic=orders&offset=earliest&header=source", "topic-edit": "/topics/orders/edit", "security": "/security", "group-reset": "/groups/billing/reset"} {
 		screenshot(t, chromium, base+path, name)
 	}
 }

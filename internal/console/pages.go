@@ -16,6 +16,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"holdfast/internal/admin"
 	"holdfast/internal/auth"
@@ -372,12 +373,19 @@ type messageRow struct {
 type messagesView struct {
 	Topics                    []string
 	Topic, Offset, At, Format string
-	Partition                 int32
+	PartitionArg              string // as asked: "" for all
+	Partition                 int32  // -1: all
 	Max, Partitions           int
 	Start, End                int64
 	Rows                      []messageRow
 	Searched                  bool
 	Offsets                   []partitionOffsets
+	// The search: substrings of the key, the value, a header (name=value).
+	Key, Value, Header string
+	Search             bool
+	Scan, Scanned      int
+	ReadPartitions     int
+	Bounded            bool
 }
 
 type partitionOffsets struct {
@@ -385,16 +393,33 @@ type partitionOffsets struct {
 	Start, End int64
 }
 
+// Message browser limits.
+const (
+	maxBrowse      = 500   // records shown
+	defaultScan    = 1000  // records scanned by a search
+	maxScan        = 10000 // the most a search may scan
+	browseDeadline = 3 * time.Second
+)
+
 func (c *Console) messagesPage(ctx context.Context, r *http.Request) (any, error) {
 	q := r.URL.Query()
-	v := messagesView{Topic: q.Get("topic"), Offset: q.Get("offset"), At: q.Get("timestamp"), Format: q.Get("format"), Max: 50, Start: -1, End: -1}
+	v := messagesView{Topic: q.Get("topic"), Offset: q.Get("offset"), At: q.Get("timestamp"), Format: q.Get("format"), Max: 50, Start: -1, End: -1,
+		PartitionArg: strings.TrimSpace(q.Get("partition")), Partition: -1, Key: q.Get("key"), Value: q.Get("value"), Header: q.Get("header"), Scan: defaultScan}
 	if v.Format == "" {
 		v.Format = "text"
 	}
 	if n, err := strconv.Atoi(q.Get("max")); err == nil && n > 0 {
-		v.Max = min(n, 500)
+		v.Max = min(n, maxBrowse)
 	}
-	if n, err := strconv.ParseInt(q.Get("partition"), 10, 32); err == nil {
+	if n, err := strconv.Atoi(q.Get("scan")); err == nil && n > 0 {
+		v.Scan = min(n, maxScan)
+	}
+	v.Search = v.Key != "" || v.Value != "" || v.Header != ""
+	if v.PartitionArg != "" && v.PartitionArg != "all" {
+		n, err := strconv.ParseInt(v.PartitionArg, 10, 32)
+		if err != nil || n < 0 {
+			return v, fmt.Errorf("partition %q: want a partition number, or nothing for all", v.PartitionArg)
+		}
 		v.Partition = int32(n)
 	}
 	ts, err := c.cl.A.ListTopics(ctx)
@@ -426,30 +451,50 @@ func (c *Console) messagesPage(ctx context.Context, r *http.Request) (any, error
 		}
 		slices.SortFunc(v.Offsets, func(a, b partitionOffsets) int { return int(a.Partition - b.Partition) })
 	}
-	spec := admin.ReadSpec{Topic: v.Topic, Partition: v.Partition, Max: v.Max, Offset: -int64(v.Max)}
+	spec := admin.TopicRead{Topic: v.Topic, Max: v.Max, Offset: -int64(v.Max)}
+	if v.Partition >= 0 {
+		spec.Partitions = []int32{v.Partition}
+	}
+	if v.Search {
+		spec.Scan = v.Scan
+		key, val, hdr := []byte(v.Key), []byte(v.Value), []byte(v.Header)
+		spec.Match = func(rec *kgo.Record) bool {
+			if len(key) > 0 && !bytes.Contains(rec.Key, key) || len(val) > 0 && !bytes.Contains(rec.Value, val) {
+				return false
+			}
+			if len(hdr) == 0 {
+				return true
+			}
+			for _, h := range rec.Headers {
+				if bytes.Contains([]byte(h.Key+"="+string(h.Value)), hdr) {
+					return true
+				}
+			}
+			return false
+		}
+	}
 	switch {
 	case v.At != "":
-		t, err := time.Parse(time.RFC3339Nano, v.At)
+		t, err := parseTime(v.At)
 		if err != nil {
-			if t, err = time.Parse("2006-01-02T15:04", v.At); err != nil { // <input type=datetime-local>
-				return v, fmt.Errorf("timestamp %q: want RFC 3339", v.At)
-			}
+			return v, err
 		}
 		spec.Time = t
 	case v.Offset == "earliest":
 		spec.Offset = 0
 	case v.Offset != "" && v.Offset != "latest":
 		n, err := strconv.ParseInt(v.Offset, 10, 64)
-		if err != nil {
+		if err != nil || n < 0 {
 			return v, fmt.Errorf("offset %q: want a number, earliest or latest", v.Offset)
 		}
 		spec.Offset = n
 	}
 	v.Searched = true
-	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, browseDeadline)
 	defer cancel()
-	recs, err := c.cl.ReadRecords(rctx, spec)
-	for _, rec := range recs {
+	res, err := c.cl.ReadTopic(rctx, spec)
+	v.Scanned, v.ReadPartitions, v.Bounded = res.Scanned, res.Partitions, res.Bounded
+	for _, rec := range res.Records {
 		row := messageRow{Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp, Key: format(rec.Key, "text"), Value: format(rec.Value, v.Format), Size: len(rec.Value)}
 		for _, h := range rec.Headers {
 			row.Headers = append(row.Headers, h.Key+"="+format(h.Value, "text"))
