@@ -183,7 +183,11 @@ func TestConsoleInChromium(t *testing.T) {
 	dom = dumpDOM(t, chromium, base+"/messages?topic=orders&offset=earliest&value=%22order%22%3A3", time.Second)
 	mustMatch(t, "messages", dom, `<td class="n">1</td><td class="n">3</td><td>[^<]+</td><td>k3</td>`)
 	mustMatch(t, "messages", dom, `orders: 2 partitions, merged by timestamp;\s*scanned 10 records \(at most 1000, shared between the partitions\); 1 matched`)
-	for name, path := range map[string]string{"messages-search": "/messages?topic=orders&offset=earliest&header=source", "topic-edit": "/topics/orders/edit", "security": "/security", "group-reset": "/groups/billing/reset"} {
+	// Each node's disk and throughput, charted from the console's samples.
+	dom = dumpDOM(t, chromium, base+"/", time.Second)
+	mustMatch(t, "cluster", dom, `<td class="n" id="node-1-size">[0-9.]+ (B|KiB|MiB)</td>`)
+	mustMatch(t, "cluster", dom, `aria-label="node 1: records per second"><text x="0" y="-3">max [0-9]+/s</text>`)
+	for name, path := range map[string]string{"cluster": "/", "messages-search": "/messages?topic=orders&offset=earliest&header=source", "topic-edit": "/topics/orders/edit", "security": "/security", "group-reset": "/groups/billing/reset"} {
 		screenshot(t, chromium, base+path, name)
 	}
 }

@@ -90,7 +90,8 @@ type Console struct {
 	cop *http.CrossOriginProtection
 
 	mu      sync.Mutex
-	history map[string][]lagSample // group -> oldest first
+	history map[string][]lagSample      // group -> oldest first
+	nodes   map[int32][]admin.NodeUsage // node -> oldest first
 	stop    chan struct{}
 	done    chan struct{}
 
@@ -126,7 +127,7 @@ func New(cfg Config) (*Console, error) {
 		cl.Close()
 		return nil, err
 	}
-	c := &Console{cfg: cfg, cl: cl, pages: pages, mux: http.NewServeMux(), history: map[string][]lagSample{},
+	c := &Console{cfg: cfg, cl: cl, pages: pages, mux: http.NewServeMux(), history: map[string][]lagSample{}, nodes: map[int32][]admin.NodeUsage{},
 		stop: make(chan struct{}), done: make(chan struct{}), cop: http.NewCrossOriginProtection()}
 	c.loadLab()
 	static, _ := fs.Sub(assets, "assets")
@@ -256,6 +257,7 @@ func (c *Console) sampleLoop() {
 }
 
 func (c *Console) sampleAll(ctx context.Context) {
+	c.sampleNodes(ctx)
 	gs, err := c.cl.ListGroups(ctx)
 	if err != nil || len(gs) == 0 {
 		return
@@ -289,6 +291,41 @@ func (c *Console) record(group string, lag int64) {
 		h = h[len(h)-c.cfg.LagSamples:]
 	}
 	c.history[group] = h
+}
+
+// sampleNodes records each node's disk use and records for the cluster
+// page's charts; nodes no longer in the cluster are forgotten.
+func (c *Console) sampleNodes(ctx context.Context) {
+	us, err := c.cl.NodesUsage(ctx)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	seen := map[int32]bool{}
+	for _, u := range us {
+		seen[u.Node] = true
+		h := append(c.nodes[u.Node], u)
+		if len(h) > c.cfg.LagSamples {
+			h = h[len(h)-c.cfg.LagSamples:]
+		}
+		c.nodes[u.Node] = h
+	}
+	for n := range c.nodes {
+		if !seen[n] {
+			delete(c.nodes, n)
+		}
+	}
+}
+
+func (c *Console) nodeHistory() map[int32][]admin.NodeUsage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[int32][]admin.NodeUsage, len(c.nodes))
+	for n, h := range c.nodes {
+		out[n] = append([]admin.NodeUsage(nil), h...)
+	}
+	return out
 }
 
 func (c *Console) lagHistory(group string) []lagSample {

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -236,4 +237,58 @@ func TestBrowseAcrossPartitions(t *testing.T) {
 	if got != "04" || !strings.Contains(body, "scanned 6 records (at most 6") || !strings.Contains(body, "more may match further on") {
 		t.Errorf("a search bounded to 6 records: keys %s\n%s", got, body)
 	}
+}
+
+// TestNodeUsageCharts: the cluster page shows each node's bytes on disk,
+// its volume and charts of size, bytes written and records per second,
+// from the console's samples (DescribeLogDirs and high watermarks): after
+// records are written the size and the records rate grow.
+func TestNodeUsageCharts(t *testing.T) {
+	n := brokertest.Start(t)
+	n.CreateTopic("disk", 1, nil)
+	c, err := console.New(console.Config{Broker: n.B, Seeds: []string{n.Addr}, LagSampleInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv := httptest.NewServer(c)
+	defer srv.Close()
+	page := func() string {
+		resp, err := http.Get(srv.URL + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	sizeRe := regexp.MustCompile(`<td class="n" id="node-1-size">([^<]+)</td>`)
+	recsRe := regexp.MustCompile(`aria-label="node 1: records per second"><text x="0" y="-3">max ([0-9]+)/s</text>`)
+	before := sizeRe.FindStringSubmatch(page())
+	if before == nil {
+		t.Fatalf("no size for node 1:\n%s", page())
+	}
+	cl := n.Client(kgo.DefaultProduceTopic("disk"))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := 0; i < 200; i++ {
+		cl.Produce(ctx, &kgo.Record{Value: bytes.Repeat([]byte("x"), 1000)}, nil)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	brokertest.Await(t, "the size and records rate to grow", func() error {
+		body := page()
+		m, r := sizeRe.FindStringSubmatch(body), recsRe.FindStringSubmatch(body)
+		if m == nil || r == nil {
+			return fmt.Errorf("no size or records chart in\n%s", body)
+		}
+		if m[1] == before[1] || !strings.HasSuffix(m[1], "KiB") && !strings.HasSuffix(m[1], "MiB") || r[1] == "0" {
+			return fmt.Errorf("size %s (before %s), records max %s/s", m[1], before[1], r[1])
+		}
+		if !strings.Contains(body, `aria-label="node 1: bytes written per second"`) || !strings.Contains(body, `class="meter"`) {
+			return fmt.Errorf("no bytes-written chart or volume meter")
+		}
+		return nil
+	})
 }

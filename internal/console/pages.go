@@ -37,6 +37,7 @@ var funcs = template.FuncMap{
 	"add":   func(a, b int) int { return a + b },
 	"join":  func(s []string) string { return strings.Join(s, ", ") },
 	"list":  func(s ...string) []string { return s },
+	"int64": func(f float64) int64 { return int64(f) },
 }
 
 func humanBytes(n int64) string {
@@ -58,6 +59,123 @@ type clusterView struct {
 	Partitions, UnderReplicated, Offline int
 	Groups                               int
 	Local                                []broker.PartitionStats
+	// Usage: each node's disk and throughput (DESCRIBE on the CLUSTER,
+	// DescribeLogDirs' rule); UsageErr why not shown.
+	Usage    []nodeUsageView
+	UsageErr string
+}
+
+type nodeUsageView struct {
+	Node                int32
+	Size, Total, Used   int64 // Total -1: unreported
+	UsedPct             float64
+	BytesRate, RecsRate float64 // per second over the last two samples
+	SizeChart           template.HTML
+	BytesChart          template.HTML
+	RecordsChart        template.HTML
+	Samples             int
+	Err                 string
+}
+
+// usage builds the node rows from the samples: size over time, and the
+// growth of size (bytes written net of retention, never below 0) and of
+// records per second.
+func (c *Console) usage(ctx context.Context) []nodeUsageView {
+	hist := c.nodeHistory()
+	if len(hist) == 0 || time.Since(lastSample(hist)) > 2*c.cfg.LagSampleInterval {
+		c.sampleNodes(ctx) // a view is a sample too: the page is never empty
+		hist = c.nodeHistory()
+	}
+	var out []nodeUsageView
+	for _, n := range sortedInt32Keys(hist) {
+		h := hist[n]
+		last := h[len(h)-1]
+		v := nodeUsageView{Node: n, Size: last.Size, Total: last.Total, Samples: len(h), Err: last.Err}
+		if last.Total > 0 {
+			v.Used = last.Total - last.Usable
+			v.UsedPct = float64(v.Used) / float64(last.Total) * 100
+		}
+		var at []time.Time
+		var size, bytesRate, recsRate []float64
+		for i, s := range h {
+			at = append(at, s.At)
+			size = append(size, float64(s.Size))
+			if i == 0 {
+				bytesRate, recsRate = append(bytesRate, 0), append(recsRate, 0)
+				continue
+			}
+			dt := s.At.Sub(h[i-1].At).Seconds()
+			if dt <= 0 {
+				dt = 1
+			}
+			bytesRate = append(bytesRate, max(0, float64(s.Size-h[i-1].Size)/dt))
+			recsRate = append(recsRate, max(0, float64(s.Records-h[i-1].Records)/dt))
+		}
+		v.BytesRate, v.RecsRate = bytesRate[len(bytesRate)-1], recsRate[len(recsRate)-1]
+		v.SizeChart = seriesChart(at, size, fmt.Sprintf("node %d: bytes on disk over time", n), func(f float64) string { return humanBytes(int64(f)) })
+		v.BytesChart = seriesChart(at, bytesRate, fmt.Sprintf("node %d: bytes written per second", n), func(f float64) string { return humanBytes(int64(f)) + "/s" })
+		v.RecordsChart = seriesChart(at, recsRate, fmt.Sprintf("node %d: records per second", n), func(f float64) string { return fmt.Sprintf("%.0f/s", f) })
+		out = append(out, v)
+	}
+	return out
+}
+
+func lastSample(h map[int32][]admin.NodeUsage) time.Time {
+	var t time.Time
+	for _, s := range h {
+		if at := s[len(s)-1].At; at.After(t) {
+			t = at
+		}
+	}
+	return t
+}
+
+func sortedInt32Keys[V any](m map[int32]V) []int32 {
+	out := make([]int32, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// maxChartPoints bounds the points of a node chart.
+const maxChartPoints = 120
+
+// seriesChart draws a small inline SVG line of vs over at, its top value
+// labelled with label.
+func seriesChart(at []time.Time, vs []float64, aria string, label func(float64) string) template.HTML {
+	const w, ht = 240.0, 50.0
+	if len(vs) == 0 {
+		return ""
+	}
+	top := 0.0
+	for _, v := range vs {
+		top = max(top, v)
+	}
+	scale := top
+	if scale <= 0 {
+		scale = 1
+	}
+	span := at[len(at)-1].Sub(at[0]).Seconds()
+	var pts []string
+	step := (len(vs) + maxChartPoints - 1) / maxChartPoints // a page's size stays small
+	for i, v := range vs {
+		if i%step != 0 && i != len(vs)-1 {
+			continue
+		}
+		x := w
+		if span > 0 {
+			x = at[i].Sub(at[0]).Seconds() / span * w
+		}
+		pts = append(pts, fmt.Sprintf("%.1f,%.1f", x, ht-v/scale*ht))
+	}
+	if len(pts) == 1 {
+		pts = append([]string{fmt.Sprintf("0,%.1f", ht-vs[0]/scale*ht)}, pts...)
+	}
+	return template.HTML(fmt.Sprintf(`<svg class="spark" viewBox="-2 -12 %g %g" role="img" aria-label="%s">`+
+		`<text x="0" y="-3">%s</text><line x1="0" y1="%g" x2="%g" y2="%g" class="axis"/><polyline points="%s" class="series"/></svg>`,
+		w+4, ht+16, template.HTMLEscapeString(aria), template.HTMLEscapeString("max "+label(top)), ht, w, ht, strings.Join(pts, " ")))
 }
 
 func (c *Console) clusterPage(ctx context.Context, r *http.Request) (any, error) {
@@ -79,6 +197,11 @@ func (c *Console) clusterPage(ctx context.Context, r *http.Request) (any, error)
 	}
 	if gs, err := c.cl.ListGroups(ctx); err == nil {
 		v.Groups = len(c.visibleGroups(r, gs))
+	}
+	if c.allowed(r, auth.OpDescribe, auth.ResourceCluster, auth.ClusterName) {
+		v.Usage = c.usage(ctx)
+	} else {
+		v.UsageErr = fmt.Sprintf("%s may not DESCRIBE the CLUSTER (CLUSTER_AUTHORIZATION_FAILED): no disk and throughput per node", userName(r))
 	}
 	return v, nil
 }
