@@ -544,7 +544,7 @@ func (c *Console) resetOffsets(ctx context.Context, r *http.Request, _ string) (
 	}
 	plan, err := c.cl.ResetOffsets(ctx, group, topics, parts, spec, false)
 	if err != nil {
-		return v, err
+		return v, inputErr(ctx, err)
 	}
 	topics = nil
 	for _, row := range plan {
@@ -579,6 +579,16 @@ func (c *Console) resetOffsets(ctx context.Context, r *http.Request, _ string) (
 	}
 	v.Done = fmt.Sprintf("group %s: committed %d offsets", group, len(rows))
 	return v, nil
+}
+
+// inputErr: an error of admin's own (no committed offset to shift, no
+// such partition) is the request's (400); the cluster's stay as they are.
+func inputErr(ctx context.Context, err error) error {
+	var ke *kerr.Error
+	if errors.As(err, &ke) || ctx.Err() != nil {
+		return err
+	}
+	return refuse(http.StatusBadRequest, "%v", err)
 }
 
 // parseTime reads a time as RFC 3339 or as <input type=datetime-local>

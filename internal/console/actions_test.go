@@ -309,6 +309,9 @@ func TestConsoleResetOffsets(t *testing.T) {
 		t.Fatalf("committed after a reset to offset 2: %d", c)
 	}
 
+	expect(t, root, base+"/groups/nobody/reset", form(rootToken, reset...), 404, "GROUP_ID_NOT_FOUND")
+	expect(t, root, base+"/groups/idle/reset", form(rootToken, "to", "earliest", "topic", "rt", "partitions", "7"), 400, "UNKNOWN_TOPIC_OR_PARTITION")
+
 	// A live member.
 	member := n.Client(kgo.ConsumerGroup("live"), kgo.ConsumeTopics("rt"), kgo.DisableAutoCommit())
 	defer member.Close()
