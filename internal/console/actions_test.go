@@ -309,6 +309,14 @@ func TestConsoleResetOffsets(t *testing.T) {
 		t.Fatalf("committed after a reset to offset 2: %d", c)
 	}
 
+	expect(t, root, base+"/groups/idle/reset", form(rootToken, "to", "timestamp", "value", time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), "confirm", "idle"), 200, "committed 1 offsets")
+	if c := committed("idle"); c != 0 {
+		t.Fatalf("committed after a reset to an hour ago: %d", c)
+	}
+	expect(t, root, base+"/groups/idle/reset", form(rootToken, "to", "shift", "value", "3", "confirm", "idle"), 200, "committed 1 offsets")
+	if c := committed("idle"); c != 3 {
+		t.Fatalf("committed after a shift by 3: %d", c)
+	}
 	expect(t, root, base+"/groups/nobody/reset", form(rootToken, reset...), 404, "GROUP_ID_NOT_FOUND")
 	expect(t, root, base+"/groups/idle/reset", form(rootToken, "to", "earliest", "topic", "rt", "partitions", "7"), 400, "UNKNOWN_TOPIC_OR_PARTITION")
 
