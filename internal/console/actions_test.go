@@ -472,15 +472,15 @@ func TestConsoleActionsNoGate(t *testing.T) {
 	adm := kadm.NewClient(n.Client(kgo.MetadataMinAge(50 * time.Millisecond)))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, readOnly := range []bool{false, true} {
+	for _, readOnly := range []bool{false, true} { // no topics yet: the topics page still offers to create one
 		c, err := console.New(console.Config{Broker: n.B, Seeds: []string{n.Addr}, ReadOnly: readOnly})
 		if err != nil {
 			t.Fatal(err)
 		}
 		srv := httptest.NewServer(c)
 		name := fmt.Sprintf("open-%v", readOnly)
-		code, body := postWith(t, http.DefaultClient, srv.URL+"/topics", form("", "name", name, "partitions", "1"))
 		_, page := getWith(t, http.DefaultClient, srv.URL+"/topics")
+		code, body := postWith(t, http.DefaultClient, srv.URL+"/topics", form("", "name", name, "partitions", "1"))
 		srv.Close()
 		c.Close()
 		td, err := adm.ListTopics(ctx, name)
