@@ -47,7 +47,7 @@ func adminHandler(b *broker.Broker, srv *wire.Server, logger *slog.Logger, sec *
 			logger.Error("console disabled", "err", err)
 		} else {
 			cc = &console.Config{Broker: b, Seeds: []string{seed}, ClientOpts: opts, Logger: logger.With("component", "console"),
-				LagSampleInterval: sc.consoleSample, Gate: gate}
+				LagSampleInterval: sc.consoleSample, Gate: gate, ReadOnly: !sc.consoleActions}
 			consoleLab(cc, sc, cc.Logger)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -44,6 +45,31 @@ func dumpDOM(t *testing.T, chromium, url string, budget time.Duration) string {
 		t.Fatalf("chromium %s: %v", url, err)
 	}
 	return string(out)
+}
+
+// screenshot saves url as rendered by headless Chromium to a PNG in
+// $HOLDFAST_SCREENSHOTS (to look at) or a temporary directory, and checks
+// it is a PNG of some size.
+func screenshot(t *testing.T, chromium, url, name string) string {
+	t.Helper()
+	dir := os.Getenv("HOLDFAST_SCREENSHOTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	path := filepath.Join(dir, name+".png")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--hide-scrollbars",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+		"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=1000", "--window-size=1280,1500", "--screenshot=" + path, url}
+	if out, err := exec.CommandContext(ctx, chromium, args...).CombinedOutput(); err != nil {
+		t.Fatalf("chromium --screenshot %s: %v\n%s", url, err, out)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) < 10000 || !strings.HasPrefix(string(b), "\x89PNG") {
+		t.Fatalf("screenshot of %s: %d bytes, %v", url, len(b), err)
+	}
+	return path
 }
 
 func mustMatch(t *testing.T, page, dom, re string) []string {
@@ -136,4 +162,32 @@ func TestConsoleInChromium(t *testing.T) {
 
 	dom = dumpDOM(t, chromium, base+"/configs", time.Second)
 	mustMatch(t, "configs", dom, `<td>log.retention.ms</td><td>604800000</td>`)
+
+	// The forms that change the cluster (their effects are tested over
+	// HTTP in internal/console): rendered, with their fields, and not
+	// refreshed away under the user's typing.
+	dom = dumpDOM(t, chromium, base+"/topics/orders", time.Second)
+	mustMatch(t, "topic", dom, `<a href="/topics/orders/edit" id="edit-topic">`)
+	dom = dumpDOM(t, chromium, base+"/topics/orders/edit", 4*time.Second)
+	mustMatch(t, "topicedit", dom, `<form method="post" action="/topics/orders/produce" class="browse" id="produce">`)
+	mustMatch(t, "topicedit", dom, `<input name="count" type="number" min="3" value="3">`)
+	mustMatch(t, "topicedit", dom, `id="delete-topic"`)
+	mustMatch(t, "topicedit", dom, `data-live="false"`)
+	dom = dumpDOM(t, chromium, base+"/groups/billing/reset", time.Second)
+	mustMatch(t, "groupreset", dom, `<option>orders</option>`)
+	dom = dumpDOM(t, chromium, base+"/security", time.Second)
+	mustMatch(t, "security", dom, `no authorizer is configured`)
+	mustMatch(t, "security", dom, `id="user-create"`)
+	mustMatch(t, "security", dom, `id="quota-set"`)
+	// Every partition at once, searched.
+	dom = dumpDOM(t, chromium, base+"/messages?topic=orders&offset=earliest&value=%22order%22%3A3", time.Second)
+	mustMatch(t, "messages", dom, `<td class="n">1</td><td class="n">3</td><td>[^<]+</td><td>k3</td>`)
+	mustMatch(t, "messages", dom, `orders: 2 partitions, merged by timestamp;\s*scanned 10 records \(at most 1000, shared between the partitions\); 1 matched`)
+	// Each node's disk and throughput, charted from the console's samples.
+	dom = dumpDOM(t, chromium, base+"/", time.Second)
+	mustMatch(t, "cluster", dom, `<td class="n" id="node-1-size">[0-9.]+ (B|KiB|MiB)</td>`)
+	mustMatch(t, "cluster", dom, `aria-label="node 1: records per second"><text x="0" y="-3">max [0-9]+/s</text>`)
+	for name, path := range map[string]string{"cluster": "/", "messages-search": "/messages?topic=orders&offset=earliest&header=source", "topic-edit": "/topics/orders/edit", "security": "/security", "group-reset": "/groups/billing/reset"} {
+		screenshot(t, chromium, base+path, name)
+	}
 }

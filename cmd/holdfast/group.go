@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -210,14 +209,6 @@ func groupDeleteCmd(conn *connFlags) *cobra.Command {
 	}
 }
 
-type resetSpec struct {
-	earliest, latest, current bool
-	at                        time.Time
-	offset                    int64
-	shift                     int64 // with shifting: add to the committed offset
-	shifting                  bool
-}
-
 // parseResetTopics reads kafka-consumer-groups.sh's --topic values: a
 // topic, or topic:p,q,... for some of its partitions (nil: all).
 func parseResetTopics(vals []string) ([]string, map[string]map[int32]bool, error) {
@@ -319,27 +310,27 @@ would overwrite the reset.`,
 			if execute && dryRun {
 				return usagef("group reset-offsets: --dry-run or --execute, not both")
 			}
-			spec := resetSpec{earliest: earliest, latest: latest, current: current, offset: toOffset, shift: shiftBy, shifting: shifting}
+			spec := admin.ResetSpec{Earliest: earliest, Latest: latest, Current: current, Offset: toOffset, Shift: shiftBy, Shifting: shifting}
 			switch {
 			case datetime != "":
 				ts, err := parseResetTime(datetime)
 				if err != nil {
 					return err
 				}
-				spec.at = ts
+				spec.At = ts
 			case duration != "":
 				d, err := parseISODuration(duration)
 				if err != nil {
 					return err
 				}
-				spec.at = time.Now().Add(-d)
+				spec.At = time.Now().Add(-d)
 			}
 			names, parts, err := parseResetTopics(topics)
 			if err != nil {
 				return err
 			}
 			return conn.call(func(ctx context.Context, c *admin.Client) error {
-				return resetOffsets(ctx, cmd.OutOrStdout(), c.A, args[0], names, parts, spec, execute)
+				return resetOffsets(ctx, cmd.OutOrStdout(), c, args[0], names, parts, spec, execute)
 			})
 		},
 	}
@@ -357,118 +348,30 @@ would overwrite the reset.`,
 	return c
 }
 
-// resetOffsets computes new committed offsets for a group and, with
-// execute, commits them.
-func resetOffsets(ctx context.Context, out io.Writer, adm *kadm.Client, group string, topics []string, parts map[string]map[int32]bool, spec resetSpec, execute bool) error {
-	dg, err := adm.DescribeGroups(ctx, group)
-	if err != nil {
+// resetOffsets prints admin.ResetOffsets' rows and what was done.
+func resetOffsets(ctx context.Context, out io.Writer, c *admin.Client, group string, topics []string, parts map[string]map[int32]bool, spec admin.ResetSpec, execute bool) error {
+	rows, err := c.ResetOffsets(ctx, group, topics, parts, spec, execute)
+	if err != nil && len(rows) == 0 {
 		return err
 	}
-	if g := dg[group]; g.Err != nil {
-		return fmt.Errorf("%s: %w", group, g.Err)
-	} else if g.State != "Empty" && g.State != "Dead" && execute {
-		return fmt.Errorf("group %s is %s with %d members: stop its consumers before resetting", group, g.State, len(g.Members))
-	}
-	current, err := adm.FetchOffsets(ctx, group)
-	if err != nil {
-		return err
-	}
-	if len(topics) == 0 {
-		for t := range current {
-			topics = append(topics, t)
-		}
-		sort.Strings(topics)
-		if len(topics) == 0 {
-			return fmt.Errorf("group %s has no committed offsets: name --topic", group)
-		}
-	}
-	starts, err := adm.ListStartOffsets(ctx, topics...)
-	if err != nil {
-		return err
-	}
-	ends, err := adm.ListEndOffsets(ctx, topics...)
-	if err != nil {
-		return err
-	}
-	var target kadm.ListedOffsets
-	switch {
-	case spec.earliest:
-		target = starts
-	case spec.latest:
-		target = ends
-	case !spec.at.IsZero():
-		if target, err = adm.ListOffsetsAfterMilli(ctx, spec.at.UnixMilli(), topics...); err != nil {
-			return err
-		}
-	}
-	next := kadm.Offsets{}
 	w := tw(out)
 	fmt.Fprintln(w, "TOPIC\tPARTITION\tCURRENT\tNEW")
-	var rows []kadm.ListedOffset
-	ends.Each(func(o kadm.ListedOffset) {
-		if want := parts[o.Topic]; want == nil || want[o.Partition] {
-			rows = append(rows, o)
-		}
-	})
-	for _, t := range topics {
-		for p := range parts[t] {
-			if _, ok := ends.Lookup(t, p); !ok {
-				return fmt.Errorf("%s-%d: UNKNOWN_TOPIC_OR_PARTITION: the topic has no partition %d", t, p, p)
-			}
-		}
-	}
-	sort.Slice(rows, func(i, j int) bool {
-		if rows[i].Topic != rows[j].Topic {
-			return rows[i].Topic < rows[j].Topic
-		}
-		return rows[i].Partition < rows[j].Partition
-	})
-	for _, end := range rows {
-		if end.Err != nil {
-			return fmt.Errorf("%s-%d: %w", end.Topic, end.Partition, end.Err)
-		}
-		start, _ := starts.Lookup(end.Topic, end.Partition)
-		committed, hasCommit := current.Lookup(end.Topic, end.Partition)
-		hasCommit = hasCommit && committed.Err == nil && committed.At >= 0
-		var at int64
-		switch {
-		case spec.current || spec.shifting:
-			if !hasCommit {
-				return fmt.Errorf("%s-%d: the group has no committed offset to %s", end.Topic, end.Partition, map[bool]string{true: "shift", false: "keep"}[spec.shifting])
-			}
-			at = min(max(committed.At+spec.shift, start.Offset), end.Offset)
-		case target != nil:
-			o, ok := target.Lookup(end.Topic, end.Partition)
-			if !ok || o.Err != nil {
-				return fmt.Errorf("%s-%d: no offset for the target", end.Topic, end.Partition)
-			}
-			at = o.Offset
-			if at < 0 { // no record at or after the time: the end
-				at = end.Offset
-			}
-		default:
-			at = min(max(spec.offset, start.Offset), end.Offset)
-		}
+	for _, r := range rows {
 		cur := "-"
-		if hasCommit {
-			cur = fmt.Sprint(committed.At)
+		if r.Current >= 0 {
+			cur = fmt.Sprint(r.Current)
 		}
-		next.Add(kadm.Offset{Topic: end.Topic, Partition: end.Partition, At: at, LeaderEpoch: -1})
-		fmt.Fprintf(w, "%s\t%d\t%s\t%d\n", end.Topic, end.Partition, cur, at)
+		fmt.Fprintf(w, "%s\t%d\t%s\t%d\n", r.Topic, r.Partition, cur, r.New)
 	}
-	if err := w.Flush(); err != nil {
+	if ferr := w.Flush(); ferr != nil {
+		return ferr
+	}
+	if err != nil {
 		return err
 	}
 	if !execute {
 		fmt.Fprintln(out, "dry run: nothing committed; add --execute to commit these offsets")
 		return nil
-	}
-	resp, err := adm.CommitOffsets(ctx, group, next)
-	if err != nil {
-		return err
-	}
-	if err := resp.Error(); err != nil {
-		return err
 	}
 	fmt.Fprintf(out, "committed %d offsets for group %s\n", len(rows), group)
 	return nil

@@ -60,7 +60,7 @@ type serveConfig struct {
 	txnAbortIv, txnIDExpiry, offsRetCheck                                 time.Duration
 	segBytes, retBytes, maxQueued, dioCache, scrubRate                    int64
 	autoCreate, rebalance, ctrlShut, directIO, verifyReads                bool
-	console, consoleLab, metricsInternal                                  bool
+	console, consoleLab, consoleActions, metricsInternal                  bool
 	consoleSample                                                         time.Duration
 	txnMax, retention, segmentMs, retentionCheck, idle                    time.Duration
 	imbalanceIv, ctrlShutMax, hbInterval, session                         time.Duration
@@ -203,6 +203,7 @@ func (c *serveConfig) register(s *settings) {
 	s.String(&c.adminAuthMetrics, "admin-auth-metrics", "login", "/metrics when --admin-auth asks for logins there: login (a scraper sends HTTP Basic credentials of a user allowed to DESCRIBE the CLUSTER) or open")
 	s.String(&c.adminTLS, "admin-tls-listener", "", "serve the admin listener over TLS with this Kafka listener's TLS settings (keystore, truststore, ssl.client.auth, ssl.principal.mapping.rules): a client certificate it verifies logs its principal in to the console; empty = plain HTTP")
 	s.Bool(&c.console, "console", true, "serve the web console at / of the admin listener")
+	s.Bool(&c.consoleActions, "console-actions", true, "let the web console change the cluster through the Kafka API (create, alter and delete topics, produce, delete records, reset offsets, ACLs, users, quotas); with logins each user only as that user's ACLs allow")
 	s.Bool(&c.consoleLab, "console-lab", true, "let the web console start durability lab runs (a holdfast lab child process, one at a time) and load lab results; with authenticating clients only a user allowed to ALTER the CLUSTER may")
 	s.Duration(&c.consoleSample, "console-lag-sample-interval", 10*time.Second, "how often the console samples consumer group lag for its lag-over-time charts")
 	s.Bool(&c.metricsInternal, "metrics-internal-partitions", false, "export per-partition metrics of internal topics too (by default summed per topic: __consumer_offsets has 50 partitions)")
@@ -447,11 +448,16 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 		return cfg, lim, nil, err
 	}
 	if c.console && c.metricsListen != "" && sec.authenticates && !pages {
-		sec.warnings = append(sec.warnings, fmt.Sprintf("the web console on %s (--metrics-listen) reads every topic as this node and asks nobody who they are (--admin-auth=none): every local user bypasses the Kafka listeners' authentication and ACLs; drop --admin-auth=none, or turn the console off (--console=false)", c.metricsListen))
+		sec.warnings = append(sec.warnings, fmt.Sprintf("the web console on %s (--metrics-listen) reads and changes every topic as this node and asks nobody who they are (--admin-auth=none): every local user bypasses the Kafka listeners' authentication and ACLs; drop --admin-auth=none, or turn the console off (--console=false) or its actions (--console-actions=false)", c.metricsListen))
 	}
 	if c.metricsListen != "" && !endpoints {
 		if host, _, err := net.SplitHostPort(c.metricsListen); err != nil || !loopback(host) {
 			sec.warnings = append(sec.warnings, fmt.Sprintf("/metrics and /debug/pprof on %s (--metrics-listen) answer anyone who reaches them (--admin-auth=none): keep the admin listener on loopback or drop --admin-auth=none", c.metricsListen))
+		}
+	}
+	if c.console && c.consoleActions && c.metricsListen != "" && !pages {
+		if host, _, err := net.SplitHostPort(c.metricsListen); err != nil || !loopback(host) {
+			sec.warnings = append(sec.warnings, fmt.Sprintf("the web console on %s (--metrics-listen) lets anyone who reaches it create, alter and delete topics and records, reset offsets and change ACLs and users: keep it on loopback, ask for logins (--admin-auth=required, or clients that authenticate), or --console-actions=false", c.metricsListen))
 		}
 	}
 	if c.console && c.consoleLab && c.metricsListen != "" && !pages {

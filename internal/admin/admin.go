@@ -688,3 +688,165 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// TopicRead says what ReadTopic reads: the records of every partition (or
+// those in Partitions) from Offset (negative: that many before each
+// partition's end) or from Time, keeping those Match accepts (nil: all).
+type TopicRead struct {
+	Topic      string
+	Partitions []int32
+	Offset     int64
+	Time       time.Time
+	Max        int // matching records to return
+	// Scan bounds the records read, over all partitions (each gets an
+	// equal share); 0: Max.
+	Scan  int
+	Match func(*kgo.Record) bool
+}
+
+// TopicReadResult is what ReadTopic found.
+type TopicReadResult struct {
+	Records    []*kgo.Record // by timestamp, then partition and offset
+	Scanned    int           // records read
+	Partitions int           // partitions read
+	// Bounded: the scan stopped at its bound (or the deadline) before the
+	// end of some partition.
+	Bounded bool
+}
+
+// ReadTopic reads a topic's partitions at once and merges their records
+// by timestamp: from an offset or a time, the first Max that match; from
+// before the end (Offset < 0), the last Max that match. It reads at most
+// Scan records and stops at ctx's deadline with what it has.
+func (c *Client) ReadTopic(ctx context.Context, spec TopicRead) (TopicReadResult, error) {
+	var res TopicReadResult
+	if spec.Max <= 0 {
+		spec.Max = 50
+	}
+	if spec.Scan <= 0 {
+		spec.Scan = spec.Max
+	}
+	offs, err := c.TopicOffsets(ctx, spec.Topic)
+	if err != nil {
+		return res, err
+	}
+	parts := offs[spec.Topic]
+	if len(parts) == 0 {
+		return res, fmt.Errorf("%s: %w", spec.Topic, kerr.UnknownTopicOrPartition)
+	}
+	want := map[int32]Offsets{}
+	for p, o := range parts {
+		if len(spec.Partitions) == 0 || slices.Contains(spec.Partitions, p) {
+			want[p] = o
+		}
+	}
+	for _, p := range spec.Partitions {
+		if _, ok := parts[p]; !ok {
+			return res, fmt.Errorf("%s-%d: %w", spec.Topic, p, kerr.UnknownTopicOrPartition)
+		}
+	}
+	res.Partitions = len(want)
+	share := (spec.Scan + len(want) - 1) / len(want)
+	var at kadm.ListedOffsets
+	if !spec.Time.IsZero() {
+		if at, err = c.A.ListOffsetsAfterMilli(ctx, spec.Time.UnixMilli(), spec.Topic); err != nil {
+			return res, err
+		}
+	}
+	starts := map[int32]kgo.Offset{}
+	end := map[int32]int64{} // read up to here (the high watermark now)
+	limit := map[int32]int{} // read at most this many
+	for p, o := range want {
+		from := spec.Offset
+		switch {
+		case at != nil:
+			lo, ok := at.Lookup(spec.Topic, p)
+			if !ok || lo.Err != nil || lo.Offset < 0 {
+				continue
+			}
+			from = lo.Offset
+		case spec.Offset < 0:
+			// The newest: a search scans its share before the end;
+			// a browse the last Max of each.
+			n := share
+			if spec.Match == nil {
+				n = max(share, int(-spec.Offset))
+			}
+			from = o.End - int64(n)
+		}
+		from = max(from, o.Start)
+		if from >= o.End {
+			continue
+		}
+		starts[p], end[p], limit[p] = kgo.NewOffset().At(from), o.End, share
+		if at == nil && spec.Offset < 0 {
+			limit[p] = int(o.End - from) // the newest of each: the last Max may all be in one
+		}
+	}
+	if len(starts) == 0 {
+		return res, nil
+	}
+	rc, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Seeds...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{spec.Topic: starts}),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(500 * time.Millisecond)}, c.Opts...)...)
+	if err != nil {
+		return res, err
+	}
+	defer rc.Close()
+	read := map[int32]int{}
+	var out []*kgo.Record
+	for len(end) > 0 {
+		fs := rc.PollFetches(ctx)
+		if ctx.Err() != nil {
+			res.Bounded = true
+			break
+		}
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
+		if ferr != nil {
+			return res, ferr
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			e, live := end[r.Partition]
+			if !live || r.Offset >= e {
+				return
+			}
+			read[r.Partition]++
+			res.Scanned++
+			if spec.Match == nil || spec.Match(r) {
+				out = append(out, r)
+			}
+			if r.Offset+1 >= e {
+				delete(end, r.Partition)
+			} else if read[r.Partition] >= limit[r.Partition] {
+				delete(end, r.Partition)
+				res.Bounded = true
+			}
+		})
+		var done []int32
+		for p := range starts {
+			if _, live := end[p]; !live {
+				done = append(done, p)
+			}
+		}
+		rc.PauseFetchPartitions(map[string][]int32{spec.Topic: done})
+	}
+	slices.SortFunc(out, func(a, b *kgo.Record) int {
+		if c := a.Timestamp.Compare(b.Timestamp); c != 0 {
+			return c
+		}
+		if a.Partition != b.Partition {
+			return int(a.Partition - b.Partition)
+		}
+		return int(a.Offset - b.Offset)
+	})
+	if len(out) > spec.Max {
+		if spec.Offset < 0 && at == nil {
+			out = out[len(out)-spec.Max:]
+		} else {
+			out = out[:spec.Max]
+		}
+	}
+	res.Records = out
+	return res, nil
+}

@@ -2,7 +2,8 @@
 // /metrics): server-rendered HTML pages of the cluster's nodes, topics and
 // partitions (leader, epoch, replicas and their offsets), consumer groups
 // (members, lag, lag over time), a message browser, the configs and the
-// durability lab's results as a chart (lab.go), with a little JavaScript
+// durability lab's results as a chart (lab.go), forms that change the
+// cluster through the Kafka API (actions.go), with a little JavaScript
 // that refreshes the page in place every few seconds. Everything is
 // embedded in the binary: no CDN, no build step.
 //
@@ -66,6 +67,8 @@ type Config struct {
 	// then need ALTER on the CLUSTER. nil: anyone who reaches the console
 	// sees everything, as this node does.
 	Gate *Gate
+	// ReadOnly turns the actions off (actions.go): the pages only show.
+	ReadOnly bool
 	// ActionHosts are Host names accepted on state-changing requests
 	// besides IP addresses and localhost (a page whose name was rebound
 	// to this console's address sends its own name).
@@ -87,7 +90,8 @@ type Console struct {
 	cop *http.CrossOriginProtection
 
 	mu      sync.Mutex
-	history map[string][]lagSample // group -> oldest first
+	history map[string][]lagSample      // group -> oldest first
+	nodes   map[int32][]admin.NodeUsage // node -> oldest first
 	stop    chan struct{}
 	done    chan struct{}
 
@@ -111,7 +115,10 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	cl, err := admin.NewClient(cfg.Seeds, append([]kgo.Opt{kgo.ClientID("holdfast-console"), kgo.RetryTimeout(5 * time.Second)}, cfg.ClientOpts...)...)
+	// A short metadata age: a topic just created or grown on a form is
+	// found at once by the next page (a refresh happens only on a miss).
+	cl, err := admin.NewClient(cfg.Seeds, append([]kgo.Opt{kgo.ClientID("holdfast-console"), kgo.RetryTimeout(5 * time.Second),
+		kgo.MetadataMinAge(250 * time.Millisecond)}, cfg.ClientOpts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +127,7 @@ func New(cfg Config) (*Console, error) {
 		cl.Close()
 		return nil, err
 	}
-	c := &Console{cfg: cfg, cl: cl, pages: pages, mux: http.NewServeMux(), history: map[string][]lagSample{},
+	c := &Console{cfg: cfg, cl: cl, pages: pages, mux: http.NewServeMux(), history: map[string][]lagSample{}, nodes: map[int32][]admin.NodeUsage{},
 		stop: make(chan struct{}), done: make(chan struct{}), cop: http.NewCrossOriginProtection()}
 	c.loadLab()
 	static, _ := fs.Sub(assets, "assets")
@@ -128,8 +135,24 @@ func New(cfg Config) (*Console, error) {
 	c.mux.HandleFunc("GET /{$}", c.page("cluster", c.clusterPage))
 	c.mux.HandleFunc("GET /topics", c.page("topics", c.topicsPage))
 	c.mux.HandleFunc("GET /topics/{topic}", c.page("topic", c.topicPage))
+	c.mux.HandleFunc("GET /new-topic", c.page("topicnew", c.newTopicPage))
+	c.mux.HandleFunc("GET /topics/{topic}/edit", c.page("topicedit", c.editTopicPage))
+	c.mux.Handle("POST /topics", c.act(c.createTopic))
+	c.mux.Handle("POST /topics/{topic}/configs", c.act(c.alterConfig))
+	c.mux.Handle("POST /topics/{topic}/partitions", c.act(c.addPartitions))
+	c.mux.Handle("POST /topics/{topic}/produce", c.act(c.produce))
+	c.mux.Handle("POST /topics/{topic}/delete-records", c.act(c.deleteRecords))
+	c.mux.Handle("POST /topics/{topic}/delete", c.act(c.deleteTopic))
 	c.mux.HandleFunc("GET /groups", c.page("groups", c.groupsPage))
 	c.mux.HandleFunc("GET /groups/{group}", c.page("group", c.groupPage))
+	c.mux.HandleFunc("GET /groups/{group}/reset", c.page("groupreset", c.resetPage))
+	c.mux.Handle("POST /groups/{group}/reset", c.act(c.resetOffsets))
+	c.mux.HandleFunc("GET /security", c.page("security", c.securityPage))
+	c.mux.Handle("POST /security/acls", c.act(c.createACL))
+	c.mux.Handle("POST /security/acls/delete", c.act(c.deleteACL))
+	c.mux.Handle("POST /security/users", c.act(c.upsertUser))
+	c.mux.Handle("POST /security/users/delete", c.act(c.deleteUser))
+	c.mux.Handle("POST /security/quotas", c.act(c.alterQuota))
 	c.mux.HandleFunc("GET /messages", c.page("messages", c.messagesPage))
 	c.mux.HandleFunc("GET /configs", c.page("configs", c.configsPage))
 	c.mux.HandleFunc("GET /lab", c.page("lab", c.labPage))
@@ -178,6 +201,10 @@ func (c *Console) page(name string, data func(context.Context, *http.Request) (a
 	}
 }
 
+// livePages refresh themselves in place; the others hold forms (or a
+// browse) that a refresh would wipe.
+var livePages = map[string]bool{"cluster": true, "topics": true, "topic": true, "groups": true, "group": true, "configs": true, "lab": true}
+
 // render writes page name with its data and error.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, d any, err error, status int) {
 	view := struct {
@@ -189,7 +216,8 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, d 
 		Refresh bool
 		User    string // logged in as; "": the console asks nobody
 		CSRF    string
-	}{Page: name, Data: d, Node: c.cfg.Broker.Config().NodeID, Now: time.Now(), Refresh: name != "messages"}
+		Actions bool // the forms that change the cluster are on
+	}{Actions: !c.cfg.ReadOnly, Page: name, Data: d, Node: c.cfg.Broker.Config().NodeID, Now: time.Now(), Refresh: livePages[name]}
 	if id, ok := userOf(r); ok {
 		view.User, view.CSRF = id.principal.String(), id.csrf
 	}
@@ -229,6 +257,7 @@ func (c *Console) sampleLoop() {
 }
 
 func (c *Console) sampleAll(ctx context.Context) {
+	c.sampleNodes(ctx)
 	gs, err := c.cl.ListGroups(ctx)
 	if err != nil || len(gs) == 0 {
 		return
@@ -262,6 +291,41 @@ func (c *Console) record(group string, lag int64) {
 		h = h[len(h)-c.cfg.LagSamples:]
 	}
 	c.history[group] = h
+}
+
+// sampleNodes records each node's disk use and records for the cluster
+// page's charts; nodes no longer in the cluster are forgotten.
+func (c *Console) sampleNodes(ctx context.Context) {
+	us, err := c.cl.NodesUsage(ctx)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	seen := map[int32]bool{}
+	for _, u := range us {
+		seen[u.Node] = true
+		h := append(c.nodes[u.Node], u)
+		if len(h) > c.cfg.LagSamples {
+			h = h[len(h)-c.cfg.LagSamples:]
+		}
+		c.nodes[u.Node] = h
+	}
+	for n := range c.nodes {
+		if !seen[n] {
+			delete(c.nodes, n)
+		}
+	}
+}
+
+func (c *Console) nodeHistory() map[int32][]admin.NodeUsage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[int32][]admin.NodeUsage, len(c.nodes))
+	for n, h := range c.nodes {
+		out[n] = append([]admin.NodeUsage(nil), h...)
+	}
+	return out
 }
 
 func (c *Console) lagHistory(group string) []lagSample {

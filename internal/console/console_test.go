@@ -1,7 +1,9 @@
 package console_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -166,4 +168,127 @@ func TestClusterTopicPage(t *testing.T) {
 	if !strings.Contains(body, "1 <small>this node</small>") {
 		t.Errorf("node 1's replica not marked:\n%s", body)
 	}
+}
+
+// TestBrowseAcrossPartitions: the message browser reads every partition
+// at once and merges by timestamp, from the start, from a time, and the
+// newest; a search by key, value or header keeps the matches among at most
+// the records it may scan, and says when it stopped at that bound.
+func TestBrowseAcrossPartitions(t *testing.T) {
+	n := brokertest.Start(t)
+	n.CreateTopic("spread", 3, nil)
+	cl := n.Client(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := 0; i < 12; i++ {
+		r := &kgo.Record{Topic: "spread", Partition: int32(i % 3), Key: []byte(fmt.Sprintf("key%02d", i)), Value: []byte(fmt.Sprintf("v%02d", i)), Timestamp: t0.Add(time.Duration(i) * time.Second)}
+		switch i {
+		case 4, 7:
+			r.Value = append(r.Value, " needle"...)
+		case 5:
+			r.Headers = []kgo.RecordHeader{{Key: "trace", Value: []byte("abc")}}
+		}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := console.New(console.Config{Broker: n.B, Seeds: []string{n.Addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv := httptest.NewServer(c)
+	defer srv.Close()
+	row := regexp.MustCompile(`<tr><td class="n">(\d+)</td><td class="n">(\d+)</td><td>[^<]*</td><td>key(\d+)</td>`)
+	keys := func(query string) (string, string) {
+		t.Helper()
+		resp, err := http.Get(srv.URL + "/messages?topic=spread&" + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d\n%s", query, resp.StatusCode, b)
+		}
+		var ks []string
+		for _, m := range row.FindAllStringSubmatch(string(b), -1) {
+			ks = append(ks, m[3])
+		}
+		return strings.Join(ks, ","), string(b)
+	}
+	for query, want := range map[string]string{
+		"offset=earliest":             "00,01,02,03,04,05,06,07,08,09,10,11",
+		"offset=earliest&max=4":       "00,01,02,03",
+		"max=3":                       "09,10,11",
+		"offset=2":                    "06,07,08,09,10,11",
+		"partition=1&offset=earliest": "01,04,07,10",
+		"timestamp=" + t0.Add(8*time.Second).Format(time.RFC3339): "08,09,10,11",
+		"offset=earliest&value=needle":                            "04,07",
+		"offset=earliest&header=trace%3Dab":                       "05",
+		"offset=earliest&key=key1":                                "10,11",
+	} {
+		if got, body := keys(query); got != want {
+			t.Errorf("%s: keys %s, want %s\n%s", query, got, want, body)
+		}
+	}
+	got, body := keys("offset=earliest&value=needle&scan=6")
+	if got != "04" || !strings.Contains(body, "scanned 6 records (at most 6") || !strings.Contains(body, "more may match further on") {
+		t.Errorf("a search bounded to 6 records: keys %s\n%s", got, body)
+	}
+}
+
+// TestNodeUsageCharts: the cluster page shows each node's bytes on disk,
+// its volume and charts of size, bytes written and records per second,
+// from the console's samples (DescribeLogDirs and high watermarks): after
+// records are written the size and the records rate grow.
+func TestNodeUsageCharts(t *testing.T) {
+	n := brokertest.Start(t)
+	n.CreateTopic("disk", 1, nil)
+	c, err := console.New(console.Config{Broker: n.B, Seeds: []string{n.Addr}, LagSampleInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv := httptest.NewServer(c)
+	defer srv.Close()
+	page := func() string {
+		resp, err := http.Get(srv.URL + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	sizeRe := regexp.MustCompile(`<td class="n" id="node-1-size">([^<]+)</td>`)
+	recsRe := regexp.MustCompile(`aria-label="node 1: records per second"><text x="0" y="-3">max ([0-9]+)/s</text>`)
+	before := sizeRe.FindStringSubmatch(page())
+	if before == nil {
+		t.Fatalf("no size for node 1:\n%s", page())
+	}
+	cl := n.Client(kgo.DefaultProduceTopic("disk"))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := 0; i < 200; i++ {
+		cl.Produce(ctx, &kgo.Record{Value: bytes.Repeat([]byte("x"), 1000)}, nil)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	brokertest.Await(t, "the size and records rate to grow", func() error {
+		body := page()
+		m, r := sizeRe.FindStringSubmatch(body), recsRe.FindStringSubmatch(body)
+		if m == nil || r == nil {
+			return fmt.Errorf("no size or records chart in\n%s", body)
+		}
+		if m[1] == before[1] || !strings.HasSuffix(m[1], "KiB") && !strings.HasSuffix(m[1], "MiB") || r[1] == "0" {
+			return fmt.Errorf("size %s (before %s), records max %s/s", m[1], before[1], r[1])
+		}
+		if !strings.Contains(body, `aria-label="node 1: bytes written per second"`) || !strings.Contains(body, `class="meter"`) {
+			return fmt.Errorf("no bytes-written chart or volume meter")
+		}
+		return nil
+	})
 }

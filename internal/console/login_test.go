@@ -200,6 +200,9 @@ func TestLoginACLs(t *testing.T) {
 			t.Errorf("alice's %s does not say who is logged in", path)
 		}
 	}
+	if _, body := getWith(t, alice, srv.URL+"/"); strings.Contains(body, `id="node-usage"`) || !strings.Contains(body, "no disk and throughput per node") {
+		t.Errorf("alice (no DESCRIBE on the CLUSTER) sees the nodes' disks:\n%s", body)
+	}
 	if _, body := getWith(t, alice, srv.URL+"/topics"); !strings.Contains(body, `href="/topics/public"`) {
 		t.Errorf("alice's topics lack public:\n%s", body)
 	}

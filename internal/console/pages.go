@@ -16,6 +16,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"holdfast/internal/admin"
 	"holdfast/internal/auth"
@@ -35,6 +36,8 @@ var funcs = template.FuncMap{
 	"ts":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
 	"add":   func(a, b int) int { return a + b },
 	"join":  func(s []string) string { return strings.Join(s, ", ") },
+	"list":  func(s ...string) []string { return s },
+	"int64": func(f float64) int64 { return int64(f) },
 }
 
 func humanBytes(n int64) string {
@@ -56,6 +59,123 @@ type clusterView struct {
 	Partitions, UnderReplicated, Offline int
 	Groups                               int
 	Local                                []broker.PartitionStats
+	// Usage: each node's disk and throughput (DESCRIBE on the CLUSTER,
+	// DescribeLogDirs' rule); UsageErr why not shown.
+	Usage    []nodeUsageView
+	UsageErr string
+}
+
+type nodeUsageView struct {
+	Node                int32
+	Size, Total, Used   int64 // Total -1: unreported
+	UsedPct             float64
+	BytesRate, RecsRate float64 // per second over the last two samples
+	SizeChart           template.HTML
+	BytesChart          template.HTML
+	RecordsChart        template.HTML
+	Samples             int
+	Err                 string
+}
+
+// usage builds the node rows from the samples: size over time, and the
+// growth of size (bytes written net of retention, never below 0) and of
+// records per second.
+func (c *Console) usage(ctx context.Context) []nodeUsageView {
+	hist := c.nodeHistory()
+	if len(hist) == 0 || time.Since(lastSample(hist)) > 2*c.cfg.LagSampleInterval {
+		c.sampleNodes(ctx) // a view is a sample too: the page is never empty
+		hist = c.nodeHistory()
+	}
+	var out []nodeUsageView
+	for _, n := range sortedInt32Keys(hist) {
+		h := hist[n]
+		last := h[len(h)-1]
+		v := nodeUsageView{Node: n, Size: last.Size, Total: last.Total, Samples: len(h), Err: last.Err}
+		if last.Total > 0 {
+			v.Used = last.Total - last.Usable
+			v.UsedPct = float64(v.Used) / float64(last.Total) * 100
+		}
+		var at []time.Time
+		var size, bytesRate, recsRate []float64
+		for i, s := range h {
+			at = append(at, s.At)
+			size = append(size, float64(s.Size))
+			if i == 0 {
+				bytesRate, recsRate = append(bytesRate, 0), append(recsRate, 0)
+				continue
+			}
+			dt := s.At.Sub(h[i-1].At).Seconds()
+			if dt <= 0 {
+				dt = 1
+			}
+			bytesRate = append(bytesRate, max(0, float64(s.Size-h[i-1].Size)/dt))
+			recsRate = append(recsRate, max(0, float64(s.Records-h[i-1].Records)/dt))
+		}
+		v.BytesRate, v.RecsRate = bytesRate[len(bytesRate)-1], recsRate[len(recsRate)-1]
+		v.SizeChart = seriesChart(at, size, fmt.Sprintf("node %d: bytes on disk over time", n), func(f float64) string { return humanBytes(int64(f)) })
+		v.BytesChart = seriesChart(at, bytesRate, fmt.Sprintf("node %d: bytes written per second", n), func(f float64) string { return humanBytes(int64(f)) + "/s" })
+		v.RecordsChart = seriesChart(at, recsRate, fmt.Sprintf("node %d: records per second", n), func(f float64) string { return fmt.Sprintf("%.0f/s", f) })
+		out = append(out, v)
+	}
+	return out
+}
+
+func lastSample(h map[int32][]admin.NodeUsage) time.Time {
+	var t time.Time
+	for _, s := range h {
+		if at := s[len(s)-1].At; at.After(t) {
+			t = at
+		}
+	}
+	return t
+}
+
+func sortedInt32Keys[V any](m map[int32]V) []int32 {
+	out := make([]int32, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// maxChartPoints bounds the points of a node chart.
+const maxChartPoints = 120
+
+// seriesChart draws a small inline SVG line of vs over at, its top value
+// labelled with label.
+func seriesChart(at []time.Time, vs []float64, aria string, label func(float64) string) template.HTML {
+	const w, ht = 240.0, 50.0
+	if len(vs) == 0 {
+		return ""
+	}
+	top := 0.0
+	for _, v := range vs {
+		top = max(top, v)
+	}
+	scale := top
+	if scale <= 0 {
+		scale = 1
+	}
+	span := at[len(at)-1].Sub(at[0]).Seconds()
+	var pts []string
+	step := (len(vs) + maxChartPoints - 1) / maxChartPoints // a page's size stays small
+	for i, v := range vs {
+		if i%step != 0 && i != len(vs)-1 {
+			continue
+		}
+		x := w
+		if span > 0 {
+			x = at[i].Sub(at[0]).Seconds() / span * w
+		}
+		pts = append(pts, fmt.Sprintf("%.1f,%.1f", x, ht-v/scale*ht))
+	}
+	if len(pts) == 1 {
+		pts = append([]string{fmt.Sprintf("0,%.1f", ht-vs[0]/scale*ht)}, pts...)
+	}
+	return template.HTML(fmt.Sprintf(`<svg class="spark" viewBox="-2 -12 %g %g" role="img" aria-label="%s">`+
+		`<text x="0" y="-3">%s</text><line x1="0" y1="%g" x2="%g" y2="%g" class="axis"/><polyline points="%s" class="series"/></svg>`,
+		w+4, ht+16, template.HTMLEscapeString(aria), template.HTMLEscapeString("max "+label(top)), ht, w, ht, strings.Join(pts, " ")))
 }
 
 func (c *Console) clusterPage(ctx context.Context, r *http.Request) (any, error) {
@@ -77,6 +197,11 @@ func (c *Console) clusterPage(ctx context.Context, r *http.Request) (any, error)
 	}
 	if gs, err := c.cl.ListGroups(ctx); err == nil {
 		v.Groups = len(c.visibleGroups(r, gs))
+	}
+	if c.allowed(r, auth.OpDescribe, auth.ResourceCluster, auth.ClusterName) {
+		v.Usage = c.usage(ctx)
+	} else {
+		v.UsageErr = fmt.Sprintf("%s may not DESCRIBE the CLUSTER (CLUSTER_AUTHORIZATION_FAILED): no disk and throughput per node", userName(r))
 	}
 	return v, nil
 }
@@ -371,12 +496,19 @@ type messageRow struct {
 type messagesView struct {
 	Topics                    []string
 	Topic, Offset, At, Format string
-	Partition                 int32
+	PartitionArg              string // as asked: "" for all
+	Partition                 int32  // -1: all
 	Max, Partitions           int
 	Start, End                int64
 	Rows                      []messageRow
 	Searched                  bool
 	Offsets                   []partitionOffsets
+	// The search: substrings of the key, the value, a header (name=value).
+	Key, Value, Header string
+	Search             bool
+	Scan, Scanned      int
+	ReadPartitions     int
+	Bounded            bool
 }
 
 type partitionOffsets struct {
@@ -384,16 +516,33 @@ type partitionOffsets struct {
 	Start, End int64
 }
 
+// Message browser limits.
+const (
+	maxBrowse      = 500   // records shown
+	defaultScan    = 1000  // records scanned by a search
+	maxScan        = 10000 // the most a search may scan
+	browseDeadline = 3 * time.Second
+)
+
 func (c *Console) messagesPage(ctx context.Context, r *http.Request) (any, error) {
 	q := r.URL.Query()
-	v := messagesView{Topic: q.Get("topic"), Offset: q.Get("offset"), At: q.Get("timestamp"), Format: q.Get("format"), Max: 50, Start: -1, End: -1}
+	v := messagesView{Topic: q.Get("topic"), Offset: q.Get("offset"), At: q.Get("timestamp"), Format: q.Get("format"), Max: 50, Start: -1, End: -1,
+		PartitionArg: strings.TrimSpace(q.Get("partition")), Partition: -1, Key: q.Get("key"), Value: q.Get("value"), Header: q.Get("header"), Scan: defaultScan}
 	if v.Format == "" {
 		v.Format = "text"
 	}
 	if n, err := strconv.Atoi(q.Get("max")); err == nil && n > 0 {
-		v.Max = min(n, 500)
+		v.Max = min(n, maxBrowse)
 	}
-	if n, err := strconv.ParseInt(q.Get("partition"), 10, 32); err == nil {
+	if n, err := strconv.Atoi(q.Get("scan")); err == nil && n > 0 {
+		v.Scan = min(n, maxScan)
+	}
+	v.Search = v.Key != "" || v.Value != "" || v.Header != ""
+	if v.PartitionArg != "" && v.PartitionArg != "all" {
+		n, err := strconv.ParseInt(v.PartitionArg, 10, 32)
+		if err != nil || n < 0 {
+			return v, fmt.Errorf("partition %q: want a partition number, or nothing for all", v.PartitionArg)
+		}
 		v.Partition = int32(n)
 	}
 	ts, err := c.cl.A.ListTopics(ctx)
@@ -425,30 +574,50 @@ func (c *Console) messagesPage(ctx context.Context, r *http.Request) (any, error
 		}
 		slices.SortFunc(v.Offsets, func(a, b partitionOffsets) int { return int(a.Partition - b.Partition) })
 	}
-	spec := admin.ReadSpec{Topic: v.Topic, Partition: v.Partition, Max: v.Max, Offset: -int64(v.Max)}
+	spec := admin.TopicRead{Topic: v.Topic, Max: v.Max, Offset: -int64(v.Max)}
+	if v.Partition >= 0 {
+		spec.Partitions = []int32{v.Partition}
+	}
+	if v.Search {
+		spec.Scan = v.Scan
+		key, val, hdr := []byte(v.Key), []byte(v.Value), []byte(v.Header)
+		spec.Match = func(rec *kgo.Record) bool {
+			if len(key) > 0 && !bytes.Contains(rec.Key, key) || len(val) > 0 && !bytes.Contains(rec.Value, val) {
+				return false
+			}
+			if len(hdr) == 0 {
+				return true
+			}
+			for _, h := range rec.Headers {
+				if bytes.Contains([]byte(h.Key+"="+string(h.Value)), hdr) {
+					return true
+				}
+			}
+			return false
+		}
+	}
 	switch {
 	case v.At != "":
-		t, err := time.Parse(time.RFC3339Nano, v.At)
+		t, err := parseTime(v.At)
 		if err != nil {
-			if t, err = time.Parse("2006-01-02T15:04", v.At); err != nil { // <input type=datetime-local>
-				return v, fmt.Errorf("timestamp %q: want RFC 3339", v.At)
-			}
+			return v, err
 		}
 		spec.Time = t
 	case v.Offset == "earliest":
 		spec.Offset = 0
 	case v.Offset != "" && v.Offset != "latest":
 		n, err := strconv.ParseInt(v.Offset, 10, 64)
-		if err != nil {
+		if err != nil || n < 0 {
 			return v, fmt.Errorf("offset %q: want a number, earliest or latest", v.Offset)
 		}
 		spec.Offset = n
 	}
 	v.Searched = true
-	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, browseDeadline)
 	defer cancel()
-	recs, err := c.cl.ReadRecords(rctx, spec)
-	for _, rec := range recs {
+	res, err := c.cl.ReadTopic(rctx, spec)
+	v.Scanned, v.ReadPartitions, v.Bounded = res.Scanned, res.Partitions, res.Bounded
+	for _, rec := range res.Records {
 		row := messageRow{Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp, Key: format(rec.Key, "text"), Value: format(rec.Value, v.Format), Size: len(rec.Value)}
 		for _, h := range rec.Headers {
 			row.Headers = append(row.Headers, h.Key+"="+format(h.Value, "text"))
