@@ -30,16 +30,18 @@ rounds=${ROUNDS:-3}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 
-# name  record-bytes  partitions  records  rate(0 = saturated)  kind
+# name  record-bytes  partitions  records  rate(0 = saturated)  kind  linger
 # (an RF=3 case needs a 3-node start_peer; add its line and a branch there)
+# linger is the producer's linger.ms (kload -linger); 0 = send at once.
 all_cases="
-1p-1KiB     1024  1     200000 0     produce
-6p-1KiB     1024  6     200000 0     produce
-6p-100B     100   6     500000 0     produce
-1000p-1KiB  1024  1000  200000 0     produce
-1p-rate1k   1024  1     10000  1000  produce
-1p-consume  1024  1     200000 0     consume
-1p-e2e      1024  1     200000 50000 e2e
+1p-1KiB     1024  1     200000 0     produce 0
+6p-1KiB     1024  6     200000 0     produce 0
+6p-100B     100   6     500000 0     produce 0
+1000p-1KiB  1024  1000  200000 0     produce 0
+1000p-1KiB-linger5 1024 1000 200000 0 produce 5ms
+1p-rate1k   1024  1     10000  1000  produce 0
+1p-consume  1024  1     200000 0     consume 0
+1p-e2e      1024  1     200000 50000 e2e     0
 "
 default_cases=$(echo "$all_cases" | awk 'NF && $6 == "produce" {print $1}')
 cases=${CASES:-$default_cases}
@@ -80,12 +82,12 @@ timed() {
 
 # run CASE PEER ROUND: one kload produce; appends a JSON line to $work/results.
 run() {
-	local name=$1 peer=$2 round=$3 size parts records rate kind
-	read -r _ size parts records rate kind <<<"$(echo "$all_cases" | awk -v n="$name" '$1 == n')"
+	local name=$1 peer=$2 round=$3 size parts records rate kind linger
+	read -r _ size parts records rate kind linger <<<"$(echo "$all_cases" | awk -v n="$name" '$1 == n')"
 	records=$(python3 -c "print(max(1000, int($records*$scale)))")
 	local topic="b-$name-$RANDOM" out c0 c1 rss=0
 	local produce=("$work/kload" produce -brokers 127.0.0.1:$port -topic "$topic" -create -partitions "$parts"
-		-records "$records" -size "$size" -acks all -rate "$rate")
+		-records "$records" -size "$size" -acks all -rate "$rate" -linger "${linger:-0}")
 	case $kind in
 	consume)
 		"${produce[@]}" -acked "$work/acked" >/dev/null
