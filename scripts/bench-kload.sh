@@ -11,6 +11,15 @@
 #   DIRECT=1 scripts/bench-kload.sh             # adds peer holdfast-direct (--log-direct-io)
 #   PEERS="holdfast holdfast-direct" scripts/bench-kload.sh  # only these peers
 #   KEEP=/tmp/results.jsonl scripts/bench-kload.sh           # keep the raw results (one JSON line per run)
+#   WARMUP=4 scripts/bench-kload.sh             # produce cases: create the topic and write 4 records
+#                                               # per partition before the measured window
+#
+# Without WARMUP a produce case's window includes creating the topic: at
+# 1,000 partitions on this VM that is 3-4 CPU-s of the broker (directories,
+# segment and checkpoint files, fsyncs: docs/benchmarks.md, round 12), i.e.
+# most of the "CPU per record" of a 100,000-record run. With WARMUP the
+# creation's CPU is reported on its own (setup CPU-s) and the window holds
+# only records written to partitions that exist.
 #
 # Cases are produce runs, except the consume ones (produce, then time a
 # consumer reading it all back: the read path right after the writes, page
@@ -30,16 +39,18 @@ rounds=${ROUNDS:-3}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 
-# name  record-bytes  partitions  records  rate(0 = saturated)  kind
+# name  record-bytes  partitions  records  rate(0 = saturated)  kind  linger
 # (an RF=3 case needs a 3-node start_peer; add its line and a branch there)
+# linger is the producer's linger.ms (kload -linger); 0 = send at once.
 all_cases="
-1p-1KiB     1024  1     200000 0     produce
-6p-1KiB     1024  6     200000 0     produce
-6p-100B     100   6     500000 0     produce
-1000p-1KiB  1024  1000  200000 0     produce
-1p-rate1k   1024  1     10000  1000  produce
-1p-consume  1024  1     200000 0     consume
-1p-e2e      1024  1     200000 50000 e2e
+1p-1KiB     1024  1     200000 0     produce 0
+6p-1KiB     1024  6     200000 0     produce 0
+6p-100B     100   6     500000 0     produce 0
+1000p-1KiB  1024  1000  200000 0     produce 0
+1000p-1KiB-linger5 1024 1000 200000 0 produce 5ms
+1p-rate1k   1024  1     10000  1000  produce 0
+1p-consume  1024  1     200000 0     consume 0
+1p-e2e      1024  1     200000 50000 e2e     0
 "
 default_cases=$(echo "$all_cases" | awk 'NF && $6 == "produce" {print $1}')
 cases=${CASES:-$default_cases}
@@ -80,12 +91,19 @@ timed() {
 
 # run CASE PEER ROUND: one kload produce; appends a JSON line to $work/results.
 run() {
-	local name=$1 peer=$2 round=$3 size parts records rate kind
-	read -r _ size parts records rate kind <<<"$(echo "$all_cases" | awk -v n="$name" '$1 == n')"
+	local name=$1 peer=$2 round=$3 size parts records rate kind linger
+	read -r _ size parts records rate kind linger <<<"$(echo "$all_cases" | awk -v n="$name" '$1 == n')"
 	records=$(python3 -c "print(max(1000, int($records*$scale)))")
-	local topic="b-$name-$RANDOM" out c0 c1 rss=0
-	local produce=("$work/kload" produce -brokers 127.0.0.1:$port -topic "$topic" -create -partitions "$parts"
-		-records "$records" -size "$size" -acks all -rate "$rate")
+	local topic="b-$name-$RANDOM" out c0 c1 rss=0 setup=0 create=-create
+	if [ "${WARMUP:-0}" -gt 0 ] && [ "$kind" = produce ]; then
+		c0=$(cpu_ticks "$pid")
+		"$work/kload" produce -brokers 127.0.0.1:$port -topic "$topic" -create -partitions "$parts" \
+			-records $((parts * WARMUP)) -size "$size" -acks all >/dev/null
+		setup=$(( $(cpu_ticks "$pid") - c0 ))
+		create=
+	fi
+	local produce=("$work/kload" produce -brokers 127.0.0.1:$port -topic "$topic" $create -partitions "$parts"
+		-records "$records" -size "$size" -acks all -rate "$rate" -linger "${linger:-0}")
 	case $kind in
 	consume)
 		"${produce[@]}" -acked "$work/acked" >/dev/null
@@ -112,8 +130,8 @@ if r.get("cmd") == "e2e":  # the row: produce rate, end-to-end latency
 elif r.get("cmd") == "consume":  # the row: consume rate, no latency
     r = dict(r, records=r["fetched"], acked=r["fetched"], failed=r.get("lost", 0), produce_latency={"p50_ms": 0, "p99_ms": 0})
 r.update(case=sys.argv[2], peer=sys.argv[3], round=int(sys.argv[4]), cpu_s=(int(sys.argv[6])-int(sys.argv[5]))/100.0, rss_mib=int(sys.argv[7]),
-         client_cpu_s=sum(float(x) for x in sys.argv[8].split()[:2]))
-print(json.dumps(r))' "$out" "$name" "$peer" "$round" "$c0" "$c1" "$rss" "$(tail -1 "$work/client-cpu" 2>/dev/null || echo 0 0)" >>"$work/results"
+         client_cpu_s=sum(float(x) for x in sys.argv[8].split()[:2]), setup_cpu_s=int(sys.argv[9])/100.0)
+print(json.dumps(r))' "$out" "$name" "$peer" "$round" "$c0" "$c1" "$rss" "$(tail -1 "$work/client-cpu" 2>/dev/null || echo 0 0)" "$setup" >>"$work/results"
 }
 
 for name in $cases; do
@@ -134,8 +152,9 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 cases = list(dict.fromkeys(r["case"] for r in rows))
 peers = list(dict.fromkeys(r["peer"] for r in rows))
 med = lambda xs: statistics.median(xs) if xs else float("nan")
-print("| case | peer | records/s | MB/s | p50 ms | p99 ms | broker CPU µs/record | client CPU µs/record | peak RSS MiB | failed |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+setup = any(r.get("setup_cpu_s") for r in rows)
+print("| case | peer | records/s | MB/s | p50 ms | p99 ms | broker CPU µs/record | client CPU µs/record | peak RSS MiB | failed |" + (" setup CPU-s |" if setup else ""))
+print("|---|---|---|---|---|---|---|---|---|---|" + ("---|" if setup else ""))
 for c in cases:
     for p in peers:
         rs = [r for r in rows if r["case"] == c and r["peer"] == p]
@@ -147,7 +166,8 @@ for c in cases:
         print("| %s | %s | %.0f | %.1f | %.2f | %.2f | %.2f | %.2f | %s | %d |" % (c, p,
             med([r["records_per_s"] for r in rs]), med([r["mb_per_s"] for r in rs]),
             med([x["p50_ms"] for x in l]), med([x["p99_ms"] for x in l]), cpu, ccpu,
-            max(r["rss_mib"] for r in rs) or "-", sum(r["failed"] for r in rs)))
+            max(r["rss_mib"] for r in rs) or "-", sum(r["failed"] for r in rs)) +
+            (" %.2f |" % med([r.get("setup_cpu_s", 0) for r in rs]) if setup else ""))
 print()
 print("Per round, holdfast / kfake-sync (records/s; CPU per record)" + (" and holdfast / holdfast-base" if "holdfast-base" in peers else "") + ":")
 print()
@@ -170,6 +190,20 @@ for c in cases:
     if "holdfast-base" in peers:
         line += " %s (%.2fx) | %s (%.2fx) |" % (f(br), med(br), f(bc), med(bc))
     print(line)
+if "kfake-mem" in peers:
+    print()
+    print("Per round, holdfast / kfake-mem (records/s; CPU per record):")
+    print()
+    print("| case | records/s ratio per round | median | CPU/record ratio per round | median |")
+    print("|---|---|---|---|---|")
+    for c in cases:
+        rr, cr = [], []
+        for k in sorted({r["round"] for r in rows if r["case"] == c}):
+            h, m = get(c, "holdfast", k), get(c, "kfake-mem", k)
+            if h and m and m["records_per_s"] > 0 and cpr(m) > 0:
+                rr.append(h["records_per_s"] / m["records_per_s"]); cr.append(cpr(h) / cpr(m))
+        f = lambda xs: ", ".join("%.2f" % x for x in xs)
+        print("| %s | %s | %.2fx | %s | %.2fx |" % (c, f(rr), med(rr), f(cr), med(cr)))
 others = [p for p in peers if p.startswith("holdfast-") and p != "holdfast-base"]
 if others:
     print()
