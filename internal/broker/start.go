@@ -29,7 +29,8 @@ import (
 //  3. openCluster: the Raft host and this node's identity (cluster.Open);
 //  4. startStorage: the syncer, the metadata store, every replica;
 //  5. cluster.Start: follow the metadata log, register, the controller's
-//     loops (a single node is registered when it returns);
+//     loops (a single node is registered when it returns); then tiered
+//     storage's task, when it is on (tiered.go);
 //  6. startSecurity: ACLs into the authorizer, bootstrap SCRAM users;
 //  7. startCoordinators: the group and transaction coordinators;
 //  8. cluster.StartBalancing: preferred-leader balance;
@@ -73,6 +74,7 @@ func New(cfg Config) (*Broker, error) {
 		{"cluster", b.openCluster},
 		{"storage", b.startStorage},
 		{"cluster metadata", b.startClusterMeta},
+		{"tiered storage", b.startTiered},
 		{"security", b.startSecurity},
 		{"coordinators", b.startCoordinators},
 		{"leadership", b.startLeadership},
@@ -194,7 +196,7 @@ func (b *Broker) startStorage() error {
 		NodeID: b.cfg.NodeID, DataDir: b.cfg.DataDir,
 		DirectoryID: b.ident.DirectoryID.String(), BootstrapMember: b.ident.BootstrapMember(),
 		LogDefaults: b.cfg.LogDefaults, RetentionCheckInterval: b.cfg.RetentionCheckInterval, Cleaner: b.cfg.LogCleaner,
-		FS: b.cfg.FS, Logger: b.log,
+		RemoteStorage: b.cfg.Tiered.Enabled, FS: b.cfg.FS, Logger: b.log,
 	}, meta, b.cluster.Host(), b.syncer)
 	b.closers = append(b.closers, b.replicas.Close)
 	// Runs just before the logs close (closers run newest first): the

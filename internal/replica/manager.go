@@ -51,8 +51,13 @@ type Config struct {
 	// Cleaner is the log cleaner's config (the zero value: Kafka's
 	// defaults).
 	Cleaner CleanerConfig
-	FS      storage.FS
-	Logger  *slog.Logger
+	// RemoteStorage is remote.log.storage.system.enable: a topic with
+	// remote.storage.enable then gets its retention from tiered storage
+	// (internal/tiered), which deletes local segments only once they are
+	// in the object store.
+	RemoteStorage bool
+	FS            storage.FS
+	Logger        *slog.Logger
 }
 
 // Manager is this node's set of replicas.
