@@ -224,8 +224,16 @@ func (m *Manager) commit(ctx context.Context, p *partition.Partition, mf Manifes
 	if err := m.host.WaitCommitted(ctx, prop); err != nil {
 		return err
 	}
-	_, err = m.refresh(p)
-	return err
+	// Committed: it is the newest manifest (only the leader proposes
+	// them, one at a time), although the host's list of committed
+	// commands may not show it yet.
+	st := m.state(p)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if prop.Index >= st.seen {
+		st.m, st.cmdOffset, st.seen = mf, prop.EndOffset, prop.Index
+	}
+	return nil
 }
 
 // upload copies p's closed, committed segments that are not remote yet,

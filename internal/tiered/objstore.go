@@ -60,7 +60,10 @@ func NewS3(cfg Config) (ObjectStore, error) {
 	if cfg.PathStyle {
 		lookup = minio.BucketLookupPath
 	}
-	c, err := minio.New(host, &minio.Options{Creds: credentialChain(), Secure: secure, Region: cfg.Region, BucketLookup: lookup})
+	// Few retries inside the client: a store that is down should fail
+	// the upload soon, so that the manager's backoff, its log line and
+	// its metric say so, rather than hold it in the client's own retries.
+	c, err := minio.New(host, &minio.Options{Creds: credentialChain(), Secure: secure, Region: cfg.Region, BucketLookup: lookup, MaxRetries: 2})
 	if err != nil {
 		return nil, fmt.Errorf("tiered: object store client: %w", err)
 	}

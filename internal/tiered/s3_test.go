@@ -1,0 +1,319 @@
+package tiered_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"go/build"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/broker"
+	"holdfast/internal/brokertest"
+	"holdfast/internal/freeport"
+	"holdfast/internal/tiered"
+	"holdfast/internal/wire"
+)
+
+// objectStore is a real S3-compatible server run as a process: versitygw
+// with its POSIX backend (installed by .ci/run, pinned there).
+type objectStore struct {
+	t        *testing.T
+	bin, dir string
+	addr     string
+	cmd      *exec.Cmd
+}
+
+const (
+	testBucket = "holdfast"
+	testAccess = "holdfasttest"
+	testSecret = "holdfasttestsecret"
+)
+
+// startObjectStore starts versitygw on a free port. Without the binary the
+// test is skipped, except under CI (CI=true), where that is a failure.
+func startObjectStore(t *testing.T) *objectStore {
+	t.Helper()
+	bin, err := exec.LookPath("versitygw")
+	if err != nil {
+		if p := filepath.Join(build.Default.GOPATH, "bin", "versitygw"); fileExists(p) {
+			bin, err = p, nil
+		}
+	}
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("versitygw (the S3-compatible server these tests run) is not installed: .ci/run installs it")
+		}
+		t.Skip("versitygw not found on PATH or in $GOPATH/bin: install it as .ci/run does (go install github.com/versity/versitygw/cmd/versitygw@v1.8.0) to run the tiered-storage tests")
+	}
+	addr, err := freeport.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &objectStore{t: t, bin: bin, dir: t.TempDir(), addr: addr}
+	if err := os.Mkdir(filepath.Join(s.dir, testBucket), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The brokers find credentials in the standard chain.
+	t.Setenv("AWS_ACCESS_KEY_ID", testAccess)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", testSecret)
+	s.start()
+	t.Cleanup(s.kill)
+	return s
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func (s *objectStore) start() {
+	s.t.Helper()
+	s.cmd = exec.Command(s.bin, "--access", testAccess, "--secret", testSecret, "--port", s.addr, "--quiet", "posix", s.dir)
+	s.cmd.Stdout, s.cmd.Stderr = os.Stderr, os.Stderr
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	brokertest.Await(s.t, "the object store to listen", func() error {
+		c, err := net.DialTimeout("tcp", s.addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+}
+
+// kill stops the server with SIGKILL, as a crash.
+func (s *objectStore) kill() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGKILL)
+	s.cmd.Wait()
+	s.cmd = nil
+}
+
+// objects counts the segment objects in the bucket.
+func (s *objectStore) objects() int {
+	n := 0
+	filepath.WalkDir(filepath.Join(s.dir, testBucket), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".log") {
+			n++
+		}
+		return nil
+	})
+	return n
+}
+
+func (s *objectStore) config() tiered.Config {
+	return tiered.Config{Enabled: true, Bucket: testBucket, Prefix: "cluster-a", Endpoint: "http://" + s.addr,
+		Region: "us-east-1", PathStyle: true, TaskInterval: 50 * time.Millisecond, RetryBackoffMax: 200 * time.Millisecond}
+}
+
+func withTiered(s *objectStore) func(*broker.Config, *wire.Limits) {
+	return func(c *broker.Config, _ *wire.Limits) { c.Tiered = s.config() }
+}
+
+func strp(s string) *string { return &s }
+
+// tieredTopic: tiny segments (a few batches each) and a local tier of one
+// byte, so every uploaded segment leaves the local disk at once.
+func tieredTopic() map[string]*string {
+	return map[string]*string{
+		"remote.storage.enable": strp("true"),
+		"segment.bytes":         strp("4096"),
+		"local.retention.bytes": strp("1"),
+	}
+}
+
+// listOffset asks node n for ListOffsets' special timestamp ts.
+func listOffset(t *testing.T, n *brokertest.Node, topic string, ts int64) int64 {
+	t.Helper()
+	req := kmsg.NewPtrListOffsetsRequest()
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewListOffsetsRequestTopicPartition()
+	rp.Partition, rp.Timestamp, rp.CurrentLeaderEpoch = 0, ts, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := n.Request(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := resp.(*kmsg.ListOffsetsResponse).Topics[0].Partitions[0]
+	if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+		t.Fatalf("list offsets %d: %v", ts, err)
+	}
+	return p.Offset
+}
+
+// produce writes records [from, to) of topic, 20 to a batch, acks=all.
+func produce(t *testing.T, cl *kgo.Client, topic string, from, to int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := from; i < to; {
+		var batch []*kgo.Record
+		for ; i < to && len(batch) < 20; i++ {
+			batch = append(batch, &kgo.Record{Topic: topic, Value: fmt.Appendf(nil, "record-%06d-%s", i, strings.Repeat("x", 60))})
+		}
+		if err := cl.ProduceSync(ctx, batch...).FirstErr(); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+	}
+}
+
+// consumeAll reads topic from offset 0 and checks that it holds exactly
+// records [0, n), in order.
+func consumeAll(t *testing.T, n *brokertest.Node, topic string, want int) {
+	t.Helper()
+	cl := n.Client(kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	got := 0
+	for got < want {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("consumed %d of %d records: %v", got, want, ctx.Err())
+		}
+		for _, e := range fs.Errors() {
+			t.Fatalf("fetch: %v", e.Err)
+		}
+		for _, r := range fs.Records() {
+			if r.Offset != int64(got) {
+				t.Fatalf("record at offset %d, want %d", r.Offset, got)
+			}
+			if w := fmt.Sprintf("record-%06d-", got); !strings.HasPrefix(string(r.Value), w) {
+				t.Fatalf("offset %d holds %q, want %s...", r.Offset, r.Value, w)
+			}
+			got++
+		}
+	}
+}
+
+// TestTieredReadBackAfterLocalDelete: a tiered topic with a one-byte
+// local tier loses its local segments once they are uploaded, and a
+// consumer still reads every record from offset 0, the old ones from the
+// object store; ListOffsets tells the remote log start (-2), the local
+// one (-4) and the highest offset in the remote log (-5).
+func TestTieredReadBackAfterLocalDelete(t *testing.T) {
+	s := startObjectStore(t)
+	n := brokertest.Start(t, withTiered(s))
+	const topic, records = "tiered", 1000
+	n.CreateTopic(topic, 1, tieredTopic())
+	produce(t, n.Client(), topic, 0, records)
+
+	brokertest.Await(t, "the local tier to delete uploaded segments", func() error {
+		if local := listOffset(t, n, topic, -4); local < records/2 {
+			return fmt.Errorf("local log start %d", local)
+		}
+		return nil
+	})
+	if earliest := listOffset(t, n, topic, -2); earliest != 0 {
+		t.Fatalf("earliest offset %d, want 0 (the remote log start)", earliest)
+	}
+	local, tieredEnd := listOffset(t, n, topic, -4), listOffset(t, n, topic, -5)
+	if tieredEnd < local-1 || tieredEnd >= records {
+		t.Fatalf("latest tiered offset %d with the local log starting at %d", tieredEnd, local)
+	}
+	if s.objects() == 0 {
+		t.Fatal("no segment objects in the bucket")
+	}
+	consumeAll(t, n, topic, records)
+}
+
+// TestTieredObjectStoreKilledMidUpload: the object store is killed -9
+// while the leader uploads, the producer keeps writing (nothing waits for
+// the store), and once the store is back every record is still read from
+// offset 0 after the local tier deleted what was uploaded.
+func TestTieredObjectStoreKilledMidUpload(t *testing.T) {
+	s := startObjectStore(t)
+	n := brokertest.Start(t, withTiered(s))
+	const topic, records = "tiered-kill", 1200
+	n.CreateTopic(topic, 1, tieredTopic())
+	cl := n.Client()
+	produce(t, cl, topic, 0, records/3)
+	brokertest.Await(t, "the first uploads", func() error {
+		if local := listOffset(t, n, topic, -4); local == 0 {
+			return errors.New("nothing uploaded yet")
+		}
+		return nil
+	})
+	s.kill()
+	produce(t, cl, topic, records/3, records) // the store is down: produce must not wait for it
+	stuck := listOffset(t, n, topic, -5)
+	s.start()
+	brokertest.Await(t, "uploads to resume", func() error {
+		if got := listOffset(t, n, topic, -5); got <= stuck || got < records/2 {
+			return fmt.Errorf("latest tiered offset %d (was %d when the store went down)", got, stuck)
+		}
+		return nil
+	})
+	consumeAll(t, n, topic, records)
+}
+
+// TestTieredConfigs: Kafka's names, defaults and sources in
+// DescribeConfigs, and its refusals: remote storage on a compacted topic,
+// and on any topic while the broker has it off.
+func TestTieredConfigs(t *testing.T) {
+	off := brokertest.Start(t)
+	ctx := context.Background()
+	adm := off.Admin()
+	refused := func(adm *kadm.Client, topic string, configs map[string]*string, msg string) {
+		t.Helper()
+		resp, err := adm.CreateTopics(ctx, 1, 1, configs, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := resp.On(topic, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(r.Err, kerr.InvalidConfig) || r.ErrMessage != msg {
+			t.Fatalf("creating %s: %v %q, want INVALID_CONFIG %q", topic, r.Err, r.ErrMessage, msg)
+		}
+	}
+	refused(adm, "refused", map[string]*string{"remote.storage.enable": strp("true")},
+		"Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.")
+
+	s := startObjectStore(t)
+	n := brokertest.Start(t, withTiered(s))
+	adm = n.Admin()
+	refused(adm, "compacted", map[string]*string{"remote.storage.enable": strp("true"), "cleanup.policy": strp("compact")},
+		"Remote log storage is unsupported for the compacted topics")
+	refused(adm, "local-over-total", map[string]*string{"remote.storage.enable": strp("true"), "retention.ms": strp("1000"), "local.retention.ms": strp("2000")},
+		"Invalid value 2000 for configuration local.retention.ms: Value must not be more than retention.ms property value: 1000")
+	n.CreateTopic("described", 1, map[string]*string{"remote.storage.enable": strp("true"), "local.retention.ms": strp("60000")})
+	rcs, err := adm.DescribeTopicConfigs(ctx, "described")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := rcs.On("described", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2]string{
+		"remote.storage.enable": {"true", "DYNAMIC_TOPIC_CONFIG"},
+		"local.retention.ms":    {"60000", "DYNAMIC_TOPIC_CONFIG"},
+		"local.retention.bytes": {"-2", "DEFAULT_CONFIG"},
+	}
+	for _, c := range rc.Configs {
+		if w, ok := want[c.Key]; ok {
+			if c.MaybeValue() != w[0] || c.Source.String() != w[1] {
+				t.Errorf("%s = %s (%s), want %s (%s)", c.Key, c.MaybeValue(), c.Source, w[0], w[1])
+			}
+			delete(want, c.Key)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("not described: %v", want)
+	}
+}
