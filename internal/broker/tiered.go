@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"context"
+	"errors"
 	"path/filepath"
 	"strconv"
 
@@ -95,4 +97,20 @@ func init() {
 			doc:   "Tiered storage: path-style requests (http://host/bucket/key).",
 			value: val(func(b *Broker) string { return strconv.FormatBool(b.cfg.Tiered.PathStyle) })},
 	)
+}
+
+// deleteRemoteRecords is DeleteRecords on a tiered topic: the remote log
+// start moves to off first (committed in the partition's Raft group), so
+// that no remote segment serves what was deleted. It reports whether it
+// failed (sp's error code set).
+func (b *Broker) deleteRemoteRecords(ctx context.Context, p *partition.Partition, off int64, sp *kmsg.DeleteRecordsResponseTopicPartition) bool {
+	if err := b.tiered.DeleteRecords(ctx, p, off); err != nil {
+		b.log.Warn("delete records: remote log start", "topic", p.Topic(), "partition", p.Index(), "offset", off, "err", err)
+		sp.ErrorCode = kerr.KafkaStorageError.Code
+		if errors.Is(err, context.DeadlineExceeded) {
+			sp.ErrorCode = kerr.RequestTimedOut.Code
+		}
+		return true
+	}
+	return false
 }

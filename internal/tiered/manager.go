@@ -61,6 +61,8 @@ type partState struct {
 	// Objects of segments that left the manifest (total retention),
 	// deleted after the manifest without them committed; retried.
 	toDelete []string
+	// propose serializes the changes of the manifest (change).
+	propose sync.Mutex
 }
 
 // New builds the manager; Start starts its task.
@@ -211,6 +213,26 @@ func (m *Manager) Manifest(p *partition.Partition) (Manifest, bool) {
 	return st.m, len(st.m.Segments) > 0
 }
 
+// change commits the manifest edit returns for p's current one (ok=false:
+// no change), one change at a time per partition on this node (the task
+// and DeleteRecords both change it), so that no change is built on a
+// manifest another one replaced.
+func (m *Manager) change(ctx context.Context, p *partition.Partition, st *partState, edit func(cur Manifest) (Manifest, bool)) error {
+	st.propose.Lock()
+	defer st.propose.Unlock()
+	if _, err := m.refresh(p); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	cur := st.m
+	m.mu.Unlock()
+	next, ok := edit(cur)
+	if !ok {
+		return nil
+	}
+	return m.commit(ctx, p, next)
+}
+
 // commit proposes mf as p's manifest and waits until it is committed.
 func (m *Manager) commit(ctx context.Context, p *partition.Partition, mf Manifest) error {
 	cmd, err := encodeManifest(mf)
@@ -267,19 +289,22 @@ func (m *Manager) upload(p *partition.Partition, t controller.Topic, st *partSta
 			return
 		}
 		from := max(s.Base, end)
-		next := Manifest{Start: mf.Start, Segments: append([]Segment(nil), mf.Segments...)}
-		if len(mf.Segments) == 0 || from > end {
-			// The first segment, or a gap: the local log lost offsets
-			// that were never uploaded (DeleteRecords, or retention
-			// before remote storage was enabled). They exist nowhere:
-			// the remote log starts after them.
-			next = Manifest{Start: from}
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		seg, err := m.copySegment(ctx, p, t, from, s.Next, epoch)
 		if err == nil {
-			next.Segments = append(next.Segments, seg)
-			err = m.commit(ctx, p, next)
+			err = m.change(ctx, p, st, func(cur Manifest) (Manifest, bool) {
+				if cur.End() != end {
+					return cur, false // changed meanwhile (DeleteRecords): the next pass looks again
+				}
+				if len(cur.Segments) == 0 || from > end {
+					// The first segment, or a gap: the local log lost
+					// offsets that were never uploaded (DeleteRecords, or
+					// retention before remote storage was enabled). They
+					// exist nowhere: the remote log starts after them.
+					return Manifest{Start: max(from, cur.Start), Segments: []Segment{seg}}, true
+				}
+				return Manifest{Start: cur.Start, Segments: append(append([]Segment(nil), cur.Segments...), seg)}, true
+			})
 		}
 		cancel()
 		if err != nil {
@@ -378,21 +403,17 @@ func (m *Manager) retention(p *partition.Partition, t controller.Topic, st *part
 		keep++
 	}
 	if keep > 0 {
-		next := Manifest{Start: mf.Segments[keep-1].Next, Segments: append([]Segment(nil), mf.Segments[keep:]...)}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := m.commit(ctx, p, next)
+		err := m.dropBelow(ctx, p, t, st, mf.Segments[keep-1].Next, mf)
 		cancel()
 		if err != nil {
 			m.log.Warn("remote retention", "topic", t.Name, "partition", p.Index(), "err", err)
 			return
 		}
 		m.mu.Lock()
-		for _, s := range mf.Segments[:keep] {
-			st.toDelete = append(st.toDelete, m.key(t, p.Index(), s)+".log", m.key(t, p.Index(), s)+".index")
-		}
 		mf, cmdOffset = st.m, st.cmdOffset
 		m.mu.Unlock()
-		m.log.Info("remote retention moved the remote log start", "topic", t.Name, "partition", p.Index(), "remote_log_start_offset", next.Start)
+		m.log.Info("remote retention moved the remote log start", "topic", t.Name, "partition", p.Index(), "remote_log_start_offset", mf.Start)
 	}
 
 	// Local retention.
@@ -421,7 +442,10 @@ func (m *Manager) retention(p *partition.Partition, t controller.Topic, st *part
 		// again above (the next pass cuts).
 		if p.LogEndOffset() > point {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			if err := m.commit(ctx, p, mf); err != nil {
+			err := m.change(ctx, p, st, func(cur Manifest) (Manifest, bool) {
+				return cur, cur.Start == mf.Start && cur.End() == mf.End()
+			})
+			if err != nil {
 				m.log.Warn("re-committing the remote log manifest", "topic", t.Name, "partition", p.Index(), "err", err)
 			}
 			cancel()
@@ -483,3 +507,49 @@ func (m *Manager) tempFile() (*os.File, error) {
 var errNotRemote = errors.New("tiered: offset is not in the remote log")
 
 var _ = filepath.Join
+
+// DeleteRecords moves p's remote log start to off (DeleteRecords, on the
+// leader): a manifest without the segments wholly below off, committed
+// before the local log start moves, so that nothing deleted is read from
+// the object store; their objects are deleted after.
+func (m *Manager) DeleteRecords(ctx context.Context, p *partition.Partition, off int64) error {
+	t, ok := m.topicFor(p)
+	if !ok {
+		return nil
+	}
+	return m.dropBelow(ctx, p, t, m.state(p), off, Manifest{})
+}
+
+// dropBelow commits a manifest whose remote log start is off, without the
+// segments wholly below it, and queues their objects for deletion. With a
+// non-empty want it changes nothing unless the manifest is still want.
+func (m *Manager) dropBelow(ctx context.Context, p *partition.Partition, t controller.Topic, st *partState, off int64, want Manifest) error {
+	var dropped []Segment
+	err := m.change(ctx, p, st, func(cur Manifest) (Manifest, bool) {
+		if len(cur.Segments) == 0 || off <= cur.Start {
+			return cur, false
+		}
+		if len(want.Segments) > 0 && (cur.Start != want.Start || cur.End() != want.End()) {
+			return cur, false // changed since the caller looked
+		}
+		next := Manifest{Start: off}
+		dropped = nil
+		for _, s := range cur.Segments {
+			if s.Next <= off {
+				dropped = append(dropped, s)
+			} else {
+				next.Segments = append(next.Segments, s)
+			}
+		}
+		return next, true
+	})
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	for _, s := range dropped {
+		st.toDelete = append(st.toDelete, m.key(t, p.Index(), s)+".log", m.key(t, p.Index(), s)+".index")
+	}
+	m.mu.Unlock()
+	return nil
+}

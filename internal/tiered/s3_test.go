@@ -171,14 +171,14 @@ func produce(t *testing.T, cl *kgo.Client, topic string, from, to int) {
 	}
 }
 
-// consumeAll reads topic from offset 0 and checks that it holds exactly
-// records [0, n), in order.
-func consumeAll(t *testing.T, n *brokertest.Node, topic string, want int) {
+// consumeAll reads topic from its start and checks that it holds exactly
+// records [from, want), in order.
+func consumeAll(t *testing.T, n *brokertest.Node, topic string, want, from int) {
 	t.Helper()
 	cl := n.Client(kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	got := 0
+	got := from
 	for got < want {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -227,7 +227,29 @@ func TestTieredReadBackAfterLocalDelete(t *testing.T) {
 	if s.objects() == 0 {
 		t.Fatal("no segment objects in the bucket")
 	}
-	consumeAll(t, n, topic, records)
+	consumeAll(t, n, topic, records, 0)
+
+	// DeleteRecords below the local log start moves the remote log start
+	// (committed first), and the objects wholly below it go.
+	before := s.objects()
+	const cut = 300
+	dr, err := n.Admin().DeleteRecords(context.Background(), kadm.Offsets{topic: {0: {Topic: topic, Partition: 0, At: cut}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := dr.Lookup(topic, 0); !ok || r.Err != nil || r.LowWatermark != cut {
+		t.Fatalf("delete records: %+v", r)
+	}
+	if earliest := listOffset(t, n, topic, -2); earliest != cut {
+		t.Fatalf("earliest offset %d after deleting records below %d", earliest, cut)
+	}
+	consumeAll(t, n, topic, records, cut)
+	brokertest.Await(t, "the objects below the new start to be deleted", func() error {
+		if got := s.objects(); got >= before {
+			return fmt.Errorf("%d segment objects, %d before", got, before)
+		}
+		return nil
+	})
 }
 
 // TestTieredObjectStoreKilledMidUpload: the object store is killed -9
@@ -257,7 +279,7 @@ func TestTieredObjectStoreKilledMidUpload(t *testing.T) {
 		}
 		return nil
 	})
-	consumeAll(t, n, topic, records)
+	consumeAll(t, n, topic, records, 0)
 }
 
 // TestTieredConfigs: Kafka's names, defaults and sources in
