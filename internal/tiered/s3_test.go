@@ -137,6 +137,14 @@ func tieredTopic() map[string]*string {
 // listOffset asks node n for ListOffsets' special timestamp ts.
 func listOffset(t *testing.T, n *brokertest.Node, topic string, ts int64) int64 {
 	t.Helper()
+	off, err := offsetAt(n, topic, ts)
+	if err != nil {
+		t.Fatalf("list offsets %d: %v", ts, err)
+	}
+	return off
+}
+
+func offsetAt(n *brokertest.Node, topic string, ts int64) (int64, error) {
 	req := kmsg.NewPtrListOffsetsRequest()
 	rt := kmsg.NewListOffsetsRequestTopic()
 	rt.Topic = topic
@@ -146,13 +154,10 @@ func listOffset(t *testing.T, n *brokertest.Node, topic string, ts int64) int64 
 	req.Topics = append(req.Topics, rt)
 	resp, err := n.Request(req)
 	if err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
 	p := resp.(*kmsg.ListOffsetsResponse).Topics[0].Partitions[0]
-	if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-		t.Fatalf("list offsets %d: %v", ts, err)
-	}
-	return p.Offset
+	return p.Offset, kerr.ErrorForCode(p.ErrorCode)
 }
 
 // produce writes records [from, to) of topic, 20 to a batch, acks=all.
@@ -173,9 +178,9 @@ func produce(t *testing.T, cl *kgo.Client, topic string, from, to int) {
 
 // consumeAll reads topic from its start and checks that it holds exactly
 // records [from, want), in order.
-func consumeAll(t *testing.T, n *brokertest.Node, topic string, want, from int) {
+func consumeAll(t *testing.T, n *brokertest.Node, topic string, want, from int, seeds ...string) {
 	t.Helper()
-	cl := n.Client(kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl := n.Client(kgo.SeedBrokers(append([]string{n.Addr}, seeds...)...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	got := from
@@ -338,4 +343,110 @@ func TestTieredConfigs(t *testing.T) {
 	if len(want) > 0 {
 		t.Errorf("not described: %v", want)
 	}
+}
+
+// leaderOf returns the running node that leads partition 0 of topic, and
+// the partition's replicas.
+func leaderOf(t *testing.T, nodes []*brokertest.Node, topic string) (leader *brokertest.Node, replicas []int32) {
+	t.Helper()
+	brokertest.Await(t, "a leader of "+topic, func() error {
+		for _, n := range nodes {
+			if n.B == nil {
+				continue
+			}
+			md, err := n.Metadata(topic)
+			if err != nil {
+				return err
+			}
+			p := md.Topics[0].Partitions[0]
+			for _, l := range nodes {
+				if l.B != nil && l.Cfg.NodeID == p.Leader {
+					if _, err := offsetAt(l, topic, -1); err != nil {
+						return err
+					}
+					leader, replicas = l, p.Replicas
+					return nil
+				}
+			}
+			return fmt.Errorf("leader %d is not running", p.Leader)
+		}
+		return errors.New("no node running")
+	})
+	return leader, replicas
+}
+
+// awaitTiered waits until the leader of topic has records [0, upTo) in
+// the remote log and none of them below upTo/2 on its local disk, with
+// the remote log still starting at 0.
+func awaitTiered(t *testing.T, nodes []*brokertest.Node, topic string, upTo int64) *brokertest.Node {
+	t.Helper()
+	var leader *brokertest.Node
+	brokertest.Await(t, fmt.Sprintf("offsets below %d in the remote log", upTo), func() error {
+		leader, _ = leaderOf(t, nodes, topic)
+		end, err := offsetAt(leader, topic, -5)
+		if err != nil {
+			return err
+		}
+		local, err := offsetAt(leader, topic, -4)
+		if err != nil {
+			return err
+		}
+		if end < upTo-1 || local < upTo/2 {
+			return fmt.Errorf("node %d: latest tiered %d, local log start %d", leader.Cfg.NodeID, end, local)
+		}
+		return nil
+	})
+	if earliest := listOffset(t, leader, topic, -2); earliest != 0 {
+		t.Fatalf("node %d: earliest offset %d, want 0", leader.Cfg.NodeID, earliest)
+	}
+	return leader
+}
+
+// TestTieredThreeNodesLeaderMovesAndDiskReplaced: on three nodes, the
+// remote log outlives its leaders. The first leader uploads, then its
+// disk is replaced (stopped, emptied); the next leader continues the same
+// remote log; the replaced node comes back empty, catches up from a
+// snapshot that says only where the local log starts, is elected leader
+// again (preferred replica) and continues the remote log from the
+// manifest it received with the entries after the snapshot. Every record
+// is read from offset 0 at the end.
+func TestTieredThreeNodesLeaderMovesAndDiskReplaced(t *testing.T) {
+	s := startObjectStore(t)
+	nodes := brokertest.NewCluster(t, 3, withTiered(s)).Nodes
+	const topic = "tiered3"
+	brokertest.CreateClusterTopic(t, nodes, topic, 1, 3, tieredTopic())
+	cl := nodes[0].Client(kgo.SeedBrokers(brokertest.Addrs(nodes)...))
+	produce(t, cl, topic, 0, 500)
+	awaitTiered(t, nodes, topic, 480)
+
+	// Replace the disk of the preferred replica (the leader, or not).
+	_, replicas := leaderOf(t, nodes, topic)
+	preferred := nodes[replicas[0]-1]
+	preferred.Wipe()
+	produce(t, cl, topic, 500, 1000)
+	if l := awaitTiered(t, nodes, topic, 960); l == preferred {
+		t.Fatal("the wiped node leads")
+	}
+
+	// It comes back empty: every replica's log starts past 0 by now, so
+	// it catches up from a snapshot. Then it leads again.
+	preferred.Restart()
+	brokertest.Await(t, "the preferred replica to lead", func() error {
+		res, err := nodes[replicas[1]-1].Admin().ElectLeaders(context.Background(), kadm.ElectPreferredReplica, kadm.TopicsSet{topic: {0: {}}})
+		if err != nil {
+			return err
+		}
+		if r, ok := res[topic][0]; ok && r.Err != nil && !errors.Is(r.Err, kerr.ElectionNotNeeded) {
+			return r.Err
+		}
+		if l, _ := leaderOf(t, nodes, topic); l != preferred {
+			return fmt.Errorf("node %d leads, want %d", l.Cfg.NodeID, preferred.Cfg.NodeID)
+		}
+		return nil
+	})
+	produce(t, cl, topic, 1000, 1500)
+	if l := awaitTiered(t, nodes, topic, 1440); l != preferred {
+		t.Fatalf("node %d leads, want %d", l.Cfg.NodeID, preferred.Cfg.NodeID)
+	}
+	consumeAll(t, preferred, topic, 1500, 0, brokertest.Addrs(nodes)...)
 }
