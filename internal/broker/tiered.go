@@ -114,3 +114,11 @@ func (b *Broker) deleteRemoteRecords(ctx context.Context, p *partition.Partition
 	}
 	return false
 }
+
+// TieredStats are tiered storage's figures (metrics); nil when it is off.
+func (b *Broker) TieredStats() *tiered.Stats {
+	if b.tiered == nil {
+		return nil
+	}
+	return b.tiered.Stats()
+}

@@ -120,7 +120,7 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) *prometheus.Regist
 	counter("holdfast_raft_replica_repairs_total", "Replicas whose storage failed, discarded and reopened to catch up from the others.",
 		func() int64 { return b.ReplicationStats().Repairs })
 
-	reg.MustRegister(&partitionCollector{b: b, internal: o.InternalPartitions}, &clusterCollector{b: b}, &groupCollector{b: b}, &fsyncCollector{b: b}, &cleanerCollector{b: b, internal: o.InternalPartitions}, &quotaCollector{b: b})
+	reg.MustRegister(&partitionCollector{b: b, internal: o.InternalPartitions}, &clusterCollector{b: b}, &groupCollector{b: b}, &fsyncCollector{b: b}, &cleanerCollector{b: b, internal: o.InternalPartitions}, &quotaCollector{b: b}, &tieredCollector{b: b})
 	return reg
 }
 

@@ -276,6 +276,12 @@ func TestTieredObjectStoreKilledMidUpload(t *testing.T) {
 	})
 	s.kill()
 	produce(t, cl, topic, records/3, records) // the store is down: produce must not wait for it
+	brokertest.Await(t, "the store's absence counted", func() error {
+		if st := n.B.TieredStats(); st.CopyErrors.Load() == 0 || !st.StoreDown.Load() {
+			return errors.New("no failed upload counted yet")
+		}
+		return nil
+	})
 	stuck := listOffset(t, n, topic, -5)
 	s.start()
 	brokertest.Await(t, "uploads to resume", func() error {
@@ -285,6 +291,9 @@ func TestTieredObjectStoreKilledMidUpload(t *testing.T) {
 		return nil
 	})
 	consumeAll(t, n, topic, records, 0)
+	if st := n.B.TieredStats(); st.StoreDown.Load() || st.FetchRequests.Load() == 0 {
+		t.Errorf("after recovery: store down %v, remote fetches %d", st.StoreDown.Load(), st.FetchRequests.Load())
+	}
 }
 
 // TestTieredConfigs: Kafka's names, defaults and sources in
