@@ -50,3 +50,22 @@ func TestManifestFind(t *testing.T) {
 		t.Error("an empty manifest finds offset 0")
 	}
 }
+
+// TestEndOffsetForEpoch: OffsetForLeaderEpoch over the remote epochs and
+// the local cache, which dropped the epochs below its start.
+func TestEndOffsetForEpoch(t *testing.T) {
+	mf := Manifest{Segments: []Segment{
+		{Base: 0, Next: 100, Epochs: [][2]int64{{1, 0}, {2, 40}}},
+		{Base: 100, Next: 200, Epochs: [][2]int64{{2, 100}, {4, 150}}},
+	}}
+	local := [][2]int64{{4, 180}, {6, 300}} // the cache keeps epoch 4 from its start
+	epochs := mergeEpochs(mf, local)
+	for _, c := range []struct {
+		ask, epoch int32
+		end        int64
+	}{{0, -1, -1}, {1, 1, 40}, {2, 2, 150}, {3, 2, 150}, {4, 4, 300}, {5, 4, 300}, {6, 6, 400}, {9, 6, 400}} {
+		if e, end := endOffsetForEpoch(epochs, c.ask, 400); e != c.epoch || end != c.end {
+			t.Errorf("epoch %d: (%d, %d), want (%d, %d)", c.ask, e, end, c.epoch, c.end)
+		}
+	}
+}

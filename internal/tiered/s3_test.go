@@ -178,12 +178,13 @@ func produce(t *testing.T, cl *kgo.Client, topic string, from, to int) {
 
 // consumeAll reads topic from its start and checks that it holds exactly
 // records [from, want), in order.
-func consumeAll(t *testing.T, n *brokertest.Node, topic string, want, from int, seeds ...string) {
+func consumeAll(t *testing.T, n *brokertest.Node, topic string, want, from int, seeds ...string) (epochs map[int64]int32) {
 	t.Helper()
 	cl := n.Client(kgo.SeedBrokers(append([]string{n.Addr}, seeds...)...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	got := from
+	epochs = map[int64]int32{}
 	for got < want {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -199,9 +200,11 @@ func consumeAll(t *testing.T, n *brokertest.Node, topic string, want, from int, 
 			if w := fmt.Sprintf("record-%06d-", got); !strings.HasPrefix(string(r.Value), w) {
 				t.Fatalf("offset %d holds %q, want %s...", r.Offset, r.Value, w)
 			}
+			epochs[r.Offset] = r.LeaderEpoch
 			got++
 		}
 	}
+	return epochs
 }
 
 // TestTieredReadBackAfterLocalDelete: a tiered topic with a one-byte
@@ -457,5 +460,33 @@ func TestTieredThreeNodesLeaderMovesAndDiskReplaced(t *testing.T) {
 	if l := awaitTiered(t, nodes, topic, 1440); l != preferred {
 		t.Fatalf("node %d leads, want %d", l.Cfg.NodeID, preferred.Cfg.NodeID)
 	}
-	consumeAll(t, preferred, topic, 1500, 0, brokertest.Addrs(nodes)...)
+	epochs := consumeAll(t, preferred, topic, 1500, 0, brokertest.Addrs(nodes)...)
+
+	// OffsetForLeaderEpoch of the first leader's epoch, which the new
+	// leader's local epoch cache never held (it starts at 960): the
+	// remote log's epochs answer, the epoch ends where the next began.
+	first := epochs[0]
+	next := int64(-1)
+	for off := int64(0); off < 1500; off++ {
+		if epochs[off] != first {
+			next = off
+			break
+		}
+	}
+	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+	req.ReplicaID = -1
+	rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+	rp.Partition, rp.LeaderEpoch, rp.CurrentLeaderEpoch = 0, first, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := preferred.Request(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := resp.(*kmsg.OffsetForLeaderEpochResponse).Topics[0].Partitions[0]
+	if got.ErrorCode != 0 || got.LeaderEpoch != first || got.EndOffset != next {
+		t.Fatalf("OffsetForLeaderEpoch(%d) = epoch %d end %d code %d, want epoch %d end %d", first, got.LeaderEpoch, got.EndOffset, got.ErrorCode, first, next)
+	}
 }
