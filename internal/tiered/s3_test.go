@@ -490,3 +490,34 @@ func TestTieredThreeNodesLeaderMovesAndDiskReplaced(t *testing.T) {
 		t.Fatalf("OffsetForLeaderEpoch(%d) = epoch %d end %d code %d, want epoch %d end %d", first, got.LeaderEpoch, got.EndOffset, got.ErrorCode, first, next)
 	}
 }
+
+// TestTieredTotalRetention: retention.bytes counts the remote and the
+// local log; the oldest remote segments leave the manifest (the remote log
+// start rises), their objects are deleted, and a consumer from the start
+// reads exactly what is left.
+func TestTieredTotalRetention(t *testing.T) {
+	s := startObjectStore(t)
+	n := brokertest.Start(t, withTiered(s))
+	const topic, records = "tiered-retention", 3000
+	configs := tieredTopic()
+	configs["retention.bytes"] = strp("20000") // about five segments
+	n.CreateTopic(topic, 1, configs)
+	produce(t, n.Client(), topic, 0, records)
+	var earliest int64
+	brokertest.Await(t, "total retention to move the remote log start", func() error {
+		earliest = listOffset(t, n, topic, -2)
+		if local := listOffset(t, n, topic, -4); earliest == 0 || local < records/2 {
+			return fmt.Errorf("earliest %d, local log start %d", earliest, local)
+		}
+		if got := s.objects(); got > 7 {
+			return fmt.Errorf("%d segment objects", got)
+		}
+		return nil
+	})
+	// Nothing is produced any more: the total, and so the start, stay.
+	earliest = listOffset(t, n, topic, -2)
+	if latest := listOffset(t, n, topic, -5); latest <= earliest {
+		t.Fatalf("remote log [%d, %d]", earliest, latest)
+	}
+	consumeAll(t, n, topic, records, int(earliest))
+}
