@@ -37,7 +37,10 @@ type Manager struct {
 	stats Stats
 	stop  chan struct{}
 	done  chan struct{}
-	wake  chan struct{}
+	// ctx bounds every request to the object store: Close cancels it, so
+	// a store that hangs never holds up a shutdown.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // Stats are the node's tiered-storage figures (metrics), named after
@@ -48,6 +51,7 @@ type Stats struct {
 	StoreDown                              atomic.Bool  // the last upload attempt failed
 	CopyLagBytes, CopyLagSegments          atomic.Int64 // RemoteCopyLagBytes / RemoteCopyLagSegments, summed over led partitions
 	RemoteLogSizeBytes, RemoteLogSegments  atomic.Int64 // RemoteLogSizeBytes, summed over led partitions
+	Passes                                 atomic.Int64 // passes of the task completed (the figures above are the last one's)
 }
 
 // partState is what this node knows of one partition's remote log.
@@ -75,9 +79,10 @@ func New(cfg Config, store ObjectStore, meta *controller.Store, replicas *replic
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{cfg: cfg, store: store, meta: meta, replicas: replicas, host: host, defaults: defaults,
 		log: log.With("component", "tiered"), cache: c, parts: map[uint64]*partState{},
-		stop: make(chan struct{}), done: make(chan struct{}), wake: make(chan struct{}, 1)}, nil
+		stop: make(chan struct{}), done: make(chan struct{}), ctx: ctx, cancel: cancel}, nil
 }
 
 // Start runs the upload and local-retention task every TaskInterval.
@@ -91,7 +96,6 @@ func (m *Manager) Start() {
 			case <-m.stop:
 				return
 			case <-tick.C:
-			case <-m.wake:
 			}
 			m.runOnce()
 		}
@@ -101,6 +105,7 @@ func (m *Manager) Start() {
 // Close stops the task and waits for it.
 func (m *Manager) Close() error {
 	close(m.stop)
+	m.cancel()
 	<-m.done
 	m.cache.close()
 	return nil
@@ -163,6 +168,7 @@ func (m *Manager) runOnce() {
 	m.stats.CopyLagSegments.Store(lagSegs)
 	m.stats.RemoteLogSizeBytes.Store(size)
 	m.stats.RemoteLogSegments.Store(segs)
+	m.stats.Passes.Add(1)
 }
 
 // state returns p's state, creating it.
@@ -289,7 +295,7 @@ func (m *Manager) upload(p *partition.Partition, t controller.Topic, st *partSta
 			return
 		}
 		from := max(s.Base, end)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		ctx, cancel := context.WithTimeout(m.ctx, 5*time.Minute)
 		seg, err := m.copySegment(ctx, p, t, from, s.Next, epoch)
 		if err == nil {
 			err = m.change(ctx, p, st, func(cur Manifest) (Manifest, bool) {
@@ -403,7 +409,7 @@ func (m *Manager) retention(p *partition.Partition, t controller.Topic, st *part
 		keep++
 	}
 	if keep > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
 		err := m.dropBelow(ctx, p, t, st, mf.Segments[keep-1].Next, mf)
 		cancel()
 		if err != nil {
@@ -441,7 +447,7 @@ func (m *Manager) retention(p *partition.Partition, t controller.Topic, st *part
 		// The newest manifest's entry sits at or below the cut: commit it
 		// again above (the next pass cuts).
 		if p.LogEndOffset() > point {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
 			err := m.change(ctx, p, st, func(cur Manifest) (Manifest, bool) {
 				return cur, cur.Start == mf.Start && cur.End() == mf.End()
 			})
@@ -452,7 +458,7 @@ func (m *Manager) retention(p *partition.Partition, t controller.Topic, st *part
 		}
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
 	defer cancel()
 	if err := m.replicas.ReplicateLogStart(ctx, p, p.RaftGroup(), point); err != nil {
 		m.log.Warn("local retention", "topic", t.Name, "partition", p.Index(), "offset", point, "err", err)
@@ -471,7 +477,7 @@ func (m *Manager) deleteDropped(p *partition.Partition, st *partState) {
 	m.mu.Unlock()
 	var failed []string
 	for _, k := range keys {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
 		if err := m.store.Delete(ctx, k); err != nil {
 			failed = append(failed, k)
 		}

@@ -3,6 +3,7 @@ package tiered
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -33,6 +34,7 @@ type cache struct {
 	loading map[string]chan struct{}
 	failed  map[string]error // the last failed download of a key, until retried
 	sem     chan struct{}
+	closed  bool
 }
 
 type entry struct {
@@ -63,6 +65,7 @@ func newCache(dir string, limit int64) (*cache, error) {
 func (c *cache) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closed = true
 	for k, e := range c.entries {
 		e.f.Close()
 		os.Remove(e.f.Name())
@@ -103,6 +106,10 @@ func (c *cache) acquire(key string, load func(tmp string) (sidecar, error)) (*en
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		delete(c.loading, key)
+		if err == nil && c.closed {
+			f.Close()
+			err = errors.New("tiered: closed")
+		}
 		if err != nil {
 			os.Remove(path)
 			c.failed[key] = err
@@ -217,7 +224,7 @@ func (m *Manager) Read(p *partition.Partition, offset int64, maxBytes int) (recs
 // download fetches a segment's two objects and checks them against the
 // committed manifest's record (size, CRC-32C) before any byte is served.
 func (m *Manager) download(key string, seg Segment, path string) (sidecar, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(m.ctx, 5*time.Minute)
 	defer cancel()
 	side, err := m.store.Get(ctx, key+".index", maxSidecar)
 	if err != nil {

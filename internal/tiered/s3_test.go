@@ -503,6 +503,7 @@ func TestTieredTotalRetention(t *testing.T) {
 	configs["retention.bytes"] = strp("20000") // about five segments
 	n.CreateTopic(topic, 1, configs)
 	produce(t, n.Client(), topic, 0, records)
+	passes := n.B.TieredStats().Passes.Load()
 	var earliest int64
 	brokertest.Await(t, "total retention to move the remote log start", func() error {
 		earliest = listOffset(t, n, topic, -2)
@@ -512,9 +513,15 @@ func TestTieredTotalRetention(t *testing.T) {
 		if got := s.objects(); got > 7 {
 			return fmt.Errorf("%d segment objects", got)
 		}
+		// The copy lag of a pass begun after the last record: 0 once
+		// every closed segment is uploaded.
+		if st := n.B.TieredStats(); st.Passes.Load() < passes+2 || st.CopyLagSegments.Load() > 0 {
+			return fmt.Errorf("%d segments not uploaded yet", st.CopyLagSegments.Load())
+		}
 		return nil
 	})
-	// Nothing is produced any more: the total, and so the start, stay.
+	// Nothing is produced any more and every closed segment is uploaded:
+	// the total, and so the start, stay.
 	earliest = listOffset(t, n, topic, -2)
 	if latest := listOffset(t, n, topic, -5); latest <= earliest {
 		t.Fatalf("remote log [%d, %d]", earliest, latest)
