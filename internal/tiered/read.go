@@ -156,17 +156,6 @@ func (c *cache) evictLocked() {
 	}
 }
 
-// Remote reports whether a read of p at offset is for the remote log:
-// remote storage is on for its topic, offset is below the local log start
-// and at or above the remote log start.
-func (m *Manager) Remote(p *partition.Partition, offset int64) bool {
-	if offset >= p.LogStartOffset() {
-		return false
-	}
-	mf, ok := m.Manifest(p)
-	return ok && offset >= mf.Start
-}
-
 // LogStart is p's log start offset as clients see it: the remote log
 // start when remote storage is on and the remote log reaches the local
 // one, else the local log start.
