@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -102,15 +103,29 @@ func (s *objectStore) kill() {
 }
 
 // objects counts the segment objects in the bucket.
-func (s *objectStore) objects() int {
-	n := 0
+func (s *objectStore) objects() int { return len(s.segmentObjects()) }
+
+// segmentObjects lists the names of the segment objects in the bucket.
+func (s *objectStore) segmentObjects() []string {
+	var names []string
 	filepath.WalkDir(filepath.Join(s.dir, testBucket), func(p string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".log") {
-			n++
+			names = append(names, filepath.Base(p))
 		}
 		return nil
 	})
-	return n
+	return names
+}
+
+// hasBase reports whether the bucket holds a segment object at offset base.
+func (s *objectStore) hasBase(base int64) bool {
+	prefix := fmt.Sprintf("%020d-", base)
+	for _, n := range s.segmentObjects() {
+		if strings.HasPrefix(n, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *objectStore) config() tiered.Config {
@@ -239,8 +254,11 @@ func TestTieredReadBackAfterLocalDelete(t *testing.T) {
 
 	// DeleteRecords below the local log start moves the remote log start
 	// (committed first), and the objects wholly below it go.
-	before := s.objects()
-	const cut = 300
+	if !s.hasBase(0) {
+		t.Fatal("no segment object at offset 0")
+	}
+	before := s.segmentObjects()
+	const cut = 300 // past the first segment (4096 bytes hold fewer records)
 	dr, err := n.Admin().DeleteRecords(context.Background(), kadm.Offsets{topic: {0: {Topic: topic, Partition: 0, At: cut}}})
 	if err != nil {
 		t.Fatal(err)
@@ -252,12 +270,18 @@ func TestTieredReadBackAfterLocalDelete(t *testing.T) {
 		t.Fatalf("earliest offset %d after deleting records below %d", earliest, cut)
 	}
 	consumeAll(t, n, topic, records, cut)
-	brokertest.Await(t, "the objects below the new start to be deleted", func() error {
-		if got := s.objects(); got >= before {
-			return fmt.Errorf("%d segment objects, %d before", got, before)
+	brokertest.Await(t, "the segment object below the new start to be deleted", func() error {
+		if s.hasBase(0) {
+			return fmt.Errorf("the object of offset 0 is still there: %v", s.segmentObjects())
 		}
 		return nil
 	})
+	after := s.segmentObjects()
+	for _, o := range before {
+		if !strings.HasPrefix(o, fmt.Sprintf("%020d-", 0)) && !slices.Contains(after, o) {
+			t.Fatalf("%s, at or above the first segment, is gone: %v", o, after)
+		}
+	}
 }
 
 // TestTieredObjectStoreKilledMidUpload: the object store is killed -9
