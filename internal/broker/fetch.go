@@ -220,8 +220,8 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest, topics []kmsg.FetchRequestTop
 			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = res.HighWatermark, res.LastStableOffset, res.LogStartOffset
 			if b.tiered != nil && errors.Is(err, partition.ErrOffsetOutOfRange) && rp.FetchOffset < res.LogStartOffset {
 				// Below the local log: the object store's (tiered.go).
-				if recs, wait, rerr := b.tiered.Read(p, rp.FetchOffset, max(maxBytes, 1)); !tiered.IsNotRemote(rerr) {
-					err, res.Records, res.Aborted = rerr, recs, nil
+				if recs, aborted, wait, rerr := b.tiered.Read(p, rp.FetchOffset, max(maxBytes, 1)); !tiered.IsNotRemote(rerr) {
+					err, res.Records, res.Aborted = rerr, recs, aborted
 					if wait != nil {
 						notify = append(notify, wait)
 					}

@@ -32,6 +32,9 @@ type sidecar struct {
 	Partition int32      `json:"partition"`
 	Segment   Segment    `json:"segment"`
 	Index     [][2]int64 `json:"offset_index"`
+	// Aborted are the aborted transactions with records in the segment
+	// (Kafka's transaction index): read_committed fetches skip them.
+	Aborted []partition.AbortedTxn `json:"aborted_transactions,omitempty"`
 }
 
 // copySegment uploads the batches [from, next) of p's log as one segment
@@ -104,6 +107,7 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t con
 	}
 	seg.Size, seg.CRC = pos, crc
 	sc.Segment = seg
+	sc.Aborted = p.AbortedIn(seg.Base, next-1)
 	key := m.key(t, p.Index(), seg)
 	if err := m.store.PutFile(ctx, key+".log", f.Name()); err != nil {
 		return Segment{}, fmt.Errorf("upload %s.log: %w", key, err)

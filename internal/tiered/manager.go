@@ -278,16 +278,15 @@ func (m *Manager) upload(p *partition.Partition, t controller.Topic, st *partSta
 	if err != nil {
 		return
 	}
-	commit, err := m.host.CommitOffset(p.RaftGroup())
-	if err != nil {
-		return
-	}
+	// Below the last stable offset (Kafka's rule): every transaction with
+	// records in the segment is decided, so its aborted ones are known.
+	stable := p.LastStableOffset()
 	for _, s := range segs {
 		m.mu.Lock()
 		mf := st.m
 		m.mu.Unlock()
 		end := mf.End()
-		if s.Next <= end || s.Next > commit {
+		if s.Next <= end || s.Next > stable {
 			continue
 		}
 		if len(mf.Segments) >= maxManifestSegments {

@@ -177,37 +177,43 @@ func (m *Manager) LogStart(p *partition.Partition) int64 {
 // wait is closed when it ends (the fetch waits on it, as on new data);
 // fetches of local data never wait for it. errNotRemote: the offset is
 // not in the remote log (the caller answers OFFSET_OUT_OF_RANGE).
-func (m *Manager) Read(p *partition.Partition, offset int64, maxBytes int) (recs []byte, wait <-chan struct{}, err error) {
+func (m *Manager) Read(p *partition.Partition, offset int64, maxBytes int) (recs []byte, aborted []partition.AbortedTxn, wait <-chan struct{}, err error) {
 	t, ok := m.topicFor(p)
 	if !ok {
-		return nil, nil, errNotRemote
+		return nil, nil, nil, errNotRemote
 	}
 	mf, ok := m.Manifest(p)
 	if !ok {
-		return nil, nil, errNotRemote
+		return nil, nil, nil, errNotRemote
 	}
 	seg, ok := mf.Find(offset)
 	if !ok {
-		return nil, nil, errNotRemote
+		return nil, nil, nil, errNotRemote
 	}
 	key := m.key(t, p.Index(), seg)
 	e, wait, err := m.cache.acquire(key, func(path string) (sidecar, error) { return m.download(key, seg, path) })
 	if err != nil {
 		m.stats.FetchErrors.Add(1)
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if e == nil {
-		return nil, wait, nil
+		return nil, nil, wait, nil
 	}
 	defer m.cache.release(e)
-	recs, err = readBatches(e, offset, maxBytes)
+	recs, last, err := readBatches(e, offset, maxBytes)
 	if err != nil {
 		m.stats.FetchErrors.Add(1)
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	// The aborted transactions overlapping what is returned.
+	for _, a := range e.sc.Aborted {
+		if a.LastOffset >= offset && a.FirstOffset <= last {
+			aborted = append(aborted, a)
+		}
 	}
 	m.stats.FetchRequests.Add(1)
 	m.stats.FetchBytes.Add(int64(len(recs)))
-	return recs, nil, nil
+	return recs, aborted, nil, nil
 }
 
 // download fetches a segment's two objects and checks them against the
@@ -244,7 +250,7 @@ func (m *Manager) download(key string, seg Segment, path string) (sidecar, error
 
 // readBatches reads whole batches of a cached segment from the one
 // holding offset, up to maxBytes but at least one.
-func readBatches(e *entry, offset int64, maxBytes int) ([]byte, error) {
+func readBatches(e *entry, offset int64, maxBytes int) (out []byte, last int64, err error) {
 	pos := int64(0)
 	i := sort.Search(len(e.sc.Index), func(i int) bool { return e.sc.Index[i][0] > offset })
 	if i > 0 {
@@ -263,11 +269,11 @@ func readBatches(e *entry, offset int64, maxBytes int) ([]byte, error) {
 	}
 	for {
 		if pos >= e.size {
-			return nil, nil // offset is past the segment
+			return nil, -1, nil // offset is past the segment
 		}
 		h, err := header(pos)
 		if err != nil {
-			return nil, err
+			return nil, -1, err
 		}
 		if h.LastOffset() >= offset {
 			break
@@ -278,18 +284,19 @@ func readBatches(e *entry, offset int64, maxBytes int) ([]byte, error) {
 	for end < e.size {
 		h, err := header(end)
 		if err != nil {
-			return nil, err
+			return nil, -1, err
 		}
 		if end > pos && end+int64(h.Size())-pos > int64(maxBytes) {
 			break
 		}
 		end += int64(h.Size())
+		last = h.LastOffset()
 	}
-	out := make([]byte, end-pos)
+	out = make([]byte, end-pos)
 	if _, err := e.f.ReadAt(out, pos); err != nil {
-		return nil, err
+		return nil, -1, err
 	}
-	return out, nil
+	return out, last, nil
 }
 
 // IsNotRemote reports whether err says the offset is not in the remote log.

@@ -552,3 +552,68 @@ func TestTieredTotalRetention(t *testing.T) {
 	}
 	consumeAll(t, n, topic, records, int(earliest))
 }
+
+// TestTieredReadCommittedSkipsAborted: transactions, half of them
+// aborted, go to the remote log; once the local tier deleted them, a
+// read_committed consumer from offset 0 reads exactly the committed
+// records: each segment's aborted transactions travel with it (its .index
+// object) and come back with the fetch.
+func TestTieredReadCommittedSkipsAborted(t *testing.T) {
+	s := startObjectStore(t)
+	n := brokertest.Start(t, withTiered(s))
+	const topic, txns, perTxn = "tiered-txn", 10, 60
+	n.CreateTopic(topic, 1, tieredTopic())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pr := n.Client(kgo.TransactionalID("tiered-txn"), kgo.DefaultProduceTopic(topic))
+	var want []string
+	for k := 0; k < txns; k++ {
+		if err := pr.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		commit := k%2 == 0
+		var batch []*kgo.Record
+		for i := 0; i < perTxn; i++ {
+			v := fmt.Sprintf("txn-%02d-%03d-commit=%v-%s", k, i, commit, strings.Repeat("y", 40))
+			batch = append(batch, &kgo.Record{Value: []byte(v)})
+			if commit {
+				want = append(want, v)
+			}
+		}
+		if err := pr.ProduceSync(ctx, batch...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := pr.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	end := listOffset(t, n, topic, -1)
+	brokertest.Await(t, "the local tier to delete uploaded segments", func() error {
+		if local := listOffset(t, n, topic, -4); local < end/2 {
+			return fmt.Errorf("local log start %d of %d", local, end)
+		}
+		return nil
+	})
+	cl := n.Client(kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	var got []string
+	for len(got) < len(want) {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of %d committed records: %v", len(got), len(want), ctx.Err())
+		}
+		for _, e := range fs.Errors() {
+			t.Fatalf("fetch: %v", e.Err)
+		}
+		for _, r := range fs.Records() {
+			got = append(got, string(r.Value))
+		}
+	}
+	if !slices.Equal(got, want) {
+		for i := range got {
+			if i >= len(want) || got[i] != want[i] {
+				t.Fatalf("record %d: %.30q, want %.30q (%d read, %d committed)", i, got[i], want[min(i, len(want)-1)], len(got), len(want))
+			}
+		}
+	}
+}
