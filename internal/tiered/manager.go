@@ -558,3 +558,32 @@ func (m *Manager) dropBelow(ctx context.Context, p *partition.Partition, t contr
 	m.mu.Unlock()
 	return nil
 }
+
+// DeleteTopicObjects deletes, in the background, every object of a topic
+// that was just deleted (Kafka deletes a topic's remote data with it). It
+// is this node's memory only: a crash before it ends leaves objects
+// behind (docs/tiered-storage.md).
+func (m *Manager) DeleteTopicObjects(t controller.Topic) {
+	if !m.Enabled(t) {
+		return
+	}
+	prefix := fmt.Sprintf("%s%s-%s/", m.cfg.Prefix, t.Name, t.IDString())
+	go func() {
+		ctx, cancel := context.WithTimeout(m.ctx, 10*time.Minute)
+		defer cancel()
+		keys, err := m.store.List(ctx, prefix)
+		deleted := 0
+		for _, k := range keys {
+			if derr := m.store.Delete(ctx, k); derr != nil {
+				err = derr
+				continue
+			}
+			deleted++
+		}
+		if err != nil {
+			m.log.Warn("deleting a deleted topic's objects", "topic", t.Name, "deleted", deleted, "of", len(keys), "err", err)
+			return
+		}
+		m.log.Info("deleted a deleted topic's objects", "topic", t.Name, "objects", deleted)
+	}()
+}

@@ -23,6 +23,8 @@ type ObjectStore interface {
 	Get(ctx context.Context, key string, limit int64) ([]byte, error)
 	// Delete removes key (no error if it is gone).
 	Delete(ctx context.Context, key string) error
+	// List returns the keys under prefix.
+	List(ctx context.Context, prefix string) ([]string, error)
 }
 
 // s3Store is an S3-compatible bucket through minio-go.
@@ -102,4 +104,15 @@ func (s *s3Store) Get(ctx context.Context, key string, limit int64) ([]byte, err
 
 func (s *s3Store) Delete(ctx context.Context, key string) error {
 	return s.c.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{})
+}
+
+func (s *s3Store) List(ctx context.Context, prefix string) ([]string, error) {
+	var keys []string
+	for o := range s.c.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if o.Err != nil {
+			return keys, o.Err
+		}
+		keys = append(keys, o.Key)
+	}
+	return keys, nil
 }

@@ -282,6 +282,25 @@ func TestTieredReadBackAfterLocalDelete(t *testing.T) {
 			t.Fatalf("%s, at or above the first segment, is gone: %v", o, after)
 		}
 	}
+
+	// Deleting the topic deletes its objects (once no upload is under
+	// way: one racing the deletion may leave its object behind).
+	passes := n.B.TieredStats().Passes.Load()
+	brokertest.Await(t, "every closed segment uploaded", func() error {
+		if st := n.B.TieredStats(); st.Passes.Load() < passes+2 || st.CopyLagSegments.Load() > 0 {
+			return fmt.Errorf("%d segments not uploaded yet", st.CopyLagSegments.Load())
+		}
+		return nil
+	})
+	if _, err := n.Admin().DeleteTopics(context.Background(), topic); err != nil {
+		t.Fatal(err)
+	}
+	brokertest.Await(t, "the deleted topic's objects to go", func() error {
+		if got := s.segmentObjects(); len(got) > 0 {
+			return fmt.Errorf("objects left: %v", got)
+		}
+		return nil
+	})
 }
 
 // TestTieredObjectStoreKilledMidUpload: the object store is killed -9
