@@ -26,6 +26,7 @@ import (
 	"holdfast/internal/group"
 	"holdfast/internal/quota"
 	"holdfast/internal/storage"
+	"holdfast/internal/tiered"
 	"holdfast/internal/wire"
 )
 
@@ -83,6 +84,8 @@ type serveConfig struct {
 	// listener.name.*, ...: kafkaSecurityKey), for buildSecurity.
 	security props
 	addScram scramFlag
+	// remote is tiered storage (docs/tiered-storage.md).
+	remote tiered.Config
 }
 
 func (c *serveConfig) register(s *settings) {
@@ -212,6 +215,23 @@ func (c *serveConfig) register(s *settings) {
 	s.Secret(&c.addScram, "add-scram", "create a SCRAM user at start if it does not exist, repeatable, as kafka-storage's --add-scram: SCRAM-SHA-512=[name=admin,password=...]")
 	c.security = props{}
 	s.Passthrough(kafkaSecurityKey, c.security)
+	c.registerTiered(s)
+}
+
+// registerTiered adds the tiered-storage settings (docs/tiered-storage.md).
+// Credentials are not settings: the standard chain (AWS_ACCESS_KEY_ID and
+// AWS_SECRET_ACCESS_KEY, the shared credentials file, an instance role)
+// provides them, so they never sit in a config file or a log.
+func (c *serveConfig) registerTiered(s *settings) {
+	r := &c.remote
+	s.Bool(&r.Enabled, "remote-log-storage", false, "tiered storage: closed segments of topics with remote.storage.enable go to an S3-compatible object store and are read back from it (docs/tiered-storage.md)", kafka("remote.log.storage.system.enable"))
+	s.String(&r.Bucket, "remote-log-storage-s3-bucket", "", "tiered storage: the bucket", kafka("remote.log.storage.s3.bucket"))
+	s.String(&r.Prefix, "remote-log-storage-s3-prefix", "", "tiered storage: the key prefix of every object", kafka("remote.log.storage.s3.prefix"))
+	s.String(&r.Endpoint, "remote-log-storage-s3-endpoint", "", "tiered storage: the object store's URL (http://host:port or https://host); empty: AWS S3 in the region", kafka("remote.log.storage.s3.endpoint"))
+	s.String(&r.Region, "remote-log-storage-s3-region", "", "tiered storage: the region", kafka("remote.log.storage.s3.region"))
+	s.Bool(&r.PathStyle, "remote-log-storage-s3-path-style", false, "tiered storage: path-style requests (http://host/bucket/key), as most S3-compatible servers want", kafka("remote.log.storage.s3.path.style"))
+	s.Int64(&r.CacheBytes, "remote-log-storage-cache-bytes", tiered.DefaultCacheBytes, "tiered storage: disk for segments downloaded for reads (in <data-dir>/remote-log-cache)", kafka("remote.log.storage.cache.bytes"))
+	s.Duration(&r.TaskInterval, "remote-log-manager-task-interval", tiered.DefaultTaskInterval, "tiered storage: how often a leader uploads closed segments and applies local retention", kafkaDuration("remote.log.manager.task.interval.ms", time.Millisecond))
 }
 
 // parsePerIPOverrides parses max.connections.per.ip.overrides, Kafka's
@@ -307,6 +327,10 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	}
 	cfg.LogScrubBytesPerSecond = c.scrubRate
 	cfg.LogNoReadChecks = !c.verifyReads
+	cfg.Tiered = c.remote
+	if err := c.remote.Validate(); err != nil {
+		return cfg, lim, nil, err
+	}
 	cfg.LogDefaults.SegmentBytes = c.segBytes
 	cfg.LogDefaults.SegmentMs = c.segmentMs
 	cfg.LogDefaults.RetentionMs = c.retention

@@ -23,6 +23,7 @@ import (
 	"holdfast/internal/replica"
 	"holdfast/internal/share"
 	"holdfast/internal/storage"
+	"holdfast/internal/tiered"
 	"holdfast/internal/txn"
 	"holdfast/internal/wire"
 )
@@ -175,6 +176,9 @@ type Config struct {
 	// process's read cache of newly written segment bytes (0: the default,
 	// storage.DefaultReadCacheBytes; negative: none).
 	DirectIOCacheBytes int64
+	// Tiered is tiered storage (remote.log.storage.*, internal/tiered);
+	// off unless Tiered.Enabled, as in Kafka.
+	Tiered tiered.Config
 	// RaftFaults, when set, is the Raft transport's fault seam (cut or
 	// delay links between nodes): for in-process clusters in tests and
 	// `holdfast lab`. nil: none.
@@ -238,6 +242,8 @@ type Broker struct {
 	// cluster is the Raft side of cluster mode (cluster.go); nil on a
 	// single node.
 	cluster *cluster.Node
+	// tiered is tiered storage (tiered.go); nil when it is off.
+	tiered  *tiered.Manager
 	alterMu sync.Mutex // serializes IncrementalAlterConfigs' read-modify-write
 	// fetchSessions are the consumers' KIP-227 fetch sessions.
 	fetchSessions fetchSessions

@@ -128,11 +128,15 @@ func (b *Broker) describeTopicConfigs(t controller.Topic, names []string, synony
 		if v, ok := t.Configs[name]; ok {
 			add(name, v, kmsg.ConfigSourceDynamicTopicConfig)
 		}
-		b.addDynamicSynonyms(spec.BrokerName, add)
-		if bv := spec.BrokerValue(b.cfg.LogDefaults); bv != spec.KafkaDefault {
-			add(spec.BrokerName, bv, kmsg.ConfigSourceStaticBrokerConfig)
+		if spec.BrokerName == "" { // no broker-level default (remote.storage.enable)
+			add(name, spec.KafkaDefault, kmsg.ConfigSourceDefaultConfig)
+		} else {
+			b.addDynamicSynonyms(spec.BrokerName, add)
+			if bv := spec.BrokerValue(b.cfg.LogDefaults); bv != spec.KafkaDefault {
+				add(spec.BrokerName, bv, kmsg.ConfigSourceStaticBrokerConfig)
+			}
+			add(spec.BrokerName, spec.KafkaDefault, kmsg.ConfigSourceDefaultConfig)
 		}
-		add(spec.BrokerName, spec.KafkaDefault, kmsg.ConfigSourceDefaultConfig)
 
 		c := kmsg.NewDescribeConfigsResponseResourceConfig()
 		c.Name = name
@@ -302,7 +306,7 @@ func (b *Broker) describeBrokerConfigs(names []string, synonyms, docs bool) []de
 	}
 	for _, name := range topicconfig.Names() {
 		spec, _ := topicconfig.Lookup(name)
-		if seen[spec.BrokerName] {
+		if spec.BrokerName == "" || seen[spec.BrokerName] {
 			continue
 		}
 		seen[spec.BrokerName] = true
@@ -592,6 +596,9 @@ func (b *Broker) applyTopicConfigs(name string, configs map[string]string, valid
 	if err := topicconfig.Validate(configs); err != nil {
 		return errCode(kerr.InvalidConfig, "%v", err)
 	}
+	if err := b.checkRemoteStorage(configs); err != nil {
+		return err
+	}
 	if validateOnly {
 		return nil
 	}
@@ -681,6 +688,9 @@ func (b *Broker) incrementalAlterConfigs(rr kmsg.IncrementalAlterConfigsRequestR
 	}
 	if err := topicconfig.Validate(configs); err != nil {
 		return errCode(kerr.InvalidConfig, "%v", err)
+	}
+	if err := b.checkRemoteStorage(configs); err != nil {
+		return err
 	}
 	if validateOnly {
 		return nil

@@ -150,6 +150,9 @@ func (b *Broker) createTopic(ctx context.Context, rt kmsg.CreateTopicsRequestTop
 	if err := topicconfig.Validate(configs); err != nil {
 		return controller.Topic{}, errCode(kerr.InvalidConfig, "%v", err)
 	}
+	if err := b.checkRemoteStorage(configs); err != nil {
+		return controller.Topic{}, err
+	}
 
 	partitions := rt.NumPartitions
 	var assign [][]int32

@@ -62,6 +62,9 @@ func (b *Broker) handleDeleteRecords(_ context.Context, r *wire.Request) wire.Re
 				switch {
 				case off < 0 || off > hw:
 					sp.ErrorCode = kerr.OffsetOutOfRange.Code
+				case b.tiered != nil && b.deleteRemoteRecords(ctx, p, off, &sp):
+					// The remote log start could not move: the local one
+					// stays too.
 				case off > p.LogStartOffset():
 					// Through the partition's Raft log, so every replica
 					// moves its start (cluster_compact.go); answered once
@@ -73,7 +76,7 @@ func (b *Broker) handleDeleteRecords(_ context.Context, r *wire.Request) wire.Re
 						b.log.Info("deleted records", "topic", rt.Topic, "partition", rp.Partition, "offset", off)
 					}
 				}
-				sp.LowWatermark = p.LogStartOffset()
+				sp.LowWatermark = b.logStartOffset(p)
 				st.Partitions = append(st.Partitions, sp)
 			}
 			resp.Topics = append(resp.Topics, st)

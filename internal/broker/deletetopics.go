@@ -98,6 +98,9 @@ func (b *Broker) handleDeleteTopics(_ context.Context, r *wire.Request) wire.Rep
 			} else {
 				mq.Record(int(t.Partitions))
 				res.Topic, res.TopicID = &t.Name, t.ID
+				if b.tiered != nil {
+					b.tiered.DeleteTopicObjects(t) // its remote log goes too (tiered.go)
+				}
 			}
 		}
 		if req.Version < 6 {

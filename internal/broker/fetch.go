@@ -12,6 +12,7 @@ import (
 	"holdfast/internal/auth"
 	"holdfast/internal/partition"
 	"holdfast/internal/storage"
+	"holdfast/internal/tiered"
 	"holdfast/internal/wire"
 )
 
@@ -217,6 +218,16 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest, topics []kmsg.FetchRequestTop
 			}
 			res, slice, err := p.ReadFile(rp.FetchOffset, max(maxBytes, 1), readCommitted)
 			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = res.HighWatermark, res.LastStableOffset, res.LogStartOffset
+			if b.tiered != nil && errors.Is(err, partition.ErrOffsetOutOfRange) && rp.FetchOffset < res.LogStartOffset {
+				// Below the local log: the object store's (tiered.go).
+				if recs, aborted, wait, rerr := b.tiered.Read(p, rp.FetchOffset, max(maxBytes, 1)); !tiered.IsNotRemote(rerr) {
+					err, res.Records, res.Aborted = rerr, recs, aborted
+					if wait != nil {
+						notify = append(notify, wait)
+					}
+				}
+				sp.LogStartOffset = b.tiered.LogStart(p)
+			}
 			switch {
 			case errors.Is(err, partition.ErrOffsetOutOfRange) && follower && rp.CurrentLeaderEpoch < 0 && rp.FetchOffset >= res.LogStartOffset:
 				// Past this follower's log: it may not have caught up

@@ -11,9 +11,9 @@ import (
 )
 
 // ListOffsets v1+ (v0's offset arrays are long gone from clients). v9 adds
-// -5 (latest tiered), v10 a timeout for remote lookups: with no tiered
-// storage both are trivial. v11's -6 (KIP-1023) waits for a client that
-// sends it.
+// -4 (earliest local) and -5 (latest tiered) for tiered storage, v10 a
+// timeout for remote lookups (the remote log's offsets are known without
+// one). v11's -6 (KIP-1023) waits for a client that sends it.
 func init() { register(kmsg.ListOffsets, 1, 10, (*Broker).handleListOffsets) }
 
 // Special timestamps of ListOffsets.
@@ -21,8 +21,8 @@ const (
 	offsetLatest         = -1
 	offsetEarliest       = -2
 	offsetMaxTimestamp   = -3 // KIP-734
-	offsetEarliestLocal  = -4 // KIP-405: no tiered storage, so the log start
-	offsetLatestTiered   = -5 // KIP-1005: nothing is tiered
+	offsetEarliestLocal  = -4 // KIP-405: the local log start
+	offsetLatestTiered   = -5 // KIP-1005: the highest offset in the remote log
 	isolationReadCommitd = 1
 )
 
@@ -61,10 +61,14 @@ func (b *Broker) handleListOffsets(_ context.Context, r *wire.Request) wire.Repl
 			switch ts := rp.Timestamp; ts {
 			case offsetLatest:
 				sp.Offset = visible
-			case offsetEarliest, offsetEarliestLocal:
+			case offsetEarliest:
+				sp.Offset = b.logStartOffset(p) // the remote log start when tiered
+			case offsetEarliestLocal:
 				sp.Offset = p.LogStartOffset()
 			case offsetLatestTiered:
-				// Nothing is in remote storage: Kafka answers -1.
+				// KIP-1005: the highest offset in the remote log, -1 if
+				// nothing is (tiered.go).
+				sp.Offset = b.latestTiered(p)
 			case offsetMaxTimestamp:
 				if mts, off := p.Log().MaxTimestamp(); off >= 0 && off < visible {
 					sp.Timestamp, sp.Offset = mts, off

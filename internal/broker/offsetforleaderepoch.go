@@ -33,6 +33,9 @@ func (b *Broker) handleOffsetForLeaderEpoch(_ context.Context, r *wire.Request) 
 			default:
 				if sp.ErrorCode = leaderEpochCode(p, rp.CurrentLeaderEpoch, false); sp.ErrorCode == 0 {
 					sp.LeaderEpoch, sp.EndOffset = p.Log().EndOffsetForEpoch(rp.LeaderEpoch)
+					if b.tiered != nil { // the remote log's epochs too (tiered.go)
+						sp.LeaderEpoch, sp.EndOffset = b.tiered.EndOffsetForEpoch(p, rp.LeaderEpoch)
+					}
 					if cur := p.LeaderEpoch(); rp.LeaderEpoch == cur && sp.LeaderEpoch < cur {
 						// The current epoch has no batch yet (a Raft term
 						// starts without writing into the log): as in Kafka,

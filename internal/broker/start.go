@@ -31,7 +31,8 @@ import (
 //     metadata log's committed entries after it: cluster.OpenMetadata),
 //     every replica;
 //  5. cluster.Start: follow the metadata log, register, the controller's
-//     loops (a single node is registered when it returns);
+//     loops (a single node is registered when it returns); then tiered
+//     storage's task, when it is on (tiered.go);
 //  6. startSecurity: ACLs into the authorizer, bootstrap SCRAM users;
 //  7. startCoordinators: the group and transaction coordinators;
 //  8. cluster.StartBalancing: preferred-leader balance;
@@ -77,6 +78,7 @@ func New(cfg Config) (*Broker, error) {
 		{"cluster", b.openCluster},
 		{"storage", b.startStorage},
 		{"cluster metadata", b.startClusterMeta},
+		{"tiered storage", b.startTiered},
 		{"security", b.startSecurity},
 		{"coordinators", b.startCoordinators},
 		{"leadership", b.startLeadership},
@@ -220,7 +222,7 @@ func (b *Broker) startStorage() error {
 		DirectoryID: b.ident.DirectoryID.String(), BootstrapMember: b.ident.BootstrapMember(),
 		LogDefaults: b.cfg.LogDefaults, RetentionCheckInterval: b.cfg.RetentionCheckInterval, Cleaner: b.cfg.LogCleaner,
 		ScrubBytesPerSecond: b.cfg.LogScrubBytesPerSecond, NoReadChecks: b.cfg.LogNoReadChecks,
-		FS: b.dataFS, Logger: b.log,
+		RemoteStorage: b.cfg.Tiered.Enabled, FS: b.dataFS, Logger: b.log,
 	}, meta, b.cluster.Host(), b.syncer)
 	b.closers = append(b.closers, b.replicas.Close)
 	// Runs just before the logs close (closers run newest first): the

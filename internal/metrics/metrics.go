@@ -145,7 +145,7 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) prometheus.Gathere
 	counter("holdfast_storage_scrubbed_bytes_total", "Bytes of partition logs the background scrubber read and CRC-checked (log.scrub.bytes.per.second).",
 		func() int64 { return b.ReplicationStats().Scrubbed })
 
-	reg.MustRegister(&partitionCollector{b: b, internal: o.InternalPartitions}, &clusterCollector{b: b}, &groupCollector{b: b}, &fsyncCollector{b: b}, &cleanerCollector{b: b, internal: o.InternalPartitions}, &quotaCollector{b: b})
+	reg.MustRegister(&partitionCollector{b: b, internal: o.InternalPartitions}, &clusterCollector{b: b}, &groupCollector{b: b}, &fsyncCollector{b: b}, &cleanerCollector{b: b, internal: o.InternalPartitions}, &quotaCollector{b: b}, &tieredCollector{b: b})
 	return withKafkaNames{reg}
 }
 

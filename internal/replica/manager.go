@@ -57,8 +57,13 @@ type Config struct {
 	// NoReadChecks is log.verify.reads=false: bytes are handed out
 	// unchecked (Kafka's behaviour; storage.Options.NoReadChecks).
 	NoReadChecks bool
-	FS           storage.FS
-	Logger       *slog.Logger
+	// RemoteStorage is remote.log.storage.system.enable: a topic with
+	// remote.storage.enable then gets its retention from tiered storage
+	// (internal/tiered), which deletes local segments only once they are
+	// in the object store.
+	RemoteStorage bool
+	FS            storage.FS
+	Logger        *slog.Logger
 }
 
 // Manager is this node's set of replicas.

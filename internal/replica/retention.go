@@ -39,6 +39,9 @@ func (m *Manager) enforceRetention() {
 		if !cleanupDeletes(topicconfig.Value(m.cfg.LogDefaults, m.Dynamic().Under(t.Configs), "cleanup.policy")) {
 			continue
 		}
+		if m.cfg.RemoteStorage && topicconfig.Value(m.cfg.LogDefaults, m.Dynamic().Under(t.Configs), "remote.storage.enable") == "true" {
+			continue // tiered storage's (internal/tiered): never a segment not yet uploaded
+		}
 		for i := int32(0); i < t.Partitions; i++ {
 			p := m.parts.Get(t.Name, i)
 			if p == nil {

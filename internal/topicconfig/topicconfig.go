@@ -280,6 +280,27 @@ func init() {
 			brokerValue: fixed("false"), KafkaDefault: "false",
 		},
 		{
+			Name: "local.retention.bytes", Type: kmsg.ConfigTypeLong, BrokerName: "log.local.retention.bytes",
+			Doc:          "With remote.storage.enable, the most bytes a partition keeps on the local disk (the local tier, KIP-405); older segments are deleted locally once they are in the object store. -2 means retention.bytes.",
+			validate:     intRange(-2, maxLong),
+			brokerValue:  fixed("-2"),
+			KafkaDefault: "-2",
+		},
+		{
+			Name: "local.retention.ms", Type: kmsg.ConfigTypeLong, BrokerName: "log.local.retention.ms",
+			Doc:          "With remote.storage.enable, how long a segment stays on the local disk (the local tier, KIP-405) once it is in the object store. -2 means retention.ms.",
+			validate:     intRange(-2, maxLong),
+			brokerValue:  fixed("-2"),
+			KafkaDefault: "-2",
+		},
+		{
+			Name: "remote.storage.enable", Type: kmsg.ConfigTypeBoolean,
+			Doc:          "Tiered storage (KIP-405): closed segments of the topic go to the object store (remote.log.storage.s3.*) and are read back from it for offsets the local tier deleted. Needs remote.log.storage.system.enable on the brokers; a compacted topic cannot enable it.",
+			validate:     oneOf("true", "false"),
+			brokerValue:  fixed("false"),
+			KafkaDefault: "false",
+		},
+		{
 			Name: "retention.bytes", Type: kmsg.ConfigTypeLong, BrokerName: "log.retention.bytes",
 			Doc:      "The most bytes a partition keeps before deleting its oldest segments; -1 for no limit. Checked every log.retention.check.interval.ms.",
 			validate: intRange(-1, maxLong),
@@ -485,6 +506,37 @@ func Validate(configs map[string]string) error {
 	if minLag > maxLag {
 		return fmt.Errorf("conflict topic config setting min.compaction.lag.ms (%d) > max.compaction.lag.ms (%d)", minLag, maxLag)
 	}
+	return validateRemote(configs)
+}
+
+// validateRemote is Kafka's LogConfig checks of the tiered-storage
+// configs: no remote storage on a compacted topic, and the local tier
+// within the total retention.
+func validateRemote(configs map[string]string) error {
+	if configs["remote.storage.enable"] != "true" {
+		return nil
+	}
+	if slices.Contains(SplitList(configs["cleanup.policy"]), "compact") {
+		return fmt.Errorf("Remote log storage is unsupported for the compacted topics")
+	}
+	for _, c := range [][2]string{{"local.retention.ms", "retention.ms"}, {"local.retention.bytes", "retention.bytes"}} {
+		local, lok := configs[c[0]]
+		total, tok := configs[c[1]]
+		if !lok || !tok {
+			continue
+		}
+		l, _ := parseInt(local, -2, maxLong)
+		t, _ := parseInt(total, -1, maxLong)
+		if l == -2 || t == -1 {
+			continue
+		}
+		if l == -1 {
+			return fmt.Errorf("Invalid value %s for configuration %s: Value must not be -1 as %s value is set as %d.", local, c[0], c[1], t)
+		}
+		if l > t {
+			return fmt.Errorf("Invalid value %s for configuration %s: Value must not be more than %s property value: %d", local, c[0], c[1], t)
+		}
+	}
 	return nil
 }
 
@@ -571,7 +623,7 @@ type Dynamic map[string]string
 // changed while the brokers run.
 func BrokerSpec(name string) (Spec, bool) {
 	for _, s := range specs {
-		if s.BrokerName == name {
+		if s.BrokerName == name && name != "" {
 			return s, true
 		}
 	}

@@ -1,0 +1,124 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/partition"
+	"holdfast/internal/tiered"
+)
+
+// Tiered storage (internal/tiered, docs/tiered-storage.md): the broker
+// starts its manager when remote.log.storage.system.enable is on, refuses
+// remote.storage.enable on topics while it is off (Kafka's check), serves
+// fetches below the local log start from the object store and answers
+// ListOffsets' earliest and latest-tiered from the remote log.
+
+// startTiered starts tiered storage when it is on.
+func (b *Broker) startTiered() error {
+	cfg := b.cfg.Tiered
+	if !cfg.Enabled {
+		return nil
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if cfg.CacheDir == "" {
+		cfg.CacheDir = filepath.Join(b.cfg.DataDir, "remote-log-cache")
+	}
+	store, err := tiered.NewS3(cfg)
+	if err != nil {
+		return err
+	}
+	m, err := tiered.New(cfg, store, b.meta, b.replicas, b.cluster.Host(), b.cfg.LogDefaults, b.log)
+	if err != nil {
+		return err
+	}
+	m.Start()
+	b.tiered = m
+	b.closers = append(b.closers, m.Close)
+	b.log.Info("tiered storage on", "bucket", cfg.Bucket, "prefix", cfg.Prefix, "endpoint", cfg.Endpoint, "region", cfg.Region)
+	return nil
+}
+
+// checkRemoteStorage is Kafka's check of a topic's configs against the
+// broker: remote.storage.enable needs remote.log.storage.system.enable.
+func (b *Broker) checkRemoteStorage(configs map[string]string) error {
+	if configs["remote.storage.enable"] == "true" && !b.cfg.Tiered.Enabled {
+		return errCode(kerr.InvalidConfig, "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.")
+	}
+	return nil
+}
+
+// logStartOffset is p's log start as clients see it: the remote log start
+// when the topic is tiered.
+func (b *Broker) logStartOffset(p *partition.Partition) int64 {
+	if b.tiered == nil {
+		return p.LogStartOffset()
+	}
+	return b.tiered.LogStart(p)
+}
+
+// latestTiered is ListOffsets' -5 (KIP-1005): the highest offset in the
+// remote log, -1 if nothing is there.
+func (b *Broker) latestTiered(p *partition.Partition) int64 {
+	if b.tiered == nil {
+		return -1
+	}
+	mf, ok := b.tiered.Manifest(p)
+	if !ok {
+		return -1
+	}
+	return mf.End() - 1
+}
+
+// The tiered-storage broker configs DescribeConfigs shows (static: set by
+// flags, HOLDFAST_* or server.properties; credentials are never among
+// them).
+func init() {
+	str := func(name, def, doc string, f func(c tiered.Config) string) brokerConfig {
+		return brokerConfig{name: name, typ: kmsg.ConfigTypeString, kafkaDefault: def, doc: doc,
+			value: val(func(b *Broker) string { return f(b.cfg.Tiered) })}
+	}
+	brokerConfigs = append(brokerConfigs,
+		brokerConfig{name: "remote.log.storage.system.enable", typ: kmsg.ConfigTypeBoolean, kafkaDefault: "false",
+			doc:   "Tiered storage (KIP-405): topics with remote.storage.enable upload closed segments to the object store and read them back from it.",
+			value: val(func(b *Broker) string { return strconv.FormatBool(b.cfg.Tiered.Enabled) })},
+		str("remote.log.storage.s3.bucket", "", "Tiered storage: the bucket.", func(c tiered.Config) string { return c.Bucket }),
+		str("remote.log.storage.s3.prefix", "", "Tiered storage: the key prefix of every object.", func(c tiered.Config) string { return c.Prefix }),
+		str("remote.log.storage.s3.endpoint", "", "Tiered storage: the object store's URL; empty: AWS S3.", func(c tiered.Config) string { return c.Endpoint }),
+		str("remote.log.storage.s3.region", "", "Tiered storage: the region.", func(c tiered.Config) string { return c.Region }),
+		brokerConfig{name: "remote.log.storage.s3.path.style", typ: kmsg.ConfigTypeBoolean, kafkaDefault: "false",
+			doc:   "Tiered storage: path-style requests (http://host/bucket/key).",
+			value: val(func(b *Broker) string { return strconv.FormatBool(b.cfg.Tiered.PathStyle) })},
+	)
+}
+
+// deleteRemoteRecords is DeleteRecords on a tiered topic: the remote log
+// start moves to off first (committed in the partition's Raft group), so
+// that no remote segment serves what was deleted. It reports whether it
+// failed (sp's error code set).
+func (b *Broker) deleteRemoteRecords(ctx context.Context, p *partition.Partition, off int64, sp *kmsg.DeleteRecordsResponseTopicPartition) bool {
+	if err := b.tiered.DeleteRecords(ctx, p, off); err != nil {
+		b.log.Warn("delete records: remote log start", "topic", p.Topic(), "partition", p.Index(), "offset", off, "err", err)
+		sp.ErrorCode = kerr.KafkaStorageError.Code
+		if errors.Is(err, context.DeadlineExceeded) {
+			sp.ErrorCode = kerr.RequestTimedOut.Code
+		}
+		return true
+	}
+	return false
+}
+
+// TieredStats are tiered storage's figures (metrics); nil when it is off.
+func (b *Broker) TieredStats() *tiered.Stats {
+	if b.tiered == nil {
+		return nil
+	}
+	return b.tiered.Stats()
+}

@@ -1,0 +1,83 @@
+// Package tiered is Holdfast's tiered storage (Kafka's KIP-405): the
+// leader of a partition whose topic has remote.storage.enable uploads each
+// closed segment to an S3-compatible object store, records it in the
+// partition's own Raft group, and only then lets local retention
+// (local.retention.ms / local.retention.bytes) delete it; a fetch below the
+// local log start is served from the object store. docs/tiered-storage.md
+// has the object layout and the commit rule.
+package tiered
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Config is the broker's tiered-storage configuration. Off unless Enabled
+// (remote.log.storage.system.enable, false by default as in Kafka).
+type Config struct {
+	// Enabled is remote.log.storage.system.enable.
+	Enabled bool
+	// Bucket, Prefix, Endpoint, Region and PathStyle say where objects
+	// go (remote.log.storage.s3.*). Endpoint is a URL (http://host:port
+	// or https://host); empty means AWS S3 in Region. Credentials come
+	// from the standard chain (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY,
+	// the shared credentials file, an instance role), never from here.
+	Bucket    string
+	Prefix    string
+	Endpoint  string
+	Region    string
+	PathStyle bool
+	// CacheDir holds segments downloaded for reads, at most CacheBytes
+	// (remote.log.storage.cache.bytes) of them.
+	CacheDir   string
+	CacheBytes int64
+	// TaskInterval is remote.log.manager.task.interval.ms: how often the
+	// leader looks for segments to upload and local segments to delete.
+	TaskInterval time.Duration
+	// RetryBackoffMax bounds the backoff between retries of a failed
+	// upload (remote.log.manager.copier.retry.backoff.max.ms).
+	RetryBackoffMax time.Duration
+}
+
+// Defaults.
+const (
+	DefaultCacheBytes      = 1 << 30
+	DefaultTaskInterval    = 30 * time.Second // Kafka's remote.log.manager.task.interval.ms
+	DefaultRetryBackoffMax = 30 * time.Second
+)
+
+func (c Config) withDefaults() Config {
+	if c.CacheBytes <= 0 {
+		c.CacheBytes = DefaultCacheBytes
+	}
+	if c.TaskInterval <= 0 {
+		c.TaskInterval = DefaultTaskInterval
+	}
+	if c.RetryBackoffMax <= 0 {
+		c.RetryBackoffMax = DefaultRetryBackoffMax
+	}
+	if c.Prefix != "" && !strings.HasSuffix(c.Prefix, "/") {
+		c.Prefix += "/"
+	}
+	return c
+}
+
+// Validate checks an enabled configuration before the broker starts.
+func (c Config) Validate() error {
+	if !c.Enabled {
+		return nil
+	}
+	if c.Bucket == "" {
+		return errors.New("remote.log.storage.system.enable is true but remote.log.storage.s3.bucket is not set")
+	}
+	if c.Endpoint != "" {
+		u, err := url.Parse(c.Endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("remote.log.storage.s3.endpoint %q: want http://host[:port] or https://host[:port]", c.Endpoint)
+		}
+	}
+	return nil
+}

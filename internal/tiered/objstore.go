@@ -1,0 +1,118 @@
+package tiered
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// ObjectStore is what tiered storage needs of an object store.
+type ObjectStore interface {
+	// PutFile uploads the file at path as key.
+	PutFile(ctx context.Context, key, path string) error
+	// Put uploads data as key.
+	Put(ctx context.Context, key string, data []byte) error
+	// GetFile downloads key into the file at path.
+	GetFile(ctx context.Context, key, path string) error
+	// Get reads a (small) object whole, at most limit bytes.
+	Get(ctx context.Context, key string, limit int64) ([]byte, error)
+	// Delete removes key (no error if it is gone).
+	Delete(ctx context.Context, key string) error
+	// List returns the keys under prefix.
+	List(ctx context.Context, prefix string) ([]string, error)
+}
+
+// s3Store is an S3-compatible bucket through minio-go.
+type s3Store struct {
+	c      *minio.Client
+	bucket string
+}
+
+// credentialChain is the standard chain, in AWS's order: the environment
+// (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), the shared
+// credentials file (AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials,
+// profile AWS_PROFILE), then an instance or task role.
+func credentialChain() *credentials.Credentials {
+	return credentials.NewChainCredentials([]credentials.Provider{
+		&credentials.EnvAWS{},
+		&credentials.FileAWSCredentials{},
+		&credentials.IAM{},
+	})
+}
+
+// NewS3 connects to the bucket cfg names (nothing is sent yet).
+func NewS3(cfg Config) (ObjectStore, error) {
+	host, secure := "s3.amazonaws.com", true
+	if cfg.Region != "" && cfg.Endpoint == "" {
+		host = "s3." + cfg.Region + ".amazonaws.com"
+	}
+	if cfg.Endpoint != "" {
+		u, err := url.Parse(cfg.Endpoint)
+		if err != nil {
+			return nil, fmt.Errorf("tiered: endpoint %q: %w", cfg.Endpoint, err)
+		}
+		host, secure = u.Host, u.Scheme == "https"
+	}
+	lookup := minio.BucketLookupAuto
+	if cfg.PathStyle {
+		lookup = minio.BucketLookupPath
+	}
+	// Few retries inside the client: a store that is down should fail
+	// the upload soon, so that the manager's backoff, its log line and
+	// its metric say so, rather than hold it in the client's own retries.
+	c, err := minio.New(host, &minio.Options{Creds: credentialChain(), Secure: secure, Region: cfg.Region, BucketLookup: lookup, MaxRetries: 2})
+	if err != nil {
+		return nil, fmt.Errorf("tiered: object store client: %w", err)
+	}
+	return &s3Store{c: c, bucket: cfg.Bucket}, nil
+}
+
+func (s *s3Store) PutFile(ctx context.Context, key, path string) error {
+	_, err := s.c.FPutObject(ctx, s.bucket, key, path, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	return err
+}
+
+func (s *s3Store) Put(ctx context.Context, key string, data []byte) error {
+	_, err := s.c.PutObject(ctx, s.bucket, key, bytesReader(data), int64(len(data)), minio.PutObjectOptions{ContentType: "application/json"})
+	return err
+}
+
+func (s *s3Store) GetFile(ctx context.Context, key, path string) error {
+	return s.c.FGetObject(ctx, s.bucket, key, path, minio.GetObjectOptions{})
+}
+
+func (s *s3Store) Get(ctx context.Context, key string, limit int64) ([]byte, error) {
+	o, err := s.c.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, err
+	}
+	defer o.Close()
+	b, err := io.ReadAll(io.LimitReader(o, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, errors.New("tiered: object " + key + " is larger than expected")
+	}
+	return b, nil
+}
+
+func (s *s3Store) Delete(ctx context.Context, key string) error {
+	return s.c.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{})
+}
+
+func (s *s3Store) List(ctx context.Context, prefix string) ([]string, error) {
+	var keys []string
+	for o := range s.c.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if o.Err != nil {
+			return keys, o.Err
+		}
+		keys = append(keys, o.Key)
+	}
+	return keys, nil
+}

@@ -1,0 +1,303 @@
+package tiered
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"holdfast/internal/partition"
+	"holdfast/internal/records"
+)
+
+// downloads bounds the segments being downloaded at once per node.
+const downloads = 2
+
+// cache holds whole downloaded segments in a directory, at most limit
+// bytes of them (least recently read out first; one being read stays).
+type cache struct {
+	dir   string
+	limit int64
+
+	mu      sync.Mutex
+	entries map[string]*entry
+	total   int64
+	clock   uint64
+	loading map[string]chan struct{}
+	failed  map[string]error // the last failed download of a key, until retried
+	sem     chan struct{}
+	closed  bool
+}
+
+type entry struct {
+	f    *os.File
+	size int64
+	used uint64
+	refs int
+	sc   sidecar
+}
+
+func newCache(dir string, limit int64) (*cache, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("tiered: no cache directory")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	// Whatever a previous run left (downloads, uploads) is not indexed.
+	if ents, err := os.ReadDir(dir); err == nil {
+		for _, e := range ents {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+	return &cache{dir: dir, limit: limit, entries: map[string]*entry{}, loading: map[string]chan struct{}{},
+		failed: map[string]error{}, sem: make(chan struct{}, downloads)}, nil
+}
+
+func (c *cache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for k, e := range c.entries {
+		e.f.Close()
+		os.Remove(e.f.Name())
+		delete(c.entries, k)
+	}
+}
+
+// acquire returns the cached segment key, holding it until release; or,
+// if it is not cached, a channel closed when a download (started here if
+// none runs) ends.
+func (c *cache) acquire(key string, load func(tmp string) (sidecar, error)) (*entry, <-chan struct{}, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.entries[key]; ok {
+		c.clock++
+		e.used, e.refs = c.clock, e.refs+1
+		return e, nil, nil
+	}
+	if ch, ok := c.loading[key]; ok {
+		return nil, ch, nil
+	}
+	if err, ok := c.failed[key]; ok {
+		delete(c.failed, key) // the next fetch tries again
+		return nil, nil, err
+	}
+	ch := make(chan struct{})
+	c.loading[key] = ch
+	go func() {
+		defer close(ch)
+		c.sem <- struct{}{}
+		defer func() { <-c.sem }()
+		path := filepath.Join(c.dir, strings.ReplaceAll(key, "/", "_"))
+		sc, err := load(path)
+		var f *os.File
+		if err == nil {
+			f, err = os.Open(path)
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(c.loading, key)
+		if err == nil && c.closed {
+			f.Close()
+			err = errors.New("tiered: closed")
+		}
+		if err != nil {
+			os.Remove(path)
+			c.failed[key] = err
+			return
+		}
+		c.clock++
+		c.entries[key] = &entry{f: f, size: sc.Segment.Size, used: c.clock, sc: sc}
+		c.total += sc.Segment.Size
+		c.evictLocked()
+	}()
+	return nil, ch, nil
+}
+
+func (c *cache) release(e *entry) {
+	c.mu.Lock()
+	e.refs--
+	c.evictLocked()
+	c.mu.Unlock()
+}
+
+// evictLocked drops least recently used segments not being read until the
+// cache fits its limit.
+func (c *cache) evictLocked() {
+	if c.total <= c.limit {
+		return
+	}
+	keys := make([]string, 0, len(c.entries))
+	for k := range c.entries {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(a, b int) bool { return c.entries[keys[a]].used < c.entries[keys[b]].used })
+	for _, k := range keys {
+		if c.total <= c.limit {
+			return
+		}
+		e := c.entries[k]
+		if e.refs > 0 {
+			continue
+		}
+		e.f.Close()
+		os.Remove(e.f.Name())
+		c.total -= e.size
+		delete(c.entries, k)
+	}
+}
+
+// LogStart is p's log start offset as clients see it: the remote log
+// start when remote storage is on and the remote log reaches the local
+// one, else the local log start.
+func (m *Manager) LogStart(p *partition.Partition) int64 {
+	local := p.LogStartOffset()
+	if m == nil {
+		return local
+	}
+	mf, ok := m.Manifest(p)
+	if !ok || mf.End() < local || mf.Start >= local {
+		return local
+	}
+	return mf.Start
+}
+
+// Read serves a consumer's fetch of p at offset from the remote log:
+// whole batches from the one holding offset, up to maxBytes but at least
+// one. If the segment is not in the cache yet, its download starts and
+// wait is closed when it ends (the fetch waits on it, as on new data);
+// fetches of local data never wait for it. errNotRemote: the offset is
+// not in the remote log (the caller answers OFFSET_OUT_OF_RANGE).
+func (m *Manager) Read(p *partition.Partition, offset int64, maxBytes int) (recs []byte, aborted []partition.AbortedTxn, wait <-chan struct{}, err error) {
+	t, ok := m.topicFor(p)
+	if !ok {
+		return nil, nil, nil, errNotRemote
+	}
+	mf, ok := m.Manifest(p)
+	if !ok {
+		return nil, nil, nil, errNotRemote
+	}
+	seg, ok := mf.Find(offset)
+	if !ok {
+		return nil, nil, nil, errNotRemote
+	}
+	key := m.key(t, p.Index(), seg)
+	e, wait, err := m.cache.acquire(key, func(path string) (sidecar, error) { return m.download(key, seg, path) })
+	if err != nil {
+		m.stats.FetchErrors.Add(1)
+		return nil, nil, nil, err
+	}
+	if e == nil {
+		return nil, nil, wait, nil
+	}
+	defer m.cache.release(e)
+	recs, last, err := readBatches(e, offset, maxBytes)
+	if err != nil {
+		m.stats.FetchErrors.Add(1)
+		return nil, nil, nil, err
+	}
+	// The aborted transactions overlapping what is returned.
+	for _, a := range e.sc.Aborted {
+		if a.LastOffset >= offset && a.FirstOffset <= last {
+			aborted = append(aborted, a)
+		}
+	}
+	m.stats.FetchRequests.Add(1)
+	m.stats.FetchBytes.Add(int64(len(recs)))
+	return recs, aborted, nil, nil
+}
+
+// download fetches a segment's two objects and checks them against the
+// committed manifest's record (size, CRC-32C) before any byte is served.
+func (m *Manager) download(key string, seg Segment, path string) (sidecar, error) {
+	ctx, cancel := context.WithTimeout(m.ctx, 5*time.Minute)
+	defer cancel()
+	side, err := m.store.Get(ctx, key+".index", maxSidecar)
+	if err != nil {
+		return sidecar{}, fmt.Errorf("download %s.index: %w", key, err)
+	}
+	var sc sidecar
+	if err := json.Unmarshal(side, &sc); err != nil {
+		return sidecar{}, fmt.Errorf("%s.index: %w", key, err)
+	}
+	if err := m.store.GetFile(ctx, key+".log", path); err != nil {
+		return sidecar{}, fmt.Errorf("download %s.log: %w", key, err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return sidecar{}, err
+	}
+	defer f.Close()
+	h := crc32.New(castagnoli)
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return sidecar{}, err
+	}
+	if n != seg.Size || h.Sum32() != seg.CRC || sc.Segment.Base != seg.Base || sc.Segment.Next != seg.Next {
+		return sidecar{}, fmt.Errorf("tiered: %s.log does not match its committed record: %d bytes crc32c %08x, want %d bytes crc32c %08x", key, n, h.Sum32(), seg.Size, seg.CRC)
+	}
+	return sc, nil
+}
+
+// readBatches reads whole batches of a cached segment from the one
+// holding offset, up to maxBytes but at least one.
+func readBatches(e *entry, offset int64, maxBytes int) (out []byte, last int64, err error) {
+	pos := int64(0)
+	i := sort.Search(len(e.sc.Index), func(i int) bool { return e.sc.Index[i][0] > offset })
+	if i > 0 {
+		pos = e.sc.Index[i-1][1]
+	}
+	var hb [records.HeaderSize]byte
+	header := func(at int64) (records.Header, error) {
+		if _, err := e.f.ReadAt(hb[:], at); err != nil {
+			return records.Header{}, fmt.Errorf("tiered: %s at %d: %w", e.f.Name(), at, err)
+		}
+		h, err := records.ParseHeader(hb[:])
+		if err == nil && (h.Size() < records.HeaderSize || at+int64(h.Size()) > e.size) {
+			err = fmt.Errorf("tiered: %s: bad batch at %d", e.f.Name(), at)
+		}
+		return h, err
+	}
+	for {
+		if pos >= e.size {
+			return nil, -1, nil // offset is past the segment
+		}
+		h, err := header(pos)
+		if err != nil {
+			return nil, -1, err
+		}
+		if h.LastOffset() >= offset {
+			break
+		}
+		pos += int64(h.Size())
+	}
+	end := pos
+	for end < e.size {
+		h, err := header(end)
+		if err != nil {
+			return nil, -1, err
+		}
+		if end > pos && end+int64(h.Size())-pos > int64(maxBytes) {
+			break
+		}
+		end += int64(h.Size())
+		last = h.LastOffset()
+	}
+	out = make([]byte, end-pos)
+	if _, err := e.f.ReadAt(out, pos); err != nil {
+		return nil, -1, err
+	}
+	return out, last, nil
+}
+
+// IsNotRemote reports whether err says the offset is not in the remote log.
+func IsNotRemote(err error) bool { return err == errNotRemote }
