@@ -243,6 +243,23 @@ func (l *Log) recover() error {
 			return fmt.Errorf("storage: open %s: unexpected file %q (not a segment, index or checkpoint of a log)", l.dir, name)
 		}
 	}
+	// Before recovery changes anything: a checkpoint of a newer format is
+	// not damage (which would discard the log, rebuild or rewrite the
+	// file): the open fails and every file stays as it is.
+	for _, c := range checkpointVersions {
+		if !slices.Contains(names, c.name) {
+			continue
+		}
+		path := filepath.Join(l.dir, c.name)
+		b, err := readHead(l.fs, path, 32)
+		if err != nil {
+			return fmt.Errorf("storage: open %s: read %s: %w", l.dir, c.name, err)
+		}
+		if err := checkVersionLine(path, b, c.known...); err != nil {
+			l.logger.Error("storage: a checkpoint of a newer format: refusing to open the log", "err", err)
+			return fmt.Errorf("storage: open %s: %w", l.dir, err)
+		}
+	}
 	for _, name := range indexes {
 		if base, _, _ := parseSegmentName(name); !logs[base] {
 			// Left behind by a segment deletion that crashed halfway.
@@ -2211,6 +2228,18 @@ func parseOrdinalCheckpoint(b []byte) (map[int64]int64, error) {
 		prevBase, prevOrd = base, ord
 	}
 	return out, nil
+}
+
+// checkpointVersions: the format versions of the checkpoints this binary
+// reads (the first line of each).
+var checkpointVersions = []struct {
+	name  string
+	known []int
+}{
+	{startCheckpoint, []int{0}},
+	{ordinalCheckpoint, []int{0}},
+	{epochCheckpoint, []int{0}},
+	{cleanerCheckpoint, []int{0, 1}},
 }
 
 // --- leader epoch cache and checkpoints ---
