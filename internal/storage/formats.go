@@ -21,27 +21,36 @@ var ErrUnknownFormat = errors.New("format version unknown to this binary")
 // this binary reads. It matches ErrUnknownFormat (errors.Is).
 type FormatError struct {
 	Path  string
+	What  string // "format version" if empty; "record kind" for a journal
 	Found string // as written in the file
 	Known []int
 }
 
 func (e *FormatError) Error() string {
-	return fmt.Sprintf("%s: format version %s, this binary reads %s: %v (written by a newer Holdfast?); "+
-		"the file was left untouched: run a Holdfast release that reads this version",
-		e.Path, e.Found, knownList(e.Known), ErrUnknownFormat)
+	what := e.What
+	if what == "" {
+		what = "format version"
+	}
+	return fmt.Sprintf("%s: %s %s, this binary reads %s: %v (written by a newer Holdfast?); "+
+		"the file was left untouched: run a Holdfast release that reads it",
+		e.Path, what, e.Found, knownList(what, e.Known), ErrUnknownFormat)
 }
 
 func (e *FormatError) Is(target error) bool { return target == ErrUnknownFormat }
 
-func knownList(v []int) string {
+func knownList(what string, v []int) string {
 	s := make([]string, len(v))
 	for i, n := range v {
 		s[i] = strconv.Itoa(n)
 	}
-	if len(s) == 1 {
-		return "version " + s[0]
+	noun := "version"
+	if what != "format version" {
+		noun = what
 	}
-	return "versions " + fmt.Sprint(s)
+	if len(s) == 1 {
+		return noun + " " + s[0]
+	}
+	return noun + "s " + fmt.Sprint(s)
 }
 
 // CheckVersion returns a *FormatError when found is a version number
