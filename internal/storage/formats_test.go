@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"holdfast/internal/records"
 )
 
 // A checkpoint whose version line is newer than this binary's is refused
@@ -99,4 +101,89 @@ func names(m map[string][]byte) []string {
 		out = append(out, fmt.Sprintf("%s:%d", n, len(b)))
 	}
 	return out
+}
+
+// TestBatchOfNewerMagicRefused: a whole batch with a valid checksum but a
+// magic newer than 2 was written by a newer Holdfast. As the active
+// segment's last batch, recovery took it for a torn tail and cut it; as a
+// sealed segment's first batch, for damage (ErrCorrupt: the replica is
+// discarded). Now the open fails with ErrUnknownFormat and the segment is
+// unchanged. A newer magic whose checksum does not hold is still a torn
+// tail, cut as before.
+func TestBatchOfNewerMagicRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		segment func(l *Log) *segment
+		last    bool // the segment's last batch, else its first
+		damage  bool // also break the checksum
+	}{
+		{"active segment, last batch", (*Log).active, true, false},
+		{"sealed segment, first batch", func(l *Log) *segment { return l.segs[1] }, false, false},
+		{"active segment, last batch, bad checksum", (*Log).active, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := NewCrashFS(1)
+			sy := newSyncer(t)
+			l := openLog(t, fs, "/d", testConfig(), sy, nil)
+			for range 40 {
+				if _, err := l.Append(batch(t, 2, 100, 1), 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if l.Segments() < 3 {
+				t.Fatalf("%d segments", l.Segments())
+			}
+			path := tc.segment(l).f.Name()
+			end := l.EndOffset()
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			b, _ := fs.ReadFileForTest(path)
+			at, lastSize := 0, 0
+			for pos := 0; pos < len(b); {
+				h, err := records.ParseHeader(b[pos:])
+				if err != nil {
+					t.Fatal(err)
+				}
+				at, lastSize = pos, h.Size()
+				if !tc.last {
+					break
+				}
+				pos += h.Size()
+			}
+			b[at+16] = 3 // the magic (outside the checksum)
+			if tc.damage {
+				b[at+lastSize-1] ^= 0xff
+			}
+			fs.WriteFileForTest(path, b)
+			before := dirContents(t, fs, "/d")
+
+			l, err := Open("/d", testConfig(), Options{FS: fs, Syncer: sy, Logger: quiet})
+			if tc.damage {
+				if err != nil {
+					t.Fatalf("a torn last batch: %v", err)
+				}
+				defer l.Close()
+				if l.EndOffset() != end-2 {
+					t.Fatalf("end %d after cutting the torn batch, want %d", l.EndOffset(), end-2)
+				}
+				return
+			}
+			if err == nil {
+				l.Close()
+				t.Fatal("opened a log with a batch of magic 3")
+			}
+			if !errors.Is(err, ErrUnknownFormat) || errors.Is(err, ErrCorrupt) {
+				t.Fatalf("open: %v: want ErrUnknownFormat, not ErrCorrupt", err)
+			}
+			for _, w := range []string{path, "record batch magic 3, this binary reads record batch magic 2"} {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("open: %q does not say %q", err, w)
+				}
+			}
+			if after := dirContents(t, fs, "/d"); !bytes.Equal(before[filepath.Base(path)], after[filepath.Base(path)]) {
+				t.Fatalf("the refused open changed %s", path)
+			}
+		})
+	}
 }
