@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -33,6 +34,10 @@ var DefaultSnapshotPolicy = SnapshotPolicy{MaxBytes: 20 << 20, MaxInterval: time
 // finishedName is the file of the deletions this node finished (their data
 // removed) since the last snapshot: node-local, not in the metadata log.
 const finishedName = "finished-deletes.json"
+
+// finishedVersion is the format of finishedName: a JSON array of
+// finishedDelete (no version field; docs/storage.md).
+const finishedVersion = 1
 
 // finishedDelete is one FinishDelete: the topic id and the applied offset
 // then. The delete command was at or below At, so a snapshot at a higher
@@ -235,6 +240,18 @@ func (s *Store) loadFinished() error {
 	}
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
+	}
+	// Version 1 is a bare JSON array. A later version is to be an object
+	// with a "version" field, refused here rather than read as corrupt.
+	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '{' {
+		var v struct {
+			Version int64 `json:"version"`
+		}
+		if err := json.Unmarshal(t, &v); err == nil {
+			if err := storage.CheckVersion("version", v.Version, finishedVersion); err != nil {
+				return fmt.Errorf("controller: %s: %w", join(s.dir, finishedName), err)
+			}
+		}
 	}
 	var fs []finishedDelete
 	if err := json.Unmarshal(data, &fs); err != nil {

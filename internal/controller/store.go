@@ -454,12 +454,22 @@ func decode(data []byte) (state, error) {
 	if _, err := fmt.Sscanf(string(tail), "crc32c %08x\n", &sum); err != nil || sum != crc32.Checksum(body, castagnoli) {
 		return state{}, errCorruptMetaDoc
 	}
+	// The version first: a newer one may change the fields' types, which
+	// must not read as a corrupt file.
+	var v struct {
+		Version int64 `json:"version"`
+	}
+	if err := json.Unmarshal(body, &v); err == nil {
+		if err := storage.CheckVersion("version", v.Version, stateVersion); err != nil {
+			return state{}, err
+		}
+	}
 	var st state
 	if err := json.Unmarshal(body, &st); err != nil {
 		return state{}, fmt.Errorf("%w: %v", errCorruptMetaDoc, err)
 	}
 	if st.Version != stateVersion {
-		return state{}, fmt.Errorf("controller: unsupported metadata version %d", st.Version)
+		return state{}, fmt.Errorf("controller: unsupported metadata version %d, this binary reads %d", st.Version, stateVersion)
 	}
 	if st.ClusterID == "" {
 		return state{}, errCorruptMetaDoc

@@ -1,8 +1,10 @@
 package controller
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"slices"
@@ -563,4 +565,81 @@ func TestImageSharedSafely(t *testing.T) {
 		t.Fatal(err)
 	}
 	closeStore(t, s)
+}
+
+// TestStoreRefusesNewerFormat: a cluster.json whose version is newer than
+// this binary's (valid CRC, fields this binary may not even parse), or a
+// finished-deletes.json in the object form a later version is to use, is
+// refused with an error naming the file, the version found and the
+// versions known - not read as corrupt - and neither file changes. The
+// bare-array finished-deletes.json of today opens.
+func TestStoreRefusesNewerFormat(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		content    func(cluster []byte) []byte
+		want       string // "" opens
+	}{
+		{"cluster.json version 2", fileName, func(c []byte) []byte {
+			return withCRC(bytes.Replace(c, []byte(`"version": 1`), []byte(`"version": 2`), 1))
+		}, "version: format version 2, this binary reads version 1"},
+		{"cluster.json version 2, changed types", fileName, func([]byte) []byte {
+			return withCRC([]byte(`{"version": 2, "cluster_id": 7, "topics": "elsewhere"}` + "\n"))
+		}, "version: format version 2, this binary reads version 1"},
+		{"finished-deletes.json version 2", finishedName, func([]byte) []byte {
+			return []byte(`{"version": 2, "finished": []}`)
+		}, "version: format version 2, this binary reads version 1"},
+		{"finished-deletes.json array", finishedName, func([]byte) []byte {
+			return []byte(`[{"id":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16],"applied_offset":1}]`)
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := open(t, storage.OSFS(), dir)
+			if _, err := createTopic(s, "x", 1, nil, false); err != nil {
+				t.Fatal(err)
+			}
+			closeStore(t, s)
+			cluster, err := os.ReadFile(filepath.Join(dir, fileName))
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, tc.file)
+			content := tc.content(cluster)
+			if err := os.WriteFile(path, content, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			s, err = Open(dir, storage.OSFS(), nil, "")
+			if got, _ := os.ReadFile(path); !bytes.Equal(got, content) {
+				t.Fatalf("%s changed: %q", tc.file, got)
+			}
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("open: %v", err)
+				}
+				closeStore(t, s)
+				return
+			}
+			if err == nil {
+				closeStore(t, s)
+				t.Fatal("opened a metadata store of a newer format")
+			}
+			if !errors.Is(err, storage.ErrUnknownFormat) || errors.Is(err, errCorruptMetaDoc) {
+				t.Fatalf("open: %v: want ErrUnknownFormat, not corrupt", err)
+			}
+			for _, w := range []string{path, tc.want} {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("open: %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// withCRC appends cluster.json's CRC trailer to a JSON body.
+func withCRC(body []byte) []byte {
+	i := bytes.LastIndex(body, []byte("crc32c "))
+	if i >= 0 {
+		body = body[:i]
+	}
+	return fmt.Appendf(body, "crc32c %08x\n", crc32.Checksum(body, castagnoli))
 }

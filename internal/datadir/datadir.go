@@ -217,6 +217,19 @@ func parse(data []byte) (id Identity, format int, err error) {
 	if err := sc.Err(); err != nil {
 		return id, 0, err
 	}
+	// The versions first: a newer file may lay out the rest differently.
+	// holdfast.format is this file's and the data directory's; version is
+	// Kafka's meta.properties version (Holdfast writes 1).
+	if f, err := strconv.ParseInt(kv["holdfast.format"], 10, 64); err == nil {
+		if err := storage.CheckVersion("holdfast.format", f, Format); err != nil {
+			return id, 0, err
+		}
+	}
+	if v, err := strconv.ParseInt(kv["version"], 10, 64); err == nil {
+		if err := storage.CheckVersion("version", v, 0, 1); err != nil {
+			return id, 0, err
+		}
+	}
 	n, err := strconv.ParseInt(kv["node.id"], 10, 32)
 	if err != nil {
 		return id, 0, fmt.Errorf("node.id %q: %w", kv["node.id"], err)

@@ -83,3 +83,45 @@ func TestJoin(t *testing.T) {
 		t.Fatalf("split: %v %q", ok, why)
 	}
 }
+
+// TestOpenRefusesNewerFormat: a meta.properties whose holdfast.format or
+// Kafka version is newer than this binary's is refused with an error that
+// names the file, the field, the version found and the versions known (not
+// ErrLegacy, which says "older"), and the file is unchanged. A file
+// without the Kafka version line still opens.
+func TestOpenRefusesNewerFormat(t *testing.T) {
+	const dirID = "AAAAAAAAAAAAAAAAAAAAAQ"
+	for _, tc := range []struct {
+		name, file string
+		want       []string // empty: opens
+	}{
+		{"format+1", "version=1\nnode.id=1\ndirectory.id=" + dirID + "\nholdfast.format=3\n", []string{"holdfast.format: format version 3, this binary reads version 2"}},
+		{"format+1, other fields changed", "version=1\nholdfast.format=3\nnode=1\n", []string{"holdfast.format: format version 3"}},
+		{"version+1", "version=2\nnode.id=1\ndirectory.id=" + dirID + "\nholdfast.format=2\n", []string{"version: format version 2, this binary reads versions [0 1]"}},
+		{"no version line", "node.id=1\ndirectory.id=" + dirID + "\nholdfast.format=2\n", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fsys := storage.NewCrashFS(1)
+			fsys.MkdirAll("/d", 0o755)
+			fsys.WriteFileForTest("/d/"+FileName, []byte(tc.file))
+			id, err := Open(fsys, "/d", 1)
+			if got, _ := fsys.ReadFileForTest("/d/" + FileName); string(got) != tc.file {
+				t.Fatalf("the file changed: %q", got)
+			}
+			if tc.want == nil {
+				if err != nil || id.NodeID != 1 || id.DirectoryID.String() != dirID {
+					t.Fatalf("open: %+v, %v", id, err)
+				}
+				return
+			}
+			if !errors.Is(err, storage.ErrUnknownFormat) || errors.Is(err, ErrLegacy) {
+				t.Fatalf("open: %v: want ErrUnknownFormat, not ErrLegacy", err)
+			}
+			for _, w := range append(tc.want, "/d/"+FileName) {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("open: %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}

@@ -3,7 +3,11 @@ package partition
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -357,5 +361,86 @@ func TestNewPartitionDirSyncFailureRetried(t *testing.T) {
 			t.Fatalf("%s %s failed once: log end %d after the power cut, want the 3 acknowledged records", fault.op, fault.path, end)
 		}
 		m.stop()
+	}
+}
+
+// TestPartitionFilesOfNewerFormatRefused: a producer snapshot or a
+// partition.metadata of a newer version than this binary's fails the
+// partition's open with an error naming the file, the version found and
+// the versions known, and the file stays as it was. Before, the snapshot
+// was ignored and removed (the producers whose batches retention removed
+// were lost: a retry appended again) and partition.metadata's version was
+// not read. With the files of today's version restored, the partition
+// opens and the producer's retry is still recognised.
+func TestPartitionFilesOfNewerFormatRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		file  func(p *Partition) string
+		newer func(b []byte) []byte
+		want  string
+	}{
+		{"producer snapshot", func(p *Partition) string { return p.snapPath }, func(b []byte) []byte {
+			body := bytes.Replace(b[4:], []byte(`"version":1`), []byte(`"version":2`), 1)
+			return append(binary.BigEndian.AppendUint32(nil, crc32.Checksum(body, castagnoli)), body...)
+		}, "format version 2, this binary reads version 1"},
+		{"partition.metadata", func(p *Partition) string { return filepath.Join(p.Log().Dir(), metadataFile) }, func(b []byte) []byte {
+			return bytes.Replace(b, []byte("version: 0"), []byte("version: 1"), 1)
+		}, "format version 1, this binary reads version 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fsys := storage.NewCrashFS(1)
+			m := newCrashNode(t, fsys, "/data")
+			cfg := storage.DefaultConfig()
+			cfg.SegmentBytes = 1024
+			p, err := m.Open("t", [16]byte{1}, 0, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := batch(t, 7, 0, 0, 3)
+			mustAppend(t, p, bytes.Clone(last), 0, false)
+			for i := range 40 {
+				mustAppend(t, p, batch(t, int64(100+i), 0, 0, 1), int64(3+i), false)
+			}
+			if err := m.host.Compact(p.RaftGroup(), p.Log().EndOffset()-1); err != nil {
+				t.Fatal(err)
+			}
+			path := tc.file(p)
+			m.stop()
+
+			good, ok := fsys.ReadFileForTest(path)
+			if !ok {
+				t.Fatalf("no %s", path)
+			}
+			newer := tc.newer(good)
+			if bytes.Equal(newer, good) {
+				t.Fatalf("%s: the version was not changed: %q", path, good)
+			}
+			fsys.WriteFileForTest(path, newer)
+			m = newCrashNode(t, fsys, "/data")
+			_, err = m.Open("t", [16]byte{1}, 0, cfg)
+			if !errors.Is(err, storage.ErrUnknownFormat) {
+				t.Fatalf("open: %v, want ErrUnknownFormat", err)
+			}
+			for _, w := range []string{path, tc.want} {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("open: %q does not say %q", err, w)
+				}
+			}
+			if got, _ := fsys.ReadFileForTest(path); !bytes.Equal(got, newer) {
+				t.Fatalf("%s changed by the refused open", path)
+			}
+			fsys.WriteFileForTest(path, good)
+			p, err = m.Open("t", [16]byte{1}, 0, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := p.Append(bytes.Clone(last))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.Duplicate {
+				t.Fatalf("producer 7's retried batch appended again at %d: its state was lost", res.BaseOffset)
+			}
+		})
 	}
 }

@@ -463,6 +463,17 @@ func (m *Manager) claimDir(dir string, id [16]byte) error {
 			return rerr
 		}
 		for line := range strings.SplitSeq(string(buf[:n]), "\n") {
+			// Kafka's version 0 is the only one: a newer file may mean
+			// something else by its topic_id.
+			if v, ok := strings.CutPrefix(line, "version:"); ok {
+				if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+					if err := storage.CheckVersion(path, n, 0); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		for line := range strings.SplitSeq(string(buf[:n]), "\n") {
 			if strings.HasPrefix(line, "topic_id:") {
 				if strings.TrimSpace(line) != want {
 					return fmt.Errorf("%w (%s, not %s)", ErrForeignData, strings.TrimSpace(line), want)

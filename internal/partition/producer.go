@@ -241,6 +241,9 @@ func (p *Partition) sweepProducers() {
 // directory, which belongs to the storage package alone.
 const snapshotDir = "producer-snapshots"
 
+// snapshotVersion is the producer snapshot's format (its "version").
+const snapshotVersion = 1
+
 type snapshot struct {
 	Version   int                        `json:"version"`
 	TopicID   [16]byte                   `json:"topic_id"`   // a same-named new topic must not inherit it
@@ -263,7 +266,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // writeSnapshot saves the producer state for a log whose end is end: CRC-32C
 // then JSON, written to a temporary file, fsynced and renamed into place.
 func (p *Partition) writeSnapshot(end int64) error {
-	s := snapshot{Version: 1, TopicID: p.id, End: end, Producers: make(map[int64]snapshotProducer, len(p.producers))}
+	s := snapshot{Version: snapshotVersion, TopicID: p.id, End: end, Producers: make(map[int64]snapshotProducer, len(p.producers))}
 	for id, e := range p.producers {
 		sp := snapshotProducer{Epoch: e.epoch, Last: e.last}
 		for _, b := range e.batches {
@@ -326,8 +329,18 @@ func (p *Partition) readSnapshot() (*snapshot, error) {
 	if binary.BigEndian.Uint32(data) != crc32.Checksum(data[4:], castagnoli) {
 		return nil, nil
 	}
+	// A newer version is not damage: ignored, the snapshot would be
+	// removed, and with it the producers whose batches retention removed.
+	var v struct {
+		Version int64 `json:"version"`
+	}
+	if err := json.Unmarshal(data[4:], &v); err == nil {
+		if err := storage.CheckVersion(p.snapPath, v.Version, snapshotVersion); err != nil {
+			return nil, err
+		}
+	}
 	var s snapshot
-	if err := json.Unmarshal(data[4:], &s); err != nil || s.Version != 1 {
+	if err := json.Unmarshal(data[4:], &s); err != nil || s.Version != snapshotVersion {
 		return nil, nil
 	}
 	return &s, nil

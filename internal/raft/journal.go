@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -148,7 +149,23 @@ func openJournal(fsys storage.FS, dir string, logger *slog.Logger) (*journal, er
 		f.Close()
 		return nil, err
 	}
-	good := j.replay(data)
+	good, rerr := j.replay(data)
+	if rerr != nil {
+		// A whole record with a valid CRC that this binary cannot read
+		// is neither a torn tail nor damage: a newer Holdfast wrote it.
+		// Cutting it (or moving the directory aside as corrupt) would
+		// forget what it holds; the file stays as it is.
+		f.Close()
+		logger.Error("raft: journal holds a record this binary cannot read: refusing to start the Raft groups", "path", j.path, "at", good, "err", rerr)
+		var kind unknownKind
+		if errors.As(rerr, &kind) {
+			rerr = &storage.FormatError{Path: fmt.Sprintf("%s (record at byte %d)", j.path, good), What: "record kind",
+				Found: strconv.Itoa(int(kind)), Known: journalKinds}
+			return nil, fmt.Errorf("raft: %w", rerr)
+		}
+		return nil, fmt.Errorf("raft: %s: the record at byte %d has a valid checksum but cannot be read (%w): "+
+			"not a torn tail, so it is not cut; a newer Holdfast may have written it", j.path, good, rerr)
+	}
 	if good < len(data) {
 		if at, ok := validRecordAfter(data, good); ok {
 			// A torn tail is only the last, partial record: a good record
@@ -197,19 +214,23 @@ func recordAt(data []byte, pos int) ([]byte, bool) {
 	return body, true
 }
 
-// validRecordAfter looks for a whole record with a valid CRC and a known
-// kind starting anywhere after pos, where replay stopped.
+// validRecordAfter looks for a whole record with a valid CRC (and a kind)
+// starting anywhere after pos, where replay stopped.
 func validRecordAfter(data []byte, pos int) (int, bool) {
 	for q := pos + 1; q+8+9 <= len(data); q++ {
-		if body, ok := recordAt(data, q); ok && body[0] >= jHardState && body[0] <= jRejoin {
+		// Any kind: a valid record of a kind this binary does not know
+		// still shows the file goes on past the bad one.
+		if body, ok := recordAt(data, q); ok && body[0] != 0 {
 			return q, true
 		}
 	}
 	return 0, false
 }
 
-// replay applies every whole, valid record and returns the length they cover.
-func (j *journal) replay(data []byte) int {
+// replay applies every whole, valid record and returns the length they
+// cover, and the error of a whole record (its CRC valid) that this binary
+// cannot read, where it stopped.
+func (j *journal) replay(data []byte) (int, error) {
 	pos := 0
 	for len(data)-pos >= 8 {
 		body, ok := recordAt(data, pos)
@@ -218,13 +239,22 @@ func (j *journal) replay(data []byte) int {
 		}
 		n := len(body)
 		if err := j.apply(body); err != nil {
-			j.logger.Warn("raft: journal record ignored", "err", err)
-			break
+			return pos, err
 		}
 		pos += 8 + n
 	}
-	return pos
+	return pos, nil
 }
+
+type unknownKind byte
+
+func (k unknownKind) Error() string { return fmt.Sprintf("unknown journal record kind %d", byte(k)) }
+
+// journalKinds are the record kinds this binary reads. The journal has no
+// version header (a release before it would take a header record for a
+// torn tail and cut the whole file): its record kinds are its version, and
+// a new kind is how a newer format shows.
+var journalKinds = []int{jHardState, jAnchor, jConfState, jRemoved, jEntry, jTruncate, jTrusted, jRejoin}
 
 func (j *journal) state(g uint64) *groupState {
 	s := j.groups[g]
@@ -287,7 +317,7 @@ func (j *journal) apply(body []byte) error {
 		s := j.state(g)
 		s.side = truncateSide(s.side, be.Uint64(p))
 	default:
-		return fmt.Errorf("unknown journal record kind %d", kind)
+		return unknownKind(kind)
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -175,4 +177,88 @@ func TestJournalCorruptionIsNotATornTail(t *testing.T) {
 			t.Fatalf("group 4 term %d, want 25", s.hs.GetTerm())
 		}
 	})
+}
+
+// TestJournalRecordOfNewerFormatRefused: a whole record with a valid CRC
+// whose kind (or payload) this binary does not know was written by a newer
+// Holdfast. Last in the file, the old replay took it for a torn tail and
+// cut it; in the middle, for corruption (ErrJournalCorrupt, which moves the
+// data directory aside). Now the open fails with an error naming the file,
+// the kind found and the kinds known, and the file is unchanged. A journal
+// of today's kinds (an older release's file) opens.
+func TestJournalRecordOfNewerFormatRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		record []byte
+		last   bool
+		want   []string
+		format bool
+	}{
+		{"new kind last", appendRecord(nil, jRejoin+1, 3, []byte{1, 2, 3}), true, []string{"record kind 9,", "reads record kinds [1 2 3 4 5 6 7 8]"}, true},
+		{"new kind middle", appendRecord(nil, 200, 3, nil), false, []string{"record kind 200,"}, true},
+		{"longer hardstate", appendRecord(nil, jHardState, 3, make([]byte, 40)), true, []string{"valid checksum", "bad hardstate record"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			j, err := openJournal(storage.OSFS(), dir, testLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			put := func(i int) {
+				j.putHardState(uint64(1+i%4), &pb.HardState{Term: new(uint64(10 + i)), Vote: new(uint64(1 + i%3)), Commit: new(uint64(i))}, uint64(i))
+				if err := j.flush(true); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range 5 {
+				put(i)
+			}
+			keep := j.size
+			j.mu.Lock()
+			j.buf = append(j.buf, tc.record...)
+			j.dirty = true
+			j.mu.Unlock()
+			if err := j.flush(true); err != nil {
+				t.Fatal(err)
+			}
+			if !tc.last {
+				put(5)
+			}
+			if err := j.close(); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, journalName)
+			before, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = openJournal(storage.OSFS(), dir, testLogger(t))
+			if err == nil {
+				t.Fatal("opened a journal with a record of a newer format")
+			}
+			if errors.Is(err, ErrJournalCorrupt) || errors.Is(err, storage.ErrUnknownFormat) != tc.format {
+				t.Fatalf("open: %v: want ErrUnknownFormat %v, never ErrJournalCorrupt", err, tc.format)
+			}
+			for _, w := range append(tc.want, path) {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("open: %q does not say %q", err, w)
+				}
+			}
+			if after, _ := os.ReadFile(path); !bytes.Equal(after, before) {
+				t.Fatalf("the refused journal changed: %d bytes, was %d", len(after), len(before))
+			}
+			// Without the new record it opens with everything before it.
+			if err := os.WriteFile(path, before[:keep], 0o644); err != nil {
+				t.Fatal(err)
+			}
+			j, err = openJournal(storage.OSFS(), dir, testLogger(t))
+			if err != nil {
+				t.Fatalf("the journal without the new record: %v", err)
+			}
+			defer j.close()
+			if s := j.snapshot(1); s.hs.GetTerm() != 14 {
+				t.Fatalf("group 1 term %d, want 14", s.hs.GetTerm())
+			}
+		})
+	}
 }

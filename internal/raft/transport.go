@@ -624,7 +624,8 @@ func (t *tcpTransport) read(c net.Conn, host string) {
 			t.refuse(c, refused.why, refused.msg, refused.args...)
 			return
 		case errors.As(err, &version):
-			t.refuse(c, refusedBadFrame, "raft: frame of another protocol version (a node of another Holdfast version?), closing connection", "version", uint8(version))
+			t.refuse(c, refusedBadFrame, "raft: frame of a protocol version this binary does not speak (a node of another Holdfast release?), closing connection",
+				"version", uint8(version), "this_binary_speaks", frameVersion)
 			return
 		case errors.Is(err, errBadFrame):
 			t.refuse(c, refusedBadFrame, "raft: bad frame, closing connection", "err", err)

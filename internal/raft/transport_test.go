@@ -555,3 +555,33 @@ func plainTransport(t *testing.T, id uint64, ev transportEvents) *tcpTransport {
 	t.Cleanup(tr.close)
 	return tr
 }
+
+// TestTransportRefusesUnknownFrameVersion: every frame starts with the
+// protocol version; a frame of a version this binary does not speak (a
+// newer release's) closes the connection, counted as a bad frame, and
+// nothing of it is delivered.
+func TestTransportRefusesUnknownFrameVersion(t *testing.T) {
+	rb := &recorder{}
+	b := plainTransport(t, 2, rb)
+	c, err := net.Dial("tcp", b.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	f := binary.BigEndian.AppendUint32(nil, frameHeader)
+	f = append(f, frameVersion+1, 7)
+	f = append(f, make([]byte, 15)...)      // cluster 7
+	f = binary.BigEndian.AppendUint64(f, 1) // from node 1
+	f = binary.BigEndian.AppendUint32(f, 0) // a heartbeat
+	c.Write(f)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("a frame of an unknown version left the connection open")
+	}
+	if got := b.stats().RefusedBy["bad_frame"]; got != 1 {
+		t.Fatalf("refused %v, want one bad_frame", b.stats().RefusedBy)
+	}
+	if rb.count() != 0 {
+		t.Fatalf("%d messages delivered from a frame of an unknown version", rb.count())
+	}
+}

@@ -243,6 +243,23 @@ func (l *Log) recover() error {
 			return fmt.Errorf("storage: open %s: unexpected file %q (not a segment, index or checkpoint of a log)", l.dir, name)
 		}
 	}
+	// Before recovery changes anything: a checkpoint of a newer format is
+	// not damage (which would discard the log, rebuild or rewrite the
+	// file): the open fails and every file stays as it is.
+	for _, c := range checkpointVersions {
+		if !slices.Contains(names, c.name) {
+			continue
+		}
+		path := filepath.Join(l.dir, c.name)
+		b, err := readHead(l.fs, path, 32)
+		if err != nil {
+			return fmt.Errorf("storage: open %s: read %s: %w", l.dir, c.name, err)
+		}
+		if err := checkVersionLine(path, b, c.known...); err != nil {
+			l.logger.Error("storage: a checkpoint of a newer format: refusing to open the log", "err", err)
+			return fmt.Errorf("storage: open %s: %w", l.dir, err)
+		}
+	}
 	for _, name := range indexes {
 		if base, _, _ := parseSegmentName(name); !logs[base] {
 			// Left behind by a segment deletion that crashed halfway.
@@ -314,6 +331,14 @@ func (l *Log) recover() error {
 				continue
 			}
 			h, err := readHeader(s.f, 0)
+			if err == nil && h.Magic > 2 && h.BaseOffset == base {
+				// A whole batch of a newer magic, its checksum valid: not
+				// damage (which discards the replica).
+				if _, cerr := l.checkBatchAt(s, 0, base); errors.Is(cerr, ErrUnknownFormat) {
+					l.segs = append(l.segs, s)
+					return fmt.Errorf("storage: open %s: %w", l.dir, cerr)
+				}
+			}
 			if err == nil && (h.Magic != 2 || h.BaseOffset != base) {
 				err = fmt.Errorf("first batch has magic %d offset %d: %w", h.Magic, h.BaseOffset, records.ErrCorrupt)
 			}
@@ -580,6 +605,11 @@ func (l *Log) recoverActive(s *segment) error {
 	var reason error
 	for pos < s.size {
 		h, err := l.checkBatchAt(s, pos, -1)
+		if errors.Is(err, ErrUnknownFormat) {
+			// Not a torn tail: cutting it would drop what a newer
+			// Holdfast wrote.
+			return fmt.Errorf("storage: open %s: %w", l.dir, err)
+		}
 		if err == nil && h.BaseOffset < next {
 			err = fmt.Errorf("batch at %d has offset %d, expected >= %d: %w", pos, h.BaseOffset, next, records.ErrCorrupt)
 		}
@@ -683,6 +713,13 @@ func (l *Log) checkBatchAt(s *segment, pos, want int64) (records.Header, error) 
 		return h, fmt.Errorf("batch at %d: read: %w", pos, err)
 	}
 	if _, err := records.Validate(b, 0); err != nil {
+		if errors.Is(err, records.ErrUnsupportedMagic) && h.Magic > 2 && records.Checksum(b) == h.CRC {
+			// Whole, and its checksum (magic 2's) holds: a batch of a
+			// newer format, neither torn nor damaged.
+			fe := &FormatError{Path: fmt.Sprintf("%s (batch at byte %d)", s.f.Name(), pos), What: "record batch magic",
+				Found: strconv.Itoa(int(h.Magic)), Known: []int{2}}
+			return h, fmt.Errorf("batch at %d: %w (%w)", pos, fe, err)
+		}
 		return h, fmt.Errorf("batch at %d: %w", pos, err)
 	}
 	if want >= 0 && h.BaseOffset != want {
@@ -2211,6 +2248,18 @@ func parseOrdinalCheckpoint(b []byte) (map[int64]int64, error) {
 		prevBase, prevOrd = base, ord
 	}
 	return out, nil
+}
+
+// checkpointVersions: the format versions of the checkpoints this binary
+// reads (the first line of each).
+var checkpointVersions = []struct {
+	name  string
+	known []int
+}{
+	{startCheckpoint, []int{0}},
+	{ordinalCheckpoint, []int{0}},
+	{epochCheckpoint, []int{0}},
+	{cleanerCheckpoint, []int{0, 1}},
 }
 
 // --- leader epoch cache and checkpoints ---
