@@ -109,7 +109,11 @@ func raftForgeries(t *testing.T, dir string, raftAddr func(node int) string, cli
 				break
 			}
 		}
-		resp, err := http.Get("http://localhost:" + metricsPort[c.target] + "/metrics")
+		// The brokers authenticate their Kafka listeners, so /metrics asks
+		// who is scraping (--admin-auth auto): the docs' admin.
+		req, _ := http.NewRequest("GET", "http://localhost:"+metricsPort[c.target]+"/metrics", nil)
+		req.SetBasicAuth("admin", "admin-secret")
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
