@@ -255,6 +255,9 @@ type Broker struct {
 
 	// stats counts replication events for metrics (stats.go).
 	stats statsState
+	// leaderISR: what other nodes report as the ISR of the partitions
+	// they lead, for this node's Metadata answers (leaderisr.go).
+	leaderISR leaderISRCache
 
 	// closers run in reverse order on Close; each subsystem that New starts
 	// registers its own.

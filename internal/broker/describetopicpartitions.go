@@ -110,7 +110,7 @@ func (b *Broker) handleDescribeTopicPartitions(_ context.Context, r *wire.Reques
 		}
 		end := min(t.Partitions, start+remaining)
 		for i := start; i < end; i++ {
-			mp := b.partitionMetadata(t, i)
+			mp := b.answerPartition(r, t, i)
 			p := kmsg.NewDescribeTopicPartitionsResponseTopicPartition()
 			p.Partition, p.ErrorCode = i, mp.ErrorCode
 			p.LeaderID, p.LeaderEpoch = mp.Leader, mp.LeaderEpoch

@@ -236,7 +236,7 @@ func (b *Broker) topicMetadata(r *wire.Request, req *kmsg.MetadataRequest, t con
 	}
 	mt.Partitions = make([]kmsg.MetadataResponseTopicPartition, 0, t.Partitions)
 	for i := int32(0); i < t.Partitions; i++ {
-		mt.Partitions = append(mt.Partitions, b.partitionMetadata(t, i))
+		mt.Partitions = append(mt.Partitions, b.answerPartition(r, t, i))
 	}
 	return mt
 }

@@ -36,7 +36,8 @@ import (
 //  6. startSecurity: ACLs into the authorizer, bootstrap SCRAM users;
 //  7. startCoordinators: the group and transaction coordinators;
 //  8. cluster.StartBalancing: preferred-leader balance;
-//  9. startStats: the metrics' periodic figures.
+//  9. startStats: the metrics' periodic figures; startLeaderISR: the
+//     leaders' in-sync sets for Metadata (leaderisr.go).
 func New(cfg Config) (*Broker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -83,6 +84,7 @@ func New(cfg Config) (*Broker, error) {
 		{"coordinators", b.startCoordinators},
 		{"leadership", b.startLeadership},
 		{"stats", b.startStats},
+		{"leaders' ISR", b.startLeaderISR},
 		{"connection gate", b.startConnectionGate},
 	}
 	for _, s := range steps {

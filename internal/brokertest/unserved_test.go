@@ -24,8 +24,9 @@ import (
 // on. Node 2's Metadata names that leader, as Raft tells node 2 (the new
 // leader's heartbeats still reach it), lists node 2 in offline_replicas
 // and leaves it out of the ISR; before, it answered leader -1 with
-// KAFKA_STORAGE_ERROR, and kadm's ListOffsets through it failed. Admin
-// calls through node 2 alone work.
+// KAFKA_STORAGE_ERROR, and kadm's ListOffsets through it failed. Every
+// node answers the same ISR, the leader's. Admin calls through node 2
+// alone work.
 func TestClusterFailedReplicaNamesLeader(t *testing.T) {
 	disk := storage.NewCrashFS(11)
 	c := brokertest.NewCluster(t, 3, func(cfg *broker.Config, _ *wire.Limits) {
@@ -59,6 +60,29 @@ func TestClusterFailedReplicaNamesLeader(t *testing.T) {
 			return fmt.Errorf("node 2 answers leader %d (%v), offline %v; the leader is %d", p.Leader, kerr.ErrorForCode(p.ErrorCode), p.OfflineReplicas, leader)
 		case slices.Contains(p.ISR, 2):
 			return fmt.Errorf("node 2 lists itself in sync: %v", p.ISR)
+		}
+		return nil
+	})
+
+	// Every node's answer has the leader's ISR, without node 2. The third
+	// node listed node 2 in sync (it is not fenced: only its replica
+	// failed), as every follower listed every unfenced replica (issue 26).
+	brokertest.Await(t, "every node to answer the leader's ISR", func() error {
+		var first []int32
+		for id := int32(1); id <= 3; id++ {
+			md, err := c.Node(id).Metadata(topic)
+			if err != nil {
+				return err
+			}
+			p := md.Topics[0].Partitions[0]
+			isr := slices.Sorted(slices.Values(p.ISR))
+			switch {
+			case p.ErrorCode != 0 || p.Leader != leader || slices.Contains(isr, 2):
+				return fmt.Errorf("node %d answers leader %d (%v), ISR %v; the leader is %d", id, p.Leader, kerr.ErrorForCode(p.ErrorCode), isr, leader)
+			case id > 1 && !slices.Equal(isr, first):
+				return fmt.Errorf("node %d answers ISR %v, node 1 %v", id, isr, first)
+			}
+			first = isr
 		}
 		return nil
 	})
