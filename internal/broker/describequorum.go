@@ -11,6 +11,7 @@ import (
 	"holdfast/internal/cluster"
 	"holdfast/internal/controller"
 	"holdfast/internal/datadir"
+	"holdfast/internal/raft"
 	"holdfast/internal/wire"
 )
 
@@ -67,7 +68,7 @@ func (b *Broker) handleDescribeQuorum(_ context.Context, r *wire.Request) wire.R
 			case err != nil:
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				sp.ErrorMessage = kmsg.StringPtr(err.Error())
-			case rs.State != "StateLeader":
+			case rs.State != raft.StateLeader:
 				sp.ErrorCode = kerr.NotLeaderForPartition.Code
 				sp.ErrorMessage = kmsg.StringPtr("this node does not lead the group; its leader knows the voters' progress")
 				sp.LeaderID = int32(rs.Leader)

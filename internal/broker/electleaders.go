@@ -15,6 +15,7 @@ import (
 
 	"holdfast/internal/auth"
 	"holdfast/internal/cluster"
+	"holdfast/internal/raft"
 	"holdfast/internal/wire"
 )
 
@@ -175,7 +176,7 @@ func (b *Broker) electLeaders(ctx context.Context, tps []topicPartition, typ int
 			// As Kafka: a fenced broker (shutting down, or out of its
 			// session) is not given leadership.
 			errs[i] = errCode(kerr.PreferredLeaderNotAvailable, "preferred replica %d is fenced", reps[0])
-		case st.State != "StateLeader" && !forwarded:
+		case st.State != raft.StateLeader && !forwarded:
 			// Only the leader knows whether the preferred replica is
 			// caught up: ask it.
 			cand := []int32{int32(st.Leader)}
@@ -232,7 +233,7 @@ func (b *Broker) awaitTransfers(ctx context.Context, ws []electWait, errs []erro
 				errs[w.idx] = nil
 				continue
 			}
-			if st.State == "StateLeader" {
+			if st.State == raft.StateLeader {
 				if err := cluster.Transferable(st, w.preferred); err != nil {
 					if !errors.Is(err, cluster.ErrBehind) {
 						errs[w.idx] = errCode(kerr.PreferredLeaderNotAvailable, "%v", err)

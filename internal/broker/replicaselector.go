@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"holdfast/internal/partition"
+	"holdfast/internal/raft"
 )
 
 // KIP-392: consumers may fetch from a follower. Every replica serves a
@@ -37,13 +38,13 @@ func (b *Broker) preferredReadReplica(p *partition.Partition, rack string, offse
 		return -1
 	}
 	st, err := p.RaftStatus()
-	if err != nil || st.State != "StateLeader" {
+	if err != nil || st.State != raft.StateLeader {
 		return -1
 	}
 	best, bestMatch := int32(-1), int64(-1)
 	for _, r := range st.Replicas {
 		id := int32(r.ID)
-		if r.ID == st.Node || r.Learner || !r.Active || r.State != "StateReplicate" || r.MatchOffset < offset || b.meta.Fenced(id) {
+		if r.ID == st.Node || r.Learner || !r.Active || r.State != raft.ProgressReplicate || r.MatchOffset < offset || b.meta.Fenced(id) {
 			continue
 		}
 		br, ok := b.meta.Broker(id)

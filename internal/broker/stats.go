@@ -85,7 +85,7 @@ func (b *Broker) PartitionStats() []PartitionStats {
 			ps.Leader, ps.Replicas, ps.ISR = mp.Leader, len(mp.Replicas), len(mp.ISR)
 			ps.IsLeader = p.IsLeader()
 			if ps.IsLeader && ps.Replicas > 1 {
-				if st, err := p.RaftStatus(); err == nil && st.State == "StateLeader" {
+				if st, err := p.RaftStatus(); err == nil && st.State == raft.StateLeader {
 					for _, r := range st.Replicas {
 						if r.ID != st.Node {
 							ps.FollowerLag = append(ps.FollowerLag, ReplicaLag{Replica: int32(r.ID), Records: max(ps.LogEnd-r.MatchOffset, 0)})

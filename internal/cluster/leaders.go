@@ -118,7 +118,7 @@ func (n *Node) balanceLeaders() {
 			continue // shutting down or out of its session: not a leader to give work to
 		}
 		st, err := h.Status(m.group)
-		if err != nil || st.State != "StateLeader" || Transferable(st, m.preferred) != nil {
+		if err != nil || st.State != raft.StateLeader || Transferable(st, m.preferred) != nil {
 			continue
 		}
 		n.log.Debug("moving leadership to the preferred replica", "topic", m.topic, "partition", m.partition, "to", m.preferred)
@@ -168,7 +168,7 @@ func (n *Node) controlledShutdown() {
 		hope = false
 		for g, at := range asked {
 			st, err := h.Status(g)
-			if err != nil || st.State != "StateLeader" {
+			if err != nil || st.State != raft.StateLeader {
 				delete(asked, g)
 				continue
 			}
@@ -248,7 +248,7 @@ func Transferable(st raft.Status, target uint64) error {
 		switch {
 		case !r.Active:
 			return fmt.Errorf("replica %d is down", target)
-		case r.State != "StateReplicate" || r.MatchOffset < st.CommitOffset:
+		case r.State != raft.ProgressReplicate || r.MatchOffset < st.CommitOffset:
 			return fmt.Errorf("replica %d is %w (acknowledged %d of %d)", target, ErrBehind, r.MatchOffset, st.CommitOffset)
 		}
 		return nil

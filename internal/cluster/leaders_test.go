@@ -12,12 +12,12 @@ import (
 // another stopping node, which moves them again.
 func TestTransferTargetSkipsFenced(t *testing.T) {
 	st := raft.Status{
-		Node: 1, Leader: 1, State: "StateLeader", CommitOffset: 100,
+		Node: 1, Leader: 1, State: raft.StateLeader, CommitOffset: 100,
 		Voters: []uint64{1, 2, 3},
 		Replicas: []raft.ReplicaStatus{
-			{ID: 1, MatchOffset: 100, State: "StateReplicate", Active: true},
-			{ID: 2, MatchOffset: 100, State: "StateReplicate", Active: true},
-			{ID: 3, MatchOffset: 120, State: "StateReplicate", Active: true},
+			{ID: 1, MatchOffset: 100, State: raft.ProgressReplicate, Active: true},
+			{ID: 2, MatchOffset: 100, State: raft.ProgressReplicate, Active: true},
+			{ID: 3, MatchOffset: 120, State: raft.ProgressReplicate, Active: true},
 		},
 	}
 	none := func(uint64) bool { return false }

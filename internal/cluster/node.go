@@ -645,7 +645,7 @@ func (n *Node) ControllerID() int32 {
 
 func (n *Node) IsController() bool {
 	st, err := n.host.Status(MetadataGroup)
-	return err == nil && st.State == "StateLeader"
+	return err == nil && st.State == raft.StateLeader
 }
 
 // Propose commits cmd through the metadata group (this node must lead it)

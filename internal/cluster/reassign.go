@@ -77,7 +77,7 @@ func (n *Node) stepReassignment(t controller.Topic, r controller.Reassignment, m
 	}
 	g := p.RaftGroup()
 	st, err := n.host.Status(g)
-	if err != nil || st.State != "StateLeader" || st.Failed != "" {
+	if err != nil || st.State != raft.StateLeader || st.Failed != "" {
 		return
 	}
 	target := make([]uint64, len(r.Target))
@@ -111,7 +111,7 @@ func (n *Node) stepReassignment(t controller.Topic, r controller.Reassignment, m
 			return
 		}
 		pr := progress[l]
-		if !pr.Active || pr.State != "StateReplicate" || pr.MatchOffset < mark {
+		if !pr.Active || pr.State != raft.ProgressReplicate || pr.MatchOffset < mark {
 			return
 		}
 		lg.Info("reassignment: promoting a caught-up learner", "node", l, "match_offset", pr.MatchOffset, "commit_offset", st.CommitOffset)
@@ -206,7 +206,7 @@ func (n *Node) finishReassignment(ctx context.Context, t controller.Topic, r con
 // change per round.
 func (n *Node) syncMetadataLearners() {
 	st, err := n.host.Status(MetadataGroup)
-	if err != nil || st.State != "StateLeader" {
+	if err != nil || st.State != raft.StateLeader {
 		return
 	}
 	for _, l := range st.Learners {

@@ -444,7 +444,7 @@ func (p *Partition) CleanLimits() (committed int64, keepEmpty bool, removeBelow 
 	committed = p.HighWatermark()
 	rep := p.rep
 	st, err := rep.host.Status(rep.group)
-	if err != nil || st.State != "StateLeader" {
+	if err != nil || st.State != raft.StateLeader {
 		return committed, true, 0
 	}
 	matched := map[uint64]int64{}

@@ -606,7 +606,7 @@ func (h *Host) Commands(groupID, after uint64) ([]Committed, error) {
 // Status of a group as this node sees it.
 type Status struct {
 	Group, Node, Leader, Term uint64
-	State                     string
+	State                     State
 	CommitIndex, LastIndex    uint64
 	FirstIndex                uint64
 	CommitOffset              int64 // high watermark: offsets below are committed
@@ -624,7 +624,7 @@ type ReplicaStatus struct {
 	ID          uint64
 	MatchIndex  uint64
 	MatchOffset int64
-	State       string // Probe, Replicate, Snapshot
+	State       ProgressState
 	// Active: heard from within the last election timeout (the leader
 	// itself always). For min.insync.replicas: count replicas that are
 	// Active and matched close to the commit offset.
@@ -926,7 +926,7 @@ func (h *Host) Status(groupID uint64) (Status, error) {
 	g.mu.Lock()
 	bs := g.rn.BasicStatus()
 	s := Status{
-		Group: groupID, Node: h.cfg.ID, Leader: bs.Lead, Term: bs.GetTerm(), State: bs.RaftState.String(),
+		Group: groupID, Node: h.cfg.ID, Leader: bs.Lead, Term: bs.GetTerm(), State: stateOf(bs.RaftState),
 		CommitIndex: g.commitIndex, CommitOffset: g.commitEnd, Quiesced: g.quiesced,
 	}
 	if g.failed != nil {
@@ -936,7 +936,7 @@ func (h *Host) Status(groupID uint64) (Status, error) {
 		g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr trackerProgress) {
 			off, _ := g.st.endOf(pr.Match)
 			s.Replicas = append(s.Replicas, ReplicaStatus{
-				ID: id, MatchIndex: pr.Match, MatchOffset: off, State: pr.State.String(),
+				ID: id, MatchIndex: pr.Match, MatchOffset: off, State: progressOf(pr.State),
 				Active: pr.RecentActive || id == h.cfg.ID, Learner: pr.IsLearner,
 			})
 		})

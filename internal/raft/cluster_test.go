@@ -243,7 +243,7 @@ func (c *cluster) leader(g uint64, among ...uint64) (uint64, uint64) {
 		if nd.host == nil {
 			continue
 		}
-		if st, err := nd.host.Status(g); err == nil && st.State == "StateLeader" {
+		if st, err := nd.host.Status(g); err == nil && st.State == StateLeader {
 			return id, st.Term
 		}
 	}

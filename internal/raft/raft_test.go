@@ -234,7 +234,7 @@ func isolateLeader(t *testing.T, c *cluster) (old uint64, lost []Proposal, want 
 	// CheckQuorum: the isolated leader steps down on its own.
 	waitFor(t, "the isolated leader to step down", func() bool {
 		st, err := h.Status(1)
-		return err == nil && st.State != "StateLeader"
+		return err == nil && st.State != StateLeader
 	})
 	return old, lost, want, rest
 }
@@ -607,7 +607,7 @@ func TestMembershipChange(t *testing.T) {
 	}
 	waitFor(t, "the removed leader to step down", func() bool {
 		st, _ := c.nodes[old].host.Status(1)
-		return st.State != "StateLeader"
+		return st.State != StateLeader
 	})
 	c.stop(old)
 	add("c", 5, rest...)
@@ -904,7 +904,7 @@ func TestResetQuiescedLeader(t *testing.T) {
 	// a client that only reads.
 	waitFor(t, "the reset leader to step down", func() bool {
 		st, _ := h.Status(1)
-		return st.State != "StateLeader"
+		return st.State != StateLeader
 	})
 	c.waitLeader(1)
 	c.propose(1, "after")
@@ -1385,7 +1385,7 @@ func TestChangesMoveWithTheState(t *testing.T) {
 	h.markDirty(g)
 	waitFor(t, "the reset leader to step down", func() bool {
 		st, _ := h.Status(1)
-		return st.State != "StateLeader"
+		return st.State != StateLeader
 	})
 	if got := h.Changes(1); got <= at {
 		t.Fatalf("change count %d after a reset, was %d", got, at)

@@ -7,6 +7,7 @@ import (
 
 	"holdfast/internal/controller"
 	"holdfast/internal/partition"
+	"holdfast/internal/raft"
 )
 
 // State is a partition's leadership as this node sees it: what Metadata,
@@ -75,7 +76,7 @@ func (m *Manager) State(t controller.Topic, i int32) State {
 	// UNKNOWN_LEADER_EPOCH and retries.
 	s.Leader = int32(st.Leader)
 	s.LeaderEpoch = int32(st.Term)
-	if st.State != "StateLeader" {
+	if st.State != raft.StateLeader {
 		// Followers do not track the others' progress.
 		s.ISR = live
 		return s
@@ -87,7 +88,7 @@ func (m *Manager) State(t controller.Topic, i int32) State {
 			// A replica being added by a reassignment: not in sync
 			// until it votes.
 		case m.meta.Fenced(id):
-		case r.ID == st.Node || r.Active && r.State == "StateReplicate":
+		case r.ID == st.Node || r.Active && r.State == raft.ProgressReplicate:
 			s.ISR = append(s.ISR, id)
 		case !r.Active:
 			s.Offline = append(s.Offline, id)
