@@ -16,8 +16,6 @@ import (
 // the marker that applies the offsets committed by TxnOffsetCommit. Under
 // transaction.version 2 clients skip it (TxnOffsetCommit v5 adds the
 // partition); it still works for those that send it.
-func init() { register(kmsg.AddOffsetsToTxn, 0, 4, (*Broker).handleAddOffsetsToTxn) }
-
 func (b *Broker) handleAddOffsetsToTxn(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.AddOffsetsToTxnRequest)
 	resp := req.ResponseKind().(*kmsg.AddOffsetsToTxnResponse)

@@ -18,8 +18,6 @@ import (
 // 2: the partition leader or group coordinator adds implicitly). A
 // partition leader that is also the coordinator asks it directly; clients
 // are pinned to v3 (franz-go, Java).
-func init() { register(kmsg.AddPartitionsToTxn, 0, 5, (*Broker).handleAddPartitionsToTxn) }
-
 func (b *Broker) handleAddPartitionsToTxn(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.AddPartitionsToTxnRequest)
 	resp := req.ResponseKind().(*kmsg.AddPartitionsToTxnResponse)

@@ -9,8 +9,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() { registerInternal(kmsg.AllocateProducerIDs, 0, 0, (*Broker).handleAllocateProducerIDs) }
-
 // handleAllocateProducerIDs (broker to controller) gives a registered
 // broker a block of producer ids.
 func (b *Broker) handleAllocateProducerIDs(_ context.Context, r *wire.Request) wire.Reply {

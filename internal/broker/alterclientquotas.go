@@ -18,8 +18,6 @@ import (
 // and kadm send. The valid entries commit together through
 // the metadata log, so every node throttles from them. Needs ALTER_CONFIGS
 // on the cluster.
-func init() { register(kmsg.AlterClientQuotas, 0, 1, (*Broker).handleAlterClientQuotas) }
-
 func (b *Broker) handleAlterClientQuotas(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.AlterClientQuotasRequest)
 	resp := req.ResponseKind().(*kmsg.AlterClientQuotasResponse)

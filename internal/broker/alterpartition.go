@@ -10,8 +10,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() { registerInternal(kmsg.AlterPartition, 0, 3, (*Broker).handleAlterPartition) }
-
 // handleAlterPartition is Kafka's broker-to-controller AlterPartition,
 // used here for one thing: a partition leader reporting that the voters of
 // a reassigned partition are its target (NewISR = the target). Only the

@@ -12,10 +12,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() {
-	register(kmsg.AlterPartitionAssignments, 0, 1, (*Broker).handleAlterPartitionReassignments)
-}
-
 // maxReassignWait bounds one AlterPartitionReassignments request: each
 // partition is one metadata commit, and partitions the deadline leaves
 // get REQUEST_TIMED_OUT.

@@ -21,8 +21,6 @@ import (
 // does not have UNKNOWN_TOPIC_OR_PARTITION, one with no replica on this
 // broker REPLICA_NOT_AVAILABLE, a replica whose storage failed
 // KAFKA_STORAGE_ERROR. Needs ALTER on the cluster.
-func init() { register(kmsg.AlterReplicaLogDirs, 1, 2, (*Broker).handleAlterReplicaLogDirs) }
-
 func (b *Broker) handleAlterReplicaLogDirs(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.AlterReplicaLogDirsRequest)
 	resp := req.ResponseKind().(*kmsg.AlterReplicaLogDirsResponse)

@@ -18,10 +18,6 @@ import (
 // the user. This is what kafka-configs.sh --alter --add-config
 // 'SCRAM-SHA-512=[password=...]' --entity-type users and kadm send. Needs
 // ALTER on the cluster.
-func init() {
-	register(kmsg.AlterUserSCRAMCredentials, 0, 0, (*Broker).handleAlterUserSCRAMCredentials)
-}
-
 func (b *Broker) handleAlterUserSCRAMCredentials(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.AlterUserSCRAMCredentialsRequest)
 	resp := req.ResponseKind().(*kmsg.AlterUserSCRAMCredentialsResponse)

@@ -8,8 +8,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() { register(kmsg.ApiVersions, 0, 4, (*Broker).handleApiVersions) }
-
 func (b *Broker) handleApiVersions(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.ApiVersionsRequest)
 	resp := req.ResponseKind().(*kmsg.ApiVersionsResponse)

@@ -277,27 +277,21 @@ type api struct {
 	internal bool
 }
 
+// apis is the handlers table (handlers.go) by key, for Versions and Handle.
 var apis = map[int16]api{}
 
-// register serves key at versions min..max with fn. Called from each API
-// file's init.
-func register(key kmsg.Key, min, max int16, fn handlerFunc) {
-	if _, dup := apis[key.Int16()]; dup {
-		panic(fmt.Sprintf("broker: %s registered twice", kmsg.NameForKey(key.Int16())))
+// register serves h.key at versions h.min..h.max with h.fn; the table's
+// init calls it for each row. It panics on what would otherwise be found by
+// a client: a key served twice, or a version kmsg cannot encode.
+func register(h handler) {
+	key := h.key.Int16()
+	if _, dup := apis[key]; dup {
+		panic(fmt.Sprintf("broker: %s registered twice", kmsg.NameForKey(key)))
 	}
-	if req := kmsg.RequestForKey(key.Int16()); req == nil || max > req.MaxVersion() {
-		panic(fmt.Sprintf("broker: %s v%d is beyond what kmsg encodes", kmsg.NameForKey(key.Int16()), max))
+	if req := kmsg.RequestForKey(key); req == nil || h.max > req.MaxVersion() {
+		panic(fmt.Sprintf("broker: %s v%d is beyond what kmsg encodes", kmsg.NameForKey(key), h.max))
 	}
-	apis[key.Int16()] = api{min: min, max: max, fn: fn}
-}
-
-// registerInternal serves a node-to-node API (KRaft's broker-to-controller
-// APIs, WriteTxnMarkers): only on the inter-broker listener, only to nodes.
-func registerInternal(key kmsg.Key, min, max int16, fn handlerFunc) {
-	register(key, min, max, fn)
-	a := apis[key.Int16()]
-	a.internal = true
-	apis[key.Int16()] = a
+	apis[key] = api{min: h.min, max: h.max, fn: h.fn, internal: h.who == nodes}
 }
 
 // Versions implements wire.Handler: what listener l serves (nil: the

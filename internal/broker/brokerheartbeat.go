@@ -8,8 +8,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() { registerInternal(kmsg.BrokerHeartbeat, 0, 2, (*Broker).handleBrokerHeartbeat) }
-
 // handleBrokerHeartbeat is KRaft's broker-to-controller heartbeat: the
 // controller renews the broker's session and fences or unfences it as it
 // asks (internal/cluster liveness.go).

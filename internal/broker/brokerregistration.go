@@ -15,8 +15,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() { registerInternal(kmsg.BrokerRegistration, 0, 4, (*Broker).handleBrokerRegistration) }
-
 // handleBrokerRegistration (KRaft's broker-to-controller API) records a
 // broker's Kafka listener in the metadata. Only the controller accepts it.
 func (b *Broker) handleBrokerRegistration(_ context.Context, r *wire.Request) wire.Reply {

@@ -20,12 +20,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() {
-	register(kmsg.DescribeConfigs, 0, 4, (*Broker).handleDescribeConfigs)
-	register(kmsg.AlterConfigs, 0, 2, (*Broker).handleAlterConfigs)
-	register(kmsg.IncrementalAlterConfigs, 0, 1, (*Broker).handleIncrementalAlterConfigs)
-}
-
 // describedConfig is one config entry before it is shaped for a response.
 type describedConfig = kmsg.DescribeConfigsResponseResourceConfig
 

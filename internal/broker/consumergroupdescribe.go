@@ -10,10 +10,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() {
-	register(kmsg.ConsumerGroupDescribe, 0, 1, (*Broker).handleConsumerGroupDescribe)
-}
-
 func (b *Broker) handleConsumerGroupDescribe(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.ConsumerGroupDescribeRequest)
 	allowed := *req

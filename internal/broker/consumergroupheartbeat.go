@@ -13,10 +13,6 @@ import (
 // KIP-848's consumer group protocol: v0 (the coordinator names members),
 // v1 (Kafka 4.0: members name themselves; regex subscriptions). The Reply
 // waits for the group's records to be committed.
-func init() {
-	register(kmsg.ConsumerGroupHeartbeat, 0, 1, (*Broker).handleConsumerGroupHeartbeat)
-}
-
 func (b *Broker) handleConsumerGroupHeartbeat(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.ConsumerGroupHeartbeatRequest)
 	if b.featureLevel("group.version") < 1 {

@@ -15,8 +15,6 @@ import (
 // CreateAcls v0-v3 (v1 adds pattern types). The ACLs go into the metadata
 // (the metadata log in a cluster, through the controller), so every node
 // enforces them. Needs ALTER on the cluster.
-func init() { register(kmsg.CreateACLs, 0, 3, (*Broker).handleCreateACLs) }
-
 func (b *Broker) handleCreateACLs(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.CreateACLsRequest)
 	resp := req.ResponseKind().(*kmsg.CreateACLsResponse)

@@ -11,8 +11,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() { register(kmsg.CreatePartitions, 0, 3, (*Broker).handleCreatePartitions) }
-
 func (b *Broker) handleCreatePartitions(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.CreatePartitionsRequest)
 	resp := req.ResponseKind().(*kmsg.CreatePartitionsResponse)

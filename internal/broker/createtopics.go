@@ -16,8 +16,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() { register(kmsg.CreateTopics, 0, 7, (*Broker).handleCreateTopics) }
-
 // maxPartitionsPerTopic bounds what one request can make the node open:
 // every partition holds files and goroutines. Kafka has no such limit; a
 // request beyond it is refused as a policy violation.

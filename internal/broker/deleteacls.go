@@ -15,8 +15,6 @@ import (
 // DeleteAcls v0-v3. The controller resolves the filters against the
 // committed ACLs and commits the removal of exactly those it matched, so
 // the answer lists what was deleted. Needs ALTER on the cluster.
-func init() { register(kmsg.DeleteACLs, 0, 3, (*Broker).handleDeleteACLs) }
-
 func (b *Broker) handleDeleteACLs(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.DeleteACLsRequest)
 	resp := req.ResponseKind().(*kmsg.DeleteACLsResponse)

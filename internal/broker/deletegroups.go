@@ -11,8 +11,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() { register(kmsg.DeleteGroups, 0, 2, (*Broker).handleDeleteGroups) }
-
 func (b *Broker) handleDeleteGroups(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.DeleteGroupsRequest)
 	allowed := *req

@@ -13,8 +13,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() { register(kmsg.DeleteRecords, 0, 2, (*Broker).handleDeleteRecords) }
-
 // handleDeleteRecords moves log start offsets up. The new start is made
 // durable before the answer, so it runs in the Reply.
 func (b *Broker) handleDeleteRecords(_ context.Context, r *wire.Request) wire.Reply {

@@ -10,8 +10,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() { register(kmsg.DeleteTopics, 0, 6, (*Broker).handleDeleteTopics) }
-
 func (b *Broker) handleDeleteTopics(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.DeleteTopicsRequest)
 	resp := req.ResponseKind().(*kmsg.DeleteTopicsResponse)

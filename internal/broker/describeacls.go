@@ -12,8 +12,6 @@ import (
 
 // DescribeAcls v0-v3 answers from this node's committed ACLs. Needs
 // DESCRIBE on the cluster.
-func init() { register(kmsg.DescribeACLs, 0, 3, (*Broker).handleDescribeACLs) }
-
 func (b *Broker) handleDescribeACLs(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.DescribeACLsRequest)
 	resp := req.ResponseKind().(*kmsg.DescribeACLsResponse)

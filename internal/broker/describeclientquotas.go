@@ -21,8 +21,6 @@ import (
 // has the type; strict drops entities with types the filter does not name.
 // Answered from this node's copy of the metadata. Needs DESCRIBE_CONFIGS on
 // the cluster.
-func init() { register(kmsg.DescribeClientQuotas, 0, 1, (*Broker).handleDescribeClientQuotas) }
-
 func (b *Broker) handleDescribeClientQuotas(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.DescribeClientQuotasRequest)
 	resp := req.ResponseKind().(*kmsg.DescribeClientQuotasResponse)

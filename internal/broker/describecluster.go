@@ -11,8 +11,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() { register(kmsg.DescribeCluster, 0, 2, (*Broker).handleDescribeCluster) }
-
 // Endpoint types of DescribeCluster v1+ (KIP-919).
 const (
 	endpointBrokers    = 1

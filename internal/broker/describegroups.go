@@ -14,8 +14,6 @@ import (
 // unknown group, and a KIP-848 consumer group (ConsumerGroupDescribe
 // describes those), GROUP_ID_NOT_FOUND with a message; before v6 both are
 // Dead with no members, as Kafka.
-func init() { register(kmsg.DescribeGroups, 0, 6, (*Broker).handleDescribeGroups) }
-
 func (b *Broker) handleDescribeGroups(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.DescribeGroupsRequest)
 	allowed := *req

@@ -18,8 +18,6 @@ import (
 // what kafka-log-dirs.sh --describe and kadm.DescribeAllLogDirs show. v0
 // is gone in Kafka 4.0; v5 (KIP-1066's cordoned directories) is not served.
 // Needs DESCRIBE on the cluster.
-func init() { register(kmsg.DescribeLogDirs, 1, 4, (*Broker).handleDescribeLogDirs) }
-
 func (b *Broker) handleDescribeLogDirs(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.DescribeLogDirsRequest)
 	resp := req.ResponseKind().(*kmsg.DescribeLogDirsResponse)

@@ -12,8 +12,6 @@ import (
 
 // DescribeProducers v0 (KIP-664): each partition's active idempotent and
 // transactional producers, to find the producer of a hanging transaction.
-func init() { register(kmsg.DescribeProducers, 0, 0, (*Broker).handleDescribeProducers) }
-
 func (b *Broker) handleDescribeProducers(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.DescribeProducersRequest)
 	resp := req.ResponseKind().(*kmsg.DescribeProducersResponse)

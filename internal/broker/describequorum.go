@@ -15,8 +15,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() { register(kmsg.DescribeQuorum, 0, 2, (*Broker).handleDescribeQuorum) }
-
 // handleDescribeQuorum (KIP-595) describes the Raft group of any partition
 // (Kafka serves only __cluster_metadata; "__cluster_metadata" partition 0
 // here is the controller group): leader, epoch, high watermark and, per

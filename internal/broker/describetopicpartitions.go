@@ -22,9 +22,6 @@ import (
 // left out); asked for named topics, those it may not describe are
 // answered TOPIC_AUTHORIZATION_FAILED. Holdfast has no eligible leader
 // replicas (KIP-966's ELR): those lists are empty.
-func init() {
-	register(kmsg.DescribeTopicPartitions, 0, 0, (*Broker).handleDescribeTopicPartitions)
-}
 
 // maxRequestPartitionSizeLimit is Kafka's max.request.partition.size.limit.
 const maxRequestPartitionSizeLimit = 2000

@@ -11,8 +11,6 @@ import (
 )
 
 // DescribeTransactions v0 (KIP-664).
-func init() { register(kmsg.DescribeTransactions, 0, 0, (*Broker).handleDescribeTransactions) }
-
 func (b *Broker) handleDescribeTransactions(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.DescribeTransactionsRequest)
 	resp := req.ResponseKind().(*kmsg.DescribeTransactionsResponse)

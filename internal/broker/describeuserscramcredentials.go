@@ -14,10 +14,6 @@ import (
 // DescribeUserScramCredentials v0 (KIP-554): which users have SCRAM
 // credentials, for which mechanisms and with how many iterations - never
 // the keys. Needs DESCRIBE on the cluster.
-func init() {
-	register(kmsg.DescribeUserSCRAMCredentials, 0, 0, (*Broker).handleDescribeUserSCRAMCredentials)
-}
-
 func (b *Broker) handleDescribeUserSCRAMCredentials(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.DescribeUserSCRAMCredentialsRequest)
 	resp := req.ResponseKind().(*kmsg.DescribeUserSCRAMCredentialsResponse)

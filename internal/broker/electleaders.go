@@ -31,8 +31,6 @@ import (
 // unclean election: UNCLEAN gets ELECTION_NOT_NEEDED when a leader exists
 // and ELIGIBLE_LEADERS_NOT_AVAILABLE when none does.
 
-func init() { register(kmsg.ElectLeaders, 0, 2, (*Broker).handleElectLeaders) }
-
 const (
 	electPreferred int8 = 0
 	electUnclean   int8 = 1

@@ -18,8 +18,6 @@ import (
 // and abort and answers the producer id and epoch of the next transaction
 // (txn.Coordinator.EndTxnV2); below transaction.version 2, v5 behaves as
 // v4 and answers the unchanged id and epoch.
-func init() { register(kmsg.EndTxn, 0, 5, (*Broker).handleEndTxn) }
-
 func (b *Broker) handleEndTxn(ctx context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.EndTxnRequest)
 	resp := req.ResponseKind().(*kmsg.EndTxnResponse)

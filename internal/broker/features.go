@@ -103,8 +103,6 @@ func (b *Broker) addFeatures(resp *kmsg.ApiVersionsResponse) {
 // as is a downgrade without the SAFE_DOWNGRADE/UNSAFE_DOWNGRADE upgrade
 // type (v0: AllowDowngrade). v2 answers without per-feature results: the
 // first failure is the top-level error (Kafka 4's shape).
-func init() { register(kmsg.UpdateFeatures, 0, 2, (*Broker).handleUpdateFeaturesV) }
-
 func (b *Broker) handleUpdateFeaturesV(ctx context.Context, r *wire.Request) wire.Reply {
 	reply := b.handleUpdateFeatures(ctx, r)
 	if r.Body.(*kmsg.UpdateFeaturesRequest).Version < 2 {

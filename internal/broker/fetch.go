@@ -20,7 +20,6 @@ import (
 // replica id into ReplicaState. v17/v18 only add fields a replica sends
 // its leader (KIP-853, KIP-1166); Raft replicates here, so consumers are
 // the only fetchers and those fields are ignored.
-func init() { register(kmsg.Fetch, 4, 18, (*Broker).handleFetch) }
 
 // maxFetchWait bounds MaxWaitMillis so a request cannot park a connection's
 // writer for longer than clients' own request timeouts.

@@ -13,7 +13,6 @@ import (
 
 // v6 adds share-group keys (KIP-932): share groups are not served, so
 // such a key is answered INVALID_REQUEST, as any unknown type.
-func init() { register(kmsg.FindCoordinator, 0, 6, (*Broker).handleFindCoordinator) }
 
 // handleFindCoordinator answers with the leader of the key's partition of
 // __consumer_offsets or __transaction_state (internal/coordinator).

@@ -10,8 +10,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() { register(kmsg.Heartbeat, 0, 4, (*Broker).handleHeartbeat) }
-
 func (b *Broker) handleHeartbeat(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.HeartbeatRequest)
 	if !b.authorize(r, auth.OpRead, auth.ResourceGroup, req.Group) {

@@ -13,7 +13,6 @@ import (
 
 // InitProducerId v0-v5 (v6 is KIP-939's two-phase commit). The producer id
 // allocator opens in txn.go's start hook.
-func init() { register(kmsg.InitProducerID, 0, 5, (*Broker).handleInitProducerID) }
 
 // handleInitProducerID gives idempotent producers (no transactional id) a
 // fresh producer id at epoch 0. With KIP-360 (v3+), a producer that names

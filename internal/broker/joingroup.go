@@ -11,8 +11,6 @@ import (
 )
 
 // The Reply waits for the rebalance's join phase.
-func init() { register(kmsg.JoinGroup, 0, 9, (*Broker).handleJoinGroup) }
-
 func (b *Broker) handleJoinGroup(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.JoinGroupRequest)
 	if !b.authorize(r, auth.OpRead, auth.ResourceGroup, req.Group) {

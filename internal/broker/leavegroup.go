@@ -10,8 +10,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() { register(kmsg.LeaveGroup, 0, 5, (*Broker).handleLeaveGroup) }
-
 func (b *Broker) handleLeaveGroup(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.LeaveGroupRequest)
 	if !b.authorize(r, auth.OpRead, auth.ResourceGroup, req.Group) {

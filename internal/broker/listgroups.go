@@ -11,8 +11,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() { register(kmsg.ListGroups, 0, 5, (*Broker).handleListGroups) }
-
 func (b *Broker) handleListGroups(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.ListGroupsRequest)
 	withShare := func(out kmsg.Response) {

@@ -14,7 +14,6 @@ import (
 // -4 (earliest local) and -5 (latest tiered) for tiered storage, v10 a
 // timeout for remote lookups (the remote log's offsets are known without
 // one). v11's -6 (KIP-1023) waits for a client that sends it.
-func init() { register(kmsg.ListOffsets, 1, 10, (*Broker).handleListOffsets) }
 
 // Special timestamps of ListOffsets.
 const (

@@ -12,10 +12,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() {
-	register(kmsg.ListPartitionReassignments, 0, 0, (*Broker).handleListPartitionReassignments)
-}
-
 // handleListPartitionReassignments (KIP-455) lists the moves in progress:
 // the full replica set (original and target), and which replicas are being
 // added and removed. No topics: every topic. Partitions that are not being

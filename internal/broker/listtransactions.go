@@ -15,8 +15,6 @@ import (
 
 // ListTransactions v0-v2 (KIP-664; v1 adds the duration filter, KIP-994;
 // v2 a transactional id regex, KIP-1152).
-func init() { register(kmsg.ListTransactions, 0, 2, (*Broker).handleListTransactions) }
-
 func (b *Broker) handleListTransactions(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.ListTransactionsRequest)
 	resp := req.ResponseKind().(*kmsg.ListTransactionsResponse)

@@ -15,7 +15,6 @@ import (
 // Metadata v13 only adds a top-level error code (REBOOTSTRAP_REQUIRED,
 // KIP-1102), which a single node never needs; v10+ carry topic ids and v12
 // allows asking by id.
-func init() { register(kmsg.Metadata, 0, 13, (*Broker).handleMetadata) }
 
 // handleMetadata answers with the brokers' endpoints on the listener the
 // request came in on (Kafka's rule: a client on the SSL listener is sent

@@ -12,8 +12,6 @@ import (
 
 // v10 addresses topics by id (KIP-848 era) and is not served. The Reply
 // waits for the commit to be durable.
-func init() { register(kmsg.OffsetCommit, 0, 9, (*Broker).handleOffsetCommit) }
-
 func (b *Broker) handleOffsetCommit(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.OffsetCommitRequest)
 	groupDenied := !b.authorize(r, auth.OpRead, auth.ResourceGroup, req.Group)

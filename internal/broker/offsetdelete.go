@@ -10,8 +10,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() { register(kmsg.OffsetDelete, 0, 0, (*Broker).handleOffsetDelete) }
-
 func (b *Broker) handleOffsetDelete(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.OffsetDeleteRequest)
 	if !b.authorize(r, auth.OpDelete, auth.ResourceGroup, req.Group) {

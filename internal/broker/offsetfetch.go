@@ -12,7 +12,6 @@ import (
 )
 
 // v10 addresses topics by id and is not served.
-func init() { register(kmsg.OffsetFetch, 0, 9, (*Broker).handleOffsetFetch) }
 
 // handleOffsetFetch needs DESCRIBE on each group and on each topic: a
 // named topic one may not describe is answered TOPIC_AUTHORIZATION_FAILED,

@@ -10,8 +10,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() { register(kmsg.OffsetForLeaderEpoch, 0, 4, (*Broker).handleOffsetForLeaderEpoch) }
-
 // handleOffsetForLeaderEpoch tells a consumer (KIP-320) where the epoch it
 // last saw ended, so it can detect a truncated log.
 func (b *Broker) handleOffsetForLeaderEpoch(_ context.Context, r *wire.Request) wire.Reply {

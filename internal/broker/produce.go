@@ -21,7 +21,6 @@ import (
 // producer's transaction (txnverify.go); clients only send v12 for
 // transactions when the feature is finalized at 2. v13 names topics by id
 // (KIP-516); an id no topic has is UNKNOWN_TOPIC_ID.
-func init() { register(kmsg.Produce, 3, 13, (*Broker).handleProduce) }
 
 // committedWait is one appended batch whose acknowledgement waits for it to
 // be committed.

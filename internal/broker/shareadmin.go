@@ -17,11 +17,6 @@ import (
 // "share"), DeleteGroups deletes an empty one with its share-partition
 // state, and the share-group offset APIs (KIP-932) read and change a
 // share partition's start offset (SPSO) on the group's coordinator.
-func init() {
-	register(kmsg.DescribeShareGroupOffsets, 0, 1, (*Broker).handleDescribeShareGroupOffsets)
-	register(kmsg.AlterShareGroupOffsets, 0, 0, (*Broker).handleAlterShareGroupOffsets)
-	register(kmsg.DeleteShareGroupOffsets, 0, 0, (*Broker).handleDeleteShareGroupOffsets)
-}
 
 // isShareGroup reports whether this node coordinates share group g (it
 // has members or share-partition state).

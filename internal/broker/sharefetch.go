@@ -21,10 +21,6 @@ import (
 // batches that hold them. Versions 1-2 (Kafka 4.1-4.2: v2 adds
 // KIP-1206's record-limit acquire mode and KIP-1222's lock renewal);
 // Kafka 4.0's early-access v0 is not served.
-func init() {
-	register(kmsg.ShareFetch, 1, 2, (*Broker).handleShareFetch)
-	register(kmsg.ShareAcknowledge, 1, 2, (*Broker).handleShareAcknowledge)
-}
 
 // maxShareFetchWait bounds a ShareFetch's long poll.
 const maxShareFetchWait = 30 * time.Second

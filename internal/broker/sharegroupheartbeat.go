@@ -16,10 +16,6 @@ import (
 )
 
 // KIP-932 share-group membership on the group coordinator (share/groups.go).
-func init() {
-	register(kmsg.ShareGroupHeartbeat, 1, 1, (*Broker).handleShareGroupHeartbeat)
-	register(kmsg.ShareGroupDescribe, 1, 1, (*Broker).handleShareGroupDescribe)
-}
 
 // shareGroupAdmit is the first check of a request about share group g:
 // this node coordinates it, and it is not a group of another type.

@@ -22,10 +22,6 @@ import (
 // answered once committed; an older partition leader's write, or one
 // made before an admin reset the state, is fenced (FENCED_LEADER_EPOCH,
 // FENCED_STATE_EPOCH).
-func init() {
-	registerInternal(kmsg.ReadShareGroupState, 0, 0, (*Broker).handleReadShareGroupState)
-	registerInternal(kmsg.WriteShareGroupState, 0, 1, (*Broker).handleWriteShareGroupState)
-}
 
 // shareStateError is the Kafka code of a Store error.
 func shareStateError(err error) int16 {

@@ -11,8 +11,6 @@ import (
 )
 
 // The Reply waits for the leader's assignment.
-func init() { register(kmsg.SyncGroup, 0, 5, (*Broker).handleSyncGroup) }
-
 func (b *Broker) handleSyncGroup(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.SyncGroupRequest)
 	if !b.authorize(r, auth.OpRead, auth.ResourceGroup, req.Group) {

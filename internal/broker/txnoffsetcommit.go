@@ -15,8 +15,6 @@ import (
 // transaction.version 2 the group's __consumer_offsets partition is added
 // to the transaction here, the client sends no AddOffsetsToTxn): offsets
 // committed inside a transaction, applied by its commit marker.
-func init() { register(kmsg.TxnOffsetCommit, 0, 5, (*Broker).handleTxnOffsetCommit) }
-
 func (b *Broker) handleTxnOffsetCommit(ctx context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.TxnOffsetCommitRequest)
 	p := b.coord.OffsetsPartition(req.Group)

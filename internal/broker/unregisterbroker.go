@@ -11,8 +11,6 @@ import (
 	"holdfast/internal/wire"
 )
 
-func init() { register(kmsg.UnregisterBroker, 0, 0, (*Broker).handleUnregisterBroker) }
-
 // handleUnregisterBroker (KIP-500) removes a broker-only node from the
 // cluster: from the registered brokers and, as a learner, from the
 // metadata group. Its replicas must have been moved away first (else

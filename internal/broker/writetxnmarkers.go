@@ -13,8 +13,6 @@ import (
 // WriteTxnMarkers v0-v1 (coordinator to partition leader): this node writes
 // the markers to the partitions it leads and answers once they are
 // committed. Only cluster nodes take it.
-func init() { registerInternal(kmsg.WriteTxnMarkers, 0, 1, (*Broker).handleWriteTxnMarkers) }
-
 func (b *Broker) handleWriteTxnMarkers(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.WriteTxnMarkersRequest)
 	return func(ctx context.Context) kmsg.Response {
