@@ -139,6 +139,9 @@ type Coordinator struct {
 	groups map[string]*group
 	closed bool
 	txn    pendingTxn // transactional offsets awaiting their marker (txn.go)
+	// deletedWhileLoading: per offsets partition, the topics deleted
+	// while it replayed here; the replay drops their offsets (deleted.go).
+	deletedWhileLoading [][]string
 
 	expiry *time.Timer
 	wg     sync.WaitGroup
@@ -222,6 +225,8 @@ func New(cfg Config, logs []Log, opts Options) *Coordinator {
 		unowned: make([]atomic.Bool, len(logs)),
 		gens:    make([]atomic.Uint64, len(logs)),
 		groups:  map[string]*group{},
+
+		deletedWhileLoading: make([][]string, len(logs)),
 	}
 	if opts.Unowned {
 		for i := range c.unowned {
@@ -377,6 +382,7 @@ func (c *Coordinator) LoadPartition(p int32) {
 	}
 	c.dropLocked(p, kerr.NotCoordinator.Code)
 	gen := c.gens[p].Add(1)
+	c.deletedWhileLoading[p] = nil // the replay reads what is written now
 	c.loaded[p].Store(false)
 	c.unowned[p].Store(false)
 	c.wg.Add(1)
@@ -398,6 +404,7 @@ func (c *Coordinator) UnloadPartition(p int32) {
 	c.gens[p].Add(1)
 	c.unowned[p].Store(true)
 	c.loaded[p].Store(false)
+	c.deletedWhileLoading[p] = nil
 	c.dropLocked(p, kerr.NotCoordinator.Code)
 	c.log.Debug("unloaded __consumer_offsets partition", "partition", p)
 }
