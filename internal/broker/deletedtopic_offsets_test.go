@@ -3,10 +3,13 @@ package broker_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"holdfast/internal/brokertest"
 )
@@ -127,4 +130,48 @@ func TestDeletedTopicOffsetsRemoved(t *testing.T) {
 		"g-both":   {"del-a/0": 9, "del-b/0": 3},
 		"g-only-a": nil,
 	})
+}
+
+// TestClusterDeletedTopicOffsetsRemoved: on three nodes, where the
+// groups' coordinators are spread over the nodes that lead their
+// __consumer_offsets partitions, each removes the deleted topic's offsets
+// from its own groups as it applies the deletion.
+func TestClusterDeletedTopicOffsetsRemoved(t *testing.T) {
+	nodes := startGroupCluster(t, 3)
+	brokertest.CreateClusterTopic(t, nodes, "cdel-a", 2, 3, nil)
+	brokertest.CreateClusterTopic(t, nodes, "cdel-b", 1, 3, nil)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokertest.Addrs(nodes)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	adm := kadm.NewClient(cl)
+	before := map[string]map[string]int64{}
+	after := map[string]map[string]int64{}
+	// Enough groups to land on every __consumer_offsets partition (4).
+	for i := range 8 {
+		g := fmt.Sprintf("cg-%d", i)
+		commitSimple(t, adm, g, map[string]map[int32]int64{"cdel-a": {0: 5, 1: int64(i)}, "cdel-b": {0: 3}})
+		before[g] = map[string]int64{"cdel-a/0": 5, "cdel-a/1": int64(i), "cdel-b/0": 3}
+		after[g] = map[string]int64{"cdel-b/0": 3}
+		g = fmt.Sprintf("cg-only-a-%d", i)
+		commitSimple(t, adm, g, map[string]map[int32]int64{"cdel-a": {0: 1}})
+		before[g] = map[string]int64{"cdel-a/0": 1}
+		after[g] = nil
+	}
+	expectGroupOffsets(t, adm, before)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	coordinators := map[int32]bool{}
+	for _, fc := range adm.FindGroupCoordinators(ctx, slices.Collect(maps.Keys(before))...) {
+		if fc.Err != nil {
+			t.Fatalf("find coordinator of %s: %v", fc.Name, fc.Err)
+		}
+		coordinators[fc.NodeID] = true
+	}
+	if len(coordinators) < 2 {
+		t.Fatalf("every group on node(s) %v: the test needs them spread", coordinators)
+	}
+	deleteTopicAdm(t, adm, "cdel-a")
+	expectGroupOffsets(t, adm, after)
 }
