@@ -382,7 +382,6 @@ func (c *Coordinator) LoadPartition(p int32) {
 	}
 	c.dropLocked(p, kerr.NotCoordinator.Code)
 	gen := c.gens[p].Add(1)
-	c.deletedWhileLoading[p] = nil // the replay reads what is written now
 	c.loaded[p].Store(false)
 	c.unowned[p].Store(false)
 	c.wg.Add(1)

@@ -12,10 +12,10 @@ import "time"
 // metadata yet, so every offset removed here was committed against the
 // deleted topic, and a commit for the new one waits for c.mu and finds it.
 //
-// A partition this node leads but is still replaying gets the topic on
-// its list; its replay removes those offsets once it has rebuilt the
-// groups (everything it reads was written before the deletion). A
-// partition led elsewhere is that node's to clean.
+// A partition this node leads but has not loaded yet (replaying, or
+// elected and about to load) gets the topic on its list; its replay
+// removes those offsets once it has rebuilt the groups. A partition led
+// elsewhere is that node's to clean (UnloadPartition clears the list).
 func (c *Coordinator) TopicDeleted(topic string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -23,7 +23,8 @@ func (c *Coordinator) TopicDeleted(topic string) {
 		return
 	}
 	for p := range c.logs {
-		if !c.unowned[p].Load() && !c.loaded[p].Load() {
+		// Replaying here, or led here and about to be loaded.
+		if !c.loaded[p].Load() && (!c.unowned[p].Load() || c.leading(int32(p))) {
 			c.deletedWhileLoading[p] = append(c.deletedWhileLoading[p], topic)
 		}
 	}
