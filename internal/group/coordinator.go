@@ -140,7 +140,8 @@ type Coordinator struct {
 	closed bool
 	txn    pendingTxn // transactional offsets awaiting their marker (txn.go)
 	// deletedWhileLoading: per offsets partition, the topics deleted
-	// while it replayed here; the replay drops their offsets (deleted.go).
+	// while it was led here but not loaded; its replay drops their
+	// offsets (deleted.go).
 	deletedWhileLoading [][]string
 
 	expiry *time.Timer
