@@ -137,6 +137,9 @@ type Node struct {
 	// stops re-registering (the operator stops it next).
 	gone atomic.Bool
 
+	// topicDeleted is OnTopicDeleted's hook (nil: none).
+	topicDeleted atomic.Pointer[func(controller.Topic)]
+
 	peersMu     sync.Mutex
 	peers       map[int32]peerClient // Send's client per broker
 	peersClosed bool
@@ -594,6 +597,9 @@ func (n *Node) apply(end int64, cmd controller.Command) error {
 		if err := n.replicas.RemoveTopic(t); err != nil {
 			n.log.Warn("removing deleted topic's data", "topic", t.Name, "err", err)
 		}
+		if fn := n.topicDeleted.Load(); fn != nil {
+			(*fn)(t)
+		}
 	case controller.OpTopicConfigs:
 		n.replicas.ApplyConfigs(t)
 	case controller.OpBrokerConfigs:
@@ -633,6 +639,13 @@ func (n *Node) apply(end int64, cmd controller.Command) error {
 	}
 	return nil
 }
+
+// OnTopicDeleted sets fn to run on this node each time it applies a topic
+// deletion, inside the apply: before any later metadata change (a
+// re-creation of the name) applies. Entries applied before (a replay at
+// start, a redelivery) do not run it. The group coordinator removes the
+// topic's committed offsets with it (internal/coordinator).
+func (n *Node) OnTopicDeleted(fn func(controller.Topic)) { n.topicDeleted.Store(&fn) }
 
 // ControllerID is the metadata group's leader (-1 if unknown).
 func (n *Node) ControllerID() int32 {

@@ -103,6 +103,10 @@ func Start(cfg Config, meta *controller.Store, node *cluster.Node, replicas *rep
 			return out
 		},
 	})
+	// Kafka removes a deleted topic's committed offsets from every group
+	// (GroupCoordinator.onPartitionsDeleted): this node, as it applies the
+	// deletion, from the groups it coordinates.
+	node.OnTopicDeleted(func(t controller.Topic) { h.groups.TopicDeleted(t.Name) })
 	slogs := make([]share.Log, n)
 	for i := range slogs {
 		slogs[i] = glogs[i]

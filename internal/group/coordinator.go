@@ -139,6 +139,10 @@ type Coordinator struct {
 	groups map[string]*group
 	closed bool
 	txn    pendingTxn // transactional offsets awaiting their marker (txn.go)
+	// deletedWhileLoading: per offsets partition, the topics deleted
+	// while it was led here but not loaded; its replay drops their
+	// offsets (deleted.go).
+	deletedWhileLoading [][]string
 
 	expiry *time.Timer
 	wg     sync.WaitGroup
@@ -222,6 +226,8 @@ func New(cfg Config, logs []Log, opts Options) *Coordinator {
 		unowned: make([]atomic.Bool, len(logs)),
 		gens:    make([]atomic.Uint64, len(logs)),
 		groups:  map[string]*group{},
+
+		deletedWhileLoading: make([][]string, len(logs)),
 	}
 	if opts.Unowned {
 		for i := range c.unowned {
@@ -398,6 +404,7 @@ func (c *Coordinator) UnloadPartition(p int32) {
 	c.gens[p].Add(1)
 	c.unowned[p].Store(true)
 	c.loaded[p].Store(false)
+	c.deletedWhileLoading[p] = nil
 	c.dropLocked(p, kerr.NotCoordinator.Code)
 	c.log.Debug("unloaded __consumer_offsets partition", "partition", p)
 }

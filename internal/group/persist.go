@@ -240,6 +240,7 @@ func (c *Coordinator) replay(p int32, gen uint64) error {
 	for name := range metas {
 		c.arm(c.groups[name])
 	}
+	c.dropDeletedWhileLoading(p, now) // deleted.go
 	c.loaded[p].Store(true)
 	// One line per partition only at debug level: Load logs the totals.
 	c.log.Debug("loaded __consumer_offsets partition", "partition", p, "records", n, "groups", restored, "took", time.Since(start))
