@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"holdfast/internal/records"
+	"holdfast/internal/storage"
 )
 
 // TestClusterCorruptReplicaHeals is issue 26's first fault on real
@@ -87,11 +87,11 @@ func corruptReplica(t *testing.T, c *Cluster, topic string, stop func(int)) {
 	v := int(pd.Replicas[0]) // the preferred replica: an election can make it lead
 	t.Logf("[%d acked] stopping node %d (preferred replica, leader %d)", ch.Acked(), v, pd.Leader)
 	stop(v)
-	at, err := flipSealedBatch(filepath.Join(c.Node(v).DataDir, topic+"-0"))
+	path, at, err := storage.FlipSealedBatch(filepath.Join(c.Node(v).DataDir, topic+"-0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("64 bytes flipped in %s; restarting node %d", at, v)
+	t.Logf("64 bytes flipped in %s at byte %d; restarting node %d", path, at, v)
 	c.Restart(v)
 	found := func() bool { return logHas(c, v, topic, "storage: corrupt data") }
 
@@ -242,51 +242,4 @@ func partitionViews(cl *kgo.Client, id int32, topic string) (map[int32]partition
 		return nil, errors.New("no partitions in the answer")
 	}
 	return out, nil
-}
-
-// flipSealedBatch flips 64 bytes inside the records of the middle batch of
-// the first segment of the log in dir (sealed: a later one exists), as
-// holdfast lab's bit-flip scenario does.
-func flipSealedBatch(dir string) (string, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return "", err
-	}
-	var logs []string
-	for _, en := range ents {
-		if filepath.Ext(en.Name()) == ".log" {
-			logs = append(logs, en.Name())
-		}
-	}
-	slices.Sort(logs)
-	if len(logs) < 2 {
-		return "", fmt.Errorf("%s: %d segments, none sealed", dir, len(logs))
-	}
-	path := filepath.Join(dir, logs[0])
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	var big []int // batches with room for the flip past their header
-	for rest := b; len(rest) > 0; {
-		batch, next, err := records.Next(rest)
-		if err != nil {
-			return "", fmt.Errorf("%s: %w", path, err)
-		}
-		if len(batch) >= records.HeaderSize+64 {
-			big = append(big, len(b)-len(rest))
-		}
-		rest = next
-	}
-	if len(big) == 0 {
-		return "", fmt.Errorf("%s: no batch of %d bytes or more", path, records.HeaderSize+64)
-	}
-	at := big[len(big)/2] + records.HeaderSize
-	for i := at; i < at+64; i++ {
-		b[i] ^= 0xff
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("%s at byte %d", path, at), nil
 }

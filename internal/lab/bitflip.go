@@ -2,17 +2,14 @@ package lab
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
-	"holdfast/internal/records"
+	"holdfast/internal/storage"
 	"holdfast/internal/verify"
 )
 
@@ -73,11 +70,11 @@ func bitFlip(ctx context.Context, e *env) []Row {
 			r.Fault = "no fault"
 			if !e.cfg.noFault {
 				c.node(v).stop()
-				at, err := flipSealedBatch(filepath.Join(c.node(v).cfg.DataDir, topic+"-0"))
+				path, _, err := storage.FlipSealedBatch(filepath.Join(c.node(v).cfg.DataDir, topic+"-0"))
 				if err != nil {
 					return err
 				}
-				r.mark(fmt.Sprintf("node %d stopped, 64 bytes flipped in %s", v, at), true)
+				r.mark(fmt.Sprintf("node %d stopped, 64 bytes flipped in %s", v, path), true)
 				if err := c.node(v).start(ctx); err != nil {
 					return err
 				}
@@ -125,50 +122,4 @@ func electPreferred(ctx context.Context, c *cluster, topic string, v int32) erro
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-}
-
-// flipSealedBatch flips 64 bytes inside the records of the middle batch of
-// the first segment of the log in dir (sealed: a later one exists).
-func flipSealedBatch(dir string) (string, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return "", err
-	}
-	var logs []string
-	for _, en := range ents {
-		if filepath.Ext(en.Name()) == ".log" {
-			logs = append(logs, en.Name())
-		}
-	}
-	slices.Sort(logs)
-	if len(logs) < 2 {
-		return "", fmt.Errorf("%s: %d segments, none sealed (more records needed)", dir, len(logs))
-	}
-	path := filepath.Join(dir, logs[0])
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	var big []int // batches with room for the flip past their header
-	for rest := b; len(rest) > 0; {
-		batch, next, err := records.Next(rest)
-		if err != nil {
-			return "", fmt.Errorf("%s: %w", path, err)
-		}
-		if len(batch) >= records.HeaderSize+64 {
-			big = append(big, len(b)-len(rest))
-		}
-		rest = next
-	}
-	if len(big) == 0 {
-		return "", errors.New(path + ": no batch of 125 bytes or more")
-	}
-	at := big[len(big)/2] + records.HeaderSize
-	for i := at; i < at+64; i++ {
-		b[i] ^= 0xff
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return "", err
-	}
-	return path, nil
 }
