@@ -39,39 +39,19 @@ func (c *Coordinator) dropTopicOffsetsLocked(in func(p int32) bool, topics map[s
 		if !in(c.partition(name)) {
 			continue
 		}
-		var kvs []kv
 		var gone []topicPartition
 		for tp := range g.offsets {
 			if topics[tp.topic] {
-				kvs = append(kvs, kv{offsetKey(name, tp), nil})
 				gone = append(gone, tp)
 			}
 		}
 		if len(gone) == 0 {
 			continue
 		}
+		// Left as they were if the append fails: offsets.retention.minutes
+		// expires them.
 		dead := g.state == Empty && len(g.pending) == 0 && len(gone) == len(g.offsets)
-		if dead && g.consumer != nil {
-			kvs = append(kvs, consumerTombstones(g)...)
-		} else if dead {
-			kvs = append(kvs, kv{groupKey(name), nil})
-		}
-		if _, err := c.appendKVs(name, now, kvs); err != nil {
-			// Left as they were: offsets.retention.minutes expires them.
-			c.log.Warn("removing a deleted topic's offsets failed", "group", name, "err", err)
-			continue
-		}
-		for _, tp := range gone {
-			delete(g.offsets, tp)
-		}
-		c.log.Info("removed a deleted topic's offsets", "group", name, "offsets", len(gone), "removed", dead)
-		if dead {
-			g.setState(Dead, now)
-			if g.timer != nil {
-				g.timer.Stop()
-			}
-			delete(c.groups, name)
-		}
+		c.dropOffsetsLocked(name, g, gone, dead, now, "removed a deleted topic's offsets", "removing a deleted topic's offsets failed")
 	}
 }
 

@@ -436,7 +436,6 @@ func (c *Coordinator) expireOffsets(now time.Time) {
 		if g.state != Empty || len(g.pending) > 0 || !c.loaded[c.partition(name)].Load() {
 			continue
 		}
-		var kvs []kv
 		var gone []topicPartition
 		for tp, o := range g.offsets {
 			base := o.commitTime
@@ -444,34 +443,44 @@ func (c *Coordinator) expireOffsets(now time.Time) {
 				base = g.stateSince
 			}
 			if !now.Before(base.Add(c.cfg.OffsetRetention)) {
-				kvs = append(kvs, kv{offsetKey(name, tp), nil})
 				gone = append(gone, tp)
 			}
 		}
-		dead := len(gone) == len(g.offsets)
-		if dead && g.consumer != nil {
-			kvs = append(kvs, consumerTombstones(g)...)
-		} else if dead {
-			kvs = append(kvs, kv{groupKey(name), nil})
+		c.dropOffsetsLocked(name, g, gone, len(gone) == len(g.offsets), now, "expired offsets", "expiring offsets failed")
+	}
+}
+
+// dropOffsetsLocked writes tombstones for g's offsets in gone and, if
+// dead, for the group itself, then forgets them (c.mu held): a group
+// removed so no longer shows in ListGroups. done and failed are the log
+// lines; a failed append leaves everything as it was.
+func (c *Coordinator) dropOffsetsLocked(name string, g *group, gone []topicPartition, dead bool, now time.Time, done, failed string) {
+	var kvs []kv
+	for _, tp := range gone {
+		kvs = append(kvs, kv{offsetKey(name, tp), nil})
+	}
+	if dead && g.consumer != nil {
+		kvs = append(kvs, consumerTombstones(g)...)
+	} else if dead {
+		kvs = append(kvs, kv{groupKey(name), nil})
+	}
+	if len(kvs) == 0 {
+		return
+	}
+	if _, err := c.appendKVs(name, now, kvs); err != nil {
+		c.log.Warn(failed, "group", name, "err", err)
+		return
+	}
+	for _, tp := range gone {
+		delete(g.offsets, tp)
+	}
+	c.log.Info(done, "group", name, "offsets", len(gone), "removed", dead)
+	if dead {
+		g.setState(Dead, now)
+		if g.timer != nil {
+			g.timer.Stop()
 		}
-		if len(kvs) == 0 {
-			continue
-		}
-		if _, err := c.appendKVs(name, now, kvs); err != nil {
-			c.log.Warn("expiring offsets failed", "group", name, "err", err)
-			continue
-		}
-		for _, tp := range gone {
-			delete(g.offsets, tp)
-		}
-		c.log.Info("expired offsets", "group", name, "offsets", len(gone), "removed", dead)
-		if dead {
-			g.setState(Dead, now)
-			if g.timer != nil {
-				g.timer.Stop()
-			}
-			delete(c.groups, name)
-		}
+		delete(c.groups, name)
 	}
 }
 
