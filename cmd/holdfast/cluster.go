@@ -318,7 +318,11 @@ func printBrokerConfigs(out io.Writer, rcs kadm.ResourceConfigs, scope string) e
 			return fmt.Errorf("%s: %w %s", scope, rc.Err, rc.ErrMessage)
 		}
 		for _, c := range rc.Configs {
-			fmt.Fprintf(w, "%s\t%s\t%s\n", c.Key, c.MaybeValue(), strings.ToLower(strings.TrimSuffix(c.Source.String(), "_CONFIG")))
+			src := strings.ToLower(strings.TrimSuffix(c.Source.String(), "_CONFIG"))
+			if o := admin.Origin(c); o != "" {
+				src += " (" + o + ")"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\n", c.Key, c.MaybeValue(), src)
 			n++
 		}
 	}
@@ -432,6 +436,7 @@ func devClusterBase(config string, overrides []string) (func(*slog.Logger) (brok
 	if err != nil {
 		return nil, err
 	}
+	sc.origins = s.configOrigins(describedAs)
 	if len(unsupported) > 0 {
 		return nil, fmt.Errorf("settings Holdfast does not support: %s", strings.Join(unsupported, ", "))
 	}

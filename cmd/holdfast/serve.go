@@ -84,6 +84,9 @@ type serveConfig struct {
 	// listener.name.*, ...: kafkaSecurityKey), for buildSecurity.
 	security props
 	addScram scramFlag
+	// origins is where each setting came from (settings.configOrigins),
+	// for DescribeConfigs' sources; nil when not loaded by settings.
+	origins map[string]broker.ConfigOrigin
 	// remote is tiered storage (docs/tiered-storage.md).
 	remote tiered.Config
 }
@@ -278,6 +281,14 @@ func oneDir(v string) (string, error) {
 	return v, nil
 }
 
+// describedAs are the broker config names DescribeConfigs reports a
+// setting under beyond its Kafka names, by flag: where they came from is
+// that setting's origin.
+var describedAs = map[string][]string{
+	"flush":  {"holdfast.flush.policy"},
+	"listen": {"advertised.listeners"}, // the default of --advertised (which, set, wins: registered later)
+}
+
 // brokerConfig checks the settings and maps them onto the broker's
 // config, the connection limits and the listeners with their security.
 // The caller closes the security (it may hold a token validator).
@@ -305,6 +316,7 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	}
 	cfg.NodeID = int32(c.nodeID)
 	cfg.DataDir = c.dataDir
+	cfg.ConfigOrigins = c.origins
 	cfg.DirectIO = c.directIO
 	cfg.DirectIOCacheBytes = c.dioCache
 	if c.dioCache == 0 {
@@ -531,6 +543,7 @@ not a warning.`,
 		if err != nil {
 			return usageError{err}
 		}
+		sc.origins = s.configOrigins(describedAs)
 		sc.unknownEnv = s.unknownEnv(os.Environ())
 		return serve(sc, unsupported)
 	}

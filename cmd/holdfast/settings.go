@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"holdfast/internal/broker"
 )
 
 // settings is the one registry of a command's settings (serve,
@@ -31,6 +33,10 @@ type settings struct {
 	all   []*setting
 	kafka map[string]kafkaName // by Kafka name
 	pass  []passthrough
+	// origins says where load took each setting from, by flag name, and
+	// passOrigins each passthrough name: what DescribeConfigs reports
+	// (configOrigins).
+	origins, passOrigins map[string]broker.ConfigOrigin
 }
 
 // passthrough is a family of Kafka config names a feature reads itself,
@@ -197,15 +203,21 @@ func (s *settings) load(configPath string, overrides []string) (unsupported []st
 	set := map[string]bool{}     // flags given on the command line or in the environment
 	passSet := map[string]bool{} // passthrough names given with --override
 	seen := map[string]bool{}    // unsupported names reported
+	s.origins, s.passOrigins = map[string]broker.ConfigOrigin{}, map[string]broker.ConfigOrigin{}
 	for _, st := range s.all {
 		if s.fs.Changed(st.flag) {
 			set[st.flag] = true
+			s.origins[st.flag] = st.origin(broker.OriginFlag, "--"+st.flag, s.fs.Lookup(st.flag).Value.String(), "")
 		}
 	}
 	// apply takes one key=value from --override or the file; where says
 	// where it came from, for errors.
 	apply := func(where, k, v string, override bool) error {
 		flag, value, pass, err := s.resolve(k, v)
+		o := broker.ConfigOrigin{Kind: broker.OriginFile, Name: k, File: configPath}
+		if override {
+			o = broker.ConfigOrigin{Kind: broker.OriginFlag, Name: "--override " + k}
+		}
 		switch {
 		case err != nil:
 			return fmt.Errorf("%s: %s=%s: %w", where, k, v, err)
@@ -216,6 +228,7 @@ func (s *settings) load(configPath string, overrides []string) (unsupported []st
 				return nil // --override wins over the file
 			}
 			pass.into[k] = value
+			s.passOrigins[k] = o // no value: these may be passwords
 			return nil
 		case flag == "":
 			if !strings.Contains(k, ".") {
@@ -235,6 +248,10 @@ func (s *settings) load(configPath string, overrides []string) (unsupported []st
 		}
 		if err := s.set(flag, value); err != nil {
 			return fmt.Errorf("%s: %s: %w", where, k, err)
+		}
+		if _, had := s.origins[flag]; !had { // a repeatable one keeps the first
+			st := s.byFlag(flag)
+			s.origins[flag] = st.origin(o.Kind, o.Name, v, o.File)
 		}
 		return nil
 	}
@@ -261,6 +278,9 @@ func (s *settings) load(configPath string, overrides []string) (unsupported []st
 				return nil, fmt.Errorf("%s=%q: %w", envName(st.flag), v, err)
 			}
 			set[st.flag] = true
+			if _, had := s.origins[st.flag]; !had {
+				s.origins[st.flag] = st.origin(broker.OriginEnv, envName(st.flag), v, "")
+			}
 		}
 	}
 	if configPath != "" {
@@ -281,6 +301,41 @@ func (s *settings) load(configPath string, overrides []string) (unsupported []st
 	}
 	sort.Strings(unsupported)
 	return unsupported, nil
+}
+
+// origin is a ConfigOrigin of st: the value as written, none for a
+// secret.
+func (st *setting) origin(kind, name, value, file string) broker.ConfigOrigin {
+	o := broker.ConfigOrigin{Kind: kind, Name: name, File: file}
+	if !st.secret {
+		o.Value = &value
+	}
+	return o
+}
+
+// configOrigins is where load took each setting from, by every broker
+// config name DescribeConfigs reports it under: its Kafka names, the
+// names in also (by flag: config names that are no Kafka name of the
+// setting, holdfast.flush.policy for --flush) and the passthrough names.
+// Never nil: a setting not in it is a default.
+func (s *settings) configOrigins(also map[string][]string) map[string]broker.ConfigOrigin {
+	out := map[string]broker.ConfigOrigin{}
+	for _, st := range s.all {
+		o, ok := s.origins[st.flag]
+		if !ok {
+			continue
+		}
+		for _, k := range st.kafka {
+			out[k.name] = o
+		}
+		for _, n := range also[st.flag] {
+			out[n] = o
+		}
+	}
+	for k, o := range s.passOrigins {
+		out[k] = o
+	}
+	return out
 }
 
 // resolve finds what a Kafka or flag name sets: a flag (with the value in

@@ -277,10 +277,46 @@ func (c *Client) TopicConfigs(ctx context.Context, topic string) ([]Config, erro
 	}
 	var out []Config
 	for _, cf := range rc.Configs {
-		out = append(out, Config{Name: cf.Key, Value: cf.MaybeValue(), Source: SourceName(cf.Source), Sensitive: cf.Sensitive})
+		out = append(out, Config{Name: cf.Key, Value: cf.MaybeValue(), Source: ConfigSource(cf), Sensitive: cf.Sensitive})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// ConfigSource is where cf's value comes from, for a table: SourceName,
+// and for a static broker setting also what set it, from its
+// STATIC_BROKER_CONFIG synonym (Origin): "broker (file:
+// log.retention.hours)".
+func ConfigSource(cf kadm.Config) string {
+	if o := Origin(cf); o != "" {
+		return SourceName(cf.Source) + " (" + o + ")"
+	}
+	return SourceName(cf.Source)
+}
+
+// Origin says what set a value whose source is STATIC_BROKER_CONFIG:
+// "file: log.retention.hours", "flag: --retention" or "env:
+// HOLDFAST_RETENTION", read from the name of its STATIC_BROKER_CONFIG
+// synonym (Holdfast names that synonym by what set it: the file's key as
+// Kafka does, the flag, or the environment variable); "" for any other
+// source or without synonyms.
+func Origin(cf kadm.Config) string {
+	if cf.Source != kmsg.ConfigSourceStaticBrokerConfig {
+		return ""
+	}
+	for _, syn := range cf.Synonyms {
+		if syn.Source != kmsg.ConfigSourceStaticBrokerConfig {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(syn.Key, "--"):
+			return "flag: " + syn.Key
+		case strings.HasPrefix(syn.Key, "HOLDFAST_"):
+			return "env: " + syn.Key
+		}
+		return "file: " + syn.Key
+	}
+	return ""
 }
 
 // SourceName is a short name for where a config value comes from.

@@ -55,6 +55,13 @@ type Config struct {
 	// a consumer with client.rack to an in-sync replica in its rack
 	// (KIP-392, replicaselector.go).
 	ReplicaSelector string
+	// ConfigOrigins says where each static setting was set, by every
+	// broker config name it sets (--retention is log.retention.ms,
+	// log.retention.minutes and log.retention.hours): DescribeConfigs
+	// reports those as STATIC_BROKER_CONFIG, with the origin as the
+	// synonym, and every other one (all of them, for a broker built in
+	// process) as DEFAULT_CONFIG.
+	ConfigOrigins map[string]ConfigOrigin
 
 	AutoCreateTopics       bool  // auto.create.topics.enable (default true)
 	NumPartitions          int32 // num.partitions (default 1)

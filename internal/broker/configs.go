@@ -104,8 +104,10 @@ func (b *Broker) checkBrokerResource(name string) (cluster bool, err error) {
 
 // describeTopicConfigs lists t's configs (only names, if non-nil), sorted
 // by name, with Kafka's sources: DYNAMIC_TOPIC_CONFIG for an override,
-// STATIC_BROKER_CONFIG where the broker's setting differs from Kafka's
-// default, DEFAULT_CONFIG otherwise.
+// DYNAMIC_(DEFAULT_)BROKER_CONFIG for a dynamic default,
+// STATIC_BROKER_CONFIG where the broker's default was set by its config
+// file, a flag or the environment (Config.ConfigOrigins), DEFAULT_CONFIG
+// otherwise.
 func (b *Broker) describeTopicConfigs(t controller.Topic, names []string, synonyms, docs bool) []describedConfig {
 	var out []describedConfig
 	for _, name := range topicconfig.Names() {
@@ -114,34 +116,50 @@ func (b *Broker) describeTopicConfigs(t controller.Topic, names []string, synony
 		}
 		spec, _ := topicconfig.Lookup(name)
 		var chain []kmsg.DescribeConfigsResponseResourceConfigConfigSynonym
-		add := func(n, v string, src kmsg.ConfigSource) {
+		addp := func(n string, v *string, src kmsg.ConfigSource) {
 			syn := kmsg.NewDescribeConfigsResponseResourceConfigConfigSynonym()
-			syn.Name, syn.Value, syn.Source = n, strp(v), src
+			syn.Name, syn.Value, syn.Source = n, v, src
 			chain = append(chain, syn)
 		}
+		add := func(n, v string, src kmsg.ConfigSource) { addp(n, strp(v), src) }
 		if v, ok := t.Configs[name]; ok {
 			add(name, v, kmsg.ConfigSourceDynamicTopicConfig)
 		}
+		var bv string // the broker's static value
+		var origin *ConfigOrigin
 		if spec.BrokerName == "" { // no broker-level default (remote.storage.enable)
 			add(name, spec.KafkaDefault, kmsg.ConfigSourceDefaultConfig)
 		} else {
 			b.addDynamicSynonyms(spec.BrokerName, add)
-			if bv := spec.BrokerValue(b.cfg.LogDefaults); bv != spec.KafkaDefault {
-				add(spec.BrokerName, bv, kmsg.ConfigSourceStaticBrokerConfig)
+			bv = spec.BrokerValue(b.cfg.LogDefaults)
+			if o, set := b.staticOrigin(spec.BrokerName); set {
+				// Named and valued as the operator wrote it
+				// (log.retention.hours=48), as Kafka does.
+				origin = &o
+				addp(o.Name, o.Value, kmsg.ConfigSourceStaticBrokerConfig)
+				add(spec.BrokerName, spec.KafkaDefault, kmsg.ConfigSourceDefaultConfig)
+			} else {
+				add(spec.BrokerName, bv, kmsg.ConfigSourceDefaultConfig) // Holdfast's default
 			}
-			add(spec.BrokerName, spec.KafkaDefault, kmsg.ConfigSourceDefaultConfig)
 		}
 
 		c := kmsg.NewDescribeConfigsResponseResourceConfig()
 		c.Name = name
 		c.Value = chain[0].Value
 		c.Source = chain[0].Source
+		if c.Source == kmsg.ConfigSourceStaticBrokerConfig {
+			c.Value = strp(bv) // the synonym may hold it in other units
+		}
 		c.ConfigType = spec.Type
 		if synonyms {
 			c.ConfigSynonyms = chain
 		}
 		if docs {
-			c.Documentation = strp(spec.Doc)
+			doc := spec.Doc
+			if origin != nil && c.Source == kmsg.ConfigSourceStaticBrokerConfig {
+				doc += " " + origin.String()
+			}
+			c.Documentation = strp(doc)
 		}
 		out = append(out, c)
 	}
@@ -354,19 +372,32 @@ func (b *Broker) describeBrokerConfigs(names []string, synonyms, docs bool) []de
 			b.addDynamicSynonyms(bc.name, add)
 		}
 		static := bc.value(b)
-		src := kmsg.ConfigSourceStaticBrokerConfig
-		if static != nil && *static == bc.kafkaDefault {
-			src = kmsg.ConfigSourceDefaultConfig
-		}
+		o, set := b.staticOrigin(bc.name)
 		syn := kmsg.NewDescribeConfigsResponseResourceConfigConfigSynonym()
-		syn.Name, syn.Value, syn.Source = c.Name, static, src
+		syn.Name, syn.Value, syn.Source = c.Name, static, kmsg.ConfigSourceDefaultConfig
+		if set {
+			// Named and valued as the operator wrote it, as Kafka names
+			// the synonym by the file's key.
+			syn.Name, syn.Value, syn.Source = o.Name, o.Value, kmsg.ConfigSourceStaticBrokerConfig
+		}
 		chain = append(chain, syn)
+		if set && bc.kafkaDefault != "" {
+			chain = append(chain, kmsg.DescribeConfigsResponseResourceConfigConfigSynonym{
+				Name: c.Name, Value: strp(bc.kafkaDefault), Source: kmsg.ConfigSourceDefaultConfig})
+		}
 		c.Value, c.Source = chain[0].Value, chain[0].Source
+		if c.Source == kmsg.ConfigSourceStaticBrokerConfig {
+			c.Value = static
+		}
 		if synonyms {
 			c.ConfigSynonyms = chain
 		}
 		if docs {
-			c.Documentation = strp(bc.doc)
+			doc := bc.doc
+			if set && c.Source == kmsg.ConfigSourceStaticBrokerConfig {
+				doc += " " + o.String()
+			}
+			c.Documentation = strp(doc)
 		}
 		out = append(out, c)
 	}
@@ -757,4 +788,47 @@ func editList(cur, delta string, add bool) string {
 		}
 	}
 	return strings.Join(items, ",")
+}
+
+// ConfigOrigin is where a static broker setting was set.
+type ConfigOrigin struct {
+	// Kind is OriginFile, OriginFlag or OriginEnv.
+	Kind string
+	// Name is what set it, as the operator wrote it: the file's key
+	// (log.retention.hours), the flag (--retention, or --override
+	// log.retention.hours) or the environment variable
+	// (HOLDFAST_RETENTION). It is the name of the STATIC_BROKER_CONFIG
+	// synonym, as Kafka names that synonym by the file's key.
+	Name string
+	// Value is the value as written there (not converted: 48 for
+	// log.retention.hours); nil for a secret.
+	Value *string
+	// File is the config file's path (OriginFile).
+	File string
+}
+
+// The kinds of ConfigOrigin.
+const (
+	OriginFile = "file"
+	OriginFlag = "flag"
+	OriginEnv  = "env"
+)
+
+// String says where the setting came from, for DescribeConfigs'
+// documentation field.
+func (o ConfigOrigin) String() string {
+	switch o.Kind {
+	case OriginFile:
+		return "Set in the config file " + o.File + " (" + o.Name + ")."
+	case OriginEnv:
+		return "Set by the environment variable " + o.Name + "."
+	}
+	return "Set on the command line (" + o.Name + ")."
+}
+
+// staticOrigin is where broker config name was set statically, and
+// whether it was.
+func (b *Broker) staticOrigin(name string) (ConfigOrigin, bool) {
+	o, set := b.cfg.ConfigOrigins[name]
+	return o, set
 }

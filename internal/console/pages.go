@@ -676,7 +676,7 @@ func (c *Console) configsPage(ctx context.Context, r *http.Request) (any, error)
 				err = rc.Err
 			}
 			for _, cf := range rc.Configs {
-				nc.Configs = append(nc.Configs, admin.Config{Name: cf.Key, Value: cf.MaybeValue(), Source: admin.SourceName(cf.Source), Sensitive: cf.Sensitive})
+				nc.Configs = append(nc.Configs, admin.Config{Name: cf.Key, Value: cf.MaybeValue(), Source: admin.ConfigSource(cf), Sensitive: cf.Sensitive})
 			}
 			slices.SortFunc(nc.Configs, func(a, b admin.Config) int { return strings.Compare(a.Name, b.Name) })
 		}
