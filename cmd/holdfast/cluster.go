@@ -257,7 +257,8 @@ func clusterConfigCmd(conn *connFlags) *cobra.Command {
 		Short: "Show or change the dynamic broker configs (the topic defaults: log.retention.ms, message.max.bytes, ...)",
 		Long: `Without --set or --delete, lists the dynamic broker configs: the cluster-wide
 defaults, or with --broker N that broker's configs (every one, with where its value
-comes from). --set and --delete change the cluster-wide defaults (kafka-configs.sh
+comes from: a dynamic config, the broker's config file, a flag or a HOLDFAST_*
+variable, or the default). --set and --delete change the cluster-wide defaults (kafka-configs.sh
 --entity-type brokers --entity-default), or with --broker N that broker's own. Only
 the topic defaults are dynamic; a topic's own config still wins over them.`,
 		Example: `  holdfast cluster config --set log.retention.ms=86400000 --set min.insync.replicas=2

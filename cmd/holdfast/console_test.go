@@ -161,7 +161,9 @@ func TestConsoleInChromium(t *testing.T) {
 	mustMatch(t, "messages", dom, `<td>k0</td>.*<pre class="value">00000000  7b 22 6f 72 64 65 72 22`)
 
 	dom = dumpDOM(t, chromium, base+"/configs", time.Second)
-	mustMatch(t, "configs", dom, `<td>log.retention.ms</td><td>604800000</td>`)
+	mustMatch(t, "configs", dom, `<td>log.retention.ms</td><td>604800000</td><td>default</td>`)
+	// Where a static setting came from: --listen on the command line.
+	mustMatch(t, "configs", dom, `<td>advertised.listeners</td><td>PLAINTEXT://`+regexp.QuoteMeta(addr)+`</td><td>broker \(flag: --listen\)</td>`)
 
 	// The forms that change the cluster (their effects are tested over
 	// HTTP in internal/console): rendered, with their fields, and not
