@@ -228,7 +228,10 @@ func (s *settings) load(configPath string, overrides []string) (unsupported []st
 				return nil // --override wins over the file
 			}
 			pass.into[k] = value
-			s.passOrigins[k] = o // no value: these may be passwords
+			if !mayBeSecret(k) {
+				o.Value = &v
+			}
+			s.passOrigins[k] = o
 			return nil
 		case flag == "":
 			if !strings.Contains(k, ".") {
@@ -301,6 +304,19 @@ func (s *settings) load(configPath string, overrides []string) (unsupported []st
 	}
 	sort.Strings(unsupported)
 	return unsupported, nil
+}
+
+// mayBeSecret reports whether a passthrough name (ssl.*, sasl.*, ...)
+// may hold a password or a key, whose value DescribeConfigs must not
+// repeat.
+func mayBeSecret(name string) bool {
+	n := strings.ToLower(name)
+	for _, w := range []string{"password", "secret", "key", "jaas", "token", "credential"} {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // origin is a ConfigOrigin of st: the value as written, none for a

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"holdfast/internal/broker"
 	"holdfast/internal/wire"
 )
 
@@ -58,7 +59,58 @@ func loadServeOverrides(t *testing.T, file string, overrides []string, args ...s
 		}
 	}
 	unsupported, err := s.load(path, overrides)
+	sc.origins = s.configOrigins(describedAs) // as serve does
 	return sc, unsupported, err
+}
+
+// TestSettingsOrigins: load records which source set each setting (the
+// one that won), under every broker config name it is described by, with
+// the name and value as that source wrote them; a passthrough security
+// name too, without the value where it may be a password.
+func TestSettingsOrigins(t *testing.T) {
+	t.Setenv("HOLDFAST_NUM_PARTITIONS", "5")
+	t.Setenv("HOLDFAST_RETENTION", "2h")
+	file := "num.partitions=7\nlog.segment.bytes=4096\nsuper.users=User:a\nssl.keystore.password=hunter2\n"
+	sc, _, err := loadServeOverrides(t, file, []string{"log.cleaner.threads=3"}, "--node-id", "9", "--flush", "os")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := ""
+	for _, o := range sc.origins {
+		if o.Kind == broker.OriginFile {
+			path = o.File
+		}
+	}
+	if !strings.HasSuffix(path, "server.properties") {
+		t.Fatalf("file origin's path %q", path)
+	}
+	type want struct{ kind, name, value string }
+	for name, w := range map[string]want{
+		"node.id":               {broker.OriginFlag, "--node-id", "9"},
+		"broker.id":             {broker.OriginFlag, "--node-id", "9"},
+		"holdfast.flush.policy": {broker.OriginFlag, "--flush", "os"},
+		"num.partitions":        {broker.OriginEnv, "HOLDFAST_NUM_PARTITIONS", "5"}, // the environment wins over the file
+		"log.retention.ms":      {broker.OriginEnv, "HOLDFAST_RETENTION", "2h"},
+		"log.retention.hours":   {broker.OriginEnv, "HOLDFAST_RETENTION", "2h"},
+		"log.segment.bytes":     {broker.OriginFile, "log.segment.bytes", "4096"},
+		"log.cleaner.threads":   {broker.OriginFlag, "--override log.cleaner.threads", "3"},
+		"super.users":           {broker.OriginFile, "super.users", "User:a"},
+		"ssl.keystore.password": {broker.OriginFile, "ssl.keystore.password", ""},
+	} {
+		o, ok := sc.origins[name]
+		v := ""
+		if o.Value != nil {
+			v = *o.Value
+		}
+		if !ok || o.Kind != w.kind || o.Name != w.name || v != w.value {
+			t.Errorf("%s: origin %+v (value %q), want %+v", name, o, v, w)
+		}
+	}
+	for _, name := range []string{"log.dirs", "log.cleaner.enable", "advertised.listeners"} {
+		if o, ok := sc.origins[name]; ok {
+			t.Errorf("%s set by nobody has origin %+v", name, o)
+		}
+	}
 }
 
 // TestKafkaServerProperties: Apache Kafka's own server.properties is
