@@ -382,8 +382,9 @@ func (b *Broker) describeBrokerConfigs(names []string, synonyms, docs bool) []de
 		}
 		chain = append(chain, syn)
 		if set && bc.kafkaDefault != "" {
-			chain = append(chain, kmsg.DescribeConfigsResponseResourceConfigConfigSynonym{
-				Name: c.Name, Value: strp(bc.kafkaDefault), Source: kmsg.ConfigSourceDefaultConfig})
+			def := kmsg.NewDescribeConfigsResponseResourceConfigConfigSynonym()
+			def.Name, def.Value, def.Source = c.Name, strp(bc.kafkaDefault), kmsg.ConfigSourceDefaultConfig
+			chain = append(chain, def)
 		}
 		c.Value, c.Source = chain[0].Value, chain[0].Source
 		if c.Source == kmsg.ConfigSourceStaticBrokerConfig {
