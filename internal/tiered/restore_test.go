@@ -29,37 +29,8 @@ import (
 // counted.
 func TestTieredRestoreAfterEveryDiskLost(t *testing.T) {
 	s := startObjectStore(t)
-	n := brokertest.Start(t, withTiered(s))
-	const topic, records, parts = "restored", 600, 2
-	n.CreateTopic(topic, parts, tieredTopic())
-	cl := n.Client(kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	for p := int32(0); p < parts; p++ {
-		producePart(t, cl, topic, p, 0, records)
-	}
-	passes := n.B.TieredStats().Passes.Load()
-	brokertest.Await(t, "every closed segment uploaded", func() error {
-		if st := n.B.TieredStats(); st.Passes.Load() < passes+2 || st.CopyLagSegments.Load() > 0 {
-			return fmt.Errorf("%d segments not uploaded yet", st.CopyLagSegments.Load())
-		}
-		return nil
-	})
-	var uploaded [parts]int64
-	lost := 0
-	for p := int32(0); p < parts; p++ {
-		uploaded[p] = partOffset(t, n, topic, p, -5) + 1 // latest tiered
-		if uploaded[p] <= 0 || uploaded[p] > records {
-			t.Fatalf("partition %d: %d records uploaded of %d", p, uploaded[p], records)
-		}
-		lost += records - int(uploaded[p])
-	}
-	// The durability lab's row: records lost = those not yet uploaded.
-	t.Logf("every disk lost: %d of %d records were uploaded, %d (the active segments) were not and are lost",
-		int(uploaded[0]+uploaded[1]), parts*records, lost)
-
-	n.Stop()
-	if err := os.RemoveAll(n.Cfg.DataDir); err != nil {
-		t.Fatal(err)
-	}
+	const topic, parts = "restored", 2
+	uploaded := uploadThenLoseEveryDisk(t, s, topic)
 	fresh := brokertest.Start(t, withTiered(s))
 	ad := fresh.Admin()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -126,6 +97,96 @@ func TestTieredRestoreAfterEveryDiskLost(t *testing.T) {
 	}
 }
 
+const restoreRecords = 600
+
+// uploadThenLoseEveryDisk: one node writes restoreRecords records to
+// each of two partitions of a tiered topic, waits until every closed
+// segment is uploaded, stops and loses its data directory. It returns
+// how many records of each partition the bucket holds, and logs the
+// records lost (those not yet uploaded: the active segments).
+func uploadThenLoseEveryDisk(t *testing.T, s *objectStore, topic string) [2]int64 {
+	t.Helper()
+	const parts = 2
+	n := brokertest.Start(t, withTiered(s))
+	n.CreateTopic(topic, parts, tieredTopic())
+	cl := n.Client(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	for p := int32(0); p < parts; p++ {
+		producePart(t, cl, topic, p, 0, restoreRecords)
+	}
+	passes := n.B.TieredStats().Passes.Load()
+	brokertest.Await(t, "every closed segment uploaded", func() error {
+		if st := n.B.TieredStats(); st.Passes.Load() < passes+2 || st.CopyLagSegments.Load() > 0 {
+			return fmt.Errorf("%d segments not uploaded yet", st.CopyLagSegments.Load())
+		}
+		return nil
+	})
+	var uploaded [parts]int64
+	lost := 0
+	for p := int32(0); p < parts; p++ {
+		uploaded[p] = partOffset(t, n, topic, p, -5) + 1 // latest tiered
+		if uploaded[p] <= 0 || uploaded[p] > restoreRecords {
+			t.Fatalf("partition %d: %d records uploaded of %d", p, uploaded[p], restoreRecords)
+		}
+		lost += restoreRecords - int(uploaded[p])
+	}
+	// The durability lab's row: records lost = those not yet uploaded.
+	t.Logf("every disk lost: %d of %d records were uploaded, %d (the active segments) were not and are lost",
+		int(uploaded[0]+uploaded[1]), parts*restoreRecords, lost)
+	n.Stop()
+	if err := os.RemoveAll(n.Cfg.DataDir); err != nil {
+		t.Fatal(err)
+	}
+	return uploaded
+}
+
+// TestTieredRestoreThreeReplicas: the restore into a new cluster of
+// three nodes, three replicas a partition: every replica's group starts
+// at the restored offset; once the leader of partition 0 stops, the new
+// leader serves the restored records from the object store (the manifest
+// is in the group's log) and the new ones from its disk, at the same
+// offsets.
+func TestTieredRestoreThreeReplicas(t *testing.T) {
+	s := startObjectStore(t)
+	const topic = "restored3"
+	uploaded := uploadThenLoseEveryDisk(t, s, topic)
+	nodes := brokertest.NewCluster(t, 3, withTiered(s)).Nodes
+	configs := tieredTopic()
+	configs["remote.storage.restore.from"] = strp(topic)
+	brokertest.CreateClusterTopic(t, nodes, topic, 2, 3, configs)
+	seeds := brokertest.Addrs(nodes)
+	cl := nodes[0].Client(kgo.SeedBrokers(seeds...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	const more = 200
+	for p := int32(0); p < 2; p++ {
+		producePart(t, cl, topic, p, int(uploaded[p]), int(uploaded[p])+more)
+	}
+	md, err := nodes[0].Metadata(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leader *brokertest.Node
+	for _, mp := range md.Topics[0].Partitions {
+		if mp.Partition == 0 {
+			leader = nodes[mp.Leader-1]
+		}
+	}
+	leader.Stop()
+	var rest []*brokertest.Node
+	for _, n := range nodes {
+		if n != leader {
+			rest = append(rest, n)
+		}
+	}
+	brokertest.Await(t, "a new leader with the restored remote log", func() error {
+		for _, n := range rest {
+			if e, err := partOffsetErr(n, topic, 0, -2); err == nil && e == 0 {
+				return nil
+			}
+		}
+		return fmt.Errorf("no node answers earliest offset 0 for partition 0")
+	})
+	consumePart(t, rest[0], topic, 0, 0, int(uploaded[0])+more, brokertest.Addrs(rest)...)
+}
+
 // producePart writes records [from, to) to partition p, 20 to a batch.
 func producePart(t *testing.T, cl *kgo.Client, topic string, p int32, from, to int) {
 	t.Helper()
@@ -144,9 +205,9 @@ func producePart(t *testing.T, cl *kgo.Client, topic string, p int32, from, to i
 
 // consumePart reads partition p from offset from and checks that it
 // holds exactly records [from, want), in order.
-func consumePart(t *testing.T, n *brokertest.Node, topic string, p int32, from, want int) {
+func consumePart(t *testing.T, n *brokertest.Node, topic string, p int32, from, want int, seeds ...string) {
 	t.Helper()
-	cl := n.Client(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(int64(from))}}))
+	cl := n.Client(kgo.SeedBrokers(append([]string{n.Addr}, seeds...)...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(int64(from))}}))
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
