@@ -92,11 +92,17 @@ func (b *Broker) planRestore(ctx context.Context, configs map[string]string) (in
 	return int32(len(starts)), nil
 }
 
-// checkRestoreUnchanged refuses to change a topic's restore configs
-// after its creation: its partitions' logs started where they said.
+// checkRestoreUnchanged keeps a topic's restore configs as they were at
+// its creation (its partitions' logs started where they said): an
+// AlterConfigs that leaves them out (a full replacement, a deletion) keeps
+// them, one that changes them is refused.
 func checkRestoreUnchanged(old, next map[string]string) error {
 	for _, n := range []string{"remote.storage.restore.from", "remote.storage.restore.starts"} {
-		if old[n] != next[n] {
+		v, ok := next[n]
+		switch {
+		case !ok && old[n] != "":
+			next[n] = old[n]
+		case ok && v != old[n]:
 			return errCode(kerr.InvalidConfig, "%s is set only when a topic is created", n)
 		}
 	}

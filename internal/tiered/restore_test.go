@@ -58,6 +58,23 @@ func TestTieredRestoreAfterEveryDiskLost(t *testing.T) {
 	if err == nil && (len(ar) != 1 || ar[0].Err == nil) {
 		t.Fatalf("changing remote.storage.restore.from after creation: %+v", ar)
 	}
+	// A full replacement (AlterConfigs) that leaves them out keeps them.
+	var full []kadm.AlterConfig
+	for k, v := range tieredTopic() {
+		full = append(full, kadm.AlterConfig{Name: k, Value: v})
+	}
+	if ar, err := ad.AlterTopicConfigsState(ctx, full, topic); err != nil || len(ar) != 1 || ar[0].Err != nil {
+		t.Fatalf("alter configs: %+v %v", ar, err)
+	}
+	rc, err := ad.DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := rc.On(topic, nil); err != nil {
+		t.Fatal(err)
+	} else if from := configValue(c, "remote.storage.restore.from"); !strings.HasPrefix(from, topic+"-") {
+		t.Fatalf("remote.storage.restore.from is %q after AlterConfigs", from)
+	}
 
 	for p := int32(0); p < parts; p++ {
 		brokertest.Await(t, "the restored manifest to commit", func() error {
@@ -185,6 +202,15 @@ func TestTieredRestoreThreeReplicas(t *testing.T) {
 		return fmt.Errorf("no node answers earliest offset 0 for partition 0")
 	})
 	consumePart(t, rest[0], topic, 0, 0, int(uploaded[0])+more, brokertest.Addrs(rest)...)
+}
+
+func configValue(rc kadm.ResourceConfig, name string) string {
+	for _, c := range rc.Configs {
+		if c.Key == name && c.Value != nil {
+			return *c.Value
+		}
+	}
+	return ""
 }
 
 // producePart writes records [from, to) to partition p, 20 to a batch.
