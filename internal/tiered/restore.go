@@ -243,3 +243,25 @@ func (mf Manifest) maxEpoch() int32 {
 	}
 	return e
 }
+
+// RestorePending reports whether p belongs to a restored topic whose
+// manifest is not committed yet: its offsets below the restored start
+// exist but cannot be read yet. Fetches wait and ListOffsets' earliest
+// answers a retriable error meanwhile, so that no consumer resets past
+// the restored records.
+func (m *Manager) RestorePending(p *partition.Partition) bool {
+	if m == nil {
+		return false
+	}
+	t, ok := m.topicFor(p)
+	if !ok || t.Configs["remote.storage.restore.from"] == "" || topicconfig.RestoreStartOf(t.Configs, p.Index()).Offset == 0 {
+		return false
+	}
+	st, err := m.refresh(p)
+	if err != nil {
+		return true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return st.cmdOffset < 0
+}

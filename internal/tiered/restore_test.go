@@ -3,6 +3,7 @@ package tiered_test
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,7 +16,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
+	"holdfast/internal/wire"
 )
 
 // TestTieredRestoreAfterEveryDiskLost: a tiered topic of two partitions
@@ -211,6 +214,52 @@ func configValue(rc kadm.ResourceConfig, name string) string {
 		}
 	}
 	return ""
+}
+
+// TestTieredRestorePendingManifest: between the restored topic's
+// creation and its manifest's commit (here held back by a task interval
+// of an hour) the partition's old offsets exist but cannot be read: the
+// earliest offset answers OFFSET_NOT_AVAILABLE (retriable) and a fetch
+// from 0 answers nothing, not OFFSET_OUT_OF_RANGE, so that no consumer
+// resets past the restored records. A restart in that window leaves the
+// restore to the next pass, which commits it; then everything is read.
+// Without the pending checks the fetch answers OFFSET_OUT_OF_RANGE.
+func TestTieredRestorePendingManifest(t *testing.T) {
+	s := startObjectStore(t)
+	const topic = "restored-pending"
+	uploaded := uploadThenLoseEveryDisk(t, s, topic)
+	fresh := brokertest.Start(t, withTiered(s), func(c *broker.Config, _ *wire.Limits) { c.Tiered.TaskInterval = time.Hour })
+	configs := tieredTopic()
+	configs["remote.storage.restore.from"] = strp(topic)
+	fresh.CreateTopic(topic, -1, configs)
+	brokertest.Await(t, "the restored partition to lead", func() error {
+		_, err := partOffsetErr(fresh, topic, 0, -1)
+		return err
+	})
+	if off, err := partOffsetErr(fresh, topic, 0, -2); !errors.Is(err, kerr.OffsetNotAvailable) {
+		t.Fatalf("earliest offset before the restored manifest: %d, %v; want OFFSET_NOT_AVAILABLE", off, err)
+	}
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = -1, 10, 1, 1<<20
+	req.SessionID, req.SessionEpoch = 0, -1
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch = 0, 0, 1<<20, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := fresh.Request(brokertest.Pin(req, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fp := resp.(*kmsg.FetchResponse).Topics[0].Partitions[0]; fp.ErrorCode != 0 || len(fp.RecordBatches) != 0 {
+		t.Fatalf("fetch from 0 before the restored manifest: %v, %d bytes; want nothing yet", kerr.ErrorForCode(fp.ErrorCode), len(fp.RecordBatches))
+	}
+	fresh.Cfg.Tiered.TaskInterval = 50 * time.Millisecond
+	fresh.Restart()
+	for p := int32(0); p < 2; p++ {
+		consumePart(t, fresh, topic, p, 0, int(uploaded[p]))
+	}
 }
 
 // producePart writes records [from, to) to partition p, 20 to a batch.
