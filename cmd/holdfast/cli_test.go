@@ -127,6 +127,9 @@ func TestCLITopics(t *testing.T) {
 		t.Fatalf("completing a topic name: %q", out)
 	}
 	fails(t, 1, "TOPIC_ALREADY_EXISTS", "topic", "create", "t1", b)
+	// restore asks for a tiered topic rebuilt from the bucket: refused by
+	// a broker without tiered storage (internal/tiered tests the restore).
+	fails(t, 1, "Tiered Storage functionality is disabled", "topic", "restore", "t9", b)
 	ok(t, "", "topic", "create", "t1", "--if-not-exists", b)
 
 	ok(t, "", "topic", "alter-config", "t1", "--set", "retention.ms=7200000", "--delete", "segment.ms", b)

@@ -26,7 +26,7 @@ func newTopicCmd() *cobra.Command {
 	}
 	conn := clientCommand(c)
 	c.AddCommand(topicListCmd(conn), topicDescribeCmd(conn), topicCreateCmd(conn), topicDeleteCmd(conn),
-		topicAlterConfigCmd(conn), topicAddPartitionsCmd(conn), topicReassignCmd(conn))
+		topicAlterConfigCmd(conn), topicAddPartitionsCmd(conn), topicReassignCmd(conn), topicRestoreCmd(conn))
 	return c
 }
 
@@ -194,6 +194,56 @@ func topicCreateCmd(conn *connFlags) *cobra.Command {
 	c.Flags().StringArrayVarP(&configs, "config", "c", nil, "topic config key=value, repeatable (retention.ms=3600000)")
 	c.Flags().BoolVar(&ifNotExist, "if-not-exists", false, "a topic that exists is not an error")
 	c.Flags().StringVar(&assignment, "replica-assignment", "", "each partition's replicas, Kafka's syntax: partitions separated by commas, the broker ids of one by colons, the first its preferred leader (1:2,2:3,3:1)")
+	return c
+}
+
+// topicRestoreCmd creates a topic from the objects tiered storage left in
+// the brokers' bucket (docs/tiered-storage.md, Restore): CreateTopics with
+// remote.storage.enable=true and remote.storage.restore.from; the broker
+// takes the partition count and the offsets from the objects.
+func topicRestoreCmd(conn *connFlags) *cobra.Command {
+	var (
+		from    string
+		rf      int16
+		configs []string
+	)
+	c := &cobra.Command{
+		Use:   "restore TOPIC",
+		Short: "Create a topic from what its objects in the tiered-storage bucket hold (a cluster that lost every disk)",
+		Example: `  holdfast topic restore orders
+  holdfast topic restore orders --from orders-Qx3vX0RkTXuLr1Zc9kq3Ag --replication-factor 3`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := kvList("config", configs)
+			if err != nil {
+				return err
+			}
+			if from == "" {
+				from = args[0]
+			}
+			cfg["remote.storage.enable"] = "true"
+			cfg["remote.storage.restore.from"] = from
+			m := map[string]*string{}
+			for k, v := range cfg {
+				m[k] = &v
+			}
+			return conn.call(func(ctx context.Context, c *admin.Client) error {
+				resp, err := c.A.CreateTopics(ctx, -1, rf, m, args[0])
+				if err != nil {
+					return err
+				}
+				r := resp[args[0]]
+				if r.Err != nil {
+					return fmt.Errorf("%s: %w %s", r.Topic, r.Err, r.ErrMessage)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "restored %s from the object store (%d partitions, replication factor %d)\n", r.Topic, r.NumPartitions, r.ReplicationFactor)
+				return nil
+			})
+		},
+	}
+	c.Flags().StringVar(&from, "from", "", "the old topic's <topic>-<topic id> directory in the bucket; needed only when the bucket holds several topics of that name")
+	c.Flags().Int16VarP(&rf, "replication-factor", "r", -1, "replicas per partition, -1 for the broker's default.replication.factor")
+	c.Flags().StringArrayVarP(&configs, "config", "c", nil, "other topic configs key=value, repeatable (local.retention.ms=3600000)")
 	return c
 }
 

@@ -625,6 +625,11 @@ func (b *Broker) applyTopicConfigs(name string, configs map[string]string, valid
 	if err := b.checkRemoteStorage(configs); err != nil {
 		return err
 	}
+	if t, ok := b.meta.Topic(name); ok {
+		if err := checkRestoreUnchanged(t.Configs, configs); err != nil {
+			return err
+		}
+	}
 	if validateOnly {
 		return nil
 	}
@@ -716,6 +721,9 @@ func (b *Broker) incrementalAlterConfigs(rr kmsg.IncrementalAlterConfigsRequestR
 		return errCode(kerr.InvalidConfig, "%v", err)
 	}
 	if err := b.checkRemoteStorage(configs); err != nil {
+		return err
+	}
+	if err := checkRestoreUnchanged(t.Configs, configs); err != nil {
 		return err
 	}
 	if validateOnly {

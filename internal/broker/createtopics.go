@@ -151,6 +151,10 @@ func (b *Broker) createTopic(ctx context.Context, rt kmsg.CreateTopicsRequestTop
 	if err := b.checkRemoteStorage(configs); err != nil {
 		return controller.Topic{}, err
 	}
+	restoreParts, err := b.planRestore(ctx, configs)
+	if err != nil {
+		return controller.Topic{}, err
+	}
 
 	partitions := rt.NumPartitions
 	var assign [][]int32
@@ -196,6 +200,9 @@ func (b *Broker) createTopic(ctx context.Context, rt kmsg.CreateTopicsRequestTop
 		}
 		if partitions == -1 {
 			partitions = b.cfg.NumPartitions
+			if restoreParts > 0 {
+				partitions = restoreParts // as many as the objects have
+			}
 		}
 		// Fenced brokers count, as in Kafka (KRaft's replica placer): a
 		// broker down for longer than its session still takes replicas
@@ -209,6 +216,9 @@ func (b *Broker) createTopic(ctx context.Context, rt kmsg.CreateTopicsRequestTop
 		} else if rt.ReplicationFactor > 0 && n < need {
 			return controller.Topic{}, errCode(kerr.InvalidReplicationFactor, "Unable to replicate the partition %d time(s): only %d broker(s) are unfenced, and a partition needs a majority (%d) of its replicas running to elect a leader.", rt.ReplicationFactor, n, need)
 		}
+	}
+	if partitions < restoreParts {
+		return controller.Topic{}, errCode(kerr.InvalidPartitions, "The object store holds %d partitions of %s; a restored topic needs at least as many, %d were requested", restoreParts, configs["remote.storage.restore.from"], partitions)
 	}
 	if partitions > maxPartitionsPerTopic {
 		return controller.Topic{}, errCode(kerr.PolicyViolation, "Holdfast allows at most %d partitions per topic; %d were requested", maxPartitionsPerTopic, partitions)

@@ -224,6 +224,12 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest, topics []kmsg.FetchRequestTop
 					if wait != nil {
 						notify = append(notify, wait)
 					}
+				} else if b.tiered.RestorePending(p) {
+					// A restored topic whose remote log is not committed
+					// yet: nothing for now rather than OFFSET_OUT_OF_RANGE,
+					// which would reset a consumer past the restored
+					// records.
+					err = nil
 				}
 				sp.LogStartOffset = b.tiered.LogStart(p)
 			}

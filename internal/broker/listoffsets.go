@@ -62,6 +62,11 @@ func (b *Broker) handleListOffsets(_ context.Context, r *wire.Request) wire.Repl
 				sp.Offset = visible
 			case offsetEarliest:
 				sp.Offset = b.logStartOffset(p) // the remote log start when tiered
+				if b.tiered.RestorePending(p) {
+					// Restored, its remote log not committed yet: the
+					// earliest offset is not known (retriable).
+					sp.ErrorCode, sp.Offset = kerr.OffsetNotAvailable.Code, -1
+				}
 			case offsetEarliestLocal:
 				sp.Offset = p.LogStartOffset()
 			case offsetLatestTiered:

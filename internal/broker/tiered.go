@@ -5,6 +5,8 @@ import (
 	"errors"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -51,6 +53,58 @@ func (b *Broker) startTiered() error {
 func (b *Broker) checkRemoteStorage(configs map[string]string) error {
 	if configs["remote.storage.enable"] == "true" && !b.cfg.Tiered.Enabled {
 		return errCode(kerr.InvalidConfig, "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.")
+	}
+	return nil
+}
+
+// planRestore checks a new topic's remote.storage.restore.from (Restore,
+// docs/tiered-storage.md) and resolves it against the object store: the
+// stored configs name the old topic's full key directory and, in
+// remote.storage.restore.starts, where each partition's log starts.
+// It returns how many partitions the objects hold (0: not a restore).
+func (b *Broker) planRestore(ctx context.Context, configs map[string]string) (int32, error) {
+	if _, ok := configs["remote.storage.restore.starts"]; ok {
+		return 0, errCode(kerr.InvalidConfig, "remote.storage.restore.starts is set by the broker, from remote.storage.restore.from")
+	}
+	from, ok := configs["remote.storage.restore.from"]
+	if !ok {
+		return 0, nil
+	}
+	if b.tiered == nil || configs["remote.storage.enable"] != "true" {
+		return 0, errCode(kerr.InvalidConfig, "remote.storage.restore.from needs remote.storage.enable=true on the topic and remote.log.storage.system.enable on the brokers")
+	}
+	if from == "" {
+		return 0, errCode(kerr.InvalidConfig, "remote.storage.restore.from is empty: name the old topic, or its <topic>-<topic id> directory in the object store")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	dir, starts, err := b.tiered.PlanRestore(ctx, from)
+	if err != nil {
+		return 0, errCode(kerr.InvalidConfig, "remote.storage.restore.from=%s: %v", from, err)
+	}
+	offs := make([]string, len(starts))
+	for i, s := range starts {
+		offs[i] = strconv.FormatInt(s.Offset, 10) + ":" + strconv.FormatInt(int64(s.Epoch), 10)
+	}
+	configs["remote.storage.restore.from"] = dir
+	configs["remote.storage.restore.starts"] = strings.Join(offs, ",")
+	b.log.Info("topic restore planned from the object store", "from", dir, "partitions", len(starts), "start_offsets", configs["remote.storage.restore.starts"])
+	return int32(len(starts)), nil
+}
+
+// checkRestoreUnchanged keeps a topic's restore configs as they were at
+// its creation (its partitions' logs started where they said): an
+// AlterConfigs that leaves them out (a full replacement, a deletion) keeps
+// them, one that changes them is refused.
+func checkRestoreUnchanged(old, next map[string]string) error {
+	for _, n := range []string{"remote.storage.restore.from", "remote.storage.restore.starts"} {
+		v, ok := next[n]
+		switch {
+		case !ok && old[n] != "":
+			next[n] = old[n]
+		case ok && v != old[n]:
+			return errCode(kerr.InvalidConfig, "%s is set only when a topic is created", n)
+		}
 	}
 	return nil
 }

@@ -59,6 +59,13 @@ type Replication struct {
 	// AdoptPreRaft lets a sole voter adopt a log written before the
 	// partition had a Raft group (raft.GroupConfig.AdoptPreRaft).
 	AdoptPreRaft bool
+	// StartOffset: a new group's log begins there, not at 0
+	// (raft.GroupConfig.StartOffset: a topic restored from the object
+	// store).
+	StartOffset int64
+	// StartTerm is the term of that start: new leaders' epochs are above
+	// it (raft.GroupConfig.StartTerm).
+	StartTerm uint64
 
 	// changed is set by the Manager: it is told of every leadership
 	// change; startRaised counts the log starts raised by commands.
@@ -78,7 +85,7 @@ func (p *Partition) replicate(r Replication) error {
 	p.hw = p.log.StartOffset()
 	if err := r.Host.AddGroup(raft.GroupConfig{ID: r.Group, Log: p.log, Voters: r.Voters,
 		OnCommit: p.onCommit, OnTruncate: p.onTruncate, OnLeadership: p.onLeadership,
-		Rejoin: r.Rejoin, AdoptPreRaft: r.AdoptPreRaft,
+		Rejoin: r.Rejoin, AdoptPreRaft: r.AdoptPreRaft, StartOffset: r.StartOffset, StartTerm: r.StartTerm,
 		// A produce waits for the quorum, not for the Ready that delivers
 		// the entry: waitReplicated raises the high watermark itself.
 		AckOnQuorum: true,

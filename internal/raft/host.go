@@ -173,6 +173,17 @@ type GroupConfig struct {
 	// node's log from before it ran as a one-voter cluster) takes them as
 	// its committed history instead of refusing the log.
 	AdoptPreRaft bool
+	// StartOffset: a new group's log begins at this offset instead of 0
+	// (a topic restored from the object store continues after the
+	// offsets its objects hold). With no Raft state journaled for the
+	// group, its anchor is (index 1, StartTerm, StartOffset), as if every
+	// replica had installed the same snapshot; the log is emptied to
+	// start there. Every replica must be given the same values.
+	StartOffset int64
+	// StartTerm (at least 1) is that anchor's term: the epochs of the
+	// restored records are at most it, so every new leader's epoch is
+	// above them (leader epochs only grow along a log).
+	StartTerm uint64
 }
 
 // Committed is one committed entry. A data entry is the batch Data at
@@ -467,6 +478,11 @@ func (h *Host) openGroup(gc GroupConfig) (*group, error) {
 	} else if adopted {
 		js = h.journal.snapshot(gc.ID)
 	}
+	if started, err := h.startAt(gc, js); err != nil {
+		return nil, err
+	} else if started {
+		js = h.journal.snapshot(gc.ID)
+	}
 	if js.ancPending {
 		// A snapshot install was interrupted: finish it.
 		if err := gc.Log.TruncateFullyAndStartAt(js.anc.Offset); err != nil {
@@ -580,6 +596,33 @@ func (h *Host) adoptLog(gc GroupConfig, js groupState) (bool, error) {
 }
 
 var errStopAdopt = errors.New("stop")
+
+// startAt gives a new group whose log must begin at gc.StartOffset (> 0)
+// the anchor (index 1, StartTerm, StartOffset), journaled before the group
+// opens, and empties its log to start there. Only with no Raft state for
+// the group: a replica that opened it before keeps what it journaled.
+// Every replica starts from the same anchor, so index 1 is the same
+// "snapshot" everywhere and the first leader's entries follow it.
+func (h *Host) startAt(gc GroupConfig, js groupState) (bool, error) {
+	l := gc.Log
+	if gc.StartOffset <= 0 || js.hs != nil || js.cs != nil || js.anc != (anchor{}) || len(js.side) > 0 {
+		return false, nil
+	}
+	if l.EndOffset() > l.StartOffset() {
+		return false, fmt.Errorf("raft: group %d must start at offset %d but its log already holds [%d, %d)", gc.ID, gc.StartOffset, l.StartOffset(), l.EndOffset())
+	}
+	if err := l.TruncateFullyAndStartAt(gc.StartOffset); err != nil {
+		return false, err
+	}
+	a := anchor{Index: 1, Term: max(gc.StartTerm, 1), Offset: gc.StartOffset}
+	h.journal.putAnchor(gc.ID, a, true)
+	h.journal.putHardState(gc.ID, &pb.HardState{Term: new(a.Term), Commit: new(uint64(1))}, 1)
+	if err := h.journal.flush(true); err != nil {
+		return false, err
+	}
+	h.log.Info("raft: new group starts at an offset above 0", "group", gc.ID, "dir", l.Dir(), "start_offset", a.Offset)
+	return true, nil
+}
 
 // soleVoter reports whether this node is the group's only member.
 func (h *Host) soleVoter(cs *pb.ConfState) bool {

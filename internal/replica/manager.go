@@ -445,7 +445,9 @@ func (m *Manager) open(t controller.Topic, i int32, rejoin bool) error {
 	if err == nil {
 		p, err = m.parts.Open(t.Name, t.ID, i, m.logConfig(t), partition.Replication{
 			Host: m.host, Group: Group(t.ID, i), Voters: voters,
-			Rejoin: rejoin || m.rejoins(t, i), AdoptPreRaft: t.PreRaft})
+			Rejoin: rejoin || m.rejoins(t, i), AdoptPreRaft: t.PreRaft,
+			StartOffset: topicconfig.RestoreStartOf(t.Configs, i).Offset,
+			StartTerm:   uint64(topicconfig.RestoreStartOf(t.Configs, i).Epoch)})
 	}
 	m.offlineMu.Lock()
 	defer m.offlineMu.Unlock()

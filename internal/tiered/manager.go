@@ -155,6 +155,9 @@ func (m *Manager) runOnce() {
 			m.log.Warn("reading the remote log manifest", "topic", p.Topic(), "partition", p.Index(), "err", err)
 			continue
 		}
+		if !m.restore(p, t, st) {
+			continue // the restored manifest comes first
+		}
 		m.upload(p, t, st, int32(l.Term))
 		m.retention(p, t, st)
 		m.deleteDropped(p, st)
@@ -492,8 +495,13 @@ func (m *Manager) deleteDropped(p *partition.Partition, st *partState) {
 // key names a segment's objects (without the suffix):
 // <prefix><topic>-<topic id>/<partition>/<base offset>-<leader epoch>.
 // The leader epoch of the uploader makes two leaders' keys differ.
+// A restored segment keeps the key its first topic gave it (s.Dir).
 func (m *Manager) key(t controller.Topic, part int32, s Segment) string {
-	return fmt.Sprintf("%s%s-%s/%d/%020d-%d", m.cfg.Prefix, t.Name, t.IDString(), part, s.Base, s.Epoch)
+	dir := s.Dir
+	if dir == "" {
+		dir = t.Name + "-" + t.IDString()
+	}
+	return fmt.Sprintf("%s%s/%d/%020d-%d", m.cfg.Prefix, dir, part, s.Base, s.Epoch)
 }
 
 func parseLong(v string, def int64) int64 {

@@ -39,6 +39,9 @@ type Segment struct {
 	CRC          uint32     `json:"crc32c"`
 	MaxTimestamp int64      `json:"max_timestamp"`
 	Epochs       [][2]int64 `json:"epochs,omitempty"` // (epoch, start offset)
+	// Dir is the key directory, <topic>-<topic id>, of a segment another
+	// incarnation of the topic uploaded (a restore); empty: this topic's.
+	Dir string `json:"dir,omitempty"`
 }
 
 // Manifest is a partition's remote log: its segments, ascending and

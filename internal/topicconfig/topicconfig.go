@@ -301,6 +301,20 @@ func init() {
 			KafkaDefault: "false",
 		},
 		{
+			Name: "remote.storage.restore.from", Type: kmsg.ConfigTypeString,
+			Doc:          "Holdfast's own, at creation only: restore the topic from the object store (docs/tiered-storage.md, Restore). The directory of the old topic's objects, <topic>-<topic id>, or the old topic's name when the bucket holds one incarnation of it; the broker stores the full directory. Needs remote.storage.enable=true.",
+			validate:     func(v string) error { return nil },
+			brokerValue:  fixed(""),
+			KafkaDefault: "",
+		},
+		{
+			Name: "remote.storage.restore.starts", Type: kmsg.ConfigTypeList,
+			Doc:          "Holdfast's own, set by the broker when it creates a topic with remote.storage.restore.from: per partition, <offset>:<leader epoch>, where its log starts (the end of what the object store holds of it) and the highest leader epoch found there (new leaders' epochs are above it).",
+			validate:     func(v string) error { _, err := ParseRestoreStarts(v); return err },
+			brokerValue:  fixed(""),
+			KafkaDefault: "",
+		},
+		{
 			Name: "retention.bytes", Type: kmsg.ConfigTypeLong, BrokerName: "log.retention.bytes",
 			Doc:      "The most bytes a partition keeps before deleting its oldest segments; -1 for no limit. Checked every log.retention.check.interval.ms.",
 			validate: intRange(-1, maxLong),
@@ -476,6 +490,40 @@ func SplitList(v string) []string {
 		}
 	}
 	return out
+}
+
+// RestoreStart is where a partition of a topic restored from the object
+// store starts: its first offset and the highest leader epoch of its
+// restored records.
+type RestoreStart struct {
+	Offset int64
+	Epoch  int32
+}
+
+// ParseRestoreStarts parses remote.storage.restore.starts: one
+// <offset>:<leader epoch> per partition, by partition.
+func ParseRestoreStarts(v string) ([]RestoreStart, error) {
+	var out []RestoreStart
+	for _, f := range SplitList(v) {
+		os, es, ok := strings.Cut(f, ":")
+		o, oerr := strconv.ParseInt(os, 10, 64)
+		e, eerr := strconv.ParseInt(es, 10, 32)
+		if !ok || oerr != nil || eerr != nil || o < 0 || e < 0 {
+			return nil, fmt.Errorf("not <offset>:<leader epoch>: %q", f)
+		}
+		out = append(out, RestoreStart{Offset: o, Epoch: int32(e)})
+	}
+	return out, nil
+}
+
+// RestoreStartOf is where partition i of a topic restored from the object
+// store starts (zero: not restored).
+func RestoreStartOf(configs map[string]string, i int32) RestoreStart {
+	starts, err := ParseRestoreStarts(configs["remote.storage.restore.starts"])
+	if err != nil || int(i) >= len(starts) {
+		return RestoreStart{}
+	}
+	return starts[i]
 }
 
 // Validate checks every name and value of a topic's overrides; the error
