@@ -99,11 +99,21 @@ func TestStopOpensDropsQueue(t *testing.T) {
 	if got := m.opens.workers; got != openParallelism {
 		t.Fatalf("%d workers, want %d", got, openParallelism)
 	}
+	// Every worker takes a job and waits for the lock; 8 stay queued.
+	waitFor(t, func() bool {
+		m.opens.mu.Lock()
+		defer m.opens.mu.Unlock()
+		return len(m.opens.jobs) == 8
+	})
 	stopped := make(chan struct{})
 	go func() { m.stopOpens(); close(stopped) }()
-	// stopOpens drops the queue at once (at most openParallelism jobs are
-	// taken, and those wait for the lock), then waits for the workers.
+	// stopOpens drops the queue at once, then waits for the workers.
 	waitFor(t, func() bool { return m.opensAbandoned() })
+	for i := range int32(len(reps)) {
+		if want := i < openParallelism; m.openQueued("t", i) != want {
+			t.Fatalf("partition %d queued %v after the queue was dropped, want %v", i, !want, want)
+		}
+	}
 	select {
 	case <-stopped:
 		t.Fatal("stopOpens returned with workers under way")
