@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -26,6 +27,9 @@ func newTestManager(t *testing.T, fs storage.FS) (*Manager, *controller.Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { meta.Close() })
+	if err := os.Mkdir(filepath.Join(dir, "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	m := New(Config{NodeID: 1, DataDir: filepath.Join(dir, "data"), FS: fs, Logger: slog.New(slog.DiscardHandler)}, meta, nil, nil)
 	return m, meta
 }
