@@ -260,7 +260,10 @@ func TestResetOffsets(t *testing.T) {
 	// A group with a live member is refused with execute, computed without.
 	commit(t, c, "live", map[string]map[int32]int64{"b": {0: 1}}) // before it has members
 	member := n.Client(kgo.ConsumerGroup("live"), kgo.ConsumeTopics("b"))
-	for {
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if time.Now().After(deadline) {
+			t.Fatal("the member did not join within 5 s")
+		}
 		poll(member) // joins the group
 		dg, err := c.A.DescribeGroups(ctx5(t), "live")
 		if err != nil {
@@ -349,7 +352,10 @@ func TestGroupsMemberLag(t *testing.T) {
 	commit(t, c, "g", map[string]map[int32]int64{"t": {0: 1, 1: 2}}) // before it has members
 	member := n.Client(kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"), kgo.ClientID("lagger"), kgo.DisableAutoCommit())
 	var g admin.Group
-	for g.State != "Stable" || len(g.Members) != 1 || len(g.Members[0].Assigned) == 0 {
+	for deadline := time.Now().Add(5 * time.Second); g.State != "Stable" || len(g.Members) != 1 || len(g.Members[0].Assigned) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the member did not join within 5 s: %+v", g)
+		}
 		poll(member)
 		gs, err := c.Groups(ctx5(t), false, "g")
 		if err != nil {
