@@ -51,6 +51,21 @@ type repairState struct {
 	waiting bool // put off for room since the last check (logged once)
 }
 
+// due reports whether a repair may be tried at now and, if so, starts the
+// next pause, twice as long up to repairMaxPause.
+func (r *repairState) due(now time.Time) bool {
+	if now.Before(r.next) {
+		return false
+	}
+	r.next = now.Add(r.pause)
+	r.pause = min(2*r.pause, repairMaxPause)
+	return true
+}
+
+// healed reports whether a replica no longer failing has stayed healthy
+// for as long as its last pause: its backoff is then forgotten.
+func (r *repairState) healed(now time.Time) bool { return now.After(r.next.Add(r.pause)) }
+
 // roomToRecopy: a replica that failed for a full disk is recopied only
 // once its filesystem has room (where statfs can tell); checked at every
 // walk, so the recopy starts as soon as there is room, and waiting for it
@@ -86,15 +101,7 @@ func (m *Manager) repairLoop(stop <-chan struct{}) {
 		}
 		return r
 	}
-	due := func(g uint64) bool {
-		r := state(g)
-		if time.Now().Before(r.next) {
-			return false
-		}
-		r.next = time.Now().Add(r.pause)
-		r.pause = min(2*r.pause, repairMaxPause)
-		return true
-	}
+	due := func(g uint64) bool { return state(g).due(time.Now()) }
 	// A walk of every partition each tick was a steady cost with 10,000 of
 	// them (issue 17). Only a group failure (the host counts them), a
 	// replica offline, or one the last walk left to retry needs a walk.
@@ -151,8 +158,8 @@ func (m *Manager) repairLoop(stop <-chan struct{}) {
 			}
 		}
 		for g, r := range tries {
-			if !seen[g] && time.Now().After(r.next.Add(r.pause)) {
-				delete(tries, g) // healthy for as long as its last pause
+			if !seen[g] && r.healed(time.Now()) {
+				delete(tries, g)
 			}
 		}
 	}

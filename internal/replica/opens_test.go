@@ -1,0 +1,154 @@
+package replica
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"holdfast/internal/controller"
+	"holdfast/internal/storage"
+)
+
+// openJobs lists this node's replicas (node 1) from the given partition
+// on, skipping partitions with no assignment.
+func TestOpenJobs(t *testing.T) {
+	m, meta := newTestManager(t, storage.OSFS())
+	tp := createTopic(t, meta, "t", []int32{1, 2}, []int32{2, 3}, []int32{3, 1}, []int32{1})
+	for _, c := range []struct {
+		from int32
+		want []int32
+	}{
+		{0, []int32{0, 2, 3}},
+		{1, []int32{2, 3}},
+		{3, []int32{3}},
+		{4, nil},
+	} {
+		var got []int32
+		for _, j := range m.openJobs(tp, c.from) {
+			if j.drop {
+				t.Errorf("from %d: partition %d to drop", c.from, j.i)
+			}
+			got = append(got, j.i)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("openJobs(from %d) = %v, want %v", c.from, got, c.want)
+		}
+	}
+	short := tp
+	short.Partitions = 6 // more partitions than assignments: the rest skipped
+	if n := len(m.openJobs(short, 0)); n != 3 {
+		t.Errorf("openJobs with 6 partitions and 4 assignments: %d jobs, want 3", n)
+	}
+	none := createTopic(t, meta, "elsewhere", []int32{2}, []int32{3})
+	m.QueueOpenTopic(none, 0)
+	if m.openQueued("elsewhere", 0) || len(m.opens.jobs) != 0 || m.opens.workers != 0 {
+		t.Fatal("queued opens of a topic with no replica here")
+	}
+}
+
+// A delete applied after a create wins over the create's queued opens:
+// each queued open re-reads the metadata under the lifecycle lock and
+// opens nothing of a topic gone since. WaitOpened waits for the queue.
+func TestQueuedOpensOfDeletedTopic(t *testing.T) {
+	m, meta := newTestManager(t, storage.OSFS())
+	tp := createTopic(t, meta, "t", []int32{1}, []int32{1}, []int32{2})
+	m.Lock() // the metadata apply's lock: the workers wait for it
+	m.QueueOpenTopic(tp, 0)
+	for i, want := range []bool{true, true, false} {
+		if got := m.openQueued("t", int32(i)); got != want {
+			t.Fatalf("openQueued(t, %d) = %v, want %v", i, got, want)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	if err := m.WaitOpened(ctx, "t"); err != context.DeadlineExceeded {
+		t.Fatalf("WaitOpened with opens held back: %v, want %v", err, context.DeadlineExceeded)
+	}
+	cancel()
+	if err := m.WaitOpened(context.Background(), "other"); err != nil {
+		t.Fatalf("WaitOpened of a topic with nothing queued: %v", err)
+	}
+	applyCmd(t, meta, controller.Command{Op: controller.OpDeleteTopic, Name: "t"})
+	m.Unlock()
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m.WaitOpened(ctx, "t"); err != nil {
+		t.Fatalf("WaitOpened: %v", err)
+	}
+	for i := range int32(3) {
+		if m.openQueued("t", i) || m.Get("t", i) != nil {
+			t.Fatalf("partition %d: queued %v, open %v after its topic was deleted", i, m.openQueued("t", i), m.Get("t", i) != nil)
+		}
+	}
+	if m.opensAbandoned() {
+		t.Fatal("opens abandoned without a stop")
+	}
+}
+
+// StopBackground's stopOpens drops the queued opens (remembered as
+// abandoned), waits for those under way, and refuses later ones.
+func TestStopOpensDropsQueue(t *testing.T) {
+	m, meta := newTestManager(t, storage.OSFS())
+	reps := make([][]int32, openParallelism+8)
+	for i := range reps {
+		reps[i] = []int32{1}
+	}
+	tp := createTopic(t, meta, "t", reps...)
+	m.Lock()
+	m.QueueOpenTopic(tp, 0)
+	if got := m.opens.workers; got != openParallelism {
+		t.Fatalf("%d workers, want %d", got, openParallelism)
+	}
+	// Every worker takes a job and waits for the lock; 8 stay queued.
+	waitFor(t, func() bool {
+		m.opens.mu.Lock()
+		defer m.opens.mu.Unlock()
+		return len(m.opens.jobs) == 8
+	})
+	stopped := make(chan struct{})
+	go func() { m.stopOpens(); close(stopped) }()
+	// stopOpens drops the queue at once, then waits for the workers.
+	waitFor(t, func() bool { return m.opensAbandoned() })
+	for i := range int32(len(reps)) {
+		if want := i < openParallelism; m.openQueued("t", i) != want {
+			t.Fatalf("partition %d queued %v after the queue was dropped, want %v", i, !want, want)
+		}
+	}
+	select {
+	case <-stopped:
+		t.Fatal("stopOpens returned with workers under way")
+	default:
+	}
+	applyCmd(t, meta, controller.Command{Op: controller.OpDeleteTopic, Name: "t"})
+	m.Unlock()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("stopOpens did not return once the workers could finish")
+	}
+	for i := range int32(len(reps)) {
+		if m.openQueued("t", i) {
+			t.Fatalf("partition %d still queued after stopOpens", i)
+		}
+	}
+	if m.opens.workers != 0 {
+		t.Fatalf("%d workers left", m.opens.workers)
+	}
+	again := createTopic(t, meta, "u", []int32{1})
+	m.QueueOpenTopic(again, 0)
+	if m.openQueued("u", 0) || m.opens.workers != 0 {
+		t.Fatal("an open queued after stopOpens")
+	}
+}
+
+// waitFor polls cond (cheap, in-memory) until it holds or 5 s pass.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
