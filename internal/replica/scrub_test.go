@@ -67,7 +67,13 @@ func TestScrubFindsColdCorruption(t *testing.T) {
 		t.Fatalf("corruption found at open: %+v (the scrubber is under test)", st)
 	}
 	// The first pass starts scrubStartDelay (3 s) after the start.
-	waitUntil(t, "the scrubber to find the flipped bytes", func() bool { return n.B.ReplicationStats().Corruptions >= 1 })
+	// The corruption is counted when the bad batch is met, the bytes
+	// scrubbed when a log's step ends: a pass that meets the bad batch
+	// first has scrubbed nothing yet, the clean topic's log comes after.
+	waitUntil(t, "the scrubber to find the flipped bytes and check the clean log", func() bool {
+		st := n.B.ReplicationStats()
+		return st.Corruptions >= 1 && st.Scrubbed > 0
+	})
 	st := n.B.ReplicationStats()
 	if st.Corruptions != 1 || st.Scrubbed <= 0 {
 		t.Fatalf("replication stats %+v: want exactly the one corruption, bytes scrubbed", st)
