@@ -14,12 +14,18 @@ import (
 	"sync"
 	"time"
 
+	"holdfast/internal/controller"
 	"holdfast/internal/partition"
 	"holdfast/internal/records"
 )
 
-// downloads bounds the segments being downloaded at once per node.
-const downloads = 2
+// downloads bounds the segments being downloaded at once per node;
+// readAheadSegments is how many segments past the one being read a
+// remote read starts downloading.
+const (
+	downloads         = 4
+	readAheadSegments = 3
+)
 
 // cache holds whole downloaded segments in a directory, at most limit
 // bytes of them (least recently read out first; one being read stays).
@@ -200,6 +206,7 @@ func (m *Manager) Read(p *partition.Partition, offset int64, maxBytes int) (recs
 		return nil, nil, wait, nil
 	}
 	defer m.cache.release(e)
+	m.readAhead(t, p, mf, seg)
 	recs, last, err := readBatches(e, offset, maxBytes)
 	if err != nil {
 		m.stats.FetchErrors.Add(1)
@@ -214,6 +221,29 @@ func (m *Manager) Read(p *partition.Partition, offset int64, maxBytes int) (recs
 	m.stats.FetchRequests.Add(1)
 	m.stats.FetchBytes.Add(int64(len(recs)))
 	return recs, aborted, nil, nil
+}
+
+// readAhead starts the downloads of the readAheadSegments segments after
+// seg that p's remote log has and that are neither cached nor loading: a
+// consumer catching up reads them next, and without this it would wait
+// for a whole download once per segment (docs/benchmarks.md, tiered
+// storage). Within half the cache (so read-ahead never evicts the segments
+// it fetched before they are read: with segments of the default 1 GiB and
+// the default cache there is none) and its download slots.
+func (m *Manager) readAhead(t controller.Topic, p *partition.Partition, mf Manifest, seg Segment) {
+	budget := m.cache.limit/2 - seg.Size
+	for range readAheadSegments {
+		next, ok := mf.Find(seg.Next)
+		if !ok || next.Size > budget {
+			return
+		}
+		budget -= next.Size
+		key := m.key(t, p.Index(), next)
+		if e, _, _ := m.cache.acquire(key, func(path string) (sidecar, error) { return m.download(key, next, path) }); e != nil {
+			m.cache.release(e)
+		}
+		seg = next
+	}
 }
 
 // download fetches a segment's two objects and checks them against the
