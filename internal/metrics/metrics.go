@@ -400,8 +400,8 @@ var (
 	descISR      = prometheus.NewDesc("holdfast_partition_in_sync_replicas", "In-sync replicas of a partition this node leads (Kafka: Partition InSyncReplicasCount).", labels, nil)
 	descReplicas = prometheus.NewDesc("holdfast_partition_replicas", "Replicas of the partition (Kafka: Partition ReplicasCount).", labels, nil)
 	// Tiered storage per partition (Kafka's RemoteLogManager figures, which
-	// Kafka tags with topic and partition), from the leader only, so a sum
-	// over the cluster counts each partition once.
+	// Kafka reports per topic: sum by topic for its view), from the leader
+	// only, so a sum over the cluster counts each partition once.
 	descRemoteSize    = prometheus.NewDesc("holdfast_partition_remote_log_size_bytes", "Bytes in the remote log of a tiered partition this node leads (Kafka: RemoteLogSizeBytes).", labels, nil)
 	descRemoteSegs    = prometheus.NewDesc("holdfast_partition_remote_log_segments", "Segments in the remote log of a tiered partition this node leads.", labels, nil)
 	descRemoteLagB    = prometheus.NewDesc("holdfast_partition_remote_copy_lag_bytes", "Bytes of closed segments of a tiered partition this node leads not uploaded yet (Kafka: RemoteCopyLagBytes).", labels, nil)
