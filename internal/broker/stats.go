@@ -10,6 +10,7 @@ import (
 	"holdfast/internal/raft"
 	"holdfast/internal/share"
 	"holdfast/internal/storage"
+	"holdfast/internal/tiered"
 )
 
 // PartitionLog returns the log of a partition open on this node, nil if it
@@ -48,6 +49,11 @@ type PartitionStats struct {
 	// Kafka's follower-side FetcherLagMetrics ConsumerLag, seen from the
 	// leader, which is where Holdfast knows it.
 	FollowerLag []ReplicaLag
+	// Remote is the partition's remote log and upload lag as this node
+	// sees them, for a topic with remote storage on (nil otherwise):
+	// DescribeLogDirs has no field for them (not in Kafka's schema, nor
+	// in KIP-405), so they are in the metrics and the console.
+	Remote *tiered.PartitionRemote
 }
 
 // ReplicaLag is one follower's lag behind its leader.
@@ -84,6 +90,11 @@ func (b *Broker) PartitionStats() []PartitionStats {
 			mp := b.partitionMetadata(t, i)
 			ps.Leader, ps.Replicas, ps.ISR = mp.Leader, len(mp.Replicas), len(mp.ISR)
 			ps.IsLeader = p.IsLeader()
+			if b.tiered != nil {
+				if r, ok := b.tiered.Remote(p); ok {
+					ps.Remote = &r
+				}
+			}
 			if ps.IsLeader && ps.Replicas > 1 {
 				if st, err := p.RaftStatus(); err == nil && st.State == raft.StateLeader {
 					for _, r := range st.Replicas {

@@ -21,6 +21,7 @@ import (
 	"holdfast/internal/admin"
 	"holdfast/internal/auth"
 	"holdfast/internal/broker"
+	"holdfast/internal/tiered"
 )
 
 var funcs = template.FuncMap{
@@ -316,10 +317,18 @@ type partitionView struct {
 	Replicas   []replicaView
 }
 
+// remoteView is a tiered partition's remote log and upload lag, as the
+// node serving the page sees them (for its own replicas).
+type remoteView struct {
+	Partition int32
+	tiered.PartitionRemote
+}
+
 type topicView struct {
 	Name       string
 	Internal   bool
 	Partitions []partitionView
+	Remote     []remoteView // partitions of a tiered topic with a replica here
 	Configs    []admin.Config
 	ConfigErr  string
 }
@@ -360,6 +369,9 @@ func (c *Console) topicPage(ctx context.Context, r *http.Request) (any, error) {
 			pv.Replicas = append(pv.Replicas, rv)
 		}
 		v.Partitions = append(v.Partitions, pv)
+		if lp, ok := local[p.Partition]; ok && lp.Remote != nil {
+			v.Remote = append(v.Remote, remoteView{Partition: p.Partition, PartitionRemote: *lp.Remote})
+		}
 	}
 	if err := c.mayTopic(r, auth.OpDescribeConfigs, name); err != nil {
 		v.ConfigErr = err.Error()

@@ -399,7 +399,14 @@ var (
 	descLeader   = prometheus.NewDesc("holdfast_partition_leader", "1 if this node leads the partition.", labels, nil)
 	descISR      = prometheus.NewDesc("holdfast_partition_in_sync_replicas", "In-sync replicas of a partition this node leads (Kafka: Partition InSyncReplicasCount).", labels, nil)
 	descReplicas = prometheus.NewDesc("holdfast_partition_replicas", "Replicas of the partition (Kafka: Partition ReplicasCount).", labels, nil)
-	descFollower = prometheus.NewDesc("holdfast_replica_lag_records", "Records a follower of a partition this node leads is behind the log end (its Raft match offset; Kafka: FetcherLagMetrics ConsumerLag, which the follower reports).", append(labels, "replica"), nil)
+	// Tiered storage per partition (Kafka's RemoteLogManager figures, which
+	// Kafka reports per topic: sum by topic for its view), from the leader
+	// only, so a sum over the cluster counts each partition once.
+	descRemoteSize    = prometheus.NewDesc("holdfast_partition_remote_log_size_bytes", "Bytes in the remote log of a tiered partition this node leads (Kafka: RemoteLogSizeBytes).", labels, nil)
+	descRemoteSegs    = prometheus.NewDesc("holdfast_partition_remote_log_segments", "Segments in the remote log of a tiered partition this node leads.", labels, nil)
+	descRemoteLagB    = prometheus.NewDesc("holdfast_partition_remote_copy_lag_bytes", "Bytes of closed segments of a tiered partition this node leads not uploaded yet (Kafka: RemoteCopyLagBytes).", labels, nil)
+	descRemoteLagSegs = prometheus.NewDesc("holdfast_partition_remote_copy_lag_segments", "Closed segments of a tiered partition this node leads not uploaded yet (Kafka: RemoteCopyLagSegments).", labels, nil)
+	descFollower      = prometheus.NewDesc("holdfast_replica_lag_records", "Records a follower of a partition this node leads is behind the log end (its Raft match offset; Kafka: FetcherLagMetrics ConsumerLag, which the follower reports).", append(labels, "replica"), nil)
 
 	internalLabels  = []string{"topic"}
 	descIntParts    = prometheus.NewDesc("holdfast_internal_topic_partitions", "Partitions of an internal topic held here (per-partition series: --metrics-internal-partitions).", internalLabels, nil)
@@ -419,7 +426,7 @@ type partitionCollector struct {
 
 func (c *partitionCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLogStart, descLogEnd, descHW, descDurable, descSize, descSegments, descLeader, descISR, descReplicas, descFollower,
-		descIntParts, descIntSize, descIntLogEnd, descURP, descUnderMinISR, descPartCount, descLeaderCount} {
+		descRemoteSize, descRemoteSegs, descRemoteLagB, descRemoteLagSegs, descIntParts, descIntSize, descIntLogEnd, descURP, descUnderMinISR, descPartCount, descLeaderCount} {
 		ch <- d
 	}
 }
@@ -468,6 +475,12 @@ func (c *partitionCollector) Collect(ch chan<- prometheus.Metric) {
 		if p.IsLeader {
 			lead = 1
 			gauge(descISR, float64(p.ISR), l...)
+			if r := p.Remote; r != nil {
+				gauge(descRemoteSize, float64(r.SizeBytes), l...)
+				gauge(descRemoteSegs, float64(r.Segments), l...)
+				gauge(descRemoteLagB, float64(r.LagBytes), l...)
+				gauge(descRemoteLagSegs, float64(r.LagSegments), l...)
+			}
 		}
 		for _, f := range p.FollowerLag {
 			gauge(descFollower, float64(f.Records), append(l, strconv.Itoa(int(f.Replica)))...)

@@ -222,6 +222,34 @@ func (m *Manager) Manifest(p *partition.Partition) (Manifest, bool) {
 	return st.m, len(st.m.Segments) > 0
 }
 
+// PartitionRemote is one partition's remote log and upload lag as this
+// node sees them: the committed manifest (the same on every replica) and
+// this node's closed segments beyond it. Kafka's per-partition
+// RemoteLogManager figures: RemoteLogSizeBytes, RemoteCopyLagBytes,
+// RemoteCopyLagSegments.
+type PartitionRemote struct {
+	SizeBytes, Segments   int64 // in the remote log
+	LagBytes, LagSegments int64 // closed locally, not uploaded yet
+	LogStart, TieredEnd   int64 // the remote log start; the offset after its last segment (0: none)
+}
+
+// Remote returns p's figures, ok=false when p's topic is not tiered here
+// or its manifest cannot be read.
+func (m *Manager) Remote(p *partition.Partition) (PartitionRemote, bool) {
+	if _, ok := m.topicFor(p); !ok {
+		return PartitionRemote{}, false
+	}
+	st, err := m.refresh(p)
+	if err != nil {
+		return PartitionRemote{}, false
+	}
+	lb, ls := m.lag(p, st)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return PartitionRemote{SizeBytes: st.m.Size(), Segments: int64(len(st.m.Segments)), LagBytes: lb, LagSegments: ls,
+		LogStart: st.m.Start, TieredEnd: st.m.End()}, true
+}
+
 // change commits the manifest edit returns for p's current one (ok=false:
 // no change), one change at a time per partition on this node (the task
 // and DeleteRecords both change it), so that no change is built on a

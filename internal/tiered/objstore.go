@@ -17,8 +17,9 @@ type ObjectStore interface {
 	PutFile(ctx context.Context, key, path string) error
 	// Put uploads data as key.
 	Put(ctx context.Context, key string, data []byte) error
-	// GetFile downloads key into the file at path.
-	GetFile(ctx context.Context, key, path string) error
+	// GetTo writes object key to w, at most limit bytes (more is an
+	// error), and returns the bytes written.
+	GetTo(ctx context.Context, key string, w io.Writer, limit int64) (int64, error)
 	// Get reads a (small) object whole, at most limit bytes.
 	Get(ctx context.Context, key string, limit int64) ([]byte, error)
 	// Delete removes key (no error if it is gone).
@@ -82,8 +83,19 @@ func (s *s3Store) Put(ctx context.Context, key string, data []byte) error {
 	return err
 }
 
-func (s *s3Store) GetFile(ctx context.Context, key, path string) error {
-	return s.c.FGetObject(ctx, s.bucket, key, path, minio.GetObjectOptions{})
+// GetTo is one GET streamed to w (minio-go's FGetObject would add a
+// HEAD and a rename; the caller checks the bytes as they arrive).
+func (s *s3Store) GetTo(ctx context.Context, key string, w io.Writer, limit int64) (int64, error) {
+	o, err := s.c.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return 0, err
+	}
+	defer o.Close()
+	n, err := io.Copy(w, io.LimitReader(o, limit+1))
+	if err == nil && n > limit {
+		err = errors.New("tiered: object " + key + " is larger than expected")
+	}
+	return n, err
 }
 
 func (s *s3Store) Get(ctx context.Context, key string, limit int64) ([]byte, error) {

@@ -14,12 +14,18 @@ import (
 	"sync"
 	"time"
 
+	"holdfast/internal/controller"
 	"holdfast/internal/partition"
 	"holdfast/internal/records"
 )
 
-// downloads bounds the segments being downloaded at once per node.
-const downloads = 2
+// downloads bounds the segments being downloaded at once per node;
+// readAheadSegments is how many segments past the one being read a
+// remote read starts downloading.
+const (
+	downloads         = 4
+	readAheadSegments = 3
+)
 
 // cache holds whole downloaded segments in a directory, at most limit
 // bytes of them (least recently read out first; one being read stays).
@@ -196,6 +202,7 @@ func (m *Manager) Read(p *partition.Partition, offset int64, maxBytes int) (recs
 		m.stats.FetchErrors.Add(1)
 		return nil, nil, nil, err
 	}
+	m.readAhead(t, p, mf, seg)
 	if e == nil {
 		return nil, nil, wait, nil
 	}
@@ -216,30 +223,67 @@ func (m *Manager) Read(p *partition.Partition, offset int64, maxBytes int) (recs
 	return recs, aborted, nil, nil
 }
 
-// download fetches a segment's two objects and checks them against the
-// committed manifest's record (size, CRC-32C) before any byte is served.
+// readAhead starts the downloads of the readAheadSegments segments after
+// seg (being read, or downloaded for a read) that p's remote log has and
+// that are neither cached nor loading: a consumer catching up reads them
+// next, and without this it would wait for a whole download once per
+// segment (docs/benchmarks.md, tiered storage). Within half the cache (so
+// read-ahead never evicts the segments it fetched before they are read:
+// with segments of the default 1 GiB and the default cache there is none)
+// and its download slots.
+func (m *Manager) readAhead(t controller.Topic, p *partition.Partition, mf Manifest, seg Segment) {
+	budget := m.cache.limit/2 - seg.Size
+	for range readAheadSegments {
+		next, ok := mf.Find(seg.Next)
+		if !ok || next.Size > budget {
+			return
+		}
+		budget -= next.Size
+		key := m.key(t, p.Index(), next)
+		if e, _, _ := m.cache.acquire(key, func(path string) (sidecar, error) { return m.download(key, next, path) }); e != nil {
+			m.cache.release(e)
+		}
+		seg = next
+	}
+}
+
+// download fetches a segment's two objects (at once) and checks them
+// against the committed manifest's record (size, CRC-32C, computed as the
+// bytes arrive) before any byte is served.
 func (m *Manager) download(key string, seg Segment, path string) (sidecar, error) {
 	ctx, cancel := context.WithTimeout(m.ctx, 5*time.Minute)
 	defer cancel()
-	side, err := m.store.Get(ctx, key+".index", maxSidecar)
-	if err != nil {
-		return sidecar{}, fmt.Errorf("download %s.index: %w", key, err)
-	}
 	var sc sidecar
-	if err := json.Unmarshal(side, &sc); err != nil {
-		return sidecar{}, fmt.Errorf("%s.index: %w", key, err)
-	}
-	if err := m.store.GetFile(ctx, key+".log", path); err != nil {
-		return sidecar{}, fmt.Errorf("download %s.log: %w", key, err)
-	}
-	f, err := os.Open(path)
+	scDone := make(chan error, 1)
+	go func() {
+		side, err := m.store.Get(ctx, key+".index", maxSidecar)
+		if err != nil {
+			scDone <- fmt.Errorf("download %s.index: %w", key, err)
+			return
+		}
+		if err := json.Unmarshal(side, &sc); err != nil {
+			scDone <- fmt.Errorf("%s.index: %w", key, err)
+			return
+		}
+		scDone <- nil
+	}()
+	f, err := os.Create(path)
 	if err != nil {
+		cancel()
+		<-scDone
 		return sidecar{}, err
 	}
-	defer f.Close()
 	h := crc32.New(castagnoli)
-	n, err := io.Copy(h, f)
+	n, err := m.store.GetTo(ctx, key+".log", io.MultiWriter(f, h), seg.Size)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
+		cancel()
+		<-scDone
+		return sidecar{}, fmt.Errorf("download %s.log: %w", key, err)
+	}
+	if err := <-scDone; err != nil {
 		return sidecar{}, err
 	}
 	if n != seg.Size || h.Sum32() != seg.CRC || sc.Segment.Base != seg.Base || sc.Segment.Next != seg.Next {
