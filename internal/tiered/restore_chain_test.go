@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"fmt"
 	"slices"
 	"strings"
@@ -19,7 +20,9 @@ func (s memStore) Put(_ context.Context, k string, b []byte) error {
 	s[k] = b
 	return nil
 }
-func (s memStore) GetFile(context.Context, string, string) error { return errors.New("unused") }
+func (s memStore) GetTo(context.Context, string, io.Writer, int64) (int64, error) {
+	return 0, errors.New("unused")
+}
 func (s memStore) Get(_ context.Context, k string, _ int64) ([]byte, error) {
 	b, ok := s[k]
 	if !ok {
