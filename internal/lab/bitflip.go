@@ -68,7 +68,18 @@ func bitFlip(ctx context.Context, e *env) []Row {
 			}
 			v := pd.Replicas[0] // the preferred replica
 			r.Fault = "no fault"
-			if !e.cfg.noFault {
+			if e.cfg.noFault {
+				return r.check(ctx, c, run, verify.CheckOptions{StallTimeout: 10 * time.Second})
+			}
+			// Kafka's row shows the loss only while the corrupt copy serves
+			// the bad batch. In about 1 full lab run in 15 it did not bite
+			// (nothing lost, under the unchecked setting too); why is not
+			// settled - a suspect is the copy being found and rebuilt before
+			// it served (Holdfast also checks some bytes at open). The flip
+			// is then injected again, at most three times in all, and the
+			// row says so: the lab shows a fault that happened, not a
+			// setting that lost nothing by luck.
+			for attempt := 1; ; attempt++ {
 				c.node(v).stop()
 				path, _, err := storage.FlipSealedBatch(filepath.Join(c.node(v).cfg.DataDir, topic+"-0"))
 				if err != nil {
@@ -83,9 +94,25 @@ func bitFlip(ctx context.Context, e *env) []Row {
 				}
 				r.mark(fmt.Sprintf("node %d restarted and leads", v), true)
 				r.Fault = fmt.Sprintf("64 bytes flipped in a sealed segment of node %d, which then led", v)
+				if attempt > 1 {
+					r.Fault += fmt.Sprintf(" (flipped %d times: the earlier flips did not bite)", attempt)
+				}
 				r.Injected = true
+				if err := r.check(ctx, c, run, verify.CheckOptions{StallTimeout: 10 * time.Second}); err != nil {
+					return err
+				}
+				if !unchecked || r.Lost > 0 || attempt == 3 {
+					return nil
+				}
+				var found int64
+				if b := c.node(v).broker(); b != nil {
+					found = b.ReplicationStats().Corruptions
+				}
+				r.mark(fmt.Sprintf("the flip did not bite (node %d found %d corruptions); flipping again", v, found), true)
+				if err := c.waitInSync(ctx, topic); err != nil {
+					return err
+				}
 			}
-			return r.check(ctx, c, run, verify.CheckOptions{StallTimeout: 10 * time.Second})
 		})
 		e.closeAll()
 	}

@@ -14,7 +14,7 @@ import (
 // bytes inside the records of the middle batch of the first segment in dir
 // (sealed: a later one exists), past the batch header so the framing
 // holds and only the CRC can tell. It returns the file and the first
-// byte flipped.
+// byte flipped; a batch that fails its CRC already is left as it is.
 func FlipSealedBatch(dir string) (path string, at int, err error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -36,21 +36,25 @@ func FlipSealedBatch(dir string) (path string, at int, err error) {
 		return "", 0, err
 	}
 	const flip = 64
-	var big []int // batches with room for the flip past their header
+	var big, size []int // batches with room for the flip past their header
 	for rest := b; len(rest) > 0; {
 		batch, next, err := records.Next(rest)
 		if err != nil {
 			return "", 0, fmt.Errorf("%s: %w", path, err)
 		}
 		if len(batch) >= records.HeaderSize+flip {
-			big = append(big, len(b)-len(rest))
+			big, size = append(big, len(b)-len(rest)), append(size, len(batch))
 		}
 		rest = next
 	}
 	if len(big) == 0 {
 		return "", 0, fmt.Errorf("%s: no batch of %d bytes or more", path, records.HeaderSize+flip)
 	}
-	at = big[len(big)/2] + records.HeaderSize
+	mid := len(big) / 2
+	at = big[mid] + records.HeaderSize
+	if _, err := records.Validate(b[big[mid]:big[mid]+size[mid]], 0); err != nil {
+		return path, at, nil // damaged already: flipping again would mend it
+	}
 	for i := at; i < at+flip; i++ {
 		b[i] ^= 0xff
 	}
