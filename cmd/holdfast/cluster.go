@@ -63,10 +63,11 @@ func init() {
 func newClusterCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "cluster",
-		Short: "Cluster status, leader elections, dynamic broker configs, unregistering brokers",
+		Short: "Cluster status, leader elections, dynamic broker configs, unregistering brokers, changing the controller quorum",
 	}
 	conn := clientCommand(c)
-	c.AddCommand(clusterStatusCmd(conn), electLeadersCmd(conn), clusterConfigCmd(conn), unregisterCmd(conn))
+	c.AddCommand(clusterStatusCmd(conn), electLeadersCmd(conn), clusterConfigCmd(conn), unregisterCmd(conn),
+		addControllerCmd(conn), removeControllerCmd(conn))
 	return c
 }
 

@@ -8,6 +8,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -103,6 +105,7 @@ func newQuorumCmd() *cobra.Command {
 	}
 	conn := clientCommand(c)
 	c.Flags().BoolVar(&replication, "replication", false, "one row per voter and observer (default: the status summary)")
+	c.AddCommand(addControllerCmd(conn), removeControllerCmd(conn))
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		return conn.call(func(ctx context.Context, c *admin.Client) error {
 			req := kmsg.NewPtrDescribeQuorumRequest()
@@ -144,10 +147,21 @@ func newQuorumCmd() *cobra.Command {
 				fmt.Fprintf(w, "MaxFollowerLag:\t%d\n", maxLag)
 				fmt.Fprintf(w, "CurrentVoters:\t[%s]\n", strings.Join(voters, ","))
 				fmt.Fprintf(w, "CurrentObservers:\t[%s]\n", strings.Join(observers, ","))
+				// KIP-853: who each voter is (its directory) and where
+				// its node listens.
+				endpoints := map[int32][]string{}
+				for _, nd := range resp.Nodes {
+					for _, l := range nd.Listeners {
+						endpoints[nd.NodeID] = append(endpoints[nd.NodeID], fmt.Sprintf("%s://%s", l.Name, net.JoinHostPort(l.Host, strconv.Itoa(int(l.Port)))))
+					}
+				}
+				for _, v := range p.CurrentVoters {
+					fmt.Fprintf(w, "Voter %d:\tdirectory %s\tendpoints [%s]\n", v.ReplicaID, dirID(v.ReplicaDirectoryID), strings.Join(endpoints[v.ReplicaID], ","))
+				}
 				return w.Flush()
 			}
 			w := tw(out)
-			fmt.Fprintln(w, "NodeId\tLogEndOffset\tLag\tLastFetchTimestamp\tStatus")
+			fmt.Fprintln(w, "NodeId\tDirectoryId\tLogEndOffset\tLag\tLastFetchTimestamp\tStatus")
 			row := func(v kmsg.DescribeQuorumResponseTopicPartitionReplicaState, status string) {
 				if v.ReplicaID == p.LeaderID {
 					status = "Leader"
@@ -156,7 +170,7 @@ func newQuorumCmd() *cobra.Command {
 				if v.LastFetchTimestamp >= 0 {
 					fetched = time.UnixMilli(v.LastFetchTimestamp).UTC().Format(time.RFC3339)
 				}
-				fmt.Fprintf(w, "%d\t%d\t%d\t%s\t%s\n", v.ReplicaID, v.LogEndOffset, max(p.HighWatermark-v.LogEndOffset, 0), fetched, status)
+				fmt.Fprintf(w, "%d\t%s\t%d\t%d\t%s\t%s\n", v.ReplicaID, dirID(v.ReplicaDirectoryID), v.LogEndOffset, max(p.HighWatermark-v.LogEndOffset, 0), fetched, status)
 			}
 			for _, v := range p.CurrentVoters {
 				row(v, "Follower")

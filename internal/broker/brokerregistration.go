@@ -47,14 +47,15 @@ func (b *Broker) handleBrokerRegistration(_ context.Context, r *wire.Request) wi
 	if req.Rack != nil {
 		info.Rack = *req.Rack
 	}
-	if !b.cluster.IsVoter(req.BrokerID) {
-		// A broker-only node must say where its Raft host listens.
-		i := slices.IndexFunc(req.Listeners, func(l kmsg.BrokerRegistrationRequestListener) bool { return l.Name == cluster.RaftListenerName })
-		if i < 0 || req.Listeners[i].Host == "" || req.Listeners[i].Port == 0 {
-			resp.ErrorCode = kerr.InvalidRequest.Code
-			return wire.Respond(resp)
-		}
+	// A node that is not in --peers (one that joined, broker-only or since
+	// made a voter of the controller quorum) must say where its Raft host
+	// listens: every node learns that address from its registration.
+	i := slices.IndexFunc(req.Listeners, func(l kmsg.BrokerRegistrationRequestListener) bool { return l.Name == cluster.RaftListenerName })
+	if i >= 0 && req.Listeners[i].Host != "" && req.Listeners[i].Port != 0 {
 		info.RaftAddr = net.JoinHostPort(req.Listeners[i].Host, strconv.Itoa(int(req.Listeners[i].Port)))
+	} else if !b.cluster.InPeers(req.BrokerID) {
+		resp.ErrorCode = kerr.InvalidRequest.Code
+		return wire.Respond(resp)
 	}
 	if cur, ok := b.meta.Broker(info.ID); ok && cur.Equal(info) {
 		// A node repeats its registration until its metadata shows it

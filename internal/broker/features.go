@@ -36,12 +36,16 @@ import (
 //   - share.version 0..1, default 1: KIP-932's share groups
 //     (ShareGroupHeartbeat, ShareFetch, ShareAcknowledge); at 0 they answer
 //     UNSUPPORTED_VERSION, as Kafka with the feature off.
-//   - kraft.version: not advertised (level 0: a static controller quorum).
+//   - kraft.version 1 (KIP-853), fixed: the controller quorum is the
+//     metadata Raft group's committed membership and changes online
+//     (AddRaftVoter, RemoveRaftVoter). Level 0, Kafka's static quorum, is
+//     not offered: every Holdfast quorum can change.
 var features = []featureDef{
 	{name: "metadata.version", minLevel: 7, maxLevel: 7, def: 7},
 	{name: "transaction.version", minLevel: 0, maxLevel: 2, def: 2},
 	{name: "group.version", minLevel: 0, maxLevel: 1, def: 1},
 	{name: "share.version", minLevel: 0, maxLevel: 1, def: 1},
+	{name: "kraft.version", minLevel: 1, maxLevel: 1, def: 1},
 }
 
 type featureDef struct {

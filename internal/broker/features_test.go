@@ -10,8 +10,9 @@ import (
 
 // TestApiVersionsFeatures: ApiVersions v3+ finalizes metadata.version at
 // Kafka 4's floor, group.version 1 (KIP-848 is served), transaction.version
-// 2 (KIP-890 part 2, txnv2_test.go) and nothing a client would act on that
-// Holdfast lacks: no kraft.version.
+// 2 (KIP-890 part 2, txnv2_test.go) and kraft.version 1 (KIP-853: the
+// controller quorum changes online, AddRaftVoter / RemoveRaftVoter), and
+// only at 1: Kafka's static quorum (0) is not offered.
 func TestApiVersionsFeatures(t *testing.T) {
 	n := brokertest.Start(t)
 	cl := n.Client()
@@ -42,10 +43,8 @@ func TestApiVersionsFeatures(t *testing.T) {
 		if supported["transaction.version"] != [2]int16{0, 2} || finalized["transaction.version"] != 2 {
 			t.Fatalf("v%d: transaction.version supported %v finalized %d, want 0..2 and 2", v, supported["transaction.version"], finalized["transaction.version"])
 		}
-		for _, f := range []string{"kraft.version"} {
-			if _, ok := finalized[f]; ok {
-				t.Fatalf("v%d: %s finalized at %d: Holdfast has no such behaviour", v, f, finalized[f])
-			}
+		if supported["kraft.version"] != [2]int16{1, 1} || finalized["kraft.version"] != 1 {
+			t.Fatalf("v%d: kraft.version supported %v finalized %d, want 1..1 and 1", v, supported["kraft.version"], finalized["kraft.version"])
 		}
 	}
 }

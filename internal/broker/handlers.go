@@ -67,6 +67,8 @@ var handlers = []handler{
 	{kmsg.ShareGroupDescribe, 1, 1, clients, (*Broker).handleShareGroupDescribe},
 	{kmsg.ShareFetch, 1, 2, clients, (*Broker).handleShareFetch},
 	{kmsg.ShareAcknowledge, 1, 2, clients, (*Broker).handleShareAcknowledge},
+	{kmsg.AddRaftVoter, 0, 1, clients, (*Broker).handleAddRaftVoter},
+	{kmsg.RemoveRaftVoter, 0, 0, clients, (*Broker).handleRemoveRaftVoter},
 	{kmsg.ReadShareGroupState, 0, 0, nodes, (*Broker).handleReadShareGroupState},
 	{kmsg.WriteShareGroupState, 0, 1, nodes, (*Broker).handleWriteShareGroupState},
 	{kmsg.DescribeShareGroupOffsets, 0, 1, clients, (*Broker).handleDescribeShareGroupOffsets},

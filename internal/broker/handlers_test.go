@@ -78,6 +78,8 @@ var servedBefore = []struct {
 	{77, 1, 1, false}, // ShareGroupDescribe
 	{78, 1, 2, false}, // ShareFetch
 	{79, 1, 2, false}, // ShareAcknowledge
+	{80, 0, 1, false}, // AddRaftVoter
+	{81, 0, 0, false}, // RemoveRaftVoter
 	{84, 0, 0, true},  // ReadShareGroupState
 	{85, 0, 1, true},  // WriteShareGroupState
 	{90, 0, 1, false}, // DescribeShareGroupOffsets

@@ -14,8 +14,8 @@ import (
 // handleUnregisterBroker (KIP-500) removes a broker-only node from the
 // cluster: from the registered brokers and, as a learner, from the
 // metadata group. Its replicas must have been moved away first (else
-// INVALID_REQUEST); the controller quorum (--peers) cannot be
-// unregistered. Any broker accepts it and forwards it to the controller.
+// INVALID_REQUEST); a voter of the controller quorum cannot be
+// unregistered (RemoveRaftVoter first). Any broker accepts it and forwards it to the controller.
 func (b *Broker) handleUnregisterBroker(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.UnregisterBrokerRequest)
 	resp := req.ResponseKind().(*kmsg.UnregisterBrokerResponse)
@@ -25,7 +25,7 @@ func (b *Broker) handleUnregisterBroker(_ context.Context, r *wire.Request) wire
 		return wire.Respond(resp)
 	case b.cluster.IsVoter(req.BrokerID):
 		resp.ErrorCode = kerr.InvalidRequest.Code
-		resp.ErrorMessage = kmsg.StringPtr("a controller quorum member (in --peers) cannot be unregistered")
+		resp.ErrorMessage = kmsg.StringPtr("a voter of the controller quorum cannot be unregistered: remove it from the quorum first (holdfast cluster remove-controller)")
 		return wire.Respond(resp)
 	}
 	if _, ok := b.meta.Broker(req.BrokerID); !ok {

@@ -146,6 +146,12 @@ type Node struct {
 
 	live *liveness // heartbeats and fencing (liveness.go)
 
+	// quorumChange admits one change of the metadata group's membership
+	// at a time on this node (voters.go; syncMetadataLearners): Raft
+	// allows one pending conf change, and a voter change that waits for
+	// its learner to catch up must not race a learner added meanwhile.
+	quorumChange chan struct{}
+
 	stop    chan struct{} // closed by Close: the goRun goroutines end
 	wg      sync.WaitGroup
 	stops   []func() // of the goLoop loops, in start order
@@ -153,8 +159,23 @@ type Node struct {
 	closed  bool
 }
 
-// IsVoter reports whether broker id is in the controller quorum (--peers).
+// IsVoter reports whether broker id is a voter of the controller quorum:
+// of the metadata group's committed membership, which starts as --peers
+// and changes with AddRaftVoter / RemoveRaftVoter (voters.go). Before the
+// group is open, --peers.
 func (n *Node) IsVoter(id int32) bool {
+	if n.host != nil {
+		if voters, _, err := n.host.Members(MetadataGroup); err == nil {
+			return slices.Contains(voters, uint64(id))
+		}
+	}
+	return n.InPeers(id)
+}
+
+// InPeers reports whether broker id is in --peers: a node the cluster was
+// configured with, whose Raft address every node is given (a node added
+// since registers its own).
+func (n *Node) InPeers(id int32) bool {
 	_, ok := n.cfg.Peers[id]
 	return ok
 }
@@ -180,7 +201,7 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.FS == nil {
 		cfg.FS = storage.OSFS()
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1),
+	n := &Node{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1), quorumChange: make(chan struct{}, 1),
 		appliedCh: make(chan struct{}), results: map[int64]error{}, stop: make(chan struct{})}
 	listen := cfg.RaftListen
 	if _, ok := cfg.Peers[cfg.NodeID]; !ok {

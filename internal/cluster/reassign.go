@@ -205,6 +205,12 @@ func (n *Node) finishReassignment(ctx context.Context, t controller.Topic, r con
 // never votes - and removes the learners that were unregistered. One
 // change per round.
 func (n *Node) syncMetadataLearners() {
+	select {
+	case n.quorumChange <- struct{}{}:
+		defer func() { <-n.quorumChange }()
+	default:
+		return // a voter change is under way: next round
+	}
 	st, err := n.host.Status(MetadataGroup)
 	if err != nil || st.State != raft.StateLeader {
 		return

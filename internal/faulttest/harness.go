@@ -113,6 +113,11 @@ type Options struct {
 	// tmpfs of that size (root only), so a test can fill the disk; see
 	// ResizeDisk.
 	DiskBytes int64
+	// Spare nodes get an id after the others, an address (and network
+	// namespace) of their own and a data directory, but start only when
+	// Join starts them, as nodes joining the running cluster (Cluster
+	// only).
+	Spare int
 }
 
 // Cluster is a set of holdfast processes.
@@ -120,6 +125,7 @@ type Cluster struct {
 	t     testing.TB
 	opts  Options
 	Nodes []*Node // Nodes[i-1] has node id i
+	spare []*Node // Options.Spare, not yet joined
 	net   *netnsNet
 }
 
@@ -131,6 +137,7 @@ type Node struct {
 	RaftAddr string
 	DataDir  string
 	bin      string // the binary it runs; "" for the one built from this tree
+	join     string // --join of a node that joined (Cluster.Join)
 	ns       string // network namespace, empty in loopback mode
 	veth     string // host end of the node's veth
 
@@ -161,7 +168,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	t.Cleanup(c.cleanup)
 	if !opts.Loopback {
 		if reason := netnsUsable(); reason == "" {
-			n, err := newNetnsNet(opts.Nodes)
+			n, err := newNetnsNet(opts.Nodes + opts.Spare)
 			if err != nil {
 				t.Fatalf("faulttest: network namespaces: %v", err)
 			}
@@ -172,7 +179,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 			t.Logf("faulttest: no network namespaces (%s): nodes share loopback, network faults are skipped", reason)
 		}
 	}
-	for i := 1; i <= opts.Nodes; i++ {
+	for i := 1; i <= opts.Nodes+opts.Spare; i++ {
 		n := &Node{c: c, ID: i, DataDir: filepath.Join(root, "n"+strconv.Itoa(i)), bin: opts.Bin}
 		if c.net != nil {
 			ip := c.net.nodeIP(i)
@@ -194,6 +201,10 @@ func Start(t testing.TB, opts Options) *Cluster {
 				t.Fatalf("faulttest: mount tmpfs on %s: %v: %s", n.DataDir, err, out)
 			}
 			n.mounted = true
+		}
+		if i > opts.Nodes {
+			c.spare = append(c.spare, n)
+			continue
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
@@ -240,9 +251,11 @@ func (c *Cluster) Client(opts ...kgo.Opt) *kgo.Client {
 // Admin returns a kadm client over Client.
 func (c *Cluster) Admin() *kadm.Client { return kadm.NewClient(c.Client()) }
 
+// peers is --peers: the nodes the cluster was started with (a node that
+// joined later is not in it; every node learns it from its registration).
 func (c *Cluster) peers() string {
 	var s []string
-	for _, n := range c.Nodes {
+	for _, n := range c.Nodes[:c.opts.Nodes] {
 		s = append(s, fmt.Sprintf("%d@%s", n.ID, n.RaftAddr))
 	}
 	return strings.Join(s, ",")
@@ -252,9 +265,40 @@ func (c *Cluster) args(n *Node) []string {
 	a := []string{"serve", "--listen", n.Addr, "--data-dir", n.DataDir, "--metrics-listen", ""}
 	if c.opts.Cluster {
 		a = append(a, "--node-id", strconv.Itoa(n.ID), "--peers", c.peers(), "--raft-listen", n.RaftAddr,
-			"--default-replication-factor", strconv.Itoa(min(3, len(c.Nodes))))
+			"--default-replication-factor", strconv.Itoa(min(3, c.opts.Nodes)))
+		if n.ID > c.opts.Nodes {
+			// A node that joins: through the Kafka listeners of the
+			// nodes running when it first started.
+			if n.join == "" {
+				var live []string
+				for _, o := range c.Nodes {
+					if o != n && o.Running() {
+						live = append(live, o.Addr)
+					}
+				}
+				n.join = strings.Join(live, ",")
+			}
+			a = append(a, "--join", n.join)
+		}
 	}
 	return append(a, c.opts.Args...)
+}
+
+// Join starts the next spare node (Options.Spare) as a node joining the
+// running cluster - `serve --join` with the Kafka addresses of the nodes
+// running now, its own new Raft address, the cluster's --peers - and
+// waits until it serves. It returns the node's id.
+func (c *Cluster) Join() int {
+	c.t.Helper()
+	if len(c.spare) == 0 {
+		c.t.Fatal("faulttest: no spare node to join (Options.Spare)")
+	}
+	n := c.spare[0]
+	c.spare = c.spare[1:]
+	c.Nodes = append(c.Nodes, n)
+	n.start()
+	n.waitReady()
+	return n.ID
 }
 
 func (n *Node) start() {

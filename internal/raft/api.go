@@ -953,3 +953,20 @@ func (h *Host) Status(groupID uint64) (Status, error) {
 	s.StartOffset, s.EndOffset, s.DurableOffset = g.st.log.StartOffset(), g.st.log.EndOffset(), g.st.log.DurableOffset()
 	return s, nil
 }
+
+// Members returns the group's applied membership: its voters and learners
+// (copies). Cheaper than Status, for a question asked per request (is node
+// N in the controller quorum?). ErrUnknownGroup if the group is not here.
+func (h *Host) Members(groupID uint64) (voters, learners []uint64, err error) {
+	g := h.group(groupID)
+	if g == nil {
+		return nil, nil, ErrUnknownGroup
+	}
+	g.st.mu.RLock()
+	defer g.st.mu.RUnlock()
+	if g.st.cs != nil {
+		voters = append([]uint64(nil), g.st.cs.Voters...)
+		learners = append([]uint64(nil), g.st.cs.Learners...)
+	}
+	return voters, learners, nil
+}

@@ -1,0 +1,279 @@
+package faulttest
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestClusterReplaceControllerUnderLoad replaces a controller quorum voter
+// whose machine is gone, online, as an operator would (issue 29, KIP-853):
+// three nodes under idempotent acks=all load; the controller is killed
+// (SIGKILL) for good; a new node joins at a new address (`serve --join`;
+// no other node is restarted or given new flags), `holdfast cluster
+// add-controller` makes it a voter, `remove-controller` takes the dead one
+// out, and `holdfast topic reassign` moves the dead node's replicas to the
+// new one. Then another of the original voters is killed: the quorum -
+// the new node and the one original survivor, 2 of 3 voters - must go on
+// committing (a topic config change commits, the producer is acknowledged
+// again), and nothing acknowledged may be lost, doubled or reordered.
+// Without the quorum change the last kill leaves 1 of 3 original voters
+// and nothing commits.
+func TestClusterReplaceControllerUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster fault tests are skipped in -short mode")
+	}
+	if ok, why := ClusterModeAvailable(t); !ok {
+		t.Skip("cluster mode not available yet: " + why)
+	}
+	began := time.Now()
+	c := Start(t, Options{Nodes: 3, Cluster: true, Spare: 1})
+	const topic = "voters"
+	const partitions = 3
+	createTopic(t, c, topic, partitions, 3)
+	requireInSync(t, c, topic, 30*time.Second)
+	ch := NewChecker(t, topic)
+	p := ch.StartProducer(clusterProducer(t, c, topic), 1000)
+	ch.WaitAcked(300, 30*time.Second, "before the first kill")
+
+	gone := int(controllerOf(t, c, nil))
+	t.Logf("SIGKILL node %d, the controller, for good (%d acknowledged)", gone, ch.Acked())
+	c.Kill(gone)
+	// Everything from here is reached through the nodes still alive.
+	alive := func() []int {
+		var ids []int
+		for _, n := range c.Nodes {
+			if n.Running() {
+				ids = append(ids, n.ID)
+			}
+		}
+		return ids
+	}
+
+	added := c.Join()
+	t.Logf("node %d joined at %s (raft %s)", added, c.Node(added).Addr, c.Node(added).RaftAddr)
+	runCLI(t, c, alive(), "node "+strconv.Itoa(added)+" is a voter", "cluster", "add-controller", "--controller-id", strconv.Itoa(added))
+	runCLI(t, c, alive(), "no longer a voter", "cluster", "remove-controller", "--controller-id", strconv.Itoa(gone))
+	q := describeMetadataQuorum(t, c, alive())
+	if want := without([]int32{1, 2, 3, int32(added)}, int32(gone)); !slices.Equal(q.voters, want) {
+		t.Fatalf("voters after the change: %v, want %v", q.voters, want)
+	}
+	if !slices.Contains(q.observers, int32(gone)) {
+		t.Fatalf("the removed voter %d is not an observer: %v", gone, q.observers)
+	}
+
+	// The dead node's partition replicas stay assigned until moved.
+	md, err := c.Admin().Metadata(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pd := range md.Topics[topic].Partitions.Sorted() {
+		target := slices.Clone(pd.Replicas)
+		for i, r := range target {
+			if r == int32(gone) {
+				target[i] = int32(added)
+			}
+		}
+		var ids []string
+		for _, r := range target {
+			ids = append(ids, strconv.Itoa(int(r)))
+		}
+		runCLI(t, c, alive(), "moving", "topic", "reassign", topic, "--partition", strconv.Itoa(int(pd.Partition)), "--replicas", strings.Join(ids, ","))
+	}
+	waitReassigned(t, c, topic, int32(gone), 30*time.Second)
+	ch.WaitAcked(300, 30*time.Second, "after the quorum change")
+
+	// Another original voter goes: the controller if it is one, else the
+	// other original survivor.
+	second := 0
+	if ctl := int(controllerOf(t, c, alive())); ctl != added {
+		second = ctl
+	} else {
+		for _, id := range alive() {
+			if id != added {
+				second = id
+				break
+			}
+		}
+	}
+	t.Logf("SIGKILL node %d, an original voter (%d acknowledged)", second, ch.Acked())
+	c.Kill(second)
+	ch.WaitAcked(300, 30*time.Second, "after losing a second original voter")
+	// The metadata quorum commits: a topic config change goes through.
+	adm := kadm.NewClient(c.Client())
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "retention.ms", Value: kmsg.StringPtr("86400000")}}, topic)
+		cancel()
+		if err == nil {
+			_, err = resp.On(topic, nil)
+		}
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the metadata quorum did not commit a config change within 30s after node %d died: %v", second, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if q := describeMetadataQuorum(t, c, alive()); q.leader == int32(second) || q.leader == int32(gone) {
+		t.Fatalf("quorum leader %d is a dead node", q.leader)
+	}
+	p.Stop(30 * time.Second)
+	res, err := ch.Check(strings.Join(addrs(c, alive()), ","), 60*time.Second)
+	RequireOK(t, res, err)
+	t.Logf("took %v", time.Since(began).Round(time.Millisecond))
+}
+
+func without(ids []int32, drop int32) []int32 {
+	return slices.DeleteFunc(slices.Clone(ids), func(id int32) bool { return id == drop })
+}
+
+func addrs(c *Cluster, ids []int) []string {
+	var out []string
+	for _, id := range ids {
+		out = append(out, c.Node(id).Addr)
+	}
+	return out
+}
+
+// runCLI runs the holdfast binary's client command args against the nodes
+// ids, as an operator would, and fails unless it succeeds and prints want.
+func runCLI(t *testing.T, c *Cluster, ids []int, want string, args ...string) {
+	t.Helper()
+	args = append(args, "--bootstrap-server", strings.Join(addrs(c, ids), ","), "--timeout", "30s")
+	out, err := exec.Command(Binary(t), args...).CombinedOutput()
+	t.Logf("holdfast %s:\n%s", strings.Join(args, " "), out)
+	if err != nil || !strings.Contains(string(out), want) {
+		t.Fatalf("holdfast %s: %v (want %q in the output)", strings.Join(args, " "), err, want)
+	}
+}
+
+// controllerOf is the controller as the nodes ids (all if nil) say,
+// asking again while there is none.
+func controllerOf(t *testing.T, c *Cluster, ids []int) int32 {
+	t.Helper()
+	if ids == nil {
+		for _, n := range c.Nodes {
+			ids = append(ids, n.ID)
+		}
+	}
+	adm := kadm.NewClient(c.Client(kgo.SeedBrokers(addrs(c, ids)...)))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		md, err := adm.BrokerMetadata(ctx)
+		cancel()
+		if err == nil && md.Controller >= 0 {
+			return md.Controller
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no controller within 30s: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+type quorumView struct {
+	leader            int32
+	voters, observers []int32
+}
+
+// describeMetadataQuorum asks the nodes ids for the metadata quorum until
+// its leader answers.
+func describeMetadataQuorum(t *testing.T, c *Cluster, ids []int) quorumView {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last string
+	for {
+		for _, id := range ids {
+			cl, err := kgo.NewClient(kgo.SeedBrokers(c.Node(id).Addr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			req := kmsg.NewPtrDescribeQuorumRequest()
+			rt := kmsg.NewDescribeQuorumRequestTopic()
+			rt.Topic = "__cluster_metadata"
+			rt.Partitions = append(rt.Partitions, kmsg.NewDescribeQuorumRequestTopicPartition())
+			req.Topics = append(req.Topics, rt)
+			resp, err := req.RequestWith(ctx, cl)
+			cancel()
+			cl.Close()
+			switch {
+			case err != nil:
+				last = fmt.Sprintf("node %d: %v", id, err)
+			case len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1:
+				last = fmt.Sprintf("node %d: no partition in the answer", id)
+			case resp.Topics[0].Partitions[0].ErrorCode != 0:
+				last = fmt.Sprintf("node %d: %v", id, kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode))
+			default:
+				p := resp.Topics[0].Partitions[0]
+				q := quorumView{leader: p.LeaderID}
+				for _, v := range p.CurrentVoters {
+					q.voters = append(q.voters, v.ReplicaID)
+				}
+				for _, o := range p.Observers {
+					q.observers = append(q.observers, o.ReplicaID)
+				}
+				slices.Sort(q.voters)
+				slices.Sort(q.observers)
+				t.Logf("metadata quorum: leader %d, voters %v, observers %v", q.leader, q.voters, q.observers)
+				return q
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer from the metadata quorum's leader within 30s: %s", last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitReassigned waits until no replica of topic is on node gone and no
+// reassignment is pending.
+func waitReassigned(t *testing.T, c *Cluster, topic string, gone int32, timeout time.Duration) {
+	t.Helper()
+	adm := c.Admin()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		md, err := adm.Metadata(ctx, topic)
+		var pending kadm.ListPartitionReassignmentsResponses
+		if err == nil {
+			pending, err = adm.ListPartitionReassignments(ctx, kadm.TopicsSet{topic: nil})
+		}
+		cancel()
+		if err == nil {
+			done := len(pending) == 0
+			last = ""
+			for _, pd := range md.Topics[topic].Partitions.Sorted() {
+				last += fmt.Sprintf(" p%d replicas %v;", pd.Partition, pd.Replicas)
+				if slices.Contains(pd.Replicas, gone) {
+					done = false
+				}
+			}
+			if done {
+				t.Logf("reassigned:%s", last)
+				return
+			}
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replicas of %s still on node %d after %v:%s", topic, gone, timeout, last)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
