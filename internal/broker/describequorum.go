@@ -2,6 +2,8 @@ package broker
 
 import (
 	"context"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -27,7 +29,8 @@ import (
 // v2 (KIP-853) adds, per replica, its directory id (KIP-858: the data
 // directory id the broker registered; a node has one), error messages, and
 // the nodes named in the answer with their listeners (the endpoints each
-// broker registered; a node the metadata does not know is left out).
+// broker registered, and RAFT: its Raft address as this node knows it; a
+// node the metadata does not know is left out).
 func (b *Broker) handleDescribeQuorum(_ context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.DescribeQuorumRequest)
 	resp := req.ResponseKind().(*kmsg.DescribeQuorumResponse)
@@ -110,6 +113,18 @@ func (b *Broker) handleDescribeQuorum(_ context.Context, r *wire.Request) wire.R
 				l := kmsg.NewDescribeQuorumResponseNodeListener()
 				l.Name, l.Host, l.Port = e.Name, e.Host, uint16(e.Port)
 				nd.Listeners = append(nd.Listeners, l)
+			}
+			// Its Raft endpoint, as Kafka lists a controller's
+			// CONTROLLER listener: how a node that missed a member's
+			// registration learns where to reach it.
+			if addr, ok := b.cluster.RaftAddrOf(bi.ID); ok {
+				if host, port, err := net.SplitHostPort(addr); err == nil {
+					if p, err := strconv.Atoi(port); err == nil && p > 0 && p < 1<<16 {
+						l := kmsg.NewDescribeQuorumResponseNodeListener()
+						l.Name, l.Host, l.Port = cluster.RaftListenerName, host, uint16(p)
+						nd.Listeners = append(nd.Listeners, l)
+					}
+				}
 			}
 			resp.Nodes = append(resp.Nodes, nd)
 		}

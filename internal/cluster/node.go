@@ -304,6 +304,9 @@ func (n *Node) Start(meta *controller.Store, replicas *replica.Manager, syncer *
 	n.goRun(n.registerLoop)
 	n.goRun(n.reassignLoop)
 	n.goLoop(n.metaRepairLoop)
+	if !n.SingleNode() {
+		n.goLoop(n.discoverLoop)
+	}
 	n.startLiveness()
 	n.started.Store(time.Now().UnixNano())
 	return nil

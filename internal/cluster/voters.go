@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/datadir"
 	"holdfast/internal/kafkaerr"
@@ -229,4 +233,133 @@ func (n *Node) quorumErr(what string, err error) error {
 		return kafkaerr.New(kerr.RequestTimedOut, "%s: another membership change was pending; retry", what)
 	}
 	return kafkaerr.New(kerr.RequestTimedOut, "%s: %v", what, fmt.Sprint(err))
+}
+
+// RaftAddrOf is node id's Raft address as this node knows it: its own, or
+// where its Raft host sends that peer's messages (--peers, a registration,
+// or learned from the controller: discoverQuorum).
+func (n *Node) RaftAddrOf(id int32) (string, bool) {
+	if id == n.cfg.NodeID {
+		if n.BrokerOnly() {
+			a := n.registration().RaftAddr
+			return a, a != ""
+		}
+		a := n.cfg.Peers[id]
+		return a, a != ""
+	}
+	return n.host.PeerAddr(uint64(id))
+}
+
+// Learning the quorum's addresses. Every node knows the Raft addresses of
+// --peers and of the nodes whose registrations it applied. A node that
+// was down while a node joined and became a voter - or leader - does not:
+// its Raft host refuses that node's frames (a frame from a node that is
+// not a peer), so it would never hear the log that names it. A node that
+// hears no metadata leader for leaderlessFor asks the controller, through
+// any broker it knows, for the quorum (DescribeQuorum v2 names each node's
+// Raft endpoint, listener RAFT) and adds the members it lacks.
+const (
+	leaderlessFor   = 3 * time.Second
+	discoverTimeout = 3 * time.Second
+)
+
+func (n *Node) discoverLoop(stop <-chan struct{}) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var since time.Time
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		l, err := n.host.Leadership(MetadataGroup)
+		if err != nil || l.Leader != 0 {
+			since = time.Time{}
+			continue
+		}
+		if since.IsZero() {
+			since = time.Now()
+			continue
+		}
+		if time.Since(since) < leaderlessFor {
+			continue
+		}
+		since = time.Now() // at most one round per leaderlessFor
+		if err := n.discoverQuorum(); err != nil {
+			n.log.Debug("asking the cluster for the controller quorum", "err", err)
+		}
+	}
+}
+
+// discoverQuorum asks the controller, found through the brokers this node
+// knows, for the quorum's members and their Raft addresses, and adds those
+// its Raft host lacks (or has at another address).
+func (n *Node) discoverQuorum() error {
+	seeds := slices.Clone(n.cfg.Join)
+	for _, br := range n.meta.Brokers() {
+		if br.ID == n.cfg.NodeID {
+			continue
+		}
+		if addr, ok := n.BrokerAddr(br); ok {
+			seeds = append(seeds, addr)
+		}
+	}
+	if len(seeds) == 0 {
+		return errors.New("no broker known")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), discoverTimeout)
+	defer cancel()
+	cl, err := n.cfg.Dial(seeds, kgo.DialTimeout(time.Second))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	md, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
+	if err != nil {
+		return err
+	}
+	var ctrl string
+	for _, b := range md.Brokers {
+		if b.NodeID == md.ControllerID && b.NodeID != n.cfg.NodeID {
+			ctrl = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
+		}
+	}
+	if ctrl == "" {
+		return fmt.Errorf("the brokers name no controller (%d)", md.ControllerID)
+	}
+	cc, err := n.cfg.Dial([]string{ctrl}, kgo.DialTimeout(time.Second))
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	req := kmsg.NewPtrDescribeQuorumRequest()
+	rt := kmsg.NewDescribeQuorumRequestTopic()
+	rt.Topic = MetadataTopic
+	rt.Partitions = append(rt.Partitions, kmsg.NewDescribeQuorumRequestTopicPartition())
+	req.Topics = append(req.Topics, rt)
+	kresp, err := cc.SeedBrokers()[0].Request(ctx, req)
+	if err != nil {
+		return err
+	}
+	resp := kresp.(*kmsg.DescribeQuorumResponse)
+	if resp.ErrorCode != 0 {
+		return kerr.ErrorForCode(resp.ErrorCode)
+	}
+	for _, nd := range resp.Nodes {
+		if nd.NodeID == n.cfg.NodeID {
+			continue
+		}
+		for _, l := range nd.Listeners {
+			if l.Name != RaftListenerName || l.Host == "" || l.Port == 0 {
+				continue
+			}
+			addr := net.JoinHostPort(l.Host, strconv.Itoa(int(l.Port)))
+			if cur, ok := n.host.PeerAddr(uint64(nd.NodeID)); !ok || cur != addr {
+				n.log.Info("learned a controller quorum member's Raft address from the controller", "node", nd.NodeID, "raft_addr", addr)
+				n.host.SetPeer(uint64(nd.NodeID), addr)
+			}
+		}
+	}
+	return nil
 }

@@ -419,6 +419,10 @@ func (h *Host) ID() uint64 { return h.cfg.ID }
 // SetPeer adds or re-addresses a peer.
 func (h *Host) SetPeer(id uint64, addr string) { h.tr.addPeer(id, addr) }
 
+// PeerAddr is the Raft address this host sends peer id's messages to, if
+// it knows one.
+func (h *Host) PeerAddr(id uint64) (string, bool) { return h.tr.peerAddr(id) }
+
 // SetIdentity changes the identity this node sends its peers (a node that
 // has just formed or joined a cluster).
 func (h *Host) SetIdentity(id NodeIdentity) { h.tr.setIdentity(id) }

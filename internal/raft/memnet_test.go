@@ -201,7 +201,8 @@ type memEndpoint struct {
 
 func (ep *memEndpoint) addr() string { return fmt.Sprint("mem:", ep.id) }
 
-func (ep *memEndpoint) addPeer(uint64, string) {} // every node reaches every other
+func (ep *memEndpoint) addPeer(uint64, string)         {} // every node reaches every other
+func (ep *memEndpoint) peerAddr(uint64) (string, bool) { return "", false }
 
 // send marshals m now (what the host changes later is not sent) and puts
 // it in flight.

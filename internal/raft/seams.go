@@ -25,6 +25,7 @@ import (
 type transport interface {
 	addr() string
 	addPeer(id uint64, addr string)
+	peerAddr(id uint64) (string, bool)
 	send(group uint64, m *pb.Message)
 	// sendHeld is send for a message whose entries' data lie in refs'
 	// buffers: it releases one reference of each once it no longer reads

@@ -236,6 +236,17 @@ func (t *tcpTransport) addPeer(id uint64, addr string) {
 	go t.sender(p)
 }
 
+// peerAddr is the address a peer is sent to, if it is one.
+func (t *tcpTransport) peerAddr(id uint64) (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p, ok := t.peers[id]
+	if !ok {
+		return "", false
+	}
+	return p.addr, true
+}
+
 // send queues m for its destination; never blocks. A full queue or an
 // unknown peer drops the message (Raft retransmits) and reports the peer
 // unreachable for that group.
