@@ -25,7 +25,8 @@ import (
 // it knows nothing of node 4, whose Raft frames its host would refuse, and
 // still gets the metadata log, because it learns node 4's Raft address
 // from the controller (DescribeQuorum's RAFT endpoint). Without that (the
-// discover loop off) node 5 never registers everywhere.
+// discover loop off) node 5 never registers everywhere. Last, node 4, the
+// controller, removes itself and the two voters left elect a leader.
 func TestClusterQuorumChange(t *testing.T) {
 	nodes := startCluster(t, 3)
 	n4 := startBrokerOnly(t, nodes, 4)
@@ -142,7 +143,23 @@ func TestClusterQuorumChange(t *testing.T) {
 	// Node 5 joins with the original --peers only; startBrokerOnly waits
 	// until every node, node 5 too, lists all five brokers: node 5 has the
 	// metadata log, which only node 4, the leader, sends it.
-	startBrokerOnly(t, all, 5)
+	n5 := startBrokerOnly(t, all, 5)
+
+	// The controller removes itself: it steps down once the change
+	// commits, and the two voters left elect a leader.
+	code, msg = remove(4)
+	want("remove node 4, the controller", code, msg, &kerr.Error{Message: "NONE"})
+	awaitQuorum(t, append(all, n5), []int32{2, 3}, []int32{1, 4, 5})
+	awaitCluster(t, "a controller among the voters left", func() error {
+		md, err := n5.Metadata()
+		if err != nil {
+			return err
+		}
+		if md.ControllerID != 2 && md.ControllerID != 3 {
+			return fmt.Errorf("controller %d", md.ControllerID)
+		}
+		return nil
+	})
 }
 
 // n4Dir is the directory id node n registered.
