@@ -187,7 +187,7 @@ func (c *serveConfig) register(s *settings) {
 	s.Duration(&c.ctrlQuotaWindowSize, "controller-quota-window-size", time.Second, "controller_mutation_rate window length", kafkaDuration("controller.quota.window.size.seconds", sec))
 	s.Int64(&c.offsetsSeg, "offsets-segment-bytes", def.OffsetsTopicSegmentBytes, "segment.bytes of __consumer_offsets when it is created", kafka("offsets.topic.segment.bytes"))
 	s.Int64(&c.txnSeg, "txn-segment-bytes", def.TxnTopicSegmentBytes, "segment.bytes of __transaction_state when it is created", kafka("transaction.state.log.segment.bytes"))
-	s.String(&c.peers, "peers", "", "cluster mode: every node's Raft address, id@host:port,... (this node included); empty = single node",
+	s.String(&c.peers, "peers", "", "cluster mode: the controller quorum's Raft addresses as the cluster was formed, id@host:port,... (the same on every node; the quorum then changes with holdfast cluster add-controller / remove-controller); empty = single node",
 		kafkaConverted("controller.quorum.voters", func(v string) (string, error) {
 			if !strings.Contains(v, ",") {
 				return "", nil // one voter, this node: Holdfast's single-node mode
@@ -195,7 +195,7 @@ func (c *serveConfig) register(s *settings) {
 			return v, nil
 		}))
 	s.String(&c.raftListen, "raft-listen", "", "Raft listener address; default: this node's --peers entry (required on a broker-only node)")
-	s.String(&c.join, "join", "", "broker-only node (--node-id not in --peers, which then lists the controller quorum): Kafka addresses of running brokers to register through, host:port,...")
+	s.String(&c.join, "join", "", "a node joining a running cluster (--node-id not in --peers): Kafka addresses of running brokers to register through, host:port,...; it is a broker (a metadata observer) until holdfast cluster add-controller makes it a voter")
 	s.Int(&c.defaultRF, "default-replication-factor", 0, "replicas of new topics; 0 = 1 single-node, min(3, nodes) in a cluster", kafka("default.replication.factor"))
 	s.Bool(&c.rebalance, "auto-leader-rebalance", def.AutoLeaderRebalance, "cluster: move leadership back to preferred replicas by itself", kafka("auto.leader.rebalance.enable"))
 	s.Duration(&c.imbalanceIv, "leader-imbalance-check-interval", def.LeaderImbalanceCheckInterval, "cluster: how often to check leader balance", kafkaDuration("leader.imbalance.check.interval.seconds", sec))

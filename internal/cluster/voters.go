@@ -294,7 +294,7 @@ func (n *Node) discoverLoop(stop <-chan struct{}) {
 
 // discoverQuorum asks the controller, found through the brokers this node
 // knows, for the quorum's members and their Raft addresses, and adds those
-// its Raft host lacks (or has at another address).
+// its Raft host has no address for.
 func (n *Node) discoverQuorum() error {
 	seeds := slices.Clone(n.cfg.Join)
 	for _, br := range n.meta.Brokers() {
@@ -354,11 +354,15 @@ func (n *Node) discoverQuorum() error {
 			if l.Name != RaftListenerName || l.Host == "" || l.Port == 0 {
 				continue
 			}
-			addr := net.JoinHostPort(l.Host, strconv.Itoa(int(l.Port)))
-			if cur, ok := n.host.PeerAddr(uint64(nd.NodeID)); !ok || cur != addr {
-				n.log.Info("learned a controller quorum member's Raft address from the controller", "node", nd.NodeID, "raft_addr", addr)
-				n.host.SetPeer(uint64(nd.NodeID), addr)
+			// Only members this node has no address for: a known one's
+			// address changes with its registration, which reaches this
+			// node through the log whatever address it sends to.
+			if _, ok := n.host.PeerAddr(uint64(nd.NodeID)); ok {
+				continue
 			}
+			addr := net.JoinHostPort(l.Host, strconv.Itoa(int(l.Port)))
+			n.log.Info("learned a controller quorum member's Raft address from the controller", "node", nd.NodeID, "raft_addr", addr)
+			n.host.SetPeer(uint64(nd.NodeID), addr)
 		}
 	}
 	return nil
