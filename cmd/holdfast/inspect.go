@@ -105,7 +105,22 @@ func newQuorumCmd() *cobra.Command {
 	}
 	conn := clientCommand(c)
 	c.Flags().BoolVar(&replication, "replication", false, "one row per voter and observer (default: the status summary)")
-	c.AddCommand(addControllerCmd(conn), removeControllerCmd(conn))
+	// kafka-metadata-quorum.sh's spelling: describe --status | --replication.
+	var status bool
+	describe := &cobra.Command{
+		Use:   "describe (--status | --replication)",
+		Short: "The same as metadata-quorum itself, as kafka-metadata-quorum.sh describe spells it",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if status == replication {
+				return usagef("describe: give --status or --replication")
+			}
+			return c.RunE(cmd, args)
+		},
+	}
+	describe.Flags().BoolVar(&status, "status", false, "the status summary")
+	describe.Flags().BoolVar(&replication, "replication", false, "one row per voter and observer")
+	c.AddCommand(describe, addControllerCmd(conn), removeControllerCmd(conn))
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		return conn.call(func(ctx context.Context, c *admin.Client) error {
 			req := kmsg.NewPtrDescribeQuorumRequest()

@@ -13,7 +13,7 @@ import (
 // cluster add-controller` makes it a voter, `holdfast metadata-quorum`
 // lists it with its directory and endpoints (its Raft one too), `holdfast
 // metadata-quorum remove-controller` (Kafka's spelling) takes it out again
-// and --replication shows it as an observer. A node that is no voter, a
+// and describe --replication shows it as an observer. A node that is no voter, a
 // missing --controller-id and a malformed directory id fail with the
 // error in plain words.
 func TestQuorumControllerCLI(t *testing.T) {
@@ -61,11 +61,12 @@ func TestQuorumControllerCLI(t *testing.T) {
 	fails(t, 1, "DUPLICATE_VOTER", "cluster", "add-controller", "--controller-id", "4", b)
 
 	ok(t, "", "metadata-quorum", "remove-controller", "--controller-id", "4", b)
-	repl := ok(t, "", "metadata-quorum", "--replication", b)
+	repl := ok(t, "", "metadata-quorum", "describe", "--replication", b)
 	if f := row(t, repl, "4"); f[len(f)-1] != "Observer" || len(f[1]) != 22 {
 		t.Fatalf("metadata-quorum --replication: node 4 not an observer with its directory id:\n%s", repl)
 	}
-	row(t, ok(t, "", "metadata-quorum", b), "CurrentVoters:", "[1,2,3]")
+	row(t, ok(t, "", "metadata-quorum", "describe", "--status", b), "CurrentVoters:", "[1,2,3]")
+	fails(t, 2, "--status or --replication", "metadata-quorum", "describe", b)
 
 	fails(t, 1, "VOTER_NOT_FOUND", "cluster", "remove-controller", "--controller-id", "4", b)
 	fails(t, 2, "--controller-id", "cluster", "remove-controller", b)
