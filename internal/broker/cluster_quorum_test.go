@@ -41,6 +41,9 @@ func TestClusterQuorumChange(t *testing.T) {
 	add := func(id int32, dir [16]byte, cid string) (int16, string) {
 		req := kmsg.NewPtrAddRaftVoterRequest()
 		req.VoterID, req.VoterDirectoryID, req.TimeoutMillis = id, dir, 20000
+		if id == 9 {
+			req.TimeoutMillis = 300 // waits that long for node 9 to register
+		}
 		if cid != "" {
 			req.ClusterID = kmsg.StringPtr(cid)
 		}

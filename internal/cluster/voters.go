@@ -83,7 +83,8 @@ func (n *Node) checkVoterDir(id int32, dir datadir.UUID, code *kerr.Error) error
 
 // AddVoter makes node id a voter of the controller quorum (on the
 // controller: NOT_CONTROLLER elsewhere). The node must be registered (a
-// new node starts with `serve --join`); it is added as a learner if it is
+// new node starts with `serve --join`; one not registered before ctx ends:
+// INVALID_REQUEST); it is added as a learner if it is
 // not one yet, and promoted once the leader sees it replicating, heard from
 // within an election timeout, with everything acknowledged that was
 // committed when the request came. A node that does not catch up before
@@ -96,14 +97,23 @@ func (n *Node) AddVoter(ctx context.Context, id int32, dir datadir.UUID) error {
 	if id <= 0 || id >= 1<<ProducerIDNodeBits {
 		return kafkaerr.New(kerr.InvalidRequest, "voter id %d: must be in 1..%d", id, 1<<ProducerIDNodeBits-1)
 	}
-	if _, ok := n.meta.Broker(id); !ok {
-		return kafkaerr.New(kerr.InvalidRequest, "node %d is not registered: start it first (holdfast serve --node-id %d --raft-listen ... --join ...)", id, id)
+	ctx, cancel := context.WithTimeout(ctx, MaxQuorumChangeWait)
+	defer cancel()
+	// A node that was just started may not be registered yet (it serves
+	// before its registration commits): wait for it as for its catch-up.
+	for {
+		if _, ok := n.meta.Broker(id); ok {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return kafkaerr.New(kerr.InvalidRequest, "node %d is not registered: start it first (holdfast serve --node-id %d --raft-listen ... --join ...)", id, id)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	if err := n.checkVoterDir(id, dir, kerr.InvalidRequest); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, MaxQuorumChangeWait)
-	defer cancel()
 	unlock, err := n.lockQuorum(ctx)
 	if err != nil {
 		return err

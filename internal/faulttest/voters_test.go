@@ -98,7 +98,7 @@ func TestClusterReplaceControllerUnderLoad(t *testing.T) {
 	// Another original voter goes: the controller if it is one, else the
 	// other original survivor.
 	second := 0
-	if ctl := int(controllerOf(t, c, alive())); ctl != added {
+	if ctl := int(controllerOf(t, c, alive())); ctl != added && slices.Contains(alive(), ctl) {
 		second = ctl
 	} else {
 		for _, id := range alive() {
