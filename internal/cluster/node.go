@@ -309,7 +309,48 @@ func (n *Node) Start(meta *controller.Store, replicas *replica.Manager, syncer *
 	}
 	n.startLiveness()
 	n.started.Store(time.Now().UnixNano())
+	n.awaitMetadataCaughtUp()
 	return nil
+}
+
+// A node whose metadata log was lost waits up to metadataLeaderWait to
+// hear from a metadata leader, then up to metadataCatchUpWait to catch up
+// with it, before it serves anyway.
+const (
+	metadataLeaderWait  = 5 * time.Second
+	metadataCatchUpWait = 30 * time.Second
+)
+
+// awaitMetadataCaughtUp holds a node whose metadata log was lost (a
+// replaced or quarantined disk, a node joining) until it has applied the
+// cluster's committed metadata. Serving before that, it answered Metadata
+// with no topics, and a producer that asked it gave up with
+// UNKNOWN_TOPIC_OR_PARTITION; Kafka's broker too catches up with the
+// metadata log before it serves. A node that kept its log is not held (it
+// replayed what it had, and follows from there); nor, for long, is one
+// with no leader to catch up from (the others down: nothing to wait for).
+func (n *Node) awaitMetadataCaughtUp() {
+	st, err := n.host.Status(MetadataGroup)
+	if err != nil || !st.Rejoining {
+		return
+	}
+	n.log.Info("catching up with the cluster's metadata before serving (new data directory)")
+	start := time.Now()
+	for {
+		st, err := n.host.Status(MetadataGroup)
+		if err != nil {
+			return
+		}
+		if !st.Rejoining && n.meta.Applied() >= st.CommitOffset {
+			n.log.Info("caught up with the cluster's metadata", "offset", st.CommitOffset, "elapsed", time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if wait := time.Since(start); st.Leader == 0 && wait > metadataLeaderWait || wait > metadataCatchUpWait {
+			n.log.Warn("serving before catching up with the cluster's metadata", "leader", st.Leader, "waited", wait.Round(time.Millisecond), "applied", n.meta.Applied())
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // OpenMetadata opens the metadata log and its Raft group, and brings meta

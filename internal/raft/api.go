@@ -613,9 +613,12 @@ type Status struct {
 	StartOffset, EndOffset    int64
 	DurableOffset             int64 // fsynced locally
 	Quiesced                  bool
-	Failed                    string          // why the group stopped (storage failure), "" if running
-	Voters, Learners          []uint64        // the applied membership
-	Replicas                  []ReplicaStatus // on the leader only
+	// Rejoining: this replica lost its storage and has not yet caught up
+	// with a leader's commit index (it grants no votes until then).
+	Rejoining        bool
+	Failed           string          // why the group stopped (storage failure), "" if running
+	Voters, Learners []uint64        // the applied membership
+	Replicas         []ReplicaStatus // on the leader only
 }
 
 // ReplicaStatus is the leader's view of one replica: MatchOffset is the end
@@ -927,7 +930,7 @@ func (h *Host) Status(groupID uint64) (Status, error) {
 	bs := g.rn.BasicStatus()
 	s := Status{
 		Group: groupID, Node: h.cfg.ID, Leader: bs.Lead, Term: bs.GetTerm(), State: stateOf(bs.RaftState),
-		CommitIndex: g.commitIndex, CommitOffset: g.commitEnd, Quiesced: g.quiesced,
+		CommitIndex: g.commitIndex, CommitOffset: g.commitEnd, Quiesced: g.quiesced, Rejoining: g.rejoin,
 	}
 	if g.failed != nil {
 		s.Failed = g.failed.Error()
