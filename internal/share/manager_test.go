@@ -48,7 +48,7 @@ func (l *dataLog) HighWatermark() int64 {
 	defer l.mu.Unlock()
 	return l.end
 }
-func (l *dataLog) LogStartOffset() int64 { l.mu.Lock(); defer l.mu.Unlock(); return l.start }
+func (l *dataLog) LogStartOffset() int64   { l.mu.Lock(); defer l.mu.Unlock(); return l.start }
 func (l *dataLog) Notify() <-chan struct{} { return nil }
 
 func (l *dataLog) Read(offset int64, maxBytes int, _ bool) (partition.ReadResult, error) {
