@@ -18,6 +18,7 @@ import (
 	"holdfast/internal/group"
 	"holdfast/internal/replica"
 	"holdfast/internal/share"
+	"holdfast/internal/testwait"
 	"holdfast/internal/txn"
 )
 
@@ -241,12 +242,8 @@ func TestCommittedOffsetsSurviveRestartAndTopicDeletion(t *testing.T) {
 	defer h.Close()
 	// After the restart the coordinator loads its partitions as this node
 	// leads them again.
-	deadline := time.Now().Add(10 * time.Second)
-	for p := group.PartitionFor("g", testPartitions); !h.Groups().Loaded(p); time.Sleep(5 * time.Millisecond) { // poll: nothing to wait on from outside the coordinator
-		if time.Now().After(deadline) {
-			t.Fatalf("partition %d never loaded after restart", p)
-		}
-	}
+	p := group.PartitionFor("g", testPartitions)
+	testwait.Until(t, 10*time.Second, "g's partition loaded after the restart", func() bool { return h.Groups().Loaded(p) })
 	if got := fetch(h); got["kept"] != 10 || got["dropped"] != 20 {
 		t.Fatalf("after restart: %v", got)
 	}
