@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"holdfast/internal/records"
+	"holdfast/internal/testwait"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -506,13 +507,7 @@ func TestIntervalFlush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for l.DurableOffset() <= info.LastOffset {
-		if time.Now().After(deadline) {
-			t.Fatal("interval flush never happened")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, 5*time.Second, "the interval flush", func() bool { return l.DurableOffset() > info.LastOffset })
 }
 
 func TestSliceSurvivesDeletion(t *testing.T) {
