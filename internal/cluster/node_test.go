@@ -15,6 +15,7 @@ import (
 	"holdfast/internal/clustertest"
 	"holdfast/internal/controller"
 	"holdfast/internal/replica"
+	"holdfast/internal/testwait"
 )
 
 func codeOf(err error) int16 {
@@ -319,17 +320,8 @@ func TestProposeReturnsTheCommandsError(t *testing.T) {
 	}
 }
 
-// waitFor waits for cond, checked on every metadata change and at least
-// every 10 ms, for at most 10 s.
+// waitFor waits for cond for at most 10 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
+	testwait.Until(t, 10*time.Second, what, cond)
 }
