@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -165,5 +167,37 @@ func TestTimed(t *testing.T) {
 		if r.Pass || r.Verdict != "ERROR: no cluster" {
 			t.Fatalf("failed row %+v", r)
 		}
+	}
+}
+
+// TestTimelineConcurrent: a scenario marks events from several
+// goroutines while the sampler runs (the race detector's case); every
+// mark up to maxEvents is kept, and the curve never goes down.
+func TestTimelineConcurrent(t *testing.T) {
+	tl := newTimeline()
+	var acked atomic.Int64
+	tl.follow(acked.Load)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 6 {
+				tl.mark(fmt.Sprintf("g%d-%d", g, i), g == 0)
+				acked.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	var r Row
+	tl.end(&r)
+	if len(r.Events) != 24 {
+		t.Fatalf("%d events, want 24", len(r.Events))
+	}
+	for i := 1; i < len(r.Acks); i++ {
+		if r.Acks[i].Acked < r.Acks[i-1].Acked || r.Acks[i].At < r.Acks[i-1].At {
+			t.Fatalf("curve goes back: %+v", r.Acks)
+		}
+	}
+	if last := r.Acks[len(r.Acks)-1].Acked; last != 24 {
+		t.Fatalf("last point %d, want 24", last)
 	}
 }
