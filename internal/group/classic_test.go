@@ -309,3 +309,49 @@ func TestListAndDeleteGroups(t *testing.T) {
 		t.Fatalf("describe of an unknown group: %+v", d)
 	}
 }
+
+// TestClassicLeaveShapes: LeaveGroup v0-2 names one member at the top
+// level; v3 and later a batch, each answered on its own (an unknown
+// member among known ones does not fail the others).
+func TestClassicLeaveShapes(t *testing.T) {
+	c := newClassicCoordinator(t, nil)
+	a, b, d := &classic{t: t, c: c, group: "g"}, &classic{t: t, c: c, group: "g"}, &classic{t: t, c: c, group: "g"}
+	a.join()
+	bDone, dDone := b.joinAsync(), d.joinAsync()
+	// Both wait for a, which learns of the rebalance on its heartbeat.
+	testwait.Until(t, 10*time.Second, "the rebalance to start", func() bool { return a.heartbeat(a.gen) == kerr.RebalanceInProgress.Code })
+	a.join()
+	rb, rd := <-bDone, <-dDone
+	b.id, d.id = rb.MemberID, rd.MemberID
+	ms := []*classic{a, b, d}
+	if d := describe(t, c, "g"); len(d.Members) != 3 {
+		t.Fatalf("%d members", len(d.Members))
+	}
+	// v1: one member, at the top level.
+	v1 := kmsg.NewPtrLeaveGroupRequest()
+	v1.Version = 1
+	v1.Group, v1.MemberID = "g", ms[0].id
+	if code := c.LeaveGroup(v1)(context.Background()).(*kmsg.LeaveGroupResponse).ErrorCode; code != 0 {
+		t.Fatalf("v1 leave: %v", kerr.ErrorForCode(code))
+	}
+	if code := c.LeaveGroup(v1)(context.Background()).(*kmsg.LeaveGroupResponse).ErrorCode; code != kerr.UnknownMemberID.Code {
+		t.Fatalf("v1 leave again: %v", kerr.ErrorForCode(code))
+	}
+	// v3: a batch with a stranger in it.
+	v3 := kmsg.NewPtrLeaveGroupRequest()
+	v3.Version = 3
+	v3.Group = "g"
+	v3.Members = []kmsg.LeaveGroupRequestMember{{MemberID: ms[1].id}, {MemberID: "stranger"}, {MemberID: ms[2].id}}
+	resp := c.LeaveGroup(v3)(context.Background()).(*kmsg.LeaveGroupResponse)
+	codes := []int16{resp.Members[0].ErrorCode, resp.Members[1].ErrorCode, resp.Members[2].ErrorCode}
+	if resp.ErrorCode != 0 || codes[0] != 0 || codes[1] != kerr.UnknownMemberID.Code || codes[2] != 0 {
+		t.Fatalf("v3 batch: top %v, members %v", kerr.ErrorForCode(resp.ErrorCode), codes)
+	}
+	if d := describe(t, c, "g"); d.State != "Empty" || len(d.Members) != 0 {
+		t.Fatalf("after everyone left: %+v", d)
+	}
+	v3.Group = "no-such-group"
+	if resp := c.LeaveGroup(v3)(context.Background()).(*kmsg.LeaveGroupResponse); resp.ErrorCode != kerr.UnknownMemberID.Code && (len(resp.Members) == 0 || resp.Members[0].ErrorCode != kerr.UnknownMemberID.Code) {
+		t.Fatalf("leave of a group that does not exist: %+v", resp)
+	}
+}
