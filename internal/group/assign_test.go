@@ -217,3 +217,54 @@ func TestAssignmentHelpers(t *testing.T) {
 		t.Fatalf("each: %v", seen)
 	}
 }
+
+// TestDefaultsAreKafkas: the group configs' defaults are Kafka's
+// (group.*.ms, offsets.retention.minutes, group.consumer.*).
+func TestDefaultsAreKafkas(t *testing.T) {
+	c := DefaultConfig()
+	for _, x := range []struct {
+		name      string
+		got, want any
+	}{
+		{"group.initial.rebalance.delay.ms", c.InitialRebalanceDelay.Milliseconds(), int64(3000)},
+		{"group.min.session.timeout.ms", c.MinSessionTimeout.Milliseconds(), int64(6000)},
+		{"group.max.session.timeout.ms", c.MaxSessionTimeout.Milliseconds(), int64(1800000)},
+		{"offsets.retention.minutes", c.OffsetRetention.Minutes(), float64(10080)},
+		{"offsets.retention.check.interval.ms", c.RetentionCheckInterval.Milliseconds(), int64(600000)},
+		{"offset.metadata.max.bytes", c.MaxMetadataBytes, 4096},
+		{"group.consumer.session.timeout.ms", c.ConsumerSessionTimeout.Milliseconds(), int64(45000)},
+		{"group.consumer.heartbeat.interval.ms", c.ConsumerHeartbeatInterval.Milliseconds(), int64(5000)},
+		{"group.consumer.assignors", fmt.Sprint(c.ConsumerAssignors), "[uniform range]"},
+		{"group.consumer.migration.policy", c.ConsumerMigrationPolicy, MigrationBidirectional},
+	} {
+		if x.got != x.want {
+			t.Errorf("%s = %v, want %v", x.name, x.got, x.want)
+		}
+	}
+	if !slices.Equal(Assignors, []string{"uniform", "range"}) {
+		t.Fatalf("Assignors %v", Assignors)
+	}
+}
+
+// TestPartitionForSpread: every group lands in [0, n), the same group in
+// the same partition, and a few hundred names use every partition.
+func TestPartitionForSpread(t *testing.T) {
+	for _, n := range []int{1, 3, 50} {
+		used := map[int32]bool{}
+		for i := range 500 {
+			g := fmt.Sprintf("group-%d", i)
+			p := PartitionFor(g, n)
+			if p < 0 || int(p) >= n || PartitionFor(g, n) != p {
+				t.Fatalf("PartitionFor(%s, %d) = %d", g, n, p)
+			}
+			used[p] = true
+		}
+		if len(used) != n {
+			t.Fatalf("%d of %d partitions used", len(used), n)
+		}
+	}
+	// Java's String.hashCode of a non-ASCII name (UTF-16 code units).
+	if h := javaStringHash("ä"); h != 228 {
+		t.Fatalf("hash(ä) = %d", h)
+	}
+}
