@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"holdfast/internal/partition"
@@ -282,47 +283,96 @@ func TestManagerFencedAndReloaded(t *testing.T) {
 // holds and wakes waiting fetches; an acquisition lock that runs out is
 // released by the expiry loop and stored.
 func TestManagerReleaseAndExpiry(t *testing.T) {
-	lg := &dataLog{}
-	lg.append(t, 4)
-	per := &memPersister{}
-	m := newTestManager(t, per, GroupSettings{Settings: Settings{LockDuration: 50 * time.Millisecond, DeliveryCountLimit: 5, MaxInFlight: 100}, AutoReset: "earliest"})
-	acquire(t, m, lg, "a", 100)
-	avail := m.Available(testKey)
-	if err := m.Release(context.Background(), testKey, "nobody"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-avail:
-		t.Fatal("a release of nothing woke the fetches")
-	default:
-	}
-	if err := m.Release(context.Background(), testKey, "a"); err != nil {
-		t.Fatal(err)
-	}
-	<-avail // closed by the release
-	if err := m.Release(context.Background(), Key{Group: "other"}, "a"); err != nil {
-		t.Fatalf("release on a share partition not loaded: %v", err)
-	}
-	f := acquire(t, m, lg, "b", 100)
-	if !reflect.DeepEqual(f.Acquired, []Range{{0, 3, 2}}) {
-		t.Fatalf("b acquired %v", f.Acquired)
-	}
-	// b never acknowledges: the expiry loop releases its lock.
-	avail = m.Available(testKey)
-	select {
-	case <-avail:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the lock never expired")
-	}
-	if m.Stats().LockTimeouts != 4 {
-		t.Fatalf("lock timeouts %d", m.Stats().LockTimeouts)
-	}
-	if f := acquire(t, m, lg, "c", 100); !reflect.DeepEqual(f.Acquired, []Range{{0, 3, 3}}) {
-		t.Fatalf("c acquired %v", f.Acquired)
-	}
-	if m.LockDuration("g") != 50*time.Millisecond {
-		t.Fatal("LockDuration")
-	}
+	// In a synctest bubble: the lock's 30 s and the expiry loop's ticks
+	// pass on the bubble's clock, at once and always in the same order.
+	synctest.Test(t, func(t *testing.T) {
+		lg := &dataLog{}
+		lg.append(t, 4)
+		per := &memPersister{}
+		m := newTestManager(t, per, GroupSettings{Settings: Settings{LockDuration: 30 * time.Second, DeliveryCountLimit: 5, MaxInFlight: 100}, AutoReset: "earliest"})
+		acquire(t, m, lg, "a", 100)
+		avail := m.Available(testKey)
+		if err := m.Release(context.Background(), testKey, "nobody"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-avail:
+			t.Fatal("a release of nothing woke the fetches")
+		default:
+		}
+		if err := m.Release(context.Background(), testKey, "a"); err != nil {
+			t.Fatal(err)
+		}
+		<-avail // closed by the release
+		if err := m.Release(context.Background(), Key{Group: "other"}, "a"); err != nil {
+			t.Fatalf("release on a share partition not loaded: %v", err)
+		}
+		f := acquire(t, m, lg, "b", 100)
+		if !reflect.DeepEqual(f.Acquired, []Range{{0, 3, 2}}) {
+			t.Fatalf("b acquired %v", f.Acquired)
+		}
+		// b never acknowledges: the expiry loop releases its lock once
+		// the lock duration has passed, not before.
+		start := time.Now()
+		avail = m.Available(testKey)
+		<-avail
+		if d := time.Since(start); d < 30*time.Second || d > 30*time.Second+2*expireEvery {
+			t.Fatalf("the lock expired after %v, want 30 s (to the expiry loop's tick)", d)
+		}
+		synctest.Wait() // the expiry's write of the state
+		if m.Stats().LockTimeouts != 4 {
+			t.Fatalf("lock timeouts %d", m.Stats().LockTimeouts)
+		}
+		if s := per.snap(testKey); len(s.Batches) == 0 || s.Batches[0].State != Available {
+			t.Fatalf("the expired lock's state was not stored: %+v", s)
+		}
+		if f := acquire(t, m, lg, "c", 100); !reflect.DeepEqual(f.Acquired, []Range{{0, 3, 3}}) {
+			t.Fatalf("c acquired %v", f.Acquired)
+		}
+		if m.LockDuration("g") != 30*time.Second {
+			t.Fatal("LockDuration")
+		}
+	})
+}
+
+// TestShareSessionIdleExpiry: a share session unused for SessionIdle is
+// closed by the expiry loop and what its member held is released (in a
+// synctest bubble: the two idle minutes pass at once).
+func TestShareSessionIdleExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lg := &dataLog{}
+		lg.append(t, 3)
+		per := &memPersister{}
+		m := NewManager(ManagerConfig{Persister: per, Settings: func(string) GroupSettings {
+			return GroupSettings{Settings: Settings{LockDuration: time.Hour, DeliveryCountLimit: 5, MaxInFlight: 100}, AutoReset: "earliest"}
+		}, SessionIdle: 2 * time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		defer m.Close()
+		k := SessionKey{"g", "a"}
+		tp := TP{TopicID: testKey.TopicID, Partition: testKey.Partition}
+		if _, err := m.UseSession(k, 0, []TP{tp}, nil); err != nil {
+			t.Fatal(err)
+		}
+		acquire(t, m, lg, "a", 100)
+		time.Sleep(time.Minute) // fake time: half the idle limit
+		synctest.Wait()
+		if _, err := m.CheckSession(k, 1); err != nil {
+			t.Fatalf("a session used within its idle limit: %v", err)
+		}
+		avail := m.Available(testKey)
+		time.Sleep(2*time.Minute + time.Second) // fake time: past the idle limit
+		synctest.Wait()
+		if _, err := m.CheckSession(k, 2); !errors.Is(err, ErrSessionNotFound) {
+			t.Fatalf("an idle session: %v", err)
+		}
+		select {
+		case <-avail:
+		default:
+			t.Fatal("the idle member's records were not released")
+		}
+		if f := acquire(t, m, lg, "b", 100); !reflect.DeepEqual(f.Acquired, []Range{{0, 2, 2}}) {
+			t.Fatalf("b acquired %v", f.Acquired)
+		}
+	})
 }
 
 // TestShareSessions: epoch 0 opens (within the limit), each request must
