@@ -189,6 +189,10 @@ func allListed(nodes []*Node) bool {
 	return true
 }
 
+// DefaultSessions keeps Kafka's broker session and heartbeat defaults
+// (9 s, 2 s) instead of clustertest's minutes-long sessions.
+func DefaultSessions(c *cluster.Config, _ *replica.Config) { c.BrokerSessionTimeout = 0 }
+
 // ID is the node's id.
 func (n *Node) ID() int32 { return n.cfg.NodeID }
 
