@@ -5,6 +5,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"holdfast/internal/cluster"
 	"holdfast/internal/clustertest"
 	"holdfast/internal/controller"
 )
@@ -30,7 +31,7 @@ func TestLivenessOnTheBubblesClock(t *testing.T) {
 		for !n.Meta.Fenced(2) {
 			time.Sleep(100 * time.Millisecond) // bubble time: the liveness loop's next rounds
 		}
-		if d := time.Since(start); d < sessionDefault || d > sessionDefault+4*time.Second {
+		if d := time.Since(start); d < cluster.DefaultSessionTimeout || d > cluster.DefaultSessionTimeout+4*time.Second {
 			t.Fatalf("fenced after %v, want the 9 s session (plus a heartbeat interval)", d)
 		}
 		if fenced, err := c.Heartbeat(t.Context(), 2, false); err != nil || fenced || n.Meta.Fenced(2) {
@@ -41,5 +42,3 @@ func TestLivenessOnTheBubblesClock(t *testing.T) {
 		}
 	})
 }
-
-const sessionDefault = 9 * time.Second
