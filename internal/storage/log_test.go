@@ -938,7 +938,7 @@ func TestConcurrentStress(t *testing.T) {
 		if _, err := l.EnforceRetention(); err != nil {
 			return err
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // pacing: retention runs now and then among the readers and writers
 		return nil
 	})
 	wg.Wait()
