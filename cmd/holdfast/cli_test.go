@@ -575,7 +575,7 @@ func TestCLIGroupDescribeConsumerProtocol(t *testing.T) {
 		t.Fatal(err)
 	}
 	var desc string
-	testwait.Poll(nil, 20*time.Second, func() bool {
+	testwait.Poll(20*time.Second, func() bool {
 		desc = ok(t, "", "group", "describe", "g848-readers", "--no-time-lag", b)
 		return strings.Contains(desc, "state Stable")
 	})
@@ -667,7 +667,7 @@ func TestCLIShareGroup(t *testing.T) {
 	}
 	row(t, ok(t, "", "group", "list", b), "q-readers", "Stable", "share")
 	var desc string
-	testwait.Poll(nil, 20*time.Second, func() bool {
+	testwait.Poll(20*time.Second, func() bool {
 		desc = ok(t, "", "group", "describe", "q-readers", b)
 		return strings.Contains(strings.Join(strings.Fields(desc), " "), "qshare 0 3 3 0")
 	})

@@ -65,7 +65,7 @@ func TestConsoleLabStopsWithBroker(t *testing.T) {
 				t.Fatalf("starting a run: %d %s", code, body)
 			}
 			var child int
-			if !testwait.Poll(nil, time.Minute, func() bool {
+			if !testwait.Poll(time.Minute, func() bool {
 				if child == 0 {
 					child = labChild(t, p.cmd.Process.Pid)
 				}
@@ -80,7 +80,7 @@ func TestConsoleLabStopsWithBroker(t *testing.T) {
 			case <-time.After(2 * time.Minute):
 				t.Fatalf("serve did not exit after %v:\n%s", sig, p.logs)
 			}
-			if !testwait.Poll(nil, 30*time.Second, func() bool { return !alive(child) }) {
+			if !testwait.Poll(30*time.Second, func() bool { return !alive(child) }) {
 				syscall.Kill(child, syscall.SIGKILL)
 				t.Fatalf("the lab child %d outlived serve's %v by 30 s", child, sig)
 			}

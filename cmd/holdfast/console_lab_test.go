@@ -51,7 +51,7 @@ func getLabStatus(t *testing.T, base string) console.LabStatus {
 func awaitLabIdle(t *testing.T, base string, within time.Duration, logs fmt.Stringer) console.LabStatus {
 	t.Helper()
 	var s console.LabStatus
-	if !testwait.Poll(nil, within, func() bool { s = getLabStatus(t, base); return !s.Running }) {
+	if !testwait.Poll(within, func() bool { s = getLabStatus(t, base); return !s.Running }) {
 		t.Fatalf("the lab run is still going after %s: %+v\nbroker logs:\n%s", within, s, logs)
 	}
 	return s

@@ -80,7 +80,7 @@ func TestSecondDevClusterOnOneDirRefuses(t *testing.T) {
 	go func() { cmd.Wait(); close(done) }()
 	t.Cleanup(func() { cmd.Process.Kill(); <-done })
 	addr := "127.0.0.1:" + strconv.Itoa(base)
-	if !testwait.Poll(nil, 30*time.Second, func() bool { return ping(addr) == nil }) {
+	if !testwait.Poll(30*time.Second, func() bool { return ping(addr) == nil }) {
 		t.Fatalf("dev-cluster did not start:\n%s", logs.String())
 	}
 	base2 := devClusterPorts(t)

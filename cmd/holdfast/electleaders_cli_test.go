@@ -88,7 +88,7 @@ func (dc *devClusterProc) Logs() string { return dc.out.String() }
 func (dc *devClusterProc) createTopic(t *testing.T, adm *kadm.Client, topic string) {
 	t.Helper()
 	var err error
-	if !testwait.Poll(nil, 60*time.Second, func() bool {
+	if !testwait.Poll(60*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var resp kadm.CreateTopicResponses
@@ -121,7 +121,7 @@ func TestClusterElectLeadersCLI(t *testing.T) {
 	dc.createTopic(t, kadm.NewClient(cl), "cli-elect")
 	var out []byte
 	// Until every partition has a leader, some elections fail.
-	if !testwait.Poll(nil, 60*time.Second, func() bool {
+	if !testwait.Poll(60*time.Second, func() bool {
 		out, err = exec.Command(binary, "cluster", "elect-leaders", "--bootstrap", boot, "--topic", "cli-elect").CombinedOutput()
 		return err == nil
 	}) {
@@ -133,13 +133,13 @@ func TestClusterElectLeadersCLI(t *testing.T) {
 	// The broker that answered saw the new leaders; the others hear of
 	// them with the next Raft message.
 	bad := ""
-	if !testwait.Poll(nil, 60*time.Second, func() bool { bad = notPreferred(t, cl, "cli-elect"); return bad == "" }) {
+	if !testwait.Poll(60*time.Second, func() bool { bad = notPreferred(t, cl, "cli-elect"); return bad == "" }) {
 		t.Fatalf("after elect-leaders: %s\n%s", bad, out)
 	}
 
 	// cluster status: three live nodes, and per partition the replicas'
 	// acknowledged offsets from their leader.
-	if !testwait.Poll(nil, 60*time.Second, func() bool {
+	if !testwait.Poll(60*time.Second, func() bool {
 		out, err = exec.Command(binary, "cluster", "status", "--bootstrap", boot).CombinedOutput()
 		return err == nil && strings.Count(string(out), "alive") == 3 &&
 			regexp.MustCompile(`(?m)^cli-elect\s+0\s+\d\s+\d+\s+\[[1-3 ]+\]\s+\[[1-3 ]+\]\s+\[\]\s+\d+\s+\d:\d+ \d:\d+ \d:\d+\s*$`).Match(out)

@@ -74,8 +74,8 @@ func TestCLIInspect(t *testing.T) {
 func awaitOutput(t *testing.T, f func() string, want string) {
 	t.Helper()
 	var out string
-	if testwait.Poll(nil, 10*time.Second, func() bool { out = f(); return strings.Contains(out, want) }) {
+	if testwait.Poll(10*time.Second, func() bool { out = f(); return strings.Contains(out, want) }) {
 		return
 	}
-	t.Fatal(fmt.Sprintf("no %q in:\n%s", want, out))
+	t.Fatalf("no %q in:\n%s", want, out)
 }

@@ -313,7 +313,7 @@ func startDevCluster(t *testing.T, extra ...string) (brokers []string, logs func
 		brokers = append(brokers, fmt.Sprintf("127.0.0.1:%d", dc.base+i))
 	}
 	var r result
-	if !testwait.Poll(nil, time.Minute, func() bool {
+	if !testwait.Poll(time.Minute, func() bool {
 		r = hfIn(t, dc.dir, "cluster", "status", "--bootstrap", brokers[0], "--timeout", "5s")
 		return r.code == 0 && strings.Count(r.out, " alive") == 3
 	}) {

@@ -90,7 +90,7 @@ func startProc(t *testing.T, dir, addr string, args ...string) *proc {
 	go func() { cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() { p.kill(); <-p.done })
 	exited := false
-	if !testwait.Poll(nil, 30*time.Second, func() bool {
+	if !testwait.Poll(30*time.Second, func() bool {
 		select {
 		case <-p.done:
 			exited = true
@@ -215,7 +215,7 @@ func TestKill9KeepsEveryAcknowledgedRecord(t *testing.T) {
 		}
 	}()
 	// Let a few thousand records be acknowledged, then pull the plug.
-	testwait.Poll(nil, 20*time.Second, func() bool {
+	testwait.Poll(20*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(acked) >= 3000

@@ -104,7 +104,7 @@ func raftForgeries(t *testing.T, dir string, raftAddr func(node int) string, cli
 			t.Errorf("%s: node %d kept the Raft session (%v)", c.what, c.target, err)
 		}
 		// The process's log reaches us through a pipe: wait for the line.
-		if !testwait.Poll(nil, 10*time.Second, func() bool { return strings.Contains(logs[c.target-1](), "reason="+c.reason) }) {
+		if !testwait.Poll(10*time.Second, func() bool { return strings.Contains(logs[c.target-1](), "reason="+c.reason) }) {
 			t.Errorf("%s: node %d logged no refusal:\n%s", c.what, c.target, logs[c.target-1]())
 		}
 		// The brokers authenticate their Kafka listeners, so /metrics asks
@@ -135,7 +135,7 @@ func describeMetadataQuorum(t *testing.T, cl *kgo.Client) (leader, epoch int32) 
 	rt.Topic = "__cluster_metadata"
 	rt.Partitions = append(rt.Partitions, kmsg.NewDescribeQuorumRequestTopicPartition())
 	req.Topics = append(req.Topics, rt)
-	if !testwait.Poll(nil, 30*time.Second, func() bool {
+	if !testwait.Poll(30*time.Second, func() bool {
 		for _, b := range cl.DiscoveredBrokers() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			resp, err := b.Request(ctx, req)

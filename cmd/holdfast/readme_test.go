@@ -95,7 +95,7 @@ func TestReadmeQuickStart(t *testing.T) {
 		}
 	})
 	exited := false
-	if !testwait.Poll(nil, 3*time.Minute, func() bool { // go run may compile first
+	if !testwait.Poll(3*time.Minute, func() bool { // go run may compile first
 		select {
 		case <-done:
 			exited = true
@@ -190,7 +190,7 @@ func TestReadmeDevCluster(t *testing.T) {
 			<-done
 		}
 	})
-	if !testwait.Poll(nil, 60*time.Second, func() bool { return ping("127.0.0.1:19092") == nil }) {
+	if !testwait.Poll(60*time.Second, func() bool { return ping("127.0.0.1:19092") == nil }) {
 		t.Fatalf("%s: not serving:\n%s", lines[0], logs.String())
 	}
 	deadline := time.Now().Add(60 * time.Second)

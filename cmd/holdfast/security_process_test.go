@@ -102,7 +102,7 @@ func bgServe(t *testing.T, dir string, env []string, line string) func() string 
 func awaitReady(t *testing.T, logs ...func() string) {
 	t.Helper()
 	for _, l := range logs {
-		if !testwait.Poll(nil, 2*time.Minute, func() bool {
+		if !testwait.Poll(2*time.Minute, func() bool {
 			if strings.Contains(l(), "msg=stopped") || strings.Contains(l(), "holdfast: ") {
 				t.Fatalf("holdfast serve exited during start-up:\n%s", l())
 			}
@@ -247,7 +247,7 @@ func TestSecurityDocSingleNode(t *testing.T) {
 		t.Errorf("the console answered without a login:\n%s", page)
 	}
 	var page string
-	testwait.Poll(nil, 30*time.Second, func() bool {
+	testwait.Poll(30*time.Second, func() bool {
 		req, _ := http.NewRequest("GET", "http://127.0.0.1:"+admin+"/topics", nil)
 		req.SetBasicAuth("bob", "bob-secret")
 		resp, err := http.DefaultClient.Do(req)
@@ -351,7 +351,7 @@ func TestSecurityDocCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	var r result
-	if !testwait.Poll(nil, time.Minute, func() bool {
+	if !testwait.Poll(time.Minute, func() bool {
 		r = hfIn(t, dir, "cluster", "status", "--bootstrap", "localhost:"+client[2], "--command-config", "admin.properties", "--timeout", "5s")
 		return r.code == 0 && strings.Count(r.out, " alive") == 3
 	}) {
@@ -374,7 +374,7 @@ func TestSecurityDocCluster(t *testing.T) {
 	// metadata log: retry as a user would until they have.
 	var pout, perrs string
 	var perr error
-	if !testwait.Poll(nil, time.Minute, func() bool {
+	if !testwait.Poll(time.Minute, func() bool {
 		pout, perrs, perr = sh(t, dir, env, "", produce)
 		return perr == nil
 	}) {
@@ -400,7 +400,7 @@ func TestServeWarnsBeyondLoopback(t *testing.T) {
 	p := startProc(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "--override", fmt.Sprintf("listeners=PLAINTEXT://0.0.0.0:%d", port),
 		"--advertised", fmt.Sprintf("127.0.0.1:%d", port), "--metrics-listen", "")
 	var l string
-	testwait.Poll(nil, 5*time.Second, func() bool { l = p.logs.String(); return strings.Contains(l, "msg=ready") })
+	testwait.Poll(5*time.Second, func() bool { l = p.logs.String(); return strings.Contains(l, "msg=ready") })
 	if !strings.Contains(l, fmt.Sprintf("SECURITY: listener PLAINTEXT (PLAINTEXT) on 0.0.0.0:%d", port)) || !strings.Contains(l, "without authentication") {
 		t.Fatalf("no warning for a PLAINTEXT listener on 0.0.0.0:\n%s", l)
 	}

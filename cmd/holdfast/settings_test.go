@@ -245,7 +245,7 @@ func TestServeWithServerProperties(t *testing.T) {
 		t.Fatal(err)
 	}
 	const summary = `coordinator partitions changed" topic=__consumer_offsets`
-	testwait.Poll(nil, 30*time.Second, func() bool { return strings.Contains(p.logs.String(), summary) })
+	testwait.Poll(30*time.Second, func() bool { return strings.Contains(p.logs.String(), summary) })
 	logs := p.logs.String()
 	if n := strings.Count(logs, "num.network.threads"); n != 1 {
 		t.Errorf("num.network.threads reported %d times, want once:\n%s", n, logs)

@@ -152,7 +152,7 @@ func TestClusterStopsCleanlyUnderLoad(t *testing.T) {
 	defer cl.Close()
 	var total int64
 	seen := 0
-	if !testwait.Poll(nil, 60*time.Second, func() bool {
+	if !testwait.Poll(60*time.Second, func() bool {
 		req := kmsg.NewPtrListOffsetsRequest()
 		rt := kmsg.NewListOffsetsRequestTopic()
 		rt.Topic = "load"

@@ -273,7 +273,7 @@ func TestClusterGroupTransactAcrossCoordinatorMove(t *testing.T) {
 		var last error
 		since := time.Now()
 		sum := 0
-		ok := testwait.Poll(ctx, 2*time.Minute, func() bool {
+		ok := testwait.PollContext(ctx, 2*time.Minute, func() bool {
 			if time.Since(since) > 20*time.Second {
 				// Stuck: say what the live nodes answer for the group.
 				for _, n := range nodes {

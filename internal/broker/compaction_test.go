@@ -408,7 +408,7 @@ func TestKafkaGoReadCompactedMessage(t *testing.T) {
 	defer cancel()
 	attempt := 0
 	var keys map[string]int
-	if !testwait.Poll(ctx, 120*time.Second, func() bool {
+	if !testwait.PollContext(ctx, 120*time.Second, func() bool {
 		attempt++
 		keys = func() map[string]int {
 			r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{n.Addr}, Topic: topic, MinBytes: 200, MaxBytes: 200, MaxWait: 100 * time.Millisecond})

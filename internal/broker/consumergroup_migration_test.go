@@ -159,7 +159,7 @@ func runOnlineMigration(t *testing.T, seeds []string, adm *kadm.Client, topic, g
 func waitClassicStable(t *testing.T, adm *kadm.Client, group string, members int) {
 	t.Helper()
 	var last string
-	if !testwait.Poll(nil, 90*time.Second, func() bool {
+	if !testwait.Poll(90*time.Second, func() bool {
 		gs, err := adm.DescribeGroups(gctx(t, 10*time.Second), group)
 		if err != nil {
 			last = err.Error()

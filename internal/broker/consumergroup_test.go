@@ -192,7 +192,7 @@ func waitCGStable(t testing.TB, adm *kadm.Client, group string, members, partiti
 	t.Helper()
 	var g kadm.DescribedConsumerGroup
 	var last string
-	ok := testwait.Poll(nil, 60*time.Second, func() bool {
+	ok := testwait.Poll(60*time.Second, func() bool {
 		gs, err := adm.DescribeConsumerGroups(gctx(t, 10*time.Second), group)
 		if err == nil {
 			g = gs[group]

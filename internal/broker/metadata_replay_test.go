@@ -72,7 +72,7 @@ func TestMetadataReplayAfterPowerCut(t *testing.T) {
 		}
 	}
 	var ln net.Listener
-	testwait.Poll(nil, 5*time.Second, func() bool { ln, err = net.Listen("tcp", cb.addr); return err == nil })
+	testwait.Poll(5*time.Second, func() bool { ln, err = net.Listen("tcp", cb.addr); return err == nil })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -361,7 +361,7 @@ func (c *shareConsumer) stop() {
 func waitShareAccepted(t testing.TB, total, rejectEvery int, cs ...*shareConsumer) (accepted map[int]int, maxDC map[int]int32) {
 	t.Helper()
 	missing := 0
-	ok := testwait.Poll(nil, 120*time.Second, func() bool {
+	ok := testwait.Poll(120*time.Second, func() bool {
 		accepted, maxDC = map[int]int{}, map[int]int32{}
 		for _, c := range cs {
 			c.mu.Lock()

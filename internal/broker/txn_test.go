@@ -574,7 +574,7 @@ func TestTxnExactlyOncePipeline(t *testing.T) {
 	// committedInputs is the truth: the group's committed offsets.
 	committedInputs := func() int {
 		sum := 0
-		if !testwait.Poll(ctx, time.Minute, func() bool {
+		if !testwait.PollContext(ctx, time.Minute, func() bool {
 			os, err := adm.FetchOffsets(ctx, "eos-group")
 			if err != nil || os.Error() != nil {
 				return false
@@ -958,7 +958,7 @@ func (cb *crashBroker) powerCut() {
 	cb.b.Close() // fails on the dead handles: nothing more reaches the disk
 	var ln net.Listener
 	var err error
-	testwait.Poll(nil, 5*time.Second, func() bool { ln, err = net.Listen("tcp", cb.addr); return err == nil })
+	testwait.Poll(5*time.Second, func() bool { ln, err = net.Listen("tcp", cb.addr); return err == nil })
 	if err != nil {
 		cb.t.Fatal(err)
 	}

@@ -184,7 +184,7 @@ func produceOne(t *testing.T, nodes []*Node, parts int) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if !testwait.Poll(ctx, 2*time.Minute, func() bool {
+	if !testwait.PollContext(ctx, 2*time.Minute, func() bool {
 		err = cl.ProduceSync(ctx, &kgo.Record{Topic: "scale", Partition: int32(parts - 1), Value: []byte("x")}).FirstErr()
 		return err == nil
 	}) {
@@ -229,7 +229,7 @@ func startTogether(t *testing.T, nodes []*Node) {
 func relistenRetry(t *testing.T, addr string) net.Listener {
 	var ln net.Listener
 	var err error
-	if !testwait.Poll(nil, 5*time.Second, func() bool { ln, err = net.Listen("tcp", addr); return err == nil }) {
+	if !testwait.Poll(5*time.Second, func() bool { ln, err = net.Listen("tcp", addr); return err == nil }) {
 		t.Fatal(err)
 	}
 	return ln

@@ -38,7 +38,7 @@ func leaderOf(t testing.TB, c *Cluster, topic string, partition int32, except ..
 	adm := c.Admin()
 	var last string
 	leader := 0
-	testwait.Poll(nil, 60*time.Second, func() bool {
+	testwait.Poll(60*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		md, err := adm.Metadata(ctx, topic)
 		cancel()
@@ -76,7 +76,7 @@ func waitReplicasInSync(t testing.TB, c *Cluster, topic string, timeout time.Dur
 	t.Helper()
 	adm := c.Admin()
 	var last string
-	if testwait.Poll(nil, timeout, func() bool {
+	if testwait.Poll(timeout, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		md, err := adm.Metadata(ctx, topic)
 		cancel()
@@ -214,7 +214,7 @@ func TestClusterFaultSchedule(t *testing.T) {
 func groupsUnavailable(c *Cluster, group string) string {
 	adm := c.Admin()
 	var err error
-	if testwait.Poll(nil, 20*time.Second, func() bool {
+	if testwait.Poll(20*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		err = adm.FindGroupCoordinators(ctx, group).Error()

@@ -161,7 +161,7 @@ func requireInSync(t testing.TB, c *Cluster, topic string, timeout time.Duration
 	t.Helper()
 	cl := c.Client()
 	var last string
-	if !testwait.Poll(nil, timeout, func() bool {
+	if !testwait.Poll(timeout, func() bool {
 		ok := true
 		last = ""
 		for _, n := range c.Nodes {

@@ -27,7 +27,7 @@ func TestSingleNodeDiskFull(t *testing.T) {
 	// Uncompressed, so the padding takes real space.
 	p := ch.StartProducer(producerClient(t, c, topic, kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.RecordDeliveryTimeout(5*time.Minute)), 2000)
-	if !testwait.Poll(nil, 60*time.Second, func() bool { return strings.Contains(c.Logs(1), "no space left on device") }) {
+	if !testwait.Poll(60*time.Second, func() bool { return strings.Contains(c.Logs(1), "no space left on device") }) {
 		t.Fatalf("disk not full after 60s and %d acknowledgements of 4 KB", ch.Acked())
 	}
 	full := ch.Acked()

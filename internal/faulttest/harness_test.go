@@ -96,5 +96,5 @@ func TestHarnessNetworkFaults(t *testing.T) {
 // more than one dial's timeout on a loaded machine (a single Ping after a
 // heal timed out once). What must stay unreachable is checked once.
 func eventually(ok func() bool) bool {
-	return testwait.Poll(nil, 30*time.Second, ok)
+	return testwait.Poll(30*time.Second, ok)
 }

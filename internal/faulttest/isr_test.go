@@ -42,7 +42,7 @@ func TestClusterISRSameOnEveryNode(t *testing.T) {
 	c.Kill(f)
 	cl := c.Client()
 	var last string
-	if !testwait.Poll(nil, 20*time.Second, func() bool {
+	if !testwait.Poll(20*time.Second, func() bool {
 		last = ""
 		agree := true
 		views := map[int]map[int32]partitionView{}

@@ -132,7 +132,7 @@ func TestClusterShareGroupKill(t *testing.T) {
 	waitAccepted := func(upTo, atLeast int, what string) {
 		t.Helper()
 		n := 0
-		if !testwait.Poll(nil, 3*time.Minute, func() bool {
+		if !testwait.Poll(3*time.Minute, func() bool {
 			acc, _ := accepted()
 			n = 0
 			for v := 0; v < upTo; v++ {
@@ -169,7 +169,7 @@ func TestClusterShareGroupKill(t *testing.T) {
 	// elect leaders is retriable: ask again.
 	coord := -1
 	var fc kadm.FindCoordinatorResponses
-	if !testwait.Poll(nil, 60*time.Second, func() bool {
+	if !testwait.Poll(60*time.Second, func() bool {
 		fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		fc = kadm.NewClient(admCl).FindGroupCoordinators(fctx, group)
 		fcancel()

@@ -85,7 +85,7 @@ func gather(t *testing.T, reg prometheus.Gatherer) gathered {
 func settled(t *testing.T, reg prometheus.Gatherer, done func(gathered) bool) gathered {
 	t.Helper()
 	var g gathered
-	testwait.Poll(nil, 10*time.Second, func() bool { g = gather(t, reg); return done(g) })
+	testwait.Poll(10*time.Second, func() bool { g = gather(t, reg); return done(g) })
 	return g
 }
 

@@ -134,7 +134,7 @@ func (c *cluster) start(id uint64) {
 	var h *Host
 	var err error
 	// The old port may linger briefly after a stop: retry.
-	testwait.Poll(nil, 5*time.Second, func() bool {
+	testwait.Poll(5*time.Second, func() bool {
 		h, err = NewHost(Config{
 			ID: id, Dir: nd.dir, Listen: nd.addr, Peers: peers, TickInterval: c.tick,
 			ElectionTicks: electionTicks, QuiesceTicks: c.quiesceTicks, Faults: c.faults, Logger: c.logger.With("test_node", id), FS: fsys,
@@ -268,7 +268,7 @@ func (c *cluster) propose(g uint64, value string, among ...uint64) Proposal {
 	c.tb.Helper()
 	b := batch(c.tb, value)
 	var committed Proposal
-	ok := testwait.Poll(nil, 30*time.Second, func() bool {
+	ok := testwait.Poll(30*time.Second, func() bool {
 		id, _ := c.leader(g, among...)
 		if id == 0 {
 			return false
@@ -282,7 +282,7 @@ func (c *cluster) propose(g uint64, value string, among ...uint64) Proposal {
 		defer cancel()
 		// The node may step down: whether p commits is then up to the
 		// next leader, and it shows here once the commit passes p.
-		testwait.Poll(ctx, 10*time.Second, func() bool {
+		testwait.PollContext(ctx, 10*time.Second, func() bool {
 			err = h.WaitCommitted(ctx, p)
 			return !errors.Is(err, ErrNotLeader)
 		})
@@ -487,7 +487,7 @@ func (c *cluster) checkAcked(g uint64, a []acked) {
 // changeConf retries a membership change on the current leader.
 func (c *cluster) changeConf(g uint64, fn func(h *Host) error, among ...uint64) {
 	c.tb.Helper()
-	ok := testwait.Poll(nil, 30*time.Second, func() bool {
+	ok := testwait.Poll(30*time.Second, func() bool {
 		id, _ := c.leader(g, among...)
 		if id == 0 {
 			return false

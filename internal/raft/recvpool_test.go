@@ -139,7 +139,7 @@ func proposeOn(t *testing.T, h *Host, g uint64, value string) {
 	p, err := h.Propose(ctx, g, batch(t, value))
 	// A node just elected refuses proposals until its first Ready of the
 	// term (readyTerm): nothing was proposed, so asking again is safe.
-	testwait.Poll(ctx, 10*time.Second, func() bool {
+	testwait.PollContext(ctx, 10*time.Second, func() bool {
 		var nl *NotLeaderError
 		if !errors.As(err, &nl) || nl.Leader != h.ID() {
 			return true

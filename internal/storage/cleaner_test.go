@@ -1071,7 +1071,7 @@ func TestCleanConcurrent(t *testing.T) {
 		// one they overlap aborts): keep the cleaner, readers and
 		// deletions going until a pass has swapped something in, bounded
 		// (the check below then fails).
-		testwait.Poll(nil, 30*time.Second, func() bool {
+		testwait.Poll(30*time.Second, func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return swapped > 0

@@ -22,13 +22,15 @@ const (
 	maxPause   = 100 * time.Millisecond
 )
 
-// Poll calls ok until it returns true or timeout passes (or ctx, if not
-// nil, ends) and reports whether ok held. For loops that decide for
-// themselves what a timeout means.
-func Poll(ctx context.Context, timeout time.Duration, ok func() bool) bool {
-	if ctx == nil {
-		ctx = context.Background()
-	}
+// Poll calls ok until it returns true or timeout passes and reports
+// whether ok held. For loops that decide for themselves what a timeout
+// means.
+func Poll(timeout time.Duration, ok func() bool) bool {
+	return PollContext(context.Background(), timeout, ok)
+}
+
+// PollContext is Poll that also stops when ctx ends.
+func PollContext(ctx context.Context, timeout time.Duration, ok func() bool) bool {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	pause := firstPause
@@ -51,7 +53,7 @@ func Poll(ctx context.Context, timeout time.Duration, ok func() bool) bool {
 // Until waits for cond, failing tb (Fatalf) after timeout with what.
 func Until(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
 	tb.Helper()
-	if !Poll(nil, timeout, cond) {
+	if !Poll(timeout, cond) {
 		tb.Fatalf("timed out after %v waiting for %s", timeout, what)
 	}
 }
@@ -61,7 +63,7 @@ func Until(tb testing.TB, timeout time.Duration, what string, cond func() bool) 
 func For(tb testing.TB, timeout time.Duration, what string, fn func() error) {
 	tb.Helper()
 	var last error
-	if !Poll(nil, timeout, func() bool { last = fn(); return last == nil }) {
+	if !Poll(timeout, func() bool { last = fn(); return last == nil }) {
 		tb.Fatalf("timed out after %v waiting for %s: %v", timeout, what, last)
 	}
 }

@@ -16,12 +16,12 @@ import (
 func TestPoll(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := 0
-		if !Poll(nil, time.Second, func() bool { n++; return true }) || n != 1 {
+		if !Poll(time.Second, func() bool { n++; return true }) || n != 1 {
 			t.Fatalf("immediate: %d checks", n)
 		}
 		start := time.Now()
 		n = 0
-		if !Poll(nil, time.Minute, func() bool { n++; return time.Since(start) >= 300*time.Millisecond }) {
+		if !Poll(time.Minute, func() bool { n++; return time.Since(start) >= 300*time.Millisecond }) {
 			t.Fatal("a condition that holds after 300 ms was not seen")
 		}
 		if n > 15 {
@@ -29,7 +29,7 @@ func TestPoll(t *testing.T) {
 		}
 		n = 0
 		start = time.Now()
-		if Poll(nil, 2*time.Second, func() bool { n++; return false }) {
+		if Poll(2*time.Second, func() bool { n++; return false }) {
 			t.Fatal("a condition that never holds was reported held")
 		}
 		if d := time.Since(start); d != 2*time.Second || n > 40 {
@@ -37,7 +37,7 @@ func TestPoll(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if Poll(ctx, time.Hour, func() bool { return false }) {
+		if PollContext(ctx, time.Hour, func() bool { return false }) {
 			t.Fatal("held with a done context")
 		}
 	})

@@ -57,7 +57,7 @@ func refused(t *testing.T, c net.Conn) {
 func awaitPerIP(t *testing.T, s *Server, ip string, n int) {
 	t.Helper()
 	a := netip.MustParseAddr(ip)
-	if !testwait.Poll(nil, time.Minute, func() bool { return s.PerIP(a) == n }) {
+	if !testwait.Poll(time.Minute, func() bool { return s.PerIP(a) == n }) {
 		t.Fatalf("%s holds %d connections, want %d", ip, s.PerIP(a), n)
 	}
 }

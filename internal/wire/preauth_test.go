@@ -171,7 +171,7 @@ func TestPreAuthBudget(t *testing.T) {
 // awaitPool waits until ok holds for the server's memory pools.
 func awaitPool(t *testing.T, s *Server, what string, ok func(MemoryPool) bool) {
 	t.Helper()
-	if !testwait.Poll(nil, time.Minute, func() bool { return ok(s.MemoryPool()) }) {
+	if !testwait.Poll(time.Minute, func() bool { return ok(s.MemoryPool()) }) {
 		t.Fatalf("%s: %+v", what, s.MemoryPool())
 	}
 }

@@ -104,7 +104,7 @@ func TestSplicedFileRanges(t *testing.T) {
 		}
 		// Release runs right after the write, so the client may see the
 		// response a moment before it.
-		testwait.Poll(nil, 5*time.Second, func() bool { return h.released.Load() >= 4 })
+		testwait.Poll(5*time.Second, func() bool { return h.released.Load() >= 4 })
 		if got := h.released.Load(); got != 4 {
 			t.Fatalf("released %d of 4 spliced responses", got)
 		}

@@ -294,7 +294,7 @@ func TestMaxConnections(t *testing.T) {
 	}
 	a.Close()
 	// The slot frees once the server notices the close.
-	testwait.Poll(nil, 5*time.Second, func() bool { return s.Stats.Open.Load() <= 1 })
+	testwait.Poll(5*time.Second, func() bool { return s.Stats.Open.Load() <= 1 })
 	c := dial(t, addr)
 	c.Write(frame(kmsg.NewPtrApiVersionsRequest(), 3, 5))
 	readFrame(t, c)
@@ -362,7 +362,7 @@ func TestThousandsOfStalledConnections(t *testing.T) {
 		// A frame that announces 1 MiB and sends 6 bytes of it.
 		c.Write([]byte{0, 0x10, 0, 0, 0, 18})
 	}
-	testwait.Poll(nil, 20*time.Second, func() bool { return s.Stats.Open.Load() >= conns })
+	testwait.Poll(20*time.Second, func() bool { return s.Stats.Open.Load() >= conns })
 	if got := s.Stats.Open.Load(); got < conns {
 		t.Fatalf("server holds %d of %d connections", got, conns)
 	}
