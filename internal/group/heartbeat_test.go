@@ -196,3 +196,37 @@ func TestConsumerGroupMaxSize(t *testing.T) {
 		}
 	}
 }
+
+// TestConsumerGroupListingAndDescribeFlags: ListGroups tells consumer
+// groups from classic ones by type and state filters; ConsumerGroupDescribe
+// reports authorized operations when asked, and refuses an empty id.
+func TestConsumerGroupListingAndDescribeFlags(t *testing.T) {
+	c := newConsumerTestCoordinator(t, []Log{&memLog{}}, "")
+	(&cgClient{id: "a"}).beat(t, c)
+	commitCodes(t, c, commitOne("plain", "t", 0, 1, nil))
+	list := func(types, states []string) map[string]string {
+		req := kmsg.NewPtrListGroupsRequest()
+		req.Version = 5
+		req.TypesFilter, req.StatesFilter = types, states
+		out := map[string]string{}
+		for _, g := range c.ListGroups(req)(context.Background()).(*kmsg.ListGroupsResponse).Groups {
+			out[g.Group] = g.GroupType + "/" + g.GroupState
+		}
+		return out
+	}
+	if got := list([]string{"consumer"}, nil); len(got) != 1 || got["g"] != "consumer/Stable" {
+		t.Fatalf("consumer groups: %v", got)
+	}
+	if got := list([]string{"classic"}, []string{"Empty"}); len(got) != 1 || got["plain"] != "classic/Empty" {
+		t.Fatalf("empty classic groups: %v", got)
+	}
+	if got := list(nil, []string{"Dead"}); len(got) != 0 {
+		t.Fatalf("dead groups listed: %v", got)
+	}
+	req := kmsg.NewPtrConsumerGroupDescribeRequest()
+	req.Groups, req.IncludeAuthorizedOperations = []string{"g", ""}, true
+	gs := c.ConsumerGroupDescribe(req)(context.Background()).(*kmsg.ConsumerGroupDescribeResponse).Groups
+	if gs[0].ErrorCode != 0 || gs[0].AuthorizedOperations <= 0 || gs[1].ErrorCode != kerr.InvalidGroupID.Code {
+		t.Fatalf("describe: %d ops %d, empty id %v", gs[0].ErrorCode, gs[0].AuthorizedOperations, kerr.ErrorForCode(gs[1].ErrorCode))
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"slices"
 	"testing"
 	"time"
@@ -179,5 +180,33 @@ func TestLabClusterIsolateAndWipe(t *testing.T) {
 	seen := consumeAll(ctx, t, c, "w", 51)
 	if len(seen) != 51 {
 		t.Fatalf("read %d distinct values, want 51", len(seen))
+	}
+}
+
+// TestEnvClusters: a scenario's clusters get directories of their own
+// under the scenario's, and closeAll stops every one (their ports free
+// for the next scenario).
+func TestEnvClusters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e := &env{dir: t.TempDir(), log: quietLog(), scenario: "s"}
+	c1, err := e.cluster(ctx, clusterOptions{nodes: 1, flush: storage.FlushPolicy{Mode: storage.FlushSync}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := e.cluster(ctx, clusterOptions{nodes: 1, flush: storage.FlushPolicy{Mode: storage.FlushSync}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c1.dir == c2.dir || !c1.node(1).running() || !c2.node(1).running() || len(e.clusters) != 2 {
+		t.Fatalf("clusters %q and %q, running %v %v", c1.dir, c2.dir, c1.node(1).running(), c2.node(1).running())
+	}
+	e.closeAll()
+	if c1.node(1).running() || c2.node(1).running() || len(e.clusters) != 0 || c1.node(1).broker() != nil {
+		t.Fatal("closeAll left a node running")
+	}
+	if conn, err := net.DialTimeout("tcp", c1.node(1).addr, time.Second); err == nil {
+		conn.Close()
+		t.Fatal("a stopped node still accepts connections")
 	}
 }
