@@ -25,6 +25,7 @@ import (
 
 	"holdfast/internal/auth"
 	"holdfast/internal/brokertest"
+	"holdfast/internal/testwait"
 )
 
 type result struct {
@@ -236,7 +237,7 @@ func TestCLIProduceConsume(t *testing.T) {
 	}
 	// --timestamp: records after a moment get exactly the later ones.
 	mid := time.Now()
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // the later record's timestamp must be past mid (milliseconds)
 	ok(t, "later\n", "produce", "pc", "-p", "0", b)
 	if out := ok(t, "", "consume", "pc", "--timestamp", mid.UTC().Format(time.RFC3339Nano), "-e", b); out != "later\n" {
 		t.Fatalf("--timestamp: %q", out)
@@ -295,7 +296,7 @@ func TestCLIGroupsAndRecords(t *testing.T) {
 		t.Fatalf("completing a group name: %q", out)
 	}
 
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // time lag counts from the last commit, in ms: let some pass
 	desc := ok(t, "", "group", "describe", "readers", b)
 	if !strings.Contains(desc, "state Empty  protocol consumer  coordinator") {
 		t.Fatalf("an Empty group's protocol:\n%s", desc)
@@ -574,12 +575,10 @@ func TestCLIGroupDescribeConsumerProtocol(t *testing.T) {
 		t.Fatal(err)
 	}
 	var desc string
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	testwait.Poll(20*time.Second, func() bool {
 		desc = ok(t, "", "group", "describe", "g848-readers", "--no-time-lag", b)
-		if strings.Contains(desc, "state Stable") || time.Now().After(deadline) {
-			break
-		}
-	}
+		return strings.Contains(desc, "state Stable")
+	})
 	if !strings.Contains(desc, "state Stable  protocol consumer/uniform") {
 		t.Fatalf("a KIP-848 group described as:\n%s", desc)
 	}
@@ -668,12 +667,10 @@ func TestCLIShareGroup(t *testing.T) {
 	}
 	row(t, ok(t, "", "group", "list", b), "q-readers", "Stable", "share")
 	var desc string
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	testwait.Poll(20*time.Second, func() bool {
 		desc = ok(t, "", "group", "describe", "q-readers", b)
-		if strings.Contains(strings.Join(strings.Fields(desc), " "), "qshare 0 3 3 0") || time.Now().After(deadline) {
-			break
-		}
-	}
+		return strings.Contains(strings.Join(strings.Fields(desc), " "), "qshare 0 3 3 0")
+	})
 	if !strings.Contains(desc, "share group q-readers  state Stable") {
 		t.Fatalf("share group described as:\n%s", desc)
 	}

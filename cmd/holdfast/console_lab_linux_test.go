@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"holdfast/internal/testwait"
 )
 
 // labChild is the pid of serve's `holdfast lab` child process, or 0.
@@ -63,16 +65,13 @@ func TestConsoleLabStopsWithBroker(t *testing.T) {
 				t.Fatalf("starting a run: %d %s", code, body)
 			}
 			var child int
-			for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			if !testwait.Poll(time.Minute, func() bool {
 				if child == 0 {
 					child = labChild(t, p.cmd.Process.Pid)
 				}
-				if s := getLabStatus(t, base); child != 0 && s.Current != "" {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("no lab child running after a minute (child %d): %+v\n%s", child, getLabStatus(t, base), p.logs)
-				}
+				return child != 0 && getLabStatus(t, base).Current != ""
+			}) {
+				t.Fatalf("no lab child running after a minute (child %d): %+v\n%s", child, getLabStatus(t, base), p.logs)
 			}
 			t.Logf("lab child %d, status %+v", child, getLabStatus(t, base))
 			p.cmd.Process.Signal(sig)
@@ -81,11 +80,9 @@ func TestConsoleLabStopsWithBroker(t *testing.T) {
 			case <-time.After(2 * time.Minute):
 				t.Fatalf("serve did not exit after %v:\n%s", sig, p.logs)
 			}
-			for deadline := time.Now().Add(30 * time.Second); alive(child); time.Sleep(100 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					syscall.Kill(child, syscall.SIGKILL)
-					t.Fatalf("the lab child %d outlived serve's %v by 30 s", child, sig)
-				}
+			if !testwait.Poll(30*time.Second, func() bool { return !alive(child) }) {
+				syscall.Kill(child, syscall.SIGKILL)
+				t.Fatalf("the lab child %d outlived serve's %v by 30 s", child, sig)
 			}
 			if sig == syscall.SIGTERM {
 				if left, _ := os.ReadDir(tmp); len(left) > 0 {

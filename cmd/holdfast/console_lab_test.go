@@ -18,6 +18,7 @@ import (
 
 	"holdfast/internal/console"
 	"holdfast/internal/lab"
+	"holdfast/internal/testwait"
 )
 
 var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }, Timeout: 30 * time.Second}
@@ -49,17 +50,11 @@ func getLabStatus(t *testing.T, base string) console.LabStatus {
 
 func awaitLabIdle(t *testing.T, base string, within time.Duration, logs fmt.Stringer) console.LabStatus {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		s := getLabStatus(t, base)
-		if !s.Running {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the lab run is still going after %s: %+v\nbroker logs:\n%s", within, s, logs)
-		}
-		time.Sleep(200 * time.Millisecond)
+	var s console.LabStatus
+	if !testwait.Poll(within, func() bool { s = getLabStatus(t, base); return !s.Running }) {
+		t.Fatalf("the lab run is still going after %s: %+v\nbroker logs:\n%s", within, s, logs)
 	}
+	return s
 }
 
 // labRowsShown checks that the lab page shows every row of res with its

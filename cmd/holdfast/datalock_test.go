@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"holdfast/internal/testwait"
 )
 
 // runToExit runs the binary with args and returns its combined output and
@@ -78,12 +80,8 @@ func TestSecondDevClusterOnOneDirRefuses(t *testing.T) {
 	go func() { cmd.Wait(); close(done) }()
 	t.Cleanup(func() { cmd.Process.Kill(); <-done })
 	addr := "127.0.0.1:" + strconv.Itoa(base)
-	deadline := time.Now().Add(30 * time.Second)
-	for ping(addr) != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("dev-cluster did not start:\n%s", logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testwait.Poll(30*time.Second, func() bool { return ping(addr) == nil }) {
+		t.Fatalf("dev-cluster did not start:\n%s", logs.String())
 	}
 	base2 := devClusterPorts(t)
 	out, failed := runToExit(t, dir, "dev-cluster", "--nodes", "1", "--dir", dir, "--base-port", strconv.Itoa(base2))

@@ -14,6 +14,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"holdfast/internal/testwait"
 )
 
 // devClusterPorts finds a base port whose Kafka (base..base+2) and Raft
@@ -85,11 +87,12 @@ func (dc *devClusterProc) Logs() string { return dc.out.String() }
 // again while the cluster forms.
 func (dc *devClusterProc) createTopic(t *testing.T, adm *kadm.Client, topic string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	var err error
+	if !testwait.Poll(60*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		resp, err := adm.CreateTopics(ctx, 6, 3, nil, topic)
-		cancel()
+		defer cancel()
+		var resp kadm.CreateTopicResponses
+		resp, err = adm.CreateTopics(ctx, 6, 3, nil, topic)
 		if err == nil {
 			err = resp.Error()
 		}
@@ -97,12 +100,10 @@ func (dc *devClusterProc) createTopic(t *testing.T, adm *kadm.Client, topic stri
 			if rf := resp.Sorted()[0].ReplicationFactor; rf != 3 {
 				t.Fatalf("CreateTopics answered replication factor %d, want 3", rf)
 			}
-			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("create topic %s: %v\n%s", topic, err, dc.Logs())
-		}
-		time.Sleep(200 * time.Millisecond)
+		return err == nil
+	}) {
+		t.Fatalf("create topic %s: %v\n%s", topic, err, dc.Logs())
 	}
 }
 
@@ -118,48 +119,32 @@ func TestClusterElectLeadersCLI(t *testing.T) {
 	}
 	defer cl.Close()
 	dc.createTopic(t, kadm.NewClient(cl), "cli-elect")
-	deadline := time.Now().Add(60 * time.Second)
-
 	var out []byte
-	for {
-		// Until every partition has a leader, some elections fail.
+	// Until every partition has a leader, some elections fail.
+	if !testwait.Poll(60*time.Second, func() bool {
 		out, err = exec.Command(binary, "cluster", "elect-leaders", "--bootstrap", boot, "--topic", "cli-elect").CombinedOutput()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("elect-leaders: %v\n%s", err, out)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return err == nil
+	}) {
+		t.Fatalf("elect-leaders: %v\n%s", err, out)
 	}
 	if !strings.Contains(string(out), "TOPIC") || strings.Count(string(out), "cli-elect") != 6 {
 		t.Fatalf("elect-leaders output, want a line per partition:\n%s", out)
 	}
 	// The broker that answered saw the new leaders; the others hear of
 	// them with the next Raft message.
-	for {
-		bad := notPreferred(t, cl, "cli-elect")
-		if bad == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after elect-leaders: %s\n%s", bad, out)
-		}
-		time.Sleep(100 * time.Millisecond)
+	bad := ""
+	if !testwait.Poll(60*time.Second, func() bool { bad = notPreferred(t, cl, "cli-elect"); return bad == "" }) {
+		t.Fatalf("after elect-leaders: %s\n%s", bad, out)
 	}
 
 	// cluster status: three live nodes, and per partition the replicas'
 	// acknowledged offsets from their leader.
-	for {
+	if !testwait.Poll(60*time.Second, func() bool {
 		out, err = exec.Command(binary, "cluster", "status", "--bootstrap", boot).CombinedOutput()
-		if err == nil && strings.Count(string(out), "alive") == 3 &&
-			regexp.MustCompile(`(?m)^cli-elect\s+0\s+\d\s+\d+\s+\[[1-3 ]+\]\s+\[[1-3 ]+\]\s+\[\]\s+\d+\s+\d:\d+ \d:\d+ \d:\d+\s*$`).Match(out) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster status: %v\n%s", err, out)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return err == nil && strings.Count(string(out), "alive") == 3 &&
+			regexp.MustCompile(`(?m)^cli-elect\s+0\s+\d\s+\d+\s+\[[1-3 ]+\]\s+\[[1-3 ]+\]\s+\[\]\s+\d+\s+\d:\d+ \d:\d+ \d:\d+\s*$`).Match(out)
+	}) {
+		t.Fatalf("cluster status: %v\n%s", err, out)
 	}
 
 	out, err = exec.Command(binary, "cluster", "elect-leaders", "--bootstrap", boot, "--topic", "no-such-topic", "--partition", "0").CombinedOutput()

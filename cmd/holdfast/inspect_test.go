@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"holdfast/internal/testwait"
 )
 
 // TestCLIInspect: log-dirs, metadata-quorum and transactions against a
@@ -72,10 +73,8 @@ func TestCLIInspect(t *testing.T) {
 func awaitOutput(t *testing.T, f func() string, want string) {
 	t.Helper()
 	var out string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if out = f(); strings.Contains(out, want) {
-			return
-		}
+	if testwait.Poll(10*time.Second, func() bool { out = f(); return strings.Contains(out, want) }) {
+		return
 	}
-	t.Fatal(fmt.Sprintf("no %q in:\n%s", want, out))
+	t.Fatalf("no %q in:\n%s", want, out)
 }

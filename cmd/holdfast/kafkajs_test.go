@@ -20,6 +20,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"holdfast/internal/testwait"
 )
 
 // kafkajs returns node and the absolute testdata/kafkajs directory (see
@@ -310,14 +312,12 @@ func startDevCluster(t *testing.T, extra ...string) (brokers []string, logs func
 	for i := range 3 {
 		brokers = append(brokers, fmt.Sprintf("127.0.0.1:%d", dc.base+i))
 	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		r := hfIn(t, dc.dir, "cluster", "status", "--bootstrap", brokers[0], "--timeout", "5s")
-		if r.code == 0 && strings.Count(r.out, " alive") == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster status: exit %d\n%s%s\n%s", r.code, r.out, r.err, dc.Logs())
-		}
+	var r result
+	if !testwait.Poll(time.Minute, func() bool {
+		r = hfIn(t, dc.dir, "cluster", "status", "--bootstrap", brokers[0], "--timeout", "5s")
+		return r.code == 0 && strings.Count(r.out, " alive") == 3
+	}) {
+		t.Fatalf("cluster status: exit %d\n%s%s\n%s", r.code, r.out, r.err, dc.Logs())
 	}
 	return brokers, dc.Logs
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/freeport"
+	"holdfast/internal/testwait"
 	"holdfast/internal/wire"
 )
 
@@ -88,21 +89,22 @@ func startProc(t *testing.T, dir, addr string, args ...string) *proc {
 	}
 	go func() { cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() { p.kill(); <-p.done })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if ping(addr) == nil {
-			return p
-		}
+	exited := false
+	if !testwait.Poll(30*time.Second, func() bool {
 		select {
 		case <-p.done:
-			t.Fatalf("holdfast exited during start-up:\n%s", p.logs)
+			exited = true
+			return true
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("holdfast did not start serving on %s:\n%s", addr, p.logs)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return ping(addr) == nil
+	}) {
+		t.Fatalf("holdfast did not start serving on %s:\n%s", addr, p.logs)
 	}
+	if exited {
+		t.Fatalf("holdfast exited during start-up:\n%s", p.logs)
+	}
+	return p
 }
 
 func (p *proc) kill() { p.cmd.Process.Signal(syscall.SIGKILL) }
@@ -213,16 +215,11 @@ func TestKill9KeepsEveryAcknowledgedRecord(t *testing.T) {
 		}
 	}()
 	// Let a few thousand records be acknowledged, then pull the plug.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testwait.Poll(20*time.Second, func() bool {
 		mu.Lock()
-		n := len(acked)
-		mu.Unlock()
-		if n >= 3000 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return len(acked) >= 3000
+	})
 	p.kill()
 	<-p.done
 	cancel()

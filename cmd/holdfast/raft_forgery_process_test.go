@@ -24,6 +24,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 
 	"holdfast/internal/datadir"
+	"holdfast/internal/testwait"
 )
 
 // raftForgeries is issue 25's attack on the three processes of
@@ -103,11 +104,8 @@ func raftForgeries(t *testing.T, dir string, raftAddr func(node int) string, cli
 			t.Errorf("%s: node %d kept the Raft session (%v)", c.what, c.target, err)
 		}
 		// The process's log reaches us through a pipe: wait for the line.
-		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs[c.target-1](), "reason="+c.reason); time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Errorf("%s: node %d logged no refusal:\n%s", c.what, c.target, logs[c.target-1]())
-				break
-			}
+		if !testwait.Poll(10*time.Second, func() bool { return strings.Contains(logs[c.target-1](), "reason="+c.reason) }) {
+			t.Errorf("%s: node %d logged no refusal:\n%s", c.what, c.target, logs[c.target-1]())
 		}
 		// The brokers authenticate their Kafka listeners, so /metrics asks
 		// who is scraping (--admin-auth auto): the docs' admin.
@@ -137,7 +135,7 @@ func describeMetadataQuorum(t *testing.T, cl *kgo.Client) (leader, epoch int32) 
 	rt.Topic = "__cluster_metadata"
 	rt.Partitions = append(rt.Partitions, kmsg.NewDescribeQuorumRequestTopicPartition())
 	req.Topics = append(req.Topics, rt)
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	if !testwait.Poll(30*time.Second, func() bool {
 		for _, b := range cl.DiscoveredBrokers() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			resp, err := b.Request(ctx, req)
@@ -146,13 +144,16 @@ func describeMetadataQuorum(t *testing.T, cl *kgo.Client) (leader, epoch int32) 
 				continue
 			}
 			if p := resp.(*kmsg.DescribeQuorumResponse).Topics[0].Partitions[0]; p.ErrorCode == 0 && p.LeaderID > 0 {
-				return p.LeaderID, p.LeaderEpoch
+				leader, epoch = p.LeaderID, p.LeaderEpoch
+				return true
 			}
 		}
 		if len(cl.DiscoveredBrokers()) == 0 {
 			kmsg.NewPtrMetadataRequest().RequestWith(context.Background(), cl) // discover them
 		}
+		return false
+	}) {
+		t.Fatal("no node answered DescribeQuorum for the metadata quorum")
 	}
-	t.Fatal("no node answered DescribeQuorum for the metadata quorum")
-	return 0, 0
+	return leader, epoch
 }

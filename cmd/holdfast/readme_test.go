@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"holdfast/internal/testwait"
 )
 
 // quickstart returns the lines of the README code block that follows the
@@ -92,17 +94,20 @@ func TestReadmeQuickStart(t *testing.T) {
 			t.Errorf("the broker did not stop cleanly:\n%s", logs.String())
 		}
 	})
-	deadline := time.Now().Add(3 * time.Minute) // go run may compile first
-	for ping("localhost:9092") != nil {
+	exited := false
+	if !testwait.Poll(3*time.Minute, func() bool { // go run may compile first
 		select {
 		case <-done:
-			t.Fatalf("%s exited:\n%s", broker[0], logs.String())
+			exited = true
+			return true
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not serving after 3 minutes:\n%s", broker[0], logs.String())
-		}
-		time.Sleep(100 * time.Millisecond)
+		return ping("localhost:9092") == nil
+	}) {
+		t.Fatalf("%s: not serving after 3 minutes:\n%s", broker[0], logs.String())
+	}
+	if exited {
+		t.Fatalf("%s exited:\n%s", broker[0], logs.String())
 	}
 
 	// What a line must print, by what it runs.
@@ -185,13 +190,10 @@ func TestReadmeDevCluster(t *testing.T) {
 			<-done
 		}
 	})
-	deadline := time.Now().Add(60 * time.Second)
-	for ping("127.0.0.1:19092") != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not serving:\n%s", lines[0], logs.String())
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !testwait.Poll(60*time.Second, func() bool { return ping("127.0.0.1:19092") == nil }) {
+		t.Fatalf("%s: not serving:\n%s", lines[0], logs.String())
 	}
+	deadline := time.Now().Add(60 * time.Second)
 	if _, err := os.Stat(filepath.Join(dir, "dev-cluster", "node-3")); err != nil {
 		t.Fatalf("no ./dev-cluster/node-3: %v", err)
 	}
@@ -212,7 +214,7 @@ func TestReadmeDevCluster(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("README line failed: %s\n%v\n%s\ncluster:\n%s", line, err, out, logs.String())
 			}
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(500 * time.Millisecond) // a user's pause before running the README line again while the cluster forms
 		}
 		for cmd, want := range expect {
 			if strings.Contains(line, cmd) {

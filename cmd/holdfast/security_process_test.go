@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"holdfast/internal/testwait"
 )
 
 // docBlock returns the code block of docs/security.md that follows the
@@ -99,16 +101,14 @@ func bgServe(t *testing.T, dir string, env []string, line string) func() string 
 // awaitReady waits for every broker's "ready" log line.
 func awaitReady(t *testing.T, logs ...func() string) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
 	for _, l := range logs {
-		for !strings.Contains(l(), "msg=ready") {
+		if !testwait.Poll(2*time.Minute, func() bool {
 			if strings.Contains(l(), "msg=stopped") || strings.Contains(l(), "holdfast: ") {
 				t.Fatalf("holdfast serve exited during start-up:\n%s", l())
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("holdfast serve not ready after 2 minutes:\n%s", l())
-			}
-			time.Sleep(50 * time.Millisecond)
+			return strings.Contains(l(), "msg=ready")
+		}) {
+			t.Fatalf("holdfast serve not ready after 2 minutes:\n%s", l())
 		}
 	}
 }
@@ -247,17 +247,18 @@ func TestSecurityDocSingleNode(t *testing.T) {
 		t.Errorf("the console answered without a login:\n%s", page)
 	}
 	var page string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	testwait.Poll(30*time.Second, func() bool {
 		req, _ := http.NewRequest("GET", "http://127.0.0.1:"+admin+"/topics", nil)
 		req.SetBasicAuth("bob", "bob-secret")
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if page = string(b); strings.Contains(page, "orders") {
-				break
-			}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
 		}
-	}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		page = string(b)
+		return strings.Contains(page, "orders")
+	})
 	if !strings.Contains(page, "orders") {
 		t.Errorf("the console does not show topic orders to bob:\n%s\nbroker logs:\n%s", page, logs())
 	}
@@ -349,14 +350,12 @@ func TestSecurityDocCluster(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "admin.properties"), []byte(admin[1]), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		r := hfIn(t, dir, "cluster", "status", "--bootstrap", "localhost:"+client[2], "--command-config", "admin.properties", "--timeout", "5s")
-		if r.code == 0 && strings.Count(r.out, " alive") == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster status as admin: exit %d\n%s%s\n%s", r.code, r.out, r.err, all())
-		}
+	var r result
+	if !testwait.Poll(time.Minute, func() bool {
+		r = hfIn(t, dir, "cluster", "status", "--bootstrap", "localhost:"+client[2], "--command-config", "admin.properties", "--timeout", "5s")
+		return r.code == 0 && strings.Count(r.out, " alive") == 3
+	}) {
+		t.Fatalf("cluster status as admin: exit %d\n%s%s\n%s", r.code, r.out, r.err, all())
 	}
 
 	// The single node's admin block, through node 2: a topic (replicated
@@ -371,18 +370,15 @@ func TestSecurityDocCluster(t *testing.T) {
 	}
 	// bob writes through node 3 (the doc's line) and reads through node 1.
 	produce := strings.Split(strings.TrimSpace(docBlock(t, "secure-clients", map[string]string{"localhost:9093": "localhost:" + client[3]})), "\n")[0]
-	deadline := time.Now().Add(time.Minute)
-	for {
-		// Users and ACLs made through node 2 reach node 3 through the
-		// metadata log: retry as a user would until they have.
-		out, errs, err := sh(t, dir, env, "", produce)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s\n%v\n%s%s\n%s", produce, err, out, errs, all())
-		}
-		time.Sleep(500 * time.Millisecond)
+	// Users and ACLs made through node 2 reach node 3 through the
+	// metadata log: retry as a user would until they have.
+	var pout, perrs string
+	var perr error
+	if !testwait.Poll(time.Minute, func() bool {
+		pout, perrs, perr = sh(t, dir, env, "", produce)
+		return perr == nil
+	}) {
+		t.Fatalf("%s\n%v\n%s%s\n%s", produce, perr, pout, perrs, all())
 	}
 	consume := "kcat -b localhost:" + client[1] + " -X security.protocol=SASL_SSL -X sasl.mechanisms=SCRAM-SHA-512 -X sasl.username=bob -X sasl.password=bob-secret -X ssl.ca.location=certs/ca.pem -C -t orders -e"
 	if out, _, err := sh(t, dir, env, "", consume); err != nil || out != "first order\n" {
@@ -404,12 +400,7 @@ func TestServeWarnsBeyondLoopback(t *testing.T) {
 	p := startProc(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "--override", fmt.Sprintf("listeners=PLAINTEXT://0.0.0.0:%d", port),
 		"--advertised", fmt.Sprintf("127.0.0.1:%d", port), "--metrics-listen", "")
 	var l string
-	for i := 0; i < 100; i++ {
-		if l = p.logs.String(); strings.Contains(l, "msg=ready") {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.Poll(5*time.Second, func() bool { l = p.logs.String(); return strings.Contains(l, "msg=ready") })
 	if !strings.Contains(l, fmt.Sprintf("SECURITY: listener PLAINTEXT (PLAINTEXT) on 0.0.0.0:%d", port)) || !strings.Contains(l, "without authentication") {
 		t.Fatalf("no warning for a PLAINTEXT listener on 0.0.0.0:\n%s", l)
 	}

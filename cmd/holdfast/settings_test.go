@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"holdfast/internal/broker"
+	"holdfast/internal/testwait"
 	"holdfast/internal/wire"
 )
 
@@ -244,9 +245,7 @@ func TestServeWithServerProperties(t *testing.T) {
 		t.Fatal(err)
 	}
 	const summary = `coordinator partitions changed" topic=__consumer_offsets`
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(p.logs.String(), summary) && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Poll(30*time.Second, func() bool { return strings.Contains(p.logs.String(), summary) })
 	logs := p.logs.String()
 	if n := strings.Count(logs, "num.network.threads"); n != 1 {
 		t.Errorf("num.network.threads reported %d times, want once:\n%s", n, logs)

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/replica"
+	"holdfast/internal/testwait"
 )
 
 // TestClusterStopsCleanlyUnderLoad stops three real nodes together with
@@ -63,30 +64,21 @@ func TestClusterStopsCleanlyUnderLoad(t *testing.T) {
 			ns = append(ns, n)
 		}
 		for _, a := range kafkaAddrs {
-			deadline := time.Now().Add(60 * time.Second)
-			for ping(a) != nil {
-				if time.Now().After(deadline) {
-					t.Fatalf("node at %s did not start", a)
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
+			testwait.For(t, 60*time.Second, "the node at "+a+" to serve", func() error { return ping(a) })
 		}
 		return ns
 	}
 	ns := start()
 	boot := strings.Join(kafkaAddrs, ",")
-	for created := time.Now().Add(60 * time.Second); ; {
-		// Refused until every broker has registered.
+	// Refused until every broker has registered.
+	testwait.For(t, 60*time.Second, "topic load created", func() error {
 		out, err := exec.Command(binary, "topic", "create", "load", "--if-not-exists", "--partitions", strconv.Itoa(parts),
 			"--replication-factor", "3", "--bootstrap", boot, "--timeout", "60s").CombinedOutput()
-		if err == nil {
-			break
+		if err != nil {
+			return fmt.Errorf("%v\n%s", err, out)
 		}
-		if time.Now().After(created) {
-			t.Fatalf("topic create: %v\n%s", err, out)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaAddrs...), kgo.DefaultProduceTopic("load"),
 		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()), kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -106,9 +98,7 @@ func TestClusterStopsCleanlyUnderLoad(t *testing.T) {
 			})
 		}
 	})
-	for acked.Load() < 2000 {
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.Until(t, time.Minute, "2000 records acknowledged", func() bool { return acked.Load() >= 2000 })
 	// Node 1 stops alone while the others lead under load (their appends
 	// keep reaching it while it closes its logs), then the other two
 	// together.
@@ -160,8 +150,9 @@ func TestClusterStopsCleanlyUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	var total int64
+	seen := 0
+	if !testwait.Poll(60*time.Second, func() bool {
 		req := kmsg.NewPtrListOffsetsRequest()
 		rt := kmsg.NewListOffsetsRequestTopic()
 		rt.Topic = "load"
@@ -171,12 +162,10 @@ func TestClusterStopsCleanlyUnderLoad(t *testing.T) {
 			rt.Partitions = append(rt.Partitions, rp)
 		}
 		req.Topics = append(req.Topics, rt)
-		var total int64
-		complete := false
+		total, seen = 0, 0
 		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 		shards := cl.RequestSharded(rctx, req)
 		rcancel()
-		seen := 0
 		for _, s := range shards {
 			if s.Err != nil {
 				continue
@@ -190,14 +179,9 @@ func TestClusterStopsCleanlyUnderLoad(t *testing.T) {
 				}
 			}
 		}
-		complete = seen == parts
-		if complete && total >= want {
-			t.Logf("%d records acknowledged before the stop, %d in the log after the restart", want, total)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the restart: %d partitions answered, %d records (%d acknowledged before the stop)", seen, total, want)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return seen == parts && total >= want
+	}) {
+		t.Fatalf("after the restart: %d partitions answered, %d records (%d acknowledged before the stop)", seen, total, want)
 	}
+	t.Logf("%d records acknowledged before the stop, %d in the log after the restart", want, total)
 }

@@ -127,7 +127,7 @@ func runWorkload(t *testing.T, seeds []string, rf int, change func(step string))
 				t.Fatalf("%s: %v", what, err)
 			}
 			t.Logf("%s, attempt %d: %v (retriable: retrying)", what, attempt, err)
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // an application's retry pause on a retriable error
 		}
 	}
 	retry("commit offsets", func() error {
@@ -175,7 +175,7 @@ func runWorkload(t *testing.T, seeds []string, rf int, change func(step string))
 				return
 			}
 			t.Logf("list offsets, attempt %d: %v (retriable: retrying)", attempt, retry)
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // an application's retry pause on a retriable error
 		}
 	}
 	lookup(func() (kadm.ListedOffsets, error) { return adm.ListStartOffsets(ctx, diffTopic) }, res.Earliest)
@@ -222,7 +222,7 @@ func runWorkload(t *testing.T, seeds []string, rf int, change func(step string))
 			break
 		}
 		t.Logf("OffsetForLeaderEpoch, attempt %d: %v (retriable: retrying)", attempt, retry)
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // an application's retry pause on a retriable error
 	}
 	fo, err := adm.FetchOffsets(ctx, diffGroup)
 	if err != nil || fo.Error() != nil {

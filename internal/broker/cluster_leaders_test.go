@@ -181,7 +181,7 @@ func TestClusterElectLeaders(t *testing.T) {
 			break
 		}
 		t.Logf("asking again for %v: an election was running", again)
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // the admin tool's pause before it asks again
 		res2, err := adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, again)
 		if err != nil {
 			t.Fatalf("elect leaders: %v", err)

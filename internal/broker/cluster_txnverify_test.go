@@ -14,6 +14,7 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
+	"holdfast/internal/testwait"
 )
 
 // produceTo sends one transactional produce for topic/partition straight to
@@ -271,7 +272,8 @@ func TestClusterGroupTransactAcrossCoordinatorMove(t *testing.T) {
 	committedInputs := func() int {
 		var last error
 		since := time.Now()
-		for ctx.Err() == nil {
+		sum := 0
+		ok := testwait.PollContext(ctx, 2*time.Minute, func() bool {
 			if time.Since(since) > 20*time.Second {
 				// Stuck: say what the live nodes answer for the group.
 				for _, n := range nodes {
@@ -299,16 +301,17 @@ func TestClusterGroupTransactAcrossCoordinatorMove(t *testing.T) {
 			if err == nil {
 				err = os.Error()
 			}
-			if err == nil {
-				sum := 0
-				os.Each(func(o kadm.OffsetResponse) { sum += int(o.At) })
-				return sum
+			if err != nil {
+				last = err
+				return false
 			}
-			last = err
-			time.Sleep(50 * time.Millisecond)
+			os.Each(func(o kadm.OffsetResponse) { sum += int(o.At) })
+			return true
+		})
+		if !ok {
+			t.Fatalf("fetching the group's offsets timed out: %v", last)
 		}
-		t.Fatalf("fetching the group's offsets timed out: %v", last)
-		return 0
+		return sum
 	}
 	var down *brokertest.Node
 	moves := 0

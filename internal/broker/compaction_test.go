@@ -26,6 +26,7 @@ import (
 	"holdfast/internal/brokertest"
 	"holdfast/internal/metrics"
 	"holdfast/internal/records"
+	"holdfast/internal/testwait"
 	"holdfast/internal/wire"
 )
 
@@ -405,8 +406,11 @@ func TestKafkaGoReadCompactedMessage(t *testing.T) {
 	compactedEverywhere(t, []*brokertest.Node{n}, topic, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	for attempt := 0; ; attempt++ {
-		keys := func() map[string]int {
+	attempt := 0
+	var keys map[string]int
+	if !testwait.PollContext(ctx, 120*time.Second, func() bool {
+		attempt++
+		keys = func() map[string]int {
 			r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{n.Addr}, Topic: topic, MinBytes: 200, MaxBytes: 200, MaxWait: 100 * time.Millisecond})
 			defer r.Close()
 			keys := map[string]int{}
@@ -423,15 +427,11 @@ func TestKafkaGoReadCompactedMessage(t *testing.T) {
 		for k, c := range keys {
 			ok = ok && c == want[k]
 		}
-		if ok {
-			t.Logf("every key once after %d reads", attempt+1)
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("keys never compacted: %v", keys)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return ok
+	}) {
+		t.Fatalf("keys never compacted: %v", keys)
 	}
+	t.Logf("every key once after %d reads", attempt)
 }
 
 // TestCompactionTransactions: committed and aborted transactions and

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"holdfast/internal/broker"
+	"holdfast/internal/testwait"
 )
 
 // Online migration between the classic and the consumer group protocol
@@ -158,8 +159,7 @@ func runOnlineMigration(t *testing.T, seeds []string, adm *kadm.Client, topic, g
 func waitClassicStable(t *testing.T, adm *kadm.Client, group string, members int) {
 	t.Helper()
 	var last string
-	deadline := time.Now().Add(90 * time.Second)
-	for !func() bool {
+	if !testwait.Poll(90*time.Second, func() bool {
 		gs, err := adm.DescribeGroups(gctx(t, 10*time.Second), group)
 		if err != nil {
 			last = err.Error()
@@ -180,10 +180,7 @@ func waitClassicStable(t *testing.T, adm *kadm.Client, group string, members int
 		}
 		last = fmt.Sprintf("state %s protocol type %q, %d members, %d partitions (%d distinct), err %v", g.State, g.ProtocolType, len(g.Members), total, len(owned), g.Err)
 		return g.Err == nil && g.State == "Stable" && g.ProtocolType == "consumer" && len(g.Members) == members && total == 6 && len(owned) == 6
-	}() {
-		if time.Now().After(deadline) {
-			t.Fatalf("classic group %s not stable with %d members: %s", group, members, last)
-		}
-		time.Sleep(50 * time.Millisecond)
+	}) {
+		t.Fatalf("classic group %s not stable with %d members: %s", group, members, last)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"holdfast/internal/admin"
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
+	"holdfast/internal/testwait"
 	"holdfast/internal/wire"
 )
 
@@ -191,8 +192,7 @@ func waitCGStable(t testing.TB, adm *kadm.Client, group string, members, partiti
 	t.Helper()
 	var g kadm.DescribedConsumerGroup
 	var last string
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	ok := testwait.Poll(60*time.Second, func() bool {
 		gs, err := adm.DescribeConsumerGroups(gctx(t, 10*time.Second), group)
 		if err == nil {
 			g = gs[group]
@@ -206,17 +206,18 @@ func waitCGStable(t testing.TB, adm *kadm.Client, group string, members, partiti
 				}
 			}
 			if g.Err == nil && g.State == "Stable" && len(g.Members) == members && total == partitions && len(owners) == partitions {
-				return g
+				return true
 			}
 			last = fmt.Sprintf("state %s, %d members, %d partitions assigned (%d distinct), err %v", g.State, len(g.Members), total, len(owners), g.Err)
 		} else {
 			last = err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("group %s not stable with %d members and %d partitions: %s", group, members, partitions, last)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return false
+	})
+	if !ok {
+		t.Fatalf("group %s not stable with %d members and %d partitions: %s", group, members, partitions, last)
 	}
+	return g
 }
 
 func TestConsumerGroupFranzGoShares(t *testing.T) {
@@ -378,7 +379,7 @@ func TestConsumerGroupMembersComeAndGo(t *testing.T) {
 				t.Errorf("produce: %v", err)
 				break
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // a steady trickle of records while the group changes
 		}
 		produced <- i
 	}()
@@ -684,8 +685,8 @@ func TestConsumerGroupStaticAndRegex(t *testing.T) {
 	if len(held) != 2 {
 		t.Fatalf("static member holds %v", held)
 	}
-	s1.stop() // franz-go leaves with epoch -2: the partitions wait for it
-	time.Sleep(500 * time.Millisecond)
+	s1.stop()                          // franz-go leaves with epoch -2: the partitions wait for it
+	time.Sleep(500 * time.Millisecond) // a negative check: the static member's partitions must stay put meanwhile
 	g = describeCG(t, adm, "cg-static")
 	for _, m := range g.Members {
 		if m.InstanceID == nil && len(m.Assignment["cg-static"]) != 2 {

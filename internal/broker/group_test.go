@@ -18,6 +18,7 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
+	"holdfast/internal/testwait"
 	"holdfast/internal/wire"
 )
 
@@ -122,13 +123,7 @@ func (c *consumer) stop() {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, d, what, cond)
 }
 
 // describe returns the group as the broker reports it.
@@ -320,7 +315,7 @@ func TestGroupSaramaSharesPartitionsExactlyOnce(t *testing.T) {
 			defer wg.Done()
 			for ctx.Err() == nil {
 				if err := cg.Consume(ctx, []string{"sshare"}, h); err != nil && ctx.Err() == nil {
-					time.Sleep(50 * time.Millisecond)
+					time.Sleep(50 * time.Millisecond) // an application's pause before it consumes again
 				}
 			}
 			cg.Close()

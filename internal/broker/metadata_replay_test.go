@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"holdfast/internal/storage"
+	"holdfast/internal/testwait"
 )
 
 // TestMetadataReplayAfterPowerCut: the metadata Raft log is the record
@@ -71,12 +72,7 @@ func TestMetadataReplayAfterPowerCut(t *testing.T) {
 		}
 	}
 	var ln net.Listener
-	for i := 0; i < 100; i++ {
-		if ln, err = net.Listen("tcp", cb.addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Poll(5*time.Second, func() bool { ln, err = net.Listen("tcp", cb.addr); return err == nil })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
+	"holdfast/internal/testwait"
 	"holdfast/internal/wire"
 )
 
@@ -81,9 +82,7 @@ func TestOffsetsReplayMeasure(t *testing.T) {
 		t.Helper()
 		start := time.Now()
 		n.Restart()
-		for !n.B.GroupsLoaded() {
-			time.Sleep(time.Millisecond)
-		}
+		testwait.Until(t, 5*time.Minute, "the groups loaded", n.B.GroupsLoaded)
 		return time.Since(start)
 	}
 	before, sizeBefore := replay(), size()

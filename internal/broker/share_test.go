@@ -16,6 +16,7 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
+	"holdfast/internal/testwait"
 	"holdfast/internal/wire"
 )
 
@@ -359,8 +360,8 @@ func (c *shareConsumer) stop() {
 // total that is not rejected, and returns the merged counts.
 func waitShareAccepted(t testing.TB, total, rejectEvery int, cs ...*shareConsumer) (accepted map[int]int, maxDC map[int]int32) {
 	t.Helper()
-	deadline := time.Now().Add(120 * time.Second)
-	for {
+	missing := 0
+	ok := testwait.Poll(120*time.Second, func() bool {
 		accepted, maxDC = map[int]int{}, map[int]int32{}
 		for _, c := range cs {
 			c.mu.Lock()
@@ -372,20 +373,18 @@ func waitShareAccepted(t testing.TB, total, rejectEvery int, cs ...*shareConsume
 			}
 			c.mu.Unlock()
 		}
-		missing := 0
+		missing = 0
 		for v := 0; v < total; v++ {
 			if (rejectEvery == 0 || v%rejectEvery != 0) && accepted[v] == 0 {
 				missing++
 			}
 		}
-		if missing == 0 {
-			return accepted, maxDC
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d values never accepted", missing, total)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return missing == 0
+	})
+	if !ok {
+		t.Fatalf("%d of %d values never accepted", missing, total)
 	}
+	return accepted, maxDC
 }
 
 func checkShareSemantics(t testing.TB, total, releaseEvery, rejectEvery int, accepted map[int]int, maxDC map[int]int32) {

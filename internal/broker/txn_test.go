@@ -24,6 +24,7 @@ import (
 	"holdfast/internal/brokertest"
 	"holdfast/internal/records"
 	"holdfast/internal/storage"
+	"holdfast/internal/testwait"
 	"holdfast/internal/wire"
 )
 
@@ -316,12 +317,7 @@ func TestTxnTimeoutAborts(t *testing.T) {
 	if err := cl.ProduceSync(ctx, recs("slow", "late-", 2)...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	for describeTxn(t, n, "slow-id").State != "CompleteAbort" {
-		if ctx.Err() != nil {
-			t.Fatal("timed-out transaction never aborted")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, time.Minute, "the timed-out transaction to abort", func() bool { return describeTxn(t, n, "slow-id").State == "CompleteAbort" })
 	if err := cl.EndTransaction(ctx, kgo.TryCommit); !isFenced(err) {
 		t.Fatalf("commit after the timeout abort: %v, want fenced", err)
 	}
@@ -577,17 +573,18 @@ func TestTxnExactlyOncePipeline(t *testing.T) {
 	adm := n.Admin()
 	// committedInputs is the truth: the group's committed offsets.
 	committedInputs := func() int {
-		for ctx.Err() == nil {
+		sum := 0
+		if !testwait.PollContext(ctx, time.Minute, func() bool {
 			os, err := adm.FetchOffsets(ctx, "eos-group")
-			if err == nil && os.Error() == nil {
-				sum := 0
-				os.Each(func(o kadm.OffsetResponse) { sum += int(o.At) })
-				return sum
+			if err != nil || os.Error() != nil {
+				return false
 			}
-			time.Sleep(50 * time.Millisecond)
+			os.Each(func(o kadm.OffsetResponse) { sum += int(o.At) })
+			return true
+		}) {
+			t.Fatal("fetching the group's offsets timed out")
 		}
-		t.Fatal("fetching the group's offsets timed out")
-		return 0
+		return sum
 	}
 
 	restartAt := map[int]bool{60: true, 180: true, 300: true}
@@ -961,12 +958,7 @@ func (cb *crashBroker) powerCut() {
 	cb.b.Close() // fails on the dead handles: nothing more reaches the disk
 	var ln net.Listener
 	var err error
-	for i := 0; i < 100; i++ {
-		if ln, err = net.Listen("tcp", cb.addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Poll(5*time.Second, func() bool { ln, err = net.Listen("tcp", cb.addr); return err == nil })
 	if err != nil {
 		cb.t.Fatal(err)
 	}

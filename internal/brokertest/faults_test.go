@@ -111,7 +111,7 @@ func TestClusterReplacedDiskWhileUpToDateDown(t *testing.T) {
 			}
 			answers[id][code]++
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // produce attempts spread over the 8 s: none may be acknowledged
 	}
 	for id, codes := range answers {
 		if len(codes) == 0 {

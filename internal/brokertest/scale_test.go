@@ -21,6 +21,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"holdfast/internal/testwait"
 )
 
 // TestScalePartitions measures a 3-node cluster (in this one process) with
@@ -156,17 +158,7 @@ func createScaleTopic(t *testing.T, nodes []*Node, parts, rf int) {
 // awaitLong is Await with ten minutes.
 func awaitLong(t *testing.T, what string, fn func() error) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Minute)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	testwait.For(t, 10*time.Minute, what, fn)
 }
 
 func envInt(t *testing.T, name string, def int) int {
@@ -192,15 +184,11 @@ func produceOne(t *testing.T, nodes []*Node, parts int) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for {
-		err := cl.ProduceSync(ctx, &kgo.Record{Topic: "scale", Partition: int32(parts - 1), Value: []byte("x")}).FirstErr()
-		if err == nil {
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("produce: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testwait.PollContext(ctx, 2*time.Minute, func() bool {
+		err = cl.ProduceSync(ctx, &kgo.Record{Topic: "scale", Partition: int32(parts - 1), Value: []byte("x")}).FirstErr()
+		return err == nil
+	}) {
+		t.Fatalf("produce: %v", err)
 	}
 }
 
@@ -239,16 +227,12 @@ func startTogether(t *testing.T, nodes []*Node) {
 }
 
 func relistenRetry(t *testing.T, addr string) net.Listener {
-	for i := 0; ; i++ {
-		ln, err := net.Listen("tcp", addr)
-		if err == nil {
-			return ln
-		}
-		if i == 100 {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var ln net.Listener
+	var err error
+	if !testwait.Poll(5*time.Second, func() bool { ln, err = net.Listen("tcp", addr); return err == nil }) {
+		t.Fatal(err)
 	}
+	return ln
 }
 
 // idleCPU waits a little for the groups to quiesce, then returns the
@@ -256,12 +240,12 @@ func relistenRetry(t *testing.T, addr string) net.Listener {
 // percentage of one core, and the GC cycles in that window.
 func idleCPU(t *testing.T, d time.Duration) (float64, uint32) {
 	t.Helper()
-	time.Sleep(3 * time.Second) // QuiesceTicks at the default tick
+	time.Sleep(3 * time.Second) // QuiesceTicks at the default tick: the groups go quiet (what is measured)
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	gc0 := ms.NumGC
 	c0, w0 := procCPU(t), time.Now()
-	time.Sleep(d)
+	time.Sleep(d) // the window the idle CPU is measured over
 	c1, w1 := procCPU(t), time.Now()
 	runtime.ReadMemStats(&ms)
 	return 100 * (c1 - c0).Seconds() / w1.Sub(w0).Seconds(), ms.NumGC - gc0

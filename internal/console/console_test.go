@@ -17,6 +17,7 @@ import (
 
 	"holdfast/internal/brokertest"
 	"holdfast/internal/console"
+	"holdfast/internal/testwait"
 )
 
 // TestPages serves every page from an in-process broker (the browser test
@@ -109,9 +110,9 @@ func TestClusterTopicPage(t *testing.T) {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testwait.For(t, 60*time.Second, "topic rep created and two records produced", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		resp, err := adm.CreateTopics(ctx, 1, 3, nil, "rep")
 		if err == nil {
 			err = resp.Error()
@@ -119,15 +120,8 @@ func TestClusterTopicPage(t *testing.T) {
 		if err == nil || strings.Contains(err.Error(), "TOPIC_ALREADY_EXISTS") {
 			err = cl.ProduceSync(ctx, kgo.StringRecord("x"), kgo.StringRecord("y")).FirstErr()
 		}
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return err
+	})
 	c, err := console.New(console.Config{Broker: nodes[0].B, Seeds: []string{nodes[0].Addr}})
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +133,7 @@ func TestClusterTopicPage(t *testing.T) {
 	// sees it), and node 1 shows its own replica's offsets.
 	acked := regexp.MustCompile(`data-replica="(\d)">.*?<td>(leader|follower)</td>\s*<td class="n">(\d+)</td>`)
 	var body string
-	for {
+	testwait.For(t, 60*time.Second, "the topic page to show three caught-up replicas", func() error {
 		resp, err := http.Get(srv.URL + "/topics/rep")
 		if err != nil {
 			t.Fatal(err)
@@ -158,13 +152,10 @@ func TestClusterTopicPage(t *testing.T) {
 			}
 		}
 		if len(ms) == 3 && leaders == 1 && caughtUp == 3 && strings.Contains(body, `<td class="n fsynced">`) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("topic page on a cluster: %d replicas with an acked offset, want 3, one leader, all equal:\n%s", len(ms), body)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return fmt.Errorf("%d replicas with an acked offset, want 3, one leader, all equal:\n%s", len(ms), body)
+	})
 	if !strings.Contains(body, "1 <small>this node</small>") {
 		t.Errorf("node 1's replica not marked:\n%s", body)
 	}

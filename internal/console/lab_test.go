@@ -22,6 +22,7 @@ import (
 	"holdfast/internal/brokertest"
 	"holdfast/internal/console"
 	"holdfast/internal/lab"
+	"holdfast/internal/testwait"
 )
 
 // post sends a form to the console without following its redirect.
@@ -136,11 +137,7 @@ func TestLabActions(t *testing.T) {
 	if code, _, _ := post(t, srv.URL, "/lab/cancel", nil, nil); code != http.StatusSeeOther {
 		t.Fatalf("cancel: %d", code)
 	}
-	for deadline := time.Now().Add(10 * time.Second); labStatus(t, srv.URL).Running; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the run did not end after its cancellation")
-		}
-	}
+	testwait.Until(t, 10*time.Second, "the run to end after its cancellation", func() bool { return !labStatus(t, srv.URL).Running })
 	s = labStatus(t, srv.URL)
 	if !strings.Contains(s.Ended, "cancelled by anonymous from 127.0.0.1") || s.Results != nil {
 		t.Errorf("after the cancellation: %+v", s)

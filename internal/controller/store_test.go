@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"holdfast/internal/storage"
+	"holdfast/internal/testwait"
 )
 
 // The store changes only through committed commands; these apply the
@@ -492,13 +493,7 @@ func TestStoreSnapshotPolicy(t *testing.T) {
 	}
 	s.SetSnapshotPolicy(SnapshotPolicy{MaxBytes: 1 << 30, MaxInterval: time.Millisecond})
 	log.apply(t, s, fence)
-	deadline := time.Now().Add(10 * time.Second)
-	for onDisk() != 11 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no snapshot after MaxInterval: on disk %d", onDisk())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, "a snapshot after MaxInterval", func() bool { return onDisk() == 11 })
 	closeStore(t, s)
 }
 

@@ -186,7 +186,7 @@ func checkFirstRequests(t *testing.T, nodes []*brokertest.Node, typ int8) {
 						mu.Lock()
 						retries[code]++
 						mu.Unlock()
-						time.Sleep(50 * time.Millisecond)
+						time.Sleep(50 * time.Millisecond) // a client's retry backoff: the retry is what is tested
 					default:
 						t.Errorf("key %q: first request answered %v", c.Key, kerr.ErrorForCode(code))
 						return
@@ -206,7 +206,7 @@ func checkFirstRequests(t *testing.T, nodes []*brokertest.Node, typ int8) {
 		}
 		pending = still
 		if len(pending) > 0 {
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // a client's retry backoff before asking FindCoordinator again
 		}
 	}
 	t.Logf("type %d: %d FindCoordinator retries; retried first requests %v", typ, findRetries, retries)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"holdfast/internal/testwait"
 )
 
 func startCluster(t *testing.T) *Cluster {
@@ -34,9 +36,9 @@ func startCluster(t *testing.T) *Cluster {
 func leaderOf(t testing.TB, c *Cluster, topic string, partition int32, except ...int) int {
 	t.Helper()
 	adm := c.Admin()
-	deadline := time.Now().Add(60 * time.Second)
 	var last string
-	for time.Now().Before(deadline) {
+	leader := 0
+	testwait.Poll(60*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		md, err := adm.Metadata(ctx, topic)
 		cancel()
@@ -45,7 +47,8 @@ func leaderOf(t testing.TB, c *Cluster, topic string, partition int32, except ..
 				if pd, ok := td.Partitions[partition]; ok && pd.Err == nil {
 					l := int(pd.Leader)
 					if l >= 1 && l <= len(c.Nodes) && c.Node(l).Running() && !slices.Contains(except, l) {
-						return l
+						leader = l
+						return true
 					}
 					last = fmt.Sprintf("leader %d", l)
 				} else if ok {
@@ -57,10 +60,12 @@ func leaderOf(t testing.TB, c *Cluster, topic string, partition int32, except ..
 		} else {
 			last = err.Error()
 		}
-		time.Sleep(100 * time.Millisecond)
+		return false
+	})
+	if leader == 0 {
+		t.Fatalf("no live leader for %s/%d within 60s (last: %s)", topic, partition, last)
 	}
-	t.Fatalf("no live leader for %s/%d within 60s (last: %s)", topic, partition, last)
-	return 0
+	return leader
 }
 
 // waitReplicasInSync waits until every partition of topic lists all three
@@ -70,28 +75,26 @@ func leaderOf(t testing.TB, c *Cluster, topic string, partition int32, except ..
 func waitReplicasInSync(t testing.TB, c *Cluster, topic string, timeout time.Duration) {
 	t.Helper()
 	adm := c.Admin()
-	deadline := time.Now().Add(timeout)
 	var last string
-	for time.Now().Before(deadline) {
+	if testwait.Poll(timeout, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		md, err := adm.Metadata(ctx, topic)
 		cancel()
-		if err == nil {
-			ok := true
-			last = ""
-			for _, p := range md.Topics[topic].Partitions.Sorted() {
-				if p.Err != nil || len(p.ISR) < len(c.Nodes) || p.Leader < 0 {
-					ok = false
-					last += fmt.Sprintf(" p%d leader=%d isr=%v err=%v", p.Partition, p.Leader, p.ISR, p.Err)
-				}
-			}
-			if ok && len(md.Topics[topic].Partitions) > 0 {
-				return
-			}
-		} else {
+		if err != nil {
 			last = err.Error()
+			return false
 		}
-		time.Sleep(200 * time.Millisecond)
+		ok := true
+		last = ""
+		for _, p := range md.Topics[topic].Partitions.Sorted() {
+			if p.Err != nil || len(p.ISR) < len(c.Nodes) || p.Leader < 0 {
+				ok = false
+				last += fmt.Sprintf(" p%d leader=%d isr=%v err=%v", p.Partition, p.Leader, p.ISR, p.Err)
+			}
+		}
+		return ok && len(md.Topics[topic].Partitions) > 0
+	}) {
+		return
 	}
 	t.Logf("replicas of %s not all in sync after %v:%s", topic, timeout, last)
 }
@@ -149,7 +152,7 @@ func TestClusterFaultSchedule(t *testing.T) {
 	step("SIGSTOP node %d, leader of partition 1", l)
 	c.Pause(l)
 	ch.WaitAcked(progress, recover, "with a leader frozen")
-	time.Sleep(5 * time.Second)
+	time.Sleep(5 * time.Second) // the fault lasts: past an election timeout and the clients' request timeouts
 	c.Resume(l)
 	step("SIGCONT node %d", l)
 	ch.WaitAcked(progress, recover, "after the frozen leader resumed")
@@ -162,7 +165,7 @@ func TestClusterFaultSchedule(t *testing.T) {
 		step("isolate node %d, leader of partition 2", l)
 		c.Isolate(l)
 		ch.WaitAcked(progress, recover, "with a node isolated")
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // the fault lasts: the isolated leader's term runs out meanwhile
 		c.Heal(l)
 		step("healed node %d", l)
 		ch.WaitAcked(progress, recover, "after healing")
@@ -175,7 +178,7 @@ func TestClusterFaultSchedule(t *testing.T) {
 		step("cut the link between node %d (leader of partition 3) and node %d", l, f)
 		c.PartitionPair(l, f)
 		ch.WaitAcked(progress, recover, "with one link cut")
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // the fault lasts while the producer keeps going
 		c.HealPair(l, f)
 		step("link %d-%d restored", l, f)
 		ch.WaitAcked(progress, recover, "after restoring the link")
@@ -210,20 +213,16 @@ func TestClusterFaultSchedule(t *testing.T) {
 // why there is none, or "" once there is.
 func groupsUnavailable(c *Cluster, group string) string {
 	adm := c.Admin()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var err error
+	if testwait.Poll(20*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		resp := adm.FindGroupCoordinators(ctx, group)
-		cancel()
-		err := resp.Error()
-		if err == nil {
-			return ""
-		}
-		if time.Now().After(deadline) {
-			return err.Error()
-		}
-		time.Sleep(250 * time.Millisecond)
+		defer cancel()
+		err = adm.FindGroupCoordinators(ctx, group).Error()
+		return err == nil
+	}) {
+		return ""
 	}
+	return err.Error()
 }
 
 // startGroupConsumer reads topic in group from the start, committing as
@@ -318,7 +317,7 @@ func acksWindow(t *testing.T, c *Cluster, name string, opts []kgo.Opt) {
 		cut()
 		// Straight away, before check-quorum makes the leader step down.
 		p := ch.StartProducer(cl, 10000)
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(1500 * time.Millisecond) // produce into the cut: the window before check-quorum steps the leader down
 		p.Pause()
 		inWindow := ch.Acked() - before
 		t.Logf("%s: window over, %d acknowledged by leader %d alone; SIGKILL it", mode.name, inWindow, l)

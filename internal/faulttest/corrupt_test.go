@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/storage"
+	"holdfast/internal/testwait"
 )
 
 // TestClusterCorruptReplicaHeals is issue 26's first fault on real
@@ -54,22 +55,15 @@ func TestClusterCorruptReplicaHeals(t *testing.T) {
 func corruptReplica(t *testing.T, c *Cluster, topic string, stop func(int)) {
 	adm := c.Admin()
 	seg := "16384"
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testwait.For(t, 60*time.Second, "topic "+topic+" created", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		resp, err := adm.CreateTopic(ctx, 1, 3, map[string]*string{"segment.bytes": &seg}, topic)
-		cancel()
 		if err == nil {
 			err = resp.Err
 		}
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("create topic %s: %v", topic, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return err
+	})
 	requireInSync(t, c, topic, 30*time.Second)
 	ch := NewChecker(t, topic)
 	ch.Size = 256 // batches large enough for the flip past their header
@@ -97,7 +91,7 @@ func corruptReplica(t *testing.T, c *Cluster, topic string, stop func(int)) {
 
 	// Make the corrupt replica lead, as an ordinary failover or a
 	// preferred election after a rolling restart would.
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if found() {
 			t.Logf("node %d found the corruption before it led", v)
@@ -113,7 +107,7 @@ func corruptReplica(t *testing.T, c *Cluster, topic string, stop func(int)) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_, _ = adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{topic: {0: {}}})
 		cancel()
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // the admin's pause before it asks for the election again
 	}
 	ch.WaitAcked(1000, 60*time.Second, "after the corrupt replica restarted")
 	p.Stop(60 * time.Second)
@@ -121,22 +115,12 @@ func corruptReplica(t *testing.T, c *Cluster, topic string, stop func(int)) {
 	// The checker reads the cold range, from whichever replica leads.
 	res, err := ch.Check(c.Bootstrap(), 60*time.Second)
 	RequireOK(t, res, err)
-	deadline = time.Now().Add(30 * time.Second)
-	for !found() {
-		if time.Now().After(deadline) {
-			t.Fatalf("node %d never reported the flipped batch", v)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testwait.Until(t, 30*time.Second, fmt.Sprintf("node %d to report the flipped batch", v), found)
 	// The corrupt copy is discarded and copied again from the good ones
 	// (repair.go retries every 2 s), then all three are in sync again.
-	deadline = time.Now().Add(30 * time.Second)
-	for !logHas(c, v, topic, "replica reopened empty: catching up before it votes") {
-		if time.Now().After(deadline) {
-			t.Fatalf("node %d found the corruption but did not rebuild its replica within 30s", v)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testwait.Until(t, 30*time.Second, fmt.Sprintf("node %d to rebuild its corrupt replica", v), func() bool {
+		return logHas(c, v, topic, "replica reopened empty: catching up before it votes")
+	})
 	requireInSync(t, c, topic, 30*time.Second)
 }
 
@@ -176,9 +160,8 @@ func leaderNow(adm *kadm.Client, topic string) (int, error) {
 func requireInSync(t testing.TB, c *Cluster, topic string, timeout time.Duration) {
 	t.Helper()
 	cl := c.Client()
-	deadline := time.Now().Add(timeout)
 	var last string
-	for {
+	if !testwait.Poll(timeout, func() bool {
 		ok := true
 		last = ""
 		for _, n := range c.Nodes {
@@ -195,13 +178,9 @@ func requireInSync(t testing.TB, c *Cluster, topic string, timeout time.Duration
 				}
 			}
 		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replicas of %s not all in sync after %v:%s", topic, timeout, last)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return ok
+	}) {
+		t.Fatalf("replicas of %s not all in sync after %v:%s", topic, timeout, last)
 	}
 }
 

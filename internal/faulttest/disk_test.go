@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"holdfast/internal/testwait"
 )
 
 // TestSingleNodeDiskFull fills the broker's disk (a 24 MiB tmpfs) under an
@@ -25,16 +27,12 @@ func TestSingleNodeDiskFull(t *testing.T) {
 	// Uncompressed, so the padding takes real space.
 	p := ch.StartProducer(producerClient(t, c, topic, kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.RecordDeliveryTimeout(5*time.Minute)), 2000)
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(c.Logs(1), "no space left on device") {
-		if time.Now().After(deadline) {
-			t.Fatalf("disk not full after 60s and %d acknowledgements of 4 KB", ch.Acked())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testwait.Poll(60*time.Second, func() bool { return strings.Contains(c.Logs(1), "no space left on device") }) {
+		t.Fatalf("disk not full after 60s and %d acknowledgements of 4 KB", ch.Acked())
 	}
 	full := ch.Acked()
 	t.Logf("disk full after %d acknowledgements", full)
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // keep the disk full a while: the broker must still serve
 	if err := Ping(c.Node(1).Addr); err != nil {
 		t.Fatalf("broker stopped serving with a full disk: %v", err)
 	}

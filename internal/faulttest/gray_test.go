@@ -92,20 +92,20 @@ func TestClusterGrayLeaderLatency(t *testing.T) {
 					mu.Unlock()
 				}
 			}()
-			time.Sleep(2 * time.Second)
+			time.Sleep(2 * time.Second) // load before the fault: the cut lands on a busy leader
 			for i := 1; i <= 3; i++ {
 				if i != cut {
 					c.PartitionPair(cut, i)
 				}
 			}
 			t.Logf("node %d (leader of %s/%d, controller: %v) cut from its peers", cut, topic, part, ctrl)
-			time.Sleep(22 * time.Second)
+			time.Sleep(22 * time.Second) // the gray fault lasts past the session timeout and the clients' retries
 			for i := 1; i <= 3; i++ {
 				if i != cut {
 					c.HealPair(cut, i)
 				}
 			}
-			time.Sleep(5 * time.Second)
+			time.Sleep(5 * time.Second) // load after the heal, before the check
 			close(stop)
 			<-done
 			mu.Lock()

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"holdfast/internal/testwait"
 )
 
 // dialFrom reports whether a TCP connection to addr can be opened from
@@ -94,12 +96,5 @@ func TestHarnessNetworkFaults(t *testing.T) {
 // more than one dial's timeout on a loaded machine (a single Ping after a
 // heal timed out once). What must stay unreachable is checked once.
 func eventually(ok func() bool) bool {
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if ok() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
+	return testwait.Poll(30*time.Second, ok)
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"holdfast/internal/testwait"
 )
 
 // TestClusterISRSameOnEveryNode stops (SIGKILL) one node that is not the
@@ -39,9 +41,9 @@ func TestClusterISRSameOnEveryNode(t *testing.T) {
 	t.Logf("SIGKILL node %d (controller %d)", f, md.Controller)
 	c.Kill(f)
 	cl := c.Client()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var last string
+	var last string
+	if !testwait.Poll(20*time.Second, func() bool {
+		last = ""
 		agree := true
 		views := map[int]map[int32]partitionView{}
 		for _, n := range c.Nodes {
@@ -71,15 +73,11 @@ func TestClusterISRSameOnEveryNode(t *testing.T) {
 				ref = v
 			}
 		}
-		if agree && len(views) == 2 {
-			t.Logf("every live node answers:%s", last)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the live nodes' Metadata answers did not agree on an ISR without node %d within 20s:%s", f, last)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return agree && len(views) == 2
+	}) {
+		t.Fatalf("the live nodes' Metadata answers did not agree on an ISR without node %d within 20s:%s", f, last)
 	}
+	t.Logf("every live node answers:%s", last)
 	c.Restart(f)
 	requireInSync(t, c, topic, 30*time.Second)
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/testwait"
 )
 
 type shareReader struct {
@@ -129,22 +131,18 @@ func TestClusterShareGroupKill(t *testing.T) {
 	}
 	waitAccepted := func(upTo, atLeast int, what string) {
 		t.Helper()
-		deadline := time.Now().Add(3 * time.Minute)
-		for {
+		n := 0
+		if !testwait.Poll(3*time.Minute, func() bool {
 			acc, _ := accepted()
-			n := 0
+			n = 0
 			for v := 0; v < upTo; v++ {
 				if v%rejectEvery != 0 && acc[v] > 0 {
 					n++
 				}
 			}
-			if n >= atLeast {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d of %d accepted", what, n, atLeast)
-			}
-			time.Sleep(100 * time.Millisecond)
+			return n >= atLeast
+		}) {
+			t.Fatalf("%s: %d of %d accepted", what, n, atLeast)
 		}
 	}
 	acceptable := func(upTo int) int {
@@ -170,18 +168,19 @@ func TestClusterShareGroupKill(t *testing.T) {
 	// COORDINATOR_NOT_AVAILABLE while the restarted node's partitions
 	// elect leaders is retriable: ask again.
 	coord := -1
-	for deadline := time.Now().Add(60 * time.Second); coord < 1; time.Sleep(200 * time.Millisecond) {
+	var fc kadm.FindCoordinatorResponses
+	if !testwait.Poll(60*time.Second, func() bool {
 		fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
-		fc := kadm.NewClient(admCl).FindGroupCoordinators(fctx, group)
+		fc = kadm.NewClient(admCl).FindGroupCoordinators(fctx, group)
 		fcancel()
 		for _, r := range fc {
 			if r.Err == nil && c.Node(int(r.NodeID)).Running() {
 				coord = int(r.NodeID)
 			}
 		}
-		if coord < 1 && time.Now().After(deadline) {
-			t.Fatalf("no coordinator for %s: %v", group, fc.Error())
-		}
+		return coord >= 1
+	}) {
+		t.Fatalf("no coordinator for %s: %v", group, fc.Error())
 	}
 	t.Logf("kill -9 node %d, the coordinator of %s", coord, group)
 	c.Kill(coord)

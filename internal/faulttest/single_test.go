@@ -12,6 +12,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"holdfast/internal/testwait"
 )
 
 // producerClient is an idempotent acks=all producer that keeps retrying
@@ -39,22 +41,18 @@ func producerClient(t testing.TB, c *Cluster, topic string, opts ...kgo.Opt) *kg
 func createTopic(t testing.TB, c *Cluster, topic string, partitions int32, rf int16) {
 	t.Helper()
 	adm := c.Admin()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testwait.For(t, 60*time.Second, "topic "+topic+" created", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		resp, err := adm.CreateTopic(ctx, partitions, rf, nil, topic)
-		cancel()
 		if err == nil {
 			err = resp.Err
 		}
-		if err == nil || errors.Is(err, kerr.TopicAlreadyExists) {
-			return
+		if errors.Is(err, kerr.TopicAlreadyExists) {
+			err = nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("create topic %s: %v", topic, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 // TestSingleNodeKill9Loop kills the broker with SIGKILL five times while an
@@ -94,7 +92,7 @@ func TestSingleNodeSIGSTOP(t *testing.T) {
 	ch.WaitAcked(1000, 60*time.Second, "before SIGSTOP")
 	c.Pause(1)
 	paused := ch.Acked()
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // the node stays stopped past the clients' request timeout
 	c.Resume(1)
 	t.Logf("paused 3s at %d acknowledgements", paused)
 	ch.WaitAcked(1000, 60*time.Second, "after SIGCONT")

@@ -16,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/testwait"
 )
 
 // startVersitygw runs the S3-compatible server the tiered-storage tests
@@ -49,18 +51,14 @@ func startVersitygw(t *testing.T) (endpoint string, store *os.Process) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.For(t, 30*time.Second, "versitygw listening on "+addr, func() error {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()
-			return "http://" + addr, cmd.Process
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("versitygw does not listen on %s: %v", addr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
+	return "http://" + addr, cmd.Process
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
@@ -135,33 +133,25 @@ func TestTieredLeaderKilledWhileUploading(t *testing.T) {
 		store.Signal(syscall.SIGCONT)
 		// Kill as soon as the backlog's first segment is committed: the
 		// rest are being uploaded, committed or deleted locally.
-		deadline := time.Now().Add(60 * time.Second)
-		for {
+		testwait.For(t, 60*time.Second, fmt.Sprintf("round %d: an upload past %d", round, before), func() error {
 			got, err := tieredOffset(cl, topic, -5)
-			if err == nil && got > before {
-				break
+			if err == nil && got <= before {
+				err = fmt.Errorf("uploaded to %d", got)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: no upload past %d: %v", round, before, err)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return err
+		})
 		c.Kill(1)
 		cl.Close()
 		c.Restart(1)
 	}
 	cl := c.Client(kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testwait.For(t, 60*time.Second, "the local tier to catch up", func() error {
 		local, err := tieredOffset(cl, topic, -4)
-		if err == nil && local >= int64(next/2) {
-			break
+		if err == nil && local < int64(next/2) {
+			err = fmt.Errorf("local log start %d", local)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("local log start %d (%v): the local tier did not catch up", local, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 	if earliest, err := tieredOffset(cl, topic, -2); err != nil || earliest != 0 {
 		t.Fatalf("earliest offset %d (%v), want 0", earliest, err)
 	}

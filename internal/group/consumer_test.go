@@ -8,6 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/testwait"
 )
 
 var topicT = TopicInfo{Name: "t", ID: [16]byte{1}, Partitions: 4}
@@ -266,14 +268,10 @@ func TestConsumerGroupSessionTimeout(t *testing.T) {
 	advance(session * 6 / 10)
 	a.beat(t, c)
 	advance(session * 6 / 10)
-	deadline := time.Now().Add(30 * time.Second)
-	for len(a.owned) != 4 {
-		if time.Now().After(deadline) {
-			t.Fatalf("a owns %v after b went silent", a.owned)
-		}
-		time.Sleep(50 * time.Millisecond)
+	testwait.Until(t, 30*time.Second, "a to own b's partitions after b went silent", func() bool {
 		a.beat(t, c)
-	}
+		return len(a.owned) == 4
+	})
 	c.mu.Lock()
 	_, there := c.groups["g"].consumer.members["b"]
 	c.mu.Unlock()

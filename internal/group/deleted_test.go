@@ -8,6 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/testwait"
 )
 
 // gatedLog is a memLog whose Scan waits for open: a replay in progress.
@@ -74,9 +76,7 @@ func TestTopicDeletedWhileLoading(t *testing.T) {
 	exists["u"] = true // re-created before the replay ends
 	mu.Unlock()
 	close(gated.open)
-	for !r.Loaded(0) {
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, "partition 0 loaded", func() bool { return r.Loaded(0) })
 	got := func(c *Coordinator) map[string]int64 {
 		code, fts := c.fetchOffsets("g", nil, true, nil, -1)
 		if code != 0 {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/testwait"
 )
 
 // TestLeadingUnownedPartitionIsLoading: a partition this node leads but
@@ -33,9 +35,7 @@ func TestLeadingUnownedPartitionIsLoading(t *testing.T) {
 	leading.Store(true)
 	check("led here, not loaded", kerr.CoordinatorLoadInProgress.Code, kerr.CoordinatorLoadInProgress.Code)
 	c.LoadPartition(0)
-	for !c.Loaded(0) {
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, "partition 0 loaded", func() bool { return c.Loaded(0) })
 	check("loaded", 0, 0)
 	c.UnloadPartition(0)
 	leading.Store(false)

@@ -25,6 +25,7 @@ import (
 	"holdfast/internal/brokertest"
 	"holdfast/internal/metrics"
 	"holdfast/internal/raft"
+	"holdfast/internal/testwait"
 	"holdfast/internal/wire"
 )
 
@@ -83,12 +84,9 @@ func gather(t *testing.T, reg prometheus.Gatherer) gathered {
 // for 10 s, and returns the last gathering.
 func settled(t *testing.T, reg prometheus.Gatherer, done func(gathered) bool) gathered {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		g := gather(t, reg)
-		if done(g) || time.Now().After(deadline) {
-			return g
-		}
-	}
+	var g gathered
+	testwait.Poll(10*time.Second, func() bool { g = gather(t, reg); return done(g) })
+	return g
 }
 
 func must(t *testing.T, g gathered, name string, labels map[string]string) float64 {

@@ -71,7 +71,7 @@ func benchCommit(b *testing.B, groups, inflight int, quorum bool) {
 					if l, _ := c.leader(g); l != 0 {
 						leaders[g].Store(l)
 					}
-					time.Sleep(time.Millisecond)
+					time.Sleep(time.Millisecond) // a benchmark's retry pause while a leader is elected
 				}
 			}
 		})

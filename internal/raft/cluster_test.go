@@ -16,6 +16,7 @@ import (
 
 	"holdfast/internal/records"
 	"holdfast/internal/storage"
+	"holdfast/internal/testwait"
 )
 
 // A test cluster: real Hosts over loopback TCP, real storage.Logs in
@@ -133,16 +134,13 @@ func (c *cluster) start(id uint64) {
 	var h *Host
 	var err error
 	// The old port may linger briefly after a stop: retry.
-	for try := 0; try < 50; try++ {
+	testwait.Poll(5*time.Second, func() bool {
 		h, err = NewHost(Config{
 			ID: id, Dir: nd.dir, Listen: nd.addr, Peers: peers, TickInterval: c.tick,
 			ElectionTicks: electionTicks, QuiesceTicks: c.quiesceTicks, Faults: c.faults, Logger: c.logger.With("test_node", id), FS: fsys,
 		})
-		if err == nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil
+	})
 	if err != nil {
 		c.tb.Fatalf("start node %d: %v", id, err)
 	}
@@ -224,13 +222,7 @@ func (c *cluster) running() []*testNode {
 // machine, -race): a failure means it never happened, not that it was slow.
 func waitFor(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(tb, 30*time.Second, what, cond)
 }
 
 // leader returns the node leading g among the given nodes (0 if none).
@@ -275,38 +267,39 @@ func batch(tb testing.TB, value string) []byte {
 func (c *cluster) propose(g uint64, value string, among ...uint64) Proposal {
 	c.tb.Helper()
 	b := batch(c.tb, value)
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	var committed Proposal
+	ok := testwait.Poll(30*time.Second, func() bool {
 		id, _ := c.leader(g, among...)
 		if id == 0 {
-			time.Sleep(10 * time.Millisecond)
-			continue
+			return false
 		}
 		h := c.nodes[id].host
 		p, err := h.Propose(context.Background(), g, b)
 		if err != nil {
-			time.Sleep(10 * time.Millisecond)
-			continue
+			return false
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = h.WaitCommitted(ctx, p)
-		for errors.Is(err, ErrNotLeader) && ctx.Err() == nil {
-			// The node stepped down: whether p commits is up to the next
-			// leader, and it shows here once the commit passes p.
-			time.Sleep(10 * time.Millisecond)
+		defer cancel()
+		// The node may step down: whether p commits is then up to the
+		// next leader, and it shows here once the commit passes p.
+		testwait.PollContext(ctx, 10*time.Second, func() bool {
 			err = h.WaitCommitted(ctx, p)
-		}
-		cancel()
+			return !errors.Is(err, ErrNotLeader)
+		})
 		if err == nil {
-			return p
+			committed = p
+			return true
 		}
 		if errors.Is(err, ErrProposalLost) {
-			continue // a new leader overwrote it: not in the log, safe to retry
+			return false // a new leader overwrote it: not in the log, safe to retry
 		}
 		c.tb.Fatalf("proposal %q on node %d not committed: %v", value, id, err)
+		return false
+	})
+	if !ok {
+		c.tb.Fatalf("could not propose %q", value)
 	}
-	c.tb.Fatalf("could not propose %q", value)
-	return Proposal{}
+	return committed
 }
 
 // logBytes is the whole stored content of a log from offset from.
@@ -417,13 +410,19 @@ func (c *cluster) proposeLoop(prefix string, g uint64, hosts *sync.Mutex, stop <
 			h = c.nodes[id].host
 		}
 		hosts.Unlock()
-		if h == nil {
-			time.Sleep(5 * time.Millisecond)
-			continue
+		var p Proposal
+		var err error
+		if h != nil {
+			p, err = h.Propose(context.Background(), g, batch(c.tb, v))
 		}
-		p, err := h.Propose(context.Background(), g, batch(c.tb, v))
-		if err != nil {
-			time.Sleep(5 * time.Millisecond)
+		if h == nil || err != nil {
+			// No leader, or it just stepped down: the next one is
+			// elected within an election timeout: ask again shortly.
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -488,23 +487,20 @@ func (c *cluster) checkAcked(g uint64, a []acked) {
 // changeConf retries a membership change on the current leader.
 func (c *cluster) changeConf(g uint64, fn func(h *Host) error, among ...uint64) {
 	c.tb.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	ok := testwait.Poll(30*time.Second, func() bool {
 		id, _ := c.leader(g, among...)
 		if id == 0 {
-			time.Sleep(10 * time.Millisecond)
-			continue
+			return false
 		}
 		err := fn(c.nodes[id].host)
-		if err == nil {
-			return
-		}
-		if !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrProposalLost) && !errors.Is(err, ErrConfChangeInProgress) {
+		if err != nil && !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrProposalLost) && !errors.Is(err, ErrConfChangeInProgress) {
 			c.tb.Fatalf("membership change on node %d: %v", id, err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return err == nil
+	})
+	if !ok {
+		c.tb.Fatal("membership change did not go through")
 	}
-	c.tb.Fatal("membership change did not go through")
 }
 
 // checkIndexes: every node holds the same Raft entries (term, offset, and

@@ -51,16 +51,13 @@ func TestRestartedPreferredReplicaDoesNotChurn(t *testing.T) {
 	for _, g := range c.groups {
 		c.waitLeader(g)
 		// Leadership to node 2, away from the preferred node 1.
-		for {
+		waitFor(t, "node 2 to lead", func() bool {
 			id, _ := c.leader(g)
-			if id == 2 {
-				break
-			}
-			if id != 0 {
+			if id != 0 && id != 2 {
 				c.nodes[id].host.TransferLeader(g, 2)
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return id == 2
+		})
 		c.propose(g, "led by 2", 2)
 		_, terms[g] = c.leader(g)
 	}
@@ -77,7 +74,7 @@ func TestRestartedPreferredReplicaDoesNotChurn(t *testing.T) {
 		// pre-candidate (eagerTicks); a won pre-vote is a new term
 		// within a tick or two. 30 ticks also lets the groups quiesce
 		// (20 ticks) before the next round's restart.
-		time.Sleep(30 * c.tick)
+		time.Sleep(30 * c.tick) // the negative check's window (above)
 		for _, g := range c.groups {
 			if id, term := c.leader(g); id != 2 || term != terms[g] {
 				t.Fatalf("round %d, group %d: node %d leads in term %d, want node 2 still in term %d", round, g, id, term, terms[g])

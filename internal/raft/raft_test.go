@@ -20,6 +20,7 @@ import (
 
 	"holdfast/internal/records"
 	"holdfast/internal/storage"
+	"holdfast/internal/testwait"
 )
 
 func TestReplicateAndCommit(t *testing.T) {
@@ -129,19 +130,18 @@ func TestProposeOnFollower(t *testing.T) {
 		// The commit needed one follower only: the other may not have
 		// heard from the leader yet, and then hints no leader (0) - never
 		// another one.
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		hint := uint64(0)
+		testwait.Until(t, 10*time.Second, fmt.Sprintf("follower %d to hint leader %d", id, leader), func() bool {
 			_, err := c.nodes[id].host.Propose(context.Background(), 1, batch(t, "y"))
 			var nl *NotLeaderError
 			if !errors.As(err, &nl) || !isNotLeader(err) {
 				t.Fatalf("propose on follower %d: %v", id, err)
 			}
-			if nl.Leader == leader {
-				break
+			if hint = nl.Leader; hint != 0 && hint != leader {
+				t.Fatalf("leader hint %d, want %d", hint, leader)
 			}
-			if nl.Leader != 0 || time.Now().After(deadline) {
-				t.Fatalf("leader hint %d, want %d", nl.Leader, leader)
-			}
-		}
+			return hint == leader
+		})
 	}
 }
 
@@ -422,7 +422,7 @@ func TestRandomFaultsTCP(t *testing.T) {
 	}
 	down := uint64(0)
 	for step := range 25 {
-		time.Sleep(time.Duration(100+rng.IntN(300)) * time.Millisecond)
+		time.Sleep(time.Duration(100+rng.IntN(300)) * time.Millisecond) // chaos: a random stretch of load between faults
 		mu.Lock()
 		switch a := rng.IntN(7); {
 		case a == 0 && down == 0:
@@ -502,7 +502,7 @@ func TestPowerLoss(t *testing.T) {
 			acks[g] = out
 			wg.Go(func() { c.proposeLoop(fmt.Sprint("r", round), g, &mu, stop, out, &ackMu) })
 		}
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // a second of load before the power cut: what is in flight is the point
 		mu.Lock()
 		for _, id := range c.ids {
 			if id == 2 {
@@ -977,7 +977,7 @@ func TestPowerLossDuringLeaderChanges(t *testing.T) {
 				}
 			}
 		})
-		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
+		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond) // chaos: a random stretch of load before the torn crash
 		mu.Lock()
 		torn := c.ids[rng.IntN(len(c.ids))]
 		for _, id := range c.ids {
@@ -1116,7 +1116,7 @@ func TestRecoverAtEverySync(t *testing.T) {
 			h.ProposeCommand(context.Background(), g, []byte(fmt.Sprint("cmd", i)))
 			h.TransferLeader(g, c.ids[i%len(c.ids)])
 		}
-		time.Sleep(30 * time.Millisecond)
+		time.Sleep(30 * time.Millisecond) // transfers spread over time, interleaved with the proposals
 	}
 	close(stop)
 	wg.Wait()

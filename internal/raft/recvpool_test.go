@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"holdfast/internal/records"
+	"holdfast/internal/testwait"
 )
 
 // Every test of this package runs with poisoned receive buffers: a buffer
@@ -138,10 +139,14 @@ func proposeOn(t *testing.T, h *Host, g uint64, value string) {
 	p, err := h.Propose(ctx, g, batch(t, value))
 	// A node just elected refuses proposals until its first Ready of the
 	// term (readyTerm): nothing was proposed, so asking again is safe.
-	for nl := (*NotLeaderError)(nil); errors.As(err, &nl) && nl.Leader == h.ID() && ctx.Err() == nil; {
-		time.Sleep(10 * time.Millisecond)
+	testwait.PollContext(ctx, 10*time.Second, func() bool {
+		var nl *NotLeaderError
+		if !errors.As(err, &nl) || nl.Leader != h.ID() {
+			return true
+		}
 		p, err = h.Propose(ctx, g, batch(t, value))
-	}
+		return false
+	})
 	if err == nil {
 		err = h.WaitCommitted(ctx, p)
 	}

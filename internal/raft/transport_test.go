@@ -183,7 +183,7 @@ func TestTransportIdentities(t *testing.T) {
 			ib.Directory == fresh.Directory && ib.Cluster == [16]byte{}
 	})
 	a.send(1, heartbeat(2, 1))
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // a negative check: a message would arrive within this on loopback
 	if n := rb.count(); n != 0 {
 		t.Fatalf("a node with no cluster got %d Raft messages", n)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
+	"holdfast/internal/testwait"
 	"holdfast/internal/wire"
 )
 
@@ -62,13 +63,7 @@ func startOffset(t *testing.T, adm *kadm.Client, topic string) int64 {
 // in-process broker) until it holds; it fails the test after 5 s.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5 s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, 5*time.Second, what, cond)
 }
 
 // Retention deletes the segments older than retention.ms on a topic whose

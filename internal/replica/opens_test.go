@@ -8,6 +8,7 @@ import (
 
 	"holdfast/internal/controller"
 	"holdfast/internal/storage"
+	"holdfast/internal/testwait"
 )
 
 // openJobs lists this node's replicas (node 1) from the given partition
@@ -144,11 +145,5 @@ func TestStopOpensDropsQueue(t *testing.T) {
 // waitFor polls cond (cheap, in-memory) until it holds or 5 s pass.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5 s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, 5*time.Second, "the condition", cond)
 }

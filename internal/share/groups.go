@@ -60,6 +60,10 @@ type Member struct {
 	Subscribed               []string
 	Assignment               map[[16]byte][]int32
 	lastSeen                 time.Time
+	// known is the epoch the member was last told: a reassignment moves
+	// Epoch at once, and the member's next heartbeat still carries known
+	// (as in Kafka, where the member's epoch moves in its own heartbeat).
+	known int32
 }
 
 // Group is one share group's membership.
@@ -165,7 +169,7 @@ func (gs *Groups) Heartbeat(h Heartbeat) (HeartbeatResult, error) {
 		full = true
 	case m == nil:
 		return HeartbeatResult{}, ErrUnknownMember
-	case h.Epoch != m.Epoch:
+	case h.Epoch != m.Epoch && h.Epoch != m.known:
 		return HeartbeatResult{}, ErrFencedMemberEpoch
 	}
 	m.lastSeen = now
@@ -193,6 +197,7 @@ func (gs *Groups) Heartbeat(h Heartbeat) (HeartbeatResult, error) {
 			res.Assignment = map[[16]byte][]int32{}
 		}
 	}
+	m.known = m.Epoch
 	return res, nil
 }
 

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"holdfast/internal/testwait"
 )
 
 // memLog is a Log in memory.
@@ -30,11 +32,7 @@ func loadedStore(t *testing.T, lg *memLog) *Store {
 	t.Helper()
 	s := NewStore([]Log{lg}, func(string) int32 { return 0 }, slog.Default())
 	s.LoadPartition(0)
-	for deadline := time.Now().Add(5 * time.Second); !s.Loaded("g"); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("store did not load")
-		}
-	}
+	testwait.Until(t, 5*time.Second, "the store to load", func() bool { return s.Loaded("g") })
 	return s
 }
 

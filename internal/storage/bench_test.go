@@ -545,7 +545,7 @@ func BenchmarkSegmentWrite(b *testing.B) {
 							x = x*6364136223846793005 + 1442695040888963407
 						}
 						runtime_keep(x)
-						time.Sleep(20 * time.Microsecond)
+						time.Sleep(20 * time.Microsecond) // a benchmark's bursty neighbour: work, then idle
 					}
 				}()
 			}

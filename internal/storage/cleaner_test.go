@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/records"
+	"holdfast/internal/testwait"
 )
 
 // kv is one record to write: a nil Val is a tombstone, a nil Key a keyless record.
@@ -1070,14 +1071,11 @@ func TestCleanConcurrent(t *testing.T) {
 		// one they overlap aborts): keep the cleaner, readers and
 		// deletions going until a pass has swapped something in, bounded
 		// (the check below then fails).
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		testwait.Poll(30*time.Second, func() bool {
 			mu.Lock()
-			n := swapped
-			mu.Unlock()
-			if n > 0 {
-				return
-			}
-		}
+			defer mu.Unlock()
+			return swapped > 0
+		})
 	}()
 	for _, fn := range []func(rng *rand.Rand){
 		func(rng *rand.Rand) { // cleaner
@@ -1120,7 +1118,7 @@ func TestCleanConcurrent(t *testing.T) {
 			if rng.Intn(10) == 0 {
 				l.DeleteBefore(l.StartOffset() + rng.Int63n(max(l.EndOffset()-l.StartOffset(), 1)/4+1))
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // pacing: deletions now and then, not a busy loop
 		},
 	} {
 		wg.Add(1)
@@ -1166,18 +1164,12 @@ func TestFlushMessages(t *testing.T) {
 	for i := 0; i < 9; i++ {
 		l.Append(batch(t, 1, 10, 1), 0)
 	}
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // a negative check: an early fsync would show within this
 	if d := l.DurableOffset(); d != 0 {
 		t.Fatalf("fsynced to %d before flush.messages records", d)
 	}
 	l.Append(batch(t, 1, 10, 1), 0)
-	deadline := time.Now().Add(10 * time.Second)
-	for l.DurableOffset() < 10 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no fsync after flush.messages records: durable %d", l.DurableOffset())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, "an fsync after flush.messages records", func() bool { return l.DurableOffset() >= 10 })
 }
 
 // segment.index.bytes bounds a segment's offset index; segment.jitter.ms

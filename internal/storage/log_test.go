@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"holdfast/internal/records"
+	"holdfast/internal/testwait"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -506,13 +507,7 @@ func TestIntervalFlush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for l.DurableOffset() <= info.LastOffset {
-		if time.Now().After(deadline) {
-			t.Fatal("interval flush never happened")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, 5*time.Second, "the interval flush", func() bool { return l.DurableOffset() > info.LastOffset })
 }
 
 func TestSliceSurvivesDeletion(t *testing.T) {
@@ -943,7 +938,7 @@ func TestConcurrentStress(t *testing.T) {
 		if _, err := l.EnforceRetention(); err != nil {
 			return err
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // pacing: retention runs now and then among the readers and writers
 		return nil
 	})
 	wg.Wait()

@@ -3,6 +3,7 @@ package txn
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/testwait"
 )
 
 // memLog is an in-memory __transaction_state partition: the coordinator's
@@ -187,16 +190,10 @@ func TestReplayFinishesPrepared(t *testing.T) {
 	c.Close()
 	crash = false
 	c2 := r.start(t, Config{}, nil)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if in, _ := c2.Describe("p"); in.State == kmsg.TransactionStateCompleteCommit {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("prepared transaction never completed after replay")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, "the prepared transaction to complete after replay", func() bool {
+		in, _ := c2.Describe("p")
+		return in.State == kmsg.TransactionStateCompleteCommit
+	})
 	if m := r.markers; len(m) != 1 || !m[0].commit || len(m[0].parts) != 2 {
 		t.Fatalf("markers after replay: %+v", m)
 	}
@@ -258,20 +255,16 @@ func TestTimeoutAbortsAndFailedMarkersRetry(t *testing.T) {
 	c.AbortTimedOut()
 	waitState := func(want State) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		testwait.For(t, 10*time.Second, "the transaction's state", func() error {
 			in, _ := c.Describe("slow")
 			c.mu.Lock()
 			busy := c.txns["slow"].done != nil
 			c.mu.Unlock()
-			if in.State == want && !busy {
-				return
+			if in.State != want || busy {
+				return fmt.Errorf("state %v (busy %v), want %v", in.State, busy, want)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("state %v, want %v", in.State, want)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	waitState(kmsg.TransactionStatePrepareAbort) // markers failed: still decided, not complete
 	r.mu.Lock()
@@ -304,13 +297,10 @@ func TestTimedOutProducerRecoversAndIdleIDsExpire(t *testing.T) {
 	c.AddPartitions("late", pid, e0, []TopicPartition{tp0})(ctx)
 	advance(2 * time.Second)
 	c.AbortTimedOut()
-	for {
+	testwait.Until(t, 10*time.Second, "the timed-out transaction to abort", func() bool {
 		in, _ := c.Describe("late")
-		if in.State == kmsg.TransactionStateCompleteAbort {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return in.State == kmsg.TransactionStateCompleteAbort
+	})
 	pid2, e2, err := c.InitProducerID(ctx, "late", 1000, pid, e0)
 	if err != nil || pid2 != pid || e2 <= e0+1 {
 		t.Fatalf("recovery of the timed-out producer: %d/%d %v", pid2, e2, err)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"holdfast/internal/testwait"
 )
 
 // TestLeadingUnownedPartitionIsLoading: a __transaction_state partition
@@ -39,9 +41,7 @@ func TestLeadingUnownedPartitionIsLoading(t *testing.T) {
 	leading.Store(true)
 	check("led here, not loaded", kerr.CoordinatorLoadInProgress)
 	c.LoadPartition(0)
-	for !c.Loaded(0) {
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, "partition 0 loaded", func() bool { return c.Loaded(0) })
 	if err := init(); err != nil {
 		t.Fatalf("loaded: %v", err)
 	}

@@ -159,7 +159,7 @@ func TestTransactionsAndGroup(t *testing.T) {
 	}
 	// The group committed: a new member reads nothing of this run again.
 	g2 := group()
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // a negative check: a new member given the run again would read it within this
 	g2.Stop()
 	if seen := g2.Tally().Seen(); seen != 0 {
 		t.Fatalf("after the commits a new member read %d records again", seen)

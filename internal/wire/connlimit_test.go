@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/testwait"
 )
 
 // dialFrom connects to addr from the local address from (any 127/8
@@ -55,10 +57,8 @@ func refused(t *testing.T, c net.Conn) {
 func awaitPerIP(t *testing.T, s *Server, ip string, n int) {
 	t.Helper()
 	a := netip.MustParseAddr(ip)
-	for deadline := time.Now().Add(time.Minute); s.PerIP(a) != n; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s holds %d connections, want %d", ip, s.PerIP(a), n)
-		}
+	if !testwait.Poll(time.Minute, func() bool { return s.PerIP(a) == n }) {
+		t.Fatalf("%s holds %d connections, want %d", ip, s.PerIP(a), n)
 	}
 }
 

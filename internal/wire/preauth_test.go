@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"holdfast/internal/auth"
+	"holdfast/internal/testwait"
 )
 
 // serveSASL runs a SASL_PLAINTEXT listener (alice/alice-secret with
@@ -170,10 +171,8 @@ func TestPreAuthBudget(t *testing.T) {
 // awaitPool waits until ok holds for the server's memory pools.
 func awaitPool(t *testing.T, s *Server, what string, ok func(MemoryPool) bool) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !ok(s.MemoryPool()); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %+v", what, s.MemoryPool())
-		}
+	if !testwait.Poll(time.Minute, func() bool { return ok(s.MemoryPool()) }) {
+		t.Fatalf("%s: %+v", what, s.MemoryPool())
 	}
 }
 

@@ -45,7 +45,7 @@ func TestRawReader(t *testing.T) {
 				sent <- err
 				return
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // the pause is the point: some reads find nothing and wait in the poller
 		}
 		sent <- nil
 	}()

@@ -216,7 +216,7 @@ func TestReauthentication(t *testing.T) {
 	if resp.ErrorCode != 0 || resp.SessionLifetimeMillis <= 0 || resp.SessionLifetimeMillis > 1000 {
 		t.Fatalf("authenticate: code %d lifetime %d", resp.ErrorCode, resp.SessionLifetimeMillis)
 	}
-	time.Sleep(1100 * time.Millisecond) // past the lifetime
+	time.Sleep(1100 * time.Millisecond) // past the session lifetime (1 s): the server's clock must pass it
 	c.Write(frame(kmsg.NewPtrMetadataRequest(), 1, 3))
 	if _, err := io.ReadFull(c, make([]byte, 4)); err == nil {
 		t.Fatal("an expired session was served")
@@ -230,6 +230,8 @@ func TestReauthentication(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	before := s.Stats.Accepted.Load()
+	// Requests spread over 3.5 s, past several 1 s session lifetimes, so
+	// the client has to re-authenticate on its connection.
 	for end := time.Now().Add(3500 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		if err := metadataAs(ctx, cl); err != nil {
 			t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/testwait"
 )
 
 // spliceHandler answers Fetch with two partitions whose records are file
@@ -102,9 +104,7 @@ func TestSplicedFileRanges(t *testing.T) {
 		}
 		// Release runs right after the write, so the client may see the
 		// response a moment before it.
-		for deadline := time.Now().Add(5 * time.Second); h.released.Load() < 4 && time.Now().Before(deadline); {
-			time.Sleep(time.Millisecond)
-		}
+		testwait.Poll(5*time.Second, func() bool { return h.released.Load() >= 4 })
 		if got := h.released.Load(); got != 4 {
 			t.Fatalf("released %d of 4 spliced responses", got)
 		}

@@ -14,6 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/testwait"
 )
 
 // testHandler serves ApiVersions and Metadata; a Metadata request whose
@@ -292,10 +294,7 @@ func TestMaxConnections(t *testing.T) {
 	}
 	a.Close()
 	// The slot frees once the server notices the close.
-	deadline := time.Now().Add(5 * time.Second)
-	for s.Stats.Open.Load() > 1 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Poll(5*time.Second, func() bool { return s.Stats.Open.Load() <= 1 })
 	c := dial(t, addr)
 	c.Write(frame(kmsg.NewPtrApiVersionsRequest(), 3, 5))
 	readFrame(t, c)
@@ -363,10 +362,7 @@ func TestThousandsOfStalledConnections(t *testing.T) {
 		// A frame that announces 1 MiB and sends 6 bytes of it.
 		c.Write([]byte{0, 0x10, 0, 0, 0, 18})
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for s.Stats.Open.Load() < conns && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Poll(20*time.Second, func() bool { return s.Stats.Open.Load() >= conns })
 	if got := s.Stats.Open.Load(); got < conns {
 		t.Fatalf("server holds %d of %d connections", got, conns)
 	}
