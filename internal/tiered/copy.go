@@ -35,12 +35,20 @@ type sidecar struct {
 	// Aborted are the aborted transactions with records in the segment
 	// (Kafka's transaction index): read_committed fetches skip them.
 	Aborted []partition.AbortedTxn `json:"aborted_transactions,omitempty"`
+	// Producers is the idempotent producers' state as of the segment's
+	// end (Kafka's producer snapshot): a restore installs the last one.
+	// Absent in uploads from before it existed.
+	Producers *partition.ProducerState `json:"producer_snapshot,omitempty"`
 }
 
 // copySegment uploads the batches [from, next) of p's log as one segment
 // (the .log object, then its .index): read through the log like any
 // reader, checked batch by batch on the way.
-func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t controller.Topic, from, next int64, epoch int32) (Segment, error) {
+func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t controller.Topic, st *partState, from, next int64, epoch int32) (Segment, error) {
+	prod, err := m.producersAt(ctx, p, t, st, from)
+	if err != nil {
+		return Segment{}, err
+	}
 	f, err := m.tempFile()
 	if err != nil {
 		return Segment{}, err
@@ -90,6 +98,7 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t con
 				lastEpoch = e
 			}
 			seg.MaxTimestamp = max(seg.MaxTimestamp, h.MaxTimestamp)
+			prod.Apply(h)
 			pos += int64(len(b))
 			off = h.LastOffset() + 1
 			rest = r
@@ -108,6 +117,9 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t con
 	seg.Size, seg.CRC = pos, crc
 	sc.Segment = seg
 	sc.Aborted = p.AbortedIn(seg.Base, next-1)
+	prod.End = next
+	prod.Expire(seg.MaxTimestamp)
+	sc.Producers = &prod
 	key := m.key(t, p.Index(), seg)
 	if err := m.store.PutFile(ctx, key+".log", f.Name()); err != nil {
 		return Segment{}, fmt.Errorf("upload %s.log: %w", key, err)
@@ -119,5 +131,42 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t con
 	if err := m.store.Put(ctx, key+".index", side); err != nil {
 		return Segment{}, fmt.Errorf("upload %s.index: %w", key, err)
 	}
+	m.mu.Lock()
+	st.prod, st.prodOK = prod, true
+	m.mu.Unlock()
 	return seg, nil
+}
+
+// producersAt is the producer state as of offset from, the end of p's
+// remote log, to which a new segment's batches are added: the one this
+// node built with its last upload, else the one in the .index of the
+// remote log's last segment (another leader uploaded it). The first
+// segment of a remote log (or one after a gap) starts empty: producers
+// whose batches all lie below it are not in the state (a topic that
+// enabled remote storage after its log start moved).
+func (m *Manager) producersAt(ctx context.Context, p *partition.Partition, t controller.Topic, st *partState, from int64) (partition.ProducerState, error) {
+	m.mu.Lock()
+	cached, ok, mf := st.prod, st.prodOK, st.m
+	m.mu.Unlock()
+	if ok && cached.End == from {
+		return cached.Clone(), nil
+	}
+	if len(mf.Segments) == 0 || mf.End() != from {
+		return partition.ProducerState{End: from}, nil
+	}
+	last := mf.Segments[len(mf.Segments)-1]
+	key := m.key(t, p.Index(), last) + ".index"
+	b, err := m.store.Get(ctx, key, maxSidecar)
+	if err != nil {
+		return partition.ProducerState{}, fmt.Errorf("reading the producer state in %s: %w", key, err)
+	}
+	var sc sidecar
+	if err := json.Unmarshal(b, &sc); err != nil {
+		return partition.ProducerState{}, fmt.Errorf("%s: %w", key, err)
+	}
+	if sc.Producers == nil || sc.Producers.End != from {
+		m.log.Warn("the remote log's last segment has no producer state; the next segments' starts empty", "topic", t.Name, "partition", p.Index(), "key", key)
+		return partition.ProducerState{End: from}, nil
+	}
+	return sc.Producers.Clone(), nil
 }

@@ -65,6 +65,10 @@ type partState struct {
 	// Objects of segments that left the manifest (total retention),
 	// deleted after the manifest without them committed; retried.
 	toDelete []string
+	// prod is the producer state as of prod.End that this node uploaded
+	// last (prodOK), the start of the next segment's.
+	prod   partition.ProducerState
+	prodOK bool
 	// propose serializes the changes of the manifest (change).
 	propose sync.Mutex
 }
@@ -270,6 +274,15 @@ func (m *Manager) change(ctx context.Context, p *partition.Partition, st *partSt
 	return m.commit(ctx, p, next)
 }
 
+// commitCommand proposes cmd in p's Raft group and waits for its commit.
+func (m *Manager) commitCommand(ctx context.Context, p *partition.Partition, cmd []byte) error {
+	prop, err := m.host.ProposeCommand(ctx, p.RaftGroup(), cmd)
+	if err != nil {
+		return err
+	}
+	return m.host.WaitCommitted(ctx, prop)
+}
+
 // commit proposes mf as p's manifest and waits until it is committed.
 func (m *Manager) commit(ctx context.Context, p *partition.Partition, mf Manifest) error {
 	cmd, err := encodeManifest(mf)
@@ -326,7 +339,7 @@ func (m *Manager) upload(p *partition.Partition, t controller.Topic, st *partSta
 		}
 		from := max(s.Base, end)
 		ctx, cancel := context.WithTimeout(m.ctx, 5*time.Minute)
-		seg, err := m.copySegment(ctx, p, t, from, s.Next, epoch)
+		seg, err := m.copySegment(ctx, p, t, st, from, s.Next, epoch)
 		if err == nil {
 			err = m.change(ctx, p, st, func(cur Manifest) (Manifest, bool) {
 				if cur.End() != end {

@@ -89,7 +89,7 @@ func (m *Manager) PlanRestore(ctx context.Context, from string) (dir string, sta
 	}
 	starts = make([]topicconfig.RestoreStart, n)
 	for part, segs := range parts {
-		mf, err := m.restoredManifest(ctx, dir, part, segs, -1)
+		mf, _, err := m.restoredManifest(ctx, dir, part, segs, -1)
 		if err != nil {
 			return "", nil, err
 		}
@@ -149,22 +149,27 @@ func (m *Manager) listRestore(ctx context.Context, dir string) (map[int32][]rest
 // never committed) hold the same committed records, so any chain is
 // true; below a gap the objects are of a remote log that was abandoned
 // (its offsets deleted locally before being uploaded) and are left out.
-func (m *Manager) restoredManifest(ctx context.Context, dir string, part int32, keys []restoreKey, end int64) (Manifest, error) {
+//
+// It also returns the producer state in the last segment's .index (nil
+// if it has none).
+func (m *Manager) restoredManifest(ctx context.Context, dir string, part int32, keys []restoreKey, end int64) (Manifest, *partition.ProducerState, error) {
 	_, id, _ := SplitDir(dir)
 	var segs []Segment
+	prods := map[restoreKey]*partition.ProducerState{}
 	for _, k := range keys {
 		key := fmt.Sprintf("%s%s/%d/%020d-%d.index", m.cfg.Prefix, dir, part, k.base, k.epoch)
 		b, err := m.store.Get(ctx, key, maxSidecar)
 		if err != nil {
-			return Manifest{}, fmt.Errorf("reading %s: %w", key, err)
+			return Manifest{}, nil, fmt.Errorf("reading %s: %w", key, err)
 		}
 		var sc sidecar
 		if err := json.Unmarshal(b, &sc); err != nil {
-			return Manifest{}, fmt.Errorf("%s: %w", key, err)
+			return Manifest{}, nil, fmt.Errorf("%s: %w", key, err)
 		}
 		s := sc.Segment
+		prods[k] = sc.Producers
 		if sc.TopicID != id || sc.Partition != part || s.Base != k.base || s.Epoch != k.epoch || s.Next <= s.Base || s.Size < 0 {
-			return Manifest{}, fmt.Errorf("%s does not describe the segment its key names", key)
+			return Manifest{}, nil, fmt.Errorf("%s does not describe the segment its key names", key)
 		}
 		s.Dir = dir
 		segs = append(segs, s)
@@ -185,18 +190,25 @@ func (m *Manager) restoredManifest(ctx context.Context, dir string, part int32, 
 			chain = append(chain, s)
 		}
 		if len(chain) > maxManifestSegments {
-			return Manifest{}, fmt.Errorf("partition %d of %s has more than %d segments", part, dir, maxManifestSegments)
+			return Manifest{}, nil, fmt.Errorf("partition %d of %s has more than %d segments", part, dir, maxManifestSegments)
 		}
 	}
 	if end > 0 && len(chain) == 0 {
-		return Manifest{}, fmt.Errorf("partition %d of %s: no segment ends at %d", part, dir, end)
+		return Manifest{}, nil, fmt.Errorf("partition %d of %s: no segment ends at %d", part, dir, end)
+	}
+	var prod *partition.ProducerState
+	if len(chain) > 0 {
+		prod = prods[restoreKey{base: chain[0].Base, epoch: chain[0].Epoch}]
+		if prod != nil && prod.End != chain[0].Next {
+			prod = nil
+		}
 	}
 	slices.Reverse(chain)
 	mf := Manifest{Segments: chain}
 	if len(chain) > 0 {
 		mf.Start = chain[0].Base
 	}
-	return mf, nil
+	return mf, prod, nil
 }
 
 // restore commits p's restored manifest, once, before anything else of
@@ -215,8 +227,18 @@ func (m *Manager) restore(p *partition.Partition, t controller.Topic, st *partSt
 	defer cancel()
 	parts, err := m.listRestore(ctx, dir)
 	var mf Manifest
+	var prod *partition.ProducerState
 	if err == nil {
-		mf, err = m.restoredManifest(ctx, dir, p.Index(), parts[p.Index()], start)
+		mf, prod, err = m.restoredManifest(ctx, dir, p.Index(), parts[p.Index()], start)
+	}
+	if err == nil && prod != nil {
+		// The producers first (a Raft command every replica applies):
+		// installed again if the manifest's commit fails, which changes
+		// nothing (only unknown producers are installed).
+		var cmd []byte
+		if cmd, err = partition.RestoreProducersCommand(*prod); err == nil {
+			err = m.commitCommand(ctx, p, cmd)
+		}
 	}
 	if err == nil {
 		err = m.change(ctx, p, st, func(cur Manifest) (Manifest, bool) {
@@ -228,7 +250,7 @@ func (m *Manager) restore(p *partition.Partition, t controller.Topic, st *partSt
 		return false
 	}
 	m.log.Info("remote log restored from the object store", "topic", t.Name, "partition", p.Index(), "from", dir,
-		"segments", len(mf.Segments), "remote_log_start_offset", mf.Start, "end_offset", mf.End())
+		"segments", len(mf.Segments), "remote_log_start_offset", mf.Start, "end_offset", mf.End(), "producers", producerCount(prod))
 	return true
 }
 
@@ -264,4 +286,11 @@ func (m *Manager) RestorePending(p *partition.Partition) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return st.cmdOffset < 0
+}
+
+func producerCount(s *partition.ProducerState) int {
+	if s == nil {
+		return 0
+	}
+	return s.Len()
 }

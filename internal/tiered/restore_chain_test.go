@@ -93,7 +93,7 @@ func TestRestoreChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mf, err := m.restoredManifest(ctx, dir, 0, parts[0], 30)
+	mf, _, err := m.restoredManifest(ctx, dir, 0, parts[0], 30)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,11 +110,11 @@ func TestRestoreChain(t *testing.T) {
 	if _, _, err := decodeManifest(mustEncode(t, mf)); err != nil {
 		t.Fatal(err)
 	}
-	mf, err = m.restoredManifest(ctx, dir, 2, parts[2], 15)
+	mf, _, err = m.restoredManifest(ctx, dir, 2, parts[2], 15)
 	if err != nil || mf.Start != 8 || len(mf.Segments) != 2 {
 		t.Fatalf("partition 2 (a gap below 8): %+v %v", mf, err)
 	}
-	if _, err := m.restoredManifest(ctx, dir, 0, parts[0], 25); err == nil {
+	if _, _, err := m.restoredManifest(ctx, dir, 0, parts[0], 25); err == nil {
 		t.Fatal("a chain ending where no segment ends")
 	}
 
