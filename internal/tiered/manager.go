@@ -1,12 +1,14 @@
 package tiered
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,9 +64,8 @@ type partState struct {
 	// Upload retries: the next attempt waits until retryAt.
 	backoff time.Duration
 	retryAt time.Time
-	// Objects of segments that left the manifest (total retention),
-	// deleted after the manifest without them committed; retried.
-	toDelete []string
+	// deleteFailing: the last deletion of objects failed (logged once).
+	deleteFailing bool
 	// prod is the producer state as of prod.End that this node uploaded
 	// last (prodOK), the start of the next segment's.
 	prod   partition.ProducerState
@@ -164,7 +165,7 @@ func (m *Manager) runOnce() {
 		}
 		m.upload(p, t, st, int32(l.Term))
 		m.retention(p, t, st)
-		m.deleteDropped(p, st)
+		m.deleteDropped(p, t, st)
 		lb, ls := m.lag(p, st)
 		lagBytes, lagSegs = lagBytes+lb, lagSegs+ls
 		m.mu.Lock()
@@ -333,8 +334,9 @@ func (m *Manager) upload(p *partition.Partition, t controller.Topic, st *partSta
 		if s.Next <= end || s.Next > stable {
 			continue
 		}
-		if len(mf.Segments) >= maxManifestSegments {
-			m.log.Warn("remote log manifest is full: uploads wait", "topic", t.Name, "partition", p.Index(), "segments", len(mf.Segments))
+		if len(mf.Segments)+len(mf.Deleting) >= maxManifestSegments {
+			// Deleting counts: a store that refuses deletions holds them.
+			m.log.Warn("remote log manifest is full: uploads wait", "topic", t.Name, "partition", p.Index(), "segments", len(mf.Segments), "deleting", len(mf.Deleting))
 			return
 		}
 		from := max(s.Base, end)
@@ -349,10 +351,12 @@ func (m *Manager) upload(p *partition.Partition, t controller.Topic, st *partSta
 					// The first segment, or a gap: the local log lost
 					// offsets that were never uploaded (DeleteRecords, or
 					// retention before remote storage was enabled). They
-					// exist nowhere: the remote log starts after them.
-					return Manifest{Start: max(from, cur.Start), Segments: []Segment{seg}}, true
+					// exist nowhere: the remote log starts after them, and
+					// the segments below the gap are deleted.
+					return Manifest{Start: max(from, cur.Start), Segments: []Segment{seg},
+						Deleting: append(slices.Clip(cur.Deleting), cur.Segments...)}, true
 				}
-				return Manifest{Start: cur.Start, Segments: append(append([]Segment(nil), cur.Segments...), seg)}, true
+				return Manifest{Start: cur.Start, Segments: append(slices.Clip(cur.Segments), seg), Deleting: cur.Deleting}, true
 			})
 		}
 		cancel()
@@ -510,26 +514,53 @@ func (m *Manager) retention(p *partition.Partition, t controller.Topic, st *part
 	m.log.Info("local retention moved the local log start", "topic", t.Name, "partition", p.Index(), "local_log_start_offset", point)
 }
 
-// deleteDropped deletes the objects of segments that left the manifest.
-// The list is this node's memory: a crash before the deletion leaves the
-// objects behind (docs/tiered-storage.md).
-func (m *Manager) deleteDropped(p *partition.Partition, st *partState) {
+// deleteDropped carries out the deletions the committed manifest records
+// (Manifest.Deleting): each segment's objects are deleted, then a manifest
+// without the segments deleted is committed. A failure (the store down)
+// leaves them to the next pass; a crash, to the next leader or the next
+// start, which read the same list from the partition's log.
+func (m *Manager) deleteDropped(p *partition.Partition, t controller.Topic, st *partState) {
 	m.mu.Lock()
-	keys := st.toDelete
-	st.toDelete = nil
+	pending := st.m.Deleting
 	m.mu.Unlock()
-	var failed []string
-	for _, k := range keys {
-		ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
-		if err := m.store.Delete(ctx, k); err != nil {
-			failed = append(failed, k)
-		}
-		cancel()
+	if len(pending) == 0 {
+		return
 	}
-	if len(failed) > 0 {
-		m.mu.Lock()
-		st.toDelete = append(st.toDelete, failed...)
-		m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(m.ctx, 2*time.Minute)
+	defer cancel()
+	var done []Segment
+	var err error
+	for _, s := range pending {
+		k := m.key(t, p.Index(), s)
+		if err = m.store.Delete(ctx, k+".log"); err == nil {
+			err = m.store.Delete(ctx, k+".index")
+		}
+		if err != nil {
+			break
+		}
+		done = append(done, s)
+	}
+	if len(done) > 0 {
+		gone := func(s Segment) bool { return slices.ContainsFunc(done, s.sameObjects) }
+		cerr := m.change(ctx, p, st, func(cur Manifest) (Manifest, bool) {
+			if !slices.ContainsFunc(cur.Deleting, gone) {
+				return cur, false
+			}
+			next := cur
+			next.Deleting = slices.DeleteFunc(slices.Clone(cur.Deleting), gone)
+			return next, true
+		})
+		if cerr == nil {
+			m.log.Info("deleted the objects of segments that left the remote log", "topic", t.Name, "partition", p.Index(), "segments", len(done))
+		}
+		err = cmp.Or(err, cerr)
+	}
+	m.mu.Lock()
+	was := st.deleteFailing
+	st.deleteFailing = err != nil
+	m.mu.Unlock()
+	if err != nil && !was {
+		m.log.Warn("tiered storage: deleting objects failed; the deletion is recorded in the log and retried", "topic", t.Name, "partition", p.Index(), "pending", len(pending)-len(done), "err", err)
 	}
 }
 
@@ -575,37 +606,27 @@ func (m *Manager) DeleteRecords(ctx context.Context, p *partition.Partition, off
 }
 
 // dropBelow commits a manifest whose remote log start is off, without the
-// segments wholly below it, and queues their objects for deletion. With a
-// non-empty want it changes nothing unless the manifest is still want.
+// segments wholly below it, which it lists as Deleting: their objects are
+// deleted after (deleteDropped). With a non-empty want it changes nothing
+// unless the manifest is still want.
 func (m *Manager) dropBelow(ctx context.Context, p *partition.Partition, t controller.Topic, st *partState, off int64, want Manifest) error {
-	var dropped []Segment
-	err := m.change(ctx, p, st, func(cur Manifest) (Manifest, bool) {
+	return m.change(ctx, p, st, func(cur Manifest) (Manifest, bool) {
 		if len(cur.Segments) == 0 || off <= cur.Start {
 			return cur, false
 		}
 		if len(want.Segments) > 0 && (cur.Start != want.Start || cur.End() != want.End()) {
 			return cur, false // changed since the caller looked
 		}
-		next := Manifest{Start: off}
-		dropped = nil
+		next := Manifest{Start: off, Deleting: slices.Clip(cur.Deleting)}
 		for _, s := range cur.Segments {
 			if s.Next <= off {
-				dropped = append(dropped, s)
+				next.Deleting = append(next.Deleting, s)
 			} else {
 				next.Segments = append(next.Segments, s)
 			}
 		}
 		return next, true
 	})
-	if err != nil {
-		return err
-	}
-	m.mu.Lock()
-	for _, s := range dropped {
-		st.toDelete = append(st.toDelete, m.key(t, p.Index(), s)+".log", m.key(t, p.Index(), s)+".index")
-	}
-	m.mu.Unlock()
-	return nil
 }
 
 // DeleteTopicObjects deletes, in the background, every object of a topic

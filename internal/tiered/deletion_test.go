@@ -1,0 +1,88 @@
+package tiered_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"holdfast/internal/brokertest"
+)
+
+// TestTieredDeletionSurvivesRestart: DeleteRecords on a tiered topic while
+// the object store is down commits the new remote log start and, with
+// it, the deletion of the objects below it (the manifest's deleting
+// list); the deletion cannot be carried out. The node restarts (the
+// deletion is only in the partition's log now), the store comes back, and
+// the restarted leader deletes those objects and no others. Before
+// deletions were recorded in the log, the objects were left behind for
+// ever (the list was the old process's memory).
+func TestTieredDeletionSurvivesRestart(t *testing.T) {
+	s := startObjectStore(t)
+	n := brokertest.Start(t, withTiered(s))
+	const topic, records = "tiered-delete", 1000
+	n.CreateTopic(topic, 1, tieredTopic())
+	produce(t, n.Client(), topic, 0, records)
+	brokertest.Await(t, "the local tier to delete uploaded segments", func() error {
+		if local := listOffset(t, n, topic, -4); local < records/2 {
+			return fmt.Errorf("local log start %d", local)
+		}
+		return nil
+	})
+	if !s.hasBase(0) {
+		t.Fatal("no segment object at offset 0")
+	}
+	before := s.segmentObjects()
+
+	s.kill()
+	const cut = 300 // past the first segment (4096 bytes hold fewer records)
+	dr, err := n.Admin().DeleteRecords(context.Background(), kadm.Offsets{topic: {0: {Topic: topic, Partition: 0, At: cut}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := dr.Lookup(topic, 0); !ok || r.Err != nil || r.LowWatermark != cut {
+		t.Fatalf("delete records with the store down: %+v", r)
+	}
+	if earliest := listOffset(t, n, topic, -2); earliest != cut {
+		t.Fatalf("earliest offset %d after deleting records below %d", earliest, cut)
+	}
+	if !s.hasBase(0) {
+		t.Fatal("the object of offset 0 went while the store was down")
+	}
+	n.Restart()
+	s.start()
+	brokertest.Await(t, "the recorded deletion to be carried out after the restart", func() error {
+		if s.hasBase(0) {
+			return fmt.Errorf("the object of offset 0 is still there: %v", s.segmentObjects())
+		}
+		return nil
+	})
+	after := s.segmentObjects()
+	for _, o := range before {
+		if !strings.HasPrefix(o, fmt.Sprintf("%020d-", 0)) && !containsString(after, o) && segmentBase(o) >= cut {
+			t.Fatalf("%s, above the cut, is gone: %v", o, after)
+		}
+	}
+	if earliest := listOffset(t, n, topic, -2); earliest != cut {
+		t.Fatalf("earliest offset %d after the restart, want %d", earliest, cut)
+	}
+	consumeAll(t, n, topic, records, cut)
+}
+
+func containsString(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// segmentBase is the base offset in a segment object's name.
+func segmentBase(name string) int64 {
+	var base int64
+	fmt.Sscanf(name, "%d-", &base)
+	return base
+}
