@@ -19,6 +19,11 @@ import (
 // the restarted leader deletes those objects and no others. Before
 // deletions were recorded in the log, the objects were left behind for
 // ever (the list was the old process's memory).
+//
+// Then the topic is deleted while the store is down, the node restarts
+// again, and once the store is back every object of the topic goes (the
+// deletion is in the metadata log). Before, the node that handled
+// DeleteTopics deleted them from memory, once.
 func TestTieredDeletionSurvivesRestart(t *testing.T) {
 	s := startObjectStore(t)
 	n := brokertest.Start(t, withTiered(s))
@@ -69,6 +74,22 @@ func TestTieredDeletionSurvivesRestart(t *testing.T) {
 		t.Fatalf("earliest offset %d after the restart, want %d", earliest, cut)
 	}
 	consumeAll(t, n, topic, records, cut)
+
+	s.kill()
+	if _, err := n.Admin().DeleteTopics(context.Background(), topic); err != nil {
+		t.Fatal(err)
+	}
+	if s.objects() == 0 {
+		t.Fatal("objects deleted while the store was down")
+	}
+	n.Restart()
+	s.start()
+	brokertest.Await(t, "the deleted topic's objects to go after the restart", func() error {
+		if got := s.segmentObjects(); len(got) > 0 {
+			return fmt.Errorf("objects left: %v", got)
+		}
+		return nil
+	})
 }
 
 func containsString(l []string, s string) bool {

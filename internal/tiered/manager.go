@@ -35,6 +35,9 @@ type Manager struct {
 
 	mu    sync.Mutex
 	parts map[uint64]*partState // by Raft group
+	// sweepFailing: deleted topics whose last object deletion failed
+	// (logged once).
+	sweepFailing map[[16]byte]bool
 
 	stats Stats
 	stop  chan struct{}
@@ -86,7 +89,7 @@ func New(cfg Config, store ObjectStore, meta *controller.Store, replicas *replic
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{cfg: cfg, store: store, meta: meta, replicas: replicas, host: host, defaults: defaults,
-		log: log.With("component", "tiered"), cache: c, parts: map[uint64]*partState{},
+		log: log.With("component", "tiered"), cache: c, parts: map[uint64]*partState{}, sweepFailing: map[[16]byte]bool{},
 		stop: make(chan struct{}), done: make(chan struct{}), ctx: ctx, cancel: cancel}, nil
 }
 
@@ -172,6 +175,7 @@ func (m *Manager) runOnce() {
 		size, segs = size+st.m.Size(), segs+int64(len(st.m.Segments))
 		m.mu.Unlock()
 	}
+	m.sweepDeleted()
 	m.stats.CopyLagBytes.Store(lagBytes)
 	m.stats.CopyLagSegments.Store(lagSegs)
 	m.stats.RemoteLogSizeBytes.Store(size)
@@ -629,31 +633,55 @@ func (m *Manager) dropBelow(ctx context.Context, p *partition.Partition, t contr
 	})
 }
 
-// DeleteTopicObjects deletes, in the background, every object of a topic
-// that was just deleted (Kafka deletes a topic's remote data with it). It
-// is this node's memory only: a crash before it ends leaves objects
-// behind (docs/tiered-storage.md).
-func (m *Manager) DeleteTopicObjects(t controller.Topic) {
-	if !m.Enabled(t) {
-		return
-	}
-	prefix := fmt.Sprintf("%s%s-%s/", m.cfg.Prefix, t.Name, t.IDString())
-	go func() {
+// sweepDeleted deletes the objects of deleted tiered topics: the metadata
+// store's RemoteDeleting, where the topic's deletion put them (in the
+// metadata log, before anything is deleted). Every node does it, and
+// drops a topic from its list (node-local, durably) only once a listing
+// after the deletions finds nothing, so that a crash, a store that is
+// down or an upload that raced the deletion leaves it to the next pass or
+// the next start. Kafka deletes a topic's remote data with it.
+func (m *Manager) sweepDeleted() {
+	for _, t := range m.meta.RemoteDeleting() {
+		prefix := fmt.Sprintf("%s%s-%s/", m.cfg.Prefix, t.Name, t.IDString())
 		ctx, cancel := context.WithTimeout(m.ctx, 10*time.Minute)
-		defer cancel()
-		keys, err := m.store.List(ctx, prefix)
-		deleted := 0
-		for _, k := range keys {
-			if derr := m.store.Delete(ctx, k); derr != nil {
-				err = derr
-				continue
+		deleted, err := m.deletePrefix(ctx, prefix)
+		if err == nil {
+			var left []string
+			if left, err = m.store.List(ctx, prefix); err == nil && len(left) > 0 {
+				err = fmt.Errorf("%d objects appeared meanwhile", len(left))
 			}
-			deleted++
 		}
+		cancel()
+		if err == nil {
+			err = m.meta.FinishRemoteDelete(t.ID)
+		}
+		m.mu.Lock()
+		was := m.sweepFailing[t.ID]
 		if err != nil {
-			m.log.Warn("deleting a deleted topic's objects", "topic", t.Name, "deleted", deleted, "of", len(keys), "err", err)
-			return
+			m.sweepFailing[t.ID] = true
+		} else {
+			delete(m.sweepFailing, t.ID)
 		}
-		m.log.Info("deleted a deleted topic's objects", "topic", t.Name, "objects", deleted)
-	}()
+		m.mu.Unlock()
+		switch {
+		case err != nil && !was:
+			m.log.Warn("tiered storage: deleting a deleted topic's objects failed; the deletion is recorded and retried", "topic", t.Name, "deleted", deleted, "err", err)
+		case err == nil:
+			m.log.Info("deleted a deleted topic's objects", "topic", t.Name, "objects", deleted)
+		}
+	}
+}
+
+// deletePrefix deletes every object under prefix.
+func (m *Manager) deletePrefix(ctx context.Context, prefix string) (int, error) {
+	keys, err := m.store.List(ctx, prefix)
+	if err != nil {
+		return 0, err
+	}
+	for i, k := range keys {
+		if err := m.store.Delete(ctx, k); err != nil {
+			return i, err
+		}
+	}
+	return len(keys), nil
 }
