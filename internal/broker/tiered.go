@@ -131,6 +131,49 @@ func (b *Broker) latestTiered(p *partition.Partition) int64 {
 	return mf.End() - 1
 }
 
+// earliestPendingUpload is ListOffsets' -6 (KIP-1023), as Kafka answers
+// it: on a tiered topic the offset after the remote log (no lower than
+// the log start); the log start if nothing was ever uploaded; -1 if the
+// remote log is not known (a restore pending) or the topic is not tiered.
+func (b *Broker) earliestPendingUpload(p *partition.Partition) (int64, int16) {
+	if b.tiered == nil {
+		return -1, 0
+	}
+	if t, ok := b.meta.Topic(p.Topic()); !ok || t.ID != p.TopicID() || !b.tiered.Enabled(t) {
+		return -1, 0
+	}
+	if b.tiered.RestorePending(p) {
+		return -1, kerr.OffsetNotAvailable.Code
+	}
+	start := b.logStartOffset(p)
+	if highest := b.latestTiered(p); highest >= 0 {
+		return max(highest+1, start), 0
+	}
+	if p.LogStartOffset() == start {
+		return start, 0 // nothing uploaded yet
+	}
+	return -1, 0
+}
+
+// offsetForTimestamp is ListOffsets by timestamp: on a tiered topic the
+// remote log first (its segments' time indexes), then the local log, as
+// Kafka searches. timeoutMs is the request's (v10; 0: 30 s).
+func (b *Broker) offsetForTimestamp(ctx context.Context, p *partition.Partition, ts int64, timeoutMs int32) (int64, int64, error) {
+	if b.tiered != nil {
+		d := 30 * time.Second
+		if timeoutMs > 0 {
+			d = time.Duration(timeoutMs) * time.Millisecond
+		}
+		ctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		off, fts, found, err := b.tiered.OffsetForTimestamp(ctx, p, ts)
+		if err != nil || found {
+			return off, fts, err
+		}
+	}
+	return p.OffsetForTimestamp(ts)
+}
+
 // The tiered-storage broker configs DescribeConfigs shows (static: set by
 // flags, HOLDFAST_* or server.properties; credentials are never among
 // them).

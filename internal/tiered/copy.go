@@ -13,6 +13,25 @@ import (
 	"holdfast/internal/records"
 )
 
+// maxTimeIndex bounds a segment's time index (about 40 bytes an entry).
+const maxTimeIndex = 16384
+
+// thinTimeIndex keeps at most maxTimeIndex entries, evenly, and the last.
+func thinTimeIndex(ix [][3]int64) ([][3]int64, bool) {
+	if len(ix) <= maxTimeIndex {
+		return ix, false
+	}
+	step := (len(ix) + maxTimeIndex - 1) / maxTimeIndex
+	var out [][3]int64
+	for i := 0; i < len(ix); i += step {
+		out = append(out, ix[i])
+	}
+	if out[len(out)-1] != ix[len(ix)-1] {
+		out = append(out, ix[len(ix)-1])
+	}
+	return out, true
+}
+
 // indexEvery is the spacing of the uploaded offset index's entries.
 const indexEvery = 64 << 10
 
@@ -35,6 +54,16 @@ type sidecar struct {
 	// Aborted are the aborted transactions with records in the segment
 	// (Kafka's transaction index): read_committed fetches skip them.
 	Aborted []partition.AbortedTxn `json:"aborted_transactions,omitempty"`
+	// TimeIndex answers ListOffsets by timestamp without the segment:
+	// (timestamp, base offset, last offset) of each batch whose largest
+	// timestamp is above every earlier batch's in the segment, the only
+	// batches such a lookup can answer (the first batch whose timestamp
+	// reaches a target raises the running largest). Beyond
+	// maxTimeIndex entries it is thinned (TimeIndexSparse), and a lookup
+	// answers no later than the exact batch. Absent in uploads from
+	// before it existed: a lookup answers the segment's base.
+	TimeIndex       [][3]int64 `json:"time_index,omitempty"`
+	TimeIndexSparse bool       `json:"time_index_sparse,omitempty"`
 	// Producers is the idempotent producers' state as of the segment's
 	// end (Kafka's producer snapshot): a restore installs the last one.
 	// Absent in uploads from before it existed.
@@ -97,6 +126,9 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t con
 				seg.Epochs = append(seg.Epochs, [2]int64{e, h.BaseOffset})
 				lastEpoch = e
 			}
+			if h.MaxTimestamp > seg.MaxTimestamp {
+				sc.TimeIndex = append(sc.TimeIndex, [3]int64{h.MaxTimestamp, h.BaseOffset, h.LastOffset()})
+			}
 			seg.MaxTimestamp = max(seg.MaxTimestamp, h.MaxTimestamp)
 			prod.Apply(h)
 			pos += int64(len(b))
@@ -117,6 +149,7 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t con
 	seg.Size, seg.CRC = pos, crc
 	sc.Segment = seg
 	sc.Aborted = p.AbortedIn(seg.Base, next-1)
+	sc.TimeIndex, sc.TimeIndexSparse = thinTimeIndex(sc.TimeIndex)
 	prod.End = next
 	prod.Expire(seg.MaxTimestamp)
 	sc.Producers = &prod
