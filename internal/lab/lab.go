@@ -73,17 +73,17 @@ type Row struct {
 	// them) and must show what the analysis predicts.
 	Default bool `json:"holdfast_default"`
 	// Profile is "holdfast" for a Default row, "kafka" otherwise.
-	Profile  string         `json:"profile"`
-	Expect   Expectation    `json:"expect"`
-	Acked    int            `json:"acked"`
-	Lost     int            `json:"lost"`
-	Dup      int            `json:"duplicated"`
+	Profile string      `json:"profile"`
+	Expect  Expectation `json:"expect"`
+	Acked   int         `json:"acked"`
+	Lost    int         `json:"lost"`
+	Dup     int         `json:"duplicated"`
 	// NotUploaded: for ExpectNotUploaded, the acknowledged records the
 	// remote log did not hold when the disks were lost.
 	NotUploaded int `json:"not_uploaded,omitempty"`
 	// Skipped says why the row could not run here (what it needs is not
 	// installed); a skipped row passes, and says so.
-	Skipped string `json:"skipped,omitempty"`
+	Skipped  string         `json:"skipped,omitempty"`
 	Fault    string         `json:"fault"`    // what was injected, with the evidence it happened
 	Injected bool           `json:"injected"` // the fault demonstrably happened
 	Pass     bool           `json:"pass"`

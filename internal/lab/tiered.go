@@ -316,4 +316,3 @@ func setCredentials() func() {
 		}
 	}
 }
-
