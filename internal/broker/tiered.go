@@ -61,26 +61,27 @@ func (b *Broker) checkRemoteStorage(configs map[string]string) error {
 // docs/tiered-storage.md) and resolves it against the object store: the
 // stored configs name the old topic's full key directory and, in
 // remote.storage.restore.starts, where each partition's log starts.
-// It returns how many partitions the objects hold (0: not a restore).
-func (b *Broker) planRestore(ctx context.Context, configs map[string]string) (int32, error) {
+// It returns how many partitions the objects hold (0: not a restore) and
+// the highest producer id whose state the restore brings back (-1: none).
+func (b *Broker) planRestore(ctx context.Context, configs map[string]string) (int32, int64, error) {
 	if _, ok := configs["remote.storage.restore.starts"]; ok {
-		return 0, errCode(kerr.InvalidConfig, "remote.storage.restore.starts is set by the broker, from remote.storage.restore.from")
+		return 0, -1, errCode(kerr.InvalidConfig, "remote.storage.restore.starts is set by the broker, from remote.storage.restore.from")
 	}
 	from, ok := configs["remote.storage.restore.from"]
 	if !ok {
-		return 0, nil
+		return 0, -1, nil
 	}
 	if b.tiered == nil || configs["remote.storage.enable"] != "true" {
-		return 0, errCode(kerr.InvalidConfig, "remote.storage.restore.from needs remote.storage.enable=true on the topic and remote.log.storage.system.enable on the brokers")
+		return 0, -1, errCode(kerr.InvalidConfig, "remote.storage.restore.from needs remote.storage.enable=true on the topic and remote.log.storage.system.enable on the brokers")
 	}
 	if from == "" {
-		return 0, errCode(kerr.InvalidConfig, "remote.storage.restore.from is empty: name the old topic, or its <topic>-<topic id> directory in the object store")
+		return 0, -1, errCode(kerr.InvalidConfig, "remote.storage.restore.from is empty: name the old topic, or its <topic>-<topic id> directory in the object store")
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	dir, starts, err := b.tiered.PlanRestore(ctx, from)
+	dir, starts, maxPID, err := b.tiered.PlanRestore(ctx, from)
 	if err != nil {
-		return 0, errCode(kerr.InvalidConfig, "remote.storage.restore.from=%s: %v", from, err)
+		return 0, -1, errCode(kerr.InvalidConfig, "remote.storage.restore.from=%s: %v", from, err)
 	}
 	offs := make([]string, len(starts))
 	for i, s := range starts {
@@ -89,7 +90,7 @@ func (b *Broker) planRestore(ctx context.Context, configs map[string]string) (in
 	configs["remote.storage.restore.from"] = dir
 	configs["remote.storage.restore.starts"] = strings.Join(offs, ",")
 	b.log.Info("topic restore planned from the object store", "from", dir, "partitions", len(starts), "start_offsets", configs["remote.storage.restore.starts"])
-	return int32(len(starts)), nil
+	return int32(len(starts)), maxPID, nil
 }
 
 // checkRestoreUnchanged keeps a topic's restore configs as they were at

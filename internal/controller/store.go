@@ -139,6 +139,10 @@ type state struct {
 	// NextProducerID is the first producer id no broker has been given a
 	// block of (producerids.go).
 	NextProducerID int64 `json:"next_producer_id,omitempty"`
+	// ProducerIDFloor: no broker hands out an id below it any more, also
+	// from a block it holds already (the producers of a topic restored
+	// from the object store keep their old ids; producerids.go).
+	ProducerIDFloor int64 `json:"producer_id_floor,omitempty"`
 
 	// Security (security.go): the ACLs, sorted, and the SCRAM
 	// credentials, by user and mechanism.

@@ -34,6 +34,15 @@ func (s ProducerState) Clone() ProducerState {
 	return out
 }
 
+// MaxProducerID is the highest producer id in the state, -1 if none.
+func (s ProducerState) MaxProducerID() int64 {
+	m := int64(-1)
+	for id := range s.Producers {
+		m = max(m, id)
+	}
+	return m
+}
+
 // Len is the number of producers.
 func (s ProducerState) Len() int { return len(s.Producers) }
 
@@ -74,7 +83,7 @@ func (s *ProducerState) Apply(h records.Header) {
 		lat = h.MaxTimestamp
 	}
 	e.Batches = append(e.Batches, batchJSON{FirstSeq: h.BaseSequence, LastSeq: lastSeq(h.BaseSequence, h.LastOffsetDelta),
-		BaseOffset: h.BaseOffset, LastOffset: h.LastOffset(), AppendTime: lat})
+		BaseOffset: h.BaseOffset, LastOffset: h.LastOffset(), AppendTime: lat, CRC: h.CRC})
 	e.Last = max(e.Last, h.MaxTimestamp)
 	s.Producers[h.ProducerID] = e
 }
@@ -161,7 +170,7 @@ func (p *Partition) installLocked(s ProducerState) int {
 		}
 		e := &producer{epoch: sp.Epoch, last: sp.Last}
 		for _, b := range sp.Batches {
-			e.batches = append(e.batches, batchMeta{FirstSeq: b.FirstSeq, LastSeq: b.LastSeq, baseOffset: b.BaseOffset, lastOffset: b.LastOffset, appendTime: b.AppendTime})
+			e.batches = append(e.batches, batchMeta{FirstSeq: b.FirstSeq, LastSeq: b.LastSeq, baseOffset: b.BaseOffset, lastOffset: b.LastOffset, appendTime: b.AppendTime, crc: b.CRC})
 		}
 		p.producers[id] = e
 		n++

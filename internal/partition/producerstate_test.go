@@ -44,6 +44,9 @@ func TestProducerStateMatchesPartition(t *testing.T) {
 		sp := s.Producers[id]
 		var got []batchMeta
 		for _, b := range sp.Batches {
+			if b.CRC == 0 {
+				t.Fatalf("producer %d: a batch without its CRC", id)
+			}
 			got = append(got, batchMeta{FirstSeq: b.FirstSeq, LastSeq: b.LastSeq, baseOffset: b.BaseOffset, lastOffset: b.LastOffset, appendTime: b.AppendTime})
 		}
 		if sp.Epoch != e.epoch || !reflect.DeepEqual(got, e.batches) {
@@ -67,8 +70,22 @@ func TestProducerStateMatchesPartition(t *testing.T) {
 	if e := dst.producers[43]; e == nil || e.epoch != 2 {
 		t.Fatalf("a producer the partition knew was replaced: %+v", e)
 	}
-	// A retry of 42's newest batch: its original offsets, no append.
-	res, err := dst.Append(batch(t, 42, 0, 12, 2))
+	// A retry of 42's newest batch (the same bytes): its original
+	// offsets, no append. The same sequences with other contents (a
+	// producer of the new cluster given the same id) are no retry.
+	var newest []byte
+	if err := p.log.Scan(12, func(h records.Header, b []byte) error {
+		if h.BaseOffset == 12 {
+			newest = append([]byte(nil), b...)
+		}
+		return nil
+	}); err != nil || newest == nil {
+		t.Fatalf("reading the batch at 12: %v", err)
+	}
+	if _, err := dst.Append(batch(t, 42, 0, 12, 2)); !errors.Is(err, kerr.OutOfOrderSequenceNumber) {
+		t.Fatalf("other contents with a restored batch's sequences: %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", err)
+	}
+	res, err := dst.Append(newest)
 	if err != nil || !res.Duplicate || res.BaseOffset != 12 {
 		t.Fatalf("retry after the restore: %+v %v", res, err)
 	}

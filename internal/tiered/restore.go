@@ -44,14 +44,17 @@ func SplitDir(dir string) (name, id string, ok bool) {
 // returns the directory and, per partition (0 to the highest with
 // objects), the end of the remote log the objects hold, where the
 // restored partition's log starts, and the highest leader epoch in it,
-// which new leaders' epochs must pass.
-func (m *Manager) PlanRestore(ctx context.Context, from string) (dir string, starts []topicconfig.RestoreStart, err error) {
+// which new leaders' epochs must pass. maxProducerID is the highest
+// producer id in the producer states the restore installs (-1: none):
+// the new cluster must hand out no id up to it.
+func (m *Manager) PlanRestore(ctx context.Context, from string) (dir string, starts []topicconfig.RestoreStart, maxProducerID int64, err error) {
+	maxProducerID = -1
 	if _, _, ok := SplitDir(from); ok {
 		dir = from
 	} else {
 		keys, err := m.store.List(ctx, m.cfg.Prefix+from+"-")
 		if err != nil {
-			return "", nil, fmt.Errorf("listing the object store: %w", err)
+			return "", nil, -1, fmt.Errorf("listing the object store: %w", err)
 		}
 		dirs := map[string]bool{}
 		for _, k := range keys {
@@ -62,7 +65,7 @@ func (m *Manager) PlanRestore(ctx context.Context, from string) (dir string, sta
 		}
 		switch len(dirs) {
 		case 0:
-			return "", nil, fmt.Errorf("the object store holds no objects of a topic %q under prefix %q", from, m.cfg.Prefix)
+			return "", nil, -1, fmt.Errorf("the object store holds no objects of a topic %q under prefix %q", from, m.cfg.Prefix)
 		case 1:
 			for d := range dirs {
 				dir = d
@@ -73,15 +76,15 @@ func (m *Manager) PlanRestore(ctx context.Context, from string) (dir string, sta
 				all = append(all, d)
 			}
 			slices.Sort(all)
-			return "", nil, fmt.Errorf("the object store holds several incarnations of topic %q: name one of %s", from, strings.Join(all, ", "))
+			return "", nil, -1, fmt.Errorf("the object store holds several incarnations of topic %q: name one of %s", from, strings.Join(all, ", "))
 		}
 	}
 	parts, err := m.listRestore(ctx, dir)
 	if err != nil {
-		return "", nil, err
+		return "", nil, -1, err
 	}
 	if len(parts) == 0 {
-		return "", nil, fmt.Errorf("the object store holds no segments under %s%s/", m.cfg.Prefix, dir)
+		return "", nil, -1, fmt.Errorf("the object store holds no segments under %s%s/", m.cfg.Prefix, dir)
 	}
 	n := int32(0)
 	for part := range parts {
@@ -89,13 +92,16 @@ func (m *Manager) PlanRestore(ctx context.Context, from string) (dir string, sta
 	}
 	starts = make([]topicconfig.RestoreStart, n)
 	for part, segs := range parts {
-		mf, _, err := m.restoredManifest(ctx, dir, part, segs, -1)
+		mf, prod, err := m.restoredManifest(ctx, dir, part, segs, -1)
 		if err != nil {
-			return "", nil, err
+			return "", nil, -1, err
 		}
 		starts[part] = topicconfig.RestoreStart{Offset: mf.End(), Epoch: mf.maxEpoch()}
+		if prod != nil {
+			maxProducerID = max(maxProducerID, prod.MaxProducerID())
+		}
 	}
-	return dir, starts, nil
+	return dir, starts, maxProducerID, nil
 }
 
 // restoreKey is one segment found under a directory: its partition, base

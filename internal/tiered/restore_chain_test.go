@@ -79,7 +79,7 @@ func TestRestoreChain(t *testing.T) {
 	m := &Manager{cfg: Config{Prefix: "p/"}, store: s}
 	ctx := context.Background()
 
-	dir, starts, err := m.PlanRestore(ctx, "t")
+	dir, starts, _, err := m.PlanRestore(ctx, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,13 +121,13 @@ func TestRestoreChain(t *testing.T) {
 	// Two incarnations: the name alone is refused, the directory is not.
 	s.put(0, 0, 10, 1, true)
 	s["p/t-BBBBBBBBBBBBBBBBBBBBBB/0/00000000000000000000-1.index"] = s[fmt.Sprintf("p/%s/0/%020d-1.index", testDir, 0)]
-	if _, _, err := m.PlanRestore(ctx, "t"); err == nil || !strings.Contains(err.Error(), "several incarnations") {
+	if _, _, _, err := m.PlanRestore(ctx, "t"); err == nil || !strings.Contains(err.Error(), "several incarnations") {
 		t.Fatalf("two incarnations: %v", err)
 	}
-	if _, _, err := m.PlanRestore(ctx, testDir); err != nil {
+	if _, _, _, err := m.PlanRestore(ctx, testDir); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := m.PlanRestore(ctx, "none"); err == nil {
+	if _, _, _, err := m.PlanRestore(ctx, "none"); err == nil {
 		t.Fatal("a topic with no objects restored")
 	}
 }

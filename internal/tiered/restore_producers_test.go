@@ -43,7 +43,12 @@ func TestTieredRestoreKeepsProducerState(t *testing.T) {
 	}
 	pid, epoch := ir.ProducerID, ir.ProducerEpoch
 	// batch i holds records [i*perBatch, (i+1)*perBatch), sequence = offset.
+	// A retry sends the same bytes (a client retries the batch it built).
+	sent := map[int][]byte{}
 	batch := func(first int) []byte {
+		if b, ok := sent[first]; ok {
+			return b
+		}
 		var recs []records.Record
 		for j := first; j < first+perBatch; j++ {
 			recs = append(recs, records.Record{Timestamp: time.Now().UnixMilli(), Value: fmt.Appendf(nil, "record-%06d-%s", j, strings.Repeat("x", 60))})
@@ -52,6 +57,7 @@ func TestTieredRestoreKeepsProducerState(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		sent[first] = b
 		return b
 	}
 	produceAt := func(n *brokertest.Node, first int) (int64, error) {
@@ -114,8 +120,16 @@ func TestTieredRestoreKeepsProducerState(t *testing.T) {
 		t.Fatalf("the restored partition does not know producer %d: %+v", pid, dr.Topics[0].Partitions[0])
 	}
 
-	// A retry of the last uploaded batch: its original offsets, no copy.
+	// A batch with the last uploaded batch's sequences but other contents
+	// (a producer of the new cluster given the same id) is no retry.
 	last := uploaded - perBatch
+	other := sent[last]
+	delete(sent, last)
+	if _, err := produceAt(fresh, last); err != kerr.OutOfOrderSequenceNumber {
+		t.Fatalf("other contents with the sequences of the batch at %d: %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", last, err)
+	}
+	sent[last] = other
+	// A retry of the last uploaded batch: its original offsets, no copy.
 	if base, err := produceAt(fresh, last); err != nil || base != int64(last) {
 		t.Fatalf("retry of the batch at %d after the restore: offset %d, %v; want its original offset", last, base, err)
 	}
