@@ -52,11 +52,11 @@ type batchMeta struct {
 
 // batchJSON is batchMeta's snapshot form.
 type batchJSON struct {
-	FirstSeq   int32 `json:"first_seq"`
-	LastSeq    int32 `json:"last_seq"`
-	BaseOffset int64 `json:"base_offset"`
-	LastOffset int64 `json:"last_offset"`
-	AppendTime int64 `json:"append_time"`
+	FirstSeq   int32  `json:"first_seq"`
+	LastSeq    int32  `json:"last_seq"`
+	BaseOffset int64  `json:"base_offset"`
+	LastOffset int64  `json:"last_offset"`
+	AppendTime int64  `json:"append_time"`
 	CRC        uint32 `json:"crc,omitempty"` // restored batches only (batchMeta.crc)
 }
 
