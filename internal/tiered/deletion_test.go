@@ -2,13 +2,17 @@ package tiered_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
-	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
+	"holdfast/internal/tiered"
+	"holdfast/internal/wire"
 )
 
 // TestTieredDeletionSurvivesRestart: DeleteRecords on a tiered topic while
@@ -64,9 +68,12 @@ func TestTieredDeletionSurvivesRestart(t *testing.T) {
 		}
 		return nil
 	})
+	// Every segment above the cut is still there (an object whose upload
+	// never committed may have been swept and uploaded again under the
+	// restarted leader's epoch: its base stays).
 	after := s.segmentObjects()
 	for _, o := range before {
-		if !strings.HasPrefix(o, fmt.Sprintf("%020d-", 0)) && !containsString(after, o) && segmentBase(o) >= cut {
+		if b := segmentBase(o); b >= cut && !s.hasBase(b) {
 			t.Fatalf("%s, above the cut, is gone: %v", o, after)
 		}
 	}
@@ -106,4 +113,58 @@ func segmentBase(name string) int64 {
 	var base int64
 	fmt.Sscanf(name, "%d-", &base)
 	return base
+}
+
+// TestTieredOrphanObjectsSwept: objects under a partition's key directory
+// that no committed manifest names and that lie below the remote log's end
+// (an upload whose manifest never committed: a leader killed between the
+// upload and the commit) are deleted by the leader's sweep; one at or
+// above the end (an upload that may yet commit) and every named one stay,
+// and every record is still read from offset 0.
+func TestTieredOrphanObjectsSwept(t *testing.T) {
+	s := startObjectStore(t)
+	n := brokertest.Start(t, withTiered(s), func(c *broker.Config, _ *wire.Limits) { c.Tiered.OrphanSweepInterval = 100 * time.Millisecond })
+	const topic, records = "tiered-orphans", 600
+	n.CreateTopic(topic, 1, tieredTopic())
+	produce(t, n.Client(), topic, 0, records)
+	brokertest.Await(t, "the local tier to delete uploaded segments", func() error {
+		if local := listOffset(t, n, topic, -4); local < records/2 {
+			return fmt.Errorf("local log start %d", local)
+		}
+		return nil
+	})
+	named := s.segmentObjects()
+	md, err := n.Metadata(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := fmt.Sprintf("cluster-a/%s-%s/0/", topic, base64.RawURLEncoding.EncodeToString(md.Topics[0].TopicID[:]))
+	store, err := tiered.NewS3(s.config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	orphan, pending := fmt.Sprintf("%020d-%d", 0, 99), fmt.Sprintf("%020d-%d", 1<<40, 99)
+	for _, k := range []string{orphan + ".log", orphan + ".index", pending + ".log"} {
+		if err := store.Put(ctx, dir+k, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	brokertest.Await(t, "the orphan swept", func() error {
+		if got := s.segmentObjects(); containsString(got, orphan+".log") {
+			return fmt.Errorf("still there: %v", got)
+		}
+		return nil
+	})
+	got := s.segmentObjects()
+	for _, o := range named {
+		if !containsString(got, o) {
+			t.Fatalf("%s, named by the manifest, was deleted: %v", o, got)
+		}
+	}
+	if !containsString(got, pending+".log") {
+		t.Fatalf("an object above the remote log's end was deleted: %v", got)
+	}
+	consumeAll(t, n, topic, records, 0)
 }

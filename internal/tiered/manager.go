@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,6 +71,9 @@ type partState struct {
 	retryAt time.Time
 	// deleteFailing: the last deletion of objects failed (logged once).
 	deleteFailing bool
+	// The last sweep of objects no manifest names: when, in which term.
+	sweptAt   time.Time
+	sweptTerm uint64
 	// prod is the producer state as of prod.End that this node uploaded
 	// last (prodOK), the start of the next segment's.
 	prod   partition.ProducerState
@@ -169,6 +174,7 @@ func (m *Manager) runOnce() {
 		m.upload(p, t, st, int32(l.Term))
 		m.retention(p, t, st)
 		m.deleteDropped(p, t, st)
+		m.sweepOrphans(p, t, st, l.Term)
 		lb, ls := m.lag(p, st)
 		lagBytes, lagSegs = lagBytes+lb, lagSegs+ls
 		m.mu.Lock()
@@ -565,6 +571,61 @@ func (m *Manager) deleteDropped(p *partition.Partition, t controller.Topic, st *
 	m.mu.Unlock()
 	if err != nil && !was {
 		m.log.Warn("tiered storage: deleting objects failed; the deletion is recorded in the log and retried", "topic", t.Name, "partition", p.Index(), "pending", len(pending)-len(done), "err", err)
+	}
+}
+
+// sweepOrphans deletes the objects under p's own key directory that no
+// committed manifest names, once per leadership term and every
+// OrphanSweepInterval: the uploads whose manifest never committed (a
+// leader killed or deposed between the upload and the commit, a commit
+// that failed). Only objects whose base offset is below the committed
+// manifest's end are candidates: every upload still to be committed, by
+// this leader or a later one, lies at or above it, and those below it are
+// either named (a segment, or a deletion pending) or garbage. Runs on the
+// task's goroutine, so no upload of this node is under way.
+func (m *Manager) sweepOrphans(p *partition.Partition, t controller.Topic, st *partState, term uint64) {
+	m.mu.Lock()
+	due := st.sweptTerm != term || time.Since(st.sweptAt) >= m.cfg.OrphanSweepInterval
+	mf, committed := st.m, st.cmdOffset >= 0
+	m.mu.Unlock()
+	if !due || !committed {
+		return
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, 2*time.Minute)
+	defer cancel()
+	prefix := fmt.Sprintf("%s%s-%s/%d/", m.cfg.Prefix, t.Name, t.IDString(), p.Index())
+	keys, err := m.store.List(ctx, prefix)
+	if err != nil {
+		return // the next pass tries again
+	}
+	named := map[string]bool{}
+	for _, s := range append(slices.Clip(mf.Segments), mf.Deleting...) {
+		k := m.key(t, p.Index(), s)
+		named[k+".log"], named[k+".index"] = true, true
+	}
+	end := mf.End()
+	var deleted []string
+	for _, k := range keys {
+		rest, ok := strings.CutPrefix(k, prefix)
+		if !ok || named[k] {
+			continue
+		}
+		name, _, _ := strings.Cut(rest, ".")
+		bs, _, ok := strings.Cut(name, "-")
+		base, err := strconv.ParseInt(bs, 10, 64)
+		if !ok || err != nil || base >= end {
+			continue // not a segment's key, or an upload that may yet commit
+		}
+		if err := m.store.Delete(ctx, k); err != nil {
+			return // the next pass tries again
+		}
+		deleted = append(deleted, k)
+	}
+	m.mu.Lock()
+	st.sweptTerm, st.sweptAt = term, time.Now()
+	m.mu.Unlock()
+	if len(deleted) > 0 {
+		m.log.Info("deleted objects no remote log manifest names (uploads whose commit never happened)", "topic", t.Name, "partition", p.Index(), "objects", len(deleted))
 	}
 }
 
