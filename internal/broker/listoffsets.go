@@ -30,11 +30,30 @@ const (
 
 func (b *Broker) handleListOffsets(ctx context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.ListOffsetsRequest)
+	denied := make([]bool, len(req.Topics))
+	remote := false
+	for i, rt := range req.Topics {
+		denied[i] = !b.authorize(r, auth.OpDescribe, auth.ResourceTopic, rt.Topic)
+		for _, rp := range rt.Partitions {
+			remote = remote || (b.tiered != nil && rp.Timestamp >= 0)
+		}
+	}
+	answer := func(ctx context.Context) kmsg.Response { return b.listOffsets(ctx, req, denied) }
+	if remote {
+		// A lookup by timestamp may read the object store (a segment's
+		// .index): not on the connection's reader goroutine.
+		return answer
+	}
+	return wire.Respond(answer(ctx))
+}
+
+// listOffsets answers req; denied[i]: the client may not describe topic i.
+func (b *Broker) listOffsets(ctx context.Context, req *kmsg.ListOffsetsRequest, denied []bool) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
-	for _, rt := range req.Topics {
+	for i, rt := range req.Topics {
 		st := kmsg.NewListOffsetsResponseTopic()
 		st.Topic = rt.Topic
-		denied := !b.authorize(r, auth.OpDescribe, auth.ResourceTopic, rt.Topic)
+		denied := denied[i]
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewListOffsetsResponseTopicPartition()
 			sp.Partition = rp.Partition
@@ -108,5 +127,5 @@ func (b *Broker) handleListOffsets(ctx context.Context, r *wire.Request) wire.Re
 		}
 		resp.Topics = append(resp.Topics, st)
 	}
-	return wire.Respond(resp)
+	return resp
 }
