@@ -43,6 +43,19 @@ func (s ProducerState) MaxProducerID() int64 {
 	return m
 }
 
+// DropFrom removes the producers whose id is at or above id and returns
+// how many it removed.
+func (s *ProducerState) DropFrom(id int64) int {
+	n := 0
+	for pid := range s.Producers {
+		if pid >= id {
+			delete(s.Producers, pid)
+			n++
+		}
+	}
+	return n
+}
+
 // Len is the number of producers.
 func (s ProducerState) Len() int { return len(s.Producers) }
 

@@ -7,14 +7,27 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
+	"slices"
 
 	"holdfast/internal/controller"
 	"holdfast/internal/partition"
 	"holdfast/internal/records"
 )
 
-// maxTimeIndex bounds a segment's time index (about 40 bytes an entry).
-const maxTimeIndex = 16384
+// maxTimeIndex bounds a segment's time index (about 40 bytes an entry, in
+// the .index every reader and every restore reads): past it a lookup may
+// answer up to 1/1024 of the segment early.
+const maxTimeIndex = 1024
+
+// producersSuffix names a segment's producer snapshot object: the
+// idempotent producers' state as of the segment's end (Kafka's producer
+// snapshot), JSON of partition.ProducerState. Its own object, uploaded
+// between the .log and the .index, since only the last segment's is ever
+// read (by the next upload and by a restore) and it may be large.
+const producersSuffix = ".producers"
+
+// maxProducersObject bounds the producer snapshot object a reader accepts.
+const maxProducersObject = 64 << 20
 
 // thinTimeIndex keeps at most maxTimeIndex entries, evenly, and the last.
 func thinTimeIndex(ix [][3]int64) ([][3]int64, bool) {
@@ -64,10 +77,6 @@ type sidecar struct {
 	// before it existed: a lookup answers the segment's base.
 	TimeIndex       [][3]int64 `json:"time_index,omitempty"`
 	TimeIndexSparse bool       `json:"time_index_sparse,omitempty"`
-	// Producers is the idempotent producers' state as of the segment's
-	// end (Kafka's producer snapshot): a restore installs the last one.
-	// Absent in uploads from before it existed.
-	Producers *partition.ProducerState `json:"producer_snapshot,omitempty"`
 }
 
 // copySegment uploads the batches [from, next) of p's log as one segment
@@ -152,10 +161,16 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t con
 	sc.TimeIndex, sc.TimeIndexSparse = thinTimeIndex(sc.TimeIndex)
 	prod.End = next
 	prod.Expire(seg.MaxTimestamp)
-	sc.Producers = &prod
 	key := m.key(t, p.Index(), seg)
 	if err := m.store.PutFile(ctx, key+".log", f.Name()); err != nil {
 		return Segment{}, fmt.Errorf("upload %s.log: %w", key, err)
+	}
+	snap, err := json.Marshal(prod)
+	if err != nil {
+		return Segment{}, err
+	}
+	if err := m.store.Put(ctx, key+producersSuffix, snap); err != nil {
+		return Segment{}, fmt.Errorf("upload %s%s: %w", key, producersSuffix, err)
 	}
 	side, err := json.Marshal(sc)
 	if err != nil {
@@ -172,11 +187,11 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t con
 
 // producersAt is the producer state as of offset from, the end of p's
 // remote log, to which a new segment's batches are added: the one this
-// node built with its last upload, else the one in the .index of the
-// remote log's last segment (another leader uploaded it). The first
-// segment of a remote log (or one after a gap) starts empty: producers
-// whose batches all lie below it are not in the state (a topic that
-// enabled remote storage after its log start moved).
+// node built with its last upload, else the remote log's last segment's
+// producer snapshot (another leader uploaded it). The first segment of a
+// remote log (or one after a gap) starts empty: producers whose batches
+// all lie below it are not in the state (a topic that enabled remote
+// storage after its log start moved).
 func (m *Manager) producersAt(ctx context.Context, p *partition.Partition, t controller.Topic, st *partState, from int64) (partition.ProducerState, error) {
 	m.mu.Lock()
 	cached, ok, mf := st.prod, st.prodOK, st.m
@@ -188,18 +203,31 @@ func (m *Manager) producersAt(ctx context.Context, p *partition.Partition, t con
 		return partition.ProducerState{End: from}, nil
 	}
 	last := mf.Segments[len(mf.Segments)-1]
-	key := m.key(t, p.Index(), last) + ".index"
-	b, err := m.store.Get(ctx, key, maxSidecar)
+	s, err := m.readProducers(ctx, m.key(t, p.Index(), last))
 	if err != nil {
-		return partition.ProducerState{}, fmt.Errorf("reading the producer state in %s: %w", key, err)
+		return partition.ProducerState{}, err
 	}
-	var sc sidecar
-	if err := json.Unmarshal(b, &sc); err != nil {
-		return partition.ProducerState{}, fmt.Errorf("%s: %w", key, err)
-	}
-	if sc.Producers == nil || sc.Producers.End != from {
-		m.log.Warn("the remote log's last segment has no producer state; the next segments' starts empty", "topic", t.Name, "partition", p.Index(), "key", key)
+	if s == nil || s.End != from {
+		m.log.Warn("the remote log's last segment has no producer snapshot; the next segments' start empty", "topic", t.Name, "partition", p.Index(), "base_offset", last.Base)
 		return partition.ProducerState{End: from}, nil
 	}
-	return sc.Producers.Clone(), nil
+	return *s, nil
+}
+
+// readProducers reads the producer snapshot of the segment whose key is
+// key (nil: it has none, an upload from before snapshots existed).
+func (m *Manager) readProducers(ctx context.Context, key string) (*partition.ProducerState, error) {
+	b, err := m.store.Get(ctx, key+producersSuffix, maxProducersObject)
+	if err != nil {
+		// Absent, or the store failing? A listing tells.
+		if keys, lerr := m.store.List(ctx, key+producersSuffix); lerr == nil && !slices.Contains(keys, key+producersSuffix) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading the producer snapshot %s%s: %w", key, producersSuffix, err)
+	}
+	var s partition.ProducerState
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s%s: %w", key, producersSuffix, err)
+	}
+	return &s, nil
 }

@@ -542,8 +542,10 @@ func (m *Manager) deleteDropped(p *partition.Partition, t controller.Topic, st *
 	var err error
 	for _, s := range pending {
 		k := m.key(t, p.Index(), s)
-		if err = m.store.Delete(ctx, k+".log"); err == nil {
-			err = m.store.Delete(ctx, k+".index")
+		for _, suffix := range []string{".log", ".index", producersSuffix} {
+			if err = m.store.Delete(ctx, k+suffix); err != nil {
+				break
+			}
 		}
 		if err != nil {
 			break
@@ -601,7 +603,7 @@ func (m *Manager) sweepOrphans(p *partition.Partition, t controller.Topic, st *p
 	named := map[string]bool{}
 	for _, s := range append(slices.Clip(mf.Segments), mf.Deleting...) {
 		k := m.key(t, p.Index(), s)
-		named[k+".log"], named[k+".index"] = true, true
+		named[k+".log"], named[k+".index"], named[k+producersSuffix] = true, true, true
 	}
 	end := mf.End()
 	var deleted []string

@@ -156,12 +156,11 @@ func (m *Manager) listRestore(ctx context.Context, dir string) (map[int32][]rest
 // true; below a gap the objects are of a remote log that was abandoned
 // (its offsets deleted locally before being uploaded) and are left out.
 //
-// It also returns the producer state in the last segment's .index (nil
+// It also returns the producer snapshot of the chain's last segment (nil
 // if it has none).
 func (m *Manager) restoredManifest(ctx context.Context, dir string, part int32, keys []restoreKey, end int64) (Manifest, *partition.ProducerState, error) {
 	_, id, _ := SplitDir(dir)
 	var segs []Segment
-	prods := map[restoreKey]*partition.ProducerState{}
 	for _, k := range keys {
 		key := fmt.Sprintf("%s%s/%d/%020d-%d.index", m.cfg.Prefix, dir, part, k.base, k.epoch)
 		b, err := m.store.Get(ctx, key, maxSidecar)
@@ -173,7 +172,6 @@ func (m *Manager) restoredManifest(ctx context.Context, dir string, part int32, 
 			return Manifest{}, nil, fmt.Errorf("%s: %w", key, err)
 		}
 		s := sc.Segment
-		prods[k] = sc.Producers
 		if sc.TopicID != id || sc.Partition != part || s.Base != k.base || s.Epoch != k.epoch || s.Next <= s.Base || s.Size < 0 {
 			return Manifest{}, nil, fmt.Errorf("%s does not describe the segment its key names", key)
 		}
@@ -204,7 +202,10 @@ func (m *Manager) restoredManifest(ctx context.Context, dir string, part int32, 
 	}
 	var prod *partition.ProducerState
 	if len(chain) > 0 {
-		prod = prods[restoreKey{base: chain[0].Base, epoch: chain[0].Epoch}]
+		var err error
+		if prod, err = m.readProducers(ctx, m.key(controller.Topic{}, part, chain[0])); err != nil {
+			return Manifest{}, nil, err
+		}
 		if prod != nil && prod.End != chain[0].Next {
 			prod = nil
 		}
@@ -238,6 +239,15 @@ func (m *Manager) restore(p *partition.Partition, t controller.Topic, st *partSt
 		mf, prod, err = m.restoredManifest(ctx, dir, p.Index(), parts[p.Index()], start)
 	}
 	if err == nil && prod != nil {
+		// Only ids below the producer id floor the topic's creation
+		// committed: no new producer is given those (a floor that did not
+		// cover an id would let a new producer's batches be judged by
+		// the restored state).
+		if dropped := prod.DropFrom(m.meta.ProducerIDFloor()); dropped > 0 {
+			m.log.Warn("restored producer ids above the producer id floor are not restored", "topic", t.Name, "partition", p.Index(), "producers", dropped)
+		}
+	}
+	if err == nil && prod != nil && prod.Len() > 0 {
 		// The producers first (a Raft command every replica applies):
 		// installed again if the manifest's commit fails, which changes
 		// nothing (only unknown producers are installed).
