@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"os"
 	"slices"
+	"time"
 
 	"holdfast/internal/controller"
 	"holdfast/internal/partition"
@@ -160,7 +161,9 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t con
 	sc.Aborted = p.AbortedIn(seg.Base, next-1)
 	sc.TimeIndex, sc.TimeIndexSparse = thinTimeIndex(sc.TimeIndex)
 	prod.End = next
-	prod.Expire(seg.MaxTimestamp)
+	// Expired as of the segment's end, by its timestamps, but never by a
+	// client clock ahead of this node's.
+	prod.Expire(min(seg.MaxTimestamp, time.Now().UnixMilli()))
 	key := m.key(t, p.Index(), seg)
 	if err := m.store.PutFile(ctx, key+".log", f.Name()); err != nil {
 		return Segment{}, fmt.Errorf("upload %s.log: %w", key, err)
