@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -165,7 +166,11 @@ func printLab(out io.Writer, res lab.Result) error {
 		fmt.Fprintf(out, "  %s / %s: %s\n", r.Scenario, r.Setting, r.Fault)
 	}
 	if res.OK {
-		fmt.Fprintln(out, "\nOK: under Holdfast's defaults nothing was lost or duplicated; every other row showed what the analysis predicts.")
+		restore := ""
+		if slices.ContainsFunc(res.Rows, func(r lab.Row) bool { return r.Expect == lab.ExpectNotUploaded && r.Skipped == "" }) {
+			restore = " (the restore from the object store: nothing that was uploaded)"
+		}
+		fmt.Fprintf(out, "\nOK: under Holdfast's defaults nothing was lost or duplicated%s; every other row showed what the analysis predicts.\n", restore)
 	} else {
 		fmt.Fprintln(out, "\nFAILED: see the RESULT column.")
 	}

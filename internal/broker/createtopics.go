@@ -151,7 +151,7 @@ func (b *Broker) createTopic(ctx context.Context, rt kmsg.CreateTopicsRequestTop
 	if err := b.checkRemoteStorage(configs); err != nil {
 		return controller.Topic{}, err
 	}
-	restoreParts, err := b.planRestore(ctx, configs)
+	restoreParts, restorePID, err := b.planRestore(ctx, configs)
 	if err != nil {
 		return controller.Topic{}, err
 	}
@@ -226,6 +226,13 @@ func (b *Broker) createTopic(ctx context.Context, rt kmsg.CreateTopicsRequestTop
 
 	if validateOnly {
 		return controller.Topic{Name: name, Partitions: partitions, Configs: configs}, nil
+	}
+	if restorePID >= 0 {
+		// The restored producers keep their ids: no new producer may get
+		// one (a new cluster hands them out from 0 again).
+		if err := b.cluster.SkipProducerIDsBelow(ctx, restorePID+1); err != nil {
+			return controller.Topic{}, err
+		}
 	}
 	return b.createClusterTopic(ctx, name, partitions, rt.ReplicationFactor, assign, configs)
 }

@@ -96,9 +96,8 @@ func (b *Broker) handleDeleteTopics(_ context.Context, r *wire.Request) wire.Rep
 			} else {
 				mq.Record(int(t.Partitions))
 				res.Topic, res.TopicID = &t.Name, t.ID
-				if b.tiered != nil {
-					b.tiered.DeleteTopicObjects(t) // its remote log goes too (tiered.go)
-				}
+				// A tiered topic's objects go too: the deletion recorded
+				// it (controller RemoteDeleting), tiered storage does it.
 			}
 		}
 		if req.Version < 6 {

@@ -9,7 +9,7 @@ import "github.com/twmb/franz-go/pkg/kmsg"
 var handlers = []handler{
 	{kmsg.Produce, 3, 13, clients, (*Broker).handleProduce},
 	{kmsg.Fetch, 4, 18, clients, (*Broker).handleFetch},
-	{kmsg.ListOffsets, 1, 10, clients, (*Broker).handleListOffsets},
+	{kmsg.ListOffsets, 1, 11, clients, (*Broker).handleListOffsets},
 	{kmsg.Metadata, 0, 13, clients, (*Broker).handleMetadata},
 	{kmsg.OffsetCommit, 0, 9, clients, (*Broker).handleOffsetCommit},
 	{kmsg.OffsetFetch, 0, 9, clients, (*Broker).handleOffsetFetch},

@@ -20,7 +20,7 @@ var servedBefore = []struct {
 }{
 	{0, 3, 13, false}, // Produce
 	{1, 4, 18, false}, // Fetch
-	{2, 1, 10, false}, // ListOffsets
+	{2, 1, 11, false}, // ListOffsets (v11: -6, KIP-1023)
 	{3, 0, 13, false}, // Metadata
 	{8, 0, 9, false},  // OffsetCommit
 	{9, 0, 9, false},  // OffsetFetch

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -12,8 +13,9 @@ import (
 
 // ListOffsets v1+ (v0's offset arrays are long gone from clients). v9 adds
 // -4 (earliest local) and -5 (latest tiered) for tiered storage, v10 a
-// timeout for remote lookups (the remote log's offsets are known without
-// one). v11's -6 (KIP-1023) waits for a client that sends it.
+// timeout for remote lookups (a timestamp below the local log start reads
+// the remote segment's .index), v11 -6 (KIP-1023, Kafka 4.2: the earliest
+// offset not uploaded yet).
 
 // Special timestamps of ListOffsets.
 const (
@@ -22,16 +24,36 @@ const (
 	offsetMaxTimestamp   = -3 // KIP-734
 	offsetEarliestLocal  = -4 // KIP-405: the local log start
 	offsetLatestTiered   = -5 // KIP-1005: the highest offset in the remote log
+	offsetPendingUpload  = -6 // KIP-1023: the earliest offset not uploaded yet
 	isolationReadCommitd = 1
 )
 
-func (b *Broker) handleListOffsets(_ context.Context, r *wire.Request) wire.Reply {
+func (b *Broker) handleListOffsets(ctx context.Context, r *wire.Request) wire.Reply {
 	req := r.Body.(*kmsg.ListOffsetsRequest)
+	denied := make([]bool, len(req.Topics))
+	remote := false
+	for i, rt := range req.Topics {
+		denied[i] = !b.authorize(r, auth.OpDescribe, auth.ResourceTopic, rt.Topic)
+		for _, rp := range rt.Partitions {
+			remote = remote || (b.tiered != nil && rp.Timestamp >= 0)
+		}
+	}
+	answer := func(ctx context.Context) kmsg.Response { return b.listOffsets(ctx, req, denied) }
+	if remote {
+		// A lookup by timestamp may read the object store (a segment's
+		// .index): not on the connection's reader goroutine.
+		return answer
+	}
+	return wire.Respond(answer(ctx))
+}
+
+// listOffsets answers req; denied[i]: the client may not describe topic i.
+func (b *Broker) listOffsets(ctx context.Context, req *kmsg.ListOffsetsRequest, denied []bool) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
-	for _, rt := range req.Topics {
+	for i, rt := range req.Topics {
 		st := kmsg.NewListOffsetsResponseTopic()
 		st.Topic = rt.Topic
-		denied := !b.authorize(r, auth.OpDescribe, auth.ResourceTopic, rt.Topic)
+		denied := denied[i]
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewListOffsetsResponseTopicPartition()
 			sp.Partition = rp.Partition
@@ -73,6 +95,14 @@ func (b *Broker) handleListOffsets(_ context.Context, r *wire.Request) wire.Repl
 				// KIP-1005: the highest offset in the remote log, -1 if
 				// nothing is (tiered.go).
 				sp.Offset = b.latestTiered(p)
+			case offsetPendingUpload:
+				if req.Version < 11 {
+					// Kafka's check: the sentinel needs the version that
+					// brought it.
+					sp.ErrorCode = kerr.UnsupportedVersion.Code
+					break
+				}
+				sp.Offset, sp.ErrorCode = b.earliestPendingUpload(p)
 			case offsetMaxTimestamp:
 				if mts, off := p.Log().MaxTimestamp(); off >= 0 && off < visible {
 					sp.Timestamp, sp.Offset = mts, off
@@ -82,8 +112,10 @@ func (b *Broker) handleListOffsets(_ context.Context, r *wire.Request) wire.Repl
 					sp.ErrorCode = kerr.InvalidRequest.Code
 					break
 				}
-				off, fts, err := p.OffsetForTimestamp(ts)
+				off, fts, err := b.offsetForTimestamp(ctx, p, ts, req.TimeoutMillis)
 				switch {
+				case errors.Is(err, context.DeadlineExceeded):
+					sp.ErrorCode = kerr.RequestTimedOut.Code
 				case err != nil:
 					b.log.Error("list offsets: by timestamp", "topic", rt.Topic, "partition", rp.Partition, "timestamp", ts, "err", err)
 					sp.ErrorCode = kerr.KafkaStorageError.Code
@@ -95,5 +127,5 @@ func (b *Broker) handleListOffsets(_ context.Context, r *wire.Request) wire.Repl
 		}
 		resp.Topics = append(resp.Topics, st)
 	}
-	return wire.Respond(resp)
+	return resp
 }

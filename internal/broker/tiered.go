@@ -61,26 +61,27 @@ func (b *Broker) checkRemoteStorage(configs map[string]string) error {
 // docs/tiered-storage.md) and resolves it against the object store: the
 // stored configs name the old topic's full key directory and, in
 // remote.storage.restore.starts, where each partition's log starts.
-// It returns how many partitions the objects hold (0: not a restore).
-func (b *Broker) planRestore(ctx context.Context, configs map[string]string) (int32, error) {
+// It returns how many partitions the objects hold (0: not a restore) and
+// the highest producer id whose state the restore brings back (-1: none).
+func (b *Broker) planRestore(ctx context.Context, configs map[string]string) (int32, int64, error) {
 	if _, ok := configs["remote.storage.restore.starts"]; ok {
-		return 0, errCode(kerr.InvalidConfig, "remote.storage.restore.starts is set by the broker, from remote.storage.restore.from")
+		return 0, -1, errCode(kerr.InvalidConfig, "remote.storage.restore.starts is set by the broker, from remote.storage.restore.from")
 	}
 	from, ok := configs["remote.storage.restore.from"]
 	if !ok {
-		return 0, nil
+		return 0, -1, nil
 	}
 	if b.tiered == nil || configs["remote.storage.enable"] != "true" {
-		return 0, errCode(kerr.InvalidConfig, "remote.storage.restore.from needs remote.storage.enable=true on the topic and remote.log.storage.system.enable on the brokers")
+		return 0, -1, errCode(kerr.InvalidConfig, "remote.storage.restore.from needs remote.storage.enable=true on the topic and remote.log.storage.system.enable on the brokers")
 	}
 	if from == "" {
-		return 0, errCode(kerr.InvalidConfig, "remote.storage.restore.from is empty: name the old topic, or its <topic>-<topic id> directory in the object store")
+		return 0, -1, errCode(kerr.InvalidConfig, "remote.storage.restore.from is empty: name the old topic, or its <topic>-<topic id> directory in the object store")
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	dir, starts, err := b.tiered.PlanRestore(ctx, from)
+	dir, starts, maxPID, err := b.tiered.PlanRestore(ctx, from)
 	if err != nil {
-		return 0, errCode(kerr.InvalidConfig, "remote.storage.restore.from=%s: %v", from, err)
+		return 0, -1, errCode(kerr.InvalidConfig, "remote.storage.restore.from=%s: %v", from, err)
 	}
 	offs := make([]string, len(starts))
 	for i, s := range starts {
@@ -89,7 +90,7 @@ func (b *Broker) planRestore(ctx context.Context, configs map[string]string) (in
 	configs["remote.storage.restore.from"] = dir
 	configs["remote.storage.restore.starts"] = strings.Join(offs, ",")
 	b.log.Info("topic restore planned from the object store", "from", dir, "partitions", len(starts), "start_offsets", configs["remote.storage.restore.starts"])
-	return int32(len(starts)), nil
+	return int32(len(starts)), maxPID, nil
 }
 
 // checkRestoreUnchanged keeps a topic's restore configs as they were at
@@ -129,6 +130,49 @@ func (b *Broker) latestTiered(p *partition.Partition) int64 {
 		return -1
 	}
 	return mf.End() - 1
+}
+
+// earliestPendingUpload is ListOffsets' -6 (KIP-1023), as Kafka answers
+// it: on a tiered topic the offset after the remote log (no lower than
+// the log start); the log start if nothing was ever uploaded; -1 if the
+// remote log is not known (a restore pending) or the topic is not tiered.
+func (b *Broker) earliestPendingUpload(p *partition.Partition) (int64, int16) {
+	if b.tiered == nil {
+		return -1, 0
+	}
+	if t, ok := b.meta.Topic(p.Topic()); !ok || t.ID != p.TopicID() || !b.tiered.Enabled(t) {
+		return -1, 0
+	}
+	if b.tiered.RestorePending(p) {
+		return -1, kerr.OffsetNotAvailable.Code
+	}
+	start := b.logStartOffset(p)
+	if highest := b.latestTiered(p); highest >= 0 {
+		return max(highest+1, start), 0
+	}
+	if p.LogStartOffset() == start {
+		return start, 0 // nothing uploaded yet
+	}
+	return -1, 0
+}
+
+// offsetForTimestamp is ListOffsets by timestamp: on a tiered topic the
+// remote log first (its segments' time indexes), then the local log, as
+// Kafka searches. timeoutMs is the request's (v10; 0: 30 s).
+func (b *Broker) offsetForTimestamp(ctx context.Context, p *partition.Partition, ts int64, timeoutMs int32) (int64, int64, error) {
+	if b.tiered != nil {
+		d := 30 * time.Second
+		if timeoutMs > 0 {
+			d = time.Duration(timeoutMs) * time.Millisecond
+		}
+		ctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		off, fts, found, err := b.tiered.OffsetForTimestamp(ctx, p, ts)
+		if err != nil || found {
+			return off, fts, err
+		}
+	}
+	return p.OffsetForTimestamp(ts)
 }
 
 // The tiered-storage broker configs DescribeConfigs shows (static: set by

@@ -96,3 +96,23 @@ func (n *Node) AllocateProducerIDs(ctx context.Context, broker int32) (int64, in
 	}
 	return 0, 0, kafkaerr.New(kerr.UnknownServerError, "producer id block proposals keep conflicting")
 }
+
+// SkipProducerIDsBelow commits a producer id floor: from then on no
+// broker hands out an id below below, from a new block or from one it
+// holds already, so that no new producer gets an id that producers of a
+// topic restored from the object store have (their restored idempotence
+// state would judge the new producer's batches). Ids handed out before
+// are not taken back (docs/tiered-storage.md). On the controller only;
+// elsewhere it does nothing (the topic's creation, which comes next, is
+// refused there with NOT_CONTROLLER).
+func (n *Node) SkipProducerIDsBelow(ctx context.Context, below int64) error {
+	if !n.IsController() || below <= n.meta.ProducerIDFloor() {
+		return nil
+	}
+	pidMu.Lock()
+	defer pidMu.Unlock()
+	return n.Propose(ctx, controller.Command{Op: controller.OpAllocateProducerIDs, ProducerIDStart: below})
+}
+
+// ProducerIDFloor is the id below which this node hands out none.
+func (n *Node) ProducerIDFloor() int64 { return n.meta.ProducerIDFloor() }

@@ -207,6 +207,10 @@ func (next *Image) applyTo(c Command, d *Delta) error {
 		next.dropTopic(t)
 		next.recount(t, nil)
 		st.Deleting = append(slices.Clip(st.Deleting), *t)
+		if t.Configs["remote.storage.enable"] == "true" {
+			// Its objects go too (internal/tiered): recorded here first.
+			st.RemoteDeleting = append(slices.Clip(st.RemoteDeleting), *t)
+		}
 		d.Topic = t
 	case OpAddPartitions:
 		t, err := change(c.Name)

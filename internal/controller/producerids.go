@@ -37,7 +37,23 @@ func (s *Store) ProducerIDIssued(id int64) bool {
 	return id >= 0 && id < s.img.st.NextProducerID
 }
 
+// ProducerIDFloor is the id below which no broker hands out one any more
+// (0: none).
+func (s *Store) ProducerIDFloor() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.img.st.ProducerIDFloor
+}
+
 func applyProducerIDs(next *state, c Command) error {
+	if c.BrokerID == 0 && c.ProducerIDLen == 0 && c.ProducerIDStart > 0 {
+		// A floor, not a block: a topic restored from the object store
+		// installs producers with ids below ProducerIDStart, which no new
+		// producer may get, from a new block or from one a broker holds.
+		next.ProducerIDFloor = max(next.ProducerIDFloor, c.ProducerIDStart)
+		next.NextProducerID = max(next.NextProducerID, c.ProducerIDStart)
+		return nil
+	}
 	switch {
 	case c.BrokerID <= 0 || c.ProducerIDLen <= 0 || c.ProducerIDStart < 0:
 		return fmt.Errorf("controller: bad producer id block %d+%d for broker %d", c.ProducerIDStart, c.ProducerIDLen, c.BrokerID)

@@ -45,3 +45,33 @@ func TestProducerIDBlocks(t *testing.T) {
 		t.Fatal("ProducerIDIssued disagrees with the applied block")
 	}
 }
+
+// TestProducerIDFloor: a floor command raises the floor and the next free
+// id, never lowers either, and blocks after it start above it.
+func TestProducerIDFloor(t *testing.T) {
+	s := open(t, storage.OSFS(), filepath.Join(t.TempDir(), "meta"))
+	end := int64(0)
+	apply := func(c Command) error {
+		end++
+		_, err := s.Apply(end, c)
+		return err
+	}
+	if err := apply(Command{Op: OpAllocateProducerIDs, BrokerID: 1, ProducerIDStart: 0, ProducerIDLen: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := apply(Command{Op: OpAllocateProducerIDs, ProducerIDStart: 5000}); err != nil {
+		t.Fatal(err)
+	}
+	if s.ProducerIDFloor() != 5000 || s.ProducerIDBlockStart() != 5000 {
+		t.Fatalf("floor %d, next block at %d; want 5000 and 5000", s.ProducerIDFloor(), s.ProducerIDBlockStart())
+	}
+	if err := apply(Command{Op: OpAllocateProducerIDs, ProducerIDStart: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if s.ProducerIDFloor() != 5000 || s.ProducerIDBlockStart() != 5000 {
+		t.Fatalf("a lower floor moved them: %d %d", s.ProducerIDFloor(), s.ProducerIDBlockStart())
+	}
+	if err := apply(Command{Op: OpAllocateProducerIDs, BrokerID: 2, ProducerIDStart: 1000, ProducerIDLen: 1000}); !errors.Is(err, ErrStaleProducerIDBlock) {
+		t.Fatalf("a block below the floor: %v", err)
+	}
+}

@@ -35,6 +35,18 @@ var DefaultSnapshotPolicy = SnapshotPolicy{MaxBytes: 20 << 20, MaxInterval: time
 // removed) since the last snapshot: node-local, not in the metadata log.
 const finishedName = "finished-deletes.json"
 
+// finishedRemoteName is the same for the deleted tiered topics whose
+// objects in the object store this node deleted (RemoteDeleting).
+const finishedRemoteName = "finished-remote-deletes.json"
+
+// The two kinds of finished deletions (snapshotter.finished).
+const (
+	finishedData   = 0 // the topic's local data (Deleting, finishedName)
+	finishedRemote = 1 // its objects in the object store (RemoteDeleting, finishedRemoteName)
+)
+
+var finishedNames = [2]string{finishedName, finishedRemoteName}
+
 // finishedVersion is the format of finishedName: a JSON array of
 // finishedDelete (no version field; docs/storage.md).
 const finishedVersion = 1
@@ -63,7 +75,7 @@ type snapshotter struct {
 	idle    *sync.Cond
 	closed  bool
 
-	finished []finishedDelete
+	finished [2][]finishedDelete // by kind: finishedData, finishedRemote
 }
 
 func (sn *snapshotter) init(s *Store) {
@@ -151,13 +163,15 @@ func (sn *snapshotter) write(img *Image) {
 // done records a durable snapshot of img. Called with mu held.
 func (sn *snapshotter) done(img *Image, size int64) {
 	sn.size = size
-	keep := slices.DeleteFunc(slices.Clone(sn.finished), func(f finishedDelete) bool { return f.At < img.Applied() })
-	if len(keep) != len(sn.finished) {
-		sn.finished = keep
-		if err := sn.writeFinished(keep); err != nil {
-			// Entries left in the file are harmless: they name deleted
-			// topics' ids, never reused.
-			sn.s.log.Warn("trimming the finished deletions", "err", err)
+	for kind := range sn.finished {
+		keep := slices.DeleteFunc(slices.Clone(sn.finished[kind]), func(f finishedDelete) bool { return f.At < img.Applied() })
+		if len(keep) != len(sn.finished[kind]) {
+			sn.finished[kind] = keep
+			if err := sn.writeFinished(kind, keep); err != nil {
+				// Entries left in the file are harmless: they name deleted
+				// topics' ids, never reused.
+				sn.s.log.Warn("trimming the finished deletions", "err", err)
+			}
 		}
 	}
 }
@@ -201,20 +215,21 @@ func (s *Store) Close() error {
 	return s.snapshotNowLocked()
 }
 
-// finish records, durably, that the data of deleted topic id is gone.
-// Called with mu held.
-func (sn *snapshotter) finish(id [16]byte) error {
-	next := append(slices.Clip(sn.finished), finishedDelete{ID: id, At: sn.s.img.st.Applied})
-	if err := sn.writeFinished(next); err != nil {
+// finish records, durably, that the data (kind finishedData) or the
+// remote objects (finishedRemote) of deleted topic id are gone. Called
+// with mu held.
+func (sn *snapshotter) finish(kind int, id [16]byte) error {
+	next := append(slices.Clip(sn.finished[kind]), finishedDelete{ID: id, At: sn.s.img.st.Applied})
+	if err := sn.writeFinished(kind, next); err != nil {
 		return err
 	}
-	sn.finished = next
+	sn.finished[kind] = next
 	return nil
 }
 
-func (sn *snapshotter) writeFinished(fs []finishedDelete) error {
+func (sn *snapshotter) writeFinished(kind int, fs []finishedDelete) error {
 	s := sn.s
-	path := join(s.dir, finishedName)
+	path := join(s.dir, finishedNames[kind])
 	if len(fs) == 0 {
 		if err := s.fs.Remove(path); err != nil && !isNotExist(err) {
 			return fmt.Errorf("controller: %w", err)
@@ -232,8 +247,20 @@ func (sn *snapshotter) writeFinished(fs []finishedDelete) error {
 }
 
 // loadFinished reads the deletions finished since the snapshot and drops
-// them from the image's Deleting. Called by Open.
+// them from the image's Deleting and RemoteDeleting. Called by Open.
 func (s *Store) loadFinished() error {
+	for kind := range s.snap.finished {
+		if err := s.loadFinishedKind(kind); err != nil {
+			return err
+		}
+	}
+	s.img.st.Deleting = s.snap.dropFinished(finishedData, s.img.st.Deleting)
+	s.img.st.RemoteDeleting = s.snap.dropFinished(finishedRemote, s.img.st.RemoteDeleting)
+	return nil
+}
+
+func (s *Store) loadFinishedKind(kind int) error {
+	finishedName := finishedNames[kind]
 	data, err := readFile(s.fs, join(s.dir, finishedName))
 	if isNotExist(err) {
 		return nil
@@ -257,16 +284,15 @@ func (s *Store) loadFinished() error {
 	if err := json.Unmarshal(data, &fs); err != nil {
 		return fmt.Errorf("controller: %s: %w: %v", join(s.dir, finishedName), errCorruptMetaDoc, err)
 	}
-	s.snap.finished = fs
-	s.img.st.Deleting = s.snap.dropFinished(s.img.st.Deleting)
+	s.snap.finished[kind] = fs
 	return nil
 }
 
-// dropFinished is deleting without the topics whose data this node
-// already removed; a new slice if any is dropped.
-func (sn *snapshotter) dropFinished(deleting []Topic) []Topic {
+// dropFinished is deleting without the topics whose data (or objects, by
+// kind) this node already removed; a new slice if any is dropped.
+func (sn *snapshotter) dropFinished(kind int, deleting []Topic) []Topic {
 	fin := func(t Topic) bool {
-		return slices.ContainsFunc(sn.finished, func(f finishedDelete) bool { return f.ID == t.ID })
+		return slices.ContainsFunc(sn.finished[kind], func(f finishedDelete) bool { return f.ID == t.ID })
 	}
 	if !slices.ContainsFunc(deleting, fin) {
 		return deleting

@@ -121,6 +121,13 @@ type state struct {
 	// disk: a crash between "forget the topic" and "remove its logs" must
 	// not let a later topic of the same name reopen the old data.
 	Deleting []Topic `json:"deleting,omitempty"`
+	// RemoteDeleting are deleted topics with remote.storage.enable=true
+	// whose objects in the object store may remain: the deletion is in
+	// the metadata log, and each node's tiered storage deletes the
+	// objects and calls FinishRemoteDelete (node-local, as Deleting), so
+	// that a crash before they are gone leaves the deletion to the next
+	// start.
+	RemoteDeleting []Topic `json:"remote_deleting,omitempty"`
 
 	// Cluster mode (cluster.go): the registered brokers, and the end
 	// offset of the last metadata-log entry applied to this file, so that
@@ -132,6 +139,10 @@ type state struct {
 	// NextProducerID is the first producer id no broker has been given a
 	// block of (producerids.go).
 	NextProducerID int64 `json:"next_producer_id,omitempty"`
+	// ProducerIDFloor: no broker hands out an id below it any more, also
+	// from a block it holds already (the producers of a topic restored
+	// from the object store keep their old ids; producerids.go).
+	ProducerIDFloor int64 `json:"producer_id_floor,omitempty"`
 
 	// Security (security.go): the ACLs, sorted, and the SCRAM
 	// credentials, by user and mechanism.
@@ -396,7 +407,8 @@ func (s *Store) Apply(end int64, c Command) (Topic, error) {
 	if err == nil && c.Op == OpDeleteTopic {
 		// Node-local: this node may have removed the topic's data
 		// before a crash that kept an older snapshot (replay).
-		next.st.Deleting = s.snap.dropFinished(next.st.Deleting)
+		next.st.Deleting = s.snap.dropFinished(finishedData, next.st.Deleting)
+		next.st.RemoteDeleting = s.snap.dropFinished(finishedRemote, next.st.RemoteDeleting)
 	}
 	s.setImage(next)
 	s.snap.applied(c.Size)
@@ -421,11 +433,43 @@ func (s *Store) FinishDelete(id [16]byte) error {
 	if i < 0 {
 		return nil
 	}
-	if err := s.snap.finish(id); err != nil {
+	if err := s.snap.finish(finishedData, id); err != nil {
 		return err
 	}
 	next := s.img.with()
 	next.st.Deleting = slices.Delete(slices.Clone(s.img.st.Deleting), i, i+1)
+	s.setImage(next)
+	return nil
+}
+
+// RemoteDeleting returns the deleted tiered topics whose objects may
+// still be in the object store; the caller deletes them and calls
+// FinishRemoteDelete.
+func (s *Store) RemoteDeleting() []Topic {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]Topic, len(s.img.st.RemoteDeleting))
+	for i, t := range s.img.st.RemoteDeleting {
+		out[i] = t.clone()
+	}
+	return out
+}
+
+// FinishRemoteDelete drops the remote deletion record of the topic with
+// id once its objects are gone: node-local and durable when it returns,
+// as FinishDelete.
+func (s *Store) FinishRemoteDelete(id [16]byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := slices.IndexFunc(s.img.st.RemoteDeleting, func(t Topic) bool { return t.ID == id })
+	if i < 0 {
+		return nil
+	}
+	if err := s.snap.finish(finishedRemote, id); err != nil {
+		return err
+	}
+	next := s.img.with()
+	next.st.RemoteDeleting = slices.Delete(slices.Clone(s.img.st.RemoteDeleting), i, i+1)
 	s.setImage(next)
 	return nil
 }

@@ -638,3 +638,64 @@ func withCRC(body []byte) []byte {
 	}
 	return fmt.Appendf(body, "crc32c %08x\n", crc32.Checksum(body, castagnoli))
 }
+
+// TestRemoteDeletingSurvivesCrash: deleting a topic with
+// remote.storage.enable=true records, in the metadata log, that its
+// objects in the object store are to be deleted (RemoteDeleting); a crash
+// before they are gone keeps the record, and FinishRemoteDelete (node
+// local, durable) drops it for good, also across a replay of the delete,
+// independently of the local data's Deleting.
+func TestRemoteDeletingSurvivesCrash(t *testing.T) {
+	fs := storage.NewCrashFS(1)
+	dir := "/data/meta"
+	s := open(t, fs, dir)
+	s.SetSnapshotPolicy(SnapshotPolicy{MaxBytes: 1 << 30}) // the delete stays in the replay
+	var log metaLog
+	tiered, plain := NewTopicID(), NewTopicID()
+	for _, c := range []Command{
+		{Op: OpCreateTopic, Topic: &Topic{Name: "tiered", ID: tiered, Partitions: 1, Replicas: [][]int32{{1}}, Configs: map[string]string{"remote.storage.enable": "true"}}},
+		{Op: OpCreateTopic, Topic: &Topic{Name: "plain", ID: plain, Partitions: 1, Replicas: [][]int32{{1}}}},
+		{Op: OpDeleteTopic, Name: "tiered"},
+		{Op: OpDeleteTopic, Name: "plain"},
+	} {
+		if _, err := log.apply(t, s, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	remote := func() [][16]byte {
+		var ids [][16]byte
+		for _, d := range s.RemoteDeleting() {
+			ids = append(ids, d.ID)
+		}
+		return ids
+	}
+	if r := remote(); len(r) != 1 || r[0] != tiered {
+		t.Fatalf("RemoteDeleting = %x, want the tiered topic only", r)
+	}
+	crash := func() {
+		waitSnapshots(s)
+		fs.CrashTorn()
+		s = open(t, fs, dir)
+		s.SetSnapshotPolicy(SnapshotPolicy{MaxBytes: 1 << 30})
+		log.replay(t, s)
+	}
+	crash()
+	if r := remote(); len(r) != 1 || r[0] != tiered {
+		t.Fatalf("after a crash RemoteDeleting = %x, want the tiered topic", r)
+	}
+	if err := s.FinishRemoteDelete(tiered); err != nil {
+		t.Fatal(err)
+	}
+	crash()
+	if r := remote(); len(r) != 0 {
+		t.Fatalf("after FinishRemoteDelete and a crash RemoteDeleting = %x, want none", r)
+	}
+	if d := s.Deleting(); len(d) != 2 {
+		t.Fatalf("the local data's Deleting = %+v, want both topics", d)
+	}
+	closeStore(t, s)
+	s = open(t, fs, dir)
+	if r := remote(); len(r) != 0 {
+		t.Fatalf("after a clean stop RemoteDeleting = %x", r)
+	}
+}

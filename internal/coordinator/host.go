@@ -74,6 +74,7 @@ func Start(cfg Config, meta *controller.Store, node *cluster.Node, replicas *rep
 	}
 	h := &Host{cfg: cfg, log: cfg.Logger, meta: meta, node: node, replicas: replicas}
 	h.ids = txn.NewBlockAllocator(node.ReserveProducerIDs)
+	h.ids.SetFloor(node.ProducerIDFloor)
 
 	n := h.partitions(controller.OffsetsTopic, cfg.OffsetsTopicPartitions, 50)
 	glogs := make([]group.Log, n)

@@ -21,6 +21,7 @@ import (
 	"holdfast/internal/freeport"
 	"holdfast/internal/raft"
 	"holdfast/internal/storage"
+	"holdfast/internal/tiered"
 	"holdfast/internal/wire"
 )
 
@@ -54,6 +55,8 @@ type clusterOptions struct {
 	// noReadChecks: log.verify.reads=false and no scrubber (Kafka's
 	// behaviour: bytes go out unchecked).
 	noReadChecks bool
+	// tiered: tiered storage on, with this object store (tiered.go).
+	tiered *tiered.Config
 }
 
 // startCluster starts a new cluster under dir: node ids 1..n, started
@@ -82,6 +85,9 @@ func startCluster(ctx context.Context, dir string, log *slog.Logger, o clusterOp
 		cfg.LogDefaults.Flush = o.flush
 		if o.noReadChecks {
 			cfg.LogNoReadChecks, cfg.LogScrubBytesPerSecond = true, 0
+		}
+		if o.tiered != nil {
+			cfg.Tiered = *o.tiered
 		}
 		cfg.Logger = log.With("node", i)
 		cfg.RaftFaults = c.faults

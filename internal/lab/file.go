@@ -68,21 +68,24 @@ func (res *Result) check() error {
 				return fmt.Errorf("%s: %s must be 1..%d bytes", at, f.name, f.max)
 			}
 		}
-		for _, v := range []string{r.Fault, r.Takeaway, r.Verdict, r.Error} {
+		for _, v := range []string{r.Fault, r.Takeaway, r.Verdict, r.Error, r.Skipped} {
 			if len(v) > maxTextLen {
 				return fmt.Errorf("%s: a text over %d bytes", at, maxTextLen)
 			}
 		}
 		switch r.Expect {
-		case ExpectNothing, ExpectLoss, ExpectDuplicates:
+		case ExpectNothing, ExpectLoss, ExpectDuplicates, ExpectNotUploaded:
 		default:
-			return fmt.Errorf("%s: expect %q: want nothing, loss or duplicates", at, clip(string(r.Expect)))
+			return fmt.Errorf("%s: expect %q: want nothing, loss, duplicates or not-uploaded", at, clip(string(r.Expect)))
 		}
 		if r.Acked < 0 || r.Lost < 0 || r.Dup < 0 || r.Acked > maxCount || r.Lost > maxCount || r.Dup > maxCount || r.Seconds < 0 {
 			return fmt.Errorf("%s: acked, lost, duplicated or seconds out of range", at)
 		}
 		if r.Lost > r.Acked {
 			return fmt.Errorf("%s: %d lost of %d acknowledged", at, r.Lost, r.Acked)
+		}
+		if r.NotUploaded < 0 || r.NotUploaded > r.Acked {
+			return fmt.Errorf("%s: %d not uploaded of %d acknowledged", at, r.NotUploaded, r.Acked)
 		}
 		if len(r.Events) > maxEvents || len(r.Acks) > maxPoints {
 			return fmt.Errorf("%s: at most %d events and %d points", at, maxEvents, maxPoints)

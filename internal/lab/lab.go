@@ -57,6 +57,10 @@ const (
 	ExpectNothing    Expectation = "nothing"    // no loss, no duplicate
 	ExpectLoss       Expectation = "loss"       // acknowledged records lost
 	ExpectDuplicates Expectation = "duplicates" // records delivered twice, none lost
+	// ExpectNotUploaded: exactly the acknowledged records tiered storage
+	// had not uploaded yet are lost (NotUploaded), none duplicated: a
+	// restore from the object store after every disk is lost.
+	ExpectNotUploaded Expectation = "not-uploaded"
 )
 
 // Row is one scenario under one setting.
@@ -69,11 +73,17 @@ type Row struct {
 	// them) and must show what the analysis predicts.
 	Default bool `json:"holdfast_default"`
 	// Profile is "holdfast" for a Default row, "kafka" otherwise.
-	Profile  string         `json:"profile"`
-	Expect   Expectation    `json:"expect"`
-	Acked    int            `json:"acked"`
-	Lost     int            `json:"lost"`
-	Dup      int            `json:"duplicated"`
+	Profile string      `json:"profile"`
+	Expect  Expectation `json:"expect"`
+	Acked   int         `json:"acked"`
+	Lost    int         `json:"lost"`
+	Dup     int         `json:"duplicated"`
+	// NotUploaded: for ExpectNotUploaded, the acknowledged records the
+	// remote log did not hold when the disks were lost.
+	NotUploaded int `json:"not_uploaded,omitempty"`
+	// Skipped says why the row could not run here (what it needs is not
+	// installed); a skipped row passes, and says so.
+	Skipped  string         `json:"skipped,omitempty"`
 	Fault    string         `json:"fault"`    // what was injected, with the evidence it happened
 	Injected bool           `json:"injected"` // the fault demonstrably happened
 	Pass     bool           `json:"pass"`
@@ -106,12 +116,18 @@ func (r *Row) judge() {
 	switch {
 	case r.Error != "":
 		r.Pass, r.Verdict = false, "ERROR: "+r.Error
+	case r.Skipped != "":
+		r.Pass, r.Verdict = true, "SKIPPED: "+r.Skipped
 	case !r.Injected:
 		r.Pass, r.Verdict = false, "NOT SHOWN: the fault was not injected ("+r.Fault+")"
 	case r.Acked == 0:
 		r.Pass, r.Verdict = false, "NOT SHOWN: nothing was acknowledged"
 	case r.Report != nil && r.Report.Corrupt+r.Report.BadAck+r.Report.OffsetConflict > 0:
 		r.Pass, r.Verdict = false, "FAIL: "+r.Report.String()
+	case r.Expect == ExpectNotUploaded && (r.Lost != r.NotUploaded || r.Dup > 0):
+		r.Pass, r.Verdict = false, fmt.Sprintf("FAIL: %d lost (%d were not uploaded), %d duplicated", r.Lost, r.NotUploaded, r.Dup)
+	case r.Expect == ExpectNotUploaded:
+		r.Pass, r.Verdict = true, fmt.Sprintf("ok: lost exactly the %d records not uploaded yet, none that were", r.NotUploaded)
 	case r.Expect == ExpectNothing && (r.Lost > 0 || r.Dup > 0):
 		r.Pass, r.Verdict = false, fmt.Sprintf("FAIL: %d lost, %d duplicated", r.Lost, r.Dup)
 	case r.Expect == ExpectNothing:

@@ -30,6 +30,11 @@ func TestJudge(t *testing.T) {
 		{Row{Expect: ExpectDuplicates, Injected: true, Acked: 10, Dup: 3, Lost: 1}, false, "FAIL: expected duplicates only"},
 		{Row{Expect: ExpectLoss, Injected: true, Acked: 10, Lost: 3, Report: &verify.Report{Counts: verify.Counts{Corrupt: 1}}}, false, "FAIL: "},
 		{Row{Default: true, Expect: ExpectNothing, Error: "timeout"}, false, "ERROR: timeout"},
+		{Row{Default: true, Expect: ExpectNotUploaded, Injected: true, Acked: 10, Lost: 3, NotUploaded: 3}, true, "ok: lost exactly the 3"},
+		{Row{Default: true, Expect: ExpectNotUploaded, Injected: true, Acked: 10, Lost: 4, NotUploaded: 3}, false, "FAIL: 4 lost (3 were not uploaded)"},
+		{Row{Default: true, Expect: ExpectNotUploaded, Injected: true, Acked: 10, Lost: 3, NotUploaded: 3, Dup: 1}, false, "FAIL: 3 lost"},
+		{Row{Default: true, Expect: ExpectNotUploaded, Acked: 10, Fault: "no fault"}, false, "NOT SHOWN"},
+		{Row{Default: true, Expect: ExpectNotUploaded, Skipped: "versitygw is not installed"}, true, "SKIPPED: versitygw"},
 	} {
 		r := c.row
 		r.judge()

@@ -21,6 +21,7 @@ var scenarios = []Scenario{
 	{Name: "consumer", Title: "a consumer crashes: commit before processing, process then commit, or a transaction", run: consumers},
 	{Name: "replaced-disk", Title: "one node's disk is replaced while another replica is behind", run: replacedDisk},
 	{Name: "bit-flip", Title: "bytes flip in a sealed segment of one replica of three, which then leads", run: bitFlip},
+	{Name: "tiered-restore", Title: "every replica's disk is lost; the topic is restored from the object store", run: tieredRestore},
 }
 
 // producer makes a client of c for topic with the given acks ("all", "1",

@@ -102,6 +102,10 @@ type Partition struct {
 	// entries the state had counted, and the next leadership rebuilds it.
 	stateEnd   atomic.Int64
 	stateStale atomic.Bool
+	// restored is the producer state a restore-producers command installed
+	// (producerstate.go; appendMu): a rebuild from the log starts from it,
+	// since the restored producers' batches are not in this log.
+	restored *ProducerState
 }
 
 func newPartition(topic string, id [16]byte, index int32, dir, snapPath string, snapSync *dirSyncer, l *storage.Log, opts storage.Options, verify *atomic.Pointer[Verifier], r Replication) (*Partition, error) {

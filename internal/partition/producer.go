@@ -43,15 +43,21 @@ type batchMeta struct {
 	baseOffset int64
 	lastOffset int64
 	appendTime int64
+	// crc is the batch's CRC-32C for a batch of a producer state restored
+	// from the object store (producerstate.go), 0 otherwise: a retry of
+	// such a batch must be the same batch, since a producer of the new
+	// cluster may have been handed the same id before the restore.
+	crc uint32
 }
 
 // batchJSON is batchMeta's snapshot form.
 type batchJSON struct {
-	FirstSeq   int32 `json:"first_seq"`
-	LastSeq    int32 `json:"last_seq"`
-	BaseOffset int64 `json:"base_offset"`
-	LastOffset int64 `json:"last_offset"`
-	AppendTime int64 `json:"append_time"`
+	FirstSeq   int32  `json:"first_seq"`
+	LastSeq    int32  `json:"last_seq"`
+	BaseOffset int64  `json:"base_offset"`
+	LastOffset int64  `json:"last_offset"`
+	AppendTime int64  `json:"append_time"`
+	CRC        uint32 `json:"crc,omitempty"` // restored batches only (batchMeta.crc)
 }
 
 type producer struct {
@@ -124,6 +130,10 @@ func (p *Partition) checkProducer(h records.Header) (*batchMeta, error) {
 	}
 	for i := range e.batches {
 		if b := &e.batches[i]; b.FirstSeq == first && b.LastSeq == last {
+			if b.crc != 0 && b.crc != h.CRC {
+				return nil, fmt.Errorf("producer %d epoch %d: sequence %d..%d matches a restored batch with other contents (another producer with the same id?): %w",
+					h.ProducerID, h.ProducerEpoch, first, last, kerr.OutOfOrderSequenceNumber)
+			}
 			return b, nil
 		}
 	}
@@ -270,7 +280,7 @@ func (p *Partition) writeSnapshot(end int64) error {
 	for id, e := range p.producers {
 		sp := snapshotProducer{Epoch: e.epoch, Last: e.last}
 		for _, b := range e.batches {
-			sp.Batches = append(sp.Batches, batchJSON{b.FirstSeq, b.LastSeq, b.baseOffset, b.lastOffset, b.appendTime})
+			sp.Batches = append(sp.Batches, batchJSON{b.FirstSeq, b.LastSeq, b.baseOffset, b.lastOffset, b.appendTime, b.crc})
 		}
 		s.Producers[id] = sp
 	}
@@ -364,7 +374,7 @@ func (p *Partition) loadProducers() error {
 		for id, sp := range s.Producers {
 			e := &producer{epoch: sp.Epoch, last: sp.Last}
 			for _, b := range sp.Batches {
-				e.batches = append(e.batches, batchMeta{FirstSeq: b.FirstSeq, LastSeq: b.LastSeq, baseOffset: b.BaseOffset, lastOffset: b.LastOffset, appendTime: b.AppendTime})
+				e.batches = append(e.batches, batchMeta{FirstSeq: b.FirstSeq, LastSeq: b.LastSeq, baseOffset: b.BaseOffset, lastOffset: b.LastOffset, appendTime: b.AppendTime, crc: b.CRC})
 			}
 			p.producers[id] = e
 		}

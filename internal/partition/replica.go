@@ -101,6 +101,7 @@ func (p *Partition) replicate(r Replication) error {
 			if start, ok := ParseLogStartCommand(c.Command); ok {
 				p.raiseStart(start)
 			}
+			p.applyRestoreProducers(c.Command)
 		}
 	}
 	if commit, err := r.Host.CommitOffset(r.Group); err == nil {
@@ -139,6 +140,7 @@ func (p *Partition) onCommit(_ uint64, ents []raft.Committed) {
 		if start, ok := ParseLogStartCommand(e.Command); ok {
 			p.raiseStart(start)
 		}
+		p.applyRestoreProducers(e.Command)
 	}
 	last := ents[len(ents)-1]
 	for _, e := range ents {
@@ -288,6 +290,9 @@ func (p *Partition) rebuildLocked() error {
 	p.txnMu.Lock()
 	p.txn = txnState{open: map[int64]int64{}}
 	p.txnMu.Unlock()
+	if r := p.restored; r != nil {
+		p.installLocked(*r)
+	}
 	end := p.log.EndOffset()
 	n := 0
 	err := p.log.Scan(p.log.StartOffset(), func(h records.Header, batch []byte) error {

@@ -40,6 +40,11 @@ type Config struct {
 	// RetryBackoffMax bounds the backoff between retries of a failed
 	// upload (remote.log.manager.copier.retry.backoff.max.ms).
 	RetryBackoffMax time.Duration
+	// OrphanSweepInterval: how often a partition's leader deletes the
+	// objects of its partition that no committed manifest names (uploads
+	// whose manifest never committed), besides once each time it becomes
+	// the leader. Not a broker setting (tests shorten it).
+	OrphanSweepInterval time.Duration
 }
 
 // Defaults.
@@ -47,6 +52,7 @@ const (
 	DefaultCacheBytes      = 1 << 30
 	DefaultTaskInterval    = 30 * time.Second // Kafka's remote.log.manager.task.interval.ms
 	DefaultRetryBackoffMax = 30 * time.Second
+	DefaultOrphanSweep     = time.Hour
 )
 
 func (c Config) withDefaults() Config {
@@ -55,6 +61,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TaskInterval <= 0 {
 		c.TaskInterval = DefaultTaskInterval
+	}
+	if c.OrphanSweepInterval <= 0 {
+		c.OrphanSweepInterval = DefaultOrphanSweep
 	}
 	if c.RetryBackoffMax <= 0 {
 		c.RetryBackoffMax = DefaultRetryBackoffMax

@@ -7,11 +7,44 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
+	"slices"
+	"time"
 
 	"holdfast/internal/controller"
 	"holdfast/internal/partition"
 	"holdfast/internal/records"
 )
+
+// maxTimeIndex bounds a segment's time index (about 40 bytes an entry, in
+// the .index every reader and every restore reads): past it a lookup may
+// answer up to 1/1024 of the segment early.
+const maxTimeIndex = 1024
+
+// producersSuffix names a segment's producer snapshot object: the
+// idempotent producers' state as of the segment's end (Kafka's producer
+// snapshot), JSON of partition.ProducerState. Its own object, uploaded
+// between the .log and the .index, since only the last segment's is ever
+// read (by the next upload and by a restore) and it may be large.
+const producersSuffix = ".producers"
+
+// maxProducersObject bounds the producer snapshot object a reader accepts.
+const maxProducersObject = 64 << 20
+
+// thinTimeIndex keeps at most maxTimeIndex entries, evenly, and the last.
+func thinTimeIndex(ix [][3]int64) ([][3]int64, bool) {
+	if len(ix) <= maxTimeIndex {
+		return ix, false
+	}
+	step := (len(ix) + maxTimeIndex - 1) / maxTimeIndex
+	var out [][3]int64
+	for i := 0; i < len(ix); i += step {
+		out = append(out, ix[i])
+	}
+	if out[len(out)-1] != ix[len(ix)-1] {
+		out = append(out, ix[len(ix)-1])
+	}
+	return out, true
+}
 
 // indexEvery is the spacing of the uploaded offset index's entries.
 const indexEvery = 64 << 10
@@ -35,12 +68,26 @@ type sidecar struct {
 	// Aborted are the aborted transactions with records in the segment
 	// (Kafka's transaction index): read_committed fetches skip them.
 	Aborted []partition.AbortedTxn `json:"aborted_transactions,omitempty"`
+	// TimeIndex answers ListOffsets by timestamp without the segment:
+	// (timestamp, base offset, last offset) of each batch whose largest
+	// timestamp is above every earlier batch's in the segment, the only
+	// batches such a lookup can answer (the first batch whose timestamp
+	// reaches a target raises the running largest). Beyond
+	// maxTimeIndex entries it is thinned (TimeIndexSparse), and a lookup
+	// answers no later than the exact batch. Absent in uploads from
+	// before it existed: a lookup answers the segment's base.
+	TimeIndex       [][3]int64 `json:"time_index,omitempty"`
+	TimeIndexSparse bool       `json:"time_index_sparse,omitempty"`
 }
 
 // copySegment uploads the batches [from, next) of p's log as one segment
 // (the .log object, then its .index): read through the log like any
 // reader, checked batch by batch on the way.
-func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t controller.Topic, from, next int64, epoch int32) (Segment, error) {
+func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t controller.Topic, st *partState, from, next int64, epoch int32) (Segment, error) {
+	prod, err := m.producersAt(ctx, p, t, st, from)
+	if err != nil {
+		return Segment{}, err
+	}
 	f, err := m.tempFile()
 	if err != nil {
 		return Segment{}, err
@@ -89,7 +136,11 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t con
 				seg.Epochs = append(seg.Epochs, [2]int64{e, h.BaseOffset})
 				lastEpoch = e
 			}
+			if h.MaxTimestamp > seg.MaxTimestamp {
+				sc.TimeIndex = append(sc.TimeIndex, [3]int64{h.MaxTimestamp, h.BaseOffset, h.LastOffset()})
+			}
 			seg.MaxTimestamp = max(seg.MaxTimestamp, h.MaxTimestamp)
+			prod.Apply(h)
 			pos += int64(len(b))
 			off = h.LastOffset() + 1
 			rest = r
@@ -108,9 +159,21 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t con
 	seg.Size, seg.CRC = pos, crc
 	sc.Segment = seg
 	sc.Aborted = p.AbortedIn(seg.Base, next-1)
+	sc.TimeIndex, sc.TimeIndexSparse = thinTimeIndex(sc.TimeIndex)
+	prod.End = next
+	// Expired as of the segment's end, by its timestamps, but never by a
+	// client clock ahead of this node's.
+	prod.Expire(min(seg.MaxTimestamp, time.Now().UnixMilli()))
 	key := m.key(t, p.Index(), seg)
 	if err := m.store.PutFile(ctx, key+".log", f.Name()); err != nil {
 		return Segment{}, fmt.Errorf("upload %s.log: %w", key, err)
+	}
+	snap, err := json.Marshal(prod)
+	if err != nil {
+		return Segment{}, err
+	}
+	if err := m.store.Put(ctx, key+producersSuffix, snap); err != nil {
+		return Segment{}, fmt.Errorf("upload %s%s: %w", key, producersSuffix, err)
 	}
 	side, err := json.Marshal(sc)
 	if err != nil {
@@ -119,5 +182,55 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t con
 	if err := m.store.Put(ctx, key+".index", side); err != nil {
 		return Segment{}, fmt.Errorf("upload %s.index: %w", key, err)
 	}
+	m.mu.Lock()
+	st.prod, st.prodOK = prod, true
+	m.mu.Unlock()
 	return seg, nil
+}
+
+// producersAt is the producer state as of offset from, the end of p's
+// remote log, to which a new segment's batches are added: the one this
+// node built with its last upload, else the remote log's last segment's
+// producer snapshot (another leader uploaded it). The first segment of a
+// remote log (or one after a gap) starts empty: producers whose batches
+// all lie below it are not in the state (a topic that enabled remote
+// storage after its log start moved).
+func (m *Manager) producersAt(ctx context.Context, p *partition.Partition, t controller.Topic, st *partState, from int64) (partition.ProducerState, error) {
+	m.mu.Lock()
+	cached, ok, mf := st.prod, st.prodOK, st.m
+	m.mu.Unlock()
+	if ok && cached.End == from {
+		return cached.Clone(), nil
+	}
+	if len(mf.Segments) == 0 || mf.End() != from {
+		return partition.ProducerState{End: from}, nil
+	}
+	last := mf.Segments[len(mf.Segments)-1]
+	s, err := m.readProducers(ctx, m.key(t, p.Index(), last))
+	if err != nil {
+		return partition.ProducerState{}, err
+	}
+	if s == nil || s.End != from {
+		m.log.Warn("the remote log's last segment has no producer snapshot; the next segments' start empty", "topic", t.Name, "partition", p.Index(), "base_offset", last.Base)
+		return partition.ProducerState{End: from}, nil
+	}
+	return *s, nil
+}
+
+// readProducers reads the producer snapshot of the segment whose key is
+// key (nil: it has none, an upload from before snapshots existed).
+func (m *Manager) readProducers(ctx context.Context, key string) (*partition.ProducerState, error) {
+	b, err := m.store.Get(ctx, key+producersSuffix, maxProducersObject)
+	if err != nil {
+		// Absent, or the store failing? A listing tells.
+		if keys, lerr := m.store.List(ctx, key+producersSuffix); lerr == nil && !slices.Contains(keys, key+producersSuffix) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading the producer snapshot %s%s: %w", key, producersSuffix, err)
+	}
+	var s partition.ProducerState
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s%s: %w", key, producersSuffix, err)
+	}
+	return &s, nil
 }

@@ -1,12 +1,16 @@
 package tiered
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +37,9 @@ type Manager struct {
 
 	mu    sync.Mutex
 	parts map[uint64]*partState // by Raft group
+	// sweepFailing: deleted topics whose last object deletion failed
+	// (logged once).
+	sweepFailing map[[16]byte]bool
 
 	stats Stats
 	stop  chan struct{}
@@ -62,9 +69,15 @@ type partState struct {
 	// Upload retries: the next attempt waits until retryAt.
 	backoff time.Duration
 	retryAt time.Time
-	// Objects of segments that left the manifest (total retention),
-	// deleted after the manifest without them committed; retried.
-	toDelete []string
+	// deleteFailing: the last deletion of objects failed (logged once).
+	deleteFailing bool
+	// The last sweep of objects no manifest names: when, in which term.
+	sweptAt   time.Time
+	sweptTerm uint64
+	// prod is the producer state as of prod.End that this node uploaded
+	// last (prodOK), the start of the next segment's.
+	prod   partition.ProducerState
+	prodOK bool
 	// propose serializes the changes of the manifest (change).
 	propose sync.Mutex
 }
@@ -81,7 +94,7 @@ func New(cfg Config, store ObjectStore, meta *controller.Store, replicas *replic
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{cfg: cfg, store: store, meta: meta, replicas: replicas, host: host, defaults: defaults,
-		log: log.With("component", "tiered"), cache: c, parts: map[uint64]*partState{},
+		log: log.With("component", "tiered"), cache: c, parts: map[uint64]*partState{}, sweepFailing: map[[16]byte]bool{},
 		stop: make(chan struct{}), done: make(chan struct{}), ctx: ctx, cancel: cancel}, nil
 }
 
@@ -160,13 +173,15 @@ func (m *Manager) runOnce() {
 		}
 		m.upload(p, t, st, int32(l.Term))
 		m.retention(p, t, st)
-		m.deleteDropped(p, st)
+		m.deleteDropped(p, t, st)
+		m.sweepOrphans(p, t, st, l.Term)
 		lb, ls := m.lag(p, st)
 		lagBytes, lagSegs = lagBytes+lb, lagSegs+ls
 		m.mu.Lock()
 		size, segs = size+st.m.Size(), segs+int64(len(st.m.Segments))
 		m.mu.Unlock()
 	}
+	m.sweepDeleted()
 	m.stats.CopyLagBytes.Store(lagBytes)
 	m.stats.CopyLagSegments.Store(lagSegs)
 	m.stats.RemoteLogSizeBytes.Store(size)
@@ -270,6 +285,15 @@ func (m *Manager) change(ctx context.Context, p *partition.Partition, st *partSt
 	return m.commit(ctx, p, next)
 }
 
+// commitCommand proposes cmd in p's Raft group and waits for its commit.
+func (m *Manager) commitCommand(ctx context.Context, p *partition.Partition, cmd []byte) error {
+	prop, err := m.host.ProposeCommand(ctx, p.RaftGroup(), cmd)
+	if err != nil {
+		return err
+	}
+	return m.host.WaitCommitted(ctx, prop)
+}
+
 // commit proposes mf as p's manifest and waits until it is committed.
 func (m *Manager) commit(ctx context.Context, p *partition.Partition, mf Manifest) error {
 	cmd, err := encodeManifest(mf)
@@ -320,13 +344,14 @@ func (m *Manager) upload(p *partition.Partition, t controller.Topic, st *partSta
 		if s.Next <= end || s.Next > stable {
 			continue
 		}
-		if len(mf.Segments) >= maxManifestSegments {
-			m.log.Warn("remote log manifest is full: uploads wait", "topic", t.Name, "partition", p.Index(), "segments", len(mf.Segments))
+		if len(mf.Segments)+len(mf.Deleting) >= maxManifestSegments {
+			// Deleting counts: a store that refuses deletions holds them.
+			m.log.Warn("remote log manifest is full: uploads wait", "topic", t.Name, "partition", p.Index(), "segments", len(mf.Segments), "deleting", len(mf.Deleting))
 			return
 		}
 		from := max(s.Base, end)
 		ctx, cancel := context.WithTimeout(m.ctx, 5*time.Minute)
-		seg, err := m.copySegment(ctx, p, t, from, s.Next, epoch)
+		seg, err := m.copySegment(ctx, p, t, st, from, s.Next, epoch)
 		if err == nil {
 			err = m.change(ctx, p, st, func(cur Manifest) (Manifest, bool) {
 				if cur.End() != end {
@@ -336,10 +361,12 @@ func (m *Manager) upload(p *partition.Partition, t controller.Topic, st *partSta
 					// The first segment, or a gap: the local log lost
 					// offsets that were never uploaded (DeleteRecords, or
 					// retention before remote storage was enabled). They
-					// exist nowhere: the remote log starts after them.
-					return Manifest{Start: max(from, cur.Start), Segments: []Segment{seg}}, true
+					// exist nowhere: the remote log starts after them, and
+					// the segments below the gap are deleted.
+					return Manifest{Start: max(from, cur.Start), Segments: []Segment{seg},
+						Deleting: append(slices.Clip(cur.Deleting), cur.Segments...)}, true
 				}
-				return Manifest{Start: cur.Start, Segments: append(append([]Segment(nil), cur.Segments...), seg)}, true
+				return Manifest{Start: cur.Start, Segments: append(slices.Clip(cur.Segments), seg), Deleting: cur.Deleting}, true
 			})
 		}
 		cancel()
@@ -497,26 +524,110 @@ func (m *Manager) retention(p *partition.Partition, t controller.Topic, st *part
 	m.log.Info("local retention moved the local log start", "topic", t.Name, "partition", p.Index(), "local_log_start_offset", point)
 }
 
-// deleteDropped deletes the objects of segments that left the manifest.
-// The list is this node's memory: a crash before the deletion leaves the
-// objects behind (docs/tiered-storage.md).
-func (m *Manager) deleteDropped(p *partition.Partition, st *partState) {
+// deleteDropped carries out the deletions the committed manifest records
+// (Manifest.Deleting): each segment's objects are deleted, then a manifest
+// without the segments deleted is committed. A failure (the store down)
+// leaves them to the next pass; a crash, to the next leader or the next
+// start, which read the same list from the partition's log.
+func (m *Manager) deleteDropped(p *partition.Partition, t controller.Topic, st *partState) {
 	m.mu.Lock()
-	keys := st.toDelete
-	st.toDelete = nil
+	pending := st.m.Deleting
 	m.mu.Unlock()
-	var failed []string
-	for _, k := range keys {
-		ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
-		if err := m.store.Delete(ctx, k); err != nil {
-			failed = append(failed, k)
-		}
-		cancel()
+	if len(pending) == 0 {
+		return
 	}
-	if len(failed) > 0 {
-		m.mu.Lock()
-		st.toDelete = append(st.toDelete, failed...)
-		m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(m.ctx, 2*time.Minute)
+	defer cancel()
+	var done []Segment
+	var err error
+	for _, s := range pending {
+		k := m.key(t, p.Index(), s)
+		for _, suffix := range []string{".log", ".index", producersSuffix} {
+			if err = m.store.Delete(ctx, k+suffix); err != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+		done = append(done, s)
+	}
+	if len(done) > 0 {
+		gone := func(s Segment) bool { return slices.ContainsFunc(done, s.sameObjects) }
+		cerr := m.change(ctx, p, st, func(cur Manifest) (Manifest, bool) {
+			if !slices.ContainsFunc(cur.Deleting, gone) {
+				return cur, false
+			}
+			next := cur
+			next.Deleting = slices.DeleteFunc(slices.Clone(cur.Deleting), gone)
+			return next, true
+		})
+		if cerr == nil {
+			m.log.Info("deleted the objects of segments that left the remote log", "topic", t.Name, "partition", p.Index(), "segments", len(done))
+		}
+		err = cmp.Or(err, cerr)
+	}
+	m.mu.Lock()
+	was := st.deleteFailing
+	st.deleteFailing = err != nil
+	m.mu.Unlock()
+	if err != nil && !was {
+		m.log.Warn("tiered storage: deleting objects failed; the deletion is recorded in the log and retried", "topic", t.Name, "partition", p.Index(), "pending", len(pending)-len(done), "err", err)
+	}
+}
+
+// sweepOrphans deletes the objects under p's own key directory that no
+// committed manifest names, once per leadership term and every
+// OrphanSweepInterval: the uploads whose manifest never committed (a
+// leader killed or deposed between the upload and the commit, a commit
+// that failed). Only objects whose base offset is below the committed
+// manifest's end are candidates: every upload still to be committed, by
+// this leader or a later one, lies at or above it, and those below it are
+// either named (a segment, or a deletion pending) or garbage. Runs on the
+// task's goroutine, so no upload of this node is under way.
+func (m *Manager) sweepOrphans(p *partition.Partition, t controller.Topic, st *partState, term uint64) {
+	m.mu.Lock()
+	due := st.sweptTerm != term || time.Since(st.sweptAt) >= m.cfg.OrphanSweepInterval
+	mf, committed := st.m, st.cmdOffset >= 0
+	m.mu.Unlock()
+	if !due || !committed {
+		return
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, 2*time.Minute)
+	defer cancel()
+	prefix := fmt.Sprintf("%s%s-%s/%d/", m.cfg.Prefix, t.Name, t.IDString(), p.Index())
+	keys, err := m.store.List(ctx, prefix)
+	if err != nil {
+		return // the next pass tries again
+	}
+	named := map[string]bool{}
+	for _, s := range append(slices.Clip(mf.Segments), mf.Deleting...) {
+		k := m.key(t, p.Index(), s)
+		named[k+".log"], named[k+".index"], named[k+producersSuffix] = true, true, true
+	}
+	end := mf.End()
+	var deleted []string
+	for _, k := range keys {
+		rest, ok := strings.CutPrefix(k, prefix)
+		if !ok || named[k] {
+			continue
+		}
+		name, _, _ := strings.Cut(rest, ".")
+		bs, _, ok := strings.Cut(name, "-")
+		base, err := strconv.ParseInt(bs, 10, 64)
+		if !ok || err != nil || base >= end {
+			continue // not a segment's key, or an upload that may yet commit
+		}
+		if err := m.store.Delete(ctx, k); err != nil {
+			return // the next pass tries again
+		}
+		deleted = append(deleted, k)
+	}
+	m.mu.Lock()
+	st.sweptTerm, st.sweptAt = term, time.Now()
+	m.mu.Unlock()
+	if len(deleted) > 0 {
+		m.log.Info("deleted objects no remote log manifest names (uploads whose commit never happened)", "topic", t.Name, "partition", p.Index(), "objects", len(deleted))
 	}
 }
 
@@ -562,64 +673,78 @@ func (m *Manager) DeleteRecords(ctx context.Context, p *partition.Partition, off
 }
 
 // dropBelow commits a manifest whose remote log start is off, without the
-// segments wholly below it, and queues their objects for deletion. With a
-// non-empty want it changes nothing unless the manifest is still want.
+// segments wholly below it, which it lists as Deleting: their objects are
+// deleted after (deleteDropped). With a non-empty want it changes nothing
+// unless the manifest is still want.
 func (m *Manager) dropBelow(ctx context.Context, p *partition.Partition, t controller.Topic, st *partState, off int64, want Manifest) error {
-	var dropped []Segment
-	err := m.change(ctx, p, st, func(cur Manifest) (Manifest, bool) {
+	return m.change(ctx, p, st, func(cur Manifest) (Manifest, bool) {
 		if len(cur.Segments) == 0 || off <= cur.Start {
 			return cur, false
 		}
 		if len(want.Segments) > 0 && (cur.Start != want.Start || cur.End() != want.End()) {
 			return cur, false // changed since the caller looked
 		}
-		next := Manifest{Start: off}
-		dropped = nil
+		next := Manifest{Start: off, Deleting: slices.Clip(cur.Deleting)}
 		for _, s := range cur.Segments {
 			if s.Next <= off {
-				dropped = append(dropped, s)
+				next.Deleting = append(next.Deleting, s)
 			} else {
 				next.Segments = append(next.Segments, s)
 			}
 		}
 		return next, true
 	})
-	if err != nil {
-		return err
-	}
-	m.mu.Lock()
-	for _, s := range dropped {
-		st.toDelete = append(st.toDelete, m.key(t, p.Index(), s)+".log", m.key(t, p.Index(), s)+".index")
-	}
-	m.mu.Unlock()
-	return nil
 }
 
-// DeleteTopicObjects deletes, in the background, every object of a topic
-// that was just deleted (Kafka deletes a topic's remote data with it). It
-// is this node's memory only: a crash before it ends leaves objects
-// behind (docs/tiered-storage.md).
-func (m *Manager) DeleteTopicObjects(t controller.Topic) {
-	if !m.Enabled(t) {
-		return
-	}
-	prefix := fmt.Sprintf("%s%s-%s/", m.cfg.Prefix, t.Name, t.IDString())
-	go func() {
+// sweepDeleted deletes the objects of deleted tiered topics: the metadata
+// store's RemoteDeleting, where the topic's deletion put them (in the
+// metadata log, before anything is deleted). Every node does it, and
+// drops a topic from its list (node-local, durably) only once a listing
+// after the deletions finds nothing, so that a crash, a store that is
+// down or an upload that raced the deletion leaves it to the next pass or
+// the next start. Kafka deletes a topic's remote data with it.
+func (m *Manager) sweepDeleted() {
+	for _, t := range m.meta.RemoteDeleting() {
+		prefix := fmt.Sprintf("%s%s-%s/", m.cfg.Prefix, t.Name, t.IDString())
 		ctx, cancel := context.WithTimeout(m.ctx, 10*time.Minute)
-		defer cancel()
-		keys, err := m.store.List(ctx, prefix)
-		deleted := 0
-		for _, k := range keys {
-			if derr := m.store.Delete(ctx, k); derr != nil {
-				err = derr
-				continue
+		deleted, err := m.deletePrefix(ctx, prefix)
+		if err == nil {
+			var left []string
+			if left, err = m.store.List(ctx, prefix); err == nil && len(left) > 0 {
+				err = fmt.Errorf("%d objects appeared meanwhile", len(left))
 			}
-			deleted++
 		}
+		cancel()
+		if err == nil {
+			err = m.meta.FinishRemoteDelete(t.ID)
+		}
+		m.mu.Lock()
+		was := m.sweepFailing[t.ID]
 		if err != nil {
-			m.log.Warn("deleting a deleted topic's objects", "topic", t.Name, "deleted", deleted, "of", len(keys), "err", err)
-			return
+			m.sweepFailing[t.ID] = true
+		} else {
+			delete(m.sweepFailing, t.ID)
 		}
-		m.log.Info("deleted a deleted topic's objects", "topic", t.Name, "objects", deleted)
-	}()
+		m.mu.Unlock()
+		switch {
+		case err != nil && !was:
+			m.log.Warn("tiered storage: deleting a deleted topic's objects failed; the deletion is recorded and retried", "topic", t.Name, "deleted", deleted, "err", err)
+		case err == nil:
+			m.log.Info("deleted a deleted topic's objects", "topic", t.Name, "objects", deleted)
+		}
+	}
+}
+
+// deletePrefix deletes every object under prefix.
+func (m *Manager) deletePrefix(ctx context.Context, prefix string) (int, error) {
+	keys, err := m.store.List(ctx, prefix)
+	if err != nil {
+		return 0, err
+	}
+	for i, k := range keys {
+		if err := m.store.Delete(ctx, k); err != nil {
+			return i, err
+		}
+	}
+	return len(keys), nil
 }

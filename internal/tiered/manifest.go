@@ -44,12 +44,24 @@ type Segment struct {
 	Dir string `json:"dir,omitempty"`
 }
 
+// sameObjects reports whether s and o name the same objects.
+func (s Segment) sameObjects(o Segment) bool {
+	return s.Dir == o.Dir && s.Base == o.Base && s.Epoch == o.Epoch && s.Next == o.Next
+}
+
 // Manifest is a partition's remote log: its segments, ascending and
 // contiguous, and the remote log start (reads below it answer
 // OFFSET_OUT_OF_RANGE; total retention raises it).
+//
+// Deleting are segments that left the remote log (total retention,
+// DeleteRecords, a gap) whose objects are not deleted yet: a deletion is
+// committed here first, carried out by the leader, and dropped from the
+// list by the next manifest once the objects are gone, so that a crash in
+// between leaves the deletion to the next leader or the next start.
 type Manifest struct {
 	Start    int64     `json:"start"`
 	Segments []Segment `json:"segments"`
+	Deleting []Segment `json:"deleting,omitempty"`
 }
 
 // End is the offset after the last remote segment (0 when none).

@@ -44,14 +44,17 @@ func SplitDir(dir string) (name, id string, ok bool) {
 // returns the directory and, per partition (0 to the highest with
 // objects), the end of the remote log the objects hold, where the
 // restored partition's log starts, and the highest leader epoch in it,
-// which new leaders' epochs must pass.
-func (m *Manager) PlanRestore(ctx context.Context, from string) (dir string, starts []topicconfig.RestoreStart, err error) {
+// which new leaders' epochs must pass. maxProducerID is the highest
+// producer id in the producer states the restore installs (-1: none):
+// the new cluster must hand out no id up to it.
+func (m *Manager) PlanRestore(ctx context.Context, from string) (dir string, starts []topicconfig.RestoreStart, maxProducerID int64, err error) {
+	maxProducerID = -1
 	if _, _, ok := SplitDir(from); ok {
 		dir = from
 	} else {
 		keys, err := m.store.List(ctx, m.cfg.Prefix+from+"-")
 		if err != nil {
-			return "", nil, fmt.Errorf("listing the object store: %w", err)
+			return "", nil, -1, fmt.Errorf("listing the object store: %w", err)
 		}
 		dirs := map[string]bool{}
 		for _, k := range keys {
@@ -62,7 +65,7 @@ func (m *Manager) PlanRestore(ctx context.Context, from string) (dir string, sta
 		}
 		switch len(dirs) {
 		case 0:
-			return "", nil, fmt.Errorf("the object store holds no objects of a topic %q under prefix %q", from, m.cfg.Prefix)
+			return "", nil, -1, fmt.Errorf("the object store holds no objects of a topic %q under prefix %q", from, m.cfg.Prefix)
 		case 1:
 			for d := range dirs {
 				dir = d
@@ -73,15 +76,15 @@ func (m *Manager) PlanRestore(ctx context.Context, from string) (dir string, sta
 				all = append(all, d)
 			}
 			slices.Sort(all)
-			return "", nil, fmt.Errorf("the object store holds several incarnations of topic %q: name one of %s", from, strings.Join(all, ", "))
+			return "", nil, -1, fmt.Errorf("the object store holds several incarnations of topic %q: name one of %s", from, strings.Join(all, ", "))
 		}
 	}
 	parts, err := m.listRestore(ctx, dir)
 	if err != nil {
-		return "", nil, err
+		return "", nil, -1, err
 	}
 	if len(parts) == 0 {
-		return "", nil, fmt.Errorf("the object store holds no segments under %s%s/", m.cfg.Prefix, dir)
+		return "", nil, -1, fmt.Errorf("the object store holds no segments under %s%s/", m.cfg.Prefix, dir)
 	}
 	n := int32(0)
 	for part := range parts {
@@ -89,13 +92,16 @@ func (m *Manager) PlanRestore(ctx context.Context, from string) (dir string, sta
 	}
 	starts = make([]topicconfig.RestoreStart, n)
 	for part, segs := range parts {
-		mf, err := m.restoredManifest(ctx, dir, part, segs, -1)
+		mf, prod, err := m.restoredManifest(ctx, dir, part, segs, -1)
 		if err != nil {
-			return "", nil, err
+			return "", nil, -1, err
 		}
 		starts[part] = topicconfig.RestoreStart{Offset: mf.End(), Epoch: mf.maxEpoch()}
+		if prod != nil {
+			maxProducerID = max(maxProducerID, prod.MaxProducerID())
+		}
 	}
-	return dir, starts, nil
+	return dir, starts, maxProducerID, nil
 }
 
 // restoreKey is one segment found under a directory: its partition, base
@@ -149,22 +155,25 @@ func (m *Manager) listRestore(ctx context.Context, dir string) (map[int32][]rest
 // never committed) hold the same committed records, so any chain is
 // true; below a gap the objects are of a remote log that was abandoned
 // (its offsets deleted locally before being uploaded) and are left out.
-func (m *Manager) restoredManifest(ctx context.Context, dir string, part int32, keys []restoreKey, end int64) (Manifest, error) {
+//
+// It also returns the producer snapshot of the chain's last segment (nil
+// if it has none).
+func (m *Manager) restoredManifest(ctx context.Context, dir string, part int32, keys []restoreKey, end int64) (Manifest, *partition.ProducerState, error) {
 	_, id, _ := SplitDir(dir)
 	var segs []Segment
 	for _, k := range keys {
 		key := fmt.Sprintf("%s%s/%d/%020d-%d.index", m.cfg.Prefix, dir, part, k.base, k.epoch)
 		b, err := m.store.Get(ctx, key, maxSidecar)
 		if err != nil {
-			return Manifest{}, fmt.Errorf("reading %s: %w", key, err)
+			return Manifest{}, nil, fmt.Errorf("reading %s: %w", key, err)
 		}
 		var sc sidecar
 		if err := json.Unmarshal(b, &sc); err != nil {
-			return Manifest{}, fmt.Errorf("%s: %w", key, err)
+			return Manifest{}, nil, fmt.Errorf("%s: %w", key, err)
 		}
 		s := sc.Segment
 		if sc.TopicID != id || sc.Partition != part || s.Base != k.base || s.Epoch != k.epoch || s.Next <= s.Base || s.Size < 0 {
-			return Manifest{}, fmt.Errorf("%s does not describe the segment its key names", key)
+			return Manifest{}, nil, fmt.Errorf("%s does not describe the segment its key names", key)
 		}
 		s.Dir = dir
 		segs = append(segs, s)
@@ -185,18 +194,28 @@ func (m *Manager) restoredManifest(ctx context.Context, dir string, part int32, 
 			chain = append(chain, s)
 		}
 		if len(chain) > maxManifestSegments {
-			return Manifest{}, fmt.Errorf("partition %d of %s has more than %d segments", part, dir, maxManifestSegments)
+			return Manifest{}, nil, fmt.Errorf("partition %d of %s has more than %d segments", part, dir, maxManifestSegments)
 		}
 	}
 	if end > 0 && len(chain) == 0 {
-		return Manifest{}, fmt.Errorf("partition %d of %s: no segment ends at %d", part, dir, end)
+		return Manifest{}, nil, fmt.Errorf("partition %d of %s: no segment ends at %d", part, dir, end)
+	}
+	var prod *partition.ProducerState
+	if len(chain) > 0 {
+		var err error
+		if prod, err = m.readProducers(ctx, m.key(controller.Topic{}, part, chain[0])); err != nil {
+			return Manifest{}, nil, err
+		}
+		if prod != nil && prod.End != chain[0].Next {
+			prod = nil
+		}
 	}
 	slices.Reverse(chain)
 	mf := Manifest{Segments: chain}
 	if len(chain) > 0 {
 		mf.Start = chain[0].Base
 	}
-	return mf, nil
+	return mf, prod, nil
 }
 
 // restore commits p's restored manifest, once, before anything else of
@@ -215,8 +234,27 @@ func (m *Manager) restore(p *partition.Partition, t controller.Topic, st *partSt
 	defer cancel()
 	parts, err := m.listRestore(ctx, dir)
 	var mf Manifest
+	var prod *partition.ProducerState
 	if err == nil {
-		mf, err = m.restoredManifest(ctx, dir, p.Index(), parts[p.Index()], start)
+		mf, prod, err = m.restoredManifest(ctx, dir, p.Index(), parts[p.Index()], start)
+	}
+	if err == nil && prod != nil {
+		// Only ids below the producer id floor the topic's creation
+		// committed: no new producer is given those (a floor that did not
+		// cover an id would let a new producer's batches be judged by
+		// the restored state).
+		if dropped := prod.DropFrom(m.meta.ProducerIDFloor()); dropped > 0 {
+			m.log.Warn("restored producer ids above the producer id floor are not restored", "topic", t.Name, "partition", p.Index(), "producers", dropped)
+		}
+	}
+	if err == nil && prod != nil && prod.Len() > 0 {
+		// The producers first (a Raft command every replica applies):
+		// installed again if the manifest's commit fails, which changes
+		// nothing (only unknown producers are installed).
+		var cmd []byte
+		if cmd, err = partition.RestoreProducersCommand(*prod); err == nil {
+			err = m.commitCommand(ctx, p, cmd)
+		}
 	}
 	if err == nil {
 		err = m.change(ctx, p, st, func(cur Manifest) (Manifest, bool) {
@@ -228,7 +266,7 @@ func (m *Manager) restore(p *partition.Partition, t controller.Topic, st *partSt
 		return false
 	}
 	m.log.Info("remote log restored from the object store", "topic", t.Name, "partition", p.Index(), "from", dir,
-		"segments", len(mf.Segments), "remote_log_start_offset", mf.Start, "end_offset", mf.End())
+		"segments", len(mf.Segments), "remote_log_start_offset", mf.Start, "end_offset", mf.End(), "producers", producerCount(prod))
 	return true
 }
 
@@ -264,4 +302,11 @@ func (m *Manager) RestorePending(p *partition.Partition) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return st.cmdOffset < 0
+}
+
+func producerCount(s *partition.ProducerState) int {
+	if s == nil {
+		return 0
+	}
+	return s.Len()
 }

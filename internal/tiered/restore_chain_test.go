@@ -79,7 +79,7 @@ func TestRestoreChain(t *testing.T) {
 	m := &Manager{cfg: Config{Prefix: "p/"}, store: s}
 	ctx := context.Background()
 
-	dir, starts, err := m.PlanRestore(ctx, "t")
+	dir, starts, _, err := m.PlanRestore(ctx, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestRestoreChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mf, err := m.restoredManifest(ctx, dir, 0, parts[0], 30)
+	mf, _, err := m.restoredManifest(ctx, dir, 0, parts[0], 30)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,24 +110,24 @@ func TestRestoreChain(t *testing.T) {
 	if _, _, err := decodeManifest(mustEncode(t, mf)); err != nil {
 		t.Fatal(err)
 	}
-	mf, err = m.restoredManifest(ctx, dir, 2, parts[2], 15)
+	mf, _, err = m.restoredManifest(ctx, dir, 2, parts[2], 15)
 	if err != nil || mf.Start != 8 || len(mf.Segments) != 2 {
 		t.Fatalf("partition 2 (a gap below 8): %+v %v", mf, err)
 	}
-	if _, err := m.restoredManifest(ctx, dir, 0, parts[0], 25); err == nil {
+	if _, _, err := m.restoredManifest(ctx, dir, 0, parts[0], 25); err == nil {
 		t.Fatal("a chain ending where no segment ends")
 	}
 
 	// Two incarnations: the name alone is refused, the directory is not.
 	s.put(0, 0, 10, 1, true)
 	s["p/t-BBBBBBBBBBBBBBBBBBBBBB/0/00000000000000000000-1.index"] = s[fmt.Sprintf("p/%s/0/%020d-1.index", testDir, 0)]
-	if _, _, err := m.PlanRestore(ctx, "t"); err == nil || !strings.Contains(err.Error(), "several incarnations") {
+	if _, _, _, err := m.PlanRestore(ctx, "t"); err == nil || !strings.Contains(err.Error(), "several incarnations") {
 		t.Fatalf("two incarnations: %v", err)
 	}
-	if _, _, err := m.PlanRestore(ctx, testDir); err != nil {
+	if _, _, _, err := m.PlanRestore(ctx, testDir); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := m.PlanRestore(ctx, "none"); err == nil {
+	if _, _, _, err := m.PlanRestore(ctx, "none"); err == nil {
 		t.Fatal("a topic with no objects restored")
 	}
 }

@@ -205,6 +205,36 @@ func TestTieredRestoreThreeReplicas(t *testing.T) {
 		return fmt.Errorf("no node answers earliest offset 0 for partition 0")
 	})
 	consumePart(t, rest[0], topic, 0, 0, int(uploaded[0])+more, brokertest.Addrs(rest)...)
+
+	// The old cluster's producer is known to the new leader, a replica
+	// that applied the restored producer state as a follower.
+	newPID, _, err := cl.ProducerID(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	brokertest.Await(t, "the restored producer on the new leader", func() error {
+		for _, n := range rest {
+			dp := kmsg.NewPtrDescribeProducersRequest()
+			dt := kmsg.NewDescribeProducersRequestTopic()
+			dt.Topic, dt.Partitions = topic, []int32{0}
+			dp.Topics = append(dp.Topics, dt)
+			resp, err := n.Request(dp)
+			if err != nil {
+				continue
+			}
+			pp := resp.(*kmsg.DescribeProducersResponse).Topics[0].Partitions[0]
+			if pp.ErrorCode != 0 {
+				continue
+			}
+			for _, ps := range pp.ActiveProducers {
+				if ps.ProducerID != newPID && ps.LastSequence == int32(uploaded[0]-1) {
+					return nil
+				}
+			}
+			return fmt.Errorf("node %d: producers %+v, want the old cluster's with last sequence %d", n.Cfg.NodeID, pp.ActiveProducers, uploaded[0]-1)
+		}
+		return errors.New("no node leads partition 0")
+	})
 }
 
 func configValue(rc kadm.ResourceConfig, name string) string {

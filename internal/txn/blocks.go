@@ -27,6 +27,7 @@ type BlockAllocator struct {
 	hasSpare bool
 	fetching chan struct{} // closed when the reservation in flight ends
 	lastErr  error
+	floor    func() int64 // ids below are not handed out (nil: none)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -42,6 +43,14 @@ func NewBlockAllocator(reserve ReserveFunc) *BlockAllocator {
 	a.fetchLocked()
 	a.mu.Unlock()
 	return a
+}
+
+// SetFloor makes Next skip the ids below floor() (the producer id floor of
+// the cluster's metadata: a restored topic's producers keep theirs).
+func (a *BlockAllocator) SetFloor(floor func() int64) {
+	a.mu.Lock()
+	a.floor = floor
+	a.mu.Unlock()
 }
 
 // Close stops a reservation in flight.
@@ -82,6 +91,9 @@ func (a *BlockAllocator) Next(ctx context.Context) (int64, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for {
+		if a.floor != nil && a.next < a.end {
+			a.next = min(max(a.next, a.floor()), a.end)
+		}
 		if a.next < a.end {
 			id := a.next
 			a.next++

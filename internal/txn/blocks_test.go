@@ -55,3 +55,37 @@ func TestBlockAllocator(t *testing.T) {
 		t.Fatalf("Next without a block: %v, want the context's deadline", err)
 	}
 }
+
+// TestBlockAllocatorFloor: ids below the floor are never handed out, also
+// from a block reserved before the floor rose (a topic restored from the
+// object store keeps its producers' ids).
+func TestBlockAllocatorFloor(t *testing.T) {
+	var mu sync.Mutex
+	next := int64(0)
+	a := NewBlockAllocator(func(ctx context.Context) (int64, int64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		start := next
+		next += 10
+		return start, 10, nil
+	})
+	defer a.Close()
+	var floor int64
+	var fmu sync.Mutex
+	a.SetFloor(func() int64 { fmu.Lock(); defer fmu.Unlock(); return floor })
+	if id, err := a.Next(context.Background()); err != nil || id != 0 {
+		t.Fatalf("first id %d %v", id, err)
+	}
+	fmu.Lock()
+	floor = 25 // above the held block and the one reserved ahead
+	fmu.Unlock()
+	for range 20 {
+		id, err := a.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id < 25 {
+			t.Fatalf("id %d below the floor 25", id)
+		}
+	}
+}
