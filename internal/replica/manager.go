@@ -316,10 +316,6 @@ func (m *Manager) Get(topic string, i int32) *partition.Partition { return m.par
 // Partitions returns every replica open on this node.
 func (m *Manager) Partitions() []*partition.Partition { return m.parts.Partitions("") }
 
-// LeadershipChanged is closed at the next leadership change of any replica
-// on this node (partition.Manager.LeadershipChanged).
-func (m *Manager) LeadershipChanged() <-chan struct{} { return m.parts.LeadershipChanged() }
-
 // Lookup returns this node's replica of partition i of topic, or the code
 // Kafka's replica manager answers without one: the partition does not
 // exist, it is assigned here but offline (its storage could not be opened:
