@@ -58,7 +58,7 @@ func (n *Node) HandOver() {
 }
 
 func (n *Node) balanceLoop(stop <-chan struct{}) {
-	tick := time.NewTicker(n.cfg.LeaderImbalanceCheckInterval)
+	tick := n.clk.NewTicker(n.cfg.LeaderImbalanceCheckInterval)
 	defer tick.Stop()
 	for {
 		select {

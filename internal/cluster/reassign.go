@@ -34,7 +34,7 @@ const reassignInterval = 200 * time.Millisecond
 // are being reassigned and, on the controller, adds broker-only nodes to
 // the metadata group as learners.
 func (n *Node) reassignLoop() {
-	tick := time.NewTicker(reassignInterval)
+	tick := n.clk.NewTicker(reassignInterval)
 	defer tick.Stop()
 	// Per group and learner: the commit offset it must reach before it is
 	// promoted (the leader's commit offset when it was first seen as a
