@@ -1,0 +1,626 @@
+package brokertest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/broker"
+	"holdfast/internal/brokertest"
+	"holdfast/internal/raft"
+	"holdfast/internal/replica"
+	"holdfast/internal/storage"
+	"holdfast/internal/wire"
+)
+
+// The whole-node simulation, one floor above Raft: three real brokers in
+// this process (each its cluster.Node with the metadata apply loop,
+// registration and liveness, its replica manager, its coordinators, Kafka
+// listeners on loopback), driven by a schedule drawn from one seed:
+// acks=all produces, offset commits, Raft leadership transfers of data
+// and __consumer_offsets partitions, clean restarts with controlled
+// shutdown, a node's Raft links cut for a while. After every step it
+// checks, once the cluster is quiet again:
+//
+//   - no acknowledged record is lost (every acked offset reads back with
+//     its value; every acked offset commit reads back);
+//   - at most one leader per term per Raft group (from the typed Raft
+//     events of every node, so transient leaders count too);
+//   - the metadata is the same on every node (applied offset and digest);
+//   - no fenced broker is a partition leader, and none stays fenced;
+//   - every __consumer_offsets partition is loaded by exactly one node's
+//     coordinator, its Raft leader.
+//
+// HOLDFAST_SIM_SEED=n runs seed n alone and prints its trace; without it
+// a few seeds run (HOLDFAST_SIM_STEPS=n: longer runs of the same
+// schedules). The schedule (each step and its node, partition,
+// target) is a function of the seed alone; what the cluster does in
+// between runs on real goroutines, the wall clock and loopback TCP, so a
+// failing seed replays the same steps, not the same interleaving.
+// TestSimulationCatchesPlantedBug shows the checks bite.
+
+const (
+	simNodes      = 3
+	simTopic      = "sim"
+	simPartitions = 3
+	simGroups     = 3 // consumer groups whose offset commits are checked
+)
+
+// errInvariant marks an invariant the simulation found broken (not a
+// harness failure).
+var errInvariant = errors.New("invariant broken")
+
+func TestSimulation(t *testing.T) {
+	seeds := []uint64{1, 2}
+	steps := 8
+	if s := os.Getenv("HOLDFAST_SIM_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("HOLDFAST_SIM_SEED=%q: %v", s, err)
+		}
+		seeds = []uint64{n}
+	}
+	if s := os.Getenv("HOLDFAST_SIM_STEPS"); s != "" {
+		// More steps of the same schedule: the first ones are the
+		// default run's.
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			t.Fatalf("HOLDFAST_SIM_STEPS=%q: want a positive count", s)
+		}
+		steps = n
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			s := newSim(t, seed, false)
+			if err := s.run(steps); err != nil {
+				t.Fatalf("%v\ntrace:\n%s\nreplay: HOLDFAST_SIM_SEED=%d go test ./internal/brokertest -run 'TestSimulation$' -v",
+					err, strings.Join(s.trace, "\n"), seed)
+			}
+			if os.Getenv("HOLDFAST_SIM_SEED") != "" {
+				t.Logf("trace:\n%s", strings.Join(s.trace, "\n"))
+			}
+		})
+	}
+}
+
+// TestSimulationCatchesPlantedBug plants a bug in every node's
+// coordinators (a __consumer_offsets partition a node stops leading is
+// not unloaded: broker.Config.PlantStaleCoordinator) and runs seeds
+// until the simulation reports it. It must within a few: a check that
+// cannot fail is no check.
+func TestSimulationCatchesPlantedBug(t *testing.T) {
+	for seed := uint64(1); seed <= 4; seed++ {
+		s := newSim(t, seed, true)
+		err := s.run(10)
+		s.stopAll()
+		if errors.Is(err, errInvariant) && strings.Contains(err.Error(), "coordinator") {
+			t.Logf("seed %d caught it: %v\n%s", seed, err, strings.Join(s.trace, "\n"))
+			return
+		}
+		if err != nil {
+			t.Fatalf("seed %d failed otherwise: %v\n%s", seed, err, strings.Join(s.trace, "\n"))
+		}
+	}
+	t.Fatal("four seeds did not catch a coordinator left loaded on a node that stopped leading its partition")
+}
+
+type tp struct {
+	topic string
+	part  int32
+}
+
+type sim struct {
+	t     testing.TB
+	seed  uint64
+	rng   *rand.Rand
+	c     *brokertest.Cluster
+	cl    *kgo.Client
+	adm   *kadm.Client
+	trace []string
+	seq   int
+	began time.Time
+
+	acked   map[int32]map[int64]string // partition -> offset -> value
+	commits map[string]int64           // group -> last acknowledged commit (partition 0 of simTopic)
+
+	// terms: per Raft group and term, the node that led it (from every
+	// incarnation's typed events); collectors stop them.
+	termsMu    sync.Mutex
+	terms      map[[2]uint64]uint64
+	twoLeaders error
+	collectors map[int32]func()
+	disks      map[int32]*storage.CrashFS // each node's: in memory, cut by a crash
+}
+
+func newSim(t testing.TB, seed uint64, plant bool) *sim {
+	t.Helper()
+	s := &sim{t: t, seed: seed, began: time.Now(), rng: rand.New(rand.NewPCG(seed, seed^0x5eed)),
+		acked: map[int32]map[int64]string{}, commits: map[string]int64{},
+		terms: map[[2]uint64]uint64{}, collectors: map[int32]func(){}, disks: map[int32]*storage.CrashFS{}}
+	for id := int32(1); id <= simNodes; id++ {
+		s.disks[id] = storage.NewCrashFS(int64(seed)*10 + int64(id))
+	}
+	s.c = brokertest.NewCluster(t, simNodes, func(c *broker.Config, _ *wire.Limits) {
+		c.FS = s.disks[c.NodeID]
+		c.BrokerHeartbeatInterval = 100 * time.Millisecond
+		c.BrokerSessionTimeout = 2 * time.Second
+		c.ControlledShutdownMaxWait = 5 * time.Second
+		c.AutoLeaderRebalance = false // the schedule moves leaders, nothing else
+		c.PlantStaleCoordinator = plant
+	})
+	for _, n := range s.c.Nodes {
+		s.collect(n)
+	}
+	s.cl = s.c.Client(kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.MetadataMinAge(100*time.Millisecond), kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond }))
+	s.adm = kadm.NewClient(s.cl)
+	s.c.CreateTopic(simTopic, simPartitions, simNodes, nil)
+	// One commit per group first: __consumer_offsets exists (and its
+	// partitions are in the schedule's reach) from the first step.
+	for i := range simGroups {
+		if err := s.commit(fmt.Sprint("g", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+func (s *sim) logf(format string, args ...any) {
+	s.trace = append(s.trace, fmt.Sprintf("%3d %6.2fs ", len(s.trace), time.Since(s.began).Seconds())+fmt.Sprintf(format, args...))
+}
+
+// collect follows node n's current Raft host's leadership events until
+// the node stops.
+func (s *sim) collect(n *brokertest.Node) {
+	id := uint64(n.Cfg.NodeID)
+	sub := n.B.RaftHost().Subscribe(raft.EventLeadership)
+	// What leads now, before any event: the host publishes to new
+	// subscribers only changes.
+	h := n.B.RaftHost()
+	for _, g := range h.Groups() {
+		if l, err := h.Leadership(g); err == nil && l.Leading {
+			s.noteLeader(g, l.Term, id)
+		}
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		var evs []raft.Event
+		for {
+			select {
+			case <-stop:
+				return
+			case <-sub.Ready():
+			}
+			evs = sub.Take(evs[:0])
+			for _, e := range evs {
+				if e.State == raft.StateLeader {
+					s.noteLeader(e.Group, e.Term(), id)
+				}
+			}
+		}
+	}()
+	s.collectors[n.Cfg.NodeID] = func() {
+		close(stop)
+		<-done
+		sub.Close()
+	}
+}
+
+func (s *sim) noteLeader(group, term, node uint64) {
+	s.termsMu.Lock()
+	defer s.termsMu.Unlock()
+	k := [2]uint64{group, term}
+	if prev, ok := s.terms[k]; ok && prev != node && s.twoLeaders == nil {
+		s.twoLeaders = fmt.Errorf("%w: raft group %d has two leaders in term %d: nodes %d and %d", errInvariant, group, term, prev, node)
+	}
+	s.terms[k] = node
+}
+
+func (s *sim) stopNode(n *brokertest.Node) {
+	if stop := s.collectors[n.Cfg.NodeID]; stop != nil {
+		stop()
+		delete(s.collectors, n.Cfg.NodeID)
+	}
+	n.Stop()
+}
+
+func (s *sim) stopAll() {
+	for _, n := range s.c.Nodes {
+		if n.B != nil {
+			s.stopNode(n)
+		}
+	}
+}
+
+// run draws steps from the seed, each followed by the checks.
+func (s *sim) run(steps int) error {
+	for range steps {
+		var err error
+		switch r := s.rng.IntN(10); {
+		case r < 3:
+			err = s.produce(int32(s.rng.IntN(simPartitions)), 1+s.rng.IntN(4), 20*time.Second)
+		case r < 5:
+			err = s.commit(fmt.Sprint("g", s.rng.IntN(simGroups)))
+		case r < 8:
+			err = s.transfer()
+		case r < 9:
+			err = s.restart(int32(1+s.rng.IntN(simNodes)), s.rng.IntN(2) == 0)
+		default:
+			err = s.isolate(int32(1 + s.rng.IntN(simNodes)))
+		}
+		if err == nil {
+			err = s.check()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return s.checkRecords()
+}
+
+// produce sends n records to a partition, one at a time, each given
+// up to wait to be acknowledged (an unacknowledged one promises nothing).
+func (s *sim) produce(part int32, n int, wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	for range n {
+		s.seq++
+		v := fmt.Sprintf("s%d-%d", s.seed, s.seq)
+		r, err := s.cl.ProduceSync(ctx, &kgo.Record{Topic: simTopic, Partition: part, Value: []byte(v)}).First()
+		if err != nil {
+			s.logf("produce %s to %d: not acknowledged: %v", v, part, err)
+			continue // not acknowledged: nothing promised
+		}
+		if s.acked[part] == nil {
+			s.acked[part] = map[int64]string{}
+		}
+		if old, ok := s.acked[part][r.Offset]; ok {
+			return fmt.Errorf("%w: partition %d offset %d acknowledged twice: %q and %q", errInvariant, part, r.Offset, old, v)
+		}
+		s.acked[part][r.Offset] = v
+		s.logf("produce %s -> %s-%d@%d", v, simTopic, part, r.Offset)
+	}
+	return nil
+}
+
+func (s *sim) commit(group string) error {
+	s.seq++
+	off := int64(s.seq)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var offs kadm.Offsets
+	offs.Add(kadm.Offset{Topic: simTopic, Partition: 0, At: off, LeaderEpoch: -1})
+	var err error
+	for ctx.Err() == nil { // a coordinator moving answers retriable errors
+		var resp kadm.OffsetResponses
+		resp, err = s.adm.CommitOffsets(ctx, group, offs)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err == nil {
+			s.commits[group] = off
+			s.logf("commit %s %s-0=%d", group, simTopic, off)
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond) // a retriable answer: ask again
+	}
+	s.logf("commit %s %d: not acknowledged: %v", group, off, err)
+	return nil
+}
+
+// groups is every Raft group the schedule may move: the data topic's and
+// __consumer_offsets' partitions.
+func (s *sim) groups() []tp {
+	var out []tp
+	for i := range int32(simPartitions) {
+		out = append(out, tp{simTopic, i})
+	}
+	md, err := s.c.Running()[0].Metadata("__consumer_offsets")
+	if err == nil && len(md.Topics) == 1 {
+		for _, p := range md.Topics[0].Partitions {
+			out = append(out, tp{"__consumer_offsets", p.Partition})
+		}
+	}
+	return out
+}
+
+// raftGroup is the Raft group of a partition, from a running node's
+// metadata (every partition's group id derives from its topic id).
+func (s *sim) raftGroup(p tp) (uint64, bool) {
+	for _, n := range s.c.Running() {
+		if id, ok := n.B.TopicID(p.topic); ok {
+			return replica.Group(id, p.part), true
+		}
+	}
+	return 0, false
+}
+
+// transfer moves a partition's Raft leadership to another node, as the
+// controller's preferred-leader election and controlled shutdown do.
+func (s *sim) transfer() error {
+	gs := s.groups()
+	p := gs[s.rng.IntN(len(gs))]
+	target := int32(1 + s.rng.IntN(simNodes))
+	g, ok := s.raftGroup(p)
+	if !ok {
+		return fmt.Errorf("no topic id for %s", p.topic)
+	}
+	for _, n := range s.c.Running() {
+		l, err := n.B.RaftHost().Leadership(g)
+		if err != nil || !l.Leading {
+			continue
+		}
+		if n.Cfg.NodeID == target || s.c.Node(target).B == nil {
+			s.logf("transfer %s-%d to %d: nothing to do (leader %d)", p.topic, p.part, target, n.Cfg.NodeID)
+			return nil
+		}
+		err = n.B.RaftHost().TransferLeader(g, uint64(target))
+		s.logf("transfer %s-%d from %d to %d: %v", p.topic, p.part, n.Cfg.NodeID, target, err)
+		return nil
+	}
+	s.logf("transfer %s-%d to %d: no leader to ask", p.topic, p.part, target)
+	return nil
+}
+
+// restart stops a node, checks the others stop naming it, produces
+// while it is down, and starts it again. clean: a clean stop (controlled
+// shutdown hands its leaderships over and fences it); otherwise a crash:
+// its disk loses everything not synced and the broker is closed with the
+// disk gone, so the others elect new leaders and the controller fences it
+// when its session expires.
+func (s *sim) restart(id int32, clean bool) error {
+	n := s.c.Node(id)
+	if clean {
+		s.logf("restart node %d: clean stop", id)
+		s.stopNode(n)
+	} else {
+		s.logf("restart node %d: crash", id)
+		s.disks[id].PowerCut()
+		if stop := s.collectors[id]; stop != nil {
+			stop()
+			delete(s.collectors, id)
+		}
+		n.Kill()
+		s.disks[id].Reboot()
+	}
+	if err := s.checkDown(id); err != nil {
+		return err
+	}
+	if err := s.produce(int32(s.rng.IntN(simPartitions)), 2, 20*time.Second); err != nil {
+		return err
+	}
+	n.Start()
+	s.collect(n)
+	s.logf("restart node %d: started", id)
+	return nil
+}
+
+// checkDown waits until every running node has node id fenced and names
+// it neither a partition's leader nor a coordinator: a fenced broker is
+// never named, clean stop or crash.
+func (s *sim) checkDown(id int32) error {
+	const settle = 30 * time.Second
+	var last error
+	for deadline := time.Now().Add(settle); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if last = s.downChecks(id); last == nil {
+			s.logf("node %d fenced, named by no one", id)
+			return nil
+		}
+	}
+	return fmt.Errorf("%w (after %v, node %d down): %v", errInvariant, settle, id, last)
+}
+
+func (s *sim) downChecks(id int32) error {
+	for _, n := range s.c.Running() {
+		if !slices.Contains(n.B.FencedBrokers(), id) {
+			return fmt.Errorf("node %d does not have node %d fenced", n.Cfg.NodeID, id)
+		}
+		md, err := n.Metadata(simTopic, "__consumer_offsets")
+		if err != nil {
+			return err
+		}
+		for _, t := range md.Topics {
+			for _, p := range t.Partitions {
+				if p.Leader == id || p.Leader < 0 {
+					return fmt.Errorf("node %d names leader %d for %s-%d", n.Cfg.NodeID, p.Leader, *t.Topic, p.Partition)
+				}
+			}
+		}
+		req := kmsg.NewPtrFindCoordinatorRequest()
+		req.Version = 4
+		for g := range simGroups {
+			req.CoordinatorKeys = append(req.CoordinatorKeys, fmt.Sprint("g", g))
+		}
+		resp, err := n.Request(req)
+		if err != nil {
+			return err
+		}
+		for _, c := range resp.(*kmsg.FindCoordinatorResponse).Coordinators {
+			if c.ErrorCode != 0 || c.NodeID == id {
+				return fmt.Errorf("node %d answers coordinator %d (code %d) for %s", n.Cfg.NodeID, c.NodeID, c.ErrorCode, c.Key)
+			}
+		}
+	}
+	return nil
+}
+
+// isolate cuts a node's Raft links until some group it led has a new
+// leader elsewhere (or a bound passes), then heals them.
+func (s *sim) isolate(id int32) error {
+	s.logf("isolate node %d's raft links", id)
+	s.c.Isolate(id)
+	defer s.c.Heal()
+	// Cut off, a leader cannot commit: this produce is acknowledged by a
+	// new leader on the other side, or not at all.
+	if err := s.produce(int32(s.rng.IntN(simPartitions)), 1, 5*time.Second); err != nil {
+		return err
+	}
+	s.logf("heal")
+	return nil
+}
+
+// check waits for the cluster to be quiet and checks what must hold then;
+// the two-leaders check holds at all times.
+func (s *sim) check() error {
+	s.termsMu.Lock()
+	err := s.twoLeaders
+	s.termsMu.Unlock()
+	if err != nil {
+		return err
+	}
+	// The leaders and the metadata settle in a few election timeouts at
+	// most; the coordinators then follow within coordGrace, each
+	// watcher reacting to one Raft event (milliseconds when it works).
+	const settle, coordGrace = 30 * time.Second, 5 * time.Second
+	var last error
+	deadline := time.Now().Add(settle)
+	var quietSince time.Time
+	for time.Now().Before(deadline) {
+		last = s.quietChecks()
+		var coord *coordError
+		switch {
+		case last == nil:
+			return nil
+		case errors.As(last, &coord):
+			if quietSince.IsZero() {
+				quietSince = time.Now()
+			} else if time.Since(quietSince) > coordGrace {
+				return fmt.Errorf("%w: leadership quiet for %v, but %v", errInvariant, coordGrace, last)
+			}
+		default:
+			quietSince = time.Time{}
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for the cluster to settle
+	}
+	return fmt.Errorf("%w (not quiet after %v): %v", errInvariant, settle, last)
+}
+
+// coordError is a quiet cluster's coordinator in the wrong place.
+type coordError struct{ msg string }
+
+func (e *coordError) Error() string { return e.msg }
+
+// quietChecks is nil once every running node agrees on the metadata and
+// the leaders, no broker is fenced, and each coordinator partition is
+// loaded by its leader alone.
+func (s *sim) quietChecks() error {
+	nodes := s.c.Running()
+	var applied int64
+	var digest string
+	for i, n := range nodes {
+		a, d := n.B.MetadataFingerprint()
+		if i == 0 {
+			applied, digest = a, d
+		} else if a != applied || d != digest {
+			return fmt.Errorf("metadata differs: node %d at %d (%s), node %d at %d (%s)", nodes[0].Cfg.NodeID, applied, digest, n.Cfg.NodeID, a, d)
+		}
+		if f := n.B.FencedBrokers(); len(f) > 0 {
+			return fmt.Errorf("node %d sees brokers %v fenced", n.Cfg.NodeID, f)
+		}
+	}
+	leaders := map[tp]int32{}
+	for _, p := range s.groups() {
+		g, ok := s.raftGroup(p)
+		if !ok {
+			return fmt.Errorf("no topic id for %s", p.topic)
+		}
+		var leader int32 = -1
+		for _, n := range nodes {
+			l, err := n.B.RaftHost().Leadership(g)
+			if err != nil {
+				return fmt.Errorf("node %d: %s-%d: %v", n.Cfg.NodeID, p.topic, p.part, err)
+			}
+			if l.Settled {
+				if leader >= 0 {
+					return fmt.Errorf("%s-%d: settled leaders %d and %d", p.topic, p.part, leader, n.Cfg.NodeID)
+				}
+				leader = n.Cfg.NodeID
+			}
+		}
+		if leader < 0 {
+			return fmt.Errorf("%s-%d has no settled leader", p.topic, p.part)
+		}
+		leaders[p] = leader
+		for _, n := range nodes {
+			l, _ := n.B.RaftHost().Leadership(g)
+			if int32(l.Leader) != leader {
+				return fmt.Errorf("node %d names %d the leader of %s-%d, not %d", n.Cfg.NodeID, l.Leader, p.topic, p.part, leader)
+			}
+		}
+	}
+	// The coordinators: exactly one loaded copy of each partition, on its
+	// leader.
+	for p, leader := range leaders {
+		if p.topic != "__consumer_offsets" {
+			continue
+		}
+		var on []int32
+		for _, n := range nodes {
+			if ts := n.B.Coordinators().Loaded(p.topic); int(p.part) < len(ts) && ts[p.part] != 0 {
+				on = append(on, n.Cfg.NodeID)
+			}
+		}
+		if !slices.Equal(on, []int32{leader}) {
+			return &coordError{fmt.Sprintf("coordinator partition %d is loaded on nodes %v, its leader is %d", p.part, on, leader)}
+		}
+	}
+	return nil
+}
+
+// checkRecords reads every partition back and compares it with what was
+// acknowledged, and every group's committed offset.
+func (s *sim) checkRecords() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for part, want := range s.acked {
+		end := int64(0)
+		for off := range want {
+			end = max(end, off+1)
+		}
+		cl, err := kgo.NewClient(kgo.SeedBrokers(s.c.Addrs()...),
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{simTopic: {part: kgo.NewOffset().AtStart()}}))
+		if err != nil {
+			return err
+		}
+		got := map[int64]string{}
+		for len(got) < int(end) && ctx.Err() == nil {
+			f := cl.PollFetches(ctx)
+			f.EachRecord(func(r *kgo.Record) { got[r.Offset] = string(r.Value) })
+			if len(got) > 0 && slices.Max(slices.Collect(maps.Keys(got))) >= end-1 {
+				break
+			}
+		}
+		cl.Close()
+		for off, v := range want {
+			if got[off] != v {
+				return fmt.Errorf("%w: acknowledged %s-%d@%d = %q reads back as %q", errInvariant, simTopic, part, off, v, got[off])
+			}
+		}
+	}
+	for group, off := range s.commits {
+		resp, err := s.adm.FetchOffsets(ctx, group)
+		if err != nil {
+			return err
+		}
+		o, ok := resp.Lookup(simTopic, 0)
+		if !ok || o.At != off {
+			return fmt.Errorf("%w: group %s: acknowledged commit %d reads back as %+v", errInvariant, group, off, o)
+		}
+	}
+	s.logf("checked %d partitions' acknowledged records and %d groups' commits", len(s.acked), len(s.commits))
+	return nil
+}
