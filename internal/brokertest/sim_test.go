@@ -458,10 +458,21 @@ func (s *sim) downChecks(id int32) error {
 	return nil
 }
 
-// isolate cuts a node's Raft links until some group it led has a new
-// leader elsewhere (or a bound passes), then heals them.
+// isolate cuts a node's Raft links, produces across the cut, waits until
+// the others have elected leaders of the groups it led (or a bound
+// passes), and heals: the cut-off node comes back to higher terms.
 func (s *sim) isolate(id int32) error {
-	s.logf("isolate node %d's raft links", id)
+	n := s.c.Node(id)
+	var led []uint64
+	if n.B != nil {
+		h := n.B.RaftHost()
+		for _, g := range h.Groups() {
+			if l, err := h.Leadership(g); err == nil && l.Leading {
+				led = append(led, g)
+			}
+		}
+	}
+	s.logf("isolate node %d's raft links (it leads %d groups)", id, len(led))
 	s.c.Isolate(id)
 	defer s.c.Heal()
 	// Cut off, a leader cannot commit: this produce is acknowledged by a
@@ -469,8 +480,33 @@ func (s *sim) isolate(id int32) error {
 	if err := s.produce(int32(s.rng.IntN(simPartitions)), 1, 5*time.Second); err != nil {
 		return err
 	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if s.ledElsewhere(id, led) {
+			break
+		}
+	}
 	s.logf("heal")
 	return nil
+}
+
+// ledElsewhere reports whether every group in gs has a settled leader
+// other than node id among the running nodes.
+func (s *sim) ledElsewhere(id int32, gs []uint64) bool {
+	for _, g := range gs {
+		found := false
+		for _, n := range s.c.Running() {
+			if n.Cfg.NodeID == id {
+				continue
+			}
+			if l, err := n.B.RaftHost().Leadership(g); err == nil && l.Settled {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }
 
 // check waits for the cluster to be quiet and checks what must hold then;
@@ -612,9 +648,18 @@ func (s *sim) checkRecords() error {
 		}
 	}
 	for group, off := range s.commits {
-		resp, err := s.adm.FetchOffsets(ctx, group)
+		var resp kadm.OffsetResponses
+		var err error
+		for {
+			// A connection to a node the schedule restarted may answer
+			// EOF once: the client reconnects on the next try.
+			if resp, err = s.adm.FetchOffsets(ctx, group); err == nil || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 		if err != nil {
-			return err
+			return fmt.Errorf("fetching group %s's offsets: %w", group, err)
 		}
 		o, ok := resp.Lookup(simTopic, 0)
 		if !ok || o.At != off {
