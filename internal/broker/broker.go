@@ -194,6 +194,9 @@ type Config struct {
 	// Clock drives the control plane's periodic loops (cluster, replica,
 	// coordinator: internal/clock); nil: the wall clock.
 	Clock clock.Clock
+	// RaftTickInterval is the Raft tick (0: 100 ms): for in-process
+	// clusters in tests that wait for elections. Not a Kafka setting.
+	RaftTickInterval time.Duration
 	// PlantStaleCoordinator plants a bug for the whole-node simulation's
 	// own test (coordinator.Config.PlantStaleLoad). Tests only.
 	PlantStaleCoordinator bool

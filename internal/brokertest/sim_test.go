@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -57,6 +58,9 @@ const (
 	simTopic      = "sim"
 	simPartitions = 3
 	simGroups     = 3 // consumer groups whose offset commits are checked
+	// movedTopic has one partition on two of the three nodes, which the
+	// schedule reassigns.
+	movedTopic = "moved"
 )
 
 // errInvariant marks an invariant the simulation found broken (not a
@@ -133,8 +137,8 @@ type sim struct {
 	seq   int
 	began time.Time
 
-	acked   map[int32]map[int64]string // partition -> offset -> value
-	commits map[string]int64           // group -> last acknowledged commit (partition 0 of simTopic)
+	acked   map[tp]map[int64]string // partition -> offset -> value
+	commits map[string]int64        // group -> last acknowledged commit (partition 0 of simTopic)
 
 	// terms: per Raft group and term, the node that led it (from every
 	// incarnation's typed events); collectors stop them.
@@ -143,20 +147,25 @@ type sim struct {
 	twoLeaders error
 	collectors map[int32]func()
 	disks      map[int32]*storage.CrashFS // each node's: in memory, cut by a crash
+	// reassigning: a reassignment was asked for since the last quiet
+	// check (which waits for it to end).
+	reassigning bool
 }
 
 func newSim(t testing.TB, seed uint64, plant bool) *sim {
 	t.Helper()
 	s := &sim{t: t, seed: seed, began: time.Now(), rng: rand.New(rand.NewPCG(seed, seed^0x5eed)),
-		acked: map[int32]map[int64]string{}, commits: map[string]int64{},
+		acked: map[tp]map[int64]string{}, commits: map[string]int64{},
 		terms: map[[2]uint64]uint64{}, collectors: map[int32]func(){}, disks: map[int32]*storage.CrashFS{}}
 	for id := int32(1); id <= simNodes; id++ {
 		s.disks[id] = storage.NewCrashFS(int64(seed)*10 + int64(id))
 	}
 	s.c = brokertest.NewCluster(t, simNodes, func(c *broker.Config, _ *wire.Limits) {
 		c.FS = s.disks[c.NodeID]
+		// Elections in 0.5-1 s, not 1-2 s: the schedule waits for them.
+		c.RaftTickInterval = 50 * time.Millisecond
 		c.BrokerHeartbeatInterval = 100 * time.Millisecond
-		c.BrokerSessionTimeout = 2 * time.Second
+		c.BrokerSessionTimeout = time.Second
 		c.ControlledShutdownMaxWait = 5 * time.Second
 		c.AutoLeaderRebalance = false // the schedule moves leaders, nothing else
 		c.PlantStaleCoordinator = plant
@@ -168,6 +177,7 @@ func newSim(t testing.TB, seed uint64, plant bool) *sim {
 		kgo.MetadataMinAge(100*time.Millisecond), kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond }))
 	s.adm = kadm.NewClient(s.cl)
 	s.c.CreateTopic(simTopic, simPartitions, simNodes, nil)
+	s.c.CreateTopic(movedTopic, 1, 2, nil)
 	// One commit per group first: __consumer_offsets exists (and its
 	// partitions are in the schedule's reach) from the first step.
 	for i := range simGroups {
@@ -250,14 +260,18 @@ func (s *sim) stopAll() {
 func (s *sim) run(steps int) error {
 	for range steps {
 		var err error
-		switch r := s.rng.IntN(10); {
+		switch r := s.rng.IntN(12); {
 		case r < 3:
-			err = s.produce(int32(s.rng.IntN(simPartitions)), 1+s.rng.IntN(4), 20*time.Second)
-		case r < 5:
+			err = s.produce(tp{simTopic, int32(s.rng.IntN(simPartitions))}, 1+s.rng.IntN(4), 20*time.Second)
+		case r < 4:
+			err = s.produce(tp{movedTopic, 0}, 1+s.rng.IntN(4), 20*time.Second)
+		case r < 6:
 			err = s.commit(fmt.Sprint("g", s.rng.IntN(simGroups)))
-		case r < 8:
-			err = s.transfer()
 		case r < 9:
+			err = s.transfer()
+		case r < 10:
+			err = s.reassign()
+		case r < 11:
 			err = s.restart(int32(1+s.rng.IntN(simNodes)), s.rng.IntN(2) == 0)
 		default:
 			err = s.isolate(int32(1 + s.rng.IntN(simNodes)))
@@ -274,25 +288,25 @@ func (s *sim) run(steps int) error {
 
 // produce sends n records to a partition, one at a time, each given
 // up to wait to be acknowledged (an unacknowledged one promises nothing).
-func (s *sim) produce(part int32, n int, wait time.Duration) error {
+func (s *sim) produce(part tp, n int, wait time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	for range n {
 		s.seq++
 		v := fmt.Sprintf("s%d-%d", s.seed, s.seq)
-		r, err := s.cl.ProduceSync(ctx, &kgo.Record{Topic: simTopic, Partition: part, Value: []byte(v)}).First()
+		r, err := s.cl.ProduceSync(ctx, &kgo.Record{Topic: part.topic, Partition: part.part, Value: []byte(v)}).First()
 		if err != nil {
-			s.logf("produce %s to %d: not acknowledged: %v", v, part, err)
+			s.logf("produce %s to %s-%d: not acknowledged: %v", v, part.topic, part.part, err)
 			continue // not acknowledged: nothing promised
 		}
 		if s.acked[part] == nil {
 			s.acked[part] = map[int64]string{}
 		}
 		if old, ok := s.acked[part][r.Offset]; ok {
-			return fmt.Errorf("%w: partition %d offset %d acknowledged twice: %q and %q", errInvariant, part, r.Offset, old, v)
+			return fmt.Errorf("%w: %s-%d offset %d acknowledged twice: %q and %q", errInvariant, part.topic, part.part, r.Offset, old, v)
 		}
 		s.acked[part][r.Offset] = v
-		s.logf("produce %s -> %s-%d@%d", v, simTopic, part, r.Offset)
+		s.logf("produce %s -> %s-%d@%d", v, part.topic, part.part, r.Offset)
 	}
 	return nil
 }
@@ -325,7 +339,7 @@ func (s *sim) commit(group string) error {
 // groups is every Raft group the schedule may move: the data topic's and
 // __consumer_offsets' partitions.
 func (s *sim) groups() []tp {
-	var out []tp
+	out := []tp{{movedTopic, 0}}
 	for i := range int32(simPartitions) {
 		out = append(out, tp{simTopic, i})
 	}
@@ -376,6 +390,35 @@ func (s *sim) transfer() error {
 	return nil
 }
 
+// reassign moves movedTopic's partition to two nodes drawn from the
+// seed (the same two in another order moves only the preferred leader),
+// through the controller as kafka-reassign-partitions does; the check
+// after it waits for the reassignment to end.
+func (s *sim) reassign() error {
+	perm := s.rng.Perm(simNodes)
+	to := []int32{int32(perm[0] + 1), int32(perm[1] + 1)}
+	var req kadm.AlterPartitionAssignmentsReq
+	req.Assign(movedTopic, 0, to)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		resp, err := s.adm.AlterPartitionAssignments(ctx, req)
+		if err == nil {
+			err = resp.Error()
+		}
+		switch {
+		case err == nil:
+			s.reassigning = true
+			s.logf("reassign %s-0 to %v", movedTopic, to)
+			return nil
+		case ctx.Err() != nil || !kerr.IsRetriable(err):
+			s.logf("reassign %s-0 to %v: refused: %v", movedTopic, to, err)
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond) // a controller moving: ask again
+	}
+}
+
 // restart stops a node, checks the others stop naming it, produces
 // while it is down, and starts it again. clean: a clean stop (controlled
 // shutdown hands its leaderships over and fences it); otherwise a crash:
@@ -400,7 +443,7 @@ func (s *sim) restart(id int32, clean bool) error {
 	if err := s.checkDown(id); err != nil {
 		return err
 	}
-	if err := s.produce(int32(s.rng.IntN(simPartitions)), 2, 20*time.Second); err != nil {
+	if err := s.produce(tp{simTopic, int32(s.rng.IntN(simPartitions))}, 2, 20*time.Second); err != nil {
 		return err
 	}
 	n.Start()
@@ -435,7 +478,7 @@ func (s *sim) downChecks(id int32) error {
 		}
 		for _, t := range md.Topics {
 			for _, p := range t.Partitions {
-				if p.Leader == id || p.Leader < 0 {
+				if p.Leader == id || p.Leader < 0 && *t.Topic != movedTopic { // two replicas, one down: no majority
 					return fmt.Errorf("node %d names leader %d for %s-%d", n.Cfg.NodeID, p.Leader, *t.Topic, p.Partition)
 				}
 			}
@@ -467,8 +510,9 @@ func (s *sim) isolate(id int32) error {
 	if n.B != nil {
 		h := n.B.RaftHost()
 		for _, g := range h.Groups() {
-			if l, err := h.Leadership(g); err == nil && l.Leading {
-				led = append(led, g)
+			l, err := h.Leadership(g)
+			if st, serr := h.Status(g); err == nil && serr == nil && l.Leading && len(st.Voters) >= 3 {
+				led = append(led, g) // the other two can elect a leader of it
 			}
 		}
 	}
@@ -477,7 +521,7 @@ func (s *sim) isolate(id int32) error {
 	defer s.c.Heal()
 	// Cut off, a leader cannot commit: this produce is acknowledged by a
 	// new leader on the other side, or not at all.
-	if err := s.produce(int32(s.rng.IntN(simPartitions)), 1, 5*time.Second); err != nil {
+	if err := s.produce(tp{simTopic, int32(s.rng.IntN(simPartitions))}, 1, 3*time.Second); err != nil {
 		return err
 	}
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
@@ -568,15 +612,46 @@ func (s *sim) quietChecks() error {
 			return fmt.Errorf("node %d sees brokers %v fenced", n.Cfg.NodeID, f)
 		}
 	}
+	if s.reassigning {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		rs, err := s.adm.ListPartitionReassignments(ctx, kadm.TopicsSet{movedTopic: {0: {}}})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("listing reassignments: %w", err)
+		}
+		if len(rs[movedTopic]) > 0 {
+			return fmt.Errorf("%s-0 still being reassigned: %+v", movedTopic, rs[movedTopic][0])
+		}
+	}
+	md, err := nodes[0].Metadata(simTopic, movedTopic, "__consumer_offsets")
+	if err != nil {
+		return err
+	}
+	replicas := map[tp][]int32{}
+	for _, t := range md.Topics {
+		for _, p := range t.Partitions {
+			replicas[tp{*t.Topic, p.Partition}] = p.Replicas
+		}
+	}
 	leaders := map[tp]int32{}
 	for _, p := range s.groups() {
 		g, ok := s.raftGroup(p)
 		if !ok {
 			return fmt.Errorf("no topic id for %s", p.topic)
 		}
+		reps, ok := replicas[p]
+		if !ok {
+			return fmt.Errorf("node %d's metadata lacks %s-%d", nodes[0].Cfg.NodeID, p.topic, p.part)
+		}
 		var leader int32 = -1
 		for _, n := range nodes {
 			l, err := n.B.RaftHost().Leadership(g)
+			if !slices.Contains(reps, n.Cfg.NodeID) {
+				if err == nil {
+					return fmt.Errorf("node %d still runs %s-%d's group, not a replica of %v", n.Cfg.NodeID, p.topic, p.part, reps)
+				}
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("node %d: %s-%d: %v", n.Cfg.NodeID, p.topic, p.part, err)
 			}
@@ -592,6 +667,9 @@ func (s *sim) quietChecks() error {
 		}
 		leaders[p] = leader
 		for _, n := range nodes {
+			if !slices.Contains(reps, n.Cfg.NodeID) {
+				continue
+			}
 			l, _ := n.B.RaftHost().Leadership(g)
 			if int32(l.Leader) != leader {
 				return fmt.Errorf("node %d names %d the leader of %s-%d, not %d", n.Cfg.NodeID, l.Leader, p.topic, p.part, leader)
@@ -614,6 +692,7 @@ func (s *sim) quietChecks() error {
 			return &coordError{fmt.Sprintf("coordinator partition %d is loaded on nodes %v, its leader is %d", p.part, on, leader)}
 		}
 	}
+	s.reassigning = false
 	return nil
 }
 
@@ -628,7 +707,7 @@ func (s *sim) checkRecords() error {
 			end = max(end, off+1)
 		}
 		cl, err := kgo.NewClient(kgo.SeedBrokers(s.c.Addrs()...),
-			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{simTopic: {part: kgo.NewOffset().AtStart()}}))
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{part.topic: {part.part: kgo.NewOffset().AtStart()}}))
 		if err != nil {
 			return err
 		}
@@ -643,7 +722,7 @@ func (s *sim) checkRecords() error {
 		cl.Close()
 		for off, v := range want {
 			if got[off] != v {
-				return fmt.Errorf("%w: acknowledged %s-%d@%d = %q reads back as %q", errInvariant, simTopic, part, off, v, got[off])
+				return fmt.Errorf("%w: acknowledged %s-%d@%d = %q reads back as %q", errInvariant, part.topic, part.part, off, v, got[off])
 			}
 		}
 	}

@@ -98,6 +98,10 @@ type Config struct {
 	// transport's fault seam (tests, `holdfast lab`).
 	RaftTLS    *raft.TransportTLS
 	RaftFaults *raft.Faults
+	// RaftTickInterval is the Raft host's tick (0: raft's default,
+	// 100 ms; an election timeout is ten ticks): shorter in tests whose
+	// schedule waits for elections.
+	RaftTickInterval time.Duration
 	// Dial makes a Kafka client that talks to other nodes as this node
 	// (the inter-broker listener's TLS and SASL).
 	Dial func(seeds []string, opts ...kgo.Opt) (*kgo.Client, error)
@@ -223,6 +227,7 @@ func Open(cfg Config) (*Node, error) {
 		return raft.NewHost(raft.Config{
 			ID: uint64(cfg.NodeID), Dir: cfg.DataDir, Listen: listen, Peers: peers, Identity: n.raftIdentity(),
 			FS: cfg.FS, Logger: n.log.With("component", "raft"), TLS: cfg.RaftTLS, Faults: cfg.RaftFaults,
+			TickInterval: cfg.RaftTickInterval,
 		})
 	}
 	h, err := newHost()
