@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -260,7 +261,7 @@ func (s *sim) stopAll() {
 func (s *sim) run(steps int) error {
 	for range steps {
 		var err error
-		switch r := s.rng.IntN(12); {
+		switch r := s.rng.IntN(13); {
 		case r < 3:
 			err = s.produce(tp{simTopic, int32(s.rng.IntN(simPartitions))}, 1+s.rng.IntN(4), 20*time.Second)
 		case r < 4:
@@ -273,6 +274,8 @@ func (s *sim) run(steps int) error {
 			err = s.reassign()
 		case r < 11:
 			err = s.restart(int32(1+s.rng.IntN(simNodes)), s.rng.IntN(2) == 0)
+		case r < 12:
+			err = s.failReplica(int32(1+s.rng.IntN(simNodes)), int32(s.rng.IntN(simPartitions)))
 		default:
 			err = s.isolate(int32(1 + s.rng.IntN(simNodes)))
 		}
@@ -387,6 +390,52 @@ func (s *sim) transfer() error {
 		return nil
 	}
 	s.logf("transfer %s-%d to %d: no leader to ask", p.topic, p.part, target)
+	return nil
+}
+
+// failReplica makes node id's disk fail the fsyncs of one partition's
+// files while records are produced to it, until its replica fails (an
+// fsync error leaves the log's unsynced state unknown: the group stops on
+// that node), then heals the disk. The check after it waits for the
+// repair loop, which discards the replica and copies it again from the
+// others.
+func (s *sim) failReplica(id, part int32) error {
+	n := s.c.Node(id)
+	p := tp{simTopic, part}
+	g, ok := s.raftGroup(p)
+	if n.B == nil || !ok {
+		return nil
+	}
+	// The failure shows as a leadership event (Failed), however soon the
+	// repair loop replaces the replica.
+	sub := n.B.RaftHost().Subscribe(raft.EventLeadership)
+	defer sub.Close()
+	failed := func() bool {
+		for _, e := range sub.Take(nil) {
+			if e.Group == g && e.Leadership.Failed {
+				return true
+			}
+		}
+		return false
+	}
+	disk := s.disks[id]
+	disk.InjectError(storage.OpSync, fmt.Sprintf("/%s-%d/", p.topic, p.part), syscall.EIO)
+	defer disk.ClearErrors()
+	s.logf("fail node %d's fsyncs of %s-%d", id, p.topic, p.part)
+	for range 20 {
+		if err := s.produce(p, 1, 3*time.Second); err != nil {
+			return err
+		}
+		select {
+		case <-sub.Ready():
+		case <-time.After(200 * time.Millisecond): // the fsync may come with the next append
+		}
+		if failed() {
+			s.logf("node %d's replica of %s-%d failed; disk healed", id, p.topic, p.part)
+			return nil
+		}
+	}
+	s.logf("node %d's replica of %s-%d did not fail; disk healed", id, p.topic, p.part)
 	return nil
 }
 
@@ -654,6 +703,9 @@ func (s *sim) quietChecks() error {
 			}
 			if err != nil {
 				return fmt.Errorf("node %d: %s-%d: %v", n.Cfg.NodeID, p.topic, p.part, err)
+			}
+			if l.Failed {
+				return fmt.Errorf("node %d's replica of %s-%d has failed (repair pending)", n.Cfg.NodeID, p.topic, p.part)
 			}
 			if l.Settled {
 				if leader >= 0 {
