@@ -47,11 +47,12 @@ import (
 //     coordinator, its Raft leader.
 //
 // HOLDFAST_SIM_SEED=n runs seed n alone and prints its trace; without it
-// a few seeds run (HOLDFAST_SIM_STEPS=n: longer runs of the same
-// schedules). The schedule (each step and its node, partition,
-// target) is a function of the seed alone; what the cluster does in
-// between runs on real goroutines, the wall clock and loopback TCP, so a
-// failing seed replays the same steps, not the same interleaving.
+// seeds 1 to 3 run (HOLDFAST_SIM_STEPS=n: longer runs of the same
+// schedules). The schedule (each step and its node, partition, target:
+// plan) is drawn from the seed before anything runs, a function of the
+// seed alone; what the cluster does in between runs on real goroutines,
+// the wall clock and loopback TCP, so a failing seed replays the same
+// steps, not the same interleaving.
 // TestSimulationCatchesPlantedBug shows the checks bite.
 
 const (
@@ -69,7 +70,7 @@ const (
 var errInvariant = errors.New("invariant broken")
 
 func TestSimulation(t *testing.T) {
-	seeds := []uint64{1, 2}
+	seeds := []uint64{1, 2, 3}
 	steps := 8
 	if s := os.Getenv("HOLDFAST_SIM_SEED"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
@@ -98,6 +99,30 @@ func TestSimulation(t *testing.T) {
 				t.Logf("trace:\n%s", strings.Join(s.trace, "\n"))
 			}
 		})
+	}
+}
+
+// The schedule is a function of the seed alone: the same seed draws the
+// same steps, a longer run of it starts with the shorter one's, and
+// another seed draws others.
+func TestSimulationPlanRepeats(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		a, b := fmt.Sprint(plan(seed, 8)), fmt.Sprint(plan(seed, 16)[:8])
+		if a != b {
+			t.Fatalf("seed %d: %s, then %s", seed, a, b)
+		}
+		if c := fmt.Sprint(plan(seed+1, 8)); c == a {
+			t.Fatalf("seeds %d and %d draw the same schedule %s", seed, seed+1, a)
+		}
+	}
+	kinds := map[stepKind]bool{}
+	for seed := uint64(1); seed <= 20; seed++ {
+		for _, st := range plan(seed, 8) {
+			kinds[st.kind] = true
+		}
+	}
+	if len(kinds) != int(stepIsolate)+1 {
+		t.Fatalf("20 seeds drew only step kinds %v", kinds)
 	}
 }
 
@@ -130,7 +155,6 @@ type tp struct {
 type sim struct {
 	t     testing.TB
 	seed  uint64
-	rng   *rand.Rand
 	c     *brokertest.Cluster
 	cl    *kgo.Client
 	adm   *kadm.Client
@@ -155,7 +179,7 @@ type sim struct {
 
 func newSim(t testing.TB, seed uint64, plant bool) *sim {
 	t.Helper()
-	s := &sim{t: t, seed: seed, began: time.Now(), rng: rand.New(rand.NewPCG(seed, seed^0x5eed)),
+	s := &sim{t: t, seed: seed, began: time.Now(),
 		acked: map[tp]map[int64]string{}, commits: map[string]int64{},
 		terms: map[[2]uint64]uint64{}, collectors: map[int32]func(){}, disks: map[int32]*storage.CrashFS{}}
 	for id := int32(1); id <= simNodes; id++ {
@@ -170,6 +194,7 @@ func newSim(t testing.TB, seed uint64, plant bool) *sim {
 		c.ControlledShutdownMaxWait = 5 * time.Second
 		c.AutoLeaderRebalance = false // the schedule moves leaders, nothing else
 		c.PlantStaleCoordinator = plant
+		c.OffsetsTopicPartitions = simOffsetsPartitions
 	})
 	for _, n := range s.c.Nodes {
 		s.collect(n)
@@ -257,27 +282,121 @@ func (s *sim) stopAll() {
 	}
 }
 
-// run draws steps from the seed, each followed by the checks.
-func (s *sim) run(steps int) error {
+// A step of the schedule: what the simulation does next, and to whom.
+// The schedule is drawn from the seed before anything runs, so it is a
+// function of the seed alone (TestSimulationPlanRepeats).
+type step struct {
+	kind  stepKind
+	part  tp      // produce, failReplica: the partition
+	n     int     // produce: how many records
+	group string  // commit
+	pick  int     // transfer: which of the Raft groups (sim.groups)
+	node  int32   // transfer: the target; restart, failReplica, isolate: the node
+	clean bool    // restart: a clean stop, else a crash
+	to    []int32 // reassign: the new replicas
+	then  int32   // restart, isolate: the sim partition produced to meanwhile
+}
+
+type stepKind uint8
+
+const (
+	stepProduce stepKind = iota
+	stepCommit
+	stepTransfer
+	stepReassign
+	stepRestart
+	stepFailReplica
+	stepIsolate
+)
+
+func (st step) String() string {
+	switch st.kind {
+	case stepProduce:
+		return fmt.Sprintf("produce %d to %s-%d", st.n, st.part.topic, st.part.part)
+	case stepCommit:
+		return "commit " + st.group
+	case stepTransfer:
+		return fmt.Sprintf("transfer group #%d to node %d", st.pick, st.node)
+	case stepReassign:
+		return fmt.Sprintf("reassign %s-0 to %v", movedTopic, st.to)
+	case stepRestart:
+		how := "crash"
+		if st.clean {
+			how = "clean stop"
+		}
+		return fmt.Sprintf("restart node %d (%s), producing to %s-%d meanwhile", st.node, how, simTopic, st.then)
+	case stepFailReplica:
+		return fmt.Sprintf("fail node %d's disk for %s-%d", st.node, st.part.topic, st.part.part)
+	case stepIsolate:
+		return fmt.Sprintf("isolate node %d, producing to %s-%d meanwhile", st.node, simTopic, st.then)
+	}
+	return "?"
+}
+
+// simRaftGroups is the number of Raft groups a transfer picks from:
+// movedTopic's, simTopic's and __consumer_offsets' partitions (sim.groups).
+const (
+	simOffsetsPartitions = 3
+	simRaftGroups        = 1 + simPartitions + simOffsetsPartitions
+)
+
+// plan draws steps from the seed.
+func plan(seed uint64, steps int) []step {
+	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	node := func() int32 { return int32(1 + rng.IntN(simNodes)) }
+	out := make([]step, 0, steps)
 	for range steps {
-		var err error
-		switch r := s.rng.IntN(13); {
+		var st step
+		switch r := rng.IntN(13); {
 		case r < 3:
-			err = s.produce(tp{simTopic, int32(s.rng.IntN(simPartitions))}, 1+s.rng.IntN(4), 20*time.Second)
+			st = step{kind: stepProduce, part: tp{simTopic, int32(rng.IntN(simPartitions))}}
+			st.n = 1 + rng.IntN(4)
 		case r < 4:
-			err = s.produce(tp{movedTopic, 0}, 1+s.rng.IntN(4), 20*time.Second)
+			st = step{kind: stepProduce, part: tp{movedTopic, 0}, n: 1 + rng.IntN(4)}
 		case r < 6:
-			err = s.commit(fmt.Sprint("g", s.rng.IntN(simGroups)))
+			st = step{kind: stepCommit, group: fmt.Sprint("g", rng.IntN(simGroups))}
 		case r < 9:
-			err = s.transfer()
+			st = step{kind: stepTransfer, pick: rng.IntN(simRaftGroups)}
+			st.node = node()
 		case r < 10:
-			err = s.reassign()
+			perm := rng.Perm(simNodes)
+			st = step{kind: stepReassign, to: []int32{int32(perm[0] + 1), int32(perm[1] + 1)}}
 		case r < 11:
-			err = s.restart(int32(1+s.rng.IntN(simNodes)), s.rng.IntN(2) == 0)
+			st = step{kind: stepRestart, node: node()}
+			st.clean = rng.IntN(2) == 0
+			st.then = int32(rng.IntN(simPartitions))
 		case r < 12:
-			err = s.failReplica(int32(1+s.rng.IntN(simNodes)), int32(s.rng.IntN(simPartitions)))
+			st = step{kind: stepFailReplica, node: node()}
+			st.part = tp{simTopic, int32(rng.IntN(simPartitions))}
 		default:
-			err = s.isolate(int32(1 + s.rng.IntN(simNodes)))
+			st = step{kind: stepIsolate, node: node()}
+			st.then = int32(rng.IntN(simPartitions))
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// run runs the seed's schedule, each step followed by the checks.
+func (s *sim) run(steps int) error {
+	for i, st := range plan(s.seed, steps) {
+		s.logf("step %d: %v", i, st)
+		var err error
+		switch st.kind {
+		case stepProduce:
+			err = s.produce(st.part, st.n, 20*time.Second)
+		case stepCommit:
+			err = s.commit(st.group)
+		case stepTransfer:
+			err = s.transfer(st.pick, st.node)
+		case stepReassign:
+			err = s.reassign(st.to)
+		case stepRestart:
+			err = s.restart(st.node, st.clean, st.then)
+		case stepFailReplica:
+			err = s.failReplica(st.node, st.part.part)
+		case stepIsolate:
+			err = s.isolate(st.node, st.then)
 		}
 		if err == nil {
 			err = s.check()
@@ -346,11 +465,10 @@ func (s *sim) groups() []tp {
 	for i := range int32(simPartitions) {
 		out = append(out, tp{simTopic, i})
 	}
-	md, err := s.c.Running()[0].Metadata("__consumer_offsets")
-	if err == nil && len(md.Topics) == 1 {
-		for _, p := range md.Topics[0].Partitions {
-			out = append(out, tp{"__consumer_offsets", p.Partition})
-		}
+	// Created at the start (newSim's commits), with a fixed count: a
+	// transfer's pick names the same group in every run of a seed.
+	for i := range int32(simOffsetsPartitions) {
+		out = append(out, tp{"__consumer_offsets", i})
 	}
 	return out
 }
@@ -368,10 +486,12 @@ func (s *sim) raftGroup(p tp) (uint64, bool) {
 
 // transfer moves a partition's Raft leadership to another node, as the
 // controller's preferred-leader election and controlled shutdown do.
-func (s *sim) transfer() error {
+func (s *sim) transfer(pick int, target int32) error {
 	gs := s.groups()
-	p := gs[s.rng.IntN(len(gs))]
-	target := int32(1 + s.rng.IntN(simNodes))
+	if len(gs) != simRaftGroups {
+		return fmt.Errorf("%d raft groups to pick from, want %d", len(gs), simRaftGroups)
+	}
+	p := gs[pick]
 	g, ok := s.raftGroup(p)
 	if !ok {
 		return fmt.Errorf("no topic id for %s", p.topic)
@@ -443,9 +563,7 @@ func (s *sim) failReplica(id, part int32) error {
 // seed (the same two in another order moves only the preferred leader),
 // through the controller as kafka-reassign-partitions does; the check
 // after it waits for the reassignment to end.
-func (s *sim) reassign() error {
-	perm := s.rng.Perm(simNodes)
-	to := []int32{int32(perm[0] + 1), int32(perm[1] + 1)}
+func (s *sim) reassign(to []int32) error {
 	var req kadm.AlterPartitionAssignmentsReq
 	req.Assign(movedTopic, 0, to)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -474,7 +592,7 @@ func (s *sim) reassign() error {
 // its disk loses everything not synced and the broker is closed with the
 // disk gone, so the others elect new leaders and the controller fences it
 // when its session expires.
-func (s *sim) restart(id int32, clean bool) error {
+func (s *sim) restart(id int32, clean bool, then int32) error {
 	n := s.c.Node(id)
 	if clean {
 		s.logf("restart node %d: clean stop", id)
@@ -492,7 +610,7 @@ func (s *sim) restart(id int32, clean bool) error {
 	if err := s.checkDown(id); err != nil {
 		return err
 	}
-	if err := s.produce(tp{simTopic, int32(s.rng.IntN(simPartitions))}, 2, 20*time.Second); err != nil {
+	if err := s.produce(tp{simTopic, then}, 2, 20*time.Second); err != nil {
 		return err
 	}
 	n.Start()
@@ -553,7 +671,7 @@ func (s *sim) downChecks(id int32) error {
 // isolate cuts a node's Raft links, produces across the cut, waits until
 // the others have elected leaders of the groups it led (or a bound
 // passes), and heals: the cut-off node comes back to higher terms.
-func (s *sim) isolate(id int32) error {
+func (s *sim) isolate(id, then int32) error {
 	n := s.c.Node(id)
 	var led []uint64
 	if n.B != nil {
@@ -570,7 +688,7 @@ func (s *sim) isolate(id int32) error {
 	defer s.c.Heal()
 	// Cut off, a leader cannot commit: this produce is acknowledged by a
 	// new leader on the other side, or not at all.
-	if err := s.produce(tp{simTopic, int32(s.rng.IntN(simPartitions))}, 1, 3*time.Second); err != nil {
+	if err := s.produce(tp{simTopic, then}, 1, 3*time.Second); err != nil {
 		return err
 	}
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
