@@ -733,14 +733,22 @@ func (s *sim) check() error {
 	// most; the coordinators then follow within coordGrace, each
 	// watcher reacting to one Raft event (milliseconds when it works).
 	const settle, coordGrace = 30 * time.Second, 5 * time.Second
-	var last error
-	deadline := time.Now().Add(settle)
+	var last, first error
+	began := time.Now()
+	deadline := began.Add(settle)
 	var quietSince time.Time
 	for time.Now().Before(deadline) {
 		last = s.quietChecks()
+		if first == nil {
+			first = last
+		}
 		var coord *coordError
 		switch {
 		case last == nil:
+			if d := time.Since(began); d > 2*time.Second {
+				// Slow to settle: what it waited for, for the trace.
+				s.logf("quiet after %v; first waiting on: %v", d.Round(time.Millisecond), first)
+			}
 			return nil
 		case errors.As(last, &coord):
 			if quietSince.IsZero() {
