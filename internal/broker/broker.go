@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/clock"
 	"holdfast/internal/cluster"
 	"holdfast/internal/controller"
 	"holdfast/internal/coordinator"
@@ -190,6 +191,15 @@ type Config struct {
 	// delay links between nodes): for in-process clusters in tests and
 	// `holdfast lab`. nil: none.
 	RaftFaults *raft.Faults
+	// Clock drives the control plane's periodic loops (cluster, replica,
+	// coordinator: internal/clock); nil: the wall clock.
+	Clock clock.Clock
+	// RaftTickInterval is the Raft tick (0: 100 ms): for in-process
+	// clusters in tests that wait for elections. Not a Kafka setting.
+	RaftTickInterval time.Duration
+	// PlantStaleCoordinator plants a bug for the whole-node simulation's
+	// own test (coordinator.Config.PlantStaleLoad). Tests only.
+	PlantStaleCoordinator bool
 }
 
 // DefaultScrubBytesPerSecond is log.scrub.bytes.per.second's default: a

@@ -121,7 +121,7 @@ func (b *Broker) openCluster() error {
 		Self:        b.selfInfo(), InterBrokerListener: sc.InterBrokerListener,
 		RaftTLS: rtls, RaftFaults: c.RaftFaults, Dial: b.nodeClient, OnSecurityChange: b.securityApplied,
 		OnQuotaChange: b.quotasApplied,
-		FS:            c.FS, Logger: b.log,
+		FS:            c.FS, Logger: b.log, Clock: c.Clock, RaftTickInterval: c.RaftTickInterval,
 	})
 	if err != nil {
 		return err
@@ -224,7 +224,7 @@ func (b *Broker) startStorage() error {
 		DirectoryID: b.ident.DirectoryID.String(), BootstrapMember: b.ident.BootstrapMember(),
 		LogDefaults: b.cfg.LogDefaults, RetentionCheckInterval: b.cfg.RetentionCheckInterval, Cleaner: b.cfg.LogCleaner,
 		ScrubBytesPerSecond: b.cfg.LogScrubBytesPerSecond, NoReadChecks: b.cfg.LogNoReadChecks,
-		RemoteStorage: b.cfg.Tiered.Enabled, FS: b.dataFS, Logger: b.log,
+		RemoteStorage: b.cfg.Tiered.Enabled, FS: b.dataFS, Logger: b.log, Clock: b.cfg.Clock,
 	}, meta, b.cluster.Host(), b.syncer)
 	b.closers = append(b.closers, b.replicas.Close)
 	// Runs just before the logs close (closers run newest first): the
@@ -302,7 +302,7 @@ func (b *Broker) startCoordinators() error {
 			MaxSize: b.cfg.Share.MaxSize,
 		},
 		OffsetsTopicSegmentBytes: b.cfg.OffsetsTopicSegmentBytes, TxnTopicSegmentBytes: b.cfg.TxnTopicSegmentBytes,
-		Logger: b.log,
+		Logger: b.log, Clock: b.cfg.Clock, PlantStaleLoad: b.cfg.PlantStaleCoordinator,
 	}, b.meta, b.cluster, b.replicas)
 	b.groups = b.coord.Groups()
 	b.closers = append(b.closers, b.coord.Close)

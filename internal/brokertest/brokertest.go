@@ -274,6 +274,18 @@ func (n *Node) Stop() {
 	n.srv, n.B = nil, nil
 }
 
+// Kill stops the broker without a controlled shutdown and ignores what
+// its Close reports: with its disk cut off first (storage.CrashFS's
+// PowerCut), a crash. Start starts it again.
+func (n *Node) Kill() {
+	if n.srv == nil {
+		return
+	}
+	n.srv.Close()
+	_ = n.B.Close() // errors expected: the disk is gone
+	n.srv, n.B = nil, nil
+}
+
 // Wipe stops the broker and empties its data directory: a replaced disk.
 // Restart starts it on the empty directory.
 func (n *Node) Wipe() {

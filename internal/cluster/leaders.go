@@ -58,7 +58,7 @@ func (n *Node) HandOver() {
 }
 
 func (n *Node) balanceLoop(stop <-chan struct{}) {
-	tick := time.NewTicker(n.cfg.LeaderImbalanceCheckInterval)
+	tick := n.clk.NewTicker(n.cfg.LeaderImbalanceCheckInterval)
 	defer tick.Stop()
 	for {
 		select {
@@ -156,7 +156,12 @@ func (n *Node) controlledShutdown() {
 	if len(asked) == 0 {
 		return
 	}
-	start := time.Now()
+	// A transfer that completes is a leadership event: the wait wakes at
+	// once. The poll remains for what is no event (a replica catching up
+	// enough to take over, TransferRetry passing).
+	sub := h.Subscribe(raft.EventLeadership)
+	defer sub.Close()
+	start := n.clk.Now()
 	total := len(asked)
 	n.log.Info("controlled shutdown: moving leadership", "groups", total, "max_wait", n.cfg.ControlledShutdownMaxWait)
 	deadline := start.Add(n.cfg.ControlledShutdownMaxWait)
@@ -172,32 +177,36 @@ func (n *Node) controlledShutdown() {
 				delete(asked, g)
 				continue
 			}
-			if time.Since(at) < TransferRetry {
+			if n.clk.Now().Sub(at) < TransferRetry {
 				hope = true
 				continue
 			}
 			if to := transferTarget(st, prefs[g], n.fencedReplica); to != 0 {
 				h.TransferLeader(g, to)
-				asked[g] = time.Now()
+				asked[g] = n.clk.Now()
 				hope = true
 			}
 		}
-		if len(asked) == 0 || !hope || time.Now().After(deadline) {
+		if len(asked) == 0 || !hope || n.clk.Now().After(deadline) {
 			break
 		}
-		time.Sleep(transferPoll)
+		select {
+		case <-sub.Ready():
+			sub.Take(nil)
+		case <-n.clk.After(transferPoll):
+		}
 	}
 	if len(asked) > 0 && !hope {
 		// Nobody to hand them to: every other replica is down, behind or
 		// fenced (stopping too, as when a whole cluster stops).
-		n.log.Info("controlled shutdown: no replica can take over the rest; those groups elect after a timeout", "moved", total-len(asked), "remaining", len(asked), "elapsed", time.Since(start).Round(time.Millisecond))
+		n.log.Info("controlled shutdown: no replica can take over the rest; those groups elect after a timeout", "moved", total-len(asked), "remaining", len(asked), "elapsed", n.clk.Now().Sub(start).Round(time.Millisecond))
 		return
 	}
 	if len(asked) > 0 {
-		n.log.Warn("controlled shutdown: leadership not moved in time; those groups elect after a timeout", "moved", total-len(asked), "remaining", len(asked), "elapsed", time.Since(start).Round(time.Millisecond))
+		n.log.Warn("controlled shutdown: leadership not moved in time; those groups elect after a timeout", "moved", total-len(asked), "remaining", len(asked), "elapsed", n.clk.Now().Sub(start).Round(time.Millisecond))
 		return
 	}
-	n.log.Info("controlled shutdown: leadership moved", "groups", total, "elapsed", time.Since(start).Round(time.Millisecond))
+	n.log.Info("controlled shutdown: leadership moved", "groups", total, "elapsed", n.clk.Now().Sub(start).Round(time.Millisecond))
 }
 
 // transferTarget picks who takes over a group from this leader: the

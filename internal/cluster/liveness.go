@@ -37,6 +37,7 @@ const (
 // every broker with a full session rather than fencing on stale times.
 type liveness struct {
 	interval, session time.Duration
+	now               func() time.Time // the node's clock
 
 	mu       sync.Mutex
 	term     uint64 // the controller term the sessions belong to
@@ -51,7 +52,7 @@ type liveness struct {
 }
 
 func (n *Node) startLiveness() {
-	lv := &liveness{interval: n.cfg.BrokerHeartbeatInterval, session: n.cfg.BrokerSessionTimeout}
+	lv := &liveness{interval: n.cfg.BrokerHeartbeatInterval, session: n.cfg.BrokerSessionTimeout, now: n.clk.Now}
 	if lv.interval <= 0 {
 		lv.interval = DefaultHeartbeatInterval
 	}
@@ -66,7 +67,7 @@ func (n *Node) startLiveness() {
 // fresh one (everyone alive as of now) when the term changed. lv.mu held.
 func (lv *liveness) sessions(term uint64) map[int32]time.Time {
 	if term != lv.term || lv.lastSeen == nil {
-		lv.term, lv.since, lv.lastSeen = term, time.Now(), map[int32]time.Time{}
+		lv.term, lv.since, lv.lastSeen = term, lv.now(), map[int32]time.Time{}
 	}
 	return lv.lastSeen
 }
@@ -80,13 +81,12 @@ func (n *Node) livenessLoop(stop <-chan struct{}) {
 	// answered LEADER_NOT_AVAILABLE for the first interval (2 s), and
 	// franz-go then waited out its metadata min age (5 s) before asking
 	// again.
-	t := time.NewTimer(0)
-	defer t.Stop()
+	wait := n.clk.After(0)
 	for {
 		select {
 		case <-stop:
 			return
-		case <-t.C:
+		case <-wait:
 		}
 		lv.mu.Lock()
 		shutdown := lv.shutdown
@@ -102,7 +102,7 @@ func (n *Node) livenessLoop(stop <-chan struct{}) {
 		if err != nil {
 			n.log.Debug("broker liveness", "err", err)
 		}
-		t.Reset(lv.next(shutdown, n.meta.Fenced(n.cfg.NodeID)))
+		wait = n.clk.After(lv.next(shutdown, n.meta.Fenced(n.cfg.NodeID)))
 	}
 }
 
@@ -127,7 +127,7 @@ func (lv *liveness) next(shutdown, fenced bool) time.Duration {
 func (n *Node) fenceExpired(ctx context.Context, term uint64) error {
 	lv := n.live
 	me := n.cfg.NodeID
-	now := time.Now()
+	now := lv.now()
 	var expired []int32
 	lv.mu.Lock()
 	seen := lv.sessions(term)
@@ -233,7 +233,7 @@ func (n *Node) Heartbeat(ctx context.Context, id int32, fence bool) (bool, error
 	}
 	lv.mu.Lock()
 	if !fence {
-		lv.sessions(l.Term)[id] = time.Now()
+		lv.sessions(l.Term)[id] = lv.now()
 	}
 	lv.mu.Unlock()
 	if n.meta.Fenced(id) == fence {

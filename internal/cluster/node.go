@@ -33,6 +33,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/clock"
 	"holdfast/internal/controller"
 	"holdfast/internal/datadir"
 	"holdfast/internal/kafkaerr"
@@ -97,6 +98,10 @@ type Config struct {
 	// transport's fault seam (tests, `holdfast lab`).
 	RaftTLS    *raft.TransportTLS
 	RaftFaults *raft.Faults
+	// RaftTickInterval is the Raft host's tick (0: raft's default,
+	// 100 ms; an election timeout is ten ticks): shorter in tests whose
+	// schedule waits for elections.
+	RaftTickInterval time.Duration
 	// Dial makes a Kafka client that talks to other nodes as this node
 	// (the inter-broker listener's TLS and SASL).
 	Dial func(seeds []string, opts ...kgo.Opt) (*kgo.Client, error)
@@ -107,12 +112,17 @@ type Config struct {
 
 	FS     storage.FS
 	Logger *slog.Logger
+	// Clock drives the node's periodic loops (registration, liveness,
+	// reassignment, leader balance, the metadata group's repair) and
+	// the liveness sessions' times; nil: the wall clock.
+	Clock clock.Clock
 }
 
 // Node is this node's part in the cluster.
 type Node struct {
 	cfg      Config
 	log      *slog.Logger
+	clk      clock.Clock
 	ident    datadir.Identity
 	host     *raft.Host
 	voters   []uint64
@@ -201,7 +211,7 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.FS == nil {
 		cfg.FS = storage.OSFS()
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1), quorumChange: make(chan struct{}, 1),
+	n := &Node{cfg: cfg, log: cfg.Logger, clk: clock.OrReal(cfg.Clock), kick: make(chan struct{}, 1), quorumChange: make(chan struct{}, 1),
 		appliedCh: make(chan struct{}), results: map[int64]error{}, stop: make(chan struct{})}
 	listen := cfg.RaftListen
 	if _, ok := cfg.Peers[cfg.NodeID]; !ok {
@@ -238,6 +248,7 @@ func Open(cfg Config) (*Node, error) {
 		return raft.NewHost(raft.Config{
 			ID: uint64(cfg.NodeID), Dir: cfg.DataDir, Listen: listen, Peers: peers, Identity: n.raftIdentity(),
 			FS: cfg.FS, Logger: n.log.With("component", "raft"), TLS: cfg.RaftTLS, Faults: cfg.RaftFaults,
+			TickInterval: cfg.RaftTickInterval,
 		})
 	}
 	h, err := newHost()
@@ -1068,7 +1079,7 @@ func (n *Node) Send(ctx context.Context, id int32, req kmsg.Request) (kmsg.Respo
 // is known.
 func (n *Node) registerLoop() {
 	me := n.registration()
-	tick := time.NewTicker(200 * time.Millisecond)
+	tick := n.clk.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
@@ -1267,7 +1278,7 @@ const ProducerIDNodeBits = 10
 func (n *Node) metaRepairLoop(stop <-chan struct{}) {
 	const every, maxPause = 2 * time.Second, 5 * time.Minute
 	pause, next := every, time.Time{}
-	tick := time.NewTicker(every)
+	tick := n.clk.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {
@@ -1280,10 +1291,10 @@ func (n *Node) metaRepairLoop(stop <-chan struct{}) {
 			pause = every
 			continue
 		}
-		if time.Now().Before(next) {
+		if n.clk.Now().Before(next) {
 			continue
 		}
-		next, pause = time.Now().Add(pause), min(2*pause, maxPause)
+		next, pause = n.clk.Now().Add(pause), min(2*pause, maxPause)
 		if err := n.host.RetryGroup(MetadataGroup); err != nil {
 			n.log.Error("the metadata Raft group failed and cannot be restarted here; restart the broker once its disk works", "err", err)
 		}

@@ -38,7 +38,7 @@ func (n *Node) ReserveProducerIDs(ctx context.Context) (int64, int64, error) {
 		select {
 		case <-ctx.Done():
 			return 0, 0, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
-		case <-time.After(wait):
+		case <-n.clk.After(wait):
 		}
 		wait = min(2*wait, time.Second)
 	}

@@ -34,8 +34,13 @@ const reassignInterval = 200 * time.Millisecond
 // are being reassigned and, on the controller, adds broker-only nodes to
 // the metadata group as learners.
 func (n *Node) reassignLoop() {
-	tick := time.NewTicker(reassignInterval)
+	tick := n.clk.NewTicker(reassignInterval)
 	defer tick.Stop()
+	// A membership change applied here (a learner added, promoted or a
+	// voter removed) is a reason to take the next step at once, not at the
+	// next tick: a move is three changes in a row.
+	sub := n.host.Subscribe(raft.EventConfChange)
+	defer sub.Close()
 	// Per group and learner: the commit offset it must reach before it is
 	// promoted (the leader's commit offset when it was first seen as a
 	// learner), so a learner under continuous produce is promoted once it
@@ -47,6 +52,8 @@ func (n *Node) reassignLoop() {
 		case <-n.stop:
 			return
 		case <-tick.C:
+		case <-sub.Ready():
+			sub.Take(nil)
 		}
 		n.syncMetadataLearners()
 		seen := map[uint64]bool{}

@@ -12,6 +12,7 @@ import (
 
 	"holdfast/internal/controller"
 	"holdfast/internal/group"
+	"holdfast/internal/raft"
 	"holdfast/internal/txn"
 )
 
@@ -189,10 +190,11 @@ func (h *Host) awaitLeaders(ctx context.Context, topic string) bool {
 	defer cancel()
 	// Leadership events wake it; the replicas' opens, the leaders'
 	// registrations and the loads' ends do not, hence the poll.
-	poll := time.NewTicker(20 * time.Millisecond)
+	sub := h.node.Host().Subscribe(raft.EventLeadership)
+	defer sub.Close()
+	poll := h.clk.NewTicker(20 * time.Millisecond)
 	defer poll.Stop()
 	for {
-		changed := h.replicas.LeadershipChanged()
 		if h.led(topic) {
 			return true
 		}
@@ -200,7 +202,8 @@ func (h *Host) awaitLeaders(ctx context.Context, topic string) bool {
 		case <-ctx.Done():
 			h.log.Debug("coordinator topic's partitions not all led yet", "topic", topic)
 			return false
-		case <-changed:
+		case <-sub.Ready():
+			sub.Take(nil)
 		case <-poll.C:
 		}
 	}

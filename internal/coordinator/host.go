@@ -15,7 +15,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
+	"sync"
 
+	"holdfast/internal/clock"
 	"holdfast/internal/cluster"
 	"holdfast/internal/controller"
 	"holdfast/internal/group"
@@ -43,6 +46,14 @@ type Config struct {
 	OffsetsTopicSegmentBytes int64
 	TxnTopicSegmentBytes     int64
 	Logger                   *slog.Logger
+	// Clock drives the watchers' retries and awaitLeaders' polls (nil:
+	// the wall clock).
+	Clock clock.Clock
+	// PlantStaleLoad plants a bug for the whole-node simulation's own
+	// test (brokertest's sim_test.go): a partition this node stops
+	// leading is not unloaded, so two nodes coordinate it. Never set it
+	// anywhere else.
+	PlantStaleLoad bool
 }
 
 // Host is this node's coordinators.
@@ -64,6 +75,12 @@ type Host struct {
 	// this node (cluster/producerids.go).
 	ids   *txn.BlockAllocator
 	stops []func()
+	clk   clock.Clock
+
+	// loadMu guards loaded: per internal topic, the term in which each
+	// partition is loaded here, 0 if not (Loaded).
+	loadMu sync.Mutex
+	loaded map[string][]uint64
 }
 
 // Start builds both coordinators over the internal topics' partitions on
@@ -72,7 +89,8 @@ func Start(cfg Config, meta *controller.Store, node *cluster.Node, replicas *rep
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	h := &Host{cfg: cfg, log: cfg.Logger, meta: meta, node: node, replicas: replicas}
+	h := &Host{cfg: cfg, log: cfg.Logger, meta: meta, node: node, replicas: replicas,
+		clk: clock.OrReal(cfg.Clock), loaded: map[string][]uint64{}}
 	h.ids = txn.NewBlockAllocator(node.ReserveProducerIDs)
 	h.ids.SetFloor(node.ProducerIDFloor)
 
@@ -216,4 +234,27 @@ func (h *Host) internalConfigs(topic string) map[string]string {
 		return topicconfig.Internal(h.cfg.OffsetsTopicSegmentBytes)
 	}
 	return topicconfig.Internal(h.cfg.TxnTopicSegmentBytes)
+}
+
+// noteLoads records that partition i of topic is loaded here in term
+// (0: unloaded), for Loaded.
+func (h *Host) noteLoads(topic string, i int32, term uint64) {
+	h.loadMu.Lock()
+	defer h.loadMu.Unlock()
+	ts := h.loaded[topic]
+	if int(i) >= len(ts) {
+		ts = append(ts, make([]uint64, int(i)+1-len(ts))...)
+		h.loaded[topic] = ts
+	}
+	ts[i] = term
+}
+
+// Loaded is, per partition of an internal topic, the Raft term in which
+// this node's coordinator loaded it, 0 for one it does not coordinate:
+// what the watcher acted on, for checks across nodes (at most one node
+// coordinates a partition once leadership is quiet).
+func (h *Host) Loaded(topic string) []uint64 {
+	h.loadMu.Lock()
+	defer h.loadMu.Unlock()
+	return slices.Clone(h.loaded[topic])
 }

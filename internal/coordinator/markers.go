@@ -67,7 +67,7 @@ func (h *Host) WriteMarkers(ctx context.Context, pid int64, epoch int16, commit 
 				select {
 				case <-ctx.Done():
 					return ctx.Err()
-				case <-time.After(10 * time.Millisecond):
+				case <-h.clk.After(10 * time.Millisecond):
 				}
 			}
 		}

@@ -55,25 +55,6 @@ type Manager struct {
 	startRaised atomic.Uint64
 
 	verify atomic.Pointer[Verifier] // txn.go
-
-	// leadCh is closed at the next leadership change of any partition
-	// (LeadershipChanged), then replaced.
-	leadMu sync.Mutex
-	leadCh chan struct{}
-}
-
-// LeadershipChanged returns a channel that is closed when the leadership
-// of any partition of this manager changes next (a node became or stopped
-// being leader, a new leader settled): for those who act on leadership,
-// such as the coordinators, instead of polling. Take the channel before
-// looking at the partitions, so that no change in between is missed.
-func (m *Manager) LeadershipChanged() <-chan struct{} {
-	m.leadMu.Lock()
-	defer m.leadMu.Unlock()
-	if m.leadCh == nil {
-		m.leadCh = make(chan struct{})
-	}
-	return m.leadCh
 }
 
 // LogStartRaises counts the times a committed log-start command raised a
@@ -81,16 +62,6 @@ func (m *Manager) LeadershipChanged() <-chan struct{} {
 // this manager: a loop that compacts logs to their raised starts looks at
 // the partitions only when it moved (or its last pass left work).
 func (m *Manager) LogStartRaises() uint64 { return m.startRaised.Load() }
-
-// leadershipChanged runs on the Raft Ready loop: it only wakes the waiters.
-func (m *Manager) leadershipChanged() {
-	m.leadMu.Lock()
-	if m.leadCh != nil {
-		close(m.leadCh)
-		m.leadCh = nil
-	}
-	m.leadMu.Unlock()
-}
 
 // NewManager returns a manager for the partitions under root. It removes
 // directories left behind by an interrupted DeleteTopic.
@@ -183,7 +154,6 @@ func (m *Manager) open(opts storage.Options, topic string, topicID [16]byte, ind
 	if err != nil {
 		return nil, fmt.Errorf("partition %s-%d: %w", topic, index, err)
 	}
-	r.changed = m.leadershipChanged
 	r.startRaised = &m.startRaised
 	p, err := newPartition(topic, topicID, index, dir, m.snapshotPath(topic, index), m.snapSync, l, opts, &m.verify, r)
 	if err != nil {

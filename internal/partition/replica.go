@@ -33,9 +33,6 @@ type replica struct {
 	// (raft.GroupConfig.OnLeadership): what every produce checks, read
 	// without asking the host. nil until the first event.
 	lead atomic.Pointer[raft.Leadership]
-	// changed tells the partition's manager that the leadership changed
-	// (Manager.LeadershipChanged); nil for none.
-	changed func()
 	// startRaised counts, for the partition's manager, the log starts
 	// raised by commands (Manager.LogStartRaises); nil for none.
 	startRaised *atomic.Uint64
@@ -67,9 +64,8 @@ type Replication struct {
 	// it (raft.GroupConfig.StartTerm).
 	StartTerm uint64
 
-	// changed is set by the Manager: it is told of every leadership
-	// change; startRaised counts the log starts raised by commands.
-	changed     func()
+	// startRaised is set by the Manager: it counts the log starts raised
+	// by commands.
 	startRaised *atomic.Uint64
 }
 
@@ -78,7 +74,7 @@ func (p *Partition) replicate(r Replication) error {
 	if r.Host == nil || r.Group == 0 || len(r.Voters) == 0 {
 		return errors.New("a partition needs its Raft group")
 	}
-	rep := &replica{host: r.Host, group: r.Group, pending: map[int64]raft.Proposal{}, changed: r.changed, startRaised: r.startRaised}
+	rep := &replica{host: r.Host, group: r.Group, pending: map[int64]raft.Proposal{}, startRaised: r.startRaised}
 	p.rep = rep
 	// Consumers see only what Raft committed: start from the log start
 	// and let the commit callback raise the watermark.
@@ -200,9 +196,6 @@ func (p *Partition) onLeadership(_ uint64, l raft.Leadership) {
 		// look again now and answer NOT_LEADER_OR_FOLLOWER with the new
 		// leader, instead of at the end of their MaxWaitMillis.
 		p.wakeReaders()
-	}
-	if p.rep.changed != nil {
-		p.rep.changed()
 	}
 }
 

@@ -700,6 +700,7 @@ func (g *group) publishLocked() {
 	if g.cfg.OnLeadership != nil {
 		g.cfg.OnLeadership(g.id, l)
 	}
+	g.emitLeadershipLocked(l)
 }
 
 // WaitSettled returns once this node leads the group and has committed an

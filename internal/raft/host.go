@@ -216,6 +216,11 @@ type Host struct {
 
 	mu     sync.RWMutex
 	groups map[uint64]*group
+
+	// subs: the event subscriptions (subscribe.go), copy-on-write so
+	// that the Ready loop reads them without a lock; subsMu orders writers.
+	subsMu sync.Mutex
+	subs   atomic.Pointer[[]*Subscription]
 	// adding: groups AddGroup is opening (outside mu, so that many open
 	// at once: a node with thousands starts them in parallel).
 	adding map[uint64]bool
@@ -782,6 +787,7 @@ func (h *Host) removeGroup(id uint64, flush bool) error {
 	h.wakePeersLocked(g)
 	g.wakeCommitLocked()
 	g.wakeStoredLocked()
+	h.emit(Event{Kind: EventRemoved, Group: id})
 	g.mu.Unlock()
 	h.journal.remove(id)
 	if !flush {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -625,6 +626,9 @@ func (h *Host) apply(g *group, ents []*pb.Entry) (journaled bool) {
 		g.commitIndex, g.commitEnd = last, end
 		g.publishLocked() // before the waiters wake: a settled leader is seen settled
 		g.wakeCommitLocked()
+		if h.wants(EventCommit) {
+			h.emit(Event{Kind: EventCommit, Group: g.id, CommitIndex: last})
+		}
 	}
 	if g.rejoin && g.rejoinTarget > 0 && g.commitIndex >= g.rejoinTarget {
 		g.rejoin = false
@@ -663,6 +667,9 @@ func (h *Host) applyConfChange(g *group, e *pb.Entry) {
 		return
 	}
 	g.st.setConfState(cs)
+	if h.wants(EventConfChange) {
+		h.emit(Event{Kind: EventConfChange, Group: g.id, Voters: slices.Clone(cs.Voters), Learners: slices.Clone(cs.Learners)})
+	}
 	// Journaled before the next cycle's applied index: a crash in between
 	// makes Raft redeliver (and us reapply) the change.
 	if err := h.journal.putConfState(g.id, cs, e.GetIndex(), true); err != nil {

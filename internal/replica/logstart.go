@@ -89,11 +89,11 @@ func (m *Manager) compactReplica(p *partition.Partition, group uint64, start int
 // log whose own start moved, as a snapshot install moves it): an idle node
 // with 10,000 partitions walked them all every second for nothing.
 func (m *Manager) compactLoop(stop <-chan struct{}) {
-	tick := time.NewTicker(compactEvery)
+	tick := m.clk.NewTicker(compactEvery)
 	defer tick.Stop()
 	var seen uint64
 	retry := true // the first pass looks at every replica
-	last := time.Now()
+	last := m.clk.Now()
 	for {
 		select {
 		case <-stop:
@@ -101,10 +101,10 @@ func (m *Manager) compactLoop(stop <-chan struct{}) {
 		case <-tick.C:
 		}
 		raised := m.parts.LogStartRaises() // before the walk: a raise during it is seen next time
-		if raised == seen && !retry && time.Since(last) < compactFullEvery {
+		if raised == seen && !retry && m.clk.Now().Sub(last) < compactFullEvery {
 			continue
 		}
-		seen, retry, last = raised, false, time.Now()
+		seen, retry, last = raised, false, m.clk.Now()
 		for _, p := range m.parts.Partitions("") {
 			done, err := m.applyLogStart(p)
 			switch {

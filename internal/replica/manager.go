@@ -26,6 +26,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"holdfast/internal/clock"
 	"holdfast/internal/controller"
 	"holdfast/internal/partition"
 	"holdfast/internal/raft"
@@ -64,12 +65,16 @@ type Config struct {
 	RemoteStorage bool
 	FS            storage.FS
 	Logger        *slog.Logger
+	// Clock drives the background loops (repair, retention, log-start
+	// compaction); nil: the wall clock.
+	Clock clock.Clock
 }
 
 // Manager is this node's set of replicas.
 type Manager struct {
 	cfg   Config
 	log   *slog.Logger
+	clk   clock.Clock
 	meta  *controller.Store
 	host  *raft.Host
 	parts *partition.Manager
@@ -124,7 +129,7 @@ func New(cfg Config, meta *controller.Store, host *raft.Host, syncer *storage.Sy
 	if cfg.FS == nil {
 		cfg.FS = storage.OSFS()
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, meta: meta, host: host}
+	m := &Manager{cfg: cfg, log: cfg.Logger, clk: clock.OrReal(cfg.Clock), meta: meta, host: host}
 	m.parts = partition.NewManager(cfg.DataDir, storage.Options{FS: cfg.FS, Syncer: syncer, Logger: cfg.Logger,
 		OnCorrupt: func() { m.corruptions.Add(1) }, NoReadChecks: cfg.NoReadChecks})
 	m.dynamic.Store(m.readDynamic())
@@ -315,10 +320,6 @@ func (m *Manager) Get(topic string, i int32) *partition.Partition { return m.par
 
 // Partitions returns every replica open on this node.
 func (m *Manager) Partitions() []*partition.Partition { return m.parts.Partitions("") }
-
-// LeadershipChanged is closed at the next leadership change of any replica
-// on this node (partition.Manager.LeadershipChanged).
-func (m *Manager) LeadershipChanged() <-chan struct{} { return m.parts.LeadershipChanged() }
 
 // Lookup returns this node's replica of partition i of topic, or the code
 // Kafka's replica manager answers without one: the partition does not

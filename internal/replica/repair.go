@@ -89,7 +89,7 @@ func (m *Manager) roomToRecopy(r *repairState, topic string, i int32) bool {
 }
 
 func (m *Manager) repairLoop(stop <-chan struct{}) {
-	tick := time.NewTicker(repairEvery)
+	tick := m.clk.NewTicker(repairEvery)
 	defer tick.Stop()
 	tries := map[uint64]*repairState{}
 	topics := m.meta.NewTopicsCache()
@@ -101,7 +101,7 @@ func (m *Manager) repairLoop(stop <-chan struct{}) {
 		}
 		return r
 	}
-	due := func(g uint64) bool { return state(g).due(time.Now()) }
+	due := func(g uint64) bool { return state(g).due(m.clk.Now()) }
 	// A walk of every partition each tick was a steady cost with 10,000 of
 	// them (issue 17). Only a group failure (the host counts them), a
 	// replica offline, or one the last walk left to retry needs a walk.
@@ -158,7 +158,7 @@ func (m *Manager) repairLoop(stop <-chan struct{}) {
 			}
 		}
 		for g, r := range tries {
-			if !seen[g] && r.healed(time.Now()) {
+			if !seen[g] && r.healed(m.clk.Now()) {
 				delete(tries, g)
 			}
 		}

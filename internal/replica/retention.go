@@ -18,7 +18,7 @@ func (m *Manager) retentionLoop(stop <-chan struct{}) {
 	if every <= 0 {
 		every = 5 * time.Minute
 	}
-	tick := time.NewTicker(every)
+	tick := m.clk.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {

@@ -491,6 +491,16 @@ func (fs *CrashFS) injectedErr(op, path string) error {
 // and every open handle becomes unusable.
 func (fs *CrashFS) Crash() { fs.crash(false) }
 
+// PowerCut is Crash, and the FS then stays down (every operation fails)
+// until Reboot: what a process whose machine lost power does next - its
+// Close, say - reaches no disk.
+func (fs *CrashFS) PowerCut() {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.crashLocked(false)
+	fs.down = true
+}
+
 // CrashTorn is Crash, but each file keeps a random prefix of the bytes
 // appended after its last Sync, the last of which may be garbage; with
 // SetDirectIO, one block of that prefix may also read as zeros (written
