@@ -1,6 +1,8 @@
 package raft
 
 import (
+	"context"
+	"slices"
 	"testing"
 	"time"
 )
@@ -37,4 +39,43 @@ func TestTickSoleLeaderAllocatesNothing(t *testing.T) {
 	}
 	// And the group still works after the skipped ticks.
 	c.propose(gid, "y")
+}
+
+// A sole voter that gains a member is ticked again: a learner added by a
+// reassignment needs the leader's heartbeats (and, once a voter, the
+// leader's quorum checks). The new member ends up with the whole log.
+func TestTickResumesWhenSoleLeaderGainsMember(t *testing.T) {
+	c := newCluster(t, 1, 1)
+	gid := c.groups[0]
+	c.waitLeader(gid)
+	c.propose(gid, "a")
+	alone := func() bool {
+		h := c.nodes[1].host
+		g := h.group(gid)
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return h.aloneLocked(g)
+	}
+	if !alone() {
+		t.Fatal("a one-node group's leader is not alone")
+	}
+	c.addNode(2)
+	ctx := context.Background()
+	c.changeConf(gid, func(h *Host) error { return h.AddLearner(ctx, gid, 2) })
+	if alone() {
+		t.Fatal("still alone with a learner: its heartbeats would not be sent")
+	}
+	c.propose(gid, "b")
+	c.waitConverged(gid)
+	c.changeConf(gid, func(h *Host) error { return h.AddVoter(ctx, gid, 2) })
+	if alone() {
+		t.Fatal("still alone with two voters")
+	}
+	c.propose(gid, "c")
+	c.waitConverged(gid)
+	for _, id := range c.ids {
+		if got := values(t, c.nodes[id].logs[gid]); !slices.Equal(got, []string{"a", "b", "c"}) {
+			t.Fatalf("node %d has %v", id, got)
+		}
+	}
 }
