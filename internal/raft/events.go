@@ -58,7 +58,7 @@ func (h *Host) tickGroup(g *group, electionTimeout time.Duration) bool {
 		// Decide before ticking: a heartbeat from this tick would
 		// reach the followers after the quiescing one.
 		qmsgs = h.maybeQuiesceLocked(g)
-		if !g.quiesced {
+		if !g.quiesced && !h.aloneLocked(g) {
 			h.guardLocked(g, func() { g.rn.Tick() })
 		}
 	}
@@ -90,6 +90,34 @@ func (h *Host) tickGroup(g *group, electionTimeout time.Duration) bool {
 		h.markDirty(g)
 	}
 	return true
+}
+
+// aloneLocked reports whether g's RawNode has nothing to tick for: this
+// node leads a configuration whose only member it is (the sole voter, no
+// learners, no joint configuration) and no leadership transfer is under
+// way. etcd raft's leader tick then does nothing anyone can observe: a
+// heartbeat to nobody, and every election timeout a quorum check that a
+// sole voter passes by itself. It still builds and steps both messages:
+// at 1,000 busy partitions on one node (which never quiesce while
+// records arrive) that was 16% of the objects BenchmarkReadyManyGroups
+// allocates and ~2% of the node's CPU (docs/benchmarks.md, h-cycle). A
+// membership change makes the group tick again at its next tick; the
+// quiescing, the leadership published and an idle group's buffers are
+// handled by tickGroup as for every group.
+func (h *Host) aloneLocked(g *group) bool {
+	if g.eagerTicks > 0 {
+		return false
+	}
+	g.st.mu.RLock()
+	cs := g.st.cs
+	alone := cs != nil && len(cs.Voters) == 1 && cs.Voters[0] == h.cfg.ID &&
+		len(cs.Learners) == 0 && len(cs.VotersOutgoing) == 0 && len(cs.LearnersNext) == 0
+	g.st.mu.RUnlock()
+	if !alone {
+		return false
+	}
+	bs := g.rn.BasicStatus()
+	return bs.RaftState == raft.StateLeader && bs.LeadTransferee == 0
 }
 
 // freshQuiesceTicks is how long a leader whose term holds nothing but

@@ -322,21 +322,29 @@ func (j *journal) apply(body []byte) error {
 	return nil
 }
 
+// appendRecord appends one record, built in place: a store round journals a
+// HardState per group with a new commit, 1,000 of them a round at 1,000
+// partitions, and a body allocated per record was most of their garbage.
 func appendRecord(dst []byte, kind byte, g uint64, payload []byte) []byte {
-	body := make([]byte, 0, 9+len(payload))
-	body = append(body, kind)
-	body = binary.BigEndian.AppendUint64(body, g)
-	body = append(body, payload...)
-	dst = binary.BigEndian.AppendUint32(dst, uint32(len(body)))
-	dst = binary.BigEndian.AppendUint32(dst, crc32.Checksum(body, castagnoli))
-	return append(dst, body...)
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0) // length and CRC, filled below
+	dst = append(dst, kind)
+	dst = binary.BigEndian.AppendUint64(dst, g)
+	dst = append(dst, payload...)
+	body := dst[start+8:]
+	binary.BigEndian.PutUint32(dst[start:], uint32(len(body)))
+	binary.BigEndian.PutUint32(dst[start+4:], crc32.Checksum(body, castagnoli))
+	return dst
 }
 
-func hsPayload(hs *pb.HardState, applied uint64) []byte {
-	p := binary.BigEndian.AppendUint64(nil, hs.GetTerm())
-	p = binary.BigEndian.AppendUint64(p, hs.GetVote())
-	p = binary.BigEndian.AppendUint64(p, hs.GetCommit())
-	return binary.BigEndian.AppendUint64(p, applied)
+// hsPayload fills p (the caller's, often on its stack) with a HardState
+// record's payload.
+func hsPayload(p *[32]byte, hs *pb.HardState, applied uint64) []byte {
+	binary.BigEndian.PutUint64(p[0:], hs.GetTerm())
+	binary.BigEndian.PutUint64(p[8:], hs.GetVote())
+	binary.BigEndian.PutUint64(p[16:], hs.GetCommit())
+	binary.BigEndian.PutUint64(p[24:], applied)
+	return p[:]
 }
 
 func csPayload(cs *pb.ConfState, index uint64) ([]byte, error) {
@@ -362,9 +370,16 @@ func (j *journal) putHardState(g uint64, hs *pb.HardState, applied uint64) {
 	if s.hs == nil || s.hs.GetTerm() != hs.GetTerm() || s.hs.GetVote() != hs.GetVote() {
 		j.dirty = true
 	}
-	s.hs = cloneHS(hs)
+	if s.hs == nil {
+		s.hs = cloneHS(hs)
+	} else {
+		// s.hs is the journal's own copy (snapshot hands out clones):
+		// updated in place, not allocated again for every commit.
+		*s.hs.Term, *s.hs.Vote, *s.hs.Commit = hs.GetTerm(), hs.GetVote(), hs.GetCommit()
+	}
 	s.applied = max(s.applied, applied)
-	j.buf = appendRecord(j.buf, jHardState, g, hsPayload(hs, s.applied))
+	var p [32]byte
+	j.buf = appendRecord(j.buf, jHardState, g, hsPayload(&p, hs, s.applied))
 }
 
 // putConfState buffers the ConfState that applying the conf change at
@@ -543,7 +558,8 @@ func (j *journal) rewriteLocked() error {
 	for _, g := range slices.Sorted(maps.Keys(j.groups)) { // the same bytes for the same state
 		s := j.groups[g]
 		if s.hs != nil {
-			b = appendRecord(b, jHardState, g, hsPayload(s.hs, s.applied))
+			var p [32]byte
+			b = appendRecord(b, jHardState, g, hsPayload(&p, s.hs, s.applied))
 		}
 		if s.cs != nil {
 			p, err := csPayload(s.cs, s.csIndex)
