@@ -260,7 +260,7 @@ func TestTransferable(t *testing.T) {
 // fenced broker (not stopping) is quick, so it is unfenced soon after it
 // starts.
 func TestLivenessSessions(t *testing.T) {
-	lv := &liveness{interval: 2 * time.Second}
+	lv := &liveness{interval: 2 * time.Second, now: time.Now}
 	s := lv.sessions(3)
 	s[2] = time.Unix(1, 0)
 	if got := lv.sessions(3); got[2] != time.Unix(1, 0) {
