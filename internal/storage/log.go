@@ -1830,43 +1830,6 @@ func (l *Log) deleteOldestLocked(del func(*segment) bool) (int, error) {
 	return n, nil
 }
 
-// EnforceRetention deletes sealed segments past retention.ms (by their
-// largest timestamp) or beyond retention.bytes. The active segment stays.
-func (l *Log) EnforceRetention() (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return 0, ErrClosed
-	}
-	var total int64
-	for _, s := range l.segs {
-		total += s.size
-	}
-	nowMs := l.now().UnixMilli()
-	var lerr error
-	n, err := l.deleteOldestLocked(func(s *segment) bool {
-		if l.cfg.RetentionBytes >= 0 && total-s.size >= l.cfg.RetentionBytes {
-			total -= s.size
-			return true
-		}
-		if l.cfg.RetentionMs >= 0 {
-			ts, _, err := s.maxTimestamp(l)
-			if err != nil {
-				lerr = err
-				return false
-			}
-			// A segment without timestamps (producers may send -1) is kept
-			// by time; retention.bytes still applies.
-			if ts >= 0 && ts < nowMs-l.cfg.RetentionMs.Milliseconds() {
-				total -= s.size
-				return true
-			}
-		}
-		return false
-	})
-	return n, errors.Join(err, lerr)
-}
-
 // SetConfig changes the configuration; it applies to later operations.
 func (l *Log) SetConfig(cfg Config) {
 	l.mu.Lock()
