@@ -321,7 +321,7 @@ func (b *Broker) TopicName(id [16]byte) (string, bool) {
 	return t.Name, ok
 }
 
-// ReplicationStats is this node's view of its Raft groups (cluster mode).
+// ReplicationStats is this node's view of its Raft groups.
 type ReplicationStats struct {
 	Groups       int   // Raft groups on this node (partition replicas and the metadata group)
 	FailedGroups int   // groups stopped by a failure, not yet repaired (repair.go)

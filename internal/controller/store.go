@@ -51,7 +51,7 @@ type Topic struct {
 	// Reassigning are the partitions being moved, by partition.
 	Reassigning []Reassignment `json:",omitempty"`
 	// Dirs maps, per partition, each replica's broker to the directory id
-	// the replica was assigned in (cluster mode). A broker whose directory
+	// the replica was assigned in. A broker whose directory
 	// id differs has lost that replica's data: it catches up before it may
 	// vote in the partition's Raft group.
 	Dirs []map[int32]string `json:",omitempty"`
@@ -122,7 +122,7 @@ type state struct {
 	// not let a later topic of the same name reopen the old data.
 	Deleting []Topic `json:"deleting,omitempty"`
 
-	// Cluster mode (cluster.go): the registered brokers, and the end
+	// The registered brokers (cluster.go), and the end
 	// offset of the last metadata-log entry applied to this file, so that
 	// replay after a restart starts after it.
 	Brokers []BrokerInfo `json:"brokers,omitempty"`
