@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -77,5 +76,5 @@ func awaitOutput(t *testing.T, f func() string, want string) {
 			return
 		}
 	}
-	t.Fatal(fmt.Sprintf("no %q in:\n%s", want, out))
+	t.Fatalf("no %q in:\n%s", want, out)
 }

@@ -155,7 +155,7 @@ func consumers(ctx context.Context, e *env) []Row {
 	}
 	rows[2] = e.timed(rows[2], func(r *Row) error {
 		opts := []kgo.Opt{kgo.ConsumerGroup("lab-transform"), kgo.ConsumeTopics(in), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-			kgo.TransactionalID("lab-transform"), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RequireStableFetchOffsets(),
+			kgo.TransactionalID("lab-transform"), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 			kgo.DefaultProduceTopic(out), kgo.FetchMaxWait(200 * time.Millisecond), kgo.TransactionTimeout(20 * time.Second),
 			kgo.SeedBrokers(c.seeds()...), kgo.MetadataMinAge(100 * time.Millisecond)}
 		// transform copies a record to the output: same key and value,

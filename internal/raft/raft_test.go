@@ -24,7 +24,7 @@ import (
 
 func TestReplicateAndCommit(t *testing.T) {
 	c := newCluster(t, 3, 1)
-	leader, term := c.waitLeader(1)
+	_, term := c.waitLeader(1)
 	var want []string
 	for i := range 30 {
 		v := fmt.Sprint("v", i)
@@ -35,7 +35,7 @@ func TestReplicateAndCommit(t *testing.T) {
 		want = append(want, v)
 	}
 	// Several in flight at once, from one leader.
-	leader, _ = c.waitLeader(1)
+	leader, _ := c.waitLeader(1)
 	h := c.nodes[leader].host
 	var ps []Proposal
 	for i := range 20 {

@@ -94,11 +94,6 @@ type CleanerPartition struct {
 	Uncleanable bool
 }
 
-type cleanerKey struct {
-	topic string
-	index int32
-}
-
 type logCleaner struct {
 	m        *Manager
 	cfg      CleanerConfig

@@ -301,9 +301,7 @@ func benchGroupCommit(b *testing.B, nlogs, per, size int) {
 	}
 	proto := batch(b, 1, size-61-10, time.Now().UnixMilli())
 	buf := make([]byte, len(proto))
-	if b.N < nlogs*per {
-		b.N = nlogs * per // whole rounds only: one cycle per round
-	}
+	n := max(b.N, nlogs*per) // at least one whole round: one cycle
 	round := func(n int) {
 		for done := 0; done < n; {
 			for _, l := range logs {
@@ -329,11 +327,11 @@ func benchGroupCommit(b *testing.B, nlogs, per, size int) {
 	var ru0, ru1 syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	b.ResetTimer()
-	round(b.N)
+	round(n)
 	b.StopTimer() // not the deferred Closes
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 	cpu := ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
-	b.ReportMetric(float64(cpu)/1000/float64(b.N), "cpu-µs/batch")
+	b.ReportMetric(float64(cpu)/1000/float64(n), "cpu-µs/batch")
 }
 
 // BenchmarkDurableWrite: the device's durable sequential write bandwidth
