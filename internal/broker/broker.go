@@ -237,7 +237,10 @@ type Broker struct {
 	ident  datadir.Identity // identity.go
 	log    *slog.Logger
 	syncer *storage.Syncer
-	meta   *controller.Store
+	// readCache: this broker's read cache of direct-I/O writes
+	// (storage/readcache.go, log.direct.io.cache.bytes).
+	readCache *storage.ReadCache
+	meta      *controller.Store
 	// replicas are this node's partition replicas (internal/replica).
 	replicas *replica.Manager
 	// coord hosts this node's group and transaction coordinators;

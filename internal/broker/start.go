@@ -50,15 +50,11 @@ func New(cfg Config) (*Broker, error) {
 		cfg.FS = storage.OSFSBudget(cfg.DirectIO, 0)
 		dataFS = storage.OSFSBudget(cfg.DirectIO, cfg.MaxOpenFiles)
 	}
-	if cfg.DirectIO {
-		switch {
-		case cfg.DirectIOCacheBytes == 0:
-			storage.SetReadCacheBytes(storage.DefaultReadCacheBytes)
-		case cfg.DirectIOCacheBytes < 0:
-			storage.SetReadCacheBytes(0)
-		default:
-			storage.SetReadCacheBytes(cfg.DirectIOCacheBytes)
-		}
+	// This broker's own read cache (two brokers in one process share
+	// none); it holds anything only with direct I/O.
+	cacheBytes := int64(storage.DefaultReadCacheBytes)
+	if cfg.DirectIO && cfg.DirectIOCacheBytes != 0 {
+		cacheBytes = max(cfg.DirectIOCacheBytes, 0)
 	}
 	if len(cfg.Peers) == 0 {
 		// A single node is a cluster of one: its only voter, with no Raft
@@ -68,7 +64,7 @@ func New(cfg Config) (*Broker, error) {
 	if err := checkReplicaSelector(cfg.ReplicaSelector); err != nil {
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger, quotas: quota.New(cfg.Quotas), dataFS: dataFS}
+	b := &Broker{cfg: cfg, log: cfg.Logger, quotas: quota.New(cfg.Quotas), dataFS: dataFS, readCache: storage.NewReadCache(cacheBytes)}
 	b.fetchSessions.init(cfg.FetchSessionSlots)
 	steps := []struct {
 		name string
@@ -121,7 +117,7 @@ func (b *Broker) openCluster() error {
 		Self:        b.selfInfo(), InterBrokerListener: sc.InterBrokerListener,
 		RaftTLS: rtls, RaftFaults: c.RaftFaults, Dial: b.nodeClient, OnSecurityChange: b.securityApplied,
 		OnQuotaChange: b.quotasApplied,
-		FS:            c.FS, Logger: b.log,
+		FS:            c.FS, Logger: b.log, ReadCache: b.readCache,
 	})
 	if err != nil {
 		return err
@@ -223,7 +219,7 @@ func (b *Broker) startStorage() error {
 		NodeID: b.cfg.NodeID, DataDir: b.cfg.DataDir,
 		DirectoryID: b.ident.DirectoryID.String(), BootstrapMember: b.ident.BootstrapMember(),
 		LogDefaults: b.cfg.LogDefaults, RetentionCheckInterval: b.cfg.RetentionCheckInterval, Cleaner: b.cfg.LogCleaner,
-		ScrubBytesPerSecond: b.cfg.LogScrubBytesPerSecond, NoReadChecks: b.cfg.LogNoReadChecks,
+		ScrubBytesPerSecond: b.cfg.LogScrubBytesPerSecond, NoReadChecks: b.cfg.LogNoReadChecks, ReadCache: b.readCache,
 		RemoteStorage: b.cfg.Tiered.Enabled, FS: b.dataFS, Logger: b.log,
 	}, meta, b.cluster.Host(), b.syncer)
 	b.closers = append(b.closers, b.replicas.Close)

@@ -284,6 +284,10 @@ func (b *Broker) sampleReplication() {
 // FsyncLatency is the storage's fsync (or syncfs) durations.
 func (b *Broker) FsyncLatency() storage.HistogramSnapshot { return b.syncer.Latency() }
 
+// ReadCacheStats is this broker's read cache's counters
+// (log.direct.io.cache.bytes).
+func (b *Broker) ReadCacheStats() storage.ReadCacheStats { return b.readCache.Stats() }
+
 // GroupLag is a consumer group's position in one partition.
 type GroupLag struct {
 	Group     string

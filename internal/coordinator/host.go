@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 
 	"holdfast/internal/cluster"
 	"holdfast/internal/controller"
@@ -62,8 +63,11 @@ type Host struct {
 	shareGroups *share.Groups
 	// ids hands out producer ids from blocks the controller committed to
 	// this node (cluster/producerids.go).
-	ids   *txn.BlockAllocator
-	stops []func()
+	ids *txn.BlockAllocator
+	// topicMu serializes this node's creations of the internal topics
+	// (find.go).
+	topicMu sync.Mutex
+	stops   []func()
 }
 
 // Start builds both coordinators over the internal topics' partitions on

@@ -562,7 +562,7 @@ func (c *fsyncCollector) Collect(ch chan<- prometheus.Metric) {
 	ws := storage.SegmentWrites()
 	ch <- prometheus.MustNewConstMetric(descLogWrites, prometheus.CounterValue, float64(ws.DirectBytes), "direct")
 	ch <- prometheus.MustNewConstMetric(descLogWrites, prometheus.CounterValue, float64(ws.CachedBytes), "page_cache")
-	rc := storage.ReadCache()
+	rc := c.b.ReadCacheStats()
 	ch <- prometheus.MustNewConstMetric(descCacheHits, prometheus.CounterValue, float64(rc.Hits))
 	ch <- prometheus.MustNewConstMetric(descCacheMisses, prometheus.CounterValue, float64(rc.Misses))
 	ch <- prometheus.MustNewConstMetric(descCacheReadBytes, prometheus.CounterValue, float64(rc.HitBytes), "cache")

@@ -214,6 +214,11 @@ type Host struct {
 	journal *journal
 	tr      transport
 
+	// recentTotal: the bytes of entries every group's store keeps in
+	// memory (store.go, recentMaxTotal); per host, so two hosts in one
+	// process (tests, the lab) do not share one budget.
+	recentTotal atomic.Int64
+
 	mu     sync.RWMutex
 	groups map[uint64]*group
 	// adding: groups AddGroup is opening (outside mu, so that many open
@@ -501,7 +506,7 @@ func (h *Host) openGroup(gc GroupConfig) (*group, error) {
 	if err := h.journal.flush(false); err != nil {
 		return nil, err
 	}
-	st, dropped, err := openStore(gc.Log, js.anc, js.hs, cs, js.side)
+	st, dropped, err := openStore(gc.Log, js.anc, js.hs, cs, js.side, &h.recentTotal)
 	if err != nil {
 		return nil, err
 	}
@@ -731,7 +736,7 @@ func (h *Host) RetryGroup(id uint64) error {
 	if cs == nil {
 		cs = &pb.ConfState{Voters: append([]uint64(nil), g.cfg.Voters...)}
 	}
-	st, dropped, err := openStore(g.cfg.Log, js.anc, js.hs, cs, js.side)
+	st, dropped, err := openStore(g.cfg.Log, js.anc, js.hs, cs, js.side, &h.recentTotal)
 	if err != nil {
 		return err
 	}

@@ -1074,7 +1074,7 @@ func TestRecoverAtEverySync(t *testing.T) {
 		if cs == nil {
 			cs = &pb.ConfState{Voters: c.voters}
 		}
-		st, _, err := openStore(l, js.anc, js.hs, cs, js.side)
+		st, _, err := openStore(l, js.anc, js.hs, cs, js.side, nil)
 		if err != nil {
 			openErr = fmt.Errorf("point %d: the group does not open: %w", len(points), err)
 			return

@@ -132,6 +132,7 @@ type appendFile struct {
 	// The read cache (readcache.go): written bytes kept in memory, on
 	// with direct I/O. cached and closed are guarded by mu.
 	cacheOn   atomic.Bool
+	rc        *ReadCache // the budget (the log's Options.ReadCache)
 	cached    []*cacheChunk
 	closed    bool
 	lastFetch *atomic.Int64 // the log's: when a fetch last asked the cache
@@ -458,7 +459,7 @@ func (a *appendFile) Truncate(size int64) error {
 	a.wmu.Lock()
 	defer a.wmu.Unlock()
 	var dropped []*cacheChunk
-	defer func() { rcache.remove(dropped) }() // after mu is released
+	defer func() { a.rc.remove(dropped) }() // after mu is released
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	w := a.written.Load()
@@ -529,6 +530,6 @@ func (a *appendFile) Close() error {
 	dropped := a.dropCachedFromLocked(-1)
 	a.mu.Unlock()
 	a.wmu.Unlock()
-	rcache.remove(dropped)
+	a.rc.remove(dropped)
 	return a.File.Close()
 }

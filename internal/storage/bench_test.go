@@ -353,8 +353,8 @@ func BenchmarkDurableWrite(b *testing.B) {
 			}
 			b.Run(fmt.Sprintf("log=%s/logs=%d/batch=%dKiB", name, c.logs, c.size>>10), func(b *testing.B) {
 				if name == "direct-nocache" { // log.direct.io.cache.bytes=0
-					defer SetReadCacheBytes(readCacheLimit())
-					SetReadCacheBytes(0)
+					defer defaultReadCache.SetLimit(defaultReadCache.budget())
+					defaultReadCache.SetLimit(0)
 				}
 				benchAppend(b, fsys, c.size, 64, c.logs, false)
 			})

@@ -106,14 +106,14 @@ func TestCrashRecoveryDirect(t *testing.T) {
 	directMin.Store(directBlock)
 	seeds := crashSeeds(200)
 	var directs int64
-	hits := ReadCache().Hits
+	hits := defaultReadCache.Stats().Hits
 	for _, seed := range append(seedRange(seeds), 365, 494, 1943) { // as in TestCrashRecovery
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { directs += crashSeed(t, seed, true) })
 	}
 	if directs == 0 {
 		t.Fatal("no direct write happened")
 	}
-	hits = ReadCache().Hits - hits
+	hits = defaultReadCache.Stats().Hits - hits
 	if hits == 0 {
 		t.Fatal("no fetch was served from the read cache")
 	}

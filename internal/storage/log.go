@@ -69,6 +69,9 @@ type Options struct {
 	// behaviour: only the client's CRC check sees corruption, and a
 	// corrupt replica keeps serving it). Off by default (verify.go).
 	NoReadChecks bool
+	// ReadCache is the node's read cache of direct-I/O writes
+	// (readcache.go); nil: one shared by every log opened without one.
+	ReadCache *ReadCache
 }
 
 // AppendInfo describes an appended batch.
@@ -147,9 +150,10 @@ type Log struct {
 
 	clean bool // opened after a clean shutdown (Options.CleanShutdown)
 
-	onCorrupt  func() // Options.OnCorrupt
-	corruptErr error  // sticky: the first corruption found (verify.go)
-	noChecks   bool   // Options.NoReadChecks
+	onCorrupt  func()     // Options.OnCorrupt
+	corruptErr error      // sticky: the first corruption found (verify.go)
+	noChecks   bool       // Options.NoReadChecks
+	rc         *ReadCache // Options.ReadCache
 }
 
 // Open opens (creating if missing) the log in dir and recovers it: the
@@ -169,6 +173,9 @@ func Open(dir string, cfg Config, opts Options) (*Log, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.ReadCache == nil {
+		opts.ReadCache = defaultReadCache
+	}
 	l := &Log{
 		dir:       filepath.Clean(dir),
 		fs:        opts.FS,
@@ -180,6 +187,7 @@ func Open(dir string, cfg Config, opts Options) (*Log, error) {
 		clean:     opts.CleanShutdown,
 		onCorrupt: opts.OnCorrupt,
 		noChecks:  opts.NoReadChecks,
+		rc:        opts.ReadCache,
 
 		blockedRemoval: -1,
 	}
@@ -522,6 +530,7 @@ func (l *Log) openSegment(base int64, create bool) (*segment, error) {
 	af := newAppendFile(f, size)
 	af.onDirectOff = l.directUnavailable
 	af.lastFetch = &l.lastFetch
+	af.rc = l.rc
 	s.f = af
 	s.refs.Store(1)
 	return s, nil
