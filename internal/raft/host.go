@@ -171,7 +171,8 @@ type GroupConfig struct {
 	// AdoptPreRaft: a sole voter with no Raft state for the group whose
 	// log holds batches no Raft group wrote (leader epoch 0: a single
 	// node's log from before it ran as a one-voter cluster) takes them as
-	// its committed history instead of refusing the log.
+	// its committed history instead of refusing the log. Part of the
+	// pre-Raft adoption (internal/preraft), removed with it.
 	AdoptPreRaft bool
 	// StartOffset: a new group's log begins at this offset instead of 0
 	// (a topic restored from the object store continues after the
@@ -300,7 +301,11 @@ type group struct {
 	failed     error
 	removed    bool
 	lastLeader uint64
-	dirty      bool // in Host.dirty (under Host.dirtyMu, not mu)
+	// seenTerm, seenLeader: the highest term this node has seen a
+	// leader of in this group, and that leader (the invariants build's
+	// one-leader-per-term check, ready.go).
+	seenTerm, seenLeader uint64
+	dirty                bool // in Host.dirty (under Host.dirtyMu, not mu)
 	// storeSync: during a store round's setup, the group's first queued
 	// append that needs its log synced (storeItems; appendMu, not mu).
 	storeSync *appendItem

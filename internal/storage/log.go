@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"holdfast/internal/invariant"
 	"holdfast/internal/records"
 )
 
@@ -816,6 +817,12 @@ func (l *Log) AppendValidated(v records.Validated) (AppendInfo, error) {
 }
 
 func (l *Log) appendLocked(batch []byte, h records.Header) (AppendInfo, error) {
+	if invariant.Enabled {
+		// Offsets are dense and rising: every append path puts the batch
+		// exactly at the end, and a batch covers at least one offset.
+		invariant.Check(h.BaseOffset == l.end && h.LastOffset() >= h.BaseOffset,
+			"storage: append to %s: batch [%d,%d] at log end %d", l.dir, h.BaseOffset, h.LastOffset(), l.end)
+	}
 	var newEpoch bool
 	if h.PartitionLeaderEpoch >= 0 {
 		if n := len(l.epochs); n > 0 && h.PartitionLeaderEpoch < l.epochs[n-1].epoch {
