@@ -10,12 +10,12 @@ import (
 	"holdfast/internal/cluster"
 	"holdfast/internal/controller"
 	"holdfast/internal/coordinator"
+	"holdfast/internal/preraft"
 	"holdfast/internal/quota"
 	"holdfast/internal/raft"
 	"holdfast/internal/replica"
 	"holdfast/internal/share"
 	"holdfast/internal/storage"
-	"holdfast/internal/txn"
 )
 
 // The broker's start-up sequence (New) and its steps; Close undoes them
@@ -210,7 +210,9 @@ func (b *Broker) startStorage() error {
 		return err
 	}
 	if b.cluster.SingleNode() {
-		if err := b.singleNodeAdopt(); err != nil {
+		// A data directory from before a single node was a cluster of
+		// one (internal/preraft, removed in preraft.RemovedIn).
+		if err := preraft.AdoptMetadata(meta, b.cfg.FS, b.cfg.DataDir, b.cfg.NodeID, b.ident.DirectoryID.String(), b.log); err != nil {
 			return err
 		}
 	}
@@ -235,33 +237,6 @@ func (b *Broker) startStorage() error {
 	}
 	b.log.Info("storage open", "cluster_id", meta.ClusterID(), "topics", len(meta.Topics()), "dir", b.cfg.DataDir)
 	return b.replicas.Start()
-}
-
-// singleNodeAdopt brings a single node's data directory from before a
-// single node was a cluster of one onto the one path: its topics get this
-// node as their only replica, and producer ids continue after the ones its
-// local counter handed out. Its topics are marked PreRaft: their partition
-// logs, whose batches carry no Raft term, become their groups' committed
-// history (raft.GroupConfig.AdoptPreRaft).
-func (b *Broker) singleNodeAdopt() error {
-	// Where a single node counted producer ids before it was a cluster of
-	// one.
-	const producerIDsFile = "producer-ids"
-	next := int64(0)
-	path := filepath.Join(b.cfg.DataDir, producerIDsFile)
-	ids, err := txn.OpenIDAllocator(b.cfg.FS, path)
-	if err != nil {
-		return err
-	}
-	next = ids.Limit()
-	changed, err := b.meta.AdoptSingleNode(b.cfg.NodeID, b.ident.DirectoryID.String(), next)
-	if err != nil {
-		return err
-	}
-	if changed {
-		b.log.Info("adopted a single node's metadata from before it was a one-voter cluster", "topics", len(b.meta.Topics()), "next_producer_id", next)
-	}
-	return nil
 }
 
 // The data directory is locked for the broker's lifetime (flock on

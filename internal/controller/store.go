@@ -57,7 +57,8 @@ type Topic struct {
 	Dirs []map[int32]string `json:",omitempty"`
 	// PreRaft marks a topic created by a single node before it ran as a
 	// one-voter cluster: its partition logs may hold batches no Raft group
-	// wrote, which the group adopts as its committed history.
+	// wrote, which the group adopts as its committed history. Part of the
+	// pre-Raft adoption (internal/preraft), removed with it.
 	PreRaft bool `json:",omitempty"`
 }
 
@@ -520,7 +521,8 @@ func NewTopicID() [16]byte {
 }
 
 // StoredClusterID returns the cluster id of the metadata stored in dir, ""
-// if there is none (a node's data directory from before identities).
+// if there is none (a node's data directory from before identities). For
+// the pre-Raft adoption (internal/preraft), removed with it.
 func StoredClusterID(dir string, fs storage.FS) (string, error) {
 	data, err := readFile(fs, join(dir, fileName))
 	if isNotExist(err) {
@@ -541,7 +543,8 @@ func StoredClusterID(dir string, fs storage.FS) (string, error) {
 // name no replicas get this node (in directory dir) as the only replica of
 // every partition, and producer ids continue from nextProducerID. The
 // metadata log never held those topics; with one voter the store is the
-// only state there is. It reports whether anything changed.
+// only state there is. It reports whether anything changed. For the
+// pre-Raft adoption (internal/preraft), removed with it.
 func (s *Store) AdoptSingleNode(node int32, dir string, nextProducerID int64) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

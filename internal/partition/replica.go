@@ -57,7 +57,8 @@ type Replication struct {
 	Voters []uint64
 	Rejoin bool
 	// AdoptPreRaft lets a sole voter adopt a log written before the
-	// partition had a Raft group (raft.GroupConfig.AdoptPreRaft).
+	// partition had a Raft group (raft.GroupConfig.AdoptPreRaft; the
+	// pre-Raft adoption, internal/preraft, removed with it).
 	AdoptPreRaft bool
 	// StartOffset: a new group's log begins there, not at 0
 	// (raft.GroupConfig.StartOffset: a topic restored from the object
