@@ -284,6 +284,10 @@ func (b *Broker) sampleReplication() {
 // FsyncLatency is the storage's fsync (or syncfs) durations.
 func (b *Broker) FsyncLatency() storage.HistogramSnapshot { return b.syncer.Latency() }
 
+// SegmentWrites is the bytes this broker's partition and metadata logs
+// were written, with O_DIRECT and through the page cache.
+func (b *Broker) SegmentWrites() storage.WriteStats { return b.syncer.SegmentWrites() }
+
 // ReadCacheStats is this broker's read cache's counters
 // (log.direct.io.cache.bytes).
 func (b *Broker) ReadCacheStats() storage.ReadCacheStats { return b.readCache.Stats() }

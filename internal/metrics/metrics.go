@@ -559,7 +559,7 @@ func (c *fsyncCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *fsyncCollector) Collect(ch chan<- prometheus.Metric) {
-	ws := storage.SegmentWrites()
+	ws := c.b.SegmentWrites()
 	ch <- prometheus.MustNewConstMetric(descLogWrites, prometheus.CounterValue, float64(ws.DirectBytes), "direct")
 	ch <- prometheus.MustNewConstMetric(descLogWrites, prometheus.CounterValue, float64(ws.CachedBytes), "page_cache")
 	rc := c.b.ReadCacheStats()

@@ -633,6 +633,7 @@ func (l *Log) openSegment(base int64, create bool) (*segment, error) {
 	af.onDirectOff = l.directUnavailable
 	af.lastFetch = &l.lastFetch
 	af.rc = l.rc
+	af.writes = &l.syncer.writes
 	s.f = af
 	s.refs.Store(1)
 	return s, nil

@@ -362,7 +362,7 @@ func TestReadCacheOS(t *testing.T) {
 	appendDurable(t, l, m, 100, 3000) // ~300 KiB: over directMin
 	checkReadCache(t, l)
 	m.checkFetches(t, l)
-	if SegmentWrites().DirectBytes == 0 {
+	if l.syncer.SegmentWrites().DirectBytes == 0 {
 		if _, err := os.Stat("/proc/self/fd"); err == nil {
 			t.Log("the filesystem refused O_DIRECT: no cache to check")
 		}
