@@ -201,7 +201,7 @@ func TestConsoleLab(t *testing.T) {
 	// Kept across a restart.
 	p.kill()
 	<-p.done
-	p = startProc(t, dir, addr, "--listen", addr, "--metrics-listen", web)
+	startProc(t, dir, addr, "--listen", addr, "--metrics-listen", web)
 	page = httpGet(base + "/lab")
 	labRowsShown(t, page, file)
 

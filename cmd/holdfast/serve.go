@@ -187,10 +187,10 @@ func (c *serveConfig) register(s *settings) {
 	s.Duration(&c.ctrlQuotaWindowSize, "controller-quota-window-size", time.Second, "controller_mutation_rate window length", kafkaDuration("controller.quota.window.size.seconds", sec))
 	s.Int64(&c.offsetsSeg, "offsets-segment-bytes", def.OffsetsTopicSegmentBytes, "segment.bytes of __consumer_offsets when it is created", kafka("offsets.topic.segment.bytes"))
 	s.Int64(&c.txnSeg, "txn-segment-bytes", def.TxnTopicSegmentBytes, "segment.bytes of __transaction_state when it is created", kafka("transaction.state.log.segment.bytes"))
-	s.String(&c.peers, "peers", "", "cluster mode: the controller quorum's Raft addresses as the cluster was formed, id@host:port,... (the same on every node; the quorum then changes with holdfast cluster add-controller / remove-controller); empty = single node",
+	s.String(&c.peers, "peers", "", "the controller quorum's Raft addresses as the cluster was formed, id@host:port,... (the same on every node; the quorum then changes with holdfast cluster add-controller / remove-controller); empty = single node",
 		kafkaConverted("controller.quorum.voters", func(v string) (string, error) {
 			if !strings.Contains(v, ",") {
-				return "", nil // one voter, this node: Holdfast's single-node mode
+				return "", nil // one voter, this node: a single node, a cluster of one
 			}
 			return v, nil
 		}))
@@ -202,8 +202,8 @@ func (c *serveConfig) register(s *settings) {
 	s.Int(&c.imbalancePct, "leader-imbalance-per-broker-percentage", def.LeaderImbalancePerBrokerPct, "cluster: share of a broker's preferred partitions it may not lead before they move back", kafka("leader.imbalance.per.broker.percentage"))
 	s.Bool(&c.ctrlShut, "controlled-shutdown", def.ControlledShutdown, "cluster: on stop, hand this node's leaderships to caught-up replicas first", kafka("controlled.shutdown.enable"))
 	s.Duration(&c.ctrlShutMax, "controlled-shutdown-max-wait", def.ControlledShutdownMaxWait, "cluster: longest wait for those transfers before stopping anyway")
-	s.Duration(&c.hbInterval, "broker-heartbeat-interval", def.BrokerHeartbeatInterval, "cluster mode: how often a broker heartbeats the controller", kafkaDuration("broker.heartbeat.interval.ms", ms))
-	s.Duration(&c.session, "broker-session-timeout", def.BrokerSessionTimeout, "cluster mode: the controller fences a broker not heard from this long", kafkaDuration("broker.session.timeout.ms", ms))
+	s.Duration(&c.hbInterval, "broker-heartbeat-interval", def.BrokerHeartbeatInterval, "how often a broker heartbeats the controller", kafkaDuration("broker.heartbeat.interval.ms", ms))
+	s.Duration(&c.session, "broker-session-timeout", def.BrokerSessionTimeout, "the controller fences a broker not heard from this long", kafkaDuration("broker.session.timeout.ms", ms))
 	s.String(&c.metricsListen, "metrics-listen", "localhost:9095", "admin listener: web console (/), Prometheus /metrics, /healthz and /debug/pprof; empty to disable")
 	s.String(&c.adminAuth, "admin-auth", "auto", "logins on the admin listener (Kafka users of this cluster; docs/security.md): auto = the console asks for one when any Kafka listener authenticates, /metrics and /debug/pprof also when the admin listener is beyond loopback; required = everything but /healthz asks; none = nothing asks")
 	s.String(&c.adminAuthMetrics, "admin-auth-metrics", "login", "/metrics when --admin-auth asks for logins there: login (a scraper sends HTTP Basic credentials of a user allowed to DESCRIBE the CLUSTER) or open")

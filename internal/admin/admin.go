@@ -64,7 +64,8 @@ type Partition struct {
 	HighWatermark int64
 	// Acked is each replica's acknowledged offset from the leader's Raft
 	// progress: followers acknowledge after fsync, and the leader's own
-	// entry is its fsynced offset. Empty on a single node.
+	// entry is its fsynced offset. Empty on a single node (not asked: its
+	// groups' only voter is the leader, whose offsets the metadata shows).
 	Acked map[int32]int64
 	Err   string
 }
@@ -121,7 +122,8 @@ func (c *Client) ClusterStatus(ctx context.Context, topics ...string) (*Cluster,
 	}
 	sort.Slice(out.Topics, func(i, j int) bool { return out.Topics[i].Name < out.Topics[j].Name })
 	if len(out.Nodes) > 1 {
-		// A single node has no Raft groups to describe.
+		// A single node's groups have one voter each, the leader itself:
+		// no other replica's progress to ask for.
 		c.quorums(ctx, out)
 	}
 	return out, nil

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -238,8 +237,12 @@ func TestOAuthJWKS(t *testing.T) {
 
 func writeJWKS(t testing.TB, path, kid string, pub *ecdsa.PublicKey) {
 	t.Helper()
-	b := func(n *big.Int) string { return base64.RawURLEncoding.EncodeToString(n.FillBytes(make([]byte, 32))) }
-	doc := map[string]any{"keys": []map[string]string{{"kty": "EC", "crv": "P-256", "kid": kid, "alg": "ES256", "use": "sig", "x": b(pub.X), "y": b(pub.Y)}}}
+	raw, err := pub.Bytes() // 0x04, then X and Y, 32 bytes each
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := func(n []byte) string { return base64.RawURLEncoding.EncodeToString(n) }
+	doc := map[string]any{"keys": []map[string]string{{"kty": "EC", "crv": "P-256", "kid": kid, "alg": "ES256", "use": "sig", "x": b(raw[1:33]), "y": b(raw[33:])}}}
 	data, _ := json.Marshal(doc)
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)

@@ -612,6 +612,7 @@ func TestSaramaClusterAdmin(t *testing.T) {
 		t.Fatalf("describe topics: %+v", meta)
 	}
 
+	//lint:ignore SA1019 deprecated in sarama, but what applications built on it still call
 	entries, err := ca.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: "sarama-t"})
 	mustNil(t, "describe config", err)
 	found := false
@@ -629,6 +630,7 @@ func TestSaramaClusterAdmin(t *testing.T) {
 	seg := "2097152"
 	mustNil(t, "incremental alter", ca.IncrementalAlterConfig(sarama.TopicResource, "sarama-t",
 		map[string]sarama.IncrementalAlterConfigsEntry{"segment.bytes": {Operation: sarama.IncrementalAlterConfigsOperationSet, Value: &seg}}, false))
+	//lint:ignore SA1019 as above
 	entries, err = ca.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: "sarama-t", ConfigNames: []string{"segment.bytes"}})
 	mustNil(t, "describe config", err)
 	if len(entries) != 1 || entries[0].Value != seg {

@@ -109,8 +109,9 @@ type Config struct {
 	OffsetsTopicSegmentBytes int64
 	TxnTopicSegmentBytes     int64
 
-	// Cluster mode (cluster.go); all zero on a single node. Peers maps
-	// every node id (this one included) to its Raft address.
+	// The cluster (cluster.go); all zero on a single node, a cluster of
+	// one. Peers maps every node id (this one included) to its Raft
+	// address.
 	Peers      map[int32]string
 	RaftListen string // default: this node's entry in Peers
 	// A node whose id is not in Peers is a broker-only node: Peers is the
@@ -125,7 +126,7 @@ type Config struct {
 	// DefaultReplicationFactor is default.replication.factor: 0 means 1
 	// on a single node, min(3, nodes) in a cluster.
 	DefaultReplicationFactor int16
-	// Leadership (leaderbalance.go). AutoLeaderRebalance is
+	// Leadership (cluster/leaders.go). AutoLeaderRebalance is
 	// auto.leader.rebalance.enable (default true): every
 	// LeaderImbalanceCheckInterval (leader.imbalance.check.interval.seconds,
 	// default 300 s) a node hands partitions back to their preferred
@@ -246,7 +247,10 @@ type Broker struct {
 	ident  datadir.Identity // identity.go
 	log    *slog.Logger
 	syncer *storage.Syncer
-	meta   *controller.Store
+	// readCache: this broker's read cache of direct-I/O writes
+	// (storage/readcache.go, log.direct.io.cache.bytes).
+	readCache *storage.ReadCache
+	meta      *controller.Store
 	// replicas are this node's partition replicas (internal/replica).
 	replicas *replica.Manager
 	// coord hosts this node's group and transaction coordinators;
@@ -256,8 +260,8 @@ type Broker struct {
 	// share is this node's share partitions (as partition leader) and
 	// share sessions (KIP-932, sharefetch.go).
 	share *share.Manager
-	// cluster is the Raft side of cluster mode (cluster.go); nil on a
-	// single node.
+	// cluster is this node's membership and the controller's behaviour
+	// (internal/cluster), on a single node too (a cluster of one).
 	cluster *cluster.Node
 	// tiered is tiered storage (tiered.go); nil when it is off.
 	tiered  *tiered.Manager

@@ -352,7 +352,7 @@ func TestClusterTransactions(t *testing.T) {
 	}
 	sess, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(addrs(nodes)...), kgo.TransactionalID("ledger-copier"),
 		kgo.ConsumerGroup("copier"), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RequireStableFetchOffsets(), kgo.RetryTimeout(90*time.Second))
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RetryTimeout(90*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -246,7 +246,7 @@ func TestClusterGroupTransactAcrossCoordinatorMove(t *testing.T) {
 		s, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(addrs(nodes)...), kgo.TransactionalID(txnID),
 			kgo.ConsumerGroup(group), kgo.ConsumeTopics(in), kgo.DefaultProduceTopic(out),
 			kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-			kgo.RequireStableFetchOffsets(), kgo.SessionTimeout(6*time.Second), kgo.HeartbeatInterval(200*time.Millisecond),
+			kgo.SessionTimeout(6*time.Second), kgo.HeartbeatInterval(200*time.Millisecond),
 			kgo.FetchMaxWait(200*time.Millisecond), kgo.RetryTimeout(90*time.Second), kgo.MetadataMinAge(100*time.Millisecond),
 			kgo.WithLogger(kgo.BasicLogger(testLogWriter{t, new(atomic.Int64)}, kgo.LogLevelInfo, func() string { return "kgo: " })))
 		if err != nil {

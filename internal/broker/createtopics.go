@@ -254,7 +254,8 @@ func (b *Broker) validateAssignment(replicas []int32) error {
 	return nil
 }
 
-// createClusterTopic is CreateTopics in cluster mode.
+// createClusterTopic commits the topic through the metadata group
+// (cluster.Node.CreateTopic).
 func (b *Broker) createClusterTopic(ctx context.Context, name string, partitions int32, rf int16, assign [][]int32, configs map[string]string) (controller.Topic, error) {
 	return b.cluster.CreateTopic(ctx, name, partitions, rf, assign, configs, false, true)
 }

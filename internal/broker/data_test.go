@@ -233,7 +233,7 @@ func TestMessageSizeLimit(t *testing.T) {
 		t.Fatalf("record just below max.message.bytes: %v", err)
 	}
 	big := make([]byte, 200_000)
-	rand.Read(big) // incompressible: franz-go compresses by default
+	rand.New(rand.NewSource(1)).Read(big) // incompressible: franz-go compresses by default
 	over := &kgo.Record{Topic: "sized", Value: big}
 	if err := cl.ProduceSync(ctx, over).FirstErr(); !errors.Is(err, kerr.MessageTooLarge) {
 		t.Fatalf("record above max.message.bytes: err %v, want MESSAGE_TOO_LARGE", err)

@@ -65,7 +65,7 @@ func (b *Broker) handleDeleteRecords(_ context.Context, r *wire.Request) wire.Re
 					// stays too.
 				case off > p.LogStartOffset():
 					// Through the partition's Raft log, so every replica
-					// moves its start (cluster_compact.go); answered once
+					// moves its start (replica/logstart.go); answered once
 					// committed and applied here.
 					if err := b.replicas.ReplicateLogStart(ctx, p, group, off); err != nil {
 						b.log.Warn("delete records", "topic", rt.Topic, "partition", rp.Partition, "offset", off, "err", err)

@@ -14,7 +14,6 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
-	"holdfast/internal/storage"
 )
 
 // TestClusterDirectIO runs log.direct.io on a 3-node cluster with franz-go:
@@ -25,7 +24,13 @@ import (
 func TestClusterDirectIO(t *testing.T) {
 	nodes := startCluster(t, 3, func(c *broker.Config) { c.DirectIO = true })
 	createClusterTopic(t, nodes, "dio", 2, 3, nil)
-	before := storage.SegmentWrites().DirectBytes
+	directBytes := func() (n int64) {
+		for _, nd := range nodes {
+			n += nd.B.SegmentWrites().DirectBytes // each broker's own count
+		}
+		return n
+	}
+	before := directBytes()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cl := nodes[0].Client(kgo.DefaultProduceTopic("dio"), kgo.ProducerBatchMaxBytes(1<<20), kgo.ProducerLinger(5*time.Millisecond))
@@ -70,7 +75,13 @@ func TestClusterDirectIO(t *testing.T) {
 	// A consumer tails the topic while it is produced: with direct I/O
 	// the newest bytes are not in the page cache, and its fetches are
 	// served from the read cache (a log keeps chunks while fetched from).
-	hits := storage.ReadCache().Hits
+	cacheHits := func() (n int64) {
+		for _, nd := range nodes {
+			n += nd.B.ReadCacheStats().Hits // each broker's own cache
+		}
+		return n
+	}
+	hits := cacheHits()
 	tailing := make(chan error, 1)
 	go func() { tailing <- readBack("tailing") }()
 	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
@@ -80,10 +91,10 @@ func TestClusterDirectIO(t *testing.T) {
 		t.Fatal(err)
 	}
 	read("after produce")
-	if storage.SegmentWrites().DirectBytes != before && storage.ReadCache().Hits == hits {
+	if directBytes() != before && cacheHits() == hits {
 		t.Fatal("bytes went O_DIRECT but no fetch of them was served from the read cache")
 	}
-	if storage.SegmentWrites().DirectBytes == before {
+	if directBytes() == before {
 		probe, err := os.OpenFile(filepath.Join(t.TempDir(), "probe"), os.O_CREATE|os.O_WRONLY|syscall.O_DIRECT, 0o644)
 		if err == nil {
 			probe.Close()

@@ -95,7 +95,7 @@ func TestFetchSessionProtocol(t *testing.T) {
 	if got := parts(inc); len(got) != 1 || got[1] == 0 {
 		t.Fatalf("after a produce to partition 1 the incremental fetch returned %v; want partition 1 with records", got)
 	}
-	inc = fetch(sid, 3, map[int32]int64{1: 3}, []int32{2})
+	fetch(sid, 3, map[int32]int64{1: 3}, []int32{2})
 	produceRawTo(t, cl, "fs", 2, rawBatch(t, -1, -1, -1, 1, records.CodecNone))
 	if got := parts(fetch(sid, 4, nil, nil)); len(got) != 0 {
 		t.Fatalf("a forgotten partition's new records came back: %v", got)

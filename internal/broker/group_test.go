@@ -399,17 +399,6 @@ func TestGroupKafkaGoSharesPartitionsExactlyOnce(t *testing.T) {
 	checkOnce(t, total, seen)
 }
 
-// owners maps each partition of the group's assignment to its member id.
-func owners(g kadm.DescribedGroup) map[int32]string {
-	out := map[int32]string{}
-	for _, m := range g.Members {
-		for p := range assigned(m) {
-			out[p] = m.MemberID
-		}
-	}
-	return out
-}
-
 func TestGroupMemberJoinsAndKilledMemberPartitionsMove(t *testing.T) {
 	n := startGroups(t, 200*time.Millisecond)
 	n.CreateTopic("move", 6, nil)

@@ -94,7 +94,7 @@ func (c *leaderISRCache) lookup(t controller.Topic, i, leader, epoch int32) ([]i
 // that leader reports (above).
 func (b *Broker) answerPartition(r *wire.Request, t controller.Topic, i int32) kmsg.MetadataResponseTopicPartition {
 	mp := b.partitionMetadata(t, i)
-	if b.cluster == nil || b.leaderISR.wake == nil || mp.ErrorCode != 0 || mp.Leader < 0 || mp.Leader == b.cfg.NodeID || b.forwardedBy(r) {
+	if b.leaderISR.wake == nil || mp.ErrorCode != 0 || mp.Leader < 0 || mp.Leader == b.cfg.NodeID || b.forwardedBy(r) {
 		return mp
 	}
 	isr, ok := b.leaderISR.lookup(t, i, mp.Leader, mp.LeaderEpoch)
@@ -113,11 +113,8 @@ func (b *Broker) answerPartition(r *wire.Request, t controller.Topic, i int32) k
 	return mp
 }
 
-// startLeaderISR runs the cache's refresh loop (cluster mode only).
+// startLeaderISR runs the cache's refresh loop.
 func (b *Broker) startLeaderISR() error {
-	if b.cluster == nil {
-		return nil
-	}
 	b.leaderISR.wake = make(chan struct{}, 1)
 	stop := goLoop(func(stop <-chan struct{}) {
 		for {

@@ -104,7 +104,7 @@ func (b *Broker) handleMetadata(ctx context.Context, r *wire.Request) wire.Reply
 // The wait runs in the Reply, on the connection's writer goroutine: the
 // reader must not block.
 func (b *Broker) respondMetadata(_ context.Context, r *wire.Request, resp *kmsg.MetadataResponse) wire.Reply {
-	if b.cluster == nil || !leaderless(resp) {
+	if !leaderless(resp) {
 		return wire.Respond(resp)
 	}
 	hold := b.cluster.StartupHold()

@@ -28,7 +28,7 @@ type committedWait struct {
 	p      *partition.Partition
 	end    int64 // every offset below end must be committed
 	ti, pi int   // the response entry
-	local  bool  // acks=1: the leader's own disk is enough (cluster mode)
+	local  bool  // acks=1: the leader's own disk is enough
 	// res is the append's result: a duplicate's original is confirmed
 	// once committed (partition.ConfirmStored).
 	res partition.AppendResult

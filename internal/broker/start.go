@@ -10,12 +10,12 @@ import (
 	"holdfast/internal/cluster"
 	"holdfast/internal/controller"
 	"holdfast/internal/coordinator"
+	"holdfast/internal/preraft"
 	"holdfast/internal/quota"
 	"holdfast/internal/raft"
 	"holdfast/internal/replica"
 	"holdfast/internal/share"
 	"holdfast/internal/storage"
-	"holdfast/internal/txn"
 )
 
 // The broker's start-up sequence (New) and its steps; Close undoes them
@@ -50,15 +50,11 @@ func New(cfg Config) (*Broker, error) {
 		cfg.FS = storage.OSFSBudget(cfg.DirectIO, 0)
 		dataFS = storage.OSFSBudget(cfg.DirectIO, cfg.MaxOpenFiles)
 	}
-	if cfg.DirectIO {
-		switch {
-		case cfg.DirectIOCacheBytes == 0:
-			storage.SetReadCacheBytes(storage.DefaultReadCacheBytes)
-		case cfg.DirectIOCacheBytes < 0:
-			storage.SetReadCacheBytes(0)
-		default:
-			storage.SetReadCacheBytes(cfg.DirectIOCacheBytes)
-		}
+	// This broker's own read cache (two brokers in one process share
+	// none); it holds anything only with direct I/O.
+	cacheBytes := int64(storage.DefaultReadCacheBytes)
+	if cfg.DirectIO && cfg.DirectIOCacheBytes != 0 {
+		cacheBytes = max(cfg.DirectIOCacheBytes, 0)
 	}
 	if len(cfg.Peers) == 0 {
 		// A single node is a cluster of one: its only voter, with no Raft
@@ -68,7 +64,7 @@ func New(cfg Config) (*Broker, error) {
 	if err := checkReplicaSelector(cfg.ReplicaSelector); err != nil {
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger, quotas: quota.New(cfg.Quotas), dataFS: dataFS}
+	b := &Broker{cfg: cfg, log: cfg.Logger, quotas: quota.New(cfg.Quotas), dataFS: dataFS, readCache: storage.NewReadCache(cacheBytes)}
 	b.fetchSessions.init(cfg.FetchSessionSlots)
 	steps := []struct {
 		name string
@@ -121,7 +117,7 @@ func (b *Broker) openCluster() error {
 		Self:        b.selfInfo(), InterBrokerListener: sc.InterBrokerListener,
 		RaftTLS: rtls, RaftFaults: c.RaftFaults, Dial: b.nodeClient, OnSecurityChange: b.securityApplied,
 		OnQuotaChange: b.quotasApplied,
-		FS:            c.FS, Logger: b.log, Clock: c.Clock, RaftTickInterval: c.RaftTickInterval,
+		FS:            c.FS, Logger: b.log, Clock: c.Clock, RaftTickInterval: c.RaftTickInterval, ReadCache: b.readCache,
 	})
 	if err != nil {
 		return err
@@ -214,7 +210,9 @@ func (b *Broker) startStorage() error {
 		return err
 	}
 	if b.cluster.SingleNode() {
-		if err := b.singleNodeAdopt(); err != nil {
+		// A data directory from before a single node was a cluster of
+		// one (internal/preraft, removed in preraft.RemovedIn).
+		if err := preraft.AdoptMetadata(meta, b.cfg.FS, b.cfg.DataDir, b.cfg.NodeID, b.ident.DirectoryID.String(), b.log); err != nil {
 			return err
 		}
 	}
@@ -223,7 +221,7 @@ func (b *Broker) startStorage() error {
 		NodeID: b.cfg.NodeID, DataDir: b.cfg.DataDir,
 		DirectoryID: b.ident.DirectoryID.String(), BootstrapMember: b.ident.BootstrapMember(),
 		LogDefaults: b.cfg.LogDefaults, RetentionCheckInterval: b.cfg.RetentionCheckInterval, Cleaner: b.cfg.LogCleaner,
-		ScrubBytesPerSecond: b.cfg.LogScrubBytesPerSecond, NoReadChecks: b.cfg.LogNoReadChecks,
+		ScrubBytesPerSecond: b.cfg.LogScrubBytesPerSecond, NoReadChecks: b.cfg.LogNoReadChecks, ReadCache: b.readCache,
 		RemoteStorage: b.cfg.Tiered.Enabled, FS: b.dataFS, Logger: b.log, Clock: b.cfg.Clock,
 	}, meta, b.cluster.Host(), b.syncer)
 	b.closers = append(b.closers, b.replicas.Close)
@@ -239,33 +237,6 @@ func (b *Broker) startStorage() error {
 	}
 	b.log.Info("storage open", "cluster_id", meta.ClusterID(), "topics", len(meta.Topics()), "dir", b.cfg.DataDir)
 	return b.replicas.Start()
-}
-
-// singleNodeAdopt brings a single node's data directory from before a
-// single node was a cluster of one onto the one path: its topics get this
-// node as their only replica, and producer ids continue after the ones its
-// local counter handed out. Its topics are marked PreRaft: their partition
-// logs, whose batches carry no Raft term, become their groups' committed
-// history (raft.GroupConfig.AdoptPreRaft).
-func (b *Broker) singleNodeAdopt() error {
-	// Where a single node counted producer ids before it was a cluster of
-	// one.
-	const producerIDsFile = "producer-ids"
-	next := int64(0)
-	path := filepath.Join(b.cfg.DataDir, producerIDsFile)
-	ids, err := txn.OpenIDAllocator(b.cfg.FS, path)
-	if err != nil {
-		return err
-	}
-	next = ids.Limit()
-	changed, err := b.meta.AdoptSingleNode(b.cfg.NodeID, b.ident.DirectoryID.String(), next)
-	if err != nil {
-		return err
-	}
-	if changed {
-		b.log.Info("adopted a single node's metadata from before it was a one-voter cluster", "topics", len(b.meta.Topics()), "next_producer_id", next)
-	}
-	return nil
 }
 
 // The data directory is locked for the broker's lifetime (flock on

@@ -284,6 +284,14 @@ func (b *Broker) sampleReplication() {
 // FsyncLatency is the storage's fsync (or syncfs) durations.
 func (b *Broker) FsyncLatency() storage.HistogramSnapshot { return b.syncer.Latency() }
 
+// SegmentWrites is the bytes this broker's partition and metadata logs
+// were written, with O_DIRECT and through the page cache.
+func (b *Broker) SegmentWrites() storage.WriteStats { return b.syncer.SegmentWrites() }
+
+// ReadCacheStats is this broker's read cache's counters
+// (log.direct.io.cache.bytes).
+func (b *Broker) ReadCacheStats() storage.ReadCacheStats { return b.readCache.Stats() }
+
 // GroupLag is a consumer group's position in one partition.
 type GroupLag struct {
 	Group     string
@@ -321,7 +329,7 @@ func (b *Broker) TopicName(id [16]byte) (string, bool) {
 	return t.Name, ok
 }
 
-// ReplicationStats is this node's view of its Raft groups (cluster mode).
+// ReplicationStats is this node's view of its Raft groups.
 type ReplicationStats struct {
 	Groups       int   // Raft groups on this node (partition replicas and the metadata group)
 	FailedGroups int   // groups stopped by a failure, not yet repaired (repair.go)

@@ -18,14 +18,6 @@ const (
 	transactionTopic = controller.TransactionTopic
 )
 
-// internalTopicConfigs are the configs an internal topic is created with.
-func (b *Broker) internalTopicConfigs(topic string) map[string]string {
-	if topic == offsetsTopic {
-		return topicconfig.Internal(b.cfg.OffsetsTopicSegmentBytes)
-	}
-	return topicconfig.Internal(b.cfg.TxnTopicSegmentBytes)
-}
-
 // errCode is an error carrying a Kafka code and message.
 var errCode = kafkaerr.New
 

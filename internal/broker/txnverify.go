@@ -15,17 +15,16 @@ import (
 	"holdfast/internal/txn"
 )
 
-// KIP-890 (part 1) verification in cluster mode. A transactional batch
+// KIP-890 (part 1) verification. A transactional batch
 // may only be appended to a partition that the producer's transaction
 // coordinator has in its ongoing transaction: a batch arriving after the
 // transaction's marker (a late retry, a zombie, a client bug) would open a
 // transaction nobody ever closes, holding the partition's last stable
-// offset - and every read_committed consumer - forever. On a single node
-// the partition asks the coordinator directly under its append lock. In a
-// cluster the coordinator of the transactional id is the leader of its
-// __transaction_state partition, often another node, so the partition
-// leader asks it first, as Kafka does: AddPartitionsToTxn v4+ with
-// VerifyOnly, broker to broker (or the local coordinator directly).
+// offset - and every read_committed consumer - forever. The coordinator of
+// the transactional id is the leader of its __transaction_state
+// partition, often another node, so the partition leader asks it first,
+// as Kafka does: AddPartitionsToTxn v4+ with VerifyOnly, broker to broker
+// (or the local coordinator directly).
 //
 // The partition takes a guard before asking (BeginTxnVerification) and
 // records the answer against it; a marker landing meanwhile drops the
@@ -57,7 +56,7 @@ type toVerify struct {
 	code  *int16 // where the answer goes: 0 to go ahead
 }
 
-// verifyTxnCluster is the partitions' Verifier in cluster mode: reached
+// verifyTxnCluster is the partitions' Verifier: reached
 // only when a transactional batch was neither admitted by the partition's
 // own state nor verified beforehand (the verification raced a marker).
 func verifyTxnCluster(topic string, p int32, pid int64, epoch int16) error {
@@ -66,7 +65,7 @@ func verifyTxnCluster(topic string, p int32, pid int64, epoch int16) error {
 }
 
 // verifyProduce runs the verification for the transactional batches of a
-// produce request (cluster mode), before any of them is appended. codes
+// produce request, before any of them is appended. codes
 // are indexed like the request's topics and partitions; a non-zero code
 // refuses that partition's batch.
 func (b *Broker) verifyProduce(ctx context.Context, req *kmsg.ProduceRequest, codes [][]int16) {
@@ -130,7 +129,7 @@ func (b *Broker) verifyProduce(ctx context.Context, req *kmsg.ProduceRequest, co
 }
 
 // verifyOffsetsPartition verifies that __consumer_offsets partition p is
-// in the transaction before a TxnOffsetCommit writes there (cluster mode).
+// in the transaction before a TxnOffsetCommit writes there.
 // It returns the TxnOffsetCommit error code, 0 to go ahead.
 //
 // With add (TxnOffsetCommit v5 under transaction.version 2) the partition

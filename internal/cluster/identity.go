@@ -13,8 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"holdfast/internal/controller"
 	"holdfast/internal/datadir"
+	"holdfast/internal/preraft"
 	"holdfast/internal/raft"
 	"holdfast/internal/storage"
 )
@@ -37,9 +37,9 @@ func (n *Node) openIdentity() error {
 	}
 	if !id.Formatted() && n.SingleNode() {
 		// A single node: its own cluster (the one its metadata already
-		// names, for a directory from before identities), formed with
-		// this directory.
-		cid, err := controller.StoredClusterID(filepath.Join(n.cfg.DataDir, "meta"), n.cfg.FS)
+		// names, for a directory from before identities: internal/preraft),
+		// formed with this directory.
+		cid, err := preraft.ClusterID(n.cfg.FS, n.cfg.DataDir)
 		if err != nil {
 			return err
 		}

@@ -10,7 +10,7 @@ import (
 	"holdfast/internal/replica"
 )
 
-// Leadership placement in cluster mode: automatic preferred-leader
+// Leadership placement: automatic preferred-leader
 // balancing (auto.leader.rebalance.enable) and controlled shutdown
 // (controlled.shutdown.enable). Both move leadership with Raft transfers,
 // which hand over without an election timeout.

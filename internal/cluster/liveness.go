@@ -18,7 +18,7 @@ import (
 	"holdfast/internal/controller"
 )
 
-// Broker liveness in cluster mode, as KRaft does it: every broker sends
+// Broker liveness, as KRaft does it: every broker sends
 // BrokerHeartbeat to the controller; the controller fences a broker it has
 // not heard from for the session timeout by committing OpFence, and a later
 // heartbeat commits OpUnfence. Who is fenced is therefore committed

@@ -110,8 +110,11 @@ type Config struct {
 	// OnQuotaChange, if set, is called after client quotas changed.
 	OnQuotaChange func()
 
-	FS     storage.FS
-	Logger *slog.Logger
+	FS storage.FS
+	// ReadCache is the node's read cache of direct-I/O writes, for the
+	// metadata log (storage.Options.ReadCache).
+	ReadCache *storage.ReadCache
+	Logger    *slog.Logger
 	// Clock drives the node's periodic loops (registration, liveness,
 	// reassignment, leader balance, the metadata group's repair) and
 	// the liveness sessions' times; nil: the wall clock.
@@ -146,6 +149,11 @@ type Node struct {
 	// gone: this broker-only node applied its own unregistration; it
 	// stops re-registering (the operator stops it next).
 	gone atomic.Bool
+
+	// pidMu serializes producer-id block proposals on the controller
+	// (producerids.go): two at once would name the same start and one
+	// would be refused.
+	pidMu sync.Mutex
 
 	// topicDeleted is OnTopicDeleted's hook (nil: none).
 	topicDeleted atomic.Pointer[func(controller.Topic)]
@@ -388,7 +396,7 @@ func (n *Node) OpenMetadata(meta *controller.Store, syncer *storage.Syncer) erro
 	if err := storage.MkdirAllDurable(n.cfg.FS, dir); err != nil {
 		return err
 	}
-	l, err := storage.Open(dir, cfg, storage.Options{FS: n.cfg.FS, Syncer: syncer, Logger: n.log})
+	l, err := storage.Open(dir, cfg, storage.Options{FS: n.cfg.FS, Syncer: syncer, Logger: n.log, ReadCache: n.cfg.ReadCache})
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -73,15 +72,11 @@ func (n *Node) askProducerIDs(ctx context.Context, me int32) (int64, int64, erro
 	return resp.ProducerIDStart, int64(resp.ProducerIDLen), nil
 }
 
-// pidMu serializes block proposals on the controller: two at once would
-// name the same start and one would be refused.
-var pidMu sync.Mutex
-
 // AllocateProducerIDs commits a block to broker through the metadata log
 // (this node must be the controller) and returns it once applied.
 func (n *Node) AllocateProducerIDs(ctx context.Context, broker int32) (int64, int64, error) {
-	pidMu.Lock()
-	defer pidMu.Unlock()
+	n.pidMu.Lock()
+	defer n.pidMu.Unlock()
 	for range 5 {
 		start := n.meta.ProducerIDBlockStart()
 		err := n.Propose(ctx, controller.Command{Op: controller.OpAllocateProducerIDs, BrokerID: broker,
@@ -109,8 +104,8 @@ func (n *Node) SkipProducerIDsBelow(ctx context.Context, below int64) error {
 	if !n.IsController() || below <= n.meta.ProducerIDFloor() {
 		return nil
 	}
-	pidMu.Lock()
-	defer pidMu.Unlock()
+	n.pidMu.Lock()
+	defer n.pidMu.Unlock()
 	return n.Propose(ctx, controller.Command{Op: controller.OpAllocateProducerIDs, ProducerIDStart: below})
 }
 

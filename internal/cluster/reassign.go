@@ -14,7 +14,7 @@ import (
 	"holdfast/internal/replica"
 )
 
-// Partition reassignment (cluster mode). The controller commits a target
+// Partition reassignment. The controller commits a target
 // replica set (OpReassign); while it is pending the metadata lists the
 // union of the original and target replicas, and every node in it opens a
 // replica (bootstrapped with the partition's initial voters, so that it

@@ -9,7 +9,7 @@ import (
 	"holdfast/internal/auth"
 )
 
-// BrokerInfo is one registered broker (cluster mode): how clients reach it.
+// BrokerInfo is one registered broker: how clients reach it.
 type BrokerInfo struct {
 	ID   int32  `json:"id"`
 	Host string `json:"host"`

@@ -156,6 +156,31 @@ func (im *Image) Apply(end int64, c Command) (*Image, Delta, error) {
 }
 
 func (next *Image) applyTo(c Command, d *Delta) error {
+	if handled, err := next.applyTopicCommand(c, d); handled {
+		return err
+	}
+	if handled, err := next.applyClusterCommand(c); handled {
+		return err
+	}
+	st := &next.st
+	if handled, err := applySecurity(st, c); handled {
+		return err
+	}
+	if handled, err := applyQuotas(st, c); handled {
+		return err
+	}
+	if handled, err := applyGroupConfigs(st, c); handled {
+		return err
+	}
+	if handled, err := applyFeatures(st, c); handled {
+		return err
+	}
+	return fmt.Errorf("controller: unknown metadata command %q", c.Op)
+}
+
+// applyTopicCommand applies the commands that create, change or delete a
+// topic (reporting it in d); handled is false for any other command.
+func (next *Image) applyTopicCommand(c Command, d *Delta) (handled bool, err error) {
 	st := &next.st
 	// A topic the command changes: a shallow copy to change. Its slices
 	// and maps are shared with the old image: replace them, never write
@@ -169,29 +194,16 @@ func (next *Image) applyTo(c Command, d *Delta) error {
 		return &t, nil
 	}
 	switch c.Op {
-	case OpInit:
-		if c.ClusterID == "" {
-			return fmt.Errorf("controller: init without a cluster id")
-		}
-		st.ClusterID = c.ClusterID
-	case OpRegister:
-		if c.Broker == nil {
-			return fmt.Errorf("controller: register without a broker")
-		}
-		bs := slices.DeleteFunc(slices.Clone(st.Brokers), func(b BrokerInfo) bool { return b.ID == c.Broker.ID })
-		bs = append(bs, *c.Broker)
-		sort.Slice(bs, func(i, j int) bool { return bs[i].ID < bs[j].ID })
-		st.Brokers = bs
 	case OpCreateTopic:
 		t := c.Topic
 		if t == nil || t.Partitions <= 0 || len(t.Replicas) != int(t.Partitions) {
-			return ErrInvalidCount
+			return true, ErrInvalidCount
 		}
 		if _, dup := next.names.get(t.Name); dup {
-			return ErrTopicExists
+			return true, ErrTopicExists
 		}
 		if _, dup := next.ids.get(t.ID); dup {
-			return ErrTopicExists
+			return true, ErrTopicExists
 		}
 		nt := t.clone()
 		nt.Dirs = nil
@@ -202,7 +214,7 @@ func (next *Image) applyTo(c Command, d *Delta) error {
 	case OpDeleteTopic:
 		t, ok := next.names.get(c.Name)
 		if !ok {
-			return ErrUnknownTopic
+			return true, ErrUnknownTopic
 		}
 		next.dropTopic(t)
 		next.recount(t, nil)
@@ -215,10 +227,10 @@ func (next *Image) applyTo(c Command, d *Delta) error {
 	case OpAddPartitions:
 		t, err := change(c.Name)
 		if err != nil {
-			return err
+			return true, err
 		}
 		if c.Partitions <= t.Partitions || int(c.Partitions-t.Partitions) != len(c.Replicas) {
-			return ErrInvalidCount
+			return true, ErrInvalidCount
 		}
 		old := t.Partitions
 		t.Partitions = c.Partitions
@@ -235,7 +247,7 @@ func (next *Image) applyTo(c Command, d *Delta) error {
 	case OpTopicConfigs:
 		t, err := change(c.Name)
 		if err != nil {
-			return err
+			return true, err
 		}
 		t.Configs = maps.Clone(c.Configs)
 		if t.Configs == nil {
@@ -243,22 +255,10 @@ func (next *Image) applyTo(c Command, d *Delta) error {
 		}
 		next.putTopic(t)
 		d.Topic = t
-	case OpBrokerConfigs:
-		// Name is the scope: "" the cluster-wide default, else a broker
-		// id; Configs its whole new set (empty: none).
-		st.BrokerConfigs = maps.Clone(st.BrokerConfigs)
-		if len(c.Configs) == 0 {
-			delete(st.BrokerConfigs, c.Name)
-		} else {
-			if st.BrokerConfigs == nil {
-				st.BrokerConfigs = map[string]map[string]string{}
-			}
-			st.BrokerConfigs[c.Name] = maps.Clone(c.Configs)
-		}
 	case OpReassign, OpReassignDone:
 		old, ok := next.names.get(c.Name)
 		if !ok {
-			return ErrUnknownTopic
+			return true, ErrUnknownTopic
 		}
 		// A move edits the replica sets in place: a deep copy of this
 		// topic (its partitions only).
@@ -272,11 +272,48 @@ func (next *Image) applyTo(c Command, d *Delta) error {
 			err = applyReassignDone(&t, c)
 		}
 		if err != nil {
-			return err
+			return true, err
 		}
 		next.putTopic(&t)
 		next.recount(old, &t)
 		d.Topic = &t
+	default:
+		return false, nil
+	}
+	return true, nil
+}
+
+// applyClusterCommand applies the commands about the cluster and its
+// brokers: its id, registrations, fencing, broker configs, producer-id
+// blocks; handled is false for any other command.
+func (next *Image) applyClusterCommand(c Command) (handled bool, err error) {
+	st := &next.st
+	switch c.Op {
+	case OpInit:
+		if c.ClusterID == "" {
+			return true, fmt.Errorf("controller: init without a cluster id")
+		}
+		st.ClusterID = c.ClusterID
+	case OpRegister:
+		if c.Broker == nil {
+			return true, fmt.Errorf("controller: register without a broker")
+		}
+		bs := slices.DeleteFunc(slices.Clone(st.Brokers), func(b BrokerInfo) bool { return b.ID == c.Broker.ID })
+		bs = append(bs, *c.Broker)
+		sort.Slice(bs, func(i, j int) bool { return bs[i].ID < bs[j].ID })
+		st.Brokers = bs
+	case OpBrokerConfigs:
+		// Name is the scope: "" the cluster-wide default, else a broker
+		// id; Configs its whole new set (empty: none).
+		st.BrokerConfigs = maps.Clone(st.BrokerConfigs)
+		if len(c.Configs) == 0 {
+			delete(st.BrokerConfigs, c.Name)
+		} else {
+			if st.BrokerConfigs == nil {
+				st.BrokerConfigs = map[string]map[string]string{}
+			}
+			st.BrokerConfigs[c.Name] = maps.Clone(c.Configs)
+		}
 	case OpUnregister:
 		inUse := false
 		next.names.each(func(t *Topic) {
@@ -287,12 +324,12 @@ func (next *Image) applyTo(c Command, d *Delta) error {
 			}
 		})
 		if inUse {
-			return ErrBrokerInUse
+			return true, ErrBrokerInUse
 		}
 		st.Brokers = slices.DeleteFunc(slices.Clone(st.Brokers), func(b BrokerInfo) bool { return b.ID == c.BrokerID })
 	case OpFence, OpUnfence:
 		if len(c.IDs) == 0 {
-			return fmt.Errorf("controller: %s without broker ids", c.Op)
+			return true, fmt.Errorf("controller: %s without broker ids", c.Op)
 		}
 		fenced := slices.DeleteFunc(slices.Clone(st.Fenced), func(id int32) bool { return slices.Contains(c.IDs, id) })
 		if c.Op == OpFence {
@@ -302,21 +339,9 @@ func (next *Image) applyTo(c Command, d *Delta) error {
 		}
 		st.Fenced = fenced
 	case OpAllocateProducerIDs:
-		return applyProducerIDs(st, c)
+		return true, applyProducerIDs(st, c)
 	default:
-		if handled, err := applySecurity(st, c); handled {
-			return err
-		}
-		if handled, err := applyQuotas(st, c); handled {
-			return err
-		}
-		if handled, err := applyGroupConfigs(st, c); handled {
-			return err
-		}
-		if handled, err := applyFeatures(st, c); handled {
-			return err
-		}
-		return fmt.Errorf("controller: unknown metadata command %q", c.Op)
+		return false, nil
 	}
-	return nil
+	return true, nil
 }

@@ -51,13 +51,14 @@ type Topic struct {
 	// Reassigning are the partitions being moved, by partition.
 	Reassigning []Reassignment `json:",omitempty"`
 	// Dirs maps, per partition, each replica's broker to the directory id
-	// the replica was assigned in (cluster mode). A broker whose directory
+	// the replica was assigned in. A broker whose directory
 	// id differs has lost that replica's data: it catches up before it may
 	// vote in the partition's Raft group.
 	Dirs []map[int32]string `json:",omitempty"`
 	// PreRaft marks a topic created by a single node before it ran as a
 	// one-voter cluster: its partition logs may hold batches no Raft group
-	// wrote, which the group adopts as its committed history.
+	// wrote, which the group adopts as its committed history. Part of the
+	// pre-Raft adoption (internal/preraft), removed with it.
 	PreRaft bool `json:",omitempty"`
 }
 
@@ -129,7 +130,7 @@ type state struct {
 	// start.
 	RemoteDeleting []Topic `json:"remote_deleting,omitempty"`
 
-	// Cluster mode (cluster.go): the registered brokers, and the end
+	// The registered brokers (cluster.go), and the end
 	// offset of the last metadata-log entry applied to this file, so that
 	// replay after a restart starts after it.
 	Brokers []BrokerInfo `json:"brokers,omitempty"`
@@ -564,7 +565,8 @@ func NewTopicID() [16]byte {
 }
 
 // StoredClusterID returns the cluster id of the metadata stored in dir, ""
-// if there is none (a node's data directory from before identities).
+// if there is none (a node's data directory from before identities). For
+// the pre-Raft adoption (internal/preraft), removed with it.
 func StoredClusterID(dir string, fs storage.FS) (string, error) {
 	data, err := readFile(fs, join(dir, fileName))
 	if isNotExist(err) {
@@ -585,7 +587,8 @@ func StoredClusterID(dir string, fs storage.FS) (string, error) {
 // name no replicas get this node (in directory dir) as the only replica of
 // every partition, and producer ids continue from nextProducerID. The
 // metadata log never held those topics; with one voter the store is the
-// only state there is. It reports whether anything changed.
+// only state there is. It reports whether anything changed. For the
+// pre-Raft adoption (internal/preraft), removed with it.
 func (s *Store) AdoptSingleNode(node int32, dir string, nextProducerID int64) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -112,9 +111,6 @@ func (h *Host) leaderOf(t controller.Topic, i int32, listener string) Answer {
 	return Answer{Node: br.ID, Host: e.Host, Port: e.Port}
 }
 
-// topicMu serializes this node's creations of the internal topics.
-var topicMu sync.Mutex
-
 // createWait bounds the creation of an internal topic, readyWait the part
 // of it spent waiting for its partitions' leaders once it is created.
 const (
@@ -137,8 +133,8 @@ func (h *Host) createTopic(topic string, partitions int, typ int8, key string, f
 	ctx, cancel := context.WithTimeout(context.Background(), createWait)
 	defer cancel()
 	if h.node.IsController() {
-		topicMu.Lock()
-		defer topicMu.Unlock()
+		h.topicMu.Lock()
+		defer h.topicMu.Unlock()
 		if t, ok := h.meta.Topic(topic); ok && h.replicas.AllOpen(t) {
 			h.awaitLeaders(ctx, topic)
 			return t, nil

@@ -73,9 +73,12 @@ type Host struct {
 	shareGroups *share.Groups
 	// ids hands out producer ids from blocks the controller committed to
 	// this node (cluster/producerids.go).
-	ids   *txn.BlockAllocator
-	stops []func()
-	clk   clock.Clock
+	ids *txn.BlockAllocator
+	// topicMu serializes this node's creations of the internal topics
+	// (find.go).
+	topicMu sync.Mutex
+	stops   []func()
+	clk     clock.Clock
 
 	// loadMu guards loaded: per internal topic, the term in which each
 	// partition is loaded here, 0 if not (Loaded).

@@ -553,32 +553,9 @@ func (c *Coordinator) ConsumerGroupHeartbeat(req *kmsg.ConsumerGroupHeartbeatReq
 	}
 	now := c.opts.Now()
 	var kvs []kv
-	g := c.groups[req.Group]
-	switch {
-	case g == nil && req.MemberEpoch != 0:
-		return fail(kerr.GroupIDNotFound.Code, "Consumer group "+req.Group+" not found.")
-	case g == nil:
-		g = newGroup(req.Group, now)
-		c.groups[req.Group] = g
-		g.protocolType = "consumer"
-		g.consumer = newConsumerGroup()
-	case g.consumer == nil && (req.MemberEpoch != 0 || g.state == Dead):
-		return fail(kerr.GroupIDNotFound.Code, "Group "+req.Group+" is not a consumer group.")
-	case g.consumer == nil && len(g.members) == 0:
-		// An empty classic group is upgraded at once (its offsets stay).
-		if g.protocolType != "" || g.generation > 0 {
-			kvs = append(kvs, kv{groupKey(g.name), nil})
-		}
-		c.log.Info("empty classic group upgraded to a consumer group", "group", g.name)
-		g.pending = map[string]time.Time{}
-		g.protocolType, g.protocol, g.leader, g.generation = "consumer", "", "", 0
-		g.consumer = newConsumerGroup()
-	case g.consumer == nil:
-		// Kafka's online upgrade: the classic members carry on inside
-		// the consumer group (mixed.go).
-		if code, msg := c.upgradeToConsumer(g, now, &kvs); code != 0 {
-			return fail(code, msg)
-		}
+	g, code, msg := c.consumerGroupFor(req, now, &kvs)
+	if code != 0 {
+		return fail(code, msg)
 	}
 	defer c.arm(g)
 	defer c.dropIfUnusedConsumer(g)
@@ -674,20 +651,61 @@ func (c *Coordinator) ConsumerGroupHeartbeat(req *kmsg.ConsumerGroupHeartbeatReq
 	resp.MemberEpoch = m.epoch
 	full := req.MemberEpoch == 0 || (req.RebalanceTimeoutMillis != -1 && (req.SubscribedTopicNames != nil || req.SubscribedTopicRegex != nil) && req.Topics != nil)
 	if full || !before.equal(m.assigned) {
-		a := kmsg.NewConsumerGroupHeartbeatResponseAssignment()
-		ids := make([][16]byte, 0, len(m.assigned))
-		for id := range m.assigned {
-			ids = append(ids, id)
-		}
-		sort.Slice(ids, func(i, j int) bool { return string(ids[i][:]) < string(ids[j][:]) })
-		for _, id := range ids {
-			t := kmsg.NewConsumerGroupHeartbeatResponseAssignmentTopic()
-			t.TopicID, t.Partitions = id, slices.Clone(m.assigned[id])
-			a.Topics = append(a.Topics, t)
-		}
-		resp.Assignment = &a
+		resp.Assignment = heartbeatAssignment(m.assigned)
 	}
 	return c.commitRecords(g, now, kvs, resp)
+}
+
+// consumerGroupFor finds or makes the consumer group a heartbeat names
+// (mu held): a new one for epoch 0, an empty classic group upgraded at
+// once, a classic group with members upgraded online (mixed.go). A
+// non-zero code refuses the heartbeat, with its message.
+func (c *Coordinator) consumerGroupFor(req *kmsg.ConsumerGroupHeartbeatRequest, now time.Time, kvs *[]kv) (*group, int16, string) {
+	g := c.groups[req.Group]
+	switch {
+	case g == nil && req.MemberEpoch != 0:
+		return nil, kerr.GroupIDNotFound.Code, "Consumer group " + req.Group + " not found."
+	case g == nil:
+		g = newGroup(req.Group, now)
+		c.groups[req.Group] = g
+		g.protocolType = "consumer"
+		g.consumer = newConsumerGroup()
+	case g.consumer == nil && (req.MemberEpoch != 0 || g.state == Dead):
+		return nil, kerr.GroupIDNotFound.Code, "Group " + req.Group + " is not a consumer group."
+	case g.consumer == nil && len(g.members) == 0:
+		// An empty classic group is upgraded at once (its offsets stay).
+		if g.protocolType != "" || g.generation > 0 {
+			*kvs = append(*kvs, kv{groupKey(g.name), nil})
+		}
+		c.log.Info("empty classic group upgraded to a consumer group", "group", g.name)
+		g.pending = map[string]time.Time{}
+		g.protocolType, g.protocol, g.leader, g.generation = "consumer", "", "", 0
+		g.consumer = newConsumerGroup()
+	case g.consumer == nil:
+		// Kafka's online upgrade: the classic members carry on inside
+		// the consumer group (mixed.go).
+		if code, msg := c.upgradeToConsumer(g, now, kvs); code != 0 {
+			return nil, code, msg
+		}
+	}
+	return g, 0, ""
+}
+
+// heartbeatAssignment is a member's assignment as a heartbeat answers it,
+// topics in id order.
+func heartbeatAssignment(assigned assignment) *kmsg.ConsumerGroupHeartbeatResponseAssignment {
+	a := kmsg.NewConsumerGroupHeartbeatResponseAssignment()
+	ids := make([][16]byte, 0, len(assigned))
+	for id := range assigned {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return string(ids[i][:]) < string(ids[j][:]) })
+	for _, id := range ids {
+		t := kmsg.NewConsumerGroupHeartbeatResponseAssignmentTopic()
+		t.TopicID, t.Partitions = id, slices.Clone(assigned[id])
+		a.Topics = append(a.Topics, t)
+	}
+	return &a
 }
 
 // consumerJoin admits a member with epoch 0: new, rejoining with its id, or

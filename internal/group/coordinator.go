@@ -105,8 +105,10 @@ type Options struct {
 	// real time (a test that moves its clock forward sees them pass when
 	// that timer fires).
 	Now func() time.Time
-	// Unowned starts every partition as led elsewhere (cluster mode): its
-	// groups answer NOT_COORDINATOR until LoadPartition.
+	// Unowned starts every partition as led elsewhere, as the coordinator
+	// host always does (its partitions load as this node comes to lead
+	// them): its groups answer NOT_COORDINATOR until LoadPartition. False
+	// in tests over logs this coordinator owns outright.
 	Unowned bool
 	// Leading reports whether this node leads offsets partition p now
 	// (its Raft leader). A partition not loaded yet that this node leads

@@ -182,45 +182,7 @@ func (c *Coordinator) replay(p int32, gen uint64) error {
 	c.keepPending(pending)
 	restored := 0
 	for name, m := range metas {
-		g := newGroup(name, now)
-		v := m.v
-		g.protocolType = v.ProtocolType
-		g.generation = v.Generation
-		if v.Protocol != nil {
-			g.protocol = *v.Protocol
-		}
-		if v.Leader != nil {
-			g.leader = *v.Leader
-		}
-		if v.CurrentStateTimestamp > 0 {
-			g.stateSince = time.UnixMilli(v.CurrentStateTimestamp)
-		}
-		for _, mv := range v.Members {
-			mm := &member{
-				id:               mv.MemberID,
-				instanceID:       mv.InstanceID,
-				clientID:         mv.ClientID,
-				clientHost:       mv.ClientHost,
-				sessionTimeout:   ms(mv.SessionTimeoutMillis),
-				rebalanceTimeout: ms(mv.RebalanceTimeoutMillis),
-				protocolType:     v.ProtocolType,
-				protocols:        []kmsg.JoinGroupRequestProtocol{{Name: g.protocol, Metadata: mv.Subscription}},
-				assignment:       mv.Assignment,
-			}
-			if mm.rebalanceTimeout <= 0 {
-				mm.rebalanceTimeout = mm.sessionTimeout
-			}
-			// Members get a fresh session: those still alive keep
-			// heartbeating with their ids, the rest expire and rebalance.
-			mm.expires = now.Add(mm.sessionTimeout)
-			g.members[mm.id] = mm
-			if mm.instanceID != nil {
-				g.static[*mm.instanceID] = mm.id
-			}
-		}
-		if len(g.members) > 0 {
-			g.state = Stable
-		}
+		g := restoreClassicGroup(name, m.v, now)
 		c.groups[name] = g
 		restored++
 	}
@@ -247,4 +209,48 @@ func (c *Coordinator) replay(p int32, gen uint64) error {
 	c.replayedRecords.Add(int64(n))
 	c.replayedGroups.Add(int64(restored))
 	return nil
+}
+
+// restoreClassicGroup rebuilds a classic group from its last metadata
+// record (replay).
+func restoreClassicGroup(name string, v kmsg.GroupMetadataValue, now time.Time) *group {
+	g := newGroup(name, now)
+	g.protocolType = v.ProtocolType
+	g.generation = v.Generation
+	if v.Protocol != nil {
+		g.protocol = *v.Protocol
+	}
+	if v.Leader != nil {
+		g.leader = *v.Leader
+	}
+	if v.CurrentStateTimestamp > 0 {
+		g.stateSince = time.UnixMilli(v.CurrentStateTimestamp)
+	}
+	for _, mv := range v.Members {
+		mm := &member{
+			id:               mv.MemberID,
+			instanceID:       mv.InstanceID,
+			clientID:         mv.ClientID,
+			clientHost:       mv.ClientHost,
+			sessionTimeout:   ms(mv.SessionTimeoutMillis),
+			rebalanceTimeout: ms(mv.RebalanceTimeoutMillis),
+			protocolType:     v.ProtocolType,
+			protocols:        []kmsg.JoinGroupRequestProtocol{{Name: g.protocol, Metadata: mv.Subscription}},
+			assignment:       mv.Assignment,
+		}
+		if mm.rebalanceTimeout <= 0 {
+			mm.rebalanceTimeout = mm.sessionTimeout
+		}
+		// Members get a fresh session: those still alive keep
+		// heartbeating with their ids, the rest expire and rebalance.
+		mm.expires = now.Add(mm.sessionTimeout)
+		g.members[mm.id] = mm
+		if mm.instanceID != nil {
+			g.static[*mm.instanceID] = mm.id
+		}
+	}
+	if len(g.members) > 0 {
+		g.state = Stable
+	}
+	return g
 }

@@ -89,7 +89,7 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) prometheus.Gathere
 	gauge := func(name, help string, f func() float64) {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
 	}
-	gauge("holdfast_raft_groups", "Raft groups on this node (partition replicas and the metadata group; 0 on a single node).",
+	gauge("holdfast_raft_groups", "Raft groups on this node (partition replicas and the metadata group).",
 		func() float64 { return float64(b.ReplicationStats().Groups) })
 	gauge("holdfast_raft_groups_failed", "Raft groups stopped on this node by a failure and not yet repaired: they send and acknowledge nothing.",
 		func() float64 { return float64(b.ReplicationStats().FailedGroups) })
@@ -559,10 +559,10 @@ func (c *fsyncCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *fsyncCollector) Collect(ch chan<- prometheus.Metric) {
-	ws := storage.SegmentWrites()
+	ws := c.b.SegmentWrites()
 	ch <- prometheus.MustNewConstMetric(descLogWrites, prometheus.CounterValue, float64(ws.DirectBytes), "direct")
 	ch <- prometheus.MustNewConstMetric(descLogWrites, prometheus.CounterValue, float64(ws.CachedBytes), "page_cache")
-	rc := storage.ReadCache()
+	rc := c.b.ReadCacheStats()
 	ch <- prometheus.MustNewConstMetric(descCacheHits, prometheus.CounterValue, float64(rc.Hits))
 	ch <- prometheus.MustNewConstMetric(descCacheMisses, prometheus.CounterValue, float64(rc.Misses))
 	ch <- prometheus.MustNewConstMetric(descCacheReadBytes, prometheus.CounterValue, float64(rc.HitBytes), "cache")

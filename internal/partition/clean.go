@@ -13,10 +13,7 @@ import (
 // and a read_committed consumer told of one would skip the producer's
 // later records while waiting for a marker that is gone.
 func (p *Partition) Clean(opts storage.CleanOptions) (storage.CleanResult, error) {
-	opts.Committed, opts.KeepEmpty, opts.RemoveBelow = p.CleanLimits()
-	if opts.ProducerExpiry == 0 {
-		opts.ProducerExpiry = producerExpiry
-	}
+	opts.Committed, opts.RemoveBelow = p.CleanLimits()
 	res, err := p.log.Clean(opts)
 	if res.CleanedEnd > 0 {
 		p.pruneAborted(res.CleanedEnd)

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"holdfast/internal/bufref"
+	"holdfast/internal/invariant"
 	"holdfast/internal/raft"
 	"holdfast/internal/records"
 	"holdfast/internal/storage"
@@ -335,6 +336,12 @@ func (p *Partition) advance(hw int64) {
 	defer p.hwMu.Unlock()
 	if hw <= p.hw || p.closed {
 		return
+	}
+	if invariant.Enabled {
+		// The watermark is Raft's commit offset, and Raft commits only
+		// what this replica's log holds.
+		end := p.log.EndOffset()
+		invariant.Check(hw <= end, "partition %s-%d: high watermark %d past log end %d", p.topic, p.index, hw, end)
 	}
 	p.hw = hw
 	close(p.hwCh)

@@ -29,10 +29,6 @@ const maxCachedBatches = 5
 // producer that has not written for this long is forgotten.
 const producerExpiry = 24 * time.Hour
 
-// ProducerExpiry is producerExpiry, for the log cleaner: a producer's last
-// batch is kept (as an empty batch if need be) until it expires.
-const ProducerExpiry = producerExpiry
-
 // sweepEvery: the state is swept of expired producers each time this many
 // producer ids have been added.
 const sweepEvery = 1024

@@ -54,7 +54,8 @@ type Replication struct {
 	Voters []uint64
 	Rejoin bool
 	// AdoptPreRaft lets a sole voter adopt a log written before the
-	// partition had a Raft group (raft.GroupConfig.AdoptPreRaft).
+	// partition had a Raft group (raft.GroupConfig.AdoptPreRaft; the
+	// pre-Raft adoption, internal/preraft, removed with it).
 	AdoptPreRaft bool
 	// StartOffset: a new group's log begins there, not at 0
 	// (raft.GroupConfig.StartOffset: a topic restored from the object
@@ -437,20 +438,19 @@ func (p *Partition) raiseStart(start int64) {
 
 // CleanLimits bounds a log cleaning pass on p (storage.CleanOptions):
 // committed is the high watermark (only committed batches change; a Raft
-// log's uncommitted suffix may still be truncated); keepEmpty says every
-// batch must stay (a Raft log: batch i is entry i); tombstones and
+// log's uncommitted suffix may still be truncated); tombstones and
 // transaction markers may be removed below removeBelow only. On a Raft
 // leader that is the least offset every replica has stored: a replica
 // still missing a tombstone may hold an older value of its key, and must
 // get the tombstone before it can be gone anywhere (a replica caught up
 // from the leader later gets neither). A follower removes none: it cannot
 // know what the others have.
-func (p *Partition) CleanLimits() (committed int64, keepEmpty bool, removeBelow int64) {
+func (p *Partition) CleanLimits() (committed, removeBelow int64) {
 	committed = p.HighWatermark()
 	rep := p.rep
 	st, err := rep.host.Status(rep.group)
 	if err != nil || st.State != raft.StateLeader {
-		return committed, true, 0
+		return committed, 0
 	}
 	matched := map[uint64]int64{}
 	for _, r := range st.Replicas {
@@ -464,10 +464,10 @@ func (p *Partition) CleanLimits() (committed int64, keepEmpty bool, removeBelow 
 		for _, id := range ids {
 			m, ok := matched[id]
 			if !ok {
-				return committed, true, 0
+				return committed, 0
 			}
 			removeBelow = min(removeBelow, m)
 		}
 	}
-	return committed, true, removeBelow
+	return committed, removeBelow
 }

@@ -32,9 +32,10 @@ type AbortedTxn struct {
 // Verifier decides whether a transactional batch of producerID at epoch may
 // go to topic/partition: nil if the partition was added to the producer's
 // ongoing transaction; otherwise the Kafka error (INVALID_TXN_STATE,
-// PRODUCER_FENCED, ...). It is the transaction coordinator, asked directly
-// on a single node; called with the partition's append lock held, so a
-// marker cannot slip between the check and the append.
+// PRODUCER_FENCED, ...): the last check of a batch the broker did not
+// verify with the transaction coordinator beforehand (broker/txnverify.go);
+// called with the partition's append lock held, so a marker cannot slip
+// between the check and the append.
 type Verifier func(topic string, partition int32, producerID int64, epoch int16) error
 
 // ProducerInfo describes an active producer of a partition (DescribeProducers).

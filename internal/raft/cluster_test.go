@@ -54,8 +54,6 @@ type cluster struct {
 	// electionTicks, quiesceTicks: every node's (0: 10 and the Host's
 	// default).
 	electionTicks, quiesceTicks int
-
-	mu sync.Mutex
 }
 
 func testLogger(tb testing.TB) *slog.Logger {

@@ -171,7 +171,8 @@ type GroupConfig struct {
 	// AdoptPreRaft: a sole voter with no Raft state for the group whose
 	// log holds batches no Raft group wrote (leader epoch 0: a single
 	// node's log from before it ran as a one-voter cluster) takes them as
-	// its committed history instead of refusing the log.
+	// its committed history instead of refusing the log. Part of the
+	// pre-Raft adoption (internal/preraft), removed with it.
 	AdoptPreRaft bool
 	// StartOffset: a new group's log begins at this offset instead of 0
 	// (a topic restored from the object store continues after the
@@ -213,6 +214,11 @@ type Host struct {
 	rlog    raft.Logger
 	journal *journal
 	tr      transport
+
+	// recentTotal: the bytes of entries every group's store keeps in
+	// memory (store.go, recentMaxTotal); per host, so two hosts in one
+	// process (tests, the lab) do not share one budget.
+	recentTotal atomic.Int64
 
 	mu     sync.RWMutex
 	groups map[uint64]*group
@@ -300,7 +306,11 @@ type group struct {
 	failed     error
 	removed    bool
 	lastLeader uint64
-	dirty      bool // in Host.dirty (under Host.dirtyMu, not mu)
+	// seenTerm, seenLeader: the highest term this node has seen a
+	// leader of in this group, and that leader (the invariants build's
+	// one-leader-per-term check, ready.go).
+	seenTerm, seenLeader uint64
+	dirty                bool // in Host.dirty (under Host.dirtyMu, not mu)
 	// storeSync: during a store round's setup, the group's first queued
 	// append that needs its log synced (storeItems; appendMu, not mu).
 	storeSync *appendItem
@@ -510,7 +520,7 @@ func (h *Host) openGroup(gc GroupConfig) (*group, error) {
 	if err := h.journal.flush(false); err != nil {
 		return nil, err
 	}
-	st, dropped, err := openStore(gc.Log, js.anc, js.hs, cs, js.side)
+	st, dropped, err := openStore(gc.Log, js.anc, js.hs, cs, js.side, &h.recentTotal)
 	if err != nil {
 		return nil, err
 	}
@@ -740,7 +750,7 @@ func (h *Host) RetryGroup(id uint64) error {
 	if cs == nil {
 		cs = &pb.ConfState{Voters: append([]uint64(nil), g.cfg.Voters...)}
 	}
-	st, dropped, err := openStore(g.cfg.Log, js.anc, js.hs, cs, js.side)
+	st, dropped, err := openStore(g.cfg.Log, js.anc, js.hs, cs, js.side, &h.recentTotal)
 	if err != nil {
 		return err
 	}

@@ -25,7 +25,7 @@ import (
 
 func TestReplicateAndCommit(t *testing.T) {
 	c := newCluster(t, 3, 1)
-	leader, term := c.waitLeader(1)
+	_, term := c.waitLeader(1)
 	var want []string
 	for i := range 30 {
 		v := fmt.Sprint("v", i)
@@ -36,7 +36,7 @@ func TestReplicateAndCommit(t *testing.T) {
 		want = append(want, v)
 	}
 	// Several in flight at once, from one leader.
-	leader, _ = c.waitLeader(1)
+	leader, _ := c.waitLeader(1)
 	h := c.nodes[leader].host
 	var ps []Proposal
 	for i := range 20 {
@@ -1074,7 +1074,7 @@ func TestRecoverAtEverySync(t *testing.T) {
 		if cs == nil {
 			cs = &pb.ConfState{Voters: c.voters}
 		}
-		st, _, err := openStore(l, js.anc, js.hs, cs, js.side)
+		st, _, err := openStore(l, js.anc, js.hs, cs, js.side, nil)
 		if err != nil {
 			openErr = fmt.Errorf("point %d: the group does not open: %w", len(points), err)
 			return

@@ -14,6 +14,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 
 	"holdfast/internal/bufref"
+	"holdfast/internal/invariant"
 	"holdfast/internal/records"
 	"holdfast/internal/storage"
 )
@@ -402,6 +403,14 @@ func (h *Host) delivered(it *appendItem) {
 	}
 	g.noteQuorumLocked() // a sole voter's (or the deciding) own fsync
 	g.publishLocked()
+	if invariant.Enabled && bs.Lead != 0 {
+		// One leader per term, and terms only rise.
+		term := bs.GetTerm()
+		invariant.Check(term >= g.seenTerm, "raft: group %d: term %d after term %d", g.id, term, g.seenTerm)
+		invariant.Check(term != g.seenTerm || bs.Lead == g.seenLeader,
+			"raft: group %d: term %d has two leaders, %d and %d", g.id, term, g.seenLeader, bs.Lead)
+		g.seenTerm, g.seenLeader = term, bs.Lead
+	}
 	if bs.Lead != g.lastLeader {
 		g.lastLeader = bs.Lead
 		h.log.Debug("raft: leader changed", "group", g.id, "leader", bs.Lead, "term", bs.GetTerm())

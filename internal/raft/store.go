@@ -66,12 +66,13 @@ type store struct {
 	// 17). Entries leave it once a later hard state has committed past
 	// them (setHardState: the Ready that carried that commit handed them to
 	// be applied), and it is bounded: recentMaxBytes per group and
-	// recentMaxTotal over the process; beyond that Entries reads the log as
+	// recentMaxTotal over the host's groups (total); beyond that Entries reads the log as
 	// before. Raft never changes an entry it handed over, and Entries
 	// returns a fresh slice of the pointers.
 	recent      []*pb.Entry
 	recentLo    uint64
-	recentBytes *atomic.Int64 // its share of recentTotal, given back when the store is collected
+	recentBytes *atomic.Int64 // its share of total, given back when the store is collected
+	total       *atomic.Int64 // the bytes in every recent of the host (Host.recentTotal)
 	recentHits  atomic.Int64  // Entries calls served from recent (tests)
 
 	// rebound counts the batches written under their proposer's checks
@@ -91,12 +92,18 @@ type store struct {
 // (sorted by index, all above the anchor), starting at the anchor. dropped
 // is the first index of side entries that did not fit the log (lost data
 // after them, or beyond its end): the caller journals their removal.
-func openStore(l *storage.Log, anc anchor, hs *pb.HardState, cs *pb.ConfState, side []sideEntry) (s *store, dropped uint64, err error) {
-	s = &store{log: l, anc: anc, end: anc.Offset, hs: hs, cs: cs, side: map[uint64]sideEntry{}, recentBytes: new(atomic.Int64)}
+// total is the host's count of the bytes its stores keep in memory
+// (recentMaxTotal bounds it); nil: the store's own.
+func openStore(l *storage.Log, anc anchor, hs *pb.HardState, cs *pb.ConfState, side []sideEntry, total *atomic.Int64) (s *store, dropped uint64, err error) {
+	if total == nil {
+		total = new(atomic.Int64)
+	}
+	s = &store{log: l, anc: anc, end: anc.Offset, hs: hs, cs: cs, side: map[uint64]sideEntry{}, recentBytes: new(atomic.Int64), total: total}
 	// A group removed or a host closed leaves its store to the collector
-	// with whatever recent held: that share of the process's budget comes
+	// with whatever recent held: that share of the host's budget comes
 	// back then.
-	runtime.AddCleanup(s, func(n *atomic.Int64) { recentTotal.Add(-n.Load()) }, s.recentBytes)
+	type share struct{ n, total *atomic.Int64 }
+	runtime.AddCleanup(s, func(sh share) { sh.total.Add(-sh.n.Load()) }, share{s.recentBytes, total})
 	mid := midBatchStart(l, anc)
 	if start := l.StartOffset(); start > anc.Offset && l.EndOffset() > start && !mid {
 		// Someone deleted the front of the log without going through
@@ -267,15 +274,12 @@ func (s *store) InitialState() (*pb.HardState, *pb.ConfState, error) {
 }
 
 // Limits of the entries kept in memory (store.recent): per group, and for
-// all groups of the process together (a node with thousands of partitions
+// all groups of a host together (a node with thousands of partitions
 // keeps at most this much; what does not fit is read from the log).
 const (
 	recentMaxBytes = 8 << 20
 	recentMaxTotal = 64 << 20
 )
-
-// recentTotal is the bytes held in every store's recent entries.
-var recentTotal atomic.Int64
 
 // recentCost is what an entry counts against the limits: its data and
 // about the size of the Entry and its fields.
@@ -294,8 +298,8 @@ func (s *store) rememberLocked(e *pb.Entry) {
 	for len(s.recent) > 0 && s.recentBytes.Load()+n > recentMaxBytes {
 		s.dropFirstLocked()
 	}
-	if recentTotal.Add(n) > recentMaxTotal {
-		recentTotal.Add(-n)
+	if s.total.Add(n) > recentMaxTotal {
+		s.total.Add(-n)
 		s.forgetFromLocked(0) // the window stays contiguous
 		return
 	}
@@ -309,7 +313,7 @@ func (s *store) rememberLocked(e *pb.Entry) {
 func (s *store) dropFirstLocked() {
 	n := recentCost(s.recent[0])
 	s.recentBytes.Add(-n)
-	recentTotal.Add(-n)
+	s.total.Add(-n)
 	s.recent[0] = nil
 	s.recent = s.recent[1:]
 	s.recentLo++
@@ -328,7 +332,7 @@ func (s *store) forgetFromLocked(i uint64) {
 		k := len(s.recent) - 1
 		n := recentCost(s.recent[k])
 		s.recentBytes.Add(-n)
-		recentTotal.Add(-n)
+		s.total.Add(-n)
 		s.recent[k] = nil
 		s.recent = s.recent[:k]
 	}

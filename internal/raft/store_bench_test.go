@@ -35,7 +35,7 @@ func benchStoreCycle(b *testing.B, perCycle, size int) {
 		b.Fatal(err)
 	}
 	defer l.Close()
-	s, _, err := openStore(l, anchor{}, nil, nil, nil)
+	s, _, err := openStore(l, anchor{}, nil, nil, nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

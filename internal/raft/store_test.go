@@ -29,7 +29,7 @@ func TestStoreRecentEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	s, _, err := openStore(l, anchor{}, nil, nil, nil)
+	s, _, err := openStore(l, anchor{}, nil, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestStoreRecentEntries(t *testing.T) {
 				side = append(side, e)
 			}
 		}
-		c, _, err := openStore(l, s.anc, nil, nil, side)
+		c, _, err := openStore(l, s.anc, nil, nil, side, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,7 +19,7 @@ import (
 // nothing is due they sleep log.cleaner.backoff.ms. One throttle
 // (log.cleaner.io.max.bytes.per.second) bounds their I/O together, and
 // log.cleaner.dedupe.buffer.size is shared out among them as offset maps.
-// In cluster mode every replica cleans its own log, within the limits
+// Every replica cleans its own log, within the limits
 // partition.CleanLimits gives.
 
 // CleanerConfig is the log cleaner's config (Kafka's log.cleaner.*).
@@ -92,11 +92,6 @@ type CleanerPartition struct {
 	DirtyRatio  float64
 	FirstDirty  int64 // the cleaner checkpoint: progress
 	Uncleanable bool
-}
-
-type cleanerKey struct {
-	topic string
-	index int32
 }
 
 type logCleaner struct {
@@ -204,7 +199,7 @@ func (lc *logCleaner) pick() (*partition.Partition, bool) {
 			}
 			l := p.Log()
 			open[l] = true
-			committed, _, removeBelow := p.CleanLimits()
+			committed, removeBelow := p.CleanLimits()
 			c, err := l.CleanableState(committed, removeBelow)
 			if err != nil {
 				continue

@@ -58,6 +58,9 @@ type Config struct {
 	// NoReadChecks is log.verify.reads=false: bytes are handed out
 	// unchecked (Kafka's behaviour; storage.Options.NoReadChecks).
 	NoReadChecks bool
+	// ReadCache is the node's read cache of direct-I/O writes
+	// (storage.Options.ReadCache).
+	ReadCache *storage.ReadCache
 	// RemoteStorage is remote.log.storage.system.enable: a topic with
 	// remote.storage.enable then gets its retention from tiered storage
 	// (internal/tiered), which deletes local segments only once they are
@@ -131,7 +134,7 @@ func New(cfg Config, meta *controller.Store, host *raft.Host, syncer *storage.Sy
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, clk: clock.OrReal(cfg.Clock), meta: meta, host: host}
 	m.parts = partition.NewManager(cfg.DataDir, storage.Options{FS: cfg.FS, Syncer: syncer, Logger: cfg.Logger,
-		OnCorrupt: func() { m.corruptions.Add(1) }, NoReadChecks: cfg.NoReadChecks})
+		OnCorrupt: func() { m.corruptions.Add(1) }, NoReadChecks: cfg.NoReadChecks, ReadCache: cfg.ReadCache})
 	m.dynamic.Store(m.readDynamic())
 	return m
 }

@@ -64,7 +64,7 @@ func cleanupDeletes(policy string) bool {
 
 // replicatedRetention is retention on a Raft log: only the leader decides,
 // from its own segments and clock, and replicates the new log start
-// (cluster_compact.go); followers never cut their logs by themselves.
+// (logstart.go); followers never cut their logs by themselves.
 func (m *Manager) replicatedRetention(topic string, p *partition.Partition, group uint64) {
 	if !m.leadsGroup(group) {
 		return

@@ -132,6 +132,8 @@ type appendFile struct {
 	// The read cache (readcache.go): written bytes kept in memory, on
 	// with direct I/O. cached and closed are guarded by mu.
 	cacheOn   atomic.Bool
+	rc        *ReadCache     // the budget (the log's Options.ReadCache)
+	writes    *writeCounters // the log's Syncer's (SegmentWrites)
 	cached    []*cacheChunk
 	closed    bool
 	lastFetch *atomic.Int64 // the log's: when a fetch last asked the cache
@@ -353,7 +355,7 @@ func (a *appendFile) writeOut(p []byte, aligned bool) (int, error) {
 		}
 		k, err = a.writeCached(mid)
 	} else {
-		directBytes.Add(int64(k))
+		a.writes.direct(int64(k))
 	}
 	if n += k; err != nil || k != len(mid) {
 		return n, err
@@ -368,21 +370,34 @@ func (a *appendFile) writeOut(p []byte, aligned bool) (int, error) {
 // writeCached writes p through the page cache.
 func (a *appendFile) writeCached(p []byte) (int, error) {
 	n, err := a.File.Write(p)
-	cachedBytes.Add(int64(n))
+	a.writes.cached(int64(n))
 	return n, err
 }
 
-// Bytes the segment files of this process were written, with O_DIRECT
-// and through the page cache.
-var directBytes, cachedBytes atomic.Int64
+// writeCounters: the bytes segment files were written, with O_DIRECT and
+// through the page cache (a nil one counts nothing).
+type writeCounters struct{ directBytes, cachedBytes atomic.Int64 }
 
-// WriteStats are the bytes written to segment files by this process:
-// with O_DIRECT (log.direct.io) and through the page cache.
+func (w *writeCounters) direct(n int64) {
+	if w != nil {
+		w.directBytes.Add(n)
+	}
+}
+
+func (w *writeCounters) cached(n int64) {
+	if w != nil {
+		w.cachedBytes.Add(n)
+	}
+}
+
+// WriteStats are the bytes written to segment files: with O_DIRECT
+// (log.direct.io) and through the page cache.
 type WriteStats struct{ DirectBytes, CachedBytes int64 }
 
-// SegmentWrites returns the process's WriteStats.
-func SegmentWrites() WriteStats {
-	return WriteStats{DirectBytes: directBytes.Load(), CachedBytes: cachedBytes.Load()}
+// SegmentWrites returns the bytes the segment files of the logs synced by
+// s (a node's) were written.
+func (s *Syncer) SegmentWrites() WriteStats {
+	return WriteStats{DirectBytes: s.writes.directBytes.Load(), CachedBytes: s.writes.cachedBytes.Load()}
 }
 
 // ReadAt reads what is still buffered from the buffers (a follower being
@@ -458,7 +473,7 @@ func (a *appendFile) Truncate(size int64) error {
 	a.wmu.Lock()
 	defer a.wmu.Unlock()
 	var dropped []*cacheChunk
-	defer func() { rcache.remove(dropped) }() // after mu is released
+	defer func() { a.rc.remove(dropped) }() // after mu is released
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	w := a.written.Load()
@@ -529,6 +544,6 @@ func (a *appendFile) Close() error {
 	dropped := a.dropCachedFromLocked(-1)
 	a.mu.Unlock()
 	a.wmu.Unlock()
-	rcache.remove(dropped)
+	a.rc.remove(dropped)
 	return a.File.Close()
 }

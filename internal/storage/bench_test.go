@@ -209,77 +209,66 @@ func BenchmarkRead(b *testing.B) {
 // BenchmarkCleaner: one cleaning pass over a 64 MiB dirty log on the real
 // disk (page cache warm): 100-record batches of 100-byte values over 100k
 // keys, every key written ~6 times, 5% tombstones. MB/s is the bytes of
-// the segments rewritten over the pass's time; the Raft variant keeps
-// every batch (emptied where nothing survives). Each iteration cleans a
+// the segments rewritten over the pass's time; every batch is kept
+// (emptied where nothing survives: batch i of a Raft log is entry i). Each iteration cleans a
 // fresh copy of the log.
 //
 //	go test ./internal/storage -run '^$' -bench Cleaner -benchtime 5x
 func BenchmarkCleaner(b *testing.B) {
-	for _, keepEmpty := range []bool{false, true} {
-		name := "plain"
-		if keepEmpty {
-			name = "raft"
-		}
-		for _, codec := range []records.Codec{records.CodecNone, records.CodecLZ4} {
-			b.Run(fmt.Sprintf("%s/%v", name, codec), func(b *testing.B) {
-				var before, after, took int64
-				for i := 0; i < b.N; i++ {
-					b.StopTimer()
-					dir := b.TempDir()
-					cfg := DefaultConfig()
-					cfg.Flush = FlushPolicy{Mode: FlushOS}
-					cfg.SegmentBytes = 16 << 20
-					cfg.Compact, cfg.DeleteRetention = true, time.Hour
-					l, err := Open(dir, cfg, Options{Logger: quiet})
-					if err != nil {
-						b.Fatal(err)
-					}
-					rng := rand.New(rand.NewSource(1))
-					val := make([]byte, 100)
-					for l.Size() < 64<<20 {
-						recs := make([]records.Record, 100)
-						for j := range recs {
-							recs[j] = records.Record{Timestamp: 1, Key: fmt.Appendf(nil, "key-%06d", rng.Intn(100_000))}
-							if rng.Intn(20) > 0 {
-								rng.Read(val[:50])
-								recs[j].Value = slices.Clone(val)
-							}
-						}
-						bt, err := records.Build(records.Batch{ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1, Codec: codec}, recs)
-						if err != nil {
-							b.Fatal(err)
-						}
-						if keepEmpty {
-							records.SetBaseOffset(bt, l.EndOffset())
-							records.SetLeaderEpoch(bt, 1)
-							_, err = l.AppendReplicated(bt)
-						} else {
-							_, err = l.Append(bt, 0)
-						}
-						if err != nil {
-							b.Fatal(err)
-						}
-					}
-					// Seal the last segment so the whole log is cleanable.
-					l.Append(batch(b, 1, 10, 1), 0)
-					if err := l.Sync(); err != nil {
-						b.Fatal(err)
-					}
-					b.StartTimer()
-					res, err := l.Clean(CleanOptions{Committed: l.EndOffset(), KeepEmpty: keepEmpty, RemoveBelow: math.MaxInt64, Map: NewOffsetMap(64 << 20)})
-					b.StopTimer()
-					if err != nil {
-						b.Fatal(err)
-					}
-					before += res.BytesBefore
-					after += res.BytesAfter
-					took += int64(res.Took)
-					l.Close()
+	for _, codec := range []records.Codec{records.CodecNone, records.CodecLZ4} {
+		b.Run(fmt.Sprintf("raft/%v", codec), func(b *testing.B) {
+			var before, after, took int64
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				dir := b.TempDir()
+				cfg := DefaultConfig()
+				cfg.Flush = FlushPolicy{Mode: FlushOS}
+				cfg.SegmentBytes = 16 << 20
+				cfg.Compact, cfg.DeleteRetention = true, time.Hour
+				l, err := Open(dir, cfg, Options{Logger: quiet})
+				if err != nil {
+					b.Fatal(err)
 				}
-				b.ReportMetric(float64(before)/time.Duration(took).Seconds()/1e6, "MB/s")
-				b.ReportMetric(float64(after)/float64(before), "kept")
-			})
-		}
+				rng := rand.New(rand.NewSource(1))
+				val := make([]byte, 100)
+				for l.Size() < 64<<20 {
+					recs := make([]records.Record, 100)
+					for j := range recs {
+						recs[j] = records.Record{Timestamp: 1, Key: fmt.Appendf(nil, "key-%06d", rng.Intn(100_000))}
+						if rng.Intn(20) > 0 {
+							rng.Read(val[:50])
+							recs[j].Value = slices.Clone(val)
+						}
+					}
+					bt, err := records.Build(records.Batch{ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1, Codec: codec}, recs)
+					if err != nil {
+						b.Fatal(err)
+					}
+					records.SetBaseOffset(bt, l.EndOffset())
+					records.SetLeaderEpoch(bt, 1)
+					if _, err = l.AppendReplicated(bt); err != nil {
+						b.Fatal(err)
+					}
+				}
+				// Seal the last segment so the whole log is cleanable.
+				l.Append(batch(b, 1, 10, 1), 0)
+				if err := l.Sync(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				res, err := l.Clean(CleanOptions{Committed: l.EndOffset(), RemoveBelow: math.MaxInt64, Map: NewOffsetMap(64 << 20)})
+				b.StopTimer()
+				if err != nil {
+					b.Fatal(err)
+				}
+				before += res.BytesBefore
+				after += res.BytesAfter
+				took += int64(res.Took)
+				l.Close()
+			}
+			b.ReportMetric(float64(before)/time.Duration(took).Seconds()/1e6, "MB/s")
+			b.ReportMetric(float64(after)/float64(before), "kept")
+		})
 	}
 }
 
@@ -312,9 +301,7 @@ func benchGroupCommit(b *testing.B, nlogs, per, size int) {
 	}
 	proto := batch(b, 1, size-61-10, time.Now().UnixMilli())
 	buf := make([]byte, len(proto))
-	if b.N < nlogs*per {
-		b.N = nlogs * per // whole rounds only: one cycle per round
-	}
+	n := max(b.N, nlogs*per) // at least one whole round: one cycle
 	round := func(n int) {
 		for done := 0; done < n; {
 			for _, l := range logs {
@@ -340,11 +327,11 @@ func benchGroupCommit(b *testing.B, nlogs, per, size int) {
 	var ru0, ru1 syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	b.ResetTimer()
-	round(b.N)
+	round(n)
 	b.StopTimer() // not the deferred Closes
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 	cpu := ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
-	b.ReportMetric(float64(cpu)/1000/float64(b.N), "cpu-µs/batch")
+	b.ReportMetric(float64(cpu)/1000/float64(n), "cpu-µs/batch")
 }
 
 // BenchmarkDurableWrite: the device's durable sequential write bandwidth
@@ -366,8 +353,8 @@ func BenchmarkDurableWrite(b *testing.B) {
 			}
 			b.Run(fmt.Sprintf("log=%s/logs=%d/batch=%dKiB", name, c.logs, c.size>>10), func(b *testing.B) {
 				if name == "direct-nocache" { // log.direct.io.cache.bytes=0
-					defer SetReadCacheBytes(readCacheLimit())
-					SetReadCacheBytes(0)
+					defer defaultReadCache.SetLimit(defaultReadCache.budget())
+					defaultReadCache.SetLimit(0)
 				}
 				benchAppend(b, fsys, c.size, 64, c.logs, false)
 			})

@@ -39,11 +39,9 @@ import (
 //   - Offsets never change: a batch keeps baseOffset and lastOffsetDelta
 //     (so a rewritten batch may have gaps), partitionLeaderEpoch and its
 //     producer fields. A batch of which nothing survives becomes an empty
-//     batch (header only) when it must stay: always on a Raft log
-//     (KeepEmpty: batch i is Raft entry i), when it carries an active
-//     producer's last sequence or epoch, and as the first and last batch of
-//     each cleaned segment (so the segment keeps its name and its range);
-//     otherwise it is dropped.
+//     batch (header only), never dropped: every log is a Raft log, where
+//     batch i is entry i (and the producer fields of a producer's last
+//     batch keep its sequence and epoch).
 //   - Only committed offsets are cleaned, and never the active segment.
 //   - Tombstones and markers at or above CleanOptions.RemoveBelow are never
 //     removed (a Raft follower removes none; a leader none that a replica
@@ -86,17 +84,10 @@ type CleanOptions struct {
 	// Committed: only offsets below it are cleaned (the high watermark,
 	// or the Raft commit offset).
 	Committed int64
-	// KeepEmpty keeps every batch, as an empty one if nothing of it
-	// survives: required on a Raft log, where batch i is entry i.
-	KeepEmpty bool
 	// RemoveBelow: tombstones and transaction markers at offsets >= it are
-	// not removed (only given their delete horizon). math.MaxInt64 on a
-	// single node.
+	// not removed (only given their delete horizon): the offset every
+	// replica has stored (0: none removed).
 	RemoveBelow int64
-	// ProducerExpiry: the last batch of a producer whose newest batch
-	// timestamp is older than this is not kept for its producer state
-	// (producer.id.expiration.ms); 0 keeps every producer's.
-	ProducerExpiry time.Duration
 	// Map is the offset map (required); Throttle bounds the I/O (nil: none).
 	Map      *OffsetMap
 	Throttle *Throttle
@@ -116,7 +107,6 @@ type CleanResult struct {
 	BytesBefore     int64 // size of the rewritten segments before
 	BytesAfter      int64 // and after
 	Batches         int64 // batches read in the rewritten segments
-	BatchesDropped  int64
 	BatchesEmptied  int64
 	Records         int64 // records read in the rewritten segments
 	RecordsRemoved  int64 // superseded, keyless or aborted
@@ -233,20 +223,11 @@ type txnInfo struct {
 	dirtyRecords int64        // records of data batches from the first dirty offset on: at most that many keys
 	aborted      []abortedTxn // by first offset
 	firstOpen    int64        // first offset of the earliest transaction open at the committed offset
-	retain       map[int64]bool
 }
 
 type abortedTxn struct {
 	pid         int64
 	first, last int64 // first non-empty data batch, abort marker
-}
-
-// producerScan is a producer's latest state-carrying batches.
-type producerScan struct {
-	dataBase, ctrlBase   int64
-	dataEpoch, ctrlEpoch int16
-	hasData, hasCtrl     bool
-	lastTS               int64
 }
 
 // cleanSeg is a segment of the pass's snapshot of the log.
@@ -339,10 +320,6 @@ func (l *Log) Clean(opts CleanOptions) (CleanResult, error) {
 	p.ioBuf = opts.IOBuffer
 	if p.ioBuf <= 0 {
 		p.ioBuf = defaultCleanerIOBuffer
-	}
-	if opts.RemoveBelow == 0 && !opts.KeepEmpty {
-		// The zero value on a single node would disable tombstone removal.
-		p.opts.RemoveBelow = math.MaxInt64
 	}
 	p.res.FirstDirty = firstDirty
 
@@ -499,12 +476,11 @@ func markerKind(b []byte) int {
 }
 
 // scanTxns reads every batch header of the log (and the transaction
-// markers) to find the aborted transactions, the earliest transaction
-// still open at committed, and the batches that carry producer state.
+// markers) to find the aborted transactions and the earliest transaction
+// still open at committed.
 func (p *pass) scanTxns(segs []cleanSeg, committed, firstDirty int64) (txnInfo, error) {
 	info := txnInfo{firstOpen: math.MaxInt64}
 	open := map[int64]int64{}
-	producers := map[int64]*producerScan{}
 	for _, cs := range segs {
 		r := p.reader(cs, true)
 		for {
@@ -517,20 +493,6 @@ func (p *pass) scanTxns(segs []cleanSeg, committed, firstDirty int64) (txnInfo, 
 			}
 			if !h.IsControl() && h.LastOffset() >= firstDirty {
 				info.dirtyRecords += int64(h.NumRecords)
-			}
-			if h.ProducerID >= 0 {
-				ps := producers[h.ProducerID]
-				if ps == nil {
-					ps = &producerScan{lastTS: -1}
-					producers[h.ProducerID] = ps
-				}
-				ps.lastTS = max(ps.lastTS, h.MaxTimestamp)
-				switch {
-				case h.IsControl():
-					ps.hasCtrl, ps.ctrlBase, ps.ctrlEpoch = true, h.BaseOffset, h.ProducerEpoch
-				case h.BaseSequence >= 0:
-					ps.hasData, ps.dataBase, ps.dataEpoch = true, h.BaseOffset, h.ProducerEpoch
-				}
 			}
 			if !h.IsTransactional() || h.ProducerID < 0 || h.BaseOffset >= committed {
 				continue
@@ -554,24 +516,6 @@ func (p *pass) scanTxns(segs []cleanSeg, committed, firstDirty int64) (txnInfo, 
 		info.firstOpen = min(info.firstOpen, first)
 	}
 	sort.Slice(info.aborted, func(i, j int) bool { return info.aborted[i].first < info.aborted[j].first })
-	if !p.opts.KeepEmpty {
-		info.retain = map[int64]bool{}
-		expiry := p.opts.ProducerExpiry.Milliseconds()
-		for _, ps := range producers {
-			if expiry > 0 && ps.lastTS < p.now-expiry {
-				continue
-			}
-			epoch := ps.dataEpoch
-			if ps.hasCtrl && (!ps.hasData || ps.ctrlEpoch > epoch) {
-				epoch = ps.ctrlEpoch
-			}
-			if ps.hasData && ps.dataEpoch == epoch {
-				info.retain[ps.dataBase] = true
-			} else if ps.hasCtrl && ps.ctrlEpoch == epoch {
-				info.retain[ps.ctrlBase] = true
-			}
-		}
-	}
 	return info, nil
 }
 
@@ -702,8 +646,6 @@ type segWriter struct {
 	f       File
 	pending []byte
 	written int64
-	// last dropped batch: if it is the group's last, it stays as empty.
-	droppedLast *records.Header
 }
 
 func (w *segWriter) add(b []byte) error {
@@ -715,7 +657,6 @@ func (w *segWriter) add(b []byte) error {
 	w.s.size += int64(len(b))
 	w.s.next = h.LastOffset() + 1
 	w.pending = append(w.pending, b...)
-	w.droppedLast = nil
 	if len(w.pending) >= w.p.ioBuf {
 		return w.flush()
 	}
@@ -740,20 +681,14 @@ func (w *segWriter) flush() error {
 	return nil
 }
 
-// emptyOrDrop writes h as an empty batch where it must stay, and otherwise
-// drops it (remembering it, in case it turns out to be the group's last).
-func (w *segWriter) emptyOrDrop(h records.Header, b []byte, first bool) error {
-	if w.p.opts.KeepEmpty || w.p.info.retain[h.BaseOffset] || first {
-		w.p.res.BatchesEmptied++
-		if h.NumRecords == 0 && h.Codec() == records.CodecNone {
-			return w.add(b)
-		}
-		return w.add(records.Empty(h))
+// empty writes h as an empty batch (header only, offsets and producer
+// fields kept): batch i of a Raft log is entry i, so none is dropped.
+func (w *segWriter) empty(h records.Header, b []byte) error {
+	w.p.res.BatchesEmptied++
+	if h.NumRecords == 0 && h.Codec() == records.CodecNone {
+		return w.add(b)
 	}
-	w.p.res.BatchesDropped++
-	hh := h
-	w.droppedLast = &hh
-	return nil
+	return w.add(records.Empty(h))
 }
 
 // cleanGroup rewrites one group of segments and swaps it in.
@@ -780,9 +715,8 @@ func (p *pass) cleanGroup(g []cleanSeg, gen uint64, at *abortTracker) error {
 		p.writeBuf = make([]byte, 0, p.ioBuf)
 	}
 	w := &segWriter{p: p, s: ns, f: f, pending: p.writeBuf[:0]}
-	for gi, cs := range g {
+	for _, cs := range g {
 		r := p.reader(cs, false)
-		firstBatch := gi == 0
 		for {
 			h, b, _, more, err := r.next()
 			if err != nil {
@@ -796,20 +730,11 @@ func (p *pass) cleanGroup(g []cleanSeg, gen uint64, at *abortTracker) error {
 			}
 			p.res.Batches++
 			p.res.Records += int64(h.NumRecords)
-			if err := p.cleanBatch(w, at, h, b, firstBatch); err != nil {
+			if err := p.cleanBatch(w, at, h, b); err != nil {
 				return err
 			}
-			firstBatch = false
 		}
 		p.res.BytesBefore += cs.size
-	}
-	if w.droppedLast != nil {
-		// The group's last batch keeps the segment's offset range.
-		p.res.BatchesDropped--
-		p.res.BatchesEmptied++
-		if err := w.add(records.Empty(*w.droppedLast)); err != nil {
-			return err
-		}
 	}
 	if err := w.flush(); err != nil {
 		return err
@@ -839,7 +764,7 @@ func (p *pass) cleanGroup(g []cleanSeg, gen uint64, at *abortTracker) error {
 }
 
 // cleanBatch decides what becomes of one batch and writes it.
-func (p *pass) cleanBatch(w *segWriter, at *abortTracker, h records.Header, b []byte, first bool) error {
+func (p *pass) cleanBatch(w *segWriter, at *abortTracker, h records.Header, b []byte) error {
 	if h.BaseOffset >= p.mapEnd {
 		// Beyond the dirty section this pass covers: as it is.
 		if h.IsTransactional() && !h.IsControl() && h.NumRecords > 0 {
@@ -859,7 +784,7 @@ func (p *pass) cleanBatch(w *segWriter, at *abortTracker, h records.Header, b []
 		live := p.liveTxn[h.ProducerID]
 		delete(p.liveTxn, h.ProducerID)
 		if h.NumRecords == 0 {
-			return w.emptyOrDrop(h, b, first)
+			return w.empty(h, b)
 		}
 		if live || markerKind(b) < 0 {
 			return w.add(b)
@@ -880,7 +805,7 @@ func (p *pass) cleanBatch(w *segWriter, at *abortTracker, h records.Header, b []
 			return w.add(nb)
 		case p.now >= hzn && h.BaseOffset < p.opts.RemoveBelow:
 			p.res.Markers++
-			return w.emptyOrDrop(h, b, first)
+			return w.empty(h, b)
 		case p.now >= hzn:
 			p.noteBlocked(h.BaseOffset)
 		}
@@ -889,10 +814,10 @@ func (p *pass) cleanBatch(w *segWriter, at *abortTracker, h records.Header, b []
 	}
 	if at.aborted(h) {
 		p.res.RecordsRemoved += int64(h.NumRecords)
-		return w.emptyOrDrop(h, b, first)
+		return w.empty(h, b)
 	}
 	if h.NumRecords == 0 {
-		return w.emptyOrDrop(h, b, first)
+		return w.empty(h, b)
 	}
 	kept := p.kept[:0]
 	defer func() { p.kept = kept[:0] }()
@@ -927,7 +852,7 @@ func (p *pass) cleanBatch(w *segWriter, at *abortTracker, h records.Header, b []
 	}
 	switch {
 	case len(kept) == 0:
-		return w.emptyOrDrop(h, b, first)
+		return w.empty(h, b)
 	case len(kept) == int(h.NumRecords) && !needHzn:
 		if hasHzn && hasTombstone(kept) {
 			p.noteHorizon(hzn)

@@ -106,14 +106,14 @@ func TestCrashRecoveryDirect(t *testing.T) {
 	directMin.Store(directBlock)
 	seeds := crashSeeds(200)
 	var directs int64
-	hits := ReadCache().Hits
+	hits := defaultReadCache.Stats().Hits
 	for _, seed := range append(seedRange(seeds), 365, 494, 1943) { // as in TestCrashRecovery
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { directs += crashSeed(t, seed, true) })
 	}
 	if directs == 0 {
 		t.Fatal("no direct write happened")
 	}
-	hits = ReadCache().Hits - hits
+	hits = defaultReadCache.Stats().Hits - hits
 	if hits == 0 {
 		t.Fatal("no fetch was served from the read cache")
 	}
@@ -669,7 +669,8 @@ func TestCreateLogCrashAtEveryStep(t *testing.T) {
 	for n := int64(1); n <= steps+1; n++ {
 		fs := NewCrashFS(n)
 		fs.CrashAfter(n)
-		l, err := Open("/d", testConfig(), Options{FS: fs, Syncer: sy, Logger: quiet})
+		// The log opened here is abandoned at the power cut.
+		_, err := Open("/d", testConfig(), Options{FS: fs, Syncer: sy, Logger: quiet})
 		created := err == nil
 		if created {
 			fs.Crash() // the power goes right after Open returned
@@ -683,7 +684,7 @@ func TestCreateLogCrashAtEveryStep(t *testing.T) {
 				}
 			}
 		}
-		l, err = Open("/d", testConfig(), Options{FS: fs, Syncer: sy, Logger: quiet})
+		l, err := Open("/d", testConfig(), Options{FS: fs, Syncer: sy, Logger: quiet})
 		if err != nil {
 			t.Fatalf("crash after step %d of %d: reopen: %v", n, steps, err)
 		}

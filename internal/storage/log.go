@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"holdfast/internal/invariant"
 	"holdfast/internal/records"
 )
 
@@ -69,6 +70,9 @@ type Options struct {
 	// behaviour: only the client's CRC check sees corruption, and a
 	// corrupt replica keeps serving it). Off by default (verify.go).
 	NoReadChecks bool
+	// ReadCache is the node's read cache of direct-I/O writes
+	// (readcache.go); nil: one shared by every log opened without one.
+	ReadCache *ReadCache
 }
 
 // AppendInfo describes an appended batch.
@@ -147,9 +151,10 @@ type Log struct {
 
 	clean bool // opened after a clean shutdown (Options.CleanShutdown)
 
-	onCorrupt  func() // Options.OnCorrupt
-	corruptErr error  // sticky: the first corruption found (verify.go)
-	noChecks   bool   // Options.NoReadChecks
+	onCorrupt  func()     // Options.OnCorrupt
+	corruptErr error      // sticky: the first corruption found (verify.go)
+	noChecks   bool       // Options.NoReadChecks
+	rc         *ReadCache // Options.ReadCache
 }
 
 // Open opens (creating if missing) the log in dir and recovers it: the
@@ -169,6 +174,9 @@ func Open(dir string, cfg Config, opts Options) (*Log, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.ReadCache == nil {
+		opts.ReadCache = defaultReadCache
+	}
 	l := &Log{
 		dir:       filepath.Clean(dir),
 		fs:        opts.FS,
@@ -180,6 +188,7 @@ func Open(dir string, cfg Config, opts Options) (*Log, error) {
 		clean:     opts.CleanShutdown,
 		onCorrupt: opts.OnCorrupt,
 		noChecks:  opts.NoReadChecks,
+		rc:        opts.ReadCache,
 
 		blockedRemoval: -1,
 	}
@@ -195,7 +204,56 @@ func Open(dir string, cfg Config, opts Options) (*Log, error) {
 
 func (l *Log) cfgIndexInterval() int { return l.cfg.IndexIntervalBytes }
 
+// recover opens the log's directory as a crash left it, in steps: the
+// directory listed (an interrupted compaction swap finished), its files
+// sorted out, checkpoints of a newer format refused before anything
+// changes, orphan indexes removed, the checkpoints read, the segments
+// opened and the active one's torn tail cut, the start and end settled,
+// the leader epochs recovered, and what was kept made durable.
 func (l *Log) recover() error {
+	names, err := l.listDir()
+	if err != nil {
+		return err
+	}
+	f, err := l.classifyFiles(names)
+	if err != nil {
+		return err
+	}
+	if err := l.checkCheckpointVersions(names); err != nil {
+		return err
+	}
+	if err := l.removeOrphanIndexes(f); err != nil {
+		return err
+	}
+	ords, err := l.readCheckpoints(f)
+	if err != nil {
+		return err
+	}
+	if err := l.openSegments(f, ords); err != nil {
+		return err
+	}
+	if err := l.recoverSegments(ords, f.ords); err != nil {
+		return err
+	}
+	if err := l.settleStartEnd(); err != nil {
+		return err
+	}
+	if err := l.recoverEpochs(f.epochs); err != nil {
+		return err
+	}
+	return l.settleRecovered()
+}
+
+// dirFiles is what recover found in the log's directory.
+type dirFiles struct {
+	logs                         map[int64]bool // segment bases
+	indexes                      []string       // index file names
+	epochs, start, ords, cleaner bool           // the checkpoints present
+}
+
+// listDir lists the log's directory, making it if missing, and finishes
+// an interrupted compaction swap first.
+func (l *Log) listDir() ([]string, error) {
 	names, err := l.fs.ReadDir(l.dir)
 	if errors.Is(err, os.ErrNotExist) {
 		// A new log: its directory's name must survive a power cut as
@@ -206,43 +264,53 @@ func (l *Log) recover() error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("storage: open %s: %w", l.dir, err)
+		return nil, fmt.Errorf("storage: open %s: %w", l.dir, err)
 	}
 	if changed, err := l.recoverSwaps(names); err != nil {
-		return err
+		return nil, err
 	} else if changed {
 		if names, err = l.fs.ReadDir(l.dir); err != nil {
-			return fmt.Errorf("storage: open %s: %w", l.dir, err)
+			return nil, fmt.Errorf("storage: open %s: %w", l.dir, err)
 		}
 	}
-	logs := map[int64]bool{}
-	var indexes []string
-	haveEpochs, haveStart, haveOrds, haveCleaner := false, false, false, false
+	return names, nil
+}
+
+// classifyFiles sorts the directory's files into segments, indexes and
+// checkpoints, removes leftovers of interrupted atomic writes, and refuses
+// anything else.
+func (l *Log) classifyFiles(names []string) (dirFiles, error) {
+	f := dirFiles{logs: map[int64]bool{}}
 	for _, name := range names {
 		base, suf, ok := parseSegmentName(name)
 		switch {
 		case ok && suf == logSuffix:
-			logs[base] = true
+			f.logs[base] = true
 		case ok:
-			indexes = append(indexes, name)
+			f.indexes = append(f.indexes, name)
 		case name == epochCheckpoint:
-			haveEpochs = true
+			f.epochs = true
 		case name == startCheckpoint:
-			haveStart = true
+			f.start = true
 		case name == ordinalCheckpoint:
-			haveOrds = true
+			f.ords = true
 		case name == cleanerCheckpoint:
-			haveCleaner = true
+			f.cleaner = true
 		case name == MetadataFile:
 		case strings.HasSuffix(name, ".tmp"):
 			// An interrupted atomic write: the old file is still intact.
 			if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("storage: open %s: remove leftover %s: %w", l.dir, name, err)
+				return f, fmt.Errorf("storage: open %s: remove leftover %s: %w", l.dir, name, err)
 			}
 		default:
-			return fmt.Errorf("storage: open %s: unexpected file %q (not a segment, index or checkpoint of a log)", l.dir, name)
+			return f, fmt.Errorf("storage: open %s: unexpected file %q (not a segment, index or checkpoint of a log)", l.dir, name)
 		}
 	}
+	return f, nil
+}
+
+// checkCheckpointVersions refuses a checkpoint of a newer format.
+func (l *Log) checkCheckpointVersions(names []string) error {
 	// Before recovery changes anything: a checkpoint of a newer format is
 	// not damage (which would discard the log, rebuild or rewrite the
 	// file): the open fails and every file stays as it is.
@@ -260,8 +328,13 @@ func (l *Log) recover() error {
 			return fmt.Errorf("storage: open %s: %w", l.dir, err)
 		}
 	}
-	for _, name := range indexes {
-		if base, _, _ := parseSegmentName(name); !logs[base] {
+	return nil
+}
+
+// removeOrphanIndexes removes index files whose segment is gone.
+func (l *Log) removeOrphanIndexes(f dirFiles) error {
+	for _, name := range f.indexes {
+		if base, _, _ := parseSegmentName(name); !f.logs[base] {
 			// Left behind by a segment deletion that crashed halfway.
 			l.logger.Warn("storage: removing orphan index", "file", name)
 			if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil {
@@ -269,18 +342,24 @@ func (l *Log) recover() error {
 			}
 		}
 	}
-	if haveStart {
+	return nil
+}
+
+// readCheckpoints reads the start, cleaner and ordinal checkpoints; it
+// returns the ordinals by segment base.
+func (l *Log) readCheckpoints(f dirFiles) (map[int64]int64, error) {
+	if f.start {
 		b, err := ReadFile(l.fs, filepath.Join(l.dir, startCheckpoint), 64)
 		if err != nil {
-			return fmt.Errorf("storage: open %s: read %s: %w", l.dir, startCheckpoint, err)
+			return nil, fmt.Errorf("storage: open %s: read %s: %w", l.dir, startCheckpoint, err)
 		}
 		v, err := parseStartCheckpoint(b)
 		if err != nil {
-			return l.damagedAtOpen(startCheckpoint, err)
+			return nil, l.damagedAtOpen(startCheckpoint, err)
 		}
 		l.start = v
 	}
-	if haveCleaner {
+	if f.cleaner {
 		// Only a hint: a missing or damaged one means the next pass
 		// cleans from the start again.
 		b, err := ReadFile(l.fs, filepath.Join(l.dir, cleanerCheckpoint), 128)
@@ -293,17 +372,23 @@ func (l *Log) recover() error {
 		}
 	}
 	ords := map[int64]int64{}
-	if haveOrds {
+	if f.ords {
 		b, err := ReadFile(l.fs, filepath.Join(l.dir, ordinalCheckpoint), maxOrdinalCkpt)
 		if err != nil {
-			return fmt.Errorf("storage: open %s: read %s: %w", l.dir, ordinalCheckpoint, err)
+			return nil, fmt.Errorf("storage: open %s: read %s: %w", l.dir, ordinalCheckpoint, err)
 		}
 		if ords, err = parseOrdinalCheckpoint(b); err != nil {
-			return l.damagedAtOpen(ordinalCheckpoint, err)
+			return nil, l.damagedAtOpen(ordinalCheckpoint, err)
 		}
 	}
-	bases := make([]int64, 0, len(logs))
-	for b := range logs {
+	return ords, nil
+}
+
+// openSegments opens every segment file in offset order, checking each
+// sealed one's first batch and dropping empty sealed ones.
+func (l *Log) openSegments(f dirFiles, ords map[int64]int64) error {
+	bases := make([]int64, 0, len(f.logs))
+	for b := range f.logs {
 		bases = append(bases, b)
 	}
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
@@ -314,7 +399,7 @@ func (l *Log) recover() error {
 		}
 		last := i == len(bases)-1
 		if !last {
-			if _, nextListed := ords[bases[i+1]]; s.size == 0 && haveOrds && !nextListed && i+1 == len(bases)-1 {
+			if _, nextListed := ords[bases[i+1]]; s.size == 0 && f.ords && !nextListed && i+1 == len(bases)-1 {
 				// The segment before an unlisted last one may never have
 				// been sealed: empty, it lost its batches, and what was
 				// rolled after it lies beyond a hole (recoverUnsealed).
@@ -355,6 +440,13 @@ func (l *Log) recover() error {
 		}
 		l.segs = append(l.segs, s)
 	}
+	return nil
+}
+
+// recoverSegments creates the first segment of a new log, or links the
+// opened ones, recovers an unsealed one, gives each its first ordinal and
+// cuts the active segment's torn tail.
+func (l *Log) recoverSegments(ords map[int64]int64, haveOrds bool) error {
 	if len(l.segs) == 0 {
 		// The segment first, then the checkpoint, whose directory fsync
 		// covers the segment's name too: one directory fsync for a new
@@ -414,6 +506,13 @@ func (l *Log) recover() error {
 			}
 		}
 	}
+	return nil
+}
+
+// settleStartEnd sets the end from the active segment and keeps the start
+// within the segments (a start past the recovered end resets the log
+// there).
+func (l *Log) settleStartEnd() error {
 	act := l.active()
 	l.end = act.next
 	if l.start < l.segs[0].base {
@@ -423,11 +522,15 @@ func (l *Log) recover() error {
 		// DeleteBefore moved the start past data lost in the crash; the
 		// offsets below start are gone by request, so restart there.
 		l.logger.Warn("storage: log start beyond recovered end, resetting", "start", l.start, "end", l.end)
-		if err := l.resetLocked(l.start, act.firstOrd+act.nbatches); err != nil {
-			return err
-		}
-		act = l.active()
+		return l.resetLocked(l.start, act.firstOrd+act.nbatches)
 	}
+	return nil
+}
+
+// recoverEpochs reads the leader epoch checkpoint (rebuilt from the
+// batches if missing or damaged) and adds the epochs of the batches
+// recovery scanned.
+func (l *Log) recoverEpochs(haveEpochs bool) error {
 	if haveEpochs {
 		// A checkpoint that cannot be read (EMFILE, EIO) fails the open:
 		// only damaged content is rebuilt from the batches, which lose
@@ -466,6 +569,13 @@ func (l *Log) recover() error {
 			return err
 		}
 	}
+	return nil
+}
+
+// settleRecovered makes what recovery kept durable and the active
+// segment's index current.
+func (l *Log) settleRecovered() error {
+	act := l.active()
 	// What recovery kept is durable from here on; fsync it in case it was
 	// only in the page cache (a process crash, not a power loss). After a
 	// clean shutdown the last Close fsynced it.
@@ -522,6 +632,8 @@ func (l *Log) openSegment(base int64, create bool) (*segment, error) {
 	af := newAppendFile(f, size)
 	af.onDirectOff = l.directUnavailable
 	af.lastFetch = &l.lastFetch
+	af.rc = l.rc
+	af.writes = &l.syncer.writes
 	s.f = af
 	s.refs.Store(1)
 	return s, nil
@@ -807,6 +919,12 @@ func (l *Log) AppendValidated(v records.Validated) (AppendInfo, error) {
 }
 
 func (l *Log) appendLocked(batch []byte, h records.Header) (AppendInfo, error) {
+	if invariant.Enabled {
+		// Offsets are dense and rising: every append path puts the batch
+		// exactly at the end, and a batch covers at least one offset.
+		invariant.Check(h.BaseOffset == l.end && h.LastOffset() >= h.BaseOffset,
+			"storage: append to %s: batch [%d,%d] at log end %d", l.dir, h.BaseOffset, h.LastOffset(), l.end)
+	}
 	var newEpoch bool
 	if h.PartitionLeaderEpoch >= 0 {
 		if n := len(l.epochs); n > 0 && h.PartitionLeaderEpoch < l.epochs[n-1].epoch {
@@ -1828,43 +1946,6 @@ func (l *Log) deleteOldestLocked(del func(*segment) bool) (int, error) {
 		return n, fmt.Errorf("storage: delete segments of %s: %w", l.dir, err)
 	}
 	return n, nil
-}
-
-// EnforceRetention deletes sealed segments past retention.ms (by their
-// largest timestamp) or beyond retention.bytes. The active segment stays.
-func (l *Log) EnforceRetention() (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return 0, ErrClosed
-	}
-	var total int64
-	for _, s := range l.segs {
-		total += s.size
-	}
-	nowMs := l.now().UnixMilli()
-	var lerr error
-	n, err := l.deleteOldestLocked(func(s *segment) bool {
-		if l.cfg.RetentionBytes >= 0 && total-s.size >= l.cfg.RetentionBytes {
-			total -= s.size
-			return true
-		}
-		if l.cfg.RetentionMs >= 0 {
-			ts, _, err := s.maxTimestamp(l)
-			if err != nil {
-				lerr = err
-				return false
-			}
-			// A segment without timestamps (producers may send -1) is kept
-			// by time; retention.bytes still applies.
-			if ts >= 0 && ts < nowMs-l.cfg.RetentionMs.Milliseconds() {
-				total -= s.size
-				return true
-			}
-		}
-		return false
-	})
-	return n, errors.Join(err, lerr)
 }
 
 // SetConfig changes the configuration; it applies to later operations.

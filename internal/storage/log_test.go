@@ -387,7 +387,7 @@ func TestDeleteBeforeAndRetention(t *testing.T) {
 	// Time: batches are 1 s apart; at 1_000_000+100 s with retention 10 s
 	// everything but ~the last 10 s (and the active segment) goes.
 	clk.t = time.UnixMilli(1_000_000 + 100_000)
-	n, err := l.EnforceRetention()
+	n, err := applyRetention(l)
 	if err != nil || n == 0 {
 		t.Fatalf("retention.ms: %d %v", n, err)
 	}
@@ -403,7 +403,7 @@ func TestDeleteBeforeAndRetention(t *testing.T) {
 	cfg.RetentionBytes = 8192
 	cfg.RetentionMs = -1
 	l.SetConfig(cfg)
-	if _, err := l.EnforceRetention(); err != nil {
+	if _, err := applyRetention(l); err != nil {
 		t.Fatal(err)
 	}
 	if l.Segments() > 3 {
@@ -844,7 +844,7 @@ func TestRetentionKeepsUntimestampedSegments(t *testing.T) {
 	for i := 0; i < 100; i++ {
 		l.Append(batch(t, 1, 100, -1), 0)
 	}
-	if n, err := l.EnforceRetention(); err != nil || n != 0 {
+	if n, err := applyRetention(l); err != nil || n != 0 {
 		t.Fatalf("deleted %d segments without timestamps: %v", n, err)
 	}
 	if _, err := l.Append(emptyBatch(t), 0); !errors.Is(err, records.ErrCorrupt) {
@@ -935,7 +935,7 @@ func TestConcurrentStress(t *testing.T) {
 		})
 	}
 	run(func() error {
-		if _, err := l.EnforceRetention(); err != nil {
+		if _, err := applyRetention(l); err != nil {
 			return err
 		}
 		time.Sleep(time.Millisecond) // pacing: retention runs now and then among the readers and writers

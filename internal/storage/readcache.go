@@ -20,21 +20,15 @@ import (
 // released: a chunk dropped meanwhile (evicted, cut) goes back to its pool
 // only after that, so the fetch sends what the file held when it read, as
 // a held Slice's file range does; reads (ReadAt) copy under the lock. One
-// node-wide budget bounds the chunks' memory (counted by their buffers'
-// capacity): the oldest chunk of any file goes first.
-
-// readCacheIdle: a log no fetch asked the read cache for this long keeps
-// no chunks (a write-only load would otherwise pay for cycling its
-// write-outs through the whole budget: fresh, cold buffers instead of the
-// few warm ones the pool hands back); the first fetch after that is
-// served from the file, and the write-outs after it are kept. 0: always
-// keep (tests).
-var readCacheIdle atomic.Int64
-
-func init() { readCacheIdle.Store(int64(10 * time.Second)) }
+// budget per node (a ReadCache, Options.ReadCache: the broker makes one)
+// bounds the chunks' memory (counted by their buffers' capacity): the
+// oldest chunk of any of its files goes first.
 
 // DefaultReadCacheBytes is the read cache's default budget.
 const DefaultReadCacheBytes = 64 << 20
+
+// defaultReadCacheIdle is ReadCache.idle's default.
+const defaultReadCacheIdle = 10 * time.Second
 
 type cacheChunk struct {
 	f      *appendFile
@@ -65,37 +59,56 @@ func (c *cacheChunk) unlend() {
 	}
 }
 
-type readCache struct {
+// ReadCache is one node's read cache: the budget its logs' cached chunks
+// share (Options.ReadCache), and its counters. Two brokers in one process
+// each have their own.
+type ReadCache struct {
 	mu    sync.Mutex
 	fifo  []*cacheChunk // oldest first
 	head  int           // fifo[:head] are gone
 	bytes int64
 	limit int64
+
+	// idle: a log no fetch asked the read cache for this long keeps no
+	// chunks (a write-only load would otherwise pay for cycling its
+	// write-outs through the whole budget: fresh, cold buffers instead of
+	// the few warm ones the pool hands back); the first fetch after that
+	// is served from the file, and the write-outs after it are kept. 0:
+	// always keep (tests).
+	idle atomic.Int64
+
+	// Counters (ReadCacheStats).
+	hits, misses        atomic.Int64
+	hitBytes, missBytes atomic.Int64
+	evictions           atomic.Int64
 }
 
-var rcache = readCache{limit: DefaultReadCacheBytes}
-
-// Counters of the read cache (ReadCacheStats).
-var (
-	rcHits, rcMisses        atomic.Int64
-	rcHitBytes, rcMissBytes atomic.Int64
-	rcEvictions             atomic.Int64
-)
-
-// SetReadCacheBytes sets the node's read cache budget (0: no cache); the
-// broker sets it from log.direct.io.cache.bytes. Chunks over a lowered
-// budget are dropped at once.
-func SetReadCacheBytes(n int64) {
-	rcache.mu.Lock()
-	rcache.limit = max(n, 0)
-	rcache.mu.Unlock()
-	rcache.add(nil)
+// NewReadCache returns a read cache with a budget of limit bytes (0: no
+// cache).
+func NewReadCache(limit int64) *ReadCache {
+	rc := &ReadCache{limit: max(limit, 0)}
+	rc.idle.Store(int64(defaultReadCacheIdle))
+	return rc
 }
 
-func readCacheLimit() int64 {
-	rcache.mu.Lock()
-	defer rcache.mu.Unlock()
-	return rcache.limit
+// defaultReadCache serves the logs opened without Options.ReadCache (tests
+// and tools; a broker passes its own).
+var defaultReadCache = NewReadCache(DefaultReadCacheBytes)
+
+// SetLimit sets the budget (0: no cache); the broker sets it from
+// log.direct.io.cache.bytes. Chunks over a lowered budget are dropped at
+// once.
+func (rc *ReadCache) SetLimit(n int64) {
+	rc.mu.Lock()
+	rc.limit = max(n, 0)
+	rc.mu.Unlock()
+	rc.add(nil)
+}
+
+func (rc *ReadCache) budget() int64 {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.limit
 }
 
 // ReadCacheStats describes the read cache: lookups of fetched ranges (and
@@ -108,21 +121,21 @@ type ReadCacheStats struct {
 	Bytes, Limit, Chunks int64
 }
 
-// ReadCache returns the read cache's counters.
-func ReadCache() ReadCacheStats {
-	rcache.mu.Lock()
-	st := ReadCacheStats{Bytes: rcache.bytes, Limit: rcache.limit, Chunks: int64(len(rcache.fifo) - rcache.head)}
-	rcache.mu.Unlock()
-	st.Hits, st.Misses = rcHits.Load(), rcMisses.Load()
-	st.HitBytes, st.MissBytes = rcHitBytes.Load(), rcMissBytes.Load()
-	st.Evictions = rcEvictions.Load()
+// Stats returns the read cache's counters.
+func (rc *ReadCache) Stats() ReadCacheStats {
+	rc.mu.Lock()
+	st := ReadCacheStats{Bytes: rc.bytes, Limit: rc.limit, Chunks: int64(len(rc.fifo) - rc.head)}
+	rc.mu.Unlock()
+	st.Hits, st.Misses = rc.hits.Load(), rc.misses.Load()
+	st.HitBytes, st.MissBytes = rc.hitBytes.Load(), rc.missBytes.Load()
+	st.Evictions = rc.evictions.Load()
 	return st
 }
 
 // add takes c (nil: none) into the budget and evicts the oldest chunks
 // while over it. The caller holds no appendFile's mu (lock order:
 // readCache.mu, then appendFile.mu).
-func (rc *readCache) add(c *cacheChunk) {
+func (rc *ReadCache) add(c *cacheChunk) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	if c != nil {
@@ -143,7 +156,7 @@ func (rc *readCache) add(c *cacheChunk) {
 		v.queued = false
 		rc.bytes -= v.cost
 		v.f.dropChunk(v)
-		rcEvictions.Add(1)
+		rc.evictions.Add(1)
 	}
 	if rc.head > 64 && rc.head*2 > len(rc.fifo) {
 		n := copy(rc.fifo, rc.fifo[rc.head:])
@@ -155,8 +168,8 @@ func (rc *readCache) add(c *cacheChunk) {
 
 // remove gives back the budget of chunks a file dropped (Truncate, Close).
 // They stay in the fifo until they reach its head, costing nothing.
-func (rc *readCache) remove(cs []*cacheChunk) {
-	if len(cs) == 0 {
+func (rc *ReadCache) remove(cs []*cacheChunk) {
+	if rc == nil || len(cs) == 0 {
 		return
 	}
 	rc.mu.Lock()
@@ -181,10 +194,10 @@ func (rc *readCache) remove(cs []*cacheChunk) {
 // keepChunk adds the bytes just written at pos to the file's cache (wmu
 // held, not mu); it reports whether it took the buffer.
 func (a *appendFile) keepChunk(b pendBuf, pos int64) bool {
-	if !a.cacheOn.Load() || b.back == nil || len(b.data) == 0 || readCacheLimit() == 0 {
+	if !a.cacheOn.Load() || a.rc == nil || b.back == nil || len(b.data) == 0 || a.rc.budget() == 0 {
 		return false
 	}
-	if idle := readCacheIdle.Load(); idle > 0 && (a.lastFetch == nil || time.Now().UnixNano()-a.lastFetch.Load() > idle) {
+	if idle := a.rc.idle.Load(); idle > 0 && (a.lastFetch == nil || time.Now().UnixNano()-a.lastFetch.Load() > idle) {
 		return false // nobody reads this log's recent bytes
 	}
 	c := &cacheChunk{f: a, pos: pos, data: b.data, cost: int64(cap(*b.back)), buf: b}
@@ -208,8 +221,8 @@ func (a *appendFile) keepChunk(b pendBuf, pos int64) bool {
 	}
 	a.cached = append(a.cached, c)
 	a.mu.Unlock()
-	rcache.remove(dropped)
-	rcache.add(c)
+	a.rc.remove(dropped)
+	a.rc.add(c)
 	return true
 }
 
@@ -246,7 +259,7 @@ func (a *appendFile) dropChunk(c *cacheChunk) {
 }
 
 // dropCachedFromLocked cuts the cache at file offset size (mu held) and
-// returns the chunks that left it for rcache.remove (after mu is released).
+// returns the chunks that left it for rc.remove (after mu is released).
 // A chunk that straddles the cut goes as a whole.
 func (a *appendFile) dropCachedFromLocked(size int64) []*cacheChunk {
 	for i, c := range a.cached {
@@ -314,7 +327,7 @@ func (a *appendFile) cachedChunksLocked(off int64, n int, lend bool) ([][]byte, 
 // and released by every Slice that was lent them.
 func (s Slice) CachedBytes() [][]byte {
 	a, ok := s.File.(*appendFile)
-	if !ok || !a.cacheOn.Load() || s.Size == 0 {
+	if !ok || !a.cacheOn.Load() || a.rc == nil || s.Size == 0 {
 		return nil
 	}
 	if s.ref == nil {
@@ -330,11 +343,11 @@ func (s Slice) CachedBytes() [][]byte {
 	a.mu.Unlock()
 	s.ref.chunks = append(s.ref.chunks, used...) // given back by Release
 	if parts == nil {
-		rcMisses.Add(1)
-		rcMissBytes.Add(int64(s.Size))
+		a.rc.misses.Add(1)
+		a.rc.missBytes.Add(int64(s.Size))
 		return nil
 	}
-	rcHits.Add(1)
-	rcHitBytes.Add(int64(s.Size))
+	a.rc.hits.Add(1)
+	a.rc.hitBytes.Add(int64(s.Size))
 	return parts
 }

@@ -17,7 +17,7 @@ import (
 // accounting matches what the files hold.
 func checkReadCache(t *testing.T, l *Log) {
 	t.Helper()
-	if st := ReadCache(); st.Bytes < 0 || st.Bytes > st.Limit {
+	if st := defaultReadCache.Stats(); st.Bytes < 0 || st.Bytes > st.Limit {
 		t.Fatalf("read cache counts %d bytes, budget %d", st.Bytes, st.Limit)
 	}
 	l.mu.RLock()
@@ -84,13 +84,13 @@ func (m *model) checkFetches(t *testing.T, l *Log) {
 
 // withReadCache sets the read cache's budget for a test.
 func withReadCache(t *testing.T, n int64) {
-	old := readCacheLimit()
-	SetReadCacheBytes(0) // drops what logs of earlier tests left (a crash test's abandoned ones)
-	SetReadCacheBytes(n)
-	idle := readCacheIdle.Swap(0) // keep chunks before the first fetch too
+	old := defaultReadCache.budget()
+	defaultReadCache.SetLimit(0) // drops what logs of earlier tests left (a crash test's abandoned ones)
+	defaultReadCache.SetLimit(n)
+	idle := defaultReadCache.idle.Swap(0) // keep chunks before the first fetch too
 	t.Cleanup(func() {
-		SetReadCacheBytes(old)
-		readCacheIdle.Store(idle)
+		defaultReadCache.SetLimit(old)
+		defaultReadCache.idle.Store(idle)
 	})
 }
 
@@ -128,7 +128,7 @@ func TestReadCacheServesRecent(t *testing.T) {
 	cfg.SegmentBytes = 64 << 20
 	l, _ := directLog(t, cfg)
 	m := &model{}
-	before := ReadCache()
+	before := defaultReadCache.Stats()
 	for round := 0; round < 12; round++ {
 		appendDurable(t, l, m, 40, 3000) // ~120 KiB per cycle: direct writes
 		last := m.batches[len(m.batches)-1]
@@ -147,7 +147,7 @@ func TestReadCacheServesRecent(t *testing.T) {
 		}
 		checkReadCache(t, l)
 	}
-	st := ReadCache()
+	st := defaultReadCache.Stats()
 	if st.Hits-before.Hits < 12 {
 		t.Fatalf("hits %d, want at least 12", st.Hits-before.Hits)
 	}
@@ -167,12 +167,12 @@ func TestReadCacheServesRecent(t *testing.T) {
 		t.Fatal("the oldest batch is still cached past the budget")
 	}
 	s.Release()
-	if ReadCache().Misses == st.Misses {
+	if defaultReadCache.Stats().Misses == st.Misses {
 		t.Fatal("a miss not counted")
 	}
 	m.checkFetches(t, l)
 	l.Close()
-	if got := ReadCache().Bytes; got != 0 {
+	if got := defaultReadCache.Stats().Bytes; got != 0 {
 		t.Fatalf("closed log's chunks still count %d bytes", got)
 	}
 }
@@ -283,9 +283,9 @@ func TestReadCacheDeleteAndRoll(t *testing.T) {
 	}
 	checkReadCache(t, l)
 	m.checkFetches(t, l)
-	held := ReadCache().Bytes
+	held := defaultReadCache.Stats().Bytes
 	l.Close()
-	if got := ReadCache().Bytes; got != 0 {
+	if got := defaultReadCache.Stats().Bytes; got != 0 {
 		t.Fatalf("after Close %d bytes still counted (had %d)", got, held)
 	}
 }
@@ -312,14 +312,20 @@ func TestReadCacheCompaction(t *testing.T) {
 	// Fetch everything once so the old segments' bytes were served.
 	before := readAll(t, l, l.StartOffset())
 	res := mustClean(t, l, cleanOpts(l))
-	if res.BatchesDropped+res.BatchesEmptied == 0 || res.Segments == 0 {
+	if res.BatchesEmptied == 0 || res.Segments == 0 {
 		t.Fatalf("the pass changed nothing: %+v", res)
 	}
 	checkReadCache(t, l)
 	// Every batch a fetch returns is what the log scan says is there now.
 	want := readAll(t, l, l.StartOffset())
-	if len(want) >= len(before) {
-		t.Fatalf("%d batches after cleaning, %d before", len(want), len(before))
+	size := func(bs [][]byte) (n int) {
+		for _, b := range bs {
+			n += len(b)
+		}
+		return n
+	}
+	if size(want) >= size(before) {
+		t.Fatalf("%d bytes after cleaning, %d before", size(want), size(before))
 	}
 	for _, w := range want {
 		h, _ := records.ParseHeader(w)
@@ -356,7 +362,7 @@ func TestReadCacheOS(t *testing.T) {
 	appendDurable(t, l, m, 100, 3000) // ~300 KiB: over directMin
 	checkReadCache(t, l)
 	m.checkFetches(t, l)
-	if SegmentWrites().DirectBytes == 0 {
+	if l.syncer.SegmentWrites().DirectBytes == 0 {
 		if _, err := os.Stat("/proc/self/fd"); err == nil {
 			t.Log("the filesystem refused O_DIRECT: no cache to check")
 		}
@@ -369,11 +375,11 @@ func TestReadCacheOS(t *testing.T) {
 // kept.
 func TestReadCacheIdle(t *testing.T) {
 	withReadCache(t, 64<<20)
-	readCacheIdle.Store(int64(time.Hour))
+	defaultReadCache.idle.Store(int64(time.Hour))
 	l, _ := directLog(t, testConfig2(64<<20))
 	m := &model{}
 	appendDurable(t, l, m, 40, 3000)
-	if st := ReadCache(); st.Bytes != 0 {
+	if st := defaultReadCache.Stats(); st.Bytes != 0 {
 		t.Fatalf("%d bytes cached before any fetch", st.Bytes)
 	}
 	h, _ := records.ParseHeader(m.batches[0])
@@ -397,4 +403,46 @@ func TestReadCacheIdle(t *testing.T) {
 	}
 	checkReadCache(t, l)
 	m.checkFetches(t, l)
+}
+
+// TestReadCachePerNode: two logs with read caches of their own (two
+// brokers in one process) share neither budget nor counters: the chunks
+// and hits of one log's fetches count in its cache only.
+func TestReadCachePerNode(t *testing.T) {
+	directMin.Store(directBlock)
+	t.Cleanup(func() { directMin.Store(64 << 10) })
+	cfg := testConfig()
+	cfg.SegmentBytes = 64 << 20
+	open := func(rc *ReadCache) *Log {
+		fs := NewCrashFS(1)
+		fs.SetDirectIO(true)
+		l, err := Open("/d", cfg, Options{FS: fs, Syncer: newSyncer(t), Logger: quiet, ReadCache: rc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	a, b := NewReadCache(8<<20), NewReadCache(8<<20)
+	a.idle.Store(0) // keep chunks before the first fetch
+	la := open(a)
+	open(b)
+	m := &model{}
+	appendDurable(t, la, m, 40, 3000)
+	h, _ := records.ParseHeader(m.batches[len(m.batches)-1])
+	s, err := la.Read(h.BaseOffset, h.BaseOffset+1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := s.CachedBytes()
+	s.Release()
+	if parts == nil {
+		t.Fatal("the batch just made durable is not in its log's read cache")
+	}
+	if st := a.Stats(); st.Hits != 1 || st.Bytes == 0 {
+		t.Fatalf("the log's own cache: %+v", st)
+	}
+	if st := b.Stats(); st != (ReadCacheStats{Limit: 8 << 20}) {
+		t.Fatalf("the other node's cache counted the first node's fetch: %+v", st)
+	}
 }

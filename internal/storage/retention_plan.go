@@ -1,11 +1,11 @@
 package storage
 
-// RetentionPoint answers "what would EnforceRetention delete": the log
-// start offset that deleting the segments past retention.ms or beyond
-// retention.bytes would leave (StartOffset() if none would go). Nothing is
-// deleted. A Raft log must never run EnforceRetention (its front may move
-// only through raft.Host.Compact, on every replica alike), so the broker
-// asks here and replicates the answer.
+// RetentionPoint answers "what would retention delete": the log start
+// offset that deleting the segments past retention.ms or beyond
+// retention.bytes would leave (StartOffset() if none would go), always a
+// segment boundary. Nothing is deleted: a Raft log's front may move only
+// through raft.Host.Compact, on every replica alike, so the replica's
+// leader asks here and replicates the answer (replica/retention.go).
 func (l *Log) RetentionPoint() (int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -18,8 +18,7 @@ func (l *Log) RetentionPoint() (int64, error) {
 	}
 	nowMs := l.now().UnixMilli()
 	point := l.start
-	// The same walk as EnforceRetention: oldest first, the active segment
-	// always stays.
+	// Oldest first; the active segment always stays.
 	for k := 0; k+1 < len(l.segs); k++ {
 		s := l.segs[k]
 		del := false

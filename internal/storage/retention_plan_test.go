@@ -5,8 +5,24 @@ import (
 	"time"
 )
 
-// RetentionPoint names exactly the start EnforceRetention then leaves, by
-// bytes and by time, and deletes nothing itself.
+// applyRetention runs retention as a replica does: the point, then the
+// log start moved there (production replicates the point through Raft
+// first, replica/retention.go). It returns how many segments went.
+func applyRetention(l *Log) (int, error) {
+	before := l.Segments()
+	p, err := l.RetentionPoint()
+	if err != nil {
+		return 0, err
+	}
+	if err := l.DeleteBefore(p); err != nil {
+		return 0, err
+	}
+	return before - l.Segments(), nil
+}
+
+// RetentionPoint names a segment boundary (moving the start there deletes
+// whole segments and leaves no partial one below it), by bytes and by
+// time, deletes nothing itself, and is stable once applied.
 func TestRetentionPoint(t *testing.T) {
 	clk := &clock{t: time.UnixMilli(10_000_000)}
 	cfg := testConfig()
@@ -28,11 +44,20 @@ func TestRetentionPoint(t *testing.T) {
 		if l.Segments() != segs || l.StartOffset() != 0 && p < l.StartOffset() {
 			t.Fatalf("%s: RetentionPoint changed the log or went backwards", what)
 		}
-		if _, err := l.EnforceRetention(); err != nil {
+		if err := l.DeleteBefore(p); err != nil {
 			t.Fatal(err)
 		}
 		if got := l.StartOffset(); got != p {
-			t.Fatalf("%s: RetentionPoint %d, EnforceRetention left start %d", what, p, got)
+			t.Fatalf("%s: RetentionPoint %d, DeleteBefore left start %d", what, p, got)
+		}
+		l.mu.RLock()
+		base := l.segs[0].base
+		l.mu.RUnlock()
+		if base != p {
+			t.Fatalf("%s: RetentionPoint %d is not a segment boundary (first segment at %d)", what, p, base)
+		}
+		if again, err := l.RetentionPoint(); err != nil || again != p {
+			t.Fatalf("%s: RetentionPoint after applying %d: %d %v", what, p, again, err)
 		}
 	}
 	if p, _ := l.RetentionPoint(); p == 0 {

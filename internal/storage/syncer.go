@@ -43,6 +43,10 @@ type Syncer struct {
 
 	cycles, fsyncs, syncfs, requests atomic.Int64
 	latency                          Histogram // of each fdatasync or syncfs
+
+	// writes: the bytes the segment files of this Syncer's logs were
+	// written (appendbuf.go), one count per node.
+	writes writeCounters
 }
 
 // syncfsMinLogs: from this many logs of one filesystem in a cycle, one

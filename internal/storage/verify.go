@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"holdfast/internal/records"
 )
@@ -30,17 +29,6 @@ import (
 // ErrCorrupt is data that fails its CRC (or framing) where the crash model
 // says it is intact: fsynced bytes, or a bad batch followed by good ones.
 var ErrCorrupt = errors.New("storage: corrupt data")
-
-var corruptions atomic.Int64
-
-// Corruptions counts the corruptions found by this process (every log),
-// for the holdfast_storage_corruptions_total metric.
-func Corruptions() int64 { return corruptions.Load() }
-
-var scrubbed atomic.Int64
-
-// ScrubbedBytes counts the bytes the scrubber (ScrubStep) has checked.
-func ScrubbedBytes() int64 { return scrubbed.Load() }
 
 // maxVerifiedRanges bounds a segment's list of verified ranges: reads
 // scattered over a cold segment keep the largest.
@@ -302,7 +290,6 @@ func (l *Log) scrubRange(s *segment, a, b int64, gen uint64) (int, error) {
 		if err := l.verifyBytes(s, pos, b1, gen); err != nil {
 			return read, err
 		}
-		scrubbed.Add(size)
 		read += int(size)
 		pos += size
 	}
@@ -374,8 +361,9 @@ func (l *Log) damagedAtOpen(file string, cause error) error {
 	return fmt.Errorf("storage: open %s: %w: damaged %s: %w", l.dir, ErrCorrupt, file, cause)
 }
 
+// countCorrupt tells the log's owner (Options.OnCorrupt; replica.Manager
+// counts them per broker for holdfast_storage_corruptions_total).
 func (l *Log) countCorrupt() {
-	corruptions.Add(1)
 	if l.onCorrupt != nil {
 		l.onCorrupt()
 	}

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 
 	"holdfast/internal/records"
@@ -69,9 +70,11 @@ func TestRecoveryCorruptionIsNotATornTail(t *testing.T) {
 			}
 			name := "/d/" + segmentName(0, logSuffix)
 			pos := batchPositions(t, fs, name)
-			before := Corruptions()
+			var corrupt atomic.Int64
+			count := func() { corrupt.Add(1) }
+			before := corrupt.Load()
 			flipAt(t, fs, name, pos[tc.which(len(pos))]+70, 8) // inside the CRC'd part
-			l2, err := Open("/d", cfg, Options{FS: fs, Syncer: sy, Logger: quiet})
+			l2, err := Open("/d", cfg, Options{FS: fs, Syncer: sy, Logger: quiet, OnCorrupt: count})
 			if !tc.corrupt {
 				if err != nil {
 					t.Fatalf("torn tail: %v", err)
@@ -89,8 +92,8 @@ func TestRecoveryCorruptionIsNotATornTail(t *testing.T) {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("open: %v, want ErrCorrupt", err)
 			}
-			if Corruptions() != before+1 {
-				t.Fatalf("corruptions %d, want %d", Corruptions(), before+1)
+			if corrupt.Load() != before+1 {
+				t.Fatalf("corruptions %d, want %d", corrupt.Load(), before+1)
 			}
 			b, _ := fs.ReadFileForTest(name)
 			if len(b) != pos[len(pos)-1]+len(batch(t, 1, 100, 1)) {
@@ -129,10 +132,15 @@ func TestColdReadsAreVerified(t *testing.T) {
 			name := "/d/" + segmentName(0, logSuffix)
 			pos := batchPositions(t, fs, name)
 			flipAt(t, fs, name, pos[2]+70, 4)
-			before := Corruptions()
-			l = openLog(t, fs, "/d", testConfig(), sy, nil)
-			defer l.Close()
+			var corrupt atomic.Int64
+			count := func() { corrupt.Add(1) }
+			before := corrupt.Load()
 			var err error
+			l, err = Open("/d", testConfig(), Options{FS: fs, Syncer: sy, Logger: quiet, OnCorrupt: count})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
 			switch how {
 			case "bytes", "verify":
 				s, rerr := l.Read(0, 100, 1<<20)
@@ -164,8 +172,8 @@ func TestColdReadsAreVerified(t *testing.T) {
 			if _, err := l.Append(batch(t, 1, 100, 1), 0); err != nil {
 				t.Fatalf("append to a log with a corrupt sealed segment: %v", err)
 			}
-			if Corruptions() != before+1 {
-				t.Fatalf("corruptions %d, want %d", Corruptions(), before+1)
+			if corrupt.Load() != before+1 {
+				t.Fatalf("corruptions %d, want %d", corrupt.Load(), before+1)
 			}
 			// Again: still refused, counted once.
 			if s, err := l.Read(0, 100, 1<<20); err == nil {
@@ -174,8 +182,8 @@ func TestColdReadsAreVerified(t *testing.T) {
 				}
 				s.Release()
 			}
-			if Corruptions() != before+1 {
-				t.Fatalf("corruptions %d after a second read, want %d", Corruptions(), before+1)
+			if corrupt.Load() != before+1 {
+				t.Fatalf("corruptions %d after a second read, want %d", corrupt.Load(), before+1)
 			}
 		})
 	}
@@ -302,8 +310,10 @@ func TestRecoveryCorruptFiles(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			fs, sy := build(t)
 			tc.damage(t, fs)
-			before := Corruptions()
-			l, err := Open("/d", testConfig(), Options{FS: fs, Syncer: sy, Logger: quiet})
+			var corrupt atomic.Int64
+			count := func() { corrupt.Add(1) }
+			before := corrupt.Load()
+			l, err := Open("/d", testConfig(), Options{FS: fs, Syncer: sy, Logger: quiet, OnCorrupt: count})
 			if err == nil {
 				l.Close()
 				t.Fatalf("opened with a damaged %s", tc.name)
@@ -311,8 +321,8 @@ func TestRecoveryCorruptFiles(t *testing.T) {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("open: %v, want ErrCorrupt", err)
 			}
-			if Corruptions() != before+1 {
-				t.Fatalf("corruptions %d, want %d", Corruptions(), before+1)
+			if corrupt.Load() != before+1 {
+				t.Fatalf("corruptions %d, want %d", corrupt.Load(), before+1)
 			}
 		})
 	}

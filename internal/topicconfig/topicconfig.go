@@ -117,299 +117,305 @@ func brokerFlushMessages(d storage.Config) string {
 
 // specs are the topic configs Holdfast accepts, by Kafka name. Anything
 // else is INVALID_CONFIG, as Kafka answers unknown names.
-var specs = map[string]Spec{}
+var specs = byName(specList)
 
-func init() {
-	for _, s := range []Spec{
-		{
-			Name: "cleanup.policy", Type: kmsg.ConfigTypeList, BrokerName: "log.cleanup.policy",
-			Doc:      "Either \"delete\" or \"compact\" or both. \"delete\" discards old segments by retention.ms/retention.bytes. \"compact\" keeps the latest record of every key (Kafka's log cleaner, see docs/compaction.md) and refuses records without a key; with both, old segments are also deleted by retention.",
-			validate: validateCleanupPolicy,
-			apply: func(c *storage.Config, v string) error {
-				c.Compact = slices.Contains(SplitList(v), "compact")
-				return nil
-			},
-			brokerValue:  fixed("delete"),
-			KafkaDefault: "delete",
-		},
-		{
-			Name: "compression.type", Type: kmsg.ConfigTypeString, BrokerName: "compression.type",
-			Doc:          "Holdfast stores batches as the producer compressed them (validated, never recompressed), so only \"producer\" is supported.",
-			validate:     oneOf("producer"),
-			brokerValue:  fixed("producer"),
-			KafkaDefault: "producer",
-		},
-		{
-			Name: "delete.retention.ms", Type: kmsg.ConfigTypeLong, BrokerName: "log.cleaner.delete.retention.ms",
-			Doc:      "How long the cleaner keeps a tombstone (and a transaction marker whose records are gone) after it first cleaned it: a consumer reading a compacted topic from the start within this time sees the delete.",
-			validate: intRange(0, maxLong),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, 0, maxLong)
-				if err != nil {
-					return err
-				}
-				c.DeleteRetention = msDuration(n)
-				return nil
-			},
-			brokerValue:  func(d storage.Config) string { return MsString(d.DeleteRetention) },
-			KafkaDefault: "86400000",
-		},
-		{
-			Name: "file.delete.delay.ms", Type: kmsg.ConfigTypeLong, BrokerName: "log.segment.delete.delay.ms",
-			Doc:          "Kafka waits this long before removing a deleted segment's files, for readers that may still use them. Holdfast removes them at once and a reader holding a segment keeps reading its open file, so only 0 is accepted.",
-			validate:     refuseUnless("0", "Holdfast removes a deleted segment's files at once (a reader still holding the segment keeps its open file), so there is no delay to set"),
-			brokerValue:  fixed("0"),
-			KafkaDefault: "60000",
-		},
-		{
-			Name: "flush.messages", Type: kmsg.ConfigTypeLong, BrokerName: "log.flush.interval.messages",
-			Doc:         "1 means fsync before every acknowledgement (Holdfast's flush=sync, the default). N > 1 under flush.ms > 0 (interval or os policy) starts an fsync in the background every N records, Kafka's meaning; under flush=sync every acknowledgement already waits for an fsync.",
-			validate:    intRange(1, maxLong),
-			apply:       applyFlushMessages,
-			brokerValue: brokerFlushMessages, KafkaDefault: strconv.FormatInt(maxLong, 10),
-		},
-		{
-			Name: "flush.ms", Type: kmsg.ConfigTypeLong, BrokerName: "log.flush.interval.ms",
-			Doc:         "0 means fsync before every acknowledgement (flush=sync, Holdfast's default); up to an hour means fsync at most this long after an append (flush=interval); larger leaves flushing to the OS page cache (flush=os, Kafka's default, lossy on power failure).",
-			validate:    intRange(0, maxLong),
-			apply:       applyFlushMs,
-			brokerValue: brokerFlushMs, KafkaDefault: strconv.FormatInt(maxLong, 10),
-		},
-		{
-			Name: "index.interval.bytes", Type: kmsg.ConfigTypeInt, BrokerName: "log.index.interval.bytes",
-			Doc:      "How many bytes of batches between entries of the offset index.",
-			validate: intRange(0, math.MaxInt32),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, 0, math.MaxInt32)
-				if err != nil {
-					return err
-				}
-				c.IndexIntervalBytes = int(n)
-				return nil
-			},
-			brokerValue:  func(d storage.Config) string { return strconv.Itoa(d.IndexIntervalBytes) },
-			KafkaDefault: "4096",
-		},
-		{
-			Name: "max.compaction.lag.ms", Type: kmsg.ConfigTypeLong, BrokerName: "log.cleaner.max.compaction.lag.ms",
-			Doc:      "On a compacted topic, the longest a record stays uncompacted: a log whose oldest dirty record is older is cleaned whatever its dirty ratio, and its active segment rolls this long after its first record.",
-			validate: intRange(1, maxLong),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, 1, maxLong)
-				if err != nil {
-					return err
-				}
-				c.MaxCompactionLag = 0
-				if n < maxLong {
-					c.MaxCompactionLag = msDuration(n)
-				}
-				return nil
-			},
-			brokerValue: func(d storage.Config) string {
-				if d := d.MaxCompactionLag; d > 0 {
-					return MsString(d)
-				}
-				return strconv.FormatInt(maxLong, 10)
-			},
-			KafkaDefault: strconv.FormatInt(maxLong, 10),
-		},
-		{
-			Name: "max.message.bytes", Type: kmsg.ConfigTypeInt, BrokerName: "message.max.bytes",
-			Doc:      "The largest record batch the topic accepts, after compression. Holdfast caps it at 64 MiB.",
-			validate: intRange(0, MaxMessageBytes),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, 0, MaxMessageBytes)
-				if err != nil {
-					return err
-				}
-				c.MaxMessageBytes = int(n)
-				return nil
-			},
-			brokerValue:  func(d storage.Config) string { return strconv.Itoa(d.MaxMessageBytes) },
-			KafkaDefault: "1048588",
-		},
-		{
-			Name: "message.timestamp.type", Type: kmsg.ConfigTypeString, BrokerName: "log.message.timestamp.type",
-			Doc:          "CreateTime keeps the producer's timestamps; LogAppendTime stamps each batch with the broker's append time.",
-			validate:     oneOf("CreateTime", "LogAppendTime"),
-			brokerValue:  fixed("CreateTime"),
-			KafkaDefault: "CreateTime",
-		},
-		{
-			Name: "min.cleanable.dirty.ratio", Type: kmsg.ConfigTypeDouble, BrokerName: "log.cleaner.min.cleanable.ratio",
-			Doc:      "A compacted log is cleaned when the bytes written since its last cleaning are at least this share of its (non-active) bytes.",
-			validate: doubleRange(0, 1),
-			apply: func(c *storage.Config, v string) error {
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					return err
-				}
-				c.MinCleanableRatio = f
-				return nil
-			},
-			brokerValue: func(d storage.Config) string {
-				return strconv.FormatFloat(d.MinCleanableRatio, 'g', -1, 64)
-			},
-			KafkaDefault: "0.5",
-		},
-		{
-			Name: "min.compaction.lag.ms", Type: kmsg.ConfigTypeLong, BrokerName: "log.cleaner.min.compaction.lag.ms",
-			Doc:      "On a compacted topic, the shortest time a record stays uncompacted: segments holding a younger record are not cleaned yet.",
-			validate: intRange(0, maxLong),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, 0, maxLong)
-				if err != nil {
-					return err
-				}
-				c.MinCompactionLag = msDuration(n)
-				return nil
-			},
-			brokerValue: func(d storage.Config) string { return MsString(d.MinCompactionLag) }, KafkaDefault: "0",
-		},
-		{
-			Name: "min.insync.replicas", Type: kmsg.ConfigTypeInt, BrokerName: "min.insync.replicas",
-			Doc:          "With acks=all, a produce fails with NOT_ENOUGH_REPLICAS unless this many replicas are in sync. A single node has one replica.",
-			validate:     intRange(1, math.MaxInt32),
-			brokerValue:  fixed("1"),
-			KafkaDefault: "1",
-		},
-		{
-			Name: "preallocate", Type: kmsg.ConfigTypeBoolean, BrokerName: "log.preallocate",
-			Doc:         "Holdfast does not preallocate segment files (a file's size is the data it holds, which recovery relies on), so only false is accepted.",
-			validate:    refuseUnless("false", "Holdfast does not preallocate segment files: a segment's size is the data it holds, which its recovery relies on"),
-			brokerValue: fixed("false"), KafkaDefault: "false",
-		},
-		{
-			Name: "local.retention.bytes", Type: kmsg.ConfigTypeLong, BrokerName: "log.local.retention.bytes",
-			Doc:          "With remote.storage.enable, the most bytes a partition keeps on the local disk (the local tier, KIP-405); older segments are deleted locally once they are in the object store. -2 means retention.bytes.",
-			validate:     intRange(-2, maxLong),
-			brokerValue:  fixed("-2"),
-			KafkaDefault: "-2",
-		},
-		{
-			Name: "local.retention.ms", Type: kmsg.ConfigTypeLong, BrokerName: "log.local.retention.ms",
-			Doc:          "With remote.storage.enable, how long a segment stays on the local disk (the local tier, KIP-405) once it is in the object store. -2 means retention.ms.",
-			validate:     intRange(-2, maxLong),
-			brokerValue:  fixed("-2"),
-			KafkaDefault: "-2",
-		},
-		{
-			Name: "remote.storage.enable", Type: kmsg.ConfigTypeBoolean,
-			Doc:          "Tiered storage (KIP-405): closed segments of the topic go to the object store (remote.log.storage.s3.*) and are read back from it for offsets the local tier deleted. Needs remote.log.storage.system.enable on the brokers; a compacted topic cannot enable it.",
-			validate:     oneOf("true", "false"),
-			brokerValue:  fixed("false"),
-			KafkaDefault: "false",
-		},
-		{
-			Name: "remote.storage.restore.from", Type: kmsg.ConfigTypeString,
-			Doc:          "Holdfast's own, at creation only: restore the topic from the object store (docs/tiered-storage.md, Restore). The directory of the old topic's objects, <topic>-<topic id>, or the old topic's name when the bucket holds one incarnation of it; the broker stores the full directory. Needs remote.storage.enable=true.",
-			validate:     func(v string) error { return nil },
-			brokerValue:  fixed(""),
-			KafkaDefault: "",
-		},
-		{
-			Name: "remote.storage.restore.starts", Type: kmsg.ConfigTypeList,
-			Doc:          "Holdfast's own, set by the broker when it creates a topic with remote.storage.restore.from: per partition, <offset>:<leader epoch>, where its log starts (the end of what the object store holds of it) and the highest leader epoch found there (new leaders' epochs are above it).",
-			validate:     func(v string) error { _, err := ParseRestoreStarts(v); return err },
-			brokerValue:  fixed(""),
-			KafkaDefault: "",
-		},
-		{
-			Name: "retention.bytes", Type: kmsg.ConfigTypeLong, BrokerName: "log.retention.bytes",
-			Doc:      "The most bytes a partition keeps before deleting its oldest segments; -1 for no limit. Checked every log.retention.check.interval.ms.",
-			validate: intRange(-1, maxLong),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, -1, maxLong)
-				if err != nil {
-					return err
-				}
-				c.RetentionBytes = n
-				return nil
-			},
-			brokerValue:  func(d storage.Config) string { return strconv.FormatInt(d.RetentionBytes, 10) },
-			KafkaDefault: "-1",
-		},
-		{
-			Name: "retention.ms", Type: kmsg.ConfigTypeLong, BrokerName: "log.retention.ms",
-			Doc:      "How long a segment is kept after its newest record; -1 for no limit. Checked every log.retention.check.interval.ms.",
-			validate: intRange(-1, maxLong),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, -1, maxLong)
-				if err != nil {
-					return err
-				}
-				c.RetentionMs = msDuration(n)
-				return nil
-			},
-			brokerValue:  func(d storage.Config) string { return MsString(d.RetentionMs) },
-			KafkaDefault: "604800000",
-		},
-		{
-			Name: "segment.bytes", Type: kmsg.ConfigTypeInt, BrokerName: "log.segment.bytes",
-			Doc:      "The size at which a segment file is rolled (at least 14, Kafka's minimum: a segment then holds one batch each).",
-			validate: intRange(MinSegmentBytes, math.MaxInt32),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, MinSegmentBytes, math.MaxInt32)
-				if err != nil {
-					return err
-				}
-				c.SegmentBytes = n
-				return nil
-			},
-			brokerValue:  func(d storage.Config) string { return strconv.FormatInt(d.SegmentBytes, 10) },
-			KafkaDefault: "1073741824",
-		},
-		{
-			Name: "segment.index.bytes", Type: kmsg.ConfigTypeInt, BrokerName: "log.index.size.max.bytes",
-			Doc:      "The offset index of a segment holds at most this many bytes / 8 entries (Kafka's entry size; Holdfast's own bound is 1048576 entries); a segment rolls when its index is full.",
-			validate: intRange(8, math.MaxInt32),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, 8, math.MaxInt32)
-				if err != nil {
-					return err
-				}
-				c.IndexMaxEntries = int(n / 8)
-				return nil
-			},
-			brokerValue: fixed("10485760"), KafkaDefault: "10485760",
-		},
-		{
-			Name: "segment.jitter.ms", Type: kmsg.ConfigTypeLong, BrokerName: "log.roll.jitter.ms",
-			Doc:      "Each segment rolls a random time in [0, segment.jitter.ms) before segment.ms, so that segments created together do not all roll at once.",
-			validate: intRange(0, maxLong),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, 0, maxLong)
-				if err != nil {
-					return err
-				}
-				c.SegmentJitter = msDuration(n)
-				return nil
-			},
-			brokerValue: func(d storage.Config) string { return MsString(d.SegmentJitter) }, KafkaDefault: "0",
-		},
-		{
-			Name: "segment.ms", Type: kmsg.ConfigTypeLong, BrokerName: "log.roll.ms",
-			Doc:      "How long after its first record a segment is rolled, so retention can delete it.",
-			validate: intRange(1, maxLong),
-			apply: func(c *storage.Config, v string) error {
-				n, err := parseInt(v, 1, maxLong)
-				if err != nil {
-					return err
-				}
-				c.SegmentMs = msDuration(n)
-				return nil
-			},
-			brokerValue:  func(d storage.Config) string { return MsString(d.SegmentMs) },
-			KafkaDefault: "604800000",
-		},
-		{
-			Name: "unclean.leader.election.enable", Type: kmsg.ConfigTypeBoolean, BrokerName: "unclean.leader.election.enable",
-			Doc:      "Holdfast never elects a replica that lacks committed data, so only false is accepted.",
-			validate: oneOf("false"), brokerValue: fixed("false"), KafkaDefault: "false",
-		},
-	} {
-		specs[s.Name] = s
+func byName(l []Spec) map[string]Spec {
+	m := make(map[string]Spec, len(l))
+	for _, s := range l {
+		m[s.Name] = s
 	}
+	return m
+}
+
+// specList is every topic config Holdfast accepts (specs indexes it by
+// name).
+var specList = []Spec{
+	{
+		Name: "cleanup.policy", Type: kmsg.ConfigTypeList, BrokerName: "log.cleanup.policy",
+		Doc:      "Either \"delete\" or \"compact\" or both. \"delete\" discards old segments by retention.ms/retention.bytes. \"compact\" keeps the latest record of every key (Kafka's log cleaner, see docs/compaction.md) and refuses records without a key; with both, old segments are also deleted by retention.",
+		validate: validateCleanupPolicy,
+		apply: func(c *storage.Config, v string) error {
+			c.Compact = slices.Contains(SplitList(v), "compact")
+			return nil
+		},
+		brokerValue:  fixed("delete"),
+		KafkaDefault: "delete",
+	},
+	{
+		Name: "compression.type", Type: kmsg.ConfigTypeString, BrokerName: "compression.type",
+		Doc:          "Holdfast stores batches as the producer compressed them (validated, never recompressed), so only \"producer\" is supported.",
+		validate:     oneOf("producer"),
+		brokerValue:  fixed("producer"),
+		KafkaDefault: "producer",
+	},
+	{
+		Name: "delete.retention.ms", Type: kmsg.ConfigTypeLong, BrokerName: "log.cleaner.delete.retention.ms",
+		Doc:      "How long the cleaner keeps a tombstone (and a transaction marker whose records are gone) after it first cleaned it: a consumer reading a compacted topic from the start within this time sees the delete.",
+		validate: intRange(0, maxLong),
+		apply: func(c *storage.Config, v string) error {
+			n, err := parseInt(v, 0, maxLong)
+			if err != nil {
+				return err
+			}
+			c.DeleteRetention = msDuration(n)
+			return nil
+		},
+		brokerValue:  func(d storage.Config) string { return MsString(d.DeleteRetention) },
+		KafkaDefault: "86400000",
+	},
+	{
+		Name: "file.delete.delay.ms", Type: kmsg.ConfigTypeLong, BrokerName: "log.segment.delete.delay.ms",
+		Doc:          "Kafka waits this long before removing a deleted segment's files, for readers that may still use them. Holdfast removes them at once and a reader holding a segment keeps reading its open file, so only 0 is accepted.",
+		validate:     refuseUnless("0", "Holdfast removes a deleted segment's files at once (a reader still holding the segment keeps its open file), so there is no delay to set"),
+		brokerValue:  fixed("0"),
+		KafkaDefault: "60000",
+	},
+	{
+		Name: "flush.messages", Type: kmsg.ConfigTypeLong, BrokerName: "log.flush.interval.messages",
+		Doc:         "1 means fsync before every acknowledgement (Holdfast's flush=sync, the default). N > 1 under flush.ms > 0 (interval or os policy) starts an fsync in the background every N records, Kafka's meaning; under flush=sync every acknowledgement already waits for an fsync.",
+		validate:    intRange(1, maxLong),
+		apply:       applyFlushMessages,
+		brokerValue: brokerFlushMessages, KafkaDefault: strconv.FormatInt(maxLong, 10),
+	},
+	{
+		Name: "flush.ms", Type: kmsg.ConfigTypeLong, BrokerName: "log.flush.interval.ms",
+		Doc:         "0 means fsync before every acknowledgement (flush=sync, Holdfast's default); up to an hour means fsync at most this long after an append (flush=interval); larger leaves flushing to the OS page cache (flush=os, Kafka's default, lossy on power failure).",
+		validate:    intRange(0, maxLong),
+		apply:       applyFlushMs,
+		brokerValue: brokerFlushMs, KafkaDefault: strconv.FormatInt(maxLong, 10),
+	},
+	{
+		Name: "index.interval.bytes", Type: kmsg.ConfigTypeInt, BrokerName: "log.index.interval.bytes",
+		Doc:      "How many bytes of batches between entries of the offset index.",
+		validate: intRange(0, math.MaxInt32),
+		apply: func(c *storage.Config, v string) error {
+			n, err := parseInt(v, 0, math.MaxInt32)
+			if err != nil {
+				return err
+			}
+			c.IndexIntervalBytes = int(n)
+			return nil
+		},
+		brokerValue:  func(d storage.Config) string { return strconv.Itoa(d.IndexIntervalBytes) },
+		KafkaDefault: "4096",
+	},
+	{
+		Name: "max.compaction.lag.ms", Type: kmsg.ConfigTypeLong, BrokerName: "log.cleaner.max.compaction.lag.ms",
+		Doc:      "On a compacted topic, the longest a record stays uncompacted: a log whose oldest dirty record is older is cleaned whatever its dirty ratio, and its active segment rolls this long after its first record.",
+		validate: intRange(1, maxLong),
+		apply: func(c *storage.Config, v string) error {
+			n, err := parseInt(v, 1, maxLong)
+			if err != nil {
+				return err
+			}
+			c.MaxCompactionLag = 0
+			if n < maxLong {
+				c.MaxCompactionLag = msDuration(n)
+			}
+			return nil
+		},
+		brokerValue: func(d storage.Config) string {
+			if d := d.MaxCompactionLag; d > 0 {
+				return MsString(d)
+			}
+			return strconv.FormatInt(maxLong, 10)
+		},
+		KafkaDefault: strconv.FormatInt(maxLong, 10),
+	},
+	{
+		Name: "max.message.bytes", Type: kmsg.ConfigTypeInt, BrokerName: "message.max.bytes",
+		Doc:      "The largest record batch the topic accepts, after compression. Holdfast caps it at 64 MiB.",
+		validate: intRange(0, MaxMessageBytes),
+		apply: func(c *storage.Config, v string) error {
+			n, err := parseInt(v, 0, MaxMessageBytes)
+			if err != nil {
+				return err
+			}
+			c.MaxMessageBytes = int(n)
+			return nil
+		},
+		brokerValue:  func(d storage.Config) string { return strconv.Itoa(d.MaxMessageBytes) },
+		KafkaDefault: "1048588",
+	},
+	{
+		Name: "message.timestamp.type", Type: kmsg.ConfigTypeString, BrokerName: "log.message.timestamp.type",
+		Doc:          "CreateTime keeps the producer's timestamps; LogAppendTime stamps each batch with the broker's append time.",
+		validate:     oneOf("CreateTime", "LogAppendTime"),
+		brokerValue:  fixed("CreateTime"),
+		KafkaDefault: "CreateTime",
+	},
+	{
+		Name: "min.cleanable.dirty.ratio", Type: kmsg.ConfigTypeDouble, BrokerName: "log.cleaner.min.cleanable.ratio",
+		Doc:      "A compacted log is cleaned when the bytes written since its last cleaning are at least this share of its (non-active) bytes.",
+		validate: doubleRange(0, 1),
+		apply: func(c *storage.Config, v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return err
+			}
+			c.MinCleanableRatio = f
+			return nil
+		},
+		brokerValue: func(d storage.Config) string {
+			return strconv.FormatFloat(d.MinCleanableRatio, 'g', -1, 64)
+		},
+		KafkaDefault: "0.5",
+	},
+	{
+		Name: "min.compaction.lag.ms", Type: kmsg.ConfigTypeLong, BrokerName: "log.cleaner.min.compaction.lag.ms",
+		Doc:      "On a compacted topic, the shortest time a record stays uncompacted: segments holding a younger record are not cleaned yet.",
+		validate: intRange(0, maxLong),
+		apply: func(c *storage.Config, v string) error {
+			n, err := parseInt(v, 0, maxLong)
+			if err != nil {
+				return err
+			}
+			c.MinCompactionLag = msDuration(n)
+			return nil
+		},
+		brokerValue: func(d storage.Config) string { return MsString(d.MinCompactionLag) }, KafkaDefault: "0",
+	},
+	{
+		Name: "min.insync.replicas", Type: kmsg.ConfigTypeInt, BrokerName: "min.insync.replicas",
+		Doc:          "With acks=all, a produce fails with NOT_ENOUGH_REPLICAS unless this many replicas are in sync. A single node has one replica.",
+		validate:     intRange(1, math.MaxInt32),
+		brokerValue:  fixed("1"),
+		KafkaDefault: "1",
+	},
+	{
+		Name: "preallocate", Type: kmsg.ConfigTypeBoolean, BrokerName: "log.preallocate",
+		Doc:         "Holdfast does not preallocate segment files (a file's size is the data it holds, which recovery relies on), so only false is accepted.",
+		validate:    refuseUnless("false", "Holdfast does not preallocate segment files: a segment's size is the data it holds, which its recovery relies on"),
+		brokerValue: fixed("false"), KafkaDefault: "false",
+	},
+	{
+		Name: "local.retention.bytes", Type: kmsg.ConfigTypeLong, BrokerName: "log.local.retention.bytes",
+		Doc:          "With remote.storage.enable, the most bytes a partition keeps on the local disk (the local tier, KIP-405); older segments are deleted locally once they are in the object store. -2 means retention.bytes.",
+		validate:     intRange(-2, maxLong),
+		brokerValue:  fixed("-2"),
+		KafkaDefault: "-2",
+	},
+	{
+		Name: "local.retention.ms", Type: kmsg.ConfigTypeLong, BrokerName: "log.local.retention.ms",
+		Doc:          "With remote.storage.enable, how long a segment stays on the local disk (the local tier, KIP-405) once it is in the object store. -2 means retention.ms.",
+		validate:     intRange(-2, maxLong),
+		brokerValue:  fixed("-2"),
+		KafkaDefault: "-2",
+	},
+	{
+		Name: "remote.storage.enable", Type: kmsg.ConfigTypeBoolean,
+		Doc:          "Tiered storage (KIP-405): closed segments of the topic go to the object store (remote.log.storage.s3.*) and are read back from it for offsets the local tier deleted. Needs remote.log.storage.system.enable on the brokers; a compacted topic cannot enable it.",
+		validate:     oneOf("true", "false"),
+		brokerValue:  fixed("false"),
+		KafkaDefault: "false",
+	},
+	{
+		Name: "remote.storage.restore.from", Type: kmsg.ConfigTypeString,
+		Doc:          "Holdfast's own, at creation only: restore the topic from the object store (docs/tiered-storage.md, Restore). The directory of the old topic's objects, <topic>-<topic id>, or the old topic's name when the bucket holds one incarnation of it; the broker stores the full directory. Needs remote.storage.enable=true.",
+		validate:     func(v string) error { return nil },
+		brokerValue:  fixed(""),
+		KafkaDefault: "",
+	},
+	{
+		Name: "remote.storage.restore.starts", Type: kmsg.ConfigTypeList,
+		Doc:          "Holdfast's own, set by the broker when it creates a topic with remote.storage.restore.from: per partition, <offset>:<leader epoch>, where its log starts (the end of what the object store holds of it) and the highest leader epoch found there (new leaders' epochs are above it).",
+		validate:     func(v string) error { _, err := ParseRestoreStarts(v); return err },
+		brokerValue:  fixed(""),
+		KafkaDefault: "",
+	},
+	{
+		Name: "retention.bytes", Type: kmsg.ConfigTypeLong, BrokerName: "log.retention.bytes",
+		Doc:      "The most bytes a partition keeps before deleting its oldest segments; -1 for no limit. Checked every log.retention.check.interval.ms.",
+		validate: intRange(-1, maxLong),
+		apply: func(c *storage.Config, v string) error {
+			n, err := parseInt(v, -1, maxLong)
+			if err != nil {
+				return err
+			}
+			c.RetentionBytes = n
+			return nil
+		},
+		brokerValue:  func(d storage.Config) string { return strconv.FormatInt(d.RetentionBytes, 10) },
+		KafkaDefault: "-1",
+	},
+	{
+		Name: "retention.ms", Type: kmsg.ConfigTypeLong, BrokerName: "log.retention.ms",
+		Doc:      "How long a segment is kept after its newest record; -1 for no limit. Checked every log.retention.check.interval.ms.",
+		validate: intRange(-1, maxLong),
+		apply: func(c *storage.Config, v string) error {
+			n, err := parseInt(v, -1, maxLong)
+			if err != nil {
+				return err
+			}
+			c.RetentionMs = msDuration(n)
+			return nil
+		},
+		brokerValue:  func(d storage.Config) string { return MsString(d.RetentionMs) },
+		KafkaDefault: "604800000",
+	},
+	{
+		Name: "segment.bytes", Type: kmsg.ConfigTypeInt, BrokerName: "log.segment.bytes",
+		Doc:      "The size at which a segment file is rolled (at least 14, Kafka's minimum: a segment then holds one batch each).",
+		validate: intRange(MinSegmentBytes, math.MaxInt32),
+		apply: func(c *storage.Config, v string) error {
+			n, err := parseInt(v, MinSegmentBytes, math.MaxInt32)
+			if err != nil {
+				return err
+			}
+			c.SegmentBytes = n
+			return nil
+		},
+		brokerValue:  func(d storage.Config) string { return strconv.FormatInt(d.SegmentBytes, 10) },
+		KafkaDefault: "1073741824",
+	},
+	{
+		Name: "segment.index.bytes", Type: kmsg.ConfigTypeInt, BrokerName: "log.index.size.max.bytes",
+		Doc:      "The offset index of a segment holds at most this many bytes / 8 entries (Kafka's entry size; Holdfast's own bound is 1048576 entries); a segment rolls when its index is full.",
+		validate: intRange(8, math.MaxInt32),
+		apply: func(c *storage.Config, v string) error {
+			n, err := parseInt(v, 8, math.MaxInt32)
+			if err != nil {
+				return err
+			}
+			c.IndexMaxEntries = int(n / 8)
+			return nil
+		},
+		brokerValue: fixed("10485760"), KafkaDefault: "10485760",
+	},
+	{
+		Name: "segment.jitter.ms", Type: kmsg.ConfigTypeLong, BrokerName: "log.roll.jitter.ms",
+		Doc:      "Each segment rolls a random time in [0, segment.jitter.ms) before segment.ms, so that segments created together do not all roll at once.",
+		validate: intRange(0, maxLong),
+		apply: func(c *storage.Config, v string) error {
+			n, err := parseInt(v, 0, maxLong)
+			if err != nil {
+				return err
+			}
+			c.SegmentJitter = msDuration(n)
+			return nil
+		},
+		brokerValue: func(d storage.Config) string { return MsString(d.SegmentJitter) }, KafkaDefault: "0",
+	},
+	{
+		Name: "segment.ms", Type: kmsg.ConfigTypeLong, BrokerName: "log.roll.ms",
+		Doc:      "How long after its first record a segment is rolled, so retention can delete it.",
+		validate: intRange(1, maxLong),
+		apply: func(c *storage.Config, v string) error {
+			n, err := parseInt(v, 1, maxLong)
+			if err != nil {
+				return err
+			}
+			c.SegmentMs = msDuration(n)
+			return nil
+		},
+		brokerValue:  func(d storage.Config) string { return MsString(d.SegmentMs) },
+		KafkaDefault: "604800000",
+	},
+	{
+		Name: "unclean.leader.election.enable", Type: kmsg.ConfigTypeBoolean, BrokerName: "unclean.leader.election.enable",
+		Doc:      "Holdfast never elects a replica that lacks committed data, so only false is accepted.",
+		validate: oneOf("false"), brokerValue: fixed("false"), KafkaDefault: "false",
+	},
 }
 
 // Storage limits that config validation reports instead of letting the

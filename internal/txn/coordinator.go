@@ -72,13 +72,13 @@ type Options struct {
 	IDs     *IDAllocator
 	Markers MarkerWriter
 	Now     func() time.Time
-	// NextID, if set, allocates producer ids instead of IDs (cluster
-	// mode: blocks committed through the metadata log). It may wait for a
+	// NextID, if set, allocates producer ids instead of IDs (as the
+	// coordinator host sets it: blocks committed through the metadata log). It may wait for a
 	// round trip, so it is never called with the coordinator's lock held.
 	NextID func(context.Context) (int64, error)
-	// Unowned starts every partition as led by another node (cluster
-	// mode): its transactional ids answer NOT_COORDINATOR until
-	// LoadPartition.
+	// Unowned starts every partition as led by another node, as the
+	// coordinator host always does: its transactional ids answer
+	// NOT_COORDINATOR until LoadPartition.
 	Unowned bool
 	// Leading reports whether this node leads __transaction_state
 	// partition p now (its Raft leader): an unowned partition it leads is

@@ -136,9 +136,9 @@ func TestTransactionsAndGroup(t *testing.T) {
 		t.Fatalf("transactional run: %v %+v", rep, rep.Partitions)
 	}
 
-	end := map[int32]int64{}
 	cl := n.Client()
-	if end, err = verify.EndOffsets(ctx, cl, "txn", true); err != nil {
+	end, err := verify.EndOffsets(ctx, cl, "txn", true)
+	if err != nil {
 		t.Fatal(err)
 	}
 	group := func() *verify.GroupConsumer {
