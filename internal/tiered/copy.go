@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"holdfast/internal/controller"
+	"holdfast/internal/failpoint"
 	"holdfast/internal/partition"
 	"holdfast/internal/records"
 )
@@ -111,6 +112,9 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t con
 	key := m.key(t, p.Index(), seg)
 	if err := m.store.PutFile(ctx, key+".log", f.Name()); err != nil {
 		return Segment{}, fmt.Errorf("upload %s.log: %w", key, err)
+	}
+	if err := failpoint.Hit(ctx, "tiered.upload.between-objects", m.log); err != nil {
+		return Segment{}, err
 	}
 	side, err := json.Marshal(sc)
 	if err != nil {

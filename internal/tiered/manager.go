@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"holdfast/internal/controller"
+	"holdfast/internal/failpoint"
 	"holdfast/internal/partition"
 	"holdfast/internal/raft"
 	"holdfast/internal/replica"
@@ -328,6 +329,10 @@ func (m *Manager) upload(p *partition.Partition, t controller.Topic, st *partSta
 		ctx, cancel := context.WithTimeout(m.ctx, 5*time.Minute)
 		seg, err := m.copySegment(ctx, p, t, from, s.Next, epoch)
 		if err == nil {
+			// Fault tests stop the leader here: uploaded, not remote.
+			err = failpoint.Hit(ctx, "tiered.upload.before-commit", m.log)
+		}
+		if err == nil {
 			err = m.change(ctx, p, st, func(cur Manifest) (Manifest, bool) {
 				if cur.End() != end {
 					return cur, false // changed meanwhile (DeleteRecords): the next pass looks again
@@ -362,6 +367,8 @@ func (m *Manager) upload(p *partition.Partition, t controller.Topic, st *partSta
 		st.backoff, st.retryAt = 0, time.Time{}
 		m.mu.Unlock()
 		m.log.Info("segment uploaded", "topic", t.Name, "partition", p.Index(), "base_offset", seg.Base, "next_offset", seg.Next, "bytes", seg.Size)
+		// Fault tests stop the leader here: remote, still on the local disk.
+		failpoint.Hit(m.ctx, "tiered.upload.after-commit", m.log)
 	}
 }
 
