@@ -38,7 +38,7 @@ type Config struct {
 	// leader looks for segments to upload and local segments to delete.
 	TaskInterval time.Duration
 	// RetryBackoffMax bounds the backoff between retries of a failed
-	// upload (remote.log.manager.copier.retry.backoff.max.ms).
+	// upload (Kafka's remote.log.manager.task.retry.backoff.max.ms).
 	RetryBackoffMax time.Duration
 }
 
