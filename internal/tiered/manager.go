@@ -332,11 +332,13 @@ func (m *Manager) upload(p *partition.Partition, t controller.Topic, st *partSta
 			// Fault tests stop the leader here: uploaded, not remote.
 			err = failpoint.Hit(ctx, "tiered.upload.before-commit", m.log)
 		}
+		committed := false
 		if err == nil {
 			err = m.change(ctx, p, st, func(cur Manifest) (Manifest, bool) {
 				if cur.End() != end {
 					return cur, false // changed meanwhile (DeleteRecords): the next pass looks again
 				}
+				committed = true
 				if len(cur.Segments) == 0 || from > end {
 					// The first segment, or a gap: the local log lost
 					// offsets that were never uploaded (DeleteRecords, or
@@ -348,6 +350,17 @@ func (m *Manager) upload(p *partition.Partition, t controller.Topic, st *partSta
 			})
 		}
 		cancel()
+		var lost *raft.NotLeaderError
+		if errors.As(err, &lost) || (err == nil && !committed) {
+			// Not the store's fault, and nothing is remote: leadership
+			// moved during the upload (the new leader uploads the segment
+			// under its own epoch), or the remote log changed meanwhile
+			// (DeleteRecords, a new leader's upload). The object just
+			// stored is nobody's.
+			m.log.Info("tiered storage: segment uploaded but not committed; the remote log moved on", "topic", t.Name, "partition", p.Index(),
+				"base_offset", from, "epoch", epoch, "err", err)
+			return
+		}
 		if err != nil {
 			m.stats.CopyErrors.Add(1)
 			m.stats.StoreDown.Store(true)
