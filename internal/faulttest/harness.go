@@ -246,15 +246,18 @@ func (c *Cluster) ServiceHost() string {
 	return ip
 }
 
-// CutService drops every packet node i sends to ServiceHost (a blackhole
-// route in its namespace): the service is unreachable from it, connections
-// under way included, and nothing else changes.
+// CutService makes ServiceHost unreachable from node i the way a network
+// partition does: packets vanish, nothing answers, nothing is refused. The
+// node's packets still arrive, but everything the service sends to the
+// node is dropped (a blackhole rule for that pair of addresses in the
+// test's namespace): a connection is never set up, data sent on one
+// already set up is never acknowledged. Nothing else changes.
 func (c *Cluster) CutService(i int) {
 	c.t.Helper()
 	c.needNet("CutService")
 	n := c.Node(i)
 	fmt.Fprintf(&n.logs, "=== faulttest: service %s cut\n", c.ServiceHost())
-	c.ip("-n", n.ns, "route", "add", "blackhole", c.ServiceHost()+"/32")
+	c.ip("rule", "add", "from", c.ServiceHost(), "to", c.net.nodeIP(i), "blackhole")
 }
 
 // HealService undoes CutService.
@@ -263,7 +266,7 @@ func (c *Cluster) HealService(i int) {
 	c.needNet("HealService")
 	n := c.Node(i)
 	fmt.Fprintf(&n.logs, "=== faulttest: service %s healed\n", c.ServiceHost())
-	c.ip("-n", n.ns, "route", "del", "blackhole", c.ServiceHost()+"/32")
+	c.ip("rule", "del", "from", c.ServiceHost(), "to", c.net.nodeIP(i), "blackhole")
 }
 
 // AddArgs adds flags for every node's next start (Options.Prepare).
@@ -800,6 +803,14 @@ func (n *netnsNet) veth(i int) string   { return fmt.Sprintf("hfv%sn%d", n.tag, 
 func (n *netnsNet) nodeIP(i int) string { return fmt.Sprintf("%s.%d", n.subnet, i) }
 
 func (n *netnsNet) remove() {
+	if n.service {
+		// CutService's rules, if a test left one (they name the service's
+		// address, which goes with the bridge).
+		svc := fmt.Sprintf("%s.%d", n.subnet, serviceIP)
+		for i := 1; i <= n.n; i++ {
+			exec.Command("ip", "rule", "del", "from", svc, "to", n.nodeIP(i), "blackhole").Run()
+		}
+	}
 	for i := 1; i <= n.n; i++ {
 		exec.Command("ip", "netns", "del", n.ns(i)).Run() // takes the veth pair with it
 		exec.Command("ip", "link", "del", n.veth(i)).Run()

@@ -140,12 +140,13 @@ func TestTieredLeaderKilledWhileUploading(t *testing.T) {
 
 // tieredArgs are the serve flags of a node uploading to store: tiered
 // storage on, the upload task every 20 ms, failed uploads retried at most
-// a second apart (Kafka's default is 30 s: the same mechanism, shorter).
+// a second apart (Kafka's default is 30 s: the same mechanism, shorter),
+// a request to the store given up after 3 s without progress (30 s).
 func tieredArgs(store *s3test.Server) []string {
 	return []string{"--remote-log-storage", "--remote-log-storage-s3-bucket", s3test.Bucket,
 		"--remote-log-storage-s3-endpoint", store.Endpoint(), "--remote-log-storage-s3-region", "us-east-1",
 		"--remote-log-storage-s3-path-style", "--remote-log-manager-task-interval", "20ms",
-		"--remote-log-manager-task-retry-backoff-max", "1s"}
+		"--remote-log-manager-task-retry-backoff-max", "1s", "--remote-log-storage-s3-io-timeout", "3s"}
 }
 
 // failpoints is the file the nodes' failpoints read (internal/failpoint).
@@ -183,9 +184,12 @@ func startTiered(t *testing.T, opts Options) (*Cluster, *s3test.Server, *failpoi
 	fp.arm()
 	var store *s3test.Server
 	opts.Env = append(opts.Env, failpoint.EnvFile+"="+fp.path)
+	own := opts.Args // after tieredArgs: they win
+	opts.Args = nil
 	opts.Prepare = func(c *Cluster) {
 		store = s3test.Start(t, c.ServiceHost())
 		c.AddArgs(tieredArgs(store)...)
+		c.AddArgs(own...)
 	}
 	return Start(t, opts), store, fp
 }
@@ -642,15 +646,21 @@ func leaderSeenBy(cl *kgo.Client, id int, topic string) (int, error) {
 }
 
 // TestTieredStoreUnreachable: the object store becomes unreachable from
-// the node (a blackhole route in its network namespace: packets vanish,
-// connections under way included) while producing goes on. Every produce
-// is acknowledged, uploads fail again and again (the test waits for five
-// failed attempts, retried at most a second apart: about five seconds; the
-// issue says minutes, the mechanism is the same), the metric and a log line
-// say so and the local disk holds the backlog; once the route is back,
-// uploads resume by themselves and every record is read from offset 0.
+// the node (CutService: its packets vanish, nothing is refused) in the
+// middle of an upload, stopped at a failpoint between its two objects,
+// while producing goes on. Every produce is acknowledged; the upload
+// under way fails within the I/O timeout (--remote-log-storage-s3-io-timeout;
+// before it, a connection took 30 s to fail, three times over, and a
+// request on a connection whose packets vanished waited a minute for its
+// answer); uploads keep failing (the test waits for three failed
+// attempts: seconds where the issue says minutes, the same mechanism); the
+// metric and a log line say so and the local disk holds the backlog; once
+// the cut is healed, uploads resume by themselves and every record is
+// read from offset 0.
 func TestTieredStoreUnreachable(t *testing.T) {
-	c, _, _ := startTiered(t, Options{Nodes: 1, Metrics: true})
+	// A request gives up after a second without progress: each failed
+	// attempt (minio-go tries three times) takes a few seconds.
+	c, _, fp := startTiered(t, Options{Nodes: 1, Metrics: true, Args: []string{"--remote-log-storage-s3-io-timeout", "1s"}})
 	if !c.Netns() {
 		t.Skip("the object store's network cut needs network namespaces (root with iproute2)")
 	}
@@ -660,11 +670,17 @@ func TestTieredStoreUnreachable(t *testing.T) {
 	produceSeq(t, cl, topic, 0, 200)
 	awaitUploaded(t, cl, topic, 100)
 
-	c.CutService(1)
+	const fpName = "tiered.upload.between-objects"
+	seen := hitCounts(c, fpName)
+	fp.arm(fpName)
+	produceSeq(t, cl, topic, 200, 300)
+	awaitHit(t, c, fpName, seen)
 	failed := logCount(c, 1, uploadFailed)
 	errs := metric(t, c, 1, "holdfast_remote_copy_errors_total")
-	n := 200
-	for attempts := 0; attempts < 5; attempts++ {
+	c.CutService(1)
+	fp.arm()
+	n := 300
+	for attempts := 0; attempts < 3; attempts++ {
 		produceSeq(t, cl, topic, n, n+100)
 		n += 100
 		prev := errs
@@ -678,9 +694,9 @@ func TestTieredStoreUnreachable(t *testing.T) {
 	}
 	lag := metric(t, c, 1, "holdfast_remote_copy_lag_segments")
 	if lag < 5 {
-		t.Fatalf("%v segments wait for their upload after %d records produced with the store cut off, want a backlog", lag, n-200)
+		t.Fatalf("%v segments wait for their upload after %d records produced with the store cut off, want a backlog", lag, n-300)
 	}
-	t.Logf("store cut off: %d records produced and acknowledged, %v segments wait on the local disk", n-200, lag)
+	t.Logf("store cut off: %d records produced and acknowledged, %v segments wait on the local disk", n-300, lag)
 	for _, l := range strings.Split(c.Logs(1), "\n") {
 		if strings.Contains(l, uploadFailed) {
 			t.Logf("%.100s ... %s", l, l[max(0, len(l)-200):])

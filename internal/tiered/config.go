@@ -37,6 +37,10 @@ type Config struct {
 	// TaskInterval is remote.log.manager.task.interval.ms: how often the
 	// leader looks for segments to upload and local segments to delete.
 	TaskInterval time.Duration
+	// IOTimeout bounds each wait on the object store
+	// (remote.log.storage.s3.io.timeout.ms): a connection, data sent and
+	// not acknowledged, the answer to a request sent.
+	IOTimeout time.Duration
 	// RetryBackoffMax bounds the backoff between retries of a failed
 	// upload (Kafka's remote.log.manager.task.retry.backoff.max.ms).
 	RetryBackoffMax time.Duration
@@ -47,6 +51,7 @@ const (
 	DefaultCacheBytes      = 1 << 30
 	DefaultTaskInterval    = 30 * time.Second // Kafka's remote.log.manager.task.interval.ms
 	DefaultRetryBackoffMax = 30 * time.Second
+	DefaultIOTimeout       = 30 * time.Second
 )
 
 func (c Config) withDefaults() Config {
@@ -55,6 +60,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TaskInterval <= 0 {
 		c.TaskInterval = DefaultTaskInterval
+	}
+	if c.IOTimeout <= 0 {
+		c.IOTimeout = DefaultIOTimeout
 	}
 	if c.RetryBackoffMax <= 0 {
 		c.RetryBackoffMax = DefaultRetryBackoffMax

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
+	"syscall"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -66,7 +69,20 @@ func NewS3(cfg Config) (ObjectStore, error) {
 	// Few retries inside the client: a store that is down should fail
 	// the upload soon, so that the manager's backoff, its log line and
 	// its metric say so, rather than hold it in the client's own retries.
-	c, err := minio.New(host, &minio.Options{Creds: credentialChain(), Secure: secure, Region: cfg.Region, BucketLookup: lookup, MaxRetries: 2})
+	tr, err := minio.DefaultTransport(secure)
+	if err != nil {
+		return nil, fmt.Errorf("tiered: object store client: %w", err)
+	}
+	// A store that cannot be reached fails a request within the I/O
+	// timeout, whatever the way: a connection not made, data sent and
+	// never acknowledged (packets vanish: TCP_USER_TIMEOUT; the kernel
+	// would retransmit for a quarter of an hour), no answer to a request
+	// sent. Without it an upload on a kept-alive connection waited a
+	// minute or more (TestTieredStoreUnreachable).
+	timeout := cfg.withDefaults().IOTimeout
+	tr.DialContext = (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second, Control: userTimeout(timeout)}).DialContext
+	tr.ResponseHeaderTimeout = timeout
+	c, err := minio.New(host, &minio.Options{Creds: credentialChain(), Secure: secure, Region: cfg.Region, BucketLookup: lookup, MaxRetries: 2, Transport: tr})
 	if err != nil {
 		return nil, fmt.Errorf("tiered: object store client: %w", err)
 	}
@@ -127,4 +143,17 @@ func (s *s3Store) List(ctx context.Context, prefix string) ([]string, error) {
 		keys = append(keys, o.Key)
 	}
 	return keys, nil
+}
+
+// userTimeout sets TCP_USER_TIMEOUT on a connection's socket (Linux): the
+// connection fails once data it sent stays unacknowledged for d.
+func userTimeout(d time.Duration) func(network, address string, c syscall.RawConn) error {
+	return func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = setUserTimeout(fd, d) })
+		if err != nil {
+			return err
+		}
+		return serr
+	}
 }
