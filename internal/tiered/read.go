@@ -74,6 +74,9 @@ func (c *cache) close() {
 	defer c.mu.Unlock()
 	c.closed = true
 	for k, e := range c.entries {
+		if e.refs > 0 {
+			continue // being sent (by its descriptor): release closes it
+		}
 		e.f.Close()
 		os.Remove(e.f.Name())
 		delete(c.entries, k)
@@ -133,8 +136,23 @@ func (c *cache) acquire(key string, load func(tmp string) (sidecar, error)) (*en
 func (c *cache) release(e *entry) {
 	c.mu.Lock()
 	e.refs--
+	if c.closed && e.refs == 0 {
+		e.f.Close()
+		os.Remove(e.f.Name())
+		delete(c.entries, c.keyOf(e))
+	}
 	c.evictLocked()
 	c.mu.Unlock()
+}
+
+// keyOf is e's key (a closed cache's last holders only).
+func (c *cache) keyOf(e *entry) string {
+	for k, x := range c.entries {
+		if x == e {
+			return k
+		}
+	}
+	return ""
 }
 
 // evictLocked drops least recently used segments not being read until the
