@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"sync"
 	"syscall"
 	"time"
 
@@ -99,6 +100,9 @@ func (s *s3Store) Put(ctx context.Context, key string, data []byte) error {
 	return err
 }
 
+// copyBufs are GetTo's buffers.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
+
 // GetTo is one GET streamed to w (minio-go's FGetObject would add a
 // HEAD and a rename; the caller checks the bytes as they arrive).
 func (s *s3Store) GetTo(ctx context.Context, key string, w io.Writer, limit int64) (int64, error) {
@@ -107,7 +111,12 @@ func (s *s3Store) GetTo(ctx context.Context, key string, w io.Writer, limit int6
 		return 0, err
 	}
 	defer o.Close()
-	n, err := io.Copy(w, io.LimitReader(o, limit+1))
+	// A large buffer: each Read of a minio-go object is a round trip to
+	// the goroutine reading the response (io.Copy's 32 KiB made it 32 a
+	// MiB), and each write a system call.
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	n, err := io.CopyBuffer(w, io.LimitReader(o, limit+1), *buf)
 	if err == nil && n > limit {
 		err = errors.New("tiered: object " + key + " is larger than expected")
 	}
