@@ -1,6 +1,10 @@
 package main
 
-import "strings"
+import (
+	"strings"
+
+	"holdfast/internal/failpoint"
+)
 
 // Float64 registers a float setting (rates, ratios).
 func (s *settings) Float64(p *float64, flag string, def float64, help string, names ...kafkaName) {
@@ -17,7 +21,10 @@ func (s *settings) Float64(p *float64, flag string, def float64, help string, na
 func (s *settings) unknownEnv(environ []string) []string {
 	// HOLDFAST_CONFIG, and the client commands' variables (a shell that
 	// runs both exports them).
-	known := map[string]bool{envName("config"): true, "HOLDFAST_BOOTSTRAP": true, "HOLDFAST_COMMAND_CONFIG": true, "HOLDFAST_PASSWORD": true}
+	// The fault tests' failpoint file (internal/failpoint) is read, not a
+	// setting.
+	known := map[string]bool{envName("config"): true, "HOLDFAST_BOOTSTRAP": true, "HOLDFAST_COMMAND_CONFIG": true, "HOLDFAST_PASSWORD": true,
+		failpoint.EnvFile: true}
 	var names []string
 	for _, st := range s.all {
 		known[envName(st.flag)] = true

@@ -235,6 +235,8 @@ func (c *serveConfig) registerTiered(s *settings) {
 	s.Bool(&r.PathStyle, "remote-log-storage-s3-path-style", false, "tiered storage: path-style requests (http://host/bucket/key), as most S3-compatible servers want", kafka("remote.log.storage.s3.path.style"))
 	s.Int64(&r.CacheBytes, "remote-log-storage-cache-bytes", tiered.DefaultCacheBytes, "tiered storage: disk for segments downloaded for reads (in <data-dir>/remote-log-cache)", kafka("remote.log.storage.cache.bytes"))
 	s.Duration(&r.TaskInterval, "remote-log-manager-task-interval", tiered.DefaultTaskInterval, "tiered storage: how often a leader uploads closed segments and applies local retention", kafkaDuration("remote.log.manager.task.interval.ms", time.Millisecond))
+	s.Duration(&r.IOTimeout, "remote-log-storage-s3-io-timeout", tiered.DefaultIOTimeout, "tiered storage: how long a request to the object store may wait for a connection, for the acknowledgement of data sent (TCP_USER_TIMEOUT) or for its answer before it fails and the upload is retried", kafkaDuration("remote.log.storage.s3.io.timeout.ms", time.Millisecond))
+	s.Duration(&r.RetryBackoffMax, "remote-log-manager-task-retry-backoff-max", tiered.DefaultRetryBackoffMax, "tiered storage: the longest wait between retries of a failed upload (from 500ms, doubling)", kafkaDuration("remote.log.manager.task.retry.backoff.max.ms", time.Millisecond))
 }
 
 // parsePerIPOverrides parses max.connections.per.ip.overrides, Kafka's

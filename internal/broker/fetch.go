@@ -220,7 +220,10 @@ func (b *Broker) fetchOnce(req *kmsg.FetchRequest, topics []kmsg.FetchRequestTop
 			if b.tiered != nil && errors.Is(err, partition.ErrOffsetOutOfRange) && rp.FetchOffset < res.LogStartOffset {
 				// Below the local log: the object store's (tiered.go).
 				if recs, aborted, wait, rerr := b.tiered.Read(p, rp.FetchOffset, max(maxBytes, 1)); !tiered.IsNotRemote(rerr) {
-					err, res.Records, res.Aborted = rerr, recs, aborted
+					// A range of the cached segment's file, sent with
+					// sendfile like a local one (below).
+					slice.Release()
+					err, slice, res.Aborted = rerr, recs, aborted
 					if wait != nil {
 						notify = append(notify, wait)
 					}

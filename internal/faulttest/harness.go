@@ -33,8 +33,9 @@ import (
 
 // Ports inside each node's namespace; in loopback mode free ports are used.
 const (
-	kafkaPort = 9092
-	raftPort  = 9093
+	kafkaPort   = 9092
+	raftPort    = 9093
+	metricsPort = 9094
 )
 
 var (
@@ -118,6 +119,16 @@ type Options struct {
 	// Join starts them, as nodes joining the running cluster (Cluster
 	// only).
 	Spare int
+	// Env is added to every node's environment (e.g. a failpoint file,
+	// internal/failpoint).
+	Env []string
+	// Metrics gives every node a Prometheus listener (Node.MetricsAddr),
+	// open to the test's scrapes.
+	Metrics bool
+	// Prepare runs once the network exists and before any node starts:
+	// it may start a service the nodes use (ServiceHost) and add flags
+	// for it to Args.
+	Prepare func(c *Cluster)
 }
 
 // Cluster is a set of holdfast processes.
@@ -135,11 +146,13 @@ type Node struct {
 	ID       int
 	Addr     string // Kafka listener, host:port
 	RaftAddr string
-	DataDir  string
-	bin      string // the binary it runs; "" for the one built from this tree
-	join     string // --join of a node that joined (Cluster.Join)
-	ns       string // network namespace, empty in loopback mode
-	veth     string // host end of the node's veth
+	// MetricsAddr is the Prometheus listener (Options.Metrics), host:port.
+	MetricsAddr string
+	DataDir     string
+	bin         string // the binary it runs; "" for the one built from this tree
+	join        string // --join of a node that joined (Cluster.Join)
+	ns          string // network namespace, empty in loopback mode
+	veth        string // host end of the node's veth
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -185,10 +198,12 @@ func Start(t testing.TB, opts Options) *Cluster {
 			ip := c.net.nodeIP(i)
 			n.Addr = net.JoinHostPort(ip, strconv.Itoa(kafkaPort))
 			n.RaftAddr = net.JoinHostPort(ip, strconv.Itoa(raftPort))
+			n.MetricsAddr = net.JoinHostPort(ip, strconv.Itoa(metricsPort))
 			n.ns, n.veth = c.net.ns(i), c.net.veth(i)
 		} else {
 			n.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
 			n.RaftAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+			n.MetricsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
 		}
 		if opts.DiskBytes > 0 {
 			if os.Geteuid() != 0 {
@@ -208,6 +223,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
+	if opts.Prepare != nil {
+		opts.Prepare(c)
+	}
 	for _, n := range c.Nodes {
 		n.start()
 	}
@@ -216,6 +234,54 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	return c
 }
+
+// serviceIP is the address, on the bridge, of services the nodes use
+// (ServiceHost): not the bridge's own .254, which is the clients' source
+// address, so that CutService leaves the clients alone.
+const serviceIP = 253
+
+// ServiceHost is the IP address a service the nodes use (an object store)
+// listens on, in the test's own namespace: an address of its own on the
+// bridge with network namespaces, else 127.0.0.1. CutService makes it
+// unreachable from a node.
+func (c *Cluster) ServiceHost() string {
+	c.t.Helper()
+	if c.net == nil {
+		return "127.0.0.1"
+	}
+	ip := fmt.Sprintf("%s.%d", c.net.subnet, serviceIP)
+	if !c.net.service {
+		c.ip("addr", "add", ip+"/32", "dev", c.net.bridge())
+		c.net.service = true
+	}
+	return ip
+}
+
+// CutService makes ServiceHost unreachable from node i the way a network
+// partition does: packets vanish, nothing answers, nothing is refused. The
+// node's packets still arrive, but everything the service sends to the
+// node is dropped (a blackhole rule for that pair of addresses in the
+// test's namespace): a connection is never set up, data sent on one
+// already set up is never acknowledged. Nothing else changes.
+func (c *Cluster) CutService(i int) {
+	c.t.Helper()
+	c.needNet("CutService")
+	n := c.Node(i)
+	fmt.Fprintf(&n.logs, "=== faulttest: service %s cut\n", c.ServiceHost())
+	c.ip("rule", "add", "from", c.ServiceHost(), "to", c.net.nodeIP(i), "blackhole")
+}
+
+// HealService undoes CutService.
+func (c *Cluster) HealService(i int) {
+	c.t.Helper()
+	c.needNet("HealService")
+	n := c.Node(i)
+	fmt.Fprintf(&n.logs, "=== faulttest: service %s healed\n", c.ServiceHost())
+	c.ip("rule", "del", "from", c.ServiceHost(), "to", c.net.nodeIP(i), "blackhole")
+}
+
+// AddArgs adds flags for every node's next start (Options.Prepare).
+func (c *Cluster) AddArgs(args ...string) { c.opts.Args = append(c.opts.Args, args...) }
 
 // Netns reports whether nodes run in their own network namespaces.
 func (c *Cluster) Netns() bool { return c.net != nil }
@@ -262,7 +328,15 @@ func (c *Cluster) peers() string {
 }
 
 func (c *Cluster) args(n *Node) []string {
-	a := []string{"serve", "--listen", n.Addr, "--data-dir", n.DataDir, "--metrics-listen", ""}
+	metrics := ""
+	if c.opts.Metrics {
+		metrics = n.MetricsAddr
+	}
+	a := []string{"serve", "--listen", n.Addr, "--data-dir", n.DataDir, "--metrics-listen", metrics}
+	if metrics != "" {
+		// The test scrapes from beyond the node's loopback.
+		a = append(a, "--admin-auth-metrics", "open")
+	}
 	if c.opts.Cluster {
 		a = append(a, "--node-id", strconv.Itoa(n.ID), "--peers", c.peers(), "--raft-listen", n.RaftAddr,
 			"--default-replication-factor", strconv.Itoa(min(3, c.opts.Nodes)))
@@ -324,7 +398,7 @@ func (n *Node) start() {
 		bin = "ip"
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "HOLDFAST_OFFSETS_PARTITIONS=3", "HOLDFAST_TXN_PARTITIONS=3")
+	cmd.Env = append(append(os.Environ(), "HOLDFAST_OFFSETS_PARTITIONS=3", "HOLDFAST_TXN_PARTITIONS=3"), n.c.opts.Env...)
 	// The node dies with the test binary even if cleanup never runs.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	n.starts++
@@ -677,6 +751,9 @@ type netnsNet struct {
 	tag    string // "<pid>x<seq>"
 	subnet string // "10.99.K"
 	n      int
+	// service: ServiceHost's address was added to the bridge (it goes
+	// with the bridge).
+	service bool
 }
 
 var netnsName = regexp.MustCompile(`^hf[bv]?(\d+)x\d+`)
@@ -770,6 +847,14 @@ func (n *netnsNet) veth(i int) string   { return fmt.Sprintf("hfv%sn%d", n.tag, 
 func (n *netnsNet) nodeIP(i int) string { return fmt.Sprintf("%s.%d", n.subnet, i) }
 
 func (n *netnsNet) remove() {
+	if n.service {
+		// CutService's rules, if a test left one (they name the service's
+		// address, which goes with the bridge).
+		svc := fmt.Sprintf("%s.%d", n.subnet, serviceIP)
+		for i := 1; i <= n.n; i++ {
+			exec.Command("ip", "rule", "del", "from", svc, "to", n.nodeIP(i), "blackhole").Run()
+		}
+	}
 	for i := 1; i <= n.n; i++ {
 		exec.Command("ip", "netns", "del", n.ns(i)).Run() // takes the veth pair with it
 		exec.Command("ip", "link", "del", n.veth(i)).Run()

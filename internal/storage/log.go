@@ -1477,14 +1477,28 @@ type sliceRef struct {
 	log    *Log          // nil: the bytes need no check (verify.go)
 	gen    uint64        // the log's truncGen when the slice was made
 	chunks []*cacheChunk // read cache chunks lent out by CachedBytes
+	done   func()        // ExternalSlice's release
 }
 
 func (r *sliceRef) release() {
-	r.seg.unref()
+	if r.seg != nil {
+		r.seg.unref()
+	}
 	for _, c := range r.chunks {
 		c.unlend()
 	}
 	r.chunks = nil
+	if r.done != nil {
+		r.done()
+	}
+}
+
+// ExternalSlice is a byte range of a file that is no segment of a Log
+// (tiered storage's downloaded segments, checked whole when downloaded),
+// to be sent like a segment's (sendfile when f has a descriptor); release
+// runs once, when the Slice is released, so f stays open until then.
+func ExternalSlice(f File, pos int64, size int, base, last int64, release func()) Slice {
+	return Slice{File: f, Pos: pos, Size: size, BaseOffset: base, LastOffset: last, ref: &sliceRef{done: release}}
 }
 
 // Bytes reads the range, checking its batches' CRCs unless they were

@@ -37,8 +37,12 @@ type Config struct {
 	// TaskInterval is remote.log.manager.task.interval.ms: how often the
 	// leader looks for segments to upload and local segments to delete.
 	TaskInterval time.Duration
+	// IOTimeout bounds each wait on the object store
+	// (remote.log.storage.s3.io.timeout.ms): a connection, data sent and
+	// not acknowledged, the answer to a request sent.
+	IOTimeout time.Duration
 	// RetryBackoffMax bounds the backoff between retries of a failed
-	// upload (remote.log.manager.copier.retry.backoff.max.ms).
+	// upload (Kafka's remote.log.manager.task.retry.backoff.max.ms).
 	RetryBackoffMax time.Duration
 	// OrphanSweepInterval: how often a partition's leader deletes the
 	// objects of its partition that no committed manifest names (uploads
@@ -53,6 +57,7 @@ const (
 	DefaultTaskInterval    = 30 * time.Second // Kafka's remote.log.manager.task.interval.ms
 	DefaultRetryBackoffMax = 30 * time.Second
 	DefaultOrphanSweep     = time.Hour
+	DefaultIOTimeout       = 30 * time.Second
 )
 
 func (c Config) withDefaults() Config {
@@ -64,6 +69,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OrphanSweepInterval <= 0 {
 		c.OrphanSweepInterval = DefaultOrphanSweep
+	}
+	if c.IOTimeout <= 0 {
+		c.IOTimeout = DefaultIOTimeout
 	}
 	if c.RetryBackoffMax <= 0 {
 		c.RetryBackoffMax = DefaultRetryBackoffMax

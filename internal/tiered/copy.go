@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"holdfast/internal/controller"
+	"holdfast/internal/failpoint"
 	"holdfast/internal/partition"
 	"holdfast/internal/records"
 )
@@ -174,6 +175,9 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t con
 	}
 	if err := m.store.Put(ctx, key+producersSuffix, snap); err != nil {
 		return Segment{}, fmt.Errorf("upload %s%s: %w", key, producersSuffix, err)
+	}
+	if err := failpoint.Hit(ctx, "tiered.upload.between-objects", m.log); err != nil {
+		return Segment{}, err
 	}
 	side, err := json.Marshal(sc)
 	if err != nil {

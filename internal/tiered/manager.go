@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"holdfast/internal/controller"
+	"holdfast/internal/failpoint"
 	"holdfast/internal/partition"
 	"holdfast/internal/raft"
 	"holdfast/internal/replica"
@@ -353,10 +354,16 @@ func (m *Manager) upload(p *partition.Partition, t controller.Topic, st *partSta
 		ctx, cancel := context.WithTimeout(m.ctx, 5*time.Minute)
 		seg, err := m.copySegment(ctx, p, t, st, from, s.Next, epoch)
 		if err == nil {
+			// Fault tests stop the leader here: uploaded, not remote.
+			err = failpoint.Hit(ctx, "tiered.upload.before-commit", m.log)
+		}
+		committed := false
+		if err == nil {
 			err = m.change(ctx, p, st, func(cur Manifest) (Manifest, bool) {
 				if cur.End() != end {
 					return cur, false // changed meanwhile (DeleteRecords): the next pass looks again
 				}
+				committed = true
 				if len(cur.Segments) == 0 || from > end {
 					// The first segment, or a gap: the local log lost
 					// offsets that were never uploaded (DeleteRecords, or
@@ -370,6 +377,17 @@ func (m *Manager) upload(p *partition.Partition, t controller.Topic, st *partSta
 			})
 		}
 		cancel()
+		var lost *raft.NotLeaderError
+		if errors.As(err, &lost) || (err == nil && !committed) {
+			// Not the store's fault, and nothing is remote: leadership
+			// moved during the upload (the new leader uploads the segment
+			// under its own epoch), or the remote log changed meanwhile
+			// (DeleteRecords, a new leader's upload). The object just
+			// stored is nobody's.
+			m.log.Info("tiered storage: segment uploaded but not committed; the remote log moved on", "topic", t.Name, "partition", p.Index(),
+				"base_offset", from, "epoch", epoch, "err", err)
+			return
+		}
 		if err != nil {
 			m.stats.CopyErrors.Add(1)
 			m.stats.StoreDown.Store(true)
@@ -389,6 +407,8 @@ func (m *Manager) upload(p *partition.Partition, t controller.Topic, st *partSta
 		st.backoff, st.retryAt = 0, time.Time{}
 		m.mu.Unlock()
 		m.log.Info("segment uploaded", "topic", t.Name, "partition", p.Index(), "base_offset", seg.Base, "next_offset", seg.Next, "bytes", seg.Size)
+		// Fault tests stop the leader here: remote, still on the local disk.
+		failpoint.Hit(m.ctx, "tiered.upload.after-commit", m.log)
 	}
 }
 

@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
+	"sync"
+	"syscall"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -66,7 +70,20 @@ func NewS3(cfg Config) (ObjectStore, error) {
 	// Few retries inside the client: a store that is down should fail
 	// the upload soon, so that the manager's backoff, its log line and
 	// its metric say so, rather than hold it in the client's own retries.
-	c, err := minio.New(host, &minio.Options{Creds: credentialChain(), Secure: secure, Region: cfg.Region, BucketLookup: lookup, MaxRetries: 2})
+	tr, err := minio.DefaultTransport(secure)
+	if err != nil {
+		return nil, fmt.Errorf("tiered: object store client: %w", err)
+	}
+	// A store that cannot be reached fails a request within the I/O
+	// timeout, whatever the way: a connection not made, data sent and
+	// never acknowledged (packets vanish: TCP_USER_TIMEOUT; the kernel
+	// would retransmit for a quarter of an hour), no answer to a request
+	// sent. Without it an upload on a kept-alive connection waited a
+	// minute or more (TestTieredStoreUnreachable).
+	timeout := cfg.withDefaults().IOTimeout
+	tr.DialContext = (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second, Control: userTimeout(timeout)}).DialContext
+	tr.ResponseHeaderTimeout = timeout
+	c, err := minio.New(host, &minio.Options{Creds: credentialChain(), Secure: secure, Region: cfg.Region, BucketLookup: lookup, MaxRetries: 2, Transport: tr})
 	if err != nil {
 		return nil, fmt.Errorf("tiered: object store client: %w", err)
 	}
@@ -83,6 +100,9 @@ func (s *s3Store) Put(ctx context.Context, key string, data []byte) error {
 	return err
 }
 
+// copyBufs are GetTo's buffers.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
+
 // GetTo is one GET streamed to w (minio-go's FGetObject would add a
 // HEAD and a rename; the caller checks the bytes as they arrive).
 func (s *s3Store) GetTo(ctx context.Context, key string, w io.Writer, limit int64) (int64, error) {
@@ -91,7 +111,12 @@ func (s *s3Store) GetTo(ctx context.Context, key string, w io.Writer, limit int6
 		return 0, err
 	}
 	defer o.Close()
-	n, err := io.Copy(w, io.LimitReader(o, limit+1))
+	// A large buffer: each Read of a minio-go object is a round trip to
+	// the goroutine reading the response (io.Copy's 32 KiB made it 32 a
+	// MiB), and each write a system call.
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	n, err := io.CopyBuffer(w, io.LimitReader(o, limit+1), *buf)
 	if err == nil && n > limit {
 		err = errors.New("tiered: object " + key + " is larger than expected")
 	}
@@ -127,4 +152,17 @@ func (s *s3Store) List(ctx context.Context, prefix string) ([]string, error) {
 		keys = append(keys, o.Key)
 	}
 	return keys, nil
+}
+
+// userTimeout sets TCP_USER_TIMEOUT on a connection's socket (Linux): the
+// connection fails once data it sent stays unacknowledged for d.
+func userTimeout(d time.Duration) func(network, address string, c syscall.RawConn) error {
+	return func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = setUserTimeout(fd, d) })
+		if err != nil {
+			return err
+		}
+		return serr
+	}
 }

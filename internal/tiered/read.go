@@ -17,6 +17,7 @@ import (
 	"holdfast/internal/controller"
 	"holdfast/internal/partition"
 	"holdfast/internal/records"
+	"holdfast/internal/storage"
 )
 
 // downloads bounds the segments being downloaded at once per node;
@@ -73,6 +74,9 @@ func (c *cache) close() {
 	defer c.mu.Unlock()
 	c.closed = true
 	for k, e := range c.entries {
+		if e.refs > 0 {
+			continue // being sent (by its descriptor): release closes it
+		}
 		e.f.Close()
 		os.Remove(e.f.Name())
 		delete(c.entries, k)
@@ -132,8 +136,23 @@ func (c *cache) acquire(key string, load func(tmp string) (sidecar, error)) (*en
 func (c *cache) release(e *entry) {
 	c.mu.Lock()
 	e.refs--
+	if c.closed && e.refs == 0 {
+		e.f.Close()
+		os.Remove(e.f.Name())
+		delete(c.entries, c.keyOf(e))
+	}
 	c.evictLocked()
 	c.mu.Unlock()
+}
+
+// keyOf is e's key (a closed cache's last holders only).
+func (c *cache) keyOf(e *entry) string {
+	for k, x := range c.entries {
+		if x == e {
+			return k
+		}
+	}
+	return ""
 }
 
 // evictLocked drops least recently used segments not being read until the
@@ -179,38 +198,45 @@ func (m *Manager) LogStart(p *partition.Partition) int64 {
 
 // Read serves a consumer's fetch of p at offset from the remote log:
 // whole batches from the one holding offset, up to maxBytes but at least
-// one. If the segment is not in the cache yet, its download starts and
-// wait is closed when it ends (the fetch waits on it, as on new data);
-// fetches of local data never wait for it. errNotRemote: the offset is
-// not in the remote log (the caller answers OFFSET_OUT_OF_RANGE).
-func (m *Manager) Read(p *partition.Partition, offset int64, maxBytes int) (recs []byte, aborted []partition.AbortedTxn, wait <-chan struct{}, err error) {
+// one, as a range of the cached segment's file that the caller sends like
+// a local segment's (sendfile) and must Release: the segment stays cached
+// and open until then. If the segment is not in the cache yet, its
+// download starts and wait is closed when it ends (the fetch waits on it,
+// as on new data); fetches of local data never wait for it.
+// errNotRemote: the offset is not in the remote log (the caller answers
+// OFFSET_OUT_OF_RANGE).
+func (m *Manager) Read(p *partition.Partition, offset int64, maxBytes int) (recs storage.Slice, aborted []partition.AbortedTxn, wait <-chan struct{}, err error) {
 	t, ok := m.topicFor(p)
 	if !ok {
-		return nil, nil, nil, errNotRemote
+		return storage.Slice{}, nil, nil, errNotRemote
 	}
 	mf, ok := m.Manifest(p)
 	if !ok {
-		return nil, nil, nil, errNotRemote
+		return storage.Slice{}, nil, nil, errNotRemote
 	}
 	seg, ok := mf.Find(offset)
 	if !ok {
-		return nil, nil, nil, errNotRemote
+		return storage.Slice{}, nil, nil, errNotRemote
 	}
 	key := m.key(t, p.Index(), seg)
 	e, wait, err := m.cache.acquire(key, func(path string) (sidecar, error) { return m.download(key, seg, path) })
 	if err != nil {
 		m.stats.FetchErrors.Add(1)
-		return nil, nil, nil, err
+		return storage.Slice{}, nil, nil, err
 	}
 	m.readAhead(t, p, mf, seg)
 	if e == nil {
-		return nil, nil, wait, nil
+		return storage.Slice{}, nil, wait, nil
 	}
-	defer m.cache.release(e)
-	recs, last, err := readBatches(e, offset, maxBytes)
+	pos, end, first, last, err := findBatches(e, offset, maxBytes)
 	if err != nil {
+		m.cache.release(e)
 		m.stats.FetchErrors.Add(1)
-		return nil, nil, nil, err
+		return storage.Slice{}, nil, nil, err
+	}
+	if end == pos {
+		m.cache.release(e)
+		return storage.Slice{BaseOffset: 0, LastOffset: -1}, nil, nil, nil
 	}
 	// The aborted transactions overlapping what is returned.
 	for _, a := range e.sc.Aborted {
@@ -219,8 +245,20 @@ func (m *Manager) Read(p *partition.Partition, offset int64, maxBytes int) (recs
 		}
 	}
 	m.stats.FetchRequests.Add(1)
-	m.stats.FetchBytes.Add(int64(len(recs)))
-	return recs, aborted, nil, nil
+	m.stats.FetchBytes.Add(end - pos)
+	return storage.ExternalSlice(cacheFile{e.f}, pos, int(end-pos), first, last, func() { m.cache.release(e) }), aborted, nil, nil
+}
+
+// cacheFile is a cached segment's file as a storage.File, for
+// storage.ExternalSlice: only ReadAt, Name and Fd are used.
+type cacheFile struct{ *os.File }
+
+func (f cacheFile) Size() (int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
 }
 
 // readAhead starts the downloads of the readAheadSegments segments after
@@ -292,10 +330,11 @@ func (m *Manager) download(key string, seg Segment, path string) (sidecar, error
 	return sc, nil
 }
 
-// readBatches reads whole batches of a cached segment from the one
-// holding offset, up to maxBytes but at least one.
-func readBatches(e *entry, offset int64, maxBytes int) (out []byte, last int64, err error) {
-	pos := int64(0)
+// findBatches finds the whole batches of a cached segment from the one
+// holding offset, up to maxBytes but at least one: the byte range
+// [pos, end) and the first and last offsets in it (pos == end: offset is
+// past the segment).
+func findBatches(e *entry, offset int64, maxBytes int) (pos, end, first, last int64, err error) {
 	i := sort.Search(len(e.sc.Index), func(i int) bool { return e.sc.Index[i][0] > offset })
 	if i > 0 {
 		pos = e.sc.Index[i-1][1]
@@ -313,22 +352,23 @@ func readBatches(e *entry, offset int64, maxBytes int) (out []byte, last int64, 
 	}
 	for {
 		if pos >= e.size {
-			return nil, -1, nil // offset is past the segment
+			return pos, pos, 0, -1, nil
 		}
 		h, err := header(pos)
 		if err != nil {
-			return nil, -1, err
+			return 0, 0, 0, -1, err
 		}
 		if h.LastOffset() >= offset {
+			first = h.BaseOffset
 			break
 		}
 		pos += int64(h.Size())
 	}
-	end := pos
+	end = pos
 	for end < e.size {
 		h, err := header(end)
 		if err != nil {
-			return nil, -1, err
+			return 0, 0, 0, -1, err
 		}
 		if end > pos && end+int64(h.Size())-pos > int64(maxBytes) {
 			break
@@ -336,11 +376,7 @@ func readBatches(e *entry, offset int64, maxBytes int) (out []byte, last int64, 
 		end += int64(h.Size())
 		last = h.LastOffset()
 	}
-	out = make([]byte, end-pos)
-	if _, err := e.f.ReadAt(out, pos); err != nil {
-		return nil, -1, err
-	}
-	return out, last, nil
+	return pos, end, first, last, nil
 }
 
 // IsNotRemote reports whether err says the offset is not in the remote log.

@@ -4,14 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go/build"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
+	"path"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,85 +17,35 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
-	"holdfast/internal/freeport"
+	"holdfast/internal/s3test"
 	"holdfast/internal/tiered"
 	"holdfast/internal/wire"
 )
 
 // objectStore is a real S3-compatible server run as a process: versitygw
-// with its POSIX backend (installed by .ci/run, pinned there).
+// with its POSIX backend (internal/s3test; installed by .ci/run, pinned
+// there).
 type objectStore struct {
-	t        *testing.T
-	bin, dir string
-	addr     string
-	cmd      *exec.Cmd
+	*s3test.Server
+	dir, addr string
 }
 
-const (
-	testBucket = "holdfast"
-	testAccess = "holdfasttest"
-	testSecret = "holdfasttestsecret"
-)
+const testBucket = s3test.Bucket
 
 // startObjectStore starts versitygw on a free port. Without the binary the
 // test is skipped, except under CI (CI=true), where that is a failure.
 func startObjectStore(t *testing.T) *objectStore {
 	t.Helper()
-	bin, err := exec.LookPath("versitygw")
-	if err != nil {
-		if p := filepath.Join(build.Default.GOPATH, "bin", "versitygw"); fileExists(p) {
-			bin, err = p, nil
-		}
-	}
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("versitygw (the S3-compatible server these tests run) is not installed: .ci/run installs it")
-		}
-		t.Skip("versitygw not found on PATH or in $GOPATH/bin: install it as .ci/run does (go install github.com/versity/versitygw/cmd/versitygw@v1.8.0) to run the tiered-storage tests")
-	}
-	addr, err := freeport.Addr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &objectStore{t: t, bin: bin, dir: t.TempDir(), addr: addr}
-	if err := os.Mkdir(filepath.Join(s.dir, testBucket), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// The brokers find credentials in the standard chain.
-	t.Setenv("AWS_ACCESS_KEY_ID", testAccess)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", testSecret)
-	s.start()
-	t.Cleanup(s.kill)
-	return s
+	srv := s3test.Start(t, "")
+	return &objectStore{Server: srv, dir: srv.Dir, addr: srv.Addr}
 }
 
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
-
-func (s *objectStore) start() {
-	s.t.Helper()
-	s.cmd = exec.Command(s.bin, "--access", testAccess, "--secret", testSecret, "--port", s.addr, "--quiet", "posix", s.dir)
-	s.cmd.Stdout, s.cmd.Stderr = os.Stderr, os.Stderr
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	brokertest.Await(s.t, "the object store to listen", func() error {
-		c, err := net.DialTimeout("tcp", s.addr, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err
-	})
-}
+// start starts the server again after kill, on the same address and
+// directory.
+func (s *objectStore) start() { s.Restart() }
 
 // kill stops the server with SIGKILL, as a crash.
-func (s *objectStore) kill() {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return
-	}
-	s.cmd.Process.Signal(syscall.SIGKILL)
-	s.cmd.Wait()
-	s.cmd = nil
-}
+func (s *objectStore) kill() { s.Kill() }
 
 // objects counts the segment objects in the bucket.
 func (s *objectStore) objects() int { return len(s.segmentObjects()) }
@@ -108,12 +53,9 @@ func (s *objectStore) objects() int { return len(s.segmentObjects()) }
 // segmentObjects lists the names of the segment objects in the bucket.
 func (s *objectStore) segmentObjects() []string {
 	var names []string
-	filepath.WalkDir(filepath.Join(s.dir, testBucket), func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".log") {
-			names = append(names, filepath.Base(p))
-		}
-		return nil
-	})
+	for _, k := range s.SegmentObjects() {
+		names = append(names, path.Base(k))
+	}
 	return names
 }
 
