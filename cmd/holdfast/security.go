@@ -20,7 +20,7 @@ import (
 
 	"holdfast/internal/auth"
 	"holdfast/internal/broker"
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/wire"
 )
 
@@ -298,7 +298,7 @@ func buildSecurity(p props, listen, advertised, raftListen string, cluster bool,
 			return nil, err
 		}
 		sec.listeners = append(sec.listeners, serveListener{bind: b.addr(), wire: l})
-		sb.Listeners = append(sb.Listeners, controller.Endpoint{Name: b.name, Host: a.host, Port: int32(a.port), Protocol: string(proto)})
+		sb.Listeners = append(sb.Listeners, metadata.Endpoint{Name: b.name, Host: a.host, Port: int32(a.port), Protocol: string(proto)})
 		if l.Authenticates(clientAuthRequired[b.name]) {
 			sec.authenticates = true
 		} else if !loopback(b.host) {
@@ -627,7 +627,7 @@ func loopback(host string) bool {
 // node's certificate carries.
 func (sec *serveSecurity) consoleClient(bound string) (seed string, opts []kgo.Opt, err error) {
 	sb := sec.broker
-	i := slices.IndexFunc(sb.Listeners, func(e controller.Endpoint) bool { return e.Name == sb.InterBrokerListener })
+	i := slices.IndexFunc(sb.Listeners, func(e metadata.Endpoint) bool { return e.Name == sb.InterBrokerListener })
 	ib := sb.Listeners[i]
 	proto := wire.SecurityProtocol(ib.Protocol)
 	seed = bound

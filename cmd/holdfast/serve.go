@@ -22,8 +22,8 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/cluster"
-	"holdfast/internal/controller"
 	"holdfast/internal/group"
+	"holdfast/internal/metadata"
 	"holdfast/internal/quota"
 	"holdfast/internal/storage"
 	"holdfast/internal/tiered"
@@ -335,7 +335,7 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	cfg.OffsetsTopicPartitions = int32(c.offsetParts)
 	cfg.Txn.StatePartitions, cfg.Txn.MaxTimeout = int32(c.txnParts), c.txnMax
 	cfg.RetentionCheckInterval = c.retentionCheck
-	cfg.MetadataSnapshot = controller.SnapshotPolicy{MaxBytes: c.metaSnapBytes, MaxInterval: c.metaSnapInterval}
+	cfg.MetadataSnapshot = metadata.SnapshotPolicy{MaxBytes: c.metaSnapBytes, MaxInterval: c.metaSnapInterval}
 	if c.scrubRate < 0 {
 		return cfg, lim, nil, fmt.Errorf("--log-scrub-bytes-per-second %d: must be 0 (off) or more", c.scrubRate)
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/wire"
 )
 
@@ -42,7 +42,7 @@ func (b *Broker) handleAlterClientQuotas(_ context.Context, r *wire.Request) wir
 		return wire.Respond(resp)
 	}
 
-	var alts []controller.QuotaAlteration
+	var alts []metadata.QuotaAlteration
 	var ok []int // entries in alts
 	seen := map[string]bool{}
 	for i, e := range req.Entries {
@@ -73,7 +73,7 @@ func (b *Broker) handleAlterClientQuotas(_ context.Context, r *wire.Request) wir
 			}
 			return fresp
 		}
-		code, msg := kafkaError(b.cluster.Propose(ctx, controller.Command{Op: controller.OpClientQuotas, Quotas: alts}))
+		code, msg := kafkaError(b.cluster.Propose(ctx, metadata.Command{Op: metadata.OpClientQuotas, Quotas: alts}))
 		for _, i := range ok {
 			resp.Entries[i].ErrorCode, resp.Entries[i].ErrorMessage = code, msg
 		}
@@ -88,15 +88,15 @@ func (b *Broker) handleAlterClientQuotas(_ context.Context, r *wire.Request) wir
 
 // quotaAlteration checks one entry the way Kafka's controller does and
 // returns the change it asks for.
-func quotaAlteration(e kmsg.AlterClientQuotasRequestEntry) (controller.QuotaAlteration, error) {
-	a := controller.QuotaAlteration{Entity: controller.QuotaEntity{}}
+func quotaAlteration(e kmsg.AlterClientQuotasRequestEntry) (metadata.QuotaAlteration, error) {
+	a := metadata.QuotaAlteration{Entity: metadata.QuotaEntity{}}
 	for _, c := range e.Entity {
 		if _, dup := a.Entity[c.Type]; dup {
 			return a, fmt.Errorf("Invalid empty client quota entity, duplicate entity entry %s", c.Type)
 		}
 		a.Entity[c.Type] = c.Name
 	}
-	if err := controller.ValidateQuotaEntity(a.Entity); err != nil {
+	if err := metadata.ValidateQuotaEntity(a.Entity); err != nil {
 		return a, err
 	}
 	keys := map[string]bool{}
@@ -109,7 +109,7 @@ func quotaAlteration(e kmsg.AlterClientQuotasRequestEntry) (controller.QuotaAlte
 			a.Remove = append(a.Remove, op.Key)
 			continue
 		}
-		if err := controller.ValidateQuotaValue(a.Entity, op.Key, op.Value); err != nil {
+		if err := metadata.ValidateQuotaValue(a.Entity, op.Key, op.Value); err != nil {
 			return a, err
 		}
 		if a.Set == nil {

@@ -6,7 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/wire"
 )
 
@@ -43,7 +43,7 @@ func (b *Broker) handleAlterPartition(_ context.Context, r *wire.Request) wire.R
 				if !ok {
 					sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				} else {
-					err := b.cluster.Propose(ctx, controller.Command{Op: controller.OpReassignDone, Name: t.Name, Partition: rp.Partition, Target: target})
+					err := b.cluster.Propose(ctx, metadata.Command{Op: metadata.OpReassignDone, Name: t.Name, Partition: rp.Partition, Target: target})
 					sp.ErrorCode, _ = kafkaError(err)
 					sp.ISR = target
 				}

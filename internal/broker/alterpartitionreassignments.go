@@ -8,7 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/wire"
 )
 
@@ -61,8 +61,8 @@ func (b *Broker) reassign(ctx context.Context, req *kmsg.AlterPartitionAssignmen
 		return errCode(kerr.UnknownTopicOrPartition, "Topic or partition %s-%d does not exist.", topic, rp.Partition)
 	}
 	if rp.Replicas != nil {
-		if err := controller.ValidateTarget(b.meta.Brokers(), rp.Replicas); err != nil {
-			return errCode(kerr.InvalidReplicaAssignment, "replicas %v: empty, duplicated, more than %d, or naming an unregistered broker", rp.Replicas, controller.MaxReplicas)
+		if err := metadata.ValidateTarget(b.meta.Brokers(), rp.Replicas); err != nil {
+			return errCode(kerr.InvalidReplicaAssignment, "replicas %v: empty, duplicated, more than %d, or naming an unregistered broker", rp.Replicas, metadata.MaxReplicas)
 		}
 		if req.Version >= 1 && !req.AllowReplicationFactorChange && int(rp.Partition) < len(t.Replicas) {
 			cur := t.Replicas[rp.Partition]
@@ -77,5 +77,5 @@ func (b *Broker) reassign(ctx context.Context, req *kmsg.AlterPartitionAssignmen
 	if ctx.Err() != nil {
 		return errCode(kerr.RequestTimedOut, "request timed out before this partition")
 	}
-	return b.cluster.Propose(ctx, controller.Command{Op: controller.OpReassign, Name: topic, Partition: rp.Partition, Target: rp.Replicas})
+	return b.cluster.Propose(ctx, metadata.Command{Op: metadata.OpReassign, Name: topic, Partition: rp.Partition, Target: rp.Replicas})
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/wire"
 )
 
@@ -59,19 +59,19 @@ func (b *Broker) handleAlterUserSCRAMCredentials(_ context.Context, r *wire.Requ
 
 	// Kafka's checks, per user: a user named twice for one mechanism is a
 	// DUPLICATE_RESOURCE, and every change of that user is refused.
-	seen := map[controller.ScramKey]int{}
+	seen := map[metadata.ScramKey]int{}
 	for _, d := range req.Deletions {
-		seen[controller.ScramKey{User: d.Name, Mechanism: auth.ScramMechanismName(d.Mechanism)}]++
+		seen[metadata.ScramKey{User: d.Name, Mechanism: auth.ScramMechanismName(d.Mechanism)}]++
 	}
 	for _, u := range req.Upsertions {
-		seen[controller.ScramKey{User: u.Name, Mechanism: auth.ScramMechanismName(u.Mechanism)}]++
+		seen[metadata.ScramKey{User: u.Name, Mechanism: auth.ScramMechanismName(u.Mechanism)}]++
 	}
 	for k, n := range seen {
 		if n > 1 {
 			setErr(k.User, kerr.DuplicateResource, "A user credential cannot be altered twice in the same request")
 		}
 	}
-	var dels []controller.ScramKey
+	var dels []metadata.ScramKey
 	for _, d := range req.Deletions {
 		mech := auth.ScramMechanismName(d.Mechanism)
 		switch {
@@ -83,7 +83,7 @@ func (b *Broker) handleAlterUserSCRAMCredentials(_ context.Context, r *wire.Requ
 			if _, ok := b.meta.ScramCredential(d.Name, mech); !ok {
 				setErr(d.Name, kerr.ResourceNotFound, "Attempt to delete a user credential that does not exist")
 			}
-			dels = append(dels, controller.ScramKey{User: d.Name, Mechanism: mech})
+			dels = append(dels, metadata.ScramKey{User: d.Name, Mechanism: mech})
 		}
 	}
 	var ups []auth.ScramCredential
@@ -105,8 +105,8 @@ func (b *Broker) handleAlterUserSCRAMCredentials(_ context.Context, r *wire.Requ
 	}
 	// Only the users without an error change.
 	ok := func(u string) bool { return results[u].ErrorCode == 0 }
-	var cmd controller.Command
-	cmd.Op = controller.OpScram
+	var cmd metadata.Command
+	cmd.Op = metadata.OpScram
 	for _, d := range dels {
 		if ok(d.User) {
 			cmd.ScramDeletions = append(cmd.ScramDeletions, d)

@@ -15,10 +15,10 @@ import (
 
 	"holdfast/internal/clock"
 	"holdfast/internal/cluster"
-	"holdfast/internal/controller"
 	"holdfast/internal/coordinator"
 	"holdfast/internal/datadir"
 	"holdfast/internal/group"
+	"holdfast/internal/metadata"
 	"holdfast/internal/quota"
 	"holdfast/internal/raft"
 	"holdfast/internal/replica"
@@ -83,8 +83,8 @@ type Config struct {
 	// (metadata.log.max.record.bytes.between.snapshots,
 	// metadata.log.max.snapshot.interval.ms): between snapshots the
 	// metadata Raft log is the record, and a restart replays at most
-	// this much of it (internal/controller/snapshot.go).
-	MetadataSnapshot controller.SnapshotPolicy
+	// this much of it (internal/metadata/snapshot.go).
+	MetadataSnapshot metadata.SnapshotPolicy
 
 	// LogDefaults are the topic config defaults (log.segment.bytes,
 	// log.retention.ms, message.max.bytes, log.flush policy ...).
@@ -223,7 +223,7 @@ func DefaultConfig() Config {
 		Txn:                      txn.DefaultConfig(),
 		Share:                    DefaultShareConfig(),
 		RetentionCheckInterval:   5 * time.Minute,
-		MetadataSnapshot:         controller.DefaultSnapshotPolicy,
+		MetadataSnapshot:         metadata.DefaultSnapshotPolicy,
 		LogDefaults:              storage.DefaultConfig(),
 		LogCleaner:               DefaultCleanerConfig(),
 		LogScrubBytesPerSecond:   DefaultScrubBytesPerSecond,
@@ -250,7 +250,7 @@ type Broker struct {
 	// readCache: this broker's read cache of direct-I/O writes
 	// (storage/readcache.go, log.direct.io.cache.bytes).
 	readCache *storage.ReadCache
-	meta      *controller.Store
+	meta      *metadata.Store
 	// replicas are this node's partition replicas (internal/replica).
 	replicas *replica.Manager
 	// coord hosts this node's group and transaction coordinators;

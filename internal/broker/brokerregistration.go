@@ -10,8 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/cluster"
-	"holdfast/internal/controller"
 	"holdfast/internal/datadir"
+	"holdfast/internal/metadata"
 	"holdfast/internal/wire"
 )
 
@@ -32,10 +32,10 @@ func (b *Broker) handleBrokerRegistration(_ context.Context, r *wire.Request) wi
 		resp.ErrorCode = kerr.InconsistentClusterID.Code
 		return wire.Respond(resp)
 	}
-	info := controller.BrokerInfo{ID: req.BrokerID, Host: req.Listeners[0].Host, Port: int32(req.Listeners[0].Port)}
+	info := metadata.BrokerInfo{ID: req.BrokerID, Host: req.Listeners[0].Host, Port: int32(req.Listeners[0].Port)}
 	for _, l := range req.Listeners {
 		if l.Name != cluster.RaftListenerName {
-			info.Listeners = append(info.Listeners, controller.Endpoint{Name: l.Name, Host: l.Host, Port: int32(l.Port), Protocol: string(wire.ProtocolForCode(l.SecurityProtocol))})
+			info.Listeners = append(info.Listeners, metadata.Endpoint{Name: l.Name, Host: l.Host, Port: int32(l.Port), Protocol: string(wire.ProtocolForCode(l.SecurityProtocol))})
 		}
 	}
 	if len(info.Listeners) == 1 && info.Listeners[0].Name == string(wire.Plaintext) && info.Listeners[0].Protocol == string(wire.Plaintext) {
@@ -64,7 +64,7 @@ func (b *Broker) handleBrokerRegistration(_ context.Context, r *wire.Request) wi
 		return wire.Respond(resp)
 	}
 	return func(ctx context.Context) kmsg.Response {
-		err := b.cluster.Propose(ctx, controller.Command{Op: controller.OpRegister, Broker: &info})
+		err := b.cluster.Propose(ctx, metadata.Command{Op: metadata.OpRegister, Broker: &info})
 		resp.ErrorCode, _ = kafkaError(err)
 		resp.BrokerEpoch = 1
 		return resp

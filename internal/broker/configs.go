@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/storage"
 	"holdfast/internal/topicconfig"
 	"holdfast/internal/wire"
@@ -37,7 +37,7 @@ func (b *Broker) handleDescribeConfigs(_ context.Context, r *wire.Request) wire.
 		switch {
 		case err != nil:
 		case rr.ResourceType == kmsg.ConfigResourceTypeTopic:
-			var t controller.Topic
+			var t metadata.Topic
 			if t, err = b.lookupConfigTopic(rr.ResourceName); err == nil {
 				res.Configs = b.describeTopicConfigs(t, rr.ConfigNames, synonyms, docs)
 			}
@@ -75,9 +75,9 @@ func (b *Broker) handleDescribeConfigs(_ context.Context, r *wire.Request) wire.
 	return wire.Respond(resp)
 }
 
-func (b *Broker) lookupConfigTopic(name string) (controller.Topic, error) {
-	if err := controller.ValidateTopicName(name); err != nil {
-		return controller.Topic{}, errCode(kerr.InvalidTopicException, "%v", err)
+func (b *Broker) lookupConfigTopic(name string) (metadata.Topic, error) {
+	if err := metadata.ValidateTopicName(name); err != nil {
+		return metadata.Topic{}, errCode(kerr.InvalidTopicException, "%v", err)
 	}
 	t, ok := b.meta.Topic(name)
 	if !ok {
@@ -108,7 +108,7 @@ func (b *Broker) checkBrokerResource(name string) (cluster bool, err error) {
 // STATIC_BROKER_CONFIG where the broker's default was set by its config
 // file, a flag or the environment (Config.ConfigOrigins), DEFAULT_CONFIG
 // otherwise.
-func (b *Broker) describeTopicConfigs(t controller.Topic, names []string, synonyms, docs bool) []describedConfig {
+func (b *Broker) describeTopicConfigs(t metadata.Topic, names []string, synonyms, docs bool) []describedConfig {
 	var out []describedConfig
 	for _, name := range topicconfig.Names() {
 		if names != nil && !slices.Contains(names, name) {

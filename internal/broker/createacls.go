@@ -8,7 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/wire"
 )
 
@@ -63,7 +63,7 @@ func (b *Broker) handleCreateACLs(_ context.Context, r *wire.Request) wire.Reply
 			}
 			return fresp
 		}
-		err := b.commitSecurity(ctx, controller.Command{Op: controller.OpCreateACLs, ACLs: valid})
+		err := b.commitSecurity(ctx, metadata.Command{Op: metadata.OpCreateACLs, ACLs: valid})
 		code, msg := kafkaError(err)
 		if errors.Is(err, auth.ErrInvalidACL) {
 			code = kerr.InvalidRequest.Code

@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/topicconfig"
 	"holdfast/internal/wire"
 )
@@ -121,64 +121,64 @@ func joinNames(names []string) string {
 // createTopic validates one topic of a CreateTopics request in Kafka's
 // order and creates it unless validateOnly. The returned topic has a zero
 // id when validateOnly.
-func (b *Broker) createTopic(ctx context.Context, rt kmsg.CreateTopicsRequestTopic, validateOnly bool) (controller.Topic, error) {
+func (b *Broker) createTopic(ctx context.Context, rt kmsg.CreateTopicsRequestTopic, validateOnly bool) (metadata.Topic, error) {
 	name := rt.Topic
-	if err := controller.ValidateTopicName(name); err != nil {
-		return controller.Topic{}, errCode(kerr.InvalidTopicException, "%v", err)
+	if err := metadata.ValidateTopicName(name); err != nil {
+		return metadata.Topic{}, errCode(kerr.InvalidTopicException, "%v", err)
 	}
 	if _, ok := b.meta.Topic(name); ok {
-		return controller.Topic{}, errCode(kerr.TopicAlreadyExists, "Topic '%s' already exists.", name)
+		return metadata.Topic{}, errCode(kerr.TopicAlreadyExists, "Topic '%s' already exists.", name)
 	}
 	if other, ok := b.meta.Collision(name); ok {
-		return controller.Topic{}, errCode(kerr.InvalidTopicException, "Topic '%s' collides with existing topic: %s", name, other)
+		return metadata.Topic{}, errCode(kerr.InvalidTopicException, "Topic '%s' collides with existing topic: %s", name, other)
 	}
-	if controller.IsInternalTopic(name) {
+	if metadata.IsInternalTopic(name) {
 		// Their coordinators create them with the partition count and
 		// configs they depend on.
-		return controller.Topic{}, errCode(kerr.InvalidRequest, "Topic '%s' is an internal topic; it is created by the broker", name)
+		return metadata.Topic{}, errCode(kerr.InvalidRequest, "Topic '%s' is an internal topic; it is created by the broker", name)
 	}
 
 	configs := make(map[string]string, len(rt.Configs))
 	for _, c := range rt.Configs {
 		if c.Value == nil {
-			return controller.Topic{}, errCode(kerr.InvalidConfig, "Null value not supported for topic configs: %s", c.Name)
+			return metadata.Topic{}, errCode(kerr.InvalidConfig, "Null value not supported for topic configs: %s", c.Name)
 		}
 		configs[c.Name] = *c.Value
 	}
 	if err := topicconfig.Validate(configs); err != nil {
-		return controller.Topic{}, errCode(kerr.InvalidConfig, "%v", err)
+		return metadata.Topic{}, errCode(kerr.InvalidConfig, "%v", err)
 	}
 	if err := b.checkRemoteStorage(configs); err != nil {
-		return controller.Topic{}, err
+		return metadata.Topic{}, err
 	}
 	restoreParts, restorePID, err := b.planRestore(ctx, configs)
 	if err != nil {
-		return controller.Topic{}, err
+		return metadata.Topic{}, err
 	}
 
 	partitions := rt.NumPartitions
 	var assign [][]int32
 	if len(rt.ReplicaAssignment) > 0 {
 		if rt.ReplicationFactor != -1 {
-			return controller.Topic{}, errCode(kerr.InvalidRequest, "A manual partition assignment was specified, but replication factor was not set to -1.")
+			return metadata.Topic{}, errCode(kerr.InvalidRequest, "A manual partition assignment was specified, but replication factor was not set to -1.")
 		}
 		if rt.NumPartitions != -1 {
-			return controller.Topic{}, errCode(kerr.InvalidRequest, "A manual partition assignment was specified, but numPartitions was not set to -1.")
+			return metadata.Topic{}, errCode(kerr.InvalidRequest, "A manual partition assignment was specified, but numPartitions was not set to -1.")
 		}
 		seen := map[int32]bool{}
 		for _, a := range rt.ReplicaAssignment {
 			if seen[a.Partition] {
-				return controller.Topic{}, errCode(kerr.InvalidReplicaAssignment, "Found multiple manual partition assignments for partition %d", a.Partition)
+				return metadata.Topic{}, errCode(kerr.InvalidReplicaAssignment, "Found multiple manual partition assignments for partition %d", a.Partition)
 			}
 			seen[a.Partition] = true
 			if err := b.validateAssignment(a.Replicas); err != nil {
-				return controller.Topic{}, err
+				return metadata.Topic{}, err
 			}
 		}
 		n := int32(len(rt.ReplicaAssignment))
 		for i := int32(0); i < n; i++ {
 			if !seen[i] {
-				return controller.Topic{}, errCode(kerr.InvalidReplicaAssignment, "Partitions must be numbered 0 to %d with no gaps; partition %d has no assignment", n-1, i)
+				return metadata.Topic{}, errCode(kerr.InvalidReplicaAssignment, "Partitions must be numbered 0 to %d with no gaps; partition %d has no assignment", n-1, i)
 			}
 		}
 		assign = make([][]int32, n)
@@ -187,16 +187,16 @@ func (b *Broker) createTopic(ctx context.Context, rt kmsg.CreateTopicsRequestTop
 		}
 		for _, rs := range assign[1:] {
 			if len(rs) != len(assign[0]) {
-				return controller.Topic{}, errCode(kerr.InvalidReplicaAssignment, "All partitions should have the same number of replicas")
+				return metadata.Topic{}, errCode(kerr.InvalidReplicaAssignment, "All partitions should have the same number of replicas")
 			}
 		}
 		partitions = n
 	} else {
 		if rt.ReplicationFactor < -1 || rt.ReplicationFactor == 0 {
-			return controller.Topic{}, errCode(kerr.InvalidReplicationFactor, "Replication factor was set to an invalid non-positive value.")
+			return metadata.Topic{}, errCode(kerr.InvalidReplicationFactor, "Replication factor was set to an invalid non-positive value.")
 		}
 		if rt.NumPartitions < -1 || rt.NumPartitions == 0 {
-			return controller.Topic{}, errCode(kerr.InvalidPartitions, "Number of partitions was set to an invalid non-positive value.")
+			return metadata.Topic{}, errCode(kerr.InvalidPartitions, "Number of partitions was set to an invalid non-positive value.")
 		}
 		if partitions == -1 {
 			partitions = b.cfg.NumPartitions
@@ -209,29 +209,29 @@ func (b *Broker) createTopic(ctx context.Context, rt kmsg.CreateTopicsRequestTop
 		// (never the leader), so creating a topic does not fail while
 		// one node restarts. The controller places them (placeReplicas).
 		if n := b.RegisteredBrokers(); int(rt.ReplicationFactor) > n {
-			return controller.Topic{}, errCode(kerr.InvalidReplicationFactor, "Unable to replicate the partition %d time(s): The target replication factor of %d cannot be reached because only %d broker(s) are registered.", rt.ReplicationFactor, rt.ReplicationFactor, n)
+			return metadata.Topic{}, errCode(kerr.InvalidReplicationFactor, "Unable to replicate the partition %d time(s): The target replication factor of %d cannot be reached because only %d broker(s) are registered.", rt.ReplicationFactor, rt.ReplicationFactor, n)
 		}
 		if n, need := len(b.cluster.UnfencedBrokers()), int(rt.ReplicationFactor)/2+1; n == 0 {
-			return controller.Topic{}, errCode(kerr.InvalidReplicationFactor, "Unable to replicate the partition %d time(s): All brokers are currently fenced.", rt.ReplicationFactor)
+			return metadata.Topic{}, errCode(kerr.InvalidReplicationFactor, "Unable to replicate the partition %d time(s): All brokers are currently fenced.", rt.ReplicationFactor)
 		} else if rt.ReplicationFactor > 0 && n < need {
-			return controller.Topic{}, errCode(kerr.InvalidReplicationFactor, "Unable to replicate the partition %d time(s): only %d broker(s) are unfenced, and a partition needs a majority (%d) of its replicas running to elect a leader.", rt.ReplicationFactor, n, need)
+			return metadata.Topic{}, errCode(kerr.InvalidReplicationFactor, "Unable to replicate the partition %d time(s): only %d broker(s) are unfenced, and a partition needs a majority (%d) of its replicas running to elect a leader.", rt.ReplicationFactor, n, need)
 		}
 	}
 	if partitions < restoreParts {
-		return controller.Topic{}, errCode(kerr.InvalidPartitions, "The object store holds %d partitions of %s; a restored topic needs at least as many, %d were requested", restoreParts, configs["remote.storage.restore.from"], partitions)
+		return metadata.Topic{}, errCode(kerr.InvalidPartitions, "The object store holds %d partitions of %s; a restored topic needs at least as many, %d were requested", restoreParts, configs["remote.storage.restore.from"], partitions)
 	}
 	if partitions > maxPartitionsPerTopic {
-		return controller.Topic{}, errCode(kerr.PolicyViolation, "Holdfast allows at most %d partitions per topic; %d were requested", maxPartitionsPerTopic, partitions)
+		return metadata.Topic{}, errCode(kerr.PolicyViolation, "Holdfast allows at most %d partitions per topic; %d were requested", maxPartitionsPerTopic, partitions)
 	}
 
 	if validateOnly {
-		return controller.Topic{Name: name, Partitions: partitions, Configs: configs}, nil
+		return metadata.Topic{Name: name, Partitions: partitions, Configs: configs}, nil
 	}
 	if restorePID >= 0 {
 		// The restored producers keep their ids: no new producer may get
 		// one (a new cluster hands them out from 0 again).
 		if err := b.cluster.SkipProducerIDsBelow(ctx, restorePID+1); err != nil {
-			return controller.Topic{}, err
+			return metadata.Topic{}, err
 		}
 	}
 	return b.createClusterTopic(ctx, name, partitions, rt.ReplicationFactor, assign, configs)
@@ -256,6 +256,6 @@ func (b *Broker) validateAssignment(replicas []int32) error {
 
 // createClusterTopic commits the topic through the metadata group
 // (cluster.Node.CreateTopic).
-func (b *Broker) createClusterTopic(ctx context.Context, name string, partitions int32, rf int16, assign [][]int32, configs map[string]string) (controller.Topic, error) {
+func (b *Broker) createClusterTopic(ctx context.Context, name string, partitions int32, rf int16, assign [][]int32, configs map[string]string) (metadata.Topic, error) {
 	return b.cluster.CreateTopic(ctx, name, partitions, rf, assign, configs, false, true)
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/wire"
 )
 
@@ -73,7 +73,7 @@ func (b *Broker) handleDeleteACLs(_ context.Context, r *wire.Request) wire.Reply
 		var code int16
 		var msg *string
 		if len(doomed) > 0 {
-			code, msg = kafkaError(b.commitSecurity(ctx, controller.Command{Op: controller.OpDeleteACLs, ACLs: doomed}))
+			code, msg = kafkaError(b.commitSecurity(ctx, metadata.Command{Op: metadata.OpDeleteACLs, ACLs: doomed}))
 		}
 		for i, f := range filters {
 			if f == nil {

@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/wire"
 )
 
@@ -38,7 +38,7 @@ func (b *Broker) handleDescribeClientQuotas(_ context.Context, r *wire.Request) 
 			continue
 		}
 		e := kmsg.NewDescribeClientQuotasResponseEntry()
-		for _, typ := range []string{controller.QuotaUser, controller.QuotaClientID, controller.QuotaIP} {
+		for _, typ := range []string{metadata.QuotaUser, metadata.QuotaClientID, metadata.QuotaIP} {
 			name, ok := q.Entity[typ]
 			if !ok {
 				continue
@@ -76,7 +76,7 @@ func quotaFilter(req *kmsg.DescribeClientQuotasRequest) (clientQuotaFilter, *ker
 		if _, dup := f.exact[t]; dup || f.typed[t] {
 			return f, kerr.InvalidRequest, fmt.Errorf("Entity type %s cannot appear more than once in the filter.", t)
 		}
-		if t != controller.QuotaUser && t != controller.QuotaClientID && t != controller.QuotaIP {
+		if t != metadata.QuotaUser && t != metadata.QuotaClientID && t != metadata.QuotaIP {
 			return f, kerr.UnsupportedVersion, fmt.Errorf("Unsupported entity type %s", t)
 		}
 		switch c.MatchType {
@@ -99,8 +99,8 @@ func quotaFilter(req *kmsg.DescribeClientQuotasRequest) (clientQuotaFilter, *ker
 			return f, kerr.UnsupportedVersion, fmt.Errorf("Unknown match type %d", c.MatchType)
 		}
 	}
-	_, ipExact := f.exact[controller.QuotaIP]
-	if ipExact || f.typed[controller.QuotaIP] {
+	_, ipExact := f.exact[metadata.QuotaIP]
+	if ipExact || f.typed[metadata.QuotaIP] {
 		if len(f.exact)+len(f.typed) > 1 {
 			return f, kerr.InvalidRequest, fmt.Errorf("Invalid entity filter component combination. IP filter component should not be used with user or clientId filter component.")
 		}
@@ -108,7 +108,7 @@ func quotaFilter(req *kmsg.DescribeClientQuotasRequest) (clientQuotaFilter, *ker
 	return f, nil, nil
 }
 
-func (f clientQuotaFilter) matches(e controller.QuotaEntity) bool {
+func (f clientQuotaFilter) matches(e metadata.QuotaEntity) bool {
 	if f.strict && len(e) != len(f.exact)+len(f.typed) {
 		return false
 	}

@@ -11,8 +11,8 @@ import (
 
 	"holdfast/internal/auth"
 	"holdfast/internal/cluster"
-	"holdfast/internal/controller"
 	"holdfast/internal/datadir"
+	"holdfast/internal/metadata"
 	"holdfast/internal/raft"
 	"holdfast/internal/wire"
 )
@@ -107,7 +107,7 @@ func (b *Broker) handleDescribeQuorum(_ context.Context, r *wire.Request) wire.R
 			nd.NodeID = bi.ID
 			eps := bi.Listeners
 			if len(eps) == 0 {
-				eps = []controller.Endpoint{{Name: b.listenerName(r), Host: bi.Host, Port: bi.Port}}
+				eps = []metadata.Endpoint{{Name: b.listenerName(r), Host: bi.Host, Port: bi.Port}}
 			}
 			for _, e := range eps {
 				l := kmsg.NewDescribeQuorumResponseNodeListener()

@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/wire"
 )
 
@@ -86,13 +86,13 @@ func (b *Broker) handleDescribeTopicPartitions(_ context.Context, r *wire.Reques
 		}
 		t, ok := b.meta.Topic(name)
 		rt := kmsg.NewDescribeTopicPartitionsResponseTopic()
-		rt.Topic, rt.IsInternal = kmsg.StringPtr(name), controller.IsInternalTopic(name)
+		rt.Topic, rt.IsInternal = kmsg.StringPtr(name), metadata.IsInternalTopic(name)
 		if !ok {
 			if all {
 				continue // deleted meanwhile
 			}
 			rt.ErrorCode = kerr.UnknownTopicOrPartition.Code
-			if controller.ValidateTopicName(name) != nil {
+			if metadata.ValidateTopicName(name) != nil {
 				rt.ErrorCode = kerr.InvalidTopicException.Code
 			}
 			resp.Topics = append(resp.Topics, rt)

@@ -8,7 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/wire"
 )
 
@@ -17,7 +17,7 @@ import (
 // them: franz-go and the Java client switch to KIP-890 part 2 (implicit
 // AddPartitionsToTxn, an epoch bump per transaction) at
 // transaction.version 2. A level UpdateFeatures set is committed through
-// the metadata log (controller/features.go), so every node finalizes the
+// the metadata log (metadata/features.go), so every node finalizes the
 // same level and a restart keeps it; a feature never set is at its default.
 //
 //   - metadata.version 7 (3.3-IV3): the lowest level a Kafka 4 cluster runs
@@ -181,7 +181,7 @@ func (b *Broker) handleUpdateFeatures(_ context.Context, r *wire.Request) wire.R
 			}
 			return fresp
 		}
-		code, msg := kafkaError(b.cluster.Propose(ctx, controller.Command{Op: controller.OpFeatures, Features: levels}))
+		code, msg := kafkaError(b.cluster.Propose(ctx, metadata.Command{Op: metadata.OpFeatures, Features: levels}))
 		for i := range resp.Results {
 			resp.Results[i].ErrorCode, resp.Results[i].ErrorMessage = code, msg
 		}

@@ -11,12 +11,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/share"
 )
 
 // Group configs (the GROUP config resource, KIP-848 / KIP-932): dynamic
-// per-group overrides kept in the metadata (controller/groupconfigs.go).
+// per-group overrides kept in the metadata (metadata/groupconfigs.go).
 // The share-group ones are read by share partitions' leaders at each use
 // (share.auto.offset.reset when a share partition with no state starts).
 
@@ -191,7 +191,7 @@ func (b *Broker) setGroupConfigs(group string, configs map[string]string, valida
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return b.cluster.Propose(ctx, controller.Command{Op: controller.OpGroupConfigs, Name: group, Configs: configs})
+	return b.cluster.Propose(ctx, metadata.Command{Op: metadata.OpGroupConfigs, Name: group, Configs: configs})
 }
 
 // incrementalGroupConfigs is IncrementalAlterConfigs on a group.

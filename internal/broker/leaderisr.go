@@ -8,7 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/wire"
 )
 
@@ -64,7 +64,7 @@ type leaderISRCache struct {
 // lookup returns the ISR the leader last reported for partition i of
 // t, if it is fresh and for the leader and epoch given; otherwise it asks
 // for a refresh and returns false.
-func (c *leaderISRCache) lookup(t controller.Topic, i, leader, epoch int32) ([]int32, bool) {
+func (c *leaderISRCache) lookup(t metadata.Topic, i, leader, epoch int32) ([]int32, bool) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -92,7 +92,7 @@ func (c *leaderISRCache) lookup(t controller.Topic, i, leader, epoch int32) ([]i
 // answerPartition is partitionMetadata for a client's Metadata or
 // DescribeTopicPartitions: where another node leads, the ISR is the one
 // that leader reports (above).
-func (b *Broker) answerPartition(r *wire.Request, t controller.Topic, i int32) kmsg.MetadataResponseTopicPartition {
+func (b *Broker) answerPartition(r *wire.Request, t metadata.Topic, i int32) kmsg.MetadataResponseTopicPartition {
 	mp := b.partitionMetadata(t, i)
 	if b.leaderISR.wake == nil || mp.ErrorCode != 0 || mp.Leader < 0 || mp.Leader == b.cfg.NodeID || b.forwardedBy(r) {
 		return mp

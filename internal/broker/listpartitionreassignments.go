@@ -8,7 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/wire"
 )
 
@@ -25,7 +25,7 @@ func (b *Broker) handleListPartitionReassignments(_ context.Context, r *wire.Req
 		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 		return wire.Respond(resp)
 	}
-	list := func(t controller.Topic, only []int32) {
+	list := func(t metadata.Topic, only []int32) {
 		st := kmsg.NewListPartitionReassignmentsResponseTopic()
 		st.Topic = t.Name
 		for _, ra := range t.Reassigning {

@@ -8,7 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/wire"
 )
 
@@ -66,11 +66,11 @@ func (b *Broker) handleMetadata(ctx context.Context, r *wire.Request) wire.Reply
 			resp.Topics = append(resp.Topics, b.topicMetadata(r, req, t))
 			continue
 		}
-		if err := controller.ValidateTopicName(name); err != nil {
+		if err := metadata.ValidateTopicName(name); err != nil {
 			resp.Topics = append(resp.Topics, metadataError(name, [16]byte{}, kerr.InvalidTopicException))
 			continue
 		}
-		if !autoCreate || controller.IsInternalTopic(name) {
+		if !autoCreate || metadata.IsInternalTopic(name) {
 			resp.Topics = append(resp.Topics, metadataError(name, [16]byte{}, kerr.UnknownTopicOrPartition))
 			continue
 		}
@@ -224,7 +224,7 @@ func (b *Broker) topicMetadataByID(r *wire.Request, req *kmsg.MetadataRequest, i
 }
 
 // topicMetadata describes every partition of t as led by this node.
-func (b *Broker) topicMetadata(r *wire.Request, req *kmsg.MetadataRequest, t controller.Topic) kmsg.MetadataResponseTopic {
+func (b *Broker) topicMetadata(r *wire.Request, req *kmsg.MetadataRequest, t metadata.Topic) kmsg.MetadataResponseTopic {
 	mt := kmsg.NewMetadataResponseTopic()
 	name := t.Name
 	mt.Topic = &name
@@ -270,7 +270,7 @@ func (b *Broker) brokers(listener string) []kmsg.MetadataResponseBroker {
 // Raft leader and term when this node is a replica. A node that holds no
 // replica does not know the leader; it names the first replica, and a
 // client sent to the wrong one gets NOT_LEADER_OR_FOLLOWER and asks again.
-func (b *Broker) partitionMetadata(t controller.Topic, i int32) kmsg.MetadataResponseTopicPartition {
+func (b *Broker) partitionMetadata(t metadata.Topic, i int32) kmsg.MetadataResponseTopicPartition {
 	st := b.replicas.State(t, i)
 	mp := kmsg.NewMetadataResponseTopicPartition()
 	mp.Partition, mp.ErrorCode = i, st.Err

@@ -19,7 +19,7 @@ import (
 
 	"holdfast/internal/auth"
 	"holdfast/internal/cluster"
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/wire"
 )
 
@@ -31,7 +31,7 @@ type SecurityConfig struct {
 	// Listeners are this node's endpoints as clients reach them
 	// (advertised.listeners), the first being the default. Empty: one
 	// PLAINTEXT listener at AdvertisedHost:AdvertisedPort.
-	Listeners []controller.Endpoint
+	Listeners []metadata.Endpoint
 	// InterBrokerListener is inter.broker.listener.name: the listener
 	// nodes use to reach each other, where the node-to-node APIs are
 	// served. Default: the first listener.
@@ -87,7 +87,7 @@ func (n *NodeSASL) mechanism() (sasl.Mechanism, error) {
 func (b *Broker) checkSecurity() error {
 	sc := b.cfg.Security
 	if len(sc.Listeners) == 0 {
-		sc.Listeners = []controller.Endpoint{{Name: string(wire.Plaintext), Host: b.cfg.AdvertisedHost, Port: b.cfg.AdvertisedPort, Protocol: string(wire.Plaintext)}}
+		sc.Listeners = []metadata.Endpoint{{Name: string(wire.Plaintext), Host: b.cfg.AdvertisedHost, Port: b.cfg.AdvertisedPort, Protocol: string(wire.Plaintext)}}
 	}
 	if sc.InterBrokerListener == "" {
 		sc.InterBrokerListener = sc.Listeners[0].Name
@@ -169,13 +169,13 @@ func (b *Broker) startSecurity() error {
 	return nil
 }
 
-func endpointNamed(eps []controller.Endpoint, name string) (controller.Endpoint, bool) {
+func endpointNamed(eps []metadata.Endpoint, name string) (metadata.Endpoint, bool) {
 	for _, e := range eps {
 		if e.Name == name {
 			return e, true
 		}
 	}
-	return controller.Endpoint{}, false
+	return metadata.Endpoint{}, false
 }
 
 // authorize reports whether the request's principal may perform op on the
@@ -332,7 +332,7 @@ func (b *Broker) listenerName(r *wire.Request) string {
 }
 
 // selfEndpoint is this node's advertised endpoint for a listener name.
-func (b *Broker) selfEndpoint(listener string) (controller.Endpoint, bool) {
+func (b *Broker) selfEndpoint(listener string) (metadata.Endpoint, bool) {
 	return endpointNamed(b.cfg.Security.Listeners, listener)
 }
 
@@ -362,8 +362,8 @@ func (b *Broker) nodeClient(seeds []string, opts ...kgo.Opt) (*kgo.Client, error
 
 // selfInfo is this node's registration: its default endpoint, and every
 // named listener.
-func (b *Broker) selfInfo() controller.BrokerInfo {
-	me := controller.BrokerInfo{ID: b.cfg.NodeID, Host: b.cfg.AdvertisedHost, Port: b.cfg.AdvertisedPort, Rack: b.cfg.Rack}
+func (b *Broker) selfInfo() metadata.BrokerInfo {
+	me := metadata.BrokerInfo{ID: b.cfg.NodeID, Host: b.cfg.AdvertisedHost, Port: b.cfg.AdvertisedPort, Rack: b.cfg.Rack}
 	if ls := b.cfg.Security.Listeners; len(ls) > 0 {
 		me.Host, me.Port = ls[0].Host, ls[0].Port
 		if len(ls) > 1 || ls[0].Name != string(wire.Plaintext) || ls[0].Protocol != string(wire.Plaintext) {
@@ -375,7 +375,7 @@ func (b *Broker) selfInfo() controller.BrokerInfo {
 
 // commitSecurity commits a security command through the metadata log on
 // the controller. The authorizer follows as it is applied.
-func (b *Broker) commitSecurity(ctx context.Context, cmd controller.Command) error {
+func (b *Broker) commitSecurity(ctx context.Context, cmd metadata.Command) error {
 	return b.cluster.Propose(ctx, cmd)
 }
 
@@ -392,7 +392,7 @@ func (b *Broker) bootstrapScram(ctx context.Context) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	err := b.commitSecurity(ctx, controller.Command{Op: controller.OpScram, Scram: missing})
+	err := b.commitSecurity(ctx, metadata.Command{Op: metadata.OpScram, Scram: missing})
 	if err == nil {
 		for _, c := range missing {
 			b.log.Info("created bootstrap SCRAM user", "user", c.User, "mechanism", c.Mechanism)

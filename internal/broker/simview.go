@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strings"
 
-	"holdfast/internal/controller"
 	"holdfast/internal/coordinator"
+	"holdfast/internal/metadata"
 	"holdfast/internal/raft"
 )
 
@@ -28,9 +28,9 @@ func (b *Broker) Coordinators() *coordinator.Host { return b.coord }
 // give the same pair.
 func (b *Broker) MetadataFingerprint() (applied int64, digest string) {
 	ts := b.meta.Topics()
-	slices.SortFunc(ts, func(a, c controller.Topic) int { return strings.Compare(a.Name, c.Name) })
+	slices.SortFunc(ts, func(a, c metadata.Topic) int { return strings.Compare(a.Name, c.Name) })
 	brs := b.meta.Brokers()
-	slices.SortFunc(brs, func(a, c controller.BrokerInfo) int { return int(a.ID - c.ID) })
+	slices.SortFunc(brs, func(a, c metadata.BrokerInfo) int { return int(a.ID - c.ID) })
 	data, err := json.Marshal(struct {
 		Cluster string
 		Topics  any

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"holdfast/internal/cluster"
-	"holdfast/internal/controller"
 	"holdfast/internal/coordinator"
+	"holdfast/internal/metadata"
 	"holdfast/internal/preraft"
 	"holdfast/internal/quota"
 	"holdfast/internal/raft"
@@ -195,7 +195,7 @@ func (b *Broker) startStorage() error {
 	b.syncer = storage.NewSyncer(b.log)
 	b.closers = append(b.closers, b.syncer.Close)
 
-	meta, err := controller.Open(filepath.Join(b.cfg.DataDir, "meta"), b.cfg.FS, b.log, b.ident.ClusterID)
+	meta, err := metadata.Open(filepath.Join(b.cfg.DataDir, "meta"), b.cfg.FS, b.log, b.ident.ClusterID)
 	if err != nil {
 		return err
 	}

@@ -7,15 +7,15 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"holdfast/internal/controller"
 	"holdfast/internal/kafkaerr"
+	"holdfast/internal/metadata"
 	"holdfast/internal/topicconfig"
 )
 
 // Names of the internal topics, created by their coordinators.
 const (
-	offsetsTopic     = controller.OffsetsTopic
-	transactionTopic = controller.TransactionTopic
+	offsetsTopic     = metadata.OffsetsTopic
+	transactionTopic = metadata.TransactionTopic
 )
 
 // errCode is an error carrying a Kafka code and message.
@@ -32,23 +32,23 @@ func kafkaError(err error) (int16, *string) {
 	switch {
 	case errors.As(err, &ke):
 		return ke.Code.Code, &msg
-	case errors.Is(err, controller.ErrTopicExists):
+	case errors.Is(err, metadata.ErrTopicExists):
 		return kerr.TopicAlreadyExists.Code, &msg
-	case errors.Is(err, controller.ErrUnknownTopic):
+	case errors.Is(err, metadata.ErrUnknownTopic):
 		return kerr.UnknownTopicOrPartition.Code, &msg
-	case errors.Is(err, controller.ErrInvalidCount):
+	case errors.Is(err, metadata.ErrInvalidCount):
 		return kerr.InvalidPartitions.Code, &msg
-	case errors.Is(err, controller.ErrUnknownPartition):
+	case errors.Is(err, metadata.ErrUnknownPartition):
 		return kerr.UnknownTopicOrPartition.Code, &msg
-	case errors.Is(err, controller.ErrInvalidAssignment):
+	case errors.Is(err, metadata.ErrInvalidAssignment):
 		return kerr.InvalidReplicaAssignment.Code, &msg
-	case errors.Is(err, controller.ErrNoReassignment):
+	case errors.Is(err, metadata.ErrNoReassignment):
 		return kerr.NoReassignmentInProgress.Code, &msg
-	case errors.Is(err, controller.ErrReassignInProgress):
+	case errors.Is(err, metadata.ErrReassignInProgress):
 		return kerr.ReassignmentInProgress.Code, &msg
-	case errors.Is(err, controller.ErrStaleReassignFinish):
+	case errors.Is(err, metadata.ErrStaleReassignFinish):
 		return kerr.InvalidRequest.Code, &msg
-	case errors.Is(err, controller.ErrBrokerInUse):
+	case errors.Is(err, metadata.ErrBrokerInUse):
 		return kerr.InvalidRequest.Code, &msg
 	}
 	if code, ok := kafkaerr.Code(err); ok {
@@ -61,7 +61,7 @@ func kafkaError(err error) (int16, *string) {
 // does not exist. Configs must already be validated. Idempotent, and safe
 // to call concurrently: every partition of the returned topic assigned to
 // this node is open (or offline).
-func (b *Broker) ensureTopic(name string, partitions int32, configs map[string]string, internal bool) (controller.Topic, error) {
+func (b *Broker) ensureTopic(name string, partitions int32, configs map[string]string, internal bool) (metadata.Topic, error) {
 	if t, ok := b.meta.Topic(name); ok && b.replicas.AllOpen(t) {
 		return t, nil
 	}
@@ -72,28 +72,28 @@ func (b *Broker) ensureTopic(name string, partitions int32, configs map[string]s
 
 // deleteTopic deletes the topic through the controller; every node
 // removes its data as it applies the deletion.
-func (b *Broker) deleteTopic(name string) (controller.Topic, error) {
+func (b *Broker) deleteTopic(name string) (metadata.Topic, error) {
 	return b.cluster.DeleteTopic(name)
 }
 
 // addPartitions raises t's partition count to total through the
 // controller.
-func (b *Broker) addPartitions(name string, total int32, assign [][]int32) (controller.Topic, error) {
+func (b *Broker) addPartitions(name string, total int32, assign [][]int32) (metadata.Topic, error) {
 	return b.cluster.AddPartitions(name, total, assign)
 }
 
 // setTopicConfigs replaces t's overrides through the controller.
-func (b *Broker) setTopicConfigs(name string, configs map[string]string) (controller.Topic, error) {
+func (b *Broker) setTopicConfigs(name string, configs map[string]string) (metadata.Topic, error) {
 	return b.cluster.SetTopicConfigs(name, configs)
 }
 
 // topicLogAppendTime reports whether t's message.timestamp.type is
 // LogAppendTime.
-func (b *Broker) topicLogAppendTime(t controller.Topic) bool {
+func (b *Broker) topicLogAppendTime(t metadata.Topic) bool {
 	return topicconfig.LogAppendTime(b.cfg.LogDefaults, b.replicas.Dynamic().Under(t.Configs))
 }
 
 // topicMinInsyncReplicas is t's min.insync.replicas.
-func (b *Broker) topicMinInsyncReplicas(t controller.Topic) int32 {
+func (b *Broker) topicMinInsyncReplicas(t metadata.Topic) int32 {
 	return topicconfig.MinInsyncReplicas(b.cfg.LogDefaults, b.replicas.Dynamic().Under(t.Configs))
 }

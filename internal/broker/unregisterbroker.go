@@ -7,7 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/auth"
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/wire"
 )
 
@@ -48,7 +48,7 @@ func (b *Broker) handleUnregisterBroker(_ context.Context, r *wire.Request) wire
 			}
 			return kresp
 		}
-		resp.ErrorCode, resp.ErrorMessage = kafkaError(b.cluster.Propose(ctx, controller.Command{Op: controller.OpUnregister, BrokerID: req.BrokerID}))
+		resp.ErrorCode, resp.ErrorMessage = kafkaError(b.cluster.Propose(ctx, metadata.Command{Op: metadata.OpUnregister, BrokerID: req.BrokerID}))
 		return resp
 	}
 }

@@ -20,8 +20,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"holdfast/internal/broker"
-	"holdfast/internal/controller"
 	"holdfast/internal/freeport"
+	"holdfast/internal/metadata"
 	"holdfast/internal/raft"
 	"holdfast/internal/wire"
 )
@@ -232,7 +232,7 @@ func prepareListeners(t testing.TB, listeners []*wire.Listener, setup ...func(*b
 		}
 		port := ln.Addr().(*net.TCPAddr).Port
 		n.Addrs[l.Name] = ln.Addr().String()
-		cfg.Security.Listeners = append(cfg.Security.Listeners, controller.Endpoint{Name: l.Name, Host: "127.0.0.1", Port: int32(port), Protocol: string(l.Protocol)})
+		cfg.Security.Listeners = append(cfg.Security.Listeners, metadata.Endpoint{Name: l.Name, Host: "127.0.0.1", Port: int32(port), Protocol: string(l.Protocol)})
 		lns = append(lns, ln)
 	}
 	cfg.AdvertisedHost, cfg.AdvertisedPort = "127.0.0.1", cfg.Security.Listeners[0].Port

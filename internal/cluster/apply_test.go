@@ -9,7 +9,7 @@ import (
 	"holdfast/internal/auth"
 	"holdfast/internal/cluster"
 	"holdfast/internal/clustertest"
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/replica"
 )
 
@@ -64,8 +64,8 @@ func TestApplyReachesReplicasAndHooks(t *testing.T) {
 
 	acl := auth.ACL{ResourceType: auth.ResourceTopic, ResourceName: "t", PatternType: auth.PatternLiteral,
 		Principal: "User:alice", Host: "*", Operation: auth.OpRead, Permission: auth.PermAllow}
-	for _, op := range []string{controller.OpCreateACLs, controller.OpDeleteACLs} {
-		if err := c.Propose(ctx, controller.Command{Op: op, ACLs: []auth.ACL{acl}}); err != nil {
+	for _, op := range []string{metadata.OpCreateACLs, metadata.OpDeleteACLs} {
+		if err := c.Propose(ctx, metadata.Command{Op: op, ACLs: []auth.ACL{acl}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -73,8 +73,8 @@ func TestApplyReachesReplicasAndHooks(t *testing.T) {
 		t.Fatalf("security hook ran %d times, want 2", got)
 	}
 	user := "alice"
-	if err := c.Propose(ctx, controller.Command{Op: controller.OpClientQuotas, Quotas: []controller.QuotaAlteration{
-		{Entity: controller.QuotaEntity{"user": &user}, Set: map[string]float64{"producer_byte_rate": 1024}},
+	if err := c.Propose(ctx, metadata.Command{Op: metadata.OpClientQuotas, Quotas: []metadata.QuotaAlteration{
+		{Entity: metadata.QuotaEntity{"user": &user}, Set: map[string]float64{"producer_byte_rate": 1024}},
 	}}); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 )
 
 // Broker liveness, as KRaft does it: every broker sends
@@ -148,11 +148,11 @@ func (n *Node) fenceExpired(ctx context.Context, term uint64) error {
 	var errs []error
 	if n.meta.Fenced(me) && !shutdown {
 		n.log.Info("controller unfencing itself")
-		errs = append(errs, n.Propose(ctx, controller.Command{Op: controller.OpUnfence, IDs: []int32{me}}))
+		errs = append(errs, n.Propose(ctx, metadata.Command{Op: metadata.OpUnfence, IDs: []int32{me}}))
 	}
 	if len(expired) > 0 {
 		n.log.Warn("fencing brokers: no heartbeat within the session timeout", "brokers", expired, "session_timeout", lv.session)
-		errs = append(errs, n.Propose(ctx, controller.Command{Op: controller.OpFence, IDs: expired}))
+		errs = append(errs, n.Propose(ctx, metadata.Command{Op: metadata.OpFence, IDs: expired}))
 	}
 	return errors.Join(errs...)
 }
@@ -239,11 +239,11 @@ func (n *Node) Heartbeat(ctx context.Context, id int32, fence bool) (bool, error
 	if n.meta.Fenced(id) == fence {
 		return fence, nil
 	}
-	op := controller.OpUnfence
+	op := metadata.OpUnfence
 	if fence {
-		op = controller.OpFence
+		op = metadata.OpFence
 	}
-	err = n.Propose(ctx, controller.Command{Op: op, IDs: []int32{id}})
+	err = n.Propose(ctx, metadata.Command{Op: op, IDs: []int32{id}})
 	if err == nil {
 		n.log.Info("broker "+op+"d by heartbeat", "broker", id)
 	}
@@ -265,8 +265,8 @@ func (n *Node) FenceForShutdown(ctx context.Context) error {
 	n.live.shutdown = true
 	n.live.mu.Unlock()
 	if n.IsController() {
-		fence := controller.Command{Op: controller.OpFence, IDs: []int32{n.cfg.NodeID}}
-		if others := slices.DeleteFunc(n.UnfencedBrokers(), func(br controller.BrokerInfo) bool { return br.ID == n.cfg.NodeID }); len(others) == 0 {
+		fence := metadata.Command{Op: metadata.OpFence, IDs: []int32{n.cfg.NodeID}}
+		if others := slices.DeleteFunc(n.UnfencedBrokers(), func(br metadata.BrokerInfo) bool { return br.ID == n.cfg.NodeID }); len(others) == 0 {
 			// Every other broker is fenced: stopping too, as when the
 			// whole cluster stops. Fenced brokers that are still up must
 			// not hand this one leaderships in their controlled shutdown,
@@ -325,7 +325,7 @@ func controllerGone(err error) bool {
 }
 
 // UnfencedBrokers are the registered brokers that are not fenced.
-func (n *Node) UnfencedBrokers() []controller.BrokerInfo {
+func (n *Node) UnfencedBrokers() []metadata.BrokerInfo {
 	fenced := n.meta.FencedBrokers()
-	return slices.DeleteFunc(n.meta.Brokers(), func(br controller.BrokerInfo) bool { return slices.Contains(fenced, br.ID) })
+	return slices.DeleteFunc(n.meta.Brokers(), func(br metadata.BrokerInfo) bool { return slices.Contains(fenced, br.ID) })
 }

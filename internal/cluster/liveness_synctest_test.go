@@ -7,7 +7,7 @@ import (
 
 	"holdfast/internal/cluster"
 	"holdfast/internal/clustertest"
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 )
 
 // TestLivenessOnTheBubblesClock: the controller's liveness loop, in a
@@ -20,7 +20,7 @@ func TestLivenessOnTheBubblesClock(t *testing.T) {
 		defer n.Stop()
 		c := n.Cluster
 		start := time.Now()
-		if err := c.Propose(t.Context(), controller.Command{Op: controller.OpRegister, Broker: &controller.BrokerInfo{ID: 2, Host: "127.0.0.2", Port: 9092}}); err != nil {
+		if err := c.Propose(t.Context(), metadata.Command{Op: metadata.OpRegister, Broker: &metadata.BrokerInfo{ID: 2, Host: "127.0.0.2", Port: 9092}}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(8 * time.Second) // bubble time: within the 9 s session

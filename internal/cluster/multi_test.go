@@ -11,7 +11,7 @@ import (
 
 	"holdfast/internal/cluster"
 	"holdfast/internal/clustertest"
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/partition"
 	"holdfast/internal/records"
 	"holdfast/internal/replica"
@@ -137,7 +137,7 @@ func TestClusterReassignmentMovesData(t *testing.T) {
 		t.Fatalf("mv-0 led by %d, want %d", l.ID(), from.ID())
 	}
 	appendN(t, from.Replicas.Get("mv", 0), 20)
-	if err := ctrl.Cluster.Propose(ctx, controller.Command{Op: controller.OpReassign, Name: "mv", Partition: 0, Target: []int32{ctrl.ID()}}); err != nil {
+	if err := ctrl.Cluster.Propose(ctx, metadata.Command{Op: metadata.OpReassign, Name: "mv", Partition: 0, Target: []int32{ctrl.ID()}}); err != nil {
 		t.Fatal(err)
 	}
 	testwait.Until(t, time.Minute, "the move to the controller committed", func() bool {

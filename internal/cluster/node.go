@@ -9,7 +9,7 @@
 // Every node runs one raft.Host that drives the metadata group and one
 // group per partition replica on this node. A single node is a cluster of
 // one voter, on the same path. The metadata state machine itself is
-// internal/controller; the Kafka APIs that reach it (BrokerRegistration,
+// internal/metadata; the Kafka APIs that reach it (BrokerRegistration,
 // BrokerHeartbeat, AlterPartition, ...) are handled in internal/broker.
 package cluster
 
@@ -34,9 +34,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/clock"
-	"holdfast/internal/controller"
 	"holdfast/internal/datadir"
 	"holdfast/internal/kafkaerr"
+	"holdfast/internal/metadata"
 	"holdfast/internal/raft"
 	"holdfast/internal/records"
 	"holdfast/internal/replica"
@@ -92,7 +92,7 @@ type Config struct {
 
 	// Self is this broker as it registers (its endpoints and rack);
 	// InterBrokerListener names the endpoint nodes reach each other on.
-	Self                controller.BrokerInfo
+	Self                metadata.BrokerInfo
 	InterBrokerListener string
 	// RaftTLS, if set, is mutual TLS between Raft hosts; RaftFaults the
 	// transport's fault seam (tests, `holdfast lab`).
@@ -129,7 +129,7 @@ type Node struct {
 	ident    datadir.Identity
 	host     *raft.Host
 	voters   []uint64
-	meta     *controller.Store
+	meta     *metadata.Store
 	replicas *replica.Manager
 	metaLog  *storage.Log
 	// started is when Start returned: Metadata may wait for elections
@@ -156,7 +156,7 @@ type Node struct {
 	pidMu sync.Mutex
 
 	// topicDeleted is OnTopicDeleted's hook (nil: none).
-	topicDeleted atomic.Pointer[func(controller.Topic)]
+	topicDeleted atomic.Pointer[func(metadata.Topic)]
 
 	peersMu     sync.Mutex
 	peers       map[int32]peerClient // Send's client per broker
@@ -294,7 +294,7 @@ func (n *Node) Identity() datadir.Identity { return n.ident }
 // following it: committed commands change meta and then replicas; this
 // node registers itself (a single node synchronously, so that it can place
 // topics before it serves anyone) and runs the controller's loops.
-func (n *Node) Start(meta *controller.Store, replicas *replica.Manager, syncer *storage.Syncer) error {
+func (n *Node) Start(meta *metadata.Store, replicas *replica.Manager, syncer *storage.Syncer) error {
 	n.replicas = replicas
 	if err := n.OpenMetadata(meta, syncer); err != nil {
 		return err
@@ -379,7 +379,7 @@ func (n *Node) awaitMetadataCaughtUp() {
 // what it lists, as they would after those entries). Entries committed
 // later reach the apply loop, which Start starts. Start calls it if the
 // broker did not.
-func (n *Node) OpenMetadata(meta *controller.Store, syncer *storage.Syncer) error {
+func (n *Node) OpenMetadata(meta *metadata.Store, syncer *storage.Syncer) error {
 	if n.metaLog != nil {
 		return nil
 	}
@@ -434,7 +434,7 @@ func (n *Node) OpenMetadata(meta *controller.Store, syncer *storage.Syncer) erro
 			n.log.Error("undecodable metadata entry", "offset", end-1, "err", err)
 			return nil
 		}
-		cmd, err := controller.DecodeCommand(recs[0].Value)
+		cmd, err := metadata.DecodeCommand(recs[0].Value)
 		if err != nil {
 			n.log.Error("undecodable metadata command", "offset", end-1, "err", err)
 			return nil
@@ -618,7 +618,7 @@ func (n *Node) applyBatch(end int64, batch []byte) error {
 		n.log.Error("undecodable metadata entry", "offset", end-1, "err", err)
 		return fmt.Errorf("bad metadata entry: %w", kerr.UnknownServerError)
 	}
-	cmd, err := controller.DecodeCommand(recs[0].Value)
+	cmd, err := metadata.DecodeCommand(recs[0].Value)
 	if err != nil {
 		n.log.Error("undecodable metadata command", "offset", end-1, "err", err)
 		return fmt.Errorf("%w: %w", kerr.UnknownServerError, err)
@@ -627,7 +627,7 @@ func (n *Node) applyBatch(end int64, batch []byte) error {
 }
 
 // apply changes the metadata and then this node's replicas to match.
-func (n *Node) apply(end int64, cmd controller.Command) error {
+func (n *Node) apply(end int64, cmd metadata.Command) error {
 	n.replicas.Lock()
 	defer n.replicas.Unlock()
 	// Raft delivers again entries the metadata already has (replayed at
@@ -638,14 +638,14 @@ func (n *Node) apply(end int64, cmd controller.Command) error {
 	if end <= n.meta.Applied() {
 		return nil
 	}
-	if cmd.Op == controller.OpCreateTopic && cmd.Topic != nil {
+	if cmd.Op == metadata.OpCreateTopic && cmd.Topic != nil {
 		// Node-local: data of a deleted topic of that name goes first.
 		if err := n.replicas.FinishPendingDelete(cmd.Topic.Name); err != nil {
 			n.log.Warn("removing deleted topic's data", "topic", cmd.Topic.Name, "err", err)
 		}
 	}
-	var old controller.Topic
-	if cmd.Op == controller.OpAddPartitions {
+	var old metadata.Topic
+	if cmd.Op == metadata.OpAddPartitions {
 		old, _ = n.meta.Topic(cmd.Name)
 	}
 	// This broker-only node's own unregistration: gone is set before the
@@ -653,7 +653,7 @@ func (n *Node) apply(end int64, cmd controller.Command) error {
 	// the lifecycle lock and re-registers a broker it finds missing
 	// unless gone is set: in between, it registered the node again and
 	// the unregistration did not stick.
-	leaving := cmd.Op == controller.OpUnregister && cmd.BrokerID == n.cfg.NodeID && !n.gone.Load()
+	leaving := cmd.Op == metadata.OpUnregister && cmd.BrokerID == n.cfg.NodeID && !n.gone.Load()
 	if leaving {
 		n.gone.Store(true)
 	}
@@ -670,13 +670,13 @@ func (n *Node) apply(end int64, cmd controller.Command) error {
 	// here: opening 10,000 took longer than the proposer (a CreateTopics
 	// reply) may wait, and held every later metadata change back
 	// (internal/replica/opens.go keeps a later delete or move winning).
-	case controller.OpCreateTopic:
+	case metadata.OpCreateTopic:
 		n.log.Info("created topic", "topic", t.Name, "partitions", t.Partitions, "topic_id", t.IDString(), "replicas", t.Replicas)
 		n.replicas.QueueOpenTopic(t, 0)
-	case controller.OpAddPartitions:
+	case metadata.OpAddPartitions:
 		n.log.Info("added partitions", "topic", t.Name, "from", old.Partitions, "to", t.Partitions)
 		n.replicas.QueueOpenTopic(t, old.Partitions)
-	case controller.OpDeleteTopic:
+	case metadata.OpDeleteTopic:
 		n.log.Info("deleted topic", "topic", t.Name, "topic_id", t.IDString())
 		if err := n.replicas.RemoveTopic(t); err != nil {
 			n.log.Warn("removing deleted topic's data", "topic", t.Name, "err", err)
@@ -684,32 +684,32 @@ func (n *Node) apply(end int64, cmd controller.Command) error {
 		if fn := n.topicDeleted.Load(); fn != nil {
 			(*fn)(t)
 		}
-	case controller.OpTopicConfigs:
+	case metadata.OpTopicConfigs:
 		n.replicas.ApplyConfigs(t)
-	case controller.OpBrokerConfigs:
+	case metadata.OpBrokerConfigs:
 		n.log.Info("dynamic broker configs changed", "scope", brokerScope(cmd.Name), "configs", cmd.Configs)
 		n.replicas.RefreshDynamic()
-	case controller.OpRegister:
+	case metadata.OpRegister:
 		n.log.Info("broker registered", "broker", cmd.Broker.ID, "host", cmd.Broker.Host, "port", cmd.Broker.Port, "rack", cmd.Broker.Rack, "raft_addr", cmd.Broker.RaftAddr)
 		if cmd.Broker.RaftAddr != "" && cmd.Broker.ID != n.cfg.NodeID {
 			n.host.SetPeer(uint64(cmd.Broker.ID), cmd.Broker.RaftAddr)
 		}
-	case controller.OpCreateACLs, controller.OpDeleteACLs, controller.OpScram:
+	case metadata.OpCreateACLs, metadata.OpDeleteACLs, metadata.OpScram:
 		n.cfg.OnSecurityChange()
-	case controller.OpClientQuotas:
+	case metadata.OpClientQuotas:
 		if n.cfg.OnQuotaChange != nil {
 			n.cfg.OnQuotaChange()
 		}
-	case controller.OpUnregister:
+	case metadata.OpUnregister:
 		n.log.Info("broker unregistered", "broker", cmd.BrokerID)
 		if cmd.BrokerID == n.cfg.NodeID {
 			n.log.Warn("this broker was unregistered from the cluster: stop it (restarting it registers it again)")
 		}
-	case controller.OpReassign, controller.OpReassignDone:
+	case metadata.OpReassign, metadata.OpReassignDone:
 		if t.Name == "" {
 			break // applied before (a redelivered entry); start-up opened and cleaned up
 		}
-		if cmd.Op == controller.OpReassignDone {
+		if cmd.Op == metadata.OpReassignDone {
 			n.log.Info("reassignment complete", "topic", t.Name, "partition", cmd.Partition, "replicas", t.Replicas[cmd.Partition])
 			if err := n.replicas.DropMoved(t); err != nil {
 				n.log.Error("removing moved replicas", "topic", t.Name, "err", err)
@@ -729,7 +729,7 @@ func (n *Node) apply(end int64, cmd controller.Command) error {
 // re-creation of the name) applies. Entries applied before (a replay at
 // start, a redelivery) do not run it. The group coordinator removes the
 // topic's committed offsets with it (internal/coordinator).
-func (n *Node) OnTopicDeleted(fn func(controller.Topic)) { n.topicDeleted.Store(&fn) }
+func (n *Node) OnTopicDeleted(fn func(metadata.Topic)) { n.topicDeleted.Store(&fn) }
 
 // ControllerID is the metadata group's leader (-1 if unknown).
 func (n *Node) ControllerID() int32 {
@@ -747,8 +747,8 @@ func (n *Node) IsController() bool {
 
 // Propose commits cmd through the metadata group (this node must lead it)
 // and waits until it is applied here; the error is the command's.
-func (n *Node) Propose(ctx context.Context, cmd controller.Command) error {
-	val, err := controller.EncodeCommand(cmd)
+func (n *Node) Propose(ctx context.Context, cmd metadata.Command) error {
+	val, err := metadata.EncodeCommand(cmd)
 	if err != nil {
 		return err
 	}
@@ -842,7 +842,7 @@ func (n *Node) placeReplicas(count int32, rf int16) ([][]int32, error) {
 	order := rackOrder(unfenced)
 	var fenced []int32
 	for _, br := range all {
-		if !slices.ContainsFunc(unfenced, func(u controller.BrokerInfo) bool { return u.ID == br.ID }) {
+		if !slices.ContainsFunc(unfenced, func(u metadata.BrokerInfo) bool { return u.ID == br.ID }) {
 			fenced = append(fenced, br.ID)
 		}
 	}
@@ -864,7 +864,7 @@ func (n *Node) placeReplicas(count int32, rf int16) ([][]int32, error) {
 
 // rackOrder lists brokers alternating racks (racks sorted by name, each
 // rack's brokers in registration order).
-func rackOrder(brokers []controller.BrokerInfo) []int32 {
+func rackOrder(brokers []metadata.BrokerInfo) []int32 {
 	byRack := map[string][]int32{}
 	var racks []string
 	for _, br := range brokers {
@@ -912,49 +912,49 @@ func (n *Node) DefaultReplicationFactor() int16 {
 // most half of what is left of ctx's deadline (none without one), so a
 // small topic is ready to use when this returns and a large one is
 // answered in time.
-func (n *Node) CreateTopic(ctx context.Context, name string, partitions int32, rf int16, assign [][]int32, configs map[string]string, internal, mustBeNew bool) (controller.Topic, error) {
+func (n *Node) CreateTopic(ctx context.Context, name string, partitions int32, rf int16, assign [][]int32, configs map[string]string, internal, mustBeNew bool) (metadata.Topic, error) {
 	if t, ok := n.meta.Topic(name); ok {
 		if mustBeNew {
-			return controller.Topic{}, kafkaerr.New(kerr.TopicAlreadyExists, "Topic '%s' already exists.", name)
+			return metadata.Topic{}, kafkaerr.New(kerr.TopicAlreadyExists, "Topic '%s' already exists.", name)
 		}
 		return t, nil
 	}
-	if err := controller.ValidateTopicName(name); err != nil {
-		return controller.Topic{}, kafkaerr.New(kerr.InvalidTopicException, "%v", err)
+	if err := metadata.ValidateTopicName(name); err != nil {
+		return metadata.Topic{}, kafkaerr.New(kerr.InvalidTopicException, "%v", err)
 	}
 	if other, ok := n.meta.Collision(name); ok {
-		return controller.Topic{}, kafkaerr.New(kerr.InvalidTopicException, "Topic '%s' collides with existing topic: %s", name, other)
+		return metadata.Topic{}, kafkaerr.New(kerr.InvalidTopicException, "Topic '%s' collides with existing topic: %s", name, other)
 	}
 	if partitions <= 0 {
-		return controller.Topic{}, controller.ErrInvalidCount
+		return metadata.Topic{}, metadata.ErrInvalidCount
 	}
 	if !n.IsController() {
 		if mustBeNew {
-			return controller.Topic{}, notController()
+			return metadata.Topic{}, notController()
 		}
 		if err := n.forwardCreate(name, partitions, configs); err != nil {
-			return controller.Topic{}, err
+			return metadata.Topic{}, err
 		}
 		if t, ok := n.meta.Topic(name); ok {
 			return t, nil
 		}
-		return controller.Topic{}, kafkaerr.New(kerr.LeaderNotAvailable, "topic %s is being created", name)
+		return metadata.Topic{}, kafkaerr.New(kerr.LeaderNotAvailable, "topic %s is being created", name)
 	}
 	reps := assign
 	if reps == nil {
 		var err error
 		if reps, err = n.placeReplicas(partitions, rf); err != nil {
-			return controller.Topic{}, err
+			return metadata.Topic{}, err
 		}
 	}
-	t := controller.Topic{Name: name, ID: controller.NewTopicID(), Partitions: partitions, Configs: configs, Internal: internal || controller.IsInternalTopic(name), Replicas: reps}
+	t := metadata.Topic{Name: name, ID: metadata.NewTopicID(), Partitions: partitions, Configs: configs, Internal: internal || metadata.IsInternalTopic(name), Replicas: reps}
 	if !t.Internal {
 		if err := n.checkBrokerPartitions(reps); err != nil {
-			return controller.Topic{}, err
+			return metadata.Topic{}, err
 		}
 	}
-	if err := n.Propose(ctx, controller.Command{Op: controller.OpCreateTopic, Topic: &t}); err != nil {
-		return controller.Topic{}, err
+	if err := n.Propose(ctx, metadata.Command{Op: metadata.OpCreateTopic, Topic: &t}); err != nil {
+		return metadata.Topic{}, err
 	}
 	if deadline, ok := ctx.Deadline(); ok {
 		wctx, cancel := context.WithTimeout(ctx, time.Until(deadline)/2)
@@ -1102,7 +1102,7 @@ func (n *Node) registerLoop() {
 }
 
 // registration is what this broker registers.
-func (n *Node) registration() controller.BrokerInfo {
+func (n *Node) registration() metadata.BrokerInfo {
 	me := n.cfg.Self
 	me.DirID = n.ident.DirectoryID.String()
 	if n.BrokerOnly() {
@@ -1119,7 +1119,7 @@ func (n *Node) registration() controller.BrokerInfo {
 // register registers me unless the metadata has it already: proposed on
 // the controller, sent to it elsewhere. Checked again and again: a
 // re-registration by an old config must not stick.
-func (n *Node) register(me controller.BrokerInfo) error {
+func (n *Node) register(me metadata.BrokerInfo) error {
 	if cur, ok := n.meta.Broker(me.ID); ok && cur.Equal(me) || n.gone.Load() {
 		return nil
 	}
@@ -1128,11 +1128,11 @@ func (n *Node) register(me controller.BrokerInfo) error {
 	if n.IsController() {
 		if len(n.meta.Brokers()) == 0 {
 			// A new cluster: every node adopts the first controller's id.
-			if err := n.Propose(ctx, controller.Command{Op: controller.OpInit, ClusterID: n.meta.ClusterID()}); err != nil {
+			if err := n.Propose(ctx, metadata.Command{Op: metadata.OpInit, ClusterID: n.meta.ClusterID()}); err != nil {
 				return err
 			}
 		}
-		return n.Propose(ctx, controller.Command{Op: controller.OpRegister, Broker: &me})
+		return n.Propose(ctx, metadata.Command{Op: metadata.OpRegister, Broker: &me})
 	}
 	if li, ok := n.meta.Broker(n.ControllerID()); ok {
 		addr, _ := n.BrokerAddr(li)
@@ -1148,7 +1148,7 @@ func (n *Node) register(me controller.BrokerInfo) error {
 
 // sendRegistration sends BrokerRegistration to the controller, found
 // through seeds.
-func (n *Node) sendRegistration(ctx context.Context, seeds []string, me controller.BrokerInfo) error {
+func (n *Node) sendRegistration(ctx context.Context, seeds []string, me metadata.BrokerInfo) error {
 	cl, err := n.cfg.Dial(seeds, kgo.ClientID(n.ClientID()))
 	if err != nil {
 		return err
@@ -1159,7 +1159,7 @@ func (n *Node) sendRegistration(ctx context.Context, seeds []string, me controll
 	req.ClusterID = n.meta.ClusterID()
 	eps := me.Listeners
 	if len(eps) == 0 {
-		eps = []controller.Endpoint{{Name: string(wire.Plaintext), Host: me.Host, Port: me.Port, Protocol: string(wire.Plaintext)}}
+		eps = []metadata.Endpoint{{Name: string(wire.Plaintext), Host: me.Host, Port: me.Port, Protocol: string(wire.Plaintext)}}
 	}
 	for _, e := range eps {
 		l := kmsg.NewBrokerRegistrationRequestListener()
@@ -1204,30 +1204,30 @@ func (n *Node) sendRegistration(ctx context.Context, seeds []string, me controll
 	return nil
 }
 
-func (n *Node) DeleteTopic(name string) (controller.Topic, error) {
+func (n *Node) DeleteTopic(name string) (metadata.Topic, error) {
 	t, ok := n.meta.Topic(name)
 	if !ok {
-		return t, controller.ErrUnknownTopic
+		return t, metadata.ErrUnknownTopic
 	}
 	if !n.IsController() {
 		return t, notController()
 	}
-	return t, n.Propose(context.Background(), controller.Command{Op: controller.OpDeleteTopic, Name: name})
+	return t, n.Propose(context.Background(), metadata.Command{Op: metadata.OpDeleteTopic, Name: name})
 }
 
 // AddPartitions grows topic name to total partitions through the
 // controller, the new ones placed on assign's replicas (one list per new
 // partition, already validated) or, without assign, like a new topic's.
-func (n *Node) AddPartitions(name string, total int32, assign [][]int32) (controller.Topic, error) {
+func (n *Node) AddPartitions(name string, total int32, assign [][]int32) (metadata.Topic, error) {
 	t, ok := n.meta.Topic(name)
 	if !ok {
-		return t, controller.ErrUnknownTopic
+		return t, metadata.ErrUnknownTopic
 	}
 	if !n.IsController() {
 		return t, notController()
 	}
 	if total <= t.Partitions {
-		return t, controller.ErrInvalidCount
+		return t, metadata.ErrInvalidCount
 	}
 	reps := assign
 	if reps == nil {
@@ -1243,7 +1243,7 @@ func (n *Node) AddPartitions(name string, total int32, assign [][]int32) (contro
 	if err := n.checkBrokerPartitions(reps); err != nil {
 		return t, err
 	}
-	if err := n.Propose(context.Background(), controller.Command{Op: controller.OpAddPartitions, Name: name, Partitions: total, Replicas: reps}); err != nil {
+	if err := n.Propose(context.Background(), metadata.Command{Op: metadata.OpAddPartitions, Name: name, Partitions: total, Replicas: reps}); err != nil {
 		return t, err
 	}
 	t, _ = n.meta.Topic(name)
@@ -1256,18 +1256,18 @@ func (n *Node) SetBrokerConfigs(scope string, configs map[string]string) error {
 	if !n.IsController() {
 		return notController()
 	}
-	return n.Propose(context.Background(), controller.Command{Op: controller.OpBrokerConfigs, Name: scope, Configs: configs})
+	return n.Propose(context.Background(), metadata.Command{Op: metadata.OpBrokerConfigs, Name: scope, Configs: configs})
 }
 
-func (n *Node) SetTopicConfigs(name string, configs map[string]string) (controller.Topic, error) {
+func (n *Node) SetTopicConfigs(name string, configs map[string]string) (metadata.Topic, error) {
 	t, ok := n.meta.Topic(name)
 	if !ok {
-		return t, controller.ErrUnknownTopic
+		return t, metadata.ErrUnknownTopic
 	}
 	if !n.IsController() {
 		return t, notController()
 	}
-	if err := n.Propose(context.Background(), controller.Command{Op: controller.OpTopicConfigs, Name: name, Configs: configs}); err != nil {
+	if err := n.Propose(context.Background(), metadata.Command{Op: metadata.OpTopicConfigs, Name: name, Configs: configs}); err != nil {
 		return t, err
 	}
 	t, _ = n.meta.Topic(name)
@@ -1314,7 +1314,7 @@ func (n *Node) metaRepairLoop(stop <-chan struct{}) {
 const BrokerClientPrefix = "holdfast-broker-"
 
 // BrokerAddr is broker br's host:port on the inter-broker listener.
-func (n *Node) BrokerAddr(br controller.BrokerInfo) (string, bool) {
+func (n *Node) BrokerAddr(br metadata.BrokerInfo) (string, bool) {
 	e, ok := br.Endpoint(n.cfg.InterBrokerListener)
 	if !ok {
 		return "", false

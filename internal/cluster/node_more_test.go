@@ -13,7 +13,7 @@ import (
 
 	"holdfast/internal/cluster"
 	"holdfast/internal/clustertest"
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/replica"
 )
 
@@ -51,12 +51,12 @@ func TestProposeAnswersInKafkasCodes(t *testing.T) {
 	n := clustertest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := n.Cluster.Propose(ctx, controller.Command{Op: controller.OpBrokerConfigs, Name: "", Configs: map[string]string{"log.retention.ms": "5"}})
+	err := n.Cluster.Propose(ctx, metadata.Command{Op: metadata.OpBrokerConfigs, Name: "", Configs: map[string]string{"log.retention.ms": "5"}})
 	if codeOf(err) != kerr.RequestTimedOut.Code {
 		t.Fatalf("Propose with a done context: %v", err)
 	}
 	// A command the metadata refuses keeps its own error.
-	err = n.Cluster.Propose(ctx5(t), controller.Command{Op: controller.OpFence})
+	err = n.Cluster.Propose(ctx5(t), metadata.Command{Op: metadata.OpFence})
 	if err == nil || !strings.Contains(err.Error(), "without broker ids") {
 		t.Fatalf("fence without ids: %v", err)
 	}
@@ -67,7 +67,7 @@ func TestProposeAnswersInKafkasCodes(t *testing.T) {
 func TestSendRefusals(t *testing.T) {
 	n := clustertest.Start(t, func(c *cluster.Config, _ *replica.Config) {
 		c.InterBrokerListener = "INTERNAL"
-		c.Self.Listeners = []controller.Endpoint{{Name: "EXTERNAL", Host: "127.0.0.1", Port: 9092, Protocol: "PLAINTEXT"}}
+		c.Self.Listeners = []metadata.Endpoint{{Name: "EXTERNAL", Host: "127.0.0.1", Port: 9092, Protocol: "PLAINTEXT"}}
 	})
 	ctx := ctx5(t)
 	if _, err := n.Cluster.Send(ctx, 7, kmsg.NewPtrMetadataRequest()); err == nil || !strings.Contains(err.Error(), "broker 7 is not registered") {
@@ -90,17 +90,17 @@ func TestUnregisterAndReassignment(t *testing.T) {
 	n := clustertest.Start(t)
 	c := n.Cluster
 	ctx := ctx5(t)
-	if err := c.Propose(ctx, controller.Command{Op: controller.OpRegister, Broker: &controller.BrokerInfo{ID: 2, Host: "127.0.0.2", Port: 9092}}); err != nil {
+	if err := c.Propose(ctx, metadata.Command{Op: metadata.OpRegister, Broker: &metadata.BrokerInfo{ID: 2, Host: "127.0.0.2", Port: 9092}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.CreateTopic(ctx, "r", 1, -1, [][]int32{{1}}, nil, false, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Propose(ctx, controller.Command{Op: controller.OpUnregister, BrokerID: 1}); !errors.Is(err, controller.ErrBrokerInUse) {
+	if err := c.Propose(ctx, metadata.Command{Op: metadata.OpUnregister, BrokerID: 1}); !errors.Is(err, metadata.ErrBrokerInUse) {
 		t.Fatalf("unregistering a broker with replicas: %v", err)
 	}
 	// Move r-0 to {1, 2}: pending (broker 2 never catches up here).
-	if err := c.Propose(ctx, controller.Command{Op: controller.OpReassign, Name: "r", Partition: 0, Target: []int32{1, 2}}); err != nil {
+	if err := c.Propose(ctx, metadata.Command{Op: metadata.OpReassign, Name: "r", Partition: 0, Target: []int32{1, 2}}); err != nil {
 		t.Fatal(err)
 	}
 	tp, _ := n.Meta.Topic("r")
@@ -111,10 +111,10 @@ func TestUnregisterAndReassignment(t *testing.T) {
 		t.Fatalf("replicas while moving: %v, want the union", tp.Replicas[0])
 	}
 	// Broker 2 is now in use too.
-	if err := c.Propose(ctx, controller.Command{Op: controller.OpUnregister, BrokerID: 2}); !errors.Is(err, controller.ErrBrokerInUse) {
+	if err := c.Propose(ctx, metadata.Command{Op: metadata.OpUnregister, BrokerID: 2}); !errors.Is(err, metadata.ErrBrokerInUse) {
 		t.Fatalf("unregistering a reassignment's target: %v", err)
 	}
-	if err := c.Propose(ctx, controller.Command{Op: controller.OpReassign, Name: "r", Partition: 0}); err != nil {
+	if err := c.Propose(ctx, metadata.Command{Op: metadata.OpReassign, Name: "r", Partition: 0}); err != nil {
 		t.Fatal(err)
 	}
 	// The cancellation is a move back to the original replicas, which
@@ -125,7 +125,7 @@ func TestUnregisterAndReassignment(t *testing.T) {
 		return !moving && slices.Equal(tp.Replicas[0], []int32{1})
 	})
 	// Nothing left on broker 2: it may leave.
-	if err := c.Propose(ctx, controller.Command{Op: controller.OpUnregister, BrokerID: 2}); err != nil {
+	if err := c.Propose(ctx, metadata.Command{Op: metadata.OpUnregister, BrokerID: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := n.Meta.Broker(2); ok {

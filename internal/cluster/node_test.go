@@ -13,7 +13,7 @@ import (
 
 	"holdfast/internal/cluster"
 	"holdfast/internal/clustertest"
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/replica"
 	"holdfast/internal/testwait"
 )
@@ -80,7 +80,7 @@ func TestCreateTopicRefusals(t *testing.T) {
 		{"bad/name", 1, -1, nil, false, kerr.InvalidTopicException.Code, nil},
 		{"", 1, -1, nil, false, kerr.InvalidTopicException.Code, nil},
 		{strings.Repeat("x", 250), 1, -1, nil, false, kerr.InvalidTopicException.Code, nil},
-		{"zero", 0, -1, nil, false, 0, controller.ErrInvalidCount},
+		{"zero", 0, -1, nil, false, 0, metadata.ErrInvalidCount},
 		{"rf2", 1, 2, nil, false, kerr.InvalidReplicationFactor.Code, nil},
 		// max.broker.partitions: a.b holds one of the four.
 		{"big", 4, -1, nil, false, kerr.PolicyViolation.Code, nil},
@@ -99,7 +99,7 @@ func TestCreateTopicRefusals(t *testing.T) {
 		t.Fatalf("existing topic: %+v %v", tp, err)
 	}
 	// Internal topics are exempt from max.broker.partitions.
-	if tp, err := c.CreateTopic(ctx, controller.OffsetsTopic, 5, -1, nil, nil, true, false); err != nil || !tp.Internal || tp.Partitions != 5 {
+	if tp, err := c.CreateTopic(ctx, metadata.OffsetsTopic, 5, -1, nil, nil, true, false); err != nil || !tp.Internal || tp.Partitions != 5 {
 		t.Fatalf("internal topic: %+v %v", tp, err)
 	}
 }
@@ -111,8 +111,8 @@ func TestTopicLifecycle(t *testing.T) {
 	n := clustertest.Start(t)
 	c := n.Cluster
 	var mu sync.Mutex
-	var deleted []controller.Topic
-	c.OnTopicDeleted(func(tp controller.Topic) {
+	var deleted []metadata.Topic
+	c.OnTopicDeleted(func(tp metadata.Topic) {
 		mu.Lock()
 		deleted = append(deleted, tp)
 		mu.Unlock()
@@ -130,10 +130,10 @@ func TestTopicLifecycle(t *testing.T) {
 			t.Fatalf("orders-%d not open after CreateTopic returned", i)
 		}
 	}
-	if _, err := c.AddPartitions("orders", 2, nil); !errors.Is(err, controller.ErrInvalidCount) {
+	if _, err := c.AddPartitions("orders", 2, nil); !errors.Is(err, metadata.ErrInvalidCount) {
 		t.Fatalf("AddPartitions to the same count: %v", err)
 	}
-	if _, err := c.AddPartitions("nope", 3, nil); !errors.Is(err, controller.ErrUnknownTopic) {
+	if _, err := c.AddPartitions("nope", 3, nil); !errors.Is(err, metadata.ErrUnknownTopic) {
 		t.Fatalf("AddPartitions of an unknown topic: %v", err)
 	}
 	if tp, err = c.AddPartitions("orders", 4, nil); err != nil || tp.Partitions != 4 || len(tp.Replicas) != 4 {
@@ -142,14 +142,14 @@ func TestTopicLifecycle(t *testing.T) {
 	if tp, err = c.SetTopicConfigs("orders", map[string]string{"cleanup.policy": "compact"}); err != nil || tp.Configs["cleanup.policy"] != "compact" || tp.Configs["retention.ms"] != "" {
 		t.Fatalf("SetTopicConfigs (a replacement): %+v %v", tp.Configs, err)
 	}
-	if _, err := c.SetTopicConfigs("nope", nil); !errors.Is(err, controller.ErrUnknownTopic) {
+	if _, err := c.SetTopicConfigs("nope", nil); !errors.Is(err, metadata.ErrUnknownTopic) {
 		t.Fatalf("SetTopicConfigs of an unknown topic: %v", err)
 	}
 	if err := c.SetBrokerConfigs("", map[string]string{"log.retention.ms": "5000"}); err != nil || n.Meta.BrokerConfigs("")["log.retention.ms"] != "5000" {
 		t.Fatalf("SetBrokerConfigs: %v %v", err, n.Meta.BrokerConfigs(""))
 	}
 	old := tp.ID
-	if _, err := c.DeleteTopic("nope"); !errors.Is(err, controller.ErrUnknownTopic) {
+	if _, err := c.DeleteTopic("nope"); !errors.Is(err, metadata.ErrUnknownTopic) {
 		t.Fatalf("DeleteTopic of an unknown topic: %v", err)
 	}
 	if _, err := c.DeleteTopic("orders"); err != nil {
@@ -188,7 +188,7 @@ func TestMetadataSurvivesRestart(t *testing.T) {
 	n.Stop()
 	n.Restart()
 	hooked := false
-	n.Cluster.OnTopicDeleted(func(controller.Topic) { hooked = true })
+	n.Cluster.OnTopicDeleted(func(metadata.Topic) { hooked = true })
 	got, ok := n.Meta.Topic("keep")
 	if !ok || got.ID != keep.ID || got.Partitions != 3 || got.Configs["segment.bytes"] != "1048576" {
 		t.Fatalf("after restart: %+v %v", got, ok)
@@ -276,7 +276,7 @@ func TestHeartbeatFencing(t *testing.T) {
 		t.Fatalf("heartbeat of an unregistered broker: %v %v", fenced, err)
 	}
 	// Broker 2 registers (as BrokerRegistration would commit it).
-	if err := c.Propose(ctx, controller.Command{Op: controller.OpRegister, Broker: &controller.BrokerInfo{ID: 2, Host: "127.0.0.2", Port: 9092}}); err != nil {
+	if err := c.Propose(ctx, metadata.Command{Op: metadata.OpRegister, Broker: &metadata.BrokerInfo{ID: 2, Host: "127.0.0.2", Port: 9092}}); err != nil {
 		t.Fatal(err)
 	}
 	if fenced, err := c.Heartbeat(ctx, 2, true); err != nil || !fenced || !n.Meta.Fenced(2) {
@@ -307,12 +307,12 @@ func TestHeartbeatFencing(t *testing.T) {
 // committed, applied as a no-op, and its error reaches the proposer.
 func TestProposeReturnsTheCommandsError(t *testing.T) {
 	n := clustertest.Start(t)
-	err := n.Cluster.Propose(ctx5(t), controller.Command{Op: controller.OpDeleteTopic, Name: "never-created"})
-	if !errors.Is(err, controller.ErrUnknownTopic) {
+	err := n.Cluster.Propose(ctx5(t), metadata.Command{Op: metadata.OpDeleteTopic, Name: "never-created"})
+	if !errors.Is(err, metadata.ErrUnknownTopic) {
 		t.Fatalf("Propose(delete of an unknown topic) = %v", err)
 	}
 	before := n.Meta.Generation()
-	if err := n.Cluster.Propose(ctx5(t), controller.Command{Op: controller.OpBrokerConfigs, Name: "1", Configs: map[string]string{"log.retention.ms": "1"}}); err != nil {
+	if err := n.Cluster.Propose(ctx5(t), metadata.Command{Op: metadata.OpBrokerConfigs, Name: "1", Configs: map[string]string{"log.retention.ms": "1"}}); err != nil {
 		t.Fatal(err)
 	}
 	if n.Meta.BrokerConfigs("1")["log.retention.ms"] != "1" || n.Meta.Generation() == before {

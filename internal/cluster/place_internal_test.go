@@ -11,7 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/raft"
 	"holdfast/internal/storage"
 )
@@ -19,32 +19,32 @@ import (
 // metaWith is a metadata store with brokers registered (id -> rack) and
 // the fenced ones fenced, applied directly (no Raft group: placement only
 // reads the store).
-func metaWith(t *testing.T, racks map[int32]string, fenced ...int32) *controller.Store {
+func metaWith(t *testing.T, racks map[int32]string, fenced ...int32) *metadata.Store {
 	t.Helper()
-	s, err := controller.Open(t.TempDir(), storage.OSFS(), slog.New(slog.NewTextHandler(io.Discard, nil)), "test-cluster")
+	s, err := metadata.Open(t.TempDir(), storage.OSFS(), slog.New(slog.NewTextHandler(io.Discard, nil)), "test-cluster")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
 	end := int64(0)
-	apply := func(c controller.Command) {
+	apply := func(c metadata.Command) {
 		t.Helper()
 		end++
 		if _, err := s.Apply(end, c); err != nil {
 			t.Fatalf("apply %s: %v", c.Op, err)
 		}
 	}
-	apply(controller.Command{Op: controller.OpInit, ClusterID: "test-cluster"})
+	apply(metadata.Command{Op: metadata.OpInit, ClusterID: "test-cluster"})
 	ids := make([]int32, 0, len(racks))
 	for id := range racks {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		apply(controller.Command{Op: controller.OpRegister, Broker: &controller.BrokerInfo{ID: id, Host: "h", Port: 9000 + id, Rack: racks[id]}})
+		apply(metadata.Command{Op: metadata.OpRegister, Broker: &metadata.BrokerInfo{ID: id, Host: "h", Port: 9000 + id, Rack: racks[id]}})
 	}
 	if len(fenced) > 0 {
-		apply(controller.Command{Op: controller.OpFence, IDs: fenced})
+		apply(metadata.Command{Op: metadata.OpFence, IDs: fenced})
 	}
 	return s
 }
@@ -177,15 +177,15 @@ func checkPlacement(t *testing.T, reps [][]int32, count int32, rf int, racks map
 
 func TestRackOrder(t *testing.T) {
 	for _, c := range []struct {
-		brokers []controller.BrokerInfo
+		brokers []metadata.BrokerInfo
 		want    []int32
 	}{
 		{nil, nil},
-		{[]controller.BrokerInfo{{ID: 1}, {ID: 2}, {ID: 3}}, []int32{1, 2, 3}},
-		{[]controller.BrokerInfo{{ID: 1, Rack: "a"}, {ID: 2, Rack: "a"}, {ID: 3, Rack: "b"}, {ID: 4, Rack: "b"}}, []int32{1, 3, 2, 4}},
+		{[]metadata.BrokerInfo{{ID: 1}, {ID: 2}, {ID: 3}}, []int32{1, 2, 3}},
+		{[]metadata.BrokerInfo{{ID: 1, Rack: "a"}, {ID: 2, Rack: "a"}, {ID: 3, Rack: "b"}, {ID: 4, Rack: "b"}}, []int32{1, 3, 2, 4}},
 		// Racks in name order, each rack's brokers in the order given.
-		{[]controller.BrokerInfo{{ID: 9, Rack: "z"}, {ID: 5, Rack: "a"}, {ID: 7, Rack: "z"}, {ID: 6, Rack: "m"}}, []int32{5, 6, 9, 7}},
-		{[]controller.BrokerInfo{{ID: 1, Rack: "a"}, {ID: 2, Rack: "a"}, {ID: 3, Rack: "a"}, {ID: 4, Rack: "b"}}, []int32{1, 4, 2, 3}},
+		{[]metadata.BrokerInfo{{ID: 9, Rack: "z"}, {ID: 5, Rack: "a"}, {ID: 7, Rack: "z"}, {ID: 6, Rack: "m"}}, []int32{5, 6, 9, 7}},
+		{[]metadata.BrokerInfo{{ID: 1, Rack: "a"}, {ID: 2, Rack: "a"}, {ID: 3, Rack: "a"}, {ID: 4, Rack: "b"}}, []int32{1, 4, 2, 3}},
 	} {
 		if got := rackOrder(c.brokers); !slices.Equal(got, c.want) {
 			t.Errorf("rackOrder(%v) = %v, want %v", c.brokers, got, c.want)
@@ -197,8 +197,8 @@ func TestRackOrder(t *testing.T) {
 // holds plus what the request adds, per broker; 0 is no limit.
 func TestCheckBrokerPartitions(t *testing.T) {
 	meta := metaWith(t, map[int32]string{1: "", 2: ""})
-	if _, err := meta.Apply(meta.Applied()+1, controller.Command{Op: controller.OpCreateTopic, Topic: &controller.Topic{
-		Name: "held", ID: controller.NewTopicID(), Partitions: 3, Replicas: [][]int32{{1, 2}, {1, 2}, {1}},
+	if _, err := meta.Apply(meta.Applied()+1, metadata.Command{Op: metadata.OpCreateTopic, Topic: &metadata.Topic{
+		Name: "held", ID: metadata.NewTopicID(), Partitions: 3, Replicas: [][]int32{{1, 2}, {1, 2}, {1}},
 	}}); err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +308,7 @@ func TestNodeConfigHelpers(t *testing.T) {
 	if n.ClientID() != BrokerClientPrefix+"7" {
 		t.Fatalf("ClientID = %q", n.ClientID())
 	}
-	br := controller.BrokerInfo{ID: 2, Host: "x", Port: 1, Listeners: []controller.Endpoint{
+	br := metadata.BrokerInfo{ID: 2, Host: "x", Port: 1, Listeners: []metadata.Endpoint{
 		{Name: "EXTERNAL", Host: "ext", Port: 9092}, {Name: "INTERNAL", Host: "10.0.0.2", Port: 9093}}}
 	if addr, ok := n.BrokerAddr(br); !ok || addr != "10.0.0.2:9093" {
 		t.Fatalf("BrokerAddr = %q %v", addr, ok)

@@ -9,8 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"holdfast/internal/controller"
 	"holdfast/internal/kafkaerr"
+	"holdfast/internal/metadata"
 	"holdfast/internal/txn"
 )
 
@@ -79,9 +79,9 @@ func (n *Node) AllocateProducerIDs(ctx context.Context, broker int32) (int64, in
 	defer n.pidMu.Unlock()
 	for range 5 {
 		start := n.meta.ProducerIDBlockStart()
-		err := n.Propose(ctx, controller.Command{Op: controller.OpAllocateProducerIDs, BrokerID: broker,
+		err := n.Propose(ctx, metadata.Command{Op: metadata.OpAllocateProducerIDs, BrokerID: broker,
 			ProducerIDStart: start, ProducerIDLen: txn.IDBlock})
-		if errors.Is(err, controller.ErrStaleProducerIDBlock) {
+		if errors.Is(err, metadata.ErrStaleProducerIDBlock) {
 			continue // an earlier controller's block was applied meanwhile
 		}
 		if err != nil {
@@ -106,7 +106,7 @@ func (n *Node) SkipProducerIDsBelow(ctx context.Context, below int64) error {
 	}
 	n.pidMu.Lock()
 	defer n.pidMu.Unlock()
-	return n.Propose(ctx, controller.Command{Op: controller.OpAllocateProducerIDs, ProducerIDStart: below})
+	return n.Propose(ctx, metadata.Command{Op: metadata.OpAllocateProducerIDs, ProducerIDStart: below})
 }
 
 // ProducerIDFloor is the id below which this node hands out none.

@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/raft"
 	"holdfast/internal/replica"
 )
@@ -77,7 +77,7 @@ func (n *Node) reassignLoop() {
 
 // stepReassignment makes at most one membership change for partition
 // r.Partition of t, if this node leads it.
-func (n *Node) stepReassignment(t controller.Topic, r controller.Reassignment, marks map[uint64]int64) {
+func (n *Node) stepReassignment(t metadata.Topic, r metadata.Reassignment, marks map[uint64]int64) {
 	p := n.replicas.Get(t.Name, r.Partition)
 	if p == nil {
 		return
@@ -165,8 +165,8 @@ func (n *Node) stepReassignment(t controller.Topic, r controller.Reassignment, m
 
 // finishReassignment tells the controller that the partition's voters are
 // the target: directly on the controller, with AlterPartition elsewhere.
-func (n *Node) finishReassignment(ctx context.Context, t controller.Topic, r controller.Reassignment) error {
-	cmd := controller.Command{Op: controller.OpReassignDone, Name: t.Name, Partition: r.Partition, Target: r.Target}
+func (n *Node) finishReassignment(ctx context.Context, t metadata.Topic, r metadata.Reassignment) error {
+	cmd := metadata.Command{Op: metadata.OpReassignDone, Name: t.Name, Partition: r.Partition, Target: r.Target}
 	if n.IsController() {
 		return n.Propose(ctx, cmd)
 	}

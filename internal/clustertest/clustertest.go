@@ -28,8 +28,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"holdfast/internal/cluster"
-	"holdfast/internal/controller"
 	"holdfast/internal/freeport"
+	"holdfast/internal/metadata"
 	"holdfast/internal/replica"
 	"holdfast/internal/storage"
 	"holdfast/internal/testwait"
@@ -39,7 +39,7 @@ import (
 type Node struct {
 	Dir      string
 	Cluster  *cluster.Node
-	Meta     *controller.Store
+	Meta     *metadata.Store
 	Replicas *replica.Manager
 	Syncer   *storage.Syncer
 
@@ -71,7 +71,7 @@ func newNode(t testing.TB, id int32, peers map[int32]string, opts []Option) *Nod
 		Dir: dir, t: t,
 		cfg: cluster.Config{
 			NodeID: id, DataDir: dir, Peers: peers, JoinTimeout: time.Minute,
-			Self:                 controller.BrokerInfo{ID: id, Host: "127.0.0.1", Port: 9091 + id},
+			Self:                 metadata.BrokerInfo{ID: id, Host: "127.0.0.1", Port: 9091 + id},
 			BrokerSessionTimeout: 5 * time.Minute,
 			Dial:                 func([]string, ...kgo.Opt) (*kgo.Client, error) { return nil, ErrNoBroker },
 			OnSecurityChange:     func() {},
@@ -163,7 +163,7 @@ func Register(t testing.TB, nodes []*Node) {
 			if cur, ok := ctrl.Meta.Broker(me.ID); ok && cur.Equal(me) {
 				continue
 			}
-			if err = ctrl.Cluster.Propose(t.Context(), controller.Command{Op: controller.OpRegister, Broker: &me}); err != nil {
+			if err = ctrl.Cluster.Propose(t.Context(), metadata.Command{Op: metadata.OpRegister, Broker: &me}); err != nil {
 				return err // the controller may be changing: again
 			}
 		}
@@ -218,10 +218,10 @@ func (n *Node) start() error {
 	}
 	n.Cluster = c
 	n.Syncer = storage.NewSyncer(n.cfg.Logger)
-	meta, err := controller.Open(filepath.Join(n.Dir, "meta"), storage.OSFS(), n.cfg.Logger, c.Identity().ClusterID)
+	meta, err := metadata.Open(filepath.Join(n.Dir, "meta"), storage.OSFS(), n.cfg.Logger, c.Identity().ClusterID)
 	if err != nil {
 		c.Close()
-		return fmt.Errorf("node %d: controller.Open: %w", n.cfg.NodeID, err)
+		return fmt.Errorf("node %d: metadata.Open: %w", n.cfg.NodeID, err)
 	}
 	n.Meta = meta
 	if err := c.OpenMetadata(meta, n.Syncer); err != nil {

@@ -10,9 +10,9 @@ import (
 
 	"holdfast/internal/cluster"
 	"holdfast/internal/clustertest"
-	"holdfast/internal/controller"
 	"holdfast/internal/coordinator"
 	"holdfast/internal/group"
+	"holdfast/internal/metadata"
 	"holdfast/internal/replica"
 	"holdfast/internal/testwait"
 )
@@ -76,7 +76,7 @@ func TestCoordinatorFailover(t *testing.T) {
 	commit.Version, commit.Group, commit.Generation = 8, "g", -1
 	rp := kmsg.NewOffsetCommitRequestTopicPartition()
 	rp.Partition, rp.Offset = 0, 42
-	commit.Topics = []kmsg.OffsetCommitRequestTopic{{Topic: controller.OffsetsTopic, Partitions: []kmsg.OffsetCommitRequestTopicPartition{rp}}}
+	commit.Topics = []kmsg.OffsetCommitRequestTopic{{Topic: metadata.OffsetsTopic, Partitions: []kmsg.OffsetCommitRequestTopicPartition{rp}}}
 	resp := hosts[owner].Groups().OffsetCommit(commit)(ctx).(*kmsg.OffsetCommitResponse)
 	if code := resp.Topics[0].Partitions[0].ErrorCode; code != 0 {
 		t.Fatalf("commit on the coordinator: %v", kerr.ErrorForCode(code))
@@ -105,7 +105,7 @@ func TestCoordinatorFailover(t *testing.T) {
 	})
 	fetch := kmsg.NewPtrOffsetFetchRequest()
 	fetch.Version = 8
-	fetch.Groups = []kmsg.OffsetFetchRequestGroup{{Group: "g", Topics: []kmsg.OffsetFetchRequestGroupTopic{{Topic: controller.OffsetsTopic, Partitions: []int32{0}}}}}
+	fetch.Groups = []kmsg.OffsetFetchRequestGroup{{Group: "g", Topics: []kmsg.OffsetFetchRequestGroupTopic{{Topic: metadata.OffsetsTopic, Partitions: []int32{0}}}}}
 	fr := hosts[next].Groups().OffsetFetch(fetch)(ctx).(*kmsg.OffsetFetchResponse)
 	if g := fr.Groups[0]; g.ErrorCode != 0 || g.Topics[0].Partitions[0].Offset != 42 {
 		t.Fatalf("the offset on the new coordinator (node %d): %+v", next, g)

@@ -9,8 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"holdfast/internal/controller"
 	"holdfast/internal/group"
+	"holdfast/internal/metadata"
 	"holdfast/internal/raft"
 	"holdfast/internal/txn"
 )
@@ -71,9 +71,9 @@ func (h *Host) Locate(typ int8, key string, listener string) Answer {
 // count its coordinator was built with.
 func (h *Host) internalTopic(typ int8) (string, int) {
 	if typ == KeyTransaction {
-		return controller.TransactionTopic, h.txn.NumPartitions()
+		return metadata.TransactionTopic, h.txn.NumPartitions()
 	}
-	return controller.OffsetsTopic, h.groups.NumPartitions()
+	return metadata.OffsetsTopic, h.groups.NumPartitions()
 }
 
 // OffsetsPartitionCreating is OffsetsPartition, creating __consumer_offsets
@@ -83,7 +83,7 @@ func (h *Host) OffsetsPartitionCreating(g string) int32 {
 	if p := h.OffsetsPartition(g); p >= 0 {
 		return p
 	}
-	t, err := h.createTopic(controller.OffsetsTopic, h.groups.NumPartitions(), KeyGroup, g, false)
+	t, err := h.createTopic(metadata.OffsetsTopic, h.groups.NumPartitions(), KeyGroup, g, false)
 	if err != nil {
 		return -1
 	}
@@ -92,7 +92,7 @@ func (h *Host) OffsetsPartitionCreating(g string) int32 {
 
 // leaderOf is the broker leading partition i of the internal topic t. A
 // leader that is not registered yet or is fenced is no answer.
-func (h *Host) leaderOf(t controller.Topic, i int32, listener string) Answer {
+func (h *Host) leaderOf(t metadata.Topic, i int32, listener string) Answer {
 	st := h.replicas.State(t, i)
 	if st.Err != 0 || st.Leader < 0 {
 		return notAvailable(fmt.Sprintf("%s-%d has no leader", t.Name, i))
@@ -129,7 +129,7 @@ const (
 // at most readyWait), not only once the topic is committed and this
 // node's replicas are open: the FindCoordinator that follows then names a
 // coordinator for every key, and one that serves it.
-func (h *Host) createTopic(topic string, partitions int, typ int8, key string, forwarded bool) (controller.Topic, error) {
+func (h *Host) createTopic(topic string, partitions int, typ int8, key string, forwarded bool) (metadata.Topic, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), createWait)
 	defer cancel()
 	if h.node.IsController() {
@@ -148,11 +148,11 @@ func (h *Host) createTopic(topic string, partitions int, typ int8, key string, f
 		return t, nil
 	}
 	if forwarded {
-		return controller.Topic{}, errors.New("this node is not the controller")
+		return metadata.Topic{}, errors.New("this node is not the controller")
 	}
 	ctrl := h.node.ControllerID()
 	if ctrl < 0 {
-		return controller.Topic{}, errors.New("no controller known yet")
+		return metadata.Topic{}, errors.New("no controller known yet")
 	}
 	req := kmsg.NewPtrFindCoordinatorRequest()
 	req.Version = 4
@@ -160,7 +160,7 @@ func (h *Host) createTopic(topic string, partitions int, typ int8, key string, f
 	req.CoordinatorKeys = []string{key}
 	resp, err := h.node.Send(ctx, ctrl, req)
 	if err != nil {
-		return controller.Topic{}, fmt.Errorf("asking the controller (node %d): %w", ctrl, err)
+		return metadata.Topic{}, fmt.Errorf("asking the controller (node %d): %w", ctrl, err)
 	}
 	_, known := h.meta.Topic(topic)
 	if cs := resp.(*kmsg.FindCoordinatorResponse).Coordinators; known || len(cs) == 1 && cs[0].ErrorCode == 0 {
@@ -172,7 +172,7 @@ func (h *Host) createTopic(topic string, partitions int, typ int8, key string, f
 	if t, ok := h.meta.Topic(topic); ok {
 		return t, nil
 	}
-	return controller.Topic{}, errors.New("created by the controller, not applied here yet")
+	return metadata.Topic{}, errors.New("created by the controller, not applied here yet")
 }
 
 // awaitLeaders waits, for at most readyWait (and until ctx ends), until
@@ -215,7 +215,7 @@ func (h *Host) led(topic string) bool {
 	}
 	_, n := h.internalTopic(KeyGroup)
 	loaded := h.groups.Loaded
-	if topic == controller.TransactionTopic {
+	if topic == metadata.TransactionTopic {
 		_, n = h.internalTopic(KeyTransaction)
 		loaded = h.txn.Loaded
 	}

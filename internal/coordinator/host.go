@@ -20,8 +20,8 @@ import (
 
 	"holdfast/internal/clock"
 	"holdfast/internal/cluster"
-	"holdfast/internal/controller"
 	"holdfast/internal/group"
+	"holdfast/internal/metadata"
 	"holdfast/internal/replica"
 	"holdfast/internal/share"
 	"holdfast/internal/topicconfig"
@@ -60,7 +60,7 @@ type Config struct {
 type Host struct {
 	cfg      Config
 	log      *slog.Logger
-	meta     *controller.Store
+	meta     *metadata.Store
 	node     *cluster.Node
 	replicas *replica.Manager
 
@@ -88,7 +88,7 @@ type Host struct {
 
 // Start builds both coordinators over the internal topics' partitions on
 // this node and starts watching their leadership.
-func Start(cfg Config, meta *controller.Store, node *cluster.Node, replicas *replica.Manager) *Host {
+func Start(cfg Config, meta *metadata.Store, node *cluster.Node, replicas *replica.Manager) *Host {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -97,10 +97,10 @@ func Start(cfg Config, meta *controller.Store, node *cluster.Node, replicas *rep
 	h.ids = txn.NewBlockAllocator(node.ReserveProducerIDs)
 	h.ids.SetFloor(node.ProducerIDFloor)
 
-	n := h.partitions(controller.OffsetsTopic, cfg.OffsetsTopicPartitions, 50)
+	n := h.partitions(metadata.OffsetsTopic, cfg.OffsetsTopicPartitions, 50)
 	glogs := make([]group.Log, n)
 	for i := range glogs {
-		glogs[i] = internalLog{h: h, topic: controller.OffsetsTopic, index: int32(i)}
+		glogs[i] = internalLog{h: h, topic: metadata.OffsetsTopic, index: int32(i)}
 	}
 	h.groups = group.New(cfg.Groups, glogs, group.Options{
 		Logger: h.log.With("component", "groups"),
@@ -111,7 +111,7 @@ func Start(cfg Config, meta *controller.Store, node *cluster.Node, replicas *rep
 			return -1
 		},
 		Unowned: true,
-		Leading: h.leading(controller.OffsetsTopic),
+		Leading: h.leading(metadata.OffsetsTopic),
 		Topic: func(name string) (group.TopicInfo, bool) {
 			t, ok := meta.Topic(name)
 			return group.TopicInfo{Name: t.Name, ID: t.ID, Partitions: t.Partitions}, ok
@@ -128,7 +128,7 @@ func Start(cfg Config, meta *controller.Store, node *cluster.Node, replicas *rep
 	// Kafka removes a deleted topic's committed offsets from every group
 	// (GroupCoordinator.onPartitionsDeleted): this node, as it applies the
 	// deletion, from the groups it coordinates.
-	node.OnTopicDeleted(func(t controller.Topic) { h.groups.TopicDeleted(t.Name) })
+	node.OnTopicDeleted(func(t metadata.Topic) { h.groups.TopicDeleted(t.Name) })
 	slogs := make([]share.Log, n)
 	for i := range slogs {
 		slogs[i] = glogs[i]
@@ -145,7 +145,7 @@ func Start(cfg Config, meta *controller.Store, node *cluster.Node, replicas *rep
 	h.shareGroups = share.NewGroups(scfg)
 	// One watcher loads a __consumer_offsets partition's groups and share
 	// state together (share membership starts afresh on every load).
-	h.watch(controller.OffsetsTopic, n, func(p int32) {
+	h.watch(metadata.OffsetsTopic, n, func(p int32) {
 		h.groups.LoadPartition(p)
 		h.shareGroups.UnloadPartition(p)
 		h.shareState.LoadPartition(p)
@@ -155,19 +155,19 @@ func Start(cfg Config, meta *controller.Store, node *cluster.Node, replicas *rep
 		h.shareState.UnloadPartition(p)
 	})
 
-	n = h.partitions(controller.TransactionTopic, cfg.Txn.StatePartitions, txn.DefaultConfig().StatePartitions)
+	n = h.partitions(metadata.TransactionTopic, cfg.Txn.StatePartitions, txn.DefaultConfig().StatePartitions)
 	tlogs := make([]txn.Log, n)
 	for i := range tlogs {
-		tlogs[i] = internalLog{h: h, topic: controller.TransactionTopic, index: int32(i)}
+		tlogs[i] = internalLog{h: h, topic: metadata.TransactionTopic, index: int32(i)}
 	}
 	h.txn = txn.New(cfg.Txn, tlogs, txn.Options{
 		Logger:  h.log.With("component", "transactions"),
 		NextID:  h.ids.Next,
 		Markers: h.writeMarkersEverywhere,
 		Unowned: true,
-		Leading: h.leading(controller.TransactionTopic),
+		Leading: h.leading(metadata.TransactionTopic),
 	})
-	h.watch(controller.TransactionTopic, n, h.txn.LoadPartition, h.txn.UnloadPartition)
+	h.watch(metadata.TransactionTopic, n, h.txn.LoadPartition, h.txn.UnloadPartition)
 	return h
 }
 
@@ -214,7 +214,7 @@ func (h *Host) NextProducerID(ctx context.Context) (int64, error) { return h.ids
 // replay measurements).
 func (h *Host) GroupsLoaded() bool {
 	for p := 0; p < h.groups.NumPartitions(); p++ {
-		if lg := h.replicas.Get(controller.OffsetsTopic, int32(p)); lg != nil && lg.IsLeader() && !h.groups.Loaded(int32(p)) {
+		if lg := h.replicas.Get(metadata.OffsetsTopic, int32(p)); lg != nil && lg.IsLeader() && !h.groups.Loaded(int32(p)) {
 			return false
 		}
 	}
@@ -224,7 +224,7 @@ func (h *Host) GroupsLoaded() bool {
 // OffsetsPartition is the __consumer_offsets partition of group g, or -1
 // while the topic does not exist.
 func (h *Host) OffsetsPartition(g string) int32 {
-	t, ok := h.meta.Topic(controller.OffsetsTopic)
+	t, ok := h.meta.Topic(metadata.OffsetsTopic)
 	if !ok || t.Partitions <= 0 {
 		return -1
 	}
@@ -233,7 +233,7 @@ func (h *Host) OffsetsPartition(g string) int32 {
 
 // internalConfigs are the topic configs an internal topic is created with.
 func (h *Host) internalConfigs(topic string) map[string]string {
-	if topic == controller.OffsetsTopic {
+	if topic == metadata.OffsetsTopic {
 		return topicconfig.Internal(h.cfg.OffsetsTopicSegmentBytes)
 	}
 	return topicconfig.Internal(h.cfg.TxnTopicSegmentBytes)

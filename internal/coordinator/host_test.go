@@ -13,9 +13,9 @@ import (
 
 	"holdfast/internal/cluster"
 	"holdfast/internal/clustertest"
-	"holdfast/internal/controller"
 	"holdfast/internal/coordinator"
 	"holdfast/internal/group"
+	"holdfast/internal/metadata"
 	"holdfast/internal/replica"
 	"holdfast/internal/share"
 	"holdfast/internal/testwait"
@@ -63,8 +63,8 @@ func TestFindCreatesTheInternalTopics(t *testing.T) {
 		topic   string
 		segment string
 	}{
-		{coordinator.KeyGroup, controller.OffsetsTopic, "1048576"},
-		{coordinator.KeyTransaction, controller.TransactionTopic, "2097152"},
+		{coordinator.KeyGroup, metadata.OffsetsTopic, "1048576"},
+		{coordinator.KeyTransaction, metadata.TransactionTopic, "2097152"},
 	} {
 		wantUnavailable(t, h.Locate(c.typ, "k", "PLAINTEXT"), "does not exist yet")
 		if _, ok := n.Meta.Topic(c.topic); ok {
@@ -110,7 +110,7 @@ func TestFindCreatesTheInternalTopics(t *testing.T) {
 // not the one the coordinators were built with.
 func TestLocateRefusals(t *testing.T) {
 	n, h := startHost(t, func(c *cluster.Config, _ *replica.Config) {
-		c.Self.Listeners = []controller.Endpoint{
+		c.Self.Listeners = []metadata.Endpoint{
 			{Name: "EXTERNAL", Host: "ext.example", Port: 19092, Protocol: "PLAINTEXT"},
 			{Name: "INTERNAL", Host: "10.0.0.1", Port: 9093, Protocol: "PLAINTEXT"},
 		}
@@ -124,7 +124,7 @@ func TestLocateRefusals(t *testing.T) {
 	wantUnavailable(t, h.Locate(coordinator.KeyGroup, "g", "OTHER"), "has no OTHER listener")
 
 	ctx := context.Background()
-	if err := n.Cluster.Propose(ctx, controller.Command{Op: controller.OpFence, IDs: []int32{1}}); err != nil {
+	if err := n.Cluster.Propose(ctx, metadata.Command{Op: metadata.OpFence, IDs: []int32{1}}); err != nil {
 		t.Fatal(err)
 	}
 	// A fenced leader is no leader (replica.State), or, if State still
@@ -134,13 +134,13 @@ func TestLocateRefusals(t *testing.T) {
 	} else {
 		wantUnavailable(t, a, "has no leader")
 	}
-	if err := n.Cluster.Propose(ctx, controller.Command{Op: controller.OpUnfence, IDs: []int32{1}}); err != nil {
+	if err := n.Cluster.Propose(ctx, metadata.Command{Op: metadata.OpUnfence, IDs: []int32{1}}); err != nil {
 		t.Fatal(err)
 	}
 	if a := h.Locate(coordinator.KeyGroup, "g", "EXTERNAL"); a.Code != 0 {
 		t.Fatalf("after unfencing: %+v", a)
 	}
-	if _, err := n.Cluster.AddPartitions(controller.OffsetsTopic, testPartitions+1, nil); err != nil {
+	if _, err := n.Cluster.AddPartitions(metadata.OffsetsTopic, testPartitions+1, nil); err != nil {
 		t.Fatal(err)
 	}
 	wantUnavailable(t, h.Locate(coordinator.KeyGroup, "g", "EXTERNAL"), "partition count changed")

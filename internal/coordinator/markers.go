@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/partition"
 	"holdfast/internal/txn"
 )
@@ -59,7 +59,7 @@ func (h *Host) WriteMarkers(ctx context.Context, pid int64, epoch int16, commit 
 			h.log.Warn("transaction marker skipped: partition gone", "topic", tp.Topic, "partition", tp.Partition, "producer_id", pid)
 			continue
 		}
-		offsets := tp.Topic == controller.OffsetsTopic
+		offsets := tp.Topic == metadata.OffsetsTopic
 		if offsets {
 			// The group's pending offsets must be known (replayed) before
 			// the marker is applied to them.

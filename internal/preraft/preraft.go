@@ -12,8 +12,8 @@
 //  1. ClusterID: the node keeps the cluster id its old metadata names
 //     (cluster/identity.go calls it before writing the identity).
 //  2. AdoptMetadata: its topics get this node as their only replica and
-//     are marked controller.Topic.PreRaft; producer ids continue after the
-//     old counter (controller.Store.AdoptSingleNode, snapshotted at once:
+//     are marked metadata.Topic.PreRaft; producer ids continue after the
+//     old counter (metadata.Store.AdoptSingleNode, snapshotted at once:
 //     the metadata log never held these topics). The broker calls it in
 //     its start-up, after the metadata is open.
 //  3. Each PreRaft partition opens with raft.GroupConfig.AdoptPreRaft
@@ -22,7 +22,7 @@
 //     history (raft/host.go adoptLog) instead of refusing it.
 //
 // Removal (in RemovedIn): delete this package and the hooks it names
-// (controller.StoredClusterID, Store.AdoptSingleNode, Topic.PreRaft,
+// (metadata.StoredClusterID, Store.AdoptSingleNode, Topic.PreRaft,
 // raft.GroupConfig.AdoptPreRaft and adoptLog, partition.Replication's
 // AdoptPreRaft), and have datadir.Open refuse a directory without an
 // identity that holds meta/cluster.json with ErrLegacy, as it refuses the
@@ -34,7 +34,7 @@ import (
 	"log/slog"
 	"path/filepath"
 
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/storage"
 	"holdfast/internal/txn"
 )
@@ -46,7 +46,7 @@ const RemovedIn = "1.0"
 // ClusterID returns the cluster id the metadata of a pre-Raft single
 // node's data directory names, "" if there is none (a new directory).
 func ClusterID(fs storage.FS, dataDir string) (string, error) {
-	return controller.StoredClusterID(filepath.Join(dataDir, "meta"), fs)
+	return metadata.StoredClusterID(filepath.Join(dataDir, "meta"), fs)
 }
 
 // producerIDsFile is where a single node counted producer ids before it
@@ -58,7 +58,7 @@ const producerIDsFile = "producer-ids"
 // replica of every topic that names none, and producer ids continue after
 // the ones its local counter handed out. Nothing changes on a directory
 // adopted before or never pre-Raft.
-func AdoptMetadata(meta *controller.Store, fs storage.FS, dataDir string, node int32, dirID string, log *slog.Logger) error {
+func AdoptMetadata(meta *metadata.Store, fs storage.FS, dataDir string, node int32, dirID string, log *slog.Logger) error {
 	ids, err := txn.OpenIDAllocator(fs, filepath.Join(dataDir, producerIDsFile))
 	if err != nil {
 		return err

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 )
 
 // TestConnectionRate: a named ip entity's connection_creation_rate wins
@@ -16,12 +16,12 @@ func TestConnectionRate(t *testing.T) {
 	m := New(DefaultConfig()) // 11 windows of 1 s: the rate is over at least 10 s
 	now := withClock(m)
 	rate := func(v float64) map[string]float64 {
-		return map[string]float64{controller.QuotaConnectionCreationRate: v}
+		return map[string]float64{metadata.QuotaConnectionCreationRate: v}
 	}
-	m.SetQuotas([]controller.ClientQuota{
-		{Entity: controller.QuotaEntity{"ip": nil}, Values: rate(2)},
-		{Entity: controller.QuotaEntity{"ip": name("10.0.0.1")}, Values: rate(1)},
-		{Entity: controller.QuotaEntity{"user": name("alice")}, Values: map[string]float64{controller.QuotaProducerByteRate: 5}},
+	m.SetQuotas([]metadata.ClientQuota{
+		{Entity: metadata.QuotaEntity{"ip": nil}, Values: rate(2)},
+		{Entity: metadata.QuotaEntity{"ip": name("10.0.0.1")}, Values: rate(1)},
+		{Entity: metadata.QuotaEntity{"user": name("alice")}, Values: map[string]float64{metadata.QuotaProducerByteRate: 5}},
 	})
 	named, other := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
 	if q, ok := m.ConnectionQuota(netip.MustParseAddr("::ffff:10.0.0.1")); !ok || q != 1 {

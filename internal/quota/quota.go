@@ -5,7 +5,7 @@
 // records what a request cost, answers with the throttle time, and mutes
 // the connection for that long (KIP-219).
 //
-// The quotas themselves live in the cluster metadata (controller.ClientQuota);
+// The quotas themselves live in the cluster metadata (metadata.ClientQuota);
 // SetQuotas hands this package every node's committed copy.
 //
 // Rates are Kafka's: a sampled rate over quota.window.num windows of
@@ -23,7 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 )
 
 // Type is what a quota limits; its String is Kafka's sensor type.
@@ -38,8 +38,8 @@ const (
 )
 
 var typeNames = [numTypes]string{"Produce", "Fetch", "Request", "ControllerMutation"}
-var typeKeys = [numTypes]string{controller.QuotaProducerByteRate, controller.QuotaConsumerByteRate,
-	controller.QuotaRequestPercentage, controller.QuotaControllerMutationRate}
+var typeKeys = [numTypes]string{metadata.QuotaProducerByteRate, metadata.QuotaConsumerByteRate,
+	metadata.QuotaRequestPercentage, metadata.QuotaControllerMutationRate}
 
 func (t Type) String() string { return typeNames[t] }
 
@@ -161,17 +161,17 @@ func New(cfg Config) *Manager {
 func (m *Manager) Config() Config { return m.cfg }
 
 // SetQuotas replaces the quotas (every committed entity).
-func (m *Manager) SetQuotas(qs []controller.ClientQuota) {
+func (m *Manager) SetQuotas(qs []metadata.ClientQuota) {
 	t := &table{byEntity: make(map[entityKey][numTypes]float64, len(qs)), ipRate: map[netip.Addr]float64{}}
 	for _, q := range qs {
-		if name, ok := q.Entity[controller.QuotaIP]; ok {
-			v := q.Values[controller.QuotaConnectionCreationRate]
+		if name, ok := q.Entity[metadata.QuotaIP]; ok {
+			v := q.Values[metadata.QuotaConnectionCreationRate]
 			switch {
 			case v <= 0:
 			case name == nil:
 				t.ipDefault = v
 			default:
-				if a, ok := controller.QuotaIPAddr(*name); ok {
+				if a, ok := metadata.QuotaIPAddr(*name); ok {
 					t.ipRate[a] = v
 				}
 			}
@@ -185,9 +185,9 @@ func (m *Manager) SetQuotas(qs []controller.ClientQuota) {
 				p = part{kind: named, name: *name}
 			}
 			switch typ {
-			case controller.QuotaUser:
+			case metadata.QuotaUser:
 				k.user = p
-			case controller.QuotaClientID:
+			case metadata.QuotaClientID:
 				k.client = p
 			default:
 				ok = false

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 )
 
 func name(s string) *string { return &s }
@@ -19,18 +19,18 @@ func withClock(m *Manager) *time.Duration {
 
 func TestPrecedence(t *testing.T) {
 	m := New(DefaultConfig())
-	q := func(e controller.QuotaEntity, v float64) controller.ClientQuota {
-		return controller.ClientQuota{Entity: e, Values: map[string]float64{controller.QuotaProducerByteRate: v}}
+	q := func(e metadata.QuotaEntity, v float64) metadata.ClientQuota {
+		return metadata.ClientQuota{Entity: e, Values: map[string]float64{metadata.QuotaProducerByteRate: v}}
 	}
-	all := []controller.ClientQuota{
-		q(controller.QuotaEntity{"user": name("alice"), "client-id": name("app")}, 1),
-		q(controller.QuotaEntity{"user": name("alice"), "client-id": nil}, 2),
-		q(controller.QuotaEntity{"user": name("alice")}, 3),
-		q(controller.QuotaEntity{"user": nil, "client-id": name("app")}, 4),
-		q(controller.QuotaEntity{"user": nil, "client-id": nil}, 5),
-		q(controller.QuotaEntity{"user": nil}, 6),
-		q(controller.QuotaEntity{"client-id": name("app")}, 7),
-		q(controller.QuotaEntity{"client-id": nil}, 8),
+	all := []metadata.ClientQuota{
+		q(metadata.QuotaEntity{"user": name("alice"), "client-id": name("app")}, 1),
+		q(metadata.QuotaEntity{"user": name("alice"), "client-id": nil}, 2),
+		q(metadata.QuotaEntity{"user": name("alice")}, 3),
+		q(metadata.QuotaEntity{"user": nil, "client-id": name("app")}, 4),
+		q(metadata.QuotaEntity{"user": nil, "client-id": nil}, 5),
+		q(metadata.QuotaEntity{"user": nil}, 6),
+		q(metadata.QuotaEntity{"client-id": name("app")}, 7),
+		q(metadata.QuotaEntity{"client-id": nil}, 8),
 	}
 	type want struct {
 		bound        float64
@@ -72,7 +72,7 @@ func TestThrottleMath(t *testing.T) {
 	m := New(DefaultConfig())
 	now := withClock(m)
 	*now = time.Hour
-	m.SetQuotas([]controller.ClientQuota{{Entity: controller.QuotaEntity{"client-id": name("c")}, Values: map[string]float64{controller.QuotaProducerByteRate: 100}}})
+	m.SetQuotas([]metadata.ClientQuota{{Entity: metadata.QuotaEntity{"client-id": name("c")}, Values: map[string]float64{metadata.QuotaProducerByteRate: 100}}})
 	if d := m.Record(Produce, "ANONYMOUS", "c", 1000); d != 0 {
 		t.Fatalf("1000 B within 10 s of 100 B/s throttled %v", d)
 	}
@@ -95,7 +95,7 @@ func TestObedientClientRate(t *testing.T) {
 		*now = time.Hour
 		start := *now
 		const quota = 10000.0
-		m.SetQuotas([]controller.ClientQuota{{Entity: controller.QuotaEntity{"user": nil}, Values: map[string]float64{controller.QuotaProducerByteRate: quota}}})
+		m.SetQuotas([]metadata.ClientQuota{{Entity: metadata.QuotaEntity{"user": nil}, Values: map[string]float64{metadata.QuotaProducerByteRate: quota}}})
 		var sent float64
 		for *now-start < 10*time.Minute {
 			sent += size
@@ -113,7 +113,7 @@ func TestRequestThrottleBounded(t *testing.T) {
 	m := New(DefaultConfig())
 	now := withClock(m)
 	*now = time.Hour
-	m.SetQuotas([]controller.ClientQuota{{Entity: controller.QuotaEntity{"user": name("u")}, Values: map[string]float64{controller.QuotaRequestPercentage: 1}}})
+	m.SetQuotas([]metadata.ClientQuota{{Entity: metadata.QuotaEntity{"user": name("u")}, Values: map[string]float64{metadata.QuotaRequestPercentage: 1}}})
 	// 5 s of handler time in percent-seconds: far over 1 %.
 	if d := m.Record(Request, "u", "any", 500); d != time.Second {
 		t.Fatalf("request throttle %v, want one window (1s)", d)
@@ -127,7 +127,7 @@ func TestMutationBucket(t *testing.T) {
 	m := New(DefaultConfig())
 	now := withClock(m)
 	*now = time.Hour
-	m.SetQuotas([]controller.ClientQuota{{Entity: controller.QuotaEntity{"user": name("u")}, Values: map[string]float64{controller.QuotaControllerMutationRate: 2}}})
+	m.SetQuotas([]metadata.ClientQuota{{Entity: metadata.QuotaEntity{"user": name("u")}, Values: map[string]float64{metadata.QuotaControllerMutationRate: 2}}})
 	q := m.Mutation("u", "c", true)
 	if !q.Admit() {
 		t.Fatal("full bucket refused")
@@ -163,7 +163,7 @@ func TestMutationBucket(t *testing.T) {
 
 func TestMaxValueInWindow(t *testing.T) {
 	m := New(DefaultConfig())
-	m.SetQuotas([]controller.ClientQuota{{Entity: controller.QuotaEntity{"client-id": nil}, Values: map[string]float64{controller.QuotaConsumerByteRate: 1000}}})
+	m.SetQuotas([]metadata.ClientQuota{{Entity: metadata.QuotaEntity{"client-id": nil}, Values: map[string]float64{metadata.QuotaConsumerByteRate: 1000}}})
 	v, ok := m.MaxValueInWindow(Fetch, "u", "x")
 	if !ok || math.Abs(v-10000) > 1e-9 {
 		t.Fatalf("max in window %v %v, want 10000", v, ok)
@@ -177,7 +177,7 @@ func TestSensorsExpireAndOverflow(t *testing.T) {
 	m := New(DefaultConfig())
 	now := withClock(m)
 	*now = time.Hour
-	m.SetQuotas([]controller.ClientQuota{{Entity: controller.QuotaEntity{"client-id": nil}, Values: map[string]float64{controller.QuotaProducerByteRate: 1000}}})
+	m.SetQuotas([]metadata.ClientQuota{{Entity: metadata.QuotaEntity{"client-id": nil}, Values: map[string]float64{metadata.QuotaProducerByteRate: 1000}}})
 	m.Record(Produce, "u", "a", 1)
 	if len(m.Stats()) != 1 {
 		t.Fatalf("stats %v", m.Stats())

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/partition"
 	"holdfast/internal/storage"
 )
@@ -104,7 +104,7 @@ type logCleaner struct {
 	busy        map[*storage.Log]bool
 	uncleanable map[*storage.Log]string
 	stats       CleanerStats
-	topics      *controller.TopicsCache
+	topics      *metadata.TopicsCache
 }
 
 // startCleaner starts the cleaner's threads (none if it is disabled).

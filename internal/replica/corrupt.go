@@ -3,7 +3,7 @@ package replica
 import (
 	"errors"
 
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/storage"
 )
 
@@ -16,7 +16,7 @@ import (
 // deleted; the reopen copies it from the other replicas. It returns false
 // when the reopen must not happen now (the only replica: nothing to copy
 // from, it stays offline with its data; or the discard failed).
-func (m *Manager) discardCorruptLocked(t controller.Topic, i int32) bool {
+func (m *Manager) discardCorruptLocked(t metadata.Topic, i int32) bool {
 	m.offlineMu.Lock()
 	err := m.offline[topicPartition{t.Name, i}]
 	m.offlineMu.Unlock()

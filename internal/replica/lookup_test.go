@@ -6,7 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/partition"
 	"holdfast/internal/storage"
 )
@@ -58,7 +58,7 @@ func TestPendingDelete(t *testing.T) {
 	if err := m.pendingDelete("t"); err != nil {
 		t.Fatalf("pendingDelete of a live topic: %v", err)
 	}
-	applyCmd(t, meta, controller.Command{Op: controller.OpDeleteTopic, Name: "t"})
+	applyCmd(t, meta, metadata.Command{Op: metadata.OpDeleteTopic, Name: "t"})
 	if err := m.pendingDelete("t"); !errors.Is(err, partition.ErrForeignData) {
 		t.Fatalf("pendingDelete after a delete: %v", err)
 	}
@@ -77,8 +77,8 @@ func TestPendingDelete(t *testing.T) {
 func TestLogConfig(t *testing.T) {
 	m, meta := newTestManager(t, storage.OSFS())
 	plain := createTopic(t, meta, "plain", []int32{1})
-	tuned := applyCmd(t, meta, controller.Command{Op: controller.OpCreateTopic, Topic: &controller.Topic{
-		Name: "tuned", ID: controller.NewTopicID(), Partitions: 1, Replicas: [][]int32{{1}},
+	tuned := applyCmd(t, meta, metadata.Command{Op: metadata.OpCreateTopic, Topic: &metadata.Topic{
+		Name: "tuned", ID: metadata.NewTopicID(), Partitions: 1, Replicas: [][]int32{{1}},
 		Configs: map[string]string{"cleanup.policy": "compact", "segment.bytes": "4096", "message.timestamp.type": "LogAppendTime"}}})
 	if c := m.logConfig(plain); c.Compact || m.logAppendTime(plain) {
 		t.Fatalf("defaults: compact %v, log append time %v", c.Compact, m.logAppendTime(plain))

@@ -5,7 +5,7 @@
 // work every replica needs: retention and DeleteRecords through a
 // replicated log start, and the log cleaner.
 //
-// The metadata decides (internal/controller, applied by internal/cluster);
+// The metadata decides (internal/metadata, applied by internal/cluster);
 // this package follows. Kafka's names: a replica is offline when its log
 // cannot be served here (KAFKA_STORAGE_ERROR).
 package replica
@@ -27,7 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"holdfast/internal/clock"
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/partition"
 	"holdfast/internal/raft"
 	"holdfast/internal/storage"
@@ -78,7 +78,7 @@ type Manager struct {
 	cfg   Config
 	log   *slog.Logger
 	clk   clock.Clock
-	meta  *controller.Store
+	meta  *metadata.Store
 	host  *raft.Host
 	parts *partition.Manager
 
@@ -125,7 +125,7 @@ type topicPartition struct {
 // New makes the manager of the replicas in cfg.DataDir, whose Raft groups
 // run on host. Nothing is opened until OpenAll; no background work runs
 // until Start.
-func New(cfg Config, meta *controller.Store, host *raft.Host, syncer *storage.Syncer) *Manager {
+func New(cfg Config, meta *metadata.Store, host *raft.Host, syncer *storage.Syncer) *Manager {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -344,7 +344,7 @@ func (m *Manager) Lookup(topic string, i int32) (*partition.Partition, int16) {
 }
 
 // AllOpen reports whether every partition of t assigned here is open.
-func (m *Manager) AllOpen(t controller.Topic) bool {
+func (m *Manager) AllOpen(t metadata.Topic) bool {
 	for i := int32(0); i < t.Partitions; i++ {
 		if m.assignedHere(t, i) && m.parts.Get(t.Name, i) == nil {
 			return false
@@ -353,7 +353,7 @@ func (m *Manager) AllOpen(t controller.Topic) bool {
 	return true
 }
 
-func (m *Manager) assignedHere(t controller.Topic, i int32) bool {
+func (m *Manager) assignedHere(t metadata.Topic, i int32) bool {
 	return int(i) < len(t.Replicas) && slices.Contains(t.Replicas[i], m.cfg.NodeID)
 }
 
@@ -362,7 +362,7 @@ func (m *Manager) assignedHere(t controller.Topic, i int32) bool {
 // returns when they are open. Called with the lifecycle lock held (or
 // before Start). The metadata apply queues its opens instead
 // (QueueOpenTopic).
-func (m *Manager) OpenTopic(t controller.Topic, from int32) error {
+func (m *Manager) OpenTopic(t metadata.Topic, from int32) error {
 	return errors.Join(m.runOpens(m.openJobs(t, from))...)
 }
 
@@ -376,13 +376,13 @@ const openParallelism = 32
 // openJob is one replica to open: partition i of t, and drop it after
 // (a replica moved away whose removal a crash interrupted).
 type openJob struct {
-	t    controller.Topic
+	t    metadata.Topic
 	i    int32
 	drop bool
 }
 
 // openJobs lists what OpenTopic(t, from) opens.
-func (m *Manager) openJobs(t controller.Topic, from int32) []openJob {
+func (m *Manager) openJobs(t metadata.Topic, from int32) []openJob {
 	var jobs []openJob
 	var onDisk []string // read once, only for topics that were ever reassigned
 	for i := from; i < t.Partitions; i++ {
@@ -434,7 +434,7 @@ func (m *Manager) runOpens(jobs []openJob) (errs []error) {
 
 // open opens partition i of t and its Raft group. rejoin: its data here
 // was discarded (repair.go); otherwise the metadata decides.
-func (m *Manager) open(t controller.Topic, i int32, rejoin bool) error {
+func (m *Manager) open(t metadata.Topic, i int32, rejoin bool) error {
 	// The bootstrap voters, not the current replicas: a replica opened by
 	// a reassignment replays the membership changes from the log (or gets
 	// them in a snapshot) as every other replica did.
@@ -471,7 +471,7 @@ func (m *Manager) open(t controller.Topic, i int32, rejoin bool) error {
 // catch up before it votes: the partition was assigned to another
 // directory of this node (a replaced disk) or, with no record, this
 // directory did not form the cluster.
-func (m *Manager) rejoins(t controller.Topic, p int32) bool {
+func (m *Manager) rejoins(t metadata.Topic, p int32) bool {
 	rec := t.ReplicaDir(p, m.cfg.NodeID)
 	if rec == "" {
 		return !m.cfg.BootstrapMember
@@ -482,7 +482,7 @@ func (m *Manager) rejoins(t controller.Topic, p int32) bool {
 // Drop closes this node's replica of partition i of t and deletes its
 // data: the Raft group (and its journal state) first, so a crash in
 // between leaves only data, which start-up removes.
-func (m *Manager) Drop(t controller.Topic, i int32) error {
+func (m *Manager) Drop(t metadata.Topic, i int32) error {
 	p := m.parts.Get(t.Name, i)
 	if p == nil {
 		return nil
@@ -496,7 +496,7 @@ func (m *Manager) Drop(t controller.Topic, i int32) error {
 
 // DropMoved drops this node's replicas of t that the metadata no longer
 // lists here (after a completed reassignment).
-func (m *Manager) DropMoved(t controller.Topic) error {
+func (m *Manager) DropMoved(t metadata.Topic) error {
 	var errs []error
 	for i := int32(0); i < t.Partitions && int(i) < len(t.Replicas); i++ {
 		if !m.assignedHere(t, i) {
@@ -509,7 +509,7 @@ func (m *Manager) DropMoved(t controller.Topic) error {
 // RemoveTopic follows the deletion of t: its Raft groups go, then its
 // data (FinishPendingDelete; if that fails, the repair loop and the next
 // start-up finish it before a topic of the same name opens).
-func (m *Manager) RemoveTopic(t controller.Topic) error {
+func (m *Manager) RemoveTopic(t metadata.Topic) error {
 	m.offlineMu.Lock()
 	for i := int32(0); i < t.Partitions; i++ {
 		m.host.RemoveGroup(Group(t.ID, i))
@@ -549,7 +549,7 @@ func (m *Manager) pendingDelete(name string) error {
 }
 
 // ApplyConfigs pushes t's effective config to its open replicas.
-func (m *Manager) ApplyConfigs(t controller.Topic) {
+func (m *Manager) ApplyConfigs(t metadata.Topic) {
 	cfg := m.logConfig(t)
 	lat := m.logAppendTime(t)
 	for i := int32(0); i < t.Partitions; i++ {
@@ -563,13 +563,13 @@ func (m *Manager) ApplyConfigs(t controller.Topic) {
 	}
 }
 
-func (m *Manager) logConfig(t controller.Topic) storage.Config {
+func (m *Manager) logConfig(t metadata.Topic) storage.Config {
 	return topicconfig.LogConfig(m.cfg.LogDefaults, m.Dynamic().Under(t.Configs), func(name, value string, err error) {
 		m.log.Warn("ignoring bad topic config", "topic", t.Name, "config", name, "value", value, "err", err)
 	})
 }
 
-func (m *Manager) logAppendTime(t controller.Topic) bool {
+func (m *Manager) logAppendTime(t metadata.Topic) bool {
 	return topicconfig.LogAppendTime(m.cfg.LogDefaults, m.Dynamic().Under(t.Configs))
 }
 

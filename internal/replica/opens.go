@@ -5,7 +5,7 @@ import (
 	"errors"
 	"sync"
 
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 )
 
 // The metadata apply does not open replicas itself: a topic of 10,000
@@ -53,15 +53,15 @@ type openBatch struct {
 	errs  []error
 
 	mu  sync.Mutex
-	gen uint64           // the metadata generation cur is of
-	cur controller.Topic // the topic then (ok: it existed)
+	gen uint64         // the metadata generation cur is of
+	cur metadata.Topic // the topic then (ok: it existed)
 	ok  bool
 }
 
 // current returns the batch's topic as the metadata has it now. Called
 // with the lifecycle lock held (shared), so the metadata does not change
 // meanwhile.
-func (b *openBatch) current(meta *controller.Store) (controller.Topic, bool) {
+func (b *openBatch) current(meta *metadata.Store) (metadata.Topic, bool) {
 	gen := meta.Generation()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -75,7 +75,7 @@ func (b *openBatch) current(meta *controller.Store) (controller.Topic, bool) {
 // QueueOpenTopic queues the opens of this node's replicas of partitions
 // from.. of t (what OpenTopic opens) and returns at once. Called with the
 // lifecycle lock held, by the metadata apply.
-func (m *Manager) QueueOpenTopic(t controller.Topic, from int32) {
+func (m *Manager) QueueOpenTopic(t metadata.Topic, from int32) {
 	jobs := m.openJobs(t, from)
 	if len(jobs) == 0 {
 		return

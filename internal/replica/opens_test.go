@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/storage"
 	"holdfast/internal/testwait"
 )
@@ -69,7 +69,7 @@ func TestQueuedOpensOfDeletedTopic(t *testing.T) {
 	if err := m.WaitOpened(context.Background(), "other"); err != nil {
 		t.Fatalf("WaitOpened of a topic with nothing queued: %v", err)
 	}
-	applyCmd(t, meta, controller.Command{Op: controller.OpDeleteTopic, Name: "t"})
+	applyCmd(t, meta, metadata.Command{Op: metadata.OpDeleteTopic, Name: "t"})
 	m.Unlock()
 	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -120,7 +120,7 @@ func TestStopOpensDropsQueue(t *testing.T) {
 		t.Fatal("stopOpens returned with workers under way")
 	default:
 	}
-	applyCmd(t, meta, controller.Command{Op: controller.OpDeleteTopic, Name: "t"})
+	applyCmd(t, meta, metadata.Command{Op: metadata.OpDeleteTopic, Name: "t"})
 	m.Unlock()
 	select {
 	case <-stopped:

@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"time"
 
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/partition"
 	"holdfast/internal/raft"
 	"holdfast/internal/storage"
@@ -166,7 +166,7 @@ func (m *Manager) repairLoop(stop <-chan struct{}) {
 }
 
 // repair brings back this node's failed replica of partition i of t.
-func (m *Manager) repair(t controller.Topic, i int32, p *partition.Partition, why string) {
+func (m *Manager) repair(t metadata.Topic, i int32, p *partition.Partition, why string) {
 	lg := m.log.With("topic", t.Name, "partition", i)
 	g := p.RaftGroup()
 	if _, err := m.host.Status(g); err == nil && p.Log().Failed() == nil && p.Log().Corrupt() == nil {
@@ -200,7 +200,7 @@ func (m *Manager) repair(t controller.Topic, i int32, p *partition.Partition, wh
 
 // reopen opens this node's replica of partition i of t, which must catch
 // up before it votes.
-func (m *Manager) reopen(t controller.Topic, i int32) {
+func (m *Manager) reopen(t metadata.Topic, i int32) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if cur, ok := m.meta.Topic(t.Name); !ok || cur.ID != t.ID || m.parts.Get(t.Name, i) != nil || m.openQueued(t.Name, i) {
@@ -212,7 +212,7 @@ func (m *Manager) reopen(t controller.Topic, i int32) {
 	m.reopenLocked(t, i)
 }
 
-func (m *Manager) reopenLocked(t controller.Topic, i int32) {
+func (m *Manager) reopenLocked(t metadata.Topic, i int32) {
 	lg := m.log.With("topic", t.Name, "partition", i)
 	if err := m.FinishPendingDelete(t.Name); err != nil {
 		lg.Error("the data of a deleted topic of the same name is still here", "err", err)

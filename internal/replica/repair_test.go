@@ -12,17 +12,17 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/storage"
 )
 
 // newTestManager is a manager of node 1 over a fresh metadata store and
 // data directory, with no Raft host: enough for the paths that decide
 // without a Raft group (no replica open here).
-func newTestManager(t *testing.T, fs storage.FS) (*Manager, *controller.Store) {
+func newTestManager(t *testing.T, fs storage.FS) (*Manager, *metadata.Store) {
 	t.Helper()
 	dir := t.TempDir()
-	meta, err := controller.Open(filepath.Join(dir, "meta"), storage.OSFS(), slog.New(slog.DiscardHandler), "")
+	meta, err := metadata.Open(filepath.Join(dir, "meta"), storage.OSFS(), slog.New(slog.DiscardHandler), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func newTestManager(t *testing.T, fs storage.FS) (*Manager, *controller.Store) {
 	return m, meta
 }
 
-func applyCmd(t *testing.T, meta *controller.Store, c controller.Command) controller.Topic {
+func applyCmd(t *testing.T, meta *metadata.Store, c metadata.Command) metadata.Topic {
 	t.Helper()
 	tp, err := meta.Apply(meta.Applied()+1, c)
 	if err != nil {
@@ -43,10 +43,10 @@ func applyCmd(t *testing.T, meta *controller.Store, c controller.Command) contro
 	return tp
 }
 
-func createTopic(t *testing.T, meta *controller.Store, name string, replicas ...[]int32) controller.Topic {
+func createTopic(t *testing.T, meta *metadata.Store, name string, replicas ...[]int32) metadata.Topic {
 	t.Helper()
-	return applyCmd(t, meta, controller.Command{Op: controller.OpCreateTopic, Topic: &controller.Topic{
-		Name: name, ID: controller.NewTopicID(), Partitions: int32(len(replicas)), Replicas: replicas}})
+	return applyCmd(t, meta, metadata.Command{Op: metadata.OpCreateTopic, Topic: &metadata.Topic{
+		Name: name, ID: metadata.NewTopicID(), Partitions: int32(len(replicas)), Replicas: replicas}})
 }
 
 // The repair pause starts at repairEvery, doubles after every attempt and
@@ -309,7 +309,7 @@ func TestStateWithoutLocalReplica(t *testing.T) {
 			m, meta := newTestManager(t, storage.OSFS())
 			tp := createTopic(t, meta, "t", c.replicas)
 			if len(c.fenced) > 0 {
-				applyCmd(t, meta, controller.Command{Op: controller.OpFence, IDs: c.fenced})
+				applyCmd(t, meta, metadata.Command{Op: metadata.OpFence, IDs: c.fenced})
 			}
 			got := m.State(tp, 0)
 			if got.Leader != c.want.Leader || got.LeaderEpoch != c.want.LeaderEpoch || got.Err != c.want.Err ||

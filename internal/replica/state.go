@@ -5,7 +5,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/partition"
 	"holdfast/internal/raft"
 )
@@ -30,7 +30,7 @@ type State struct {
 // reports the unfenced replicas; a node without a replica the first
 // unfenced one as leader; a replica not open here yet, no leader; a
 // replica that failed here, the leader Raft last named (unserved).
-func (m *Manager) State(t controller.Topic, i int32) State {
+func (m *Manager) State(t metadata.Topic, i int32) State {
 	s := State{Leader: -1, LeaderEpoch: -1, Replicas: []int32{}, ISR: []int32{}, Offline: []int32{}}
 	if int(i) < len(t.Replicas) {
 		s.Replicas = slices.Clone(t.Replicas[i])

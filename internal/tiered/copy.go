@@ -10,8 +10,8 @@ import (
 	"slices"
 	"time"
 
-	"holdfast/internal/controller"
 	"holdfast/internal/failpoint"
+	"holdfast/internal/metadata"
 	"holdfast/internal/partition"
 	"holdfast/internal/records"
 )
@@ -84,7 +84,7 @@ type sidecar struct {
 // copySegment uploads the batches [from, next) of p's log as one segment
 // (the .log object, then its .index): read through the log like any
 // reader, checked batch by batch on the way.
-func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t controller.Topic, st *partState, from, next int64, epoch int32) (Segment, error) {
+func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t metadata.Topic, st *partState, from, next int64, epoch int32) (Segment, error) {
 	prod, err := m.producersAt(ctx, p, t, st, from)
 	if err != nil {
 		return Segment{}, err
@@ -199,7 +199,7 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t con
 // remote log (or one after a gap) starts empty: producers whose batches
 // all lie below it are not in the state (a topic that enabled remote
 // storage after its log start moved).
-func (m *Manager) producersAt(ctx context.Context, p *partition.Partition, t controller.Topic, st *partState, from int64) (partition.ProducerState, error) {
+func (m *Manager) producersAt(ctx context.Context, p *partition.Partition, t metadata.Topic, st *partState, from int64) (partition.ProducerState, error) {
 	m.mu.Lock()
 	cached, ok, mf := st.prod, st.prodOK, st.m
 	m.mu.Unlock()

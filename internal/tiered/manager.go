@@ -15,8 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"holdfast/internal/controller"
 	"holdfast/internal/failpoint"
+	"holdfast/internal/metadata"
 	"holdfast/internal/partition"
 	"holdfast/internal/raft"
 	"holdfast/internal/replica"
@@ -29,7 +29,7 @@ import (
 type Manager struct {
 	cfg      Config
 	store    ObjectStore
-	meta     *controller.Store
+	meta     *metadata.Store
 	replicas *replica.Manager
 	host     *raft.Host
 	defaults storage.Config
@@ -84,7 +84,7 @@ type partState struct {
 }
 
 // New builds the manager; Start starts its task.
-func New(cfg Config, store ObjectStore, meta *controller.Store, replicas *replica.Manager, host *raft.Host, defaults storage.Config, log *slog.Logger) (*Manager, error) {
+func New(cfg Config, store ObjectStore, meta *metadata.Store, replicas *replica.Manager, host *raft.Host, defaults storage.Config, log *slog.Logger) (*Manager, error) {
 	cfg = cfg.withDefaults()
 	if log == nil {
 		log = slog.Default()
@@ -129,21 +129,21 @@ func (m *Manager) Close() error {
 func (m *Manager) Stats() *Stats { return &m.stats }
 
 // topicFor returns p's topic if remote storage is enabled for it.
-func (m *Manager) topicFor(p *partition.Partition) (controller.Topic, bool) {
+func (m *Manager) topicFor(p *partition.Partition) (metadata.Topic, bool) {
 	t, ok := m.meta.Topic(p.Topic())
 	if !ok || t.ID != p.TopicID() {
-		return controller.Topic{}, false
+		return metadata.Topic{}, false
 	}
 	return t, m.Enabled(t)
 }
 
 // Enabled reports whether topic t has remote storage on this node: the
 // broker's system switch and the topic's remote.storage.enable.
-func (m *Manager) Enabled(t controller.Topic) bool {
+func (m *Manager) Enabled(t metadata.Topic) bool {
 	return m != nil && m.cfg.Enabled && m.value(t, "remote.storage.enable") == "true"
 }
 
-func (m *Manager) value(t controller.Topic, name string) string {
+func (m *Manager) value(t metadata.Topic, name string) string {
 	return topicconfig.Value(m.defaults, m.replicas.Dynamic().Under(t.Configs), name)
 }
 
@@ -323,7 +323,7 @@ func (m *Manager) commit(ctx context.Context, p *partition.Partition, mf Manifes
 // upload copies p's closed, committed segments that are not remote yet,
 // oldest first, each committed before the next starts. A failure (the
 // object store down) backs off; produce never waits for any of it.
-func (m *Manager) upload(p *partition.Partition, t controller.Topic, st *partState, epoch int32) {
+func (m *Manager) upload(p *partition.Partition, t metadata.Topic, st *partState, epoch int32) {
 	m.mu.Lock()
 	if time.Now().Before(st.retryAt) {
 		m.mu.Unlock()
@@ -444,7 +444,7 @@ func (m *Manager) lag(p *partition.Partition, st *partState) (bytes, segments in
 // counted over the remote and the local log, leave the manifest (the
 // remote log start rises); their objects are deleted once that manifest
 // is committed.
-func (m *Manager) retention(p *partition.Partition, t controller.Topic, st *partState) {
+func (m *Manager) retention(p *partition.Partition, t metadata.Topic, st *partState) {
 	localMs := parseLong(m.value(t, "local.retention.ms"), -2)
 	localBytes := parseLong(m.value(t, "local.retention.bytes"), -2)
 	totalMs := parseLong(m.value(t, "retention.ms"), -1)
@@ -549,7 +549,7 @@ func (m *Manager) retention(p *partition.Partition, t controller.Topic, st *part
 // without the segments deleted is committed. A failure (the store down)
 // leaves them to the next pass; a crash, to the next leader or the next
 // start, which read the same list from the partition's log.
-func (m *Manager) deleteDropped(p *partition.Partition, t controller.Topic, st *partState) {
+func (m *Manager) deleteDropped(p *partition.Partition, t metadata.Topic, st *partState) {
 	m.mu.Lock()
 	pending := st.m.Deleting
 	m.mu.Unlock()
@@ -605,7 +605,7 @@ func (m *Manager) deleteDropped(p *partition.Partition, t controller.Topic, st *
 // this leader or a later one, lies at or above it, and those below it are
 // either named (a segment, or a deletion pending) or garbage. Runs on the
 // task's goroutine, so no upload of this node is under way.
-func (m *Manager) sweepOrphans(p *partition.Partition, t controller.Topic, st *partState, term uint64) {
+func (m *Manager) sweepOrphans(p *partition.Partition, t metadata.Topic, st *partState, term uint64) {
 	m.mu.Lock()
 	due := st.sweptTerm != term || time.Since(st.sweptAt) >= m.cfg.OrphanSweepInterval
 	mf, committed := st.m, st.cmdOffset >= 0
@@ -655,7 +655,7 @@ func (m *Manager) sweepOrphans(p *partition.Partition, t controller.Topic, st *p
 // <prefix><topic>-<topic id>/<partition>/<base offset>-<leader epoch>.
 // The leader epoch of the uploader makes two leaders' keys differ.
 // A restored segment keeps the key its first topic gave it (s.Dir).
-func (m *Manager) key(t controller.Topic, part int32, s Segment) string {
+func (m *Manager) key(t metadata.Topic, part int32, s Segment) string {
 	dir := s.Dir
 	if dir == "" {
 		dir = t.Name + "-" + t.IDString()
@@ -696,7 +696,7 @@ func (m *Manager) DeleteRecords(ctx context.Context, p *partition.Partition, off
 // segments wholly below it, which it lists as Deleting: their objects are
 // deleted after (deleteDropped). With a non-empty want it changes nothing
 // unless the manifest is still want.
-func (m *Manager) dropBelow(ctx context.Context, p *partition.Partition, t controller.Topic, st *partState, off int64, want Manifest) error {
+func (m *Manager) dropBelow(ctx context.Context, p *partition.Partition, t metadata.Topic, st *partState, off int64, want Manifest) error {
 	return m.change(ctx, p, st, func(cur Manifest) (Manifest, bool) {
 		if len(cur.Segments) == 0 || off <= cur.Start {
 			return cur, false

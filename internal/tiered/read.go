@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/partition"
 	"holdfast/internal/records"
 	"holdfast/internal/storage"
@@ -269,7 +269,7 @@ func (f cacheFile) Size() (int64, error) {
 // read-ahead never evicts the segments it fetched before they are read:
 // with segments of the default 1 GiB and the default cache there is none)
 // and its download slots.
-func (m *Manager) readAhead(t controller.Topic, p *partition.Partition, mf Manifest, seg Segment) {
+func (m *Manager) readAhead(t metadata.Topic, p *partition.Partition, mf Manifest, seg Segment) {
 	budget := m.cache.limit/2 - seg.Size
 	for range readAheadSegments {
 		next, ok := mf.Find(seg.Next)

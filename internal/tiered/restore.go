@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"holdfast/internal/controller"
+	"holdfast/internal/metadata"
 	"holdfast/internal/partition"
 	"holdfast/internal/topicconfig"
 )
@@ -203,7 +203,7 @@ func (m *Manager) restoredManifest(ctx context.Context, dir string, part int32, 
 	var prod *partition.ProducerState
 	if len(chain) > 0 {
 		var err error
-		if prod, err = m.readProducers(ctx, m.key(controller.Topic{}, part, chain[0])); err != nil {
+		if prod, err = m.readProducers(ctx, m.key(metadata.Topic{}, part, chain[0])); err != nil {
 			return Manifest{}, nil, err
 		}
 		if prod != nil && prod.End != chain[0].Next {
@@ -221,7 +221,7 @@ func (m *Manager) restoredManifest(ctx context.Context, dir string, part int32, 
 // restore commits p's restored manifest, once, before anything else of
 // its remote log: it reports whether the task may go on with p (not a
 // restored topic, or its manifest committed).
-func (m *Manager) restore(p *partition.Partition, t controller.Topic, st *partState) bool {
+func (m *Manager) restore(p *partition.Partition, t metadata.Topic, st *partState) bool {
 	dir := t.Configs["remote.storage.restore.from"]
 	start := topicconfig.RestoreStartOf(t.Configs, p.Index()).Offset
 	m.mu.Lock()

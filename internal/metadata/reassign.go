@@ -1,4 +1,4 @@
-package controller
+package metadata
 
 import (
 	"errors"
@@ -21,11 +21,11 @@ func (r Reassignment) Removing() []int32 { return minus(r.Original, r.Target) }
 
 // Errors of reassignment commands; callers map them onto Kafka codes.
 var (
-	ErrUnknownPartition    = errors.New("controller: unknown partition")
-	ErrInvalidAssignment   = errors.New("controller: invalid replica assignment")
-	ErrNoReassignment      = errors.New("controller: no reassignment in progress")
-	ErrReassignInProgress  = errors.New("controller: a reassignment of this partition is in progress")
-	ErrStaleReassignFinish = errors.New("controller: the reassignment being completed is not the current one")
+	ErrUnknownPartition    = errors.New("metadata: unknown partition")
+	ErrInvalidAssignment   = errors.New("metadata: invalid replica assignment")
+	ErrNoReassignment      = errors.New("metadata: no reassignment in progress")
+	ErrReassignInProgress  = errors.New("metadata: a reassignment of this partition is in progress")
+	ErrStaleReassignFinish = errors.New("metadata: the reassignment being completed is not the current one")
 )
 
 // MaxReplicas bounds a partition's replica set (a target, and the union

@@ -1,4 +1,4 @@
-package controller
+package metadata
 
 import (
 	"fmt"
@@ -39,7 +39,7 @@ func applyFeatures(next *state, c Command) (handled bool, err error) {
 		return false, nil
 	}
 	if len(c.Features) == 0 {
-		return true, fmt.Errorf("controller: %s without features", c.Op)
+		return true, fmt.Errorf("metadata: %s without features", c.Op)
 	}
 	fs := maps.Clone(next.Features)
 	if fs == nil {
@@ -47,12 +47,12 @@ func applyFeatures(next *state, c Command) (handled bool, err error) {
 	}
 	for name, level := range c.Features {
 		if name == "" || level < 0 {
-			return true, fmt.Errorf("controller: feature %q level %d", name, level)
+			return true, fmt.Errorf("metadata: feature %q level %d", name, level)
 		}
 		fs[name] = level
 	}
 	if len(fs) > MaxFeatures {
-		return true, fmt.Errorf("controller: more than %d features", MaxFeatures)
+		return true, fmt.Errorf("metadata: more than %d features", MaxFeatures)
 	}
 	next.Features = fs
 	return true, nil

@@ -1,4 +1,4 @@
-package controller
+package metadata
 
 import (
 	"fmt"
@@ -31,7 +31,7 @@ func applyGroupConfigs(next *state, c Command) (handled bool, err error) {
 		return false, nil
 	}
 	if c.Name == "" {
-		return true, fmt.Errorf("controller: group configs without a group")
+		return true, fmt.Errorf("metadata: group configs without a group")
 	}
 	gc := maps.Clone(next.GroupConfigs)
 	if gc == nil {
@@ -41,7 +41,7 @@ func applyGroupConfigs(next *state, c Command) (handled bool, err error) {
 		delete(gc, c.Name)
 	} else {
 		if _, ok := gc[c.Name]; !ok && len(gc) >= MaxConfiguredGroups {
-			return true, fmt.Errorf("controller: more than %d groups with configs", MaxConfiguredGroups)
+			return true, fmt.Errorf("metadata: more than %d groups with configs", MaxConfiguredGroups)
 		}
 		gc[c.Name] = maps.Clone(c.Configs)
 	}

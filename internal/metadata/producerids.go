@@ -1,4 +1,4 @@
-package controller
+package metadata
 
 import (
 	"errors"
@@ -20,7 +20,7 @@ import (
 // ErrStaleProducerIDBlock: a block proposal overlapping ids already given
 // out (two proposals raced); the controller proposes again from the new
 // next id.
-var ErrStaleProducerIDBlock = errors.New("controller: producer id block already given out")
+var ErrStaleProducerIDBlock = errors.New("metadata: producer id block already given out")
 
 // ProducerIDBlockStart is where the next block starts: the next free id.
 func (s *Store) ProducerIDBlockStart() int64 {
@@ -56,9 +56,9 @@ func applyProducerIDs(next *state, c Command) error {
 	}
 	switch {
 	case c.BrokerID <= 0 || c.ProducerIDLen <= 0 || c.ProducerIDStart < 0:
-		return fmt.Errorf("controller: bad producer id block %d+%d for broker %d", c.ProducerIDStart, c.ProducerIDLen, c.BrokerID)
+		return fmt.Errorf("metadata: bad producer id block %d+%d for broker %d", c.ProducerIDStart, c.ProducerIDLen, c.BrokerID)
 	case c.ProducerIDStart > math.MaxInt64-c.ProducerIDLen:
-		return fmt.Errorf("controller: producer ids exhausted")
+		return fmt.Errorf("metadata: producer ids exhausted")
 	case c.ProducerIDStart < next.NextProducerID:
 		return fmt.Errorf("%w: block at %d, next free %d", ErrStaleProducerIDBlock, c.ProducerIDStart, next.NextProducerID)
 	}

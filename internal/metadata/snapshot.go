@@ -1,4 +1,4 @@
-package controller
+package metadata
 
 import (
 	"bytes"
@@ -232,7 +232,7 @@ func (sn *snapshotter) writeFinished(kind int, fs []finishedDelete) error {
 	path := join(s.dir, finishedNames[kind])
 	if len(fs) == 0 {
 		if err := s.fs.Remove(path); err != nil && !isNotExist(err) {
-			return fmt.Errorf("controller: %w", err)
+			return fmt.Errorf("metadata: %w", err)
 		}
 		return nil
 	}
@@ -241,7 +241,7 @@ func (sn *snapshotter) writeFinished(kind int, fs []finishedDelete) error {
 		return err
 	}
 	if _, err := storage.WriteFileAtomic(s.fs, path, data); err != nil {
-		return fmt.Errorf("controller: recording a finished deletion: %w", err)
+		return fmt.Errorf("metadata: recording a finished deletion: %w", err)
 	}
 	return nil
 }
@@ -266,7 +266,7 @@ func (s *Store) loadFinishedKind(kind int) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("controller: %w", err)
+		return fmt.Errorf("metadata: %w", err)
 	}
 	// Version 1 is a bare JSON array. A later version is to be an object
 	// with a "version" field, refused here rather than read as corrupt.
@@ -276,13 +276,13 @@ func (s *Store) loadFinishedKind(kind int) error {
 		}
 		if err := json.Unmarshal(t, &v); err == nil {
 			if err := storage.CheckVersion("version", v.Version, finishedVersion); err != nil {
-				return fmt.Errorf("controller: %s: %w", join(s.dir, finishedName), err)
+				return fmt.Errorf("metadata: %s: %w", join(s.dir, finishedName), err)
 			}
 		}
 	}
 	var fs []finishedDelete
 	if err := json.Unmarshal(data, &fs); err != nil {
-		return fmt.Errorf("controller: %s: %w: %v", join(s.dir, finishedName), errCorruptMetaDoc, err)
+		return fmt.Errorf("metadata: %s: %w: %v", join(s.dir, finishedName), errCorruptMetaDoc, err)
 	}
 	s.snap.finished[kind] = fs
 	return nil

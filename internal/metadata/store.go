@@ -1,10 +1,10 @@
-// Package controller holds the node's cluster metadata: the cluster id,
+// Package metadata holds the node's cluster metadata: the cluster id,
 // the topics (name, id, partition count, config overrides), brokers,
 // configs, ACLs, quotas. It is the metadata Raft group's state machine:
 // an immutable Image per applied offset (image.go), changed only by
 // applying committed commands, and snapshotted to disk every so many
 // bytes of the metadata log (snapshot.go), which is the record.
-package controller
+package metadata
 
 import (
 	"crypto/rand"
@@ -25,10 +25,10 @@ import (
 // Errors returned by the Store's mutations. Callers map them onto Kafka
 // error codes.
 var (
-	ErrTopicExists    = errors.New("controller: topic already exists")
-	ErrUnknownTopic   = errors.New("controller: unknown topic")
-	ErrInvalidCount   = errors.New("controller: invalid partition count")
-	errCorruptMetaDoc = errors.New("controller: metadata file is corrupt")
+	ErrTopicExists    = errors.New("metadata: topic already exists")
+	ErrUnknownTopic   = errors.New("metadata: unknown topic")
+	ErrInvalidCount   = errors.New("metadata: invalid partition count")
+	errCorruptMetaDoc = errors.New("metadata: metadata file is corrupt")
 )
 
 // Topic is one topic's metadata.
@@ -201,17 +201,17 @@ func Open(dir string, fs storage.FS, log *slog.Logger, clusterID string) (*Store
 	// The directory itself may be new (and its parents): make their
 	// entries durable too.
 	if err := storage.MkdirAllDurable(fs, dir); err != nil {
-		return nil, fmt.Errorf("controller: %w", err)
+		return nil, fmt.Errorf("metadata: %w", err)
 	}
 	data, err := readFile(fs, join(dir, fileName))
 	switch {
 	case err == nil:
 		st, err := decode(data)
 		if err != nil {
-			return nil, fmt.Errorf("controller: %s: %w", join(dir, fileName), err)
+			return nil, fmt.Errorf("metadata: %s: %w", join(dir, fileName), err)
 		}
 		if clusterID != "" && st.ClusterID != clusterID {
-			return nil, fmt.Errorf("controller: %s belongs to cluster %s, this node to %s", join(dir, fileName), st.ClusterID, clusterID)
+			return nil, fmt.Errorf("metadata: %s belongs to cluster %s, this node to %s", join(dir, fileName), st.ClusterID, clusterID)
 		}
 		s.img = newImage(st)
 		s.snap.size = int64(len(data))
@@ -230,7 +230,7 @@ func Open(dir string, fs storage.FS, log *slog.Logger, clusterID string) (*Store
 		}
 		log.Info("created cluster metadata", "cluster_id", s.img.st.ClusterID, "dir", dir)
 	default:
-		return nil, fmt.Errorf("controller: %w", err)
+		return nil, fmt.Errorf("metadata: %w", err)
 	}
 	s.gen++
 	return s, nil
@@ -514,7 +514,7 @@ func decode(data []byte) (state, error) {
 		return state{}, fmt.Errorf("%w: %v", errCorruptMetaDoc, err)
 	}
 	if st.Version != stateVersion {
-		return state{}, fmt.Errorf("controller: unsupported metadata version %d, this binary reads %d", st.Version, stateVersion)
+		return state{}, fmt.Errorf("metadata: unsupported metadata version %d, this binary reads %d", st.Version, stateVersion)
 	}
 	if st.ClusterID == "" {
 		return state{}, errCorruptMetaDoc
@@ -528,10 +528,10 @@ func decode(data []byte) (state, error) {
 func (s *Store) persist(st state) (int64, error) {
 	data, err := encode(st)
 	if err != nil {
-		return 0, fmt.Errorf("controller: encoding metadata: %w", err)
+		return 0, fmt.Errorf("metadata: encoding metadata: %w", err)
 	}
 	if _, err = storage.WriteFileAtomic(s.fs, join(s.dir, fileName), data); err != nil {
-		return 0, fmt.Errorf("controller: persisting metadata: %w", err)
+		return 0, fmt.Errorf("metadata: persisting metadata: %w", err)
 	}
 	return int64(len(data)), nil
 }
@@ -573,11 +573,11 @@ func StoredClusterID(dir string, fs storage.FS) (string, error) {
 		return "", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("controller: %w", err)
+		return "", fmt.Errorf("metadata: %w", err)
 	}
 	st, err := decode(data)
 	if err != nil {
-		return "", fmt.Errorf("controller: %s: %w", join(dir, fileName), err)
+		return "", fmt.Errorf("metadata: %s: %w", join(dir, fileName), err)
 	}
 	return st.ClusterID, nil
 }

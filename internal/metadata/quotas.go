@@ -1,4 +1,4 @@
-package controller
+package metadata
 
 import (
 	"fmt"
@@ -209,11 +209,11 @@ func applyQuotas(next *state, c Command) (handled bool, err error) {
 	}
 	for _, a := range c.Quotas {
 		if err := ValidateQuotaEntity(a.Entity); err != nil {
-			return true, fmt.Errorf("controller: %w", err)
+			return true, fmt.Errorf("metadata: %w", err)
 		}
 		for k, v := range a.Set {
 			if err := ValidateQuotaValue(a.Entity, k, v); err != nil {
-				return true, fmt.Errorf("controller: %w", err)
+				return true, fmt.Errorf("metadata: %w", err)
 			}
 		}
 		k := a.Entity.Key()
@@ -235,7 +235,7 @@ func applyQuotas(next *state, c Command) (handled bool, err error) {
 	}
 	quotas = slices.DeleteFunc(quotas, func(q ClientQuota) bool { return len(q.Values) == 0 })
 	if len(quotas) > MaxQuotaEntities {
-		return true, fmt.Errorf("controller: more than %d client quota entities", MaxQuotaEntities)
+		return true, fmt.Errorf("metadata: more than %d client quota entities", MaxQuotaEntities)
 	}
 	sort.Slice(quotas, func(i, j int) bool { return quotas[i].Entity.Key() < quotas[j].Entity.Key() })
 	next.Quotas = quotas

@@ -1,4 +1,4 @@
-package controller
+package metadata
 
 import (
 	"encoding/json"
@@ -116,7 +116,7 @@ const (
 )
 
 // ErrBrokerInUse refuses unregistering a broker that still holds replicas.
-var ErrBrokerInUse = errors.New("controller: the broker still holds replicas")
+var ErrBrokerInUse = errors.New("metadata: the broker still holds replicas")
 
 // EncodeCommand and DecodeCommand are the metadata log's record value.
 func EncodeCommand(c Command) ([]byte, error) { return json.Marshal(c) }
@@ -124,7 +124,7 @@ func EncodeCommand(c Command) ([]byte, error) { return json.Marshal(c) }
 func DecodeCommand(b []byte) (Command, error) {
 	var c Command
 	if err := json.Unmarshal(b, &c); err != nil {
-		return c, fmt.Errorf("controller: bad metadata command: %w", err)
+		return c, fmt.Errorf("metadata: bad metadata command: %w", err)
 	}
 	c.Size = len(b)
 	return c, nil

@@ -1,4 +1,4 @@
-package controller
+package metadata
 
 import (
 	"fmt"
@@ -93,7 +93,7 @@ func applySecurity(next *state, c Command) (handled bool, err error) {
 			}
 		}
 		if len(acls) > MaxACLs {
-			return true, fmt.Errorf("controller: more than %d ACLs", MaxACLs)
+			return true, fmt.Errorf("metadata: more than %d ACLs", MaxACLs)
 		}
 		sortACLs(acls)
 		next.ACLs = acls
@@ -109,12 +109,12 @@ func applySecurity(next *state, c Command) (handled bool, err error) {
 		})
 		for _, u := range c.Scram {
 			if u.User == "" || auth.ScramMechanismCode(u.Mechanism) == 0 || len(u.StoredKey) == 0 || len(u.ServerKey) == 0 {
-				return true, fmt.Errorf("controller: bad SCRAM credential for %q", u.User)
+				return true, fmt.Errorf("metadata: bad SCRAM credential for %q", u.User)
 			}
 			creds = append(creds, u)
 		}
 		if len(creds) > MaxScramCredentials {
-			return true, fmt.Errorf("controller: more than %d SCRAM credentials", MaxScramCredentials)
+			return true, fmt.Errorf("metadata: more than %d SCRAM credentials", MaxScramCredentials)
 		}
 		sort.Slice(creds, func(i, j int) bool {
 			if creds[i].User != creds[j].User {

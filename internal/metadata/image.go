@@ -1,4 +1,4 @@
-package controller
+package metadata
 
 import (
 	"fmt"
@@ -175,7 +175,7 @@ func (next *Image) applyTo(c Command, d *Delta) error {
 	if handled, err := applyFeatures(st, c); handled {
 		return err
 	}
-	return fmt.Errorf("controller: unknown metadata command %q", c.Op)
+	return fmt.Errorf("metadata: unknown metadata command %q", c.Op)
 }
 
 // applyTopicCommand applies the commands that create, change or delete a
@@ -291,12 +291,12 @@ func (next *Image) applyClusterCommand(c Command) (handled bool, err error) {
 	switch c.Op {
 	case OpInit:
 		if c.ClusterID == "" {
-			return true, fmt.Errorf("controller: init without a cluster id")
+			return true, fmt.Errorf("metadata: init without a cluster id")
 		}
 		st.ClusterID = c.ClusterID
 	case OpRegister:
 		if c.Broker == nil {
-			return true, fmt.Errorf("controller: register without a broker")
+			return true, fmt.Errorf("metadata: register without a broker")
 		}
 		bs := slices.DeleteFunc(slices.Clone(st.Brokers), func(b BrokerInfo) bool { return b.ID == c.Broker.ID })
 		bs = append(bs, *c.Broker)
@@ -329,7 +329,7 @@ func (next *Image) applyClusterCommand(c Command) (handled bool, err error) {
 		st.Brokers = slices.DeleteFunc(slices.Clone(st.Brokers), func(b BrokerInfo) bool { return b.ID == c.BrokerID })
 	case OpFence, OpUnfence:
 		if len(c.IDs) == 0 {
-			return true, fmt.Errorf("controller: %s without broker ids", c.Op)
+			return true, fmt.Errorf("metadata: %s without broker ids", c.Op)
 		}
 		fenced := slices.DeleteFunc(slices.Clone(st.Fenced), func(id int32) bool { return slices.Contains(c.IDs, id) })
 		if c.Op == OpFence {
