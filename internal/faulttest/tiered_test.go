@@ -618,26 +618,6 @@ func TestTieredLeadershipMovesMidUpload(t *testing.T) {
 	}
 }
 
-// leaderSeenBy is the leader of topic/0 in node id's own Metadata answer.
-func leaderSeenBy(cl *kgo.Client, id int, topic string) (int, error) {
-	req := kmsg.NewPtrMetadataRequest()
-	rt := kmsg.NewMetadataRequestTopic()
-	rt.Topic = kmsg.StringPtr(topic)
-	req.Topics = append(req.Topics, rt)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	resp, err := cl.Broker(id).Request(ctx, req)
-	if err != nil {
-		return 0, err
-	}
-	md := resp.(*kmsg.MetadataResponse)
-	if len(md.Topics) != 1 || len(md.Topics[0].Partitions) != 1 {
-		return 0, fmt.Errorf("node %d: no partition %s/0 in its metadata", id, topic)
-	}
-	p := md.Topics[0].Partitions[0]
-	return int(p.Leader), kerr.ErrorForCode(p.ErrorCode)
-}
-
 // TestTieredStoreUnreachable: the object store becomes unreachable from
 // the node (CutService: its packets vanish, nothing is refused) in the
 // middle of an upload, stopped at a failpoint between its two objects,
