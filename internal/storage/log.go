@@ -1359,9 +1359,14 @@ type sliceRef struct {
 	log    *Log          // nil: the bytes need no check (verify.go)
 	gen    uint64        // the log's truncGen when the slice was made
 	chunks []*cacheChunk // read cache chunks lent out by CachedBytes
+	unpins []func()      // descriptors pinned by PinFd
 }
 
 func (r *sliceRef) release() {
+	for _, u := range r.unpins {
+		u()
+	}
+	r.unpins = nil
 	r.seg.unref()
 	for _, c := range r.chunks {
 		c.unlend()
@@ -1386,6 +1391,23 @@ func (s Slice) Bytes() ([]byte, error) {
 		}
 	}
 	return b, nil
+}
+
+// PinFd returns the descriptor of the Slice's file for sendfile, held
+// open until Release (a cached file's may otherwise be closed when idle,
+// fdcache.go); 0 if the file has none, or the descriptor cache's pins
+// hold half of it already (then Bytes).
+func (s Slice) PinFd() uintptr {
+	if s.ref == nil {
+		return 0 // not from Read: nothing to release it with
+	}
+	fd, unpin, err := tryPinFd(s.File)
+	if err != nil || fd == 0 {
+		unpin()
+		return 0
+	}
+	s.ref.unpins = append(s.ref.unpins, unpin)
+	return fd
 }
 
 // Release drops the Slice's hold on the segment; idempotent.

@@ -244,7 +244,12 @@ func (s *Syncer) syncGroup(ls []*Log) {
 	}
 	s.syncfs.Add(1)
 	start := time.Now()
-	err := syncfs(tickets[0].s.f.Fd())
+	// Pinned: a cached file's descriptor stays open for the call.
+	fd, unpin, err := PinFd(tickets[0].s.f)
+	if err == nil {
+		err = syncfs(fd)
+	}
+	unpin()
 	s.latency.Observe(time.Since(start))
 	for _, t := range tickets {
 		if e := t.syncEnd(err); e != nil {
