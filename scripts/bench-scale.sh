@@ -29,7 +29,9 @@
 # that still tick, by role (0/0/0 when every group quiesced), and the ticks
 # that found a peer silent (each wakes the quiesced groups depending on it);
 # a binary without those metrics shows blanks. (The admin listener serves
-# only the metrics: --console=false, as before the listener was on.)
+# only the metrics and /debug/pprof: --console=false, as before the
+# listener was on. PROFILE=path takes CPU profiles of node 1 over the first
+# PROFILE_SECONDS (30) of the creation and of the restart.)
 # The clean stop is timed too, with the ERROR lines the nodes logged during
 # it (KEEP_LOG=path keeps that log). Several binaries are compared,
 # interleaved round by round.
@@ -93,7 +95,7 @@ start() { # BIN PHASE
 	for i in $(seq "$nodes"); do peers+="${peers:+,}$i@127.0.0.1:$((port + 50 + i))"; done
 	for i in $(seq "$nodes"); do
 		if [ "$nodes" = 1 ]; then
-			GODEBUG=gctrace=1 "$work/$bin" serve --listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "" --log-level warn --max-connections "$maxconns" 2> >(gcsplit "$phase.n$i") &
+			GODEBUG=gctrace=1 "$work/$bin" serve --listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "127.0.0.1:$((port + 20 + i))" --console=false --log-level warn --max-connections "$maxconns" 2> >(gcsplit "$phase.n$i") &
 		else
 			GODEBUG=gctrace=1 "$work/$bin" serve --node-id "$i" --peers "$peers" --raft-listen 127.0.0.1:$((port + 50 + i)) \
 				--listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "127.0.0.1:$((port + 20 + i))" --console=false --log-level warn --max-connections "$maxconns" 2> >(gcsplit "$phase.n$i") &
@@ -157,13 +159,16 @@ for round in $(seq "$rounds"); do
 		empty=$(rss_mib)
 		t0=$(now); c0=$(ticks)
 		# Retried until every broker has registered (RF > the brokers known is refused).
+		if [ -n "${PROFILE:-}" ]; then # a CPU profile of node 1 over the creation's first PROFILE_SECONDS
+			curl -s --max-time 600 "127.0.0.1:$((port + 21))/debug/pprof/profile?seconds=${PROFILE_SECONDS:-30}" >"$PROFILE.$round.$bin.create" &
+		fi
 		answered=$(probe create | awk '/^created/ {print $2}')
 		created=$(since "$t0")
 		ccpu=$(echo "$(ticks) $c0" | awk -v hz="$hz" '{printf "%.1f", ($1 - $2) / hz}')
 		read -r cpu gcs < <(idle_cpu "c$round.$bin"); rss=$(rss_mib)
 		per=$(echo "$rss $empty" | awk -v n=$((parts * rf)) '{printf "%.1f", ($1 - $2) * 1024 / n}')
 		silent=$(grep -c 'has not been heard' "$work/log" || true)
-		tick1=$([ "$nodes" = 1 ] || ticking)
+		tick1=$(ticking)
 		: >"$work/log"
 		t0=$(now)
 		stop
@@ -173,6 +178,9 @@ for round in $(seq "$rounds"); do
 		: >"$work/log"
 		t0=$(now)
 		start "$bin" "r$round.$bin"
+		if [ -n "${PROFILE:-}" ]; then
+			(until curl -s --max-time 600 "127.0.0.1:$((port + 21))/debug/pprof/profile?seconds=${PROFILE_SECONDS:-30}" >"$PROFILE.$round.$bin.restart" 2>/dev/null; do sleep 0.05; done) &
+		fi
 		until listening; do sleep 0.05; done
 		up=$(since "$t0")
 		produce_one
@@ -180,7 +188,7 @@ for round in $(seq "$rounds"); do
 		rcpu=$(echo "$(ticks)" | awk -v hz="$hz" '{printf "%.1f", $1 / hz}')
 		read -r cpu2 gcs2 < <(idle_cpu "r$round.$bin"); rss2=$(rss_mib)
 		silent2=$(grep -c 'has not been heard' "$work/log" || true)
-		tick2=$([ "$nodes" = 1 ] || ticking)
+		tick2=$(ticking)
 		stop
 		echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts topics=$topics: created ${answered}s, created+every ack ${created}s (${ccpu} CPU-s of the nodes); idle ${cpu}% of a core (GC cycles/mark CPU-ms in it ${gcs}; peer silences ${silent}; ticking L/F/E,silent ticks ${tick1}), RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); stop ${stopped}s (${errs} ERROR lines); restart: listening ${up}s, first ack ${first}s (${rcpu} CPU-s of the nodes); idle ${cpu2}% (GC ${gcs2}; peer silences ${silent2}; ticking ${tick2}), RSS ${rss2} MiB"
 	done

@@ -270,6 +270,9 @@ func TestCachedFSNames(t *testing.T) {
 		if _, err := f.Write([]byte(content)); err != nil {
 			t.Fatal(err)
 		}
+		if err := f.Sync(); err != nil { // clean: closed first (dirty ones cost an fdatasync)
+			t.Fatal(err)
+		}
 		return f
 	}
 	read := func(f File, want string) {
@@ -410,5 +413,50 @@ func TestCachedFSConcurrent(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestCachedFSPrefersClean: closing a dirty file costs an fdatasync, so
+// the cache closes a clean idle one when there is one; a file the syncer's
+// syncfs covered (syncMarker) counts as clean.
+func TestCachedFSPrefersClean(t *testing.T) {
+	cfs := NewCrashFS(1)
+	cfs.MkdirAll("/d", 0o755)
+	syncs := 0
+	cfs.OnSync(func(string) { syncs++ })
+	fsys := CachedFS(cfs, 3)
+	var files []File
+	for i := range 3 {
+		f, err := fsys.OpenFile(fmt.Sprint("/d/", i), os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Write([]byte("x"))
+		files = append(files, f)
+	}
+	mark := syncMarker(files[0]) // as the syncer before a syncfs
+	files[0].Write([]byte("after the mark"))
+	mark()                 // the syncfs succeeded: it covers the first write only
+	syncMarker(files[1])() // covered: clean
+	files[2].Sync()        // clean
+	syncs = 0
+	// Two more files, written: the clean ones (1, 2) go first; a third
+	// finds only dirty ones (0, 3, 4) and fdatasyncs one.
+	for i := 3; i < 6; i++ {
+		f, err := fsys.OpenFile(fmt.Sprint("/d/", i), os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+		f.Write([]byte("y"))
+		if i < 5 && syncs != 0 {
+			t.Fatalf("opening file %d fdatasynced %d files, with a clean one to close", i, syncs)
+		}
+	}
+	if syncs != 1 {
+		t.Fatalf("%d fdatasyncs for the sixth file, want 1 (no clean file left)", syncs)
+	}
+	for _, f := range files {
+		f.Close()
 	}
 }

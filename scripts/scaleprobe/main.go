@@ -53,7 +53,7 @@ func main() {
 	seeds := strings.Split(*bootstrap, ",")
 	switch *mode {
 	case "create":
-		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RequestTimeoutOverhead(*timeout))
+		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RequestTimeoutOverhead(min(*timeout, 15*time.Minute)))
 		if err != nil {
 			fail(err)
 		}
