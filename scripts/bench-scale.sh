@@ -31,7 +31,8 @@
 # a binary without those metrics shows blanks. (The admin listener serves
 # only the metrics and /debug/pprof: --console=false, as before the
 # listener was on. PROFILE=path takes CPU profiles of node 1 over the first
-# PROFILE_SECONDS (30) of the creation and of the restart.)
+# PROFILE_SECONDS (30) of the creation and of the restart. RESTART=0
+# stops after the clean stop.)
 # The clean stop is timed too, with the ERROR lines the nodes logged during
 # it (KEEP_LOG=path keeps that log). Several binaries are compared,
 # interleaved round by round.
@@ -176,6 +177,10 @@ for round in $(seq "$rounds"); do
 		errs=$(grep -c 'level=ERROR' "$work/log" || true)
 		[ -z "${KEEP_LOG:-}" ] || cp "$work/log" "$KEEP_LOG.$round.$bin"
 		: >"$work/log"
+		if [ "${RESTART:-1}" = 0 ]; then
+			echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts topics=$topics: created ${answered}s, created+every ack ${created}s (${ccpu} CPU-s of the nodes); idle ${cpu}% of a core (GC cycles/mark CPU-ms in it ${gcs}; peer silences ${silent}; ticking L/F/E,silent ticks ${tick1}), RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); stop ${stopped}s (${errs} ERROR lines); no restart (RESTART=0)"
+			continue
+		fi
 		t0=$(now)
 		start "$bin" "r$round.$bin"
 		if [ -n "${PROFILE:-}" ]; then
