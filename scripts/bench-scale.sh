@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Many partitions on real processes (issue 17: "10,000 partitions on 3
 # nodes: start-up to first produce under 10 s, idle CPU under 5% of a core,
-# memory stated per partition"). Each round starts NODES `holdfast serve`
-# processes (a cluster; one node: a single node), creates a topic of
-# PARTITIONS partitions at replication factor RF, produces one record with
-# acks=all to its last partition, then measures the brokers' idle CPU
+# memory stated per partition"; issue 27: "100,000 partitions on one node:
+# CreateTopics of 100 topics x 1,000 partitions to every partition
+# acknowledging a write"). Each round starts NODES `holdfast serve`
+# processes (a cluster; one node: a single node), creates TOPICS topics
+# (default 1) of PARTITIONS/TOPICS partitions each at replication factor
+# RF, produces one record with acks=all to every partition
+# (scripts/scaleprobe, retried until each is acknowledged; the time to the
+# last acknowledgement is "created+every ack"), then measures the brokers'
+# idle CPU
 # (user + system from /proc/PID/stat, summed over the nodes, over IDLE
 # seconds after QUIESCE seconds) and RSS; then stops every node with SIGTERM
 # (a clean shutdown), starts them all again together and reports the time
@@ -24,7 +29,10 @@
 # that still tick, by role (0/0/0 when every group quiesced), and the ticks
 # that found a peer silent (each wakes the quiesced groups depending on it);
 # a binary without those metrics shows blanks. (The admin listener serves
-# only the metrics: --console=false, as before the listener was on.)
+# only the metrics and /debug/pprof: --console=false, as before the
+# listener was on. PROFILE=path takes CPU profiles of node 1 over the first
+# PROFILE_SECONDS (30) of the creation and of the restart. RESTART=0
+# stops after the clean stop.)
 # The clean stop is timed too, with the ERROR lines the nodes logged during
 # it (KEEP_LOG=path keeps that log). Several binaries are compared,
 # interleaved round by round.
@@ -32,17 +40,18 @@
 #   scripts/bench-scale.sh [BINARY...]     # default: this tree
 #   NODES=3 RF=3 PARTITIONS=10000 ROUNDS=1 scripts/bench-scale.sh OLD NEW
 #
-# Each node needs about one file descriptor per replica it holds: the
-# script raises its soft limit to the hard one (ulimit -n) as serve does.
-# Serve keeps --max-connections descriptors for connections and refuses
-# replicas past what the rest can hold (max.broker.partitions,
-# docs/storage.md): the nodes run with MAX_CONNECTIONS=1000 (default),
-# which leaves 14,058 replicas a node at a limit of 20,000.
+# Serve keeps --max-connections descriptors for connections and a reserve,
+# and holds the data files' descriptors in a cache of the rest
+# (log.max.open.files, docs/storage.md): the nodes run with
+# MAX_CONNECTIONS=1000 (default), which leaves 18,744 descriptors for data
+# files at a limit of 20,000, whatever the partition count.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 nodes=${NODES:-3}
 rf=${RF:-1}
 parts=${PARTITIONS:-10000}
+topics=${TOPICS:-1}
+[ $((parts % topics)) = 0 ] || { echo "PARTITIONS must be a multiple of TOPICS"; exit 1; }
 rounds=${ROUNDS:-1}
 idle=${IDLE:-10}
 quiesce=${QUIESCE:-5}
@@ -57,6 +66,7 @@ if [ $# -ge 1 ]; then
 else
 	bins=(B0); (cd "$repo" && CGO_ENABLED=0 go build -o "$work/B0" ./cmd/holdfast)
 fi
+(cd "$repo" && CGO_ENABLED=0 go build -o "$work/probe" ./scripts/scaleprobe)
 hz=$(getconf CLK_TCK)
 bootstrap=""
 for i in $(seq "$nodes"); do bootstrap+="${bootstrap:+,}127.0.0.1:$((port + i))"; done
@@ -86,7 +96,7 @@ start() { # BIN PHASE
 	for i in $(seq "$nodes"); do peers+="${peers:+,}$i@127.0.0.1:$((port + 50 + i))"; done
 	for i in $(seq "$nodes"); do
 		if [ "$nodes" = 1 ]; then
-			GODEBUG=gctrace=1 "$work/$bin" serve --listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "" --log-level warn --max-connections "$maxconns" 2> >(gcsplit "$phase.n$i") &
+			GODEBUG=gctrace=1 "$work/$bin" serve --listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "127.0.0.1:$((port + 20 + i))" --console=false --log-level warn --max-connections "$maxconns" 2> >(gcsplit "$phase.n$i") &
 		else
 			GODEBUG=gctrace=1 "$work/$bin" serve --node-id "$i" --peers "$peers" --raft-listen 127.0.0.1:$((port + 50 + i)) \
 				--listen 127.0.0.1:$((port + i)) --data-dir "$work/data/n$i" --metrics-listen "127.0.0.1:$((port + 20 + i))" --console=false --log-level warn --max-connections "$maxconns" 2> >(gcsplit "$phase.n$i") &
@@ -120,11 +130,13 @@ stop() {
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
 	pids=()
 }
-produce_one() { # BIN: until one record to the last partition is acknowledged
-	local bin=$1
-	until echo x | "$work/$bin" produce scale --partition $((parts - 1)) --acks all --bootstrap "$bootstrap" --timeout 10s >/dev/null 2>&1; do
-		sleep 0.1
-	done
+probe() { # MODE: scripts/scaleprobe against the nodes
+	local prefix=scale
+	[ "$topics" = 1 ] || prefix=scale-
+	"$work/probe" -bootstrap "$bootstrap" -mode "$1" -prefix "$prefix" -topics "$topics" -partitions $((parts / topics)) -rf "$rf" 2>>"$work/log"
+}
+produce_one() { # until one record to the last partition is acknowledged
+	until probe one >/dev/null; do sleep 0.1; done
 }
 idle_cpu() { # PHASE: percent of a core over $idle s, after $quiesce s, and the GC cycles in that window
 	sleep "$quiesce"
@@ -148,15 +160,16 @@ for round in $(seq "$rounds"); do
 		empty=$(rss_mib)
 		t0=$(now); c0=$(ticks)
 		# Retried until every broker has registered (RF > the brokers known is refused).
-		until "$work/$bin" topic create scale --if-not-exists --partitions "$parts" --replication-factor "$rf" \
-			--bootstrap "$bootstrap" --timeout 10m >/dev/null 2>>"$work/log"; do sleep 0.5; done
-		produce_one "$bin"
+		if [ -n "${PROFILE:-}" ]; then # a CPU profile of node 1 over the creation's first PROFILE_SECONDS
+			curl -s --max-time 600 "127.0.0.1:$((port + 21))/debug/pprof/profile?seconds=${PROFILE_SECONDS:-30}" >"$PROFILE.$round.$bin.create" &
+		fi
+		answered=$(probe create | awk '/^created/ {print $2}')
 		created=$(since "$t0")
 		ccpu=$(echo "$(ticks) $c0" | awk -v hz="$hz" '{printf "%.1f", ($1 - $2) / hz}')
 		read -r cpu gcs < <(idle_cpu "c$round.$bin"); rss=$(rss_mib)
 		per=$(echo "$rss $empty" | awk -v n=$((parts * rf)) '{printf "%.1f", ($1 - $2) * 1024 / n}')
 		silent=$(grep -c 'has not been heard' "$work/log" || true)
-		tick1=$([ "$nodes" = 1 ] || ticking)
+		tick1=$(ticking)
 		: >"$work/log"
 		t0=$(now)
 		stop
@@ -164,17 +177,24 @@ for round in $(seq "$rounds"); do
 		errs=$(grep -c 'level=ERROR' "$work/log" || true)
 		[ -z "${KEEP_LOG:-}" ] || cp "$work/log" "$KEEP_LOG.$round.$bin"
 		: >"$work/log"
+		if [ "${RESTART:-1}" = 0 ]; then
+			echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts topics=$topics: created ${answered}s, created+every ack ${created}s (${ccpu} CPU-s of the nodes); idle ${cpu}% of a core (GC cycles/mark CPU-ms in it ${gcs}; peer silences ${silent}; ticking L/F/E,silent ticks ${tick1}), RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); stop ${stopped}s (${errs} ERROR lines); no restart (RESTART=0)"
+			continue
+		fi
 		t0=$(now)
 		start "$bin" "r$round.$bin"
+		if [ -n "${PROFILE:-}" ]; then
+			(until curl -s --max-time 600 "127.0.0.1:$((port + 21))/debug/pprof/profile?seconds=${PROFILE_SECONDS:-30}" >"$PROFILE.$round.$bin.restart" 2>/dev/null; do sleep 0.05; done) &
+		fi
 		until listening; do sleep 0.05; done
 		up=$(since "$t0")
-		produce_one "$bin"
+		produce_one
 		first=$(since "$t0")
 		rcpu=$(echo "$(ticks)" | awk -v hz="$hz" '{printf "%.1f", $1 / hz}')
 		read -r cpu2 gcs2 < <(idle_cpu "r$round.$bin"); rss2=$(rss_mib)
 		silent2=$(grep -c 'has not been heard' "$work/log" || true)
-		tick2=$([ "$nodes" = 1 ] || ticking)
+		tick2=$(ticking)
 		stop
-		echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts: created+first ack ${created}s (${ccpu} CPU-s of the nodes); idle ${cpu}% of a core (GC cycles/mark CPU-ms in it ${gcs}; peer silences ${silent}; ticking L/F/E,silent ticks ${tick1}), RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); stop ${stopped}s (${errs} ERROR lines); restart: listening ${up}s, first ack ${first}s (${rcpu} CPU-s of the nodes); idle ${cpu2}% (GC ${gcs2}; peer silences ${silent2}; ticking ${tick2}), RSS ${rss2} MiB"
+		echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts topics=$topics: created ${answered}s, created+every ack ${created}s (${ccpu} CPU-s of the nodes); idle ${cpu}% of a core (GC cycles/mark CPU-ms in it ${gcs}; peer silences ${silent}; ticking L/F/E,silent ticks ${tick1}), RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); stop ${stopped}s (${errs} ERROR lines); restart: listening ${up}s, first ack ${first}s (${rcpu} CPU-s of the nodes); idle ${cpu2}% (GC ${gcs2}; peer silences ${silent2}; ticking ${tick2}), RSS ${rss2} MiB"
 	done
 done

@@ -133,8 +133,8 @@ func (c *serveConfig) register(s *settings) {
 	s.Int(&c.maxMsg, "max-message-bytes", def.LogDefaults.MaxMessageBytes, "largest record batch accepted", kafka("message.max.bytes"))
 	s.Int(&c.maxReq, "max-request-bytes", int(lim.MaxRequestBytes), "largest request frame", kafka("socket.request.max.bytes"))
 	s.Int(&c.maxConns, "max-connections", lim.MaxConnections, "connection limit", kafka("max.connections"))
-	s.Int(&c.maxOpenFiles, "log-max-open-files", 0, "data files (segments, indexes, metadata) held open at once; past it a partition cannot open and stays offline, and the descriptors left stay for connections (0: the open-file limit less --max-connections and a reserve of 256; -1: no bound)", kafka("log.max.open.files"))
-	s.Int(&c.maxBrokerParts, "max-broker-partitions", 0, "partition replicas a broker may hold: a CreateTopics or CreatePartitions that would place more is refused with POLICY_VIOLATION (0: three quarters of --log-max-open-files; -1: no limit)", kafka("max.broker.partitions"))
+	s.Int(&c.maxOpenFiles, "log-max-open-files", 0, "descriptors of data files (segments, indexes, checkpoints) held open at once: idle files are closed and reopened on use, so any number of partitions fits, and the descriptors left stay for connections (0: the open-file limit less --max-connections and a reserve of 256; -1: no bound)", kafka("log.max.open.files"))
+	s.Int(&c.maxBrokerParts, "max-broker-partitions", 0, "partition replicas a broker may hold: a CreateTopics or CreatePartitions that would place more is refused with POLICY_VIOLATION (0 or -1: no limit, as Kafka's default; descriptors do not bound it: --log-max-open-files)", kafka("max.broker.partitions"))
 	s.Int(&c.maxConnsPerIP, "max-connections-per-ip", lim.MaxConnectionsPerIP, "connections one client address may hold (the cluster's other nodes exempt on the inter-broker listener); 2147483647: no limit (Kafka's default); 0: only the overrides' addresses", kafka("max.connections.per.ip"))
 	s.Int(&c.maxConnRate, "max-connection-creation-rate", wire.UnlimitedPerIP, "new connections per second across this broker, a second's worth at once; past it the listener waits before taking the next (the cluster's other nodes exempt on the inter-broker listener); 2147483647: no limit", kafka("max.connection.creation.rate"))
 	s.String(&c.maxConnsPerIPOverrides, "max-connections-per-ip-overrides", "", "per-address limits, host:count,... (host names resolved at start)", kafka("max.connections.per.ip.overrides"))
@@ -736,16 +736,16 @@ func newLogger(level, format string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("log format %q: want text or json", format)
 }
 
-// descriptorBudget sets the data files' budget and the partition replica
-// limit from the open-file limit (broker.DescriptorBudget), unless given:
-// 0 derives, -1 is none.
+// descriptorBudget sets the data files' descriptor bound from the
+// open-file limit (broker.DescriptorBudget), unless given: 0 derives, -1 is
+// none; and the partition replica limit as given (0 or -1: none).
 func descriptorBudget(cfg *broker.Config, maxConns, files, parts int, logger *slog.Logger) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		logger.Warn("reading the open-file limit", "err", err)
 		return
 	}
-	dfiles, dparts, covered := broker.DescriptorBudget(lim.Cur, maxConns)
+	dfiles, covered := broker.DescriptorBudget(lim.Cur, maxConns)
 	if !covered && files == 0 {
 		logger.Warn("the open-file limit does not cover --max-connections: connections will be bounded by the descriptors left (raise ulimit -n or lower --max-connections)", "open_file_limit", lim.Cur, "max_connections", maxConns, "data_files", dfiles)
 	}
@@ -755,15 +755,7 @@ func descriptorBudget(cfg *broker.Config, maxConns, files, parts int, logger *sl
 	case files < 0:
 		files = 0
 	}
-	switch {
-	case parts == 0 && files > 0:
-		parts = max(files*3/4, 1)
-	case parts == 0:
-		parts = dparts
-	case parts < 0:
-		parts = 0
-	}
-	cfg.MaxOpenFiles, cfg.MaxBrokerPartitions = files, parts
+	cfg.MaxOpenFiles, cfg.MaxBrokerPartitions = files, max(parts, 0)
 	logger.Info("descriptor budget", "open_file_limit", lim.Cur, "max_connections", maxConns, "log_max_open_files", files, "max_broker_partitions", parts)
 }
 

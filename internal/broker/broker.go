@@ -165,18 +165,18 @@ type Config struct {
 
 	Logger *slog.Logger
 	FS     storage.FS // nil: the OS filesystem (with DirectIO: storage.OSFSDirectIO), with MaxOpenFiles
-	// MaxOpenFiles (log.max.open.files) bounds the data files (segments,
-	// indexes, metadata) held open at once when FS is nil: past it a log
-	// cannot open and stays offline, and the descriptors left stay for
-	// connections. 0: no bound. `holdfast serve` derives it from the
-	// open-file limit (DescriptorBudget).
+	// MaxOpenFiles (log.max.open.files) bounds the descriptors of data
+	// files (segments, indexes, checkpoints) held open at once when FS is
+	// nil: idle files are closed and reopened on use (storage.CachedFS),
+	// and the descriptors left stay for connections. 0: no bound.
+	// `holdfast serve` derives it from the open-file limit
+	// (DescriptorBudget).
 	MaxOpenFiles int
 	// (The node's own files - Raft journal, metadata log and snapshots -
 	// are outside the budget: few, and needed to keep the node running.)
 	// MaxBrokerPartitions (max.broker.partitions) refuses a CreateTopics
 	// or CreatePartitions that would give a broker more partition
-	// replicas (POLICY_VIOLATION). 0: no limit; `holdfast serve` derives
-	// it from the open-file limit (DescriptorBudget).
+	// replicas (POLICY_VIOLATION). 0: no limit (the default, as Kafka's).
 	MaxBrokerPartitions int
 	// DirectIO (log.direct.io): partition logs write a sync cycle's large
 	// write-outs with O_DIRECT, past the page cache (docs/storage.md).

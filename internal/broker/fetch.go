@@ -316,7 +316,7 @@ func (b *Broker) fetchRecords(files *wire.Spliced, slices *[]storage.Slice, s st
 		*slices = append(*slices, s)
 		return ph, nil
 	}
-	if fd := s.File.Fd(); fd != 0 {
+	if fd := s.PinFd(); fd != 0 { // open until the Slice is released
 		ph := wire.NewPlaceholder()
 		files.Placeholders = append(files.Placeholders, ph)
 		files.Ranges = append(files.Ranges, wire.FileRange{Fd: fd, Off: s.Pos, Len: s.Size, ReadAt: s.File.ReadAt})

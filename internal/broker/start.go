@@ -42,13 +42,15 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	// The partitions' data files open through a budget (MaxOpenFiles);
-	// the node's own files (Raft journal, metadata log and snapshots) do
-	// not: they are few, and a full budget must not stop the node's Raft.
+	// The partitions' data files hold descriptors through a bounded cache
+	// (MaxOpenFiles: the idle ones are closed and reopened on use,
+	// storage/fdcache.go); the node's own files (Raft journal, metadata
+	// log and snapshots) do not: they are few, and a full cache must not
+	// stop the node's Raft.
 	dataFS := cfg.FS
 	if cfg.FS == nil {
 		cfg.FS = storage.OSFSBudget(cfg.DirectIO, 0)
-		dataFS = storage.OSFSBudget(cfg.DirectIO, cfg.MaxOpenFiles)
+		dataFS = storage.CachedFS(cfg.FS, cfg.MaxOpenFiles)
 	}
 	// This broker's own read cache (two brokers in one process share
 	// none); it holds anything only with direct I/O.

@@ -966,11 +966,10 @@ func (n *Node) CreateTopic(ctx context.Context, name string, partitions int32, r
 }
 
 // checkBrokerPartitions refuses new replicas reps that would take a
-// broker past max.broker.partitions: a node holds a descriptor per
-// replica (its active segment), and one that runs out of them accepts no
-// connection at all. Two requests at once may both pass: the limit can be
-// passed by one request's replicas, never wedge the node (its data files
-// have their own budget, log.max.open.files).
+// broker past max.broker.partitions (KIP-578; none by default: data files'
+// descriptors are bounded by their own cache, log.max.open.files). Two
+// requests at once may both pass: the limit can be passed by one
+// request's replicas.
 func (n *Node) checkBrokerPartitions(reps [][]int32) error {
 	limit := n.cfg.MaxBrokerPartitions
 	if limit <= 0 {
@@ -986,7 +985,7 @@ func (n *Node) checkBrokerPartitions(reps [][]int32) error {
 	ids := slices.Sorted(maps.Keys(adds))
 	for _, id := range ids {
 		if have := img.ReplicaCount(id); have+adds[id] > limit {
-			return kafkaerr.New(kerr.PolicyViolation, "Broker %d would hold %d partition replicas, more than max.broker.partitions (%d): it holds %d and this request adds %d. Raise the open-file limit (ulimit -n) or max.broker.partitions, or lower max.connections (docs/storage.md).", id, have+adds[id], limit, have, adds[id])
+			return kafkaerr.New(kerr.PolicyViolation, "Broker %d would hold %d partition replicas, more than max.broker.partitions (%d): it holds %d and this request adds %d. Raise max.broker.partitions (docs/storage.md).", id, have+adds[id], limit, have, adds[id])
 		}
 	}
 	return nil

@@ -110,10 +110,14 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) prometheus.Gathere
 	}
 	counter("holdfast_raft_silent_peer_ticks_total", "Raft ticks that found a peer not heard from for an election timeout: each ticks every group and wakes the quiesced ones that depend on that peer.",
 		func() int64 { return int64(b.RaftActivity().SilentTicks) })
-	gauge("holdfast_log_open_files", "Data files (segments, indexes, metadata) this node holds open, against holdfast_log_open_files_budget (log.max.open.files; a log that cannot open past it stays offline).",
+	gauge("holdfast_log_open_files", "Descriptors of data files (segments, indexes, checkpoints) this node holds open, against holdfast_log_open_files_budget (log.max.open.files: idle files are closed, and reopened on use, to stay within it).",
 		func() float64 { n, _ := b.OpenFiles(); return float64(n) })
-	gauge("holdfast_log_open_files_budget", "log.max.open.files: the data files this node may hold open at once (0: no budget).",
+	gauge("holdfast_log_open_files_budget", "log.max.open.files: the descriptors of data files this node may hold open at once (0: no bound).",
 		func() float64 { _, n := b.OpenFiles(); return float64(n) })
+	counter("holdfast_log_open_file_evictions_total", "Idle data files whose descriptor was closed to stay within log.max.open.files (reopened on their next use).",
+		func() int64 { e, _ := b.FileCacheActivity(); return e })
+	counter("holdfast_log_open_file_reopens_total", "Data files opened again after their descriptor was closed while idle (log.max.open.files).",
+		func() int64 { _, r := b.FileCacheActivity(); return r })
 	gauge("holdfast_fetch_sessions", "Consumers' fetch sessions this broker keeps (KIP-227; Kafka: FetchSessionCache NumIncrementalFetchSessions), at most max.incremental.fetch.session.cache.slots.",
 		func() float64 { return float64(b.FetchSessions()) })
 	gauge("holdfast_share_partitions", "Share partitions (group, topic, partition) this node holds as partition leader (KIP-932).",

@@ -50,6 +50,9 @@ type Manager struct {
 	opening map[key]chan struct{}
 	// snapSync fsyncs the producer snapshot directory for the opens.
 	snapSync *dirSyncer
+	// rootSync fsyncs the data directory for the opens of new
+	// partitions: those created together share its fsyncs.
+	rootSync *dirSyncer
 	// startRaised counts the log starts raised by log-start commands in
 	// any partition (LogStartRaises).
 	startRaised atomic.Uint64
@@ -73,7 +76,8 @@ func NewManager(root string, opts storage.Options) *Manager {
 		opts.Logger = slog.Default()
 	}
 	m := &Manager{root: root, opts: opts, log: opts.Logger, parts: map[key]*Partition{},
-		snapSync: newDirSyncer(opts.FS, filepath.Join(root, snapshotDir))}
+		snapSync: newDirSyncer(opts.FS, filepath.Join(root, snapshotDir)),
+		rootSync: newDirSyncer(opts.FS, root)}
 	if names, err := opts.FS.ReadDir(root); err == nil {
 		for _, n := range names {
 			if strings.HasSuffix(n, deleteSuffix) {
@@ -468,11 +472,15 @@ func (m *Manager) claimDir(dir string, id [16]byte) error {
 		// the directory empty and the retry comes here again: once
 		// partition.metadata is in it, an open takes the directory as
 		// made long ago and fsyncs nothing.
-		if err := fsys.SyncDir(filepath.Dir(dir)); err != nil {
+		sync := func() error { return fsys.SyncDir(filepath.Dir(dir)) }
+		if filepath.Dir(dir) == filepath.Clean(m.root) {
+			sync = m.rootSync.sync // the new partitions opening meanwhile share it
+		}
+		if err := sync(); err != nil {
 			return err
 		}
-		// The log created in it next fsyncs this directory (its
-		// ordinal checkpoint), which makes this file's name durable
+		// The log created in it next fsyncs this directory (with its
+		// first segment's name), which makes this file's name durable
 		// too - one fsync of it instead of two. A crash before that
 		// leaves an unclaimed empty directory, claimed again at the
 		// next open.

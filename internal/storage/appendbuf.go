@@ -460,6 +460,12 @@ func (a *appendFile) Fd() uintptr {
 	return a.File.Fd()
 }
 
+// pinFd is Fd held open until unpin (a cached file's descriptor, fdcache.go).
+func (a *appendFile) pinFd(try bool) (uintptr, func(), error) {
+	a.Flush() // as Fd
+	return pinFd(a.File, try)
+}
+
 // Sync writes out the buffers, then fdatasyncs.
 func (a *appendFile) Sync() error {
 	if err := a.Flush(); err != nil {

@@ -67,6 +67,9 @@ var ErrOpenFileBudget = errors.New("storage: the open-file budget for data files
 // OpenFiles reports the files fsys holds open and its budget, if it is an
 // OSFSBudget filesystem.
 func OpenFiles(fsys FS) (open, budget int64, ok bool) {
+	if held, max, _, _, isCache := FDCacheStats(fsys); isCache {
+		return int64(held), int64(max), true
+	}
 	o, isOS := fsys.(osFS)
 	if !isOS || o.budget == nil {
 		return 0, 0, false
@@ -313,7 +316,7 @@ func MkdirAllDurable(fsys FS, dir string) error {
 	dir = filepath.Clean(dir)
 	var missing []string // deepest first
 	exists := func(d string) error {
-		if _, ok := fsys.(osFS); ok {
+		if IsOS(fsys) {
 			// A stat, not a listing of a data directory of thousands.
 			st, err := os.Stat(d)
 			if err == nil && !st.IsDir() {

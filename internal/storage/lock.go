@@ -92,6 +92,9 @@ func (l *DirLock) Unlock() error {
 // IsOS reports whether fsys is the operating system's filesystem (the only
 // one a flock means anything on).
 func IsOS(fsys FS) bool {
+	if c, cached := fsys.(*cacheFS); cached {
+		fsys = c.inner
+	}
 	_, ok := fsys.(osFS)
 	return ok
 }

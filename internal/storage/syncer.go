@@ -248,7 +248,25 @@ func (s *Syncer) syncGroup(ls []*Log) {
 	}
 	s.syncfs.Add(1)
 	start := time.Now()
-	err := syncfs(tickets[0].s.f.Fd())
+	// What was written to the logs' cached files so far is clean once
+	// the syncfs succeeds: closing them when idle needs no fdatasync.
+	var marks []func()
+	for _, t := range tickets {
+		if m := syncMarker(t.s.f); m != nil {
+			marks = append(marks, m)
+		}
+	}
+	// Pinned: a cached file's descriptor stays open for the call.
+	fd, unpin, err := PinFd(tickets[0].s.f)
+	if err == nil {
+		err = syncfs(fd)
+	}
+	unpin()
+	if err == nil {
+		for _, m := range marks {
+			m()
+		}
+	}
 	s.latency.Observe(time.Since(start))
 	for _, t := range tickets {
 		if e := t.syncEnd(err); e != nil {

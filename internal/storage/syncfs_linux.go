@@ -59,11 +59,13 @@ func syncfsReportsErrors() bool {
 
 // fileDevice returns the device of an OS file, 0 if unknown or not an OS file.
 func fileDevice(f File) uint64 {
-	if f.Fd() == 0 {
+	fd, unpin, err := PinFd(f)
+	defer unpin()
+	if err != nil || fd == 0 {
 		return 0
 	}
 	var st syscall.Stat_t
-	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+	if err := syscall.Fstat(int(fd), &st); err != nil {
 		return 0
 	}
 	return uint64(st.Dev)
