@@ -18,6 +18,11 @@ import (
 // listed.
 const pendingRetry = 20 * time.Millisecond
 
+// summaryQuiet: the summary line of loads and unloads is written once no
+// partition changed for this long (no event may come after the last
+// change to make a quiet look).
+const summaryQuiet = 200 * time.Millisecond
+
 // watch calls load when this node becomes the leader of a partition of
 // topic, and unload when it stops leading it, until Close.
 func (h *Host) watch(topic string, n int32, load, unload func(int32)) {
@@ -57,34 +62,35 @@ func (w *watcher) run(sub *raft.Subscription, stop <-chan struct{}) {
 	// Subscribed before this first look: a change during it is an event.
 	w.refresh(true)
 	var evs []raft.Event
-	var retry <-chan time.Time
+	var retry, quiet <-chan time.Time
+	changed := w.sum.loaded+w.sum.unloaded > 0
 	for {
 		if len(w.pending) > 0 && retry == nil {
 			retry = w.h.clk.After(pendingRetry)
 		}
+		if changed {
+			quiet = w.h.clk.After(summaryQuiet) // from the last change
+		}
+		changed = false
 		select {
 		case <-stop:
 			return
 		case <-sub.Ready():
 			evs = sub.Take(evs[:0])
-			changed := w.refresh(false)
+			changed = w.refresh(false)
 			for _, e := range evs {
 				if i, ok := w.groups[e.Group]; ok {
 					changed = w.check(i) || changed
 				}
 			}
-			if !changed {
-				w.sum.log(w.h, w.topic, w.owned)
-			}
 		case <-retry:
 			retry = nil
-			changed := false
 			for i := range w.pending {
 				changed = w.check(i) || changed
 			}
-			if !changed {
-				w.sum.log(w.h, w.topic, w.owned)
-			}
+		case <-quiet:
+			quiet = nil
+			w.sum.log(w.h, w.topic, w.owned)
 		}
 	}
 }
@@ -156,8 +162,8 @@ func (w *watcher) check(i int32) bool {
 
 // changeSummary counts the partitions loaded and unloaded since the last
 // summary line. Partitions change leader one Raft election at a time, so
-// the line is written on the first look that finds nothing new: one line
-// per change of the node's role, not one per partition (50 by default).
+// the line is written once none changed for summaryQuiet: one line per
+// change of the node's role, not one per partition (50 by default).
 type changeSummary struct{ loaded, unloaded int }
 
 func (s *changeSummary) log(h *Host, topic string, owned []uint64) {
