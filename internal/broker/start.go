@@ -31,7 +31,8 @@ import (
 //     metadata log's committed entries after it: cluster.OpenMetadata),
 //     every replica;
 //  5. cluster.Start: follow the metadata log, register, the controller's
-//     loops (a single node is registered when it returns); then tiered
+//     loops (a single node is registered when it returns; a node with a new
+//     data directory has caught up with the metadata log); then tiered
 //     storage's task, when it is on (tiered.go);
 //  6. startSecurity: ACLs into the authorizer, bootstrap SCRAM users;
 //  7. startCoordinators: the group and transaction coordinators;
