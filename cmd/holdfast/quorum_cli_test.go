@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"holdfast/internal/testwait"
 )
 
 // TestQuorumControllerCLI changes a running 3-node dev cluster's controller
@@ -39,19 +41,15 @@ func TestQuorumControllerCLI(t *testing.T) {
 
 	// The node registers and becomes a learner first; until then the
 	// controller says it is not registered.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		r := hf(t, "", "cluster", "add-controller", "--controller-id", "4", b)
-		if r.code == 0 {
-			if !strings.Contains(r.out, "node 4 is a voter of the controller quorum") {
-				t.Fatalf("add-controller:\n%s", r.out)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("add-controller: exit %d\n%s%s\nnode 4:\n%s\ncluster:\n%s", r.code, r.out, r.err, p4.logs, dc.Logs())
-		}
-		time.Sleep(250 * time.Millisecond)
+	var r result
+	if !testwait.Poll(60*time.Second, func() bool {
+		r = hf(t, "", "cluster", "add-controller", "--controller-id", "4", b)
+		return r.code == 0
+	}) {
+		t.Fatalf("add-controller: exit %d\n%s%s\nnode 4:\n%s\ncluster:\n%s", r.code, r.out, r.err, p4.logs, dc.Logs())
+	}
+	if !strings.Contains(r.out, "node 4 is a voter of the controller quorum") {
+		t.Fatalf("add-controller:\n%s", r.out)
 	}
 	status := ok(t, "", "metadata-quorum", b)
 	row(t, status, "CurrentVoters:", "[1,2,3,4]")

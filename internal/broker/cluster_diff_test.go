@@ -14,6 +14,7 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
+	"holdfast/internal/testwait"
 	"holdfast/internal/wire"
 )
 
@@ -118,17 +119,16 @@ func runWorkload(t *testing.T, seeds []string, rf int, change func(step string))
 	// retries them, and so does the test (and logs it).
 	retry := func(what string, fn func() error) {
 		t.Helper()
-		for attempt := 1; ; attempt++ {
+		testwait.For(t, 30*time.Second, what, func() error {
 			err := fn()
-			if err == nil {
-				return
-			}
-			if attempt == 50 || !kerr.IsRetriable(err) {
+			if err != nil && !kerr.IsRetriable(err) {
 				t.Fatalf("%s: %v", what, err)
 			}
-			t.Logf("%s, attempt %d: %v (retriable: retrying)", what, attempt, err)
-			time.Sleep(200 * time.Millisecond) // an application's retry pause on a retriable error
-		}
+			if err != nil {
+				t.Logf("%s: %v (retriable: retrying)", what, err)
+			}
+			return err
+		})
 	}
 	retry("commit offsets", func() error {
 		r, err := adm.CommitOffsets(ctx, diffGroup, offs)
@@ -155,7 +155,7 @@ func runWorkload(t *testing.T, seeds []string, rf int, change func(step string))
 	// would; any other error fails the test.
 	lookup := func(list func() (kadm.ListedOffsets, error), into map[int32]int64) {
 		t.Helper()
-		for attempt := 1; ; attempt++ {
+		testwait.For(t, 30*time.Second, "list offsets", func() error {
 			lo, err := list()
 			if err != nil {
 				t.Fatal(err)
@@ -165,18 +165,17 @@ func runWorkload(t *testing.T, seeds []string, rf int, change func(step string))
 				switch {
 				case o.Err == nil:
 					into[o.Partition] = o.Offset
-				case kerr.IsRetriable(o.Err) && attempt < 50:
+				case kerr.IsRetriable(o.Err):
 					retry = o.Err
 				default:
 					t.Fatalf("list offsets %d: %v", o.Partition, o.Err)
 				}
 			})
-			if retry == nil {
-				return
+			if retry != nil {
+				t.Logf("list offsets: %v (retriable: retrying)", retry)
 			}
-			t.Logf("list offsets, attempt %d: %v (retriable: retrying)", attempt, retry)
-			time.Sleep(200 * time.Millisecond) // an application's retry pause on a retriable error
-		}
+			return retry
+		})
 	}
 	lookup(func() (kadm.ListedOffsets, error) { return adm.ListStartOffsets(ctx, diffTopic) }, res.Earliest)
 	lookup(func() (kadm.ListedOffsets, error) { return adm.ListEndOffsets(ctx, diffTopic) }, res.Latest)
@@ -192,7 +191,7 @@ func runWorkload(t *testing.T, seeds []string, rf int, change func(step string))
 	}
 	// OffsetForLeaderEpoch of each partition's current epoch: its end
 	// (asked again, with fresh metadata, on a retriable error).
-	for attempt := 1; ; attempt++ {
+	testwait.For(t, 30*time.Second, "OffsetForLeaderEpoch", func() error {
 		md, err := adm.Metadata(ctx, diffTopic)
 		if err != nil {
 			t.Fatal(err)
@@ -211,19 +210,18 @@ func runWorkload(t *testing.T, seeds []string, rf int, change func(step string))
 				switch {
 				case o.Err == nil:
 					res.EpochEnd[p] = o.EndOffset
-				case kerr.IsRetriable(o.Err) && attempt < 50:
+				case kerr.IsRetriable(o.Err):
 					retry = o.Err
 				default:
 					t.Fatalf("OffsetForLeaderEpoch %d: %v", p, o.Err)
 				}
 			}
 		}
-		if retry == nil {
-			break
+		if retry != nil {
+			t.Logf("OffsetForLeaderEpoch: %v (retriable: retrying)", retry)
 		}
-		t.Logf("OffsetForLeaderEpoch, attempt %d: %v (retriable: retrying)", attempt, retry)
-		time.Sleep(200 * time.Millisecond) // an application's retry pause on a retriable error
-	}
+		return retry
+	})
 	fo, err := adm.FetchOffsets(ctx, diffGroup)
 	if err != nil || fo.Error() != nil {
 		t.Fatalf("fetch offsets: %v %v", err, fo.Error())

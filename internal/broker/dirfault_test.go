@@ -12,6 +12,7 @@ import (
 
 	"holdfast/internal/records"
 	"holdfast/internal/storage"
+	"holdfast/internal/testwait"
 )
 
 // dirFaultRun produces raw batches of unique values and remembers which
@@ -62,19 +63,12 @@ func (r *dirFaultRun) mustProduce(topic string) {
 }
 
 // produceUntilOK produces until topic takes a batch (the repair loop
-// reopens an offline replica), failing at the test's deadline.
+// reopens an offline replica), failing after a minute.
 func (r *dirFaultRun) produceUntilOK(topic string) {
 	r.t.Helper()
-	ctx := testCtx(r.t)
 	var code int16 = -1
-	for code != 0 {
-		if ctx.Err() != nil {
-			r.t.Fatalf("%s never took a batch again: %v", topic, kerr.ErrorForCode(code))
-		}
-		if code != -1 {
-			time.Sleep(20 * time.Millisecond) // pacing only: the loop waits for the state
-		}
-		code = r.produce(topic)
+	if !testwait.Poll(60*time.Second, func() bool { code = r.produce(topic); return code == 0 }) {
+		r.t.Fatalf("%s never took a batch again: %v", topic, kerr.ErrorForCode(code))
 	}
 }
 

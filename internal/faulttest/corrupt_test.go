@@ -91,24 +91,20 @@ func corruptReplica(t *testing.T, c *Cluster, topic string, stop func(int)) {
 
 	// Make the corrupt replica lead, as an ordinary failover or a
 	// preferred election after a rolling restart would.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.Until(t, 30*time.Second, fmt.Sprintf("node %d to lead %s/0 or find the corruption", v, topic), func() bool {
 		if found() {
 			t.Logf("node %d found the corruption before it led", v)
-			break
+			return true
 		}
 		if l, err := leaderNow(adm, topic); err == nil && l == v {
 			t.Logf("node %d leads %s/0 with the flipped batch", v, topic)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %d neither led %s/0 nor found the corruption within 30s", v, topic)
+			return true
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
 		_, _ = adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{topic: {0: {}}})
-		cancel()
-		time.Sleep(200 * time.Millisecond) // the admin's pause before it asks for the election again
-	}
+		return false
+	})
 	ch.WaitAcked(1000, 60*time.Second, "after the corrupt replica restarted")
 	p.Stop(60 * time.Second)
 

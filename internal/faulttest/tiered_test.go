@@ -193,25 +193,18 @@ func startTiered(t *testing.T, opts Options) (*Cluster, *s3test.Server, *failpoi
 func createTiered(t testing.TB, c *Cluster, topic string, rf int16) {
 	t.Helper()
 	adm := c.Admin()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		// Asked again while the nodes register (INVALID_REPLICATION_FACTOR).
+	// Asked again while the nodes register (INVALID_REPLICATION_FACTOR).
+	testwait.For(t, 60*time.Second, "create topic "+topic, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		resp, err := adm.CreateTopics(ctx, 1, rf, map[string]*string{
 			"remote.storage.enable": kmsg.StringPtr("true"), "segment.bytes": kmsg.StringPtr("4096"), "local.retention.bytes": kmsg.StringPtr("1"),
 		}, topic)
-		cancel()
 		if err == nil {
 			err = resp.Error()
 		}
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("create topic %s: %v", topic, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err
+	})
 	if rf > 1 {
 		waitReplicasInSync(t, c, topic, 30*time.Second)
 	}
@@ -272,8 +265,7 @@ func readFromStart(t testing.TB, c *Cluster, topic string, n int) {
 // (-2) stays 0.
 func awaitUploaded(t testing.TB, cl *kgo.Client, topic string, tieredEnd int64) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testwait.For(t, 60*time.Second, fmt.Sprintf("the remote log of %s to reach %d and the local one to let go of the start", topic, tieredEnd), func() error {
 		end, err := tieredOffset(cl, topic, -5)
 		var local, earliest int64
 		if err == nil {
@@ -285,31 +277,23 @@ func awaitUploaded(t testing.TB, cl *kgo.Client, topic string, tieredEnd int64) 
 		if err == nil && earliest != 0 {
 			t.Fatalf("earliest offset %d, want 0", earliest)
 		}
-		if err == nil && end >= tieredEnd && local > 0 {
-			return
+		if err == nil && (end < tieredEnd || local <= 0) {
+			err = fmt.Errorf("the remote log reaches %d, the local one starts at %d", end, local)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the remote log of %s reaches %d (want %d), the local one starts at %d: %v", topic, end, tieredEnd, local, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 // offsetNow is ListOffsets' special timestamp ts for topic/0, asked
 // again while the answer is an error (a leader just killed or elected).
 func offsetNow(t testing.TB, cl *kgo.Client, topic string, ts int64) int64 {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		off, err := tieredOffset(cl, topic, ts)
-		if err == nil {
-			return off
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ListOffsets %d of %s: %v", ts, topic, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var off int64
+	testwait.For(t, 60*time.Second, fmt.Sprintf("ListOffsets %d of %s", ts, topic), func() (err error) {
+		off, err = tieredOffset(cl, topic, ts)
+		return err
+	})
+	return off
 }
 
 // hitCounts counts, per node, the times each stopped at failpoint name
@@ -330,18 +314,17 @@ func hitCounts(c *Cluster, name string) map[int]int {
 // before (hitCounts) and returns it.
 func awaitHit(t testing.TB, c *Cluster, name string, before map[int]int) int {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	hit := 0
+	testwait.Until(t, 60*time.Second, "a node to reach failpoint "+name, func() bool {
 		for id, n := range hitCounts(c, name) {
 			if n > before[id] {
-				return id
+				hit = id
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no node reached failpoint %s within 60s", name)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false
+	})
+	return hit
 }
 
 // logCount counts node i's log lines holding msg.
@@ -379,17 +362,11 @@ func metric(t testing.TB, c *Cluster, i int, name string) float64 {
 // awaitMetric waits until node i's metric name satisfies ok.
 func awaitMetric(t testing.TB, c *Cluster, i int, name string, ok func(float64) bool) float64 {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		v := metric(t, c, i, name)
-		if ok(v) {
-			return v
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %d: %s = %v after 60s", i, name, v)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var v float64
+	if !testwait.Poll(60*time.Second, func() bool { v = metric(t, c, i, name); return ok(v) }) {
+		t.Fatalf("node %d: %s = %v after 60s", i, name, v)
 	}
+	return v
 }
 
 // segmentKey splits a segment object's key into its base offset and the
@@ -572,13 +549,9 @@ func TestTieredLeadershipMovesMidUpload(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer clNext.Close()
-	deadline := time.Now().Add(60 * time.Second)
-	for offsetNow(t, clNext, topic, -5) < 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("node %d, the new leader, committed no manifest within 60s", next)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, 60*time.Second, fmt.Sprintf("node %d, the new leader, to commit a manifest", next), func() bool {
+		return offsetNow(t, clNext, topic, -5) >= 0
+	})
 	// Any word of the old leader on its upload: committed, failed or
 	// given up.
 	outcome := func() int {
@@ -592,13 +565,9 @@ func TestTieredLeadershipMovesMidUpload(t *testing.T) {
 	}
 	before := outcome()
 	c.Resume(old)
-	deadline = time.Now().Add(60 * time.Second)
-	for outcome() == before {
-		if time.Now().After(deadline) {
-			t.Fatalf("node %d, the old leader, did not give up its upload within 60s", old)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, 60*time.Second, fmt.Sprintf("node %d, the old leader, to give up its upload", old), func() bool {
+		return outcome() != before
+	})
 	for _, m := range []string{"holdfast_remote_copy_requests_total", "holdfast_remote_copy_errors_total", "holdfast_remote_storage_unavailable"} {
 		if v := metric(t, c, old, m); v != 0 {
 			t.Errorf("node %d, the old leader: %s = %v, want 0: it uploaded nothing that counts, and the store never failed", old, m, v)

@@ -2,6 +2,7 @@ package faulttest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"slices"
@@ -14,6 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"holdfast/internal/testwait"
 )
 
 // TestClusterReplaceControllerUnderLoad replaces a controller quorum voter
@@ -113,22 +116,15 @@ func TestClusterReplaceControllerUnderLoad(t *testing.T) {
 	ch.WaitAcked(300, 30*time.Second, "after losing a second original voter")
 	// The metadata quorum commits: a topic config change goes through.
 	adm := kadm.NewClient(c.Client())
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.For(t, 30*time.Second, fmt.Sprintf("the metadata quorum to commit a config change after node %d died", second), func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		resp, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "retention.ms", Value: kmsg.StringPtr("86400000")}}, topic)
-		cancel()
 		if err == nil {
 			_, err = resp.On(topic, nil)
 		}
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the metadata quorum did not commit a config change within 30s after node %d died: %v", second, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return err
+	})
 	if q := describeMetadataQuorum(t, c, alive()); q.leader == int32(second) || q.leader == int32(gone) {
 		t.Fatalf("quorum leader %d is a dead node", q.leader)
 	}
@@ -178,19 +174,20 @@ func controllerOf(t *testing.T, c *Cluster, ids []int) int32 {
 		}
 	}
 	adm := kadm.NewClient(c.Client(kgo.SeedBrokers(addrs(c, ids)...)))
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	ctl := int32(-1)
+	testwait.For(t, 30*time.Second, "a controller", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
 		md, err := adm.BrokerMetadata(ctx)
-		cancel()
-		if err == nil && md.Controller >= 0 {
-			return md.Controller
+		if err == nil && md.Controller < 0 {
+			err = errors.New("no controller in the metadata")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no controller within 30s: %v", err)
+		if err == nil {
+			ctl = md.Controller
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err
+	})
+	return ctl
 }
 
 type quorumView struct {
@@ -204,26 +201,20 @@ type quorumView struct {
 // observer id with everything up to the high watermark.
 func waitObserverCaughtUp(t *testing.T, c *Cluster, ids []int, id int32, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	testwait.Until(t, timeout, fmt.Sprintf("node %d to catch up with the metadata log as an observer", id), func() bool {
 		q := describeMetadataQuorum(t, c, ids)
-		if end, ok := q.ends[id]; ok && slices.Contains(q.observers, id) && end >= q.hw {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %d did not catch up with the metadata log as an observer within %v", id, timeout)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		end, ok := q.ends[id]
+		return ok && slices.Contains(q.observers, id) && end >= q.hw
+	})
 }
 
 // describeMetadataQuorum asks the nodes ids for the metadata quorum until
 // its leader answers.
 func describeMetadataQuorum(t *testing.T, c *Cluster, ids []int) quorumView {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	var last string
-	for {
+	var q quorumView
+	testwait.For(t, 30*time.Second, "an answer from the metadata quorum's leader", func() error {
+		var last error
 		for _, id := range ids {
 			cl, err := kgo.NewClient(kgo.SeedBrokers(c.Node(id).Addr))
 			if err != nil {
@@ -240,14 +231,14 @@ func describeMetadataQuorum(t *testing.T, c *Cluster, ids []int) quorumView {
 			cl.Close()
 			switch {
 			case err != nil:
-				last = fmt.Sprintf("node %d: %v", id, err)
+				last = fmt.Errorf("node %d: %w", id, err)
 			case len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1:
-				last = fmt.Sprintf("node %d: no partition in the answer", id)
+				last = fmt.Errorf("node %d: no partition in the answer", id)
 			case resp.Topics[0].Partitions[0].ErrorCode != 0:
-				last = fmt.Sprintf("node %d: %v", id, kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode))
+				last = fmt.Errorf("node %d: %w", id, kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode))
 			default:
 				p := resp.Topics[0].Partitions[0]
-				q := quorumView{leader: p.LeaderID, hw: p.HighWatermark, ends: map[int32]int64{}}
+				q = quorumView{leader: p.LeaderID, hw: p.HighWatermark, ends: map[int32]int64{}}
 				for _, v := range p.CurrentVoters {
 					q.voters = append(q.voters, v.ReplicaID)
 					q.ends[v.ReplicaID] = v.LogEndOffset
@@ -259,14 +250,12 @@ func describeMetadataQuorum(t *testing.T, c *Cluster, ids []int) quorumView {
 				slices.Sort(q.voters)
 				slices.Sort(q.observers)
 				t.Logf("metadata quorum: leader %d, voters %v, observers %v", q.leader, q.voters, q.observers)
-				return q
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no answer from the metadata quorum's leader within 30s: %s", last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return last
+	})
+	return q
 }
 
 // waitReassigned waits until no replica of topic is on node gone and no
@@ -274,9 +263,8 @@ func describeMetadataQuorum(t *testing.T, c *Cluster, ids []int) quorumView {
 func waitReassigned(t *testing.T, c *Cluster, topic string, gone int32, timeout time.Duration) {
 	t.Helper()
 	adm := c.Admin()
-	deadline := time.Now().Add(timeout)
 	var last string
-	for {
+	if !testwait.Poll(timeout, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		md, err := adm.Metadata(ctx, topic)
 		var pending kadm.ListPartitionReassignmentsResponses
@@ -293,16 +281,12 @@ func waitReassigned(t *testing.T, c *Cluster, topic string, gone int32, timeout 
 					done = false
 				}
 			}
-			if done {
-				t.Logf("reassigned:%s", last)
-				return
-			}
-		} else {
-			last = err.Error()
+			return done
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replicas of %s still on node %d after %v:%s", topic, gone, timeout, last)
-		}
-		time.Sleep(200 * time.Millisecond)
+		last = err.Error()
+		return false
+	}) {
+		t.Fatalf("replicas of %s still on node %d after %v:%s", topic, gone, timeout, last)
 	}
+	t.Logf("reassigned:%s", last)
 }
