@@ -86,34 +86,51 @@ func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
 		return out
 	}
 	return func(ctx context.Context) kmsg.Response {
-		var deadline <-chan time.Time
-		for {
-			resp, ready, notify := b.fetchOnce(req, f.topics, denied)
-			if ready || wait <= 0 || len(notify) == 0 {
-				return send(resp)
-			}
-			releaseFiles(resp) // this attempt is not sent
-			if deadline == nil {
-				t := time.NewTimer(wait)
-				defer t.Stop()
-				deadline = t.C
-			}
-			// Sleep until one of the partitions' high watermarks moves, the
-			// wait is over, or the connection closes.
-			cases := make([]reflect.SelectCase, 0, len(notify)+2)
-			cases = append(cases,
-				reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
-				reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(deadline)})
-			for _, ch := range notify {
-				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
-			}
-			switch i, _, _ := reflect.Select(cases); i {
-			case 0:
-				return nil // connection gone; nothing to write
-			case 1:
-				resp, _, _ = b.fetchOnce(req, f.topics, denied)
-				return send(resp)
-			}
+		out := fetchLongPoll(ctx, wait, func() (kmsg.Response, bool, []<-chan struct{}) {
+			return b.fetchOnce(req, f.topics, denied)
+		})
+		if out == nil {
+			return nil // connection gone; nothing to write
+		}
+		return send(out)
+	}
+}
+
+// fetchLongPoll is a fetch's wait (MaxWaitMillis and MinBytes): it reads
+// with attempt and answers at once if attempt says the answer is ready
+// (MinBytes reached, an error to report), if the request does not wait,
+// or if there is nothing to wait on; otherwise it sleeps until one of
+// the partitions' high watermarks moves (a channel attempt returned is
+// closed) and reads again, until ready or until wait has passed since the
+// first read, when it reads a last time and answers with whatever there
+// is. An attempt not sent has its files released. nil: the connection
+// closed (ctx ended) and nothing is to be written.
+func fetchLongPoll(ctx context.Context, wait time.Duration, attempt func() (resp kmsg.Response, ready bool, notify []<-chan struct{})) kmsg.Response {
+	var deadline <-chan time.Time
+	for {
+		resp, ready, notify := attempt()
+		if ready || wait <= 0 || len(notify) == 0 {
+			return resp
+		}
+		releaseFiles(resp) // this attempt is not sent
+		if deadline == nil {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			deadline = t.C
+		}
+		cases := make([]reflect.SelectCase, 0, len(notify)+2)
+		cases = append(cases,
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(deadline)})
+		for _, ch := range notify {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+		}
+		switch i, _, _ := reflect.Select(cases); i {
+		case 0:
+			return nil
+		case 1:
+			resp, _, _ = attempt()
+			return resp
 		}
 	}
 }
@@ -130,165 +147,195 @@ func (b *Broker) handleFetch(_ context.Context, r *wire.Request) wire.Reply {
 // CrashFS) is read into the response instead.
 func (b *Broker) fetchOnce(req *kmsg.FetchRequest, topics []kmsg.FetchRequestTopic, denied map[string]bool) (out kmsg.Response, ready bool, notify []<-chan struct{}) {
 	resp := req.ResponseKind().(*kmsg.FetchResponse)
-	files := &wire.Spliced{Response: resp}
-	var slices []storage.Slice
-	defer func() {
-		if len(slices) == 0 {
-			out = resp
-			return
-		}
-		files.Release = func() {
-			for _, s := range slices {
+	fr := &fetchRead{
+		req:           req,
+		files:         &wire.Spliced{Response: resp},
+		readCommitted: req.IsolationLevel == 1,
+		remaining:     int(req.MaxBytes),
+		// A consumer's fetch (not a replica's: -1), which KIP-392 lets a
+		// follower serve.
+		consumer: req.ReplicaID < 0,
+	}
+	if fr.remaining <= 0 {
+		fr.remaining = 1 << 30
+	}
+	if req.Version >= 15 {
+		fr.consumer = req.ReplicaState.ID < 0
+	}
+	for _, rt := range topics {
+		resp.Topics = append(resp.Topics, b.fetchTopic(fr, &rt, denied))
+	}
+	if fr.total >= int(req.MinBytes) && fr.total > 0 || req.MinBytes <= 0 {
+		fr.ready = true
+	}
+	out = resp
+	if len(fr.slices) > 0 {
+		fr.files.Release = func() {
+			for _, s := range fr.slices {
 				s.Release()
 			}
 		}
-		out = files
-	}()
-	readCommitted := req.IsolationLevel == 1
-	remaining := int(req.MaxBytes)
-	if remaining <= 0 {
-		remaining = 1 << 30
+		out = fr.files
 	}
-	total := 0
-	byID := req.Version >= 13
-	// A consumer's fetch (not a replica's: -1), which KIP-392 lets a
-	// follower serve.
-	consumer := req.ReplicaID < 0
-	if req.Version >= 15 {
-		consumer = req.ReplicaState.ID < 0
-	}
-	for _, rt := range topics {
-		st := kmsg.NewFetchResponseTopic()
-		st.Topic, st.TopicID = rt.Topic, rt.TopicID
-		name, topicCode := rt.Topic, int16(0)
-		if byID {
-			if n, ok := b.meta.TopicName(rt.TopicID); ok {
-				name = n
-			} else {
-				topicCode = kerr.UnknownTopicID.Code
-			}
+	return out, fr.ready, fr.notify
+}
+
+// fetchRead is one pass of fetchOnce over a request's partitions: the
+// room left in the response and what the pass found so far.
+type fetchRead struct {
+	req           *kmsg.FetchRequest
+	files         *wire.Spliced   // the response and the file ranges it sends
+	slices        []storage.Slice // the ranges files sends, released with it
+	readCommitted bool
+	consumer      bool // a consumer's fetch, not a replica's
+	remaining     int  // bytes left under the request's MaxBytes
+	total         int  // record bytes in the response
+	ready         bool // an answer to send now (an error to report)
+	notify        []<-chan struct{}
+}
+
+// fetchTopic reads the partitions of one topic of the request.
+func (b *Broker) fetchTopic(fr *fetchRead, rt *kmsg.FetchRequestTopic, denied map[string]bool) kmsg.FetchResponseTopic {
+	st := kmsg.NewFetchResponseTopic()
+	st.Topic, st.TopicID = rt.Topic, rt.TopicID
+	name, topicCode := rt.Topic, int16(0)
+	if fr.req.Version >= 13 {
+		if n, ok := b.meta.TopicName(rt.TopicID); ok {
+			name = n
+		} else {
+			topicCode = kerr.UnknownTopicID.Code
 		}
-		if denied[name] {
-			topicCode = kerr.TopicAuthorizationFailed.Code
-		}
-		for _, rp := range rt.Partitions {
-			sp := kmsg.NewFetchResponseTopicPartition()
-			sp.Partition = rp.Partition
-			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = -1, -1, -1
-			// Kafka sends empty records, never null: librdkafka rejects a
-			// null (size -1) records field as a protocol error.
-			sp.RecordBatches = []byte{}
-			var p *partition.Partition
-			missing := topicCode
-			if topicCode == 0 {
-				p, missing = b.replicas.Lookup(name, rp.Partition)
-			}
-			follower := false
-			switch {
-			case p == nil:
-				sp.ErrorCode = missing
-			default:
-				follower = !p.IsLeader() && b.followerServes(p, req.Version, consumer)
-				sp.ErrorCode = leaderEpochCode(p, rp.CurrentLeaderEpoch, follower)
-			}
-			if sp.ErrorCode != 0 {
-				ready = true
-				st.Partitions = append(st.Partitions, sp)
-				continue
-			}
-			if req.Version >= 11 && consumer && !follower {
-				if pref := b.preferredReadReplica(p, req.Rack, rp.FetchOffset); pref >= 0 {
-					// KIP-392: no records; the consumer reads from pref.
-					sp.PreferredReadReplica = pref
-					sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = p.HighWatermark(), p.LastStableOffset(), p.LogStartOffset()
-					ready = true
-					st.Partitions = append(st.Partitions, sp)
-					continue
-				}
-			}
-			notify = append(notify, p.Notify())
-			maxBytes := min(int(rp.PartitionMaxBytes), remaining)
-			if total > 0 && maxBytes <= 0 {
-				// The response is full; report watermarks only.
-				hw := p.HighWatermark()
-				sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = hw, p.LastStableOffset(), p.LogStartOffset()
-				st.Partitions = append(st.Partitions, sp)
-				continue
-			}
-			res, slice, err := p.ReadFile(rp.FetchOffset, max(maxBytes, 1), readCommitted)
-			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = res.HighWatermark, res.LastStableOffset, res.LogStartOffset
-			if b.tiered != nil && errors.Is(err, partition.ErrOffsetOutOfRange) && rp.FetchOffset < res.LogStartOffset {
-				// Below the local log: the object store's (tiered.go).
-				if recs, aborted, wait, rerr := b.tiered.Read(p, rp.FetchOffset, max(maxBytes, 1)); !tiered.IsNotRemote(rerr) {
-					// A range of the cached segment's file, sent with
-					// sendfile like a local one (below).
-					slice.Release()
-					err, slice, res.Aborted = rerr, recs, aborted
-					if wait != nil {
-						notify = append(notify, wait)
-					}
-				} else if b.tiered.RestorePending(p) {
-					// A restored topic whose remote log is not committed
-					// yet: nothing for now rather than OFFSET_OUT_OF_RANGE,
-					// which would reset a consumer past the restored
-					// records.
-					err = nil
-				}
-				sp.LogStartOffset = b.tiered.LogStart(p)
-			}
-			switch {
-			case errors.Is(err, partition.ErrOffsetOutOfRange) && follower && rp.CurrentLeaderEpoch < 0 && rp.FetchOffset >= res.LogStartOffset:
-				// Past this follower's log: it may not have caught up
-				// yet, and a client that sends no leader epoch cannot
-				// check with the leader before it resets (as Kafka,
-				// KAFKA-14255): nothing yet, ask again.
-			case errors.Is(err, partition.ErrOffsetOutOfRange):
-				sp.ErrorCode = kerr.OffsetOutOfRange.Code
-				ready = true
-			case err != nil:
-				b.log.Error("fetch: reading log", "topic", name, "partition", rp.Partition, "offset", rp.FetchOffset, "err", err)
-				sp.ErrorCode = kerr.KafkaStorageError.Code
-				ready = true
-			case slice.Size == 0 && len(res.Records) > 0:
-				// A compacted log's batches, copied (partition.readCompacted).
-				if total > 0 && len(res.Records) > maxBytes {
-					break // KIP-74: only the first partition with data may exceed
-				}
-				total += len(res.Records)
-				remaining -= len(res.Records)
-				sp.RecordBatches = res.Records
-				if readCommitted {
-					sp.AbortedTransactions = abortedOf(res.Aborted)
-				}
-			case slice.Size == 0:
-			case total > 0 && slice.Size > maxBytes:
-				// Only the first partition with data may exceed the limits
-				// (KIP-74); the others wait for the next fetch.
-			default:
-				recs, err := b.fetchRecords(files, &slices, slice)
-				if err != nil {
-					b.log.Error("fetch: reading log", "topic", name, "partition", rp.Partition, "offset", rp.FetchOffset, "err", err)
-					sp.ErrorCode = kerr.KafkaStorageError.Code
-					ready = true
-					break
-				}
-				total += slice.Size
-				remaining -= slice.Size
-				slice = storage.Slice{} // now owned by the response
-				sp.RecordBatches = recs
-				if readCommitted {
-					sp.AbortedTransactions = abortedOf(res.Aborted)
-				}
-			}
-			slice.Release() // not sent: an error, empty, or no room
-			st.Partitions = append(st.Partitions, sp)
-		}
-		resp.Topics = append(resp.Topics, st)
 	}
-	if total >= int(req.MinBytes) && total > 0 || req.MinBytes <= 0 {
-		ready = true
+	if denied[name] {
+		topicCode = kerr.TopicAuthorizationFailed.Code
 	}
-	return resp, ready, notify
+	for i := range rt.Partitions {
+		st.Partitions = append(st.Partitions, b.fetchPartition(fr, name, topicCode, &rt.Partitions[i]))
+	}
+	return st
+}
+
+// fetchPartition answers one partition of topic name (topicCode: the
+// topic's error, if any): an error, a preferred read replica, watermarks
+// only when the response is full, or what its log holds from the fetch
+// offset.
+func (b *Broker) fetchPartition(fr *fetchRead, name string, topicCode int16, rp *kmsg.FetchRequestTopicPartition) kmsg.FetchResponseTopicPartition {
+	sp := kmsg.NewFetchResponseTopicPartition()
+	sp.Partition = rp.Partition
+	sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = -1, -1, -1
+	// Kafka sends empty records, never null: librdkafka rejects a
+	// null (size -1) records field as a protocol error.
+	sp.RecordBatches = []byte{}
+	var p *partition.Partition
+	missing := topicCode
+	if topicCode == 0 {
+		p, missing = b.replicas.Lookup(name, rp.Partition)
+	}
+	follower := false
+	switch {
+	case p == nil:
+		sp.ErrorCode = missing
+	default:
+		follower = !p.IsLeader() && b.followerServes(p, fr.req.Version, fr.consumer)
+		sp.ErrorCode = leaderEpochCode(p, rp.CurrentLeaderEpoch, follower)
+	}
+	if sp.ErrorCode != 0 {
+		fr.ready = true
+		return sp
+	}
+	if fr.req.Version >= 11 && fr.consumer && !follower {
+		if pref := b.preferredReadReplica(p, fr.req.Rack, rp.FetchOffset); pref >= 0 {
+			// KIP-392: no records; the consumer reads from pref.
+			sp.PreferredReadReplica = pref
+			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = p.HighWatermark(), p.LastStableOffset(), p.LogStartOffset()
+			fr.ready = true
+			return sp
+		}
+	}
+	fr.notify = append(fr.notify, p.Notify())
+	maxBytes := min(int(rp.PartitionMaxBytes), fr.remaining)
+	if fr.total > 0 && maxBytes <= 0 {
+		// The response is full; report watermarks only.
+		hw := p.HighWatermark()
+		sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = hw, p.LastStableOffset(), p.LogStartOffset()
+		return sp
+	}
+	res, slice, err := b.fetchRange(fr, p, rp.FetchOffset, maxBytes, &sp)
+	switch {
+	case errors.Is(err, partition.ErrOffsetOutOfRange) && follower && rp.CurrentLeaderEpoch < 0 && rp.FetchOffset >= res.LogStartOffset:
+		// Past this follower's log: it may not have caught up
+		// yet, and a client that sends no leader epoch cannot
+		// check with the leader before it resets (as Kafka,
+		// KAFKA-14255): nothing yet, ask again.
+	case errors.Is(err, partition.ErrOffsetOutOfRange):
+		sp.ErrorCode = kerr.OffsetOutOfRange.Code
+		fr.ready = true
+	case err != nil:
+		b.log.Error("fetch: reading log", "topic", name, "partition", rp.Partition, "offset", rp.FetchOffset, "err", err)
+		sp.ErrorCode = kerr.KafkaStorageError.Code
+		fr.ready = true
+	case slice.Size == 0 && len(res.Records) > 0:
+		// A compacted log's batches, copied (partition.readCompacted).
+		if fr.total > 0 && len(res.Records) > maxBytes {
+			break // KIP-74: only the first partition with data may exceed
+		}
+		fr.total += len(res.Records)
+		fr.remaining -= len(res.Records)
+		sp.RecordBatches = res.Records
+		if fr.readCommitted {
+			sp.AbortedTransactions = abortedOf(res.Aborted)
+		}
+	case slice.Size == 0:
+	case fr.total > 0 && slice.Size > maxBytes:
+		// Only the first partition with data may exceed the limits
+		// (KIP-74); the others wait for the next fetch.
+	default:
+		recs, err := b.fetchRecords(fr.files, &fr.slices, slice)
+		if err != nil {
+			b.log.Error("fetch: reading log", "topic", name, "partition", rp.Partition, "offset", rp.FetchOffset, "err", err)
+			sp.ErrorCode = kerr.KafkaStorageError.Code
+			fr.ready = true
+			break
+		}
+		fr.total += slice.Size
+		fr.remaining -= slice.Size
+		slice = storage.Slice{} // now owned by the response
+		sp.RecordBatches = recs
+		if fr.readCommitted {
+			sp.AbortedTransactions = abortedOf(res.Aborted)
+		}
+	}
+	slice.Release() // not sent: an error, empty, or no room
+	return sp
+}
+
+// fetchRange reads p's log from offset, up to maxBytes (at least one
+// batch), setting sp's watermarks; below the local log it reads the
+// object store's copy (tiered.go), adding a wait for a segment being
+// fetched to fr.notify.
+func (b *Broker) fetchRange(fr *fetchRead, p *partition.Partition, offset int64, maxBytes int, sp *kmsg.FetchResponseTopicPartition) (partition.ReadResult, storage.Slice, error) {
+	res, slice, err := p.ReadFile(offset, max(maxBytes, 1), fr.readCommitted)
+	sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = res.HighWatermark, res.LastStableOffset, res.LogStartOffset
+	if b.tiered == nil || !errors.Is(err, partition.ErrOffsetOutOfRange) || offset >= res.LogStartOffset {
+		return res, slice, err
+	}
+	// Below the local log: the object store's.
+	if recs, aborted, wait, rerr := b.tiered.Read(p, offset, max(maxBytes, 1)); !tiered.IsNotRemote(rerr) {
+		// A range of the cached segment's file, sent with sendfile like
+		// a local one (fetchPartition).
+		slice.Release()
+		err, slice, res.Aborted = rerr, recs, aborted
+		if wait != nil {
+			fr.notify = append(fr.notify, wait)
+		}
+	} else if b.tiered.RestorePending(p) {
+		// A restored topic whose remote log is not committed yet:
+		// nothing for now rather than OFFSET_OUT_OF_RANGE, which would
+		// reset a consumer past the restored records.
+		err = nil
+	}
+	sp.LogStartOffset = b.tiered.LogStart(p)
+	return res, slice, err
 }
 
 // abortedOf is where a read_committed consumer skips aborted transactions' records.
