@@ -75,14 +75,8 @@ with no commit starts at --offset earliest or latest).`,
 }
 
 func consume(cmd *cobra.Command, conn *connFlags, o *consumeOpts, topic string) error {
-	if o.format != "text" && o.format != "json" && o.format != "hex" {
-		return usagef("--format %q: want text, json or hex", o.format)
-	}
-	if o.reset != "none" && o.reset != "earliest" && o.reset != "latest" {
-		return usagef("--auto-offset-reset %q: want none, earliest or latest", o.reset)
-	}
-	if o.group != "" && len(o.partitions) > 0 {
-		return usagef("--partition and --group: a group's partitions are assigned by the group")
+	if err := o.check(); err != nil {
+		return err
 	}
 	ctx, stop := signalContext()
 	defer stop()
@@ -106,46 +100,10 @@ func consume(cmd *cobra.Command, conn *connFlags, o *consumeOpts, topic string) 
 	if err != nil {
 		return err
 	}
-	opts := []kgo.Opt{kgo.FetchMaxWait(500 * time.Millisecond)}
 	var assigned atomic.Bool
-	if o.group != "" {
-		reset := kgo.NewOffset().AtStart()
-		if o.offset == "latest" {
-			reset = kgo.NewOffset().AtEnd()
-		} else if o.offset != "earliest" {
-			return usagef("--offset %q with --group: want earliest or latest (use 'group reset-offsets' to move a group)", o.offset)
-		}
-		opts = append(opts, kgo.ConsumeTopics(topic), kgo.ConsumerGroup(o.group), kgo.ConsumeResetOffset(reset),
-			kgo.AutoCommitMarks(),
-			kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { assigned.Store(true) }))
-	} else {
-		parts := map[int32]kgo.Offset{}
-		for p := range ends {
-			if len(o.partitions) == 0 || containsInt32(o.partitions, p) {
-				parts[p] = start(p)
-			}
-		}
-		for _, p := range o.partitions {
-			if _, ok := ends[p]; !ok {
-				return usagef("--partition %d: topic %s has %d partitions", p, topic, len(ends))
-			}
-		}
-		if err := o.outOfRange(cmd.ErrOrStderr(), topic, ends, parts); err != nil {
-			return err
-		}
-		reset := kgo.NoResetOffset() // the log moved under us: an error, not a silent jump
-		switch o.reset {
-		case "earliest":
-			reset = kgo.NewOffset().AtStart()
-		case "latest":
-			reset = kgo.NewOffset().AtEnd()
-		}
-		opts = append(opts, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
-			kgo.ConsumeResetOffset(reset))
-		assigned.Store(true)
-	}
-	if o.readCommitted {
-		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	opts, err := o.clientOpts(cmd.ErrOrStderr(), topic, ends, start, &assigned)
+	if err != nil {
+		return err
 	}
 	base, err := conn.opts()
 	if err != nil {
@@ -166,6 +124,75 @@ func consume(cmd *cobra.Command, conn *connFlags, o *consumeOpts, topic string) 
 			}
 		}()
 	}
+	return o.printUntilDone(ctx, cmd, cl.K, ends, &assigned)
+}
+
+// check checks the options that need no answer from the cluster.
+func (o *consumeOpts) check() error {
+	if o.format != "text" && o.format != "json" && o.format != "hex" {
+		return usagef("--format %q: want text, json or hex", o.format)
+	}
+	if o.reset != "none" && o.reset != "earliest" && o.reset != "latest" {
+		return usagef("--auto-offset-reset %q: want none, earliest or latest", o.reset)
+	}
+	if o.group != "" && len(o.partitions) > 0 {
+		return usagef("--partition and --group: a group's partitions are assigned by the group")
+	}
+	return nil
+}
+
+// clientOpts are the consumer's options for topic, whose partitions end
+// at ends: a member of the group o.group, or a reader of the partitions
+// o.partitions (all if none) from start; assigned is set once the client
+// has its partitions (at once without a group).
+func (o *consumeOpts) clientOpts(stderr io.Writer, topic string, ends map[int32]admin.Offsets, start func(int32) kgo.Offset, assigned *atomic.Bool) ([]kgo.Opt, error) {
+	opts := []kgo.Opt{kgo.FetchMaxWait(500 * time.Millisecond)}
+	if o.group != "" {
+		reset := kgo.NewOffset().AtStart()
+		if o.offset == "latest" {
+			reset = kgo.NewOffset().AtEnd()
+		} else if o.offset != "earliest" {
+			return nil, usagef("--offset %q with --group: want earliest or latest (use 'group reset-offsets' to move a group)", o.offset)
+		}
+		opts = append(opts, kgo.ConsumeTopics(topic), kgo.ConsumerGroup(o.group), kgo.ConsumeResetOffset(reset),
+			kgo.AutoCommitMarks(),
+			kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { assigned.Store(true) }))
+	} else {
+		parts := map[int32]kgo.Offset{}
+		for p := range ends {
+			if len(o.partitions) == 0 || containsInt32(o.partitions, p) {
+				parts[p] = start(p)
+			}
+		}
+		for _, p := range o.partitions {
+			if _, ok := ends[p]; !ok {
+				return nil, usagef("--partition %d: topic %s has %d partitions", p, topic, len(ends))
+			}
+		}
+		if err := o.outOfRange(stderr, topic, ends, parts); err != nil {
+			return nil, err
+		}
+		reset := kgo.NoResetOffset() // the log moved under us: an error, not a silent jump
+		switch o.reset {
+		case "earliest":
+			reset = kgo.NewOffset().AtStart()
+		case "latest":
+			reset = kgo.NewOffset().AtEnd()
+		}
+		opts = append(opts, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
+			kgo.ConsumeResetOffset(reset))
+		assigned.Store(true)
+	}
+	if o.readCommitted {
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	return opts, nil
+}
+
+// printUntilDone prints the records cl reads, until ctx ends, o.count
+// records are printed, or (-e, o.exitAtEnd) every partition is read up to
+// its end in ends or two polls after the assignment found nothing.
+func (o *consumeOpts) printUntilDone(ctx context.Context, cmd *cobra.Command, cl *kgo.Client, ends map[int32]admin.Offsets, assigned *atomic.Bool) error {
 	// -e: the partitions with something left to read, and their ends.
 	remaining := map[int32]int64{}
 	for p, e := range ends {
@@ -184,7 +211,7 @@ func consume(cmd *cobra.Command, conn *connFlags, o *consumeOpts, topic string) 
 		if o.exitAtEnd {
 			pctx, pcancel = context.WithTimeout(ctx, 2*time.Second)
 		}
-		fetches := cl.K.PollFetches(pctx)
+		fetches := cl.PollFetches(pctx)
 		pcancel()
 		if ctx.Err() != nil {
 			return nil
@@ -207,7 +234,7 @@ func consume(cmd *cobra.Command, conn *connFlags, o *consumeOpts, topic string) 
 				return err
 			}
 			if o.group != "" {
-				cl.K.MarkCommitRecords(r)
+				cl.MarkCommitRecords(r)
 			}
 			if end, ok := remaining[r.Partition]; ok && r.Offset+1 >= end {
 				delete(remaining, r.Partition)

@@ -300,22 +300,52 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	if err != nil {
 		return cfg, lim, nil, err
 	}
+	// In this order, so that the first setting at fault is the one named.
+	for _, step := range []func() error{
+		c.checkCluster,
+		func() error { return c.storageConfig(&cfg, policy) },
+		func() error { return c.groupConfig(&cfg) },
+		func() error { return c.cleanerConfig(&cfg) },
+		func() error { return c.clusterConfig(&cfg, logger) },
+		func() error { return c.connectionLimits(&lim) },
+	} {
+		if err := step(); err != nil {
+			return cfg, lim, nil, err
+		}
+	}
+	// Listeners and security last: they load certificates.
+	sec, err := c.listenerSecurity(&cfg, logger)
+	if err != nil {
+		return cfg, lim, nil, err
+	}
+	return cfg, lim, sec, nil
+}
+
+// checkCluster checks the settings of the cluster's control plane and the
+// node's background loops.
+func (c *serveConfig) checkCluster() error {
 	switch {
 	case c.imbalancePct < 0 || c.imbalancePct > 100:
-		return cfg, lim, nil, fmt.Errorf("--leader-imbalance-per-broker-percentage %d: want 0..100", c.imbalancePct)
+		return fmt.Errorf("--leader-imbalance-per-broker-percentage %d: want 0..100", c.imbalancePct)
 	case c.rebalance && c.imbalanceIv <= 0:
-		return cfg, lim, nil, fmt.Errorf("--leader-imbalance-check-interval %v: must be positive", c.imbalanceIv)
+		return fmt.Errorf("--leader-imbalance-check-interval %v: must be positive", c.imbalanceIv)
 	case c.ctrlShutMax < 0:
-		return cfg, lim, nil, fmt.Errorf("--controlled-shutdown-max-wait %v: must not be negative", c.ctrlShutMax)
+		return fmt.Errorf("--controlled-shutdown-max-wait %v: must not be negative", c.ctrlShutMax)
 	case c.hbInterval <= 0 || c.session <= c.hbInterval:
-		return cfg, lim, nil, fmt.Errorf("--broker-session-timeout (%v) must be longer than --broker-heartbeat-interval (%v), both positive", c.session, c.hbInterval)
+		return fmt.Errorf("--broker-session-timeout (%v) must be longer than --broker-heartbeat-interval (%v), both positive", c.session, c.hbInterval)
 	case c.fetchSessionSlots < 0:
-		return cfg, lim, nil, fmt.Errorf("--fetch-session-slots %d: must be 0 or more (0: no fetch sessions)", c.fetchSessionSlots)
+		return fmt.Errorf("--fetch-session-slots %d: must be 0 or more (0: no fetch sessions)", c.fetchSessionSlots)
 	case c.dioCache < 0:
-		return cfg, lim, nil, fmt.Errorf("--log-direct-io-cache-bytes %d: must be 0 or more", c.dioCache)
+		return fmt.Errorf("--log-direct-io-cache-bytes %d: must be 0 or more", c.dioCache)
 	case c.retentionCheck <= 0:
-		return cfg, lim, nil, fmt.Errorf("--retention-check-interval %v: must be positive", c.retentionCheck)
+		return fmt.Errorf("--retention-check-interval %v: must be positive", c.retentionCheck)
 	}
+	return nil
+}
+
+// storageConfig maps the node's identity, its storage and the topics'
+// defaults onto cfg.
+func (c *serveConfig) storageConfig(cfg *broker.Config, policy storage.FlushPolicy) error {
 	cfg.NodeID = int32(c.nodeID)
 	cfg.DataDir = c.dataDir
 	cfg.ConfigOrigins = c.origins
@@ -337,13 +367,13 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	cfg.RetentionCheckInterval = c.retentionCheck
 	cfg.MetadataSnapshot = metadata.SnapshotPolicy{MaxBytes: c.metaSnapBytes, MaxInterval: c.metaSnapInterval}
 	if c.scrubRate < 0 {
-		return cfg, lim, nil, fmt.Errorf("--log-scrub-bytes-per-second %d: must be 0 (off) or more", c.scrubRate)
+		return fmt.Errorf("--log-scrub-bytes-per-second %d: must be 0 (off) or more", c.scrubRate)
 	}
 	cfg.LogScrubBytesPerSecond = c.scrubRate
 	cfg.LogNoReadChecks = !c.verifyReads
 	cfg.Tiered = c.remote
 	if err := c.remote.Validate(); err != nil {
-		return cfg, lim, nil, err
+		return err
 	}
 	cfg.LogDefaults.SegmentBytes = c.segBytes
 	cfg.LogDefaults.SegmentMs = c.segmentMs
@@ -351,6 +381,12 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	cfg.LogDefaults.RetentionBytes = c.retBytes
 	cfg.LogDefaults.MaxMessageBytes = c.maxMsg
 	cfg.LogDefaults.Flush = policy
+	return nil
+}
+
+// groupConfig maps the consumer, classic and share groups' settings and
+// the offsets' and transactions' expiry onto cfg.
+func (c *serveConfig) groupConfig(cfg *broker.Config) error {
 	cfg.Groups.InitialRebalanceDelay = c.groupInitialDelay
 	cfg.Groups.MinSessionTimeout, cfg.Groups.MaxSessionTimeout = c.groupMinSession, c.groupMaxSession
 	cfg.Groups.MaxSize = c.groupMaxSize
@@ -362,7 +398,7 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 		switch {
 		case a == "":
 		case !slices.Contains(group.Assignors, a):
-			return cfg, lim, nil, fmt.Errorf("--group-consumer-assignors: unknown assignor %q (Holdfast has %s)", a, strings.Join(group.Assignors, ", "))
+			return fmt.Errorf("--group-consumer-assignors: unknown assignor %q (Holdfast has %s)", a, strings.Join(group.Assignors, ", "))
 		default:
 			cfg.Groups.ConsumerAssignors = append(cfg.Groups.ConsumerAssignors, a)
 		}
@@ -370,59 +406,72 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	cfg.Groups.ConsumerMigrationPolicy = strings.ToLower(c.cgMigration)
 	switch {
 	case !slices.Contains(group.MigrationPolicies, cfg.Groups.ConsumerMigrationPolicy):
-		return cfg, lim, nil, fmt.Errorf("--group-consumer-migration-policy: %q is not one of %s", c.cgMigration, strings.Join(group.MigrationPolicies, ", "))
+		return fmt.Errorf("--group-consumer-migration-policy: %q is not one of %s", c.cgMigration, strings.Join(group.MigrationPolicies, ", "))
 	case c.cgSession <= 0 || c.cgHeartbeat <= 0 || c.cgMaxSize <= 0:
-		return cfg, lim, nil, errors.New("--group-consumer-session-timeout, --group-consumer-heartbeat-interval and --group-consumer-max-size must be positive")
+		return errors.New("--group-consumer-session-timeout, --group-consumer-heartbeat-interval and --group-consumer-max-size must be positive")
 	case c.cgHeartbeat >= c.cgSession:
-		return cfg, lim, nil, fmt.Errorf("--group-consumer-heartbeat-interval %v must be below --group-consumer-session-timeout %v", c.cgHeartbeat, c.cgSession)
+		return fmt.Errorf("--group-consumer-heartbeat-interval %v must be below --group-consumer-session-timeout %v", c.cgHeartbeat, c.cgSession)
 	}
 	cfg.Share = broker.ShareConfig{RecordLockDuration: c.shareLock, DeliveryCountLimit: int16(c.shareDeliveries),
 		PartitionMaxRecordLocks: c.shareLocks, SessionTimeout: c.shareSession, HeartbeatInterval: c.shareHeartbeat,
 		MaxSize: c.shareMaxSize, MaxShareSessions: c.shareSessions}
 	switch {
 	case c.shareLock < time.Second || c.shareLock > time.Hour:
-		return cfg, lim, nil, fmt.Errorf("--group-share-record-lock-duration %v must be between 1s and 1h", c.shareLock)
+		return fmt.Errorf("--group-share-record-lock-duration %v must be between 1s and 1h", c.shareLock)
 	case c.shareDeliveries < 2 || c.shareDeliveries > 10:
-		return cfg, lim, nil, fmt.Errorf("--group-share-delivery-count-limit %d must be between 2 and 10", c.shareDeliveries)
+		return fmt.Errorf("--group-share-delivery-count-limit %d must be between 2 and 10", c.shareDeliveries)
 	case c.shareLocks < 100 || c.shareLocks > 10000:
-		return cfg, lim, nil, fmt.Errorf("--group-share-partition-max-record-locks %d must be between 100 and 10000", c.shareLocks)
+		return fmt.Errorf("--group-share-partition-max-record-locks %d must be between 100 and 10000", c.shareLocks)
 	case c.shareSession <= 0 || c.shareHeartbeat <= 0 || c.shareHeartbeat >= c.shareSession:
-		return cfg, lim, nil, errors.New("--group-share-heartbeat-interval must be positive and below --group-share-session-timeout")
+		return errors.New("--group-share-heartbeat-interval must be positive and below --group-share-session-timeout")
 	case c.shareMaxSize <= 0 || c.shareSessions <= 0:
-		return cfg, lim, nil, errors.New("--group-share-max-size and --group-share-max-share-sessions must be positive")
+		return errors.New("--group-share-max-size and --group-share-max-share-sessions must be positive")
 	}
 	cfg.Groups.OffsetRetention = c.offsRet
 	cfg.Groups.RetentionCheckInterval, cfg.Groups.MaxMetadataBytes = c.offsRetCheck, c.offsetMetaMax
 	cfg.Txn.AbortInterval, cfg.Txn.IDExpiration = c.txnAbortIv, c.txnIDExpiry
+	return nil
+}
+
+// cleanerConfig maps the log cleaner's, the quotas' and the internal
+// topics' settings onto cfg.
+func (c *serveConfig) cleanerConfig(cfg *broker.Config) error {
 	cfg.LogDefaults.IndexIntervalBytes = c.indexInterval
 	cfg.LogCleaner = broker.CleanerConfig{Enable: c.cleanerOn, Threads: c.cleanerThreads, DedupeBufferSize: c.cleanerMem,
 		IOBufferSize: c.cleanerIOBuf, IOMaxBytesPerSecond: c.cleanerRate, Backoff: c.cleanerBackoff}
 	if err := cfg.LogCleaner.Validate(); err != nil {
-		return cfg, lim, nil, err
+		return err
 	}
 	if c.quotaWindows < 2 || c.ctrlQuotaWindows < 1 || c.quotaWindowSize < time.Millisecond || c.ctrlQuotaWindowSize < time.Millisecond {
-		return cfg, lim, nil, errors.New("--quota-window-num must be at least 2, --controller-quota-window-num at least 1, and the window sizes at least 1ms")
+		return errors.New("--quota-window-num must be at least 2, --controller-quota-window-num at least 1, and the window sizes at least 1ms")
 	}
 	cfg.Quotas = quota.Config{WindowNum: c.quotaWindows, WindowSize: c.quotaWindowSize,
 		ControllerWindowNum: c.ctrlQuotaWindows, ControllerWindowSize: c.ctrlQuotaWindowSize}
 	switch {
 	case c.cleanerRate < 0:
-		return cfg, lim, nil, fmt.Errorf("--log-cleaner-io-max-bytes-per-second %g: must not be negative", c.cleanerRate)
+		return fmt.Errorf("--log-cleaner-io-max-bytes-per-second %g: must not be negative", c.cleanerRate)
 	case c.cleanableRatio < 0 || c.cleanableRatio > 1:
-		return cfg, lim, nil, fmt.Errorf("--log-cleaner-min-cleanable-ratio %g: want 0..1", c.cleanableRatio)
+		return fmt.Errorf("--log-cleaner-min-cleanable-ratio %g: want 0..1", c.cleanableRatio)
 	case c.deleteRetention < 0 || c.minLag < 0 || c.maxLag < 0:
-		return cfg, lim, nil, errors.New("--log-cleaner-delete-retention, --log-cleaner-min-compaction-lag and --log-cleaner-max-compaction-lag must not be negative")
+		return errors.New("--log-cleaner-delete-retention, --log-cleaner-min-compaction-lag and --log-cleaner-max-compaction-lag must not be negative")
 	case c.maxLag > 0 && c.minLag > c.maxLag:
-		return cfg, lim, nil, fmt.Errorf("--log-cleaner-min-compaction-lag %v exceeds --log-cleaner-max-compaction-lag %v", c.minLag, c.maxLag)
+		return fmt.Errorf("--log-cleaner-min-compaction-lag %v exceeds --log-cleaner-max-compaction-lag %v", c.minLag, c.maxLag)
 	case c.offsetsSeg < 14 || c.offsetsSeg > 1<<31-1 || c.txnSeg < 14 || c.txnSeg > 1<<31-1:
-		return cfg, lim, nil, fmt.Errorf("--offsets-segment-bytes %d, --txn-segment-bytes %d: want 14..%d", c.offsetsSeg, c.txnSeg, 1<<31-1)
+		return fmt.Errorf("--offsets-segment-bytes %d, --txn-segment-bytes %d: want 14..%d", c.offsetsSeg, c.txnSeg, 1<<31-1)
 	}
 	cfg.LogDefaults.MinCleanableRatio, cfg.LogDefaults.DeleteRetention = c.cleanableRatio, c.deleteRetention
 	cfg.LogDefaults.MinCompactionLag, cfg.LogDefaults.MaxCompactionLag = c.minLag, c.maxLag
 	cfg.OffsetsTopicSegmentBytes, cfg.TxnTopicSegmentBytes = c.offsetsSeg, c.txnSeg
+	return nil
+}
+
+// clusterConfig maps the peers, the join addresses and the control
+// plane's settings onto cfg.
+func (c *serveConfig) clusterConfig(cfg *broker.Config, logger *slog.Logger) error {
 	cfg.Logger = logger
+	var err error
 	if cfg.Peers, err = parsePeers(c.peers); err != nil {
-		return cfg, lim, nil, err
+		return err
 	}
 	cfg.RaftListen = c.raftListen
 	if c.join != "" {
@@ -432,22 +481,27 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	cfg.AutoLeaderRebalance, cfg.LeaderImbalanceCheckInterval, cfg.LeaderImbalancePerBrokerPct = c.rebalance, c.imbalanceIv, c.imbalancePct
 	cfg.ControlledShutdown, cfg.ControlledShutdownMaxWait = c.ctrlShut, c.ctrlShutMax
 	cfg.BrokerHeartbeatInterval, cfg.BrokerSessionTimeout = c.hbInterval, c.session
+	return nil
+}
 
+// connectionLimits maps the connection and request limits onto lim.
+func (c *serveConfig) connectionLimits(lim *wire.Limits) error {
+	var err error
 	lim.MaxRequestBytes = int32(c.maxReq)
 	lim.MaxConnections = c.maxConns
 	if c.maxConnRate <= 0 {
-		return cfg, lim, nil, fmt.Errorf("--max-connection-creation-rate %d: must be positive (2147483647: no limit)", c.maxConnRate)
+		return fmt.Errorf("--max-connection-creation-rate %d: must be positive (2147483647: no limit)", c.maxConnRate)
 	}
 	lim.MaxConnectionCreationRate = c.maxConnRate
 	if lim.MaxConnectionsPerIPOverrides, err = parsePerIPOverrides(c.maxConnsPerIPOverrides); err != nil {
-		return cfg, lim, nil, err
+		return err
 	}
 	switch {
 	case c.maxConnsPerIP < 0:
-		return cfg, lim, nil, fmt.Errorf("--max-connections-per-ip %d: must not be negative", c.maxConnsPerIP)
+		return fmt.Errorf("--max-connections-per-ip %d: must not be negative", c.maxConnsPerIP)
 	case c.maxConnsPerIP == 0 && len(lim.MaxConnectionsPerIPOverrides) == 0:
 		// Kafka's rule: 0 lets nobody in unless overrides name who may.
-		return cfg, lim, nil, errors.New("--max-connections-per-ip (max.connections.per.ip) can be 0 only with --max-connections-per-ip-overrides (max.connections.per.ip.overrides)")
+		return errors.New("--max-connections-per-ip (max.connections.per.ip) can be 0 only with --max-connections-per-ip-overrides (max.connections.per.ip.overrides)")
 	case c.maxConnsPerIP == 0:
 		lim.MaxConnectionsPerIP = -1 // wire's "none but the overrides"
 	default:
@@ -457,22 +511,27 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	lim.IdleTimeout = c.idle
 	switch {
 	case c.saslMaxReceive <= 0 || c.saslMaxReceive > c.maxReq:
-		return cfg, lim, nil, fmt.Errorf("--sasl-max-receive-size (sasl.server.max.receive.size) %d: want 1..--max-request-bytes (%d)", c.saslMaxReceive, c.maxReq)
+		return fmt.Errorf("--sasl-max-receive-size (sasl.server.max.receive.size) %d: want 1..--max-request-bytes (%d)", c.saslMaxReceive, c.maxReq)
 	case c.preAuthQueued < int64(c.saslMaxReceive):
-		return cfg, lim, nil, fmt.Errorf("--preauth-queued-bytes %d: must hold at least one frame of --sasl-max-receive-size (%d)", c.preAuthQueued, c.saslMaxReceive)
+		return fmt.Errorf("--preauth-queued-bytes %d: must hold at least one frame of --sasl-max-receive-size (%d)", c.preAuthQueued, c.saslMaxReceive)
 	case c.authTimeout <= 0:
-		return cfg, lim, nil, fmt.Errorf("--sasl-authentication-timeout %v: must be positive", c.authTimeout)
+		return fmt.Errorf("--sasl-authentication-timeout %v: must be positive", c.authTimeout)
 	}
 	lim.MaxPreAuthBytes, lim.MaxPreAuthQueuedBytes, lim.AuthTimeout = int32(c.saslMaxReceive), c.preAuthQueued, c.authTimeout
+	return nil
+}
 
-	// Listeners and security last: they load certificates.
+// listenerSecurity loads the listeners with their security and the admin
+// listener's logins and TLS onto cfg, with a warning for each way the
+// admin listener is open to anyone who reaches it.
+func (c *serveConfig) listenerSecurity(cfg *broker.Config, logger *slog.Logger) (*serveSecurity, error) {
 	raftAddr := c.raftListen
 	if raftAddr == "" {
 		raftAddr = cfg.Peers[cfg.NodeID]
 	}
 	sec, err := buildSecurity(c.security, c.listen, c.advertised, raftAddr, len(cfg.Peers) > 0, logger)
 	if err != nil {
-		return cfg, lim, nil, err
+		return nil, err
 	}
 	sec.broker.BootstrapScram = c.addScram
 	cfg.Security = sec.broker
@@ -480,10 +539,10 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 	cfg.AdvertisedHost, cfg.AdvertisedPort = first.Host, first.Port
 	pages, endpoints, err := c.adminLogins(sec.authenticates)
 	if err != nil {
-		return cfg, lim, nil, err
+		return nil, err
 	}
 	if _, err := sec.adminTLS(c.adminTLS); err != nil {
-		return cfg, lim, nil, err
+		return nil, err
 	}
 	if c.console && c.metricsListen != "" && sec.authenticates && !pages {
 		sec.warnings = append(sec.warnings, fmt.Sprintf("the web console on %s (--metrics-listen) reads and changes every topic as this node and asks nobody who they are (--admin-auth=none): every local user bypasses the Kafka listeners' authentication and ACLs; drop --admin-auth=none, or turn the console off (--console=false) or its actions (--console-actions=false)", c.metricsListen))
@@ -503,7 +562,7 @@ func (c *serveConfig) brokerConfig(logger *slog.Logger) (broker.Config, wire.Lim
 			sec.warnings = append(sec.warnings, fmt.Sprintf("the web console on %s (--metrics-listen) lets anyone who reaches it start durability lab runs, which use this machine's CPU and disk (one at a time): keep it on loopback, ask for logins (--admin-auth=required, or clients that authenticate: then only a user allowed to ALTER the CLUSTER may), or --console-lab=false", c.metricsListen))
 		}
 	}
-	return cfg, lim, sec, nil
+	return sec, nil
 }
 
 func newServeCmd() *cobra.Command {

@@ -124,43 +124,9 @@ line; 3 no broker answered.`,
 }
 
 func runVerify(cmd *cobra.Command, conn *connFlags, o verifyOpts, idemSet bool) error {
-	if o.records <= 0 || o.records > 10_000_000 {
-		return usagef("--records %d: want 1..10000000", o.records)
-	}
-	if o.producers < 1 || o.producers > 100 || int64(o.producers) > o.records {
-		return usagef("--producers %d: want 1..100, at most --records", o.producers)
-	}
-	if o.size < 0 || o.size > 1<<20 {
-		return usagef("--size %d: want 0..1048576", o.size)
-	}
-	if o.keys < 0 || o.rate < 0 || o.txnRecords < 0 {
-		return usagef("--keys, --rate and --transaction-records take no negative values")
-	}
-	if o.transactionalID != "" && o.txnRecords == 0 {
-		o.txnRecords = 100
-	}
-	var ackOpt kgo.Acks
-	switch o.acks {
-	case "all", "-1":
-		o.acks, ackOpt = "all", kgo.AllISRAcks()
-	case "1":
-		ackOpt = kgo.LeaderAck()
-	case "0":
-		ackOpt = kgo.NoAck()
-	default:
-		return usagef("--acks %q: want all, 1 or 0", o.acks)
-	}
-	if o.acks != "all" {
-		if idemSet && o.idempotence {
-			return usagef("--enable-idempotence needs --acks all (Kafka's rule)")
-		}
-		if o.txnRecords > 0 {
-			return usagef("transactions need --acks all")
-		}
-		o.idempotence = false
-	}
-	if o.txnRecords > 0 && !o.idempotence {
-		return usagef("transactions need --enable-idempotence")
+	ackOpt, err := checkVerifyOpts(&o, idemSet)
+	if err != nil {
+		return err
 	}
 
 	ctx, stop := signalContext()
@@ -206,8 +172,88 @@ func runVerify(cmd *cobra.Command, conn *connFlags, o verifyOpts, idemSet bool) 
 		return err
 	}
 
-	// Produce.
 	start := time.Now()
+	txnErrs, err := verifyProduce(ctx, conn, o, run, base, ackOpt, bar)
+	if err != nil {
+		return err
+	}
+	produced := time.Since(start)
+
+	// Read back.
+	start = time.Now()
+	rctx, rcancel := context.WithTimeout(ctx, max(conn.timeout, 2*time.Minute))
+	defer rcancel()
+	var rep verify.Report
+	progress := func(read, total int64) { bar.set("read", read, total, "") }
+	if o.group == "" {
+		rep, err = run.Check(rctx, verify.CheckOptions{Seeds: conn.seeds(), Opts: base, From: from, ReadCommitted: readCommitted, Progress: progress})
+	} else {
+		rep, err = groupRead(rctx, conn, run, o, readCommitted, progress)
+	}
+	bar.done()
+	if err != nil {
+		return err
+	}
+	sum := verifySummary{
+		Run: run.ID, Topic: o.topic, Settings: settings, Records: o.records, Acknowledged: run.Acked(), Failed: run.Failed(),
+		ProduceErrors: run.Failures(), ProduceMs: produced.Milliseconds(), ReadMs: time.Since(start).Milliseconds(), Report: rep,
+	}
+	sum.Problems = append(sum.Problems, txnErrs...)
+	sum.Problems = append(sum.Problems, verifyProblems(rep, o.idempotence)...)
+	sum.OK = len(sum.Problems) == 0
+	return reportVerify(cmd.OutOrStdout(), sum, o.jsonOut)
+}
+
+// checkVerifyOpts checks verify's options, settles the ones that follow
+// from others (acks other than all turn idempotence off, a transactional
+// id asks for transactions) and returns the producers' acks.
+func checkVerifyOpts(o *verifyOpts, idemSet bool) (kgo.Acks, error) {
+	if o.records <= 0 || o.records > 10_000_000 {
+		return kgo.Acks{}, usagef("--records %d: want 1..10000000", o.records)
+	}
+	if o.producers < 1 || o.producers > 100 || int64(o.producers) > o.records {
+		return kgo.Acks{}, usagef("--producers %d: want 1..100, at most --records", o.producers)
+	}
+	if o.size < 0 || o.size > 1<<20 {
+		return kgo.Acks{}, usagef("--size %d: want 0..1048576", o.size)
+	}
+	if o.keys < 0 || o.rate < 0 || o.txnRecords < 0 {
+		return kgo.Acks{}, usagef("--keys, --rate and --transaction-records take no negative values")
+	}
+	if o.transactionalID != "" && o.txnRecords == 0 {
+		o.txnRecords = 100
+	}
+	var ackOpt kgo.Acks
+	switch o.acks {
+	case "all", "-1":
+		o.acks, ackOpt = "all", kgo.AllISRAcks()
+	case "1":
+		ackOpt = kgo.LeaderAck()
+	case "0":
+		ackOpt = kgo.NoAck()
+	default:
+		return ackOpt, usagef("--acks %q: want all, 1 or 0", o.acks)
+	}
+	if o.acks != "all" {
+		if idemSet && o.idempotence {
+			return ackOpt, usagef("--enable-idempotence needs --acks all (Kafka's rule)")
+		}
+		if o.txnRecords > 0 {
+			return ackOpt, usagef("transactions need --acks all")
+		}
+		o.idempotence = false
+	}
+	if o.txnRecords > 0 && !o.idempotence {
+		return ackOpt, usagef("transactions need --enable-idempotence")
+	}
+	return ackOpt, nil
+}
+
+// verifyProduce produces run's records with o.producers producers (their
+// client options base plus the run's), showing progress on bar, until
+// all are answered or ctx ends; it returns the producers' transaction
+// errors.
+func verifyProduce(ctx context.Context, conn *connFlags, o verifyOpts, run *verify.Run, base []kgo.Opt, ackOpt kgo.Acks, bar *progress) ([]string, error) {
 	var ps []*verify.Producer
 	for i := range o.producers {
 		n := o.records / int64(o.producers)
@@ -224,7 +270,7 @@ func runVerify(cmd *cobra.Command, conn *connFlags, o verifyOpts, idemSet bool) 
 		}
 		cl, err := kgo.NewClient(opts...)
 		if err != nil {
-			return usageError{err}
+			return nil, usageError{err}
 		}
 		rate := 0
 		if o.rate > 0 {
@@ -253,36 +299,14 @@ func runVerify(cmd *cobra.Command, conn *connFlags, o verifyOpts, idemSet bool) 
 			txnErrs = append(txnErrs, err.Error())
 		}
 	}
-	produced := time.Since(start)
 	bar.done()
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
+	return txnErrs, ctx.Err()
+}
 
-	// Read back.
-	start = time.Now()
-	rctx, rcancel := context.WithTimeout(ctx, max(conn.timeout, 2*time.Minute))
-	defer rcancel()
-	var rep verify.Report
-	progress := func(read, total int64) { bar.set("read", read, total, "") }
-	if o.group == "" {
-		rep, err = run.Check(rctx, verify.CheckOptions{Seeds: conn.seeds(), Opts: base, From: from, ReadCommitted: readCommitted, Progress: progress})
-	} else {
-		rep, err = groupRead(rctx, conn, run, o, readCommitted, progress)
-	}
-	bar.done()
-	if err != nil {
-		return err
-	}
-	sum := verifySummary{
-		Run: run.ID, Topic: o.topic, Settings: settings, Records: o.records, Acknowledged: run.Acked(), Failed: run.Failed(),
-		ProduceErrors: run.Failures(), ProduceMs: produced.Milliseconds(), ReadMs: time.Since(start).Milliseconds(), Report: rep,
-	}
-	sum.Problems = append(sum.Problems, txnErrs...)
-	sum.Problems = append(sum.Problems, verifyProblems(rep, o.idempotence)...)
-	sum.OK = len(sum.Problems) == 0
-	out := cmd.OutOrStdout()
-	if o.jsonOut {
+// reportVerify writes sum to out, as JSON or for people, and fails unless
+// the run found no problem.
+func reportVerify(out io.Writer, sum verifySummary, jsonOut bool) error {
+	if jsonOut {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(sum); err != nil {
