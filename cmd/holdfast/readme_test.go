@@ -204,17 +204,14 @@ func TestReadmeDevCluster(t *testing.T) {
 	}
 	for _, line := range quickstart(t, string(readme), "dev-cluster-client") {
 		var out []byte
-		for {
+		// Run again while the cluster forms, as a user would.
+		if !testwait.Poll(time.Until(deadline), func() bool {
 			cmd := exec.Command("bash", "-o", "pipefail", "-c", line)
 			cmd.Dir, cmd.Env = dir, env
 			out, err = cmd.CombinedOutput()
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("README line failed: %s\n%v\n%s\ncluster:\n%s", line, err, out, logs.String())
-			}
-			time.Sleep(500 * time.Millisecond) // a user's pause before running the README line again while the cluster forms
+			return err == nil
+		}) {
+			t.Fatalf("README line failed: %s\n%v\n%s\ncluster:\n%s", line, err, out, logs.String())
 		}
 		for cmd, want := range expect {
 			if strings.Contains(line, cmd) {

@@ -18,6 +18,7 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
+	"holdfast/internal/testwait"
 )
 
 func noAutoBalance(c *broker.Config) { c.AutoLeaderRebalance = false }
@@ -169,7 +170,7 @@ func TestClusterElectLeaders(t *testing.T) {
 	// retriable in Kafka's table: ask again for those, as an operator's
 	// tool would.
 	retried := map[int32]bool{}
-	for attempt := 0; attempt < 10; attempt++ {
+	testwait.Until(t, 30*time.Second, "preferred-leader elections without an election running", func() bool {
 		again := kadm.TopicsSet{}
 		for p, r := range res[topic] {
 			if errors.Is(r.Err, kerr.PreferredLeaderNotAvailable) {
@@ -178,10 +179,9 @@ func TestClusterElectLeaders(t *testing.T) {
 			}
 		}
 		if len(again) == 0 {
-			break
+			return true
 		}
 		t.Logf("asking again for %v: an election was running", again)
-		time.Sleep(200 * time.Millisecond) // the admin tool's pause before it asks again
 		res2, err := adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, again)
 		if err != nil {
 			t.Fatalf("elect leaders: %v", err)
@@ -189,7 +189,8 @@ func TestClusterElectLeaders(t *testing.T) {
 		for p, r := range res2[topic] {
 			res[topic][p] = r
 		}
-	}
+		return false
+	})
 	elected := 0
 	for p, r := range res[topic] {
 		switch {
