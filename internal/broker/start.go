@@ -120,7 +120,7 @@ func (b *Broker) openCluster() error {
 		Self:        b.selfInfo(), InterBrokerListener: sc.InterBrokerListener,
 		RaftTLS: rtls, RaftFaults: c.RaftFaults, Dial: b.nodeClient, OnSecurityChange: b.securityApplied,
 		OnQuotaChange: b.quotasApplied,
-		FS:            c.FS, Logger: b.log, Clock: c.Clock, RaftTickInterval: c.RaftTickInterval, ReadCache: b.readCache,
+		FS:            c.FS, Logger: b.log, Clock: c.Clock, RaftClock: c.RaftClock, RaftTickInterval: c.RaftTickInterval, ReadCache: b.readCache,
 	})
 	if err != nil {
 		return err
