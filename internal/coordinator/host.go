@@ -166,6 +166,7 @@ func Start(cfg Config, meta *metadata.Store, node *cluster.Node, replicas *repli
 		Markers: h.writeMarkersEverywhere,
 		Unowned: true,
 		Leading: h.leading(metadata.TransactionTopic),
+		Clock:   h.clk,
 	})
 	h.watch(metadata.TransactionTopic, n, h.txn.LoadPartition, h.txn.UnloadPartition)
 	return h
