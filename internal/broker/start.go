@@ -285,6 +285,7 @@ func (b *Broker) startCoordinators() error {
 		Settings:    b.shareSettings,
 		MaxSessions: b.cfg.Share.MaxShareSessions,
 		Logger:      b.log.With("component", "share"),
+		Clock:       b.cfg.Clock,
 	})
 	b.closers = append(b.closers, func() error { b.share.Close(); return nil })
 	return nil
