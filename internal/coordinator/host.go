@@ -104,6 +104,7 @@ func Start(cfg Config, meta *metadata.Store, node *cluster.Node, replicas *repli
 	}
 	h.groups = group.New(cfg.Groups, glogs, group.Options{
 		Logger: h.log.With("component", "groups"),
+		Clock:  h.clk,
 		Partitions: func(topic string) int32 {
 			if t, ok := meta.Topic(topic); ok {
 				return t.Partitions
