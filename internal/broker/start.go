@@ -204,6 +204,7 @@ func (b *Broker) startStorage() error {
 	}
 	b.meta = meta
 	meta.SetSnapshotPolicy(b.cfg.MetadataSnapshot)
+	meta.SetClock(b.cfg.Clock)
 	// Runs after the cluster node stopped applying (closers run newest
 	// first): a last snapshot, so a clean restart replays nothing.
 	b.closers = append(b.closers, meta.Close)

@@ -34,10 +34,9 @@ var allowedTimeCalls = map[string]struct {
 	// connection's wait and the per-address hold of a refused connection
 	// (tested in synctest bubbles, docs/architecture.md "Tests").
 	"internal/wire": {3, "connection timers"},
-	// The metadata snapshot's MaxInterval timer and the log's flush.ms
-	// timer, and the cleaner's I/O throttle (offsetmap.go): not moved yet.
-	"internal/metadata": {1, "snapshot interval (not moved yet)"},
-	"internal/storage":  {2, "flush.ms timer and the cleaner's I/O throttle (not moved yet)"},
+	// The log's flush.ms timer and the cleaner's I/O throttle
+	// (offsetmap.go): not moved yet.
+	"internal/storage": {2, "flush.ms timer and the cleaner's I/O throttle (not moved yet)"},
 	// Tools and test helpers, not a node's loops.
 	"internal/console":   {1, "the lab page's wait for a cancelled run"},
 	"internal/failpoint": {1, "a fault test's poll of its file"},
