@@ -193,8 +193,13 @@ type Config struct {
 	// `holdfast lab`. nil: none.
 	RaftFaults *raft.Faults
 	// Clock drives the control plane's periodic loops (cluster, replica,
-	// coordinator: internal/clock); nil: the wall clock.
+	// coordinator, txn, share, tiered and the broker's own:
+	// internal/clock); nil: the wall clock.
 	Clock clock.Clock
+	// RaftClock drives the Raft host's tick, heartbeats and waits; nil:
+	// the wall clock (not Clock: faking the control plane's time leaves
+	// Raft electing leaders). The simulation may set both to one clock.
+	RaftClock clock.Clock
 	// RaftTickInterval is the Raft tick (0: 100 ms): for in-process
 	// clusters in tests that wait for elections. Not a Kafka setting.
 	RaftTickInterval time.Duration

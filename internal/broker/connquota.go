@@ -51,7 +51,7 @@ func (b *Broker) startConnectionGate() error {
 	b.refreshNodeAddrs(ctx, false) // addresses now; names resolved off the start-up path
 	go func() {
 		defer close(done)
-		t := time.NewTicker(nodeAddrRefresh)
+		t := b.clk().NewTicker(nodeAddrRefresh)
 		defer t.Stop()
 		b.refreshNodeAddrs(ctx, true)
 		for {

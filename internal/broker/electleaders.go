@@ -262,7 +262,7 @@ func (b *Broker) awaitTransfers(ctx context.Context, ws []electWait, errs []erro
 				}
 			}
 			return
-		case <-time.After(electPoll):
+		case <-b.clk().After(electPoll):
 		}
 	}
 }

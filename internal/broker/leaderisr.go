@@ -127,7 +127,7 @@ func (b *Broker) startLeaderISR() error {
 			select { // at most one round per leaderISRRefresh
 			case <-stop:
 				return
-			case <-time.After(leaderISRRefresh):
+			case <-b.clk().After(leaderISRRefresh):
 			}
 		}
 	})

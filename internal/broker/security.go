@@ -141,7 +141,7 @@ func (b *Broker) startSecurity() error {
 		// The controller commits them, once it leads an initialized
 		// metadata log.
 		stop := goLoop(func(stop <-chan struct{}) {
-			tick := time.NewTicker(500 * time.Millisecond)
+			tick := b.clk().NewTicker(500 * time.Millisecond)
 			defer tick.Stop()
 			for {
 				select {

@@ -120,7 +120,7 @@ func (b *Broker) openCluster() error {
 		Self:        b.selfInfo(), InterBrokerListener: sc.InterBrokerListener,
 		RaftTLS: rtls, RaftFaults: c.RaftFaults, Dial: b.nodeClient, OnSecurityChange: b.securityApplied,
 		OnQuotaChange: b.quotasApplied,
-		FS:            c.FS, Logger: b.log, Clock: c.Clock, RaftTickInterval: c.RaftTickInterval, ReadCache: b.readCache,
+		FS:            c.FS, Logger: b.log, Clock: c.Clock, RaftClock: c.RaftClock, RaftTickInterval: c.RaftTickInterval, ReadCache: b.readCache,
 	})
 	if err != nil {
 		return err
@@ -204,6 +204,7 @@ func (b *Broker) startStorage() error {
 	}
 	b.meta = meta
 	meta.SetSnapshotPolicy(b.cfg.MetadataSnapshot)
+	meta.SetClock(b.cfg.Clock)
 	// Runs after the cluster node stopped applying (closers run newest
 	// first): a last snapshot, so a clean restart replays nothing.
 	b.closers = append(b.closers, meta.Close)
@@ -285,6 +286,7 @@ func (b *Broker) startCoordinators() error {
 		Settings:    b.shareSettings,
 		MaxSessions: b.cfg.Share.MaxShareSessions,
 		Logger:      b.log.With("component", "share"),
+		Clock:       b.cfg.Clock,
 	})
 	b.closers = append(b.closers, func() error { b.share.Close(); return nil })
 	return nil

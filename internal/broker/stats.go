@@ -202,7 +202,7 @@ const statsInterval = time.Second
 
 func (b *Broker) startStats() error {
 	stop := goLoop(func(stop <-chan struct{}) {
-		tick := time.NewTicker(statsInterval)
+		tick := b.clk().NewTicker(statsInterval)
 		defer tick.Stop()
 		for {
 			select {

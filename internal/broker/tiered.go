@@ -33,6 +33,9 @@ func (b *Broker) startTiered() error {
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = filepath.Join(b.cfg.DataDir, "remote-log-cache")
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = b.cfg.Clock
+	}
 	store, err := tiered.NewS3(cfg)
 	if err != nil {
 		return err

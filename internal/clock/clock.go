@@ -20,7 +20,28 @@ type Clock interface {
 	NewTicker(d time.Duration) *Ticker
 	// After is time.After's.
 	After(d time.Duration) <-chan time.Time
+	// NewTimer is time.NewTimer's: one time on C after d, unless stopped.
+	NewTimer(d time.Duration) *Timer
+	// AfterFunc is time.AfterFunc's: f in its own goroutine after d,
+	// unless stopped; the Timer's C is nil.
+	AfterFunc(d time.Duration, f func()) *Timer
 }
+
+// Timer is a timer of a Clock.
+type Timer struct {
+	C     <-chan time.Time
+	stop  func() bool
+	reset func(time.Duration) bool
+}
+
+// Stop is time.Timer's: false if the timer had already fired or been
+// stopped. As with Go 1.23's timers, no stale time is received from C
+// after Stop or Reset returns.
+func (t *Timer) Stop() bool { return t.stop() }
+
+// Reset is time.Timer's: the timer fires d from now; false if it had
+// already fired or been stopped.
+func (t *Timer) Reset(d time.Duration) bool { return t.reset(d) }
 
 // Ticker is a ticker of a Clock.
 type Ticker struct {
@@ -45,6 +66,16 @@ func (realClock) NewTicker(d time.Duration) *Ticker {
 
 func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
+func (realClock) NewTimer(d time.Duration) *Timer {
+	t := time.NewTimer(d)
+	return &Timer{C: t.C, stop: t.Stop, reset: t.Reset}
+}
+
+func (realClock) AfterFunc(d time.Duration, f func()) *Timer {
+	t := time.AfterFunc(d, f)
+	return &Timer{stop: t.Stop, reset: t.Reset}
+}
+
 // OrReal is c, or Real if c is nil (a Config left zero).
 func OrReal(c Clock) Clock {
 	if c == nil {
@@ -68,6 +99,7 @@ type fakeWaiter struct {
 	at     time.Time
 	every  time.Duration // 0: a one-shot timer
 	c      chan time.Time
+	f      func() // AfterFunc's: run in its own goroutine instead of a send on c
 	closed bool
 }
 
@@ -103,6 +135,56 @@ func (f *Fake) NewTicker(d time.Duration) *Ticker {
 
 func (f *Fake) After(d time.Duration) <-chan time.Time { return f.add(d, 0).c }
 
+func (f *Fake) NewTimer(d time.Duration) *Timer {
+	w := f.add(d, 0)
+	return &Timer{C: w.c, stop: func() bool { return f.stopTimer(w) }, reset: func(d time.Duration) bool { return f.resetTimer(w, d) }}
+}
+
+func (f *Fake) AfterFunc(d time.Duration, fn func()) *Timer {
+	w := f.add(d, 0)
+	f.mu.Lock()
+	w.f = fn
+	f.mu.Unlock()
+	return &Timer{stop: func() bool { return f.stopTimer(w) }, reset: func(d time.Duration) bool { return f.resetTimer(w, d) }}
+}
+
+// stopTimer disarms w and drains a time it sent and nobody read (Go
+// 1.23's Stop: nothing stale is received after it).
+func (f *Fake) stopTimer(w *fakeWaiter) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	active := !w.closed
+	w.closed = true
+	select {
+	case <-w.c:
+	default:
+	}
+	return active
+}
+
+// resetTimer re-arms w to fire d from now.
+func (f *Fake) resetTimer(w *fakeWaiter, d time.Duration) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	active := !w.closed
+	select {
+	case <-w.c:
+	default:
+	}
+	if w.closed {
+		// It goes back in (Advance may have dropped it from the list),
+		// behind every waiter made before now for the same instant.
+		f.seq++
+		w.seq = f.seq
+		w.closed = false
+		if !slices.Contains(f.waiters, w) {
+			f.waiters = append(f.waiters, w)
+		}
+	}
+	w.at = f.now.Add(d)
+	return active
+}
+
 // Waiters is the number of tickers and timers not yet stopped or fired:
 // a test waits for a loop to have set its ticker before advancing.
 func (f *Fake) Waiters() int {
@@ -134,9 +216,13 @@ func (f *Fake) Advance(d time.Duration) {
 			break
 		}
 		f.now = next.at
-		select {
-		case next.c <- next.at:
-		default: // the reader is behind: the tick is dropped, as time.Ticker's
+		if next.f != nil {
+			go next.f()
+		} else {
+			select {
+			case next.c <- next.at:
+			default: // the reader is behind: the tick is dropped, as time.Ticker's
+			}
 		}
 		if next.every > 0 {
 			next.at = next.at.Add(next.every)

@@ -86,10 +86,10 @@ func (n *Node) joinCluster(h *raft.Host) error {
 	}
 	voters := slices.Sorted(maps.Keys(n.cfg.Peers))
 	var last time.Time
-	started := time.Now()
+	started := n.clk.Now()
 	var deadline time.Time
 	if n.cfg.JoinTimeout > 0 {
-		deadline = time.Now().Add(n.cfg.JoinTimeout)
+		deadline = started.Add(n.cfg.JoinTimeout)
 	}
 	for {
 		var id datadir.Identity
@@ -131,21 +131,21 @@ func (n *Node) joinCluster(h *raft.Host) error {
 			}
 			return nil
 		}
-		if !deadline.IsZero() && time.Now().After(deadline) {
+		if !deadline.IsZero() && n.clk.Now().After(deadline) {
 			return fmt.Errorf("no cluster to form or join within %v: %s", n.cfg.JoinTimeout, why)
 		}
-		if time.Since(last) > 5*time.Second {
+		if n.clk.Now().Sub(last) > 5*time.Second {
 			// Nodes of a new cluster start within a second or two of
 			// each other: waiting for them is normal at first, a
 			// warning only when it lasts.
 			level := slog.LevelInfo
-			if time.Since(started) > 10*time.Second {
+			if n.clk.Now().Sub(started) > 10*time.Second {
 				level = slog.LevelWarn
 			}
 			n.log.Log(context.Background(), level, "waiting to form or join the cluster", "why", why)
-			last = time.Now()
+			last = n.clk.Now()
 		}
-		time.Sleep(100 * time.Millisecond)
+		<-n.clk.After(100 * time.Millisecond)
 	}
 }
 

@@ -117,8 +117,13 @@ type Config struct {
 	Logger    *slog.Logger
 	// Clock drives the node's periodic loops (registration, liveness,
 	// reassignment, leader balance, the metadata group's repair) and
-	// the liveness sessions' times; nil: the wall clock.
+	// the liveness sessions' times, the quorum discovery and a new
+	// directory's wait to join; nil: the wall clock.
 	Clock clock.Clock
+	// RaftClock drives the Raft host's tick, heartbeats and waits
+	// (raft.Config.Clock); nil: the wall clock, not Clock - a test that
+	// fakes the control plane's time keeps Raft's elections running.
+	RaftClock clock.Clock
 }
 
 // Node is this node's part in the cluster.
@@ -256,7 +261,7 @@ func Open(cfg Config) (*Node, error) {
 		return raft.NewHost(raft.Config{
 			ID: uint64(cfg.NodeID), Dir: cfg.DataDir, Listen: listen, Peers: peers, Identity: n.raftIdentity(),
 			FS: cfg.FS, Logger: n.log.With("component", "raft"), TLS: cfg.RaftTLS, Faults: cfg.RaftFaults,
-			TickInterval: cfg.RaftTickInterval,
+			TickInterval: cfg.RaftTickInterval, Clock: cfg.RaftClock,
 		})
 	}
 	h, err := newHost()

@@ -108,7 +108,7 @@ func (n *Node) AddVoter(ctx context.Context, id int32, dir datadir.UUID) error {
 		select {
 		case <-ctx.Done():
 			return kafkaerr.New(kerr.InvalidRequest, "node %d is not registered: start it first (holdfast serve --node-id %d --raft-listen ... --join ...)", id, id)
-		case <-time.After(100 * time.Millisecond):
+		case <-n.clk.After(100 * time.Millisecond):
 		}
 	}
 	if err := n.checkVoterDir(id, dir, kerr.InvalidRequest); err != nil {
@@ -137,7 +137,7 @@ func (n *Node) AddVoter(ctx context.Context, id int32, dir datadir.UUID) error {
 		return err
 	}
 	mark := st.CommitOffset
-	tick := time.NewTicker(50 * time.Millisecond)
+	tick := n.clk.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		st, err := n.host.Status(MetadataGroup)
@@ -274,7 +274,7 @@ const (
 )
 
 func (n *Node) discoverLoop(stop <-chan struct{}) {
-	tick := time.NewTicker(time.Second)
+	tick := n.clk.NewTicker(time.Second)
 	defer tick.Stop()
 	var since time.Time
 	for {
@@ -289,13 +289,13 @@ func (n *Node) discoverLoop(stop <-chan struct{}) {
 			continue
 		}
 		if since.IsZero() {
-			since = time.Now()
+			since = n.clk.Now()
 			continue
 		}
-		if time.Since(since) < leaderlessFor {
+		if n.clk.Now().Sub(since) < leaderlessFor {
 			continue
 		}
-		since = time.Now() // at most one round per leaderlessFor
+		since = n.clk.Now() // at most one round per leaderlessFor
 		if err := n.discoverQuorum(); err != nil {
 			n.log.Debug("asking the cluster for the controller quorum", "err", err)
 		}

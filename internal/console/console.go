@@ -30,6 +30,7 @@ import (
 
 	"holdfast/internal/admin"
 	"holdfast/internal/broker"
+	"holdfast/internal/clock"
 	"holdfast/internal/lab"
 )
 
@@ -49,6 +50,9 @@ type Config struct {
 	LagSampleInterval time.Duration
 	LagSamples        int
 	Logger            *slog.Logger
+	// Clock drives the lag sampling (and stamps its samples); nil: the
+	// broker's Config.Clock, the wall clock if that is nil too.
+	Clock clock.Clock
 
 	// LabRun runs the durability lab for the lab page (holdfast serve:
 	// `holdfast lab` as a child process). nil: the page shows the kept
@@ -115,6 +119,10 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Clock == nil && cfg.Broker != nil {
+		cfg.Clock = cfg.Broker.Config().Clock
+	}
+	cfg.Clock = clock.OrReal(cfg.Clock)
 	// A short metadata age: a topic just created or grown on a form is
 	// found at once by the next page (a refresh happens only on a miss).
 	cl, err := admin.NewClient(cfg.Seeds, append([]kgo.Opt{kgo.ClientID("holdfast-console"), kgo.RetryTimeout(5 * time.Second),
@@ -242,7 +250,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, d 
 // sampleLoop records each group's total lag for the lag-over-time charts.
 func (c *Console) sampleLoop() {
 	defer close(c.done)
-	tick := time.NewTicker(c.cfg.LagSampleInterval)
+	tick := c.cfg.Clock.NewTicker(c.cfg.LagSampleInterval)
 	defer tick.Stop()
 	for {
 		select {
@@ -286,7 +294,7 @@ func (c *Console) record(group string, lag int64) {
 	if len(h) == 0 && len(c.history) >= maxSampledGroups {
 		return
 	}
-	h = append(h, lagSample{time.Now(), lag})
+	h = append(h, lagSample{c.cfg.Clock.Now(), lag})
 	if len(h) > c.cfg.LagSamples {
 		h = h[len(h)-c.cfg.LagSamples:]
 	}

@@ -104,6 +104,7 @@ func Start(cfg Config, meta *metadata.Store, node *cluster.Node, replicas *repli
 	}
 	h.groups = group.New(cfg.Groups, glogs, group.Options{
 		Logger: h.log.With("component", "groups"),
+		Clock:  h.clk,
 		Partitions: func(topic string) int32 {
 			if t, ok := meta.Topic(topic); ok {
 				return t.Partitions
@@ -166,6 +167,7 @@ func Start(cfg Config, meta *metadata.Store, node *cluster.Node, replicas *repli
 		Markers: h.writeMarkersEverywhere,
 		Unowned: true,
 		Leading: h.leading(metadata.TransactionTopic),
+		Clock:   h.clk,
 	})
 	h.watch(metadata.TransactionTopic, n, h.txn.LoadPartition, h.txn.UnloadPartition)
 	return h

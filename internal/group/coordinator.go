@@ -28,6 +28,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	iclock "holdfast/internal/clock"
 	"holdfast/internal/records"
 )
 
@@ -100,10 +101,13 @@ type Options struct {
 	// Partitions reports how many partitions a topic has, or -1 if the topic
 	// does not exist (for UNKNOWN_TOPIC_OR_PARTITION on commit).
 	Partitions func(topic string) int32
-	// Now is the clock (time.Now if nil). Deadlines are set and checked
-	// on it; the timer that checks them waits their distance from it in
-	// real time (a test that moves its clock forward sees them pass when
-	// that timer fires).
+	// Clock runs the timers: each group's deadlines (joins, syncs,
+	// sessions, rebalance timeouts) and the offset expiry every
+	// offsets.retention.check.interval.ms; nil: the wall clock.
+	Clock iclock.Clock
+	// Now is the time (Clock's if nil). Deadlines are set and checked on
+	// it; a timer waits their distance from it on Clock (a test that
+	// moves Now alone sees them pass when that timer fires).
 	Now func() time.Time
 	// Unowned starts every partition as led elsewhere, as the coordinator
 	// host always does (its partitions load as this node comes to lead
@@ -146,7 +150,7 @@ type Coordinator struct {
 	// offsets (deleted.go).
 	deletedWhileLoading [][]string
 
-	expiry *time.Timer
+	expiry *iclock.Timer
 	wg     sync.WaitGroup
 
 	// Totals of what replays restored, for Load's one summary line.
@@ -204,8 +208,9 @@ func New(cfg Config, logs []Log, opts Options) *Coordinator {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	opts.Clock = iclock.OrReal(opts.Clock)
 	if opts.Now == nil {
-		opts.Now = time.Now
+		opts.Now = opts.Clock.Now
 	}
 	if opts.Partitions == nil {
 		opts.Partitions = func(string) int32 { return -1 }
@@ -278,7 +283,7 @@ func (c *Coordinator) Load(async bool) error {
 	}
 	c.mu.Lock()
 	if !c.closed {
-		c.expiry = time.AfterFunc(c.cfg.RetentionCheckInterval, c.expireLoop)
+		c.expiry = c.opts.Clock.AfterFunc(c.cfg.RetentionCheckInterval, c.expireLoop)
 	}
 	c.mu.Unlock()
 	return first

@@ -5,6 +5,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	iclock "holdfast/internal/clock"
 )
 
 // State is a classic group's state, named as Kafka names it on the wire.
@@ -94,7 +96,7 @@ type group struct {
 	newMemberAdded bool
 	syncDeadline   time.Time // CompletingRebalance: members that have not synced by then are removed
 
-	timer   *time.Timer
+	timer   *iclock.Timer
 	timerAt time.Time
 
 	// consumer is the KIP-848 state of a consumer group (consumer.go);
@@ -487,7 +489,7 @@ func (c *Coordinator) arm(g *group) {
 	g.timerAt = next
 	d := next.Sub(c.opts.Now())
 	if g.timer == nil {
-		g.timer = time.AfterFunc(d, func() { c.onTimer(g) })
+		g.timer = c.opts.Clock.AfterFunc(d, func() { c.onTimer(g) })
 	} else {
 		g.timer.Reset(d)
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"holdfast/internal/clock"
 	"holdfast/internal/storage"
 )
 
@@ -68,7 +69,8 @@ type snapshotter struct {
 	since  int64 // log bytes applied since the last snapshot was taken
 	size   int64 // the last snapshot's size in bytes
 	dirty  bool  // the image changed since the last snapshot was taken
-	timer  *time.Timer
+	timer  *clock.Timer
+	clk    clock.Clock // runs timer (SetClock)
 
 	writing bool // a background write is under way
 	pending bool // and another was asked for meanwhile
@@ -79,8 +81,17 @@ type snapshotter struct {
 }
 
 func (sn *snapshotter) init(s *Store) {
-	sn.s, sn.policy = s, DefaultSnapshotPolicy
+	sn.s, sn.policy, sn.clk = s, DefaultSnapshotPolicy, clock.Real()
 	sn.idle = sync.NewCond(&s.mu)
+}
+
+// SetClock sets the clock of the snapshots' MaxInterval timer (the node's:
+// broker.Config.Clock); nil: the wall clock. A timer already set keeps
+// its clock.
+func (s *Store) SetClock(c clock.Clock) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.snap.clk = clock.OrReal(c)
 }
 
 // SetSnapshotPolicy replaces the snapshot policy (zero fields: the
@@ -106,7 +117,7 @@ func (sn *snapshotter) applied(size int) {
 		return
 	}
 	if sn.policy.MaxInterval > 0 && sn.timer == nil {
-		sn.timer = time.AfterFunc(sn.policy.MaxInterval, sn.timed)
+		sn.timer = sn.clk.AfterFunc(sn.policy.MaxInterval, sn.timed)
 	}
 }
 

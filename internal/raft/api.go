@@ -351,7 +351,7 @@ func (h *Host) WaitCommitted(ctx context.Context, p Proposal) error {
 				return lost
 			}
 			if unknown == nil {
-				t := time.NewTimer(2 * h.cfg.TickInterval * time.Duration(h.cfg.ElectionTicks))
+				t := h.cfg.Clock.NewTimer(2 * h.cfg.TickInterval * time.Duration(h.cfg.ElectionTicks))
 				defer t.Stop()
 				unknown = t.C
 			}
@@ -712,7 +712,7 @@ func (h *Host) WaitSettled(ctx context.Context, groupID uint64) error {
 	// channel read after it, and an idle group (a single node starting)
 	// waited for a commit that never came. The tick covers a change that
 	// closes no channel.
-	tick := time.NewTicker(20 * time.Millisecond)
+	tick := h.cfg.Clock.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		g := h.group(groupID)
@@ -748,9 +748,9 @@ func (h *Host) WaitSettled(ctx context.Context, groupID uint64) error {
 // meanwhile (during a leadership transfer, or an election) could not name
 // the new leader (KIP-951), and the client asked Metadata first.
 func (h *Host) AwaitSuccessor(ctx context.Context, groupID uint64) {
-	limit := time.NewTimer(2 * h.cfg.TickInterval * time.Duration(h.cfg.ElectionTicks))
+	limit := h.cfg.Clock.NewTimer(2 * h.cfg.TickInterval * time.Duration(h.cfg.ElectionTicks))
 	defer limit.Stop()
-	tick := time.NewTicker(20 * time.Millisecond) // a change that closes no channel
+	tick := h.cfg.Clock.NewTicker(20 * time.Millisecond) // a change that closes no channel
 	defer tick.Stop()
 	for {
 		g := h.group(groupID)

@@ -22,7 +22,7 @@ var (
 // tickLoop ticks every group that is not quiesced: one timer for all.
 func (h *Host) tickLoop() {
 	defer h.wg.Done()
-	t := time.NewTicker(h.cfg.TickInterval)
+	t := h.cfg.Clock.NewTicker(h.cfg.TickInterval)
 	defer t.Stop()
 	for {
 		select {

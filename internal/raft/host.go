@@ -20,6 +20,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
 
+	"holdfast/internal/clock"
 	"holdfast/internal/records"
 	"holdfast/internal/storage"
 )
@@ -74,6 +75,10 @@ type Config struct {
 	// TLS, if set, runs the transport over mutual TLS (transport.go).
 	TLS    *TransportTLS
 	Logger *slog.Logger
+	// Clock drives the tick loop, the transport's heartbeats and
+	// reconnect backoff, and the waits of Propose and AwaitSuccessor;
+	// nil: the wall clock. (The stepped simulation ticks by itself.)
+	Clock clock.Clock
 
 	// For the deterministic simulation (seams.go, sim_test.go):
 	// newTransport, if set, replaces the TCP transport (Listen, TLS and
@@ -118,6 +123,7 @@ func (c *Config) defaults() {
 	if c.FS == nil {
 		c.FS = storage.OSFS()
 	}
+	c.Clock = clock.OrReal(c.Clock)
 }
 
 // GroupConfig describes one Raft group on this node.
@@ -411,6 +417,9 @@ func NewHost(cfg Config) (*Host, error) {
 	if err != nil {
 		j.close()
 		return nil, err
+	}
+	if tt, ok := h.tr.(*tcpTransport); ok {
+		tt.clk = cfg.Clock // before addPeer starts a sender
 	}
 	for id, addr := range cfg.Peers {
 		h.tr.addPeer(id, addr)

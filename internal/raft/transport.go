@@ -22,6 +22,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 
 	"holdfast/internal/bufref"
+	"holdfast/internal/clock"
 )
 
 // Frame on the wire between nodes:
@@ -160,6 +161,7 @@ type tcpTransport struct {
 	logger    *slog.Logger
 	queueLen  int
 	heartbeat time.Duration
+	clk       clock.Clock // the host's (set before the first sender starts)
 
 	mu     sync.Mutex
 	peers  map[uint64]*peer
@@ -277,7 +279,8 @@ func (t *tcpTransport) sender(p *peer) {
 	var conn net.Conn
 	var w *bufio.Writer
 	backoff := 20 * time.Millisecond
-	hb := time.NewTicker(t.heartbeat)
+	clk := clock.OrReal(t.clk)
+	hb := clk.NewTicker(t.heartbeat)
 	defer hb.Stop()
 	defer func() {
 		if conn != nil {
@@ -317,7 +320,7 @@ func (t *tcpTransport) sender(p *peer) {
 		}
 		if delay > 0 {
 			select {
-			case <-time.After(delay):
+			case <-clk.After(delay):
 			case <-t.done:
 				return
 			}
@@ -327,7 +330,7 @@ func (t *tcpTransport) sender(p *peer) {
 			if err != nil {
 				t.fail(p.id, batch)
 				select {
-				case <-time.After(backoff):
+				case <-clk.After(backoff):
 				case <-t.done:
 					return
 				}

@@ -154,7 +154,7 @@ func (lc *logCleaner) thread(id int, stop <-chan struct{}) {
 		}
 		p, ok := lc.pick()
 		if !ok {
-			t := time.NewTimer(lc.cfg.Backoff)
+			t := lc.m.clk.NewTimer(lc.cfg.Backoff)
 			select {
 			case <-stop:
 				t.Stop()

@@ -69,7 +69,8 @@ type Config struct {
 	FS            storage.FS
 	Logger        *slog.Logger
 	// Clock drives the background loops (repair, retention, log-start
-	// compaction); nil: the wall clock.
+	// compaction, the cleaner's backoff, the scrubber's pacing); nil:
+	// the wall clock.
 	Clock clock.Clock
 }
 

@@ -30,7 +30,7 @@ func (m *Manager) scrubLoop(stop <-chan struct{}) {
 	rate := m.cfg.ScrubBytesPerSecond
 	step := int(min(max(rate/10, 64<<10), scrubStepMax))
 	wait := func(d time.Duration) bool {
-		t := time.NewTimer(d)
+		t := m.clk.NewTimer(d)
 		defer t.Stop()
 		select {
 		case <-stop:
@@ -45,7 +45,7 @@ func (m *Manager) scrubLoop(stop <-chan struct{}) {
 		return
 	}
 	for pass := 0; ; pass++ {
-		began := time.Now()
+		began := m.clk.Now()
 		if pass > 0 {
 			for _, p := range m.parts.Partitions("") {
 				p.Log().Unverify()
@@ -72,7 +72,7 @@ func (m *Manager) scrubLoop(stop <-chan struct{}) {
 				}
 			}
 		}
-		if !wait(max(time.Until(began.Add(scrubPassEvery)), time.Minute)) {
+		if !wait(max(began.Add(scrubPassEvery).Sub(m.clk.Now()), time.Minute)) {
 			return
 		}
 	}

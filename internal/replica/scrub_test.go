@@ -13,6 +13,7 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
+	"holdfast/internal/clock"
 	"holdfast/internal/records"
 	"holdfast/internal/wire"
 )
@@ -20,9 +21,15 @@ import (
 // The scrubber (scrub.go) checks what this process did not write and
 // nobody read: bytes flipped in a sealed segment while the broker was
 // stopped are found without any client reading them (the open after a
-// clean shutdown does not read sealed segments), and counted.
+// clean shutdown does not read sealed segments), and counted. The
+// scrubber's start delay and pacing run on the node's clock, a fake one
+// here, which the wait below moves a second per look.
 func TestScrubFindsColdCorruption(t *testing.T) {
-	n := brokertest.Start(t, func(c *broker.Config, _ *wire.Limits) { c.LogScrubBytesPerSecond = 64 << 20 })
+	clk := clock.NewFake(time.Now())
+	n := brokertest.Start(t, func(c *broker.Config, _ *wire.Limits) {
+		c.LogScrubBytesPerSecond = 64 << 20
+		c.Clock = clk
+	})
 	n.CreateTopic("cold", 1, map[string]*string{"segment.bytes": kadm.StringPtr("14")})
 	n.CreateTopic("clean", 1, map[string]*string{"segment.bytes": kadm.StringPtr("14")})
 	cl := n.Client(kgo.ProducerBatchCompression(kgo.NoCompression()))
@@ -66,11 +73,13 @@ func TestScrubFindsColdCorruption(t *testing.T) {
 	if st := n.B.ReplicationStats(); st.Corruptions != 0 {
 		t.Fatalf("corruption found at open: %+v (the scrubber is under test)", st)
 	}
-	// The first pass starts scrubStartDelay (3 s) after the start.
+	// The first pass starts scrubStartDelay (3 s of the clock) after the
+	// start.
 	// The corruption is counted when the bad batch is met, the bytes
 	// scrubbed when a log's step ends: a pass that meets the bad batch
 	// first has scrubbed nothing yet, the clean topic's log comes after.
 	waitUntil(t, "the scrubber to find the flipped bytes and check the clean log", func() bool {
+		clk.Advance(time.Second)
 		st := n.B.ReplicationStats()
 		return st.Corruptions >= 1 && st.Scrubbed > 0
 	})

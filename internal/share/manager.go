@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"holdfast/internal/clock"
 	"holdfast/internal/partition"
 	"holdfast/internal/records"
 )
@@ -49,6 +50,9 @@ type ManagerConfig struct {
 	// records are then released).
 	SessionIdle time.Duration
 	Logger      *slog.Logger
+	// Clock drives the expiry loop and tells the acquisition locks' and
+	// sessions' time; nil: the wall clock.
+	Clock clock.Clock
 }
 
 // Manager is this node's share partitions (as partition leader) and share
@@ -56,6 +60,7 @@ type ManagerConfig struct {
 type Manager struct {
 	cfg ManagerConfig
 	log *slog.Logger
+	clk clock.Clock
 
 	mu       sync.Mutex
 	parts    map[Key]*sharePart
@@ -96,7 +101,7 @@ func NewManager(cfg ManagerConfig) *Manager {
 	if cfg.SessionIdle <= 0 {
 		cfg.SessionIdle = 2 * time.Minute
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, parts: map[Key]*sharePart{}, sessions: map[SessionKey]*Session{},
+	m := &Manager{cfg: cfg, log: cfg.Logger, clk: clock.OrReal(cfg.Clock), parts: map[Key]*sharePart{}, sessions: map[SessionKey]*Session{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go m.expireLoop()
 	return m
@@ -234,7 +239,7 @@ func (m *Manager) Acknowledge(ctx context.Context, k Key, lg DataLog, member str
 	if !m.current(sp) {
 		return ErrNotLeader
 	}
-	now := time.Now()
+	now := m.clk.Now()
 	s := m.cfg.Settings(k.Group).Settings
 	saved := sp.p.clone()
 	released := false
@@ -289,7 +294,7 @@ func (m *Manager) Acquire(ctx context.Context, k Key, lg DataLog, member string,
 		return out, ErrNotLeader
 	}
 	s := m.cfg.Settings(k.Group).Settings
-	now := time.Now()
+	now := m.clk.Now()
 	m.timeouts.Add(int64(sp.p.Expire(now, s)))
 	if ls := lg.LogStartOffset(); ls > sp.p.Start() {
 		sp.p.SetStart(ls) // retention or DeleteRecords went past the SPSO
@@ -418,7 +423,7 @@ const expireEvery = 100 * time.Millisecond
 // and ends idle share sessions.
 func (m *Manager) expireLoop() {
 	defer close(m.done)
-	tick := time.NewTicker(expireEvery)
+	tick := m.clk.NewTicker(expireEvery)
 	defer tick.Stop()
 	busy := map[Key]bool{}
 	var busyMu sync.Mutex
@@ -428,7 +433,7 @@ func (m *Manager) expireLoop() {
 			return
 		case <-tick.C:
 		}
-		now := time.Now()
+		now := m.clk.Now()
 		m.mu.Lock()
 		var due []*sharePart
 		for _, sp := range m.parts {

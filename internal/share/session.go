@@ -79,7 +79,7 @@ func (m *Manager) UseSession(k SessionKey, epoch int32, add, forget []TP) (parts
 	if s.Epoch <= 0 {
 		s.Epoch = 1
 	}
-	s.lastUsed = time.Now()
+	s.lastUsed = m.clk.Now()
 	for tp := range s.Parts {
 		parts = append(parts, tp)
 	}

@@ -13,6 +13,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"holdfast/internal/clock"
 )
 
 // Config is the broker's tiered-storage configuration. Off unless Enabled
@@ -49,6 +51,11 @@ type Config struct {
 	// whose manifest never committed), besides once each time it becomes
 	// the leader. Not a broker setting (tests shorten it).
 	OrphanSweepInterval time.Duration
+	// Clock drives the task (every TaskInterval), the upload retries'
+	// backoff, the orphan sweeps and local retention by time; nil: the
+	// broker's Config.Clock (the wall clock if that is nil too). Not a
+	// broker setting.
+	Clock clock.Clock
 }
 
 // Defaults.

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"holdfast/internal/clock"
 	"holdfast/internal/failpoint"
 	"holdfast/internal/metadata"
 	"holdfast/internal/partition"
@@ -28,6 +29,7 @@ import (
 // task for the partitions this node leads, and remote reads for fetches.
 type Manager struct {
 	cfg      Config
+	clk      clock.Clock
 	store    ObjectStore
 	meta     *metadata.Store
 	replicas *replica.Manager
@@ -94,7 +96,7 @@ func New(cfg Config, store ObjectStore, meta *metadata.Store, replicas *replica.
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{cfg: cfg, store: store, meta: meta, replicas: replicas, host: host, defaults: defaults,
+	return &Manager{cfg: cfg, clk: clock.OrReal(cfg.Clock), store: store, meta: meta, replicas: replicas, host: host, defaults: defaults,
 		log: log.With("component", "tiered"), cache: c, parts: map[uint64]*partState{}, sweepFailing: map[[16]byte]bool{},
 		stop: make(chan struct{}), done: make(chan struct{}), ctx: ctx, cancel: cancel}, nil
 }
@@ -103,7 +105,7 @@ func New(cfg Config, store ObjectStore, meta *metadata.Store, replicas *replica.
 func (m *Manager) Start() {
 	go func() {
 		defer close(m.done)
-		tick := time.NewTicker(m.cfg.TaskInterval)
+		tick := m.clk.NewTicker(m.cfg.TaskInterval)
 		defer tick.Stop()
 		for {
 			select {
@@ -325,7 +327,7 @@ func (m *Manager) commit(ctx context.Context, p *partition.Partition, mf Manifes
 // object store down) backs off; produce never waits for any of it.
 func (m *Manager) upload(p *partition.Partition, t metadata.Topic, st *partState, epoch int32) {
 	m.mu.Lock()
-	if time.Now().Before(st.retryAt) {
+	if m.clk.Now().Before(st.retryAt) {
 		m.mu.Unlock()
 		return
 	}
@@ -393,7 +395,7 @@ func (m *Manager) upload(p *partition.Partition, t metadata.Topic, st *partState
 			m.stats.StoreDown.Store(true)
 			m.mu.Lock()
 			st.backoff = min(max(2*st.backoff, 500*time.Millisecond), m.cfg.RetryBackoffMax)
-			st.retryAt = time.Now().Add(st.backoff)
+			st.retryAt = m.clk.Now().Add(st.backoff)
 			back := st.backoff
 			m.mu.Unlock()
 			m.log.Warn("tiered storage: segment upload failed; local disk keeps the backlog, retrying",
@@ -455,7 +457,7 @@ func (m *Manager) retention(p *partition.Partition, t metadata.Topic, st *partSt
 	if localBytes == -2 {
 		localBytes = totalBytes
 	}
-	now := time.Now().UnixMilli()
+	now := m.clk.Now().UnixMilli()
 	segs, err := p.Log().SealedSegments()
 	if err != nil {
 		return
@@ -607,7 +609,7 @@ func (m *Manager) deleteDropped(p *partition.Partition, t metadata.Topic, st *pa
 // task's goroutine, so no upload of this node is under way.
 func (m *Manager) sweepOrphans(p *partition.Partition, t metadata.Topic, st *partState, term uint64) {
 	m.mu.Lock()
-	due := st.sweptTerm != term || time.Since(st.sweptAt) >= m.cfg.OrphanSweepInterval
+	due := st.sweptTerm != term || m.clk.Now().Sub(st.sweptAt) >= m.cfg.OrphanSweepInterval
 	mf, committed := st.m, st.cmdOffset >= 0
 	m.mu.Unlock()
 	if !due || !committed {
@@ -644,7 +646,7 @@ func (m *Manager) sweepOrphans(p *partition.Partition, t metadata.Topic, st *par
 		deleted = append(deleted, k)
 	}
 	m.mu.Lock()
-	st.sweptTerm, st.sweptAt = term, time.Now()
+	st.sweptTerm, st.sweptAt = term, m.clk.Now()
 	m.mu.Unlock()
 	if len(deleted) > 0 {
 		m.log.Info("deleted objects no remote log manifest names (uploads whose commit never happened)", "topic", t.Name, "partition", p.Index(), "objects", len(deleted))

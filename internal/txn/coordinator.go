@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"holdfast/internal/clock"
 	"holdfast/internal/records"
 )
 
@@ -71,7 +72,12 @@ type Options struct {
 	Logger  *slog.Logger
 	IDs     *IDAllocator
 	Markers MarkerWriter
-	Now     func() time.Time
+	// Clock drives the timeout loop (every AbortInterval) and
+	// InitProducerID's wait for a completion; nil: the wall clock.
+	Clock clock.Clock
+	// Now tells the time of transactions' starts and timeouts; nil:
+	// Clock's.
+	Now func() time.Time
 	// NextID, if set, allocates producer ids instead of IDs (as the
 	// coordinator host sets it: blocks committed through the metadata log). It may wait for a
 	// round trip, so it is never called with the coordinator's lock held.
@@ -166,8 +172,9 @@ func New(cfg Config, logs []Log, opts Options) *Coordinator {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	opts.Clock = clock.OrReal(opts.Clock)
 	if opts.Now == nil {
-		opts.Now = time.Now
+		opts.Now = opts.Clock.Now
 	}
 	if len(logs) == 0 || (opts.IDs == nil && opts.NextID == nil) || opts.Markers == nil {
 		panic("txn: coordinator needs logs, an id allocator and a marker writer")
@@ -471,7 +478,7 @@ func (c *Coordinator) InitProducerID(ctx context.Context, id string, timeoutMs i
 	// A completion in progress (the previous transaction's markers) is
 	// waited for a while, so the usual case needs no retry; past that the
 	// client hears CONCURRENT_TRANSACTIONS and retries, as with Kafka.
-	patience := time.NewTimer(concurrentWait)
+	patience := c.opts.Clock.NewTimer(concurrentWait)
 	defer patience.Stop()
 	checked := false   // the named producer id/epoch was current once: our own bumps don't fence it
 	spare := int64(-1) // a fresh producer id, allocated without the lock held
@@ -949,7 +956,7 @@ func (c *Coordinator) completeAsyncLocked(m *txnMeta) {
 // (bumping the epoch, so the producer is fenced) and retries completions
 // that failed.
 func (c *Coordinator) timeoutLoop() {
-	t := time.NewTicker(c.cfg.AbortInterval)
+	t := c.opts.Clock.NewTicker(c.cfg.AbortInterval)
 	defer t.Stop()
 	for {
 		select {
