@@ -192,6 +192,10 @@ type Config struct {
 	// delay links between nodes): for in-process clusters in tests and
 	// `holdfast lab`. nil: none.
 	RaftFaults *raft.Faults
+	// RaftNetwork, when set, carries the Raft traffic between in-process
+	// nodes in memory instead of TCP (raft.MemNetwork): for the whole-node
+	// simulation and tests. nil: TCP.
+	RaftNetwork *raft.MemNetwork
 	// Clock drives the control plane's periodic loops (cluster, replica,
 	// coordinator: internal/clock); nil: the wall clock.
 	Clock clock.Clock

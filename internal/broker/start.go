@@ -118,7 +118,7 @@ func (b *Broker) openCluster() error {
 		BrokerHeartbeatInterval: c.BrokerHeartbeatInterval, BrokerSessionTimeout: c.BrokerSessionTimeout,
 		StartupHold: c.MetadataStartupHold,
 		Self:        b.selfInfo(), InterBrokerListener: sc.InterBrokerListener,
-		RaftTLS: rtls, RaftFaults: c.RaftFaults, Dial: b.nodeClient, OnSecurityChange: b.securityApplied,
+		RaftTLS: rtls, RaftFaults: c.RaftFaults, RaftNetwork: c.RaftNetwork, Dial: b.nodeClient, OnSecurityChange: b.securityApplied,
 		OnQuotaChange: b.quotasApplied,
 		FS:            c.FS, Logger: b.log, Clock: c.Clock, RaftTickInterval: c.RaftTickInterval, ReadCache: b.readCache,
 	})

@@ -185,7 +185,7 @@ func newSim(t testing.TB, seed uint64, plant bool) *sim {
 	for id := int32(1); id <= simNodes; id++ {
 		s.disks[id] = storage.NewCrashFS(int64(seed)*10 + int64(id))
 	}
-	s.c = brokertest.NewCluster(t, simNodes, func(c *broker.Config, _ *wire.Limits) {
+	s.c = brokertest.NewMemCluster(t, simNodes, seed, func(c *broker.Config, _ *wire.Limits) {
 		c.FS = s.disks[c.NodeID]
 		// Elections in 0.5-1 s, not 1-2 s: the schedule waits for them.
 		c.RaftTickInterval = 50 * time.Millisecond

@@ -98,6 +98,9 @@ type Config struct {
 	// transport's fault seam (tests, `holdfast lab`).
 	RaftTLS    *raft.TransportTLS
 	RaftFaults *raft.Faults
+	// RaftNetwork, if set, carries the Raft traffic in memory instead of
+	// TCP (raft.Config.Network): in-process clusters of tests.
+	RaftNetwork *raft.MemNetwork
 	// RaftTickInterval is the Raft host's tick (0: raft's default,
 	// 100 ms; an election timeout is ten ticks): shorter in tests whose
 	// schedule waits for elections.
@@ -256,7 +259,7 @@ func Open(cfg Config) (*Node, error) {
 		return raft.NewHost(raft.Config{
 			ID: uint64(cfg.NodeID), Dir: cfg.DataDir, Listen: listen, Peers: peers, Identity: n.raftIdentity(),
 			FS: cfg.FS, Logger: n.log.With("component", "raft"), TLS: cfg.RaftTLS, Faults: cfg.RaftFaults,
-			TickInterval: cfg.RaftTickInterval,
+			Network: cfg.RaftNetwork, TickInterval: cfg.RaftTickInterval,
 		})
 	}
 	h, err := newHost()
