@@ -205,6 +205,9 @@ type Config struct {
 	// PlantStaleCoordinator plants a bug for the whole-node simulation's
 	// own test (coordinator.Config.PlantStaleLoad). Tests only.
 	PlantStaleCoordinator bool
+	// PlantFencedLeader plants another (cluster.Config.PlantFencedLeader:
+	// a broker fenced for shutdown keeps its leaderships). Tests only.
+	PlantFencedLeader bool
 }
 
 // DefaultScrubBytesPerSecond is log.scrub.bytes.per.second's default: a

@@ -86,9 +86,14 @@ type Config struct {
 	LeaderImbalancePerBrokerPct  int
 	ControlledShutdown           bool
 	ControlledShutdownMaxWait    time.Duration
-	BrokerHeartbeatInterval      time.Duration // 0: the default
-	BrokerSessionTimeout         time.Duration // 0: the default
-	StartupHold                  time.Duration // 0: the default (StartupHold)
+	// PlantFencedLeader plants a bug for the whole-node simulation's own
+	// test (it must find it, or its check proves nothing): a broker fenced
+	// for shutdown keeps every leadership it holds (controlledShutdown
+	// moves none). Never set outside that test.
+	PlantFencedLeader       bool
+	BrokerHeartbeatInterval time.Duration // 0: the default
+	BrokerSessionTimeout    time.Duration // 0: the default
+	StartupHold             time.Duration // 0: the default (StartupHold)
 
 	// Self is this broker as it registers (its endpoints and rack);
 	// InterBrokerListener names the endpoint nodes reach each other on.
