@@ -208,6 +208,9 @@ type Config struct {
 	// PlantFencedLeader plants another (cluster.Config.PlantFencedLeader:
 	// a broker fenced for shutdown keeps its leaderships). Tests only.
 	PlantFencedLeader bool
+	// PlacementRand, if set, replaces math/rand where replicas are placed
+	// (cluster.Config.PlacementRand): the seeded simulation. nil: random.
+	PlacementRand func(n int) int
 }
 
 // DefaultScrubBytesPerSecond is log.scrub.bytes.per.second's default: a

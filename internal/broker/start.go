@@ -115,7 +115,7 @@ func (b *Broker) openCluster() error {
 		AutoLeaderRebalance: c.AutoLeaderRebalance, LeaderImbalanceCheckInterval: c.LeaderImbalanceCheckInterval,
 		LeaderImbalancePerBrokerPct: c.LeaderImbalancePerBrokerPct,
 		ControlledShutdown:          c.ControlledShutdown, ControlledShutdownMaxWait: c.ControlledShutdownMaxWait,
-		PlantFencedLeader:       c.PlantFencedLeader,
+		PlantFencedLeader: c.PlantFencedLeader, PlacementRand: c.PlacementRand,
 		BrokerHeartbeatInterval: c.BrokerHeartbeatInterval, BrokerSessionTimeout: c.BrokerSessionTimeout,
 		StartupHold: c.MetadataStartupHold,
 		Self:        b.selfInfo(), InterBrokerListener: sc.InterBrokerListener,

@@ -103,6 +103,81 @@ func TestSimulation(t *testing.T) {
 	}
 }
 
+// TestSimulationReplay runs one seed twice and compares what the cluster
+// did (sim.did: acknowledged offsets, the quiet metadata offset and
+// leaders after each step, the leader of every term), not only the plan.
+// The brokers run on the wall clock and real goroutines, so the two runs
+// need not be identical: it reports the first difference, and fails only
+// on a broken invariant. HOLDFAST_SIM_REPLAY_RUNS=n runs the seed n times
+// and counts the runs that differ from the first (HOLDFAST_SIM_SEED and
+// HOLDFAST_SIM_STEPS choose the run; seed 2, 6 steps by default).
+func TestSimulationReplay(t *testing.T) {
+	seed, steps, runs := uint64(2), 6, 2
+	if s := os.Getenv("HOLDFAST_SIM_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("HOLDFAST_SIM_SEED=%q: %v", s, err)
+		}
+		seed = n
+	}
+	if s := os.Getenv("HOLDFAST_SIM_STEPS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			t.Fatalf("HOLDFAST_SIM_STEPS=%q: want a positive count", s)
+		}
+		steps = n
+	}
+	if s := os.Getenv("HOLDFAST_SIM_REPLAY_RUNS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 2 {
+			t.Fatalf("HOLDFAST_SIM_REPLAY_RUNS=%q: want a count of at least 2", s)
+		}
+		runs = n
+	}
+	var first []string
+	differ := 0
+	for i := range runs {
+		s := newSim(t, seed, plantNone)
+		if err := s.run(steps); err != nil {
+			t.Fatalf("run %d: %v\ntrace:\n%s", i, err, strings.Join(s.trace, "\n"))
+		}
+		s.stopAll()
+		if i == 0 {
+			first = s.did
+			continue
+		}
+		if d := firstDiff(first, s.did); d != "" {
+			differ++
+			t.Logf("run %d differs from run 0: %s", i, d)
+		}
+	}
+	t.Logf("seed %d, %d steps: %d of %d runs did something other than run 0 (%d trace lines)", seed, steps, differ, runs-1, len(first))
+}
+
+// firstDiff describes the first line where two traces differ, and how
+// many lines do ("" if none).
+func firstDiff(a, b []string) string {
+	first, n := "", 0
+	for i := range max(len(a), len(b)) {
+		var x, y string
+		if i < len(a) {
+			x = a[i]
+		}
+		if i < len(b) {
+			y = b[i]
+		}
+		if x != y {
+			if n++; first == "" {
+				first = fmt.Sprintf("line %d: %q, then %q", i, x, y)
+			}
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d lines; first %s", n, max(len(a), len(b)), first)
+}
+
 // The schedule is a function of the seed alone: the same seed draws the
 // same steps, a longer run of it starts with the shorter one's, and
 // another seed draws others.
@@ -197,6 +272,13 @@ type sim struct {
 	cl    *kgo.Client
 	adm   *kadm.Client
 	trace []string
+	// did is what the cluster did, without times or random ids (topic
+	// and cluster ids): per step, the records and commits acknowledged
+	// and at which offsets, and once quiet the metadata's applied offset
+	// and each Raft group's leader and term; at the end, the leader of
+	// every term of every group. Two runs of a seed that did the same
+	// have equal did (TestSimulationReplay).
+	did   []string
 	seq   int
 	began time.Time
 
@@ -223,6 +305,14 @@ func newSim(t testing.TB, seed uint64, bug plant) *sim {
 	for id := int32(1); id <= simNodes; id++ {
 		s.disks[id] = storage.NewCrashFS(int64(seed)*10 + int64(id))
 	}
+	// Replicas are placed from the seed: the same leaders in every run.
+	var placeMu sync.Mutex
+	placeRng := rand.New(rand.NewPCG(seed, seed^0x91ace))
+	place := func(n int) int {
+		placeMu.Lock()
+		defer placeMu.Unlock()
+		return placeRng.IntN(n)
+	}
 	s.c = brokertest.NewMemCluster(t, simNodes, seed, func(c *broker.Config, _ *wire.Limits) {
 		c.FS = s.disks[c.NodeID]
 		// Elections in 0.5-1 s, not 1-2 s: the schedule waits for them.
@@ -233,6 +323,7 @@ func newSim(t testing.TB, seed uint64, bug plant) *sim {
 		c.AutoLeaderRebalance = false // the schedule moves leaders, nothing else
 		c.PlantStaleCoordinator = bug == plantStaleCoordinator
 		c.PlantFencedLeader = bug == plantFencedLeader
+		c.PlacementRand = place
 		c.OffsetsTopicPartitions = simOffsetsPartitions
 	})
 	for _, n := range s.c.Nodes {
@@ -420,6 +511,7 @@ func plan(seed uint64, steps int) []step {
 func (s *sim) run(steps int) error {
 	for i, st := range plan(s.seed, steps) {
 		s.logf("step %d: %v", i, st)
+		s.did = append(s.did, fmt.Sprintf("step %d: %v", i, st))
 		var err error
 		switch st.kind {
 		case stepProduce:
@@ -443,8 +535,68 @@ func (s *sim) run(steps int) error {
 		if err != nil {
 			return err
 		}
+		s.noteQuiet()
 	}
-	return s.checkRecords()
+	if err := s.checkRecords(); err != nil {
+		return err
+	}
+	s.noteTerms()
+	return nil
+}
+
+// noteQuiet adds the quiet cluster's state to did: the metadata's
+// applied offset (the same on every node: quietChecks) and every Raft
+// group's leader and term.
+func (s *sim) noteQuiet() {
+	nodes := s.c.Running()
+	applied, _ := nodes[0].B.MetadataFingerprint()
+	var leaders []string
+	for _, p := range s.raftGroupNames() {
+		for _, n := range nodes {
+			if l, err := n.B.RaftHost().Leadership(p.group); err == nil && l.Leading {
+				leaders = append(leaders, fmt.Sprintf("%s:%d/%d", p.name, n.Cfg.NodeID, l.Term))
+			}
+		}
+	}
+	s.did = append(s.did, fmt.Sprintf("quiet: metadata applied %d; leaders %s", applied, strings.Join(leaders, " ")))
+}
+
+// noteTerms adds to did the leader of every term of every group, from
+// the typed events of every node since the start.
+func (s *sim) noteTerms() {
+	s.termsMu.Lock()
+	defer s.termsMu.Unlock()
+	for _, p := range s.raftGroupNames() {
+		var terms []uint64
+		for k := range s.terms {
+			if k[0] == p.group {
+				terms = append(terms, k[1])
+			}
+		}
+		slices.Sort(terms)
+		var b strings.Builder
+		for _, t := range terms {
+			fmt.Fprintf(&b, " %d:%d", t, s.terms[[2]uint64{p.group, t}])
+		}
+		s.did = append(s.did, fmt.Sprintf("terms %s:%s", p.name, b.String()))
+	}
+}
+
+// namedGroup is a Raft group and the partition it replicates: group ids
+// derive from random topic ids, so a trace names the partition.
+type namedGroup struct {
+	name  string
+	group uint64
+}
+
+func (s *sim) raftGroupNames() []namedGroup {
+	out := []namedGroup{{"metadata", cluster.MetadataGroup}}
+	for _, p := range s.groups() {
+		if g, ok := s.raftGroup(p); ok {
+			out = append(out, namedGroup{fmt.Sprintf("%s-%d", p.topic, p.part), g})
+		}
+	}
+	return out
 }
 
 // produce sends n records to a partition, one at a time, each given
@@ -458,6 +610,7 @@ func (s *sim) produce(part tp, n int, wait time.Duration) error {
 		r, err := s.cl.ProduceSync(ctx, &kgo.Record{Topic: part.topic, Partition: part.part, Value: []byte(v)}).First()
 		if err != nil {
 			s.logf("produce %s to %s-%d: not acknowledged: %v", v, part.topic, part.part, err)
+			s.did = append(s.did, fmt.Sprintf("not acked %s -> %s-%d", v, part.topic, part.part))
 			continue // not acknowledged: nothing promised
 		}
 		if s.acked[part] == nil {
@@ -468,6 +621,7 @@ func (s *sim) produce(part tp, n int, wait time.Duration) error {
 		}
 		s.acked[part][r.Offset] = v
 		s.logf("produce %s -> %s-%d@%d", v, part.topic, part.part, r.Offset)
+		s.did = append(s.did, fmt.Sprintf("acked %s -> %s-%d@%d", v, part.topic, part.part, r.Offset))
 	}
 	return nil
 }
@@ -489,11 +643,13 @@ func (s *sim) commit(group string) error {
 		if err == nil {
 			s.commits[group] = off
 			s.logf("commit %s %s-0=%d", group, simTopic, off)
+			s.did = append(s.did, fmt.Sprintf("acked commit %s=%d", group, off))
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond) // a retriable answer: ask again
 	}
 	s.logf("commit %s %d: not acknowledged: %v", group, off, err)
+	s.did = append(s.did, fmt.Sprintf("not acked commit %s=%d", group, off))
 	return nil
 }
 

@@ -90,7 +90,11 @@ type Config struct {
 	// test (it must find it, or its check proves nothing): a broker fenced
 	// for shutdown keeps every leadership it holds (controlledShutdown
 	// moves none). Never set outside that test.
-	PlantFencedLeader       bool
+	PlantFencedLeader bool
+	// PlacementRand, if set, draws where a new topic's replica placement
+	// starts (in [0, n)) instead of math/rand: a seeded simulation places
+	// the same replicas in every run. It must be safe for concurrent use.
+	PlacementRand           func(n int) int
 	BrokerHeartbeatInterval time.Duration // 0: the default
 	BrokerSessionTimeout    time.Duration // 0: the default
 	StartupHold             time.Duration // 0: the default (StartupHold)
@@ -855,7 +859,11 @@ func (n *Node) placeReplicas(count int32, rf int16) ([][]int32, error) {
 		}
 	}
 	slices.Sort(fenced)
-	start := rand.IntN(len(order))
+	intN := rand.IntN
+	if n.cfg.PlacementRand != nil {
+		intN = n.cfg.PlacementRand
+	}
+	start := intN(len(order))
 	out := make([][]int32, count)
 	for i := range out {
 		rs := make([]int32, 0, rf)
