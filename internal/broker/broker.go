@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -196,6 +197,11 @@ type Config struct {
 	// nodes in memory instead of TCP (raft.MemNetwork): for the whole-node
 	// simulation and tests. nil: TCP.
 	RaftNetwork *raft.MemNetwork
+	// Dialer, when set, connects this node's own Kafka clients to the
+	// other nodes (heartbeats to the controller, forwarded requests)
+	// instead of TCP: in-process clusters on an in-memory network
+	// (brokertest.PipeNet). Not with TLS inter-broker listeners. nil: TCP.
+	Dialer func(ctx context.Context, network, host string) (net.Conn, error)
 	// Clock drives the control plane's periodic loops (cluster, replica,
 	// coordinator: internal/clock); nil: the wall clock.
 	Clock clock.Clock

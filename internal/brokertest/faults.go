@@ -41,7 +41,8 @@ type Cluster struct {
 	// Net, on a cluster of NewMemCluster, is the in-memory network the
 	// nodes' Raft traffic goes over (Faults is then nil): the fault hooks
 	// cut its links.
-	Net *raft.MemNetwork
+	Net   *raft.MemNetwork
+	pipes *PipeNet // NewMemCluster's Kafka network
 }
 
 // NewCluster starts n brokers (StartCluster) sharing one raft.Faults and
@@ -56,21 +57,23 @@ func NewCluster(t testing.TB, n int, opts ...func(*broker.Config, *wire.Limits))
 	}}, opts...)...)
 }
 
-// NewMemCluster is NewCluster with the nodes' Raft traffic on one
-// in-memory network (raft.MemNetwork) instead of loopback TCP, its losses
-// and delays drawn from seed: Isolate, Cut, Lose, Delay and Heal act on
-// it. The Kafka listeners are still loopback TCP.
+// NewMemCluster is NewCluster in memory: the nodes' Raft traffic on one
+// raft.MemNetwork instead of loopback TCP, its losses and delays drawn
+// from seed (Isolate, Cut, Lose, Delay and Heal act on it), and their
+// Kafka listeners on a PipeNet (a client needs Node.ClientOpts; Client
+// and the helpers here add them). No socket is opened, so the cluster
+// can run in a testing/synctest bubble.
 func NewMemCluster(t testing.TB, n int, seed uint64, opts ...func(*broker.Config, *wire.Limits)) *Cluster {
 	t.Helper()
 	net := raft.NewMemNetwork(seed)
-	return newCluster(t, n, &Cluster{t: t, Net: net}, append([]func(*broker.Config, *wire.Limits){func(c *broker.Config, _ *wire.Limits) {
+	return newCluster(t, n, &Cluster{t: t, Net: net, pipes: NewPipeNet()}, append([]func(*broker.Config, *wire.Limits){func(c *broker.Config, _ *wire.Limits) {
 		c.RaftNetwork = net
 	}}, opts...)...)
 }
 
 func newCluster(t testing.TB, n int, c *Cluster, opts ...func(*broker.Config, *wire.Limits)) *Cluster {
 	t.Helper()
-	nodes := StartCluster(t, n, opts...)
+	nodes := startCluster(t, n, c.pipes, opts...)
 	c.Nodes = nodes
 	Await(t, "every broker registered everywhere", func() error {
 		for _, node := range nodes {
@@ -113,7 +116,7 @@ func (c *Cluster) Running() []*Node {
 // end.
 func (c *Cluster) Client(opts ...kgo.Opt) *kgo.Client {
 	c.t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Addrs()...)}, opts...)...)
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(c.Addrs()...)}, c.Nodes[0].ClientOpts()...), opts...)...)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -275,7 +278,7 @@ func (n *Node) Produce(topic string, partition int32, acks int16, timeout time.D
 	} else if acks != -1 {
 		return 0, 0, fmt.Errorf("acks %d: want -1 or 1", acks)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(n.Addr), kgo.RequiredAcks(ack), kgo.DisableIdempotentWrite())
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(n.Addr), kgo.RequiredAcks(ack), kgo.DisableIdempotentWrite()}, n.ClientOpts()...)...)
 	if err != nil {
 		return 0, 0, err
 	}

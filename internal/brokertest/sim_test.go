@@ -1121,8 +1121,8 @@ func (s *sim) checkRecords() error {
 		for off := range want {
 			end = max(end, off+1)
 		}
-		cl, err := kgo.NewClient(kgo.SeedBrokers(s.c.Addrs()...),
-			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{part.topic: {part.part: kgo.NewOffset().AtStart()}}))
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(s.c.Addrs()...),
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{part.topic: {part.part: kgo.NewOffset().AtStart()}})}, s.c.Nodes[0].ClientOpts()...)...)
 		if err != nil {
 			return err
 		}
