@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -91,14 +92,18 @@ func TestSimulation(t *testing.T) {
 	}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
-			s := newSim(t, seed, plantNone)
-			if err := s.run(steps); err != nil {
-				t.Fatalf("%v\ntrace:\n%s\nreplay: HOLDFAST_SIM_SEED=%d go test ./internal/brokertest -run 'TestSimulation$' -v",
-					err, strings.Join(s.trace, "\n"), seed)
-			}
-			if os.Getenv("HOLDFAST_SIM_SEED") != "" {
-				t.Logf("trace:\n%s", strings.Join(s.trace, "\n"))
-			}
+			inBubble(t, func(t *testing.T) {
+				s := newSim(t, seed, plantNone)
+				err := s.run(steps)
+				s.stopAll()
+				if err != nil {
+					t.Fatalf("%v\ntrace:\n%s\nreplay: HOLDFAST_SIM_SEED=%d go test ./internal/brokertest -run 'TestSimulation$' -v",
+						err, strings.Join(s.trace, "\n"), seed)
+				}
+				if os.Getenv("HOLDFAST_SIM_SEED") != "" {
+					t.Logf("trace:\n%s", strings.Join(s.trace, "\n"))
+				}
+			})
 		})
 	}
 }
@@ -137,15 +142,24 @@ func TestSimulationReplay(t *testing.T) {
 	var first []string
 	differ := 0
 	for i := range runs {
-		s := newSim(t, seed, plantNone)
-		if err := s.run(steps); err != nil {
-			t.Fatalf("run %d: %v\ntrace:\n%s", i, err, strings.Join(s.trace, "\n"))
+		var did []string
+		inBubble(t, func(t *testing.T) {
+			s := newSim(t, seed, plantNone)
+			err := s.run(steps)
+			s.stopAll()
+			if err != nil {
+				t.Fatalf("run %d: %v\ntrace:\n%s", i, err, strings.Join(s.trace, "\n"))
+			}
+			did = s.did
+		})
+		if t.Failed() {
+			return
 		}
-		s.stopAll()
 		if i == 0 {
-			first = s.did
+			first = did
 			continue
 		}
+		s := struct{ did []string }{did}
 		if d := firstDiff(first, s.did); d != "" {
 			differ++
 			t.Logf("run %d differs from run 0: %s", i, d)
@@ -235,20 +249,41 @@ func TestSimulationCatchesPlantedBug(t *testing.T) {
 					steps = i + 1
 				}
 				tried++
-				s := newSim(t, seed, tc.plant)
-				err := s.run(steps)
-				s.stopAll()
-				if errors.Is(err, errInvariant) && strings.Contains(err.Error(), tc.want) {
-					t.Logf("seed %d caught it: %v\n%s", seed, err, strings.Join(s.trace, "\n"))
+				caught := false
+				inBubble(t, func(t *testing.T) {
+					s := newSim(t, seed, tc.plant)
+					err := s.run(steps)
+					s.stopAll()
+					if errors.Is(err, errInvariant) && strings.Contains(err.Error(), tc.want) {
+						t.Logf("seed %d caught it: %v\n%s", seed, err, strings.Join(s.trace, "\n"))
+						caught = true
+						return
+					}
+					if err != nil {
+						t.Fatalf("seed %d failed otherwise: %v\n%s", seed, err, strings.Join(s.trace, "\n"))
+					}
+				})
+				if caught || t.Failed() {
 					return
-				}
-				if err != nil {
-					t.Fatalf("seed %d failed otherwise: %v\n%s", seed, err, strings.Join(s.trace, "\n"))
 				}
 			}
 			t.Fatalf("%d seeds did not catch %s", tried, tc.what)
 		})
 	}
+}
+
+// inBubble runs a simulation in a testing/synctest bubble: the brokers'
+// timers, tickers and sleeps run on the bubble's fake clock, which moves
+// only when every goroutine of the bubble is blocked on it or on a
+// channel (the cluster is on a raft.MemNetwork and a PipeNet: no socket),
+// so elections, session timeouts and the harness's waits take no wall
+// time. HOLDFAST_SIM_WALLCLOCK=1 runs it on the wall clock instead.
+func inBubble(t *testing.T, fn func(t *testing.T)) {
+	if os.Getenv("HOLDFAST_SIM_WALLCLOCK") != "" {
+		fn(t)
+		return
+	}
+	synctest.Test(t, fn)
 }
 
 // plant is a bug planted in every node, for the simulation to find.

@@ -162,10 +162,13 @@ type Node struct {
 	// stops re-registering (the operator stops it next).
 	gone atomic.Bool
 
-	// pidMu serializes producer-id block proposals on the controller
+	// pidLock serializes producer-id block proposals on the controller
 	// (producerids.go): two at once would name the same start and one
 	// would be refused.
-	pidMu sync.Mutex
+	// A channel, not a mutex: a request waiting for it gives up with its
+	// context, and in a testing/synctest bubble a goroutine blocked on a
+	// mutex held across a proposal stopped the fake clock for good.
+	pidLock chan struct{}
 
 	// topicDeleted is OnTopicDeleted's hook (nil: none).
 	topicDeleted atomic.Pointer[func(metadata.Topic)]
@@ -232,7 +235,7 @@ func Open(cfg Config) (*Node, error) {
 		cfg.FS = storage.OSFS()
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, clk: clock.OrReal(cfg.Clock), kick: make(chan struct{}, 1), quorumChange: make(chan struct{}, 1),
-		appliedCh: make(chan struct{}), results: map[int64]error{}, stop: make(chan struct{})}
+		appliedCh: make(chan struct{}), pidLock: make(chan struct{}, 1), results: map[int64]error{}, stop: make(chan struct{})}
 	listen := cfg.RaftListen
 	if _, ok := cfg.Peers[cfg.NodeID]; !ok {
 		// A broker-only node: it joins through a running broker and gets
