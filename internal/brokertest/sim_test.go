@@ -32,19 +32,25 @@ import (
 
 // The whole-node simulation, one floor above Raft: three real brokers in
 // this process (each its cluster.Node with the metadata apply loop,
-// registration and liveness, its replica manager, its coordinators, Kafka
-// listeners on loopback), driven by a schedule drawn from one seed:
-// acks=all produces, offset commits, Raft leadership transfers of data
-// and __consumer_offsets partitions, clean restarts with controlled
-// shutdown, a node's Raft links cut for a while. After every step it
-// checks, once the cluster is quiet again:
+// registration and liveness, its replica manager, its coordinators, its
+// Kafka listener), driven by a schedule drawn from one seed: acks=all
+// produces, offset commits, Raft leadership transfers of data and
+// __consumer_offsets partitions, a reassignment, clean restarts (fenced,
+// then controlled shutdown) and crashes, a failing disk, a node cut off
+// by a network partition for a while. The brokers' Raft traffic goes over
+// a raft.MemNetwork (a partition is its Isolate), their Kafka connections
+// over a PipeNet, their disks are CrashFS; each seed runs in a
+// testing/synctest bubble (inBubble), on a fake clock. After every step
+// it checks, once the cluster is quiet again:
 //
 //   - no acknowledged record is lost (every acked offset reads back with
 //     its value; every acked offset commit reads back);
 //   - at most one leader per term per Raft group (from the typed Raft
 //     events of every node, so transient leaders count too);
 //   - the metadata is the same on every node (applied offset and digest);
-//   - no fenced broker is a partition leader, and none stays fenced;
+//   - no fenced broker is a partition leader, and none stays fenced (and
+//     a broker fenced for a clean stop leads nothing another could once
+//     it has handed over: checkFencedLeads);
 //   - every __consumer_offsets partition is loaded by exactly one node's
 //     coordinator, its Raft leader.
 //
@@ -52,9 +58,12 @@ import (
 // seeds 1 to 3 run (HOLDFAST_SIM_STEPS=n: longer runs of the same
 // schedules). The schedule (each step and its node, partition, target:
 // plan) is drawn from the seed before anything runs, a function of the
-// seed alone; what the cluster does in between runs on real goroutines,
-// the wall clock and loopback TCP, so a failing seed replays the same
-// steps, not the same interleaving.
+// seed alone, and so are the replica placement and the network's losses
+// and delays; the fake clock makes elections and timeouts cost no wall
+// time. What is not the seed's: the order Go's scheduler runs the
+// goroutines that are runnable at once (the bubble fixes time, not that),
+// so a failing seed replays its steps, and often but not always its
+// interleaving (TestSimulationReplay compares what two runs did).
 // TestSimulationCatchesPlantedBug shows the checks bite.
 
 const (
