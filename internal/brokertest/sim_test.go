@@ -55,7 +55,7 @@ import (
 //     coordinator, its Raft leader.
 //
 // HOLDFAST_SIM_SEED=n runs seed n alone and prints its trace; without it
-// seeds 1 to 3 run (HOLDFAST_SIM_STEPS=n: longer runs of the same
+// seeds 1 to 10 run (HOLDFAST_SIM_STEPS=n: longer runs of the same
 // schedules). The schedule (each step and its node, partition, target:
 // plan) is drawn from the seed before anything runs, a function of the
 // seed alone, and so are the replica placement and the network's losses
@@ -81,7 +81,8 @@ const (
 var errInvariant = errors.New("invariant broken")
 
 func TestSimulation(t *testing.T) {
-	seeds := []uint64{1, 2, 3}
+	// In the bubble a seed takes a fraction of a second: ten run.
+	seeds := []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
 	steps := 8
 	if s := os.Getenv("HOLDFAST_SIM_SEED"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
