@@ -371,6 +371,21 @@ func newSim(t testing.TB, seed uint64, bug plant) *sim {
 		c.PlacementRand = place
 		c.OffsetsTopicPartitions = simOffsetsPartitions
 	})
+	// Every Raft link is a little slow and lossy, as drawn from the seed
+	// (the network draws each message's fate from it too): up to 3 ms
+	// late, and on some links 1% lost.
+	links := rand.New(rand.NewPCG(seed, seed^0x11a5))
+	for a := uint64(1); a <= simNodes; a++ {
+		for b := uint64(1); b <= simNodes; b++ {
+			if a == b {
+				continue
+			}
+			delay := time.Duration(links.IntN(4)) * time.Millisecond
+			loss := float64(links.IntN(2)) / 100
+			s.c.Net.UpdateLink(a, b, func(f *raft.LinkFaults) { f.Delay, f.Loss = delay, loss })
+			s.logf("raft link %d->%d: up to %v late, %.0f%% lost", a, b, delay, loss*100)
+		}
+	}
 	for _, n := range s.c.Nodes {
 		s.collect(n)
 	}
@@ -966,8 +981,8 @@ func (s *sim) isolate(id, then int32) error {
 		}
 	}
 	s.logf("isolate node %d's raft links (it leads %d groups)", id, len(led))
-	s.c.Isolate(id)
-	defer s.c.Heal()
+	s.c.Net.Isolate(uint64(id))
+	defer s.c.Net.Rejoin(uint64(id)) // the links' seeded delays and losses stay
 	// Cut off, a leader cannot commit: this produce is acknowledged by a
 	// new leader on the other side, or not at all.
 	if err := s.produce(tp{simTopic, then}, 1, 3*time.Second); err != nil {

@@ -105,6 +105,14 @@ func (n *MemNetwork) Isolate(id uint64) {
 	n.isolated[id] = true
 }
 
+// Rejoin ends node id's isolation (Isolate); what else is wrong with its
+// links stays.
+func (n *MemNetwork) Rejoin(id uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.isolated, id)
+}
+
 // HealAll restores every link.
 func (n *MemNetwork) HealAll() {
 	n.mu.Lock()
