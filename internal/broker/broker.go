@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -192,6 +193,15 @@ type Config struct {
 	// delay links between nodes): for in-process clusters in tests and
 	// `holdfast lab`. nil: none.
 	RaftFaults *raft.Faults
+	// RaftNetwork, when set, carries the Raft traffic between in-process
+	// nodes in memory instead of TCP (raft.MemNetwork): for the whole-node
+	// simulation and tests. nil: TCP.
+	RaftNetwork *raft.MemNetwork
+	// Dialer, when set, connects this node's own Kafka clients to the
+	// other nodes (heartbeats to the controller, forwarded requests)
+	// instead of TCP: in-process clusters on an in-memory network
+	// (brokertest.PipeNet). Not with TLS inter-broker listeners. nil: TCP.
+	Dialer func(ctx context.Context, network, host string) (net.Conn, error)
 	// Clock drives the control plane's periodic loops (cluster, replica,
 	// coordinator, txn, share, tiered and the broker's own:
 	// internal/clock); nil: the wall clock.
@@ -206,6 +216,12 @@ type Config struct {
 	// PlantStaleCoordinator plants a bug for the whole-node simulation's
 	// own test (coordinator.Config.PlantStaleLoad). Tests only.
 	PlantStaleCoordinator bool
+	// PlantFencedLeader plants another (cluster.Config.PlantFencedLeader:
+	// a broker fenced for shutdown keeps its leaderships). Tests only.
+	PlantFencedLeader bool
+	// PlacementRand, if set, replaces math/rand where replicas are placed
+	// (cluster.Config.PlacementRand): the seeded simulation. nil: random.
+	PlacementRand func(n int) int
 }
 
 // DefaultScrubBytesPerSecond is log.scrub.bytes.per.second's default: a

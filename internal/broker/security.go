@@ -343,6 +343,9 @@ func (b *Broker) nodeClient(seeds []string, opts ...kgo.Opt) (*kgo.Client, error
 	base := []kgo.Opt{kgo.SeedBrokers(seeds...)}
 	ib, _ := endpointNamed(sc.Listeners, sc.InterBrokerListener)
 	proto := wire.SecurityProtocol(ib.Protocol)
+	if b.cfg.Dialer != nil && !proto.UsesTLS() {
+		base = append(base, kgo.Dialer(b.cfg.Dialer))
+	}
 	if proto.UsesTLS() {
 		mat := sc.NodeTLS
 		base = append(base, kgo.Dialer(func(ctx context.Context, network, host string) (net.Conn, error) {

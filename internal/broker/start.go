@@ -115,10 +115,11 @@ func (b *Broker) openCluster() error {
 		AutoLeaderRebalance: c.AutoLeaderRebalance, LeaderImbalanceCheckInterval: c.LeaderImbalanceCheckInterval,
 		LeaderImbalancePerBrokerPct: c.LeaderImbalancePerBrokerPct,
 		ControlledShutdown:          c.ControlledShutdown, ControlledShutdownMaxWait: c.ControlledShutdownMaxWait,
+		PlantFencedLeader: c.PlantFencedLeader, PlacementRand: c.PlacementRand,
 		BrokerHeartbeatInterval: c.BrokerHeartbeatInterval, BrokerSessionTimeout: c.BrokerSessionTimeout,
 		StartupHold: c.MetadataStartupHold,
 		Self:        b.selfInfo(), InterBrokerListener: sc.InterBrokerListener,
-		RaftTLS: rtls, RaftFaults: c.RaftFaults, Dial: b.nodeClient, OnSecurityChange: b.securityApplied,
+		RaftTLS: rtls, RaftFaults: c.RaftFaults, RaftNetwork: c.RaftNetwork, Dial: b.nodeClient, OnSecurityChange: b.securityApplied,
 		OnQuotaChange: b.quotasApplied,
 		FS:            c.FS, Logger: b.log, Clock: c.Clock, RaftClock: c.RaftClock, RaftTickInterval: c.RaftTickInterval, ReadCache: b.readCache,
 	})

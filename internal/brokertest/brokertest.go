@@ -44,6 +44,34 @@ type Node struct {
 	// hook sees each new broker and server before the server serves.
 	hook func(*broker.Broker, *wire.Server)
 	lns  []net.Listener
+	// pipes, if set, is the in-memory network the node listens on and
+	// its clients dial (NewMemCluster).
+	pipes *PipeNet
+}
+
+// ClientOpts are the options a Kafka client of this node needs (the
+// in-memory dialer of a NewMemCluster's node; none otherwise).
+func (n *Node) ClientOpts() []kgo.Opt {
+	if n.pipes == nil {
+		return nil
+	}
+	return []kgo.Opt{kgo.Dialer(n.pipes.Dial)}
+}
+
+// listen listens on addr again (a restart), on the node's network.
+func (n *Node) listen(addr string) (net.Listener, error) {
+	if n.pipes != nil {
+		return n.pipes.Listen(addr)
+	}
+	var ln net.Listener
+	var err error
+	for i := 0; i < 100; i++ { // the old listener's port may take a moment to free
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			return ln, nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil, err
 }
 
 // Start starts a broker with a fresh data directory; opts adjust the config.
@@ -58,7 +86,7 @@ func Start(t testing.TB, opts ...func(*broker.Config, *wire.Limits)) *Node {
 // installs what must be in place first (metrics.New sets OnReply).
 func StartServing(t testing.TB, hook func(*broker.Broker, *wire.Server), opts ...func(*broker.Config, *wire.Limits)) *Node {
 	t.Helper()
-	n, ln := prepare(t, opts...)
+	n, ln := prepare(t, nil, opts...)
 	n.hook = hook
 	n.start(ln)
 	t.Cleanup(n.Stop)
@@ -70,8 +98,19 @@ func StartServing(t testing.TB, hook func(*broker.Broker, *wire.Server), opts ..
 // a new cluster forms only once every node is up.
 func StartCluster(t testing.TB, n int, opts ...func(*broker.Config, *wire.Limits)) []*Node {
 	t.Helper()
+	return startCluster(t, n, nil, opts...)
+}
+
+// startCluster is StartCluster, on pipes if set (the Raft addresses are
+// then only names: the Raft traffic must go over a raft.MemNetwork).
+func startCluster(t testing.TB, n int, pipes *PipeNet, opts ...func(*broker.Config, *wire.Limits)) []*Node {
+	t.Helper()
 	peers := map[int32]string{}
 	for i := 1; i <= n; i++ {
+		if pipes != nil {
+			peers[int32(i)] = pipes.Addr()
+			continue
+		}
 		addr, err := freeport.Addr()
 		if err != nil {
 			t.Fatal(err)
@@ -82,7 +121,7 @@ func StartCluster(t testing.TB, n int, opts ...func(*broker.Config, *wire.Limits
 	lns := make([]net.Listener, n)
 	for i := range nodes {
 		id := int32(i + 1)
-		nodes[i], lns[i] = prepare(t, append([]func(*broker.Config, *wire.Limits){func(c *broker.Config, _ *wire.Limits) {
+		nodes[i], lns[i] = prepare(t, pipes, append([]func(*broker.Config, *wire.Limits){func(c *broker.Config, _ *wire.Limits) {
 			c.NodeID, c.Peers = id, peers
 		}}, opts...)...)
 	}
@@ -106,8 +145,8 @@ func StartCluster(t testing.TB, n int, opts ...func(*broker.Config, *wire.Limits
 }
 
 // prepare makes a node's config (a fresh data directory, a free port) and
-// its listener, without starting it.
-func prepare(t testing.TB, opts ...func(*broker.Config, *wire.Limits)) (*Node, net.Listener) {
+// its listener, without starting it; on pipes if set.
+func prepare(t testing.TB, pipes *PipeNet, opts ...func(*broker.Config, *wire.Limits)) (*Node, net.Listener) {
 	// Every broker a test starts poisons the frames it puts back, so a
 	// holder reading a frame after its release reads garbage (wire.poisonFrames).
 	wire.SetPoisonFrames(true)
@@ -120,16 +159,25 @@ func prepare(t testing.TB, opts ...func(*broker.Config, *wire.Limits)) (*Node, n
 	cfg.JoinTimeout = time.Minute
 	cfg.Logger = testLogger()
 	limits := wire.DefaultLimits()
+	if pipes != nil {
+		cfg.Dialer = pipes.Dial
+	}
 	for _, o := range opts {
 		o(&cfg, &limits)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var ln net.Listener
+	var err error
+	if pipes != nil {
+		ln, err = pipes.Listen(pipes.Addr())
+	} else {
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	cfg.AdvertisedHost, cfg.AdvertisedPort = "127.0.0.1", int32(port)
-	return &Node{t: t, Cfg: cfg, Limits: limits, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}, ln
+	return &Node{t: t, Cfg: cfg, Limits: limits, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), pipes: pipes}, ln
 }
 
 func testLogger() *slog.Logger {
@@ -311,14 +359,7 @@ func (n *Node) Restart() {
 		}
 		return
 	}
-	var ln net.Listener
-	var err error
-	for i := 0; i < 100; i++ { // the old listener's port may take a moment to free
-		if ln, err = net.Listen("tcp", n.Addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	ln, err := n.listen(n.Addr)
 	if err != nil {
 		n.t.Fatalf("re-listen on %s: %v", n.Addr, err)
 	}
@@ -343,7 +384,7 @@ func relisten(t testing.TB, addr string) net.Listener {
 // Client returns a franz-go client for the node, closed at test end.
 func (n *Node) Client(opts ...kgo.Opt) *kgo.Client {
 	n.t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(n.Addr)}, opts...)...)
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(n.Addr)}, n.ClientOpts()...), opts...)...)
 	if err != nil {
 		n.t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package brokertest
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -54,7 +53,7 @@ func (n *Node) Metadata(topics ...string) (*kmsg.MetadataResponse, error) {
 
 // Request sends req to this node only, with a 10 s timeout.
 func (n *Node) Request(req kmsg.Request) (kmsg.Response, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(n.Addr))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(n.Addr)}, n.ClientOpts()...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +68,7 @@ func (n *Node) Request(req kmsg.Request) (kmsg.Response, error) {
 // partition with a leader.
 func CreateClusterTopic(t testing.TB, nodes []*Node, topic string, partitions, rf int, configs map[string]*string) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(Addrs(nodes)...))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(Addrs(nodes)...)}, nodes[0].ClientOpts()...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,14 +110,7 @@ func CreateClusterTopic(t testing.TB, nodes []*Node, topic string, partitions, r
 // Start starts a stopped node again on its data directory and port.
 func (n *Node) Start() {
 	n.t.Helper()
-	var ln net.Listener
-	var err error
-	for i := 0; i < 100; i++ { // the old listener's port may take a moment to free
-		if ln, err = net.Listen("tcp", n.Addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	ln, err := n.listen(n.Addr)
 	if err != nil {
 		n.t.Fatalf("re-listen on %s: %v", n.Addr, err)
 	}

@@ -38,6 +38,11 @@ type Cluster struct {
 	t      testing.TB
 	Nodes  []*Node // Nodes[i] has node id i+1
 	Faults *raft.Faults
+	// Net, on a cluster of NewMemCluster, is the in-memory network the
+	// nodes' Raft traffic goes over (Faults is then nil): the fault hooks
+	// cut its links.
+	Net   *raft.MemNetwork
+	pipes *PipeNet // NewMemCluster's Kafka network
 }
 
 // NewCluster starts n brokers (StartCluster) sharing one raft.Faults and
@@ -47,10 +52,29 @@ type Cluster struct {
 func NewCluster(t testing.TB, n int, opts ...func(*broker.Config, *wire.Limits)) *Cluster {
 	t.Helper()
 	f := raft.NewFaults()
-	nodes := StartCluster(t, n, append([]func(*broker.Config, *wire.Limits){func(c *broker.Config, _ *wire.Limits) {
+	return newCluster(t, n, &Cluster{t: t, Faults: f}, append([]func(*broker.Config, *wire.Limits){func(c *broker.Config, _ *wire.Limits) {
 		c.RaftFaults = f
 	}}, opts...)...)
-	c := &Cluster{t: t, Nodes: nodes, Faults: f}
+}
+
+// NewMemCluster is NewCluster in memory: the nodes' Raft traffic on one
+// raft.MemNetwork instead of loopback TCP, its losses and delays drawn
+// from seed (Isolate, Cut, Lose, Delay and Heal act on it), and their
+// Kafka listeners on a PipeNet (a client needs Node.ClientOpts; Client
+// and the helpers here add them). No socket is opened, so the cluster
+// can run in a testing/synctest bubble.
+func NewMemCluster(t testing.TB, n int, seed uint64, opts ...func(*broker.Config, *wire.Limits)) *Cluster {
+	t.Helper()
+	net := raft.NewMemNetwork(seed)
+	return newCluster(t, n, &Cluster{t: t, Net: net, pipes: NewPipeNet()}, append([]func(*broker.Config, *wire.Limits){func(c *broker.Config, _ *wire.Limits) {
+		c.RaftNetwork = net
+	}}, opts...)...)
+}
+
+func newCluster(t testing.TB, n int, c *Cluster, opts ...func(*broker.Config, *wire.Limits)) *Cluster {
+	t.Helper()
+	nodes := startCluster(t, n, c.pipes, opts...)
+	c.Nodes = nodes
 	Await(t, "every broker registered everywhere", func() error {
 		for _, node := range nodes {
 			md, err := node.Metadata()
@@ -92,7 +116,7 @@ func (c *Cluster) Running() []*Node {
 // end.
 func (c *Cluster) Client(opts ...kgo.Opt) *kgo.Client {
 	c.t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Addrs()...)}, opts...)...)
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(c.Addrs()...)}, c.Nodes[0].ClientOpts()...), opts...)...)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -116,23 +140,53 @@ func (c *Cluster) ids() []uint64 {
 	return out
 }
 
-// Isolate cuts node id's Raft links to every other node, both ways.
-func (c *Cluster) Isolate(id int32) { c.Faults.Isolate(uint64(id), c.ids()...) }
+// Isolate cuts node id's Raft links to every other node, both ways (on
+// an in-memory network, a partition with id alone on its side).
+func (c *Cluster) Isolate(id int32) {
+	if c.Net != nil {
+		c.Net.Isolate(uint64(id))
+		return
+	}
+	c.Faults.Isolate(uint64(id), c.ids()...)
+}
 
 // Cut cuts the Raft link between a and b, both ways.
-func (c *Cluster) Cut(a, b int32) { c.Faults.Cut(uint64(a), uint64(b)) }
+func (c *Cluster) Cut(a, b int32) {
+	if c.Net != nil {
+		c.Net.Cut(uint64(a), uint64(b))
+		return
+	}
+	c.Faults.Cut(uint64(a), uint64(b))
+}
 
 // Lose drops each Raft frame from one node to another with probability p
 // (0 removes the loss).
-func (c *Cluster) Lose(from, to int32, p float64) { c.Faults.Lose(uint64(from), uint64(to), p) }
+func (c *Cluster) Lose(from, to int32, p float64) {
+	if c.Net != nil {
+		c.Net.UpdateLink(uint64(from), uint64(to), func(f *raft.LinkFaults) { f.Loss = p })
+		return
+	}
+	c.Faults.Lose(uint64(from), uint64(to), p)
+}
 
-// Delay delays Raft messages from one node to another by d (0 removes it).
+// Delay delays Raft messages from one node to another by d (0 removes
+// it); on an in-memory network, each by up to d, drawn from its seed.
 func (c *Cluster) Delay(from, to int32, d time.Duration) {
+	if c.Net != nil {
+		c.Net.UpdateLink(uint64(from), uint64(to), func(f *raft.LinkFaults) { f.Delay = d })
+		return
+	}
 	c.Faults.Delay(uint64(from), uint64(to), d)
 }
 
 // Heal restores every Raft link.
-func (c *Cluster) Heal() { c.Faults.HealAll() }
+func (c *Cluster) Heal() {
+	if c.Net != nil {
+		c.Net.HealAll()
+		return
+	}
+	c.Faults.HealAll()
+}
 
 // Partition returns what node n's own metadata says of one partition: an
 // error for a partition error code or a partition it does not list.
@@ -224,7 +278,7 @@ func (n *Node) Produce(topic string, partition int32, acks int16, timeout time.D
 	} else if acks != -1 {
 		return 0, 0, fmt.Errorf("acks %d: want -1 or 1", acks)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(n.Addr), kgo.RequiredAcks(ack), kgo.DisableIdempotentWrite())
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(n.Addr), kgo.RequiredAcks(ack), kgo.DisableIdempotentWrite()}, n.ClientOpts()...)...)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -260,6 +314,7 @@ func AddBrokerOnly(t testing.TB, nodes []*Node, id int32, opts ...func(*broker.C
 		c.NodeID, c.Peers = id, nodes[0].Cfg.Peers
 		c.RaftListen = raftAddr
 		c.RaftFaults = nodes[0].Cfg.RaftFaults
+		c.RaftNetwork = nodes[0].Cfg.RaftNetwork
 		c.Join = Addrs(nodes)
 	}}, opts...)...)
 	all := append(slices.Clone(nodes), n)

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -22,6 +23,7 @@ import (
 
 	"holdfast/internal/broker"
 	"holdfast/internal/brokertest"
+	"holdfast/internal/cluster"
 	"holdfast/internal/raft"
 	"holdfast/internal/replica"
 	"holdfast/internal/storage"
@@ -30,29 +32,38 @@ import (
 
 // The whole-node simulation, one floor above Raft: three real brokers in
 // this process (each its cluster.Node with the metadata apply loop,
-// registration and liveness, its replica manager, its coordinators, Kafka
-// listeners on loopback), driven by a schedule drawn from one seed:
-// acks=all produces, offset commits, Raft leadership transfers of data
-// and __consumer_offsets partitions, clean restarts with controlled
-// shutdown, a node's Raft links cut for a while. After every step it
-// checks, once the cluster is quiet again:
+// registration and liveness, its replica manager, its coordinators, its
+// Kafka listener), driven by a schedule drawn from one seed: acks=all
+// produces, offset commits, Raft leadership transfers of data and
+// __consumer_offsets partitions, a reassignment, clean restarts (fenced,
+// then controlled shutdown) and crashes, a failing disk, a node cut off
+// by a network partition for a while. The brokers' Raft traffic goes over
+// a raft.MemNetwork (a partition is its Isolate), their Kafka connections
+// over a PipeNet, their disks are CrashFS; each seed runs in a
+// testing/synctest bubble (inBubble), on a fake clock. After every step
+// it checks, once the cluster is quiet again:
 //
 //   - no acknowledged record is lost (every acked offset reads back with
 //     its value; every acked offset commit reads back);
 //   - at most one leader per term per Raft group (from the typed Raft
 //     events of every node, so transient leaders count too);
 //   - the metadata is the same on every node (applied offset and digest);
-//   - no fenced broker is a partition leader, and none stays fenced;
+//   - no fenced broker is a partition leader, and none stays fenced (and
+//     a broker fenced for a clean stop leads nothing another could once
+//     it has handed over: checkFencedLeads);
 //   - every __consumer_offsets partition is loaded by exactly one node's
 //     coordinator, its Raft leader.
 //
 // HOLDFAST_SIM_SEED=n runs seed n alone and prints its trace; without it
-// seeds 1 to 3 run (HOLDFAST_SIM_STEPS=n: longer runs of the same
+// seeds 1 to 10 run (HOLDFAST_SIM_STEPS=n: longer runs of the same
 // schedules). The schedule (each step and its node, partition, target:
 // plan) is drawn from the seed before anything runs, a function of the
-// seed alone; what the cluster does in between runs on real goroutines,
-// the wall clock and loopback TCP, so a failing seed replays the same
-// steps, not the same interleaving.
+// seed alone, and so are the replica placement and the network's losses
+// and delays; the fake clock makes elections and timeouts cost no wall
+// time. What is not the seed's: the order Go's scheduler runs the
+// goroutines that are runnable at once (the bubble fixes time, not that),
+// so a failing seed replays its steps, and often but not always its
+// interleaving (TestSimulationReplay compares what two runs did).
 // TestSimulationCatchesPlantedBug shows the checks bite.
 
 const (
@@ -70,7 +81,8 @@ const (
 var errInvariant = errors.New("invariant broken")
 
 func TestSimulation(t *testing.T) {
-	seeds := []uint64{1, 2, 3}
+	// In the bubble a seed takes a fraction of a second: ten run.
+	seeds := []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
 	steps := 8
 	if s := os.Getenv("HOLDFAST_SIM_SEED"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
@@ -90,16 +102,104 @@ func TestSimulation(t *testing.T) {
 	}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
-			s := newSim(t, seed, false)
-			if err := s.run(steps); err != nil {
-				t.Fatalf("%v\ntrace:\n%s\nreplay: HOLDFAST_SIM_SEED=%d go test ./internal/brokertest -run 'TestSimulation$' -v",
-					err, strings.Join(s.trace, "\n"), seed)
-			}
-			if os.Getenv("HOLDFAST_SIM_SEED") != "" {
-				t.Logf("trace:\n%s", strings.Join(s.trace, "\n"))
-			}
+			inBubble(t, func(t *testing.T) {
+				s := newSim(t, seed, plantNone)
+				err := s.run(steps)
+				s.stopAll()
+				if err != nil {
+					t.Fatalf("%v\ntrace:\n%s\nreplay: HOLDFAST_SIM_SEED=%d go test ./internal/brokertest -run 'TestSimulation$' -v",
+						err, strings.Join(s.trace, "\n"), seed)
+				}
+				if os.Getenv("HOLDFAST_SIM_SEED") != "" {
+					t.Logf("trace:\n%s", strings.Join(s.trace, "\n"))
+				}
+			})
 		})
 	}
+}
+
+// TestSimulationReplay runs one seed twice and compares what the cluster
+// did (sim.did: acknowledged offsets, the quiet metadata offset and
+// leaders after each step, the leader of every term), not only the plan.
+// The brokers run on the wall clock and real goroutines, so the two runs
+// need not be identical: it reports the first difference, and fails only
+// on a broken invariant. HOLDFAST_SIM_REPLAY_RUNS=n runs the seed n times
+// and counts the runs that differ from the first (HOLDFAST_SIM_SEED and
+// HOLDFAST_SIM_STEPS choose the run; seed 2, 6 steps by default).
+func TestSimulationReplay(t *testing.T) {
+	seed, steps, runs := uint64(2), 6, 2
+	if s := os.Getenv("HOLDFAST_SIM_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("HOLDFAST_SIM_SEED=%q: %v", s, err)
+		}
+		seed = n
+	}
+	if s := os.Getenv("HOLDFAST_SIM_STEPS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			t.Fatalf("HOLDFAST_SIM_STEPS=%q: want a positive count", s)
+		}
+		steps = n
+	}
+	if s := os.Getenv("HOLDFAST_SIM_REPLAY_RUNS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 2 {
+			t.Fatalf("HOLDFAST_SIM_REPLAY_RUNS=%q: want a count of at least 2", s)
+		}
+		runs = n
+	}
+	var first []string
+	differ := 0
+	for i := range runs {
+		var did []string
+		inBubble(t, func(t *testing.T) {
+			s := newSim(t, seed, plantNone)
+			err := s.run(steps)
+			s.stopAll()
+			if err != nil {
+				t.Fatalf("run %d: %v\ntrace:\n%s", i, err, strings.Join(s.trace, "\n"))
+			}
+			did = s.did
+		})
+		if t.Failed() {
+			return
+		}
+		if i == 0 {
+			first = did
+			continue
+		}
+		s := struct{ did []string }{did}
+		if d := firstDiff(first, s.did); d != "" {
+			differ++
+			t.Logf("run %d differs from run 0: %s", i, d)
+		}
+	}
+	t.Logf("seed %d, %d steps: %d of %d runs did something other than run 0 (%d trace lines)", seed, steps, differ, runs-1, len(first))
+}
+
+// firstDiff describes the first line where two traces differ, and how
+// many lines do ("" if none).
+func firstDiff(a, b []string) string {
+	first, n := "", 0
+	for i := range max(len(a), len(b)) {
+		var x, y string
+		if i < len(a) {
+			x = a[i]
+		}
+		if i < len(b) {
+			y = b[i]
+		}
+		if x != y {
+			if n++; first == "" {
+				first = fmt.Sprintf("line %d: %q, then %q", i, x, y)
+			}
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d lines; first %s", n, max(len(a), len(b)), first)
 }
 
 // The schedule is a function of the seed alone: the same seed draws the
@@ -126,26 +226,84 @@ func TestSimulationPlanRepeats(t *testing.T) {
 	}
 }
 
-// TestSimulationCatchesPlantedBug plants a bug in every node's
-// coordinators (a __consumer_offsets partition a node stops leading is
-// not unloaded: broker.Config.PlantStaleCoordinator) and runs seeds
-// until the simulation reports it. It must within a few: a check that
-// cannot fail is no check.
+// TestSimulationCatchesPlantedBug plants a bug in every node and runs
+// seeds until the simulation reports it. It must within a few: a check
+// that cannot fail is no check.
+//
+//   - stale coordinator: a __consumer_offsets partition a node stops
+//     leading is not unloaded (broker.Config.PlantStaleCoordinator);
+//   - fenced leader: a broker fenced for shutdown keeps its leaderships
+//     (broker.Config.PlantFencedLeader). Only a clean stop fences a
+//     running broker, and few schedules have one (5 of seeds 1 to 30 in
+//     their first 10 steps): seeds without one are skipped, as their run
+//     cannot reach the check, and a seed runs up to its clean stop.
 func TestSimulationCatchesPlantedBug(t *testing.T) {
-	for seed := uint64(1); seed <= 4; seed++ {
-		s := newSim(t, seed, true)
-		err := s.run(10)
-		s.stopAll()
-		if errors.Is(err, errInvariant) && strings.Contains(err.Error(), "coordinator") {
-			t.Logf("seed %d caught it: %v\n%s", seed, err, strings.Join(s.trace, "\n"))
-			return
-		}
-		if err != nil {
-			t.Fatalf("seed %d failed otherwise: %v\n%s", seed, err, strings.Join(s.trace, "\n"))
-		}
+	for _, tc := range []struct {
+		name  string
+		plant plant
+		want  string // in the report
+		what  string
+	}{
+		{"stale coordinator", plantStaleCoordinator, "coordinator", "a coordinator left loaded on a node that stopped leading its partition"},
+		{"fenced leader", plantFencedLeader, "fenced", "a broker fenced for shutdown that kept its leaderships"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tried := 0
+			for seed := uint64(1); seed <= 30 && tried < 4; seed++ {
+				steps := 10
+				if tc.plant == plantFencedLeader {
+					i := slices.IndexFunc(plan(seed, steps), func(st step) bool { return st.kind == stepRestart && st.clean })
+					if i < 0 {
+						continue
+					}
+					steps = i + 1
+				}
+				tried++
+				caught := false
+				inBubble(t, func(t *testing.T) {
+					s := newSim(t, seed, tc.plant)
+					err := s.run(steps)
+					s.stopAll()
+					if errors.Is(err, errInvariant) && strings.Contains(err.Error(), tc.want) {
+						t.Logf("seed %d caught it: %v\n%s", seed, err, strings.Join(s.trace, "\n"))
+						caught = true
+						return
+					}
+					if err != nil {
+						t.Fatalf("seed %d failed otherwise: %v\n%s", seed, err, strings.Join(s.trace, "\n"))
+					}
+				})
+				if caught || t.Failed() {
+					return
+				}
+			}
+			t.Fatalf("%d seeds did not catch %s", tried, tc.what)
+		})
 	}
-	t.Fatal("four seeds did not catch a coordinator left loaded on a node that stopped leading its partition")
 }
+
+// inBubble runs a simulation in a testing/synctest bubble: the brokers'
+// timers, tickers and sleeps run on the bubble's fake clock, which moves
+// only when every goroutine of the bubble is blocked on it or on a
+// channel (the cluster is on a raft.MemNetwork and a PipeNet: no socket),
+// so elections, session timeouts and the harness's waits take no wall
+// time. HOLDFAST_SIM_WALLCLOCK=1 runs it on the wall clock instead.
+func inBubble(t *testing.T, fn func(t *testing.T)) {
+	if os.Getenv("HOLDFAST_SIM_WALLCLOCK") != "" {
+		fn(t)
+		return
+	}
+	synctest.Test(t, fn)
+}
+
+// plant is a bug planted in every node, for the simulation to find.
+type plant uint8
+
+const (
+	plantNone plant = iota
+	plantStaleCoordinator
+	plantFencedLeader
+)
 
 type tp struct {
 	topic string
@@ -159,6 +317,13 @@ type sim struct {
 	cl    *kgo.Client
 	adm   *kadm.Client
 	trace []string
+	// did is what the cluster did, without times or random ids (topic
+	// and cluster ids): per step, the records and commits acknowledged
+	// and at which offsets, and once quiet the metadata's applied offset
+	// and each Raft group's leader and term; at the end, the leader of
+	// every term of every group. Two runs of a seed that did the same
+	// have equal did (TestSimulationReplay).
+	did   []string
 	seq   int
 	began time.Time
 
@@ -177,7 +342,7 @@ type sim struct {
 	reassigning bool
 }
 
-func newSim(t testing.TB, seed uint64, plant bool) *sim {
+func newSim(t testing.TB, seed uint64, bug plant) *sim {
 	t.Helper()
 	s := &sim{t: t, seed: seed, began: time.Now(),
 		acked: map[tp]map[int64]string{}, commits: map[string]int64{},
@@ -185,7 +350,15 @@ func newSim(t testing.TB, seed uint64, plant bool) *sim {
 	for id := int32(1); id <= simNodes; id++ {
 		s.disks[id] = storage.NewCrashFS(int64(seed)*10 + int64(id))
 	}
-	s.c = brokertest.NewCluster(t, simNodes, func(c *broker.Config, _ *wire.Limits) {
+	// Replicas are placed from the seed: the same leaders in every run.
+	var placeMu sync.Mutex
+	placeRng := rand.New(rand.NewPCG(seed, seed^0x91ace))
+	place := func(n int) int {
+		placeMu.Lock()
+		defer placeMu.Unlock()
+		return placeRng.IntN(n)
+	}
+	s.c = brokertest.NewMemCluster(t, simNodes, seed, func(c *broker.Config, _ *wire.Limits) {
 		c.FS = s.disks[c.NodeID]
 		// Elections in 0.5-1 s, not 1-2 s: the schedule waits for them.
 		c.RaftTickInterval = 50 * time.Millisecond
@@ -193,9 +366,26 @@ func newSim(t testing.TB, seed uint64, plant bool) *sim {
 		c.BrokerSessionTimeout = time.Second
 		c.ControlledShutdownMaxWait = 5 * time.Second
 		c.AutoLeaderRebalance = false // the schedule moves leaders, nothing else
-		c.PlantStaleCoordinator = plant
+		c.PlantStaleCoordinator = bug == plantStaleCoordinator
+		c.PlantFencedLeader = bug == plantFencedLeader
+		c.PlacementRand = place
 		c.OffsetsTopicPartitions = simOffsetsPartitions
 	})
+	// Every Raft link is a little slow and lossy, as drawn from the seed
+	// (the network draws each message's fate from it too): up to 3 ms
+	// late, and on some links 1% lost.
+	links := rand.New(rand.NewPCG(seed, seed^0x11a5))
+	for a := uint64(1); a <= simNodes; a++ {
+		for b := uint64(1); b <= simNodes; b++ {
+			if a == b {
+				continue
+			}
+			delay := time.Duration(links.IntN(4)) * time.Millisecond
+			loss := float64(links.IntN(2)) / 100
+			s.c.Net.UpdateLink(a, b, func(f *raft.LinkFaults) { f.Delay, f.Loss = delay, loss })
+			s.logf("raft link %d->%d: up to %v late, %.0f%% lost", a, b, delay, loss*100)
+		}
+	}
 	for _, n := range s.c.Nodes {
 		s.collect(n)
 	}
@@ -381,6 +571,7 @@ func plan(seed uint64, steps int) []step {
 func (s *sim) run(steps int) error {
 	for i, st := range plan(s.seed, steps) {
 		s.logf("step %d: %v", i, st)
+		s.did = append(s.did, fmt.Sprintf("step %d: %v", i, st))
 		var err error
 		switch st.kind {
 		case stepProduce:
@@ -404,8 +595,68 @@ func (s *sim) run(steps int) error {
 		if err != nil {
 			return err
 		}
+		s.noteQuiet()
 	}
-	return s.checkRecords()
+	if err := s.checkRecords(); err != nil {
+		return err
+	}
+	s.noteTerms()
+	return nil
+}
+
+// noteQuiet adds the quiet cluster's state to did: the metadata's
+// applied offset (the same on every node: quietChecks) and every Raft
+// group's leader and term.
+func (s *sim) noteQuiet() {
+	nodes := s.c.Running()
+	applied, _ := nodes[0].B.MetadataFingerprint()
+	var leaders []string
+	for _, p := range s.raftGroupNames() {
+		for _, n := range nodes {
+			if l, err := n.B.RaftHost().Leadership(p.group); err == nil && l.Leading {
+				leaders = append(leaders, fmt.Sprintf("%s:%d/%d", p.name, n.Cfg.NodeID, l.Term))
+			}
+		}
+	}
+	s.did = append(s.did, fmt.Sprintf("quiet: metadata applied %d; leaders %s", applied, strings.Join(leaders, " ")))
+}
+
+// noteTerms adds to did the leader of every term of every group, from
+// the typed events of every node since the start.
+func (s *sim) noteTerms() {
+	s.termsMu.Lock()
+	defer s.termsMu.Unlock()
+	for _, p := range s.raftGroupNames() {
+		var terms []uint64
+		for k := range s.terms {
+			if k[0] == p.group {
+				terms = append(terms, k[1])
+			}
+		}
+		slices.Sort(terms)
+		var b strings.Builder
+		for _, t := range terms {
+			fmt.Fprintf(&b, " %d:%d", t, s.terms[[2]uint64{p.group, t}])
+		}
+		s.did = append(s.did, fmt.Sprintf("terms %s:%s", p.name, b.String()))
+	}
+}
+
+// namedGroup is a Raft group and the partition it replicates: group ids
+// derive from random topic ids, so a trace names the partition.
+type namedGroup struct {
+	name  string
+	group uint64
+}
+
+func (s *sim) raftGroupNames() []namedGroup {
+	out := []namedGroup{{"metadata", cluster.MetadataGroup}}
+	for _, p := range s.groups() {
+		if g, ok := s.raftGroup(p); ok {
+			out = append(out, namedGroup{fmt.Sprintf("%s-%d", p.topic, p.part), g})
+		}
+	}
+	return out
 }
 
 // produce sends n records to a partition, one at a time, each given
@@ -419,6 +670,7 @@ func (s *sim) produce(part tp, n int, wait time.Duration) error {
 		r, err := s.cl.ProduceSync(ctx, &kgo.Record{Topic: part.topic, Partition: part.part, Value: []byte(v)}).First()
 		if err != nil {
 			s.logf("produce %s to %s-%d: not acknowledged: %v", v, part.topic, part.part, err)
+			s.did = append(s.did, fmt.Sprintf("not acked %s -> %s-%d", v, part.topic, part.part))
 			continue // not acknowledged: nothing promised
 		}
 		if s.acked[part] == nil {
@@ -429,6 +681,7 @@ func (s *sim) produce(part tp, n int, wait time.Duration) error {
 		}
 		s.acked[part][r.Offset] = v
 		s.logf("produce %s -> %s-%d@%d", v, part.topic, part.part, r.Offset)
+		s.did = append(s.did, fmt.Sprintf("acked %s -> %s-%d@%d", v, part.topic, part.part, r.Offset))
 	}
 	return nil
 }
@@ -450,11 +703,13 @@ func (s *sim) commit(group string) error {
 		if err == nil {
 			s.commits[group] = off
 			s.logf("commit %s %s-0=%d", group, simTopic, off)
+			s.did = append(s.did, fmt.Sprintf("acked commit %s=%d", group, off))
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond) // a retriable answer: ask again
 	}
 	s.logf("commit %s %d: not acknowledged: %v", group, off, err)
+	s.did = append(s.did, fmt.Sprintf("not acked commit %s=%d", group, off))
 	return nil
 }
 
@@ -595,7 +850,17 @@ func (s *sim) reassign(to []int32) error {
 func (s *sim) restart(id int32, clean bool, then int32) error {
 	n := s.c.Node(id)
 	if clean {
+		// As serve stops: fenced first, then the leaderships handed
+		// over while the listeners still answer, then closed.
 		s.logf("restart node %d: clean stop", id)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := n.B.FenceForShutdown(ctx)
+		cancel()
+		s.logf("node %d fenced for shutdown: %v", id, err)
+		n.B.HandOver()
+		if err := s.checkFencedLeads(n); err != nil {
+			return err
+		}
 		s.stopNode(n)
 	} else {
 		s.logf("restart node %d: crash", id)
@@ -616,6 +881,38 @@ func (s *sim) restart(id int32, clean bool, then int32) error {
 	n.Start()
 	s.collect(n)
 	s.logf("restart node %d: started", id)
+	return nil
+}
+
+// checkFencedLeads checks a broker fenced for shutdown whose leaderships
+// were handed over (controlled shutdown): it must lead no group that a
+// running, unfenced voter could take over now (caught up, reachable:
+// cluster.Transferable, the test controlled shutdown itself applies).
+// Such a group would be leaderless for clients - a fenced broker is named
+// nowhere - until the broker stops and an election runs.
+func (s *sim) checkFencedLeads(n *brokertest.Node) error {
+	me := n.Cfg.NodeID
+	fenced := n.B.FencedBrokers()
+	if !slices.Contains(fenced, me) {
+		return nil // not fenced (the controller was moving): nothing to check
+	}
+	h := n.B.RaftHost()
+	for _, g := range h.Groups() {
+		st, err := h.Status(g)
+		if err != nil || st.State != raft.StateLeader {
+			continue
+		}
+		for _, v := range st.Voters {
+			other := s.c.Node(int32(v))
+			if v == uint64(me) || other == nil || other.B == nil || slices.Contains(fenced, int32(v)) {
+				continue
+			}
+			if cluster.Transferable(st, v) == nil {
+				return fmt.Errorf("%w: node %d, fenced for shutdown, still leads raft group %d after handing over, though node %d could take it (term %d)", errInvariant, me, g, v, st.Term)
+			}
+		}
+	}
+	s.logf("node %d fenced, leads nothing another node could", me)
 	return nil
 }
 
@@ -684,8 +981,8 @@ func (s *sim) isolate(id, then int32) error {
 		}
 	}
 	s.logf("isolate node %d's raft links (it leads %d groups)", id, len(led))
-	s.c.Isolate(id)
-	defer s.c.Heal()
+	s.c.Net.Isolate(uint64(id))
+	defer s.c.Net.Rejoin(uint64(id)) // the links' seeded delays and losses stay
 	// Cut off, a leader cannot commit: this produce is acknowledged by a
 	// new leader on the other side, or not at all.
 	if err := s.produce(tp{simTopic, then}, 1, 3*time.Second); err != nil {
@@ -884,8 +1181,8 @@ func (s *sim) checkRecords() error {
 		for off := range want {
 			end = max(end, off+1)
 		}
-		cl, err := kgo.NewClient(kgo.SeedBrokers(s.c.Addrs()...),
-			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{part.topic: {part.part: kgo.NewOffset().AtStart()}}))
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(s.c.Addrs()...),
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{part.topic: {part.part: kgo.NewOffset().AtStart()}})}, s.c.Nodes[0].ClientOpts()...)...)
 		if err != nil {
 			return err
 		}

@@ -138,6 +138,10 @@ func (n *Node) balanceLeaders() {
 func (n *Node) controlledShutdown() {
 	h := n.host
 	me := uint64(n.cfg.NodeID)
+	if n.cfg.PlantFencedLeader && n.meta.Fenced(n.cfg.NodeID) {
+		n.log.Warn("controlled shutdown: planted bug: this fenced broker keeps its leaderships")
+		return
+	}
 	prefs := map[uint64]uint64{}
 	for _, t := range n.meta.Topics() {
 		for i := int32(0); i < t.Partitions && int(i) < len(t.Replicas); i++ {

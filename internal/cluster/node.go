@@ -86,9 +86,18 @@ type Config struct {
 	LeaderImbalancePerBrokerPct  int
 	ControlledShutdown           bool
 	ControlledShutdownMaxWait    time.Duration
-	BrokerHeartbeatInterval      time.Duration // 0: the default
-	BrokerSessionTimeout         time.Duration // 0: the default
-	StartupHold                  time.Duration // 0: the default (StartupHold)
+	// PlantFencedLeader plants a bug for the whole-node simulation's own
+	// test (it must find it, or its check proves nothing): a broker fenced
+	// for shutdown keeps every leadership it holds (controlledShutdown
+	// moves none). Never set outside that test.
+	PlantFencedLeader bool
+	// PlacementRand, if set, draws where a new topic's replica placement
+	// starts (in [0, n)) instead of math/rand: a seeded simulation places
+	// the same replicas in every run. It must be safe for concurrent use.
+	PlacementRand           func(n int) int
+	BrokerHeartbeatInterval time.Duration // 0: the default
+	BrokerSessionTimeout    time.Duration // 0: the default
+	StartupHold             time.Duration // 0: the default (StartupHold)
 
 	// Self is this broker as it registers (its endpoints and rack);
 	// InterBrokerListener names the endpoint nodes reach each other on.
@@ -98,6 +107,9 @@ type Config struct {
 	// transport's fault seam (tests, `holdfast lab`).
 	RaftTLS    *raft.TransportTLS
 	RaftFaults *raft.Faults
+	// RaftNetwork, if set, carries the Raft traffic in memory instead of
+	// TCP (raft.Config.Network): in-process clusters of tests.
+	RaftNetwork *raft.MemNetwork
 	// RaftTickInterval is the Raft host's tick (0: raft's default,
 	// 100 ms; an election timeout is ten ticks): shorter in tests whose
 	// schedule waits for elections.
@@ -155,10 +167,13 @@ type Node struct {
 	// stops re-registering (the operator stops it next).
 	gone atomic.Bool
 
-	// pidMu serializes producer-id block proposals on the controller
+	// pidLock serializes producer-id block proposals on the controller
 	// (producerids.go): two at once would name the same start and one
 	// would be refused.
-	pidMu sync.Mutex
+	// A channel, not a mutex: a request waiting for it gives up with its
+	// context, and in a testing/synctest bubble a goroutine blocked on a
+	// mutex held across a proposal stopped the fake clock for good.
+	pidLock chan struct{}
 
 	// topicDeleted is OnTopicDeleted's hook (nil: none).
 	topicDeleted atomic.Pointer[func(metadata.Topic)]
@@ -225,7 +240,7 @@ func Open(cfg Config) (*Node, error) {
 		cfg.FS = storage.OSFS()
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, clk: clock.OrReal(cfg.Clock), kick: make(chan struct{}, 1), quorumChange: make(chan struct{}, 1),
-		appliedCh: make(chan struct{}), results: map[int64]error{}, stop: make(chan struct{})}
+		appliedCh: make(chan struct{}), pidLock: make(chan struct{}, 1), results: map[int64]error{}, stop: make(chan struct{})}
 	listen := cfg.RaftListen
 	if _, ok := cfg.Peers[cfg.NodeID]; !ok {
 		// A broker-only node: it joins through a running broker and gets
@@ -261,7 +276,7 @@ func Open(cfg Config) (*Node, error) {
 		return raft.NewHost(raft.Config{
 			ID: uint64(cfg.NodeID), Dir: cfg.DataDir, Listen: listen, Peers: peers, Identity: n.raftIdentity(),
 			FS: cfg.FS, Logger: n.log.With("component", "raft"), TLS: cfg.RaftTLS, Faults: cfg.RaftFaults,
-			TickInterval: cfg.RaftTickInterval, Clock: cfg.RaftClock,
+			Network: cfg.RaftNetwork, TickInterval: cfg.RaftTickInterval, Clock: cfg.RaftClock,
 		})
 	}
 	h, err := newHost()
@@ -852,7 +867,11 @@ func (n *Node) placeReplicas(count int32, rf int16) ([][]int32, error) {
 		}
 	}
 	slices.Sort(fenced)
-	start := rand.IntN(len(order))
+	intN := rand.IntN
+	if n.cfg.PlacementRand != nil {
+		intN = n.cfg.PlacementRand
+	}
+	start := intN(len(order))
 	out := make([][]int32, count)
 	for i := range out {
 		rs := make([]int32, 0, rf)

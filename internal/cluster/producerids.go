@@ -75,8 +75,10 @@ func (n *Node) askProducerIDs(ctx context.Context, me int32) (int64, int64, erro
 // AllocateProducerIDs commits a block to broker through the metadata log
 // (this node must be the controller) and returns it once applied.
 func (n *Node) AllocateProducerIDs(ctx context.Context, broker int32) (int64, int64, error) {
-	n.pidMu.Lock()
-	defer n.pidMu.Unlock()
+	if err := n.lockPIDs(ctx); err != nil {
+		return 0, 0, err
+	}
+	defer n.unlockPIDs()
 	for range 5 {
 		start := n.meta.ProducerIDBlockStart()
 		err := n.Propose(ctx, metadata.Command{Op: metadata.OpAllocateProducerIDs, BrokerID: broker,
@@ -104,10 +106,24 @@ func (n *Node) SkipProducerIDsBelow(ctx context.Context, below int64) error {
 	if !n.IsController() || below <= n.meta.ProducerIDFloor() {
 		return nil
 	}
-	n.pidMu.Lock()
-	defer n.pidMu.Unlock()
+	if err := n.lockPIDs(ctx); err != nil {
+		return err
+	}
+	defer n.unlockPIDs()
 	return n.Propose(ctx, metadata.Command{Op: metadata.OpAllocateProducerIDs, ProducerIDStart: below})
 }
 
 // ProducerIDFloor is the id below which this node hands out none.
 func (n *Node) ProducerIDFloor() int64 { return n.meta.ProducerIDFloor() }
+
+// lockPIDs takes pidLock, or gives up when ctx ends.
+func (n *Node) lockPIDs(ctx context.Context) error {
+	select {
+	case n.pidLock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (n *Node) unlockPIDs() { <-n.pidLock }

@@ -54,7 +54,12 @@ type cluster struct {
 	// electionTicks, quiesceTicks: every node's (0: 10 and the Host's
 	// default).
 	electionTicks, quiesceTicks int
+	// net, if set, carries the Raft traffic instead of TCP (withMemNetwork).
+	net *MemNetwork
 }
+
+// withMemNetwork runs the cluster's hosts on an in-memory network.
+func withMemNetwork(n *MemNetwork) func(*cluster) { return func(c *cluster) { c.net = n } }
 
 func testLogger(tb testing.TB) *slog.Logger {
 	if os.Getenv("RAFT_TEST_LOG") == "" {
@@ -89,6 +94,9 @@ func newClusterOpts(tb testing.TB, n int, groups int, tick time.Duration, crash 
 	c.root = root
 	for _, id := range c.ids {
 		c.nodes[id] = &testNode{id: id, dir: filepath.Join(root, fmt.Sprint("node", id)), addr: "127.0.0.1:0"}
+		if c.net != nil {
+			c.nodes[id].addr = fmt.Sprint("mem-", id) // a name only
+		}
 		if crash {
 			c.nodes[id].fs = storage.NewCrashFS(int64(id))
 		}
@@ -136,6 +144,7 @@ func (c *cluster) start(id uint64) {
 		h, err = NewHost(Config{
 			ID: id, Dir: nd.dir, Listen: nd.addr, Peers: peers, TickInterval: c.tick,
 			ElectionTicks: electionTicks, QuiesceTicks: c.quiesceTicks, Faults: c.faults, Logger: c.logger.With("test_node", id), FS: fsys,
+			Network: c.net,
 		})
 		return err == nil
 	})

@@ -72,6 +72,11 @@ type Config struct {
 
 	FS     storage.FS // for the journal; default storage.OSFS()
 	Faults *Faults    // fault injection for tests; nil: none
+	// Network, if set, carries the Raft traffic in memory instead of TCP
+	// (memnetwork.go): in-process clusters of tests and the whole-node
+	// simulation. Listen then only names the node; TLS and Faults are
+	// unused (the network cuts its own links). nil: TCP.
+	Network *MemNetwork
 	// TLS, if set, runs the transport over mutual TLS (transport.go).
 	TLS    *TransportTLS
 	Logger *slog.Logger
@@ -409,9 +414,12 @@ func NewHost(cfg Config) (*Host, error) {
 		groups: map[uint64]*group{},
 		kick:   make(chan struct{}, 1), done: make(chan struct{}),
 	}
-	if cfg.newTransport != nil {
+	switch {
+	case cfg.newTransport != nil:
 		h.tr, err = cfg.newTransport(h)
-	} else {
+	case cfg.Network != nil:
+		h.tr = newMemNetTransport(cfg.Network, cfg, h)
+	default:
 		h.tr, err = newTransport(cfg.ID, cfg.Identity, cfg.Listen, h, cfg.Faults, logger, cfg.QueueLen, cfg.TickInterval*time.Duration(cfg.HeartbeatTicks), cfg.TLS)
 	}
 	if err != nil {

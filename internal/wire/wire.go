@@ -149,7 +149,12 @@ type Conn struct {
 	// Host is the client's IP address, as ACLs name hosts.
 	Host string
 
-	muteUntil atomic.Int64 // monotonic nanoseconds (sinceStart); see Throttle
+	muteUntil atomic.Int64 // monotonic nanoseconds since born; see Throttle
+	// born is when the connection was accepted: the origin of muteUntil.
+	// Per connection, not per process: a package-level start time read at
+	// init is another clock than a testing/synctest bubble's, and there
+	// every request looked muted for decades.
+	born time.Time
 }
 
 // Throttle mutes the connection for d (KIP-219): the response already
@@ -161,7 +166,7 @@ func (c *Conn) Throttle(d time.Duration) {
 	if c == nil || d <= 0 {
 		return
 	}
-	until := int64(sinceStart() + d)
+	until := int64(time.Since(c.born) + d)
 	for {
 		old := c.muteUntil.Load()
 		if old >= until || c.muteUntil.CompareAndSwap(old, until) {
@@ -172,13 +177,8 @@ func (c *Conn) Throttle(d time.Duration) {
 
 // muted is how long the connection stays muted.
 func (c *Conn) muted() time.Duration {
-	return time.Duration(c.muteUntil.Load()) - sinceStart()
+	return time.Duration(c.muteUntil.Load()) - time.Since(c.born)
 }
-
-var processStart = time.Now()
-
-// sinceStart is a monotonic clock.
-func sinceStart() time.Duration { return time.Since(processStart) }
 
 // Stats are the server's counters, read by metrics.
 type Stats struct {
@@ -408,7 +408,7 @@ func (s *Server) accept(nc net.Conn, l *Listener) {
 		rd:       socketReader(nc, plainTCP),
 		listener: l,
 		ip:       ip,
-		info:     &Conn{ID: s.nextID.Add(1), Remote: nc.RemoteAddr(), Local: nc.LocalAddr(), Listener: l, Host: remoteIP(nc.RemoteAddr())},
+		info:     &Conn{ID: s.nextID.Add(1), Remote: nc.RemoteAddr(), Local: nc.LocalAddr(), Listener: l, Host: remoteIP(nc.RemoteAddr()), born: time.Now()},
 		pending:  make(chan pending, s.limits.MaxInFlight),
 		auth:     authState{principal: auth.Anonymous, authed: !l.Protocol.UsesSASL()},
 	}
