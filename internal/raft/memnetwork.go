@@ -13,6 +13,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 
 	"holdfast/internal/bufref"
+	"holdfast/internal/clock"
 )
 
 // MemNetwork is an in-memory network between the Raft hosts of one
@@ -160,7 +161,7 @@ func (n *MemNetwork) cut(from, to uint64) bool {
 func (n *MemNetwork) attach(id uint64, listen string, ident NodeIdentity, ev transportEvents, queueLen int, heartbeat time.Duration) *memNetEndpoint {
 	ep := &memNetEndpoint{
 		net: n, id: id, listen: listen, ev: ev, queueLen: queueLen, heartbeat: heartbeat,
-		links: map[uint64]*memNetLink{}, addrs: map[uint64]string{},
+		clk: clock.Real(), links: map[uint64]*memNetLink{}, addrs: map[uint64]string{},
 		lastHeard: map[uint64]time.Time{}, peerIdent: map[uint64]PeerIdentity{}, done: make(chan struct{}),
 	}
 	ep.setIdentity(ident)
@@ -184,6 +185,7 @@ type memNetEndpoint struct {
 	ev        transportEvents
 	queueLen  int
 	heartbeat time.Duration
+	clk       clock.Clock // the host's: delays and heartbeats
 	ident     atomic.Pointer[NodeIdentity]
 
 	mu        sync.Mutex
@@ -219,7 +221,9 @@ type memNetMsg struct {
 
 // newMemNetTransport is a host's transport on network n.
 func newMemNetTransport(n *MemNetwork, cfg Config, ev transportEvents) *memNetEndpoint {
-	return n.attach(cfg.ID, cfg.Listen, cfg.Identity, ev, cfg.QueueLen, cfg.TickInterval*time.Duration(cfg.HeartbeatTicks))
+	ep := n.attach(cfg.ID, cfg.Listen, cfg.Identity, ev, cfg.QueueLen, cfg.TickInterval*time.Duration(cfg.HeartbeatTicks))
+	ep.clk = clock.OrReal(cfg.Clock)
+	return ep
 }
 
 func (ep *memNetEndpoint) addr() string { return ep.listen }
@@ -271,7 +275,7 @@ func (ep *memNetEndpoint) sendHeld(group uint64, m *pb.Message, refs []*bufref.R
 	if l != nil {
 		lost, delay := ep.net.fate(ep.id, to)
 		if !lost {
-			msg.due = time.Now().Add(delay)
+			msg.due = ep.clk.Now().Add(delay)
 			select {
 			case l.q <- msg:
 				return
@@ -316,7 +320,7 @@ func (ep *memNetEndpoint) isClosed() bool {
 // a node heartbeat every heartbeat interval.
 func (ep *memNetEndpoint) sender(l *memNetLink) {
 	defer ep.wg.Done()
-	hb := time.NewTicker(ep.heartbeat)
+	hb := ep.clk.NewTicker(ep.heartbeat)
 	defer hb.Stop()
 	for {
 		var m memNetMsg
@@ -329,8 +333,8 @@ func (ep *memNetEndpoint) sender(l *memNetLink) {
 				continue
 			}
 		}
-		if d := time.Until(m.due); m.data != nil && d > 0 {
-			t := time.NewTimer(d)
+		if d := m.due.Sub(ep.clk.Now()); m.data != nil && d > 0 {
+			t := ep.clk.NewTimer(d)
 			select {
 			case <-ep.done:
 				t.Stop()
@@ -374,7 +378,7 @@ func (ep *memNetEndpoint) deliver(to uint64, m memNetMsg) {
 // and one without a cluster yet exchanges identities only.
 func (dst *memNetEndpoint) receive(src *memNetEndpoint, m memNetMsg) (bool, error) {
 	theirs, mine := src.ident.Load(), dst.ident.Load()
-	now := time.Now()
+	now := dst.clk.Now()
 	if m.data == nil {
 		dst.mu.Lock()
 		dst.peerIdent[src.id] = PeerIdentity{NodeIdentity: *theirs, Seen: now}
@@ -416,14 +420,14 @@ func (ep *memNetEndpoint) heardWithin(peer uint64, d time.Duration) bool {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	t, ok := ep.lastHeard[peer]
-	return ok && time.Since(t) < d
+	return ok && ep.clk.Now().Sub(t) < d
 }
 
 func (ep *memNetEndpoint) heardAllWithin(d time.Duration) bool {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	for _, t := range ep.lastHeard {
-		if time.Since(t) >= d {
+		if ep.clk.Now().Sub(t) >= d {
 			return false
 		}
 	}
