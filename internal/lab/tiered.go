@@ -257,8 +257,9 @@ func versitygw() (string, error) {
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 type s3Server struct {
-	addr string
-	cmd  *exec.Cmd
+	addr   string
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once the process has exited
 }
 
 // startS3 runs versitygw on a free port over dir, with one bucket.
@@ -274,7 +275,9 @@ func startS3(ctx context.Context, bin, dir string) (*s3Server, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting versitygw: %w", err)
 	}
-	s := &s3Server{addr: addr, cmd: cmd}
+	s := &s3Server{addr: addr, cmd: cmd, exited: make(chan struct{})}
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(s.exited) }()
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
@@ -285,6 +288,10 @@ func startS3(ctx context.Context, bin, dir string) (*s3Server, error) {
 		case <-ctx.Done():
 			s.stop()
 			return nil, fmt.Errorf("versitygw on %s: %w", addr, err)
+		case <-s.exited:
+			// A server that cannot start (a port taken, a bad flag) is an
+			// error now, not a wait for the row's whole deadline.
+			return nil, fmt.Errorf("versitygw exited before listening on %s: %v", addr, waitErr)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -292,7 +299,7 @@ func startS3(ctx context.Context, bin, dir string) (*s3Server, error) {
 
 func (s *s3Server) stop() {
 	s.cmd.Process.Kill()
-	s.cmd.Wait()
+	<-s.exited
 }
 
 // setCredentials puts the object store's credentials in the environment
