@@ -119,11 +119,12 @@ func (c *cache) dropLocked(key string, e *entry) {
 	}
 }
 
-// loader downloads a segment into f (open for writing at path): it calls
-// publish once the segment's record is known (its sidecar), after which
-// readers may read the batches of the entry publish returns as its
-// advance says they arrive, and returns when the download ends.
-type loader func(path string, f *os.File, publish func(sidecar, int64) (*entry, error)) error
+// loader downloads a segment into f (in order, from its start; it does
+// not close f): it calls publish once the segment's record is known (its
+// sidecar), after which readers may read the batches of the entry publish
+// returns as its advance says they arrive, and returns when the download
+// ends.
+type loader func(f *os.File, publish func(sidecar, int64) (*entry, error)) error
 
 // acquire returns the segment key, cached or arriving, holding it until
 // release; or, if it is not readable yet, a channel closed when that may
@@ -162,15 +163,14 @@ func (c *cache) download(key string, ch chan struct{}, load loader) {
 			close(ch)
 		}
 	}
+	// One descriptor, written by the download and read (pread, sendfile
+	// at an offset) by fetches: the entry owns it once published.
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
 	publish := func(sc sidecar, size int64) (*entry, error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if c.closed {
 			return nil, errors.New("tiered: closed")
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, err
 		}
 		// Held (refs) until the download ends: never evicted half-written.
 		c.clock++
@@ -181,23 +181,20 @@ func (c *cache) download(key string, ch chan struct{}, load loader) {
 		unwait()
 		return e, nil
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err == nil {
-		err = load(path, f, publish)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
+		err = load(f, publish)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	unwait()
 	if err != nil {
 		c.failed[key] = err
-		if e == nil {
-			os.Remove(path)
-		}
 	}
 	if e == nil {
+		if f != nil {
+			f.Close()
+			os.Remove(path)
+		}
 		return
 	}
 	if err != nil && !e.gone {
@@ -356,7 +353,7 @@ func (m *Manager) readAhead(t metadata.Topic, p *partition.Partition, mf Manifes
 // segment once its .index (the offset index, the aborted transactions)
 // is in and matches the record.
 func (m *Manager) loader(key string, seg Segment) loader {
-	return func(path string, f *os.File, publish func(sidecar, int64) (*entry, error)) error {
+	return func(f *os.File, publish func(sidecar, int64) (*entry, error)) error {
 		ctx, cancel := context.WithTimeout(m.ctx, 5*time.Minute)
 		defer cancel()
 		var (
