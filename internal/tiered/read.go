@@ -62,23 +62,41 @@ type entry struct {
 	avail int64         // bytes of whole checked batches in f
 	done  bool          // all size bytes arrived and the object matched its record
 	err   error         // the download failed: nothing past avail will come
-	more  chan struct{} // closed when avail, done or err change
+	more  chan struct{} // closed when done or err change, or avail reaches want
+	want  int64         // the least avail a fetch waits for (0: none waits)
 }
 
-// state is what of e can be read now, and a channel closed when that
-// changes.
-func (e *entry) state() (avail int64, done bool, err error, more <-chan struct{}) {
+// state is what of e can be read now.
+func (e *entry) state() (avail int64, done bool, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.avail, e.done, e.err, e.more
+	return e.avail, e.done, e.err
 }
+
+// waitFor returns a channel closed once avail reaches need, or the
+// download ends.
+func (e *entry) waitFor(need int64) <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.avail >= need || e.done || e.err != nil {
+		return closed
+	}
+	if e.want == 0 || need < e.want {
+		e.want = need
+	}
+	return e.more
+}
+
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 func (e *entry) advance(avail int64, done bool, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.avail, e.done, e.err = avail, done, err
-	close(e.more)
-	e.more = make(chan struct{})
+	if done || err != nil || e.want > 0 && avail >= e.want {
+		close(e.more)
+		e.more, e.want = make(chan struct{}), 0
+	}
 }
 
 func newCache(dir string, limit int64) (*cache, error) {
@@ -201,7 +219,7 @@ func (c *cache) download(key string, ch chan struct{}, load loader) {
 		c.dropLocked(key, e)
 	}
 	if err != nil {
-		avail, _, _, _ := e.state()
+		avail, _, _ := e.state()
 		e.advance(avail, false, err)
 	}
 	c.releaseLocked(e)
@@ -504,18 +522,26 @@ func (b *batchStream) finish(n int64) error {
 
 // batches finds the whole batches of e that arrived, from the one holding
 // offset, up to maxBytes but at least one: the byte range [pos, end) and
-// the first and last offsets in it. pos == end: none; then wait, if not
-// nil, is closed when more of e arrives (nil: offset is past the segment).
+// the first and last offsets in it. While e downloads, it answers only
+// with a full fetch (maxBytes of batches, or all up to the segment's end)
+// as a local read of a caught-up log would: a consumer catching up gets
+// responses as large as from the local disk, not a trickle of the few
+// batches each read from the store adds. pos == end: none; then wait, if
+// not nil, is closed when enough more arrived (nil: offset is past the
+// segment).
 func (e *entry) batches(offset int64, maxBytes int) (pos, end, first, last int64, wait <-chan struct{}, err error) {
-	avail, done, derr, more := e.state()
+	avail, done, derr := e.state()
 	pos, end, first, last, err = findBatches(e, offset, maxBytes, avail)
-	if err != nil || end > pos || done {
+	if err != nil || done || end > pos && (end < avail || end-pos >= int64(maxBytes)) {
 		return pos, end, first, last, nil, err
 	}
 	if derr != nil {
+		if end > pos {
+			return pos, end, first, last, nil, nil // checked: good to send
+		}
 		return 0, 0, 0, -1, nil, derr
 	}
-	return pos, end, first, last, more, nil
+	return pos, pos, 0, -1, e.waitFor(min(pos+int64(maxBytes), e.size)), nil
 }
 
 // findBatches finds the whole batches of a cached segment's first avail

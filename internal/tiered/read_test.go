@@ -102,32 +102,32 @@ func TestRemoteReadServesBatchesAsTheyArrive(t *testing.T) {
 	if e == nil || err != nil {
 		t.Fatalf("acquire after publishing: %v %v", e, err)
 	}
-	// Six whole batches arrived (and ten bytes of the seventh): offset 0
-	// to 59 can be read, the seventh not yet.
-	var more <-chan struct{}
-	for {
-		pos, end, first, last, w, err := e.batches(0, 1<<20)
-		if err != nil {
-			t.Fatal(err)
+	// Six whole batches arrive (and ten bytes of the seventh): offsets 0
+	// to 59 can be read, the seventh batch not yet.
+	await(t, e.waitFor(int64(ends[5])), "six batches to arrive")
+	check := func(offset int64, maxBytes int, wantPos, wantEnd int, wantFirst, wantLast int64) {
+		t.Helper()
+		pos, end, first, last, _, err := e.batches(offset, maxBytes)
+		if err != nil || pos != int64(wantPos) || end != int64(wantEnd) || first != wantFirst || last != wantLast {
+			t.Fatalf("read from %d, at most %d bytes: bytes %d-%d offsets %d-%d (%v), want %d-%d offsets %d-%d",
+				offset, maxBytes, pos, end, first, last, err, wantPos, wantEnd, wantFirst, wantLast)
 		}
-		if end == int64(ends[5]) {
-			if pos != 0 || first != 0 || last != 59 {
-				t.Fatalf("read from 0: bytes %d-%d offsets %d-%d, want 0-%d offsets 0-59", pos, end, first, last, ends[5])
-			}
-			break
-		}
-		if w == nil {
-			t.Fatalf("read from 0: bytes %d-%d and nothing more to wait for", pos, end)
-		}
-		await(t, w, "batches to arrive")
 	}
-	// Through the offset index, at most maxBytes but at least one batch.
-	if pos, end, first, last, _, err := e.batches(52, 1); err != nil || pos != int64(ends[4]) || end != int64(ends[5]) || first != 50 || last != 59 {
-		t.Fatalf("read from 52: bytes %d-%d offsets %d-%d (%v), want %d-%d offsets 50-59", pos, end, first, last, err, ends[4], ends[5])
-	}
-	pos, end, _, _, more, err := e.batches(60, 1<<20)
-	if err != nil || end != pos || more == nil {
-		t.Fatalf("read from 60 before its batch arrived: bytes %d-%d, wait %v, %v", pos, end, more, err)
+	check(0, ends[3], 0, ends[3], 0, 39)   // a full fetch: four batches, the fifth would not fit
+	check(0, ends[5], 0, ends[5], 0, 59)   // all that arrived, a full fetch too
+	check(52, 1, ends[4], ends[5], 50, 59) // through the offset index; at least one batch
+	// A fetch that more batches would fill waits for them (a consumer
+	// catching up is not sent a trickle); so does one whose batch is not in.
+	for _, off := range []int64{0, 60} {
+		pos, end, _, _, w, err := e.batches(off, 1<<20)
+		if err != nil || end != pos || w == nil {
+			t.Fatalf("read from %d before enough arrived: bytes %d-%d, wait %v, %v", off, pos, end, w, err)
+		}
+		select {
+		case <-w:
+			t.Fatalf("read from %d: told to look again before more arrived", off)
+		default:
+		}
 	}
 	close(store.gate)
 	for {
@@ -173,16 +173,7 @@ func TestRemoteReadNeverServesACorruptBatch(t *testing.T) {
 	if e == nil || err != nil {
 		t.Fatalf("acquire after publishing: %v %v", e, err)
 	}
-	for { // the first six batches, once they are in
-		_, end, _, _, w, err := e.batches(0, 1<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if end == int64(ends[5]) {
-			break
-		}
-		await(t, w, "batches to arrive")
-	}
+	await(t, e.waitFor(int64(ends[5])), "six batches to arrive")
 	close(store.gate)
 	for _, off := range []int64{60, 70, 99} {
 		for {
@@ -199,7 +190,8 @@ func TestRemoteReadNeverServesACorruptBatch(t *testing.T) {
 			await(t, w, "the download to end")
 		}
 	}
-	// What was checked stays readable to whoever holds it.
+	// What was checked stays readable to whoever holds it (all there is:
+	// sent although it fills no fetch).
 	if _, end, _, last, _, err := e.batches(0, 1<<20); err != nil || end != int64(ends[5]) || last != 59 {
 		t.Fatalf("read from 0 after the failure: end %d last %d, %v", end, last, err)
 	}
