@@ -31,9 +31,9 @@ const (
 // cache holds downloaded segments in a directory, at most limit bytes of
 // them (least recently read out first; one being read or downloaded
 // stays). A segment is readable while it downloads: its whole batches
-// that arrived and passed their CRC-32C are served at once (Kafka's
-// remote fetch answers with what it has), so a consumer never waits for
-// the rest of a large segment.
+// that arrived and passed their CRC-32C are served as soon as they fill
+// a fetch (entry.batches), so a consumer never waits for the rest of a
+// large segment.
 type cache struct {
 	dir   string
 	limit int64
