@@ -58,6 +58,7 @@ await_port() { # port name
 export AWS_ACCESS_KEY_ID=benchaccess AWS_SECRET_ACCESS_KEY=benchsecret1234
 mkdir -p "$work/s3/bench" "$work/data"
 "$gw" --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" --port 127.0.0.1:$s3port --quiet posix "$work/s3" >"$work/s3.log" 2>&1 &
+gwpid=$!
 await_port $s3port versitygw
 (cd "$work" && exec ./holdfast serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn \
 	--remote-log-storage --remote-log-storage-s3-bucket bench --remote-log-storage-s3-endpoint http://127.0.0.1:$s3port \
@@ -74,7 +75,11 @@ create() { # topic tiered(yes|no)
 }
 # local_bytes TOPIC: the partition's size on the local disk (DescribeLogDirs).
 local_bytes() { hf log-dirs --topic "$1" | awk -v t="$1" '$1 == t {print $3}'; }
-note() { python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(bench=sys.argv[2], tiered=sys.argv[3], round=int(sys.argv[4])); print(json.dumps(r))' "$@" >>"$work/results"; }
+note() { python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(bench=sys.argv[2], tiered=sys.argv[3], round=int(sys.argv[4]), cpu=[float(x) for x in sys.argv[5:]]); print(json.dumps(r))' "$@" >>"$work/results"; }
+# cpu PID: the process's CPU seconds so far (user + system). A process's CPU
+# per MiB moves less with the machine's load than its rate does.
+tck=$(getconf CLK_TCK)
+cpu() { awk -v t="$tck" '{print ($14 + $15) / t}' "/proc/$1/stat"; }
 
 records_a=$((rate * secs))
 records_b=$((catchup_mib * 1048576 / size))
@@ -105,8 +110,9 @@ for round in $(seq "$rounds"); do
 			done
 		fi
 		echo "round $round: catch-up read, tiered=$tiered (local bytes $(local_bytes "$topic"))" >&2
+		h0=$(cpu $pid) g0=$(cpu $gwpid)
 		out=$("$work/kload" consume -brokers 127.0.0.1:$port -topic "$topic" -expect "$work/acked-$topic" | tail -1)
-		note "$out" catchup "$tiered" "$round"
+		note "$out" catchup "$tiered" "$round" "$(cpu $pid)" "$h0" "$(cpu $gwpid)" "$g0"
 	done
 done
 if ! kill -0 "$pid" 2>/dev/null; then echo "holdfast died" >&2; tail "$work/holdfast.log" >&2; exit 1; fi
@@ -147,4 +153,17 @@ for k in rounds:
     rb.append(mibs(t) / mibs(n))
     print("| %d | %.1f | %.1f | %.2fx |" % (k, mibs(n), mibs(t), rb[-1]))
 print("| median | %.1f | %.1f | **%.2fx** (target >= 0.5x) |" % (med([mibs(get("catchup", "no", k)) for k in rounds]), med([mibs(get("catchup", "yes", k)) for k in rounds]), med(rb)))
+print()
+# CPU seconds of holdfast and of the object store during each read, per
+# GiB read: what the remote path costs the machine (the consumer's own is
+# the same in both cases).
+def cpu(r, i): return (r["cpu"][2 * i] - r["cpu"][2 * i + 1]) * 1024 / int(mib)
+print("CPU seconds per GiB read during (b): holdfast (local / object store), and the object store's process")
+print()
+print("| round | holdfast, local disk | holdfast, object store | versitygw |")
+print("|---|---|---|---|")
+for k in rounds:
+    n, t = get("catchup", "no", k), get("catchup", "yes", k)
+    print("| %d | %.2f | %.2f | %.2f |" % (k, cpu(n, 0), cpu(t, 0), cpu(t, 1)))
+print("| median | %.2f | %.2f | %.2f |" % tuple(med([cpu(get("catchup", x, k), i) for k in rounds]) for x, i in (("no", 0), ("yes", 0), ("yes", 1))))
 EOF

@@ -103,20 +103,21 @@ func (s *s3Store) Put(ctx context.Context, key string, data []byte) error {
 // copyBufs are GetTo's buffers.
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
-// GetTo is one GET streamed to w (minio-go's FGetObject would add a
-// HEAD and a rename; the caller checks the bytes as they arrive).
+// GetTo is one GET streamed to w as the bytes arrive: the response's body
+// itself (minio-go's Core), not its Object, whose every Read is a round
+// trip to a goroutine that fills the whole buffer first (so a reader of
+// w saw nothing until a MiB had arrived); FGetObject would add a HEAD and
+// a rename. The caller checks the bytes as they arrive.
 func (s *s3Store) GetTo(ctx context.Context, key string, w io.Writer, limit int64) (int64, error) {
-	o, err := s.c.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
+	body, _, _, err := minio.Core{Client: s.c}.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
 	if err != nil {
 		return 0, err
 	}
-	defer o.Close()
-	// A large buffer: each Read of a minio-go object is a round trip to
-	// the goroutine reading the response (io.Copy's 32 KiB made it 32 a
-	// MiB), and each write a system call.
+	defer body.Close()
+	// A large buffer: a read takes what the socket holds, up to it.
 	buf := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(buf)
-	n, err := io.CopyBuffer(w, io.LimitReader(o, limit+1), *buf)
+	n, err := io.CopyBuffer(w, io.LimitReader(body, limit+1), *buf)
 	if err == nil && n > limit {
 		err = errors.New("tiered: object " + key + " is larger than expected")
 	}

@@ -28,8 +28,12 @@ const (
 	readAheadSegments = 3
 )
 
-// cache holds whole downloaded segments in a directory, at most limit
-// bytes of them (least recently read out first; one being read stays).
+// cache holds downloaded segments in a directory, at most limit bytes of
+// them (least recently read out first; one being read or downloaded
+// stays). A segment is readable while it downloads: its whole batches
+// that arrived and passed their CRC-32C are served as soon as they fill
+// a fetch (entry.batches), so a consumer never waits for the rest of a
+// large segment.
 type cache struct {
 	dir   string
 	limit int64
@@ -38,18 +42,61 @@ type cache struct {
 	entries map[string]*entry
 	total   int64
 	clock   uint64
-	loading map[string]chan struct{}
-	failed  map[string]error // the last failed download of a key, until retried
+	loading map[string]chan struct{} // downloads not readable yet
+	failed  map[string]error         // the last failed download of a key, until retried
 	sem     chan struct{}
 	closed  bool
 }
 
+// entry is a cached segment, whole or arriving. f, size and sc are set
+// before it is readable; used, refs and gone are the cache's (its mu).
 type entry struct {
 	f    *os.File
 	size int64
 	used uint64
 	refs int
+	gone bool // out of entries (failed, or the cache closed): the last release closes f
 	sc   sidecar
+
+	mu    sync.Mutex
+	avail int64         // bytes of whole checked batches in f
+	done  bool          // all size bytes arrived and the object matched its record
+	err   error         // the download failed: nothing past avail will come
+	more  chan struct{} // closed when done or err change, or avail reaches want
+	want  int64         // the least avail a fetch waits for (0: none waits)
+}
+
+// state is what of e can be read now.
+func (e *entry) state() (avail int64, done bool, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.avail, e.done, e.err
+}
+
+// waitFor returns a channel closed once avail reaches need, or the
+// download ends.
+func (e *entry) waitFor(need int64) <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.avail >= need || e.done || e.err != nil {
+		return closed
+	}
+	if e.want == 0 || need < e.want {
+		e.want = need
+	}
+	return e.more
+}
+
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (e *entry) advance(avail int64, done bool, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.avail, e.done, e.err = avail, done, err
+	if done || err != nil || e.want > 0 && avail >= e.want {
+		close(e.more)
+		e.more, e.want = make(chan struct{}), 0
+	}
 }
 
 func newCache(dir string, limit int64) (*cache, error) {
@@ -74,19 +121,34 @@ func (c *cache) close() {
 	defer c.mu.Unlock()
 	c.closed = true
 	for k, e := range c.entries {
-		if e.refs > 0 {
-			continue // being sent (by its descriptor): release closes it
-		}
-		e.f.Close()
-		os.Remove(e.f.Name())
-		delete(c.entries, k)
+		c.dropLocked(k, e)
 	}
 }
 
-// acquire returns the cached segment key, holding it until release; or,
-// if it is not cached, a channel closed when a download (started here if
-// none runs) ends.
-func (c *cache) acquire(key string, load func(tmp string) (sidecar, error)) (*entry, <-chan struct{}, error) {
+// dropLocked takes e out of the cache; its file closes now or, if it is
+// being sent or downloaded, at its last release.
+func (c *cache) dropLocked(key string, e *entry) {
+	delete(c.entries, key)
+	c.total -= e.size
+	e.gone = true
+	os.Remove(e.f.Name())
+	if e.refs == 0 {
+		e.f.Close()
+	}
+}
+
+// loader downloads a segment into f (in order, from its start; it does
+// not close f): it calls publish once the segment's record is known (its
+// sidecar), after which readers may read the batches of the entry publish
+// returns as its advance says they arrive, and returns when the download
+// ends.
+type loader func(f *os.File, publish func(sidecar, int64) (*entry, error)) error
+
+// acquire returns the segment key, cached or arriving, holding it until
+// release; or, if it is not readable yet, a channel closed when that may
+// have changed (a download, started here if none runs, published or
+// ended).
+func (c *cache) acquire(key string, load loader) (*entry, <-chan struct{}, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.entries[key]; ok {
@@ -103,60 +165,82 @@ func (c *cache) acquire(key string, load func(tmp string) (sidecar, error)) (*en
 	}
 	ch := make(chan struct{})
 	c.loading[key] = ch
-	go func() {
-		defer close(ch)
-		c.sem <- struct{}{}
-		defer func() { <-c.sem }()
-		path := filepath.Join(c.dir, strings.ReplaceAll(key, "/", "_"))
-		sc, err := load(path)
-		var f *os.File
-		if err == nil {
-			f, err = os.Open(path)
+	go c.download(key, ch, load)
+	return nil, ch, nil
+}
+
+// download runs load for key within the cache's download slots.
+func (c *cache) download(key string, ch chan struct{}, load loader) {
+	c.sem <- struct{}{}
+	defer func() { <-c.sem }()
+	path := filepath.Join(c.dir, strings.ReplaceAll(key, "/", "_"))
+	var e *entry
+	unwait := func() { // once: readers waiting for key look again
+		if c.loading[key] == ch {
+			delete(c.loading, key)
+			close(ch)
 		}
+	}
+	// One descriptor, written by the download and read (pread, sendfile
+	// at an offset) by fetches: the entry owns it once published.
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
+	publish := func(sc sidecar, size int64) (*entry, error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		delete(c.loading, key)
-		if err == nil && c.closed {
-			f.Close()
-			err = errors.New("tiered: closed")
+		if c.closed {
+			return nil, errors.New("tiered: closed")
 		}
-		if err != nil {
-			os.Remove(path)
-			c.failed[key] = err
-			return
-		}
+		// Held (refs) until the download ends: never evicted half-written.
 		c.clock++
-		c.entries[key] = &entry{f: f, size: sc.Segment.Size, used: c.clock, sc: sc}
-		c.total += sc.Segment.Size
+		e = &entry{f: f, size: size, used: c.clock, refs: 1, sc: sc, more: make(chan struct{})}
+		c.entries[key] = e
+		c.total += size
 		c.evictLocked()
-	}()
-	return nil, ch, nil
+		unwait()
+		return e, nil
+	}
+	if err == nil {
+		err = load(f, publish)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	unwait()
+	if err != nil {
+		c.failed[key] = err
+	}
+	if e == nil {
+		if f != nil {
+			f.Close()
+			os.Remove(path)
+		}
+		return
+	}
+	if err != nil && !e.gone {
+		c.dropLocked(key, e)
+	}
+	if err != nil {
+		avail, _, _ := e.state()
+		e.advance(avail, false, err)
+	}
+	c.releaseLocked(e)
 }
 
 func (c *cache) release(e *entry) {
 	c.mu.Lock()
-	e.refs--
-	if c.closed && e.refs == 0 {
-		e.f.Close()
-		os.Remove(e.f.Name())
-		delete(c.entries, c.keyOf(e))
-	}
-	c.evictLocked()
+	c.releaseLocked(e)
 	c.mu.Unlock()
 }
 
-// keyOf is e's key (a closed cache's last holders only).
-func (c *cache) keyOf(e *entry) string {
-	for k, x := range c.entries {
-		if x == e {
-			return k
-		}
+func (c *cache) releaseLocked(e *entry) {
+	e.refs--
+	if e.gone && e.refs == 0 {
+		e.f.Close()
 	}
-	return ""
+	c.evictLocked()
 }
 
-// evictLocked drops least recently used segments not being read until the
-// cache fits its limit.
+// evictLocked drops least recently used segments not being read or
+// downloaded until the cache fits its limit.
 func (c *cache) evictLocked() {
 	if c.total <= c.limit {
 		return
@@ -170,14 +254,9 @@ func (c *cache) evictLocked() {
 		if c.total <= c.limit {
 			return
 		}
-		e := c.entries[k]
-		if e.refs > 0 {
-			continue
+		if e := c.entries[k]; e.refs == 0 {
+			c.dropLocked(k, e)
 		}
-		e.f.Close()
-		os.Remove(e.f.Name())
-		c.total -= e.size
-		delete(c.entries, k)
 	}
 }
 
@@ -219,7 +298,7 @@ func (m *Manager) Read(p *partition.Partition, offset int64, maxBytes int) (recs
 		return storage.Slice{}, nil, nil, errNotRemote
 	}
 	key := m.key(t, p.Index(), seg)
-	e, wait, err := m.cache.acquire(key, func(path string) (sidecar, error) { return m.download(key, seg, path) })
+	e, wait, err := m.cache.acquire(key, m.loader(key, seg))
 	if err != nil {
 		m.stats.FetchErrors.Add(1)
 		return storage.Slice{}, nil, nil, err
@@ -228,7 +307,7 @@ func (m *Manager) Read(p *partition.Partition, offset int64, maxBytes int) (recs
 	if e == nil {
 		return storage.Slice{}, nil, wait, nil
 	}
-	pos, end, first, last, err := findBatches(e, offset, maxBytes)
+	pos, end, first, last, wait, err := e.batches(offset, maxBytes)
 	if err != nil {
 		m.cache.release(e)
 		m.stats.FetchErrors.Add(1)
@@ -236,7 +315,7 @@ func (m *Manager) Read(p *partition.Partition, offset int64, maxBytes int) (recs
 	}
 	if end == pos {
 		m.cache.release(e)
-		return storage.Slice{BaseOffset: 0, LastOffset: -1}, nil, nil, nil
+		return storage.Slice{BaseOffset: 0, LastOffset: -1}, nil, wait, nil
 	}
 	// The aborted transactions overlapping what is returned.
 	for _, a := range e.sc.Aborted {
@@ -278,63 +357,198 @@ func (m *Manager) readAhead(t metadata.Topic, p *partition.Partition, mf Manifes
 		}
 		budget -= next.Size
 		key := m.key(t, p.Index(), next)
-		if e, _, _ := m.cache.acquire(key, func(path string) (sidecar, error) { return m.download(key, next, path) }); e != nil {
+		if e, _, _ := m.cache.acquire(key, m.loader(key, next)); e != nil {
 			m.cache.release(e)
 		}
 		seg = next
 	}
 }
 
-// download fetches a segment's two objects (at once) and checks them
-// against the committed manifest's record (size, CRC-32C, computed as the
-// bytes arrive) before any byte is served.
-func (m *Manager) download(key string, seg Segment, path string) (sidecar, error) {
-	ctx, cancel := context.WithTimeout(m.ctx, 5*time.Minute)
-	defer cancel()
-	var sc sidecar
-	scDone := make(chan error, 1)
-	go func() {
-		side, err := m.store.Get(ctx, key+".index", maxSidecar)
+// loader downloads a segment's two objects (at once), checking the .log
+// as it arrives: each batch's CRC-32C, offsets rising within the
+// segment's, before any reader sees it; and at the end its size and
+// CRC-32C against the committed manifest's record. Readers see the
+// segment once its .index (the offset index, the aborted transactions)
+// is in and matches the record.
+func (m *Manager) loader(key string, seg Segment) loader {
+	return func(f *os.File, publish func(sidecar, int64) (*entry, error)) error {
+		ctx, cancel := context.WithTimeout(m.ctx, 5*time.Minute)
+		defer cancel()
+		var (
+			mu      sync.Mutex
+			e       *entry // readable: published
+			checked int64
+		)
+		scDone := make(chan error, 1)
+		go func() {
+			err := func() error {
+				side, err := m.store.Get(ctx, key+".index", maxSidecar)
+				if err != nil {
+					return fmt.Errorf("download %s.index: %w", key, err)
+				}
+				var sc sidecar
+				if err := json.Unmarshal(side, &sc); err != nil {
+					return fmt.Errorf("%s.index: %w", key, err)
+				}
+				if sc.Segment.Base != seg.Base || sc.Segment.Next != seg.Next {
+					return fmt.Errorf("tiered: %s.index names offsets %d-%d, its committed record %d-%d", key, sc.Segment.Base, sc.Segment.Next, seg.Base, seg.Next)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				ent, err := publish(sc, seg.Size)
+				if err != nil {
+					return err
+				}
+				e = ent
+				e.advance(checked, false, nil)
+				return nil
+			}()
+			if err != nil {
+				cancel() // the .log is of no use
+			}
+			scDone <- err
+		}()
+		bs := newBatchStream(f, seg)
+		bs.progress = func(avail int64) {
+			mu.Lock()
+			defer mu.Unlock()
+			checked = avail
+			if e != nil {
+				e.advance(avail, false, nil)
+			}
+		}
+		n, err := m.store.GetTo(ctx, key+".log", bs, seg.Size)
+		if err == nil {
+			err = bs.finish(n)
+		}
 		if err != nil {
-			scDone <- fmt.Errorf("download %s.index: %w", key, err)
-			return
+			err = fmt.Errorf("download %s.log: %w", key, err)
+			cancel()
 		}
-		if err := json.Unmarshal(side, &sc); err != nil {
-			scDone <- fmt.Errorf("%s.index: %w", key, err)
-			return
+		if serr := <-scDone; err == nil {
+			err = serr
 		}
-		scDone <- nil
-	}()
-	f, err := os.Create(path)
-	if err != nil {
-		cancel()
-		<-scDone
-		return sidecar{}, err
+		if err != nil {
+			return err
+		}
+		e.advance(n, true, nil)
+		return nil
 	}
-	h := crc32.New(castagnoli)
-	n, err := m.store.GetTo(ctx, key+".log", io.MultiWriter(f, h), seg.Size)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		cancel()
-		<-scDone
-		return sidecar{}, fmt.Errorf("download %s.log: %w", key, err)
-	}
-	if err := <-scDone; err != nil {
-		return sidecar{}, err
-	}
-	if n != seg.Size || h.Sum32() != seg.CRC || sc.Segment.Base != seg.Base || sc.Segment.Next != seg.Next {
-		return sidecar{}, fmt.Errorf("tiered: %s.log does not match its committed record: %d bytes crc32c %08x, want %d bytes crc32c %08x", key, n, h.Sum32(), seg.Size, seg.CRC)
-	}
-	return sc, nil
 }
 
-// findBatches finds the whole batches of a cached segment from the one
-// holding offset, up to maxBytes but at least one: the byte range
-// [pos, end) and the first and last offsets in it (pos == end: offset is
-// past the segment).
-func findBatches(e *entry, offset int64, maxBytes int) (pos, end, first, last int64, err error) {
+// batchStream writes a segment's bytes to w as they arrive and checks
+// them batch by batch (Kafka's v2 batches: the CRC-32C in each header
+// covers its bytes from the attributes on), calling progress with the end
+// of the last whole checked batch once the bytes are in w.
+type batchStream struct {
+	w        io.Writer
+	seg      Segment
+	whole    uint32 // CRC-32C of every byte so far
+	n        int64  // bytes so far
+	hdr      [records.HeaderSize]byte
+	hn       int            // header bytes of the current batch so far
+	h        records.Header // the current batch's, once hn == HeaderSize
+	rem      int64          // bytes of the current batch still to come
+	crc      uint32         // CRC-32C of the current batch so far
+	last     int64          // last offset of the last checked batch
+	checked  int64          // end of the last checked batch
+	progress func(checked int64)
+}
+
+// crcFrom is where a v2 batch's CRC starts: its attributes.
+const crcFrom = 21
+
+func newBatchStream(w io.Writer, seg Segment) *batchStream {
+	return &batchStream{w: w, seg: seg, last: seg.Base - 1}
+}
+
+func (b *batchStream) Write(p []byte) (int, error) {
+	if _, err := b.w.Write(p); err != nil {
+		return 0, err
+	}
+	b.whole = crc32.Update(b.whole, castagnoli, p)
+	before := b.checked
+	for q := p; len(q) > 0; {
+		if b.hn < records.HeaderSize {
+			k := copy(b.hdr[b.hn:], q)
+			b.hn += k
+			q = q[k:]
+			if b.hn < records.HeaderSize {
+				break
+			}
+			h, err := records.ParseHeader(b.hdr[:])
+			switch {
+			case err != nil:
+				return 0, err
+			case h.Magic != 2 || h.Size() < records.HeaderSize || b.checked+int64(h.Size()) > b.seg.Size:
+				return 0, fmt.Errorf("tiered: bad batch at byte %d of a segment of %d", b.checked, b.seg.Size)
+			case h.BaseOffset <= b.last || h.LastOffset() < h.BaseOffset || h.LastOffset() >= b.seg.Next:
+				return 0, fmt.Errorf("tiered: batch of offsets %d-%d at byte %d: not after %d within the segment's %d-%d",
+					h.BaseOffset, h.LastOffset(), b.checked, b.last, b.seg.Base, b.seg.Next)
+			}
+			b.h, b.rem = h, int64(h.Size()-records.HeaderSize)
+			b.crc = crc32.Update(0, castagnoli, b.hdr[crcFrom:])
+		} else {
+			k := int(min(b.rem, int64(len(q))))
+			b.crc = crc32.Update(b.crc, castagnoli, q[:k])
+			b.rem -= int64(k)
+			q = q[k:]
+		}
+		if b.rem == 0 {
+			if b.crc != b.h.CRC {
+				return 0, fmt.Errorf("tiered: batch at byte %d (offsets %d-%d): CRC-32C %08x, its header says %08x",
+					b.checked, b.h.BaseOffset, b.h.LastOffset(), b.crc, b.h.CRC)
+			}
+			b.checked += int64(b.h.Size())
+			b.last = b.h.LastOffset()
+			b.hn = 0
+		}
+	}
+	b.n += int64(len(p))
+	if b.checked > before && b.progress != nil {
+		b.progress(b.checked)
+	}
+	return len(p), nil
+}
+
+// finish checks the whole object, n bytes, against its committed record.
+func (b *batchStream) finish(n int64) error {
+	if n != b.seg.Size || b.whole != b.seg.CRC || b.checked != n {
+		return fmt.Errorf("tiered: does not match its committed record: %d bytes (%d in whole batches) crc32c %08x, want %d bytes crc32c %08x",
+			n, b.checked, b.whole, b.seg.Size, b.seg.CRC)
+	}
+	return nil
+}
+
+// batches finds the whole batches of e that arrived, from the one holding
+// offset, up to maxBytes but at least one: the byte range [pos, end) and
+// the first and last offsets in it. While e downloads, it answers only
+// with a full fetch (maxBytes of batches, or all up to the segment's end)
+// as a local read of a caught-up log would: a consumer catching up gets
+// responses as large as from the local disk, not a trickle of the few
+// batches each read from the store adds. pos == end: none; then wait, if
+// not nil, is closed when enough more arrived (nil: offset is past the
+// segment).
+func (e *entry) batches(offset int64, maxBytes int) (pos, end, first, last int64, wait <-chan struct{}, err error) {
+	avail, done, derr := e.state()
+	pos, end, first, last, err = findBatches(e, offset, maxBytes, avail)
+	if err != nil || done || end > pos && (end < avail || end-pos >= int64(maxBytes)) {
+		return pos, end, first, last, nil, err
+	}
+	if derr != nil {
+		if end > pos {
+			return pos, end, first, last, nil, nil // checked: good to send
+		}
+		return 0, 0, 0, -1, nil, derr
+	}
+	return pos, pos, 0, -1, e.waitFor(min(pos+int64(maxBytes), e.size)), nil
+}
+
+// findBatches finds the whole batches of a cached segment's first avail
+// bytes from the one holding offset, up to maxBytes but at least one: the
+// byte range [pos, end) and the first and last offsets in it (pos ==
+// end: offset is past them).
+func findBatches(e *entry, offset int64, maxBytes int, avail int64) (pos, end, first, last int64, err error) {
 	i := sort.Search(len(e.sc.Index), func(i int) bool { return e.sc.Index[i][0] > offset })
 	if i > 0 {
 		pos = e.sc.Index[i-1][1]
@@ -351,7 +565,7 @@ func findBatches(e *entry, offset int64, maxBytes int) (pos, end, first, last in
 		return h, err
 	}
 	for {
-		if pos >= e.size {
+		if pos >= avail {
 			return pos, pos, 0, -1, nil
 		}
 		h, err := header(pos)
@@ -365,7 +579,7 @@ func findBatches(e *entry, offset int64, maxBytes int) (pos, end, first, last in
 		pos += int64(h.Size())
 	}
 	end = pos
-	for end < e.size {
+	for end < avail {
 		h, err := header(end)
 		if err != nil {
 			return 0, 0, 0, -1, err
