@@ -142,14 +142,7 @@ func (n *Node) controlledShutdown() {
 		n.log.Warn("controlled shutdown: planted bug: this fenced broker keeps its leaderships")
 		return
 	}
-	prefs := map[uint64]uint64{}
-	for _, t := range n.meta.Topics() {
-		for i := int32(0); i < t.Partitions && int(i) < len(t.Replicas); i++ {
-			if len(t.Replicas[i]) > 0 {
-				prefs[replica.Group(t.ID, i)] = uint64(t.Replicas[i][0])
-			}
-		}
-	}
+	prefs := n.preferredReplicas()
 	asked := map[uint64]time.Time{} // groups still led here: when a transfer was last asked for
 	for _, g := range h.Groups() {
 		// A group with no other voter (a single node's) has nowhere to go.
@@ -211,6 +204,69 @@ func (n *Node) controlledShutdown() {
 		return
 	}
 	n.log.Info("controlled shutdown: leadership moved", "groups", total, "elapsed", n.clk.Now().Sub(start).Round(time.Millisecond))
+}
+
+// preferredReplicas maps each partition's Raft group to its preferred
+// replica (the first of its assignment).
+func (n *Node) preferredReplicas() map[uint64]uint64 {
+	prefs := map[uint64]uint64{}
+	for _, t := range n.meta.Topics() {
+		for i := int32(0); i < t.Partitions && int(i) < len(t.Replicas); i++ {
+			if len(t.Replicas[i]) > 0 {
+				prefs[replica.Group(t.ID, i)] = uint64(t.Replicas[i][0])
+			}
+		}
+	}
+	return prefs
+}
+
+// handOffWhileFenced runs after each of the liveness loop's beats. A
+// broker fenced while it runs (its heartbeats do not reach the controller
+// while its Raft links work) would keep leading groups whose partitions
+// answer LEADER_NOT_AVAILABLE, since Metadata names no fenced leader;
+// Kafka's controller elects other leaders then. Once this node has been
+// fenced for a whole session (a starting broker is fenced for a beat or
+// two, and keeps what it leads), it asks a caught-up unfenced voter of
+// each partition it leads to take over, as controlled shutdown does, and
+// asks again every TransferRetry while it stays fenced. Leader balancing
+// brings the preferred leaderships back once it is unfenced.
+func (n *Node) handOffWhileFenced(fenced, shutdown bool) {
+	lv := n.live
+	now := n.clk.Now()
+	if !fenced || shutdown {
+		lv.fencedAt = time.Time{}
+		return
+	}
+	if lv.fencedAt.IsZero() {
+		lv.fencedAt = now
+		return
+	}
+	if now.Sub(lv.fencedAt) < lv.session || now.Sub(lv.handedOff) < TransferRetry {
+		return
+	}
+	lv.handedOff = now
+	h := n.host
+	prefs := n.preferredReplicas()
+	moved, stuck := 0, 0
+	for _, g := range h.Groups() {
+		if g == MetadataGroup {
+			continue // its leader is the controller, which is never fenced
+		}
+		st, err := h.Status(g)
+		if err != nil || st.State != raft.StateLeader || len(st.Voters) < 2 {
+			continue
+		}
+		if to := transferTarget(st, prefs[g], n.fencedReplica); to != 0 {
+			h.TransferLeader(g, to)
+			moved++
+		} else {
+			stuck++
+		}
+	}
+	if moved > 0 { // nothing to say while no replica can take over: asked again next time
+		n.log.Warn("this broker is fenced (its heartbeats do not reach the controller): moving its leaderships to unfenced replicas",
+			"fenced_for", now.Sub(lv.fencedAt).Round(time.Millisecond), "asked", moved, "no_replica_can_take_over", stuck)
+	}
 }
 
 // transferTarget picks who takes over a group from this leader: the

@@ -49,6 +49,11 @@ type liveness struct {
 
 	hbAddr string      // where hb points
 	hb     *kgo.Client // to the controller, for heartbeats (sender loop only)
+
+	// The sender loop's own: since when this running broker has been
+	// fenced (zero: it is not), and when it last handed its leaderships
+	// off for it (handOffWhileFenced).
+	fencedAt, handedOff time.Time
 }
 
 func (n *Node) startLiveness() {
@@ -102,7 +107,9 @@ func (n *Node) livenessLoop(stop <-chan struct{}) {
 		if err != nil {
 			n.log.Debug("broker liveness", "err", err)
 		}
-		wait = n.clk.After(lv.next(shutdown, n.meta.Fenced(n.cfg.NodeID)))
+		fenced := n.meta.Fenced(n.cfg.NodeID)
+		n.handOffWhileFenced(fenced, shutdown)
+		wait = n.clk.After(lv.next(shutdown, fenced))
 	}
 }
 
