@@ -33,7 +33,7 @@
 # listener was on. PROFILE=path takes CPU profiles of node 1 over the first
 # PROFILE_SECONDS (30) of the creation and of the restart. RESTART=0
 # stops after the clean stop. Each round times one scrape of node 1's /metrics after the
-# idle window ("seconds/series"); HEAP=path saves node 1's heap profile then.)
+# idle window ("seconds/CPU-seconds/series"); HEAP=path saves node 1's heap profile then.)
 # The clean stop is timed too, with the ERROR lines the nodes logged during
 # it (KEEP_LOG=path keeps that log). Several binaries are compared,
 # interleaved round by round.
@@ -125,11 +125,11 @@ ticking() { # after an idle window (its scrape is not measured): each node's Raf
 	done
 	echo "$out"
 }
-scrape_metrics() { # node 1's /metrics once: "seconds/series"
-	local t0 n
-	t0=$(now)
+scrape_metrics() { # node 1's /metrics once: "seconds/CPU-seconds of the nodes/series"
+	local t0 c0 n
+	t0=$(now); c0=$(ticks)
 	n=$(curl -s --max-time 120 "127.0.0.1:$((port + 21))/metrics" | grep -vc '^#' || true)
-	echo "$(since "$t0")s/$n"
+	echo "$(since "$t0")s/$(echo "$(ticks) $c0" | awk -v hz="$hz" '{printf "%.2f", ($1 - $2) / hz}')cpu-s/$n"
 }
 stop() {
 	local p
