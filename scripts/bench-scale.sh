@@ -32,7 +32,8 @@
 # only the metrics and /debug/pprof: --console=false, as before the
 # listener was on. PROFILE=path takes CPU profiles of node 1 over the first
 # PROFILE_SECONDS (30) of the creation and of the restart. RESTART=0
-# stops after the clean stop.)
+# stops after the clean stop. Each round times one scrape of node 1's /metrics after the
+# idle window ("seconds/CPU-seconds/series"); HEAP=path saves node 1's heap profile then.)
 # The clean stop is timed too, with the ERROR lines the nodes logged during
 # it (KEEP_LOG=path keeps that log). Several binaries are compared,
 # interleaved round by round.
@@ -124,6 +125,12 @@ ticking() { # after an idle window (its scrape is not measured): each node's Raf
 	done
 	echo "$out"
 }
+scrape_metrics() { # node 1's /metrics once: "seconds/CPU-seconds of the nodes/series"
+	local t0 c0 n
+	t0=$(now); c0=$(ticks)
+	n=$(curl -s --max-time 120 "127.0.0.1:$((port + 21))/metrics" | grep -vc '^#' || true)
+	echo "$(since "$t0")s/$(echo "$(ticks) $c0" | awk -v hz="$hz" '{printf "%.2f", ($1 - $2) / hz}')cpu-s/$n"
+}
 stop() {
 	local p
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
@@ -170,6 +177,10 @@ for round in $(seq "$rounds"); do
 		per=$(echo "$rss $empty" | awk -v n=$((parts * rf)) '{printf "%.1f", ($1 - $2) * 1024 / n}')
 		silent=$(grep -c 'has not been heard' "$work/log" || true)
 		tick1=$(ticking)
+		scrape=$(scrape_metrics)
+		if [ -n "${HEAP:-}" ]; then # node 1's heap at rest (go tool pprof -sample_index=inuse_space)
+			curl -s --max-time 120 "127.0.0.1:$((port + 21))/debug/pprof/heap?gc=1" >"$HEAP.$round.$bin"
+		fi
 		: >"$work/log"
 		t0=$(now)
 		stop
@@ -178,7 +189,7 @@ for round in $(seq "$rounds"); do
 		[ -z "${KEEP_LOG:-}" ] || cp "$work/log" "$KEEP_LOG.$round.$bin"
 		: >"$work/log"
 		if [ "${RESTART:-1}" = 0 ]; then
-			echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts topics=$topics: created ${answered}s, created+every ack ${created}s (${ccpu} CPU-s of the nodes); idle ${cpu}% of a core (GC cycles/mark CPU-ms in it ${gcs}; peer silences ${silent}; ticking L/F/E,silent ticks ${tick1}), RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); stop ${stopped}s (${errs} ERROR lines); no restart (RESTART=0)"
+			echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts topics=$topics: created ${answered}s, created+every ack ${created}s (${ccpu} CPU-s of the nodes); idle ${cpu}% of a core (GC cycles/mark CPU-ms in it ${gcs}; peer silences ${silent}; ticking L/F/E,silent ticks ${tick1}), RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); /metrics scrape ${scrape}; stop ${stopped}s (${errs} ERROR lines); no restart (RESTART=0)"
 			continue
 		fi
 		t0=$(now)
@@ -195,6 +206,6 @@ for round in $(seq "$rounds"); do
 		silent2=$(grep -c 'has not been heard' "$work/log" || true)
 		tick2=$(ticking)
 		stop
-		echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts topics=$topics: created ${answered}s, created+every ack ${created}s (${ccpu} CPU-s of the nodes); idle ${cpu}% of a core (GC cycles/mark CPU-ms in it ${gcs}; peer silences ${silent}; ticking L/F/E,silent ticks ${tick1}), RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); stop ${stopped}s (${errs} ERROR lines); restart: listening ${up}s, first ack ${first}s (${rcpu} CPU-s of the nodes); idle ${cpu2}% (GC ${gcs2}; peer silences ${silent2}; ticking ${tick2}), RSS ${rss2} MiB"
+		echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts topics=$topics: created ${answered}s, created+every ack ${created}s (${ccpu} CPU-s of the nodes); idle ${cpu}% of a core (GC cycles/mark CPU-ms in it ${gcs}; peer silences ${silent}; ticking L/F/E,silent ticks ${tick1}), RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); /metrics scrape ${scrape}; stop ${stopped}s (${errs} ERROR lines); restart: listening ${up}s, first ack ${first}s (${rcpu} CPU-s of the nodes); idle ${cpu2}% (GC ${gcs2}; peer silences ${silent2}; ticking ${tick2}), RSS ${rss2} MiB"
 	done
 done

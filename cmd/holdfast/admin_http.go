@@ -51,7 +51,7 @@ func adminHandler(b *broker.Broker, srv *wire.Server, logger *slog.Logger, sec *
 			consoleLab(cc, sc, cc.Logger)
 		}
 	}
-	mux, stop := adminMux(b, srv, gate, metrics.Options{InternalPartitions: sc.metricsInternal}, cc, logger)
+	mux, stop := adminMux(b, srv, gate, metrics.Options{InternalPartitions: sc.metricsInternal, PartitionSeriesMax: sc.metricsPartitionMax}, cc, logger)
 	return mux, stop, nil
 }
 

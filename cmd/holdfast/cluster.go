@@ -562,7 +562,7 @@ func devCluster(out io.Writer, o devClusterOpts, base func(*slog.Logger) (broker
 			if o.admin {
 				// Before Serve: the metrics install the server's OnReply hook.
 				cc := &console.Config{Broker: b, Seeds: []string{boot[i]}, Logger: cfgs[i].Logger.With("component", "console")}
-				handler, stop := adminMux(b, srv, nil, metrics.Options{}, cc, cfgs[i].Logger)
+				handler, stop := adminMux(b, srv, nil, metrics.Options{PartitionSeriesMax: metrics.DefaultPartitionSeriesMax}, cc, cfgs[i].Logger)
 				defer stop()
 				hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 				go hs.Serve(admins[i])

@@ -24,6 +24,7 @@ import (
 	"holdfast/internal/cluster"
 	"holdfast/internal/group"
 	"holdfast/internal/metadata"
+	"holdfast/internal/metrics"
 	"holdfast/internal/quota"
 	"holdfast/internal/storage"
 	"holdfast/internal/tiered"
@@ -62,6 +63,7 @@ type serveConfig struct {
 	segBytes, retBytes, maxQueued, dioCache, scrubRate                    int64
 	autoCreate, rebalance, ctrlShut, directIO, verifyReads                bool
 	console, consoleLab, consoleActions, metricsInternal                  bool
+	metricsPartitionMax                                                   int
 	consoleSample                                                         time.Duration
 	txnMax, retention, segmentMs, retentionCheck, idle                    time.Duration
 	imbalanceIv, ctrlShutMax, hbInterval, session                         time.Duration
@@ -212,6 +214,7 @@ func (c *serveConfig) register(s *settings) {
 	s.Bool(&c.consoleActions, "console-actions", true, "let the web console change the cluster through the Kafka API (create, alter and delete topics, produce, delete records, reset offsets, ACLs, users, quotas); with logins each user only as that user's ACLs allow")
 	s.Bool(&c.consoleLab, "console-lab", true, "let the web console start durability lab runs (a holdfast lab child process, one at a time) and load lab results; with authenticating clients only a user allowed to ALTER the CLUSTER may")
 	s.Duration(&c.consoleSample, "console-lag-sample-interval", 10*time.Second, "how often the console samples consumer group lag for its lag-over-time charts")
+	s.Int(&c.metricsPartitionMax, "metrics-partition-series-max", metrics.DefaultPartitionSeriesMax, "past this many partitions on the node, /metrics sums the per-partition series per topic (holdfast_topic_partitions, _size_bytes, _log_end_offset_sum, _leaders) so a scrape stays cheap; 0 = every partition's series always")
 	s.Bool(&c.metricsInternal, "metrics-internal-partitions", false, "export per-partition metrics of internal topics too (by default summed per topic: __consumer_offsets has 50 partitions)")
 	s.String(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	s.String(&c.logFormat, "log-format", "text", "text or json")

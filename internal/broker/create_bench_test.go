@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"fmt"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -17,7 +18,11 @@ import (
 // (user + system) and the wall time per partition created, over topics of
 // 500 partitions (issue 27: ~4 ms of CPU each, 1,000 partitions ~6 s);
 // then of the first write to each (one record, acks=all, a produce
-// request for all of them): write-cpu-µs/partition.
+// request for all of them): write-cpu-µs/partition. Then the heap the
+// partitions hold (live bytes above the empty node's after a GC, per
+// partition): heap-B/partition right after the writes (a buffer pooled
+// after its write-out still counts), rest-heap-B/partition after three GCs
+// (the pools emptied).
 //
 //	go test ./internal/broker -run '^$' -bench CreatePartitions -benchtime 4x
 func BenchmarkCreatePartitions(b *testing.B) {
@@ -26,6 +31,7 @@ func BenchmarkCreatePartitions(b *testing.B) {
 	cl := n.Client()
 	pr := n.Client(kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))
 	var cpu, wcpu time.Duration
+	heap0 := liveHeap(1)
 	start := time.Now()
 	b.ResetTimer()
 	for i := range b.N {
@@ -78,6 +84,18 @@ func BenchmarkCreatePartitions(b *testing.B) {
 	b.ReportMetric(float64(cpu.Microseconds())/total, "cpu-µs/partition")
 	b.ReportMetric(float64(wall.Microseconds())/total, "wall-µs/partition")
 	b.ReportMetric(float64(wcpu.Microseconds())/total, "write-cpu-µs/partition")
+	b.ReportMetric(float64(liveHeap(1)-heap0)/total, "heap-B/partition")
+	b.ReportMetric(float64(liveHeap(3)-heap0)/total, "rest-heap-B/partition")
+}
+
+// liveHeap is the heap's live bytes after gcs collections.
+func liveHeap(gcs int) int64 {
+	for range gcs {
+		runtime.GC()
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
 }
 
 func processCPU() time.Duration {

@@ -71,26 +71,48 @@ func (k withKafkaNames) Gather() ([]*dto.MetricFamily, error) {
 		if !ok {
 			continue
 		}
-		c := proto.Clone(f).(*dto.MetricFamily)
-		c.Name = proto.String(kn.to)
-		c.Help = proto.String("Kafka's name for " + kn.from + ": " + f.GetHelp())
-		for _, m := range c.Metric {
-			for _, lp := range m.Label {
-				if to, ok := kn.labels[lp.GetName()]; ok {
-					lp.Name = proto.String(to)
-				}
-			}
-			slices.SortFunc(m.Label, func(a, b *dto.LabelPair) int { return cmp.Compare(a.GetName(), b.GetName()) })
-			if kn.count {
-				m.Counter = &dto.Counter{Value: proto.Float64(float64(m.GetHistogram().GetSampleCount()))}
-				m.Histogram = nil
-			}
-		}
-		if kn.count {
-			c.Type = dto.MetricType_COUNTER.Enum()
-		}
-		out = append(out, c)
+		out = append(out, kn.copyOf(f))
 	}
 	slices.SortFunc(out, func(a, b *dto.MetricFamily) int { return cmp.Compare(a.GetName(), b.GetName()) })
 	return out, err
+}
+
+// copyOf is f under kn's names. The copy shares f's values and unchanged
+// label pairs (nothing changes a gathered family afterwards): a
+// reflective proto.Clone of every series was a sixth of a scrape's CPU with
+// 10,000 partitions.
+func (kn kafkaName) copyOf(f *dto.MetricFamily) *dto.MetricFamily {
+	c := &dto.MetricFamily{
+		Name: proto.String(kn.to),
+		Help: proto.String("Kafka's name for " + kn.from + ": " + f.GetHelp()),
+		Type: f.Type,
+		Unit: f.Unit,
+	}
+	if kn.count {
+		c.Type = dto.MetricType_COUNTER.Enum()
+	}
+	ms := make([]dto.Metric, len(f.Metric)) // one allocation for the family's series
+	c.Metric = make([]*dto.Metric, len(f.Metric))
+	for i, m := range f.Metric {
+		nm := &ms[i]
+		nm.Label = m.Label
+		if len(kn.labels) > 0 {
+			nm.Label = make([]*dto.LabelPair, len(m.Label))
+			for j, lp := range m.Label {
+				if to, ok := kn.labels[lp.GetName()]; ok {
+					lp = &dto.LabelPair{Name: proto.String(to), Value: lp.Value}
+				}
+				nm.Label[j] = lp
+			}
+			slices.SortFunc(nm.Label, func(a, b *dto.LabelPair) int { return cmp.Compare(a.GetName(), b.GetName()) })
+		}
+		nm.Gauge, nm.Counter, nm.Summary, nm.Untyped, nm.Histogram = m.Gauge, m.Counter, m.Summary, m.Untyped, m.Histogram
+		nm.TimestampMs = m.TimestampMs
+		if kn.count {
+			nm.Counter = &dto.Counter{Value: proto.Float64(float64(m.GetHistogram().GetSampleCount()))}
+			nm.Histogram = nil
+		}
+		c.Metric[i] = nm
+	}
+	return c
 }

@@ -509,3 +509,52 @@ func TestFollowerLag(t *testing.T) {
 		t.Errorf("kafka_server_fetcherlagmetrics_consumerlag for the stopped follower: %v %v, want 5", v, ok)
 	}
 }
+
+// TestPartitionSeriesMax: past --metrics-partition-series-max partitions
+// the per-partition series (and their Kafka-named copies) give way to
+// per-topic sums; at or under it they are as before.
+func TestPartitionSeriesMax(t *testing.T) {
+	for _, max := range []int{3, 2} {
+		n, reg := startWithMetrics(t, metrics.Options{PartitionSeriesMax: max})
+		n.CreateTopic("s", 3, nil)
+		cl := n.Client(kgo.DefaultProduceTopic("s"), kgo.ProducerLinger(0), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		for i := int32(0); i < 3; i++ {
+			for k := int32(0); k <= i; k++ { // i+1 records to partition i: 6 in all
+				if err := cl.ProduceSync(ctx, &kgo.Record{Partition: i, Value: []byte("x")}).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		cancel()
+		summedWanted := max < 3
+		g := settled(t, reg(), func(g gathered) bool {
+			if summedWanted {
+				v, _ := g.value("holdfast_topic_log_end_offset_sum", map[string]string{"topic": "s"})
+				return v == 6
+			}
+			v, _ := g.value("holdfast_partition_log_end_offset", map[string]string{"topic": "s", "partition": "2"})
+			return v == 3
+		})
+		_, perPartition := g.value("holdfast_partition_log_end_offset", map[string]string{"topic": "s", "partition": "0"})
+		_, kafkaPerPartition := g.value("kafka_log_log_logendoffset", map[string]string{"topic": "s", "partition": "0"})
+		_, summed := g.value("holdfast_topic_partitions", map[string]string{"topic": "s"})
+		if perPartition == summedWanted || kafkaPerPartition == summedWanted || summed != summedWanted {
+			t.Fatalf("max %d: per-partition series %v (Kafka's name %v), per-topic sums %v", max, perPartition, kafkaPerPartition, summed)
+		}
+		if summedWanted {
+			for name, want := range map[string]float64{"holdfast_topic_partitions": 3, "holdfast_topic_leaders": 3, "holdfast_topic_log_end_offset_sum": 6} {
+				if got := must(t, g, name, map[string]string{"topic": "s"}); got != want {
+					t.Errorf("%s = %v, want %v", name, got, want)
+				}
+			}
+			if got := must(t, g, "holdfast_topic_size_bytes", map[string]string{"topic": "s"}); got <= 0 {
+				t.Errorf("holdfast_topic_size_bytes = %v", got)
+			}
+		}
+		// The node-wide counts do not change with the limit.
+		if got := must(t, g, "holdfast_partition_count", nil); got != 3 {
+			t.Errorf("max %d: holdfast_partition_count = %v, want 3", max, got)
+		}
+	}
+}

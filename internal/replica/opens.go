@@ -31,6 +31,7 @@ type openQueue struct {
 	jobs      []queuedOpen
 	workers   int
 	pending   map[topicPartition]int // queued or running opens per replica
+	byTopic   map[string]int         // the same summed per topic (WaitOpened)
 	changed   chan struct{}          // closed when pending shrinks or a worker ends
 	stopped   bool
 	abandoned bool // StopBackground dropped queued opens
@@ -89,12 +90,14 @@ func (m *Manager) QueueOpenTopic(t metadata.Topic, from int32) {
 	}
 	if q.pending == nil {
 		q.pending = map[topicPartition]int{}
+		q.byTopic = map[string]int{}
 	}
 	// The apply calls this after the metadata changed: t is current.
 	b := &openBatch{topic: t.Name, left: len(jobs), gen: m.meta.Generation(), cur: t, ok: true}
 	for _, j := range jobs {
 		q.jobs = append(q.jobs, queuedOpen{j, b})
 		q.pending[topicPartition{j.t.Name, j.i}]++
+		q.byTopic[j.t.Name]++
 	}
 	for q.workers < openParallelism && q.workers < len(q.jobs) {
 		q.workers++
@@ -120,10 +123,7 @@ func (m *Manager) openWorker() {
 		err := m.runQueued(o.job, o.batch)
 
 		q.mu.Lock()
-		tp := topicPartition{o.job.t.Name, o.job.i}
-		if q.pending[tp]--; q.pending[tp] <= 0 {
-			delete(q.pending, tp)
-		}
+		q.done(topicPartition{o.job.t.Name, o.job.i})
 		q.signal()
 		b := o.batch
 		if err != nil {
@@ -174,14 +174,10 @@ func (m *Manager) WaitOpened(ctx context.Context, topic string) error {
 	q := &m.opens
 	for {
 		q.mu.Lock()
-		busy := false
-		for tp := range q.pending {
-			if tp.topic == topic {
-				busy = true
-				break
-			}
-		}
-		if !busy {
+		// A count per topic, not a walk over every pending replica: each
+		// finished open wakes every waiter, and with 100,000 partitions
+		// being created each walk was long (issue 27).
+		if q.byTopic[topic] == 0 {
 			q.mu.Unlock()
 			return nil
 		}
@@ -208,10 +204,7 @@ func (m *Manager) stopOpens() {
 	if len(q.jobs) > 0 {
 		q.abandoned = true
 		for _, o := range q.jobs {
-			tp := topicPartition{o.job.t.Name, o.job.i}
-			if q.pending[tp]--; q.pending[tp] <= 0 {
-				delete(q.pending, tp)
-			}
+			q.done(topicPartition{o.job.t.Name, o.job.i})
 		}
 		q.jobs = nil
 		q.signal()
@@ -232,6 +225,16 @@ func (m *Manager) stopOpens() {
 		ch := q.changed
 		q.mu.Unlock()
 		<-ch
+	}
+}
+
+// done counts off one queued or running open of tp; q.mu held.
+func (q *openQueue) done(tp topicPartition) {
+	if q.pending[tp]--; q.pending[tp] <= 0 {
+		delete(q.pending, tp)
+	}
+	if q.byTopic[tp.topic]--; q.byTopic[tp.topic] <= 0 {
+		delete(q.byTopic, tp.topic)
 	}
 }
 

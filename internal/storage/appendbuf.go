@@ -31,6 +31,15 @@ const (
 // has a little pending at any time, and 256 KiB each was 256 MiB of RSS.
 const appendBufSmall = 16 << 10
 
+// appendBufTiny: without direct I/O a log's buffer starts smaller still,
+// and unaligned (nothing goes to the device with O_DIRECT, so the bytes
+// need no particular address). A write to each of 100,000 partitions held
+// one aligned 16 KiB buffer apiece (24 KiB allocated with the alignment
+// slack) until the sync cycle wrote it out: 2.3 GiB for one small record
+// per partition (issue 27). A buffer that outgrows this moves on to the
+// classes above, as before.
+const appendBufTiny = 2 << 10
+
 // With direct I/O (log.direct.io, OSFSDirectIO) a write-out whose whole
 // blocks come to at least directMin bytes goes to the device with O_DIRECT:
 // the part before the first block boundary and the partial last block go
@@ -57,6 +66,7 @@ func init() { directMin.Store(64 << 10) }
 // Each is directBlock-aligned and directBlock longer than its class: a
 // buffer's bytes start at the file offset's remainder modulo directBlock.
 var (
+	appendBufsTiny  = sync.Pool{New: func() any { b := make([]byte, appendBufTiny); return &b }}
 	appendBufsSmall = sync.Pool{New: func() any { return alignedBuf(appendBufSmall) }}
 	appendBufs      = sync.Pool{New: func() any { return alignedBuf(appendBufSize) }}
 	appendBufsLarge = sync.Pool{New: func() any { return alignedBuf(directBufSize) }}
@@ -71,6 +81,8 @@ func alignedBuf(class int) *[]byte {
 
 func bufPool(class int) *sync.Pool {
 	switch class {
+	case appendBufTiny:
+		return &appendBufsTiny
 	case appendBufSmall:
 		return &appendBufsSmall
 	case appendBufSize:
@@ -220,11 +232,17 @@ func (a *appendFile) Write(b []byte) (int, error) {
 	}
 	defer a.mu.Unlock()
 	if a.cur.back == nil {
-		a.cur = a.takeLocked(appendBufSmall)
+		class := appendBufSmall
+		if !a.direct {
+			class = appendBufTiny
+		}
+		a.cur = a.takeLocked(class)
 	}
 	if need := len(a.cur.data) + len(b); need > a.cur.class {
 		class := a.bufMax()
-		if need <= appendBufSize && a.cur.class < appendBufSize {
+		if need <= appendBufSmall && a.cur.class < appendBufSmall {
+			class = appendBufSmall
+		} else if need <= appendBufSize && a.cur.class < appendBufSize {
 			// With direct I/O 256 KiB before 1 MiB: a written buffer
 			// stays in the read cache, which counts its capacity.
 			class = appendBufSize
@@ -243,6 +261,9 @@ func (a *appendFile) Write(b []byte) (int, error) {
 // out so that whole file blocks sit at aligned addresses (O_DIRECT).
 func (a *appendFile) takeLocked(class int) pendBuf {
 	back := bufPool(class).Get().(*[]byte)
+	if class == appendBufTiny {
+		return pendBuf{back: back, class: class, data: (*back)[:0]} // unaligned: never written with O_DIRECT
+	}
 	off := a.written.Load() + a.pendingLocked() - int64(len(a.cur.data))
 	skip := int(off % directBlock)
 	return pendBuf{back: back, class: class, data: (*back)[skip:skip]}

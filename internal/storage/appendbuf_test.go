@@ -499,3 +499,51 @@ func checkBatches(t *testing.T, l *Log, want [][]byte) {
 		}
 	}
 }
+
+// TestAppendBufGrowsFromTiny: without direct I/O a file's first small
+// append takes a tiny unaligned buffer (one small record to each of
+// 100,000 logs must not hold 24 KiB apiece), and appends that outgrow it,
+// then the 16 KiB and 256 KiB classes, read back whole from the buffers
+// and from the file once written out.
+func TestAppendBufGrowsFromTiny(t *testing.T) {
+	fs := NewCrashFS(1)
+	f, err := fs.OpenFile("/seg", os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAppendFile(f, 0)
+	defer a.Close()
+	var want []byte
+	add := func(n int) {
+		t.Helper()
+		b := bytes.Repeat([]byte{byte(len(want) % 251)}, n)
+		for i := range b {
+			b[i] = byte((len(want) + i) % 251)
+		}
+		if _, err := a.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, b...)
+	}
+	add(100)
+	a.mu.Lock()
+	class := a.cur.class
+	a.mu.Unlock()
+	if class != appendBufTiny {
+		t.Fatalf("first buffer of a small append: class %d, want %d", class, appendBufTiny)
+	}
+	for _, n := range []int{1000, 1500, 9000, 30000, 200000, 50000, 7} {
+		add(n)
+		got := make([]byte, len(want))
+		if k, err := a.ReadAt(got, 0); err != nil || k != len(want) || !bytes.Equal(got, want) {
+			t.Fatalf("after %d bytes: read %d, %v; equal %v", len(want), k, err, bytes.Equal(got, want))
+		}
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(want))
+	if k, err := f.ReadAt(got, 0); err != nil || k != len(want) || !bytes.Equal(got, want) {
+		t.Fatalf("file after the write-out: %d bytes, %v; equal %v", k, err, bytes.Equal(got, want))
+	}
+}
