@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"holdfast/internal/metadata"
 	"holdfast/internal/storage"
 	"holdfast/internal/testwait"
@@ -146,4 +148,78 @@ func TestStopOpensDropsQueue(t *testing.T) {
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	testwait.Until(t, 5*time.Second, "the condition", cond)
+}
+
+// A promoted open (a request asked for a replica not yet open) is taken
+// before the rest of the queue, once; the rest keep their order, and an
+// open already taken is not promoted.
+func TestPromotedOpenFirst(t *testing.T) {
+	var m Manager
+	q := &m.opens
+	q.byTP = map[topicPartition]*queuedOpen{}
+	tp := metadata.Topic{Name: "t"}
+	for i := range int32(5) {
+		o := &queuedOpen{job: openJob{t: tp, i: i}}
+		q.jobs = append(q.jobs, o)
+		q.byTP[topicPartition{"t", i}] = o
+	}
+	take := func() int32 {
+		t.Helper()
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		o := q.nextLocked()
+		if o == nil {
+			return -1
+		}
+		return o.job.i
+	}
+	if got := take(); got != 0 {
+		t.Fatalf("first open %d, want 0", got)
+	}
+	m.Promote("t", 3)
+	m.Promote("t", 3) // asked twice: queued once
+	m.Promote("t", 0) // taken already
+	m.Promote("u", 1) // nothing queued
+	var got []int32
+	for i := take(); i >= 0; i = take() {
+		got = append(got, i)
+	}
+	if want := []int32{3, 1, 2, 4}; !slices.Equal(got, want) {
+		t.Fatalf("opens taken in order %v, want %v", got, want)
+	}
+}
+
+// Lookup of a replica whose open is queued answers NOT_LEADER_OR_FOLLOWER
+// (retriable) and promotes the open.
+func TestLookupPromotesQueuedOpen(t *testing.T) {
+	m, meta := newTestManager(t, storage.OSFS())
+	reps := make([][]int32, openParallelism+8)
+	for i := range reps {
+		reps[i] = []int32{1}
+	}
+	tp := createTopic(t, meta, "t", reps...)
+	m.Lock()
+	m.QueueOpenTopic(tp, 0)
+	// Every worker takes a job and waits for the lock; 8 stay queued.
+	waitFor(t, func() bool {
+		m.opens.mu.Lock()
+		defer m.opens.mu.Unlock()
+		return len(m.opens.jobs) == 8
+	})
+	last := int32(len(reps) - 1)
+	if p, code := m.Lookup("t", last); p != nil || code != kerr.NotLeaderForPartition.Code {
+		t.Fatalf("Lookup of a queued replica: %v, code %d; want none, NOT_LEADER_OR_FOLLOWER", p, code)
+	}
+	m.opens.mu.Lock()
+	urgent := len(m.opens.urgent) == 1 && m.opens.urgent[0].job.i == last
+	m.opens.mu.Unlock()
+	if !urgent {
+		t.Fatal("Lookup did not promote the queued open")
+	}
+	m.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := m.WaitOpened(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
 }
