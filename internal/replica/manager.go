@@ -11,6 +11,7 @@
 package replica
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -299,7 +300,7 @@ func (m *Manager) Close() error {
 			return nil
 		}
 	}
-	if _, err := storage.WriteFileAtomic(m.cfg.FS, m.cleanShutdownPath(), []byte("holdfast: every log was closed and fsynced\n")); err != nil {
+	if _, err := storage.WriteFileAtomic(m.cfg.FS, m.cleanShutdownPath(), m.cleanShutdownContent()); err != nil {
 		m.log.Warn("writing the clean shutdown marker (the next start recovers every log in full)", "err", err)
 	}
 	return nil
@@ -313,20 +314,40 @@ func (m *Manager) cleanShutdownPath() string {
 	return filepath.Join(m.cfg.DataDir, CleanShutdownFile)
 }
 
+// cleanShutdownContent is what the marker says: its format, and the data
+// directory it was written for. A marker that does not say exactly that
+// (torn, damaged, another directory's) is no clean shutdown.
+func (m *Manager) cleanShutdownContent() []byte {
+	return fmt.Appendf(nil, "holdfast clean shutdown v1\ndirectory.id=%s\n", m.cfg.DirectoryID)
+}
+
+// legacyCleanShutdown is the marker written before it named its directory
+// (same meaning: every log closed and fsynced).
+const legacyCleanShutdown = "holdfast: every log was closed and fsynced\n"
+
 // takeCleanShutdown reports whether the last stop was clean and removes
-// the marker (durably) if so.
+// the marker (durably) if there is one, whatever it says.
 func (m *Manager) takeCleanShutdown() (bool, error) {
-	err := m.cfg.FS.Remove(m.cleanShutdownPath())
+	b, err := storage.ReadFile(m.cfg.FS, m.cleanShutdownPath(), 4096)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return false, nil
 	case err != nil:
+		// Unreadable (or too long): not trusted, and removed below.
+		m.log.Warn("unreadable clean shutdown marker: recovering every log in full", "err", err)
+		b = nil
+	}
+	clean := bytes.Equal(b, m.cleanShutdownContent()) || string(b) == legacyCleanShutdown
+	if !clean && err == nil {
+		m.log.Warn("clean shutdown marker of another directory, or damaged: recovering every log in full", "content", string(b))
+	}
+	if err := m.cfg.FS.Remove(m.cleanShutdownPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("removing the clean shutdown marker: %w", err)
 	}
 	if err := m.cfg.FS.SyncDir(m.cfg.DataDir); err != nil {
 		return false, fmt.Errorf("removing the clean shutdown marker: %w", err)
 	}
-	return true, nil
+	return clean, nil
 }
 
 // Lock and Unlock take the lifecycle lock (see Manager.mu).

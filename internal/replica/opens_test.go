@@ -2,7 +2,11 @@ package replica
 
 import (
 	"context"
+	"errors"
+	"io/fs"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -223,3 +227,43 @@ func TestLookupPromotesQueuedOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The clean shutdown marker counts only if it says exactly what Close
+// writes for this data directory (or the older wording, same meaning): a
+// torn or damaged one, or one written for another directory (a data
+// directory copied over another, a marker restored from a backup), means
+// a full recovery of every log. Whatever it says, it is gone after.
+func TestCleanShutdownMarker(t *testing.T) {
+	m, _ := newTestManager(t, storage.OSFS())
+	m.cfg.DirectoryID = "dir-a"
+	other := &Manager{cfg: Config{DirectoryID: "dir-b"}}
+	valid := string(m.cleanShutdownContent())
+	for _, c := range []struct {
+		name    string
+		content *string
+		clean   bool
+	}{
+		{"none", nil, false},
+		{"written by this directory's Close", &valid, true},
+		{"the older wording", ptr(legacyCleanShutdown), true},
+		{"torn", ptr(valid[:len(valid)/2]), false},
+		{"empty", ptr(""), false},
+		{"another directory's", ptr(string(other.cleanShutdownContent())), false},
+		{"damaged", ptr(strings.Replace(valid, "v1", "v7", 1)), false},
+	} {
+		if c.content != nil {
+			if err := os.WriteFile(m.cleanShutdownPath(), []byte(*c.content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clean, err := m.takeCleanShutdown()
+		if err != nil || clean != c.clean {
+			t.Errorf("%s: clean %v (%v), want %v", c.name, clean, err, c.clean)
+		}
+		if _, err := os.Stat(m.cleanShutdownPath()); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: the marker is still there (%v)", c.name, err)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
