@@ -15,8 +15,12 @@
 # (a clean shutdown), starts them all again together and reports the time
 # until every node listens and until the first record is acknowledged
 # (acks=all, retried until it is), with the CPU the nodes spent until then
+# (and until every partition answers a ListOffsets again: a node with many
+# replicas opens them after it listens)
 # (a loaded machine moves the wall time far more than the CPU), and the
-# idle CPU and RSS after that.
+# idle CPU and RSS after that; then it waits for every replica to be open
+# and times the stop after the restart (the logs opened after a clean
+# shutdown, one of them written).
 # Each node runs with GODEBUG=gctrace=1 (a line per GC cycle, to a file of
 # its own): the report gives the GC cycles that fell inside each idle
 # window and the CPU they marked with (summed over the nodes). An idle node
@@ -194,6 +198,15 @@ for round in $(seq "$rounds"); do
 		fi
 		t0=$(now)
 		start "$bin" "r$round.$bin"
+		# Every replica open again (a node may open them after it listens):
+		# every partition answers a ListOffsets without an error (scaleprobe
+		# -mode serving, once a second, read-only), in seconds since the
+		# start, to $work/opened. (Polling /metrics instead cost the node
+		# seconds of CPU per scrape at 100,000 partitions and slowed the
+		# opens tenfold.)
+		rm -f "$work/opened"
+		(until listening; do sleep 0.2; done; probe serving >/dev/null && since "$t0" >"$work/opened") &
+		opener=$!
 		if [ -n "${PROFILE:-}" ]; then
 			(until curl -s --max-time 600 "127.0.0.1:$((port + 21))/debug/pprof/profile?seconds=${PROFILE_SECONDS:-30}" >"$PROFILE.$round.$bin.restart" 2>/dev/null; do sleep 0.05; done) &
 		fi
@@ -205,7 +218,13 @@ for round in $(seq "$rounds"); do
 		read -r cpu2 gcs2 < <(idle_cpu "r$round.$bin"); rss2=$(rss_mib)
 		silent2=$(grep -c 'has not been heard' "$work/log" || true)
 		tick2=$(ticking)
+		wait "$opener" 2>/dev/null || true
+		opened=$(cat "$work/opened" 2>/dev/null || echo "?")
+		: >"$work/log"
+		t0=$(now)
 		stop
-		echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts topics=$topics: created ${answered}s, created+every ack ${created}s (${ccpu} CPU-s of the nodes); idle ${cpu}% of a core (GC cycles/mark CPU-ms in it ${gcs}; peer silences ${silent}; ticking L/F/E,silent ticks ${tick1}), RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); /metrics scrape ${scrape}; stop ${stopped}s (${errs} ERROR lines); restart: listening ${up}s, first ack ${first}s (${rcpu} CPU-s of the nodes); idle ${cpu2}% (GC ${gcs2}; peer silences ${silent2}; ticking ${tick2}), RSS ${rss2} MiB"
+		stopped2=$(since "$t0")
+		errs2=$(grep -c 'level=ERROR' "$work/log" || true)
+		echo "round $round $bin nodes=$nodes rf=$rf partitions=$parts topics=$topics: created ${answered}s, created+every ack ${created}s (${ccpu} CPU-s of the nodes); idle ${cpu}% of a core (GC cycles/mark CPU-ms in it ${gcs}; peer silences ${silent}; ticking L/F/E,silent ticks ${tick1}), RSS ${rss} MiB (${per} KiB per replica above ${empty} MiB); /metrics scrape ${scrape}; stop ${stopped}s (${errs} ERROR lines); restart: listening ${up}s, first ack ${first}s (${rcpu} CPU-s of the nodes); idle ${cpu2}% (GC ${gcs2}; peer silences ${silent2}; ticking ${tick2}), RSS ${rss2} MiB; every replica open ${opened}s; stop after the restart ${stopped2}s (${errs2} ERROR lines)"
 	done
 done

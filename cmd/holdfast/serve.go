@@ -79,6 +79,8 @@ type serveConfig struct {
 	metaSnapInterval time.Duration
 	// Descriptor budget (docs/storage.md).
 	maxOpenFiles, maxBrokerParts int
+	// Replicas opened before the node listens (docs/storage.md).
+	syncOpens int
 	// Client quota windows (docs/quotas.md).
 	quotaWindows, ctrlQuotaWindows       int
 	quotaWindowSize, ctrlQuotaWindowSize time.Duration
@@ -136,6 +138,7 @@ func (c *serveConfig) register(s *settings) {
 	s.Int(&c.maxReq, "max-request-bytes", int(lim.MaxRequestBytes), "largest request frame", kafka("socket.request.max.bytes"))
 	s.Int(&c.maxConns, "max-connections", lim.MaxConnections, "connection limit", kafka("max.connections"))
 	s.Int(&c.maxOpenFiles, "log-max-open-files", 0, "descriptors of data files (segments, indexes, checkpoints) held open at once: idle files are closed and reopened on use, so any number of partitions fits, and the descriptors left stay for connections (0: the open-file limit less --max-connections and a reserve of 256; -1: no bound)", kafka("log.max.open.files"))
+	s.Int(&c.syncOpens, "startup-sync-opens", 1000, "at start-up, a node with up to this many replicas opens them all before it listens (as Kafka); with more it listens at once and opens them in the background, a replica not yet open answering NOT_LEADER_OR_FOLLOWER (retried by clients) and opened first when asked for (-1: always in the background)")
 	s.Int(&c.maxBrokerParts, "max-broker-partitions", 0, "partition replicas a broker may hold: a CreateTopics or CreatePartitions that would place more is refused with POLICY_VIOLATION (0 or -1: no limit, as Kafka's default; descriptors do not bound it: --log-max-open-files)", kafka("max.broker.partitions"))
 	s.Int(&c.maxConnsPerIP, "max-connections-per-ip", lim.MaxConnectionsPerIP, "connections one client address may hold (the cluster's other nodes exempt on the inter-broker listener); 2147483647: no limit (Kafka's default); 0: only the overrides' addresses", kafka("max.connections.per.ip"))
 	s.Int(&c.maxConnRate, "max-connection-creation-rate", wire.UnlimitedPerIP, "new connections per second across this broker, a second's worth at once; past it the listener waits before taking the next (the cluster's other nodes exempt on the inter-broker listener); 2147483647: no limit", kafka("max.connection.creation.rate"))
@@ -373,6 +376,10 @@ func (c *serveConfig) storageConfig(cfg *broker.Config, policy storage.FlushPoli
 		return fmt.Errorf("--log-scrub-bytes-per-second %d: must be 0 (off) or more", c.scrubRate)
 	}
 	cfg.LogScrubBytesPerSecond = c.scrubRate
+	if c.syncOpens == 0 || c.syncOpens < -1 {
+		return fmt.Errorf("--startup-sync-opens %d: must be -1 (always in the background) or 1 or more", c.syncOpens)
+	}
+	cfg.StartupSyncOpens = c.syncOpens
 	cfg.LogNoReadChecks = !c.verifyReads
 	cfg.Tiered = c.remote
 	if err := c.remote.Validate(); err != nil {

@@ -97,6 +97,10 @@ type Config struct {
 	// background scrubber reads logs to check their CRCs
 	// (replica/scrub.go); 0: off (Kafka has no scrubber).
 	LogScrubBytesPerSecond int64
+	// StartupSyncOpens: a node with more replicas than this listens
+	// before they are open and opens them in the background
+	// (replica.Config.StartupOpenSync; 0: 1,000; -1: always).
+	StartupSyncOpens int
 	// LogNoReadChecks is log.verify.reads=false: partition logs hand
 	// bytes to consumers and followers without checking their CRCs first
 	// (Kafka's behaviour: a corrupt replica keeps serving the bad batch,

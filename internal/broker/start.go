@@ -228,6 +228,7 @@ func (b *Broker) startStorage() error {
 		LogDefaults: b.cfg.LogDefaults, RetentionCheckInterval: b.cfg.RetentionCheckInterval, Cleaner: b.cfg.LogCleaner,
 		ScrubBytesPerSecond: b.cfg.LogScrubBytesPerSecond, NoReadChecks: b.cfg.LogNoReadChecks, ReadCache: b.readCache,
 		RemoteStorage: b.cfg.Tiered.Enabled, FS: b.dataFS, Logger: b.log, Clock: b.cfg.Clock,
+		StartupOpenSync: b.cfg.StartupSyncOpens,
 	}, meta, b.cluster.Host(), b.syncer)
 	b.closers = append(b.closers, b.replicas.Close)
 	// Runs just before the logs close (closers run newest first): the

@@ -131,6 +131,9 @@ func (m *Manager) Open(topic string, topicID [16]byte, index int32, cfg storage.
 	m.opening[k] = done
 	opts := m.opts
 	m.mu.Unlock()
+	if r.CleanShutdown {
+		opts.CleanShutdown = true
+	}
 
 	p, err := m.open(opts, topic, topicID, index, cfg, r)
 
@@ -185,15 +188,6 @@ func (m *Manager) awaitOpensLocked(match func(key) bool) {
 		<-ch
 		m.mu.Lock()
 	}
-}
-
-// SetCleanShutdown says whether the logs opened from now on were last
-// closed by a clean shutdown (storage.Options.CleanShutdown): true for the
-// start-up's opens after one, false again once they are done.
-func (m *Manager) SetCleanShutdown(clean bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.opts.CleanShutdown = clean
 }
 
 // Get returns an open partition, or nil.

@@ -71,6 +71,10 @@ type Replication struct {
 	// StartTerm is the term of that start: new leaders' epochs are above
 	// it (raft.GroupConfig.StartTerm).
 	StartTerm uint64
+	// CleanShutdown: the log was last closed by a clean shutdown and not
+	// opened since (storage.Options.CleanShutdown): the start-up's opens
+	// after one, which may run after the node listens (replica.OpenAll).
+	CleanShutdown bool
 
 	// startRaised is set by the Manager: it counts the log starts raised
 	// by commands.

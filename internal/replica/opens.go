@@ -27,20 +27,26 @@ import (
 
 // openQueue is the manager's queue of replica opens.
 type openQueue struct {
-	mu        sync.Mutex
-	jobs      []queuedOpen
-	workers   int
-	pending   map[topicPartition]int // queued or running opens per replica
-	byTopic   map[string]int         // the same summed per topic (WaitOpened)
-	changed   chan struct{}          // closed when pending shrinks or a worker ends
-	stopped   bool
-	abandoned bool // StopBackground dropped queued opens
+	mu      sync.Mutex
+	jobs    []*queuedOpen // in order; entries already taken are skipped
+	urgent  []*queuedOpen // asked for by a request (Promote): taken first
+	byTP    map[topicPartition]*queuedOpen
+	workers int
+	pending map[topicPartition]int // queued or running opens per replica
+	byTopic map[string]int         // the same summed per topic (WaitOpened)
+	changed chan struct{}          // closed when pending shrinks or a worker ends
+	stopped bool
+	// abandoned: StopBackground dropped queued opens
+	abandoned bool
 }
 
-// queuedOpen is one open of a batch queued by one metadata change.
+// queuedOpen is one open of a batch queued by one metadata change (or by
+// the start-up's OpenAll).
 type queuedOpen struct {
-	job   openJob
-	batch *openBatch
+	job     openJob
+	batch   *openBatch
+	taken   bool // a worker took it (or stopOpens dropped it)
+	promote bool // in urgent
 }
 
 // openBatch collects the errors of one QueueOpenTopic call, logged once
@@ -77,7 +83,11 @@ func (b *openBatch) current(meta *metadata.Store) (metadata.Topic, bool) {
 // from.. of t (what OpenTopic opens) and returns at once. Called with the
 // lifecycle lock held, by the metadata apply.
 func (m *Manager) QueueOpenTopic(t metadata.Topic, from int32) {
-	jobs := m.openJobs(t, from)
+	m.queueOpens(t, m.openJobs(t, from))
+}
+
+// queueOpens queues jobs, all of topic t (current in the metadata).
+func (m *Manager) queueOpens(t metadata.Topic, jobs []openJob) {
 	if len(jobs) == 0 {
 		return
 	}
@@ -92,12 +102,17 @@ func (m *Manager) QueueOpenTopic(t metadata.Topic, from int32) {
 		q.pending = map[topicPartition]int{}
 		q.byTopic = map[string]int{}
 	}
-	// The apply calls this after the metadata changed: t is current.
+	if q.byTP == nil {
+		q.byTP = map[topicPartition]*queuedOpen{}
+	}
 	b := &openBatch{topic: t.Name, left: len(jobs), gen: m.meta.Generation(), cur: t, ok: true}
 	for _, j := range jobs {
-		q.jobs = append(q.jobs, queuedOpen{j, b})
-		q.pending[topicPartition{j.t.Name, j.i}]++
-		q.byTopic[j.t.Name]++
+		o := &queuedOpen{job: j, batch: b}
+		q.jobs = append(q.jobs, o)
+		tp := topicPartition{j.t.Name, j.i}
+		q.pending[tp]++
+		q.byTopic[tp.topic]++
+		q.byTP[tp] = o
 	}
 	for q.workers < openParallelism && q.workers < len(q.jobs) {
 		q.workers++
@@ -105,19 +120,63 @@ func (m *Manager) QueueOpenTopic(t metadata.Topic, from int32) {
 	}
 }
 
+// Promote moves the queued open of partition i of topic, if any, ahead
+// of the others: a request asked for it (a partition not yet open after a
+// start-up answers a retriable error until it is; see OpenAll).
+func (m *Manager) Promote(topic string, i int32) {
+	q := &m.opens
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if o := q.byTP[topicPartition{topic, i}]; o != nil && !o.taken && !o.promote {
+		o.promote = true
+		q.urgent = append(q.urgent, o)
+	}
+}
+
+// nextLocked takes the next open: a promoted one first, then in order.
+func (q *openQueue) nextLocked() *queuedOpen {
+	for len(q.urgent) > 0 {
+		o := q.urgent[0]
+		q.urgent[0] = nil
+		q.urgent = q.urgent[1:]
+		if !o.taken {
+			return q.takeLocked(o)
+		}
+	}
+	for len(q.jobs) > 0 {
+		o := q.jobs[0]
+		q.jobs[0] = nil
+		q.jobs = q.jobs[1:]
+		if !o.taken {
+			return q.takeLocked(o)
+		}
+	}
+	return nil
+}
+
+func (q *openQueue) takeLocked(o *queuedOpen) *queuedOpen {
+	o.taken = true
+	tp := topicPartition{o.job.t.Name, o.job.i}
+	if q.byTP[tp] == o {
+		delete(q.byTP, tp)
+	}
+	return o
+}
+
 func (m *Manager) openWorker() {
 	q := &m.opens
 	for {
 		q.mu.Lock()
-		if len(q.jobs) == 0 || q.stopped {
+		var o *queuedOpen
+		if !q.stopped {
+			o = q.nextLocked()
+		}
+		if o == nil {
 			q.workers--
 			q.signal()
 			q.mu.Unlock()
 			return
 		}
-		o := q.jobs[0]
-		q.jobs[0] = queuedOpen{}
-		q.jobs = q.jobs[1:]
 		q.mu.Unlock()
 
 		err := m.runQueued(o.job, o.batch)
@@ -149,11 +208,11 @@ func (m *Manager) runQueued(j openJob, b *openBatch) error {
 	}
 	switch {
 	case m.assignedHere(cur, j.i):
-		return m.open(cur, j.i, false)
+		return m.open(cur, j.i, false, j.clean)
 	case j.drop && m.parts.Get(cur.Name, j.i) == nil:
 		// A replica moved away whose removal a crash interrupted: open it
 		// (so its Raft journal state is found) and drop it.
-		return errors.Join(m.open(cur, j.i, false), m.Drop(cur, j.i))
+		return errors.Join(m.open(cur, j.i, false, j.clean), m.Drop(cur, j.i))
 	}
 	return nil // moved away since
 }
@@ -201,12 +260,18 @@ func (m *Manager) stopOpens() {
 	q := &m.opens
 	q.mu.Lock()
 	q.stopped = true
-	if len(q.jobs) > 0 {
-		q.abandoned = true
-		for _, o := range q.jobs {
-			q.done(topicPartition{o.job.t.Name, o.job.i})
+	dropped := false
+	for _, o := range q.jobs {
+		if o.taken {
+			continue
 		}
-		q.jobs = nil
+		o.taken = true
+		dropped = true
+		q.done(topicPartition{o.job.t.Name, o.job.i})
+	}
+	q.jobs, q.urgent, q.byTP = nil, nil, nil
+	if dropped {
+		q.abandoned = true
 		q.signal()
 	}
 	q.mu.Unlock()

@@ -2,9 +2,15 @@ package replica
 
 import (
 	"context"
+	"errors"
+	"io/fs"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"holdfast/internal/metadata"
 	"holdfast/internal/storage"
@@ -147,3 +153,117 @@ func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	testwait.Until(t, 5*time.Second, "the condition", cond)
 }
+
+// A promoted open (a request asked for a replica not yet open) is taken
+// before the rest of the queue, once; the rest keep their order, and an
+// open already taken is not promoted.
+func TestPromotedOpenFirst(t *testing.T) {
+	var m Manager
+	q := &m.opens
+	q.byTP = map[topicPartition]*queuedOpen{}
+	tp := metadata.Topic{Name: "t"}
+	for i := range int32(5) {
+		o := &queuedOpen{job: openJob{t: tp, i: i}}
+		q.jobs = append(q.jobs, o)
+		q.byTP[topicPartition{"t", i}] = o
+	}
+	take := func() int32 {
+		t.Helper()
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		o := q.nextLocked()
+		if o == nil {
+			return -1
+		}
+		return o.job.i
+	}
+	if got := take(); got != 0 {
+		t.Fatalf("first open %d, want 0", got)
+	}
+	m.Promote("t", 3)
+	m.Promote("t", 3) // asked twice: queued once
+	m.Promote("t", 0) // taken already
+	m.Promote("u", 1) // nothing queued
+	var got []int32
+	for i := take(); i >= 0; i = take() {
+		got = append(got, i)
+	}
+	if want := []int32{3, 1, 2, 4}; !slices.Equal(got, want) {
+		t.Fatalf("opens taken in order %v, want %v", got, want)
+	}
+}
+
+// Lookup of a replica whose open is queued answers NOT_LEADER_OR_FOLLOWER
+// (retriable) and promotes the open.
+func TestLookupPromotesQueuedOpen(t *testing.T) {
+	m, meta := newTestManager(t, storage.OSFS())
+	reps := make([][]int32, openParallelism+8)
+	for i := range reps {
+		reps[i] = []int32{1}
+	}
+	tp := createTopic(t, meta, "t", reps...)
+	m.Lock()
+	m.QueueOpenTopic(tp, 0)
+	// Every worker takes a job and waits for the lock; 8 stay queued.
+	waitFor(t, func() bool {
+		m.opens.mu.Lock()
+		defer m.opens.mu.Unlock()
+		return len(m.opens.jobs) == 8
+	})
+	last := int32(len(reps) - 1)
+	if p, code := m.Lookup("t", last); p != nil || code != kerr.NotLeaderForPartition.Code {
+		t.Fatalf("Lookup of a queued replica: %v, code %d; want none, NOT_LEADER_OR_FOLLOWER", p, code)
+	}
+	m.opens.mu.Lock()
+	urgent := len(m.opens.urgent) == 1 && m.opens.urgent[0].job.i == last
+	m.opens.mu.Unlock()
+	if !urgent {
+		t.Fatal("Lookup did not promote the queued open")
+	}
+	m.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := m.WaitOpened(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The clean shutdown marker counts only if it says exactly what Close
+// writes for this data directory (or the older wording, same meaning): a
+// torn or damaged one, or one written for another directory (a data
+// directory copied over another, a marker restored from a backup), means
+// a full recovery of every log. Whatever it says, it is gone after.
+func TestCleanShutdownMarker(t *testing.T) {
+	m, _ := newTestManager(t, storage.OSFS())
+	m.cfg.DirectoryID = "dir-a"
+	other := &Manager{cfg: Config{DirectoryID: "dir-b"}}
+	valid := string(m.cleanShutdownContent())
+	for _, c := range []struct {
+		name    string
+		content *string
+		clean   bool
+	}{
+		{"none", nil, false},
+		{"written by this directory's Close", &valid, true},
+		{"the older wording", ptr(legacyCleanShutdown), true},
+		{"torn", ptr(valid[:len(valid)/2]), false},
+		{"empty", ptr(""), false},
+		{"another directory's", ptr(string(other.cleanShutdownContent())), false},
+		{"damaged", ptr(strings.Replace(valid, "v1", "v7", 1)), false},
+	} {
+		if c.content != nil {
+			if err := os.WriteFile(m.cleanShutdownPath(), []byte(*c.content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clean, err := m.takeCleanShutdown()
+		if err != nil || clean != c.clean {
+			t.Errorf("%s: clean %v (%v), want %v", c.name, clean, err, c.clean)
+		}
+		if _, err := os.Stat(m.cleanShutdownPath()); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: the marker is still there (%v)", c.name, err)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

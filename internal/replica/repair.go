@@ -218,7 +218,7 @@ func (m *Manager) reopenLocked(t metadata.Topic, i int32) {
 		lg.Error("the data of a deleted topic of the same name is still here", "err", err)
 		return
 	}
-	if err := m.open(t, i, true); err != nil {
+	if err := m.open(t, i, true, false); err != nil {
 		lg.Error("reopening a discarded replica", "err", err)
 		return
 	}

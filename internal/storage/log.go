@@ -150,6 +150,12 @@ type Log struct {
 	dev        uint64     // device of the files, for syncfs grouping (0: none)
 
 	clean bool // opened after a clean shutdown (Options.CleanShutdown)
+	// openEnd and openActive: the end and the active segment recovery
+	// left. A log opened clean that still has them (and no truncation
+	// since) holds what the last clean stop fsynced: Close does not fsync
+	// it again.
+	openEnd    int64
+	openActive *segment
 
 	onCorrupt  func()     // Options.OnCorrupt
 	corruptErr error      // sticky: the first corruption found (verify.go)
@@ -607,6 +613,7 @@ func (l *Log) settleRecovered() error {
 	}
 	act.idxMu.Unlock()
 	l.durable.Store(l.end)
+	l.openEnd, l.openActive = l.end, act
 	if syncfsReportsErrors() {
 		l.dev = fileDevice(act.f)
 	}
@@ -688,9 +695,15 @@ func (l *Log) createSegment(base int64, syncDir bool) (*segment, error) {
 func (l *Log) recoverActive(s *segment) error {
 	s.idxMu.Lock()
 	defer s.idxMu.Unlock()
-	if err := s.loadIndexesLocked(l, true); err != nil {
+	sizes, err := s.loadIndexesSizesLocked(l, true)
+	if err != nil {
 		return fmt.Errorf("storage: open %s: %w", l.dir, err)
 	}
+	// What the files hold: the scan below recomputes the entries from the
+	// last trusted one on, and the files are cut only where they differ.
+	// (Cut and rewritten every time, a restart after a clean stop cut,
+	// rewrote and fsynced the index files of every log.)
+	diskOff, diskTime := slices.Clone(s.offIdx), slices.Clone(s.timeIdx)
 	// Trust the last entry whose batch checks out; drop the ones after it.
 	// Only a torn tail of the index can be bad (invariant 2), so a few tries
 	// suffice; past that, scanning the segment from 0 is linear, while
@@ -720,9 +733,7 @@ func (l *Log) recoverActive(s *segment) error {
 		e := s.offIdx[keep-1]
 		pos, next, ord = int64(e.pos), s.base+int64(e.rel), int64(e.ord)
 	}
-	if err := s.truncateIndexLocked(l, next, ord); err != nil {
-		return fmt.Errorf("storage: open %s: truncate index: %w", l.dir, err)
-	}
+	s.truncateIndexMemLocked(next, ord)
 	s.sinceIndex = l.cfg.IndexIntervalBytes // index the first scanned batch
 	scanFrom, full := pos, false
 	var reason error
@@ -756,6 +767,11 @@ func (l *Log) recoverActive(s *segment) error {
 	if pos > 0 {
 		s.firstTS = l.now().UnixMilli()
 	}
+	s.offPersisted = commonPrefix(diskOff, s.offIdx, func(a, b offEntry) bool { return a == b })
+	s.timePersisted = commonPrefix(diskTime, s.timeIdx, func(a, b timeEntry) bool { return a.ts == b.ts && a.rel == b.rel })
+	if err := s.cutIndexFilesLocked(l, &sizes); err != nil {
+		return fmt.Errorf("storage: open %s: truncate index: %w", l.dir, err)
+	}
 	if reason != nil {
 		// A torn tail is only the last, partial batch: a good batch after
 		// the bad one means bytes in the middle changed (verify.go).
@@ -775,6 +791,15 @@ func (l *Log) recoverActive(s *segment) error {
 	s.next = next
 	s.loaded = true
 	return nil
+}
+
+// commonPrefix returns how many leading elements a and b share.
+func commonPrefix[E any](a, b []E, eq func(E, E) bool) int {
+	n := 0
+	for n < len(a) && n < len(b) && eq(a[n], b[n]) {
+		n++
+	}
+	return n
 }
 
 // recoverUnsealed handles a last segment the ordinal checkpoint does not
@@ -813,6 +838,7 @@ func (l *Log) recoverUnsealed() error {
 	}
 	prev.idxMu.Lock()
 	prev.finishTimeIndexLocked()
+	prev.idxDirty = true // sealed now: its index files must be durable
 	err := prev.persistLocked(l, prev.size, true)
 	prev.idxMu.Unlock()
 	if err != nil {
@@ -2147,7 +2173,11 @@ func (l *Log) Close() error {
 	}
 	if l.failed == nil {
 		s := l.active()
-		if err := s.f.Sync(); err != nil {
+		var err error
+		if !l.untouchedSinceCleanOpenLocked() {
+			err = s.f.Sync()
+		}
+		if err != nil {
 			errs = append(errs, err)
 		} else {
 			l.advanceDurableLocked(l.end)
@@ -2167,6 +2197,14 @@ func (l *Log) Close() error {
 		return fmt.Errorf("storage: close %s: %w", l.dir, err)
 	}
 	return nil
+}
+
+// untouchedSinceCleanOpenLocked reports whether the log was opened after a
+// clean shutdown and its active segment has not changed since: no append,
+// truncation, reset or roll. Its bytes are then those the last clean stop
+// fsynced (or, by the same rule, the one before it).
+func (l *Log) untouchedSinceCleanOpenLocked() bool {
+	return l.clean && l.truncGen == 0 && l.end == l.openEnd && l.active() == l.openActive && l.pendingSeal == nil
 }
 
 // Dir returns the log's directory.

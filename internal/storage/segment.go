@@ -112,6 +112,12 @@ type segment struct {
 	// as they do anyway until indexPersistEntries are due (indexcreate.go).
 	idxExists bool
 	idxQueued bool
+	// idxDirty: the index files may hold bytes no fsync covered (written,
+	// cut or created since their last fsync, or loaded by a log not opened
+	// after a clean shutdown): a persist with sync fsyncs them only then,
+	// so a clean stop of a log whose index did not change since the last
+	// one writes nothing.
+	idxDirty bool
 }
 
 func (s *segment) path(suffix string) string {
@@ -254,15 +260,30 @@ func (l *Log) lruForget(s *segment) {
 // loadIndexesLocked reads both index files. strict: any inconsistency is an
 // error; otherwise (the active segment in recovery) the valid prefix is kept.
 func (s *segment) loadIndexesLocked(l *Log, lenient bool) error {
+	_, err := s.loadIndexesSizesLocked(l, lenient)
+	return err
+}
+
+// indexFileSizes are the bytes of a segment's two index files as loaded
+// (-1: missing).
+type indexFileSizes struct{ off, time int64 }
+
+// loadIndexesSizesLocked is loadIndexesLocked, also returning the files'
+// sizes.
+func (s *segment) loadIndexesSizesLocked(l *Log, lenient bool) (sizes indexFileSizes, err error) {
+	sizes = indexFileSizes{-1, -1}
 	s.offIdx, s.timeIdx = nil, nil
 	s.maxTS, s.maxTSOff = -1, -1
 	ib, err := ReadFile(l.fs, s.path(indexSuffix), int64(maxIndexEntries)*offEntrySize)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("read %s: %w", s.path(indexSuffix), err)
+		return sizes, fmt.Errorf("read %s: %w", s.path(indexSuffix), err)
 	}
 	missing := errors.Is(err, os.ErrNotExist)
+	if !missing {
+		sizes.off = int64(len(ib))
+	}
 	if len(ib)%offEntrySize != 0 && !lenient {
-		return fmt.Errorf("%s: size %d is not a multiple of %d", s.path(indexSuffix), len(ib), offEntrySize)
+		return sizes, fmt.Errorf("%s: size %d is not a multiple of %d", s.path(indexSuffix), len(ib), offEntrySize)
 	}
 	for i := 0; i+offEntrySize <= len(ib); i += offEntrySize {
 		e := offEntry{rel: binary.BigEndian.Uint32(ib[i:]), pos: binary.BigEndian.Uint32(ib[i+4:]), ord: binary.BigEndian.Uint32(ib[i+8:])}
@@ -274,22 +295,25 @@ func (s *segment) loadIndexesLocked(l *Log, lenient bool) error {
 			if lenient {
 				break
 			}
-			return fmt.Errorf("%s: entry %d (%d,%d) out of order or past the log", s.path(indexSuffix), i/offEntrySize, e.rel, e.pos)
+			return sizes, fmt.Errorf("%s: entry %d (%d,%d) out of order or past the log", s.path(indexSuffix), i/offEntrySize, e.rel, e.pos)
 		}
 		s.offIdx = append(s.offIdx, e)
 	}
 	if missing && s.size > 0 && !lenient {
-		return fmt.Errorf("%s missing", s.path(indexSuffix))
+		return sizes, fmt.Errorf("%s missing", s.path(indexSuffix))
 	}
 	tb, err := ReadFile(l.fs, s.path(timeIndexSuffix), int64(maxIndexEntries+1)*timeEntrySize)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("read %s: %w", s.path(timeIndexSuffix), err)
+		return sizes, fmt.Errorf("read %s: %w", s.path(timeIndexSuffix), err)
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		sizes.time = int64(len(tb))
 	}
 	if errors.Is(err, os.ErrNotExist) && s.size > 0 && !lenient {
-		return fmt.Errorf("%s missing", s.path(timeIndexSuffix))
+		return sizes, fmt.Errorf("%s missing", s.path(timeIndexSuffix))
 	}
 	if len(tb)%timeEntrySize != 0 && !lenient {
-		return fmt.Errorf("%s: size %d is not a multiple of %d", s.path(timeIndexSuffix), len(tb), timeEntrySize)
+		return sizes, fmt.Errorf("%s: size %d is not a multiple of %d", s.path(timeIndexSuffix), len(tb), timeEntrySize)
 	}
 	for i := 0; i+timeEntrySize <= len(tb); i += timeEntrySize {
 		e := timeEntry{ts: int64(binary.BigEndian.Uint64(tb[i:])), rel: binary.BigEndian.Uint32(tb[i+8:])}
@@ -298,21 +322,22 @@ func (s *segment) loadIndexesLocked(l *Log, lenient bool) error {
 			if lenient {
 				break
 			}
-			return fmt.Errorf("%s: entry %d out of order", s.path(timeIndexSuffix), i/timeEntrySize)
+			return sizes, fmt.Errorf("%s: entry %d out of order", s.path(timeIndexSuffix), i/timeEntrySize)
 		}
 		// The position is only needed for unpersisted entries; persisted
 		// ones are durable by construction.
 		s.timeIdx = append(s.timeIdx, e)
 	}
 	if !lenient && s.size > 0 && len(s.timeIdx) == 0 {
-		return fmt.Errorf("%s: empty for a non-empty segment", s.path(timeIndexSuffix))
+		return sizes, fmt.Errorf("%s: empty for a non-empty segment", s.path(timeIndexSuffix))
 	}
 	s.offPersisted, s.timePersisted = len(s.offIdx), len(s.timeIdx)
+	s.idxDirty = !l.clean
 	if n := len(s.timeIdx); n > 0 {
 		s.maxTS, s.maxTSOff = s.timeIdx[n-1].ts, s.base+int64(s.timeIdx[n-1].rel)
 		s.maxTSKnown = true
 	}
-	return nil
+	return sizes, nil
 }
 
 // rebuildLocked recreates both indexes of a sealed segment by walking its
@@ -434,7 +459,7 @@ func (s *segment) persistOpenLocked(l *Log, synced int64, sync bool) error {
 		tb = appendTimeEntry(tb, s.timeIdx[m])
 		m++
 	}
-	if len(ob) == 0 && len(tb) == 0 && !sync {
+	if len(ob) == 0 && len(tb) == 0 && (!sync || !s.idxDirty) {
 		return nil
 	}
 	if err := s.openIndexFilesLocked(l); err != nil {
@@ -455,6 +480,7 @@ func (s *segment) persistOpenLocked(l *Log, synced int64, sync bool) error {
 		if err := s.timeFile.Sync(); err != nil {
 			return err
 		}
+		s.idxDirty = false
 	}
 	return nil
 }
@@ -617,6 +643,7 @@ func (s *segment) openIndexFilesFlagLocked(l *Log, fresh bool) error {
 		}
 	}
 	s.idxExists = true
+	s.idxDirty = true
 	return nil
 }
 
@@ -624,6 +651,12 @@ func (s *segment) openIndexFilesFlagLocked(l *Log, fresh bool) error {
 // the files (which may also hold a torn or invalid tail after a crash).
 // ord is the segment-relative ordinal of the batch at offset.
 func (s *segment) truncateIndexLocked(l *Log, offset, ord int64) error {
+	s.truncateIndexMemLocked(offset, ord)
+	return s.cutIndexFilesLocked(l, nil)
+}
+
+// truncateIndexMemLocked is truncateIndexLocked's part in memory.
+func (s *segment) truncateIndexMemLocked(offset, ord int64) {
 	s.nbatches = ord
 	rel := offset - s.base
 	i := sort.Search(len(s.offIdx), func(i int) bool { return int64(s.offIdx[i].rel) >= rel })
@@ -632,6 +665,18 @@ func (s *segment) truncateIndexLocked(l *Log, offset, ord int64) error {
 	s.timeIdx = s.timeIdx[:j]
 	s.offPersisted = min(s.offPersisted, i)
 	s.timePersisted = min(s.timePersisted, j)
+	s.maxTS, s.maxTSOff, s.maxTSPos = -1, -1, 0
+	if j > 0 {
+		e := s.timeIdx[j-1]
+		s.maxTS, s.maxTSOff, s.maxTSPos = e.ts, s.base+int64(e.rel), int64(e.pos)
+	}
+	s.sinceIndex = 0
+}
+
+// cutIndexFilesLocked cuts the index files to the persisted entries.
+// sizes, if known (recovery loaded the files), spares opening a file that
+// is missing or already that long.
+func (s *segment) cutIndexFilesLocked(l *Log, sizes *indexFileSizes) error {
 	// Only files that exist are opened (and left open for the caller to
 	// sync) and cut: a missing one holds nothing to drop, and creating it
 	// here cost two file creations per log at every restart (and at every
@@ -639,11 +684,19 @@ func (s *segment) truncateIndexLocked(l *Log, offset, ord int64) error {
 	// creator makes them when entries are due (indexcreate.go).
 	var errs []error
 	present := 0
-	for _, c := range []struct {
+	for k, c := range []struct {
 		f      *File
 		suffix string
 		want   int64
 	}{{&s.idxFile, indexSuffix, int64(s.offPersisted) * offEntrySize}, {&s.timeFile, timeIndexSuffix, int64(s.timePersisted) * timeEntrySize}} {
+		if sizes != nil && *c.f == nil {
+			if n := [2]int64{sizes.off, sizes.time}[k]; n < 0 {
+				continue // missing
+			} else if n == c.want {
+				present++ // as long as it should be: left alone
+				continue
+			}
+		}
 		if *c.f == nil {
 			f, err := l.fs.OpenFile(s.path(c.suffix), os.O_RDWR|os.O_APPEND, 0o644)
 			if errors.Is(err, os.ErrNotExist) {
@@ -659,15 +712,10 @@ func (s *segment) truncateIndexLocked(l *Log, offset, ord int64) error {
 		if n, err := (*c.f).Size(); err != nil {
 			errs = append(errs, err)
 		} else if n > c.want {
+			s.idxDirty = true
 			errs = append(errs, (*c.f).Truncate(c.want))
 		}
 	}
 	s.idxExists = present == 2
-	s.maxTS, s.maxTSOff, s.maxTSPos = -1, -1, 0
-	if j > 0 {
-		e := s.timeIdx[j-1]
-		s.maxTS, s.maxTSOff, s.maxTSPos = e.ts, s.base+int64(e.rel), int64(e.pos)
-	}
-	s.sinceIndex = 0
 	return errors.Join(errs...)
 }

@@ -11,6 +11,9 @@
 //	all:    only the records to every partition.
 //	one:    one record to the last partition of the last topic, retried
 //	        until acknowledged (a restart's first acknowledgement).
+//	serving: ListOffsets of every partition, once a second, until every
+//	        one answers without an error (a restart's replicas all open
+//	        again; read-only, so the logs stay as the clean stop left them).
 //
 //	go run ./scripts/scaleprobe -bootstrap 127.0.0.1:9092 -mode create -topics 100 -partitions 1000
 package main
@@ -31,7 +34,7 @@ import (
 
 func main() {
 	bootstrap := flag.String("bootstrap", "127.0.0.1:9092", "comma-separated seed brokers")
-	mode := flag.String("mode", "create", "create, all or one")
+	mode := flag.String("mode", "create", "create, all, one or serving")
 	prefix := flag.String("prefix", "scale", "topic names: <prefix><i>")
 	topics := flag.Int("topics", 1, "topics")
 	parts := flag.Int("partitions", 1000, "partitions per topic")
@@ -101,8 +104,46 @@ func main() {
 	case "one":
 		produce(ctx, seeds, []*kgo.Record{{Topic: name(*topics - 1), Partition: int32(*parts - 1), Value: []byte("x")}}, fail)
 		fmt.Printf("acked %.2f\n", time.Since(start).Seconds())
+	case "serving":
+		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+		if err != nil {
+			fail(err)
+		}
+		defer cl.Close()
+		var req kmsg.ListOffsetsRequest
+		for i := range *topics {
+			rt := kmsg.NewListOffsetsRequestTopic()
+			rt.Topic = name(i)
+			for p := range *parts {
+				rp := kmsg.NewListOffsetsRequestTopicPartition()
+				rp.Partition, rp.Timestamp, rp.CurrentLeaderEpoch = int32(p), -1, -1
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			req.Topics = append(req.Topics, rt)
+		}
+		for {
+			resp, err := req.RequestWith(ctx, cl)
+			left := 0
+			if err == nil {
+				for _, t := range resp.Topics {
+					for _, p := range t.Partitions {
+						if p.ErrorCode != 0 {
+							left++
+						}
+					}
+				}
+			}
+			if err == nil && left == 0 {
+				break
+			}
+			if ctx.Err() != nil {
+				fail(fmt.Errorf("%d partitions not serving: %v", left, err))
+			}
+			time.Sleep(time.Second)
+		}
+		fmt.Printf("serving %.2f\n", time.Since(start).Seconds())
 	default:
-		fail(fmt.Errorf("mode %q: want create, all or one", *mode))
+		fail(fmt.Errorf("mode %q: want create, all, one or serving", *mode))
 	}
 }
 
