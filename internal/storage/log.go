@@ -2190,6 +2190,10 @@ func (l *Log) ScanHeaders(from int64, fn func(h records.Header) error) error {
 
 // Close syncs (unless failed) and closes the log; waiters get ErrClosed.
 func (l *Log) Close() error {
+	// A DeleteBefore removing files finishes first, as when it held mu:
+	// a caller that removes the directory after Close races no unlink.
+	l.startMu.Lock()
+	defer l.startMu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
