@@ -15,6 +15,8 @@
 #   ROUNDS=5 RATE=2000 SECONDS_PER_RUN=10 CATCHUP_MIB=64 scripts/bench-tiered.sh
 #   SEGMENT_BYTES=1048576 TASK_INTERVAL=1s scripts/bench-tiered.sh
 #   KEEP=/tmp/tiered.jsonl scripts/bench-tiered.sh   # keep the raw kload lines
+#   HOLDFAST_BIN=/tmp/old/holdfast ONLY=a scripts/bench-tiered.sh  # a built binary; (a) only
+#   (scripts/bench-tiered-ab.sh runs it for two commits, interleaved)
 #
 # One holdfast node (flush=sync, the default) with tiered storage on and one
 # versitygw (an S3-compatible server with a POSIX backend, on this machine's
@@ -44,11 +46,11 @@ gw=$(command -v versitygw || echo "$(go env GOPATH)/bin/versitygw")
 [ -x "$gw" ] || { echo "versitygw not found: go install github.com/versity/versitygw/cmd/versitygw@v1.8.0" >&2; exit 1; }
 
 echo "building holdfast, kload into $work" >&2
-(cd "$repo" && CGO_ENABLED=0 go build -o "$work/holdfast" ./cmd/holdfast)
+if [ -n "${HOLDFAST_BIN:-}" ]; then cp "$HOLDFAST_BIN" "$work/holdfast"; else (cd "$repo" && CGO_ENABLED=0 go build -o "$work/holdfast" ./cmd/holdfast); fi
 (cd "$shared/tools/kload" && go build -o "$work/kload" .)
 
-await_port() { # port name
-	for _ in $(seq 100); do
+await_port() { # port name (30 s: a start on a loaded machine)
+	for _ in $(seq 300); do
 		if (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null; then return; fi
 		sleep 0.1
 	done
@@ -98,6 +100,7 @@ for round in $(seq "$rounds"); do
 	# on until the local tier holds less than two segments, i.e. the
 	# consumer's reads below it all go to the object store.
 	for tiered in $order; do
+		[ "${ONLY:-}" != a ] || break
 		topic="b-$tiered-$round"
 		create "$topic" "$tiered"
 		echo "round $round: write $catchup_mib MiB, tiered=$tiered" >&2
@@ -143,6 +146,8 @@ for k in rounds:
 col = lambda f, tiered: med([f(get("produce", tiered, k)) for k in rounds])
 print("| median | %.2f / %.2f | %.2f / %.2f | **%.2fx** (target <= 1.5x) |" % (col(p50, "no"), col(p99, "no"), col(p50, "yes"), col(p99, "yes"), med(ra)))
 print()
+if not any(r["bench"] == "catchup" for r in rows):
+    sys.exit()
 print("(b) catch-up read of %s MiB from offset 0: MiB/s per round" % mib)
 print()
 print("| round | local disk MiB/s | object store MiB/s | object store / local |")

@@ -242,6 +242,7 @@ func (c *serveConfig) registerTiered(s *settings) {
 	s.Int64(&r.CacheBytes, "remote-log-storage-cache-bytes", tiered.DefaultCacheBytes, "tiered storage: disk for segments downloaded for reads (in <data-dir>/remote-log-cache)", kafka("remote.log.storage.cache.bytes"))
 	s.Duration(&r.TaskInterval, "remote-log-manager-task-interval", tiered.DefaultTaskInterval, "tiered storage: how often a leader uploads closed segments and applies local retention", kafkaDuration("remote.log.manager.task.interval.ms", time.Millisecond))
 	s.Duration(&r.IOTimeout, "remote-log-storage-s3-io-timeout", tiered.DefaultIOTimeout, "tiered storage: how long a request to the object store may wait for a connection, for the acknowledgement of data sent (TCP_USER_TIMEOUT) or for its answer before it fails and the upload is retried", kafkaDuration("remote.log.storage.s3.io.timeout.ms", time.Millisecond))
+	s.Int64(&r.CopyMaxBytesPerSecond, "remote-log-manager-copy-max-bytes-per-second", 0, "tiered storage: the most bytes a second this node reads for uploads, all partitions together; 0: unlimited", kafka("remote.log.manager.copy.max.bytes.per.second"))
 	s.Duration(&r.RetryBackoffMax, "remote-log-manager-task-retry-backoff-max", tiered.DefaultRetryBackoffMax, "tiered storage: the longest wait between retries of a failed upload (from 500ms, doubling)", kafkaDuration("remote.log.manager.task.retry.backoff.max.ms", time.Millisecond))
 }
 

@@ -23,6 +23,10 @@ var (
 	descRemoteStoreDown    = prometheus.NewDesc("holdfast_remote_storage_unavailable", "1 when the last upload failed: the object store is down or refuses, and the local disk holds the backlog.", nil, nil)
 )
 
+// descRemoteCopyThrottled: Holdfast's own, like the cleaner's
+// holdfast_log_cleaner_throttled_seconds_total.
+var descRemoteCopyThrottled = prometheus.NewDesc("holdfast_remote_copy_throttled_seconds_total", "Time uploads waited for remote.log.manager.copy.max.bytes.per.second.", nil, nil)
+
 type tieredCollector struct{ b *broker.Broker }
 
 func (c *tieredCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -30,6 +34,7 @@ func (c *tieredCollector) Describe(ch chan<- *prometheus.Desc) {
 		descRemoteFetchReqs, descRemoteFetchErrors, descRemoteCopyLagBytes, descRemoteCopyLagSegs, descRemoteLogSize, descRemoteStoreDown} {
 		ch <- d
 	}
+	ch <- descRemoteCopyThrottled
 }
 
 func (c *tieredCollector) Collect(ch chan<- prometheus.Metric) {
@@ -57,4 +62,5 @@ func (c *tieredCollector) Collect(ch chan<- prometheus.Metric) {
 		down = 1
 	}
 	gauge(descRemoteStoreDown, down)
+	ch <- prometheus.MustNewConstMetric(descRemoteCopyThrottled, prometheus.CounterValue, float64(s.CopyThrottledNanos.Load())/1e9)
 }

@@ -131,6 +131,14 @@ type Log struct {
 	sealMu      sync.Mutex   // serializes the cycles' seal and checkpoint writes; taken before mu, never under it
 	scanned     []epochEntry // recovery only: the epochs of the batches it scanned, in order
 
+	// startMu serializes the moves of the log start (DeleteBefore) and the
+	// resets, which write the start checkpoint and remove segment files:
+	// DeleteBefore does its file work (the checkpoint's fsyncs, the
+	// unlinks, the directory's fsync) off mu, so that appends never wait
+	// for it, and a reset must not create a segment file that such a
+	// removal would take. Taken before mu, never under it.
+	startMu sync.Mutex
+
 	// Compaction (cleaner.go): the cleaner checkpoint (first dirty offset,
 	// persisted in cleaner-offset-checkpoint), the earliest delete horizon
 	// a pass left for later (0: none), and whether a pass runs.
@@ -1872,6 +1880,10 @@ func (l *Log) Truncate(offset int64) error {
 // TruncateFullyAndStartAt drops the whole log and restarts it empty at
 // offset (a follower far behind, a Raft snapshot install).
 func (l *Log) TruncateFullyAndStartAt(offset int64) error {
+	// startMu: a DeleteBefore still removing files may not remove the
+	// segment file this reset creates.
+	l.startMu.Lock()
+	defer l.startMu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -1892,6 +1904,10 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 // ResetAt is TruncateFullyAndStartAt that also sets the ordinal of the next
 // batch (a Raft snapshot install: ordinal = snapshot index + 1, say).
 func (l *Log) ResetAt(offset, ordinal int64) error {
+	// startMu: a DeleteBefore still removing files may not remove the
+	// segment file this reset creates.
+	l.startMu.Lock()
+	defer l.startMu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -1956,6 +1972,12 @@ func (l *Log) removeSegmentFiles(s *segment) error {
 
 // DeleteBefore advances the log start offset (DeleteRecords) to offset and
 // removes the segments wholly below it. The start offset is checkpointed.
+//
+// The file work (the checkpoint, the segments' unlinks, the directory's
+// fsync: several fsyncs, tens of milliseconds on a busy disk) runs off
+// l.mu, under startMu: only the switch of the start and the segment list
+// is under l.mu, so appends (a produce, the Raft Ready loop) never wait
+// for a retention or a tiered upload's local delete.
 func (l *Log) DeleteBefore(offset int64) error {
 	// The start must not pass what a crash keeps: a Raft commit can be
 	// ahead of this replica's own fsync (a quorum of followers), and a
@@ -1968,29 +1990,50 @@ func (l *Log) DeleteBefore(offset int64) error {
 			return fmt.Errorf("storage: delete %s before %d: %w", l.dir, offset, err)
 		}
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
+	l.startMu.Lock()
+	defer l.startMu.Unlock()
+	l.mu.RLock()
+	closed, start, end := l.closed, l.start, l.end
+	l.mu.RUnlock()
+	if closed {
 		return ErrClosed
 	}
-	if offset > l.end {
-		return fmt.Errorf("storage: delete %s before %d beyond end %d: %w", l.dir, offset, l.end, ErrOffsetOutOfRange)
+	if offset > end {
+		return fmt.Errorf("storage: delete %s before %d beyond end %d: %w", l.dir, offset, end, ErrOffsetOutOfRange)
 	}
-	if offset <= l.start {
+	if offset <= start {
 		return nil
 	}
+	// Durable before any segment goes. The start only rises under
+	// startMu, so the checkpoint written here is never below another's.
 	if err := writeFileAtomic(l.fs, filepath.Join(l.dir, startCheckpoint), formatStartCheckpoint(offset)); err != nil {
 		return fmt.Errorf("storage: delete %s before %d: %w", l.dir, offset, err)
 	}
-	l.start = offset
-	_, err := l.deleteOldestLocked(func(s *segment) bool { return s.next <= offset })
-	return err
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	if offset > l.end {
+		// Truncated below offset meanwhile (only uncommitted data is ever
+		// truncated, and offset is committed: not expected). The
+		// checkpoint is ahead of the log, as after a crash that lost the
+		// tail (settleStartEnd).
+		end := l.end
+		l.mu.Unlock()
+		return fmt.Errorf("storage: delete %s before %d beyond end %d: %w", l.dir, offset, end, ErrOffsetOutOfRange)
+	}
+	l.start = max(l.start, offset)
+	gone := l.detachOldestLocked(func(s *segment) bool { return s.next <= offset })
+	l.mu.Unlock()
+	return l.removeDetached(gone)
 }
 
-// deleteOldestLocked removes sealed segments from the front while del says so.
-func (l *Log) deleteOldestLocked(del func(*segment) bool) (int, error) {
-	n := 0
-	var errs []error
+// detachOldestLocked takes sealed segments off the front of the log while
+// del says so and returns them; removeDetached deletes their files. The
+// caller holds l.mu exclusively and startMu.
+func (l *Log) detachOldestLocked(del func(*segment) bool) []*segment {
+	var gone []*segment
 	for len(l.segs) > 1 && del(l.segs[0]) {
 		s := l.segs[0]
 		l.segs = l.segs[1:]
@@ -2005,20 +2048,34 @@ func (l *Log) deleteOldestLocked(del func(*segment) bool) (int, error) {
 				}
 			}()
 		}
-		errs = append(errs, l.removeSegmentFiles(s))
 		l.lruForget(s)
-		s.unref()
-		n++
+		gone = append(gone, s)
 	}
-	if n > 0 {
+	if len(gone) > 0 {
 		l.start = max(l.start, l.segs[0].base)
 		l.truncateEpochsFromStartLocked(l.start)
-		errs = append(errs, l.fs.SyncDir(l.dir))
 	}
+	return gone
+}
+
+// removeDetached deletes the files of segments detachOldestLocked took
+// off the log, then makes the deletions durable, off l.mu (the caller
+// holds startMu). A reader still holding one of them keeps reading its
+// open file; the last reference closes it.
+func (l *Log) removeDetached(gone []*segment) error {
+	if len(gone) == 0 {
+		return nil
+	}
+	var errs []error
+	for _, s := range gone {
+		errs = append(errs, l.removeSegmentFiles(s))
+		s.unref()
+	}
+	errs = append(errs, l.fs.SyncDir(l.dir))
 	if err := errors.Join(errs...); err != nil {
-		return n, fmt.Errorf("storage: delete segments of %s: %w", l.dir, err)
+		return fmt.Errorf("storage: delete segments of %s: %w", l.dir, err)
 	}
-	return n, nil
+	return nil
 }
 
 // SetConfig changes the configuration; it applies to later operations.
@@ -2159,6 +2216,10 @@ func (l *Log) ScanHeaders(from int64, fn func(h records.Header) error) error {
 
 // Close syncs (unless failed) and closes the log; waiters get ErrClosed.
 func (l *Log) Close() error {
+	// A DeleteBefore removing files finishes first, as when it held mu:
+	// a caller that removes the directory after Close races no unlink.
+	l.startMu.Lock()
+	defer l.startMu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {

@@ -46,6 +46,12 @@ type Config struct {
 	// RetryBackoffMax bounds the backoff between retries of a failed
 	// upload (Kafka's remote.log.manager.task.retry.backoff.max.ms).
 	RetryBackoffMax time.Duration
+	// CopyMaxBytesPerSecond bounds the rate at which this node reads
+	// segments for upload (Kafka's
+	// remote.log.manager.copy.max.bytes.per.second, KIP-956), all
+	// partitions together; <= 0: unlimited, Kafka's default. An upload
+	// competes with produce for the disk, the CPU and the network.
+	CopyMaxBytesPerSecond int64
 	// OrphanSweepInterval: how often a partition's leader deletes the
 	// objects of its partition that no committed manifest names (uploads
 	// whose manifest never committed), besides once each time it becomes

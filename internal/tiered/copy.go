@@ -146,6 +146,10 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t met
 			off = h.LastOffset() + 1
 			rest = r
 		}
+		if m.copyThrottle != nil {
+			m.copyThrottle.Wait(len(buf), ctx.Done())
+			m.stats.CopyThrottledNanos.Store(int64(m.copyThrottle.Slept()))
+		}
 		crc = crc32.Update(crc, castagnoli, buf)
 		if _, err := w.Write(buf); err != nil {
 			return Segment{}, err

@@ -51,6 +51,9 @@ type Manager struct {
 	// a store that hangs never holds up a shutdown.
 	ctx    context.Context
 	cancel context.CancelFunc
+
+	// copyThrottle: CopyMaxBytesPerSecond (nil: unlimited).
+	copyThrottle *storage.Throttle
 }
 
 // Stats are the node's tiered-storage figures (metrics), named after
@@ -62,6 +65,7 @@ type Stats struct {
 	CopyLagBytes, CopyLagSegments          atomic.Int64 // RemoteCopyLagBytes / RemoteCopyLagSegments, summed over led partitions
 	RemoteLogSizeBytes, RemoteLogSegments  atomic.Int64 // RemoteLogSizeBytes, summed over led partitions
 	Passes                                 atomic.Int64 // passes of the task completed (the figures above are the last one's)
+	CopyThrottledNanos                     atomic.Int64 // time uploads waited for remote.log.manager.copy.max.bytes.per.second
 }
 
 // partState is what this node knows of one partition's remote log.
@@ -96,7 +100,11 @@ func New(cfg Config, store ObjectStore, meta *metadata.Store, replicas *replica.
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{cfg: cfg, clk: clock.OrReal(cfg.Clock), store: store, meta: meta, replicas: replicas, host: host, defaults: defaults,
+	var throttle *storage.Throttle
+	if cfg.CopyMaxBytesPerSecond > 0 {
+		throttle = storage.NewThrottle(float64(cfg.CopyMaxBytesPerSecond))
+	}
+	return &Manager{copyThrottle: throttle, cfg: cfg, clk: clock.OrReal(cfg.Clock), store: store, meta: meta, replicas: replicas, host: host, defaults: defaults,
 		log: log.With("component", "tiered"), cache: c, parts: map[uint64]*partState{}, sweepFailing: map[[16]byte]bool{},
 		stop: make(chan struct{}), done: make(chan struct{}), ctx: ctx, cancel: cancel}, nil
 }

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Benchmark (a) of scripts/bench-tiered.sh (produce p99 while uploading, as
+# a ratio to no tiering on the same node) for two builds, interleaved: an
+# old commit (built from `git archive`) and this work tree, their order
+# alternating by round, so that the machine's load hits both alike. Each
+# round runs bench-tiered.sh with ROUNDS=2 for each build (both orders of
+# its own two cases). Prints a markdown table and the load averages.
+#
+#   scripts/bench-tiered-ab.sh 419b138                 # 4 rounds of 10 s runs
+#   AB_ROUNDS=6 SECONDS_PER_RUN=10 scripts/bench-tiered-ab.sh main
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+old=${1:?usage: bench-tiered-ab.sh OLD_COMMIT}
+rounds=${AB_ROUNDS:-4}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+echo "building $old and the work tree into $work" >&2
+mkdir "$work/src"
+git -C "$repo" archive "$old" | tar -x -C "$work/src"
+(cd "$work/src" && CGO_ENABLED=0 go build -o "$work/holdfast-old" ./cmd/holdfast)
+(cd "$repo" && CGO_ENABLED=0 go build -o "$work/holdfast-new" ./cmd/holdfast)
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
+run=0
+for round in $(seq "$rounds"); do
+	order="old new"; if [ $((round % 2)) = 0 ]; then order="new old"; fi
+	for b in $order; do
+		# Each run on its own ports (a node just stopped may still hold
+		# the last ones); a run that fails (a start too slow on a loaded
+		# machine) is tried once more.
+		for try in 1 2; do
+			run=$((run + 1))
+			echo "A/B round $round: $b (try $try)" >&2
+			if HOLDFAST_BIN="$work/holdfast-$b" ONLY=a ROUNDS=2 KEEP="$work/$b-$round.jsonl" \
+				PORT=$((39400 + 4 * run)) S3_PORT=$((39401 + 4 * run)) "$repo/scripts/bench-tiered.sh" >/dev/null; then
+				break
+			fi
+			[ "$try" = 1 ] || { echo "round $round: $b failed twice" >&2; exit 1; }
+		done
+	done
+done
+load1=$(cut -d' ' -f1-3 /proc/loadavg)
+python3 - "$work" "$rounds" "$old" "$load0" "$load1" "$(nproc)" <<'PY'
+import json, statistics, sys
+work, rounds, old, load0, load1, ncpu = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
+med = statistics.median
+def cases(b, k):
+    rows = [json.loads(l) for l in open("%s/%s-%d.jsonl" % (work, b, k))]
+    out = []
+    for r in sorted({x["round"] for x in rows}):
+        p = {x["tiered"]: x["produce_latency"]["p99_ms"] for x in rows if x["round"] == r}
+        out.append((p["no"], p["yes"]))
+    return out
+print("load average at the start: %s, at the end: %s (%s cores)" % (load0, load1, ncpu))
+print()
+print("| round | %s: p99 ms no tiering / tiered (ratio) | work tree: p99 ms no tiering / tiered (ratio) |" % old)
+print("|---|---|---|")
+ratios = {"old": [], "new": []}
+for k in range(1, rounds + 1):
+    cells = []
+    for b in ("old", "new"):
+        c = cases(b, k)
+        cells.append(", ".join("%.2f / %.2f (%.2fx)" % (n, t, t / n) for n, t in c))
+        ratios[b] += [t / n for n, t in c]
+    print("| %d | %s | %s |" % (k, cells[0], cells[1]))
+print("| median of the ratios | **%.2fx** | **%.2fx** |" % (med(ratios["old"]), med(ratios["new"])))
+PY
