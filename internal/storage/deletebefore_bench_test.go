@@ -33,7 +33,7 @@ func BenchmarkAppendDuringDeleteBefore(b *testing.B) {
 				b.Fatal(err)
 			}
 			worst = max(worst, time.Since(t0))
-			time.Sleep(500 * time.Microsecond)
+			time.Sleep(500 * time.Microsecond) // a benchmark's producer pace: appends spread over the delete, as a client's arrive
 		}
 		return worst
 	}
