@@ -203,9 +203,10 @@ func topicCreateCmd(conn *connFlags) *cobra.Command {
 // takes the partition count and the offsets from the objects.
 func topicRestoreCmd(conn *connFlags) *cobra.Command {
 	var (
-		from    string
-		rf      int16
-		configs []string
+		from       string
+		rf         int16
+		partitions int32
+		configs    []string
 	)
 	c := &cobra.Command{
 		Use:   "restore TOPIC",
@@ -228,7 +229,7 @@ func topicRestoreCmd(conn *connFlags) *cobra.Command {
 				m[k] = &v
 			}
 			return conn.call(func(ctx context.Context, c *admin.Client) error {
-				resp, err := c.A.CreateTopics(ctx, -1, rf, m, args[0])
+				resp, err := c.A.CreateTopics(ctx, partitions, rf, m, args[0])
 				if err != nil {
 					return err
 				}
@@ -243,6 +244,7 @@ func topicRestoreCmd(conn *connFlags) *cobra.Command {
 	}
 	c.Flags().StringVar(&from, "from", "", "the old topic's <topic>-<topic id> directory in the bucket; needed only when the bucket holds several topics of that name")
 	c.Flags().Int16VarP(&rf, "replication-factor", "r", -1, "replicas per partition, -1 for the broker's default.replication.factor")
+	c.Flags().Int32VarP(&partitions, "partitions", "p", -1, "the old topic's partition count; -1: as many as the bucket shows (up to the highest partition that uploaded a segment)")
 	c.Flags().StringArrayVarP(&configs, "config", "c", nil, "other topic configs key=value, repeatable (local.retention.ms=3600000)")
 	return c
 }
