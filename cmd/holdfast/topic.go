@@ -244,7 +244,7 @@ func topicRestoreCmd(conn *connFlags) *cobra.Command {
 	}
 	c.Flags().StringVar(&from, "from", "", "the old topic's <topic>-<topic id> directory in the bucket; needed only when the bucket holds several topics of that name")
 	c.Flags().Int16VarP(&rf, "replication-factor", "r", -1, "replicas per partition, -1 for the broker's default.replication.factor")
-	c.Flags().Int32VarP(&partitions, "partitions", "p", -1, "the old topic's partition count; -1: as many as the bucket shows (up to the highest partition that uploaded a segment)")
+	c.Flags().Int32VarP(&partitions, "partitions", "p", -1, "the old topic's partition count; -1: as many as its uploads recorded (objects uploaded before that was recorded: up to the highest partition that uploaded a segment)")
 	c.Flags().StringArrayVarP(&configs, "config", "c", nil, "other topic configs key=value, repeatable (local.retention.ms=3600000)")
 	return c
 }

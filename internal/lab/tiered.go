@@ -122,9 +122,9 @@ func tieredRestore(ctx context.Context, e *env) []Row {
 		}
 		configs["remote.storage.restore.from"] = ptr(topic)
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)
-		// The partition count given, as an operator who knew it would: the
-		// objects only show partitions up to the highest that uploaded a
-		// segment, and a short run can leave the last one with none.
+		// The partition count given, as an operator who knew it would (the
+		// uploads record it too: TestTieredRestoreKeepsPartitionCount
+		// restores without it).
 		err = c2.createTopic(cctx, topic, partitions, configs)
 		cancel()
 		if err != nil {

@@ -61,11 +61,15 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // offset, byte position) pairs about every indexEvery bytes. Timestamps
 // are the segment's largest (a time index is not uploaded yet).
 type sidecar struct {
-	Topic     string     `json:"topic"`
-	TopicID   string     `json:"topic_id"`
-	Partition int32      `json:"partition"`
-	Segment   Segment    `json:"segment"`
-	Index     [][2]int64 `json:"offset_index"`
+	Topic     string `json:"topic"`
+	TopicID   string `json:"topic_id"`
+	Partition int32  `json:"partition"`
+	// Partitions is the topic's partition count at the upload: a restore
+	// gets it back even when the last partitions never uploaded (absent
+	// in uploads from before it existed).
+	Partitions int32      `json:"topic_partitions,omitempty"`
+	Segment    Segment    `json:"segment"`
+	Index      [][2]int64 `json:"offset_index"`
 	// Aborted are the aborted transactions with records in the segment
 	// (Kafka's transaction index): read_committed fetches skip them.
 	Aborted []partition.AbortedTxn `json:"aborted_transactions,omitempty"`
@@ -97,7 +101,7 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t met
 	defer f.Close()
 	w := bufio.NewWriterSize(f, 1<<20)
 	seg := Segment{Base: from, Next: next, Epoch: epoch, MaxTimestamp: -1}
-	sc := sidecar{Topic: t.Name, TopicID: t.IDString(), Partition: p.Index()}
+	sc := sidecar{Topic: t.Name, TopicID: t.IDString(), Partition: p.Index(), Partitions: t.Partitions}
 	var crc uint32
 	var pos, lastIndexed int64 = 0, -indexEvery
 	lastEpoch := int64(-1)

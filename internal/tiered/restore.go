@@ -31,6 +31,11 @@ const idLen = 22
 // maxRestoreObjects bounds the keys a restore lists under one topic.
 const maxRestoreObjects = 4 * maxManifestSegments * 16
 
+// maxRestorePartitions bounds the partition count a sidecar can make a
+// restore plan (a damaged or hostile object): the broker's own limit for
+// one topic (createtopics.go) refuses more anyway.
+const maxRestorePartitions = 10000
+
 // SplitDir splits a key directory <topic>-<topic id>.
 func SplitDir(dir string) (name, id string, ok bool) {
 	if len(dir) < idLen+2 || dir[len(dir)-idLen-1] != '-' || strings.Contains(dir, "/") {
@@ -86,20 +91,25 @@ func (m *Manager) PlanRestore(ctx context.Context, from string) (dir string, sta
 	if len(parts) == 0 {
 		return "", nil, -1, fmt.Errorf("the object store holds no segments under %s%s/", m.cfg.Prefix, dir)
 	}
+	// As many partitions as the uploads recorded the topic had, and at
+	// least up to the highest with objects: a partition that never
+	// uploaded starts empty at offset 0.
 	n := int32(0)
-	for part := range parts {
-		n = max(n, part+1)
-	}
-	starts = make([]topicconfig.RestoreStart, n)
+	found := map[int32]topicconfig.RestoreStart{}
 	for part, segs := range parts {
-		mf, prod, err := m.restoredManifest(ctx, dir, part, segs, -1)
+		mf, prod, topicParts, err := m.restoredChain(ctx, dir, part, segs, -1)
 		if err != nil {
 			return "", nil, -1, err
 		}
-		starts[part] = topicconfig.RestoreStart{Offset: mf.End(), Epoch: mf.maxEpoch()}
+		n = max(n, part+1, min(topicParts, maxRestorePartitions))
+		found[part] = topicconfig.RestoreStart{Offset: mf.End(), Epoch: mf.maxEpoch()}
 		if prod != nil {
 			maxProducerID = max(maxProducerID, prod.MaxProducerID())
 		}
+	}
+	starts = make([]topicconfig.RestoreStart, n)
+	for part, st := range found {
+		starts[part] = st
 	}
 	return dir, starts, maxProducerID, nil
 }
@@ -159,21 +169,31 @@ func (m *Manager) listRestore(ctx context.Context, dir string) (map[int32][]rest
 // It also returns the producer snapshot of the chain's last segment (nil
 // if it has none).
 func (m *Manager) restoredManifest(ctx context.Context, dir string, part int32, keys []restoreKey, end int64) (Manifest, *partition.ProducerState, error) {
+	mf, prod, _, err := m.restoredChain(ctx, dir, part, keys, end)
+	return mf, prod, err
+}
+
+// restoredChain is restoredManifest, and the topic's partition count the
+// segments' sidecars recorded (the largest: a topic's partitions only
+// grow; 0 if none did).
+func (m *Manager) restoredChain(ctx context.Context, dir string, part int32, keys []restoreKey, end int64) (Manifest, *partition.ProducerState, int32, error) {
 	_, id, _ := SplitDir(dir)
 	var segs []Segment
+	var topicParts int32
 	for _, k := range keys {
 		key := fmt.Sprintf("%s%s/%d/%020d-%d.index", m.cfg.Prefix, dir, part, k.base, k.epoch)
 		b, err := m.store.Get(ctx, key, maxSidecar)
 		if err != nil {
-			return Manifest{}, nil, fmt.Errorf("reading %s: %w", key, err)
+			return Manifest{}, nil, 0, fmt.Errorf("reading %s: %w", key, err)
 		}
 		var sc sidecar
 		if err := json.Unmarshal(b, &sc); err != nil {
-			return Manifest{}, nil, fmt.Errorf("%s: %w", key, err)
+			return Manifest{}, nil, 0, fmt.Errorf("%s: %w", key, err)
 		}
+		topicParts = max(topicParts, sc.Partitions)
 		s := sc.Segment
 		if sc.TopicID != id || sc.Partition != part || s.Base != k.base || s.Epoch != k.epoch || s.Next <= s.Base || s.Size < 0 {
-			return Manifest{}, nil, fmt.Errorf("%s does not describe the segment its key names", key)
+			return Manifest{}, nil, 0, fmt.Errorf("%s does not describe the segment its key names", key)
 		}
 		s.Dir = dir
 		segs = append(segs, s)
@@ -194,17 +214,17 @@ func (m *Manager) restoredManifest(ctx context.Context, dir string, part int32, 
 			chain = append(chain, s)
 		}
 		if len(chain) > maxManifestSegments {
-			return Manifest{}, nil, fmt.Errorf("partition %d of %s has more than %d segments", part, dir, maxManifestSegments)
+			return Manifest{}, nil, 0, fmt.Errorf("partition %d of %s has more than %d segments", part, dir, maxManifestSegments)
 		}
 	}
 	if end > 0 && len(chain) == 0 {
-		return Manifest{}, nil, fmt.Errorf("partition %d of %s: no segment ends at %d", part, dir, end)
+		return Manifest{}, nil, 0, fmt.Errorf("partition %d of %s: no segment ends at %d", part, dir, end)
 	}
 	var prod *partition.ProducerState
 	if len(chain) > 0 {
 		var err error
 		if prod, err = m.readProducers(ctx, m.key(metadata.Topic{}, part, chain[0])); err != nil {
-			return Manifest{}, nil, err
+			return Manifest{}, nil, 0, err
 		}
 		if prod != nil && prod.End != chain[0].Next {
 			prod = nil
@@ -215,7 +235,7 @@ func (m *Manager) restoredManifest(ctx context.Context, dir string, part int32, 
 	if len(chain) > 0 {
 		mf.Start = chain[0].Base
 	}
-	return mf, prod, nil
+	return mf, prod, topicParts, nil
 }
 
 // restore commits p's restored manifest, once, before anything else of

@@ -361,3 +361,50 @@ func partOffsetErr(n *brokertest.Node, topic string, p int32, ts int64) (int64, 
 	sp := resp.(*kmsg.ListOffsetsResponse).Topics[0].Partitions[0]
 	return sp.Offset, kerr.ErrorForCode(sp.ErrorCode)
 }
+
+// TestTieredRestoreKeepsPartitionCount: a topic whose last partitions
+// never closed a segment comes back with every partition (the uploads
+// record the count); before, a restore without a count made it only as
+// large as the highest partition with objects.
+func TestTieredRestoreKeepsPartitionCount(t *testing.T) {
+	s := startObjectStore(t)
+	const topic, parts = "restorecount", 3
+	n := brokertest.Start(t, withTiered(s))
+	n.CreateTopic(topic, parts, tieredTopic())
+	cl := n.Client(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	producePart(t, cl, topic, 0, 0, restoreRecords) // partitions 1 and 2 stay empty
+	brokertest.Await(t, "partition 0 uploaded", func() error {
+		if e := partOffset(t, n, topic, 0, -5); e < 0 {
+			return fmt.Errorf("latest tiered offset %d", e)
+		}
+		return nil
+	})
+	n.Stop()
+	if err := os.RemoveAll(n.Cfg.DataDir); err != nil {
+		t.Fatal(err)
+	}
+
+	fresh := brokertest.Start(t, withTiered(s))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	configs := tieredTopic()
+	configs["remote.storage.restore.from"] = strp(topic)
+	resp, err := fresh.Admin().CreateTopics(ctx, -1, 1, configs, topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if got := resp[topic].NumPartitions; got != parts {
+		t.Fatalf("restored topic has %d partitions, the uploads recorded %d", got, parts)
+	}
+	for p := int32(1); p < parts; p++ {
+		brokertest.Await(t, "an empty restored partition", func() error {
+			if e, err := partOffsetErr(fresh, topic, p, -1); err != nil || e != 0 {
+				return fmt.Errorf("partition %d: latest offset %d (%v)", p, e, err)
+			}
+			return nil
+		})
+	}
+}
