@@ -108,10 +108,6 @@ type journal struct {
 	// Lock order: flushMu, then mu.
 	flushMu sync.Mutex
 	mu      sync.Mutex
-	// fileMu: putAnchorSynced's fsync holds it shared, after letting go
-	// of flushMu; closing f (a rewrite, close) holds it exclusively.
-	// Lock order: flushMu, then mu, then fileMu.
-	fileMu sync.RWMutex
 	f       storage.File
 	size    int64
 	buf     []byte
@@ -121,6 +117,10 @@ type journal struct {
 	// checkAt is the size at which flush next measures the live state
 	// (a walk of every group) to decide on a rewrite.
 	checkAt int64
+	// fileMu: putAnchorSynced's fsync holds it shared, after letting go
+	// of flushMu; closing f (a rewrite, close) holds it exclusively.
+	// Lock order: flushMu, then mu, then fileMu.
+	fileMu sync.RWMutex
 }
 
 // maxJournalSize bounds what open reads (the live state of 1M groups fits).
