@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"slices"
+	"sync"
 	"time"
 
 	"holdfast/internal/failpoint"
@@ -103,12 +104,14 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t met
 	var pos, lastIndexed int64 = 0, -indexEvery
 	lastEpoch := int64(-1)
 	off := from
+	chunk := chunkBufs.Get().(*[]byte)
+	defer chunkBufs.Put(chunk)
 	for off < next {
 		s, err := p.Log().Read(off, next, 1<<20)
 		if err != nil {
 			return Segment{}, fmt.Errorf("reading [%d, %d): %w", off, next, err)
 		}
-		buf, err := s.Bytes()
+		buf, err := s.BytesInto(*chunk)
 		s.Release()
 		if err != nil {
 			return Segment{}, err
@@ -165,7 +168,7 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t met
 	// client clock ahead of this node's.
 	prod.Expire(min(seg.MaxTimestamp, time.Now().UnixMilli()))
 	key := m.key(t, p.Index(), seg)
-	body := &segmentReader{log: p.Log(), from: from, next: next, size: pos, crc: crc}
+	body := &segmentReader{log: p.Log(), from: from, next: next, size: pos, crc: crc, chunk: *chunk}
 	if err := m.store.PutStream(ctx, key+".log", body, pos); err != nil {
 		return Segment{}, fmt.Errorf("upload %s.log: %w", key, err)
 	}
@@ -208,7 +211,12 @@ type segmentReader struct {
 	read       int64  // bytes read from the log
 	sum        uint32
 	buf        []byte // read, not yet handed out
+	chunk      []byte // memory to read into (nil: allocated per read)
 }
+
+// chunkBufs are copySegment's read buffers: one for both of its reads
+// through the log, the second after the first is done with it.
+var chunkBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
 // errSegmentChanged: a segment's second read did not match its first.
 var errSegmentChanged = errors.New("tiered: segment bytes changed between their check and their upload")
@@ -225,7 +233,7 @@ func (r *segmentReader) Read(p []byte) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("tiered: reading [%d, %d) for upload: %w", r.off, r.next, err)
 		}
-		b, err := s.Bytes()
+		b, err := s.BytesInto(r.chunk)
 		s.Release()
 		if err != nil {
 			return 0, err

@@ -54,7 +54,7 @@ func TestSegmentReaderStreamsWhatWasChecked(t *testing.T) {
 		off = s.LastOffset + 1
 	}
 	crc := crc32.Checksum(want, castagnoli)
-	r := &segmentReader{log: l, from: from, next: next, size: int64(len(want)), crc: crc}
+	r := &segmentReader{log: l, from: from, next: next, size: int64(len(want)), crc: crc, chunk: make([]byte, 1<<20)}
 	got, err := io.ReadAll(r)
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("read %d bytes (%v), want the segment's %d", len(got), err, len(want))
