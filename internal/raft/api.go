@@ -578,8 +578,9 @@ func (h *Host) Compact(groupID uint64, offset int64) error {
 		return err
 	}
 	a := anchor{Index: prev, Term: term, Offset: base}
-	h.journal.putAnchor(groupID, a, true)
-	if err := h.journal.flush(true); err != nil {
+	// Durable before any file goes, fsynced without holding up the store
+	// round (putAnchorSynced).
+	if err := h.journal.putAnchorSynced(groupID, a); err != nil {
 		return err
 	}
 	if err := g.st.compactTo(a); err != nil {

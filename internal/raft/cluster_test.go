@@ -56,7 +56,12 @@ type cluster struct {
 	electionTicks, quiesceTicks int
 	// net, if set, carries the Raft traffic instead of TCP (withMemNetwork).
 	net *MemNetwork
+	// logCfg, if set, is every log's config (withLogConfig); else the default.
+	logCfg *storage.Config
 }
+
+// withLogConfig opens every node's logs with cfg (small segments, say).
+func withLogConfig(cfg storage.Config) func(*cluster) { return func(c *cluster) { c.logCfg = &cfg } }
 
 // withMemNetwork runs the cluster's hosts on an in-memory network.
 func withMemNetwork(n *MemNetwork) func(*cluster) { return func(c *cluster) { c.net = n } }
@@ -159,8 +164,12 @@ func (c *cluster) start(id uint64) {
 		}
 	}
 	nd.logs = map[uint64]*storage.Log{}
+	logCfg := storage.DefaultConfig()
+	if c.logCfg != nil {
+		logCfg = *c.logCfg
+	}
 	for _, g := range c.groups {
-		l, err := storage.Open(filepath.Join(nd.dir, "logs", fmt.Sprint(g)), storage.DefaultConfig(), storage.Options{FS: fsys, Syncer: nd.syncer, Logger: c.logger})
+		l, err := storage.Open(filepath.Join(nd.dir, "logs", fmt.Sprint(g)), logCfg, storage.Options{FS: fsys, Syncer: nd.syncer, Logger: c.logger})
 		if err != nil {
 			c.tb.Fatalf("open log: %v", err)
 		}

@@ -117,6 +117,10 @@ type journal struct {
 	// checkAt is the size at which flush next measures the live state
 	// (a walk of every group) to decide on a rewrite.
 	checkAt int64
+	// fileMu: putAnchorSynced's fsync holds it shared, after letting go
+	// of flushMu; closing f (a rewrite, close) holds it exclusively.
+	// Lock order: flushMu, then mu, then fileMu.
+	fileMu sync.RWMutex
 }
 
 // maxJournalSize bounds what open reads (the live state of 1M groups fits).
@@ -408,6 +412,56 @@ func (j *journal) putAnchor(g uint64, a anchor, done bool) {
 	j.dirty = true
 }
 
+// putAnchorSynced journals a compaction's anchor (Host.Compact) and
+// returns once it is fsynced. It holds flushMu only while it writes the
+// buffered records, not through the fsync: the store round's flush, on
+// every produce's path, waits for a write to the page cache at most, never
+// for this fsync (issue 28: a remote upload's local delete stalled
+// produce behind it). An fsync covers every write before it, so what the
+// store round writes meanwhile takes nothing from it. When a buffered
+// record needs an fsync of its own (dirty: a term, a vote, a side entry)
+// it is the plain flush(true): the store round relies on those being
+// durable once its flush returns, so they are not written here unsynced.
+func (j *journal) putAnchorSynced(g uint64, a anchor) error {
+	j.flushMu.Lock()
+	j.mu.Lock()
+	if j.f == nil || j.dirty {
+		j.mu.Unlock()
+		j.flushMu.Unlock()
+		j.putAnchor(g, a, true)
+		return j.flush(true)
+	}
+	s := j.state(g)
+	s.anc, s.ancPending = a, false
+	s.side = compactSide(s.side, a.Index)
+	b := appendRecord(j.buf, jAnchor, g, anchorPayload(a, true))
+	j.buf, j.spare = j.spare[:0], nil
+	j.mu.Unlock()
+	n, err := j.f.Write(b)
+	j.size += int64(n)
+	j.mu.Lock()
+	j.spare = b[:0]
+	if err != nil {
+		j.dirty = true // as in flush: the host fails the cycle
+		j.mu.Unlock()
+		j.flushMu.Unlock()
+		return fmt.Errorf("raft: journal write: %w", err)
+	}
+	j.mu.Unlock()
+	f := j.f
+	j.fileMu.RLock() // before flushMu goes: no rewrite closes f under the fsync
+	j.flushMu.Unlock()
+	err = f.Sync()
+	j.fileMu.RUnlock()
+	if err != nil {
+		j.mu.Lock()
+		j.dirty = true // not known durable: the next flush fsyncs again
+		j.mu.Unlock()
+		return fmt.Errorf("raft: journal fsync: %w", err)
+	}
+	return nil
+}
+
 func entryPayload(e sideEntry) []byte {
 	p := binary.BigEndian.AppendUint64(nil, e.Index)
 	p = binary.BigEndian.AppendUint64(p, e.Term)
@@ -597,8 +651,10 @@ func (j *journal) rewriteLocked() error {
 		f.Close()
 		return err
 	}
+	j.fileMu.Lock() // a putAnchorSynced's fsync of the old file ends first
 	j.f.Close()
 	j.f, j.size, j.checkAt = f, int64(len(b)), 0
+	j.fileMu.Unlock()
 	return nil
 }
 
@@ -617,7 +673,9 @@ func (j *journal) close() error {
 	if j.f == nil {
 		return ferr
 	}
+	j.fileMu.Lock()
 	err := j.f.Close()
 	j.f = nil
+	j.fileMu.Unlock()
 	return errors.Join(ferr, err)
 }

@@ -1553,11 +1553,20 @@ func ExternalSlice(f File, pos int64, size int, base, last int64, release func()
 
 // Bytes reads the range, checking its batches' CRCs unless they were
 // checked before (verify.go): corrupt bytes are never returned.
-func (s Slice) Bytes() ([]byte, error) {
+func (s Slice) Bytes() ([]byte, error) { return s.BytesInto(nil) }
+
+// BytesInto is Bytes into buf's memory when it has the room (a reader
+// that goes through a log in chunks, tiered storage's upload, then
+// allocates nothing per chunk); the result is buf or a new slice.
+func (s Slice) BytesInto(buf []byte) ([]byte, error) {
 	if s.Size == 0 {
 		return nil, nil
 	}
-	b := make([]byte, s.Size)
+	b := buf[:0]
+	if cap(b) < s.Size {
+		b = make([]byte, s.Size)
+	}
+	b = b[:s.Size]
 	n, err := s.File.ReadAt(b, s.Pos)
 	if n < len(b) {
 		return nil, fmt.Errorf("storage: read %s at %d: %w", s.File.Name(), s.Pos, err)

@@ -1,19 +1,21 @@
 package tiered
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
-	"os"
+	"io"
 	"slices"
+	"sync"
 	"time"
 
 	"holdfast/internal/failpoint"
 	"holdfast/internal/metadata"
 	"holdfast/internal/partition"
 	"holdfast/internal/records"
+	"holdfast/internal/storage"
 )
 
 // maxTimeIndex bounds a segment's time index (about 40 bytes an entry, in
@@ -87,31 +89,29 @@ type sidecar struct {
 
 // copySegment uploads the batches [from, next) of p's log as one segment
 // (the .log object, then its .index): read through the log like any
-// reader, checked batch by batch on the way.
+// reader, checked batch by batch on the way, then streamed from the log
+// to the object store (segmentReader). No copy of the segment is written
+// to the local disk on the way: that write's writeback shared the disk,
+// and ext4's journal, with the produce path's fsyncs (issue 28).
 func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t metadata.Topic, st *partState, from, next int64, epoch int32) (Segment, error) {
 	prod, err := m.producersAt(ctx, p, t, st, from)
 	if err != nil {
 		return Segment{}, err
 	}
-	f, err := m.tempFile()
-	if err != nil {
-		return Segment{}, err
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	w := bufio.NewWriterSize(f, 1<<20)
 	seg := Segment{Base: from, Next: next, Epoch: epoch, MaxTimestamp: -1}
 	sc := sidecar{Topic: t.Name, TopicID: t.IDString(), Partition: p.Index(), Partitions: t.Partitions}
 	var crc uint32
 	var pos, lastIndexed int64 = 0, -indexEvery
 	lastEpoch := int64(-1)
 	off := from
+	chunk := chunkBufs.Get().(*[]byte)
+	defer chunkBufs.Put(chunk)
 	for off < next {
 		s, err := p.Log().Read(off, next, 1<<20)
 		if err != nil {
 			return Segment{}, fmt.Errorf("reading [%d, %d): %w", off, next, err)
 		}
-		buf, err := s.Bytes()
+		buf, err := s.BytesInto(*chunk)
 		s.Release()
 		if err != nil {
 			return Segment{}, err
@@ -155,15 +155,9 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t met
 			m.stats.CopyThrottledNanos.Store(int64(m.copyThrottle.Slept()))
 		}
 		crc = crc32.Update(crc, castagnoli, buf)
-		if _, err := w.Write(buf); err != nil {
-			return Segment{}, err
-		}
 	}
 	if off != next {
 		return Segment{}, fmt.Errorf("segment [%d, %d) read up to %d", from, next, off)
-	}
-	if err := w.Flush(); err != nil {
-		return Segment{}, err
 	}
 	seg.Size, seg.CRC = pos, crc
 	sc.Segment = seg
@@ -174,7 +168,8 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t met
 	// client clock ahead of this node's.
 	prod.Expire(min(seg.MaxTimestamp, time.Now().UnixMilli()))
 	key := m.key(t, p.Index(), seg)
-	if err := m.store.PutFile(ctx, key+".log", f.Name()); err != nil {
+	body := &segmentReader{log: p.Log(), from: from, next: next, size: pos, crc: crc, chunk: *chunk}
+	if err := m.store.PutStream(ctx, key+".log", body, pos); err != nil {
 		return Segment{}, fmt.Errorf("upload %s.log: %w", key, err)
 	}
 	snap, err := json.Marshal(prod)
@@ -198,6 +193,90 @@ func (m *Manager) copySegment(ctx context.Context, p *partition.Partition, t met
 	st.prod, st.prodOK = prod, true
 	m.mu.Unlock()
 	return seg, nil
+}
+
+// segmentReader is a segment's bytes, the batches [from, next), read
+// through the log again for its upload (each batch's CRC checked by the
+// read). It hands out a chunk only once it has read it whole, and the last
+// only if everything read matches what copySegment's pass recorded (size
+// and CRC-32C): the object holds exactly the bytes its segment record
+// describes, or the upload fails. Seek to the start reads again (the
+// client's retry of a request).
+type segmentReader struct {
+	log        *storage.Log
+	from, next int64
+	size       int64  // bytes expected
+	crc        uint32 // CRC-32C expected
+	off        int64  // next offset to read from the log
+	read       int64  // bytes read from the log
+	sum        uint32
+	buf        []byte // read, not yet handed out
+	chunk      []byte // memory to read into (nil: allocated per read)
+}
+
+// chunkBufs are copySegment's read buffers: one for both of its reads
+// through the log, the second after the first is done with it.
+var chunkBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
+
+// errSegmentChanged: a segment's second read did not match its first.
+var errSegmentChanged = errors.New("tiered: segment bytes changed between their check and their upload")
+
+func (r *segmentReader) Read(p []byte) (int, error) {
+	if r.read == 0 && r.off == 0 {
+		r.off = r.from
+	}
+	for len(r.buf) == 0 {
+		if r.off >= r.next {
+			return 0, io.EOF
+		}
+		s, err := r.log.Read(r.off, r.next, 1<<20)
+		if err != nil {
+			return 0, fmt.Errorf("tiered: reading [%d, %d) for upload: %w", r.off, r.next, err)
+		}
+		b, err := s.BytesInto(r.chunk)
+		s.Release()
+		if err != nil {
+			return 0, err
+		}
+		last := int64(-1)
+		for rest := b; len(rest) > 0; {
+			batch, tail, err := records.Next(rest)
+			if err != nil {
+				return 0, fmt.Errorf("tiered: segment at %d: %w", r.off, err)
+			}
+			h, err := records.ParseHeader(batch)
+			if err != nil {
+				return 0, err
+			}
+			last, rest = h.LastOffset(), tail
+		}
+		if last < r.off {
+			return 0, fmt.Errorf("tiered: reading [%d, %d) for upload: nothing at %d", r.from, r.next, r.off)
+		}
+		r.off = last + 1
+		r.read += int64(len(b))
+		r.sum = crc32.Update(r.sum, castagnoli, b)
+		if r.read > r.size || r.off >= r.next && (r.off != r.next || r.read != r.size || r.sum != r.crc) {
+			return 0, fmt.Errorf("%w: [%d, %d), %d bytes read up to %d, %d expected", errSegmentChanged, r.from, r.next, r.read, r.off, r.size)
+		}
+		r.buf = b
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+// Seek supports what an HTTP client's retry needs: to the start, and
+// where it is.
+func (r *segmentReader) Seek(offset int64, whence int) (int64, error) {
+	switch {
+	case offset == 0 && whence == io.SeekStart:
+		r.off, r.read, r.sum, r.buf = r.from, 0, 0, nil
+		return 0, nil
+	case offset == 0 && whence == io.SeekCurrent:
+		return r.read - int64(len(r.buf)), nil
+	}
+	return 0, errors.New("tiered: a segment upload seeks only to its start")
 }
 
 // producersAt is the producer state as of offset from, the end of p's

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -679,11 +678,6 @@ func parseLong(v string, def int64) int64 {
 		return def
 	}
 	return n
-}
-
-// tempFile creates a file for an upload in the cache directory.
-func (m *Manager) tempFile() (*os.File, error) {
-	return os.CreateTemp(m.cfg.CacheDir, "upload-*.tmp")
 }
 
 var errNotRemote = errors.New("tiered: offset is not in the remote log")

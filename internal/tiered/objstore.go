@@ -17,8 +17,9 @@ import (
 
 // ObjectStore is what tiered storage needs of an object store.
 type ObjectStore interface {
-	// PutFile uploads the file at path as key.
-	PutFile(ctx context.Context, key, path string) error
+	// PutStream uploads the size bytes r holds as key. r seeks back to
+	// its start for a retry.
+	PutStream(ctx context.Context, key string, r io.ReadSeeker, size int64) error
 	// Put uploads data as key.
 	Put(ctx context.Context, key string, data []byte) error
 	// GetTo writes object key to w, at most limit bytes (more is an
@@ -90,8 +91,10 @@ func NewS3(cfg Config) (ObjectStore, error) {
 	return &s3Store{c: c, bucket: cfg.Bucket}, nil
 }
 
-func (s *s3Store) PutFile(ctx context.Context, key, path string) error {
-	_, err := s.c.FPutObject(ctx, s.bucket, key, path, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+func (s *s3Store) PutStream(ctx context.Context, key string, r io.ReadSeeker, size int64) error {
+	// A known size at or under the client's part size (16 MiB) is one
+	// PUT, streamed with a chunked signature; above it, parts of 16 MiB.
+	_, err := s.c.PutObject(ctx, s.bucket, key, r, size, minio.PutObjectOptions{ContentType: "application/octet-stream"})
 	return err
 }
 

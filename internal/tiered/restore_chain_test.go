@@ -15,7 +15,9 @@ import (
 // (the end-to-end restore runs against a real S3 server: restore_test.go).
 type memStore map[string][]byte
 
-func (s memStore) PutFile(context.Context, string, string) error { return errors.New("unused") }
+func (s memStore) PutStream(context.Context, string, io.ReadSeeker, int64) error {
+	return errors.New("unused")
+}
 func (s memStore) Put(_ context.Context, k string, b []byte) error {
 	s[k] = b
 	return nil
