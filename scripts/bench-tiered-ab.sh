@@ -14,6 +14,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 old=${1:?usage: bench-tiered-ab.sh OLD_COMMIT}
 rounds=${AB_ROUNDS:-4}
 part=${PART:-a}
+base=${PORT_BASE:-39400} # runs use ports base+4, base+5, base+8, ...: another run at once needs another base
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "building $old and the work tree into $work" >&2
@@ -33,7 +34,7 @@ for round in $(seq "$rounds"); do
 			run=$((run + 1))
 			echo "A/B round $round: $b (try $try)" >&2
 			if HOLDFAST_BIN="$work/holdfast-$b" ONLY=$part ROUNDS=2 KEEP="$work/$b-$round.jsonl" \
-				PORT=$((39400 + 4 * run)) S3_PORT=$((39401 + 4 * run)) "$repo/scripts/bench-tiered.sh" >/dev/null; then
+				PORT=$((base + 4 * run)) S3_PORT=$((base + 1 + 4 * run)) "$repo/scripts/bench-tiered.sh" >/dev/null; then
 				break
 			fi
 			[ "$try" = 1 ] || { echo "round $round: $b failed twice" >&2; exit 1; }
