@@ -9,9 +9,11 @@
 #   scripts/bench-tiered-ab.sh 419b138                 # 4 rounds of 10 s runs
 #   AB_ROUNDS=6 SECONDS_PER_RUN=10 scripts/bench-tiered-ab.sh main
 #   PART=b CATCHUP_MIB=256 scripts/bench-tiered-ab.sh 17cb8e8  # (b), the catch-up read, instead
+#   scripts/bench-tiered-ab.sh 17cb8e8 HEAD       # "new" built from a commit too, not the work tree
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-old=${1:?usage: bench-tiered-ab.sh OLD_COMMIT}
+old=${1:?usage: bench-tiered-ab.sh OLD_COMMIT [NEW_COMMIT]}
+new=${2:-}
 rounds=${AB_ROUNDS:-4}
 part=${PART:-a}
 base=${PORT_BASE:-39400} # runs use ports base+4, base+5, base+8, ...: another run at once needs another base
@@ -21,7 +23,13 @@ echo "building $old and the work tree into $work" >&2
 mkdir "$work/src"
 git -C "$repo" archive "$old" | tar -x -C "$work/src"
 (cd "$work/src" && CGO_ENABLED=0 go build -o "$work/holdfast-old" ./cmd/holdfast)
-(cd "$repo" && CGO_ENABLED=0 go build -o "$work/holdfast-new" ./cmd/holdfast)
+if [ -n "$new" ]; then
+	mkdir "$work/src-new"
+	git -C "$repo" archive "$new" | tar -x -C "$work/src-new"
+	(cd "$work/src-new" && CGO_ENABLED=0 go build -o "$work/holdfast-new" ./cmd/holdfast)
+else
+	(cd "$repo" && CGO_ENABLED=0 go build -o "$work/holdfast-new" ./cmd/holdfast)
+fi
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 run=0
 for round in $(seq "$rounds"); do
@@ -42,10 +50,10 @@ for round in $(seq "$rounds"); do
 	done
 done
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
-python3 - "$work" "$rounds" "$old" "$load0" "$load1" "$(nproc)" "$part" "${CATCHUP_MIB:-64}" "${SIZE:-1024}" <<'PY'
+python3 - "$work" "$rounds" "$old" "$load0" "$load1" "$(nproc)" "$part" "${CATCHUP_MIB:-64}" "${SIZE:-1024}" "$new" <<'PY'
 import json, statistics, sys
 work, rounds, old, load0, load1, ncpu = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
-part, mib, size = sys.argv[7], int(sys.argv[8]), int(sys.argv[9])
+part, mib, size, new = sys.argv[7], int(sys.argv[8]), int(sys.argv[9]), sys.argv[10]
 med = statistics.median
 if part == "b":
     # Per run: local and object store MiB/s, and holdfast's CPU s per GiB
@@ -54,7 +62,7 @@ if part == "b":
     def cpu(r): return (r["cpu"][0] - r["cpu"][1]) * 1024 / mib
     print("load average at the start: %s, at the end: %s (%s cores)" % (load0, load1, ncpu))
     print()
-    print("| round | %s: MiB/s local / object store (ratio), CPU s/GiB remote | work tree: the same |" % old)
+    print("| round | %s: MiB/s local / object store (ratio), CPU s/GiB remote | %s: the same |" % (old, new or "work tree"))
     print("|---|---|---|")
     ratios, rem, cpus = {"old": [], "new": []}, {"old": [], "new": []}, {"old": [], "new": []}
     for k in range(1, rounds + 1):

@@ -17,6 +17,7 @@
 #   KEEP=/tmp/tiered.jsonl scripts/bench-tiered.sh   # keep the raw kload lines
 #   HOLDFAST_BIN=/tmp/old/holdfast ONLY=a scripts/bench-tiered.sh  # a built binary; (a) only
 #   ONLY=b scripts/bench-tiered.sh              # (b) only
+#   CACHE_BYTES=67108864 ONLY=b scripts/bench-tiered.sh  # a read cache smaller than what (b) reads
 #   (scripts/bench-tiered-ab.sh runs it for two commits, interleaved)
 #
 # One holdfast node (flush=sync, the default) with tiered storage on and one
@@ -38,6 +39,8 @@ size=${SIZE:-1024}               # record value bytes
 catchup_mib=${CATCHUP_MIB:-64}   # MiB read back in (b)
 seg=${SEGMENT_BYTES:-1048576}    # segment.bytes of every topic
 interval=${TASK_INTERVAL:-1s}    # remote.log.manager.task.interval.ms
+cache=()                         # remote.log.storage.cache.bytes (default: the node's, 1 GiB)
+if [ -n "${CACHE_BYTES:-}" ]; then cache=(--remote-log-storage-cache-bytes "$CACHE_BYTES"); fi
 port=${PORT:-39192}
 s3port=${S3_PORT:-39193}
 work=$(mktemp -d)
@@ -66,7 +69,7 @@ await_port $s3port versitygw
 (cd "$work" && exec ./holdfast serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn \
 	--remote-log-storage --remote-log-storage-s3-bucket bench --remote-log-storage-s3-endpoint http://127.0.0.1:$s3port \
 	--remote-log-storage-s3-region us-east-1 --remote-log-storage-s3-path-style \
-	--remote-log-manager-task-interval "$interval") >"$work/holdfast.log" 2>&1 &
+	--remote-log-manager-task-interval "$interval" ${cache[@]+"${cache[@]}"}) >"$work/holdfast.log" 2>&1 &
 pid=$!
 await_port $port holdfast
 hf() { "$work/holdfast" --bootstrap 127.0.0.1:$port "$@"; }
