@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,33 +34,18 @@ const (
 // that arrived and passed their CRC-32C are served as soon as they fill
 // a fetch (entry.batches), so a consumer never waits for the rest of a
 // large segment.
-//
-// The files of segments evicted are written over by the next downloads
-// (spare) rather than removed and created anew: with the cache full, as
-// through a long catch-up, a download takes the file of the segment it
-// evicts, whose blocks and pages are already there (creating, filling and
-// removing a file cost several times the CPU of overwriting one).
 type cache struct {
 	dir   string
 	limit int64
 
-	mu         sync.Mutex
-	entries    map[string]*entry
-	total      int64 // bytes of the entries' files
-	spare      []spareFile
-	spareBytes int64
-	files      int // files created, for their names
-	clock      uint64
-	loading    map[string]chan struct{} // downloads not readable yet
-	failed     map[string]error         // the last failed download of a key, until retried
-	sem        chan struct{}
-	closed     bool
-}
-
-// spareFile is the file of an evicted segment, kept to be written over.
-type spareFile struct {
-	f    *os.File
-	disk int64
+	mu      sync.Mutex
+	entries map[string]*entry
+	total   int64
+	clock   uint64
+	loading map[string]chan struct{} // downloads not readable yet
+	failed  map[string]error         // the last failed download of a key, until retried
+	sem     chan struct{}
+	closed  bool
 }
 
 // entry is a cached segment, whole or arriving. f and size are set
@@ -67,10 +53,9 @@ type spareFile struct {
 type entry struct {
 	f    *os.File
 	size int64
-	disk int64 // bytes of f: size, or more (a spare file of a larger segment)
 	used uint64
 	refs int
-	gone bool // out of entries (failed, evicted, the cache closed): the last release retires f
+	gone bool // out of entries (failed, or the cache closed): the last release closes f
 
 	mu    sync.Mutex
 	avail int64         // bytes of whole checked batches in f
@@ -152,74 +137,25 @@ func (c *cache) close() {
 	for k, e := range c.entries {
 		c.dropLocked(k, e)
 	}
-	c.trimSparesLocked(0)
 }
 
-// dropLocked takes e out of the cache; its file is retired now or, if it
-// is being sent or downloaded, at its last release.
+// dropLocked takes e out of the cache; its file closes now or, if it is
+// being sent or downloaded, at its last release.
 func (c *cache) dropLocked(key string, e *entry) {
 	delete(c.entries, key)
-	c.total -= e.disk
+	c.total -= e.size
 	e.gone = true
+	os.Remove(e.f.Name())
 	if e.refs == 0 {
-		c.retireLocked(e)
-	}
-}
-
-// retireLocked keeps the file of e, read by no one, as a spare (the cache
-// trims spares to fit its limit), or removes it once the cache closed.
-func (c *cache) retireLocked(e *entry) {
-	if c.closed {
-		os.Remove(e.f.Name())
 		e.f.Close()
-		return
-	}
-	c.spare = append(c.spare, spareFile{e.f, e.disk})
-	c.spareBytes += e.disk
-}
-
-// trimSparesLocked removes spare files, the oldest first, until the
-// entries, the spares and need more bytes fit the limit (and always past
-// downloads spares: no more are written over at once).
-func (c *cache) trimSparesLocked(need int64) {
-	for len(c.spare) > 0 && (c.total+c.spareBytes+need > c.limit || len(c.spare) > downloads || c.closed) {
-		sp := c.spare[0]
-		c.spare = c.spare[1:]
-		c.spareBytes -= sp.disk
-		os.Remove(sp.f.Name())
-		sp.f.Close()
 	}
 }
 
-// file is a file for a segment of size bytes: a spare one if there is
-// (the entries evicted first to make room), else a new one, and its bytes.
-func (c *cache) file(size int64) (*os.File, int64, error) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil, 0, errors.New("tiered: closed")
-	}
-	c.evictEntriesLocked(size)
-	if n := len(c.spare); n > 0 {
-		sp := c.spare[n-1] // the newest: its pages the likeliest in memory
-		c.spare = c.spare[:n-1]
-		c.spareBytes -= sp.disk
-		c.mu.Unlock()
-		return sp.f, max(sp.disk, size), nil
-	}
-	c.files++
-	path := filepath.Join(c.dir, fmt.Sprintf("segment-%d", c.files))
-	c.mu.Unlock()
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
-	return f, size, err
-}
-
-// loader downloads a segment into the file of the entry that publish
-// returns (from its start, with WriteAt: a spare file's offset is
-// anywhere; it does not close it): it calls publish once, at its start,
-// after which readers may read the batches of the entry as its advance
-// says they arrive, and returns when the download ends.
-type loader func(publish func(size int64) (*entry, error)) error
+// loader downloads a segment into f (in order, from its start; it does
+// not close f): it calls publish once, at its start, after which readers
+// may read the batches of the entry publish returns as its advance says
+// they arrive, and returns when the download ends.
+type loader func(f *os.File, publish func(size int64) (*entry, error)) error
 
 // acquire returns the segment key, cached or arriving, holding it until
 // release; or, if it is not readable yet, a channel closed when that may
@@ -250,6 +186,7 @@ func (c *cache) acquire(key string, load loader) (*entry, <-chan struct{}, error
 func (c *cache) download(key string, ch chan struct{}, load loader) {
 	c.sem <- struct{}{}
 	defer func() { <-c.sem }()
+	path := filepath.Join(c.dir, strings.ReplaceAll(key, "/", "_"))
 	var e *entry
 	unwait := func() { // once: readers waiting for key look again
 		if c.loading[key] == ch {
@@ -259,27 +196,25 @@ func (c *cache) download(key string, ch chan struct{}, load loader) {
 	}
 	// One descriptor, written by the download and read (pread, sendfile
 	// at an offset) by fetches: the entry owns it once published.
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
 	publish := func(size int64) (*entry, error) {
-		f, disk, err := c.file(size)
-		if err != nil {
-			return nil, err
-		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		// Held (refs) until the download ends: never evicted half-written.
-		c.clock++
-		e = &entry{f: f, size: size, disk: disk, used: c.clock, refs: 1, more: make(chan struct{})}
-		c.entries[key] = e
-		c.total += disk
 		if c.closed {
-			c.dropLocked(key, e)
 			return nil, errors.New("tiered: closed")
 		}
+		// Held (refs) until the download ends: never evicted half-written.
+		c.clock++
+		e = &entry{f: f, size: size, used: c.clock, refs: 1, more: make(chan struct{})}
+		c.entries[key] = e
+		c.total += size
 		c.evictLocked()
 		unwait()
 		return e, nil
 	}
-	err := load(publish)
+	if err == nil {
+		err = load(f, publish)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	unwait()
@@ -287,6 +222,10 @@ func (c *cache) download(key string, ch chan struct{}, load loader) {
 		c.failed[key] = err
 	}
 	if e == nil {
+		if f != nil {
+			f.Close()
+			os.Remove(path)
+		}
 		return
 	}
 	if err != nil && !e.gone {
@@ -308,23 +247,15 @@ func (c *cache) release(e *entry) {
 func (c *cache) releaseLocked(e *entry) {
 	e.refs--
 	if e.gone && e.refs == 0 {
-		c.retireLocked(e)
+		e.f.Close()
 	}
 	c.evictLocked()
 }
 
 // evictLocked drops least recently used segments not being read or
-// downloaded until the cache fits its limit, and spare files past it.
+// downloaded until the cache fits its limit.
 func (c *cache) evictLocked() {
-	c.evictEntriesLocked(0)
-	c.trimSparesLocked(0)
-}
-
-// evictEntriesLocked drops least recently used segments not being read or
-// downloaded (their files to the spares) until they and need more bytes
-// fit the limit.
-func (c *cache) evictEntriesLocked(need int64) {
-	if c.total+need <= c.limit {
+	if c.total <= c.limit {
 		return
 	}
 	keys := make([]string, 0, len(c.entries))
@@ -333,7 +264,7 @@ func (c *cache) evictEntriesLocked(need int64) {
 	}
 	sort.Slice(keys, func(a, b int) bool { return c.entries[keys[a]].used < c.entries[keys[b]].used })
 	for _, k := range keys {
-		if c.total+need <= c.limit {
+		if c.total <= c.limit {
 			return
 		}
 		if e := c.entries[k]; e.refs == 0 {
@@ -456,7 +387,7 @@ func (m *Manager) readAhead(t metadata.Topic, p *partition.Partition, mf Manifes
 // needs its .index (one more GET, from that batch on): its aborted
 // transactions must be known before that batch is readable.
 func (m *Manager) loader(key string, seg Segment) loader {
-	return func(publish func(int64) (*entry, error)) error {
+	return func(f *os.File, publish func(int64) (*entry, error)) error {
 		ctx, cancel := context.WithTimeout(m.ctx, 5*time.Minute)
 		defer cancel()
 		e, err := publish(seg.Size)
@@ -497,7 +428,7 @@ func (m *Manager) loader(key string, seg Segment) loader {
 			}
 			scDone <- err
 		}
-		bs := newBatchStream(io.NewOffsetWriter(e.f, 0), seg)
+		bs := newBatchStream(f, seg)
 		bs.progress = func(avail int64) {
 			mu.Lock()
 			defer mu.Unlock()

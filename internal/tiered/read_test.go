@@ -7,7 +7,6 @@ import (
 	"errors"
 	"hash/crc32"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -391,58 +390,5 @@ func TestRemoteReadTransactionalWaitsForItsAborted(t *testing.T) {
 	}
 	if !slices.Equal(store.gets, []string{key + ".index"}) {
 		t.Fatalf("GETs besides the .log: %v, want the .index once", store.gets)
-	}
-}
-
-// TestRemoteReadWritesOverEvictedFiles: with the cache full, a download
-// takes the file of the segment it evicts (no file created or removed),
-// and what it serves is its own segment's, whatever the file held before.
-func TestRemoteReadWritesOverEvictedFiles(t *testing.T) {
-	log1, _, seg1, _ := buildSegment(t, 30, nil)
-	log2, ends2, seg2, _ := buildSegment(t, 20, nil) // smaller: the file keeps a stale tail
-	store := &sideStore{memStore: memStore{"a.log": log1, "b.log": log2}, gate: make(chan struct{})}
-	m := &Manager{store: store, ctx: context.Background()}
-	dir := t.TempDir()
-	c, err := newCache(dir, seg1.Size) // room for one
-	if err != nil {
-		t.Fatal(err)
-	}
-	whole := func(e *entry) {
-		t.Helper()
-		for {
-			_, done, err := e.state()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if done {
-				return
-			}
-			await(t, e.waitFor(e.size), "the download")
-		}
-	}
-	e1 := readWhole(t, c, m, "a", seg1)
-	whole(e1)
-	f1 := e1.f
-	c.release(e1)
-	e2 := readWhole(t, c, m, "b", seg2)
-	whole(e2)
-	if e2.f != f1 || c.files != 1 || e2.disk != seg1.Size {
-		t.Fatalf("second segment: file %v (first's %v), %d files created, %d bytes on disk; want the first's file, 1, %d", e2.f.Name(), f1.Name(), c.files, e2.disk, seg1.Size)
-	}
-	if _, ok := c.entries["a"]; ok {
-		t.Fatal("the first segment is still cached in a cache with room for one")
-	}
-	pos, end, first, last, _, err := e2.batches(0, 1<<30)
-	if err != nil || pos != 0 || end != int64(ends2[19]) || first != 0 || last != 199 {
-		t.Fatalf("read of the second segment: bytes %d-%d offsets %d-%d (%v), want 0-%d offsets 0-199", pos, end, first, last, err, ends2[19])
-	}
-	got := make([]byte, len(log2))
-	if _, err := e2.f.ReadAt(got, 0); err != nil || !bytes.Equal(got, log2) {
-		t.Fatalf("the second segment's file does not hold it (%v)", err)
-	}
-	c.release(e2)
-	c.close()
-	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
-		t.Fatalf("after close the cache directory holds %d files (%v)", len(ents), err)
 	}
 }
