@@ -16,6 +16,8 @@
 #   SEGMENT_BYTES=1048576 TASK_INTERVAL=1s scripts/bench-tiered.sh
 #   KEEP=/tmp/tiered.jsonl scripts/bench-tiered.sh   # keep the raw kload lines
 #   HOLDFAST_BIN=/tmp/old/holdfast ONLY=a scripts/bench-tiered.sh  # a built binary; (a) only
+#   ONLY=b scripts/bench-tiered.sh              # (b) only
+#   CACHE_BYTES=67108864 ONLY=b scripts/bench-tiered.sh  # a read cache smaller than what (b) reads
 #   (scripts/bench-tiered-ab.sh runs it for two commits, interleaved)
 #
 # One holdfast node (flush=sync, the default) with tiered storage on and one
@@ -37,6 +39,8 @@ size=${SIZE:-1024}               # record value bytes
 catchup_mib=${CATCHUP_MIB:-64}   # MiB read back in (b)
 seg=${SEGMENT_BYTES:-1048576}    # segment.bytes of every topic
 interval=${TASK_INTERVAL:-1s}    # remote.log.manager.task.interval.ms
+cache=()                         # remote.log.storage.cache.bytes (default: the node's, 1 GiB)
+if [ -n "${CACHE_BYTES:-}" ]; then cache=(--remote-log-storage-cache-bytes "$CACHE_BYTES"); fi
 port=${PORT:-39192}
 s3port=${S3_PORT:-39193}
 work=$(mktemp -d)
@@ -65,7 +69,7 @@ await_port $s3port versitygw
 (cd "$work" && exec ./holdfast serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn \
 	--remote-log-storage --remote-log-storage-s3-bucket bench --remote-log-storage-s3-endpoint http://127.0.0.1:$s3port \
 	--remote-log-storage-s3-region us-east-1 --remote-log-storage-s3-path-style \
-	--remote-log-manager-task-interval "$interval") >"$work/holdfast.log" 2>&1 &
+	--remote-log-manager-task-interval "$interval" ${cache[@]+"${cache[@]}"}) >"$work/holdfast.log" 2>&1 &
 pid=$!
 await_port $port holdfast
 hf() { "$work/holdfast" --bootstrap 127.0.0.1:$port "$@"; }
@@ -90,6 +94,7 @@ for round in $(seq "$rounds"); do
 	order="no yes"; if [ $((round % 2)) = 0 ]; then order="yes no"; fi
 	# (a) produce p99 at a fixed rate, tiered or not.
 	for tiered in $order; do
+		[ "${ONLY:-}" != b ] || break
 		topic="a-$tiered-$round"
 		echo "round $round: produce $records_a records at $rate/s, tiered=$tiered" >&2
 		create "$topic" "$tiered"
@@ -139,19 +144,22 @@ def get(bench, tiered, k):
     return next(r for r in rows if r["bench"] == bench and r["tiered"] == tiered and r["round"] == k)
 def p99(r): return r["produce_latency"]["p99_ms"]
 def mibs(r): return r["mb_per_s"] * 1e6 / 1048576 if "mb_per_s" in r else r["records_per_s"] * int(size) / 1048576
-print("(a) produce at %s records/s of %s B for %s s, segment.bytes=%s, task interval %s: p99 ms per round" % (rate, size, secs, seg, interval))
-print()
-def p50(r): return r["produce_latency"]["p50_ms"]
-print("| round | no tiering p50 / p99 ms | tiered p50 / p99 ms | p99 tiered / no tiering |")
-print("|---|---|---|---|")
-ra = []
-for k in rounds:
-    n, t = get("produce", "no", k), get("produce", "yes", k)
-    ra.append(p99(t) / p99(n))
-    print("| %d | %.2f / %.2f | %.2f / %.2f | %.2fx |" % (k, p50(n), p99(n), p50(t), p99(t), ra[-1]))
-col = lambda f, tiered: med([f(get("produce", tiered, k)) for k in rounds])
-print("| median | %.2f / %.2f | %.2f / %.2f | **%.2fx** (target <= 1.5x) |" % (col(p50, "no"), col(p99, "no"), col(p50, "yes"), col(p99, "yes"), med(ra)))
-print()
+def table_a():
+    print("(a) produce at %s records/s of %s B for %s s, segment.bytes=%s, task interval %s: p99 ms per round" % (rate, size, secs, seg, interval))
+    print()
+    def p50(r): return r["produce_latency"]["p50_ms"]
+    print("| round | no tiering p50 / p99 ms | tiered p50 / p99 ms | p99 tiered / no tiering |")
+    print("|---|---|---|---|")
+    ra = []
+    for k in rounds:
+        n, t = get("produce", "no", k), get("produce", "yes", k)
+        ra.append(p99(t) / p99(n))
+        print("| %d | %.2f / %.2f | %.2f / %.2f | %.2fx |" % (k, p50(n), p99(n), p50(t), p99(t), ra[-1]))
+    col = lambda f, tiered: med([f(get("produce", tiered, k)) for k in rounds])
+    print("| median | %.2f / %.2f | %.2f / %.2f | **%.2fx** (target <= 1.5x) |" % (col(p50, "no"), col(p99, "no"), col(p50, "yes"), col(p99, "yes"), med(ra)))
+    print()
+if any(r["bench"] == "produce" for r in rows):
+    table_a()
 if not any(r["bench"] == "catchup" for r in rows):
     sys.exit()
 print("(b) catch-up read of %s MiB from offset 0: MiB/s per round" % mib)

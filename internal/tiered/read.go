@@ -48,7 +48,7 @@ type cache struct {
 	closed  bool
 }
 
-// entry is a cached segment, whole or arriving. f, size and sc are set
+// entry is a cached segment, whole or arriving. f and size are set
 // before it is readable; used, refs and gone are the cache's (its mu).
 type entry struct {
 	f    *os.File
@@ -56,7 +56,6 @@ type entry struct {
 	used uint64
 	refs int
 	gone bool // out of entries (failed, or the cache closed): the last release closes f
-	sc   sidecar
 
 	mu    sync.Mutex
 	avail int64         // bytes of whole checked batches in f
@@ -64,6 +63,21 @@ type entry struct {
 	err   error         // the download failed: nothing past avail will come
 	more  chan struct{} // closed when done or err change, or avail reaches want
 	want  int64         // the least avail a fetch waits for (0: none waits)
+	// index is a sparse offset index of the first avail bytes, built as
+	// they arrive: (batch base offset, byte position) about every
+	// indexEvery bytes, as the .index object's.
+	index [][2]int64
+	// aborted are the aborted transactions of the segment (its .index's),
+	// known before any transactional batch is readable (a segment without
+	// one needs none: clients apply them to transactional batches only).
+	aborted []partition.AbortedTxn
+}
+
+// lookup is e's offset index and aborted transactions so far.
+func (e *entry) lookup() (index [][2]int64, aborted []partition.AbortedTxn) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.index, e.aborted
 }
 
 // state is what of e can be read now.
@@ -138,11 +152,10 @@ func (c *cache) dropLocked(key string, e *entry) {
 }
 
 // loader downloads a segment into f (in order, from its start; it does
-// not close f): it calls publish once the segment's record is known (its
-// sidecar), after which readers may read the batches of the entry publish
-// returns as its advance says they arrive, and returns when the download
-// ends.
-type loader func(f *os.File, publish func(sidecar, int64) (*entry, error)) error
+// not close f): it calls publish once, at its start, after which readers
+// may read the batches of the entry publish returns as its advance says
+// they arrive, and returns when the download ends.
+type loader func(f *os.File, publish func(size int64) (*entry, error)) error
 
 // acquire returns the segment key, cached or arriving, holding it until
 // release; or, if it is not readable yet, a channel closed when that may
@@ -184,7 +197,7 @@ func (c *cache) download(key string, ch chan struct{}, load loader) {
 	// One descriptor, written by the download and read (pread, sendfile
 	// at an offset) by fetches: the entry owns it once published.
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
-	publish := func(sc sidecar, size int64) (*entry, error) {
+	publish := func(size int64) (*entry, error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if c.closed {
@@ -192,7 +205,7 @@ func (c *cache) download(key string, ch chan struct{}, load loader) {
 		}
 		// Held (refs) until the download ends: never evicted half-written.
 		c.clock++
-		e = &entry{f: f, size: size, used: c.clock, refs: 1, sc: sc, more: make(chan struct{})}
+		e = &entry{f: f, size: size, used: c.clock, refs: 1, more: make(chan struct{})}
 		c.entries[key] = e
 		c.total += size
 		c.evictLocked()
@@ -318,7 +331,8 @@ func (m *Manager) Read(p *partition.Partition, offset int64, maxBytes int) (recs
 		return storage.Slice{BaseOffset: 0, LastOffset: -1}, nil, wait, nil
 	}
 	// The aborted transactions overlapping what is returned.
-	for _, a := range e.sc.Aborted {
+	_, abortedTxns := e.lookup()
+	for _, a := range abortedTxns {
 		if a.LastOffset >= offset && a.FirstOffset <= last {
 			aborted = append(aborted, a)
 		}
@@ -364,58 +378,69 @@ func (m *Manager) readAhead(t metadata.Topic, p *partition.Partition, mf Manifes
 	}
 }
 
-// loader downloads a segment's two objects (at once), checking the .log
-// as it arrives: each batch's CRC-32C, offsets rising within the
-// segment's, before any reader sees it; and at the end its size and
-// CRC-32C against the committed manifest's record. Readers see the
-// segment once its .index (the offset index, the aborted transactions)
-// is in and matches the record.
+// loader downloads a segment's .log, checking it as it arrives: each
+// batch's CRC-32C, offsets rising within the segment's, before any reader
+// sees it; and at the end its size and CRC-32C against the committed
+// manifest's record. Readers see the segment at once, each batch as it is
+// checked, through an offset index built on the way (the .index's, which
+// the same batches define). Only a segment with a transactional batch
+// needs its .index (one more GET, from that batch on): its aborted
+// transactions must be known before that batch is readable.
 func (m *Manager) loader(key string, seg Segment) loader {
-	return func(f *os.File, publish func(sidecar, int64) (*entry, error)) error {
+	return func(f *os.File, publish func(int64) (*entry, error)) error {
 		ctx, cancel := context.WithTimeout(m.ctx, 5*time.Minute)
 		defer cancel()
+		e, err := publish(seg.Size)
+		if err != nil {
+			return err
+		}
 		var (
-			mu      sync.Mutex
-			e       *entry // readable: published
+			mu      sync.Mutex // the fields below, and the order of e's advances
 			checked int64
+			index   [][2]int64
+			txnAt   int64      = -1 // the first transactional batch's position (-1: none yet)
+			known   bool            // the aborted transactions are in e
+			scDone  chan error      // the .index's download (nil: not started)
 		)
-		scDone := make(chan error, 1)
-		go func() {
+		readable := func() int64 {
+			if txnAt >= 0 && !known {
+				return min(checked, txnAt)
+			}
+			return checked
+		}
+		fetchSidecar := func() {
 			err := func() error {
-				side, err := m.store.Get(ctx, key+".index", maxSidecar)
-				if err != nil {
-					return fmt.Errorf("download %s.index: %w", key, err)
-				}
-				var sc sidecar
-				if err := json.Unmarshal(side, &sc); err != nil {
-					return fmt.Errorf("%s.index: %w", key, err)
-				}
-				if sc.Segment.Base != seg.Base || sc.Segment.Next != seg.Next {
-					return fmt.Errorf("tiered: %s.index names offsets %d-%d, its committed record %d-%d", key, sc.Segment.Base, sc.Segment.Next, seg.Base, seg.Next)
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				ent, err := publish(sc, seg.Size)
+				sc, err := m.readSidecar(ctx, key, seg)
 				if err != nil {
 					return err
 				}
-				e = ent
-				e.advance(checked, false, nil)
+				mu.Lock()
+				defer mu.Unlock()
+				e.mu.Lock()
+				e.aborted = sc.Aborted
+				e.mu.Unlock()
+				known = true
+				e.advance(readable(), false, nil)
 				return nil
 			}()
 			if err != nil {
 				cancel() // the .log is of no use
 			}
 			scDone <- err
-		}()
+		}
 		bs := newBatchStream(f, seg)
 		bs.progress = func(avail int64) {
 			mu.Lock()
 			defer mu.Unlock()
-			checked = avail
-			if e != nil {
-				e.advance(avail, false, nil)
+			checked, index = avail, bs.index
+			if txnAt < 0 && bs.txnAt >= 0 {
+				txnAt, scDone = bs.txnAt, make(chan error, 1)
+				go fetchSidecar()
 			}
+			e.mu.Lock()
+			e.index = index
+			e.mu.Unlock()
+			e.advance(readable(), false, nil)
 		}
 		n, err := m.store.GetTo(ctx, key+".log", bs, seg.Size)
 		if err == nil {
@@ -425,8 +450,13 @@ func (m *Manager) loader(key string, seg Segment) loader {
 			err = fmt.Errorf("download %s.log: %w", key, err)
 			cancel()
 		}
-		if serr := <-scDone; err == nil {
-			err = serr
+		mu.Lock()
+		side := scDone
+		mu.Unlock()
+		if side != nil {
+			if serr := <-side; err == nil {
+				err = serr
+			}
 		}
 		if err != nil {
 			return err
@@ -434,6 +464,22 @@ func (m *Manager) loader(key string, seg Segment) loader {
 		e.advance(n, true, nil)
 		return nil
 	}
+}
+
+// readSidecar downloads and checks the .index of the segment seg, key.
+func (m *Manager) readSidecar(ctx context.Context, key string, seg Segment) (sidecar, error) {
+	side, err := m.store.Get(ctx, key+".index", maxSidecar)
+	if err != nil {
+		return sidecar{}, fmt.Errorf("download %s.index: %w", key, err)
+	}
+	var sc sidecar
+	if err := json.Unmarshal(side, &sc); err != nil {
+		return sidecar{}, fmt.Errorf("%s.index: %w", key, err)
+	}
+	if sc.Segment.Base != seg.Base || sc.Segment.Next != seg.Next {
+		return sidecar{}, fmt.Errorf("tiered: %s.index names offsets %d-%d, its committed record %d-%d", key, sc.Segment.Base, sc.Segment.Next, seg.Base, seg.Next)
+	}
+	return sc, nil
 }
 
 // batchStream writes a segment's bytes to w as they arrive and checks
@@ -453,13 +499,19 @@ type batchStream struct {
 	last     int64          // last offset of the last checked batch
 	checked  int64          // end of the last checked batch
 	progress func(checked int64)
+	// index is the sparse offset index of the checked batches, as the
+	// upload's (copySegment): (base offset, position) about every
+	// indexEvery bytes; appended to only (a reader may hold a prefix).
+	index       [][2]int64
+	lastIndexed int64
+	txnAt       int64 // the first transactional batch's position (-1: none)
 }
 
 // crcFrom is where a v2 batch's CRC starts: its attributes.
 const crcFrom = 21
 
 func newBatchStream(w io.Writer, seg Segment) *batchStream {
-	return &batchStream{w: w, seg: seg, last: seg.Base - 1}
+	return &batchStream{w: w, seg: seg, last: seg.Base - 1, lastIndexed: -indexEvery, txnAt: -1}
 }
 
 func (b *batchStream) Write(p []byte) (int, error) {
@@ -498,6 +550,13 @@ func (b *batchStream) Write(p []byte) (int, error) {
 			if b.crc != b.h.CRC {
 				return 0, fmt.Errorf("tiered: batch at byte %d (offsets %d-%d): CRC-32C %08x, its header says %08x",
 					b.checked, b.h.BaseOffset, b.h.LastOffset(), b.crc, b.h.CRC)
+			}
+			if b.checked-b.lastIndexed >= indexEvery {
+				b.index = append(b.index, [2]int64{b.h.BaseOffset, b.checked})
+				b.lastIndexed = b.checked
+			}
+			if b.txnAt < 0 && b.h.IsTransactional() {
+				b.txnAt = b.checked
 			}
 			b.checked += int64(b.h.Size())
 			b.last = b.h.LastOffset()
@@ -549,9 +608,10 @@ func (e *entry) batches(offset int64, maxBytes int) (pos, end, first, last int64
 // byte range [pos, end) and the first and last offsets in it (pos ==
 // end: offset is past them).
 func findBatches(e *entry, offset int64, maxBytes int, avail int64) (pos, end, first, last int64, err error) {
-	i := sort.Search(len(e.sc.Index), func(i int) bool { return e.sc.Index[i][0] > offset })
+	index, _ := e.lookup()
+	i := sort.Search(len(index), func(i int) bool { return index[i][0] > offset })
 	if i > 0 {
-		pos = e.sc.Index[i-1][1]
+		pos = index[i-1][1]
 	}
 	var hb [records.HeaderSize]byte
 	header := func(at int64) (records.Header, error) {

@@ -7,10 +7,13 @@ import (
 	"errors"
 	"hash/crc32"
 	"io"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"holdfast/internal/partition"
 	"holdfast/internal/records"
 )
 
@@ -203,5 +206,189 @@ func TestRemoteReadNeverServesACorruptBatch(t *testing.T) {
 	}
 	if e, wait, err := c.acquire(key, m.loader(key, seg)); e != nil || wait == nil || err != nil {
 		t.Fatalf("acquire after the error was reported: %v %v %v, want a new download", e, wait, err)
+	}
+}
+
+// sideStore serves a segment's .log at once and counts the GETs of its
+// other objects, holding them until gate is closed.
+type sideStore struct {
+	memStore
+	gate chan struct{}
+	mu   sync.Mutex
+	gets []string
+}
+
+func (s *sideStore) GetTo(_ context.Context, key string, w io.Writer, _ int64) (int64, error) {
+	b, ok := s.memStore[key]
+	if !ok {
+		return 0, errors.New("no such key")
+	}
+	n, err := w.Write(b)
+	return int64(n), err
+}
+
+func (s *sideStore) Get(ctx context.Context, key string, limit int64) ([]byte, error) {
+	s.mu.Lock()
+	s.gets = append(s.gets, key)
+	s.mu.Unlock()
+	select {
+	case <-s.gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.memStore.Get(ctx, key, limit)
+}
+
+// buildSegment is n batches of ten 100-byte records from offset 0, those
+// at txn (producer 7) transactional, an abort marker after them; with its
+// record and its .index as an upload writes them (copySegment).
+func buildSegment(t *testing.T, n int, txn map[int]bool) (log []byte, ends []int, seg Segment, sc sidecar) {
+	t.Helper()
+	var off int64
+	lastIndexed := int64(-indexEvery)
+	for i := range n {
+		recs := make([]records.Record, 10)
+		for j := range recs {
+			recs[j] = records.Record{Timestamp: 1, Value: bytes.Repeat([]byte{byte(i)}, 100)}
+		}
+		opts := records.Batch{BaseOffset: off, ProducerID: -1}
+		if txn[i] {
+			opts.ProducerID, opts.Transactional = 7, true
+		}
+		b, err := records.Build(opts, recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int64(len(log))-lastIndexed >= indexEvery {
+			sc.Index = append(sc.Index, [2]int64{off, int64(len(log))})
+			lastIndexed = int64(len(log))
+		}
+		log = append(log, b...)
+		ends = append(ends, len(log))
+		off += 10
+	}
+	seg = Segment{Base: 0, Next: off, Size: int64(len(log)), CRC: crc32.Checksum(log, castagnoli)}
+	sc.Segment = seg
+	return log, ends, seg, sc
+}
+
+// readWhole acquires key until it is readable and waits for its download
+// to end.
+func readWhole(t *testing.T, c *cache, m *Manager, key string, seg Segment) *entry {
+	t.Helper()
+	for {
+		e, wait, err := c.acquire(key, m.loader(key, seg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e != nil {
+			return e
+		}
+		await(t, wait, "the segment to be readable")
+	}
+}
+
+// TestRemoteReadNeedsNoIndexObject: a segment without a transactional
+// batch is read with its .log alone (one GET, not two): its offset index
+// is built as the batches arrive, the same as the uploaded .index's.
+func TestRemoteReadNeedsNoIndexObject(t *testing.T) {
+	log, ends, seg, sc := buildSegment(t, 300, nil)
+	if len(sc.Index) < 3 {
+		t.Fatalf("test segment of %d bytes has %d index entries, want several", len(log), len(sc.Index))
+	}
+	const key = "t/0/seg"
+	store := &sideStore{memStore: memStore{key + ".log": log}, gate: make(chan struct{})} // no .index at all
+	m := &Manager{store: store, ctx: context.Background()}
+	c, err := newCache(t.TempDir(), 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	e := readWhole(t, c, m, key, seg)
+	defer c.release(e)
+	for {
+		if _, done, err := e.state(); done || err != nil {
+			if err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		await(t, e.waitFor(seg.Size), "the download")
+	}
+	index, aborted := e.lookup()
+	if !slices.Equal(index, sc.Index) || len(aborted) != 0 {
+		t.Fatalf("offset index %v aborted %v, want the upload's %v and none", index, aborted, sc.Index)
+	}
+	if len(store.gets) != 0 {
+		t.Fatalf("GETs besides the .log: %v", store.gets)
+	}
+	// Every offset is found through it: the batch holding it, at least one.
+	for _, off := range []int64{0, 5, 1234, 2990, 2999} {
+		b := int(off / 10)
+		pos, end, first, last, _, err := e.batches(off, 1)
+		wantPos := 0
+		if b > 0 {
+			wantPos = ends[b-1]
+		}
+		if err != nil || pos != int64(wantPos) || end != int64(ends[b]) || first != int64(10*b) || last != int64(10*b+9) {
+			t.Fatalf("read from %d: bytes %d-%d offsets %d-%d (%v), want %d-%d offsets %d-%d", off, pos, end, first, last, err, wantPos, ends[b], 10*b, 10*b+9)
+		}
+	}
+}
+
+// TestRemoteReadTransactionalWaitsForItsAborted: in a segment with a
+// transactional batch, the batches before it are readable at once and it
+// (and all after it) only once the .index brought the aborted
+// transactions, which a read_committed fetch needs.
+func TestRemoteReadTransactionalWaitsForItsAborted(t *testing.T) {
+	log, ends, seg, sc := buildSegment(t, 10, map[int]bool{4: true, 6: true})
+	sc.Aborted = []partition.AbortedTxn{{ProducerID: 7, FirstOffset: 40, LastOffset: 70}}
+	side, err := json.Marshal(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "t/0/seg"
+	store := &sideStore{memStore: memStore{key + ".log": log, key + ".index": side}, gate: make(chan struct{})}
+	m := &Manager{store: store, ctx: context.Background()}
+	c, err := newCache(t.TempDir(), 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	e := readWhole(t, c, m, key, seg)
+	defer c.release(e)
+	// The whole .log is in: the four batches before the transactional
+	// one are readable (a full fetch of them), it is not.
+	await(t, e.waitFor(int64(ends[3])), "four batches")
+	if pos, end, _, last, _, err := e.batches(0, ends[3]); err != nil || pos != 0 || end != int64(ends[3]) || last != 39 {
+		t.Fatalf("read from 0: bytes %d-%d last %d (%v), want 0-%d last 39", pos, end, last, err, ends[3])
+	}
+	pos, end, _, _, w, err := e.batches(40, 1<<20)
+	if err != nil || end != pos || w == nil {
+		t.Fatalf("read of the transactional batch before the .index: bytes %d-%d, wait %v, %v", pos, end, w, err)
+	}
+	if avail, done, _ := e.state(); avail != int64(ends[3]) || done {
+		t.Fatalf("before the .index: %d bytes readable (done %v), want %d", avail, done, ends[3])
+	}
+	close(store.gate)
+	await(t, w, "the .index")
+	for {
+		pos, end, first, last, w, err := e.batches(40, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if end > pos {
+			if pos != int64(ends[3]) || end != int64(ends[9]) || first != 40 || last != 99 {
+				t.Fatalf("read from 40: bytes %d-%d offsets %d-%d, want %d-%d offsets 40-99", pos, end, first, last, ends[3], ends[9])
+			}
+			break
+		}
+		await(t, w, "the rest")
+	}
+	if _, aborted := e.lookup(); !slices.Equal(aborted, sc.Aborted) {
+		t.Fatalf("aborted %v, want %v", aborted, sc.Aborted)
+	}
+	if !slices.Equal(store.gets, []string{key + ".index"}) {
+		t.Fatalf("GETs besides the .log: %v, want the .index once", store.gets)
 	}
 }
