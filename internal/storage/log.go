@@ -73,6 +73,12 @@ type Options struct {
 	// ReadCache is the node's read cache of direct-I/O writes
 	// (readcache.go); nil: one shared by every log opened without one.
 	ReadCache *ReadCache
+	// NewDir: the caller has just made dir, empty (no file of the log in
+	// it): Open does not list it, and it leaves the new segment's name
+	// unsynced - the caller makes the directory durable before anything
+	// is appended (the partition manager settles many new partitions
+	// with one syncfs).
+	NewDir bool
 }
 
 // AppendInfo describes an appended batch.
@@ -169,6 +175,8 @@ type Log struct {
 	corruptErr error      // sticky: the first corruption found (verify.go)
 	noChecks   bool       // Options.NoReadChecks
 	rc         *ReadCache // Options.ReadCache
+	newDir     bool       // Options.NewDir
+	created    bool       // Open created the first segment (a new log)
 }
 
 // Open opens (creating if missing) the log in dir and recovers it: the
@@ -203,6 +211,7 @@ func Open(dir string, cfg Config, opts Options) (*Log, error) {
 		onCorrupt: opts.OnCorrupt,
 		noChecks:  opts.NoReadChecks,
 		rc:        opts.ReadCache,
+		newDir:    opts.NewDir,
 
 		blockedRemoval: -1,
 	}
@@ -268,6 +277,9 @@ type dirFiles struct {
 // listDir lists the log's directory, making it if missing, and finishes
 // an interrupted compaction swap first.
 func (l *Log) listDir() ([]string, error) {
+	if l.newDir {
+		return nil, nil // made empty just now by the caller (Options.NewDir)
+	}
 	names, err := l.fs.ReadDir(l.dir)
 	if errors.Is(err, os.ErrNotExist) {
 		// A new log: its directory's name must survive a power cut as
@@ -483,6 +495,12 @@ func (l *Log) recoverSegments(ords map[int64]int64, haveOrds bool) error {
 			return err
 		}
 		l.segs = append(l.segs, s) // firstOrd 0
+		l.created = true
+		if l.newDir {
+			// The caller makes the directory durable, the segment's
+			// name with it, before anything is appended.
+			return nil
+		}
 		if err := l.fs.SyncDir(l.dir); err != nil {
 			return fmt.Errorf("storage: open %s: %w", l.dir, err)
 		}
@@ -603,8 +621,10 @@ func (l *Log) settleRecovered() error {
 	act := l.active()
 	// What recovery kept is durable from here on; fsync it in case it was
 	// only in the page cache (a process crash, not a power loss). After a
-	// clean shutdown the last Close fsynced it.
-	if !l.clean {
+	// clean shutdown the last Close fsynced it. A segment this open
+	// created is empty: nothing of it to fsync (its name is the
+	// directory's fsync).
+	if !l.clean && !l.created {
 		if err := act.f.Sync(); err != nil {
 			return fmt.Errorf("storage: open %s: sync %s: %w", l.dir, act.f.Name(), err)
 		}
