@@ -13,8 +13,7 @@ import (
 // producer snapshot, did one fsync of the snapshot directory apiece, and
 // each fsync's journal commit held up the others' removals.
 type dirSyncer struct {
-	fs  storage.FS
-	dir string
+	syncOnce func() error // the fsync (or syncfs) shared
 
 	mu        sync.Mutex
 	cond      *sync.Cond
@@ -26,7 +25,18 @@ type dirSyncer struct {
 }
 
 func newDirSyncer(fs storage.FS, dir string) *dirSyncer {
-	d := &dirSyncer{fs: fs, dir: dir}
+	return newSharedSync(func() error { return fs.SyncDir(dir) })
+}
+
+// newFilesystemSyncer shares syncfs calls of the filesystem holding dir
+// (storage.SyncFilesystem) the same way: a caller's every change on that
+// filesystem is durable when sync returns.
+func newFilesystemSyncer(dir string) *dirSyncer {
+	return newSharedSync(func() error { return storage.SyncFilesystem(dir) })
+}
+
+func newSharedSync(fn func() error) *dirSyncer {
+	d := &dirSyncer{syncOnce: fn}
 	d.cond = sync.NewCond(&d.mu)
 	return d
 }
@@ -46,7 +56,7 @@ func (d *dirSyncer) sync() error {
 		d.started++
 		n := d.started
 		d.mu.Unlock()
-		err := d.fs.SyncDir(d.dir)
+		err := d.syncOnce()
 		d.mu.Lock()
 		d.running = false
 		d.completed = n

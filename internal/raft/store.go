@@ -207,7 +207,10 @@ func scanHeaders(l *storage.Log, from int64, fn func(records.Header) error) erro
 	const window = 64 << 10
 	end := l.EndOffset()
 	from = max(from, l.StartOffset())
-	buf := make([]byte, window)
+	// Made as big as the batches need, at most window: an empty or small
+	// log (every new partition's group opens over one) took 64 KiB each,
+	// 5% of the CPU of creating 20,000 partitions (benchmarks, round 15).
+	var buf []byte
 	for from < end {
 		sl, err := l.Read(from, end, 64<<20)
 		if err != nil {
@@ -226,6 +229,9 @@ func scanHeaders(l *storage.Log, from int64, fn func(records.Header) error) erro
 				if n < records.HeaderSize {
 					sl.Release()
 					return fmt.Errorf("raft: scan %s: %d bytes left at %d: %w", l.Dir(), n, pos, records.ErrTruncated)
+				}
+				if int64(len(buf)) < n {
+					buf = make([]byte, n)
 				}
 				if m, err := sl.File.ReadAt(buf[:n], pos); int64(m) < n {
 					sl.Release()

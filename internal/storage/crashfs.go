@@ -58,6 +58,36 @@ type CrashFS struct {
 	opGroup   int
 	dirPrefix bool
 	dirRng    *rand.Rand // its own source: fs.rng's draws (torn lengths) stay what they were per seed
+	syncfs    bool       // SetSyncfs
+}
+
+// SetSyncfs gives the files a filesystem that takes syncfs(2) (as an OS
+// filesystem on Linux >= 5.8): a Syncer then covers the logs of one cycle
+// with one call that makes every file's content and every directory's
+// entries durable, as it does on the OS. Call before opening logs.
+func (fs *CrashFS) SetSyncfs(on bool) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.syncfs = on
+}
+
+// syncAllLocked is syncfs(2): everything reachable durable.
+func (fs *CrashFS) syncAllLocked() {
+	var syncTree func(d *memDir)
+	syncTree = func(d *memDir) {
+		d.dur = maps.Clone(d.cur)
+		for _, e := range d.cur {
+			if e.f != nil {
+				e.f.synced = append(e.f.synced[:0:0], e.f.data...)
+			} else if e.d != nil {
+				syncTree(e.d)
+			}
+		}
+	}
+	for _, r := range fs.roots {
+		syncTree(r)
+	}
+	fs.pending = nil
 }
 
 // dirOp is one change of a directory entry: name set to e, or removed.
@@ -970,6 +1000,34 @@ func (f *memFile) Size() (int64, error) {
 		return 0, err
 	}
 	return int64(len(f.node.data)), nil
+}
+
+// FilesystemID is 1 where SetSyncfs is on: every file of a CrashFS is on
+// one filesystem (0: no syncfs).
+func (f *memFile) FilesystemID() uint64 {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if f.fs.syncfs {
+		return 1
+	}
+	return 0
+}
+
+// SyncFilesystem is syncfs(2) on the file's filesystem (SetSyncfs).
+func (f *memFile) SyncFilesystem() error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if f.gen != f.fs.gen || f.fs.down {
+		return &os.PathError{Op: "syncfs", Path: f.name, Err: errCrashed}
+	}
+	if err := f.fs.injectedErr(OpSync, f.name); err != nil {
+		return err
+	}
+	if err := f.fs.tick(OpSync, f.name); err != nil {
+		return err
+	}
+	f.fs.syncAllLocked()
+	return nil
 }
 
 func (f *memFile) Name() string { return f.name }

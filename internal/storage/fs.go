@@ -305,6 +305,53 @@ func ReadFile(fsys FS, name string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
+// MkdirNew makes dir, whose parent exists, and reports whether this call
+// made it: true, it is new and empty (its name not yet durable); false,
+// it was there already. On the OS one mkdir(2) says both (a stat first,
+// then a listing of the new directory, cost as much again for each of
+// thousands of new partitions).
+func MkdirNew(fsys FS, dir string) (made bool, err error) {
+	if IsOS(fsys) {
+		err := os.Mkdir(dir, 0o755)
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, os.ErrExist):
+			return false, nil // not a directory: the opens in it fail
+		case errors.Is(err, os.ErrNotExist):
+			return false, fsys.MkdirAll(dir, 0o755) // a missing parent: the old way
+		}
+		return false, err
+	}
+	if _, err := fsys.ReadDir(dir); err == nil {
+		return false, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return false, err
+	}
+	return true, fsys.MkdirAll(dir, 0o755)
+}
+
+// CanSyncFilesystem reports whether SyncFilesystem can make fsys's
+// changes durable: an OS filesystem on Linux >= 5.8, whose syncfs(2)
+// reports writeback errors.
+func CanSyncFilesystem(fsys FS) bool { return IsOS(fsys) && syncfsReportsErrors() }
+
+// SyncFilesystem makes every change to the filesystem holding dir durable
+// - file contents, creations, renames, removals, in every directory - with
+// one syncfs(2): one journal commit for what would be an fsync of each
+// file and directory. Only where CanSyncFilesystem.
+func SyncFilesystem(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = syncfs(d.Fd())
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // MkdirAllDurable is MkdirAll that also makes the names of the directories
 // it creates durable: a new directory is an entry of its parent, which a
 // power cut drops unless the parent is fsynced after the creation (and

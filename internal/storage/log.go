@@ -73,6 +73,12 @@ type Options struct {
 	// ReadCache is the node's read cache of direct-I/O writes
 	// (readcache.go); nil: one shared by every log opened without one.
 	ReadCache *ReadCache
+	// NewDir: the caller has just made dir, empty (no file of the log in
+	// it): Open does not list it, and it leaves the new segment's name
+	// unsynced - the caller makes the directory durable before anything
+	// is appended (the partition manager settles many new partitions
+	// with one syncfs).
+	NewDir bool
 }
 
 // AppendInfo describes an appended batch.
@@ -169,6 +175,8 @@ type Log struct {
 	corruptErr error      // sticky: the first corruption found (verify.go)
 	noChecks   bool       // Options.NoReadChecks
 	rc         *ReadCache // Options.ReadCache
+	newDir     bool       // Options.NewDir
+	created    bool       // Open created the first segment (a new log)
 }
 
 // Open opens (creating if missing) the log in dir and recovers it: the
@@ -203,6 +211,7 @@ func Open(dir string, cfg Config, opts Options) (*Log, error) {
 		onCorrupt: opts.OnCorrupt,
 		noChecks:  opts.NoReadChecks,
 		rc:        opts.ReadCache,
+		newDir:    opts.NewDir,
 
 		blockedRemoval: -1,
 	}
@@ -268,6 +277,9 @@ type dirFiles struct {
 // listDir lists the log's directory, making it if missing, and finishes
 // an interrupted compaction swap first.
 func (l *Log) listDir() ([]string, error) {
+	if l.newDir {
+		return nil, nil // made empty just now by the caller (Options.NewDir)
+	}
 	names, err := l.fs.ReadDir(l.dir)
 	if errors.Is(err, os.ErrNotExist) {
 		// A new log: its directory's name must survive a power cut as
@@ -483,6 +495,12 @@ func (l *Log) recoverSegments(ords map[int64]int64, haveOrds bool) error {
 			return err
 		}
 		l.segs = append(l.segs, s) // firstOrd 0
+		l.created = true
+		if l.newDir {
+			// The caller makes the directory durable, the segment's
+			// name with it, before anything is appended.
+			return nil
+		}
 		if err := l.fs.SyncDir(l.dir); err != nil {
 			return fmt.Errorf("storage: open %s: %w", l.dir, err)
 		}
@@ -603,8 +621,10 @@ func (l *Log) settleRecovered() error {
 	act := l.active()
 	// What recovery kept is durable from here on; fsync it in case it was
 	// only in the page cache (a process crash, not a power loss). After a
-	// clean shutdown the last Close fsynced it.
-	if !l.clean {
+	// clean shutdown the last Close fsynced it. A segment this open
+	// created is empty: nothing of it to fsync (its name is the
+	// directory's fsync).
+	if !l.clean && !l.created {
 		if err := act.f.Sync(); err != nil {
 			return fmt.Errorf("storage: open %s: sync %s: %w", l.dir, act.f.Name(), err)
 		}
@@ -622,9 +642,7 @@ func (l *Log) settleRecovered() error {
 	act.idxMu.Unlock()
 	l.durable.Store(l.end)
 	l.openEnd, l.openActive = l.end, act
-	if syncfsReportsErrors() {
-		l.dev = fileDevice(act.f)
-	}
+	l.dev = fileDevice(act.f)
 	return nil
 }
 
@@ -1166,6 +1184,85 @@ func (l *Log) syncPrepare(t syncTicket) error {
 	return nil
 }
 
+// syncPrepareGroup is syncPrepare for a cycle whose syncfs covers the log
+// (Syncer.syncGroup). A roll is sealed as there; a dirty epoch checkpoint
+// is only written to its temp file, unsynced (t.epochsTmp, sealMu held):
+// the group's syncfs makes it durable, epochsRename then puts it in place
+// and a second syncfs makes the rename durable, all before the cycle
+// advances any durable offset (invariant 5b). Two syncfs calls for the
+// group, where each log's checkpoint cost an fdatasync and a directory
+// fsync: the first write to each of thousands of new partitions opens an
+// epoch.
+func (l *Log) syncPrepareGroup(t *syncTicket) error {
+	if t.seal == nil && !t.epochs {
+		return nil
+	}
+	l.sealMu.Lock()
+	if t.seal != nil {
+		if err := l.sealAsync(t.seal, t.gen); err != nil {
+			l.sealMu.Unlock()
+			return err
+		}
+	}
+	if t.epochs {
+		l.mu.RLock()
+		if !l.epochsDirty || l.truncGen != t.gen || l.closed {
+			l.mu.RUnlock()
+			l.sealMu.Unlock()
+			return nil
+		}
+		b := l.epochsBytesLocked()
+		t.epochGen = l.epochGen
+		l.mu.RUnlock()
+		tmp := filepath.Join(l.dir, epochCheckpoint) + ".cycle.tmp"
+		f, err := l.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
+		if err == nil {
+			_, err = f.Write(b)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				err = errors.Join(err, l.fs.Remove(tmp))
+			}
+		}
+		if err != nil {
+			l.sealMu.Unlock()
+			return fmt.Errorf("write %s: %w", epochCheckpoint, err)
+		}
+		t.epochsTmp = true
+		return nil // sealMu held: no other cycle writes the temp file or the checkpoint meanwhile
+	}
+	l.sealMu.Unlock()
+	return nil
+}
+
+// epochsRename ends what syncPrepareGroup began: with synced (the
+// group's syncfs made the temp file durable), it renames the temp file
+// over the checkpoint unless a truncation wrote a newer one meanwhile;
+// else it removes it. renamed: the rename is made, not yet durable.
+// Releases sealMu.
+func (l *Log) epochsRename(t *syncTicket, synced bool) (renamed bool, err error) {
+	defer l.sealMu.Unlock()
+	path := filepath.Join(l.dir, epochCheckpoint)
+	tmp := path + ".cycle.tmp"
+	if synced {
+		l.mu.Lock()
+		if l.truncGen == t.gen && !l.closed {
+			err = l.fs.Rename(tmp, path)
+			if err == nil && l.epochGen == t.epochGen {
+				l.epochsDirty = false
+			}
+			l.mu.Unlock()
+			if err != nil {
+				return false, errors.Join(fmt.Errorf("write %s: %w", epochCheckpoint, err), l.fs.Remove(tmp))
+			}
+			return true, nil
+		}
+		l.mu.Unlock()
+	}
+	return false, l.fs.Remove(tmp)
+}
+
 // sealAsync seals old (pendingSeal when the cycle began): fsync its data,
 // write and fsync its indexes, then list the new segment in the ordinal
 // checkpoint, whose directory fsync makes the new segment's name durable.
@@ -1341,6 +1438,11 @@ type syncTicket struct {
 	seal      *segment // pendingSeal when the cycle began (referenced)
 	epochs    bool     // the epoch checkpoint was dirty
 	flushErr  error    // writing out the segment's buffered appends failed
+	// epochsTmp: syncPrepareGroup wrote the epoch checkpoint of
+	// epochGen to its temp file, unsynced, and holds sealMu until
+	// epochsRename.
+	epochsTmp bool
+	epochGen  uint64
 }
 
 // syncBegin captures the active segment and end offset for a cycle; ok is

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -219,9 +220,10 @@ func (s *Syncer) syncGroup(ls []*Log) {
 			if !ok {
 				continue
 			}
-			// A roll or a new epoch to make durable first (rare): its own
-			// fsyncs, then the shared syncfs.
-			if err := l.syncPrepare(t); err != nil {
+			// A roll to make durable first (rare): its own fsyncs; a new
+			// epoch's checkpoint goes with the shared syncfs
+			// (syncPrepareGroup).
+			if err := l.syncPrepareGroup(&t); err != nil {
 				if e := t.syncEnd(err); e != nil {
 					s.logger.Warn("storage: fsync cycle failed", "dir", t.l.dir, "err", e)
 				}
@@ -256,23 +258,45 @@ func (s *Syncer) syncGroup(ls []*Log) {
 			marks = append(marks, m)
 		}
 	}
-	// Pinned: a cached file's descriptor stays open for the call.
-	fd, unpin, err := PinFd(tickets[0].s.f)
-	if err == nil {
-		err = syncfs(fd)
-	}
-	unpin()
+	err := syncFilesystemOf(tickets[0].s.f)
+	errs := s.renameEpochs(tickets, &err)
 	if err == nil {
 		for _, m := range marks {
 			m()
 		}
 	}
 	s.latency.Observe(time.Since(start))
-	for _, t := range tickets {
-		if e := t.syncEnd(err); e != nil {
+	for i, t := range tickets {
+		if e := t.syncEnd(errors.Join(err, errs[i])); e != nil {
 			s.logger.Warn("storage: fsync cycle failed", "dir", t.l.dir, "err", e)
 		}
 	}
+}
+
+// renameEpochs puts in place the epoch checkpoints the group's first
+// syncfs (err: its outcome) made durable, and makes the renames durable
+// with a second one (err becomes its outcome): errs[i] is ticket i's own
+// failure.
+func (s *Syncer) renameEpochs(tickets []syncTicket, err *error) []error {
+	errs := make([]error, len(tickets))
+	renamed := false
+	for i := range tickets {
+		if !tickets[i].epochsTmp {
+			continue
+		}
+		r, rerr := tickets[i].l.epochsRename(&tickets[i], *err == nil)
+		if *err == nil {
+			errs[i] = rerr
+		} else if rerr != nil {
+			s.logger.Debug("storage: removing an epoch checkpoint's temp file", "dir", tickets[i].l.dir, "err", rerr)
+		}
+		renamed = renamed || r
+	}
+	if renamed && *err == nil {
+		s.syncfs.Add(1)
+		*err = syncFilesystemOf(tickets[0].s.f)
+	}
+	return errs
 }
 
 func (s *Syncer) syncLog(l *Log) {

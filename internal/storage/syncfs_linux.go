@@ -57,8 +57,45 @@ func syncfsReportsErrors() bool {
 	return syncfsOK
 }
 
-// fileDevice returns the device of an OS file, 0 if unknown or not an OS file.
+// filesystemSyncer is a File of a filesystem with a syncfs of its own
+// (CrashFS with SetSyncfs).
+type filesystemSyncer interface {
+	FilesystemID() uint64 // 0: no syncfs
+	SyncFilesystem() error
+}
+
+// ownSyncfs returns f (under its append buffer) as a filesystemSyncer.
+func ownSyncfs(f File) (filesystemSyncer, bool) {
+	if a, ok := f.(*appendFile); ok {
+		f = a.File
+	}
+	fs, ok := f.(filesystemSyncer)
+	return fs, ok
+}
+
+// syncFilesystemOf makes every change to f's filesystem durable (syncfs).
+func syncFilesystemOf(f File) error {
+	if fs, ok := ownSyncfs(f); ok {
+		return fs.SyncFilesystem()
+	}
+	// Pinned: a cached file's descriptor stays open for the call.
+	fd, unpin, err := PinFd(f)
+	if err == nil {
+		err = syncfs(fd)
+	}
+	unpin()
+	return err
+}
+
+// fileDevice returns the filesystem of a file for syncfs grouping: the
+// device of an OS file where syncfs reports errors, 0 if unknown or none.
 func fileDevice(f File) uint64 {
+	if fs, ok := ownSyncfs(f); ok {
+		return fs.FilesystemID()
+	}
+	if !syncfsReportsErrors() {
+		return 0
+	}
 	fd, unpin, err := PinFd(f)
 	defer unpin()
 	if err != nil || fd == 0 {
