@@ -148,7 +148,10 @@ type Log struct {
 	cleaning       atomic.Bool
 
 	waitMu sync.Mutex
-	waitCh chan struct{} // closed and replaced when durable/failed changes
+	// waitCh is closed when durable/failed changes; made when a
+	// WaitDurable first asks for it (most logs have no waiter between two
+	// advances: a channel per log and per advance otherwise, issue 27).
+	waitCh chan struct{}
 
 	timerArmed atomic.Bool // interval policy: a sync is scheduled
 
@@ -204,7 +207,6 @@ func Open(dir string, cfg Config, opts Options) (*Log, error) {
 		logger:    opts.Logger,
 		now:       opts.Now,
 		cfg:       cfg.normalize(),
-		waitCh:    make(chan struct{}),
 		clean:     opts.CleanShutdown,
 		onCorrupt: opts.OnCorrupt,
 		noChecks:  opts.NoReadChecks,
@@ -1332,8 +1334,10 @@ func (l *Log) advanceDurableLocked(off int64) {
 // wake releases every WaitDurable to re-check.
 func (l *Log) wake() {
 	l.waitMu.Lock()
-	close(l.waitCh)
-	l.waitCh = make(chan struct{})
+	if l.waitCh != nil {
+		close(l.waitCh)
+		l.waitCh = nil
+	}
 	l.waitMu.Unlock()
 }
 
@@ -1460,6 +1464,9 @@ func (l *Log) WaitDurable(ctx context.Context, offset int64) error {
 			return nil
 		}
 		l.waitMu.Lock()
+		if l.waitCh == nil {
+			l.waitCh = make(chan struct{})
+		}
 		ch := l.waitCh
 		l.waitMu.Unlock()
 		l.mu.RLock()
