@@ -324,6 +324,14 @@ func (s *store) dropFirstLocked() {
 	s.recentLo++
 }
 
+// forgetRecent empties recent and lets go of its array.
+func (s *store) forgetRecent() {
+	s.mu.Lock()
+	s.forgetFromLocked(0)
+	s.recent = nil
+	s.mu.Unlock()
+}
+
 // forgetThroughLocked drops the recent entries with index <= i.
 func (s *store) forgetThroughLocked(i uint64) {
 	for len(s.recent) > 0 && s.recentLo <= i {
