@@ -3,7 +3,6 @@ package replica
 import (
 	"context"
 	"errors"
-	"runtime/debug"
 	"sync"
 
 	"holdfast/internal/metadata"
@@ -39,38 +38,6 @@ type openQueue struct {
 	stopped bool
 	// abandoned: StopBackground dropped queued opens
 	abandoned bool
-	// opened counts the opens finished since the last memory release,
-	// total all of them (releaseDue).
-	opened, total int
-	// releaseMin and release: releaseMinOpens and debug.FreeOSMemory
-	// unless a test set them.
-	releaseMin int
-	release    func()
-}
-
-// After a burst of opens (a creation of many partitions, a start-up's
-// background opens) the Go runtime keeps the burst's garbage mapped: the
-// heap goal at GOGC=100 is twice the live heap, and the scavenger returns
-// memory only above that, so a node at rest held ~2.2x its live heap
-// (issue 27). When the queue drains after at least releaseMinOpens opens,
-// and they are at least a quarter of all opened so far (a node creating
-// one topic after another releases after each ~1.33x growth, not after
-// every topic: each release is a full collection, marking the whole live
-// heap), the last worker returns the free memory to the OS.
-const releaseMinOpens = 1000
-
-// releaseDue says whether the burst that just drained calls for a
-// release, and starts counting the next; q.mu held.
-func (q *openQueue) releaseDue() bool {
-	minOpens := releaseMinOpens
-	if q.releaseMin > 0 {
-		minOpens = q.releaseMin
-	}
-	if q.opened < minOpens || 4*q.opened < q.total {
-		return false
-	}
-	q.opened = 0
-	return true
 }
 
 // queuedOpen is one open of a batch queued by one metadata change (or by
@@ -207,17 +174,7 @@ func (m *Manager) openWorker() {
 		if o == nil {
 			q.workers--
 			q.signal()
-			var release func()
-			if q.workers == 0 && !q.stopped && q.releaseDue() {
-				release = q.release
-				if release == nil {
-					release = debug.FreeOSMemory
-				}
-			}
 			q.mu.Unlock()
-			if release != nil {
-				release()
-			}
 			return
 		}
 		q.mu.Unlock()
@@ -226,8 +183,6 @@ func (m *Manager) openWorker() {
 
 		q.mu.Lock()
 		q.done(topicPartition{o.job.t.Name, o.job.i})
-		q.opened++
-		q.total++
 		q.signal()
 		b := o.batch
 		if err != nil {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -268,55 +267,3 @@ func TestCleanShutdownMarker(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-// After a burst of queued opens drains, the last worker releases memory
-// to the OS once the burst had releaseMin opens and a quarter of all
-// opened so far; smaller bursts only count towards the next.
-func TestReleaseAfterOpenBurst(t *testing.T) {
-	m, meta := newTestManager(t, storage.OSFS())
-	var releases atomic.Int32
-	m.opens.mu.Lock()
-	m.opens.releaseMin = 2
-	m.opens.release = func() { releases.Add(1) }
-	m.opens.mu.Unlock()
-	// drained waits for the queue to drain (the release decision is made
-	// with the last worker's exit) and returns the opens counted since
-	// the last release. (This manager has no Raft host: each open fails,
-	// and counts all the same, as a burst's work and garbage.)
-	drained := func(topic string, parts int) int {
-		t.Helper()
-		reps := make([][]int32, parts)
-		for i := range reps {
-			reps[i] = []int32{1}
-		}
-		tp := createTopic(t, meta, topic, reps...)
-		m.QueueOpenTopic(tp, 0)
-		var opened int
-		waitFor(t, func() bool {
-			m.opens.mu.Lock()
-			defer m.opens.mu.Unlock()
-			opened = m.opens.opened
-			return m.opens.workers == 0 && len(m.opens.pending) == 0
-		})
-		return opened
-	}
-	for _, c := range []struct {
-		topic    string
-		parts    int
-		opened   int   // counted after it, towards the next release
-		releases int32 // in total
-	}{
-		{"a", 3, 0, 1}, // 3 >= 2: released
-		{"b", 1, 1, 1}, // 1 < 2
-		{"c", 1, 0, 2}, // 2 since the last, >= 5/4
-		{"d", 2, 0, 3},
-		{"e", 1, 1, 3},
-		{"f", 1, 2, 3}, // 2 but not a quarter of the 9 opened
-		{"g", 1, 0, 4}, // 3 of 10
-	} {
-		if got := drained(c.topic, c.parts); got != c.opened {
-			t.Fatalf("after %s: %d opens counted, want %d", c.topic, got, c.opened)
-		}
-		waitFor(t, func() bool { return releases.Load() == c.releases })
-	}
-}
