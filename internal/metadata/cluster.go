@@ -184,13 +184,12 @@ func recordDirs(st *state, t *Topic, from int32) {
 	}
 	for p := int(from); p < len(t.Replicas); p++ {
 		for _, r := range t.Replicas[p] {
-			if _, ok := t.Dirs[p][r]; ok || dirs[r] == "" {
+			if t.Dirs[p].Has(r) || dirs[r] == "" {
 				continue
 			}
-			if t.Dirs[p] == nil {
-				t.Dirs[p] = map[int32]string{}
-			}
-			t.Dirs[p][r] = dirs[r]
+			// A new slice (the clipped one copies on append): a
+			// PartitionDirs stored in a topic is never changed in place.
+			t.Dirs[p] = append(slices.Clip(t.Dirs[p]), BrokerDir{Broker: r, Dir: dirs[r]})
 		}
 	}
 }

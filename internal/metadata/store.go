@@ -54,7 +54,7 @@ type Topic struct {
 	// the replica was assigned in. A broker whose directory
 	// id differs has lost that replica's data: it catches up before it may
 	// vote in the partition's Raft group.
-	Dirs []map[int32]string `json:",omitempty"`
+	Dirs []PartitionDirs `json:",omitempty"`
 	// PreRaft marks a topic created by a single node before it ran as a
 	// one-voter cluster: its partition logs may hold batches no Raft group
 	// wrote, which the group adopts as its committed history. Part of the
@@ -68,7 +68,7 @@ func (t Topic) ReplicaDir(p, broker int32) string {
 	if int(p) >= len(t.Dirs) {
 		return ""
 	}
-	return t.Dirs[p][broker]
+	return t.Dirs[p].Get(broker)
 }
 
 // IDString is the topic id as Kafka prints it (URL-safe base64, no padding).
@@ -80,13 +80,7 @@ func (t Topic) clone() Topic {
 		t.Configs = map[string]string{}
 	}
 	t.Replicas = cloneSets(t.Replicas)
-	if t.Dirs != nil {
-		dirs := make([]map[int32]string, len(t.Dirs))
-		for i, d := range t.Dirs {
-			dirs[i] = maps.Clone(d)
-		}
-		t.Dirs = dirs
-	}
+	t.Dirs = slices.Clone(t.Dirs) // each partition's is never changed in place (PartitionDirs)
 	t.Initial = cloneSets(t.Initial)
 	if t.Reassigning != nil {
 		ra := make([]Reassignment, len(t.Reassigning))
@@ -600,10 +594,10 @@ func (s *Store) AdoptSingleNode(node int32, dir string, nextProducerID int64) (b
 		}
 		t := old.clone()
 		t.PreRaft = true
-		t.Replicas, t.Dirs = make([][]int32, t.Partitions), make([]map[int32]string, t.Partitions)
+		t.Replicas, t.Dirs = make([][]int32, t.Partitions), make([]PartitionDirs, t.Partitions)
 		for p := range t.Replicas {
 			t.Replicas[p] = []int32{node}
-			t.Dirs[p] = map[int32]string{node: dir}
+			t.Dirs[p] = PartitionDirs{{Broker: node, Dir: dir}}
 		}
 		next.putTopic(&t)
 		next.recount(old, &t)

@@ -62,7 +62,7 @@ type Partition struct {
 	snapPath string
 	log      *storage.Log
 	fs       storage.FS
-	lg       *slog.Logger
+	lg       *slog.Logger // the manager's; logger adds the partition
 	now      func() time.Time
 
 	// epoch is the leader epoch: the Raft term of the last committed entry.
@@ -83,9 +83,11 @@ type Partition struct {
 	// manager's partitions: one fsync for many).
 	snapSync *dirSyncer
 
-	hwMu   sync.Mutex
-	hw     int64
-	hwCh   chan struct{} // closed when hw next advances
+	hwMu sync.Mutex
+	hw   int64
+	// hwCh is closed when hw next advances; made when Notify first asks
+	// for it (a partition nobody long-polls holds none: issue 27).
+	hwCh   chan struct{}
 	closed bool
 
 	// minStart is the log start committed log-start commands name; the
@@ -109,6 +111,13 @@ type Partition struct {
 	restored *ProducerState
 }
 
+// logger is the partition's logger with its topic and partition attached.
+// Made per message (few, on rare paths) rather than held: a logger with
+// attributes preformatted was ~0.2 KiB per partition (issue 27).
+func (p *Partition) logger() *slog.Logger {
+	return p.lg.With("topic", p.topic, "partition", p.index)
+}
+
 func newPartition(topic string, id [16]byte, index int32, dir, snapPath string, snapSync *dirSyncer, l *storage.Log, opts storage.Options, verify *atomic.Pointer[Verifier], r Replication) (*Partition, error) {
 	now := opts.Now
 	if now == nil {
@@ -116,11 +125,10 @@ func newPartition(topic string, id [16]byte, index int32, dir, snapPath string, 
 	}
 	p := &Partition{
 		topic: topic, id: id, index: index, dir: dir, snapPath: snapPath, snapSync: snapSync, log: l,
-		fs: opts.FS, lg: opts.Logger.With("topic", topic, "partition", index), now: now,
+		fs: opts.FS, lg: opts.Logger, now: now,
 		producers: map[int64]*producer{},
 		txn:       txnState{open: map[int64]int64{}},
 		verify:    verify,
-		hwCh:      make(chan struct{}),
 	}
 	if err := p.loadProducers(); err != nil {
 		return nil, fmt.Errorf("partition %s-%d: rebuilding producer state: %w", topic, index, err)
@@ -160,7 +168,7 @@ func (p *Partition) Failed() error {
 func (p *Partition) fail(err error) error {
 	err = fmt.Errorf("%w: %w", ErrStorage, err)
 	if p.failed.CompareAndSwap(nil, &err) {
-		p.lg.Error("partition storage failure; refusing appends", "err", err)
+		p.logger().Error("partition storage failure; refusing appends", "err", err)
 	}
 	return err
 }
@@ -344,8 +352,15 @@ func (p *Partition) advance(hw int64) {
 		invariant.Check(hw <= end, "partition %s-%d: high watermark %d past log end %d", p.topic, p.index, hw, end)
 	}
 	p.hw = hw
-	close(p.hwCh)
-	p.hwCh = make(chan struct{})
+	p.wakeLocked()
+}
+
+// wakeLocked closes hwCh if a reader took it; hwMu held.
+func (p *Partition) wakeLocked() {
+	if p.hwCh != nil {
+		close(p.hwCh)
+		p.hwCh = nil
+	}
 }
 
 // wakeReaders wakes what waits on Notify without moving the watermark.
@@ -355,8 +370,7 @@ func (p *Partition) wakeReaders() {
 	if p.closed {
 		return
 	}
-	close(p.hwCh)
-	p.hwCh = make(chan struct{})
+	p.wakeLocked()
 }
 
 // HighWatermark is the end of what consumers may see.
@@ -386,8 +400,21 @@ func (p *Partition) OffsetForTimestamp(ts int64) (offset, timestamp int64, err e
 func (p *Partition) Notify() <-chan struct{} {
 	p.hwMu.Lock()
 	defer p.hwMu.Unlock()
+	if p.closed {
+		return closedCh
+	}
+	if p.hwCh == nil {
+		p.hwCh = make(chan struct{})
+	}
 	return p.hwCh
 }
+
+// closedCh is what Notify returns for a closed partition.
+var closedCh = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // Read returns whole batches starting with the one holding offset, up to
 // the high watermark (the last stable offset with readCommitted), at most
@@ -554,7 +581,7 @@ func (p *Partition) close(snapshot bool) error {
 	p.hwMu.Lock()
 	if !p.closed {
 		p.closed = true
-		close(p.hwCh) // wake long polls; they find the partition gone
+		p.wakeLocked() // wake long polls; they find the partition gone
 	}
 	p.hwMu.Unlock()
 	p.appendMu.Lock()
@@ -570,7 +597,7 @@ func (p *Partition) close(snapshot bool) error {
 	err := p.log.Close()
 	if snapshot && err == nil && p.Failed() == nil && !p.stateStale.Load() {
 		if serr := p.writeSnapshot(end); serr != nil {
-			p.lg.Warn("writing producer state snapshot", "err", serr)
+			p.logger().Warn("writing producer state snapshot", "err", serr)
 		}
 	}
 	return err

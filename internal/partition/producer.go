@@ -196,7 +196,7 @@ func (p *Partition) confirmStored(res AppendResult) error {
 	d := res.dup
 	if found == nil || found.BaseOffset != res.BaseOffset || found.LastOffset() != res.LastOffset ||
 		found.ProducerID != d.pid || found.ProducerEpoch != d.epoch || found.BaseSequence != d.seq {
-		p.lg.Warn("a retried batch's original was not committed; the retry must go to the new leader",
+		p.logger().Warn("a retried batch's original was not committed; the retry must go to the new leader",
 			"producer_id", d.pid, "epoch", d.epoch, "sequence", d.seq, "offset", res.BaseOffset)
 		return fmt.Errorf("producer %d sequence %d: the original at offset %d was not committed: %w", d.pid, d.seq, res.BaseOffset, kerr.NotLeaderForPartition)
 	}
@@ -412,6 +412,6 @@ func (p *Partition) loadProducers() error {
 		p.recordProducer(h, lat, h.MaxTimestamp)
 		return nil
 	})
-	p.lg.Debug("rebuilt producer state from the log", "from", from, "batches", n, "producers", len(p.producers), "took", time.Since(start))
+	p.lg.Debug("rebuilt producer state from the log", "topic", p.topic, "partition", p.index, "from", from, "batches", n, "producers", len(p.producers), "took", time.Since(start))
 	return err
 }

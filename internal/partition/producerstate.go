@@ -199,10 +199,10 @@ func (p *Partition) applyRestoreProducers(cmd []byte) {
 		return
 	}
 	if err != nil {
-		p.lg.Warn("restoring the producer state", "err", err)
+		p.logger().Warn("restoring the producer state", "err", err)
 		return
 	}
 	if n := p.installProducers(s); n > 0 {
-		p.lg.Info("producer state restored from the object store", "topic", p.topic, "partition", p.index, "producers", n, "as_of_offset", s.End)
+		p.logger().Info("producer state restored from the object store", "topic", p.topic, "partition", p.index, "producers", n, "as_of_offset", s.End)
 	}
 }

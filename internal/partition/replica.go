@@ -126,7 +126,7 @@ func (p *Partition) replicate(r Replication) error {
 			// with "already added"). A failed group is the repair loop's;
 			// a slow one serves once it settles (produce answers
 			// NOT_LEADER_OR_FOLLOWER meanwhile).
-			p.lg.Warn("a one-voter partition has not settled as its leader yet", "topic", p.topic, "partition", p.index, "err", err)
+			p.logger().Warn("a one-voter partition has not settled as its leader yet", "topic", p.topic, "partition", p.index, "err", err)
 		}
 	}
 	return nil
@@ -179,7 +179,7 @@ func (p *Partition) applyCommitted(ents []raft.Committed) {
 		}
 		if err != nil {
 			// The rebuild at the next leadership reads the log instead.
-			p.lg.Warn("applying a committed batch to the producer state", "offset", e.BaseOffset, "err", err)
+			p.logger().Warn("applying a committed batch to the producer state", "offset", e.BaseOffset, "err", err)
 			p.stateStale.Store(true)
 			continue
 		}
@@ -283,7 +283,7 @@ func (p *Partition) leaderCheckLocked() error {
 		}
 	}
 	rep.readyTerm.Store(l.Term)
-	p.lg.Debug("leading partition", "epoch", l.Term, "log_end_offset", end)
+	p.lg.Debug("leading partition", "topic", p.topic, "partition", p.index, "epoch", l.Term, "log_end_offset", end)
 	return nil
 }
 
@@ -316,7 +316,7 @@ func (p *Partition) rebuildLocked() error {
 		p.stateEnd.Store(end)
 		p.stateStale.Store(false)
 	}
-	p.lg.Info("rebuilt producer state after a truncation", "batches", n, "producers", len(p.producers), "took", time.Since(start))
+	p.logger().Info("rebuilt producer state after a truncation", "batches", n, "producers", len(p.producers), "took", time.Since(start))
 	return err
 }
 

@@ -191,6 +191,7 @@ func (h *Host) maybeQuiesceLocked(g *group) []*pb.Message {
 	g.quiet.Store(true)
 	g.quiesceLdr = h.cfg.ID
 	g.quiesceFlw = followers
+	g.trimLocked()
 	return msgs
 }
 
@@ -294,6 +295,7 @@ func (h *Host) receive(from uint64, msgs []outMsg) {
 			if bs.RaftState == raft.StateFollower && bs.Lead == from && bs.GetCommit() == last && m.GetCommit() == last {
 				g.quiesced, g.quiesceLdr = true, from
 				g.quiet.Store(true)
+				g.trimLocked()
 			}
 		}
 		g.mu.Unlock()

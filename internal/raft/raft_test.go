@@ -1489,3 +1489,40 @@ func TestAwaitSuccessorNamesNewLeader(t *testing.T) {
 		t.Fatalf("after AwaitSuccessor during a transfer to %d: %+v", target, l)
 	}
 }
+
+// A quiesced group keeps no entry in memory (recent), no buffer reference
+// and no emptied slice's array: at rest each group held its last entry
+// and the buffer it lay in (issue 27). The entries are still there to
+// read (from the log), and the group goes on once woken.
+func TestQuiescedGroupLetsGo(t *testing.T) {
+	c := newCluster(t, 3, 1)
+	c.waitLeader(1)
+	for i := range 5 {
+		c.propose(1, fmt.Sprint("v", i))
+	}
+	waitFor(t, "every replica to quiesce", func() bool {
+		for _, nd := range c.running() {
+			if st, _ := nd.host.Status(1); !st.Quiesced {
+				return false
+			}
+		}
+		return true
+	})
+	for _, nd := range c.running() {
+		g := nd.host.group(1)
+		g.mu.Lock()
+		held, local := g.held, g.local
+		g.mu.Unlock()
+		g.st.mu.RLock()
+		recent := g.st.recent
+		g.st.mu.RUnlock()
+		if held != nil || local != nil || recent != nil {
+			t.Fatalf("node %d quiesced with held %v, local %v, recent %d entries", nd.id, held, local, len(recent))
+		}
+		if n := g.st.recentBytes.Load(); n != 0 {
+			t.Fatalf("node %d quiesced with %d bytes counted in recent", nd.id, n)
+		}
+	}
+	c.propose(1, "after")
+	c.waitConverged(1)
+}

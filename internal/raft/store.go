@@ -1,9 +1,11 @@
 package raft
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -52,7 +54,10 @@ type store struct {
 	anc   anchor
 	bases []int64  // bases[k]: start offset of entry anc.Index+1+k
 	terms []uint32 // its term, | sideBit for a side entry
-	side  map[uint64]sideEntry
+	// side: the side entries above the anchor, by index (a slice, not a
+	// map: most groups hold one, a leader's empty entry, and a map's
+	// first group of slots is ~0.5 KiB per partition, issue 27).
+	side  []sideEntry
 	end   int64 // offset after the last data entry
 	hs    *pb.HardState
 	hsOwn bool // hs was allocated by setHardState and is updated in place
@@ -98,7 +103,7 @@ func openStore(l *storage.Log, anc anchor, hs *pb.HardState, cs *pb.ConfState, s
 	if total == nil {
 		total = new(atomic.Int64)
 	}
-	s = &store{log: l, anc: anc, end: anc.Offset, hs: hs, cs: cs, side: map[uint64]sideEntry{}, recentBytes: new(atomic.Int64), total: total}
+	s = &store{log: l, anc: anc, end: anc.Offset, hs: hs, cs: cs, recentBytes: new(atomic.Int64), total: total}
 	// A group removed or a host closed leaves its store to the collector
 	// with whatever recent held: that share of the host's budget comes
 	// back then.
@@ -124,7 +129,7 @@ func openStore(l *storage.Log, anc anchor, hs *pb.HardState, cs *pb.ConfState, s
 			side = side[1:]
 			s.bases = append(s.bases, s.end)
 			s.terms = append(s.terms, uint32(e.Term)|sideBit)
-			s.side[e.Index] = e
+			s.side = append(s.side, e)
 			next++
 		}
 	}
@@ -325,6 +330,14 @@ func (s *store) dropFirstLocked() {
 	s.recentLo++
 }
 
+// forgetRecent empties recent and lets go of its array.
+func (s *store) forgetRecent() {
+	s.mu.Lock()
+	s.forgetFromLocked(0)
+	s.recent = nil
+	s.mu.Unlock()
+}
+
 // forgetThroughLocked drops the recent entries with index <= i.
 func (s *store) forgetThroughLocked(i uint64) {
 	for len(s.recent) > 0 && s.recentLo <= i {
@@ -419,7 +432,7 @@ func (s *store) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 			if side == nil {
 				side = map[uint64]sideEntry{}
 			}
-			side[lo+uint64(k)] = s.side[lo+uint64(k)]
+			side[lo+uint64(k)], _ = sideAt(s.side, lo+uint64(k))
 		}
 	}
 	s.mu.RUnlock()
@@ -609,11 +622,7 @@ func (s *store) truncate(i uint64) error {
 	s.mu.Lock()
 	n := int(i - s.anc.Index - 1)
 	s.bases, s.terms = s.bases[:n], s.terms[:n]
-	for idx := range s.side {
-		if idx >= i {
-			delete(s.side, idx)
-		}
-	}
+	s.side = truncateSide(s.side, i)
 	s.forgetFromLocked(i)
 	s.end = off
 	s.mu.Unlock()
@@ -658,7 +667,7 @@ func (s *store) appendEntry(e *pb.Entry, local *localBatch) (cut int64, err erro
 		s.mu.Lock()
 		s.bases = append(s.bases, end)
 		s.terms = append(s.terms, uint32(e.GetTerm())|sideBit)
-		s.side[e.GetIndex()] = sideEntry{Index: e.GetIndex(), Term: e.GetTerm(), Offset: end, Type: e.GetType(), Data: e.Data}
+		s.side = append(truncateSide(s.side, e.GetIndex()), sideEntry{Index: e.GetIndex(), Term: e.GetTerm(), Offset: end, Type: e.GetType(), Data: e.Data})
 		s.rememberLocked(e)
 		s.mu.Unlock()
 		return cut, nil
@@ -703,8 +712,16 @@ func (s *store) appendEntry(e *pb.Entry, local *localBatch) (cut int64, err erro
 func (s *store) sideEntry(i uint64) (sideEntry, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	e, ok := s.side[i]
-	return e, ok
+	return sideAt(s.side, i)
+}
+
+// sideAt finds side entry i in side (sorted by index).
+func sideAt(side []sideEntry, i uint64) (sideEntry, bool) {
+	k, ok := slices.BinarySearchFunc(side, i, func(e sideEntry, i uint64) int { return cmp.Compare(e.Index, i) })
+	if !ok {
+		return sideEntry{}, false
+	}
+	return side[k], true
 }
 
 // commands returns the command entries with index in (after, upTo].
@@ -712,15 +729,14 @@ func (s *store) commands(after, upTo uint64) []Committed {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var out []Committed
-	for idx, e := range s.side {
-		if idx <= after || idx > upTo {
+	for _, e := range s.side { // in index order
+		if e.Index <= after || e.Index > upTo {
 			continue
 		}
 		if cmd, ok := commandOf(e.entry()); ok {
-			out = append(out, Committed{Index: idx, Term: e.Term, BaseOffset: e.Offset, EndOffset: e.Offset, Command: cmd})
+			out = append(out, Committed{Index: e.Index, Term: e.Term, BaseOffset: e.Offset, EndOffset: e.Offset, Command: cmd})
 		}
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Index < out[b].Index })
 	return out
 }
 
@@ -731,7 +747,7 @@ func (s *store) reset(a anchor) error {
 	}
 	s.mu.Lock()
 	s.anc, s.bases, s.terms, s.end = a, nil, nil, a.Offset
-	s.side = map[uint64]sideEntry{}
+	s.side = nil
 	s.forgetFromLocked(0)
 	s.mu.Unlock()
 	return nil
@@ -749,11 +765,7 @@ func (s *store) compactTo(a anchor) error {
 	s.anc = a
 	s.bases = append([]int64(nil), s.bases[n:]...)
 	s.terms = append([]uint32(nil), s.terms[n:]...)
-	for idx := range s.side {
-		if idx <= a.Index {
-			delete(s.side, idx)
-		}
-	}
+	s.side = compactSide(s.side, a.Index)
 	s.forgetThroughLocked(a.Index)
 	s.mu.Unlock()
 	return s.log.DeleteBefore(a.Offset)

@@ -54,7 +54,7 @@ func TestStoreRecentEntries(t *testing.T) {
 		t.Helper()
 		var side []sideEntry
 		for i := s.anc.Index + 1; i <= s.lastLocked(); i++ {
-			if e, ok := s.side[i]; ok {
+			if e, ok := sideAt(s.side, i); ok {
 				side = append(side, e)
 			}
 		}

@@ -1015,7 +1015,7 @@ func (l *Log) swapIn(g []cleanSeg, ns *segment, gen uint64) error {
 	ns.idxMu.Unlock()
 	if err := l.writeOrdinalsLocked(-1, 0); err != nil {
 		// Recovery tolerates stale entries of removed segments.
-		l.logger.Warn("storage: clean: rewriting the ordinal checkpoint", "err", err)
+		l.dirLogger().Warn("storage: clean: rewriting the ordinal checkpoint", "err", err)
 	}
 	return nil
 }
@@ -1056,7 +1056,7 @@ func (l *Log) recoverSwaps(names []string) (changed bool, err error) {
 		if err != nil {
 			return changed, fmt.Errorf("storage: open %s: finishing the cleaner's swap %s: %w", l.dir, swap, err)
 		}
-		l.logger.Warn("storage: finishing an interrupted cleaner swap", "file", swap, "base", base, "last", last)
+		l.dirLogger().Warn("storage: finishing an interrupted cleaner swap", "file", swap, "base", base, "last", last)
 		for _, name := range names {
 			b, _, ok := parseSegmentName(name)
 			if ok && b >= base && b <= last {

@@ -136,7 +136,7 @@ func (l *Log) createIndexFiles(s *segment) {
 	s.closeIndexFilesLocked()
 	if err != nil {
 		// The next due cycle queues it again.
-		l.logger.Warn("storage: index file creation failed", "file", s.path(indexSuffix), "err", err)
+		l.dirLogger().Warn("storage: index file creation failed", "file", s.path(indexSuffix), "err", err)
 	}
 }
 

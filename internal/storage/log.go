@@ -104,7 +104,7 @@ type Log struct {
 	dir    string
 	fs     FS
 	syncer *Syncer
-	logger *slog.Logger
+	logger *slog.Logger // Options.Logger; dirLogger adds the directory
 	now    func() time.Time
 
 	maxMessage atomic.Int64 // copy of cfg.MaxMessageBytes for lock-free validation
@@ -154,7 +154,10 @@ type Log struct {
 	cleaning       atomic.Bool
 
 	waitMu sync.Mutex
-	waitCh chan struct{} // closed and replaced when durable/failed changes
+	// waitCh is closed when durable/failed changes; made when a
+	// WaitDurable first asks for it (most logs have no waiter between two
+	// advances: a channel per log and per advance otherwise, issue 27).
+	waitCh chan struct{}
 
 	timerArmed atomic.Bool // interval policy: a sync is scheduled
 
@@ -178,6 +181,12 @@ type Log struct {
 	newDir     bool       // Options.NewDir
 	created    bool       // Open created the first segment (a new log)
 }
+
+// dirLogger is the log's logger with its directory attached. Made per
+// message (a log writes few, all on rare paths) rather than held: a
+// logger with an attribute preformatted was ~0.45 KiB per partition
+// (issue 27).
+func (l *Log) dirLogger() *slog.Logger { return l.logger.With("dir", l.dir) }
 
 // Open opens (creating if missing) the log in dir and recovers it: the
 // active segment is scanned from its last index entry, every batch's CRC
@@ -203,10 +212,9 @@ func Open(dir string, cfg Config, opts Options) (*Log, error) {
 		dir:       filepath.Clean(dir),
 		fs:        opts.FS,
 		syncer:    opts.Syncer,
-		logger:    opts.Logger.With("dir", dir),
+		logger:    opts.Logger,
 		now:       opts.Now,
 		cfg:       cfg.normalize(),
-		waitCh:    make(chan struct{}),
 		clean:     opts.CleanShutdown,
 		onCorrupt: opts.OnCorrupt,
 		noChecks:  opts.NoReadChecks,
@@ -350,7 +358,7 @@ func (l *Log) checkCheckpointVersions(names []string) error {
 			return fmt.Errorf("storage: open %s: read %s: %w", l.dir, c.name, err)
 		}
 		if err := checkVersionLine(path, b, c.known...); err != nil {
-			l.logger.Error("storage: a checkpoint of a newer format: refusing to open the log", "err", err)
+			l.dirLogger().Error("storage: a checkpoint of a newer format: refusing to open the log", "err", err)
 			return fmt.Errorf("storage: open %s: %w", l.dir, err)
 		}
 	}
@@ -362,7 +370,7 @@ func (l *Log) removeOrphanIndexes(f dirFiles) error {
 	for _, name := range f.indexes {
 		if base, _, _ := parseSegmentName(name); !f.logs[base] {
 			// Left behind by a segment deletion that crashed halfway.
-			l.logger.Warn("storage: removing orphan index", "file", name)
+			l.dirLogger().Warn("storage: removing orphan index", "file", name)
 			if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil {
 				return fmt.Errorf("storage: open %s: remove orphan %s: %w", l.dir, name, err)
 			}
@@ -393,7 +401,7 @@ func (l *Log) readCheckpoints(f dirFiles) (map[int64]int64, error) {
 			err = l.parseCleanerCheckpoint(b)
 		}
 		if err != nil {
-			l.logger.Warn("storage: ignoring damaged cleaner checkpoint", "err", err)
+			l.dirLogger().Warn("storage: ignoring damaged cleaner checkpoint", "err", err)
 			l.firstDirty, l.nextHorizon, l.blockedRemoval = 0, 0, -1
 		}
 	}
@@ -443,7 +451,7 @@ func (l *Log) openSegments(f *dirFiles, ords map[int64]int64) error {
 			}
 			if s.size == 0 {
 				// Nothing to lose; an empty sealed segment only confuses lookups.
-				l.logger.Warn("storage: removing empty sealed segment", "file", s.f.Name())
+				l.dirLogger().Warn("storage: removing empty sealed segment", "file", s.f.Name())
 				s.closeFiles()
 				if err := l.removeSegmentFiles(s); err != nil {
 					return err
@@ -527,7 +535,7 @@ func (l *Log) recoverSegments(ords map[int64]int64, haveOrds bool) error {
 				s.firstOrd = o
 			case i == 0:
 				// Only a log from before ordinals, or a lost checkpoint.
-				l.logger.Warn("storage: no ordinal for the first segment, assuming 0", "file", s.f.Name())
+				l.dirLogger().Warn("storage: no ordinal for the first segment, assuming 0", "file", s.f.Name())
 				rewrite = true
 			default:
 				// A segment created after the checkpoint was written can
@@ -564,7 +572,7 @@ func (l *Log) settleStartEnd() error {
 	if l.start > l.end {
 		// DeleteBefore moved the start past data lost in the crash; the
 		// offsets below start are gone by request, so restart there.
-		l.logger.Warn("storage: log start beyond recovered end, resetting", "start", l.start, "end", l.end)
+		l.dirLogger().Warn("storage: log start beyond recovered end, resetting", "start", l.start, "end", l.end)
 		return l.resetLocked(l.start, act.firstOrd+act.nbatches)
 	}
 	return nil
@@ -587,7 +595,7 @@ func (l *Log) recoverEpochs(haveEpochs bool) error {
 			l.epochs, err = parseEpochCheckpoint(b)
 		}
 		if err != nil {
-			l.logger.Warn("storage: damaged leader epoch checkpoint, rebuilding", "file", epochCheckpoint, "err", err)
+			l.dirLogger().Warn("storage: damaged leader epoch checkpoint, rebuilding", "file", epochCheckpoint, "err", err)
 			haveEpochs = false
 		}
 	}
@@ -632,7 +640,7 @@ func (l *Log) settleRecovered() error {
 	act.idxMu.Lock()
 	if act.idxExists {
 		if err := act.persistLocked(l, act.size, false); err != nil {
-			l.logger.Warn("storage: index write failed", "file", act.path(indexSuffix), "err", err)
+			l.dirLogger().Warn("storage: index write failed", "file", act.path(indexSuffix), "err", err)
 		}
 	} else if act.indexDueLocked(act.size) {
 		// Recovery scanned a tail long enough to be worth an index; the
@@ -689,10 +697,10 @@ var directWarned atomic.Bool
 
 func (l *Log) directUnavailable(err error) {
 	if directWarned.CompareAndSwap(false, true) {
-		l.logger.Warn("storage: log.direct.io: the filesystem refuses O_DIRECT, writing through the page cache", "err", err)
+		l.dirLogger().Warn("storage: log.direct.io: the filesystem refuses O_DIRECT, writing through the page cache", "err", err)
 		return
 	}
-	l.logger.Debug("storage: log.direct.io: O_DIRECT refused, writing through the page cache", "err", err)
+	l.dirLogger().Debug("storage: log.direct.io: O_DIRECT refused, writing through the page cache", "err", err)
 }
 
 // createSegment creates an empty segment and, with syncDir, makes its name
@@ -804,7 +812,7 @@ func (l *Log) recoverActive(s *segment) error {
 		if at, ok := l.goodBatchAfter(s, pos, next); ok && !full {
 			return l.corruptAtOpen(s, pos, fmt.Errorf("%w, and a good batch follows at byte %d", reason, at))
 		}
-		l.logger.Warn("storage: truncating torn tail", "file", s.f.Name(), "position", pos, "size", s.size, "reason", reason)
+		l.dirLogger().Warn("storage: truncating torn tail", "file", s.f.Name(), "position", pos, "size", s.size, "reason", reason)
 		if err := s.f.Truncate(pos); err != nil {
 			return fmt.Errorf("storage: open %s: truncate %s at %d: %w", l.dir, s.f.Name(), pos, err)
 		}
@@ -848,7 +856,7 @@ func (l *Log) recoverUnsealed() error {
 	// not touch a segment pending seal, and its own checkpoint lists the
 	// segment after what it cleaned.
 	if prev.next != last.base {
-		l.logger.Warn("storage: segment rolled from a torn one, removing it (never durable)", "file", last.f.Name(), "torn_end", prev.next)
+		l.dirLogger().Warn("storage: segment rolled from a torn one, removing it (never durable)", "file", last.f.Name(), "torn_end", prev.next)
 		if err := l.removeSegmentFiles(last); err != nil {
 			return fmt.Errorf("storage: open %s: %w", l.dir, err)
 		}
@@ -1147,7 +1155,7 @@ func (l *Log) sealPendingLocked() error {
 // a sealed segment must not keep a partial index, so its files go and the
 // lazy load rebuilds them.
 func (l *Log) dropSealedIndex(s *segment, err error) error {
-	l.logger.Warn("storage: index write at roll failed, removing it", "file", s.path(indexSuffix), "err", err)
+	l.dirLogger().Warn("storage: index write at roll failed, removing it", "file", s.path(indexSuffix), "err", err)
 	s.idxMu.Lock()
 	s.idxExists = false
 	s.idxMu.Unlock()
@@ -1322,7 +1330,7 @@ func (l *Log) sealAsync(old *segment, gen uint64) error {
 	if cerr != nil {
 		// Only the checkpoint: recovery counts the batches of the segment
 		// before an unlisted one. The name must still be made durable.
-		l.logger.Warn("storage: ordinal checkpoint at roll", "dir", l.dir, "err", cerr)
+		l.dirLogger().Warn("storage: ordinal checkpoint at roll", "dir", l.dir, "err", cerr)
 	}
 	if err := l.fs.SyncDir(l.dir); err != nil {
 		return fmt.Errorf("sync dir %s at roll: %w", l.dir, err)
@@ -1408,7 +1416,7 @@ func (l *Log) Failed() error {
 func (l *Log) failLocked(err error) {
 	if l.failed == nil {
 		l.failed = err
-		l.logger.Error("storage: log failed; refusing appends until truncated to the durable offset or reopened", "err", err, "durable", l.durable.Load())
+		l.dirLogger().Error("storage: log failed; refusing appends until truncated to the durable offset or reopened", "err", err, "durable", l.durable.Load())
 	}
 	l.wake()
 }
@@ -1423,8 +1431,10 @@ func (l *Log) advanceDurableLocked(off int64) {
 // wake releases every WaitDurable to re-check.
 func (l *Log) wake() {
 	l.waitMu.Lock()
-	close(l.waitCh)
-	l.waitCh = make(chan struct{})
+	if l.waitCh != nil {
+		close(l.waitCh)
+		l.waitCh = nil
+	}
 	l.waitMu.Unlock()
 }
 
@@ -1516,7 +1526,7 @@ func (t syncTicket) syncEnd(err error) error {
 			// longer recovery scan, as before the first bulk write).
 			l.queueIndexCreateLocked(s)
 		} else if perr := s.persistLocked(l, t.size, false); perr != nil {
-			l.logger.Warn("storage: index write failed", "file", s.path(indexSuffix), "err", perr)
+			l.dirLogger().Warn("storage: index write failed", "file", s.path(indexSuffix), "err", perr)
 		}
 		s.idxMu.Unlock()
 	}
@@ -1556,6 +1566,9 @@ func (l *Log) WaitDurable(ctx context.Context, offset int64) error {
 			return nil
 		}
 		l.waitMu.Lock()
+		if l.waitCh == nil {
+			l.waitCh = make(chan struct{})
+		}
 		ch := l.waitCh
 		l.waitMu.Unlock()
 		l.mu.RLock()
@@ -1860,7 +1873,7 @@ func (l *Log) MaxTimestamp() (timestamp, offset int64) {
 	for _, s := range l.segs {
 		ts, off, err := s.maxTimestamp(l)
 		if err != nil {
-			l.logger.Warn("storage: max timestamp", "file", s.f.Name(), "err", err)
+			l.dirLogger().Warn("storage: max timestamp", "file", s.f.Name(), "err", err)
 			continue
 		}
 		if ts > timestamp {
@@ -1981,7 +1994,7 @@ func (l *Log) Truncate(offset int64) error {
 		return fmt.Errorf("storage: truncate %s to %d: %w", l.dir, offset, err)
 	}
 	if l.failed != nil && wasDurable {
-		l.logger.Info("storage: log recovered by truncation", "offset", offset)
+		l.dirLogger().Info("storage: log recovered by truncation", "offset", offset)
 		l.failed = nil
 	}
 	l.wake()
@@ -2155,7 +2168,7 @@ func (l *Log) detachOldestLocked(del func(*segment) bool) []*segment {
 			l.pendingSeal = nil
 			defer func() {
 				if err := l.writeOrdinalsLocked(-1, 0); err != nil {
-					l.logger.Warn("storage: ordinal checkpoint after deleting a rolled segment", "dir", l.dir, "err", err)
+					l.dirLogger().Warn("storage: ordinal checkpoint after deleting a rolled segment", "dir", l.dir, "err", err)
 				}
 			}()
 		}

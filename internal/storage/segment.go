@@ -186,7 +186,7 @@ func (s *segment) lockIndex(l *Log) error {
 		return nil
 	}
 	if err := s.loadIndexesLocked(l, false); err != nil {
-		l.logger.Warn("storage: rebuilding damaged index", "file", s.path(indexSuffix), "err", err)
+		l.dirLogger().Warn("storage: rebuilding damaged index", "file", s.path(indexSuffix), "err", err)
 		if err := s.rebuildLocked(l); err != nil {
 			s.idxMu.Unlock()
 			return err
@@ -375,7 +375,7 @@ func (s *segment) rebuildLocked(l *Log) error {
 	s.idxExists = false
 	// Best effort: a failure only means the rebuild happens again next time.
 	if err := s.persistLocked(l, s.size, true); err != nil {
-		l.logger.Warn("storage: could not write rebuilt index", "file", s.path(indexSuffix), "err", err)
+		l.dirLogger().Warn("storage: could not write rebuilt index", "file", s.path(indexSuffix), "err", err)
 	}
 	return nil
 }

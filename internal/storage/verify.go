@@ -179,7 +179,7 @@ func (l *Log) corrupt(s *segment, pos int64, cause error) error {
 	l.mu.Unlock()
 	if first {
 		l.countCorrupt()
-		l.logger.Error("storage: corrupt data: this replica stops serving the log and must be rebuilt from a healthy one",
+		l.dirLogger().Error("storage: corrupt data: this replica stops serving the log and must be rebuilt from a healthy one",
 			"file", s.path(logSuffix), "position", pos, "err", cause)
 	}
 	return err
@@ -318,7 +318,7 @@ func containsSeg(segs []*segment, s *segment) bool {
 // with ErrCorrupt (the replica is rebuilt, not cut).
 func (l *Log) corruptAtOpen(s *segment, pos int64, cause error) error {
 	l.countCorrupt()
-	l.logger.Error("storage: corrupt data found at open: refusing the log, it must be rebuilt from a healthy replica",
+	l.dirLogger().Error("storage: corrupt data found at open: refusing the log, it must be rebuilt from a healthy replica",
 		"file", s.path(logSuffix), "position", pos, "err", cause)
 	return fmt.Errorf("storage: open %s: %w: %s at byte %d: %w", l.dir, ErrCorrupt, s.path(logSuffix), pos, cause)
 }
@@ -357,7 +357,7 @@ func (l *Log) goodBatchAfter(s *segment, pos, next int64) (int64, bool) {
 // fsynced): corruption, refused with ErrCorrupt.
 func (l *Log) damagedAtOpen(file string, cause error) error {
 	l.countCorrupt()
-	l.logger.Error("storage: damaged file found at open: refusing the log, it must be rebuilt from a healthy replica", "file", file, "err", cause)
+	l.dirLogger().Error("storage: damaged file found at open: refusing the log, it must be rebuilt from a healthy replica", "file", file, "err", cause)
 	return fmt.Errorf("storage: open %s: %w: damaged %s: %w", l.dir, ErrCorrupt, file, cause)
 }
 
