@@ -1,11 +1,9 @@
 package partition
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"holdfast/internal/storage"
 )
@@ -18,20 +16,9 @@ import (
 // is claimed again, never refused as foreign), and holds the acknowledged
 // records.
 func TestNewPartitionCrashAtEveryStep(t *testing.T) {
-	ctx := func() context.Context {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard only
-		t.Cleanup(cancel)
-		return ctx
-	}
+	ctx := hangGuard(t)
 	for step := int64(1); ; step++ {
-		fsys := storage.NewCrashFS(step)
-		fsys.SetDirPrefix(true)
-		m := newCrashNode(t, fsys, "/data")
-		if step%2 == 1 {
-			fsys.CrashTornAfter(step)
-		} else {
-			fsys.CrashAfter(step)
-		}
+		fsys, m := crashStep(t, step)
 		acked := false
 		func() {
 			p, err := m.Open("t", [16]byte{7}, 0, storage.DefaultConfig())

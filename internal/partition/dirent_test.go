@@ -32,6 +32,31 @@ func newCrashNode(t *testing.T, fsys *storage.CrashFS, dir string) *testNode {
 	return n
 }
 
+// crashStep is a node on a CrashFS that cuts the power in place of its
+// step-th filesystem operation, torn on odd steps.
+func crashStep(t *testing.T, step int64) (*storage.CrashFS, *testNode) {
+	t.Helper()
+	fsys := storage.NewCrashFS(step)
+	fsys.SetDirPrefix(true)
+	m := newCrashNode(t, fsys, "/data")
+	if step%2 == 1 {
+		fsys.CrashTornAfter(step)
+	} else {
+		fsys.CrashAfter(step)
+	}
+	return fsys, m
+}
+
+// hangGuard gives contexts that end after 30 s: a guard against a hang,
+// never a deadline the test means.
+func hangGuard(t *testing.T) func() context.Context {
+	return func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}
+}
+
 // powerCut loses everything not durable, then tears the node down (its
 // handles are dead: nothing more reaches the disk).
 func (n *testNode) powerCut(fsys *storage.CrashFS, torn bool) {
@@ -214,20 +239,9 @@ func TestDeleteTopicListingErrorFails(t *testing.T) {
 // topic opens, holds every record acknowledged in it and none of the
 // deleted one's. The old topic's batch has 3 records, the new one's 2.
 func TestDeleteRecreateCrashAtEveryStep(t *testing.T) {
-	ctx := func() context.Context {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard only
-		t.Cleanup(cancel)
-		return ctx
-	}
+	ctx := hangGuard(t)
 	for step := int64(1); ; step++ {
-		fsys := storage.NewCrashFS(step)
-		fsys.SetDirPrefix(true)
-		m := newCrashNode(t, fsys, "/data")
-		if step%2 == 1 {
-			fsys.CrashTornAfter(step)
-		} else {
-			fsys.CrashAfter(step)
-		}
+		fsys, m := crashStep(t, step)
 		deleted, acked := false, false
 		func() {
 			p, err := m.Open("d", [16]byte{4}, 0, storage.DefaultConfig())

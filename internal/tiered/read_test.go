@@ -82,6 +82,25 @@ func await(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
+// readToEnd reads e from offset off (the segment's batches end at offset
+// 99) once the rest of it has arrived, and wants bytes from to end.
+func readToEnd(t *testing.T, e *entry, off, from, end int64) {
+	t.Helper()
+	for {
+		pos, got, first, last, w, err := e.batches(off, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got > pos {
+			if pos != from || got != end || first != off || last != 99 {
+				t.Fatalf("read from %d: bytes %d-%d offsets %d-%d, want %d-%d offsets %d-99", off, pos, got, first, last, from, end, off)
+			}
+			return
+		}
+		await(t, w, "the rest of the segment")
+	}
+}
+
 // TestRemoteReadServesBatchesAsTheyArrive: a segment being downloaded is
 // read from before its last byte arrives (the whole batches that did and
 // passed their CRC), and the rest once it comes.
@@ -133,19 +152,7 @@ func TestRemoteReadServesBatchesAsTheyArrive(t *testing.T) {
 		}
 	}
 	close(store.gate)
-	for {
-		pos, end, first, last, w, err := e.batches(60, 1<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if end > pos {
-			if pos != int64(ends[5]) || end != int64(ends[9]) || first != 60 || last != 99 {
-				t.Fatalf("read from 60: bytes %d-%d offsets %d-%d, want %d-%d offsets 60-99", pos, end, first, last, ends[5], ends[9])
-			}
-			break
-		}
-		await(t, w, "the rest of the segment")
-	}
+	readToEnd(t, e, 60, int64(ends[5]), int64(ends[9]))
 	got := make([]byte, len(log))
 	if _, err := e.f.ReadAt(got, 0); err != nil || !bytes.Equal(got, log) {
 		t.Fatalf("cached file differs from the object (%v)", err)
@@ -372,19 +379,7 @@ func TestRemoteReadTransactionalWaitsForItsAborted(t *testing.T) {
 	}
 	close(store.gate)
 	await(t, w, "the .index")
-	for {
-		pos, end, first, last, w, err := e.batches(40, 1<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if end > pos {
-			if pos != int64(ends[3]) || end != int64(ends[9]) || first != 40 || last != 99 {
-				t.Fatalf("read from 40: bytes %d-%d offsets %d-%d, want %d-%d offsets 40-99", pos, end, first, last, ends[3], ends[9])
-			}
-			break
-		}
-		await(t, w, "the rest")
-	}
+	readToEnd(t, e, 40, int64(ends[3]), int64(ends[9]))
 	if _, aborted := e.lookup(); !slices.Equal(aborted, sc.Aborted) {
 		t.Fatalf("aborted %v, want %v", aborted, sc.Aborted)
 	}
