@@ -31,14 +31,8 @@ func TestNewPartitionCrashAtEveryStep(t *testing.T) {
 			}
 			acked = true
 		}()
-		done := !fsys.Down()
-		if done {
-			fsys.Crash()
-		}
-		m.crash()
-		fsys.Reboot()
-
-		m = newCrashNode(t, fsys, "/data")
+		var done bool
+		m, done = reboot(t, fsys, m)
 		p, err := m.Open("t", [16]byte{7}, 0, storage.DefaultConfig())
 		if err != nil {
 			t.Fatalf("step %d (acked %v): the partition does not open after the power cut: %v", step, acked, err)

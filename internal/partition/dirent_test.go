@@ -47,6 +47,20 @@ func crashStep(t *testing.T, step int64) (*storage.CrashFS, *testNode) {
 	return fsys, m
 }
 
+// reboot cuts the power if the crash step was not reached (done: the
+// operations all ran first), tears m down and starts a node again on what
+// the disk kept.
+func reboot(t *testing.T, fsys *storage.CrashFS, m *testNode) (*testNode, bool) {
+	t.Helper()
+	done := !fsys.Down()
+	if done {
+		fsys.Crash()
+	}
+	m.crash()
+	fsys.Reboot()
+	return newCrashNode(t, fsys, "/data"), done
+}
+
 // hangGuard gives contexts that end after 30 s: a guard against a hang,
 // never a deadline the test means.
 func hangGuard(t *testing.T) func() context.Context {
@@ -264,14 +278,8 @@ func TestDeleteRecreateCrashAtEveryStep(t *testing.T) {
 			}
 			acked = true
 		}()
-		done := !fsys.Down()
-		if done {
-			fsys.Crash()
-		}
-		m.crash()
-		fsys.Reboot()
-
-		m = newCrashNode(t, fsys, "/data")
+		var done bool
+		m, done = reboot(t, fsys, m)
 		if !deleted {
 			if err := m.DeleteTopic("d"); err != nil {
 				t.Fatalf("step %d: retried delete: %v", step, err)

@@ -82,6 +82,18 @@ func await(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
+// testCache is a 1 GiB read cache in a temporary directory, closed when
+// the test ends.
+func testCache(t *testing.T) *cache {
+	t.Helper()
+	c, err := newCache(t.TempDir(), 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.close)
+	return c
+}
+
 // readToEnd reads e from offset off (the segment's batches end at offset
 // 99) once the rest of it has arrived, and wants bytes from to end.
 func readToEnd(t *testing.T, e *entry, off, from, end int64) {
@@ -109,11 +121,7 @@ func TestRemoteReadServesBatchesAsTheyArrive(t *testing.T) {
 	const key = "t/0/seg"
 	store := &gatedStore{memStore: memStore{key + ".log": log, key + ".index": side}, cut: ends[5] + 10, gate: make(chan struct{})}
 	m := &Manager{store: store, ctx: context.Background()}
-	c, err := newCache(t.TempDir(), 1<<30)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.close()
+	c := testCache(t)
 
 	e, wait, err := c.acquire(key, m.loader(key, seg))
 	if e != nil || err != nil {
@@ -171,11 +179,7 @@ func TestRemoteReadNeverServesACorruptBatch(t *testing.T) {
 	const key = "t/0/seg"
 	store := &gatedStore{memStore: memStore{key + ".log": log, key + ".index": side}, cut: ends[5], gate: make(chan struct{})}
 	m := &Manager{store: store, ctx: context.Background()}
-	c, err := newCache(t.TempDir(), 1<<30)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.close()
+	c := testCache(t)
 
 	_, wait, _ := c.acquire(key, m.loader(key, seg))
 	await(t, wait, "the segment to be readable")
@@ -306,11 +310,7 @@ func TestRemoteReadNeedsNoIndexObject(t *testing.T) {
 	const key = "t/0/seg"
 	store := &sideStore{memStore: memStore{key + ".log": log}, gate: make(chan struct{})} // no .index at all
 	m := &Manager{store: store, ctx: context.Background()}
-	c, err := newCache(t.TempDir(), 1<<30)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.close()
+	c := testCache(t)
 	e := readWhole(t, c, m, key, seg)
 	defer c.release(e)
 	for {
@@ -357,11 +357,7 @@ func TestRemoteReadTransactionalWaitsForItsAborted(t *testing.T) {
 	const key = "t/0/seg"
 	store := &sideStore{memStore: memStore{key + ".log": log, key + ".index": side}, gate: make(chan struct{})}
 	m := &Manager{store: store, ctx: context.Background()}
-	c, err := newCache(t.TempDir(), 1<<30)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.close()
+	c := testCache(t)
 	e := readWhole(t, c, m, key, seg)
 	defer c.release(e)
 	// The whole .log is in: the four batches before the transactional
