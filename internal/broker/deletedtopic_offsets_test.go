@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"holdfast/internal/brokertest"
+	"holdfast/internal/testwait"
 )
 
 // committedOffsets is a group's committed offsets as "topic/partition" -> offset,
@@ -160,15 +161,22 @@ func TestClusterDeletedTopicOffsetsRemoved(t *testing.T) {
 		after[g] = nil
 	}
 	expectGroupOffsets(t, adm, before)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	// COORDINATOR_NOT_AVAILABLE is retriable (an offsets partition's
+	// leadership moving, as leader balancing does): asked again, as
+	// clients do.
 	coordinators := map[int32]bool{}
-	for _, fc := range adm.FindGroupCoordinators(ctx, slices.Collect(maps.Keys(before))...) {
-		if fc.Err != nil {
-			t.Fatalf("find coordinator of %s: %v", fc.Name, fc.Err)
+	testwait.For(t, 30*time.Second, "every group's coordinator", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		clear(coordinators)
+		for _, fc := range adm.FindGroupCoordinators(ctx, slices.Collect(maps.Keys(before))...) {
+			if fc.Err != nil {
+				return fmt.Errorf("find coordinator of %s: %w", fc.Name, fc.Err)
+			}
+			coordinators[fc.NodeID] = true
 		}
-		coordinators[fc.NodeID] = true
-	}
+		return nil
+	})
 	if len(coordinators) < 2 {
 		t.Fatalf("every group on node(s) %v: the test needs them spread", coordinators)
 	}
