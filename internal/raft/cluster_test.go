@@ -45,6 +45,8 @@ type cluster struct {
 	root   string
 	// ackOnQuorum: every group is added with AckOnQuorum (BenchmarkCommit).
 	ackOnQuorum bool
+	// lazyCommit: every group is added with LazyCommit.
+	lazyCommit bool
 	// borrow: groups are added with BorrowCommitData (on unless an option
 	// turns it off): followers read batches into pooled buffers, poisoned
 	// when given back in this package's tests (recvpool_test.go).
@@ -180,7 +182,7 @@ func (c *cluster) start(id uint64) {
 			onCommit = func(g uint64, ents []Committed) { c.onCommit(id, g, ents) }
 		}
 		if err := h.AddGroup(GroupConfig{ID: g, Log: l, Voters: c.voters, OnLeadership: onLead, AckOnQuorum: c.ackOnQuorum,
-			OnCommit: onCommit, BorrowCommitData: c.borrow}); err != nil {
+			LazyCommit: c.lazyCommit, OnCommit: onCommit, BorrowCommitData: c.borrow}); err != nil {
 			c.tb.Fatalf("node %d add group %d: %v", id, g, err)
 		}
 	}

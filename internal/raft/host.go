@@ -172,6 +172,11 @@ type GroupConfig struct {
 	// high watermark itself); OnCommit, CommitOffset and the journal's
 	// applied index still follow the Ready loop.
 	AckOnQuorum bool
+	// LazyCommit: the leader sends no message for a commit index alone;
+	// followers learn it with the next entries or heartbeat (a tick later
+	// at most). For groups whose followers need nothing of the commit
+	// index soon: a partition's (its leader answers the producers).
+	LazyCommit bool
 	// Rejoin: the replica's storage was lost (a replaced disk: the
 	// metadata assigned the replica to another directory of this node): it
 	// grants no votes until it has caught up with a leader, which the
@@ -558,7 +563,7 @@ func (h *Host) openGroup(gc GroupConfig) (*group, error) {
 	if st.hs != nil {
 		applied = max(st.anc.Index, min(st.hs.GetCommit(), max(js.applied, js.csIndex)))
 	}
-	rn, err := h.newRawNode(st, applied)
+	rn, err := h.newRawNode(st, applied, gc.LazyCommit)
 	if err != nil {
 		return nil, fmt.Errorf("raft: group %d: %w", gc.ID, err)
 	}
@@ -666,7 +671,7 @@ func (h *Host) soleVoter(cs *pb.ConfState) bool {
 		len(cs.VotersOutgoing) == 0 && len(cs.LearnersNext) == 0
 }
 
-func (h *Host) newRawNode(st *store, applied uint64) (*raft.RawNode, error) {
+func (h *Host) newRawNode(st *store, applied uint64, lazyCommit bool) (*raft.RawNode, error) {
 	return raft.NewRawNode(&raft.Config{
 		ID:                        h.cfg.ID,
 		ElectionTick:              h.cfg.ElectionTicks,
@@ -679,6 +684,7 @@ func (h *Host) newRawNode(st *store, applied uint64) (*raft.RawNode, error) {
 		CheckQuorum:               true,
 		PreVote:                   true,
 		StepDownOnRemoval:         true,
+		LazyCommit:                lazyCommit,
 		Logger:                    h.rlog,
 		// The Ready loop's stages (ready.go): a leader's MsgApp leaves
 		// while its own append is being fsynced, and the next append's
@@ -694,7 +700,7 @@ func (h *Host) newRawNode(st *store, applied uint64) (*raft.RawNode, error) {
 // dropped (their waiters see ErrProposalLost or time out).
 func (h *Host) resetLocked(g *group) {
 	g.reset = false
-	rn, err := h.newRawNode(g.st, g.commitIndex)
+	rn, err := h.newRawNode(g.st, g.commitIndex, g.cfg.LazyCommit)
 	if err != nil {
 		h.log.Error("raft: reset group", "group", g.id, "err", err)
 		return
@@ -779,7 +785,7 @@ func (h *Host) RetryGroup(id uint64) error {
 		applied = max(st.anc.Index, min(st.hs.GetCommit(), max(js.applied, js.csIndex)))
 	}
 	g.st.adopt(st)
-	rn, err := h.newRawNode(g.st, applied)
+	rn, err := h.newRawNode(g.st, applied, g.cfg.LazyCommit)
 	if err != nil {
 		return err
 	}

@@ -114,6 +114,45 @@ func TestReplicateAndCommit(t *testing.T) {
 	}
 }
 
+// TestLazyCommitFollowersLearnCommit: with GroupConfig.LazyCommit (what
+// partitions use) the leader sends no message for a commit index alone;
+// followers still learn it - with later entries or, once proposals stop,
+// a heartbeat round later - and apply everything, with or without
+// quiescence (whose last heartbeat carries the commit too).
+func TestLazyCommitFollowersLearnCommit(t *testing.T) {
+	for _, quiesce := range []int{-1, 0} {
+		t.Run(fmt.Sprint("quiesceTicks=", quiesce), func(t *testing.T) {
+			c := newCluster(t, 3, 2, func(c *cluster) { c.lazyCommit, c.ackOnQuorum, c.quiesceTicks = true, true, quiesce })
+			for _, g := range c.groups {
+				leader, _ := c.waitLeader(g)
+				h := c.nodes[leader].host
+				var last Proposal
+				for i := range 20 {
+					p, err := h.Propose(context.Background(), g, batch(t, fmt.Sprint("v", i)))
+					if err != nil {
+						t.Skipf("leadership moved during the burst: %v", err) // cannot happen without faults, but never flake
+					}
+					last = p
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				if err := h.WaitCommitted(ctx, last); err != nil {
+					t.Fatal(err)
+				}
+				cancel()
+				want, _ := h.CommitOffset(g)
+				waitFor(t, fmt.Sprintf("every follower of group %d to learn commit offset %d", g, want), func() bool {
+					for _, nd := range c.running() {
+						if got, err := nd.host.CommitOffset(g); err != nil || got != want {
+							return false
+						}
+					}
+					return true
+				})
+			}
+		})
+	}
+}
+
 func TestProposeOnFollower(t *testing.T) {
 	// 100 election ticks (2-4 s), not 10: a follower must hint the one
 	// leader or none, and at 200-400 ms a heartbeat held up on a loaded

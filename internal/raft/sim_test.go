@@ -236,7 +236,8 @@ func (s *sim) addGroup(id, g uint64) {
 		s.t.Fatalf("node %d: open log: %v", id, err)
 	}
 	nd.logs[g] = l
-	if err := nd.host.AddGroup(GroupConfig{ID: g, Log: l, Voters: s.c.voters, OnCommit: s.onCommit(id), AckOnQuorum: true}); err != nil {
+	if err := nd.host.AddGroup(GroupConfig{ID: g, Log: l, Voters: s.c.voters, OnCommit: s.onCommit(id), AckOnQuorum: true,
+		LazyCommit: g%2 == 0}); err != nil { // partitions' setting, and the default, side by side
 		s.t.Fatalf("node %d add group %d: %v", id, g, err)
 	}
 }

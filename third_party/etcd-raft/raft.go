@@ -288,6 +288,13 @@ type Config struct {
 
 	// raft state tracer
 	TraceLogger TraceLogger
+
+	// LazyCommit (Holdfast patch, PATCHES.md): a leader whose commit index
+	// moves does not send a MsgApp that carries nothing but the new index;
+	// followers learn it with the next entries or the next heartbeat. And a
+	// heartbeat round skips a replicating follower that got a MsgApp since
+	// the last round (the append reset its election timer).
+	LazyCommit bool
 }
 
 func (c *Config) validate() error {
@@ -342,6 +349,8 @@ func (c *Config) validate() error {
 
 type raft struct {
 	id uint64
+
+	lazyCommit bool // Config.LazyCommit
 
 	Term uint64
 	Vote uint64
@@ -464,6 +473,7 @@ func newRaft(c *Config) *raft {
 		disableConfChangeValidation: c.DisableConfChangeValidation,
 		stepDownOnRemoval:           c.StepDownOnRemoval,
 		traceLogger:                 c.TraceLogger,
+		lazyCommit:                  c.LazyCommit,
 	}
 
 	traceInitState(r)
@@ -658,6 +668,7 @@ func (r *raft) maybeSendAppend(to uint64, sendIfEmpty bool) bool {
 	})
 	pr.SentEntries(len(ents), uint64(payloadsSize(ents)))
 	pr.SentCommit(r.raftLog.committed)
+	pr.AppendSent = true
 	return true
 }
 
@@ -720,14 +731,30 @@ func (r *raft) bcastAppend() {
 	})
 }
 
+// bcastAppendEntries sends each follower the entries it lacks, if any: no
+// message that would carry only the commit index (Config.LazyCommit).
+func (r *raft) bcastAppendEntries() {
+	r.trk.Visit(func(id uint64, _ *tracker.Progress) {
+		if id == r.id {
+			return
+		}
+		r.maybeSendAppend(id, false /* sendIfEmpty */)
+	})
+}
+
 // bcastHeartbeat sends RPC, without entries to all the peers.
 func (r *raft) bcastHeartbeat() {
 	r.bcastHeartbeatWithCtx(r.readOnly.heartbeatCtx())
 }
 
 func (r *raft) bcastHeartbeatWithCtx(ctx []byte) {
-	r.trk.Visit(func(id uint64, _ *tracker.Progress) {
+	r.trk.Visit(func(id uint64, pr *tracker.Progress) {
 		if id == r.id {
+			return
+		}
+		sent := pr.AppendSent
+		pr.AppendSent = false
+		if r.lazyCommit && sent && len(ctx) == 0 && pr.State == tracker.StateReplicate {
 			return
 		}
 		r.sendHeartbeat(id, ctx)
@@ -1556,8 +1583,12 @@ func stepLeader(r *raft, m *pb.Message) error {
 					// committed index has progressed for the term, so it is safe
 					// to respond to pending read index requests
 					releasePendingReadIndexMessages(r)
-					r.bcastAppend()
-				} else if r.id != m.GetFrom() && pr.CanBumpCommit(r.raftLog.committed) {
+					if r.lazyCommit {
+						r.bcastAppendEntries()
+					} else {
+						r.bcastAppend()
+					}
+				} else if !r.lazyCommit && r.id != m.GetFrom() && pr.CanBumpCommit(r.raftLog.committed) {
 					// This node may be missing the latest commit index, so send it.
 					// NB: this is not strictly necessary because the periodic heartbeat
 					// messages deliver commit indices too. However, a message sent now

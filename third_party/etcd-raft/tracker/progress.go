@@ -98,6 +98,12 @@ type Progress struct {
 	// IsPaused().
 	MsgAppFlowPaused bool
 
+	// AppendSent (Holdfast patch, PATCHES.md): a MsgApp went to the
+	// follower since the leader's last heartbeat round. With
+	// Config.LazyCommit the next round skips a follower in StateReplicate
+	// that got one: the append reset its election timer already.
+	AppendSent bool
+
 	// Inflights is a sliding window for the inflight messages.
 	// Each inflight message contains one or more log entries.
 	// The max number of entries per message is defined in raft config as MaxSizePerMsg.
