@@ -2,7 +2,9 @@ package broker
 
 import (
 	"log/slog"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"sync"
 )
 
@@ -31,6 +33,14 @@ import (
 // working room covers a produce load's requests in flight, and beyond it
 // the limit being soft keeps the node going.
 //
+// and never below MemoryLimitLiveFactor (1.5) times the heap the last
+// collection left live: a node whose working set outgrows the base (1,000
+// partitions under a saturating produce load: 1.4-1.9x the CPU per record
+// with the base alone, docs/benchmarks.md round 16) collects as if
+// GOGC were 50, not back to back. After each collection (a finalizer
+// re-armed every cycle: no timer) the live heap is read
+// (runtime/metrics) and the limit raised or lowered to match.
+//
 // An operator's GOMEMLIMIT environment variable wins (Go's own rule:
 // `holdfast serve` then leaves the limit alone and says so).
 
@@ -47,6 +57,9 @@ const (
 	// group, log, segment and partition state) with room for the garbage
 	// its writes make between collections.
 	MemoryLimitPerReplica = 8 << 10
+	// MemoryLimitLiveFactor (as a fraction: liveNum/liveDen) times the
+	// heap the last collection left live is the least the limit is.
+	liveNum, liveDen = 3, 2
 	// memoryStep: the limit moves in steps of this size (a step is ~500
 	// replicas), so opening 100,000 replicas sets it ~200 times, not
 	// 100,000.
@@ -67,6 +80,8 @@ type memoryLimit struct {
 	mu       sync.Mutex
 	replicas int
 	held     int64
+	live     int64 // the heap the last collection left live
+	closed   bool
 	applied  int64
 	prev     int64             // the limit before this node set one, restored by close
 	set      func(int64) int64 // debug.SetMemoryLimit (tests replace it)
@@ -82,13 +97,58 @@ func newMemoryLimit(held int64, set func(int64) int64, log *slog.Logger) *memory
 	return m
 }
 
-// applyLocked sets the derived limit if it moved.
+// MemoryLimitFor is the limit of a node whose derived limit is derived
+// (DerivedMemoryLimit) and whose last collection left live bytes live:
+// the larger of derived and 1.5x live, rounded up to memoryStep.
+func MemoryLimitFor(derived, live int64) int64 {
+	floor := max(live, 0) / liveDen * liveNum
+	floor = (floor + memoryStep - 1) / memoryStep * memoryStep
+	return max(derived, floor)
+}
+
+// applyLocked sets the limit if it moved.
 func (m *memoryLimit) applyLocked() {
-	if n := DerivedMemoryLimit(m.replicas, m.held); n != m.applied {
+	if m.closed {
+		return
+	}
+	if n := MemoryLimitFor(DerivedMemoryLimit(m.replicas, m.held), m.live); n != m.applied {
 		m.set(n)
 		m.applied = n
-		m.log.Debug("memory limit", "bytes", n, "replicas", m.replicas, "held_bytes", m.held)
+		m.log.Debug("memory limit", "bytes", n, "replicas", m.replicas, "held_bytes", m.held, "live_bytes", m.live)
 	}
+}
+
+// setLive follows the heap the last collection left live.
+func (m *memoryLimit) setLive(live int64) {
+	m.mu.Lock()
+	m.live = live
+	m.applyLocked()
+	m.mu.Unlock()
+}
+
+// gcSentinel is unreachable from its making on: its finalizer runs after
+// each collection and arms itself again, until the limit is closed.
+type gcSentinel struct{ m *memoryLimit }
+
+// followCollections has setLive told the live heap after every
+// collection from now on.
+func (m *memoryLimit) followCollections() {
+	runtime.SetFinalizer(&gcSentinel{m: m}, afterCollection)
+}
+
+func afterCollection(s *gcSentinel) {
+	s.m.mu.Lock()
+	closed := s.m.closed
+	s.m.mu.Unlock()
+	if closed {
+		return
+	}
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() == metrics.KindUint64 {
+		s.m.setLive(int64(sample[0].Value.Uint64()))
+	}
+	runtime.SetFinalizer(s, afterCollection)
 }
 
 // setReplicas follows the replicas open or opening here.
@@ -133,6 +193,9 @@ func (m *memoryLimit) limit() int64 {
 // close puts back the limit the process had before (two brokers in one
 // process, tests: the last one closed leaves it as it found it).
 func (m *memoryLimit) close() error {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
 	m.set(m.prev)
 	return nil
 }
@@ -144,6 +207,7 @@ func (b *Broker) startMemoryLimit(readCacheBytes int64) {
 	switch {
 	case b.cfg.MemoryLimit == MemoryLimitDerived:
 		b.memLimit = newMemoryLimit(readCacheBytes, debug.SetMemoryLimit, b.log)
+		b.memLimit.followCollections()
 		b.closers = append(b.closers, b.memLimit.close)
 	case b.cfg.MemoryLimit > 0:
 		prev := debug.SetMemoryLimit(b.cfg.MemoryLimit)
@@ -151,11 +215,25 @@ func (b *Broker) startMemoryLimit(readCacheBytes int64) {
 	}
 }
 
-// MemoryLimit reports the memory limit this broker set (0: none; it left
-// the process's alone) and whether it is derived from the replicas held.
-func (b *Broker) MemoryLimit() (bytes int64, derived bool) {
-	if b.memLimit != nil {
-		return b.memLimit.limit(), true
+// MemoryLimitState is the memory limit a broker set: Bytes (0: none, it
+// left the process's alone); with Derived, what it was derived from.
+type MemoryLimitState struct {
+	Bytes   int64
+	Derived bool
+	// Replicas open or opening, Held budgets' bytes, the Live heap the
+	// last collection left: Bytes is MemoryLimitFor(DerivedMemoryLimit(
+	// Replicas, Held), Live).
+	Replicas   int
+	Held, Live int64
+}
+
+// MemoryLimit reports the memory limit this broker set.
+func (b *Broker) MemoryLimit() MemoryLimitState {
+	m := b.memLimit
+	if m == nil {
+		return MemoryLimitState{Bytes: max(b.cfg.MemoryLimit, 0)}
 	}
-	return max(b.cfg.MemoryLimit, 0), false
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return MemoryLimitState{Bytes: m.applied, Derived: true, Replicas: m.replicas, Held: m.held, Live: m.live}
 }

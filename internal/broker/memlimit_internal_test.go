@@ -38,11 +38,22 @@ func TestMemoryLimitSteps(t *testing.T) {
 			t.Fatalf("limits set %v, want %v", sets, want)
 		}
 	}
+	// The live heap's floor raises it and lets it down again.
+	m.setLive(100 << 20)
+	m.setLive(10 << 20)
+	want = append(want, 152<<20, DerivedMemoryLimit(0, 8<<20))
+	if len(sets) != len(want) || sets[len(sets)-2] != want[len(want)-2] || sets[len(sets)-1] != want[len(want)-1] {
+		t.Fatalf("limits set %v, want %v", sets, want)
+	}
 	if m.limit() != cur {
 		t.Fatalf("limit() %d, the runtime's %d", m.limit(), cur)
 	}
 	m.close()
 	if cur != found {
 		t.Fatalf("after close the limit is %d, want the %d found", cur, found)
+	}
+	m.setReplicas(5000) // a late report after close sets nothing
+	if cur != found {
+		t.Fatalf("a report after close set the limit to %d", cur)
 	}
 }
