@@ -183,6 +183,13 @@ type Config struct {
 	// or CreatePartitions that would give a broker more partition
 	// replicas (POLICY_VIOLATION). 0: no limit (the default, as Kafka's).
 	MaxBrokerPartitions int
+	// MemoryLimit sets Go's soft memory limit for the process
+	// (runtime/debug.SetMemoryLimit, memlimit.go): MemoryLimitDerived
+	// derives it from the replicas this node holds and follows them; a
+	// positive value is that many bytes; 0 leaves the process's limit
+	// alone (tests, embedders: the limit is process-wide). `holdfast
+	// serve` derives it unless told otherwise or GOMEMLIMIT is set.
+	MemoryLimit int64
 	// DirectIO (log.direct.io): partition logs write a sync cycle's large
 	// write-outs with O_DIRECT, past the page cache (docs/storage.md).
 	DirectIO bool
@@ -275,7 +282,10 @@ type Broker struct {
 	// readCache: this broker's read cache of direct-I/O writes
 	// (storage/readcache.go, log.direct.io.cache.bytes).
 	readCache *storage.ReadCache
-	meta      *metadata.Store
+	// memLimit follows the replicas held with the process's memory limit
+	// (Config.MemoryLimit derived); nil otherwise.
+	memLimit *memoryLimit
+	meta     *metadata.Store
 	// replicas are this node's partition replicas (internal/replica).
 	replicas *replica.Manager
 	// coord hosts this node's group and transaction coordinators;

@@ -69,6 +69,11 @@ func New(cfg Config) (*Broker, error) {
 	}
 	b := &Broker{cfg: cfg, log: cfg.Logger, quotas: quota.New(cfg.Quotas), dataFS: dataFS, readCache: storage.NewReadCache(cacheBytes)}
 	b.fetchSessions.init(cfg.FetchSessionSlots)
+	held := int64(0)
+	if cfg.DirectIO {
+		held = cacheBytes // the read cache fills to its budget and stays
+	}
+	b.startMemoryLimit(held)
 	steps := []struct {
 		name string
 		fn   func() error
@@ -229,6 +234,7 @@ func (b *Broker) startStorage() error {
 		ScrubBytesPerSecond: b.cfg.LogScrubBytesPerSecond, NoReadChecks: b.cfg.LogNoReadChecks, ReadCache: b.readCache,
 		RemoteStorage: b.cfg.Tiered.Enabled, FS: b.dataFS, Logger: b.log, Clock: b.cfg.Clock,
 		StartupOpenSync: b.cfg.StartupSyncOpens,
+		OnReplicas:      b.memLimit.setReplicasFunc(), OnHeld: b.memLimit.holdFunc(),
 	}, meta, b.cluster.Host(), b.syncer)
 	b.closers = append(b.closers, b.replicas.Close)
 	// Runs just before the logs close (closers run newest first): the

@@ -66,6 +66,28 @@ type Manager struct {
 	startRaised atomic.Uint64
 
 	verify atomic.Pointer[Verifier] // txn.go
+
+	// onCount, when set, is told the partitions open or opening after
+	// each change (under mu: it must be quick and take no lock of ours).
+	onCount func(n int)
+}
+
+// SetOnCount has fn told the partitions open or being opened whenever
+// that number changes (the node's memory limit follows it: the broker's
+// memlimit.go). fn runs under the manager's lock: it must be quick and
+// must not call back into the manager.
+func (m *Manager) SetOnCount(fn func(n int)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.onCount = fn
+	m.countedLocked()
+}
+
+// countedLocked tells onCount the partitions open or opening.
+func (m *Manager) countedLocked() {
+	if m.onCount != nil {
+		m.onCount(len(m.parts) + len(m.opening))
+	}
 }
 
 // LogStartRaises counts the times a committed log-start command raised a
@@ -140,6 +162,7 @@ func (m *Manager) Open(topic string, topicID [16]byte, index int32, cfg storage.
 	}
 	done := make(chan struct{})
 	m.opening[k] = done
+	m.countedLocked()
 	opts := m.opts
 	m.mu.Unlock()
 	if r.CleanShutdown {
@@ -156,6 +179,7 @@ func (m *Manager) Open(topic string, topicID [16]byte, index int32, cfg storage.
 	}
 	delete(m.opening, k)
 	close(done)
+	m.countedLocked()
 	m.mu.Unlock()
 	return p, err
 }
@@ -315,6 +339,7 @@ func (m *Manager) DeleteTopic(topic string) error {
 			delete(m.parts, k)
 		}
 	}
+	m.countedLocked()
 	m.mu.Unlock()
 	var errs []error
 	fsys := m.opts.FS
@@ -398,6 +423,7 @@ func (m *Manager) Remove(topic string, index int32) error {
 	m.awaitOpensLocked(func(k key) bool { return k == key{topic, index} })
 	p := m.parts[key{topic, index}]
 	delete(m.parts, key{topic, index})
+	m.countedLocked()
 	m.mu.Unlock()
 	if p == nil {
 		return nil

@@ -167,6 +167,9 @@ func (lc *logCleaner) thread(id int, stop <-chan struct{}) {
 		}
 		if m == nil {
 			m = storage.NewOffsetMap(int(lc.cfg.DedupeBufferSize / int64(lc.cfg.Threads)))
+			if lc.m.cfg.OnHeld != nil {
+				lc.m.cfg.OnHeld(int64(m.Bytes()))
+			}
 		}
 		lc.clean(id, p, m, stop)
 	}

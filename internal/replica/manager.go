@@ -77,6 +77,14 @@ type Config struct {
 	// after it returns, in the background (see OpenAll); 0: 1,000;
 	// negative: always in the background.
 	StartupOpenSync int
+	// OnReplicas, when set, is told the replicas open or opening here
+	// whenever that number changes; OnHeld, the bytes of a bounded
+	// budget allocated and kept from then on (the cleaner's offset map,
+	// once made). The node's memory limit follows both (the broker's
+	// memlimit.go). Both must be quick and take none of this package's
+	// locks.
+	OnReplicas func(n int)
+	OnHeld     func(bytes int64)
 }
 
 // Manager is this node's set of replicas.
@@ -142,6 +150,9 @@ func New(cfg Config, meta *metadata.Store, host *raft.Host, syncer *storage.Sync
 	m.parts = partition.NewManager(cfg.DataDir, storage.Options{FS: cfg.FS, Syncer: syncer, Logger: cfg.Logger,
 		OnCorrupt: func() { m.corruptions.Add(1) }, NoReadChecks: cfg.NoReadChecks, ReadCache: cfg.ReadCache})
 	m.dynamic.Store(m.readDynamic())
+	if cfg.OnReplicas != nil {
+		m.parts.SetOnCount(cfg.OnReplicas)
+	}
 	return m
 }
 
