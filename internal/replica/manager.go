@@ -142,6 +142,9 @@ func New(cfg Config, meta *metadata.Store, host *raft.Host, syncer *storage.Sync
 	m.parts = partition.NewManager(cfg.DataDir, storage.Options{FS: cfg.FS, Syncer: syncer, Logger: cfg.Logger,
 		OnCorrupt: func() { m.corruptions.Add(1) }, NoReadChecks: cfg.NoReadChecks, ReadCache: cfg.ReadCache})
 	m.dynamic.Store(m.readDynamic())
+	if host != nil {
+		host.SetWantedHook(m.PromoteGroup)
+	}
 	return m
 }
 
