@@ -47,8 +47,8 @@ type queuedOpen struct {
 	job     openJob
 	batch   *openBatch
 	group   uint64 // the replica's Raft group
-	taken   bool // a worker took it (or stopOpens dropped it)
-	promote bool // in urgent
+	taken   bool   // a worker took it (or stopOpens dropped it)
+	promote bool   // in urgent
 }
 
 // openBatch collects the errors of one QueueOpenTopic call, logged once
