@@ -151,6 +151,8 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) prometheus.Gathere
 			ConstLabels: prometheus.Labels{"reason": reason},
 		}, func() float64 { return float64(b.RaftTransportStats().RefusedBy[reason]) }))
 	}
+	counter("holdfast_raft_dropped_messages_total", "Raft messages to peers this node dropped unsent: a peer's send queue full (its sender behind) or a failed connection. Each reports the peer unreachable to its group, whose leader then probes that follower with one append per heartbeat until it answers: it is out of the ISR meanwhile.",
+		func() int64 { return b.RaftTransportStats().Dropped })
 	counter("holdfast_raft_replica_repairs_total", "Replicas whose storage failed, discarded and reopened to catch up from the others.",
 		func() int64 { return b.ReplicationStats().Repairs })
 	counter("holdfast_raft_replica_repairs_deferred_total", "Repairs of replicas that failed for a full disk (ENOSPC) put off until the filesystem has room.",

@@ -282,6 +282,8 @@ type Host struct {
 	// leader whose appends or heartbeats reached it last (HeardLeader).
 	heardMu sync.Mutex
 	heard   map[uint64]heardLeader
+	// wanted: SetWantedHook's function, nil: none.
+	wanted atomic.Pointer[func(group uint64)]
 	// changes moves with every group's changes, and as groups come and go
 	// (AllChanges).
 	changes atomic.Uint64

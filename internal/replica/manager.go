@@ -153,6 +153,9 @@ func New(cfg Config, meta *metadata.Store, host *raft.Host, syncer *storage.Sync
 	if cfg.OnReplicas != nil {
 		m.parts.SetOnCount(cfg.OnReplicas)
 	}
+	if host != nil {
+		host.SetWantedHook(m.PromoteGroup)
+	}
 	return m
 }
 

@@ -31,6 +31,7 @@ type openQueue struct {
 	jobs    []*queuedOpen // in order; entries already taken are skipped
 	urgent  []*queuedOpen // asked for by a request (Promote): taken first
 	byTP    map[topicPartition]*queuedOpen
+	byGroup map[uint64]*queuedOpen // the same by Raft group (PromoteGroup)
 	workers int
 	pending map[topicPartition]int // queued or running opens per replica
 	byTopic map[string]int         // the same summed per topic (WaitOpened)
@@ -45,8 +46,9 @@ type openQueue struct {
 type queuedOpen struct {
 	job     openJob
 	batch   *openBatch
-	taken   bool // a worker took it (or stopOpens dropped it)
-	promote bool // in urgent
+	group   uint64 // the replica's Raft group
+	taken   bool   // a worker took it (or stopOpens dropped it)
+	promote bool   // in urgent
 }
 
 // openBatch collects the errors of one QueueOpenTopic call, logged once
@@ -104,15 +106,17 @@ func (m *Manager) queueOpens(t metadata.Topic, jobs []openJob) {
 	}
 	if q.byTP == nil {
 		q.byTP = map[topicPartition]*queuedOpen{}
+		q.byGroup = map[uint64]*queuedOpen{}
 	}
 	b := &openBatch{topic: t.Name, left: len(jobs), gen: m.meta.Generation(), cur: t, ok: true}
 	for _, j := range jobs {
-		o := &queuedOpen{job: j, batch: b}
+		o := &queuedOpen{job: j, batch: b, group: Group(j.t.ID, j.i)}
 		q.jobs = append(q.jobs, o)
 		tp := topicPartition{j.t.Name, j.i}
 		q.pending[tp]++
 		q.byTopic[tp.topic]++
 		q.byTP[tp] = o
+		q.byGroup[o.group] = o
 	}
 	for q.workers < openParallelism && q.workers < len(q.jobs) {
 		q.workers++
@@ -127,7 +131,22 @@ func (m *Manager) Promote(topic string, i int32) {
 	q := &m.opens
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if o := q.byTP[topicPartition{topic, i}]; o != nil && !o.taken && !o.promote {
+	q.promoteLocked(q.byTP[topicPartition{topic, i}])
+}
+
+// PromoteGroup is Promote by Raft group: a peer sent the group what only
+// a running replica answers (raft.Host.SetWantedHook), so its other
+// replicas are open and electing or leading, and waiting for this one.
+// Cheap and never blocking: it runs on the Raft transport's goroutine.
+func (m *Manager) PromoteGroup(group uint64) {
+	q := &m.opens
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.promoteLocked(q.byGroup[group])
+}
+
+func (q *openQueue) promoteLocked(o *queuedOpen) {
+	if o != nil && !o.taken && !o.promote {
 		o.promote = true
 		q.urgent = append(q.urgent, o)
 	}
@@ -159,6 +178,9 @@ func (q *openQueue) takeLocked(o *queuedOpen) *queuedOpen {
 	tp := topicPartition{o.job.t.Name, o.job.i}
 	if q.byTP[tp] == o {
 		delete(q.byTP, tp)
+	}
+	if q.byGroup[o.group] == o {
+		delete(q.byGroup, o.group)
 	}
 	return o
 }
@@ -269,7 +291,7 @@ func (m *Manager) stopOpens() {
 		dropped = true
 		q.done(topicPartition{o.job.t.Name, o.job.i})
 	}
-	q.jobs, q.urgent, q.byTP = nil, nil, nil
+	q.jobs, q.urgent, q.byTP, q.byGroup = nil, nil, nil, nil
 	if dropped {
 		q.abandoned = true
 		q.signal()

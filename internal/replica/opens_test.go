@@ -267,3 +267,52 @@ func TestCleanShutdownMarker(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// What a peer or a client asks about opens next: a Raft message for the
+// replica's group (PromoteGroup, from raft.Host.SetWantedHook) and a
+// Metadata question about its partition (State, LEADER_NOT_AVAILABLE
+// while it is queued) promote its queued open as a request's Lookup does.
+func TestPeerAndMetadataPromoteQueuedOpens(t *testing.T) {
+	m, meta := newTestManager(t, storage.OSFS())
+	reps := make([][]int32, openParallelism+8)
+	for i := range reps {
+		reps[i] = []int32{1, 2, 3}
+	}
+	tp := createTopic(t, meta, "t", reps...)
+	m.Lock()
+	m.QueueOpenTopic(tp, 0)
+	// Every worker takes a job and waits for the lock; 8 stay queued.
+	waitFor(t, func() bool {
+		m.opens.mu.Lock()
+		defer m.opens.mu.Unlock()
+		return len(m.opens.jobs) == 8
+	})
+	last, before := int32(len(reps)-1), int32(len(reps)-2)
+	m.PromoteGroup(Group(tp.ID, last))
+	m.PromoteGroup(Group(tp.ID, last)) // asked twice: promoted once
+	m.PromoteGroup(Group(tp.ID, 0))    // taken already
+	m.PromoteGroup(12345)              // no such group queued
+	if st := m.State(tp, before); st.Err != kerr.LeaderNotAvailable.Code {
+		t.Fatalf("State of a queued replica: %+v, want LEADER_NOT_AVAILABLE", st)
+	}
+	m.opens.mu.Lock()
+	var urgent []int32
+	for _, o := range m.opens.urgent {
+		urgent = append(urgent, o.job.i)
+	}
+	m.opens.mu.Unlock()
+	if want := []int32{last, before}; !slices.Equal(urgent, want) {
+		t.Fatalf("promoted opens %v, want %v", urgent, want)
+	}
+	m.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := m.WaitOpened(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	m.opens.mu.Lock()
+	defer m.opens.mu.Unlock()
+	if len(m.opens.byGroup) != 0 || len(m.opens.byTP) != 0 {
+		t.Fatalf("after every open: %d by group, %d by partition left", len(m.opens.byGroup), len(m.opens.byTP))
+	}
+}

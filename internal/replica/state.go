@@ -52,7 +52,11 @@ func (m *Manager) State(t metadata.Topic, i int32) State {
 			// just created or the node is starting): naming a guessed
 			// leader here sent a client to a partition with no leader
 			// and let a "wait until in sync" check pass on an election
-			// that had not happened.
+			// that had not happened. Someone asked for it: ours opens
+			// next (as Lookup's), or a client that asks Metadata until
+			// there is a leader, and so never produces, waited for the
+			// whole queue of a restart's opens.
+			m.Promote(t.Name, i)
 			s.Err = kerr.LeaderNotAvailable.Code
 			return s
 		}
