@@ -15,8 +15,8 @@ import (
 
 // TestServeMemoryLimit runs `holdfast serve` and reads the Go runtime's
 // memory limit from its /metrics (go_gc_gomemlimit_bytes, the runtime's
-// own figure): derived by default (an empty node: the base), as given by
-// --memory-limit or HOLDFAST_MEMORY_LIMIT, none with -1, and GOMEMLIMIT
+// own figure): none by default (Go's), derived with 0 (an empty node: the
+// base), as given by --memory-limit or HOLDFAST_MEMORY_LIMIT, and GOMEMLIMIT
 // in the environment winning over the setting (and said in the log).
 func TestServeMemoryLimit(t *testing.T) {
 	cases := []struct {
@@ -26,7 +26,8 @@ func TestServeMemoryLimit(t *testing.T) {
 		want    int64
 		logLine string
 	}{
-		{name: "derived", want: broker.DerivedMemoryLimit(0, 0), logLine: "memory limit derived from the replicas held"},
+		{name: "default", want: 1<<63 - 1, logLine: "memory limit: none"},
+		{name: "derived", args: []string{"--memory-limit", "0"}, want: broker.DerivedMemoryLimit(0, 0), logLine: "memory limit derived from the replicas held"},
 		{name: "flag", args: []string{"--memory-limit", "300000000"}, want: 300000000},
 		{name: "env", env: map[string]string{"HOLDFAST_MEMORY_LIMIT": "200000000"}, want: 200000000},
 		{name: "none", args: []string{"--memory-limit", "-1"}, want: 1<<63 - 1},

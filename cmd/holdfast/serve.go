@@ -141,7 +141,7 @@ func (c *serveConfig) register(s *settings) {
 	s.Int(&c.maxReq, "max-request-bytes", int(lim.MaxRequestBytes), "largest request frame", kafka("socket.request.max.bytes"))
 	s.Int(&c.maxConns, "max-connections", lim.MaxConnections, "connection limit", kafka("max.connections"))
 	s.Int(&c.maxOpenFiles, "log-max-open-files", 0, "descriptors of data files (segments, indexes, checkpoints) held open at once: idle files are closed and reopened on use, so any number of partitions fits, and the descriptors left stay for connections (0: the open-file limit less --max-connections and a reserve of 256; -1: no bound)", kafka("log.max.open.files"))
-	s.Int64(&c.memoryLimit, "memory-limit", 0, "the Go runtime's soft memory limit in bytes: the collector runs more often as the process nears it, so idle replicas cost their live heap rather than twice it (0: derived from the replicas this node holds, 64 MiB + 8 KiB per replica + the direct-I/O read cache and the log cleaner's map once made, followed as replicas come and go, and never below 1.5x the heap the last collection left live; -1: none, Go's default; the GOMEMLIMIT environment variable, when set, wins)")
+	s.Int64(&c.memoryLimit, "memory-limit", -1, "the Go runtime's soft memory limit in bytes: the collector runs more often as the process nears it, so idle replicas cost their live heap rather than twice it (-1: none, Go's default; 0: derived from the replicas this node holds, 64 MiB + 8 KiB per replica + the direct-I/O read cache and the log cleaner's map once made, followed as replicas come and go, and never below 1.5x the heap the last collection left live: for nodes with many idle replicas, it costs CPU under load; the GOMEMLIMIT environment variable, when set, wins)")
 	s.Int(&c.syncOpens, "startup-sync-opens", 1000, "at start-up, a node with up to this many replicas opens them all before it listens (as Kafka); with more it listens at once and opens them in the background, a replica not yet open answering NOT_LEADER_OR_FOLLOWER (retried by clients) and opened first when asked for (-1: always in the background)")
 	s.Int(&c.maxBrokerParts, "max-broker-partitions", 0, "partition replicas a broker may hold: a CreateTopics or CreatePartitions that would place more is refused with POLICY_VIOLATION (0 or -1: no limit, as Kafka's default; descriptors do not bound it: --log-max-open-files)", kafka("max.broker.partitions"))
 	s.Int(&c.maxConnsPerIP, "max-connections-per-ip", lim.MaxConnectionsPerIP, "connections one client address may hold (the cluster's other nodes exempt on the inter-broker listener); 2147483647: no limit (Kafka's default); 0: only the overrides' addresses", kafka("max.connections.per.ip"))
@@ -836,8 +836,11 @@ func descriptorBudget(cfg *broker.Config, maxConns, files, parts int, logger *sl
 	logger.Info("descriptor budget", "open_file_limit", lim.Cur, "max_connections", maxConns, "log_max_open_files", files, "max_broker_partitions", parts)
 }
 
-// memoryLimit maps --memory-limit onto broker.Config.MemoryLimit: 0
-// derives it, -1 is none (Go's default), a positive value is bytes. An
+// memoryLimit maps --memory-limit onto broker.Config.MemoryLimit: -1 (the
+// default) is none, Go's own; 0 derives it; a positive value is bytes. Not
+// derived by default: at 1,000 partitions RF=3 under a saturating produce
+// load the derived limit cost 1.3-1.4x the CPU per record
+// (docs/benchmarks.md, round 16, lead). An
 // operator's GOMEMLIMIT (env, the runtime already applied it) wins.
 func memoryLimit(setting int64, env string, logger *slog.Logger) int64 {
 	switch {
@@ -848,7 +851,7 @@ func memoryLimit(setting int64, env string, logger *slog.Logger) int64 {
 		logger.Info("memory limit derived from the replicas held", "base_bytes", broker.MemoryLimitBase, "per_replica_bytes", broker.MemoryLimitPerReplica)
 		return broker.MemoryLimitDerived
 	case setting < 0:
-		logger.Info("memory limit: none (--memory-limit -1)")
+		logger.Info("memory limit: none (--memory-limit -1, the default)")
 		return 0
 	}
 	logger.Info("memory limit", "bytes", setting)
