@@ -196,20 +196,7 @@ func TestPromotedOpenFirst(t *testing.T) {
 // Lookup of a replica whose open is queued answers NOT_LEADER_OR_FOLLOWER
 // (retriable) and promotes the open.
 func TestLookupPromotesQueuedOpen(t *testing.T) {
-	m, meta := newTestManager(t, storage.OSFS())
-	reps := make([][]int32, openParallelism+8)
-	for i := range reps {
-		reps[i] = []int32{1}
-	}
-	tp := createTopic(t, meta, "t", reps...)
-	m.Lock()
-	m.QueueOpenTopic(tp, 0)
-	// Every worker takes a job and waits for the lock; 8 stay queued.
-	waitFor(t, func() bool {
-		m.opens.mu.Lock()
-		defer m.opens.mu.Unlock()
-		return len(m.opens.jobs) == 8
-	})
+	m, _, reps := queueBehindLockedWorkers(t, 1)
 	last := int32(len(reps) - 1)
 	if p, code := m.Lookup("t", last); p != nil || code != kerr.NotLeaderForPartition.Code {
 		t.Fatalf("Lookup of a queued replica: %v, code %d; want none, NOT_LEADER_OR_FOLLOWER", p, code)
@@ -273,20 +260,7 @@ func ptr[T any](v T) *T { return &v }
 // Metadata question about its partition (State, LEADER_NOT_AVAILABLE
 // while it is queued) promote its queued open as a request's Lookup does.
 func TestPeerAndMetadataPromoteQueuedOpens(t *testing.T) {
-	m, meta := newTestManager(t, storage.OSFS())
-	reps := make([][]int32, openParallelism+8)
-	for i := range reps {
-		reps[i] = []int32{1, 2, 3}
-	}
-	tp := createTopic(t, meta, "t", reps...)
-	m.Lock()
-	m.QueueOpenTopic(tp, 0)
-	// Every worker takes a job and waits for the lock; 8 stay queued.
-	waitFor(t, func() bool {
-		m.opens.mu.Lock()
-		defer m.opens.mu.Unlock()
-		return len(m.opens.jobs) == 8
-	})
+	m, tp, reps := queueBehindLockedWorkers(t, 1, 2, 3)
 	last, before := int32(len(reps)-1), int32(len(reps)-2)
 	m.PromoteGroup(Group(tp.ID, last))
 	m.PromoteGroup(Group(tp.ID, last)) // asked twice: promoted once
@@ -315,4 +289,26 @@ func TestPeerAndMetadataPromoteQueuedOpens(t *testing.T) {
 	if len(m.opens.byGroup) != 0 || len(m.opens.byTP) != 0 {
 		t.Fatalf("after every open: %d by group, %d by partition left", len(m.opens.byGroup), len(m.opens.byTP))
 	}
+}
+
+// queueBehindLockedWorkers queues the opens of a topic of
+// openParallelism+8 partitions (replicas on the given nodes) while the
+// manager's lock is held: every worker takes a job and waits for the
+// lock, and 8 opens stay queued. The caller unlocks.
+func queueBehindLockedWorkers(t *testing.T, nodes ...int32) (*Manager, metadata.Topic, [][]int32) {
+	t.Helper()
+	m, meta := newTestManager(t, storage.OSFS())
+	reps := make([][]int32, openParallelism+8)
+	for i := range reps {
+		reps[i] = nodes
+	}
+	tp := createTopic(t, meta, "t", reps...)
+	m.Lock()
+	m.QueueOpenTopic(tp, 0)
+	waitFor(t, func() bool {
+		m.opens.mu.Lock()
+		defer m.opens.mu.Unlock()
+		return len(m.opens.jobs) == 8
+	})
+	return m, tp, reps
 }
