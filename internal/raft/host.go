@@ -350,11 +350,16 @@ type group struct {
 	// rejoin: this replica lost its storage (wiped disk) while the others
 	// remember what it had acknowledged. Until it has caught up with a
 	// leader's commit index it grants no votes (it cannot vouch for
-	// committed entries) and tells the leader, whose stale progress for it
-	// must be reset.
+	// committed entries) but to a candidate whose log holds what the
+	// newest leader it heard from showed it (rejoinMayVote), and it tells
+	// the leader, whose stale progress for it must be reset.
 	rejoin       bool
-	rejoinTarget uint64
-	reset        bool // leader: recreate the RawNode (fresh progress for every peer)
+	rejoinTarget uint64 // the highest commit index a leader sent it
+	// rejoinTerm, rejoinLast: the newest term a leader sent it entries or
+	// a snapshot in, and the highest log index that leader showed it
+	// (an append's previous entry or last entry, a snapshot's index).
+	rejoinTerm, rejoinLast uint64
+	reset                  bool // leader: recreate the RawNode (fresh progress for every peer)
 	// held: references to the buffers of proposals Raft may still read,
 	// in index order (ProposeOwned, releaseHeldLocked).
 	held      []heldRef
