@@ -174,11 +174,10 @@ type GroupConfig struct {
 	AckOnQuorum bool
 	// LazyCommit: the leader sends no message for a commit index alone;
 	// followers learn it with the next entries or a heartbeat round later.
-	// For groups whose followers need nothing of the commit index soon. No
-	// group sets it yet: a rejoining replica (rejoin) votes again only
-	// once its commit index reaches a leader's, and with partitions lazy
-	// the broker simulation found a partition left without a leader
-	// (third_party/etcd-raft/PATCHES.md).
+	// For groups whose followers need nothing of the commit index soon: a
+	// partition's (its leader answers the producers). A rebuilt replica
+	// (Rejoin) learns the commit index it must reach from appends, which
+	// still carry it.
 	LazyCommit bool
 	// Rejoin: the replica's storage was lost (a replaced disk: the
 	// metadata assigned the replica to another directory of this node): it
