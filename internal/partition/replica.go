@@ -97,6 +97,7 @@ func (p *Partition) replicate(r Replication) error {
 		// A produce waits for the quorum, not for the Ready that delivers
 		// the entry: waitReplicated raises the high watermark itself.
 		AckOnQuorum: true,
+		LazyCommit:  true,
 		// onCommit reads a batch's header and markers, keeps none of its
 		// bytes: a follower's received batches go back to their pool.
 		BorrowCommitData: true}); err != nil {

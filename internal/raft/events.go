@@ -393,16 +393,20 @@ func (h *Host) checkLostStorageLocked(g *group, from uint64, m *pb.Message) bool
 			m.Commit = new(last) // raft would panic: commit beyond the log
 		}
 	case pb.MessageType_MsgVote, pb.MessageType_MsgPreVote:
-		if g.rejoin {
+		if g.rejoin && !g.rejoinMayVote(m) {
 			return false // no vote until caught up
 		}
 	case pb.MessageType_MsgApp:
 		if g.rejoin {
 			g.rejoinTarget = max(g.rejoinTarget, m.GetCommit())
+			shown := m.GetIndex() + uint64(len(m.Entries))
+			g.noteRejoinLeader(m.GetTerm(), shown)
 		}
 	case pb.MessageType_MsgSnap:
 		if g.rejoin {
-			g.rejoinTarget = max(g.rejoinTarget, m.GetSnapshot().GetMetadata().GetIndex())
+			idx := m.GetSnapshot().GetMetadata().GetIndex()
+			g.rejoinTarget = max(g.rejoinTarget, idx)
+			g.noteRejoinLeader(m.GetTerm(), idx)
 		}
 	case pb.MessageType_MsgHeartbeatResp:
 		if !bytes.HasPrefix(m.Context, rejoinCtx) || len(m.Context) != len(rejoinCtx)+8 {
@@ -428,6 +432,41 @@ func (h *Host) checkLostStorageLocked(g *group, from uint64, m *pb.Message) bool
 		}
 	}
 	return true
+}
+
+// noteRejoinLeader records, for a rejoining replica, that a leader of
+// term showed it a log reaching index.
+func (g *group) noteRejoinLeader(term, index uint64) {
+	switch {
+	case term > g.rejoinTerm:
+		g.rejoinTerm, g.rejoinLast = term, index
+	case term == g.rejoinTerm:
+		g.rejoinLast = max(g.rejoinLast, index)
+	}
+}
+
+// rejoinMayVote: a rejoining replica (it lost its log, so it cannot vouch
+// for what it acknowledged) grants the (pre-)vote m only to a candidate
+// whose log holds everything the newest leader it heard from since had
+// committed: the candidate's last entry is of a later term than that
+// leader's (whose leader had every entry committed before), or of that
+// leader's term - its log is then that leader's up to its last index - and
+// at least at the highest index that leader showed this replica and the
+// highest commit index it was sent. And only in a later term than that
+// leader's: what it voted for before its loss is lost too.
+//
+// Without this, a rebuilt replica waits to catch up with a commit index
+// that only its leader knew: if that leader's storage fails before it
+// has caught up (a second rebuilt replica), the one intact replica, which
+// holds everything, can never get a vote, and the group stays without a
+// leader (TestRejoiningReplicaVotesForCompleteLog). A replica that has
+// heard from no leader since its loss still votes for nobody.
+func (g *group) rejoinMayVote(m *pb.Message) bool {
+	if g.rejoinTerm == 0 || m.GetTerm() <= g.rejoinTerm {
+		return false
+	}
+	lastTerm, last := m.GetLogTerm(), m.GetIndex() // the candidate's last entry
+	return lastTerm > g.rejoinTerm || lastTerm == g.rejoinTerm && last >= max(g.rejoinLast, g.rejoinTarget)
 }
 
 func (h *Host) unreachable(peer uint64, groups []uint64) {

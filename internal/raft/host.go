@@ -174,11 +174,10 @@ type GroupConfig struct {
 	AckOnQuorum bool
 	// LazyCommit: the leader sends no message for a commit index alone;
 	// followers learn it with the next entries or a heartbeat round later.
-	// For groups whose followers need nothing of the commit index soon. No
-	// group sets it yet: a rejoining replica (rejoin) votes again only
-	// once its commit index reaches a leader's, and with partitions lazy
-	// the broker simulation found a partition left without a leader
-	// (third_party/etcd-raft/PATCHES.md).
+	// For groups whose followers need nothing of the commit index soon: a
+	// partition's (its leader answers the producers). A rebuilt replica
+	// (Rejoin) learns the commit index it must reach from appends, which
+	// still carry it.
 	LazyCommit bool
 	// Rejoin: the replica's storage was lost (a replaced disk: the
 	// metadata assigned the replica to another directory of this node): it
@@ -350,11 +349,16 @@ type group struct {
 	// rejoin: this replica lost its storage (wiped disk) while the others
 	// remember what it had acknowledged. Until it has caught up with a
 	// leader's commit index it grants no votes (it cannot vouch for
-	// committed entries) and tells the leader, whose stale progress for it
-	// must be reset.
+	// committed entries) but to a candidate whose log holds what the
+	// newest leader it heard from showed it (rejoinMayVote), and it tells
+	// the leader, whose stale progress for it must be reset.
 	rejoin       bool
-	rejoinTarget uint64
-	reset        bool // leader: recreate the RawNode (fresh progress for every peer)
+	rejoinTarget uint64 // the highest commit index a leader sent it
+	// rejoinTerm, rejoinLast: the newest term a leader sent it entries or
+	// a snapshot in, and the highest log index that leader showed it
+	// (an append's previous entry or last entry, a snapshot's index).
+	rejoinTerm, rejoinLast uint64
+	reset                  bool // leader: recreate the RawNode (fresh progress for every peer)
 	// held: references to the buffers of proposals Raft may still read,
 	// in index order (ProposeOwned, releaseHeldLocked).
 	held      []heldRef

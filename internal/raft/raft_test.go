@@ -93,11 +93,21 @@ func TestReplicateAndCommit(t *testing.T) {
 	if len(st.Replicas) != 3 {
 		t.Fatalf("leader status lists %d replicas", len(st.Replicas))
 	}
-	for _, r := range st.Replicas {
-		if r.MatchOffset != st.CommitOffset {
-			t.Fatalf("replica %d matched to %d, commit %d", r.ID, r.MatchOffset, st.CommitOffset)
+	// Every replica holds the whole log (waitConverged), but the leader
+	// counts a follower's match only when its acknowledgement arrives,
+	// which may still be on its way (seen on a loaded machine).
+	waitFor(t, "the leader to see every replica matched to its commit", func() bool {
+		st, err := h.Status(1)
+		if err != nil {
+			return false
 		}
-	}
+		for _, r := range st.Replicas {
+			if r.MatchOffset != st.CommitOffset {
+				return false
+			}
+		}
+		return true
+	})
 	// Raft's own entries (the leaders' empty entries) take no offsets: the
 	// log holds exactly the proposed batches, at offsets from 0, with the
 	// term as epoch.

@@ -94,8 +94,14 @@ type sim struct {
 	next      map[uint64]int       // group -> next value's number
 
 	restartAt map[uint64]int64 // a stopped node starts again at this tick
-	resumeAt  map[uint64]int64 // a paused node resumes at this tick
-	armed     map[uint64]bool  // a power cut is set to happen during this node's I/O
+	// rejoin: the node's replicas open as rebuilt ones (GroupConfig.Rejoin:
+	// its storage was lost and its data directory is new).
+	rejoin map[uint64]bool
+	// afterDelivery, if set, runs after each message the harness delivers
+	// (a scripted test's fault at an exact point).
+	afterDelivery func()
+	resumeAt      map[uint64]int64 // a paused node resumes at this tick
+	armed         map[uint64]bool  // a power cut is set to happen during this node's I/O
 
 	commits, faults int
 }
@@ -131,26 +137,11 @@ func runSim(t *testing.T, seed uint64, cfg simConfig) simResult {
 // runSimTB runs the simulation reporting to tb (t, or a catchTB).
 func runSimTB(t *testing.T, tb testing.TB, seed uint64, cfg simConfig) simResult {
 	tb.Helper()
-	cryptotest.SetGlobalRandom(t, seed) // etcd raft's election timeouts
-	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	s := &sim{
-		t: tb, cfg: cfg, rng: rng, net: newMemNet(rng, simTick), trace: sha256.New(),
-		committed: map[uint64]map[uint64]commitRec{}, leaders: map[[2]uint64]uint64{}, acks: map[uint64][]acked{},
-		ackTimes: map[uint64][]ackTime{}, next: map[uint64]int{},
-		restartAt: map[uint64]int64{}, resumeAt: map[uint64]int64{}, armed: map[uint64]bool{},
-	}
-	s.net.onDeliver = s.traceDelivery
-	s.c = &cluster{tb: tb, nodes: map[uint64]*testNode{}, logger: testLogger(t), tick: simTick}
-	for i := 1; i <= cfg.nodes; i++ {
-		id := uint64(i)
-		s.c.ids = append(s.c.ids, id)
-		s.c.nodes[id] = &testNode{id: id, dir: fmt.Sprint("/node", id), fs: storage.NewCrashFS(int64(seed) + int64(id))}
-	}
+	groups := make([]uint64, 0, cfg.groups)
 	for g := 1; g <= cfg.groups; g++ {
-		s.c.groups = append(s.c.groups, uint64(g))
-		s.committed[uint64(g)] = map[uint64]commitRec{}
+		groups = append(groups, uint64(g))
 	}
-	s.c.voters = slices.Clone(s.c.ids)
+	s := newSim(t, tb, seed, cfg, groups)
 	defer func() { // also on t.Fatalf (runtime.Goexit) and a catchTB's panic
 		if tb.Failed() {
 			tb.Logf("seed %d: the last things that happened (RAFT_SEED=%d to repeat this run):\n%s", seed, seed, strings.Join(s.recent, "\n"))
@@ -174,6 +165,32 @@ func runSimTB(t *testing.T, tb testing.TB, seed uint64, cfg simConfig) simResult
 		digest: hex.EncodeToString(s.trace.Sum(nil)), delivered: s.net.delivered, dropped: s.net.dropped, duplicated: s.net.duplicated,
 		commits: s.commits, acked: s.ackCount(), faults: s.faults,
 	}
+}
+
+// newSim sets up a simulated cluster of cfg.nodes nodes with the given
+// groups; no node runs yet (start).
+func newSim(t *testing.T, tb testing.TB, seed uint64, cfg simConfig, groups []uint64) *sim {
+	cryptotest.SetGlobalRandom(t, seed) // etcd raft's election timeouts
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	s := &sim{
+		t: tb, cfg: cfg, rng: rng, net: newMemNet(rng, simTick), trace: sha256.New(),
+		committed: map[uint64]map[uint64]commitRec{}, leaders: map[[2]uint64]uint64{}, acks: map[uint64][]acked{},
+		ackTimes: map[uint64][]ackTime{}, next: map[uint64]int{},
+		restartAt: map[uint64]int64{}, resumeAt: map[uint64]int64{}, armed: map[uint64]bool{}, rejoin: map[uint64]bool{},
+	}
+	s.net.onDeliver = s.traceDelivery
+	s.c = &cluster{tb: tb, nodes: map[uint64]*testNode{}, logger: testLogger(t), tick: simTick}
+	for i := 1; i <= cfg.nodes; i++ {
+		id := uint64(i)
+		s.c.ids = append(s.c.ids, id)
+		s.c.nodes[id] = &testNode{id: id, dir: fmt.Sprint("/node", id), fs: storage.NewCrashFS(int64(seed) + int64(id))}
+	}
+	for _, g := range groups {
+		s.c.groups = append(s.c.groups, g)
+		s.committed[g] = map[uint64]commitRec{}
+	}
+	s.c.voters = slices.Clone(s.c.ids)
+	return s
 }
 
 func (s *sim) ackCount() int {
@@ -237,7 +254,7 @@ func (s *sim) addGroup(id, g uint64) {
 	}
 	nd.logs[g] = l
 	if err := nd.host.AddGroup(GroupConfig{ID: g, Log: l, Voters: s.c.voters, OnCommit: s.onCommit(id), AckOnQuorum: true,
-		LazyCommit: g%2 == 0}); err != nil { // partitions' setting, and the default, side by side
+		Rejoin: s.rejoin[id], LazyCommit: g%2 == 0}); err != nil { // partitions' setting, and the default, side by side
 		s.t.Fatalf("node %d add group %d: %v", id, g, err)
 	}
 }
@@ -413,6 +430,9 @@ func (s *sim) drain() {
 		k := s.rng.IntN(len(cands) + len(busy))
 		if k < len(cands) {
 			s.net.deliverIndex(cands[k])
+			if s.afterDelivery != nil {
+				s.afterDelivery()
+			}
 			continue
 		}
 		w := busy[k-len(cands)]
