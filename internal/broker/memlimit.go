@@ -33,13 +33,22 @@ import (
 // working room covers a produce load's requests in flight, and beyond it
 // the limit being soft keeps the node going.
 //
-// and never below MemoryLimitLiveFactor (1.5) times the heap the last
-// collection left live: a node whose working set outgrows the base (1,000
-// partitions under a saturating produce load: 1.4-1.9x the CPU per record
-// with the base alone, docs/benchmarks.md round 16) collects as if
-// GOGC were 50, not back to back. After each collection (a finalizer
-// re-armed every cycle: no timer) the live heap is read
-// (runtime/metrics) and the limit raised or lowered to match.
+// and never below the floor of what the last collection left live:
+//
+//	live + max(live - replicas x MemoryLimitPerReplica, 0) + MemoryLimitSlack
+//
+// The live heap above the replicas' share is the node's working set
+// (requests in flight, append buffers, Raft messages under a produce
+// load): it gets GOGC's own headroom (as much again), so that under load
+// the collector runs no more often than without a limit. The replicas'
+// share (what an idle replica holds, with its room) gets the slack only:
+// that is what the limit is for, and at rest nothing allocates, so a
+// tight limit costs nothing. (Round 16's floor was 1.5x the whole live
+// heap: at 1,000 partitions RF=3 under a saturating load the collector then
+// ran as if GOGC were 50 and cost 1.28x the CPU per record,
+// docs/benchmarks.md; with the base alone 1.4-1.9x.) After each
+// collection (a finalizer re-armed every cycle: no timer) the live heap is
+// read (runtime/metrics) and the limit raised or lowered to match.
 //
 // An operator's GOMEMLIMIT environment variable wins (Go's own rule:
 // `holdfast serve` then leaves the limit alone and says so).
@@ -57,9 +66,12 @@ const (
 	// group, log, segment and partition state) with room for the garbage
 	// its writes make between collections.
 	MemoryLimitPerReplica = 8 << 10
-	// MemoryLimitLiveFactor (as a fraction: liveNum/liveDen) times the
-	// heap the last collection left live is the least the limit is.
-	liveNum, liveDen = 3, 2
+	// MemoryLimitSlack: room above the live heap the limit always leaves,
+	// besides the working set's headroom (MemoryLimitFor): memory the
+	// runtime counts against the limit that is not heap objects (stacks,
+	// its own metadata, free pages not yet returned) and a burst's first
+	// garbage before the next collection measures it.
+	MemoryLimitSlack = 32 << 20
 	// memoryStep: the limit moves in steps of this size (a step is ~500
 	// replicas), so opening 100,000 replicas sets it ~200 times, not
 	// 100,000.
@@ -97,11 +109,15 @@ func newMemoryLimit(held int64, set func(int64) int64, log *slog.Logger) *memory
 	return m
 }
 
-// MemoryLimitFor is the limit of a node whose derived limit is derived
-// (DerivedMemoryLimit) and whose last collection left live bytes live:
-// the larger of derived and 1.5x live, rounded up to memoryStep.
-func MemoryLimitFor(derived, live int64) int64 {
-	floor := max(live, 0) / liveDen * liveNum
+// MemoryLimitFor is the limit of a node holding replicas replicas whose
+// derived limit is derived (DerivedMemoryLimit) and whose last collection
+// left live bytes live: the larger of derived and the live heap's floor
+// (live, GOGC's headroom for the part of it above the replicas' share,
+// and MemoryLimitSlack), rounded up to memoryStep.
+func MemoryLimitFor(derived, live int64, replicas int) int64 {
+	live = max(live, 0)
+	share := int64(max(replicas, 0)) * MemoryLimitPerReplica
+	floor := live + max(live-share, 0) + MemoryLimitSlack
 	floor = (floor + memoryStep - 1) / memoryStep * memoryStep
 	return max(derived, floor)
 }
@@ -111,7 +127,7 @@ func (m *memoryLimit) applyLocked() {
 	if m.closed {
 		return
 	}
-	if n := MemoryLimitFor(DerivedMemoryLimit(m.replicas, m.held), m.live); n != m.applied {
+	if n := MemoryLimitFor(DerivedMemoryLimit(m.replicas, m.held), m.live, m.replicas); n != m.applied {
 		m.set(n)
 		m.applied = n
 		m.log.Debug("memory limit", "bytes", n, "replicas", m.replicas, "held_bytes", m.held, "live_bytes", m.live)
@@ -222,7 +238,7 @@ type MemoryLimitState struct {
 	Derived bool
 	// Replicas open or opening, Held budgets' bytes, the Live heap the
 	// last collection left: Bytes is MemoryLimitFor(DerivedMemoryLimit(
-	// Replicas, Held), Live).
+	// Replicas, Held), Live, Replicas).
 	Replicas   int
 	Held, Live int64
 }
