@@ -93,6 +93,8 @@ type sim struct {
 	op        int64                // counts proposals and acknowledgements: the order clients saw them in
 	next      map[uint64]int       // group -> next value's number
 
+	noProposals bool // step proposes nothing (an idle cluster)
+
 	restartAt map[uint64]int64 // a stopped node starts again at this tick
 	resumeAt  map[uint64]int64 // a paused node resumes at this tick
 	armed     map[uint64]bool  // a power cut is set to happen during this node's I/O
@@ -131,26 +133,7 @@ func runSim(t *testing.T, seed uint64, cfg simConfig) simResult {
 // runSimTB runs the simulation reporting to tb (t, or a catchTB).
 func runSimTB(t *testing.T, tb testing.TB, seed uint64, cfg simConfig) simResult {
 	tb.Helper()
-	cryptotest.SetGlobalRandom(t, seed) // etcd raft's election timeouts
-	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	s := &sim{
-		t: tb, cfg: cfg, rng: rng, net: newMemNet(rng, simTick), trace: sha256.New(),
-		committed: map[uint64]map[uint64]commitRec{}, leaders: map[[2]uint64]uint64{}, acks: map[uint64][]acked{},
-		ackTimes: map[uint64][]ackTime{}, next: map[uint64]int{},
-		restartAt: map[uint64]int64{}, resumeAt: map[uint64]int64{}, armed: map[uint64]bool{},
-	}
-	s.net.onDeliver = s.traceDelivery
-	s.c = &cluster{tb: tb, nodes: map[uint64]*testNode{}, logger: testLogger(t), tick: simTick}
-	for i := 1; i <= cfg.nodes; i++ {
-		id := uint64(i)
-		s.c.ids = append(s.c.ids, id)
-		s.c.nodes[id] = &testNode{id: id, dir: fmt.Sprint("/node", id), fs: storage.NewCrashFS(int64(seed) + int64(id))}
-	}
-	for g := 1; g <= cfg.groups; g++ {
-		s.c.groups = append(s.c.groups, uint64(g))
-		s.committed[uint64(g)] = map[uint64]commitRec{}
-	}
-	s.c.voters = slices.Clone(s.c.ids)
+	s := newSim(t, tb, seed, cfg)
 	defer func() { // also on t.Fatalf (runtime.Goexit) and a catchTB's panic
 		if tb.Failed() {
 			tb.Logf("seed %d: the last things that happened (RAFT_SEED=%d to repeat this run):\n%s", seed, seed, strings.Join(s.recent, "\n"))
@@ -174,6 +157,32 @@ func runSimTB(t *testing.T, tb testing.TB, seed uint64, cfg simConfig) simResult
 		digest: hex.EncodeToString(s.trace.Sum(nil)), delivered: s.net.delivered, dropped: s.net.dropped, duplicated: s.net.duplicated,
 		commits: s.commits, acked: s.ackCount(), faults: s.faults,
 	}
+}
+
+// newSim makes the simulation's cluster of cfg.nodes nodes (not started)
+// and cfg.groups groups, its network and its random source, from seed.
+func newSim(t *testing.T, tb testing.TB, seed uint64, cfg simConfig) *sim {
+	cryptotest.SetGlobalRandom(t, seed) // etcd raft's election timeouts
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	s := &sim{
+		t: tb, cfg: cfg, rng: rng, net: newMemNet(rng, simTick), trace: sha256.New(),
+		committed: map[uint64]map[uint64]commitRec{}, leaders: map[[2]uint64]uint64{}, acks: map[uint64][]acked{},
+		ackTimes: map[uint64][]ackTime{}, next: map[uint64]int{},
+		restartAt: map[uint64]int64{}, resumeAt: map[uint64]int64{}, armed: map[uint64]bool{},
+	}
+	s.net.onDeliver = s.traceDelivery
+	s.c = &cluster{tb: tb, nodes: map[uint64]*testNode{}, logger: testLogger(t), tick: simTick}
+	for i := 1; i <= cfg.nodes; i++ {
+		id := uint64(i)
+		s.c.ids = append(s.c.ids, id)
+		s.c.nodes[id] = &testNode{id: id, dir: fmt.Sprint("/node", id), fs: storage.NewCrashFS(int64(seed) + int64(id))}
+	}
+	for g := 1; g <= cfg.groups; g++ {
+		s.c.groups = append(s.c.groups, uint64(g))
+		s.committed[uint64(g)] = map[uint64]commitRec{}
+	}
+	s.c.voters = slices.Clone(s.c.ids)
+	return s
 }
 
 func (s *sim) ackCount() int {
@@ -323,7 +332,9 @@ func (s *sim) step(faulty bool) {
 	if faulty && s.rng.Float64() < s.cfg.faultRate {
 		s.fault()
 	}
-	s.propose()
+	if !s.noProposals {
+		s.propose()
+	}
 	order := slices.Clone(s.c.ids)
 	s.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	for _, id := range order {
