@@ -37,7 +37,8 @@
 # listener was on. PROFILE=path takes CPU profiles of node 1 over the first
 # PROFILE_SECONDS (30) of the creation and of the restart. RESTART=0
 # stops after the clean stop. Each round times one scrape of node 1's /metrics after the
-# idle window ("seconds/CPU-seconds/series"); HEAP=path saves node 1's heap profile then.)
+# idle window ("seconds/CPU-seconds/series"); HEAP=path saves node 1's heap profile then;
+# IDLE_PROFILE=path takes node 1's CPU profile over each idle window, to path.PHASE.)
 # The clean stop is timed too, with the ERROR lines the nodes logged during
 # it (KEEP_LOG=path keeps that log). Several binaries are compared,
 # interleaved round by round.
@@ -152,6 +153,9 @@ produce_one() { # until one record to the last partition is acknowledged
 idle_cpu() { # PHASE: percent of a core over $idle s, after $quiesce s, and the GC cycles in that window
 	sleep "$quiesce"
 	local t0 t1 w0 w1
+	if [ -n "${IDLE_PROFILE:-}" ]; then # node 1's CPU profile over the idle window
+		curl -s --max-time $((idle + 60)) "127.0.0.1:$((port + 21))/debug/pprof/profile?seconds=$idle" >"$IDLE_PROFILE.$1" &
+	fi
 	w0=$(since "$t_start"); t0=$(ticks); sleep "$idle"; t1=$(ticks); w1=$(since "$t_start")
 	sleep 0.5 # the gctrace lines of the window's last cycles
 	# (gctrace times count from each node's start, within ms of t_start)

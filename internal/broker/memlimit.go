@@ -33,13 +33,26 @@ import (
 // working room covers a produce load's requests in flight, and beyond it
 // the limit being soft keeps the node going.
 //
-// and never below MemoryLimitLiveFactor (1.5) times the heap the last
-// collection left live: a node whose working set outgrows the base (1,000
-// partitions under a saturating produce load: 1.4-1.9x the CPU per record
-// with the base alone, docs/benchmarks.md round 16) collects as if
-// GOGC were 50, not back to back. After each collection (a finalizer
-// re-armed every cycle: no timer) the live heap is read
-// (runtime/metrics) and the limit raised or lowered to match.
+// and never below the floor of what the last collection left live:
+//
+//	live + max(live - replicas x MemoryLimitPerReplica, 0) + overhead + MemoryLimitSlack
+//
+// The live heap above the replicas' share is the node's working set
+// (requests in flight, append buffers, Raft messages under a produce
+// load): it gets GOGC's own headroom (as much again), so that under load
+// the collector runs no more often than without a limit. overhead is what
+// the limit counts that is neither heap objects nor free pages the
+// scavenger can return (goroutine stacks, the runtime's metadata, the unused
+// room of the heap's spans): GOGC's goal does not count it, a limit does,
+// so the floor adds it. The replicas' share (what an idle replica holds,
+// with its room) gets the slack only:
+// that is what the limit is for, and at rest nothing allocates, so a
+// tight limit costs nothing. (Round 16's floor was 1.5x the whole live
+// heap: at 1,000 partitions RF=3 under a saturating load the collector then
+// ran as if GOGC were 50 and cost 1.28x the CPU per record,
+// docs/benchmarks.md; with the base alone 1.4-1.9x.) After each
+// collection (a finalizer re-armed every cycle: no timer) the live heap is
+// read (runtime/metrics) and the limit raised or lowered to match.
 //
 // An operator's GOMEMLIMIT environment variable wins (Go's own rule:
 // `holdfast serve` then leaves the limit alone and says so).
@@ -57,9 +70,11 @@ const (
 	// group, log, segment and partition state) with room for the garbage
 	// its writes make between collections.
 	MemoryLimitPerReplica = 8 << 10
-	// MemoryLimitLiveFactor (as a fraction: liveNum/liveDen) times the
-	// heap the last collection left live is the least the limit is.
-	liveNum, liveDen = 3, 2
+	// MemoryLimitSlack: room above the live heap and the runtime's
+	// overhead the limit always leaves, besides the working set's headroom
+	// (MemoryLimitFor): a burst's first garbage before the next collection
+	// measures it.
+	MemoryLimitSlack = 16 << 20
 	// memoryStep: the limit moves in steps of this size (a step is ~500
 	// replicas), so opening 100,000 replicas sets it ~200 times, not
 	// 100,000.
@@ -81,6 +96,7 @@ type memoryLimit struct {
 	replicas int
 	held     int64
 	live     int64 // the heap the last collection left live
+	overhead int64 // and the runtime's memory besides objects and free pages then
 	closed   bool
 	applied  int64
 	prev     int64             // the limit before this node set one, restored by close
@@ -97,11 +113,16 @@ func newMemoryLimit(held int64, set func(int64) int64, log *slog.Logger) *memory
 	return m
 }
 
-// MemoryLimitFor is the limit of a node whose derived limit is derived
-// (DerivedMemoryLimit) and whose last collection left live bytes live:
-// the larger of derived and 1.5x live, rounded up to memoryStep.
-func MemoryLimitFor(derived, live int64) int64 {
-	floor := max(live, 0) / liveDen * liveNum
+// MemoryLimitFor is the limit of a node holding replicas replicas whose
+// derived limit is derived (DerivedMemoryLimit) and whose last collection
+// left live bytes live, with overhead bytes of the runtime's own: the
+// larger of derived and the live heap's floor (live, GOGC's headroom for
+// the part of it above the replicas' share, overhead and
+// MemoryLimitSlack), rounded up to memoryStep.
+func MemoryLimitFor(derived, live, overhead int64, replicas int) int64 {
+	live = max(live, 0)
+	share := int64(max(replicas, 0)) * MemoryLimitPerReplica
+	floor := live + max(live-share, 0) + max(overhead, 0) + MemoryLimitSlack
 	floor = (floor + memoryStep - 1) / memoryStep * memoryStep
 	return max(derived, floor)
 }
@@ -111,17 +132,18 @@ func (m *memoryLimit) applyLocked() {
 	if m.closed {
 		return
 	}
-	if n := MemoryLimitFor(DerivedMemoryLimit(m.replicas, m.held), m.live); n != m.applied {
+	if n := MemoryLimitFor(DerivedMemoryLimit(m.replicas, m.held), m.live, m.overhead, m.replicas); n != m.applied {
 		m.set(n)
 		m.applied = n
-		m.log.Debug("memory limit", "bytes", n, "replicas", m.replicas, "held_bytes", m.held, "live_bytes", m.live)
+		m.log.Debug("memory limit", "bytes", n, "replicas", m.replicas, "held_bytes", m.held, "live_bytes", m.live, "overhead_bytes", m.overhead)
 	}
 }
 
-// setLive follows the heap the last collection left live.
-func (m *memoryLimit) setLive(live int64) {
+// setLive follows the heap the last collection left live and the
+// runtime's overhead then.
+func (m *memoryLimit) setLive(live, overhead int64) {
 	m.mu.Lock()
-	m.live = live
+	m.live, m.overhead = live, overhead
 	m.applyLocked()
 	m.mu.Unlock()
 }
@@ -143,12 +165,30 @@ func afterCollection(s *gcSentinel) {
 	if closed {
 		return
 	}
-	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	metrics.Read(sample)
-	if sample[0].Value.Kind() == metrics.KindUint64 {
-		s.m.setLive(int64(sample[0].Value.Uint64()))
-	}
+	s.m.setLive(readCollected())
 	runtime.SetFinalizer(s, afterCollection)
+}
+
+// collectedMetrics: the live heap, and what the memory limit counts
+// besides heap objects and free pages (total - objects - free - released).
+var collectedMetrics = []string{"/gc/heap/live:bytes", "/memory/classes/total:bytes",
+	"/memory/classes/heap/objects:bytes", "/memory/classes/heap/free:bytes", "/memory/classes/heap/released:bytes"}
+
+// readCollected reads the live heap the last collection left and the
+// runtime's overhead (memoryLimit.overhead).
+func readCollected() (live, overhead int64) {
+	samples := make([]metrics.Sample, len(collectedMetrics))
+	for i, n := range collectedMetrics {
+		samples[i].Name = n
+	}
+	metrics.Read(samples)
+	v := make([]int64, len(samples))
+	for i, sm := range samples {
+		if sm.Value.Kind() == metrics.KindUint64 {
+			v[i] = int64(sm.Value.Uint64())
+		}
+	}
+	return v[0], max(v[1]-v[2]-v[3]-v[4], 0)
 }
 
 // setReplicas follows the replicas open or opening here.
@@ -221,10 +261,10 @@ type MemoryLimitState struct {
 	Bytes   int64
 	Derived bool
 	// Replicas open or opening, Held budgets' bytes, the Live heap the
-	// last collection left: Bytes is MemoryLimitFor(DerivedMemoryLimit(
-	// Replicas, Held), Live).
-	Replicas   int
-	Held, Live int64
+	// last collection left and the runtime's Overhead then: Bytes is
+	// MemoryLimitFor(DerivedMemoryLimit(Replicas, Held), Live, Overhead, Replicas).
+	Replicas             int
+	Held, Live, Overhead int64
 }
 
 // MemoryLimit reports the memory limit this broker set.
@@ -235,5 +275,5 @@ func (b *Broker) MemoryLimit() MemoryLimitState {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return MemoryLimitState{Bytes: m.applied, Derived: true, Replicas: m.replicas, Held: m.held, Live: m.live}
+	return MemoryLimitState{Bytes: m.applied, Derived: true, Replicas: m.replicas, Held: m.held, Live: m.live, Overhead: m.overhead}
 }

@@ -39,9 +39,9 @@ func TestMemoryLimitSteps(t *testing.T) {
 		}
 	}
 	// The live heap's floor raises it and lets it down again.
-	m.setLive(100 << 20)
-	m.setLive(10 << 20)
-	want = append(want, 152<<20, DerivedMemoryLimit(0, 8<<20))
+	m.setLive(100<<20, 4<<20)
+	m.setLive(10<<20, 4<<20)
+	want = append(want, 220<<20, DerivedMemoryLimit(0, 8<<20)) // 100 + 100 (no replicas: all of it the working set) + 4 + 16
 	if len(sets) != len(want) || sets[len(sets)-2] != want[len(want)-2] || sets[len(sets)-1] != want[len(want)-1] {
 		t.Fatalf("limits set %v, want %v", sets, want)
 	}

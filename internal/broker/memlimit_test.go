@@ -39,16 +39,27 @@ func TestDerivedMemoryLimit(t *testing.T) {
 			prev = got
 		}
 	}
-	// The live heap's floor: 1.5x, in steps; never below the derived.
-	for _, c := range []struct{ derived, live, want int64 }{
-		{64 << 20, 0, 64 << 20},
-		{64 << 20, 40 << 20, 64 << 20},
-		{64 << 20, 100 << 20, 152 << 20}, // 150 MiB rounded up to a 4 MiB step
-		{224 << 20, 129 << 20, 224 << 20},
-		{224 << 20, 200 << 20, 300 << 20},
+	// The live heap's floor: the live heap, as much again of what is above
+	// the replicas' share (the working set), the runtime's overhead and the
+	// slack, in steps; never below the derived.
+	const slack = broker.MemoryLimitSlack
+	for _, c := range []struct {
+		derived, live, overhead int64
+		replicas                int
+		want                    int64
+	}{
+		{64 << 20, 0, 0, 0, 64 << 20},
+		{64 << 20, 30 << 20, 0, 0, 76 << 20},                // 30 + 30 + 16 MiB
+		{72 << 20, 55 << 20, 10 << 20, 1000, 132 << 20},     // 1,000 busy partitions: 55 + (55 - 7.8) + 10 + 16, rounded up
+		{224 << 20, 127 << 20, 20 << 20, 20_000, 224 << 20}, // 20,000 idle replicas: the share covers the live heap
+		{224 << 20, 200 << 20, 20 << 20, 20_000, 280 << 20}, // 200 MiB live with 20,000 replicas (156.25 MiB share): 279.75 rounded up
 	} {
-		if got := broker.MemoryLimitFor(c.derived, c.live); got != c.want {
-			t.Fatalf("MemoryLimitFor(%d, %d) = %d, want %d", c.derived, c.live, got, c.want)
+		got := broker.MemoryLimitFor(c.derived, c.live, c.overhead, c.replicas)
+		if got != c.want {
+			t.Fatalf("MemoryLimitFor(%d, %d, %d, %d) = %d, want %d", c.derived, c.live, c.overhead, c.replicas, got, c.want)
+		}
+		if got < c.live+c.overhead+slack {
+			t.Fatalf("MemoryLimitFor(%d, %d, %d, %d) = %d leaves less than the slack above the live heap and overhead", c.derived, c.live, c.overhead, c.replicas, got)
 		}
 	}
 	// 100,000 replicas: 64 MiB + 800,000 KiB, under the 10 KiB each.
@@ -74,7 +85,7 @@ func TestMemoryLimitFollowsReplicas(t *testing.T) {
 		return func() error {
 			s := n.B.MemoryLimit()
 			rt := debug.SetMemoryLimit(-1)
-			want := broker.MemoryLimitFor(broker.DerivedMemoryLimit(replicas, 0), s.Live)
+			want := broker.MemoryLimitFor(broker.DerivedMemoryLimit(replicas, 0), s.Live, s.Overhead, replicas)
 			if s.Bytes != want || rt != want || !s.Derived || s.Replicas != replicas || s.Held != 0 {
 				return fmt.Errorf("broker's limit %+v, the runtime's %d; want %d for %d replicas", s, rt, want, replicas)
 			}

@@ -348,9 +348,14 @@ func (h *Host) WaitCommitted(ctx context.Context, p Proposal) error {
 	var unknown <-chan time.Time // the wait for a successor's name
 	for {
 		g.mu.Lock()
-		failed, removed, idx, ch := g.failed, g.removed, g.ackIndexLocked(), g.commitChLocked()
+		// The channel only for a wait: a group's last waiter made one that
+		// lived on unused until the next commit (2.5 MB at 20,000 idle
+		// replicas after a write to each).
+		failed, removed, idx := g.failed, g.removed, g.ackIndexLocked()
+		var ch chan struct{}
 		var lost *NotLeaderError
 		if failed == nil && !removed && idx < p.Index {
+			ch = g.commitChLocked()
 			if bs := g.rn.BasicStatus(); bs.RaftState != raft.StateLeader || bs.GetTerm() != p.Term {
 				lost = &NotLeaderError{Group: g.id, Leader: bs.Lead, Term: bs.GetTerm()}
 			}
@@ -445,7 +450,11 @@ func (h *Host) WaitCommitOffset(ctx context.Context, groupID uint64, offset int6
 	}
 	for {
 		g.mu.Lock()
-		failed, end, ch := g.failed, g.commitEnd, g.commitChLocked()
+		failed, end := g.failed, g.commitEnd
+		var ch chan struct{}
+		if failed == nil && end < offset {
+			ch = g.commitChLocked() // only for a wait (WaitCommitted)
+		}
 		g.mu.Unlock()
 		if failed != nil {
 			return failed

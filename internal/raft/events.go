@@ -42,6 +42,11 @@ func (h *Host) tickGroup(g *group, electionTimeout time.Duration) bool {
 		g.mu.Unlock()
 		return false
 	}
+	g.ticked++
+	if !g.quiesced && g.wokeBySilence && h.requiesceLocked(g, electionTimeout) {
+		g.mu.Unlock()
+		return true
+	}
 	if g.quiesced {
 		h.checkQuiescedLocked(g, electionTimeout)
 		if g.quiesced {
@@ -187,35 +192,96 @@ func (h *Host) maybeQuiesceLocked(g *group) []*pb.Message {
 			Term: new(bs.GetTerm()), Commit: new(bs.GetCommit()), Context: quiesceCtx,
 		})
 	}
-	g.quiesced = true
-	g.quiet.Store(true)
 	g.quiesceLdr = h.cfg.ID
 	g.quiesceFlw = followers
-	g.trimLocked()
+	g.quiesceLocked(bs.GetTerm(), last)
 	return msgs
+}
+
+// quiesceLocked marks g quiesced in term with its log ending at last.
+func (g *group) quiesceLocked(term, last uint64) {
+	g.quiesced, g.wokeBySilence = true, false
+	g.quiet.Store(true)
+	g.quiesceTerm, g.quiesceLast = term, last
+	g.trimLocked()
 }
 
 // checkQuiescedLocked wakes a quiesced group when a peer it depends on went
 // silent: for a follower its leader, for a leader any follower.
 func (h *Host) checkQuiescedLocked(g *group, window time.Duration) {
-	if g.quiesceLdr != h.cfg.ID {
-		if !h.tr.heardWithin(g.quiesceLdr, window) {
-			g.unquiesceLocked()
-		}
-		return
-	}
-	// The followers it quiesced with, not WithProgress: that sorts and
-	// allocates, for every idle group on every tick.
-	for _, id := range g.quiesceFlw {
-		if !h.tr.heardWithin(id, window) {
-			g.unquiesceLocked()
-			return
-		}
+	if !h.heardDependsLocked(g, window) {
+		g.unquiesceLocked()
+		g.wokeBySilence = true
 	}
 }
 
+// heardDependsLocked reports whether every peer a quiesced (or
+// wokeBySilence) g depends on was heard from within window: for a
+// follower its leader, for a leader every follower it quiesced with (not
+// WithProgress: that sorts and allocates, for every idle group on every
+// tick).
+func (h *Host) heardDependsLocked(g *group, window time.Duration) bool {
+	if g.quiesceLdr != h.cfg.ID {
+		return h.tr.heardWithin(g.quiesceLdr, window)
+	}
+	for _, id := range g.quiesceFlw {
+		if !h.tr.heardWithin(id, window) {
+			return false
+		}
+	}
+	return true
+}
+
+// requiesceLocked quiesces g again, sending nothing, when a tick woke it
+// only because a peer it depends on went silent (wokeBySilence), that peer
+// is heard from again, and nothing moved in g meanwhile: the same term,
+// its log ending where it did and all of it committed, a follower still
+// following the leader that quiesced it, a leader still leading with every
+// follower holding the whole log and no transfer under way. It then is
+// exactly as it quiesced, and so are its peers as far as it is concerned:
+// a follower's leader is quiesced or was woken the same way (anything it
+// did but heartbeat would have been activity here); a follower that really
+// restarted meanwhile campaigns as a fresh replica, which wakes the leader.
+// What it reports is whether g is quiesced again; a g that moved is left
+// to tick as any other (wokeBySilence cleared).
+//
+// Without it a follower woken by a second of its leader's node's silence
+// (a starved process, a transport reader busy stepping a large frame)
+// ticked to its election timeout, pre-voted and so woke its leader, whose
+// group heartbeat QuiesceTicks before it quiesced again; every silence
+// woke every group depending on the silent node: at 20,000 partitions RF=3
+// on 3 nodes the idle nodes never settled (docs/benchmarks.md, round 17,
+// h-rest).
+func (h *Host) requiesceLocked(g *group, window time.Duration) bool {
+	bs := g.rn.BasicStatus()
+	last, _ := g.st.LastIndex()
+	same := g.eagerTicks == 0 && bs.GetTerm() == g.quiesceTerm && last == g.quiesceLast && bs.GetCommit() == last
+	if same && g.quiesceLdr == h.cfg.ID {
+		same = bs.RaftState == raft.StateLeader && bs.LeadTransferee == 0 && g.readyTerm == bs.GetTerm()
+		if same {
+			g.rn.WithProgress(func(_ uint64, _ raft.ProgressType, pr trackerProgress) {
+				if pr.Match != last {
+					same = false
+				}
+			})
+		}
+	} else if same {
+		same = bs.RaftState == raft.StateFollower && bs.Lead == g.quiesceLdr
+	}
+	if !same {
+		g.wokeBySilence = false
+		return false
+	}
+	if !h.heardDependsLocked(g, window) {
+		return false // still silent: it ticks, as it woke to
+	}
+	h.requiesced.Add(1)
+	g.quiesceLocked(g.quiesceTerm, last)
+	return true
+}
+
 func (g *group) unquiesceLocked() {
-	g.quiesced = false
+	g.quiesced, g.wokeBySilence = false, false
 	g.quiet.Store(false)
 	g.idleTicks = 0
 	if g.h != nil {
@@ -256,9 +322,11 @@ func (h *Host) receive(from uint64, msgs []outMsg) {
 		}
 		// Anything but a heartbeat response, or a plain heartbeat from the
 		// leader that quiesced us in its term, means activity: those carry
-		// nothing new (a late one from before quiescing is common).
+		// nothing new (a late one from before quiescing is common; a
+		// leader woken by a silence, as this replica may have been,
+		// heartbeats until it quiesces again).
 		if !quiesce && typ != pb.MessageType_MsgHeartbeatResp &&
-			(typ != pb.MessageType_MsgHeartbeat || !g.quiesced || from != g.quiesceLdr || m.GetTerm() != g.rn.BasicStatus().GetTerm()) {
+			(typ != pb.MessageType_MsgHeartbeat || !(g.quiesced || g.wokeBySilence) || from != g.quiesceLdr || m.GetTerm() != g.rn.BasicStatus().GetTerm()) {
 			g.unquiesceLocked()
 		}
 		if bytes.Equal(m.Context, wakeCtx) {
@@ -294,9 +362,8 @@ func (h *Host) receive(from uint64, msgs []outMsg) {
 			bs := g.rn.BasicStatus()
 			last, _ := g.st.LastIndex()
 			if bs.RaftState == raft.StateFollower && bs.Lead == from && bs.GetCommit() == last && m.GetCommit() == last {
-				g.quiesced, g.quiesceLdr = true, from
-				g.quiet.Store(true)
-				g.trimLocked()
+				g.quiesceLdr = from
+				g.quiesceLocked(bs.GetTerm(), last)
 			}
 		}
 		g.mu.Unlock()

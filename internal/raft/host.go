@@ -254,6 +254,9 @@ type Host struct {
 	// timeout (tickLoop's only); silentTicks counts such ticks (Activity).
 	silent      bool
 	silentTicks atomic.Uint64
+	// requiesced counts groups quiesced again once a silence ended
+	// (requiesceLocked; Activity).
+	requiesced atomic.Uint64
 	// active: the groups to tick while every peer is heard from - each
 	// group not quiesced, once (group.inActive), and some that quiesced
 	// since they were listed (tickOnce drops them). activate adds.
@@ -345,6 +348,16 @@ type group struct {
 	// quiesceFlw: leader: the followers when it quiesced (a membership
 	// change is a proposal, which wakes the group first).
 	quiesceFlw []uint64
+	// quiesceTerm, quiesceLast: the term it quiesced in and where its log
+	// ended then. wokeBySilence: a tick woke it only because a peer it
+	// depends on had gone silent (checkQuiescedLocked), and nothing has
+	// happened to it since; once that peer is heard again it quiesces again
+	// if it is as it was (requiesceLocked).
+	quiesceTerm, quiesceLast uint64
+	wokeBySilence            bool
+	// ticked counts tickGroup's looks at the group: a quiesced group's
+	// does not move (what tests check).
+	ticked uint64
 
 	// rejoin: this replica lost its storage (wiped disk) while the others
 	// remember what it had acknowledged. Until it has caught up with a
@@ -902,11 +915,15 @@ type Activity struct {
 	// peer not heard from for an election timeout: each walks every group
 	// and wakes the quiesced ones that depend on that peer.
 	SilentTicks uint64
+	// Requiesced counts the groups woken by a peer's silence that
+	// quiesced again, unchanged, once it was heard from again (no
+	// election, no heartbeats for QuiesceTicks).
+	Requiesced uint64
 }
 
 // Activity reports how many groups are quiesced and how many tick.
 func (h *Host) Activity() Activity {
-	a := Activity{SilentTicks: h.silentTicks.Load()}
+	a := Activity{SilentTicks: h.silentTicks.Load(), Requiesced: h.requiesced.Load()}
 	for _, g := range h.snapshotGroupsInto(nil) {
 		g.mu.Lock()
 		switch {

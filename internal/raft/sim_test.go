@@ -93,6 +93,8 @@ type sim struct {
 	op        int64                // counts proposals and acknowledgements: the order clients saw them in
 	next      map[uint64]int       // group -> next value's number
 
+	noProposals bool // step proposes nothing (an idle cluster)
+
 	restartAt map[uint64]int64 // a stopped node starts again at this tick
 	// rejoin: the node's replicas open as rebuilt ones (GroupConfig.Rejoin:
 	// its storage was lost and its data directory is new).
@@ -340,7 +342,9 @@ func (s *sim) step(faulty bool) {
 	if faulty && s.rng.Float64() < s.cfg.faultRate {
 		s.fault()
 	}
-	s.propose()
+	if !s.noProposals {
+		s.propose()
+	}
 	order := slices.Clone(s.c.ids)
 	s.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	for _, id := range order {
