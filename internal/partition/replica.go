@@ -133,6 +133,10 @@ func (p *Partition) replicate(r Replication) error {
 	return nil
 }
 
+// SoleVoter reports whether this node was the partition's only voter at
+// its creation: the replica WaitSettled waits for.
+func (p *Partition) SoleVoter() bool { return p.rep.sole }
+
 // WaitSettled returns once a partition whose only voter is this node
 // leads and has committed an entry of its term, or ctx ends (at once for
 // a partition with other voters): a single node's partition leads at

@@ -223,7 +223,7 @@ func (m *Manager) openWorker() {
 
 		q.mu.Lock()
 		tp := topicPartition{o.job.t.Name, o.job.i}
-		if p != nil && !q.stopped {
+		if p != nil && p.SoleVoter() && !q.stopped {
 			// Done once it settled (settle).
 			q.settling = append(q.settling, settlingOpen{tp, p})
 			if !q.settler {
@@ -249,8 +249,8 @@ func (m *Manager) openWorker() {
 
 // runQueued opens one queued replica if the metadata, as it is now, still
 // assigns it here (see the comment at the top). It returns the replica it
-// opened if that still has to settle as the leader of its one-voter group
-// (settle waits for that, not this worker: the group's first election
+// opened (nil if none); one of a one-voter group has still to settle as
+// its leader (settle waits for that, not this worker: the group's first election
 // and commit are two Raft cycles, each with an fsync, and a worker that
 // waited them out held its slot meanwhile. 32 workers then opened 32
 // groups per two cycles; waited for together, the groups being created
