@@ -2,9 +2,11 @@ package partition
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
+	"holdfast/internal/raft"
 	"holdfast/internal/storage"
 )
 
@@ -37,8 +39,30 @@ func TestNewPartitionCrashAtEveryStep(t *testing.T) {
 		if err != nil {
 			t.Fatalf("step %d (acked %v): the partition does not open after the power cut: %v", step, acked, err)
 		}
-		if end := p.LogEndOffset(); end != 0 && end != 3 || acked && end != 3 {
+		end := p.LogEndOffset()
+		if end != 0 && end != 3 || acked && end != 3 {
 			t.Fatalf("step %d (acked %v): log end %d, want the 3 acknowledged records (0 if unacknowledged)", step, acked, end)
+		}
+		// The new group's conf state is not flushed at its open: it goes
+		// to the Raft journal with the group's first records, or is lost
+		// with them and derived from the voters again. Either way the
+		// group leads again as its only voter, in a term above the
+		// records' epoch, and takes a write at the log's end, kept
+		// across a clean restart.
+		if st, err := m.host.Status(p.RaftGroup()); err != nil || !slices.Equal(st.Voters, []uint64{1}) || st.State != raft.StateLeader {
+			t.Fatalf("step %d: after the power cut the group is %+v (%v), want led by its only voter 1", step, st, err)
+		}
+		mustAppend(t, p, batch(t, -1, -1, -1, 2), end, false)
+		if e := p.LeaderEpoch(); end > 0 && e < 2 {
+			t.Fatalf("step %d: leader epoch %d after a restart over records of epoch >= 1", step, e)
+		}
+		m.stop()
+		m = newCrashNode(t, fsys, "/data")
+		if p, err = m.Open("t", [16]byte{7}, 0, storage.DefaultConfig()); err != nil {
+			t.Fatalf("step %d: after a clean restart: %v", step, err)
+		}
+		if got := p.LogEndOffset(); got != end+2 {
+			t.Fatalf("step %d: after a clean restart the log ends at %d, want %d", step, got, end+2)
 		}
 		m.stop()
 		if done {

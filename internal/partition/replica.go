@@ -23,6 +23,9 @@ import (
 type replica struct {
 	host  *raft.Host
 	group uint64
+	// sole: this node is the group's only voter at its creation
+	// (Replication.Voters).
+	sole bool
 
 	// readyTerm is the term in which this node leads and knows its
 	// producer and transaction state to be complete (set under appendMu).
@@ -75,6 +78,12 @@ type Replication struct {
 	// opened since (storage.Options.CleanShutdown): the start-up's opens
 	// after one, which may run after the node listens (replica.OpenAll).
 	CleanShutdown bool
+	// DeferSettle: Open does not wait for a one-voter group to settle as
+	// its leader; the caller does (Partition.WaitSettled) without holding
+	// an open's slot meanwhile (replica.Manager's queued opens: each
+	// waited out its group's first two Raft cycles, and the workers' waits
+	// were most of a creation's time; issue 27).
+	DeferSettle bool
 
 	// startRaised is set by the Manager: it counts the log starts raised
 	// by commands.
@@ -86,7 +95,8 @@ func (p *Partition) replicate(r Replication) error {
 	if r.Host == nil || r.Group == 0 || len(r.Voters) == 0 {
 		return errors.New("a partition needs its Raft group")
 	}
-	rep := &replica{host: r.Host, group: r.Group, startRaised: r.startRaised}
+	rep := &replica{host: r.Host, group: r.Group, startRaised: r.startRaised,
+		sole: len(r.Voters) == 1 && r.Voters[0] == r.Host.ID()}
 	p.rep = rep
 	// Consumers see only what Raft committed: start from the log start
 	// and let the commit callback raise the watermark.
@@ -116,21 +126,37 @@ func (p *Partition) replicate(r Replication) error {
 	if commit, err := r.Host.CommitOffset(r.Group); err == nil {
 		p.advance(commit)
 	}
-	if len(r.Voters) == 1 && r.Voters[0] == r.Host.ID() {
-		// A single node's partition leads at once: be ready when opened,
-		// as a partition of a single node always was.
+	if !r.DeferSettle {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := r.Host.WaitSettled(ctx, r.Group); err != nil {
-			// Open all the same: the group is added, and failing here
-			// would leave it added with no partition (a reopen then fails
-			// with "already added"). A failed group is the repair loop's;
-			// a slow one serves once it settles (produce answers
-			// NOT_LEADER_OR_FOLLOWER meanwhile).
-			p.logger().Warn("a one-voter partition has not settled as its leader yet", "topic", p.topic, "partition", p.index, "err", err)
-		}
+		p.WaitSettled(ctx)
 	}
 	return nil
+}
+
+// SoleVoter reports whether this node was the partition's only voter at
+// its creation: the replica WaitSettled waits for.
+func (p *Partition) SoleVoter() bool { return p.rep.sole }
+
+// WaitSettled returns once a partition whose only voter is this node
+// leads and has committed an entry of its term, or ctx ends (at once for
+// a partition with other voters): a single node's partition leads at
+// once, and is ready when opened, as a partition of a single node always
+// was. Open waits for it unless Replication.DeferSettle.
+func (p *Partition) WaitSettled(ctx context.Context) {
+	r := p.rep
+	if !r.sole {
+		return
+	}
+	if err := r.host.WaitSettled(ctx, r.group); err != nil && !errors.Is(err, raft.ErrUnknownGroup) {
+		// Open all the same: the group is added, and failing here
+		// would leave it added with no partition (a reopen then fails
+		// with "already added"). A failed group is the repair loop's;
+		// a slow one serves once it settles (produce answers
+		// NOT_LEADER_OR_FOLLOWER meanwhile). (An unknown group: removed
+		// since, by a deletion that came after the open.)
+		p.logger().Warn("a one-voter partition has not settled as its leader yet", "topic", p.topic, "partition", p.index, "err", err)
+	}
 }
 
 // RaftGroup is the partition's Raft group id.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"holdfast/internal/metadata"
+	"holdfast/internal/partition"
 )
 
 // The metadata apply does not open replicas itself: a topic of 10,000
@@ -39,6 +41,22 @@ type openQueue struct {
 	stopped bool
 	// abandoned: StopBackground dropped queued opens
 	abandoned bool
+
+	// settling: opened one-voter replicas whose group has not settled as
+	// its leader yet, in the order opened; each still counts as pending
+	// until it has (WaitOpened: the answer to a CreateTopics means every
+	// partition takes a write). One goroutine (settle, running while
+	// settler) waits for them in turn; stopOpens ends its waits (stop)
+	// and waits for it as for the workers.
+	settling []settlingOpen
+	settler  bool
+	stop     chan struct{}
+}
+
+// settlingOpen is an opened replica that settling waits for.
+type settlingOpen struct {
+	tp topicPartition
+	p  *partition.Partition
 }
 
 // queuedOpen is one open of a batch queued by one metadata change (or by
@@ -201,10 +219,20 @@ func (m *Manager) openWorker() {
 		}
 		q.mu.Unlock()
 
-		err := m.runQueued(o.job, o.batch)
+		p, err := m.runQueued(o.job, o.batch)
 
 		q.mu.Lock()
-		q.done(topicPartition{o.job.t.Name, o.job.i})
+		tp := topicPartition{o.job.t.Name, o.job.i}
+		if p != nil && p.SoleVoter() && !q.stopped {
+			// Done once it settled (settle).
+			q.settling = append(q.settling, settlingOpen{tp, p})
+			if !q.settler {
+				q.settler = true
+				go m.settle()
+			}
+		} else {
+			q.done(tp)
+		}
 		q.signal()
 		b := o.batch
 		if err != nil {
@@ -220,23 +248,69 @@ func (m *Manager) openWorker() {
 }
 
 // runQueued opens one queued replica if the metadata, as it is now, still
-// assigns it here (see the comment at the top).
-func (m *Manager) runQueued(j openJob, b *openBatch) error {
+// assigns it here (see the comment at the top). It returns the replica it
+// opened (nil if none); one of a one-voter group has still to settle as
+// its leader (settle waits for that, not this worker: the group's first election
+// and commit are two Raft cycles, each with an fsync, and a worker that
+// waited them out held its slot meanwhile. 32 workers then opened 32
+// groups per two cycles; waited for together, the groups being created
+// share each cycle. Issue 27: half of the workers' time at 20,000
+// partitions.)
+func (m *Manager) runQueued(j openJob, b *openBatch) (*partition.Partition, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	cur, ok := b.current(m.meta)
 	if !ok || cur.ID != j.t.ID || j.i >= cur.Partitions {
-		return nil // deleted (or deleted and created again) since
+		return nil, nil // deleted (or deleted and created again) since
 	}
 	switch {
 	case m.assignedHere(cur, j.i):
-		return m.open(cur, j.i, false, j.clean)
+		return m.openReplica(cur, j.i, false, j.clean, true)
 	case j.drop && m.parts.Get(cur.Name, j.i) == nil:
 		// A replica moved away whose removal a crash interrupted: open it
 		// (so its Raft journal state is found) and drop it.
-		return errors.Join(m.open(cur, j.i, false, j.clean), m.Drop(cur, j.i))
+		return nil, errors.Join(m.open(cur, j.i, false, j.clean), m.Drop(cur, j.i))
 	}
-	return nil // moved away since
+	return nil, nil // moved away since
+}
+
+// settle waits for the replicas in settling, in turn, to settle as their
+// groups' leaders (or for their 30 s, as an open waited; or until
+// stopOpens), counting each off as it does; it ends when none is left.
+func (m *Manager) settle() {
+	q := &m.opens
+	q.mu.Lock()
+	if q.stop == nil {
+		q.stop = make(chan struct{})
+	}
+	stop := q.stop
+	q.mu.Unlock()
+	base, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-base.Done():
+		}
+	}()
+	q.mu.Lock()
+	for len(q.settling) > 0 {
+		s := q.settling[0]
+		q.settling[0] = settlingOpen{}
+		q.settling = q.settling[1:]
+		q.mu.Unlock()
+		ctx, done := context.WithTimeout(base, 30*time.Second)
+		s.p.WaitSettled(ctx)
+		done()
+		q.mu.Lock()
+		q.done(s.tp)
+		q.signal()
+	}
+	q.settling = nil
+	q.settler = false
+	q.signal()
+	q.mu.Unlock()
 }
 
 // openQueued reports whether an open of partition i of topic is queued or
@@ -292,16 +366,24 @@ func (m *Manager) stopOpens() {
 		q.done(topicPartition{o.job.t.Name, o.job.i})
 	}
 	q.jobs, q.urgent, q.byTP, q.byGroup = nil, nil, nil, nil
+	if q.stop == nil {
+		q.stop = make(chan struct{})
+	}
+	select {
+	case <-q.stop:
+	default:
+		close(q.stop) // the settler's waits end: the replicas are open
+	}
 	if dropped {
 		q.abandoned = true
 		q.signal()
 	}
 	q.mu.Unlock()
-	// The workers under way finish their open and see stopped.
+	// The workers under way finish their open and see stopped; the
+	// settler ends its waits.
 	for {
 		q.mu.Lock()
-		n := q.workers
-		if n == 0 {
+		if q.workers == 0 && !q.settler {
 			q.signal()
 			q.mu.Unlock()
 			return
