@@ -60,6 +60,8 @@ type cluster struct {
 	net *MemNetwork
 	// logCfg, if set, is every log's config (withLogConfig); else the default.
 	logCfg *storage.Config
+	// queueLen: every transport's per-peer queue (withQueueLen; 0: the default).
+	queueLen int
 }
 
 // withLogConfig opens every node's logs with cfg (small segments, say).
@@ -151,7 +153,7 @@ func (c *cluster) start(id uint64) {
 		h, err = NewHost(Config{
 			ID: id, Dir: nd.dir, Listen: nd.addr, Peers: peers, TickInterval: c.tick,
 			ElectionTicks: electionTicks, QuiesceTicks: c.quiesceTicks, Faults: c.faults, Logger: c.logger.With("test_node", id), FS: fsys,
-			Network: c.net,
+			Network: c.net, QueueLen: c.queueLen,
 		})
 		return err == nil
 	})

@@ -290,6 +290,7 @@ func (h *Host) receive(from uint64, msgs []outMsg) {
 		if typ == pb.MessageType_MsgAppResp {
 			g.noteQuorumLocked()
 		}
+		h.noteAnsweredLocked(g, from, m)
 		if quiesce && typ == pb.MessageType_MsgHeartbeat {
 			bs := g.rn.BasicStatus()
 			last, _ := g.st.LastIndex()
