@@ -123,7 +123,7 @@ func (b *Broker) openCluster() error {
 		PlantFencedLeader: c.PlantFencedLeader, PlacementRand: c.PlacementRand,
 		BrokerHeartbeatInterval: c.BrokerHeartbeatInterval, BrokerSessionTimeout: c.BrokerSessionTimeout,
 		StartupHold: c.MetadataStartupHold, ReplicaLagMax: c.ReplicaLagMax,
-		Self:        b.selfInfo(), InterBrokerListener: sc.InterBrokerListener,
+		Self: b.selfInfo(), InterBrokerListener: sc.InterBrokerListener,
 		RaftTLS: rtls, RaftFaults: c.RaftFaults, RaftNetwork: c.RaftNetwork, Dial: b.nodeClient, OnSecurityChange: b.securityApplied,
 		OnQuotaChange: b.quotasApplied,
 		FS:            c.FS, Logger: b.log, Clock: c.Clock, RaftClock: c.RaftClock, RaftTickInterval: c.RaftTickInterval, ReadCache: b.readCache,
