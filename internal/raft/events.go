@@ -215,6 +215,9 @@ func (h *Host) checkQuiescedLocked(g *group, window time.Duration) {
 }
 
 func (g *group) unquiesceLocked() {
+	if g.quiesced && g.h != nil && g.quiesceLdr == g.h.cfg.ID {
+		g.h.quietEndedLocked(g)
+	}
 	g.quiesced = false
 	g.quiet.Store(false)
 	g.idleTicks = 0
@@ -262,6 +265,7 @@ func (h *Host) receive(from uint64, msgs []outMsg) {
 			g.unquiesceLocked()
 		}
 		if bytes.Equal(m.Context, wakeCtx) {
+			h.noteStoppedLocked(g, from)
 			g.mu.Unlock() // not a Raft message: waking was all it was for
 			continue
 		}

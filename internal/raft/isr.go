@@ -45,6 +45,9 @@ type caughtUp struct {
 	mark   uint64    // the leader's last index at markAt, to be covered
 	markAt time.Time
 	marked bool
+	// stopped: its replica told this leader it stopped (failed or
+	// removed: wakeCtx) and has not answered since.
+	stopped bool
 }
 
 // DefaultReplicaLagMax is Kafka's replica.lag.time.max.ms default.
@@ -74,6 +77,7 @@ func (h *Host) noteAnsweredLocked(g *group, from uint64, m *pb.Message) {
 	if typ == pb.MessageType_MsgAppResp {
 		c.match = max(c.match, m.GetIndex())
 	}
+	c.stopped = false
 	last, _ := g.st.LastIndex()
 	c.observe(last, h.cfg.Clock.Now())
 }
@@ -93,6 +97,34 @@ func (c *caughtUp) observe(last uint64, now time.Time) {
 	}
 }
 
+// noteStoppedLocked: follower from's replica of g stopped (failed or
+// removed; its node sent wakeCtx). It is out of the ISR until it answers
+// again: its node's heartbeats no longer speak for it.
+func (h *Host) noteStoppedLocked(g *group, from uint64) {
+	if g.caughtTerm != g.rn.BasicStatus().GetTerm() {
+		return // no record: not in sync before its first answer anyway
+	}
+	if c := g.caughtOf(from); c != nil {
+		c.at, c.marked, c.stopped = time.Time{}, false, true
+	}
+}
+
+// quietEndedLocked: g, which this node leads, wakes from quiescence. Its
+// followers answered nothing while it was quiet, and those that held the
+// whole log had nothing to catch up on: they were caught up until now.
+func (h *Host) quietEndedLocked(g *group) {
+	if g.caughtTerm != g.rn.BasicStatus().GetTerm() {
+		return
+	}
+	last, _ := g.st.LastIndex()
+	now := h.cfg.Clock.Now()
+	for i := range g.caught {
+		if c := &g.caught[i]; c.match >= last && !c.stopped {
+			c.at, c.marked = now, false
+		}
+	}
+}
+
 // caughtOf is the record of follower id in this term, nil if none.
 func (g *group) caughtOf(id uint64) *caughtUp {
 	for i := range g.caught {
@@ -105,8 +137,9 @@ func (g *group) caughtOf(id uint64) *caughtUp {
 
 // inSyncLocked reports whether replica id, whose progress on this leader
 // is pr, is in sync: the leader itself; a voter caught up within
-// ReplicaLagMax of now; or a voter that holds the whole log (last) and
-// whose node was heard from within it.
+// ReplicaLagMax of now; or, while the group is quiesced, a voter that
+// holds the whole log (last), whose replica did not say it stopped and
+// whose node was heard from within ReplicaLagMax.
 func (h *Host) inSyncLocked(g *group, id uint64, pr trackerProgress, last uint64, now time.Time) bool {
 	if id == h.cfg.ID {
 		return true
@@ -115,10 +148,12 @@ func (h *Host) inSyncLocked(g *group, id uint64, pr trackerProgress, last uint64
 		return false
 	}
 	lag := h.cfg.ReplicaLagMax
+	var c *caughtUp
 	if g.caughtTerm == g.rn.BasicStatus().GetTerm() {
-		if c := g.caughtOf(id); c != nil && !c.at.IsZero() && now.Sub(c.at) <= lag {
-			return true
-		}
+		c = g.caughtOf(id)
 	}
-	return pr.Match >= last && h.tr.heardWithin(id, lag)
+	if c != nil && !c.at.IsZero() && now.Sub(c.at) <= lag {
+		return true
+	}
+	return g.quiesced && pr.Match >= last && (c == nil || !c.stopped) && h.tr.heardWithin(id, lag)
 }

@@ -1,6 +1,7 @@
 package raft
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -99,6 +100,35 @@ func TestStoppedFollowerLeavesISRAfterLag(t *testing.T) {
 			c.start(stopped)
 			c.propose(g, "after the restart")
 			waitFor(t, "the restarted follower back in the ISR", func() bool { return h.InSync(g) == 3 })
+		})
+	}
+}
+
+// TestFailedFollowerLeavesISR: a follower whose replica failed on a live
+// node (its storage: FailGroup) answers nothing, while its node's
+// heartbeats go on; it tells the leader (the wake message), which takes
+// it out of the ISR at once - not after ReplicaLagMax (an hour here), and
+// not never, as the node's heartbeats would have it for a quiesced group.
+func TestFailedFollowerLeavesISR(t *testing.T) {
+	for _, quiet := range []bool{false, true} {
+		t.Run(map[bool]string{false: "busy", true: "quiesced"}[quiet], func(t *testing.T) {
+			c := newCluster(t, 3, 1, withReplicaLag(time.Hour))
+			const g = 1
+			c.propose(g, "first")
+			lead, _ := c.waitLeader(g)
+			h := c.nodes[lead].host
+			waitFor(t, "every replica in sync", func() bool { return h.InSync(g) == 3 })
+			if quiet {
+				waitFor(t, "the group quiesced", func() bool {
+					st, err := h.Status(g)
+					return err == nil && st.Quiesced
+				})
+			}
+			failed := lead%3 + 1
+			if err := c.nodes[failed].host.FailGroup(g, errors.New("test: storage failed")); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the failed follower out of the ISR", func() bool { return h.InSync(g) == 2 })
 		})
 	}
 }
