@@ -151,11 +151,11 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) prometheus.Gathere
 			ConstLabels: prometheus.Labels{"reason": reason},
 		}, func() float64 { return float64(b.RaftTransportStats().RefusedBy[reason]) }))
 	}
-	counter("holdfast_raft_dropped_messages_total", "Raft messages to peers this node dropped unsent: a peer's send queue full (its sender behind: holdfast_raft_queue_full_drops_total) or a failed connection. A failed connection's report the peer unreachable to their groups, whose leaders then probe that follower with one append per heartbeat until it answers; a full queue's do not (Raft resends).",
+	counter("holdfast_raft_dropped_messages_total", "Raft messages to peers this node dropped unsent: a peer's send queue full (its sender behind: holdfast_raft_queue_full_drops_total) or a failed connection. A failed connection's report the peer unreachable to their groups, whose leaders then probe that follower with one append per heartbeat until it answers; of a full queue's only the appends do (flow control).",
 		func() int64 { return b.RaftTransportStats().Dropped })
 	for _, kind := range raft.DropKinds() {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "holdfast_raft_queue_full_drops_total", Help: "Raft messages dropped on a peer's full send queue (a slow peer: back-pressure, not reported as unreachable), by kind. Appends, snapshots and plain heartbeats wait in a queue bounded by count and bytes and go first; answers, votes and quiescing heartbeats in one of their own.",
+			Name: "holdfast_raft_queue_full_drops_total", Help: "Raft messages dropped on a peer's full send queue (a slow peer: back-pressure), by kind; only a dropped append is reported to its group (its leader probes the follower instead of pipelining appends). Appends, snapshots and plain heartbeats wait in a queue bounded by count and bytes and go first; answers, votes and quiescing heartbeats in one of their own.",
 			ConstLabels: prometheus.Labels{"kind": kind},
 		}, func() float64 { return float64(b.RaftTransportStats().QueueFullBy[kind]) }))
 	}

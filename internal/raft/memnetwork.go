@@ -29,8 +29,8 @@ import (
 // on a cut or lossy link, or to a node that is not running, is dropped and
 // its sender told (ReportUnreachable, a failed snapshot), later and from
 // another goroutine, as a failed connection is; one that finds its link's
-// queue full is dropped untold (a failed snapshot excepted), as by the
-// TCP sender: a slow peer is not an unreachable one; every node sends each of
+// queue full is dropped and told only if it is an append or a snapshot,
+// as by the TCP sender: a slow peer is not an unreachable one; every node sends each of
 // its peers a node heartbeat every heartbeat interval (the TCP sender's
 // empty frame: it carries the node's identity, and wakes quiesced groups
 // when a node goes silent); frames of another cluster are refused.
@@ -307,12 +307,19 @@ func (ep *memNetEndpoint) sendHeld(group uint64, m *pb.Message, refs []*bufref.R
 
 // backPressure drops a message its link's full queue had no room for:
 // the peer is slow, not unreachable (as the TCP sender, transport.go's
-// peer), so only a snapshot's failure is reported.
+// peer), so only a snapshot's failure and a dropped append (flow
+// control: its leader probes) are reported.
 func (ep *memNetEndpoint) backPressure(to uint64, m memNetMsg) {
 	ep.drop.Add(1)
 	ep.net.dropped.Add(1)
-	if m.typ == pb.MessageType_MsgSnap && !ep.isClosed() {
+	if ep.isClosed() {
+		return
+	}
+	switch m.typ {
+	case pb.MessageType_MsgSnap:
 		ep.ev.snapshotSent(to, m.group, false)
+	case pb.MessageType_MsgApp:
+		ep.ev.unreachable(to, []uint64{m.group})
 	}
 }
 

@@ -117,8 +117,8 @@ type TransportStats struct {
 	Refused   int64
 	RefusedBy map[string]int64
 	// QueueFullBy counts the messages dropped on a full send queue (a
-	// slow peer: back-pressure, not reported to the groups), by kind
-	// (DropKinds); Dropped counts them too.
+	// slow peer: back-pressure), by kind (DropKinds); Dropped counts them
+	// too.
 	QueueFullBy map[string]int64
 }
 
@@ -192,19 +192,20 @@ type tcpTransport struct {
 
 // peer is a peer's sender and its two queues. A full queue is
 // back-pressure from a live peer (its sender is behind: the connection's
-// writes block on a peer that reads slowly), not unreachability: what is
-// dropped then is not reported to the groups (only a failed connection
-// is, in fail). Reported, every dropped message put its group's follower
-// into StateProbe, and at 1,000 partitions on a loaded machine a slow
-// peer became 1,000 probing followers, out of their ISRs (docs/
-// benchmarks.md, round 16, h-rf3big). What is cheap to drop goes in q,
-// bounded by count and by bytes: appends and snapshots (Raft resends
-// them: the follower rejects the next append, or the leader sends one on
-// the next heartbeat's answer) and plain heartbeats (the next comes a
-// tick later). The rest goes in ctl, read first: responses and votes,
-// whose loss costs a round (a MsgAppResp lost holds the commit until the
-// next heartbeat's; a vote lost, an election), and heartbeats with a
-// context (quiescing, waking), which are sent once.
+// writes block on a peer that reads slowly), not unreachability. Every
+// message dropped on it was reported to its group as unreachable, and
+// the ISR was Raft's StateReplicate: at 1,000 partitions on a loaded
+// machine a slow peer's drops (41,000-47,300 after a restart, most of
+// them heartbeats) took followers out of their ISRs by the hundred
+// (docs/benchmarks.md, round 16, h-rf3big). Now the ISR is the lag
+// (isr.go), and only a dropped append is reported (sendHeld: flow
+// control, as etcd's own transport does). What is cheap to drop goes in
+// q, bounded by count and by bytes: appends and snapshots (Raft resends
+// them) and plain heartbeats (the next comes a tick later). The rest goes
+// in ctl, read first: responses and votes, whose loss costs a round (a
+// MsgAppResp lost holds the commit until the next heartbeat's; a vote
+// lost, an election), and heartbeats with a context (quiescing, waking),
+// which are sent once.
 type peer struct {
 	id     uint64
 	addr   string
@@ -337,7 +338,7 @@ func (t *tcpTransport) peerAddr(id uint64) (string, bool) {
 
 // send queues m for its destination; never blocks. An unknown peer drops
 // the message (Raft retransmits) and reports the peer unreachable for
-// that group; a full queue drops it and reports nothing (see peer).
+// that group; a full queue drops it and reports only an append (see peer).
 func (t *tcpTransport) send(group uint64, m *pb.Message) { t.sendHeld(group, m, nil) }
 
 func (t *tcpTransport) sendHeld(group uint64, m *pb.Message, refs []*bufref.Ref) {
@@ -377,8 +378,19 @@ func (t *tcpTransport) sendHeld(group uint64, m *pb.Message, refs []*bufref.Ref)
 	releaseRefs(refs)
 	t.dropped.Add(1)
 	t.queueFull[kindOf(m)].Add(1)
-	if m.GetType() == pb.MessageType_MsgSnap {
+	switch m.GetType() {
+	case pb.MessageType_MsgSnap:
 		t.ev.snapshotSent(to, group, false)
+	case pb.MessageType_MsgApp:
+		// Flow control, not unreachability: a leader replicating to
+		// this follower pipelines its appends, and every one after a
+		// dropped one would be rejected (a gap) and sent again. Probing,
+		// it sends one append per answer until the follower catches up.
+		// (Raft's ReportUnreachable is only that: StateReplicate to
+		// StateProbe; the ISR no longer reads it, isr.go.) etcd's own
+		// transport does the same; not reporting them, a slow follower
+		// in TestSlowFollowerStaysInSync got ten times the drops.
+		t.ev.unreachable(to, []uint64{group})
 	}
 }
 
