@@ -28,7 +28,10 @@ import (
 // is renewed when it is covered: one mark in flight per follower, as one
 // fetch. A quiesced group's followers answer nothing: one whose match is
 // the leader's log end is in sync while its node is heard from (the
-// transport's node heartbeats) within ReplicaLagMax.
+// transport's node heartbeats) within an election timeout - a silent
+// node's follower of an idle partition leaves the ISR then, not after
+// ReplicaLagMax (the transport keeps no time of the last frame to count
+// the lag from).
 //
 // The ISR is what Kafka clients see (Metadata, DescribeTopicPartitions)
 // and what acks=all counts against min.insync.replicas before appending;
@@ -111,7 +114,9 @@ func (h *Host) noteStoppedLocked(g *group, from uint64) {
 
 // quietEndedLocked: g, which this node leads, wakes from quiescence. Its
 // followers answered nothing while it was quiet, and those that held the
-// whole log had nothing to catch up on: they were caught up until now.
+// whole log had nothing to catch up on: they were caught up until now -
+// if their node is still heard from (quietHeard). One that went silent
+// (the wake may be for it: checkQuiescedLocked) keeps its last time.
 func (h *Host) quietEndedLocked(g *group) {
 	if g.caughtTerm != g.rn.BasicStatus().GetTerm() {
 		return
@@ -119,10 +124,19 @@ func (h *Host) quietEndedLocked(g *group) {
 	last, _ := g.st.LastIndex()
 	now := h.cfg.Clock.Now()
 	for i := range g.caught {
-		if c := &g.caught[i]; c.match >= last && !c.stopped {
+		if c := &g.caught[i]; c.match >= last && !c.stopped && h.tr.heardWithin(c.id, h.quietHeard()) {
 			c.at, c.marked = now, false
 		}
 	}
+}
+
+// quietHeard is how recently a quiesced group's follower's node must have
+// been heard from to count as in sync: an election timeout, the silence
+// after which the group wakes (checkQuiescedLocked). Not ReplicaLagMax: a
+// leader re-quiesces with a dead follower that holds the whole log, and
+// each wake would have counted it in sync again.
+func (h *Host) quietHeard() time.Duration {
+	return h.cfg.TickInterval * time.Duration(h.cfg.ElectionTicks)
 }
 
 // caughtOf is the record of follower id in this term, nil if none.
@@ -139,7 +153,7 @@ func (g *group) caughtOf(id uint64) *caughtUp {
 // is pr, is in sync: the leader itself; a voter caught up within
 // ReplicaLagMax of now; or, while the group is quiesced, a voter that
 // holds the whole log (last), whose replica did not say it stopped and
-// whose node was heard from within ReplicaLagMax.
+// whose node was heard from within an election timeout (quietHeard).
 func (h *Host) inSyncLocked(g *group, id uint64, pr trackerProgress, last uint64, now time.Time) bool {
 	if id == h.cfg.ID {
 		return true
@@ -155,5 +169,5 @@ func (h *Host) inSyncLocked(g *group, id uint64, pr trackerProgress, last uint64
 	if c != nil && !c.at.IsZero() && now.Sub(c.at) <= lag {
 		return true
 	}
-	return g.quiesced && pr.Match >= last && (c == nil || !c.stopped) && h.tr.heardWithin(id, lag)
+	return g.quiesced && pr.Match >= last && (c == nil || !c.stopped) && h.tr.heardWithin(id, h.quietHeard())
 }

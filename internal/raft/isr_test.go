@@ -132,3 +132,22 @@ func TestFailedFollowerLeavesISR(t *testing.T) {
 		})
 	}
 }
+
+// TestStoppedFollowerOfIdleGroupLeavesISR: a quiesced group's followers
+// answer nothing; one whose node stops is out of the ISR once the node is
+// silent for an election timeout, though the leader, waking for it,
+// quiesces again with it (it holds the whole log) - each wake counted it
+// caught up until then, and it stayed in for ever.
+func TestStoppedFollowerOfIdleGroupLeavesISR(t *testing.T) {
+	c := newCluster(t, 3, 1, withReplicaLag(time.Hour))
+	const g = 1
+	c.propose(g, "first")
+	lead, _ := c.waitLeader(g)
+	h := c.nodes[lead].host
+	waitFor(t, "the group quiesced with every replica in sync", func() bool {
+		st, err := h.Status(g)
+		return err == nil && st.Quiesced && h.InSync(g) == 3
+	})
+	c.stop(lead%3 + 1)
+	waitFor(t, "the stopped follower out of the ISR", func() bool { return h.InSync(g) == 2 })
+}
