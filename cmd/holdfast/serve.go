@@ -27,6 +27,7 @@ import (
 	"holdfast/internal/metadata"
 	"holdfast/internal/metrics"
 	"holdfast/internal/quota"
+	"holdfast/internal/raft"
 	"holdfast/internal/storage"
 	"holdfast/internal/tiered"
 	"holdfast/internal/wire"
@@ -67,7 +68,7 @@ type serveConfig struct {
 	metricsPartitionMax                                                   int
 	consoleSample                                                         time.Duration
 	txnMax, retention, segmentMs, retentionCheck, idle                    time.Duration
-	imbalanceIv, ctrlShutMax, hbInterval, session                         time.Duration
+	imbalanceIv, ctrlShutMax, hbInterval, session, replicaLag             time.Duration
 	groupInitialDelay, groupMinSession, groupMaxSession, offsRet          time.Duration
 	// The log cleaner (docs/compaction.md).
 	cleanerOn                                       bool
@@ -212,6 +213,7 @@ func (c *serveConfig) register(s *settings) {
 	s.Bool(&c.ctrlShut, "controlled-shutdown", def.ControlledShutdown, "cluster: on stop, hand this node's leaderships to caught-up replicas first", kafka("controlled.shutdown.enable"))
 	s.Duration(&c.ctrlShutMax, "controlled-shutdown-max-wait", def.ControlledShutdownMaxWait, "cluster: longest wait for those transfers before stopping anyway")
 	s.Duration(&c.hbInterval, "broker-heartbeat-interval", def.BrokerHeartbeatInterval, "how often a broker heartbeats the controller", kafkaDuration("broker.heartbeat.interval.ms", ms))
+	s.Duration(&c.replicaLag, "replica-lag-time-max", raft.DefaultReplicaLagMax, "a follower not caught up to its leader's log end for this long leaves the ISR (what Metadata lists and acks=all counts against min.insync.replicas)", kafkaDuration("replica.lag.time.max.ms", ms))
 	s.Duration(&c.session, "broker-session-timeout", def.BrokerSessionTimeout, "the controller fences a broker not heard from this long", kafkaDuration("broker.session.timeout.ms", ms))
 	s.String(&c.metricsListen, "metrics-listen", "localhost:9095", "admin listener: web console (/), Prometheus /metrics, /healthz and /debug/pprof; empty to disable")
 	s.String(&c.adminAuth, "admin-auth", "auto", "logins on the admin listener (Kafka users of this cluster; docs/security.md): auto = the console asks for one when any Kafka listener authenticates, /metrics and /debug/pprof also when the admin listener is beyond loopback; required = everything but /healthz asks; none = nothing asks")
@@ -342,6 +344,8 @@ func (c *serveConfig) checkCluster() error {
 		return fmt.Errorf("--leader-imbalance-check-interval %v: must be positive", c.imbalanceIv)
 	case c.ctrlShutMax < 0:
 		return fmt.Errorf("--controlled-shutdown-max-wait %v: must not be negative", c.ctrlShutMax)
+	case c.replicaLag <= 0:
+		return fmt.Errorf("--replica-lag-time-max %v: must be positive", c.replicaLag)
 	case c.hbInterval <= 0 || c.session <= c.hbInterval:
 		return fmt.Errorf("--broker-session-timeout (%v) must be longer than --broker-heartbeat-interval (%v), both positive", c.session, c.hbInterval)
 	case c.fetchSessionSlots < 0:
@@ -498,6 +502,7 @@ func (c *serveConfig) clusterConfig(cfg *broker.Config, logger *slog.Logger) err
 	cfg.AutoLeaderRebalance, cfg.LeaderImbalanceCheckInterval, cfg.LeaderImbalancePerBrokerPct = c.rebalance, c.imbalanceIv, c.imbalancePct
 	cfg.ControlledShutdown, cfg.ControlledShutdownMaxWait = c.ctrlShut, c.ctrlShutMax
 	cfg.BrokerHeartbeatInterval, cfg.BrokerSessionTimeout = c.hbInterval, c.session
+	cfg.ReplicaLagMax = c.replicaLag
 	return nil
 }
 

@@ -152,6 +152,10 @@ type Config struct {
 	// (broker.session.timeout.ms, default 9 s). Zero means the default.
 	BrokerHeartbeatInterval time.Duration
 	BrokerSessionTimeout    time.Duration
+	// ReplicaLagMax is replica.lag.time.max.ms (default 30 s): a follower
+	// not caught up to its leader's log end for this long leaves the ISR
+	// (raft.Config.ReplicaLagMax). Zero means the default.
+	ReplicaLagMax time.Duration
 	// MetadataStartupHold bounds how long a Metadata answer naming no
 	// leader for some partition waits for one in the first moments after
 	// the node started (cluster.Node.StartupHold); zero means the default

@@ -176,11 +176,11 @@ func (b *Broker) producePartition(c *produceCall, pt produceTopicState, ti, pi i
 		sp.ErrorCode = kerr.KafkaStorageError.Code
 	case !p.IsLeader():
 		sp.ErrorCode = kerr.NotLeaderForPartition.Code
-	case req.Acks == -1 && pt.minInsync > 1 && int32(p.InSyncReplicas()) < pt.minInsync:
-		// Kafka refuses before appending when the leader cannot
-		// currently reach min.insync.replicas replicas. The leader
-		// counts itself, so min.insync.replicas=1 needs no count
-		// (which locks the partition's Raft group).
+	case req.Acks == -1 && pt.minInsync > 1 && int32(b.inSyncReplicas(p)) < pt.minInsync:
+		// Kafka refuses before appending when the ISR is smaller than
+		// min.insync.replicas. The leader counts itself, so
+		// min.insync.replicas=1 needs no count (which locks the
+		// partition's Raft group).
 		sp.ErrorCode = kerr.NotEnoughReplicas.Code
 	case c.verify[ti][pi] != 0:
 		sp.ErrorCode = c.verify[ti][pi]
@@ -329,4 +329,21 @@ func produceErrorCode(err error) int16 {
 		return kerr.KafkaStorageError.Code
 	}
 	return kerr.UnknownServerError.Code
+}
+
+// inSyncReplicas is the size of the ISR of p, which this node leads: the
+// replicas caught up within replica.lag.time.max.ms (raft.Host.InSyncVoters)
+// that the controller has not fenced - Kafka's controller takes a fenced
+// broker out of every ISR at once, where the lag would keep a killed
+// follower in for 30 s. The leader counts itself.
+func (b *Broker) inSyncReplicas(p *partition.Partition) int {
+	var buf [8]uint64
+	ids, _ := b.cluster.Host().InSyncVoters(p.RaftGroup(), buf[:0])
+	n := 0
+	for _, id := range ids {
+		if int32(id) == b.cfg.NodeID || !b.meta.Fenced(int32(id)) {
+			n++
+		}
+	}
+	return n
 }

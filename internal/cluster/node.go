@@ -114,6 +114,9 @@ type Config struct {
 	// 100 ms; an election timeout is ten ticks): shorter in tests whose
 	// schedule waits for elections.
 	RaftTickInterval time.Duration
+	// ReplicaLagMax is the Raft host's replica.lag.time.max.ms
+	// (raft.Config.ReplicaLagMax; 0: its default, 30 s).
+	ReplicaLagMax time.Duration
 	// Dial makes a Kafka client that talks to other nodes as this node
 	// (the inter-broker listener's TLS and SASL).
 	Dial func(seeds []string, opts ...kgo.Opt) (*kgo.Client, error)
@@ -277,6 +280,7 @@ func Open(cfg Config) (*Node, error) {
 			ID: uint64(cfg.NodeID), Dir: cfg.DataDir, Listen: listen, Peers: peers, Identity: n.raftIdentity(),
 			FS: cfg.FS, Logger: n.log.With("component", "raft"), TLS: cfg.RaftTLS, Faults: cfg.RaftFaults,
 			Network: cfg.RaftNetwork, TickInterval: cfg.RaftTickInterval, Clock: cfg.RaftClock,
+			ReplicaLagMax: cfg.ReplicaLagMax,
 		})
 	}
 	h, err := newHost()

@@ -151,8 +151,14 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) prometheus.Gathere
 			ConstLabels: prometheus.Labels{"reason": reason},
 		}, func() float64 { return float64(b.RaftTransportStats().RefusedBy[reason]) }))
 	}
-	counter("holdfast_raft_dropped_messages_total", "Raft messages to peers this node dropped unsent: a peer's send queue full (its sender behind) or a failed connection. Each reports the peer unreachable to its group, whose leader then probes that follower with one append per heartbeat until it answers: it is out of the ISR meanwhile.",
+	counter("holdfast_raft_dropped_messages_total", "Raft messages to peers this node dropped unsent: a peer's send queue full (its sender behind: holdfast_raft_queue_full_drops_total) or a failed connection. A failed connection's report the peer unreachable to their groups, whose leaders then probe that follower with one append per heartbeat until it answers; of a full queue's only the appends do (flow control).",
 		func() int64 { return b.RaftTransportStats().Dropped })
+	for _, kind := range raft.DropKinds() {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "holdfast_raft_queue_full_drops_total", Help: "Raft messages dropped on a peer's full send queue (a slow peer: back-pressure), by kind; only a dropped append is reported to its group (its leader probes the follower instead of pipelining appends). Appends, snapshots and plain heartbeats wait in a queue bounded by count and bytes and go first; answers, votes and quiescing heartbeats in one of their own.",
+			ConstLabels: prometheus.Labels{"kind": kind},
+		}, func() float64 { return float64(b.RaftTransportStats().QueueFullBy[kind]) }))
+	}
 	counter("holdfast_raft_replica_repairs_total", "Replicas whose storage failed, discarded and reopened to catch up from the others.",
 		func() int64 { return b.ReplicationStats().Repairs })
 	counter("holdfast_raft_replica_repairs_deferred_total", "Repairs of replicas that failed for a full disk (ENOSPC) put off until the filesystem has room.",

@@ -270,12 +270,6 @@ func (p *Partition) IsLeader() bool {
 	return err == nil && l.Settled
 }
 
-// InSyncReplicas counts the voters the leader currently hears from and
-// that are being replicated to (itself included); 0 on a follower.
-func (p *Partition) InSyncReplicas() int {
-	return p.rep.host.InSync(p.rep.group)
-}
-
 var errNotLeader = fmt.Errorf("not the partition leader: %w", kerr.NotLeaderForPartition)
 
 // leaderCheckLocked refuses appends on a follower, and on a new leader

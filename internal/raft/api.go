@@ -655,10 +655,14 @@ type ReplicaStatus struct {
 	MatchOffset int64
 	State       ProgressState
 	// Active: heard from within the last election timeout (the leader
-	// itself always). For min.insync.replicas: count replicas that are
-	// Active and matched close to the commit offset.
+	// itself always): etcd raft's RecentActive, what its quorum check
+	// counts.
 	Active  bool
 	Learner bool
+	// InSync: a voter caught up to the leader's log end within
+	// ReplicaLagMax (Kafka's replica.lag.time.max.ms; isr.go), or the
+	// leader itself: the ISR, what min.insync.replicas counts.
+	InSync bool
 }
 
 // Leadership is the cheap part of Status, for hot paths (every produce):
@@ -887,10 +891,10 @@ func (h *Host) FailGroup(groupID uint64, err error) error {
 func (h *Host) Failures() uint64 { return h.failures.Load() }
 
 // InSyncVoters is InSync's set: on the leader (not failed) it appends to
-// buf the voters Status shows Active and in StateReplicate, and this node,
-// and returns them and true; elsewhere buf and false. For the stats loop,
-// which asks it of every led partition each second: nothing is copied
-// when buf has room.
+// buf the voters in sync (isr.go: caught up to its log end within
+// ReplicaLagMax), and this node, and returns them and true; elsewhere buf
+// and false. For the stats loop, which asks it of every led partition each
+// second: nothing is copied when buf has room.
 func (h *Host) InSyncVoters(groupID uint64, buf []uint64) ([]uint64, bool) {
 	g := h.group(groupID)
 	if g == nil {
@@ -901,8 +905,10 @@ func (h *Host) InSyncVoters(groupID uint64, buf []uint64) ([]uint64, bool) {
 	if g.failed != nil || g.rn.BasicStatus().RaftState != raft.StateLeader {
 		return buf, false
 	}
-	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr trackerProgress) {
-		if !pr.IsLearner && (id == h.cfg.ID || pr.RecentActive && pr.State == tracker.StateReplicate) {
+	last, _ := g.st.LastIndex()
+	now := h.cfg.Clock.Now()
+	g.rn.WithProgress(func(id uint64, typ raft.ProgressType, pr trackerProgress) {
+		if typ == raft.ProgressTypePeer && h.inSyncLocked(g, id, pr, last, now) {
 			buf = append(buf, id)
 		}
 	})
@@ -925,8 +931,8 @@ func (h *Host) Changes(groupID uint64) uint64 {
 	return 0
 }
 
-// InSync counts, on the leader, the voters it heard from within an election
-// timeout that are being replicated to (itself included); 0 on a follower.
+// InSync counts, on the leader, the voters in sync (isr.go: caught up to
+// its log end within ReplicaLagMax), itself included; 0 on a follower.
 // Cheaper than Status: for every acks=all produce (min.insync.replicas).
 func (h *Host) InSync(groupID uint64) int {
 	g := h.group(groupID)
@@ -938,9 +944,11 @@ func (h *Host) InSync(groupID uint64) int {
 	if g.failed != nil || g.rn.BasicStatus().RaftState != raft.StateLeader {
 		return 0
 	}
+	last, _ := g.st.LastIndex()
+	now := h.cfg.Clock.Now()
 	n := 0
 	g.rn.WithProgress(func(id uint64, typ raft.ProgressType, pr trackerProgress) {
-		if typ == raft.ProgressTypePeer && (id == h.cfg.ID || pr.RecentActive && pr.State == tracker.StateReplicate) {
+		if typ == raft.ProgressTypePeer && h.inSyncLocked(g, id, pr, last, now) {
 			n++
 		}
 	})
@@ -963,11 +971,14 @@ func (h *Host) Status(groupID uint64) (Status, error) {
 		s.Failed = g.failed.Error()
 	}
 	if bs.RaftState == raft.StateLeader {
+		last, _ := g.st.LastIndex()
+		now := h.cfg.Clock.Now()
 		g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr trackerProgress) {
 			off, _ := g.st.endOf(pr.Match)
 			s.Replicas = append(s.Replicas, ReplicaStatus{
 				ID: id, MatchIndex: pr.Match, MatchOffset: off, State: progressOf(pr.State),
 				Active: pr.RecentActive || id == h.cfg.ID, Learner: pr.IsLearner,
+				InSync: h.inSyncLocked(g, id, pr, last, now),
 			})
 		})
 	}

@@ -281,6 +281,9 @@ func (h *Host) requiesceLocked(g *group, window time.Duration) bool {
 }
 
 func (g *group) unquiesceLocked() {
+	if g.quiesced && g.h != nil && g.quiesceLdr == g.h.cfg.ID {
+		g.h.quietEndedLocked(g)
+	}
 	g.quiesced, g.wokeBySilence = false, false
 	g.quiet.Store(false)
 	g.idleTicks = 0
@@ -330,6 +333,7 @@ func (h *Host) receive(from uint64, msgs []outMsg) {
 			g.unquiesceLocked()
 		}
 		if bytes.Equal(m.Context, wakeCtx) {
+			h.noteStoppedLocked(g, from)
 			g.mu.Unlock() // not a Raft message: waking was all it was for
 			continue
 		}
@@ -358,6 +362,7 @@ func (h *Host) receive(from uint64, msgs []outMsg) {
 		if typ == pb.MessageType_MsgAppResp {
 			g.noteQuorumLocked()
 		}
+		h.noteAnsweredLocked(g, from, m)
 		if quiesce && typ == pb.MessageType_MsgHeartbeat {
 			bs := g.rn.BasicStatus()
 			last, _ := g.st.LastIndex()

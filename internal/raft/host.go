@@ -69,6 +69,10 @@ type Config struct {
 	MaxInflightMsgs     int    // default 256
 	MaxUncommittedBytes uint64 // per group; default 64 MiB
 	QueueLen            int    // per-peer outbound queue, default 8192
+	// ReplicaLagMax is Kafka's replica.lag.time.max.ms: a follower that
+	// has not caught up to its leader's log end for this long is out of
+	// the in-sync replicas (isr.go). Default DefaultReplicaLagMax (30 s).
+	ReplicaLagMax time.Duration
 
 	FS     storage.FS // for the journal; default storage.OSFS()
 	Faults *Faults    // fault injection for tests; nil: none
@@ -121,6 +125,9 @@ func (c *Config) defaults() {
 	}
 	if c.QueueLen == 0 {
 		c.QueueLen = 8192
+	}
+	if c.ReplicaLagMax <= 0 {
+		c.ReplicaLagMax = DefaultReplicaLagMax
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -371,7 +378,11 @@ type group struct {
 	// a snapshot in, and the highest log index that leader showed it
 	// (an append's previous entry or last entry, a snapshot's index).
 	rejoinTerm, rejoinLast uint64
-	reset                  bool // leader: recreate the RawNode (fresh progress for every peer)
+	// caught: leader: when each follower last caught up to its log end,
+	// in term caughtTerm (isr.go).
+	caught     []caughtUp
+	caughtTerm uint64
+	reset      bool // leader: recreate the RawNode (fresh progress for every peer)
 	// held: references to the buffers of proposals Raft may still read,
 	// in index order (ProposeOwned, releaseHeldLocked).
 	held      []heldRef

@@ -28,7 +28,9 @@ import (
 // models of TCP: per link, messages arrive in the order sent; a message
 // on a cut or lossy link, or to a node that is not running, is dropped and
 // its sender told (ReportUnreachable, a failed snapshot), later and from
-// another goroutine, as a failed connection is; every node sends each of
+// another goroutine, as a failed connection is; one that finds its link's
+// queue full is dropped and told only if it is an append or a snapshot,
+// as by the TCP sender: a slow peer is not an unreachable one; every node sends each of
 // its peers a node heartbeat every heartbeat interval (the TCP sender's
 // empty frame: it carries the node's identity, and wakes quiesced groups
 // when a node goes silent); frames of another cluster are refused.
@@ -272,6 +274,7 @@ func (ep *memNetEndpoint) sendHeld(group uint64, m *pb.Message, refs []*bufref.R
 	ep.sentN.Add(1)
 	ep.net.sent.Add(1)
 	msg := memNetMsg{group: group, typ: m.GetType(), data: b}
+	full := false
 	if l != nil {
 		lost, delay := ep.net.fate(ep.id, to)
 		if !lost {
@@ -280,6 +283,7 @@ func (ep *memNetEndpoint) sendHeld(group uint64, m *pb.Message, refs []*bufref.R
 			case l.q <- msg:
 				return
 			default: // the queue is full: dropped, as by the TCP sender
+				full = true
 			}
 		}
 	}
@@ -293,8 +297,30 @@ func (ep *memNetEndpoint) sendHeld(group uint64, m *pb.Message, refs []*bufref.R
 	ep.wg.Add(1)
 	go func() {
 		defer ep.wg.Done()
+		if full {
+			ep.backPressure(to, msg)
+			return
+		}
 		ep.failed(to, msg)
 	}()
+}
+
+// backPressure drops a message its link's full queue had no room for:
+// the peer is slow, not unreachable (as the TCP sender, transport.go's
+// peer), so only a snapshot's failure and a dropped append (flow
+// control: its leader probes) are reported.
+func (ep *memNetEndpoint) backPressure(to uint64, m memNetMsg) {
+	ep.drop.Add(1)
+	ep.net.dropped.Add(1)
+	if ep.isClosed() {
+		return
+	}
+	switch m.typ {
+	case pb.MessageType_MsgSnap:
+		ep.ev.snapshotSent(to, m.group, false)
+	case pb.MessageType_MsgApp:
+		ep.ev.unreachable(to, []uint64{m.group})
+	}
 }
 
 // failed reports a message that was not delivered to its sender's host.

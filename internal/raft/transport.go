@@ -116,6 +116,10 @@ type TransportStats struct {
 	// (refusalNames).
 	Refused   int64
 	RefusedBy map[string]int64
+	// QueueFullBy counts the messages dropped on a full send queue (a
+	// slow peer: back-pressure), by kind (DropKinds); Dropped counts them
+	// too.
+	QueueFullBy map[string]int64
 }
 
 // refusal is why the transport closed a connection.
@@ -151,17 +155,20 @@ type refusedError struct {
 func (e *refusedError) Error() string { return e.msg }
 
 type tcpTransport struct {
-	id        uint64
-	ident     atomic.Pointer[NodeIdentity]
-	ln        net.Listener
-	tls       *TransportTLS
-	budget    chan struct{} // one token per frameChunk of inbound frame bytes
-	ev        transportEvents
-	faults    *Faults
-	logger    *slog.Logger
-	queueLen  int
-	heartbeat time.Duration
-	clk       clock.Clock // the host's (set before the first sender starts)
+	id       uint64
+	ident    atomic.Pointer[NodeIdentity]
+	ln       net.Listener
+	tls      *TransportTLS
+	budget   chan struct{} // one token per frameChunk of inbound frame bytes
+	ev       transportEvents
+	faults   *Faults
+	logger   *slog.Logger
+	queueLen int
+	// queueBytes bounds the entry bytes in a peer's q (maxQueueBytes;
+	// tests set less).
+	queueBytes int64
+	heartbeat  time.Duration
+	clk        clock.Clock // the host's (set before the first sender starts)
 
 	mu     sync.Mutex
 	peers  map[uint64]*peer
@@ -172,8 +179,9 @@ type tcpTransport struct {
 
 	framesSent, msgsSent, dropped, reconnects atomic.Int64
 	refused                                   [numRefusals]atomic.Int64
-	lastHeard                                 sync.Map // peer id -> time.Time
-	peerIdent                                 sync.Map // peer id -> PeerIdentity
+	queueFull                                 [numKinds]atomic.Int64 // drops on a full queue, by kind
+	lastHeard                                 sync.Map               // peer id -> time.Time
+	peerIdent                                 sync.Map               // peer id -> PeerIdentity
 
 	unidentified   int            // inbound connections not yet identified (under mu)
 	unidentifiedBy map[string]int // by remote host (under mu)
@@ -182,10 +190,89 @@ type tcpTransport struct {
 	warned map[string]time.Time // remote host and message -> last warning
 }
 
+// peer is a peer's sender and its two queues. A full queue is
+// back-pressure from a live peer (its sender is behind: the connection's
+// writes block on a peer that reads slowly), not unreachability. Every
+// message dropped on it was reported to its group as unreachable, and
+// the ISR was Raft's StateReplicate: at 1,000 partitions on a loaded
+// machine a slow peer's drops (41,000-47,300 after a restart, most of
+// them heartbeats) took followers out of their ISRs by the hundred
+// (docs/benchmarks.md, round 16, h-rf3big). Now the ISR is the lag
+// (isr.go), and only a dropped append is reported (sendHeld: flow
+// control, as etcd's own transport does). What is cheap to drop goes in
+// q, bounded by count and by bytes: appends and snapshots (Raft resends
+// them) and plain heartbeats (the next comes a tick later). The rest goes
+// in ctl, read first: responses and votes, whose loss costs a round (a
+// MsgAppResp lost holds the commit until the next heartbeat's; a vote
+// lost, an election), and heartbeats with a context (quiescing, waking),
+// which are sent once.
 type peer struct {
-	id   uint64
-	addr string
-	q    chan outMsg
+	id     uint64
+	addr   string
+	q      chan outMsg
+	ctl    chan outMsg
+	queued atomic.Int64 // bytes of entries in q
+}
+
+// maxQueueBytes bounds the entry bytes waiting in one peer's q: past it
+// appends are dropped (their buffers are not held for a peer that cannot
+// take them).
+const maxQueueBytes = 256 << 20
+
+// Kinds of messages, for the drops counted by kind (TransportStats.DroppedBy).
+const (
+	kindAppend = iota
+	kindSnapshot
+	kindHeartbeat
+	kindAppendResp
+	kindHeartbeatResp
+	kindVote
+	kindOther
+	numKinds
+)
+
+var kindNames = [numKinds]string{"append", "snapshot", "heartbeat", "append_response", "heartbeat_response", "vote", "other"}
+
+// DropKinds are the kinds TransportStats.DroppedBy counts.
+func DropKinds() []string { return slices.Clone(kindNames[:]) }
+
+func kindOf(m *pb.Message) int {
+	switch m.GetType() {
+	case pb.MessageType_MsgApp:
+		return kindAppend
+	case pb.MessageType_MsgSnap:
+		return kindSnapshot
+	case pb.MessageType_MsgHeartbeat:
+		return kindHeartbeat
+	case pb.MessageType_MsgAppResp:
+		return kindAppendResp
+	case pb.MessageType_MsgHeartbeatResp:
+		return kindHeartbeatResp
+	case pb.MessageType_MsgVote, pb.MessageType_MsgVoteResp, pb.MessageType_MsgPreVote, pb.MessageType_MsgPreVoteResp:
+		return kindVote
+	}
+	return kindOther
+}
+
+// bulk reports whether m goes in a peer's q (cheap to drop) rather than
+// its ctl queue.
+func bulk(m *pb.Message) bool {
+	switch m.GetType() {
+	case pb.MessageType_MsgApp, pb.MessageType_MsgSnap:
+		return true
+	case pb.MessageType_MsgHeartbeat:
+		return len(m.Context) == 0
+	}
+	return false
+}
+
+// msgBytes is what m's entries weigh in a queue and a frame.
+func msgBytes(m *pb.Message) int {
+	n := len(m.GetEntries()) * 64
+	for _, e := range m.GetEntries() {
+		n += len(e.Data)
+	}
+	return n
 }
 
 func newTransport(id uint64, ident NodeIdentity, listen string, ev transportEvents, faults *Faults, logger *slog.Logger, queueLen int, heartbeat time.Duration, tlsCfg *TransportTLS) (*tcpTransport, error) {
@@ -200,7 +287,7 @@ func newTransport(id uint64, ident NodeIdentity, listen string, ev transportEven
 		}
 	}
 	t := &tcpTransport{
-		id: id, ln: ln, tls: tlsCfg, ev: ev, faults: faults, logger: logger, queueLen: queueLen, heartbeat: heartbeat,
+		id: id, ln: ln, tls: tlsCfg, ev: ev, faults: faults, logger: logger, queueLen: queueLen, queueBytes: maxQueueBytes, heartbeat: heartbeat,
 		peers: map[uint64]*peer{}, conns: map[net.Conn]struct{}{}, done: make(chan struct{}),
 		unidentifiedBy: map[string]int{}, warned: map[string]time.Time{},
 		budget: make(chan struct{}, maxInboundBytes/frameChunk),
@@ -232,7 +319,7 @@ func (t *tcpTransport) addPeer(id uint64, addr string) {
 	if p, ok := t.peers[id]; ok && p.addr == addr {
 		return
 	}
-	p := &peer{id: id, addr: addr, q: make(chan outMsg, t.queueLen)}
+	p := &peer{id: id, addr: addr, q: make(chan outMsg, t.queueLen), ctl: make(chan outMsg, t.queueLen)}
 	t.peers[id] = p
 	t.wg.Add(1)
 	go t.sender(p)
@@ -249,9 +336,9 @@ func (t *tcpTransport) peerAddr(id uint64) (string, bool) {
 	return p.addr, true
 }
 
-// send queues m for its destination; never blocks. A full queue or an
-// unknown peer drops the message (Raft retransmits) and reports the peer
-// unreachable for that group.
+// send queues m for its destination; never blocks. An unknown peer drops
+// the message (Raft retransmits) and reports the peer unreachable for
+// that group; a full queue drops it and reports only an append (see peer).
 func (t *tcpTransport) send(group uint64, m *pb.Message) { t.sendHeld(group, m, nil) }
 
 func (t *tcpTransport) sendHeld(group uint64, m *pb.Message, refs []*bufref.Ref) {
@@ -259,19 +346,58 @@ func (t *tcpTransport) sendHeld(group uint64, m *pb.Message, refs []*bufref.Ref)
 	t.mu.Lock()
 	p := t.peers[to]
 	t.mu.Unlock()
-	if p != nil {
+	om := outMsg{group: group, m: m, refs: refs}
+	if p == nil {
+		releaseRefs(refs)
+		t.dropped.Add(1)
+		t.ev.unreachable(to, []uint64{group})
+		if m.GetType() == pb.MessageType_MsgSnap {
+			t.ev.snapshotSent(to, group, false)
+		}
+		return
+	}
+	if !bulk(m) {
 		select {
-		case p.q <- outMsg{group: group, m: m, refs: refs}:
+		case p.ctl <- om:
 			return
 		default:
 		}
+	} else {
+		// Within the byte bound, or alone in the queue (one message
+		// larger than the bound still goes).
+		n := int64(msgBytes(m))
+		if q := p.queued.Add(n); q <= t.queueBytes || q == n {
+			select {
+			case p.q <- om:
+				return
+			default:
+			}
+		}
+		p.queued.Add(-n)
 	}
 	releaseRefs(refs)
 	t.dropped.Add(1)
-	t.ev.unreachable(to, []uint64{group})
-	if m.GetType() == pb.MessageType_MsgSnap {
+	t.queueFull[kindOf(m)].Add(1)
+	switch m.GetType() {
+	case pb.MessageType_MsgSnap:
 		t.ev.snapshotSent(to, group, false)
+	case pb.MessageType_MsgApp:
+		// Flow control, not unreachability: a leader replicating to
+		// this follower pipelines its appends, and every one after a
+		// dropped one would be rejected (a gap) and sent again. Probing,
+		// it sends one append per answer until the follower catches up.
+		// (Raft's ReportUnreachable is only that: StateReplicate to
+		// StateProbe; the ISR no longer reads it, isr.go.) etcd's own
+		// transport does the same; not reporting them, a slow follower
+		// in TestSlowFollowerStaysInSync got ten times the drops.
+		t.ev.unreachable(to, []uint64{group})
 	}
+}
+
+// took accounts for a message the sender took from p's q.
+func (p *peer) took(m outMsg) outMsg {
+	p.queued.Add(-int64(msgBytes(m.m)))
+	return m
 }
 
 func (t *tcpTransport) sender(p *peer) {
@@ -295,20 +421,25 @@ func (t *tcpTransport) sender(p *peer) {
 		select {
 		case <-t.done:
 			return
-		case m := <-p.q:
+		case m := <-p.ctl:
 			batch = append(batch, m)
+		case m := <-p.q:
+			batch = append(batch, p.took(m))
 		case <-hb.C: // heartbeat frame: an empty batch
 		}
 		size := 0
 	more:
 		for size < maxFrameBatch {
+			select { // the control queue first: it is small and never waits behind appends
+			case m := <-p.ctl:
+				batch = append(batch, m)
+				continue
+			default:
+			}
 			select {
 			case m := <-p.q:
-				batch = append(batch, m)
-				size += len(m.m.GetEntries()) * 64
-				for _, e := range m.m.GetEntries() {
-					size += len(e.Data)
-				}
+				batch = append(batch, p.took(m))
+				size += msgBytes(m.m)
 			default:
 				break more
 			}
@@ -975,6 +1106,10 @@ func (t *tcpTransport) stats() TransportStats {
 		n := t.refused[i].Load()
 		st.Refused += n
 		st.RefusedBy[refusalNames[i]] = n
+	}
+	st.QueueFullBy = make(map[string]int64, numKinds)
+	for i := range t.queueFull {
+		st.QueueFullBy[kindNames[i]] = t.queueFull[i].Load()
 	}
 	return st
 }

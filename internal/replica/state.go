@@ -26,7 +26,8 @@ type State struct {
 }
 
 // State describes partition i of t. A leader knows its followers'
-// progress: the in-sync set is the voters replicating now. A follower
+// progress: the in-sync set is the voters caught up to its log end within
+// replica.lag.time.max.ms (raft.ReplicaStatus.InSync). A follower
 // reports the unfenced replicas; a node without a replica the first
 // unfenced one as leader; a replica not open here yet, no leader; a
 // replica that failed here, the leader Raft last named (unserved).
@@ -92,7 +93,7 @@ func (m *Manager) State(t metadata.Topic, i int32) State {
 			// A replica being added by a reassignment: not in sync
 			// until it votes.
 		case m.meta.Fenced(id):
-		case r.ID == st.Node || r.Active && r.State == raft.ProgressReplicate:
+		case r.InSync:
 			s.ISR = append(s.ISR, id)
 		case !r.Active:
 			s.Offline = append(s.Offline, id)
