@@ -472,6 +472,11 @@ func (m *Manager) removeDir(dir, snapPath, topic string, index int32) error {
 	var r [4]byte
 	rand.Read(r[:])
 	aside := dir + "." + hex.EncodeToString(r[:]) + deleteSuffix
+	// The data journal must never write this log's bytes into a
+	// directory made later at the same name (storage/datajournal.go).
+	if err := m.opts.Syncer.Journal().Forget(dir); err != nil {
+		return fmt.Errorf("partition %s-%d: %w", topic, index, err)
+	}
 	if err := fsys.Rename(dir, aside); err != nil {
 		return errors.Join(append(errs, fmt.Errorf("partition %s-%d: rename aside: %w", topic, index, err))...)
 	}
