@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"holdfast/internal/records"
@@ -20,6 +22,8 @@ type jenv struct {
 	opts JournalOptions
 	j    *DataJournal
 	sy   *Syncer
+	// asides: directories renamed aside so far (their names differ).
+	asides int
 }
 
 func newJEnv(t testing.TB, seed int64, cfg Config) *jenv {
@@ -119,7 +123,8 @@ func (e *jenv) recreate(s *jslot) error {
 	if err := e.j.Forget(s.dir); err != nil {
 		return err
 	}
-	aside := s.dir + ".x-delete"
+	e.asides++
+	aside := fmt.Sprintf("%s.%d-delete", s.dir, e.asides)
 	if err := e.fs.Rename(s.dir, aside); err != nil {
 		return err
 	}
@@ -340,4 +345,260 @@ func TestJournalCrashAtEveryStep(t *testing.T) {
 			e.verifyAfterCrash(t, slots, fmt.Sprintf("crash at op %d/%d torn=%v", n, total, torn))
 		}
 	}
+}
+
+// TestJournalCrashRandom: three logs, random appends, store rounds,
+// truncations, retention, resets and re-created directories over a tiny
+// ring whose checkpoints start by themselves (in the background), cut
+// by a power cut (plain or torn) between operations or inside one.
+func TestJournalCrashRandom(t *testing.T) {
+	for seed := range int64(crashSeeds(40)) {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { journalCrashSeed(t, seed) })
+	}
+}
+
+func journalCrashSeed(t *testing.T, seed int64) {
+	rng := rand.New(rand.NewSource(seed))
+	cfg := testConfig()
+	cfg.SegmentBytes = int64(1500 + rng.Intn(5000))
+	e := newJEnv(t, seed, cfg)
+	e.opts.ManualCheckpoints = false
+	e.opts.FileBytes = int64(8<<10 + rng.Intn(32<<10))
+	if err := e.start(); err != nil {
+		t.Fatal(err)
+	}
+	var slots []*jslot
+	for i := range 3 {
+		s := &jslot{dir: filepath.Join(e.root, fmt.Sprintf("t-%d", i)), m: &model{}, cutAt: -1}
+		l, err := e.open(s.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.l = l
+		slots = append(slots, s)
+	}
+	for crash := range 4 {
+		if rng.Intn(2) == 0 {
+			n := 1 + rng.Int63n(200)
+			if rng.Intn(2) == 0 {
+				e.fs.CrashAfter(n)
+			} else {
+				e.fs.CrashTornAfter(n)
+			}
+		}
+		for op := 0; op < 150 && !e.fs.Down(); op++ {
+			if err := journalRandomOp(t, e, slots, rng); err != nil && !e.fs.Down() {
+				t.Fatalf("seed %d: %v", seed, err)
+			}
+		}
+		if !e.fs.Down() {
+			if rng.Intn(2) == 0 {
+				e.fs.Crash()
+			} else {
+				e.fs.CrashTorn()
+			}
+		}
+		e.verifyAfterCrash(t, slots, fmt.Sprintf("seed %d crash %d", seed, crash))
+	}
+}
+
+func journalRandomOp(t testing.TB, e *jenv, slots []*jslot, rng *rand.Rand) error {
+	s := slots[rng.Intn(len(slots))]
+	switch r := rng.Intn(40); {
+	case r < 24:
+		b := batch(t, 1+rng.Intn(3), rng.Intn(300), 1)
+		if _, err := s.l.Append(b, 0); err != nil {
+			return err
+		}
+		s.m.batches = append(s.m.batches, b)
+	case r < 34:
+		return e.round(jlogs(slots))
+	case r < 36 && len(s.m.batches) > 1:
+		h, _ := records.ParseHeader(s.m.batches[rng.Intn(len(s.m.batches))])
+		if h.BaseOffset < s.l.StartOffset() {
+			return nil
+		}
+		s.cutAt = h.BaseOffset
+		if err := s.l.Truncate(h.BaseOffset); err != nil {
+			return err
+		}
+		truncBatches(s.m, h.BaseOffset)
+		s.cutAt = -1
+	case r < 37 && s.l.EndOffset() > 0:
+		return s.l.DeleteBefore(rng.Int63n(s.l.EndOffset()))
+	case r < 38:
+		s.cutAt = 0
+		if err := s.l.ResetAt(s.l.EndOffset()+int64(rng.Intn(3)), s.l.EndOrdinal()); err != nil {
+			return err
+		}
+		s.m, s.cutAt = &model{}, -1
+	case r < 39:
+		return e.recreate(s)
+	default:
+		return e.j.Checkpoint()
+	}
+	return nil
+}
+
+// cleanerScenario: a compacted log under the journal: keyed batches
+// journaled round after round (rolling segments), a cleaning pass that
+// swaps segments for others of the same names and other bytes, more
+// rounds. written gets every record appended; acked the latest value of
+// each key below the durable offset at each round.
+func cleanerScenario(t testing.TB, e *jenv, l *Log, written map[int64]rec, acked map[string]int64) {
+	round := func(from, n int) bool {
+		for i := from; i < from+n; i++ {
+			key, val := fmt.Sprintf("k%02d", i%7), fmt.Sprintf("v%-40d", i)
+			info, err := l.Append(keyed(t, records.Batch{}, int64(i), kv{k(key), k(val)}), 0)
+			if err != nil {
+				return false
+			}
+			written[info.BaseOffset] = rec{info.BaseOffset, k(key), k(val), int64(i)}
+		}
+		if e.round([]*Log{l}) != nil {
+			return false
+		}
+		for off, r := range written {
+			if off < l.DurableOffset() && off > acked[string(r.key)] {
+				acked[string(r.key)] = off
+			}
+		}
+		return true
+	}
+	for i := range 12 {
+		if !round(i*8, 8) {
+			return
+		}
+	}
+	if _, err := l.Clean(cleanOpts(l)); err != nil {
+		return
+	}
+	for i := 12; i < 16; i++ {
+		if !round(i*8, 8) {
+			return
+		}
+	}
+}
+
+// TestJournalCleanerSwapCrashAtEveryStep: a power cut at every file
+// operation around a cleaning pass: the replay never writes a journaled
+// byte of a segment's old contents into the cleaned file of its name, and
+// the newest acknowledged value of every key stays.
+func TestJournalCleanerSwapCrashAtEveryStep(t *testing.T) {
+	run := func(n int64, torn bool) (*jenv, map[int64]rec, map[string]int64) {
+		cfg := compactConfig()
+		cfg.SegmentBytes = 1500
+		e := newJEnv(t, n, cfg)
+		if err := e.start(); err != nil {
+			t.Fatal(err)
+		}
+		l, err := e.open("/data/c-0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			if torn {
+				e.fs.CrashTornAfter(n)
+			} else {
+				e.fs.CrashAfter(n)
+			}
+		}
+		written, acked := map[int64]rec{}, map[string]int64{}
+		cleanerScenario(t, e, l, written, acked)
+		if n == 0 {
+			if st := e.j.Stats(); st.Journaled == 0 || st.Cuts == 0 {
+				t.Fatalf("no journaled round or no cut: %+v", st)
+			}
+			e.fs.Crash()
+		}
+		return e, written, acked
+	}
+	e, _, _ := run(0, false)
+	total := e.fs.Ops()
+	for n := int64(1); n <= total; n++ {
+		for _, torn := range []bool{false, true} {
+			e, written, acked := run(n, torn)
+			if !e.fs.Down() {
+				continue // the scenario ended before op n
+			}
+			e.fs.Reboot()
+			if err := e.start(); err != nil {
+				t.Fatalf("op %d: recovery: %v", n, err)
+			}
+			l, err := e.open("/data/c-0")
+			if err != nil {
+				t.Fatalf("op %d torn=%v: reopen: %v", n, torn, err)
+			}
+			got := logRecords(t, l)
+			subsetOf(t, got, written)
+			newest := map[string]int64{}
+			for _, r := range got {
+				newest[string(r.key)] = max(newest[string(r.key)], r.off)
+			}
+			for key, off := range acked {
+				if newest[key] < off {
+					t.Fatalf("op %d torn=%v: key %s: acknowledged value at %d lost (newest %d)", n, torn, key, off, newest[key])
+				}
+			}
+			l.Close()
+		}
+	}
+}
+
+// FuzzJournalReplay feeds the recovery arbitrary journal tails: a valid
+// file cut anywhere with arbitrary bytes after it, and a second file of
+// arbitrary bytes. The decoder must not panic or allocate from a garbage
+// length, and the replay must write only into segment files that exist;
+// with the valid file whole and nothing after it, its record is applied.
+func FuzzJournalReplay(f *testing.F) {
+	data := []byte("0123456789abcdef")
+	valid := appendJRec(nil, 1, 1, jkFile, u64b(1))
+	fixed := make([]byte, 16)
+	valid = appendJRec(valid, 2, 1, jkData, dirPayload("t-0"), fixed, data)
+	valid = appendJRec(valid, 3, 1, jkCut, dirPayload("t-1"))
+	valid = appendJRec(valid, 4, 1, jkStart, u64b(1))
+	f.Add(valid, uint16(len(valid)), []byte{})
+	f.Add(valid, uint16(30), valid[5:])
+	f.Add(valid, uint16(len(valid)), appendJRec(nil, 5, 1, jkData, dirPayload("../x"), fixed, data))
+	f.Add([]byte{}, uint16(0), valid)
+	f.Fuzz(func(t *testing.T, file []byte, cut uint16, tail []byte) {
+		fs := NewCrashFS(1)
+		for _, d := range []string{"/data/.journal", "/data/t-0"} {
+			if err := fs.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write := func(name string, b []byte) {
+			fl, err := fs.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fl.Write(b); err != nil {
+				t.Fatal(err)
+			}
+			fl.Close()
+		}
+		seg := "/data/t-0/" + segmentName(0, logSuffix)
+		write(seg, nil)
+		c := min(int(cut), len(file))
+		write("/data/.journal/000000", append(append([]byte(nil), file[:c]...), tail...))
+		write("/data/.journal/000001", tail)
+		live, _, _, err := readJournal(fs, "/data/.journal")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := replayJournal(fs, "/data", live, quiet); err != nil && !strings.Contains(err.Error(), "data journal replay") {
+			t.Fatal(err)
+		}
+		names, _ := fs.ReadDir("/data/t-0")
+		if len(names) != 1 {
+			t.Fatalf("the replay made files: %v", names)
+		}
+		if bytes.Equal(file, valid) && c == len(file) && len(tail) == 0 {
+			b, _ := fs.ReadFileForTest(seg)
+			if !bytes.Equal(b, data) {
+				t.Fatalf("the valid record was not applied: %q", b)
+			}
+		}
+	})
 }
