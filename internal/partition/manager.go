@@ -372,6 +372,12 @@ func (m *Manager) DeleteTopic(topic string) error {
 					var r [4]byte
 					rand.Read(r[:])
 					aside := filepath.Join(m.root, n) + "." + hex.EncodeToString(r[:]) + deleteSuffix
+					// Opened and closed earlier in this process, it may
+					// have live journal records (removeDir).
+					if err := m.opts.Syncer.Journal().Forget(filepath.Join(m.root, n)); err != nil {
+						errs = append(errs, err)
+						continue
+					}
 					if err := fsys.Rename(filepath.Join(m.root, n), aside); err != nil {
 						errs = append(errs, err)
 						continue

@@ -738,34 +738,70 @@ func (j *DataJournal) Checkpoint() error {
 	return nil
 }
 
-// flushLogs writes out and fsyncs the segments of logs that may hold
-// journaled bytes (the active one and one waiting to be sealed), on up
-// to groupWriters goroutines.
+// flushLogs writes out and makes durable the segments of logs that may
+// hold journaled bytes, on up to groupWriters goroutines: a write-out
+// each, then one syncfs per filesystem where it reports errors (an
+// fdatasync per log was a journal commit each on ext4), else an fdatasync
+// per segment.
 func flushLogs(logs map[*Log]struct{}) error {
-	ls := make([]*Log, 0, len(logs))
-	for l := range logs {
-		ls = append(ls, l)
+	type item struct {
+		l    *Log
+		segs []*segment
 	}
+	var items []item
+	var errs []error
+	for l := range logs {
+		segs, err := l.journalSegs()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if len(segs) > 0 {
+			items = append(items, item{l, segs})
+		}
+	}
+	defer func() {
+		for _, it := range items {
+			for _, s := range it.segs {
+				s.unref()
+			}
+		}
+	}()
 	var next atomic.Int64
 	var mu sync.Mutex
-	var errs []error
+	byDev := map[uint64]File{}
 	var wg sync.WaitGroup
-	for range min(len(ls), groupWriters) {
+	for range min(len(items), groupWriters) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= len(ls) {
+				if i >= len(items) {
 					return
 				}
-				if err := ls[i].journalFlush(); err != nil {
+				it := items[i]
+				for _, s := range it.segs {
+					var err error
+					af, ok := s.f.(*appendFile)
+					if it.l.dev != 0 && ok {
+						err = af.Flush()
+					} else {
+						err = s.f.Sync()
+					}
 					mu.Lock()
-					errs = append(errs, err)
+					if err != nil {
+						errs = append(errs, fmt.Errorf("storage: %s: journal checkpoint: %w", it.l.dir, err))
+					} else if it.l.dev != 0 && ok && byDev[it.l.dev] == nil {
+						byDev[it.l.dev] = s.f
+					}
 					mu.Unlock()
 				}
 			}
 		})
 	}
 	wg.Wait()
+	for _, f := range byDev {
+		errs = append(errs, syncFilesystemOf(f))
+	}
 	return errors.Join(errs...)
 }
 

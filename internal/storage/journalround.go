@@ -58,7 +58,38 @@ func (l *Log) journalCapture(j *DataJournal) (syncTicket, int) {
 	j.dirLast[l.jrel] = seq
 	j.markDirty(l) // before roundMu is released: a checkpoint's cut-off cannot pass it unflushed
 	s.ref()
-	return syncTicket{l: l, s: s, size: s.size, end: l.end, gen: l.truncGen}, jRecord
+	t := syncTicket{l: l, s: s, size: s.size, end: l.end, gen: l.truncGen}
+	if af.pendingBytes() >= journalWriteBehind {
+		// Written behind now rather than when the buffer is full: a
+		// node of 1,000 logs held 256 KiB each. Exactly the journaled
+		// bytes are queued (no append runs under mu.RLock).
+		af.Detach()
+		t.writeBehind = af
+	}
+	return t, jRecord
+}
+
+// journalWriteBehind: a log's journaled bytes are written to its segment
+// once this many wait in its buffer.
+// (A variable: tests lower it.)
+var journalWriteBehind int64 = 64 << 10
+
+func (a *appendFile) pendingBytes() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.pendingLocked()
+}
+
+// startWriteBehind writes the queued buffers in the background (unless a
+// write-out runs already, which then writes them or leaves them for the
+// next).
+func (a *appendFile) startWriteBehind() {
+	if a.writingBehind.CompareAndSwap(false, true) {
+		go func() {
+			a.WriteQueued()
+			a.writingBehind.Store(false)
+		}()
+	}
 }
 
 // addDataLocked appends a data record of n bytes that fill appends (false:
@@ -146,6 +177,9 @@ func (s *Syncer) journalCycle(batch map[*Log]struct{}) {
 		if e := t.syncEnd(err); e != nil {
 			s.logger.Warn("storage: journal cycle failed", "dir", t.l.dir, "err", e)
 		}
+		if t.writeBehind != nil {
+			t.writeBehind.startWriteBehind()
+		}
 	}
 	j.journaled.Add(int64(len(tickets)))
 	j.oldPath.Add(int64(len(old)))
@@ -187,13 +221,19 @@ func (l *Log) journalCutLocked(flush bool) error {
 	return j.cutLocked(l.jrel)
 }
 
-// journalFlush writes out and fsyncs what l may have journaled (a
-// checkpoint): its active segment and one waiting to be sealed.
-func (l *Log) journalFlush() error {
+// journalSegs returns, referenced, the segments that may hold bytes l
+// journaled (a checkpoint): its active segment and one waiting to be
+// sealed. A log closed cleanly has none; one closed failed is an error:
+// its journaled bytes are only in the journal, which must keep them
+// until a restart replays them.
+func (l *Log) journalSegs() ([]*segment, error) {
 	l.mu.RLock()
+	defer l.mu.RUnlock()
 	if l.closed {
-		l.mu.RUnlock()
-		return nil // Close wrote it out and fsynced it
+		if l.jflushed {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("storage: %s: closed without writing out its journaled bytes", l.dir)
 	}
 	segs := []*segment{l.active()}
 	if p := l.pendingSeal; p != nil {
@@ -202,15 +242,5 @@ func (l *Log) journalFlush() error {
 	for _, s := range segs {
 		s.ref()
 	}
-	l.mu.RUnlock()
-	var err error
-	for _, s := range segs {
-		if err == nil {
-			if e := s.f.Sync(); e != nil {
-				err = fmt.Errorf("storage: %s: journal checkpoint: %w", l.dir, e)
-			}
-		}
-		s.unref()
-	}
-	return err
+	return segs, nil
 }

@@ -183,8 +183,9 @@ type Log struct {
 
 	// The node's data journal (Options.Syncer's, datajournal.go) and the
 	// log's directory relative to its root ("": not journaled).
-	journal *DataJournal
-	jrel    string
+	journal  *DataJournal
+	jrel     string
+	jflushed bool // Close wrote out and fsynced everything (under mu)
 }
 
 // dirLogger is the log's logger with its directory attached. Made per
@@ -1466,6 +1467,7 @@ type syncTicket struct {
 	// named: the cycle made the segment's name durable (a syncfs, or a
 	// directory fsync); wasNamed: it was before.
 	named, wasNamed bool
+	writeBehind     *appendFile // journaled: its queued buffers go to the file now
 }
 
 // syncBegin captures the active segment and end offset for a cycle; ok is
@@ -2399,6 +2401,7 @@ func (l *Log) Close() error {
 			errs = append(errs, err)
 		} else {
 			if l.journal != nil && l.pendingSeal == nil {
+				l.jflushed = true
 				l.journal.logClosed(l) // every byte it journaled is in its segments, fsynced
 			}
 			l.advanceDurableLocked(l.end)
