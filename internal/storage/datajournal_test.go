@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -606,4 +607,35 @@ func FuzzJournalReplay(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestJournalDisabledStillReplays: a node that ran with the journal and
+// lost power starts with it off: the journal is replayed before the logs
+// open (nothing acknowledged is lost), then removed.
+func TestJournalDisabledStillReplays(t *testing.T) {
+	e, slots := newScenario(t, 3)
+	for range 3 {
+		for _, s := range slots {
+			b := batch(t, 2, 100, 1)
+			if _, err := s.l.Append(b, 0); err != nil {
+				t.Fatal(err)
+			}
+			s.m.batches = append(s.m.batches, b)
+		}
+		if err := e.round(jlogs(slots)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := e.j.Stats(); st.Journaled == 0 {
+		t.Fatalf("nothing journaled: %+v", st)
+	}
+	e.fs.Crash()
+	e.opts.Disabled = true
+	e.verifyAfterCrash(t, slots, "journal off at the restart")
+	if e.j != nil {
+		t.Fatal("a disabled journal was opened")
+	}
+	if names, _ := e.fs.ReadDir("/data"); slices.Contains(names, journalDirName) {
+		t.Fatalf("the journal was not removed: %v", names)
+	}
 }
