@@ -79,6 +79,7 @@ func (fs *CrashFS) syncAllLocked() {
 		for _, e := range d.cur {
 			if e.f != nil {
 				e.f.synced = append(e.f.synced[:0:0], e.f.data...)
+				e.f.overwritten = false
 			} else if e.d != nil {
 				syncTree(e.d)
 			}
@@ -259,6 +260,10 @@ func (fs *CrashFS) Reads() int64 {
 type memNode struct {
 	data   []byte // what reads see
 	synced []byte // content as of the last Sync
+	// overwritten: WriteAt changed bytes in place since the last Sync (a
+	// torn crash then keeps a prefix of the change; other files keep
+	// their draws of the random source as before WriteAt existed).
+	overwritten bool
 }
 
 // memDir is a directory (an inode): its entries now, and as of its last
@@ -416,7 +421,7 @@ func (fs *CrashFS) durableTree(torn bool) map[string]*memDir {
 // survivor is what a crash leaves of a file (fs.mu held).
 func (fs *CrashFS) survivor(n *memNode, torn bool) *memNode {
 	data := append([]byte(nil), n.synced...)
-	if torn && !(len(n.data) >= len(n.synced) && string(n.data[:len(n.synced)]) == string(n.synced)) {
+	if torn && n.overwritten && !(len(n.data) >= len(n.synced) && string(n.data[:len(n.synced)]) == string(n.synced)) {
 		// Overwritten in place since the last sync (WriteAt): the bytes
 		// from the first changed one reached the disk up to a random point.
 		d := 0
@@ -953,6 +958,7 @@ func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
 		f.node.data = append(f.node.data, make([]byte, end-int64(len(f.node.data)))...)
 	}
 	copy(f.node.data[off:], p)
+	f.node.overwritten = true
 	return len(p), nil
 }
 
@@ -1013,6 +1019,7 @@ func (f *memFile) Sync() error {
 		return err
 	}
 	f.node.synced = append(f.node.synced[:0:0], f.node.data...)
+	f.node.overwritten = false
 	f.fs.mu.Unlock()
 	f.fs.synced(f.name)
 	f.fs.mu.Lock()
