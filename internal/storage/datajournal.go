@@ -97,7 +97,7 @@ type JournalOptions struct {
 	ManualCheckpoints bool
 }
 
-// ErrJournalFormat: a journal file whose header is of a newer format.
+// errJournalBroken: a journal write failed; the journal takes no more.
 var errJournalBroken = errors.New("storage: data journal unusable after a failed write")
 
 type writerAt interface {
