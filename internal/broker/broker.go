@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -197,6 +198,12 @@ type Config struct {
 	// DirectIO (log.direct.io): partition logs write a sync cycle's large
 	// write-outs with O_DIRECT, past the page cache (docs/storage.md).
 	DirectIO bool
+	// LogJournal (log.journal.enable): the node's data journal
+	// (storage/datajournal.go): one write and one fdatasync per sync cycle
+	// for the logs whose new bytes are all buffered; segments written
+	// behind. Off by default. Whatever it says, a journal an earlier run
+	// left is replayed at start-up, before any log opens.
+	LogJournal bool
 	// DirectIOCacheBytes (log.direct.io.cache.bytes): with DirectIO, the
 	// process's read cache of newly written segment bytes (0: the default,
 	// storage.DefaultReadCacheBytes; negative: none).
@@ -264,9 +271,11 @@ func DefaultConfig() Config {
 		LogCleaner:               DefaultCleanerConfig(),
 		LogScrubBytesPerSecond:   DefaultScrubBytesPerSecond,
 		OffsetsTopicSegmentBytes: 100 << 20,
-		TxnTopicSegmentBytes:     100 << 20,
-		BrokerHeartbeatInterval:  cluster.DefaultHeartbeatInterval,
-		BrokerSessionTimeout:     cluster.DefaultSessionTimeout,
+		// Tests run with the journal on where this is set (README).
+		LogJournal:              os.Getenv("HOLDFAST_TEST_LOG_JOURNAL") == "1",
+		TxnTopicSegmentBytes:    100 << 20,
+		BrokerHeartbeatInterval: cluster.DefaultHeartbeatInterval,
+		BrokerSessionTimeout:    cluster.DefaultSessionTimeout,
 
 		AutoLeaderRebalance:          true,
 		LeaderImbalanceCheckInterval: 300 * time.Second,

@@ -337,6 +337,9 @@ func (b *Broker) describeBrokerConfigs(names []string, synonyms, docs bool) []de
 	all = append(all, brokerConfig{name: "log.direct.io", typ: kmsg.ConfigTypeBoolean, kafkaDefault: "false",
 		doc:   "Holdfast: partition logs write each sync cycle's large write-outs (64 KiB of whole blocks or more) with O_DIRECT, past the page cache; smaller ones, and filesystems that refuse O_DIRECT (tmpfs), go through the page cache.",
 		value: val(func(b *Broker) string { return strconv.FormatBool(b.cfg.DirectIO) })})
+	all = append(all, brokerConfig{name: "log.journal.enable", typ: kmsg.ConfigTypeBoolean, kafkaDefault: "false",
+		doc:   "Holdfast: a node-wide data journal: each sync cycle makes the new bytes of every log whose bytes are all still buffered durable with one sequential write and one fdatasync of the journal; the segment files are written behind (docs/storage.md). Off by default.",
+		value: val(func(b *Broker) string { return strconv.FormatBool(b.cfg.LogJournal) })})
 	all = append(all, brokerConfig{name: "log.direct.io.cache.bytes", typ: kmsg.ConfigTypeLong, kafkaDefault: strconv.Itoa(storage.DefaultReadCacheBytes),
 		doc: "Holdfast: with log.direct.io, memory (per process) for the newest segment bytes written, so that fetches of recent data are served from memory instead of the disk; 0: none.",
 		value: val(func(b *Broker) string {

@@ -203,6 +203,19 @@ func (b *Broker) Config() Config { return b.cfg }
 func (b *Broker) startStorage() error {
 	b.syncer = storage.NewSyncer(b.log)
 	b.closers = append(b.closers, b.syncer.Close)
+	// The data journal is replayed before any log under the data
+	// directory opens (the metadata log included); off, it is replayed
+	// and removed.
+	j, err := storage.OpenDataJournal(b.cfg.DataDir, storage.JournalOptions{FS: b.cfg.FS, Logger: b.log, Disabled: !b.cfg.LogJournal})
+	if err != nil {
+		return fmt.Errorf("data journal: %w", err)
+	}
+	if j != nil {
+		b.syncer.SetJournal(j)
+		// Runs after the logs closed (closers run newest first): a clean
+		// stop leaves nothing to replay.
+		b.closers = append(b.closers, j.Close)
+	}
 
 	meta, err := metadata.Open(filepath.Join(b.cfg.DataDir, "meta"), b.cfg.FS, b.log, b.ident.ClusterID)
 	if err != nil {

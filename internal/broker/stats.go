@@ -288,6 +288,9 @@ func (b *Broker) FsyncLatency() storage.HistogramSnapshot { return b.syncer.Late
 // were written, with O_DIRECT and through the page cache.
 func (b *Broker) SegmentWrites() storage.WriteStats { return b.syncer.SegmentWrites() }
 
+// JournalStats counts the data journal's work (zero when it is off).
+func (b *Broker) JournalStats() storage.JournalStats { return b.syncer.Journal().Stats() }
+
 // ReadCacheStats is this broker's read cache's counters
 // (log.direct.io.cache.bytes).
 func (b *Broker) ReadCacheStats() storage.ReadCacheStats { return b.readCache.Stats() }

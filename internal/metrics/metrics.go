@@ -608,6 +608,8 @@ var (
 	descCacheEvictions = prometheus.NewDesc("holdfast_log_cache_evictions_total", "Chunks of segment bytes dropped from the read cache to stay within its budget.", nil, nil)
 )
 
+var descJournal = prometheus.NewDesc("holdfast_log_journal_total", "The data journal's work (log.journal.enable), by kind: rounds (sync cycles that wrote it), journaled (log syncs it made durable), old_path (log syncs in those cycles that took the write-out and syncfs), checkpoints, cuts.", []string{"kind"}, nil)
+
 type fsyncCollector struct{ b *broker.Broker }
 
 func (c *fsyncCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -619,6 +621,7 @@ func (c *fsyncCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descCacheBytes
 	ch <- descCacheLimit
 	ch <- descCacheEvictions
+	ch <- descJournal
 }
 
 func (c *fsyncCollector) Collect(ch chan<- prometheus.Metric) {
@@ -633,6 +636,10 @@ func (c *fsyncCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descCacheBytes, prometheus.GaugeValue, float64(rc.Bytes))
 	ch <- prometheus.MustNewConstMetric(descCacheLimit, prometheus.GaugeValue, float64(rc.Limit))
 	ch <- prometheus.MustNewConstMetric(descCacheEvictions, prometheus.CounterValue, float64(rc.Evictions))
+	js := c.b.JournalStats()
+	for kind, v := range map[string]int64{"rounds": js.Rounds, "journaled": js.Journaled, "old_path": js.OldPath, "checkpoints": js.Checkpoints, "cuts": js.Cuts} {
+		ch <- prometheus.MustNewConstMetric(descJournal, prometheus.CounterValue, float64(v), kind)
+	}
 	s := c.b.FsyncLatency()
 	bounds := storage.HistogramBounds()
 	buckets := make(map[float64]uint64, len(bounds))

@@ -22,7 +22,7 @@ import (
 func newCrashNode(t *testing.T, fsys *storage.CrashFS, dir string) *testNode {
 	t.Helper()
 	fsys.MkdirAllForTest(dir)
-	s := storage.NewSyncer(nil)
+	s := testSyncer(t, fsys, dir)
 	h, err := raft.NewHost(raft.Config{ID: 1, Dir: dir, TickInterval: 10 * time.Millisecond, FS: fsys})
 	if err != nil {
 		t.Fatal(err)

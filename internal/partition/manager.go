@@ -372,6 +372,12 @@ func (m *Manager) DeleteTopic(topic string) error {
 					var r [4]byte
 					rand.Read(r[:])
 					aside := filepath.Join(m.root, n) + "." + hex.EncodeToString(r[:]) + deleteSuffix
+					// Opened and closed earlier in this process, it may
+					// have live journal records (removeDir).
+					if err := m.opts.Syncer.Journal().Forget(filepath.Join(m.root, n)); err != nil {
+						errs = append(errs, err)
+						continue
+					}
 					if err := fsys.Rename(filepath.Join(m.root, n), aside); err != nil {
 						errs = append(errs, err)
 						continue
@@ -472,6 +478,11 @@ func (m *Manager) removeDir(dir, snapPath, topic string, index int32) error {
 	var r [4]byte
 	rand.Read(r[:])
 	aside := dir + "." + hex.EncodeToString(r[:]) + deleteSuffix
+	// The data journal must never write this log's bytes into a
+	// directory made later at the same name (storage/datajournal.go).
+	if err := m.opts.Syncer.Journal().Forget(dir); err != nil {
+		return fmt.Errorf("partition %s-%d: %w", topic, index, err)
+	}
 	if err := fsys.Rename(dir, aside); err != nil {
 		return errors.Join(append(errs, fmt.Errorf("partition %s-%d: rename aside: %w", topic, index, err))...)
 	}

@@ -25,9 +25,26 @@ type testNode struct {
 	host *raft.Host
 }
 
-func newNode(t *testing.T, dir string) *testNode {
+// testSyncer is the node's Syncer: with HOLDFAST_TEST_LOG_JOURNAL=1 it
+// journals the logs under dir (storage/datajournal.go), after replaying
+// what an earlier node on the same directory left.
+func testSyncer(t *testing.T, fsys storage.FS, dir string) *storage.Syncer {
 	t.Helper()
 	s := storage.NewSyncer(nil)
+	if os.Getenv("HOLDFAST_TEST_LOG_JOURNAL") != "1" {
+		return s
+	}
+	j, err := storage.OpenDataJournal(dir, storage.JournalOptions{FS: fsys, FileBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetJournal(j)
+	return s
+}
+
+func newNode(t *testing.T, dir string) *testNode {
+	t.Helper()
+	s := testSyncer(t, nil, dir)
 	h, err := raft.NewHost(raft.Config{ID: 1, Dir: dir, TickInterval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +68,7 @@ func (n *testNode) stop() {
 	}
 	n.host.Close()
 	n.Manager.Close()
+	n.sync.Journal().Close()
 	n.sync.Close()
 	n.host = nil
 }

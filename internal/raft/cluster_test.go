@@ -169,6 +169,14 @@ func (c *cluster) start(id uint64) {
 			o.host.SetPeer(id, nd.addr)
 		}
 	}
+	if os.Getenv("HOLDFAST_TEST_LOG_JOURNAL") == "1" {
+		// The data journal (storage/datajournal.go), replayed first.
+		j, err := storage.OpenDataJournal(nd.dir, storage.JournalOptions{FS: fsys, Logger: c.logger, FileBytes: 1 << 20})
+		if err != nil {
+			c.tb.Fatalf("node %d: data journal: %v", id, err)
+		}
+		nd.syncer.SetJournal(j)
+	}
 	nd.logs = map[uint64]*storage.Log{}
 	logCfg := storage.DefaultConfig()
 	if c.logCfg != nil {
@@ -213,6 +221,7 @@ func (c *cluster) stop(id uint64) {
 	for _, l := range nd.logs {
 		l.Close()
 	}
+	nd.syncer.Journal().Close()
 	nd.syncer.Close()
 	nd.host = nil
 }

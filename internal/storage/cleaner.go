@@ -935,10 +935,21 @@ func writeSynced(fsys FS, name string, data []byte) error {
 // Before the commit it changes nothing; a failure after it fails the log,
 // and recovery finishes the swap.
 func (l *Log) swapIn(g []cleanSeg, ns *segment, gen uint64) error {
+	// The group's names come back with other bytes: the log's journaled
+	// bytes go to its segments, then a replay is told to skip its records
+	// (a sealed segment's own were fsynced at its seal). Only the cut
+	// needs the round lock: cycles journal the active segment only.
+	unlock := l.journalLock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed || l.failed != nil || l.truncGen != gen {
+		unlock()
 		return ErrCleanAborted
+	}
+	err := l.journalCutLocked(true)
+	unlock()
+	if err != nil {
+		return fmt.Errorf("storage: clean %s: %w", l.dir, err)
 	}
 	i := -1
 	for k, s := range l.segs {

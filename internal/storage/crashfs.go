@@ -79,6 +79,7 @@ func (fs *CrashFS) syncAllLocked() {
 		for _, e := range d.cur {
 			if e.f != nil {
 				e.f.synced = append(e.f.synced[:0:0], e.f.data...)
+				e.f.overwritten = false
 			} else if e.d != nil {
 				syncTree(e.d)
 			}
@@ -259,6 +260,10 @@ func (fs *CrashFS) Reads() int64 {
 type memNode struct {
 	data   []byte // what reads see
 	synced []byte // content as of the last Sync
+	// overwritten: WriteAt changed bytes in place since the last Sync (a
+	// torn crash then keeps a prefix of the change; other files keep
+	// their draws of the random source as before WriteAt existed).
+	overwritten bool
 }
 
 // memDir is a directory (an inode): its entries now, and as of its last
@@ -416,6 +421,20 @@ func (fs *CrashFS) durableTree(torn bool) map[string]*memDir {
 // survivor is what a crash leaves of a file (fs.mu held).
 func (fs *CrashFS) survivor(n *memNode, torn bool) *memNode {
 	data := append([]byte(nil), n.synced...)
+	if torn && n.overwritten && !(len(n.data) >= len(n.synced) && string(n.data[:len(n.synced)]) == string(n.synced)) {
+		// Overwritten in place since the last sync (WriteAt): the bytes
+		// from the first changed one reached the disk up to a random point.
+		d := 0
+		for d < len(n.data) && d < len(n.synced) && n.data[d] == n.synced[d] {
+			d++
+		}
+		k := d + fs.rng.Intn(len(n.data)-d+1)
+		if k > len(data) {
+			data = append(data, make([]byte, k-len(data))...)
+		}
+		copy(data[d:k], n.data[d:k])
+		return &memNode{data: data, synced: append([]byte(nil), data...)}
+	}
 	if torn && len(n.data) > len(n.synced) && string(n.data[:len(n.synced)]) == string(n.synced) {
 		extra := n.data[len(n.synced):]
 		k := fs.rng.Intn(len(extra) + 1)
@@ -917,6 +936,32 @@ func (f *memFile) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// WriteAt writes p at off (pwrite(2)): over the file's bytes or past its
+// end (a gap reads as zeros). The data journal's ring files and its
+// replay into segment files use it; the logs' own writes append.
+func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check(OpWrite); err != nil {
+		return 0, err
+	}
+	if !f.writable {
+		return 0, &os.PathError{Op: "write", Path: f.name, Err: os.ErrPermission}
+	}
+	if off < 0 {
+		return 0, &os.PathError{Op: "write", Path: f.name, Err: os.ErrInvalid}
+	}
+	if end := off + int64(len(p)); end > int64(len(f.node.data)) {
+		if grow := end - int64(len(f.node.data)); f.fs.capacity >= 0 && grow > max(f.fs.capacity-f.fs.used(), 0) {
+			return 0, &os.PathError{Op: "write", Path: f.name, Err: syscall.ENOSPC}
+		}
+		f.node.data = append(f.node.data, make([]byte, end-int64(len(f.node.data)))...)
+	}
+	copy(f.node.data[off:], p)
+	f.node.overwritten = true
+	return len(p), nil
+}
+
 func (f *memFile) DirectIO() bool {
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
@@ -974,6 +1019,7 @@ func (f *memFile) Sync() error {
 		return err
 	}
 	f.node.synced = append(f.node.synced[:0:0], f.node.data...)
+	f.node.overwritten = false
 	f.fs.mu.Unlock()
 	f.fs.synced(f.name)
 	f.fs.mu.Lock()

@@ -180,6 +180,12 @@ type Log struct {
 	rc         *ReadCache // Options.ReadCache
 	newDir     bool       // Options.NewDir
 	created    bool       // Open created the first segment (a new log)
+
+	// The node's data journal (Options.Syncer's, datajournal.go) and the
+	// log's directory relative to its root ("": not journaled).
+	journal  *DataJournal
+	jrel     string
+	jflushed bool // Close wrote out and fsynced everything (under mu)
 }
 
 // dirLogger is the log's logger with its directory attached. Made per
@@ -224,6 +230,9 @@ func Open(dir string, cfg Config, opts Options) (*Log, error) {
 		blockedRemoval: -1,
 	}
 	l.maxMessage.Store(int64(l.cfg.MaxMessageBytes))
+	if j := opts.Syncer.journal; j != nil {
+		l.journal, l.jrel = j, j.rel(l.dir)
+	}
 	if err := l.recover(); err != nil {
 		for _, s := range l.segs {
 			s.closeFiles()
@@ -649,6 +658,7 @@ func (l *Log) settleRecovered() error {
 	}
 	act.idxMu.Unlock()
 	l.durable.Store(l.end)
+	act.jpos = act.size // what recovery kept is durable (its name maybe not: named stays false)
 	l.openEnd, l.openActive = l.end, act
 	l.dev = fileDevice(act.f)
 	return nil
@@ -721,6 +731,7 @@ func (l *Log) createSegment(base int64, syncDir bool) (*segment, error) {
 		s.closeFiles()
 		return nil, fmt.Errorf("storage: create segment %s: sync dir: %w", s.path(logSuffix), err)
 	}
+	s.named = true
 	return s, nil
 }
 
@@ -1453,6 +1464,10 @@ type syncTicket struct {
 	// epochsRename.
 	epochsTmp bool
 	epochGen  uint64
+	// named: the cycle made the segment's name durable (a syncfs, or a
+	// directory fsync); wasNamed: it was before.
+	named, wasNamed bool
+	writeBehind     *appendFile // journaled: its queued buffers go to the file now
 }
 
 // syncBegin captures the active segment and end offset for a cycle; ok is
@@ -1469,7 +1484,7 @@ func (l *Log) syncBegin() (t syncTicket, ok bool, err error) {
 	}
 	s := l.active()
 	s.ref() // the file stays open even if a Truncate removes the segment
-	t = syncTicket{l: l, s: s, size: s.size, end: l.end, gen: l.truncGen, epochs: l.epochsDirty}
+	t = syncTicket{l: l, s: s, size: s.size, end: l.end, gen: l.truncGen, epochs: l.epochsDirty, wasNamed: s.named}
 	if t.seal = l.pendingSeal; t.seal != nil {
 		t.seal.ref() // its buffered appends go out with its fsync (appendFile.Sync)
 	}
@@ -1511,6 +1526,8 @@ func (t syncTicket) syncEnd(err error) error {
 		return fmt.Errorf("%w: %s: %w", ErrFailed, l.dir, err)
 	}
 	l.advanceDurableLocked(t.end)
+	s.jpos = max(s.jpos, t.size) // fsynced in the file, or in the journal
+	s.named = s.named || t.named
 	if s == l.active() {
 		s.idxMu.Lock()
 		if !s.indexDueLocked(t.size) {
@@ -1543,7 +1560,11 @@ func (l *Log) syncOnce() error {
 	if err := l.syncPrepare(t); err != nil {
 		return t.syncEnd(err)
 	}
-	return t.syncEnd(t.s.f.Sync())
+	err = t.s.f.Sync()
+	if err == nil && l.jrel != "" && !t.wasNamed && l.fs.SyncDir(l.dir) == nil {
+		t.named = true // the segment may be journaled from the next cycle
+	}
+	return t.syncEnd(err)
 }
 
 // SyncNow fsyncs the log up to its current end on the caller's goroutine,
@@ -1887,6 +1908,7 @@ func (l *Log) MaxTimestamp() (timestamp, offset int64) {
 // boundary (or EndOffset). It is durable when it returns. Truncating to at
 // most DurableOffset also clears a failed state: what remains is synced.
 func (l *Log) Truncate(offset int64) error {
+	defer l.journalLock()() // before mu: the cut record precedes the cut
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -1927,6 +1949,11 @@ func (l *Log) Truncate(offset int64) error {
 			pos += int64(h.Size())
 			ord++
 		}
+	}
+	// Journaled bytes below the cut reach the segments, then a replay is
+	// told to skip the log's records: none may write the cut bytes back.
+	if err := l.journalCutLocked(true); err != nil {
+		return fmt.Errorf("storage: truncate %s to %d: %w", l.dir, offset, err)
 	}
 	wasDurable := offset <= l.durable.Load()
 	if p := l.pendingSeal; p != nil && (p == s || slices.Contains(l.segs[i+1:], p)) {
@@ -1973,6 +2000,7 @@ func (l *Log) Truncate(offset int64) error {
 	} else {
 		s.size = pos
 	}
+	s.jpos = min(s.jpos, pos) // the file is fsynced below
 	if pos == 0 {
 		s.firstTS = -1
 	}
@@ -2004,6 +2032,7 @@ func (l *Log) Truncate(offset int64) error {
 // TruncateFullyAndStartAt drops the whole log and restarts it empty at
 // offset (a follower far behind, a Raft snapshot install).
 func (l *Log) TruncateFullyAndStartAt(offset int64) error {
+	defer l.journalLock()() // before startMu and mu: the cut record precedes the reset
 	// startMu: a DeleteBefore still removing files may not remove the
 	// segment file this reset creates.
 	l.startMu.Lock()
@@ -2028,6 +2057,7 @@ func (l *Log) TruncateFullyAndStartAt(offset int64) error {
 // ResetAt is TruncateFullyAndStartAt that also sets the ordinal of the next
 // batch (a Raft snapshot install: ordinal = snapshot index + 1, say).
 func (l *Log) ResetAt(offset, ordinal int64) error {
+	defer l.journalLock()() // before startMu and mu: the cut record precedes the reset
 	// startMu: a DeleteBefore still removing files may not remove the
 	// segment file this reset creates.
 	l.startMu.Lock()
@@ -2050,6 +2080,11 @@ func (l *Log) ResetAt(offset, ordinal int64) error {
 }
 
 func (l *Log) resetLocked(offset, ordinal int64) error {
+	// Nothing of the old log needs to survive; a segment of an old name
+	// may come back with other bytes: a replay skips the records before.
+	if err := l.journalCutLocked(false); err != nil {
+		return fmt.Errorf("storage: reset %s: %w", l.dir, err)
+	}
 	if err := writeFileAtomic(l.fs, filepath.Join(l.dir, startCheckpoint), formatStartCheckpoint(offset)); err != nil {
 		return fmt.Errorf("storage: reset %s: %w", l.dir, err)
 	}
@@ -2365,6 +2400,10 @@ func (l *Log) Close() error {
 		if err != nil {
 			errs = append(errs, err)
 		} else {
+			if l.journal != nil && l.pendingSeal == nil {
+				l.jflushed = true
+				l.journal.logClosed(l) // every byte it journaled is in its segments, fsynced
+			}
 			l.advanceDurableLocked(l.end)
 			s.idxMu.Lock()
 			if s.idxExists || len(s.offIdx) > 0 || len(s.timeIdx) > 0 {

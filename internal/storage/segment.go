@@ -87,6 +87,13 @@ type segment struct {
 
 	refs atomic.Int32 // 1 for the log + 1 per outstanding Slice/sync
 
+	// The data journal (datajournal.go), guarded by Log.mu: jpos, the
+	// bytes of the file that are durable (fsynced in it, or in the
+	// journal); named, its name is durable (a syncfs or a directory
+	// fsync ran since it was made).
+	jpos  int64
+	named bool
+
 	ver verifiedRanges // byte ranges whose CRCs were checked (verify.go)
 
 	idxMu         sync.Mutex // guards everything below

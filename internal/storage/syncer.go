@@ -32,6 +32,8 @@ type Syncer struct {
 
 	noSyncfs bool
 
+	journal *DataJournal // SetJournal (journalround.go); nil: none
+
 	// The index creator (indexcreate.go): one goroutine making active
 	// segments' index files off the sync cycle.
 	idxMu       sync.Mutex
@@ -160,7 +162,17 @@ func (s *Syncer) loop() {
 // done. Logs sharing a filesystem are covered by one syncfs when there are
 // enough of them.
 func (s *Syncer) cycle(batch map[*Log]struct{}) {
+	if s.journal != nil {
+		s.journalCycle(batch)
+		return
+	}
 	s.cycles.Add(1)
+	s.cycleOld(batch, syncfsMinLogs)
+}
+
+// cycleOld is the cycle without the journal: from minGroup logs of one
+// filesystem, one syncfs for them.
+func (s *Syncer) cycleOld(batch map[*Log]struct{}, minGroup int) {
 	var jobs []func()
 	groups := map[uint64][]*Log{}
 	for l := range batch {
@@ -171,7 +183,7 @@ func (s *Syncer) cycle(batch map[*Log]struct{}) {
 		jobs = append(jobs, func() { s.syncLog(l) })
 	}
 	for _, ls := range groups {
-		if len(ls) < syncfsMinLogs {
+		if len(ls) < minGroup {
 			for _, l := range ls {
 				jobs = append(jobs, func() { s.syncLog(l) })
 			}
@@ -267,6 +279,7 @@ func (s *Syncer) syncGroup(ls []*Log) {
 	}
 	s.latency.Observe(time.Since(start))
 	for i, t := range tickets {
+		t.named = err == nil // the syncfs made the segment's name durable too
 		if e := t.syncEnd(errors.Join(err, errs[i])); e != nil {
 			s.logger.Warn("storage: fsync cycle failed", "dir", t.l.dir, "err", e)
 		}
