@@ -176,7 +176,7 @@ func (b *Broker) producePartition(c *produceCall, pt produceTopicState, ti, pi i
 		sp.ErrorCode = kerr.KafkaStorageError.Code
 	case !p.IsLeader():
 		sp.ErrorCode = kerr.NotLeaderForPartition.Code
-	case req.Acks == -1 && pt.minInsync > 1 && int32(b.inSyncReplicas(p)) < pt.minInsync:
+	case req.Acks == -1 && pt.minInsync > 1 && int32(b.inSyncReplicas(p, pt.minInsync)) < pt.minInsync:
 		// Kafka refuses before appending when the ISR is smaller than
 		// min.insync.replicas. The leader counts itself, so
 		// min.insync.replicas=1 needs no count (which locks the
@@ -336,9 +336,38 @@ func produceErrorCode(err error) int16 {
 // that the controller has not fenced - Kafka's controller takes a fenced
 // broker out of every ISR at once, where the lag would keep a killed
 // follower in for 30 s. The leader counts itself.
-func (b *Broker) inSyncReplicas(p *partition.Partition) int {
+//
+// An acknowledgement waits for the Raft commit, a majority of the voters.
+// Kafka's acks=all waits for every ISR member instead, so where
+// min.insync.replicas asks for more than a majority (RF=3 with 3) the lag
+// alone would let a follower killed a moment ago count for up to the
+// fencing timeout while records are acknowledged on a majority. There a
+// replica counts only if it was also heard from within an election
+// timeout (raft.ReplicaStatus.Active), as before the lag rule: refused
+// with NOT_ENOUGH_REPLICAS rather than acknowledged on fewer copies.
+func (b *Broker) inSyncReplicas(p *partition.Partition, minInsync int32) int {
+	host := b.cluster.Host()
+	if minInsync > 2 {
+		if st, err := host.Status(p.RaftGroup()); err == nil {
+			voters := 0
+			for _, r := range st.Replicas {
+				if !r.Learner {
+					voters++
+				}
+			}
+			if int(minInsync) > voters/2+1 {
+				n := 0
+				for _, r := range st.Replicas {
+					if !r.Learner && r.InSync && r.Active && (int32(r.ID) == b.cfg.NodeID || !b.meta.Fenced(int32(r.ID))) {
+						n++
+					}
+				}
+				return n
+			}
+		}
+	}
 	var buf [8]uint64
-	ids, _ := b.cluster.Host().InSyncVoters(p.RaftGroup(), buf[:0])
+	ids, _ := host.InSyncVoters(p.RaftGroup(), buf[:0])
 	n := 0
 	for _, id := range ids {
 		if int32(id) == b.cfg.NodeID || !b.meta.Fenced(int32(id)) {
