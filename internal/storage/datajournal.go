@@ -73,6 +73,8 @@ const (
 	// jMaxPayload bounds a record read back (a garbage length must not
 	// make the replay allocate).
 	jMaxPayload = 64 << 20
+	// jMaxFileBytes bounds a ring file read back whole at recovery.
+	jMaxFileBytes = 4 << 30
 	// jReserve: room a cycle leaves at the end of a file for a
 	// checkpoint's start record.
 	jReserve = 4 << 10
@@ -255,7 +257,7 @@ func readJournal(fsys FS, dir string) (live []jrec, gen uint32, maxSeq uint64, e
 		if strings.HasSuffix(n, ".tmp") {
 			continue
 		}
-		b, err := readWhole(fsys, filepath.Join(dir, n))
+		b, err := ReadFile(fsys, filepath.Join(dir, n), jMaxFileBytes)
 		if err != nil {
 			return nil, 0, 0, fmt.Errorf("storage: data journal: read %s: %w", n, err)
 		}
@@ -297,24 +299,6 @@ func readJournal(fsys FS, dir string) (live []jrec, gen uint32, maxSeq uint64, e
 		}
 	}
 	return live, gen, maxSeq, nil
-}
-
-func readWhole(fsys FS, name string) ([]byte, error) {
-	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	size, err := f.Size()
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, size)
-	n, err := f.ReadAt(b, 0)
-	if n == len(b) {
-		err = nil
-	}
-	return b[:n], err
 }
 
 // replayJournal writes the live records' bytes into the segment files

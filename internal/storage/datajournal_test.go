@@ -297,15 +297,11 @@ func journalScenario(t testing.TB, e *jenv, slots []*jslot) {
 	}
 }
 
-func newScenario(t testing.TB, seed int64) (*jenv, []*jslot) {
-	cfg := testConfig()
-	cfg.SegmentBytes = 3000
-	e := newJEnv(t, seed, cfg)
-	if err := e.start(); err != nil {
-		t.Fatal(err)
-	}
+// openSlots opens n logs t-0 ... t-(n-1) under e's root, each with an
+// empty model.
+func openSlots(t testing.TB, e *jenv, n int) []*jslot {
 	var slots []*jslot
-	for i := range 3 {
+	for i := range n {
 		s := &jslot{dir: filepath.Join(e.root, fmt.Sprintf("t-%d", i)), m: &model{}, cutAt: -1}
 		l, err := e.open(s.dir)
 		if err != nil {
@@ -314,6 +310,17 @@ func newScenario(t testing.TB, seed int64) (*jenv, []*jslot) {
 		s.l = l
 		slots = append(slots, s)
 	}
+	return slots
+}
+
+func newScenario(t testing.TB, seed int64) (*jenv, []*jslot) {
+	cfg := testConfig()
+	cfg.SegmentBytes = 3000
+	e := newJEnv(t, seed, cfg)
+	if err := e.start(); err != nil {
+		t.Fatal(err)
+	}
+	slots := openSlots(t, e, 3)
 	return e, slots
 }
 
@@ -373,16 +380,7 @@ func journalCrashSeed(t *testing.T, seed int64) {
 	if err := e.start(); err != nil {
 		t.Fatal(err)
 	}
-	var slots []*jslot
-	for i := range 3 {
-		s := &jslot{dir: filepath.Join(e.root, fmt.Sprintf("t-%d", i)), m: &model{}, cutAt: -1}
-		l, err := e.open(s.dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.l = l
-		slots = append(slots, s)
-	}
+	slots := openSlots(t, e, 3)
 	for crash := range 4 {
 		if rng.Intn(2) == 0 {
 			n := 1 + rng.Int63n(200)
