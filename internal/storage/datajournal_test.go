@@ -229,15 +229,7 @@ func journalScenario(t testing.TB, e *jenv, slots []*jslot) {
 		func() error { return all(1) },
 		func() error { // truncation after journaling (a follower's)
 			s := slots[0]
-			k := len(s.m.batches) - 3
-			h, _ := records.ParseHeader(s.m.batches[k])
-			s.cutAt = h.BaseOffset
-			if err := s.l.Truncate(h.BaseOffset); err != nil {
-				return err
-			}
-			truncBatches(s.m, h.BaseOffset)
-			s.cutAt = -1
-			return nil
+			return s.truncateAtBatch(len(s.m.batches) - 3)
 		},
 		func() error { return all(2) },
 		func() error { return all(6) }, // rolls (small segments)
@@ -276,14 +268,7 @@ func journalScenario(t testing.TB, e *jenv, slots []*jslot) {
 			if len(s.m.batches) < 2 {
 				return nil
 			}
-			h, _ := records.ParseHeader(s.m.batches[1])
-			s.cutAt = h.BaseOffset
-			if err := s.l.Truncate(h.BaseOffset); err != nil {
-				return err
-			}
-			truncBatches(s.m, h.BaseOffset)
-			s.cutAt = -1
-			return nil
+			return s.truncateAtBatch(1)
 		},
 		func() error { return all(2) },
 	}
@@ -295,6 +280,19 @@ func journalScenario(t testing.TB, e *jenv, slots []*jslot) {
 			return
 		}
 	}
+}
+
+// truncateAtBatch truncates the log before its model's batch k, as a
+// follower's truncation does, and the model with it.
+func (s *jslot) truncateAtBatch(k int) error {
+	h, _ := records.ParseHeader(s.m.batches[k])
+	s.cutAt = h.BaseOffset
+	if err := s.l.Truncate(h.BaseOffset); err != nil {
+		return err
+	}
+	truncBatches(s.m, h.BaseOffset)
+	s.cutAt = -1
+	return nil
 }
 
 // openSlots opens n logs t-0 ... t-(n-1) under e's root, each with an
