@@ -148,6 +148,12 @@ func (c *Console) keep(rec *labRecord) {
 	c.lab.last = rec
 	c.lab.saveErr = ""
 	c.lab.mu.Unlock()
+	c.save(rec)
+}
+
+// save writes rec where a restart finds it (keep has made it the last
+// results already).
+func (c *Console) save(rec *labRecord) {
 	p := c.labPath()
 	if p == "" {
 		return
@@ -336,8 +342,17 @@ func (c *Console) runLab(ctx context.Context, run *labRun) {
 	}
 	res, err := c.cfg.LabRun(ctx, cfg)
 	now := time.Now()
+	var rec *labRecord
+	if err == nil {
+		rec = &labRecord{Source: "run", By: run.By, At: now.UTC(), Node: c.cfg.Broker.Config().NodeID, Result: res}
+	}
 	c.lab.mu.Lock()
+	// The run's end and its results in one step: a status read between
+	// them saw neither a run nor results (TestConsoleLab, a CI rehearsal).
 	c.lab.run = nil
+	if rec != nil {
+		c.lab.last, c.lab.saveErr = rec, ""
+	}
 	switch {
 	case err != nil && run.CancelledBy == "" && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		c.lab.ended = fmt.Sprintf("The run started by %s at %s was stopped after %s: over its limit of %s per scenario. The results below are from before it.",
@@ -355,7 +370,7 @@ func (c *Console) runLab(ctx context.Context, run *labRun) {
 		return
 	}
 	c.cfg.Logger.Info("console: lab run done", "by", run.By, "ok", res.OK, "rows", len(res.Rows), "seconds", int(res.Seconds))
-	c.keep(&labRecord{Source: "run", By: run.By, At: now.UTC(), Node: c.cfg.Broker.Config().NodeID, Result: res})
+	c.save(rec)
 }
 
 // cancelLab: POST /lab/cancel.
