@@ -192,13 +192,7 @@ func (m *Manager) open(opts storage.Options, topic string, topicID [16]byte, ind
 	}
 	if made {
 		err = m.claimNewDir(dir, topicID)
-		// Not settled here: the log settles its directory before
-		// anything in it becomes durable (storage.Options.Settle), with
-		// its first write's cycle, whose syncfs covers it. Settling
-		// every new directory before its group started was 82% of the
-		// open workers' time creating 20,000 partitions (issue 27).
 		opts.NewDir = true
-		opts.Settle = func() error { return m.settleNew(dir) }
 	} else {
 		err = m.claimDir(dir, topicID)
 	}
@@ -210,18 +204,20 @@ func (m *Manager) open(opts storage.Options, topic string, topicID [16]byte, ind
 		return nil, m.openFailed(dir, made, fmt.Errorf("partition %s-%d: %w", topic, index, err))
 	}
 	m.mu.Lock()
-	settle := !made && m.unsettled[dir]
+	settle := made || m.unsettled[dir]
 	m.mu.Unlock()
 	if settle {
-		// A directory a failed open made and could not remove: settled
-		// here, as the log takes it for an old one.
+		// Before the Raft group starts: its journal must never remember
+		// entries of a log whose directory a power cut can take away.
 		if err := m.settleNew(dir); err != nil {
 			l.Close()
-			return nil, fmt.Errorf("partition %s-%d: %w", topic, index, err)
+			return nil, m.openFailed(dir, made, fmt.Errorf("partition %s-%d: %w", topic, index, err))
 		}
-		m.mu.Lock()
-		delete(m.unsettled, dir)
-		m.mu.Unlock()
+		if !made {
+			m.mu.Lock()
+			delete(m.unsettled, dir)
+			m.mu.Unlock()
+		}
 	}
 	r.startRaised = &m.startRaised
 	p, err := newPartition(topic, topicID, index, dir, m.snapshotPath(topic, index), m.snapSync, l, opts, &m.verify, r)
@@ -235,19 +231,16 @@ func (m *Manager) open(opts storage.Options, topic string, topicID [16]byte, ind
 // claimNewDir writes partition.metadata into dir, which this open has
 // just made: straight into place (no temp file and rename: the directory
 // holds nothing to protect, and a torn claim in a directory without data
-// is claimed again, claimDir). Its content is fsynced here, before
-// anything is appended: the directory is settled (settleNew, which makes
-// the claim's name durable) only with the log's first durable write, and
-// a data write that reached the disk ahead of an unsynced claim would
-// leave a torn claim over data, which an open refuses. Its name is
-// durable with settleNew.
+// is claimed again, claimDir). Durable only with settleNew; under the
+// fsyncs (no syncfs), its content is fsynced here, before the
+// directory's fsync can make its name durable.
 func (m *Manager) claimNewDir(dir string, id [16]byte) error {
 	f, err := m.opts.FS.OpenFile(filepath.Join(dir, metadataFile), os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	_, err = f.Write(claimData(id))
-	if err == nil {
+	if err == nil && m.fsSync == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -257,10 +250,10 @@ func (m *Manager) claimNewDir(dir string, id [16]byte) error {
 }
 
 // settleNew makes a new partition directory durable - partition.metadata
-// and the first segment in it, its own name in the data directory - when
-// its log first makes something durable (storage.Options.Settle): one
-// syncfs shared by the partitions settling meanwhile, or else an fsync of
-// the directory and one of the data directory (shared).
+// and the first segment in it, its own name in the data directory - before
+// its Raft group starts and anything is appended: one syncfs shared by
+// the partitions being created meanwhile, or else an fsync of the
+// directory and one of the data directory (shared).
 func (m *Manager) settleNew(dir string) error {
 	if m.fsSync != nil {
 		return m.fsSync.sync()

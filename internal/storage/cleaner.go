@@ -973,7 +973,7 @@ func (l *Log) swapIn(g []cleanSeg, ns *segment, gen uint64) error {
 			return fmt.Errorf("storage: clean %s: %w", l.dir, err)
 		}
 	}
-	if err := l.syncDir(); err != nil {
+	if err := l.fs.SyncDir(l.dir); err != nil {
 		// Maybe committed, maybe not: recovery decides. Stop using the log.
 		l.failLocked(fmt.Errorf("clean: sync dir after swap: %w", err))
 		return fmt.Errorf("storage: clean %s: %w", l.dir, err)
@@ -996,7 +996,7 @@ func (l *Log) swapIn(g []cleanSeg, ns *segment, gen uint64) error {
 	if err := errors.Join(errs...); err != nil {
 		return fail(err)
 	}
-	if err := l.syncDir(); err != nil {
+	if err := l.fs.SyncDir(l.dir); err != nil {
 		return fail(err)
 	}
 	for _, suf := range []string{indexSuffix, timeIndexSuffix, logSuffix} {
@@ -1004,7 +1004,7 @@ func (l *Log) swapIn(g []cleanSeg, ns *segment, gen uint64) error {
 			return fail(err)
 		}
 	}
-	if err := l.syncDir(); err != nil {
+	if err := l.fs.SyncDir(l.dir); err != nil {
 		return fail(err)
 	}
 	// In memory: the new segment replaces the group.
@@ -1076,7 +1076,7 @@ func (l *Log) recoverSwaps(names []string) (changed bool, err error) {
 				}
 			}
 		}
-		if err := l.syncDir(); err != nil {
+		if err := l.fs.SyncDir(l.dir); err != nil {
 			return changed, fmt.Errorf("storage: open %s: %w", l.dir, err)
 		}
 		if err := l.fs.Rename(swap, filepath.Join(l.dir, segmentName(base, logSuffix))); err != nil {
@@ -1085,7 +1085,7 @@ func (l *Log) recoverSwaps(names []string) (changed bool, err error) {
 		changed = true
 	}
 	if changed {
-		if err := l.syncDir(); err != nil {
+		if err := l.fs.SyncDir(l.dir); err != nil {
 			return changed, fmt.Errorf("storage: open %s: %w", l.dir, err)
 		}
 	}
@@ -1128,7 +1128,7 @@ func lastOffsetOf(fsys FS, name string) (int64, error) {
 // nor forgets tombstones waiting to go. Version 0 held the offset only.
 func (l *Log) writeCleanerCheckpointLocked() error {
 	b := fmt.Appendf(nil, "1\n%d\n%d\n%d\n", l.firstDirty, l.nextHorizon, l.blockedRemoval)
-	if err := l.writeFileAtomic(cleanerCheckpoint, b); err != nil {
+	if err := writeFileAtomic(l.fs, filepath.Join(l.dir, cleanerCheckpoint), b); err != nil {
 		return fmt.Errorf("write %s: %w", cleanerCheckpoint, err)
 	}
 	return nil

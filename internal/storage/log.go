@@ -79,16 +79,6 @@ type Options struct {
 	// is appended (the partition manager settles many new partitions
 	// with one syncfs).
 	NewDir bool
-	// Settle, with NewDir: the caller has not made the new directory
-	// durable (its name in the data directory, the files made in it, the
-	// new segment's name). The log calls Settle before anything in the
-	// directory becomes durable - before a sync cycle advances the durable
-	// offset, in place of the log's first directory fsync, at a Close
-	// over data - until it succeeds once; a cycle's syncfs over the log's
-	// filesystem settles it too. Creating a partition then costs no
-	// fsync: its first write's cycle makes the directory durable with its
-	// data (issue 27).
-	Settle func() error
 }
 
 // AppendInfo describes an appended batch.
@@ -190,9 +180,6 @@ type Log struct {
 	rc         *ReadCache // Options.ReadCache
 	newDir     bool       // Options.NewDir
 	created    bool       // Open created the first segment (a new log)
-	// settle: Options.Settle until it succeeded (or a syncfs covered the
-	// log); nil once the directory is durable.
-	settle atomic.Pointer[func() error]
 
 	// The node's data journal (Options.Syncer's, datajournal.go) and the
 	// log's directory relative to its root ("": not journaled).
@@ -241,9 +228,6 @@ func Open(dir string, cfg Config, opts Options) (*Log, error) {
 		newDir:    opts.NewDir,
 
 		blockedRemoval: -1,
-	}
-	if opts.NewDir && opts.Settle != nil {
-		l.settle.Store(&opts.Settle)
 	}
 	l.maxMessage.Store(int64(l.cfg.MaxMessageBytes))
 	if j := opts.Syncer.journal; j != nil {
@@ -534,7 +518,7 @@ func (l *Log) recoverSegments(ords map[int64]int64, haveOrds bool) error {
 			// name with it, before anything is appended.
 			return nil
 		}
-		if err := l.syncDir(); err != nil {
+		if err := l.fs.SyncDir(l.dir); err != nil {
 			return fmt.Errorf("storage: open %s: %w", l.dir, err)
 		}
 	} else {
@@ -743,7 +727,7 @@ func (l *Log) createSegment(base int64, syncDir bool) (*segment, error) {
 	if !syncDir {
 		return s, nil
 	}
-	if err := l.syncDir(); err != nil {
+	if err := l.fs.SyncDir(l.dir); err != nil {
 		s.closeFiles()
 		return nil, fmt.Errorf("storage: create segment %s: sync dir: %w", s.path(logSuffix), err)
 	}
@@ -887,7 +871,7 @@ func (l *Log) recoverUnsealed() error {
 		if err := l.removeSegmentFiles(last); err != nil {
 			return fmt.Errorf("storage: open %s: %w", l.dir, err)
 		}
-		if err := l.syncDir(); err != nil {
+		if err := l.fs.SyncDir(l.dir); err != nil {
 			return fmt.Errorf("storage: open %s: %w", l.dir, err)
 		}
 		last.unref()
@@ -1359,7 +1343,7 @@ func (l *Log) sealAsync(old *segment, gen uint64) error {
 		// before an unlisted one. The name must still be made durable.
 		l.dirLogger().Warn("storage: ordinal checkpoint at roll", "dir", l.dir, "err", cerr)
 	}
-	if err := l.syncDir(); err != nil {
+	if err := l.fs.SyncDir(l.dir); err != nil {
 		return fmt.Errorf("sync dir %s at roll: %w", l.dir, err)
 	}
 	return nil
@@ -1394,7 +1378,7 @@ func (l *Log) writeEpochsAsync(gen uint64) error {
 	if !renamed {
 		return nil
 	}
-	if err := l.syncDir(); err != nil {
+	if err := l.fs.SyncDir(l.dir); err != nil {
 		return fmt.Errorf("write %s: sync dir: %w", epochCheckpoint, err)
 	}
 	return nil
@@ -1577,51 +1561,10 @@ func (l *Log) syncOnce() error {
 		return t.syncEnd(err)
 	}
 	err = t.s.f.Sync()
-	if err == nil {
-		// A new directory not settled yet (Options.Settle) is, before
-		// the durable offset moves: its data is nowhere without it.
-		var settled bool
-		if settled, err = l.settleDir(); settled {
-			t.named = true // the settle covered the segment's name
-		} else if err == nil && l.jrel != "" && !t.wasNamed && l.fs.SyncDir(l.dir) == nil {
-			t.named = true // the segment may be journaled from the next cycle
-		}
+	if err == nil && l.jrel != "" && !t.wasNamed && l.fs.SyncDir(l.dir) == nil {
+		t.named = true // the segment may be journaled from the next cycle
 	}
 	return t.syncEnd(err)
-}
-
-// settleDir runs the log's pending Options.Settle, if any: settled, it
-// ran now and succeeded, and made the directory's entries durable as a
-// fsync of it would (and the directory's own name).
-func (l *Log) settleDir() (settled bool, err error) {
-	p := l.settle.Load()
-	if p == nil {
-		return false, nil
-	}
-	if err := (*p)(); err != nil {
-		return false, fmt.Errorf("settle %s: %w", l.dir, err)
-	}
-	l.settle.CompareAndSwap(p, nil)
-	return true, nil
-}
-
-// syncDir fsyncs the log's directory, or settles it if it is a new one
-// not settled yet (Options.Settle): whatever a directory fsync makes
-// durable is then durable, and the directory's name with it.
-func (l *Log) syncDir() error {
-	if settled, err := l.settleDir(); settled || err != nil {
-		return err
-	}
-	return l.fs.SyncDir(l.dir)
-}
-
-// writeFileAtomic is writeFileAtomic for a file of the log's directory,
-// whose directory fsync is syncDir.
-func (l *Log) writeFileAtomic(name string, data []byte) error {
-	if err := WriteFileAtomicNoDirSync(l.fs, filepath.Join(l.dir, name), data); err != nil {
-		return err
-	}
-	return l.syncDir()
 }
 
 // SyncNow fsyncs the log up to its current end on the caller's goroutine,
@@ -2035,7 +1978,7 @@ func (l *Log) Truncate(offset int64) error {
 		// entry would declare sealed, with a stale ordinal (crash seed 311).
 		// Its directory fsync makes the removals durable too.
 		if err := l.writeOrdinalsLocked(-1, 0); err != nil {
-			errs = append(errs, err, l.syncDir())
+			errs = append(errs, err, l.fs.SyncDir(l.dir))
 		}
 	}
 	s.idxMu.Lock()
@@ -2142,7 +2085,7 @@ func (l *Log) resetLocked(offset, ordinal int64) error {
 	if err := l.journalCutLocked(false); err != nil {
 		return fmt.Errorf("storage: reset %s: %w", l.dir, err)
 	}
-	if err := l.writeFileAtomic(startCheckpoint, formatStartCheckpoint(offset)); err != nil {
+	if err := writeFileAtomic(l.fs, filepath.Join(l.dir, startCheckpoint), formatStartCheckpoint(offset)); err != nil {
 		return fmt.Errorf("storage: reset %s: %w", l.dir, err)
 	}
 	var errs []error
@@ -2222,7 +2165,7 @@ func (l *Log) DeleteBefore(offset int64) error {
 	}
 	// Durable before any segment goes. The start only rises under
 	// startMu, so the checkpoint written here is never below another's.
-	if err := l.writeFileAtomic(startCheckpoint, formatStartCheckpoint(offset)); err != nil {
+	if err := writeFileAtomic(l.fs, filepath.Join(l.dir, startCheckpoint), formatStartCheckpoint(offset)); err != nil {
 		return fmt.Errorf("storage: delete %s before %d: %w", l.dir, offset, err)
 	}
 	l.mu.Lock()
@@ -2287,7 +2230,7 @@ func (l *Log) removeDetached(gone []*segment) error {
 		errs = append(errs, l.removeSegmentFiles(s))
 		s.unref()
 	}
-	errs = append(errs, l.syncDir())
+	errs = append(errs, l.fs.SyncDir(l.dir))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("storage: delete segments of %s: %w", l.dir, err)
 	}
@@ -2453,11 +2396,6 @@ func (l *Log) Close() error {
 		var err error
 		if !l.untouchedSinceCleanOpenLocked() {
 			err = s.f.Sync()
-		}
-		if err == nil && l.end > l.segs[0].base {
-			// Data the stop makes durable needs its directory durable
-			// (a new one not settled yet); an empty log needs nothing.
-			_, err = l.settleDir()
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -2648,7 +2586,7 @@ func (l *Log) writeOrdinalsLocked(newBase, newOrd int64) error {
 		return err
 	}
 	l.ordGen++
-	if err := l.writeFileAtomic(ordinalCheckpoint, b); err != nil {
+	if err := writeFileAtomic(l.fs, filepath.Join(l.dir, ordinalCheckpoint), b); err != nil {
 		return fmt.Errorf("write %s: %w", ordinalCheckpoint, err)
 	}
 	return nil
@@ -2740,7 +2678,7 @@ func (l *Log) truncateEpochsFromStartLocked(start int64) {
 // cycle, writeEpochsAsync).
 func (l *Log) writeEpochsLocked() error {
 	l.epochGen++
-	if err := l.writeFileAtomic(epochCheckpoint, l.epochsBytesLocked()); err != nil {
+	if err := writeFileAtomic(l.fs, filepath.Join(l.dir, epochCheckpoint), l.epochsBytesLocked()); err != nil {
 		return fmt.Errorf("write %s: %w", epochCheckpoint, err)
 	}
 	l.epochsDirty = false

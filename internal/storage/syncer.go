@@ -280,9 +280,6 @@ func (s *Syncer) syncGroup(ls []*Log) {
 	s.latency.Observe(time.Since(start))
 	for i, t := range tickets {
 		t.named = err == nil // the syncfs made the segment's name durable too
-		if err == nil {
-			t.l.settle.Store(nil) // and a new directory (Options.Settle): made before the syncfs began
-		}
 		if e := t.syncEnd(errors.Join(err, errs[i])); e != nil {
 			s.logger.Warn("storage: fsync cycle failed", "dir", t.l.dir, "err", e)
 		}
