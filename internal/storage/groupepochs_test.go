@@ -119,3 +119,20 @@ func TestGroupEpochCheckpointCrashAtEveryStep(t *testing.T) {
 		}
 	}
 }
+
+// TestEpochCheckpointPrefixNeverParses: a first checkpoint is written in
+// place, unsynced (epochsInPlaceLocked), so a power cut can leave any
+// prefix of it; none may parse, or recovery would trust a wrong epoch
+// start ("12 10" from "12 100") instead of rebuilding from the batches.
+func TestEpochCheckpointPrefixNeverParses(t *testing.T) {
+	for _, whole := range []string{"0\n1\n12 100\n", "0\n2\n3 0\n15 1024\n"} {
+		if _, err := parseEpochCheckpoint([]byte(whole)); err != nil {
+			t.Fatalf("%q: %v", whole, err)
+		}
+		for n := range len(whole) {
+			if e, err := parseEpochCheckpoint([]byte(whole[:n])); err == nil {
+				t.Fatalf("prefix %q of %q parsed as %v", whole[:n], whole, e)
+			}
+		}
+	}
+}
