@@ -8,7 +8,9 @@ import (
 // TestGroupEpochCheckpointCrashAtEveryStep: logs whose sync cycle is one
 // syncfs (Syncer.syncGroup) write a new epoch's checkpoint to its temp
 // file unsynced, rename it after the syncfs and make the rename durable
-// with a second one. A power cut (clean or torn, directory changes kept in
+// with a second one; a new log's first checkpoint is written in place,
+// unsynced, and made durable by the syncfs alone (epochsInPlaceLocked).
+// A power cut (clean or torn, directory changes kept in
 // order or not) at every step of three cycles, each opening an epoch in
 // every log, leaves every acknowledged batch, and a checkpoint on disk that
 // lists the epoch of each (invariant 5b: checked on the file, since
@@ -65,8 +67,8 @@ func TestGroupEpochCheckpointCrashAtEveryStep(t *testing.T) {
 	if st := run(probe, 0, false); st.durable[logs-1] != rounds {
 		t.Fatalf("without a crash: durable %v", st.durable)
 	}
-	if n := sy.Stats().Syncfs - before; n != 2*rounds {
-		t.Fatalf("%d syncfs calls for %d cycles opening epochs, want two each", n, rounds)
+	if n := sy.Stats().Syncfs - before; n != 2*rounds-1 {
+		t.Fatalf("%d syncfs calls for %d cycles opening epochs, want one for the first (in place), two for each other", n, rounds)
 	}
 	steps := probe.Ops()
 	for k := int64(1); k <= 4*steps; k++ {
@@ -85,7 +87,9 @@ func TestGroupEpochCheckpointCrashAtEveryStep(t *testing.T) {
 			var onDisk []epochEntry
 			if b, ok := fs.ReadFileForTest(dir + "/" + epochCheckpoint); ok {
 				var err error
-				if onDisk, err = parseEpochCheckpoint(b); err != nil {
+				if onDisk, err = parseEpochCheckpoint(b); err != nil && st.durable[i] > 0 {
+					// Only the first checkpoint, written in place, may be
+					// torn, and only before any batch is durable.
 					t.Fatalf("crash after step %d (torn %v): %s: damaged checkpoint %q: %v", n, torn, dir, b, err)
 				}
 			}
@@ -106,7 +110,29 @@ func TestGroupEpochCheckpointCrashAtEveryStep(t *testing.T) {
 				t.Fatalf("crash after step %d: reopen %s: %v", n, dir, err)
 			}
 			st.m[i].verify(t, l, st.durable[i])
+			for off, e := range st.epochOf[i] {
+				if got := l.EpochAt(off); off < st.durable[i] && got != e {
+					t.Fatalf("crash after step %d (torn %v): %s: reopened, offset %d has epoch %d, want %d", n, torn, dir, off, got, e)
+				}
+			}
 			l.Close()
+		}
+	}
+}
+
+// TestEpochCheckpointPrefixNeverParses: a first checkpoint is written in
+// place, unsynced (epochsInPlaceLocked), so a power cut can leave any
+// prefix of it; none may parse, or recovery would trust a wrong epoch
+// start ("12 10" from "12 100") instead of rebuilding from the batches.
+func TestEpochCheckpointPrefixNeverParses(t *testing.T) {
+	for _, whole := range []string{"0\n1\n12 100\n", "0\n2\n3 0\n15 1024\n"} {
+		if _, err := parseEpochCheckpoint([]byte(whole)); err != nil {
+			t.Fatalf("%q: %v", whole, err)
+		}
+		for n := range len(whole) {
+			if e, err := parseEpochCheckpoint([]byte(whole[:n])); err == nil {
+				t.Fatalf("prefix %q of %q parsed as %v", whole[:n], whole, e)
+			}
 		}
 	}
 }

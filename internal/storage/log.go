@@ -180,6 +180,9 @@ type Log struct {
 	rc         *ReadCache // Options.ReadCache
 	newDir     bool       // Options.NewDir
 	created    bool       // Open created the first segment (a new log)
+	// noEpochFile (mu): a new log that has written no epoch checkpoint
+	// yet: a group cycle writes its first one in place (syncPrepareGroup).
+	noEpochFile bool
 
 	// The node's data journal (Options.Syncer's, datajournal.go) and the
 	// log's directory relative to its root ("": not journaled).
@@ -513,6 +516,7 @@ func (l *Log) recoverSegments(ords map[int64]int64, haveOrds bool) error {
 		}
 		l.segs = append(l.segs, s) // firstOrd 0
 		l.created = true
+		l.noEpochFile = true
 		if l.newDir {
 			// The caller makes the directory durable, the segment's
 			// name with it, before anything is appended.
@@ -1230,6 +1234,14 @@ func (l *Log) syncPrepareGroup(t *syncTicket) error {
 			l.sealMu.Unlock()
 			return nil
 		}
+		if l.noEpochFile && len(l.epochs) == 1 {
+			err := l.epochsInPlaceLocked(t)
+			l.mu.RUnlock()
+			if err != nil {
+				l.sealMu.Unlock()
+			}
+			return err // sealMu held until the syncfs (renameEpochs), as for the temp file
+		}
 		b := l.epochsBytesLocked()
 		t.epochGen = l.epochGen
 		l.mu.RUnlock()
@@ -1252,6 +1264,31 @@ func (l *Log) syncPrepareGroup(t *syncTicket) error {
 		return nil // sealMu held: no other cycle writes the temp file or the checkpoint meanwhile
 	}
 	l.sealMu.Unlock()
+	return nil
+}
+
+// epochsInPlaceLocked writes a new log's first epoch checkpoint, of one
+// epoch, straight into place, unsynced (mu held shared: no truncation or
+// reset writes the checkpoint meanwhile): the group's syncfs makes it
+// durable, with no temp file, rename or second syncfs. A power cut
+// before it leaves no file, or a torn one, which parseEpochCheckpoint
+// refuses (the entry count, every line's newline): recovery then
+// rebuilds the epochs from the batches, the first segment being there (a
+// new log's). The first write to each of 100,000 new partitions opens an
+// epoch (issue 27). t.epochsInPlace: syncEnd clears epochsDirty if the
+// syncfs succeeded and no epoch came meanwhile.
+func (l *Log) epochsInPlaceLocked(t *syncTicket) error {
+	f, err := l.fs.OpenFile(filepath.Join(l.dir, epochCheckpoint), os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
+	if err == nil {
+		_, err = f.Write(l.epochsBytesLocked())
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", epochCheckpoint, err)
+	}
+	t.epochsInPlace, t.epochGen = true, l.epochGen
 	return nil
 }
 
@@ -1369,6 +1406,7 @@ func (l *Log) writeEpochsAsync(gen uint64) error {
 		if l.epochGen == eg {
 			l.epochsDirty = false
 		}
+		l.noEpochFile = false
 		renamed = true
 		return true
 	})
@@ -1464,6 +1502,9 @@ type syncTicket struct {
 	// epochsRename.
 	epochsTmp bool
 	epochGen  uint64
+	// epochsInPlace: syncPrepareGroup wrote a new log's first epoch
+	// checkpoint (of epochGen) in place, for the group's syncfs.
+	epochsInPlace bool
 	// named: the cycle made the segment's name durable (a syncfs, or a
 	// directory fsync); wasNamed: it was before.
 	named, wasNamed bool
@@ -1526,6 +1567,12 @@ func (t syncTicket) syncEnd(err error) error {
 		return fmt.Errorf("%w: %s: %w", ErrFailed, l.dir, err)
 	}
 	l.advanceDurableLocked(t.end)
+	if t.epochsInPlace {
+		if l.epochGen == t.epochGen {
+			l.epochsDirty = false
+		}
+		l.noEpochFile = false
+	}
 	s.jpos = max(s.jpos, t.size) // fsynced in the file, or in the journal
 	s.named = s.named || t.named
 	if s == l.active() {
@@ -2678,6 +2725,7 @@ func (l *Log) truncateEpochsFromStartLocked(start int64) {
 // cycle, writeEpochsAsync).
 func (l *Log) writeEpochsLocked() error {
 	l.epochGen++
+	l.noEpochFile = false // a torn write of it may be there (in place), or the last one
 	if err := writeFileAtomic(l.fs, filepath.Join(l.dir, epochCheckpoint), l.epochsBytesLocked()); err != nil {
 		return fmt.Errorf("write %s: %w", epochCheckpoint, err)
 	}
@@ -2695,6 +2743,11 @@ func (l *Log) epochsBytesLocked() []byte {
 }
 
 func parseEpochCheckpoint(b []byte) ([]epochEntry, error) {
+	// Every line ends in a newline: a prefix of a checkpoint (a first
+	// one written in place, torn: epochsInPlaceLocked) never parses.
+	if !bytes.HasSuffix(b, []byte("\n")) {
+		return nil, errors.New("no final newline")
+	}
 	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
 	if len(lines) < 2 || lines[0] != "0" {
 		return nil, errors.New("bad version line")

@@ -294,6 +294,10 @@ func (s *Syncer) renameEpochs(tickets []syncTicket, err *error) []error {
 	errs := make([]error, len(tickets))
 	renamed := false
 	for i := range tickets {
+		if tickets[i].epochsInPlace {
+			tickets[i].l.sealMu.Unlock() // written in place: the syncfs made it durable, nothing to rename
+			continue
+		}
 		if !tickets[i].epochsTmp {
 			continue
 		}
