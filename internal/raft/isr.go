@@ -42,12 +42,15 @@ import (
 
 // caughtUp is the leader's record of one follower (group.caught).
 type caughtUp struct {
-	id     uint64
-	at     time.Time // last caught up; zero: not yet in this term
-	match  uint64    // the highest index it acknowledged in this term
-	mark   uint64    // the leader's last index at markAt, to be covered
-	markAt time.Time
-	marked bool
+	id    uint64
+	at    time.Time // last caught up; zero: not yet in this term
+	match uint64    // the highest index it acknowledged in this term
+	// answered: its last answer (an append's or a heartbeat's) in this
+	// term, for the log of a quorum step-down (stepdown.go).
+	answered time.Time
+	mark     uint64 // the leader's last index at markAt, to be covered
+	markAt   time.Time
+	marked   bool
 	// stopped: its replica told this leader it stopped (failed or
 	// removed: wakeCtx) and has not answered since.
 	stopped bool
@@ -82,7 +85,9 @@ func (h *Host) noteAnsweredLocked(g *group, from uint64, m *pb.Message) {
 	}
 	c.stopped = false
 	last, _ := g.st.LastIndex()
-	c.observe(last, h.cfg.Clock.Now())
+	now := h.cfg.Clock.Now()
+	c.answered = now
+	c.observe(last, now)
 }
 
 // observe is one answer of a follower that holds c.match, when the
