@@ -166,6 +166,10 @@ func (b *Broker) electLeaders(ctx context.Context, tps []topicPartition, typ int
 			errs[i] = errCode(kerr.ElectionNotNeeded, "partition has leader %d", st.Leader)
 		case typ == electUnclean:
 			errs[i] = errCode(kerr.EligibleLeadersNotAvailable, "no leader: Raft never elects an unclean leader; one is elected among the caught-up replicas once a majority is up")
+		case st.QuorumSilent:
+			// This node leads but heard from no quorum within an election
+			// timeout: another replica may lead in a later term.
+			errs[i] = errCode(kerr.PreferredLeaderNotAvailable, "broker %d leads term %d but has not heard from a quorum within an election timeout", b.cfg.NodeID, st.Term)
 		case st.Leader == w.preferred:
 			errs[i] = errCode(kerr.ElectionNotNeeded, "preferred replica %d already leads", w.preferred)
 		case st.Leader == 0:
@@ -227,7 +231,7 @@ func (b *Broker) awaitTransfers(ctx context.Context, ws []electWait, errs []erro
 				errs[w.idx] = errCode(kerr.NotLeaderForPartition, "%v", err)
 				continue
 			}
-			if st.Leader == w.preferred {
+			if st.Leader == w.preferred && !st.QuorumSilent {
 				errs[w.idx] = nil
 				continue
 			}

@@ -131,7 +131,9 @@ func electPreferred(ctx context.Context, c *cluster, topic string, v int32) erro
 	adm := kadm.NewClient(acl)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if l, err := c.leader(ctx, topic, 0); err == nil && l == v {
+		// Every node must name it: one node's Metadata may come from a
+		// leader cut off from the others that has not heard of the next.
+		if l, err := c.leaderViews(ctx, topic, 0); err == nil && l == v {
 			return nil
 		}
 		if b := c.node(v).broker(); b != nil && b.ReplicationStats().Corruptions > 0 {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"holdfast/internal/broker"
 	"holdfast/internal/datadir"
@@ -331,6 +332,67 @@ func (c *cluster) leader(ctx context.Context, topic string, partition int32, exc
 		return nil
 	}, topic)
 	return l, err
+}
+
+// agreedLeader returns the node leading topic/partition as every running
+// node names it, each asked on its own (Metadata is each node's view: a
+// leader cut off from the others names itself until it hears of the
+// next, and a client's Metadata goes to any one node), waiting until they
+// agree.
+func (c *cluster) agreedLeader(ctx context.Context, topic string, partition int32) (int32, error) {
+	var l int32
+	err := c.await(ctx, "the nodes to agree on the leader of "+topic, func(kadm.Metadata) error {
+		var err error
+		l, err = c.leaderViews(ctx, topic, partition)
+		return err
+	}, topic)
+	return l, err
+}
+
+// leaderViews asks every running node for the leader of topic/partition
+// and returns it if all name the same live one in the same epoch.
+func (c *cluster) leaderViews(ctx context.Context, topic string, partition int32) (int32, error) {
+	var leader, epoch int32 = -1, -1
+	for _, n := range c.nodes {
+		if !n.running() {
+			continue
+		}
+		cl, err := kgo.NewClient(kgo.SeedBrokers(n.addr))
+		if err != nil {
+			return 0, err
+		}
+		req := kmsg.NewPtrMetadataRequest()
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(topic)
+		req.Topics = append(req.Topics, rt)
+		mctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		resp, err := req.RequestWith(mctx, cl.SeedBrokers()[0])
+		cancel()
+		cl.Close()
+		if err != nil {
+			return 0, fmt.Errorf("node %d: %w", n.id, err)
+		}
+		l, e := int32(-1), int32(-1)
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if t.Topic != nil && *t.Topic == topic && p.Partition == partition && p.ErrorCode == 0 {
+					l, e = p.Leader, p.LeaderEpoch
+				}
+			}
+		}
+		switch {
+		case l < 1 || int(l) > len(c.nodes) || !c.node(l).running():
+			return 0, fmt.Errorf("node %d names no live leader (%d)", n.id, l)
+		case leader == -1:
+			leader, epoch = l, e
+		case l != leader || e != epoch:
+			return 0, fmt.Errorf("node %d names leader %d in epoch %d, another node %d in epoch %d", n.id, l, e, leader, epoch)
+		}
+	}
+	if leader == -1 {
+		return 0, errors.New("no node runs")
+	}
+	return leader, nil
 }
 
 func (c *cluster) await(ctx context.Context, what string, ok func(kadm.Metadata) error, topics ...string) error {

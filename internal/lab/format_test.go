@@ -130,29 +130,13 @@ func TestLabClusterElectPreferred(t *testing.T) {
 	if err := electPreferred(ctx, c, "pref", preferred); err != nil {
 		t.Fatal(err)
 	}
-	// The preferred replica must come to lead and stay leading. On the
-	// merged head of round 17 leadership moved back to the other replica
-	// right after the election in about one run of three (cause not found
-	// yet; nothing is lost, the balancer moves it back): one more election
-	// is allowed, and what the test checks is that the last one holds.
-	for try := 0; ; try++ {
-		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := c.await(actx, "the preferred replica leading pref", func(md kadm.Metadata) error {
-			if l := md.Topics["pref"].Partitions[0].Leader; l != preferred {
-				return fmt.Errorf("leader %d after the preferred election, want %d", l, preferred)
-			}
-			return nil
-		}, "pref")
-		cancel()
-		if err == nil {
-			return
-		}
-		if try == 2 {
-			t.Fatal(err)
-		}
-		t.Logf("election %d did not hold: %v", try+1, err)
-		if err := electPreferred(ctx, c, "pref", preferred); err != nil {
-			t.Fatal(err)
-		}
+	// One election, and it holds, as every node names it. Round 17's
+	// failures read one node's Metadata: the replica isolated while
+	// leading still named itself leader after the others had elected, so
+	// the wait for the ISR and electPreferred passed on its view with no
+	// election at all, and the next answer, from another node, named the
+	// other replica (docs/benchmarks.md, round 18, h-elect).
+	if l, err := c.agreedLeader(ctx, "pref", 0); err != nil || l != preferred {
+		t.Fatalf("leader %d after the preferred election, want %d (%v)", l, preferred, err)
 	}
 }

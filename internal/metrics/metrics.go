@@ -121,6 +121,12 @@ func New(b *broker.Broker, srv *wire.Server, opts ...Options) prometheus.Gathere
 	}
 	counter("holdfast_raft_silent_peer_ticks_total", "Raft ticks that found a peer not heard from for an election timeout: each ticks every group and wakes the quiesced ones that depend on that peer.",
 		func() int64 { return int64(b.RaftActivity().SilentTicks) })
+	for i, reason := range raft.StepDownReasons {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "holdfast_raft_quorum_step_downs_total", Help: "Raft leaders on this node that stepped down on their quorum check (no quorum of the group's voters heard within an election timeout), by why: peer_nodes_silent (nothing at all from the failing followers' nodes), answers_late (their nodes heard, appends out to them, no answer), nothing_in_flight (their nodes heard, nothing out, no answer).",
+			ConstLabels: prometheus.Labels{"reason": reason},
+		}, func() float64 { return float64(b.RaftHost().StepDowns()[i]) }))
+	}
 	gauge("holdfast_log_open_files", "Descriptors of data files (segments, indexes, checkpoints) this node holds open, against holdfast_log_open_files_budget (log.max.open.files: idle files are closed, and reopened on use, to stay within it).",
 		func() float64 { n, _ := b.OpenFiles(); return float64(n) })
 	gauge("holdfast_log_open_files_budget", "log.max.open.files: the descriptors of data files this node may hold open at once (0: no bound).",

@@ -639,6 +639,11 @@ type Status struct {
 	StartOffset, EndOffset    int64
 	DurableOffset             int64 // fsynced locally
 	Quiesced                  bool
+	// QuorumSilent: this node leads, and no quorum of the voters' nodes
+	// (itself counted) was heard from within an election timeout: the
+	// others may have elected a leader in a later term that this node
+	// has not heard of (isr.go, quorumSilentLocked).
+	QuorumSilent bool
 	// Rejoining: this replica lost its storage and has not yet caught up
 	// with a leader's commit index (it grants no votes until then).
 	Rejoining        bool
@@ -971,6 +976,7 @@ func (h *Host) Status(groupID uint64) (Status, error) {
 		s.Failed = g.failed.Error()
 	}
 	if bs.RaftState == raft.StateLeader {
+		s.QuorumSilent = h.quorumSilentLocked(g)
 		last, _ := g.st.LastIndex()
 		now := h.cfg.Clock.Now()
 		g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr trackerProgress) {

@@ -64,7 +64,17 @@ func (h *Host) tickGroup(g *group, electionTimeout time.Duration) bool {
 		// reach the followers after the quiescing one.
 		qmsgs = h.maybeQuiesceLocked(g)
 		if !g.quiesced && !h.aloneLocked(g) {
+			bs := g.rn.BasicStatus()
+			leading := bs.RaftState == raft.StateLeader
+			if leading {
+				h.stepView = h.leaderViewLocked(g, h.stepView, electionTimeout)
+			}
 			h.guardLocked(g, func() { g.rn.Tick() })
+			if now := g.rn.BasicStatus(); leading && now.RaftState != raft.StateLeader && now.GetTerm() == bs.GetTerm() {
+				// Only the quorum check steps a leader down in its own
+				// term (a higher term's message steps it down on receipt).
+				h.noteStepDownLocked(g, bs.GetTerm(), h.stepView)
+			}
 		}
 	}
 	if g.eagerTicks > 0 {

@@ -264,6 +264,11 @@ type Host struct {
 	// requiesced counts groups quiesced again once a silence ended
 	// (requiesceLocked; Activity).
 	requiesced atomic.Uint64
+	// stepDowns counts quorum step-downs by reason (stepdown.go);
+	// stepView is tickGroup's buffer for the followers' view before a
+	// leader's tick (tickLoop's only).
+	stepDowns [numStepDownReasons]atomic.Uint64
+	stepView  []followerView
 	// active: the groups to tick while every peer is heard from - each
 	// group not quiesced, once (group.inActive), and some that quiesced
 	// since they were listed (tickOnce drops them). activate adds.

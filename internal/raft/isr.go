@@ -42,12 +42,15 @@ import (
 
 // caughtUp is the leader's record of one follower (group.caught).
 type caughtUp struct {
-	id     uint64
-	at     time.Time // last caught up; zero: not yet in this term
-	match  uint64    // the highest index it acknowledged in this term
-	mark   uint64    // the leader's last index at markAt, to be covered
-	markAt time.Time
-	marked bool
+	id    uint64
+	at    time.Time // last caught up; zero: not yet in this term
+	match uint64    // the highest index it acknowledged in this term
+	// answered: its last answer (an append's or a heartbeat's) in this
+	// term, for the log of a quorum step-down (stepdown.go).
+	answered time.Time
+	mark     uint64 // the leader's last index at markAt, to be covered
+	markAt   time.Time
+	marked   bool
 	// stopped: its replica told this leader it stopped (failed or
 	// removed: wakeCtx) and has not answered since.
 	stopped bool
@@ -82,7 +85,9 @@ func (h *Host) noteAnsweredLocked(g *group, from uint64, m *pb.Message) {
 	}
 	c.stopped = false
 	last, _ := g.st.LastIndex()
-	c.observe(last, h.cfg.Clock.Now())
+	now := h.cfg.Clock.Now()
+	c.answered = now
+	c.observe(last, now)
 }
 
 // observe is one answer of a follower that holds c.match, when the
@@ -170,4 +175,35 @@ func (h *Host) inSyncLocked(g *group, id uint64, pr trackerProgress, last uint64
 		return true
 	}
 	return g.quiesced && pr.Match >= last && (c == nil || !c.stopped) && h.tr.heardWithin(id, h.quietHeard())
+}
+
+// quorumSilentLocked reports whether g, which this node leads, heard from
+// no quorum of its voters' nodes (this one counted) within an election
+// timeout - of every configuration, while a membership change is joint.
+// Such a leader may have been replaced: the other replicas elect once
+// their own election timeouts ran out without a word from it, and etcd
+// raft's quorum check steps it down only at the end of the election
+// timeout in which it last heard nothing - up to two election timeouts
+// after its isolation began. Meanwhile it still names itself leader; a
+// lab run read that from the isolated node after the others had elected
+// (docs/benchmarks.md, round 18, h-elect). The node's frames of any group
+// and its node heartbeats count (heardWithin), as for the ISR of a
+// quiesced group.
+func (h *Host) quorumSilentLocked(g *group) bool {
+	window := h.quietHeard()
+	g.st.mu.RLock()
+	defer g.st.mu.RUnlock()
+	if g.st.cs == nil {
+		return false
+	}
+	silent := func(voters []uint64) bool {
+		heard := 0
+		for _, id := range voters {
+			if id == h.cfg.ID || h.tr.heardWithin(id, window) {
+				heard++
+			}
+		}
+		return len(voters) > 0 && heard <= len(voters)/2
+	}
+	return silent(g.st.cs.Voters) || silent(g.st.cs.VotersOutgoing)
 }

@@ -68,9 +68,11 @@ func (m *Manager) State(t metadata.Topic, i int32) State {
 	switch {
 	case err != nil || st.Failed != "":
 		return m.unserved(s, live, p.RaftGroup(), st.Leader, st.Term)
-	case st.Leader == 0 || m.meta.Fenced(int32(st.Leader)):
+	case st.Leader == 0 || m.meta.Fenced(int32(st.Leader)) || st.QuorumSilent:
 		// An election is running, or the leader we last heard of is
-		// fenced: clients must not be sent to it.
+		// fenced, or this node leads but heard from no quorum within an
+		// election timeout (the others may have elected another):
+		// clients must not be sent to it.
 		s.Err = kerr.LeaderNotAvailable.Code
 		return s
 	}
