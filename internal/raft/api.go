@@ -200,6 +200,9 @@ func (g *group) trimLocked() {
 	if len(g.local) == 0 {
 		g.local = nil
 	}
+	if len(g.soloPend) == 0 {
+		g.soloPend = nil
+	}
 }
 
 // preWriteLocked writes a batch the leader just proposed to its log at

@@ -89,6 +89,7 @@ func (h *Host) proposeSoloLocked(g *group, v *records.Validated, owner *bufref.R
 		// etcd raft's MaxUncommittedEntriesSize, as Propose would drop it.
 		return Proposal{}, fmt.Errorf("%w: group %d", ErrProposalDropped, g.id)
 	}
+	g.pruneSoloLocked()
 	term := g.readyTerm
 	p := Proposal{Group: g.id, Index: g.nextIndex, Term: term, BaseOffset: g.nextOffset}
 	v.SetBaseOffset(p.BaseOffset)
