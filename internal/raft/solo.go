@@ -71,7 +71,7 @@ func (h *Host) soloEligibleLocked(g *group) bool {
 	if !h.cfg.SoloPath || g.failed != nil || g.removed || len(g.local) > 0 {
 		return false
 	}
-	if !g.rn.SoleLeader() || g.readyTerm != g.rn.BasicStatus().GetTerm() {
+	if g.readyTerm == 0 || !g.rn.SoleLeader(g.readyTerm) {
 		return false
 	}
 	g.st.mu.RLock()

@@ -72,7 +72,9 @@ func (rn *RawNode) SoleCommitted(index uint64) bool {
 	return true
 }
 
-// SoleLeader reports whether this node leads a configuration whose only
-// member it is, with no leadership transfer under way and nothing in its
-// unstable log: where SoleAppended may be used.
-func (rn *RawNode) SoleLeader() bool { return rn.soleLeader() }
+// SoleLeader reports whether this node leads, in term, a configuration
+// whose only member it is, with no leadership transfer under way and
+// nothing in its unstable log: where SoleAppended may be used. (No
+// BasicStatus: that allocates the hard state, and this is asked per
+// proposal.)
+func (rn *RawNode) SoleLeader(term uint64) bool { return rn.raft.Term == term && rn.soleLeader() }

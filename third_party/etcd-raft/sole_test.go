@@ -19,7 +19,7 @@ func TestSoleAppendedCommitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rn.SoleLeader() {
+	if rn.SoleLeader(rn.BasicStatus().GetTerm()) {
 		t.Fatal("a follower is a sole leader")
 	}
 	if err := rn.Campaign(); err != nil {
@@ -53,7 +53,7 @@ func TestSoleAppendedCommitted(t *testing.T) {
 		}
 	}
 	settle()
-	if !rn.SoleLeader() {
+	if !rn.SoleLeader(rn.BasicStatus().GetTerm()) {
 		t.Fatalf("not a sole leader after the election: %+v", rn.BasicStatus())
 	}
 	bs := rn.BasicStatus()
