@@ -305,6 +305,9 @@ type Host struct {
 	qMu      sync.Mutex
 	appendQ  []*appendItem
 	jflush   bool // the journal holds records written outside the store stage
+	// applyQ: the groups whose sole-voter entries a store round
+	// committed, for the Ready stage to apply (solo.go; under qMu).
+	applyQ []*group
 
 	// failures counts group failures (Failures).
 	failures atomic.Uint64
@@ -428,13 +431,16 @@ type group struct {
 	published Leadership
 
 	// The sole-voter path (solo.go): soloPend, its entries written and not
-	// yet applied, in index order (soloBytes their data); soloWritten and
-	// soloTerm, the last one's index and term; soloQueued: an item of the
-	// group waits for the next store round.
-	soloPend              []Committed
+	// yet committed, in index order (soloBytes their data); soloApply,
+	// those committed and not yet applied (OnCommit, commitIndex), queued
+	// on Host.applyQ (soloApplyQueued); soloWritten and soloTerm, the last
+	// one's index and term; soloQueued: an item of the group waits for the
+	// next store round.
+	soloPend, soloApply   []Committed
 	soloBytes             int64
 	soloWritten, soloTerm uint64
 	soloQueued            bool
+	soloApplyQueued       bool
 }
 
 func (g *group) commitChLocked() chan struct{} {

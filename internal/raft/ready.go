@@ -86,6 +86,7 @@ func (h *Host) takeReadys() {
 	defer h.readyMu.Unlock()
 	gs := h.takeDirty()
 	defer h.putDirty(gs)
+	h.applySolo() // after takeDirty: see applySolo
 	if len(gs) == 0 {
 		return
 	}

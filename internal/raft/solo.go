@@ -166,15 +166,18 @@ func (h *Host) soloDelivered(it *appendItem) {
 		return
 	}
 	g.pruneSoloLocked()
-	last := it.soloLast
-	if last <= g.commitIndex {
+	last, base := it.soloLast, g.commitIndex
+	if k := len(g.soloApply); k > 0 {
+		base = g.soloApply[k-1].Index // committed, applied next by the Ready stage
+	}
+	if last <= base {
 		g.mu.Unlock()
 		return
 	}
 	ents := g.soloPend
-	n := int(last - g.commitIndex)
+	n := int(last - base)
 	committed := false
-	if n <= len(ents) && ents[0].Index == g.commitIndex+1 && ents[n-1].Index == last {
+	if n <= len(ents) && ents[0].Index == base+1 && ents[n-1].Index == last {
 		h.guardLocked(g, func() { committed = g.rn.SoleCommitted(last) })
 	}
 	if !committed {
@@ -186,38 +189,76 @@ func (h *Host) soloDelivered(it *appendItem) {
 	for _, c := range out {
 		g.soloBytes -= int64(len(c.Data))
 	}
-	bs := g.rn.BasicStatus()
-	hs := pb.HardState{Term: new(bs.GetTerm()), Vote: new(bs.GetVote()), Commit: new(last)}
+	if len(g.soloPend) == 0 {
+		g.soloPend = nil
+	}
+	g.st.mu.RLock()
+	t, v := g.st.hs.GetTerm(), g.st.hs.GetVote() // what the leader's election persisted
+	g.st.mu.RUnlock()
+	hs := pb.HardState{Term: &t, Vote: &v, Commit: &last}
 	h.journal.putHardState(g.id, &hs, last)
 	g.st.setHardState(&hs)
 	if g.cfg.AckOnQuorum {
 		g.quorumIndex = last // as noteQuorumLocked: the waiters need nothing of OnCommit
 		g.wakeCommitLocked()
 	}
+	// The apply - OnCommit, the commit offset - is the Ready stage's, as
+	// for the Ready path's committed entries: the store stage goes on to
+	// its next round meanwhile.
+	g.soloApply = append(g.soloApply, out...)
+	queue := !g.soloApplyQueued
+	g.soloApplyQueued = true
 	g.mu.Unlock()
-	if g.cfg.OnCommit != nil {
-		g.cfg.OnCommit(g.id, out)
-	}
-	g.mu.Lock()
-	if last > g.commitIndex {
-		g.commitIndex, g.commitEnd = last, out[len(out)-1].EndOffset
-		g.publishLocked()
-		g.wakeCommitLocked()
-		if h.wants(EventCommit) {
-			h.emit(Event{Kind: EventCommit, Group: g.id, CommitIndex: last})
+	if queue {
+		h.qMu.Lock()
+		h.applyQ = append(h.applyQ, g)
+		h.qMu.Unlock()
+		select { // a worker takes it (readyLoop: takeReadys)
+		case h.kick <- struct{}{}:
+		default:
 		}
 	}
-	ready := false
-	h.guardLocked(g, func() { ready = g.rn.HasReady() })
-	if !ready && len(g.held) > 0 {
-		g.releaseHeldLocked() // no message of the RawNode's reads the bytes
-	}
-	if len(g.soloPend) == 0 {
-		g.soloPend = nil
-	}
-	g.mu.Unlock()
-	if ready {
-		h.markDirty(g)
+}
+
+// applySolo applies what the store rounds committed on the sole-voter
+// path since the last call, group by group: OnCommit, then the commit
+// offset and its waiters, as apply does for the Ready path. The Ready
+// stage calls it (takeReadys, under readyMu) after taking its dirty list
+// and before that list's Readys: a Ready that hands out entries after a
+// group's solo entries was marked dirty after they were queued here.
+func (h *Host) applySolo() {
+	h.qMu.Lock()
+	gs := h.applyQ
+	h.applyQ = nil
+	h.qMu.Unlock()
+	for _, g := range gs {
+		g.mu.Lock()
+		out := g.soloApply
+		g.soloApply, g.soloApplyQueued = nil, false
+		ok := g.failed == nil && !g.removed && len(out) > 0
+		g.mu.Unlock()
+		if !ok {
+			continue
+		}
+		if g.cfg.OnCommit != nil {
+			g.cfg.OnCommit(g.id, out)
+		}
+		last := out[len(out)-1]
+		g.mu.Lock()
+		if last.Index > g.commitIndex {
+			g.commitIndex, g.commitEnd = last.Index, last.EndOffset
+			g.publishLocked()
+			g.wakeCommitLocked()
+			if h.wants(EventCommit) {
+				h.emit(Event{Kind: EventCommit, Group: g.id, CommitIndex: last.Index})
+			}
+		}
+		if len(g.held) > 0 && g.failed == nil && g.rn.SoleLeader(g.readyTerm) {
+			// A sole leader sends no message: nothing of the RawNode's
+			// reads a proposal's bytes once it is applied.
+			g.releaseHeldLocked()
+		}
+		g.mu.Unlock()
 	}
 }
 
