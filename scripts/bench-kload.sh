@@ -11,7 +11,7 @@
 #   DIRECT=1 scripts/bench-kload.sh             # adds peer holdfast-direct (--log-direct-io)
 #   JOURNAL=1 scripts/bench-kload.sh            # adds peer holdfast-journal (--log-journal)
 #                                               # (and holdfast-base-journal with BASE_BIN)
-#   HOLDFAST_FLAGS="--raft-solo-path" scripts/bench-kload.sh # extra serve flags for this tree's holdfast peers
+#   NEW_FLAGS="--raft-solo-path" scripts/bench-kload.sh # extra serve flags for this tree's holdfast peers
 #   PEERS="holdfast holdfast-direct" scripts/bench-kload.sh  # only these peers
 #   KEEP=/tmp/results.jsonl scripts/bench-kload.sh           # keep the raw results (one JSON line per run)
 #   WARMUP=4 scripts/bench-kload.sh             # produce cases: create the topic and write 4 records
@@ -72,9 +72,9 @@ port=${PORT:-39092}
 start_peer() { # name -> starts it on $port, sets $pid
 	rm -rf "$work/data"; mkdir -p "$work/data"
 	case $1 in
-	holdfast) (cd "$work" && exec ./holdfast serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn ${HOLDFAST_FLAGS:-}) & ;;
-	holdfast-direct) (cd "$work" && exec ./holdfast serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn --log-direct-io ${HOLDFAST_FLAGS:-}) & ;;
-	holdfast-journal) (cd "$work" && exec ./holdfast serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn --log-journal ${HOLDFAST_FLAGS:-}) & ;;
+	holdfast) (cd "$work" && exec ./holdfast serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn ${NEW_FLAGS:-}) & ;;
+	holdfast-direct) (cd "$work" && exec ./holdfast serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn --log-direct-io ${NEW_FLAGS:-}) & ;;
+	holdfast-journal) (cd "$work" && exec ./holdfast serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn --log-journal ${NEW_FLAGS:-}) & ;;
 	holdfast-base) (cd "$work" && exec "$BASE_BIN" serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn) & ;;
 	holdfast-base-journal) (cd "$work" && exec "$BASE_BIN" serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn --log-journal) & ;;
 	kfake-mem) "$work/kfake-server" -port $port >/dev/null 2>&1 & ;;
