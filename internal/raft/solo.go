@@ -185,12 +185,14 @@ func (h *Host) soloDelivered(it *appendItem) {
 		return
 	}
 	out := ents[:n:n]
-	g.soloPend = ents[n:]
 	for _, c := range out {
 		g.soloBytes -= int64(len(c.Data))
 	}
+	g.soloApply = append(g.soloApply, out...)
+	clear(out) // keeps no batch's bytes alive
+	g.soloPend = ents[n:]
 	if len(g.soloPend) == 0 {
-		g.soloPend = nil
+		g.soloPend = ents[:0] // the array again for the next round's entries
 	}
 	g.st.mu.RLock()
 	t, v := g.st.hs.GetTerm(), g.st.hs.GetVote() // what the leader's election persisted
@@ -205,7 +207,6 @@ func (h *Host) soloDelivered(it *appendItem) {
 	// The apply - OnCommit, the commit offset - is the Ready stage's, as
 	// for the Ready path's committed entries: the store stage goes on to
 	// its next round meanwhile.
-	g.soloApply = append(g.soloApply, out...)
 	queue := !g.soloApplyQueued
 	g.soloApplyQueued = true
 	g.mu.Unlock()
