@@ -26,8 +26,9 @@ type testNode struct {
 }
 
 // testSolo: the nodes' Raft hosts run the sole-voter path
-// (raft.Config.SoloPath) with HOLDFAST_TEST_RAFT_SOLO=1.
-var testSolo = os.Getenv("HOLDFAST_TEST_RAFT_SOLO") == "1"
+// (raft.Config.SoloPath), as a node does by default; off with
+// HOLDFAST_TEST_RAFT_SOLO=0.
+var testSolo = os.Getenv("HOLDFAST_TEST_RAFT_SOLO") != "0"
 
 // testSyncer is the node's Syncer: with HOLDFAST_TEST_LOG_JOURNAL=1 it
 // journals the logs under dir (storage/datajournal.go), after replaying
