@@ -783,6 +783,7 @@ func (h *Host) resetLocked(g *group) {
 		return
 	}
 	g.rn, g.readyTerm = rn, 0
+	g.dropSoloLocked()
 	g.changes.Add(1)
 	h.changes.Add(1)
 	g.gen++
@@ -868,6 +869,7 @@ func (h *Host) RetryGroup(id uint64) error {
 	}
 	end, _ := g.st.endOf(applied)
 	g.rn, g.readyTerm, g.failed = rn, 0, nil
+	g.dropSoloLocked()
 	g.changes.Add(1)
 	h.changes.Add(1)
 	g.gen++

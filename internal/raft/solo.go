@@ -308,6 +308,15 @@ func (g *group) pruneSoloLocked() {
 	}
 }
 
+// dropSoloLocked forgets the sole-voter path's entries not yet applied:
+// the RawNode was rebuilt from storage (a reset, RetryGroup), and from its
+// applied index on it hands out to apply whatever the log holds.
+func (g *group) dropSoloLocked() {
+	clear(g.soloPend)
+	clear(g.soloApply)
+	g.soloPend, g.soloApply, g.soloBytes = nil, nil, 0
+}
+
 // appendSolo records the batch the sole-voter path wrote at the log end
 // as entry index of term, at [base, end) (not kept in recent: only this
 // node's apply reads it, from the proposer's bytes).
