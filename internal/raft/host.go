@@ -433,14 +433,11 @@ type group struct {
 	// The sole-voter path (solo.go): soloPend, its entries written and not
 	// yet committed, in index order (soloBytes their data); soloApply,
 	// those committed and not yet applied (OnCommit, commitIndex), queued
-	// on Host.applyQ (soloApplyQueued); soloWritten and soloTerm, the last
-	// one's index and term; soloQueued: an item of the group waits for the
-	// next store round.
-	soloPend, soloApply   []Committed
-	soloBytes             int64
-	soloWritten, soloTerm uint64
-	soloQueued            bool
-	soloApplyQueued       bool
+	// on Host.applyQ (soloApplyQueued); soloQueued: an item of the group
+	// waits for the next store round.
+	soloPend, soloApply         []Committed
+	soloBytes                   int64
+	soloQueued, soloApplyQueued bool
 }
 
 func (g *group) commitChLocked() chan struct{} {

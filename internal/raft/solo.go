@@ -117,7 +117,6 @@ func (h *Host) proposeSoloLocked(g *group, v *records.Validated, owner *bufref.R
 	g.nextIndex++
 	g.nextOffset = p.EndOffset
 	g.soloBytes += size
-	g.soloTerm, g.soloWritten = term, p.Index
 	g.soloPend = append(g.soloPend, Committed{Index: p.Index, Term: term, BaseOffset: p.BaseOffset, EndOffset: p.EndOffset, Data: v.Bytes()})
 	if owner != nil {
 		owner.Retain() // the apply reads the bytes: released once applied (releaseHeldLocked)
@@ -144,7 +143,9 @@ func (h *Host) proposeSoloLocked(g *group, v *records.Validated, owner *bufref.R
 func (it *appendItem) soloTakeLocked() {
 	g := it.g
 	g.soloQueued = false
-	it.soloLast, it.soloTerm = g.soloWritten, g.soloTerm
+	if n := len(g.soloPend); n > 0 { // the last entry the path wrote
+		it.soloLast, it.soloTerm = g.soloPend[n-1].Index, g.soloPend[n-1].Term
+	}
 	it.sync = g.st.log.Config().Flush.Mode == storage.FlushSync
 }
 
