@@ -3,6 +3,7 @@ package raft
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"sync"
@@ -225,5 +226,135 @@ func TestSoloPathCrashAtEveryStep(t *testing.T) {
 			t.Logf("%d file operations; a power cut at each loses no acknowledged batch (%d proposals on the sole-voter path)", step-1, solos)
 			return
 		}
+	}
+}
+
+// TestSoloPathHandsBackMidRound: a stepped host (nothing runs but what
+// the test runs) takes three batches on the sole-voter path, then, before
+// any store round, a command and two more batches, which go through etcd
+// raft (the RawNode has the command unstable). The round finds the RawNode
+// no longer a sole leader with nothing in flight and acknowledges the solo
+// entries to it as its own append's response; etcd raft commits and applies
+// them. The next batches take the sole-voter path again; then a command is
+// committed and its apply not yet taken when batches on the path complete a
+// round: handed to etcd raft too (without that step nothing would commit
+// them). Every entry reaches OnCommit exactly once, in index order.
+func TestSoloPathHandsBackMidRound(t *testing.T) {
+	dir := t.TempDir()
+	net := newMemNet(rand.New(rand.NewPCG(1, 2)), simTick)
+	h, err := NewHost(Config{ID: 1, Dir: dir, TickInterval: simTick, Logger: testLogger(t), SoloPath: true, stepped: true,
+		newTransport: func(ev transportEvents) (transport, error) { return net.attach(1, ev), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	syncer := storage.NewSyncer(testLogger(t))
+	syncer.Close() // a closed Syncer fsyncs inline
+	l, err := storage.Open(dir+"/log", storage.DefaultConfig(), storage.Options{Syncer: syncer, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var got []Committed
+	onCommit := func(_ uint64, ents []Committed) {
+		for _, e := range ents {
+			e.Data = slices.Clone(e.Data)
+			got = append(got, e)
+		}
+	}
+	if err := h.AddGroup(GroupConfig{ID: 1, Log: l, Voters: []uint64{1}, OnCommit: onCommit, AckOnQuorum: true}); err != nil {
+		t.Fatal(err)
+	}
+	run := func() {
+		for h.runReady() || h.runStore() {
+		}
+	}
+	run() // elected, its empty entry stored and applied
+	ctx := context.Background()
+	var ps []Proposal
+	propose := func(v string) {
+		p, err := h.Propose(ctx, 1, batch(t, v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	for i := range 3 {
+		propose(fmt.Sprint("a", i))
+	}
+	if n := h.soloProposals.Load(); n != 3 {
+		t.Fatalf("%d batches on the sole-voter path, want 3", n)
+	}
+	pc, err := h.ProposeCommand(ctx, 1, []byte("cmd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		propose(fmt.Sprint("b", i))
+	}
+	if n := h.soloProposals.Load(); n != 3 {
+		t.Fatalf("%d batches on the sole-voter path with a command unstable, want 3", n)
+	}
+	run()
+	if n := h.soloAcks.Load(); n != 1 {
+		t.Fatalf("%d solo rounds acknowledged to etcd raft, want 1", n)
+	}
+	for i := range 3 {
+		propose(fmt.Sprint("c", i))
+	}
+	if n := h.soloProposals.Load(); n != 6 {
+		t.Fatalf("%d batches on the sole-voter path after the hand-back, want 6", n)
+	}
+	run()
+	// A command stored and committed whose apply Ready is not taken yet,
+	// then batches on the path: their round finds etcd raft with entries
+	// to apply and hands them to it; nothing later would commit them.
+	pc2, err := h.ProposeCommand(ctx, 1, []byte("cmd2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.runReady()
+	h.runStore()
+	for i := range 2 {
+		propose(fmt.Sprint("d", i))
+	}
+	if n := h.soloProposals.Load(); n != 8 {
+		t.Fatalf("%d batches on the sole-voter path, want 8", n)
+	}
+	h.runStore()
+	if n := h.soloAcks.Load(); n != 2 {
+		t.Fatalf("%d solo rounds acknowledged to etcd raft, want 2", n)
+	}
+	run()
+	ps = append(ps, pc2)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second) // a hang guard, not a deadline
+	defer cancel()
+	for _, p := range append(slices.Clone(ps), pc) {
+		if err := h.WaitCommitted(wctx, p); err != nil {
+			t.Fatalf("%+v: %v", p, err)
+		}
+	}
+	var vals []string
+	for i, e := range got {
+		if i > 0 && e.Index != got[i-1].Index+1 {
+			t.Fatalf("OnCommit got index %d after %d", e.Index, got[i-1].Index)
+		}
+		switch {
+		case e.Command != nil:
+			vals = append(vals, string(e.Command))
+		case len(e.Data) > 0:
+			recs, err := records.Records(e.Data)
+			if err != nil || len(recs) != 1 {
+				t.Fatalf("entry %d: %v %v", e.Index, recs, err)
+			}
+			vals = append(vals, string(recs[0].Value))
+		}
+	}
+	want := []string{"a0", "a1", "a2", "cmd", "b0", "b1", "c0", "c1", "c2", "cmd2", "d0", "d1"}
+	if !slices.Equal(vals, want) {
+		t.Fatalf("OnCommit got %v, want %v", vals, want)
+	}
+	if v := values(t, l); !slices.Equal(v, []string{"a0", "a1", "a2", "b0", "b1", "c0", "c1", "c2", "d0", "d1"}) {
+		t.Fatalf("log holds %v", v)
 	}
 }
