@@ -10,6 +10,8 @@
 #   SHARED=/path/to/shared scripts/bench-kload.sh            # if it is not ../shared
 #   DIRECT=1 scripts/bench-kload.sh             # adds peer holdfast-direct (--log-direct-io)
 #   JOURNAL=1 scripts/bench-kload.sh            # adds peer holdfast-journal (--log-journal)
+#                                               # (and holdfast-base-journal with BASE_BIN)
+#   NEW_FLAGS="--raft-solo-path" scripts/bench-kload.sh # extra serve flags for this tree's holdfast peers
 #   PEERS="holdfast holdfast-direct" scripts/bench-kload.sh  # only these peers
 #   KEEP=/tmp/results.jsonl scripts/bench-kload.sh           # keep the raw results (one JSON line per run)
 #   WARMUP=4 scripts/bench-kload.sh             # produce cases: create the topic and write 4 records
@@ -59,6 +61,7 @@ peers="holdfast kfake-sync kfake-mem"
 if [ -n "${BASE_BIN:-}" ]; then peers="holdfast holdfast-base kfake-sync kfake-mem"; fi
 if [ -n "${DIRECT:-}" ]; then peers="${peers/holdfast /holdfast holdfast-direct }"; fi
 if [ -n "${JOURNAL:-}" ]; then peers="${peers/holdfast /holdfast holdfast-journal }"; fi
+if [ -n "${JOURNAL:-}" ] && [ -n "${BASE_BIN:-}" ]; then peers="${peers/holdfast-base /holdfast-base holdfast-base-journal }"; fi
 peers=${PEERS:-$peers}
 
 echo "building holdfast, kload, kfake-server into $work" >&2
@@ -69,10 +72,11 @@ port=${PORT:-39092}
 start_peer() { # name -> starts it on $port, sets $pid
 	rm -rf "$work/data"; mkdir -p "$work/data"
 	case $1 in
-	holdfast) (cd "$work" && exec ./holdfast serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn) & ;;
-	holdfast-direct) (cd "$work" && exec ./holdfast serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn --log-direct-io) & ;;
-	holdfast-journal) (cd "$work" && exec ./holdfast serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn --log-journal) & ;;
+	holdfast) (cd "$work" && exec ./holdfast serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn ${NEW_FLAGS:-}) & ;;
+	holdfast-direct) (cd "$work" && exec ./holdfast serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn --log-direct-io ${NEW_FLAGS:-}) & ;;
+	holdfast-journal) (cd "$work" && exec ./holdfast serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn --log-journal ${NEW_FLAGS:-}) & ;;
 	holdfast-base) (cd "$work" && exec "$BASE_BIN" serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn) & ;;
+	holdfast-base-journal) (cd "$work" && exec "$BASE_BIN" serve --listen 127.0.0.1:$port --data-dir "$work/data" --metrics-listen "" --log-level warn --log-journal) & ;;
 	kfake-mem) "$work/kfake-server" -port $port >/dev/null 2>&1 & ;;
 	kfake-sync) "$work/kfake-server" -port $port -data-dir "$work/data" -sync >/dev/null 2>&1 & ;;
 	esac

@@ -64,6 +64,7 @@ type serveConfig struct {
 	txnAbortIv, txnIDExpiry, offsRetCheck                                 time.Duration
 	segBytes, retBytes, maxQueued, dioCache, scrubRate                    int64
 	autoCreate, rebalance, ctrlShut, directIO, verifyReads, logJournal    bool
+	raftSolo                                                              bool
 	console, consoleLab, consoleActions, metricsInternal                  bool
 	metricsPartitionMax                                                   int
 	consoleSample                                                         time.Duration
@@ -120,6 +121,7 @@ func (c *serveConfig) register(s *settings) {
 		}))
 	s.Bool(&c.directIO, "log-direct-io", def.DirectIO, "write partition logs' large sync-cycle write-outs with O_DIRECT, past the page cache (docs/storage.md; falls back to the page cache where the filesystem refuses it)", kafka("log.direct.io"))
 	s.Bool(&c.logJournal, "log-journal", def.LogJournal, "make each sync cycle's new bytes durable with one write and one fdatasync of a node-wide data journal, segments written behind (docs/storage.md; off by default)", kafka("log.journal.enable"))
+	s.Bool(&c.raftSolo, "raft-solo-path", def.RaftSoloPath, "a partition whose only replica is this node takes its batches without etcd raft's per-entry work, each committed once its sync cycle made it durable (docs/replication.md; on by default)", kafka("raft.solo.path.enable"))
 	s.Int64(&c.dioCache, "log-direct-io-cache-bytes", storage.DefaultReadCacheBytes, "with --log-direct-io: memory for the newest segment bytes written, so fetches of recent data are served from memory instead of the disk (0: none; one budget per process)", kafka("log.direct.io.cache.bytes"))
 	s.Bool(&c.autoCreate, "auto-create-topics", def.AutoCreateTopics, "create topics on first use (a Metadata request that allows it)", kafka("auto.create.topics.enable"))
 	s.Int(&c.numParts, "num-partitions", int(def.NumPartitions), "partitions of auto-created topics", kafka("num.partitions"))
@@ -369,6 +371,7 @@ func (c *serveConfig) storageConfig(cfg *broker.Config, policy storage.FlushPoli
 	cfg.ConfigOrigins = c.origins
 	cfg.DirectIO = c.directIO
 	cfg.LogJournal = c.logJournal
+	cfg.RaftSoloPath = c.raftSolo
 	cfg.DirectIOCacheBytes = c.dioCache
 	if c.dioCache == 0 {
 		cfg.DirectIOCacheBytes = -1

@@ -204,6 +204,11 @@ type Config struct {
 	// behind. Off by default. Whatever it says, a journal an earlier run
 	// left is replayed at start-up, before any log opens.
 	LogJournal bool
+	// RaftSoloPath (raft.solo.path.enable): a group whose only member is
+	// this node (every partition of an RF=1 topic, all of a single node's)
+	// takes proposed batches without etcd raft's per-entry work, committing
+	// each once its sync cycle made it durable (internal/raft/solo.go).
+	RaftSoloPath bool
 	// DirectIOCacheBytes (log.direct.io.cache.bytes): with DirectIO, the
 	// process's read cache of newly written segment bytes (0: the default,
 	// storage.DefaultReadCacheBytes; negative: none).
@@ -272,7 +277,11 @@ func DefaultConfig() Config {
 		LogScrubBytesPerSecond:   DefaultScrubBytesPerSecond,
 		OffsetsTopicSegmentBytes: 100 << 20,
 		// Tests run with the journal on where this is set (README).
-		LogJournal:              os.Getenv("HOLDFAST_TEST_LOG_JOURNAL") == "1",
+		LogJournal: os.Getenv("HOLDFAST_TEST_LOG_JOURNAL") == "1",
+		// On (round 18: 0.66-0.83x the CPU per record at 1,000
+		// partitions, docs/benchmarks.md); tests run with it off where
+		// HOLDFAST_TEST_RAFT_SOLO=0.
+		RaftSoloPath:            os.Getenv("HOLDFAST_TEST_RAFT_SOLO") != "0",
 		TxnTopicSegmentBytes:    100 << 20,
 		BrokerHeartbeatInterval: cluster.DefaultHeartbeatInterval,
 		BrokerSessionTimeout:    cluster.DefaultSessionTimeout,

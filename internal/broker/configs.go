@@ -340,6 +340,9 @@ func (b *Broker) describeBrokerConfigs(names []string, synonyms, docs bool) []de
 	all = append(all, brokerConfig{name: "log.journal.enable", typ: kmsg.ConfigTypeBoolean, kafkaDefault: "false",
 		doc:   "Holdfast: a node-wide data journal: each sync cycle makes the new bytes of every log whose bytes are all still buffered durable with one sequential write and one fdatasync of the journal; the segment files are written behind (docs/storage.md). Off by default.",
 		value: val(func(b *Broker) string { return strconv.FormatBool(b.cfg.LogJournal) })})
+	all = append(all, brokerConfig{name: "raft.solo.path.enable", typ: kmsg.ConfigTypeBoolean, kafkaDefault: "true",
+		doc:   "Holdfast: a partition whose only replica is this node (an RF=1 topic, every partition of a single node) takes its batches without etcd raft's per-entry work: each is committed once its sync cycle made it durable (docs/replication.md). On by default.",
+		value: val(func(b *Broker) string { return strconv.FormatBool(b.cfg.RaftSoloPath) })})
 	all = append(all, brokerConfig{name: "log.direct.io.cache.bytes", typ: kmsg.ConfigTypeLong, kafkaDefault: strconv.Itoa(storage.DefaultReadCacheBytes),
 		doc: "Holdfast: with log.direct.io, memory (per process) for the newest segment bytes written, so that fetches of recent data are served from memory instead of the disk; 0: none.",
 		value: val(func(b *Broker) string {

@@ -122,7 +122,7 @@ func (b *Broker) openCluster() error {
 		ControlledShutdown:          c.ControlledShutdown, ControlledShutdownMaxWait: c.ControlledShutdownMaxWait,
 		PlantFencedLeader: c.PlantFencedLeader, PlacementRand: c.PlacementRand,
 		BrokerHeartbeatInterval: c.BrokerHeartbeatInterval, BrokerSessionTimeout: c.BrokerSessionTimeout,
-		StartupHold: c.MetadataStartupHold, ReplicaLagMax: c.ReplicaLagMax,
+		StartupHold: c.MetadataStartupHold, ReplicaLagMax: c.ReplicaLagMax, RaftSoloPath: c.RaftSoloPath,
 		Self: b.selfInfo(), InterBrokerListener: sc.InterBrokerListener,
 		RaftTLS: rtls, RaftFaults: c.RaftFaults, RaftNetwork: c.RaftNetwork, Dial: b.nodeClient, OnSecurityChange: b.securityApplied,
 		OnQuotaChange: b.quotasApplied,

@@ -117,6 +117,10 @@ type Config struct {
 	// ReplicaLagMax is the Raft host's replica.lag.time.max.ms
 	// (raft.Config.ReplicaLagMax; 0: its default, 30 s).
 	ReplicaLagMax time.Duration
+	// RaftSoloPath: the Raft host's sole-voter path (raft.Config.SoloPath):
+	// a partition whose only replica is this node takes its batches
+	// without etcd raft's per-entry work.
+	RaftSoloPath bool
 	// Dial makes a Kafka client that talks to other nodes as this node
 	// (the inter-broker listener's TLS and SASL).
 	Dial func(seeds []string, opts ...kgo.Opt) (*kgo.Client, error)
@@ -280,7 +284,7 @@ func Open(cfg Config) (*Node, error) {
 			ID: uint64(cfg.NodeID), Dir: cfg.DataDir, Listen: listen, Peers: peers, Identity: n.raftIdentity(),
 			FS: cfg.FS, Logger: n.log.With("component", "raft"), TLS: cfg.RaftTLS, Faults: cfg.RaftFaults,
 			Network: cfg.RaftNetwork, TickInterval: cfg.RaftTickInterval, Clock: cfg.RaftClock,
-			ReplicaLagMax: cfg.ReplicaLagMax,
+			ReplicaLagMax: cfg.ReplicaLagMax, SoloPath: cfg.RaftSoloPath,
 		})
 	}
 	h, err := newHost()

@@ -47,7 +47,7 @@ func benchPartition(b *testing.B, mode storage.FlushMode) *Partition {
 	b.Helper()
 	dir := b.TempDir()
 	s := storage.NewSyncer(nil)
-	h, err := raft.NewHost(raft.Config{ID: 1, Dir: dir})
+	h, err := raft.NewHost(raft.Config{ID: 1, Dir: dir, SoloPath: testSolo})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -23,7 +23,7 @@ func newCrashNode(t *testing.T, fsys *storage.CrashFS, dir string) *testNode {
 	t.Helper()
 	fsys.MkdirAllForTest(dir)
 	s := testSyncer(t, fsys, dir)
-	h, err := raft.NewHost(raft.Config{ID: 1, Dir: dir, TickInterval: 10 * time.Millisecond, FS: fsys})
+	h, err := raft.NewHost(raft.Config{ID: 1, Dir: dir, TickInterval: 10 * time.Millisecond, FS: fsys, SoloPath: testSolo})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,11 @@ type testNode struct {
 	host *raft.Host
 }
 
+// testSolo: the nodes' Raft hosts run the sole-voter path
+// (raft.Config.SoloPath), as a node does by default; off with
+// HOLDFAST_TEST_RAFT_SOLO=0.
+var testSolo = os.Getenv("HOLDFAST_TEST_RAFT_SOLO") != "0"
+
 // testSyncer is the node's Syncer: with HOLDFAST_TEST_LOG_JOURNAL=1 it
 // journals the logs under dir (storage/datajournal.go), after replaying
 // what an earlier node on the same directory left.
@@ -45,7 +50,7 @@ func testSyncer(t *testing.T, fsys storage.FS, dir string) *storage.Syncer {
 func newNode(t *testing.T, dir string) *testNode {
 	t.Helper()
 	s := testSyncer(t, nil, dir)
-	h, err := raft.NewHost(raft.Config{ID: 1, Dir: dir, TickInterval: 10 * time.Millisecond})
+	h, err := raft.NewHost(raft.Config{ID: 1, Dir: dir, TickInterval: 10 * time.Millisecond, SoloPath: testSolo})
 	if err != nil {
 		t.Fatal(err)
 	}

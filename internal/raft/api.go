@@ -68,6 +68,9 @@ func (h *Host) ProposeOwned(ctx context.Context, groupID uint64, v *records.Vali
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if h.soloEligibleLocked(g) {
+		return h.proposeSoloLocked(g, v, owner) // solo.go: no etcd raft per proposal
+	}
 	proposed := false
 	p, err := h.proposeLocked(g, func(base int64, term uint64) int64 {
 		v.SetBaseOffset(base)
@@ -196,6 +199,9 @@ func (g *group) trimLocked() {
 	}
 	if len(g.local) == 0 {
 		g.local = nil
+	}
+	if len(g.soloPend) == 0 {
+		g.soloPend = nil
 	}
 }
 

@@ -64,10 +64,17 @@ type cluster struct {
 	queueLen int
 	// replicaLag: every host's ReplicaLagMax (withReplicaLag; 0: the default).
 	replicaLag time.Duration
+	// solo: every host runs with SoloPath (withSolo; also on for all with
+	// HOLDFAST_TEST_RAFT_SOLO=1).
+	solo, noSolo bool
 }
 
 // withLogConfig opens every node's logs with cfg (small segments, say).
 func withLogConfig(cfg storage.Config) func(*cluster) { return func(c *cluster) { c.logCfg = &cfg } }
+
+// withSolo runs every host with Config.SoloPath (solo.go).
+// withSolo(false) keeps it off also under HOLDFAST_TEST_RAFT_SOLO=1.
+func withSolo(on bool) func(*cluster) { return func(c *cluster) { c.solo, c.noSolo = on, !on } }
 
 // withMemNetwork runs the cluster's hosts on an in-memory network.
 func withMemNetwork(n *MemNetwork) func(*cluster) { return func(c *cluster) { c.net = n } }
@@ -155,7 +162,7 @@ func (c *cluster) start(id uint64) {
 		h, err = NewHost(Config{
 			ID: id, Dir: nd.dir, Listen: nd.addr, Peers: peers, TickInterval: c.tick,
 			ElectionTicks: electionTicks, QuiesceTicks: c.quiesceTicks, Faults: c.faults, Logger: c.logger.With("test_node", id), FS: fsys,
-			Network: c.net, QueueLen: c.queueLen, ReplicaLagMax: c.replicaLag,
+			Network: c.net, QueueLen: c.queueLen, ReplicaLagMax: c.replicaLag, SoloPath: c.solo, raftPathOnly: c.noSolo,
 		})
 		return err == nil
 	})

@@ -89,6 +89,14 @@ type Config struct {
 	// nil: the wall clock. (The stepped simulation ticks by itself.)
 	Clock clock.Clock
 
+	// SoloPath: a group whose only member is this node takes proposed
+	// batches without etcd raft's per-entry work, committing each once its
+	// store round made it durable (solo.go). The log, the journal and the
+	// RawNode's view are what the Ready path would leave; anything else
+	// (membership changes, commands, transfers) goes through etcd raft
+	// as before.
+	SoloPath bool
+
 	// For the deterministic simulation (seams.go, sim_test.go):
 	// newTransport, if set, replaces the TCP transport (Listen, TLS and
 	// Faults are then unused); stepped starts no goroutine: the caller
@@ -99,6 +107,9 @@ type Config struct {
 	// or it proves nothing): a follower acknowledges appends before its
 	// fsync. Never set outside sim_test.go.
 	ackBeforeFsync bool
+	// raftPathOnly: a test of the Ready path's own handling of a sole
+	// voter's proposals keeps SoloPath off under HOLDFAST_TEST_RAFT_SOLO.
+	raftPathOnly bool
 }
 
 func (c *Config) defaults() {
@@ -136,7 +147,14 @@ func (c *Config) defaults() {
 		c.FS = storage.OSFS()
 	}
 	c.Clock = clock.OrReal(c.Clock)
+	if testSoloPath && !c.raftPathOnly {
+		c.SoloPath = true
+	}
 }
+
+// testSoloPath turns Config.SoloPath on for every host of this package's
+// tests (HOLDFAST_TEST_RAFT_SOLO=1: solo_test.go); false otherwise.
+var testSoloPath bool
 
 // GroupConfig describes one Raft group on this node.
 type GroupConfig struct {
@@ -292,9 +310,16 @@ type Host struct {
 	qMu      sync.Mutex
 	appendQ  []*appendItem
 	jflush   bool // the journal holds records written outside the store stage
+	// applyQ: the groups whose sole-voter entries a store round
+	// committed, for the Ready stage to apply (solo.go; under qMu).
+	applyQ []*group
 
 	// failures counts group failures (Failures).
 	failures atomic.Uint64
+	// readys counts the RawNode Readys taken; soloProposals the batches
+	// the sole-voter path took, soloAcks its rounds handed back to etcd
+	// raft as its own append's response (solo.go; tests).
+	readys, soloProposals, soloAcks atomic.Uint64
 	// heard: for groups this node cannot step (not here, or failed), the
 	// leader whose appends or heartbeats reached it last (HeardLeader).
 	heardMu sync.Mutex
@@ -409,6 +434,15 @@ type group struct {
 
 	// published is the Leadership last given to cfg.OnLeadership.
 	published Leadership
+
+	// The sole-voter path (solo.go): soloPend, its entries written and not
+	// yet committed, in index order (soloBytes their data); soloApply,
+	// those committed and not yet applied (OnCommit, commitIndex), queued
+	// on Host.applyQ (soloApplyQueued); soloQueued: an item of the group
+	// waits for the next store round.
+	soloPend, soloApply         []Committed
+	soloBytes                   int64
+	soloQueued, soloApplyQueued bool
 }
 
 func (g *group) commitChLocked() chan struct{} {
@@ -751,6 +785,7 @@ func (h *Host) resetLocked(g *group) {
 		return
 	}
 	g.rn, g.readyTerm = rn, 0
+	g.dropSoloLocked()
 	g.changes.Add(1)
 	h.changes.Add(1)
 	g.gen++
@@ -836,6 +871,7 @@ func (h *Host) RetryGroup(id uint64) error {
 	}
 	end, _ := g.st.endOf(applied)
 	g.rn, g.readyTerm, g.failed = rn, 0, nil
+	g.dropSoloLocked()
 	g.changes.Add(1)
 	h.changes.Add(1)
 	g.gen++

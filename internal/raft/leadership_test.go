@@ -116,7 +116,7 @@ func TestWrittenAheadTailCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	h, err := NewHost(Config{ID: 1, Dir: dir, Listen: "127.0.0.1:0", TickInterval: 10 * time.Millisecond, Logger: testLogger(t)})
+	h, err := NewHost(Config{ID: 1, Dir: dir, Listen: "127.0.0.1:0", TickInterval: 10 * time.Millisecond, Logger: testLogger(t), raftPathOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,6 +72,11 @@ type appendItem struct {
 	// syncs: in a store round, the item whose log sync covers this one's
 	// group (the first of the group's items that needs one), nil if none.
 	syncs *appendItem
+	// solo: the sole-voter path's item (solo.go): no message, no Ready;
+	// the store round covers the group's entries up to soloLast, written
+	// in soloTerm.
+	solo               bool
+	soloLast, soloTerm uint64
 }
 
 // takeReadys takes the Ready of every dirty group: sends, writes and
@@ -81,6 +86,7 @@ func (h *Host) takeReadys() {
 	defer h.readyMu.Unlock()
 	gs := h.takeDirty()
 	defer h.putDirty(gs)
+	h.applySolo() // after takeDirty: see applySolo
 	if len(gs) == 0 {
 		return
 	}
@@ -104,6 +110,7 @@ func (h *Host) takeReadys() {
 			h.guardLocked(g, func() {
 				if g.rn.HasReady() {
 					t := taken{g: g, gen: g.gen, rd: g.rn.Ready(), rejoin: g.rejoin}
+					h.readys.Add(1)
 					t.rd.Messages = mergeAppends(t.rd.Messages, h.cfg.MaxSizePerMsg)
 					if len(g.held) > 0 {
 						// Every message built from a proposal's bytes is
@@ -289,8 +296,18 @@ func (h *Host) storeQueued() {
 // storeItems is one store round: the group-commit fsync of what items
 // wrote, then their responses.
 func (h *Host) storeItems(items []*appendItem) {
+	for _, it := range items {
+		if it.solo {
+			it.g.mu.Lock()
+			it.soloTakeLocked()
+			it.g.mu.Unlock()
+		}
+	}
 	if h.cfg.ackBeforeFsync { // the planted bug (Config)
 		for _, it := range items {
+			if it.solo {
+				continue
+			}
 			it.m.Responses = deleteFunc(it.m.Responses, func(r *pb.Message) bool {
 				if r.GetType() != pb.MessageType_MsgAppResp || r.GetTo() == h.cfg.ID {
 					return false
@@ -350,6 +367,10 @@ func (h *Host) doneItem(g *group) {
 
 // delivered: it is durable; its responses go where they belong.
 func (h *Host) delivered(it *appendItem) {
+	if it.solo {
+		h.soloDelivered(it)
+		return
+	}
 	g := it.g
 	var out []*pb.Message
 	g.mu.Lock()

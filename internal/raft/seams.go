@@ -134,6 +134,9 @@ func (h *Host) runReady() bool {
 	h.dirtyMu.Lock()
 	n := len(h.dirty)
 	h.dirtyMu.Unlock()
+	h.qMu.Lock()
+	n += len(h.applyQ) // the sole-voter path's applies (solo.go)
+	h.qMu.Unlock()
 	if n == 0 {
 		return false
 	}
