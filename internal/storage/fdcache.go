@@ -571,16 +571,16 @@ func (c *fdCache) addToDirLocked(h *cachedFile) {
 	c.byDir[h.dir] = append(c.byDir[h.dir], h)
 }
 
-// removeFromDirLocked takes h off its directory's list (under pmu).
+// removeFromDirLocked takes h off its directory's list (under pmu). The
+// list stays in the order the files were opened: a log closes and
+// retention removes its oldest segments first, found at the front.
 func (c *fdCache) removeFromDirLocked(h *cachedFile) {
 	fs := c.byDir[h.dir]
 	i := slices.Index(fs, h)
 	if i < 0 {
 		return
 	}
-	last := len(fs) - 1
-	fs[i], fs[last] = fs[last], nil
-	if fs = fs[:last]; len(fs) == 0 {
+	if fs = slices.Delete(fs, i, i+1); len(fs) == 0 {
 		delete(c.byDir, h.dir)
 	} else {
 		c.byDir[h.dir] = fs
