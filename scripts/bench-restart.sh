@@ -15,6 +15,7 @@
 #   scripts/bench-restart.sh [BINARY...]     # default: this tree
 #   PARTITIONS=300 ROUNDS=3 PORT=41000 scripts/bench-restart.sh OLD NEW
 #   KCAT_DEBUG=metadata,topic KEEP_LOG=/tmp/x scripts/bench-restart.sh   # kcat's debug log kept
+#   PROBE_TIMEOUT=600s scripts/bench-restart.sh   # the probe's limit (60s: 10,000 RF=3 on a loaded VM needs more)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 nodes=${NODES:-3}
@@ -67,11 +68,11 @@ for round in $(seq "$rounds"); do
 		start "$bin"
 		until "$work/$bin" topic create restart --if-not-exists --partitions "$parts" --replication-factor "$rf" \
 			--bootstrap "$bootstrap" --timeout 10m >/dev/null 2>>"$work/log"; do sleep 0.5; done
-		"$work/probe" -bootstrap "$bootstrap" -topic restart -partitions "$parts" >/dev/null
+		"$work/probe" -timeout "${PROBE_TIMEOUT:-60s}" -bootstrap "$bootstrap" -topic restart -partitions "$parts" >/dev/null
 		sleep 3 # groups quiesce
 		stop
 		start "$bin"
-		fr=$("$work/probe" ${PROBE_VERBOSE:+-v} -bootstrap "$bootstrap" -topic restart -partitions "$parts" 2>>"$work/log")
+		fr=$("$work/probe" -timeout "${PROBE_TIMEOUT:-60s}" ${PROBE_VERBOSE:+-v} -bootstrap "$bootstrap" -topic restart -partitions "$parts" 2>>"$work/log")
 		stop
 		start "$bin"
 		t0=$(now)

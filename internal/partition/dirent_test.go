@@ -164,7 +164,7 @@ func TestProducerSnapshotSurvivesPowerCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustAppend(t, p, batch(t, 7, 0, 0, 3), 0, false)
-	snap := p.snapPath
+	snap := p.snapPath()
 	m.stop()
 	if _, ok := fsys.ReadFileForTest(snap); !ok {
 		t.Fatalf("a clean stop wrote no producer snapshot at %s", snap)
@@ -327,7 +327,7 @@ func TestSnapshotReadErrorFailsOpen(t *testing.T) {
 	if err := m.host.Compact(p.RaftGroup(), p.Log().EndOffset()-1); err != nil {
 		t.Fatal(err)
 	}
-	snap := p.snapPath
+	snap := p.snapPath()
 	m.stop()
 
 	m = newCrashNode(t, fsys, "/data")
@@ -401,7 +401,7 @@ func TestPartitionFilesOfNewerFormatRefused(t *testing.T) {
 		newer func(b []byte) []byte
 		want  string
 	}{
-		{"producer snapshot", func(p *Partition) string { return p.snapPath }, func(b []byte) []byte {
+		{"producer snapshot", func(p *Partition) string { return p.snapPath() }, func(b []byte) []byte {
 			body := bytes.Replace(b[4:], []byte(`"version":1`), []byte(`"version":2`), 1)
 			return append(binary.BigEndian.AppendUint32(nil, crc32.Checksum(body, castagnoli)), body...)
 		}, "format version 2, this binary reads version 1"},

@@ -129,7 +129,11 @@ func (m *Manager) Dir(topic string, index int32) string {
 }
 
 func (m *Manager) snapshotPath(topic string, index int32) string {
-	return filepath.Join(m.root, snapshotDir, topic+"-"+strconv.Itoa(int(index))+".snapshot")
+	return snapshotPathIn(m.root, topic, index)
+}
+
+func snapshotPathIn(root, topic string, index int32) string {
+	return filepath.Join(root, snapshotDir, topic+"-"+strconv.Itoa(int(index))+".snapshot")
 }
 
 // Open opens (creating if needed) a partition, rebuilds its producer state
@@ -220,7 +224,7 @@ func (m *Manager) open(opts storage.Options, topic string, topicID [16]byte, ind
 		}
 	}
 	r.startRaised = &m.startRaised
-	p, err := newPartition(topic, topicID, index, dir, m.snapshotPath(topic, index), m.snapSync, l, opts, &m.verify, r)
+	p, err := newPartition(topic, topicID, index, dir, m.snapSync, l, opts, &m.verify, r)
 	if err != nil {
 		l.Close()
 		return nil, err
@@ -449,7 +453,7 @@ func (m *Manager) removeData(p *Partition) error {
 	if err := p.close(false); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(append(errs, m.removeDir(p.dir, p.snapPath, p.topic, p.index))...)
+	return errors.Join(append(errs, m.removeDir(p.dir, p.snapPath(), p.topic, p.index))...)
 }
 
 // RemoveUnopened deletes the data of a partition that is not open here

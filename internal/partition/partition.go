@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,20 +58,22 @@ type Partition struct {
 	topic string
 	id    [16]byte
 	index int32
-	dir   string
-	// snapPath is the producer state snapshot file (producer.go).
-	snapPath string
-	log      *storage.Log
-	fs       storage.FS
-	lg       *slog.Logger // the manager's; logger adds the partition
-	now      func() time.Time
+	// stateStale: see stateEnd (beside index: no word of padding).
+	stateStale atomic.Bool
+	dir        string // Manager.Dir: the producer snapshot's path follows from it (snapPath)
+	log        *storage.Log
+	fs         storage.FS
+	lg         *slog.Logger // the manager's; logger adds the partition
+	now        func() time.Time
 
 	// epoch is the leader epoch: the Raft term of the last committed entry.
 	epoch atomic.Int32
 	// logAppendTime: message.timestamp.type=LogAppendTime.
 	logAppendTime atomic.Bool
 
-	// appendMu serializes appends and guards producers.
+	// appendMu serializes appends and guards producers, made by the
+	// first producer's batch (putProducer: most partitions of a node with
+	// many see none, and an empty map was ~0.1 KiB each, issue 27).
 	appendMu  sync.Mutex
 	producers map[int64]*producer
 	failed    atomic.Pointer[error]
@@ -103,8 +106,7 @@ type Partition struct {
 	// as it proposes, a follower as entries commit (onCommit), so a new
 	// leader needs no rescan; stateStale says a truncation took back
 	// entries the state had counted, and the next leadership rebuilds it.
-	stateEnd   atomic.Int64
-	stateStale atomic.Bool
+	stateEnd atomic.Int64
 	// restored is the producer state a restore-producers command installed
 	// (producerstate.go; appendMu): a rebuild from the log starts from it,
 	// since the restored producers' batches are not in this log.
@@ -118,17 +120,22 @@ func (p *Partition) logger() *slog.Logger {
 	return p.lg.With("topic", p.topic, "partition", p.index)
 }
 
-func newPartition(topic string, id [16]byte, index int32, dir, snapPath string, snapSync *dirSyncer, l *storage.Log, opts storage.Options, verify *atomic.Pointer[Verifier], r Replication) (*Partition, error) {
+// snapPath is the producer state snapshot file (producer.go): computed,
+// not held (a path per partition was ~0.1 KiB, issue 27). p.dir is
+// Manager.Dir's, so this is Manager.snapshotPath's.
+func (p *Partition) snapPath() string {
+	return snapshotPathIn(filepath.Dir(p.dir), p.topic, p.index)
+}
+
+func newPartition(topic string, id [16]byte, index int32, dir string, snapSync *dirSyncer, l *storage.Log, opts storage.Options, verify *atomic.Pointer[Verifier], r Replication) (*Partition, error) {
 	now := opts.Now
 	if now == nil {
 		now = time.Now
 	}
 	p := &Partition{
-		topic: topic, id: id, index: index, dir: dir, snapPath: snapPath, snapSync: snapSync, log: l,
+		topic: topic, id: id, index: index, dir: dir, snapSync: snapSync, log: l,
 		fs: opts.FS, lg: opts.Logger, now: now,
-		producers: map[int64]*producer{},
-		txn:       txnState{open: map[int64]int64{}},
-		verify:    verify,
+		verify: verify,
 	}
 	if err := p.loadProducers(); err != nil {
 		return nil, fmt.Errorf("partition %s-%d: rebuilding producer state: %w", topic, index, err)

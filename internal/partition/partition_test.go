@@ -366,7 +366,7 @@ func TestSnapshotOnlyWithStateToKeep(t *testing.T) {
 	}
 	b0 := batch(t, 7, 0, 0, 3)
 	mustAppend(t, used, append([]byte(nil), b0...), 0, false)
-	emptySnap, usedSnap := empty.snapPath, used.snapPath
+	emptySnap, usedSnap := empty.snapPath(), used.snapPath()
 	m.stop()
 	if _, err := os.Stat(emptySnap); err == nil {
 		t.Errorf("an empty partition left a producer snapshot at %s", emptySnap)

@@ -203,6 +203,15 @@ func (p *Partition) confirmStored(res AppendResult) error {
 	return nil
 }
 
+// putProducer records a producer's state (under appendMu); producers is
+// made by the first.
+func (p *Partition) putProducer(id int64, e *producer) {
+	if p.producers == nil {
+		p.producers = map[int64]*producer{}
+	}
+	p.producers[id] = e
+}
+
 // recordProducer remembers an appended batch (h.BaseOffset set), written at
 // seenMs (unix ms). Called with appendMu held, and while rebuilding the
 // state from the log.
@@ -213,7 +222,7 @@ func (p *Partition) recordProducer(h records.Header, appendTime, seenMs int64) {
 	e := p.producers[h.ProducerID]
 	if e == nil {
 		e = &producer{epoch: h.ProducerEpoch, last: seenMs}
-		p.producers[h.ProducerID] = e
+		p.putProducer(h.ProducerID, e)
 		if len(p.producers)%sweepEvery == 0 {
 			p.sweepProducers()
 		}
@@ -289,7 +298,7 @@ func (p *Partition) writeSnapshot(end int64) error {
 	}
 	data := binary.BigEndian.AppendUint32(nil, crc32.Checksum(body, castagnoli))
 	data = append(data, body...)
-	name := p.snapPath
+	name := p.snapPath()
 	// The directory's name must be durable too (an entry of the data
 	// directory): else a power cut after a clean stop drops every snapshot.
 	if err := storage.MkdirAllDurable(p.fs, filepath.Dir(name)); err != nil {
@@ -318,7 +327,7 @@ func (p *Partition) emptyStateBelow(end int64) bool {
 
 // readSnapshot loads the snapshot if there is a valid one.
 func (p *Partition) readSnapshot() (*snapshot, error) {
-	f, err := p.fs.OpenFile(p.snapPath, os.O_RDONLY, 0)
+	f, err := p.fs.OpenFile(p.snapPath(), os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -346,7 +355,7 @@ func (p *Partition) readSnapshot() (*snapshot, error) {
 		Version int64 `json:"version"`
 	}
 	if err := json.Unmarshal(data[4:], &v); err == nil {
-		if err := storage.CheckVersion(p.snapPath, v.Version, snapshotVersion); err != nil {
+		if err := storage.CheckVersion(p.snapPath(), v.Version, snapshotVersion); err != nil {
 			return nil, err
 		}
 	}
@@ -377,16 +386,16 @@ func (p *Partition) loadProducers() error {
 			for _, b := range sp.Batches {
 				e.batches = append(e.batches, batchMeta{FirstSeq: b.FirstSeq, LastSeq: b.LastSeq, baseOffset: b.BaseOffset, lastOffset: b.LastOffset, appendTime: b.AppendTime, crc: b.CRC})
 			}
-			p.producers[id] = e
+			p.putProducer(id, e)
 		}
 		for id, first := range s.OpenTxns {
-			p.txn.open[id] = first
+			p.txn.putOpen(id, first)
 		}
 		p.txn.aborted = append(p.txn.aborted, s.AbortedTxns...)
 		from = s.End
 	}
 	if s != nil {
-		if rerr := p.fs.Remove(p.snapPath); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		if rerr := p.fs.Remove(p.snapPath()); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 			return rerr
 		}
 		if err := p.snapSync.sync(); err != nil {

@@ -185,7 +185,7 @@ func (p *Partition) installLocked(s ProducerState) int {
 		for _, b := range sp.Batches {
 			e.batches = append(e.batches, batchMeta{FirstSeq: b.FirstSeq, LastSeq: b.LastSeq, baseOffset: b.BaseOffset, lastOffset: b.LastOffset, appendTime: b.AppendTime, crc: b.CRC})
 		}
-		p.producers[id] = e
+		p.putProducer(id, e)
 		n++
 	}
 	return n

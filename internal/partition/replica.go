@@ -312,9 +312,9 @@ func (p *Partition) leaderCheckLocked() error {
 // log: only after a truncation took back entries the state had counted.
 func (p *Partition) rebuildLocked() error {
 	start := time.Now()
-	p.producers = map[int64]*producer{}
+	p.producers = nil
 	p.txnMu.Lock()
-	p.txn = txnState{open: map[int64]int64{}}
+	p.txn = txnState{}
 	p.txnMu.Unlock()
 	if r := p.restored; r != nil {
 		p.installLocked(*r)

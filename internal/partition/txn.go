@@ -50,7 +50,7 @@ type ProducerInfo struct {
 // txnState is guarded by Partition.txnMu (and changed only with appendMu
 // held too, so appends see a stable view).
 type txnState struct {
-	open    map[int64]int64 // producer id -> first offset of its open transaction
+	open    map[int64]int64 // producer id -> first offset of its open transaction (putOpen)
 	aborted []AbortedTxn    // by LastOffset
 	// verified holds KIP-890 verifications by producer id: a guard taken
 	// before asking the transaction coordinator, and whether it said the
@@ -58,6 +58,15 @@ type txnState struct {
 	// drops the entry, so a verification that raced a marker no longer
 	// admits a batch. Never persisted.
 	verified map[int64]*verification
+}
+
+// putOpen records pid's open transaction; open is made by the first
+// (nil until then: a partition without transactions holds no map).
+func (t *txnState) putOpen(pid, first int64) {
+	if t.open == nil {
+		t.open = map[int64]int64{}
+	}
+	t.open[pid] = first
 }
 
 type verification struct {
@@ -190,7 +199,7 @@ func (p *Partition) noteTxnBatch(pid, base int64) {
 	p.txnMu.Lock()
 	defer p.txnMu.Unlock()
 	if _, ok := p.txn.open[pid]; !ok {
-		p.txn.open[pid] = base
+		p.txn.putOpen(pid, base)
 	}
 }
 

@@ -341,9 +341,6 @@ type group struct {
 	st  *store
 	h   *Host // for activate; nil in some unit tests
 
-	// inActive: on Host.active (under Host.activeMu).
-	inActive bool
-
 	mu          sync.Mutex
 	rn          *raft.RawNode
 	gen         uint64 // counts RawNodes: responses of an older one are not stepped
@@ -364,13 +361,11 @@ type group struct {
 	commitCh   chan struct{}
 	storedCh   chan struct{}
 	failed     error
-	removed    bool
 	lastLeader uint64
 	// seenTerm, seenLeader: the highest term this node has seen a
 	// leader of in this group, and that leader (the invariants build's
 	// one-leader-per-term check, ready.go).
 	seenTerm, seenLeader uint64
-	dirty                bool // in Host.dirty (under Host.dirtyMu, not mu)
 	// storeSync: during a store round's setup, the group's first queued
 	// append that needs its log synced (storeItems; appendMu, not mu).
 	storeSync *appendItem
@@ -379,30 +374,26 @@ type group struct {
 	// (Host.Changes).
 	changes atomic.Uint64
 
-	quiesced   bool
-	quiet      atomic.Bool // = quiesced, read by tickOnce without mu
-	quiesceLdr uint64      // follower: the leader that quiesced us
+	quiesceLdr uint64 // follower: the leader that quiesced us
 	// quiesceFlw: leader: the followers when it quiesced (a membership
 	// change is a proposal, which wakes the group first).
 	quiesceFlw []uint64
 	// quiesceTerm, quiesceLast: the term it quiesced in and where its log
-	// ended then. wokeBySilence: a tick woke it only because a peer it
-	// depends on had gone silent (checkQuiescedLocked), and nothing has
-	// happened to it since; once that peer is heard again it quiesces again
-	// if it is as it was (requiesceLocked).
+	// ended then. wokeBySilence (below): a tick woke it only because a
+	// peer it depends on had gone silent (checkQuiescedLocked), and nothing
+	// has happened to it since; once that peer is heard again it quiesces
+	// again if it is as it was (requiesceLocked).
 	quiesceTerm, quiesceLast uint64
-	wokeBySilence            bool
 	// ticked counts tickGroup's looks at the group: a quiesced group's
 	// does not move (what tests check).
 	ticked uint64
 
-	// rejoin: this replica lost its storage (wiped disk) while the others
+	// rejoin (below): this replica lost its storage (wiped disk) while the others
 	// remember what it had acknowledged. Until it has caught up with a
 	// leader's commit index it grants no votes (it cannot vouch for
 	// committed entries) but to a candidate whose log holds what the
 	// newest leader it heard from showed it (rejoinMayVote), and it tells
 	// the leader, whose stale progress for it must be reset.
-	rejoin       bool
 	rejoinTarget uint64 // the highest commit index a leader sent it
 	// rejoinTerm, rejoinLast: the newest term a leader sent it entries or
 	// a snapshot in, and the highest log index that leader showed it
@@ -412,7 +403,6 @@ type group struct {
 	// in term caughtTerm (isr.go).
 	caught     []caughtUp
 	caughtTerm uint64
-	reset      bool // leader: recreate the RawNode (fresh progress for every peer)
 	// held: references to the buffers of proposals Raft may still read,
 	// in index order (ProposeOwned, releaseHeldLocked).
 	held      []heldRef
@@ -443,6 +433,17 @@ type group struct {
 	soloPend, soloApply         []Committed
 	soloBytes                   int64
 	soloQueued, soloApplyQueued bool
+
+	// The flags, together: each alone took a word of padding (a group per
+	// partition, issue 27).
+	quiet         atomic.Bool // = quiesced, read by tickOnce without mu
+	inActive      bool        // on Host.active (under Host.activeMu)
+	removed       bool
+	dirty         bool // in Host.dirty (under Host.dirtyMu, not mu)
+	quiesced      bool
+	wokeBySilence bool // see quiesceTerm
+	rejoin        bool // see rejoinTarget
+	reset         bool // leader: recreate the RawNode (fresh progress for every peer)
 }
 
 func (g *group) commitChLocked() chan struct{} {
@@ -617,7 +618,7 @@ func (h *Host) openGroup(gc GroupConfig) (*group, error) {
 		// record with the group's first ones; the conf state is derived
 		// from the voters again (TestNewPartitionCrashAtEveryStep).
 		cs = &pb.ConfState{Voters: append([]uint64(nil), gc.Voters...)}
-		if err := h.journal.putConfState(gc.ID, cs, 0, false); err != nil {
+		if err := h.journal.putConfStateOwned(gc.ID, cs, 0, false); err != nil {
 			return nil, err
 		}
 	}

@@ -47,7 +47,11 @@ const (
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 type groupState struct {
+	// hs: the HardState, in a snapshot's copy only; the journal's own
+	// keeps it as values (hv): a *pb.HardState with its three
+	// pointer fields was ~0.1 KiB per group (issue 27).
 	hs         *pb.HardState
+	hv         hsValues
 	applied    uint64 // every entry up to here was applied (lags by a cycle)
 	cs         *pb.ConfState
 	csIndex    uint64 // the index of the conf change cs results from
@@ -61,6 +65,16 @@ type groupState struct {
 	// failure): it must catch up before it votes, whatever the metadata
 	// says, until trusted.
 	rejoin bool
+}
+
+// hsValues is a HardState held by the journal (ok: one was recorded).
+type hsValues struct {
+	term, vote, commit uint64
+	ok                 bool
+}
+
+func (v hsValues) proto() *pb.HardState {
+	return &pb.HardState{Term: new(v.term), Vote: new(v.vote), Commit: new(v.commit)}
 }
 
 // sideEntry is a Raft entry that is not a record batch, and the offset it
@@ -278,7 +292,7 @@ func (j *journal) apply(body []byte) error {
 			return errors.New("bad hardstate record")
 		}
 		s := j.state(g)
-		s.hs = &pb.HardState{Term: new(be.Uint64(p)), Vote: new(be.Uint64(p[8:])), Commit: new(be.Uint64(p[16:]))}
+		s.hv = hsValues{term: be.Uint64(p), vote: be.Uint64(p[8:]), commit: be.Uint64(p[16:]), ok: true}
 		s.applied = max(s.applied, be.Uint64(p[24:]))
 	case jAnchor:
 		if len(p) != 25 {
@@ -371,16 +385,10 @@ func (j *journal) putHardState(g uint64, hs *pb.HardState, applied uint64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	s := j.state(g)
-	if s.hs == nil || s.hs.GetTerm() != hs.GetTerm() || s.hs.GetVote() != hs.GetVote() {
+	if !s.hv.ok || s.hv.term != hs.GetTerm() || s.hv.vote != hs.GetVote() {
 		j.dirty = true
 	}
-	if s.hs == nil {
-		s.hs = cloneHS(hs)
-	} else {
-		// s.hs is the journal's own copy (snapshot hands out clones):
-		// updated in place, not allocated again for every commit.
-		*s.hs.Term, *s.hs.Vote, *s.hs.Commit = hs.GetTerm(), hs.GetVote(), hs.GetCommit()
-	}
+	s.hv = hsValues{term: hs.GetTerm(), vote: hs.GetVote(), commit: hs.GetCommit(), ok: true}
 	s.applied = max(s.applied, applied)
 	var p [32]byte
 	j.buf = appendRecord(j.buf, jHardState, g, hsPayload(&p, hs, s.applied))
@@ -389,6 +397,12 @@ func (j *journal) putHardState(g uint64, hs *pb.HardState, applied uint64) {
 // putConfState buffers the ConfState that applying the conf change at
 // index produced; sync: it must be fsynced with the next flush.
 func (j *journal) putConfState(g uint64, cs *pb.ConfState, index uint64, sync bool) error {
+	return j.putConfStateOwned(g, cloneCS(cs), index, sync)
+}
+
+// putConfStateOwned is putConfState of a ConfState nobody changes from
+// now on: the journal keeps it, and hands it out (snapshot) as it is.
+func (j *journal) putConfStateOwned(g uint64, cs *pb.ConfState, index uint64, sync bool) error {
 	p, err := csPayload(cs, index)
 	if err != nil {
 		return err
@@ -396,7 +410,7 @@ func (j *journal) putConfState(g uint64, cs *pb.ConfState, index uint64, sync bo
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	s := j.state(g)
-	s.cs, s.csIndex = cloneCS(cs), index
+	s.cs, s.csIndex = cs, index
 	j.buf = appendRecord(j.buf, jConfState, g, p)
 	j.dirty = j.dirty || sync
 	return nil
@@ -529,12 +543,13 @@ func (j *journal) snapshot(g uint64) groupState {
 		return groupState{}
 	}
 	out := *s
-	if s.hs != nil {
-		out.hs = cloneHS(s.hs)
+	if s.hv.ok {
+		out.hs = s.hv.proto()
 	}
-	if s.cs != nil {
-		out.cs = cloneCS(s.cs)
-	}
+	// out.cs is shared: a ConfState, once journaled or stored, is never
+	// changed in place (putConfState and the store keep copies of what
+	// they are given and replace them whole), so the group's store holds
+	// the journal's instead of a second copy (~0.2 KiB a group, issue 27).
 	out.side = append([]sideEntry(nil), s.side...)
 	return out
 }
@@ -611,9 +626,9 @@ func (j *journal) rewriteLocked() error {
 	var b []byte
 	for _, g := range slices.Sorted(maps.Keys(j.groups)) { // the same bytes for the same state
 		s := j.groups[g]
-		if s.hs != nil {
+		if s.hv.ok {
 			var p [32]byte
-			b = appendRecord(b, jHardState, g, hsPayload(&p, s.hs, s.applied))
+			b = appendRecord(b, jHardState, g, hsPayload(&p, s.hv.proto(), s.applied))
 		}
 		if s.cs != nil {
 			p, err := csPayload(s.cs, s.csIndex)

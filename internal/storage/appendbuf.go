@@ -136,18 +136,19 @@ type appendFile struct {
 	written atomic.Int64 // bytes in the file itself
 	broken  error        // a failed write left a partial tail
 
+	// The flags sit in pairs (a lone one took a word of padding: a file
+	// per partition, issue 27).
 	writingBehind atomic.Bool // a background write-out of full buffers runs
-
-	direct      bool        // write-outs may use O_DIRECT
-	onDirectOff func(error) // told once when O_DIRECT turns out unsupported
+	cacheOn       atomic.Bool // the read cache is on (below)
+	direct        bool        // write-outs may use O_DIRECT
+	closed        bool        // guarded by mu (the read cache, below)
+	onDirectOff   func(error) // told once when O_DIRECT turns out unsupported
 
 	// The read cache (readcache.go): written bytes kept in memory, on
-	// with direct I/O. cached and closed are guarded by mu.
-	cacheOn   atomic.Bool
+	// (cacheOn) with direct I/O. cached and closed are guarded by mu.
 	rc        *ReadCache     // the budget (the log's Options.ReadCache)
 	writes    *writeCounters // the log's Syncer's (SegmentWrites)
 	cached    []*cacheChunk
-	closed    bool
 	lastFetch *atomic.Int64 // the log's: when a fetch last asked the cache
 }
 

@@ -293,7 +293,7 @@ func (l *Log) Clean(opts CleanOptions) (CleanResult, error) {
 			cs.s.unref()
 		}
 	}()
-	p := &pass{l: l, opts: opts, cfg: l.cfg, now: l.now().UnixMilli(), m: opts.Map, liveTxn: map[int64]bool{}, blocked: -1}
+	p := &pass{l: l, opts: opts, cfg: *l.cfg, now: l.now().UnixMilli(), m: opts.Map, liveTxn: map[int64]bool{}, blocked: -1}
 	gen := l.truncGen
 	firstDirty := min(max(l.firstDirty, l.start), l.end)
 	limit := min(l.sealedEndLocked(), opts.Committed, l.end)

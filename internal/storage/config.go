@@ -3,6 +3,7 @@ package storage
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -161,4 +162,33 @@ func (c Config) normalize() Config {
 		c.Flush.Interval = time.Second
 	}
 	return c
+}
+
+// configs interns the logs' configurations: a node's partitions share a
+// handful (a topic's partitions one), and a Config held by value in each
+// Log was 128 bytes per partition (issue 27). Bounded: past
+// maxInternedConfigs distinct values a log keeps its own copy.
+var configs struct {
+	mu sync.Mutex
+	m  map[Config]*Config
+}
+
+const maxInternedConfigs = 4096
+
+// internConfig returns a shared copy of c. Nobody changes a Config through
+// the pointer: Log.SetConfig swaps it.
+func internConfig(c Config) *Config {
+	configs.mu.Lock()
+	defer configs.mu.Unlock()
+	if p := configs.m[c]; p != nil {
+		return p
+	}
+	p := &c
+	if configs.m == nil {
+		configs.m = map[Config]*Config{}
+	}
+	if len(configs.m) < maxInternedConfigs {
+		configs.m[c] = p
+	}
+	return p
 }

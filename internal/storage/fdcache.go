@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -60,7 +61,7 @@ func CachedFS(fsys FS, max int) FS {
 	if max <= 0 {
 		return fsys
 	}
-	return &cacheFS{inner: fsys, c: &fdCache{max: max, byDir: map[string]map[*cachedFile]struct{}{}}}
+	return &cacheFS{inner: fsys, c: &fdCache{max: max, byDir: map[string][]*cachedFile{}}}
 }
 
 type cacheFS struct {
@@ -78,8 +79,12 @@ type fdCache struct {
 	hand int           // the CLOCK hand into open
 	pins int           // uses held by tryPinFd (sendfile), at most max/2
 
-	pmu   sync.Mutex                          // guards byDir and every file's dir, base
-	byDir map[string]map[*cachedFile]struct{} // live files by directory, for Rename and Remove
+	pmu sync.Mutex // guards byDir and every file's dir, base
+	// byDir: the live files by directory, for Rename and Remove. A slice
+	// per directory, not a set: a partition's directory holds a few files
+	// (a segment and its two indexes), and a map per partition was ~0.1
+	// KiB more (issue 27).
+	byDir map[string][]*cachedFile
 
 	evictions atomic.Int64
 	reopens   atomic.Int64
@@ -91,20 +96,22 @@ type cachedFile struct {
 	inner FS
 	flag  int // for reopening: the open's flags less O_CREATE, O_EXCL, O_TRUNC
 	perm  os.FileMode
+	// users counts the uses in flight; -1 while the file is being
+	// evicted or after Close. Only a file with none is evicted. (The
+	// 4-byte fields sit in pairs: a word of padding each otherwise, and a
+	// partition has a few files, issue 27.)
+	users atomic.Int32
 
 	dir, base string // current name; guarded by c.pmu
 
-	mu sync.Mutex // held while the descriptor is opened or closed
-	// users counts the uses in flight; -1 while the file is being
-	// evicted or after Close. Only a file with none is evicted.
-	users atomic.Int32
-	f     atomic.Pointer[fileBox] // nil: no descriptor now
-	used  atomic.Bool             // the CLOCK bit: used since the hand passed
-	slot  int                     // index in c.open while open; guarded by c.mu
+	mu   sync.Mutex  // held while the descriptor is opened or closed
+	used atomic.Bool // the CLOCK bit: used since the hand passed
 	// pinned: never evicted (its name is gone: removed or replaced);
 	// guarded by c.mu.
 	pinned bool
-	closed bool // Close was called; guarded by mu
+	closed bool                    // Close was called; guarded by mu
+	f      atomic.Pointer[fileBox] // nil: no descriptor now
+	slot   int                     // index in c.open while open; guarded by c.mu
 
 	writes  atomic.Uint64 // writes so far
 	synced  atomic.Uint64 // writes covered by the last successful Sync
@@ -128,12 +135,7 @@ func (fs *cacheFS) OpenFile(name string, flag int, perm os.FileMode) (File, erro
 	h.used.Store(true)
 	fs.c.addOpen(h)
 	fs.c.pmu.Lock()
-	m := fs.c.byDir[h.dir]
-	if m == nil {
-		m = map[*cachedFile]struct{}{}
-		fs.c.byDir[h.dir] = m
-	}
-	m[h] = struct{}{}
+	fs.c.addToDirLocked(h)
 	fs.c.pmu.Unlock()
 	return h, nil
 }
@@ -559,14 +561,30 @@ func (h *cachedFile) Close() error {
 	h.users.Store(-1)
 	h.mu.Unlock()
 	h.c.pmu.Lock()
-	if m := h.c.byDir[h.dir]; m != nil {
-		delete(m, h)
-		if len(m) == 0 {
-			delete(h.c.byDir, h.dir)
-		}
-	}
+	h.c.removeFromDirLocked(h)
 	h.c.pmu.Unlock()
 	return err
+}
+
+// addToDirLocked lists h under its directory (under pmu).
+func (c *fdCache) addToDirLocked(h *cachedFile) {
+	c.byDir[h.dir] = append(c.byDir[h.dir], h)
+}
+
+// removeFromDirLocked takes h off its directory's list (under pmu). The
+// list stays in the order the files were opened: a log closes and
+// retention removes its oldest segments first, found at the front.
+func (c *fdCache) removeFromDirLocked(h *cachedFile) {
+	fs := c.byDir[h.dir]
+	i := slices.Index(fs, h)
+	if i < 0 {
+		return
+	}
+	if fs = slices.Delete(fs, i, i+1); len(fs) == 0 {
+		delete(c.byDir, h.dir)
+	} else {
+		c.byDir[h.dir] = fs
+	}
 }
 
 // filesAt returns the live files named name, and those directly in name
@@ -578,12 +596,12 @@ func (c *fdCache) filesAt(name string) []*cachedFile {
 	c.pmu.Lock()
 	defer c.pmu.Unlock()
 	var out []*cachedFile
-	for h := range c.byDir[dir] {
+	for _, h := range c.byDir[dir] {
 		if h.base == base {
 			out = append(out, h)
 		}
 	}
-	for h := range c.byDir[name] {
+	for _, h := range c.byDir[name] {
 		out = append(out, h)
 	}
 	return out
@@ -624,27 +642,17 @@ func (fs *cacheFS) Rename(oldname, newname string) error {
 	nd, nb := filepath.Split(newname)
 	nd = filepath.Clean(nd)
 	move := func(h *cachedFile, dir, base string) {
-		if m := c.byDir[h.dir]; m != nil {
-			delete(m, h)
-			if len(m) == 0 {
-				delete(c.byDir, h.dir)
-			}
-		}
+		c.removeFromDirLocked(h)
 		h.dir, h.base = dir, base
-		m := c.byDir[dir]
-		if m == nil {
-			m = map[*cachedFile]struct{}{}
-			c.byDir[dir] = m
-		}
-		m[h] = struct{}{}
+		c.addToDirLocked(h)
 	}
 	var files, inDir []*cachedFile
-	for h := range c.byDir[od] {
+	for _, h := range c.byDir[od] {
 		if h.base == ob {
 			files = append(files, h)
 		}
 	}
-	for h := range c.byDir[oldname] {
+	for _, h := range c.byDir[oldname] {
 		inDir = append(inDir, h)
 	}
 	for _, h := range files {

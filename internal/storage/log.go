@@ -110,14 +110,16 @@ type Log struct {
 	maxMessage atomic.Int64 // copy of cfg.MaxMessageBytes for lock-free validation
 	durable    atomic.Int64 // every offset below it is fsynced
 
-	mu        sync.RWMutex
-	cfg       Config
+	mu sync.RWMutex
+	// cfg: shared by every log with the same configuration (internConfig:
+	// ~0.1 KiB per partition held once per topic, issue 27); never
+	// changed in place, SetConfig swaps it.
+	cfg       *Config
 	segs      []*segment // ascending base; the last one is active
 	start     int64
 	end       int64
 	epochs    []epochEntry
-	failed    error // sticky: set when an fsync failed
-	closed    bool
+	failed    error  // sticky: set when an fsync failed
 	truncGen  uint64 // bumped by Truncate: a sync cycle begun before it claims nothing
 	unflushed int64  // records appended since flush.messages last asked for an fsync
 
@@ -131,7 +133,6 @@ type Log struct {
 	// the ordinal checkpoint and the epoch cache, so that a cycle's write
 	// never replaces a newer one.
 	pendingSeal *segment
-	epochsDirty bool
 	epochGen    uint64
 	ordGen      uint64
 	sealMu      sync.Mutex   // serializes the cycles' seal and checkpoint writes; taken before mu, never under it
@@ -151,22 +152,21 @@ type Log struct {
 	firstDirty     int64
 	nextHorizon    int64
 	blockedRemoval int64 // see pass.blocked; -1 none
-	cleaning       atomic.Bool
 
 	waitMu sync.Mutex
+	lruMu  sync.Mutex // guards lru and lruEntries; taken after a segment's idxMu
+	// (atomic.Bools are 4 bytes: beside the mutexes they fill no padding.)
+	cleaning   atomic.Bool // a compaction pass runs
+	timerArmed atomic.Bool // interval policy: a sync is scheduled
 	// waitCh is closed when durable/failed changes; made when a
 	// WaitDurable first asks for it (most logs have no waiter between two
 	// advances: a channel per log and per advance otherwise, issue 27).
 	waitCh chan struct{}
 
-	timerArmed atomic.Bool // interval policy: a sync is scheduled
-
-	lruMu      sync.Mutex // guards lru and lruEntries; taken after a segment's idxMu
 	lru        []*segment // sealed segments with loaded indexes, least recently used first
 	lruEntries int        // index entries they hold
 	dev        uint64     // device of the files, for syncfs grouping (0: none)
 
-	clean bool // opened after a clean shutdown (Options.CleanShutdown)
 	// openEnd and openActive: the end and the active segment recovery
 	// left. A log opened clean that still has them (and no truncation
 	// since) holds what the last clean stop fsynced: Close does not fsync
@@ -176,19 +176,25 @@ type Log struct {
 
 	onCorrupt  func()     // Options.OnCorrupt
 	corruptErr error      // sticky: the first corruption found (verify.go)
-	noChecks   bool       // Options.NoReadChecks
 	rc         *ReadCache // Options.ReadCache
-	newDir     bool       // Options.NewDir
-	created    bool       // Open created the first segment (a new log)
-	// noEpochFile (mu): a new log that has written no epoch checkpoint
-	// yet: a group cycle writes its first one in place (syncPrepareGroup).
-	noEpochFile bool
 
 	// The node's data journal (Options.Syncer's, datajournal.go) and the
 	// log's directory relative to its root ("": not journaled).
-	journal  *DataJournal
-	jrel     string
-	jflushed bool // Close wrote out and fsynced everything (under mu)
+	journal *DataJournal
+	jrel    string
+
+	// The flags, together (each alone took a word of padding: the struct
+	// is per partition, issue 27).
+	closed      bool // under mu
+	epochsDirty bool // under mu
+	clean       bool // opened after a clean shutdown (Options.CleanShutdown)
+	noChecks    bool // Options.NoReadChecks
+	newDir      bool // Options.NewDir
+	created     bool // Open created the first segment (a new log)
+	jflushed    bool // Close wrote out and fsynced everything (under mu)
+	// noEpochFile (mu): a new log that has written no epoch checkpoint
+	// yet: a group cycle writes its first one in place (syncPrepareGroup).
+	noEpochFile bool
 }
 
 // dirLogger is the log's logger with its directory attached. Made per
@@ -223,7 +229,7 @@ func Open(dir string, cfg Config, opts Options) (*Log, error) {
 		syncer:    opts.Syncer,
 		logger:    opts.Logger,
 		now:       opts.Now,
-		cfg:       cfg.normalize(),
+		cfg:       internConfig(cfg.normalize()),
 		clean:     opts.CleanShutdown,
 		onCorrupt: opts.OnCorrupt,
 		noChecks:  opts.NoReadChecks,
@@ -2288,7 +2294,7 @@ func (l *Log) removeDetached(gone []*segment) error {
 func (l *Log) SetConfig(cfg Config) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.cfg = cfg.normalize()
+	l.cfg = internConfig(cfg.normalize())
 	l.maxMessage.Store(int64(l.cfg.MaxMessageBytes))
 }
 
@@ -2296,7 +2302,7 @@ func (l *Log) SetConfig(cfg Config) {
 func (l *Log) Config() Config {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	return l.cfg
+	return *l.cfg
 }
 
 // EndOffsetForEpoch answers OffsetForLeaderEpoch: the largest epoch <= epoch

@@ -1303,3 +1303,33 @@ func TestEpochCheckpointReadErrorFailsOpen(t *testing.T) {
 		t.Fatalf("after the read error cleared, the epoch before the start is %d, want 1: the checkpoint was rewritten from a scan", got)
 	}
 }
+
+// TestLogsShareConfigUntilSet: logs opened with the same configuration
+// share one copy (internConfig: a Config per partition was 128 bytes,
+// issue 27), and a SetConfig of one changes that log only - the shared copy
+// is never changed in place.
+func TestLogsShareConfigUntilSet(t *testing.T) {
+	fs, sy := NewCrashFS(1), newSyncer(t)
+	cfg := testConfig()
+	a := openLog(t, fs, "/a", cfg, sy, nil)
+	b := openLog(t, fs, "/b", cfg, sy, nil)
+	defer a.Close()
+	defer b.Close()
+	if a.cfg != b.cfg {
+		t.Fatal("two logs of one configuration hold two copies of it")
+	}
+	changed := cfg
+	changed.RetentionBytes = 8192
+	a.SetConfig(changed)
+	if got := a.Config().RetentionBytes; got != 8192 {
+		t.Fatalf("a's retention.bytes %d after SetConfig, want 8192", got)
+	}
+	if got := b.Config(); got != cfg.normalize() {
+		t.Fatalf("b's configuration changed with a's SetConfig: %+v", got)
+	}
+	c := openLog(t, fs, "/c", changed, sy, nil)
+	defer c.Close()
+	if c.cfg != a.cfg {
+		t.Fatal("a log opened with a's new configuration holds a copy of its own")
+	}
+}

@@ -85,18 +85,20 @@ type segment struct {
 	firstTS  int64         // wall-clock ms of the first append, for segment.ms (-1: none)
 	jitter   time.Duration // segment.jitter.ms: this segment rolls this much early
 
-	refs atomic.Int32 // 1 for the log + 1 per outstanding Slice/sync
-
 	// The data journal (datajournal.go), guarded by Log.mu: jpos, the
 	// bytes of the file that are durable (fsynced in it, or in the
-	// journal); named, its name is durable (a syncfs or a directory
-	// fsync ran since it was made).
-	jpos  int64
-	named bool
+	// journal); named (below), its name is durable (a syncfs or a
+	// directory fsync ran since it was made).
+	jpos int64
 
 	ver verifiedRanges // byte ranges whose CRCs were checked (verify.go)
 
-	idxMu         sync.Mutex // guards everything below
+	idxMu sync.Mutex   // guards everything below but refs and named
+	refs  atomic.Int32 // 1 for the log + 1 per outstanding Slice/sync
+	named bool         // guarded by Log.mu (see jpos)
+	// refs, named and loaded share the mutex's word, and the flags below
+	// sit together: each alone took a word of padding (a segment per
+	// partition, issue 27).
 	loaded        bool
 	offIdx        []offEntry
 	timeIdx       []timeEntry
@@ -109,22 +111,22 @@ type segment struct {
 	maxTS         int64 // largest batch MaxTimestamp (-1 if none)
 	maxTSOff      int64 // base offset of the batch holding maxTS
 	maxTSKnown    bool  // maxTS valid without loading the indexes
-	maxTSPos      int64 // position of the batch holding maxTS
 	lruTracked    bool  // loaded lazily, listed in Log.lru (may be evicted)
+	idxExists     bool  // see below
+	idxQueued     bool  // see below
+	idxDirty      bool  // see below
+	maxTSPos      int64 // position of the batch holding maxTS
 	lruCount      int   // index entries counted in Log.lruEntries
 	// idxExists: both index files are known to exist (this process
 	// created or opened them, or recovery found them). While false, the
 	// sync cycle does not create them: it queues the segment for the
 	// Syncer's index creator (idxQueued) and the entries wait in memory,
 	// as they do anyway until indexPersistEntries are due (indexcreate.go).
-	idxExists bool
-	idxQueued bool
 	// idxDirty: the index files may hold bytes no fsync covered (written,
 	// cut or created since their last fsync, or loaded by a log not opened
 	// after a clean shutdown): a persist with sync fsyncs them only then,
 	// so a clean stop of a log whose index did not change since the last
 	// one writes nothing.
-	idxDirty bool
 }
 
 func (s *segment) path(suffix string) string {

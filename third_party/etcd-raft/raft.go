@@ -350,8 +350,6 @@ func (c *Config) validate() error {
 type raft struct {
 	id uint64
 
-	lazyCommit bool // Config.LazyCommit
-
 	Term uint64
 	Vote uint64
 
@@ -366,9 +364,6 @@ type raft struct {
 	trk tracker.ProgressTracker
 
 	state StateType
-
-	// isLearner is true if the local raft node is a learner.
-	isLearner bool
 
 	// msgs contains the list of messages that should be sent out immediately to
 	// other nodes.
@@ -399,9 +394,6 @@ type raft struct {
 	// be proposed if the leader's applied index is greater than this
 	// value.
 	pendingConfIndex uint64
-	// disableConfChangeValidation is Config.DisableConfChangeValidation,
-	// see there for details.
-	disableConfChangeValidation bool
 	// an estimate of the size of the uncommitted tail of the Raft log. Used to
 	// prevent unbounded log growth. Only maintained by the leader. Reset on
 	// term changes.
@@ -419,17 +411,25 @@ type raft struct {
 	// only leader keeps heartbeatElapsed.
 	heartbeatElapsed int
 
-	checkQuorum bool
-	preVote     bool
-
 	heartbeatTimeout int
 	electionTimeout  int
 	// randomizedElectionTimeout is a random number between
 	// [electiontimeout, 2 * electiontimeout - 1]. It gets reset
 	// when raft changes its state to follower or candidate.
 	randomizedElectionTimeout int
+
+	// Holdfast patch (see PATCHES.md): the flags sit together (each alone
+	// took a word of padding; a raft per partition).
 	disableProposalForwarding bool
 	stepDownOnRemoval         bool
+	lazyCommit                bool // Config.LazyCommit
+	// isLearner is true if the local raft node is a learner.
+	isLearner bool
+	// disableConfChangeValidation is Config.DisableConfChangeValidation,
+	// see there for details.
+	disableConfChangeValidation bool
+	checkQuorum                 bool
+	preVote                     bool
 
 	tick func()
 	step stepFunc

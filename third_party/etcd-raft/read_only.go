@@ -47,10 +47,9 @@ type readOnly struct {
 }
 
 func newReadOnly(option ReadOnlyOption) *readOnly {
-	return &readOnly{
-		option: option,
-		acks:   make(map[uint64]uint64),
-	}
+	// Holdfast patch (see PATCHES.md): acks is made by the first recvAck
+	// that records one (a nil map reads as empty), not per group.
+	return &readOnly{option: option}
 }
 
 // addRequest adds a read only request into the `readOnly`.
@@ -64,6 +63,9 @@ func (ro *readOnly) addRequest(commitIndex uint64, req *pb.Message) {
 // recvAck notifies the `readOnly` of an acknowledgment of a heartbeat response.
 func (ro *readOnly) recvAck(from uint64, ctx []byte) {
 	if len(ctx) != 0 {
+		if ro.acks == nil {
+			ro.acks = make(map[uint64]uint64)
+		}
 		ro.acks[from] = max(ro.acks[from], binary.LittleEndian.Uint64(ctx))
 	}
 }

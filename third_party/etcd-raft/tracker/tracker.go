@@ -138,7 +138,6 @@ func MakeProgressTracker(maxInflight int, maxBytes uint64) ProgressTracker {
 			Learners:     nil, // only populated when used
 			LearnersNext: nil, // only populated when used
 		},
-		Votes:    map[uint64]bool{},
 		Progress: map[uint64]*Progress{},
 	}
 	return p
@@ -243,7 +242,9 @@ func (p *ProgressTracker) LearnerNodes() []uint64 {
 
 // ResetVotes prepares for a new round of vote counting via recordVote.
 func (p *ProgressTracker) ResetVotes() {
-	p.Votes = map[uint64]bool{}
+	// Holdfast patch (see PATCHES.md): cleared, not made; RecordVote makes
+	// it (a nil map reads as empty).
+	p.Votes = nil
 }
 
 // RecordVote records that the node with the given id voted for this Raft
@@ -251,6 +252,9 @@ func (p *ProgressTracker) ResetVotes() {
 func (p *ProgressTracker) RecordVote(id uint64, v bool) {
 	_, ok := p.Votes[id]
 	if !ok {
+		if p.Votes == nil {
+			p.Votes = map[uint64]bool{}
+		}
 		p.Votes[id] = v
 	}
 }
