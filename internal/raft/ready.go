@@ -378,12 +378,7 @@ func (h *Host) delivered(it *appendItem) {
 	if len(it.rd.Entries) > 0 || !raft.IsEmptySnap(it.rd.Snapshot) {
 		g.wakeStoredLocked()
 	}
-	if g.gen != it.gen || g.failed != nil || g.removed {
-		ready := g.reset && g.inflight == 0
-		g.mu.Unlock()
-		if ready {
-			h.markDirty(g)
-		}
+	if h.staleItemUnlock(g, it) {
 		return
 	}
 	if !h.guardLocked(g, func() {
@@ -446,6 +441,22 @@ func (h *Host) delivered(it *appendItem) {
 	if ready {
 		h.markDirty(g)
 	}
+}
+
+// staleItemUnlock reports whether a stored item no longer concerns g's
+// RawNode: g was reset (a newer generation), failed or removed. Then it
+// releases g's lock, which the caller holds, and marks g dirty if a reset
+// waited for this last item in flight.
+func (h *Host) staleItemUnlock(g *group, it *appendItem) bool {
+	if g.gen == it.gen && g.failed == nil && !g.removed {
+		return false
+	}
+	ready := g.reset && g.inflight == 0
+	g.mu.Unlock()
+	if ready {
+		h.markDirty(g)
+	}
+	return true
 }
 
 func deleteFunc(s []*pb.Message, del func(*pb.Message) bool) []*pb.Message {

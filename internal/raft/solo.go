@@ -158,12 +158,7 @@ func (h *Host) soloDelivered(it *appendItem) {
 	g.mu.Lock()
 	g.inflight--
 	g.wakeStoredLocked()
-	if g.gen != it.gen || g.failed != nil || g.removed {
-		ready := g.reset && g.inflight == 0
-		g.mu.Unlock()
-		if ready {
-			h.markDirty(g)
-		}
+	if h.staleItemUnlock(g, it) {
 		return
 	}
 	g.pruneSoloLocked()
