@@ -675,3 +675,62 @@ func TestClusterReassignCompacted(t *testing.T) {
 		t.Fatalf("consumed up to %d, want 319", got[len(got)-1])
 	}
 }
+
+// TestClusterReassignSoleReplicaToThree: the partition of an RF=1 topic on a
+// 3-node cluster takes its batches on the sole-voter path (raft.solo.path,
+// on by default: no etcd raft Ready per batch); it grows to three replicas
+// under continuous acks=all idempotent produce, which hands its Raft group
+// back to etcd raft's per-entry path mid-stream. Then its first replica is
+// stopped, and every acknowledged record is read exactly once from the
+// other two: nothing the sole-voter path acknowledged is missing from the
+// replicas that joined, and nothing is doubled.
+func TestClusterReassignSoleReplicaToThree(t *testing.T) {
+	nodes := startCluster(t, 3)
+	adm := kadmClient(t, addrs(nodes))
+	const topic = "grown"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := adm.CreateTopics(ctx, 1, 1, nil, topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+	var first int32
+	awaitCluster(t, "the sole replica leading", func() error {
+		// Only the replica's own node knows its leader epoch; the others
+		// answer with the assignment and epoch -1.
+		for _, n := range nodes {
+			if l, _, _, err := leaderOf(n, topic); err == nil {
+				first = l
+				return nil
+			}
+		}
+		return fmt.Errorf("no node names a leader of %s with its epoch", topic)
+	})
+	prod := startProducer(t, addrs(nodes), topic)
+	prod.awaitAcked(t, "records acknowledged on the sole replica", 400)
+	target := []int32{first}
+	for _, n := range nodes {
+		if n.Cfg.NodeID != first {
+			target = append(target, n.Cfg.NodeID)
+		}
+	}
+	if err := alter(t, adm, topic, target); err != nil {
+		t.Fatalf("reassign to %v: %v", target, err)
+	}
+	replicasEverywhere(t, nodes, topic, []int32{1, 2, 3})
+	awaitVoters(t, nodes, topic, []int32{1, 2, 3})
+	prod.awaitAcked(t, "records acknowledged on three replicas", 200)
+	acked := prod.finish(t)
+	var rest []*brokertest.Node
+	for _, n := range nodes {
+		if n.Cfg.NodeID == first {
+			n.Stop()
+		} else {
+			rest = append(rest, n)
+		}
+	}
+	consumeExactly(t, addrs(rest), topic, acked)
+}
