@@ -601,9 +601,7 @@ func (c *fdCache) filesAt(name string) []*cachedFile {
 			out = append(out, h)
 		}
 	}
-	for _, h := range c.byDir[name] {
-		out = append(out, h)
-	}
+	out = append(out, c.byDir[name]...)
 	return out
 }
 
@@ -652,9 +650,7 @@ func (fs *cacheFS) Rename(oldname, newname string) error {
 			files = append(files, h)
 		}
 	}
-	for _, h := range c.byDir[oldname] {
-		inDir = append(inDir, h)
-	}
+	inDir = append(inDir, c.byDir[oldname]...)
 	for _, h := range files {
 		move(h, nd, nb)
 	}
