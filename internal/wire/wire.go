@@ -840,19 +840,22 @@ func (c *serverConn) writeLoop() {
 			continue
 		}
 		out = appendResponse(out[:0], p.req, resp)
-		// The response is encoded: whatever it took from the request is
-		// copied, and the reply is done with the frame.
-		p.req.recycleFrame()
 		c.nc.SetWriteDeadline(time.Now().Add(c.s.limits.WriteTimeout))
 		n, err := c.write(out, p.req, resp)
 		c.s.Stats.BytesOut.Add(n)
 		if err != nil {
+			p.req.recycleFrame()
 			c.close()
 			continue // drain pending so their budget is released
 		}
 		if c.s.OnReply != nil {
 			c.s.OnReply(p.req, resp, time.Since(p.start))
 		}
+		// Only after OnReply, which reads the request: the metrics count a
+		// produce's records from its batches, which lie in the frame. Once
+		// the reply is written, the frame's other holders (Raft) may have
+		// let go already, and the pool would hand it to the next request.
+		p.req.recycleFrame()
 		if p.closeAfter {
 			c.close()
 			continue
