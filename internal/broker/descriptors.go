@@ -43,6 +43,10 @@ func (b *Broker) OpenFiles() (open, budget int64) {
 	return open, budget
 }
 
+// FileCacheForcedOpens reports the data files' descriptors opened past
+// log.max.open.files because every open one was in use at that moment.
+func (b *Broker) FileCacheForcedOpens() int64 { return storage.FDCacheForcedOpens(b.dataFS) }
+
 // FileCacheActivity reports the data files' idle descriptors closed to
 // stay within log.max.open.files, and the files opened again since.
 func (b *Broker) FileCacheActivity() (evictions, reopens int64) {

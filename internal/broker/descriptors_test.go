@@ -305,8 +305,11 @@ func TestDescriptorCacheManyPartitions(t *testing.T) {
 		t.Fatalf("evictions %d, reopens %d: the cache never closed an idle file", ev, re)
 	}
 	close(stop)
-	if most := <-peak; most > budget {
-		t.Fatalf("%d data file descriptors held at the peak, budget %d", most, budget)
+	// Past the bound only for the moment every descriptor is in use (the
+	// README's limits table): on a loaded machine many appends and syncs
+	// can be in flight at once, and each file opened then counts as forced.
+	if most, forced := <-peak, n.B.FileCacheForcedOpens(); most > budget+forced {
+		t.Fatalf("%d data file descriptors held at the peak, budget %d, %d opened past it with every file in use", most, budget, forced)
 	} else if most < budget/2 {
 		t.Fatalf("peak %d: the sampler missed the files (budget %d)", most, budget)
 	}

@@ -88,6 +88,9 @@ type fdCache struct {
 
 	evictions atomic.Int64
 	reopens   atomic.Int64
+	// forced: descriptors taken past max because every open file was in
+	// use (reserve with force): the documented moment the bound is passed.
+	forced atomic.Int64
 }
 
 // cachedFile is a File whose descriptor comes and goes.
@@ -155,6 +158,7 @@ func (c *fdCache) reserve(force bool) error {
 		if v == nil {
 			if force {
 				c.held++
+				c.forced.Add(1)
 				c.mu.Unlock()
 				return nil
 			}
@@ -709,4 +713,15 @@ func FDCacheStats(fsys FS) (held, max int, evictions, reopens int64, ok bool) {
 	held = c.c.held
 	c.c.mu.Unlock()
 	return held, c.c.max, c.c.evictions.Load(), c.c.reopens.Load(), true
+}
+
+// FDCacheForcedOpens is how many descriptors a descriptor cache (CachedFS)
+// took past its bound so far because every open file was in use at that
+// moment; 0 for another FS. The files held exceed the bound by at most
+// this many.
+func FDCacheForcedOpens(fsys FS) int64 {
+	if c, ok := fsys.(*cacheFS); ok {
+		return c.c.forced.Load()
+	}
+	return 0
 }
