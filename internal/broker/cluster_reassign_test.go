@@ -114,9 +114,15 @@ func awaitVoters(t *testing.T, nodes []*brokertest.Node, topic string, want []in
 
 func createRF3(t *testing.T, adm *kadm.Client, topic string) {
 	t.Helper()
+	createRF(t, adm, topic, 3)
+}
+
+// createRF creates topic with one partition of rf replicas.
+func createRF(t *testing.T, adm *kadm.Client, topic string, rf int16) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := adm.CreateTopics(ctx, 1, 3, nil, topic)
+	resp, err := adm.CreateTopics(ctx, 1, rf, nil, topic)
 	if err == nil {
 		err = resp.Error()
 	}
@@ -688,15 +694,7 @@ func TestClusterReassignSoleReplicaToThree(t *testing.T) {
 	nodes := startCluster(t, 3)
 	adm := kadmClient(t, addrs(nodes))
 	const topic = "grown"
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := adm.CreateTopics(ctx, 1, 1, nil, topic)
-	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil {
-		t.Fatalf("create topic %s: %v", topic, err)
-	}
+	createRF(t, adm, topic, 1)
 	var first int32
 	awaitCluster(t, "the sole replica leading", func() error {
 		// Only the replica's own node knows its leader epoch; the others
