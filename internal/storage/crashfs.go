@@ -915,14 +915,23 @@ func (f *memFile) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
+// writeCheckLocked is what a write or pwrite checks first: the fault
+// injected at this operation, and a file opened for writing.
+func (f *memFile) writeCheckLocked() error {
+	if err := f.check(OpWrite); err != nil {
+		return err
+	}
+	if !f.writable {
+		return &os.PathError{Op: "write", Path: f.name, Err: os.ErrPermission}
+	}
+	return nil
+}
+
 func (f *memFile) Write(p []byte) (int, error) {
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
-	if err := f.check(OpWrite); err != nil {
+	if err := f.writeCheckLocked(); err != nil {
 		return 0, err
-	}
-	if !f.writable {
-		return 0, &os.PathError{Op: "write", Path: f.name, Err: os.ErrPermission}
 	}
 	if f.fs.capacity >= 0 {
 		room := max(f.fs.capacity-f.fs.used(), 0)
@@ -942,11 +951,8 @@ func (f *memFile) Write(p []byte) (int, error) {
 func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
-	if err := f.check(OpWrite); err != nil {
+	if err := f.writeCheckLocked(); err != nil {
 		return 0, err
-	}
-	if !f.writable {
-		return 0, &os.PathError{Op: "write", Path: f.name, Err: os.ErrPermission}
 	}
 	if off < 0 {
 		return 0, &os.PathError{Op: "write", Path: f.name, Err: os.ErrInvalid}
